@@ -1,0 +1,63 @@
+//! The wire types of the Model Context Protocol, for every protocol version, and the JSON-RPC
+//! envelope that carries them.
+//!
+//! The version modules ([`v2024_11_05`], [`v2025_03_26`], [`v2025_06_18`], [`v2025_11_25`],
+//! [`v2026_07_28`] and the tasks extension [`ext_tasks`]) are **generated** by
+//! `cargo xtask codegen` from the official JSON schema of each version, with the project's
+//! corrections of the lossy upstream typing applied (`schema/corrections.toml`: `schema.ts` is the
+//! source of truth for number versus integer and for nullability). Each definition of a schema is a
+//! type of the same name. The envelope ([`Message`], [`RequestId`], [`ErrorCode`], ...) is written
+//! by hand.
+//!
+//! # What this crate does not do
+//!
+//! It performs no I/O and holds no protocol state: it does not know which version a connection
+//! negotiated, whether a method is allowed now, or whether batches are allowed. The session crate
+//! decides that. It validates the shape of messages, not JSON Schema constraints such as
+//! `minimum` or a tool's input schema.
+//!
+//! # How messages are decoded
+//!
+//! ```text
+//! bytes ──decode()──► Message ──(method, raw params)──► ClientRequest::from_parts ──► typed params
+//!                       │
+//!                       └──(request's method, raw result)──► ServerResult::decode ──► typed result
+//! ```
+//!
+//! * The envelope classifies a message by which fields are present and keeps `params` and
+//!   `result` as raw JSON, so a message is parsed once, by the code that knows its type.
+//! * Requests and notifications are enums dispatched on `method` (`ClientRequest`,
+//!   `ServerRequest`, `ClientNotification`, `ServerNotification` in each version).
+//! * Results cannot be told apart by their shape (every result is a valid `Result`), so they are
+//!   decoded by correlating with the request's method and then, from 2026-07-28 on, the value of
+//!   `resultType` (absent means `complete`; a value not allowed for the method is an error).
+//! * Other unions are dispatched on a shared tag (`type` for content blocks), on the presence of a
+//!   key no other member has, or on explicit rules (`schema/overrides.toml`), never by trying each
+//!   member in turn.
+//! * Unknown members of open objects (results, capabilities, `_meta`, tool schemas) are kept in an
+//!   `extra` map and written back. Optional fields are absent when `None`; required-nullable and
+//!   any-JSON fields keep an explicit `null`.
+//!
+//! # Optional features
+//!
+//! * `v2024-11-05`, `v2025-03-26`, `v2025-06-18`, `v2025-11-25`, `v2026-07-28`: one module per
+//!   protocol version (all on by default).
+//! * `ext-tasks`: the `io.modelcontextprotocol/tasks` extension (needs `v2026-07-28`, whose
+//!   identical definitions it re-exports).
+//!
+//! # Stability
+//!
+//! A version module is a snapshot of a released schema, pinned by hash in `schema/manifest.toml`;
+//! its generated structs are not `#[non_exhaustive]`, so that conversions written against them are
+//! checked exhaustively by the compiler. Error `Display` texts are not part of the API.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod jsonrpc;
+pub use jsonrpc::*;
+
+mod support;
+pub use support::{IntConst, JsonObject, ParamsDecodeError, ResultDecodeError, ResultType};
+
+mod generated;
+pub use generated::*;

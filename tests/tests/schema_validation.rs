@@ -1,0 +1,182 @@
+//! Values encoded by the generated types validate against their version's `schema.json`, with the
+//! project's corrections (`schema/corrections.toml`) applied: the same table the generator reads.
+//!
+//! The values come from the official 2026-07-28 examples, the spec pages' examples of the older
+//! versions (`tests/fixtures/<version>/<Type>/*.json`) and values built in code below.
+
+use std::path::{Path, PathBuf};
+
+use modelctx_types::{ext_tasks, v2024_11_05, v2025_03_26, v2025_06_18, v2025_11_25, v2026_07_28};
+use serde_json::{Value, json};
+
+const VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
+
+fn root() -> PathBuf {
+    xtask::schema::project_root()
+}
+
+fn schema_dir() -> PathBuf {
+    xtask::schema::schema_dir(None)
+}
+
+fn roundtrip(version: &str, name: &str, value: Value) -> Option<Result<Value, serde_json::Error>> {
+    match version {
+        "2024-11-05" => v2024_11_05::__roundtrip(name, value),
+        "2025-03-26" => v2025_03_26::__roundtrip(name, value),
+        "2025-06-18" => v2025_06_18::__roundtrip(name, value),
+        "2025-11-25" => v2025_11_25::__roundtrip(name, value),
+        "2026-07-28" => v2026_07_28::__roundtrip(name, value),
+        "ext-tasks" => ext_tasks::__roundtrip(name, value),
+        other => panic!("unknown version {other}"),
+    }
+}
+
+/// A validator for the definition `name` of a (corrected) schema document.
+fn validator(schema: &Value, name: &str) -> jsonschema::Validator {
+    let (key, draft) = if schema.get("$defs").is_some() {
+        ("$defs", jsonschema::Draft::Draft202012)
+    } else {
+        ("definitions", jsonschema::Draft::Draft7)
+    };
+    let doc = json!({
+        "allOf": [{ "$ref": format!("#/{key}/{name}") }],
+        key: schema[key].clone(),
+    });
+    jsonschema::options()
+        .with_draft(draft)
+        .build(&doc)
+        .unwrap_or_else(|e| panic!("schema for {name}: {e}"))
+}
+
+fn errors(schema: &Value, name: &str, value: &Value) -> Vec<String> {
+    validator(schema, name).iter_errors(value).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+}
+
+/// `(type name, file label, value)` for every fixture of `version`.
+fn fixtures(version: &str) -> Vec<(String, String, Value)> {
+    let dir = if version == "2026-07-28" {
+        schema_dir().join("2026-07-28/examples")
+    } else {
+        root().join("tests/fixtures").join(version)
+    };
+    let mut out = Vec::new();
+    let Ok(folders) = std::fs::read_dir(&dir) else { return out };
+    for folder in folders {
+        let folder = folder.unwrap().path();
+        let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+        for file in std::fs::read_dir(&folder).unwrap() {
+            let file = file.unwrap().path();
+            let value = read_json(&file);
+            out.push((name.clone(), file.file_name().unwrap().to_string_lossy().into_owned(), value));
+        }
+    }
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn fixtures_of_every_version_round_trip_and_validate_against_the_corrected_schema() {
+    let mut failures = Vec::new();
+    for version in VERSIONS {
+        let schema = xtask::schema::load_corrected(&root(), &schema_dir(), version).unwrap();
+        let fixtures = fixtures(version);
+        assert!(!fixtures.is_empty(), "{version} has no fixtures");
+        for (name, label, value) in fixtures {
+            let label = format!("{version} {name}/{label}");
+            let encoded = match roundtrip(version, &name, value.clone()) {
+                None => {
+                    failures.push(format!("{label}: no generated type"));
+                    continue;
+                }
+                Some(Err(e)) => {
+                    failures.push(format!("{label}: does not decode: {e}"));
+                    continue;
+                }
+                Some(Ok(encoded)) => encoded,
+            };
+            if encoded != value {
+                failures.push(format!("{label}: re-encodes differently\n  in:  {value}\n  out: {encoded}"));
+            }
+            let errs = errors(&schema, &name, &encoded);
+            if !errs.is_empty() {
+                failures.push(format!("{label}: invalid against the corrected schema: {}", errs.join("; ")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn values_built_from_the_generated_types_validate() {
+    // 2025-11-25: `Task.ttl` is required and nullable: `None` must be written as an explicit null.
+    let task: v2025_11_25::Task = serde_json::from_value(json!({
+        "taskId": "t1", "status": "working", "createdAt": "2025-11-25T10:00:00Z",
+        "lastUpdatedAt": "2025-11-25T10:00:00Z", "ttl": null
+    }))
+    .unwrap();
+    assert_eq!(task.ttl, None);
+    let encoded = serde_json::to_value(&task).unwrap();
+    assert_eq!(encoded["ttl"], Value::Null, "required-nullable fields keep an explicit null");
+    let schema = xtask::schema::load_corrected(&root(), &schema_dir(), "2025-11-25").unwrap();
+    assert_eq!(errors(&schema, "Task", &encoded), Vec::<String>::new());
+
+    // 2026-07-28: fractional priorities and temperatures are numbers in schema.ts.
+    let schema = xtask::schema::load_corrected(&root(), &schema_dir(), "2026-07-28").unwrap();
+    let annotations: v2026_07_28::Annotations =
+        serde_json::from_value(json!({ "priority": 0.25, "audience": ["user"] })).unwrap();
+    let encoded = serde_json::to_value(&annotations).unwrap();
+    assert_eq!(encoded["priority"], json!(0.25));
+    assert_eq!(errors(&schema, "Annotations", &encoded), Vec::<String>::new());
+
+    // 2026-07-28: `structuredContent` may be any JSON, and an explicit null is kept.
+    let result: v2026_07_28::CallToolResult = serde_json::from_value(json!({
+        "content": [], "structuredContent": null, "resultType": "complete"
+    }))
+    .unwrap();
+    assert_eq!(serde_json::to_value(&result).unwrap()["structuredContent"], Value::Null);
+
+    // ext-tasks: a created task, and a completed task inlining its result.
+    let schema = xtask::schema::load_corrected(&root(), &schema_dir(), "ext-tasks").unwrap();
+    for (name, value) in [
+        (
+            "CreateTaskResult",
+            json!({"resultType": "task", "taskId": "t", "status": "working",
+                   "createdAt": "2026-07-28T00:00:00Z", "lastUpdatedAt": "2026-07-28T00:00:00Z",
+                   "ttlMs": null, "pollIntervalMs": 500}),
+        ),
+        (
+            "GetTaskResult",
+            json!({"resultType": "complete", "taskId": "t", "status": "completed",
+                   "createdAt": "2026-07-28T00:00:00Z", "lastUpdatedAt": "2026-07-28T00:00:01Z",
+                   "ttlMs": 60000, "result": {"content": [], "resultType": "complete"}}),
+        ),
+        (
+            "GetTaskResult",
+            json!({"resultType": "complete", "taskId": "t", "status": "failed",
+                   "createdAt": "2026-07-28T00:00:00Z", "lastUpdatedAt": "2026-07-28T00:00:01Z",
+                   "ttlMs": null, "error": {"code": -32603, "message": "boom"}}),
+        ),
+    ] {
+        let encoded = roundtrip("ext-tasks", name, value.clone()).unwrap().unwrap();
+        assert_eq!(encoded, value, "{name}");
+        assert_eq!(errors(&schema, name, &encoded), Vec::<String>::new(), "{name}");
+    }
+}
+
+#[test]
+fn the_corrections_are_what_make_float_values_valid() {
+    // Without the corrections the upstream JSON rejects a fractional priority (schema.ts says
+    // `number`); with them it is accepted. This keeps the corrections table honest.
+    let manifest = xtask::schema::manifest(&root()).unwrap();
+    let file = manifest.schema.iter().find(|f| f.version == "2026-07-28").unwrap();
+    let raw = xtask::schema::load_verified(&schema_dir(), file).unwrap();
+    let corrected = xtask::schema::load_corrected(&root(), &schema_dir(), "2026-07-28").unwrap();
+    let value = json!({ "priority": 0.5 });
+    assert!(!errors(&raw, "Annotations", &value).is_empty(), "upstream types priority as integer");
+    assert!(errors(&corrected, "Annotations", &value).is_empty());
+}

@@ -1,0 +1,57 @@
+//! `cargo xtask`: the project's automation. All commands and flags are declared here.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod ci;
+
+use xtask::{codegen, schema};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  codegen [--check] [--schema-dir DIR]
+      generate crates/types/src/generated from the pinned upstream schema files
+      (read from DIR, else $MCP_SCHEMA_DIR, else ../shared/mcp-schema);
+      --check fails if the committed code is stale
+  ci
+      everything CI checks: fmt, clippy -D warnings, tests, codegen --check, rustdoc -D warnings
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("codegen") => codegen_cmd(&args[1..]),
+        Some("ci") if args.len() == 1 => ci::run(),
+        Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => Err(format!("unknown or missing command\n\n{USAGE}").into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn codegen_cmd(args: &[String]) -> Result<(), schema::Error> {
+    let mut check = false;
+    let mut dir = None;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--check" => check = true,
+            "--schema-dir" => {
+                let value = it.next().ok_or("--schema-dir needs a directory")?;
+                dir = Some(PathBuf::from(value));
+            }
+            other => return Err(format!("codegen: unknown argument {other}\n\n{USAGE}").into()),
+        }
+    }
+    codegen::run(&schema::project_root(), &schema::schema_dir(dir), check)
+}
