@@ -5,14 +5,25 @@ use std::time::Instant;
 
 use xtask::schema::{self, Error};
 
+/// One CI step: a name, the cargo arguments, extra environment.
+type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+
 /// Runs every step; stops at the first failure.
 pub(crate) fn run() -> Result<(), Error> {
     let root = schema::project_root();
-    let steps: &[(&str, &[&str], &[(&str, &str)])] = &[
+    let steps: &[Step<'_>] = &[
         ("fmt", &["fmt", "--all", "--", "--check"], &[]),
         (
             "clippy",
-            &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ],
             &[],
         ),
         ("test", &["test", "--workspace", "--all-features"], &[]),
@@ -36,14 +47,20 @@ pub(crate) fn run() -> Result<(), Error> {
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         let secs = t.elapsed().as_secs_f64();
         times.push((*name, secs));
-        eprintln!("==> ci: {name}: {} in {secs:.1}s", if status.success() { "ok" } else { "FAILED" });
+        eprintln!(
+            "==> ci: {name}: {} in {secs:.1}s",
+            if status.success() { "ok" } else { "FAILED" }
+        );
         if !status.success() {
             print_times(&times);
             return Err(format!("ci step `{name}` failed").into());
         }
     }
     print_times(&times);
-    eprintln!("==> ci: all steps passed in {:.1}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "==> ci: all steps passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -209,7 +209,10 @@ pub fn apply_corrections(
             )
         })?;
         let object = target.as_object_mut().ok_or_else(|| {
-            format!("schema/corrections.toml: {} {} is not an object", c.version, c.pointer)
+            format!(
+                "schema/corrections.toml: {} {} is not an object",
+                c.version, c.pointer
+            )
         })?;
         for key in &c.remove {
             object.remove(key);
@@ -252,7 +255,10 @@ mod tests {
             ts: "schema.ts:1".into(),
             why: "test".into(),
         };
-        assert_eq!(apply_corrections(&mut schema, "v", &[c.clone()]).unwrap(), 1);
+        assert_eq!(
+            apply_corrections(&mut schema, "v", std::slice::from_ref(&c)).unwrap(),
+            1
+        );
         assert_eq!(
             schema.pointer("/$defs/A/properties/p").unwrap(),
             &serde_json::json!({"type": "number", "description": "kept"})
@@ -280,7 +286,10 @@ mod tests {
             base: None,
         };
         let err = load_verified(&dir, &file).unwrap_err().to_string();
-        assert!(err.contains("refusing") && err.contains("9999-01-01"), "{err}");
+        assert!(
+            err.contains("refusing") && err.contains("9999-01-01"),
+            "{err}"
+        );
         assert!(err.contains(&sha256_hex(b"{}")), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

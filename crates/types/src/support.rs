@@ -93,7 +93,9 @@ impl<'de, const N: i64> Deserialize<'de> for IntConst<N> {
         if found == N {
             Ok(IntConst)
         } else {
-            Err(de::Error::custom(format_args!("expected the integer {N}, found {found}")))
+            Err(de::Error::custom(format_args!(
+                "expected the integer {N}, found {found}"
+            )))
         }
     }
 }
@@ -162,7 +164,9 @@ impl<'de> Deserialize<'de> for ResultType {
 /// Deserializes an optional any-JSON field so that a present `null` stays `Some(Value::Null)`.
 ///
 /// Used with `#[serde(default)]`: absent gives `None`, `null` gives `Some(Value::Null)`.
-pub(crate) fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+pub(crate) fn present<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Value>, D::Error> {
     Value::deserialize(deserializer).map(Some)
 }
 
@@ -286,7 +290,10 @@ pub(crate) struct OwnedMethodAndParams {
 impl OwnedMethodAndParams {
     /// The params as raw JSON, for the `from_parts` decoders.
     pub(crate) fn raw_params(&self) -> Result<Option<Box<RawValue>>, serde_json::Error> {
-        self.params.as_ref().map(serde_json::value::to_raw_value).transpose()
+        self.params
+            .as_ref()
+            .map(serde_json::value::to_raw_value)
+            .transpose()
     }
 }
 
@@ -317,10 +324,12 @@ pub(crate) fn str_at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v str> {
 
 /// The member at `path` (object keys) inside `value`.
 pub(crate) fn at<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
-    path.iter().try_fold(value, |v, key| v.as_object()?.get(*key))
+    path.iter()
+        .try_fold(value, |v, key| v.as_object()?.get(*key))
 }
 
 #[cfg(test)]
+#[allow(unreachable_pub)] // the macro makes its types `pub`, as the generated code needs
 mod tests {
     use super::*;
 
@@ -330,15 +339,22 @@ mod tests {
 
     #[test]
     fn const_str_round_trips_and_rejects_other_strings() {
+        assert_eq!(Sample::VALUE, "sample");
         assert_eq!(serde_json::to_string(&Sample).unwrap(), "\"sample\"");
-        assert_eq!(serde_json::from_str::<Sample>("\"sample\"").unwrap(), Sample);
+        assert_eq!(
+            serde_json::from_str::<Sample>("\"sample\"").unwrap(),
+            Sample
+        );
         let err = serde_json::from_str::<Sample>("\"other\"").unwrap_err();
         assert!(err.to_string().contains("sample"), "{err}");
     }
 
     #[test]
     fn int_const_rejects_other_integers() {
-        assert_eq!(serde_json::to_string(&IntConst::<-32020>).unwrap(), "-32020");
+        assert_eq!(
+            serde_json::to_string(&IntConst::<-32020>).unwrap(),
+            "-32020"
+        );
         assert!(serde_json::from_str::<IntConst<-32020>>("-32020").is_ok());
         assert!(serde_json::from_str::<IntConst<-32020>>("-32021").is_err());
     }
@@ -352,7 +368,10 @@ mod tests {
         let raw = RawValue::from_string("{}".into()).unwrap();
         assert_eq!(peek_result_type("x", &raw).unwrap(), ResultType::Complete);
         let raw = RawValue::from_string(r#"{"resultType":"input_required"}"#.into()).unwrap();
-        assert_eq!(peek_result_type("x", &raw).unwrap(), ResultType::InputRequired);
+        assert_eq!(
+            peek_result_type("x", &raw).unwrap(),
+            ResultType::InputRequired
+        );
     }
 
     #[test]

@@ -121,7 +121,7 @@ pub struct BooleanSchema {
 }
 
 /// A result that supports a time-to-live (TTL) hint for client-side caching.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct CacheableResult {
     /// `_meta`
     #[serde(
@@ -140,8 +140,12 @@ pub struct CacheableResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// Indicates the type of the result, which allows the client to determine
     /// how to parse the result object.
     ///
@@ -159,8 +163,12 @@ pub struct CacheableResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
@@ -1048,7 +1056,7 @@ pub struct DiscoverRequest {
 }
 
 /// The result returned by the server for a `DiscoverRequestserver/discover` request.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct DiscoverResult {
     /// `_meta`
     #[serde(
@@ -1067,8 +1075,12 @@ pub struct DiscoverResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// The capabilities of the server.
     pub capabilities: ServerCapabilities,
     /// Natural-language guidance describing the server and its features.
@@ -1100,8 +1112,12 @@ pub struct DiscoverResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
@@ -2059,7 +2075,7 @@ pub struct ListPromptsRequest {
 }
 
 /// The result returned by the server for a `ListPromptsRequestprompts/list` request.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct ListPromptsResult {
     /// `_meta`
     #[serde(
@@ -2078,8 +2094,12 @@ pub struct ListPromptsResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// An opaque token representing the pagination position after the last returned result.
     /// If present, there may be more results available.
     #[serde(
@@ -2107,8 +2127,12 @@ pub struct ListPromptsResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
@@ -2139,7 +2163,7 @@ pub struct ListResourceTemplatesRequest {
 }
 
 /// The result returned by the server for a `ListResourceTemplatesRequestresources/templates/list` request.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct ListResourceTemplatesResult {
     /// `_meta`
     #[serde(
@@ -2158,8 +2182,12 @@ pub struct ListResourceTemplatesResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// An opaque token representing the pagination position after the last returned result.
     /// If present, there may be more results available.
     #[serde(
@@ -2188,8 +2216,12 @@ pub struct ListResourceTemplatesResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
@@ -2220,7 +2252,7 @@ pub struct ListResourcesRequest {
 }
 
 /// The result returned by the server for a `ListResourcesRequestresources/list` request.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct ListResourcesResult {
     /// `_meta`
     #[serde(
@@ -2239,8 +2271,12 @@ pub struct ListResourcesResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// An opaque token representing the pagination position after the last returned result.
     /// If present, there may be more results available.
     #[serde(
@@ -2268,8 +2304,12 @@ pub struct ListResourcesResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
@@ -2340,7 +2380,7 @@ pub struct ListToolsRequest {
 }
 
 /// The result returned by the server for a `ListToolsRequesttools/list` request.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct ListToolsResult {
     /// `_meta`
     #[serde(
@@ -2359,8 +2399,12 @@ pub struct ListToolsResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// An opaque token representing the pagination position after the last returned result.
     /// If present, there may be more results available.
     #[serde(
@@ -2388,8 +2432,12 @@ pub struct ListToolsResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
@@ -3101,7 +3149,7 @@ pub struct ReadResourceRequestParams {
 }
 
 /// The result returned by the server for a `ReadResourceRequestresources/read` request.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct ReadResourceResult {
     /// `_meta`
     #[serde(
@@ -3120,8 +3168,12 @@ pub struct ReadResourceResult {
     /// same authorization context. Caches MUST NOT be shared across
     /// authorization contexts (e.g., a different access token requires a
     /// different cache).
-    #[serde(rename = "cacheScope")]
-    pub cache_scope: CacheableResultCacheScope,
+    #[serde(
+        rename = "cacheScope",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub cache_scope: ::core::option::Option<CacheableResultCacheScope>,
     /// `contents`
     pub contents: ::std::vec::Vec<EmbeddedResourceResource>,
     /// Indicates the type of the result, which allows the client to determine
@@ -3141,8 +3193,12 @@ pub struct ReadResourceResult {
     /// The client MAY re-fetch every time the result is needed.
     /// - If positive, the client SHOULD consider the result fresh for this many
     /// milliseconds after receiving the response.
-    #[serde(rename = "ttlMs")]
-    pub ttl_ms: i64,
+    #[serde(
+        rename = "ttlMs",
+        default,
+        skip_serializing_if = "::core::option::Option::is_none"
+    )]
+    pub ttl_ms: ::core::option::Option<i64>,
     /// Members this schema version does not define, kept as they came.
     #[serde(flatten)]
     pub extra: crate::JsonObject,
