@@ -93,6 +93,7 @@ pub fn generate(root: &Path, schema_dir: &Path) -> Result<Generated, Error> {
     let mut counts = Vec::new();
     let mut loaded: BTreeMap<String, Value> = BTreeMap::new();
     let mut mod_rs = String::new();
+    let mut irs = Vec::new();
     for file in &manifest.schema {
         let mut schema = schema::load_verified(schema_dir, file)?;
         schema::apply_corrections(&mut schema, &file.version, &corrections)?;
@@ -110,7 +111,7 @@ pub fn generate(root: &Path, schema_dir: &Path) -> Result<Generated, Error> {
             }
             None => None,
         };
-        let (code, count) = generate_module(file, &schema, base, &overrides, &mut consts)
+        let (code, count, ir) = generate_module(file, &schema, base, &overrides, &mut consts)
             .map_err(|e| format!("{}: {e}", file.version))?;
         files.push((
             PathBuf::from(OUT_DIR).join(format!("{}.rs", file.module)),
@@ -123,7 +124,13 @@ pub fn generate(root: &Path, schema_dir: &Path) -> Result<Generated, Error> {
             file.feature, file.feature, file.module
         )?;
         loaded.insert(file.version.clone(), schema);
+        irs.push(ir);
     }
+    let (model_files, model_mods) = crate::model::generate(&irs)?;
+    for (path, code) in model_files {
+        files.push((PathBuf::from(OUT_DIR).join(path), format_rust(&code)?));
+    }
+    mod_rs.push_str(&model_mods);
     files.push((
         PathBuf::from(OUT_DIR).join("consts.rs"),
         format_rust(&consts.render())?,
@@ -251,6 +258,53 @@ impl Ty {
     }
 }
 
+/// What the model generator needs to know of one generated type.
+#[derive(Debug, Clone)]
+pub(crate) enum Shape {
+    /// A struct: its fields and whether it keeps unknown members in `extra`.
+    Struct { fields: Vec<FieldIr>, open: bool },
+    /// A closed set of strings.
+    Enum { values: Vec<String> },
+    /// An enum whose variants carry a payload (its full Rust type) or nothing.
+    Union {
+        variants: Vec<(String, Option<String>)>,
+    },
+    /// `pub type Name = target;`
+    Alias(String),
+}
+
+/// One field of a generated struct.
+#[derive(Debug, Clone)]
+pub(crate) struct FieldIr {
+    pub(crate) ident: String,
+    pub(crate) wire: String,
+    /// The full Rust type, `Option` included.
+    pub(crate) ty: String,
+    pub(crate) doc: String,
+}
+
+/// A generated type as the model generator sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct TypeIr {
+    pub(crate) shape: Shape,
+    pub(crate) doc: String,
+    /// A schema definition (rather than an inline type named after its place).
+    pub(crate) is_def: bool,
+    /// Decodes (is in the round-trip registry).
+    pub(crate) registered: bool,
+}
+
+/// The generated types of one schema file.
+#[derive(Debug, Clone)]
+pub(crate) struct ModuleIr {
+    pub(crate) version: String,
+    pub(crate) module: String,
+    pub(crate) feature: String,
+    pub(crate) types: BTreeMap<String, TypeIr>,
+    /// Names re-exported from the base module, with that module's name.
+    pub(crate) reexports: BTreeMap<String, String>,
+}
+
 /// A method-dispatched union waiting for its result enum.
 struct MethodArm {
     variant: String,
@@ -277,6 +331,8 @@ struct Module<'a> {
     registry: BTreeSet<String>,
     /// Re-exported from the base module.
     reexports: BTreeMap<String, String>,
+    /// What the model generator needs, by type name.
+    ir: BTreeMap<String, (Shape, String)>,
     /// Types that have a usable `Default`.
     defaultable: BTreeSet<String>,
 }
@@ -287,7 +343,7 @@ fn generate_module(
     base: Option<(&SchemaFile, &Value)>,
     overrides: &Overrides,
     consts: &mut Consts,
-) -> Result<(String, usize), Error> {
+) -> Result<(String, usize, ModuleIr), Error> {
     let (defs, prefix) = defs_of(schema)?;
     let mut m = Module {
         defs,
@@ -301,6 +357,7 @@ fn generate_module(
         registry: BTreeSet::new(),
         reexports: BTreeMap::new(),
         defaultable: BTreeSet::new(),
+        ir: BTreeMap::new(),
     };
     if let Some((base_file, base_schema)) = base {
         let (base_defs, _) = defs_of(base_schema)?;
@@ -390,7 +447,36 @@ fn generate_module(
         let _ = writeln!(out, "    {},", rust_str(name));
     }
     out.push_str("];\n");
-    Ok((out, count))
+    let types =
+        m.ir.into_iter()
+            .map(|(name, (shape, doc))| {
+                let ir = TypeIr {
+                    shape,
+                    doc,
+                    is_def: defs.contains_key(&name),
+                    registered: m.registry.contains(&name),
+                };
+                (name, ir)
+            })
+            .collect();
+    let reexports = m
+        .reexports
+        .keys()
+        .map(|name| {
+            (
+                name.clone(),
+                base.map(|(f, _)| f.module.clone()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let ir = ModuleIr {
+        version: file.version.clone(),
+        module: file.module.clone(),
+        feature: file.feature.clone(),
+        types,
+        reexports,
+    };
+    Ok((out, count, ir))
 }
 
 fn title(version: &str) -> String {
@@ -561,6 +647,10 @@ impl Module<'_> {
 
     fn push_alias(&mut self, name: &str, doc: &str, target: &str) {
         let doc = &doc_or_default(doc, name);
+        self.ir.insert(
+            name.to_owned(),
+            (Shape::Alias(target.to_owned()), doc.clone()),
+        );
         self.items.insert(
             name.to_owned(),
             format!("{doc}pub type {name} = {target};\n"),
@@ -776,6 +866,15 @@ impl Module<'_> {
             );
         }
         out.push_str("        }\n    }\n}\n");
+        self.ir.insert(
+            name.to_owned(),
+            (
+                Shape::Enum {
+                    values: values.to_vec(),
+                },
+                doc.clone(),
+            ),
+        );
         self.items.insert(name.to_owned(), out);
         self.registry.insert(name.to_owned());
     }
@@ -805,6 +904,7 @@ impl Module<'_> {
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let mut fields = String::new();
+        let mut field_ir = Vec::new();
         let mut idents = BTreeSet::new();
         let mut all_default = true;
         for (prop, pschema) in &props {
@@ -869,8 +969,25 @@ impl Module<'_> {
                 "{}{serde_attr}pub {ident}: {field_ty},",
                 indent(&fdoc)
             );
+            field_ir.push(FieldIr {
+                ident: ident.clone(),
+                wire: prop.clone(),
+                ty: field_ty,
+                doc: fdoc,
+            });
         }
-        if self.is_open(name, schema) {
+        let open = self.is_open(name, schema);
+        self.ir.insert(
+            name.to_owned(),
+            (
+                Shape::Struct {
+                    fields: field_ir,
+                    open,
+                },
+                doc.clone(),
+            ),
+        );
+        if open {
             if idents.contains("extra") {
                 return Err(format!("{name}: a property is called `extra`").into());
             }
@@ -950,6 +1067,21 @@ impl Module<'_> {
                 def: def_name,
             });
         }
+        let variants = members
+            .iter()
+            .map(|m| {
+                let payload = m.params.as_ref().map(|(ty, required)| {
+                    if *required {
+                        ty.clone()
+                    } else {
+                        format!("::core::option::Option<{ty}>")
+                    }
+                });
+                (m.variant.clone(), payload)
+            })
+            .collect();
+        self.ir
+            .insert(name.to_owned(), (Shape::Union { variants }, doc.clone()));
         let mut out = format!(
             "{doc}///\n/// Dispatched on `method`; decode one from an envelope's method and raw params \
              with [`{name}::from_parts`].\n\
@@ -1116,6 +1248,22 @@ impl Module<'_> {
             );
         }
         let any_input = variants.iter().any(|v| v.2);
+        let mut ir_variants: Vec<(String, Option<String>)> = variants
+            .iter()
+            .map(|(m, result, _)| (m.variant.clone(), Some(result.clone())))
+            .collect();
+        if any_input && input_required {
+            ir_variants.push(("InputRequired".into(), Some("InputRequiredResult".into())));
+        }
+        self.ir.insert(
+            name.clone(),
+            (
+                Shape::Union {
+                    variants: ir_variants,
+                },
+                String::new(),
+            ),
+        );
         if any_input && input_required {
             out.push_str("    /// `resultType: \"input_required\"`: the server needs input before it can finish.\n    InputRequired(InputRequiredResult),\n");
         }
@@ -1233,6 +1381,10 @@ impl Module<'_> {
                 m.rust, m.variant, m.rust
             );
         }
+        let mut ir_variants: Vec<(String, Option<String>)> = members
+            .iter()
+            .map(|m| (m.variant.clone(), Some(m.rust.clone())))
+            .collect();
         let array_ty = match &array_arm {
             Some(arm) => {
                 let ty = self.ty(arm, &format!("{name}Many"))?;
@@ -1240,10 +1392,20 @@ impl Module<'_> {
                     "    /// Several blocks.\n    Many({}),\n",
                     ty.rust
                 ));
+                ir_variants.push(("Many".into(), Some(ty.rust.clone())));
                 Some(ty.rust)
             }
             None => None,
         };
+        self.ir.insert(
+            name.to_owned(),
+            (
+                Shape::Union {
+                    variants: ir_variants,
+                },
+                doc.clone(),
+            ),
+        );
         out.push_str("}\n\n");
         // Deserialize: buffer the value, pick the member, decode it.
         let _ = write!(
@@ -1432,6 +1594,18 @@ impl Module<'_> {
                 variant.to_lowercase()
             );
         }
+        self.ir.insert(
+            name.to_owned(),
+            (
+                Shape::Union {
+                    variants: kinds
+                        .iter()
+                        .map(|(v, r)| ((*v).to_owned(), Some(r.clone())))
+                        .collect(),
+                },
+                doc.clone(),
+            ),
+        );
         out.push_str("}\n");
         self.items.insert(name.to_owned(), out);
         self.registry.insert(name.to_owned());
@@ -1731,7 +1905,7 @@ fn snake(s: &str) -> String {
     out.trim_end_matches('_').to_owned()
 }
 
-fn pascal(s: &str) -> String {
+pub(crate) fn pascal(s: &str) -> String {
     let mut out = String::new();
     let mut upper = true;
     for c in s.chars() {
@@ -1749,7 +1923,7 @@ fn pascal(s: &str) -> String {
     out
 }
 
-fn rust_str(s: &str) -> String {
+pub(crate) fn rust_str(s: &str) -> String {
     format!("{s:?}")
 }
 

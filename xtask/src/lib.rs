@@ -2,4 +2,5 @@
 //! loading (manifest, hashes, corrections) with the generator.
 
 pub mod codegen;
+mod model;
 pub mod schema;

@@ -61,3 +61,5 @@ pub use support::{IntConst, JsonObject, ParamsDecodeError, ResultDecodeError, Re
 
 mod generated;
 pub use generated::*;
+
+pub mod model;

@@ -7,6 +7,19 @@ pub mod consts;
 #[cfg(feature = "ext-tasks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ext-tasks")))]
 pub mod ext_tasks;
+#[cfg(feature = "ext-tasks")]
+mod model_ext_tasks;
+#[cfg(feature = "v2024-11-05")]
+mod model_v2024_11_05;
+#[cfg(feature = "v2025-03-26")]
+mod model_v2025_03_26;
+#[cfg(feature = "v2025-06-18")]
+mod model_v2025_06_18;
+#[cfg(feature = "v2025-11-25")]
+mod model_v2025_11_25;
+#[cfg(feature = "v2026-07-28")]
+mod model_v2026_07_28;
+pub(crate) mod neutral;
 #[cfg(feature = "v2024-11-05")]
 #[cfg_attr(docsrs, doc(cfg(feature = "v2024-11-05")))]
 pub mod v2024_11_05;

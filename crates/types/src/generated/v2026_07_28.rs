@@ -454,21 +454,69 @@ pub struct ClientCapabilitiesSampling {
     pub extra: crate::JsonObject,
 }
 
-/// This notification is sent by the client to indicate that it is cancelling a request it previously issued.
+/// The `ClientNotification` shape of the schema.
 ///
-/// On stdio, the server also sends this notification, solely to terminate a `SubscriptionsListenRequestsubscriptions/listen` stream: it references the ID of the `subscriptions/listen` request that opened the stream. Servers MUST NOT use this notification to cancel any other request.
-///
-/// The request SHOULD still be in-flight, but due to communication latency, it is always possible that this notification MAY arrive after the request has already finished.
-///
-/// This notification indicates that the result will be unused, so any associated processing SHOULD cease.
-#[derive(Debug, Clone, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
-pub struct ClientNotification {
-    /// `jsonrpc`
-    pub jsonrpc: crate::consts::JsonRpc2,
-    /// `method`
-    pub method: crate::consts::NotificationsCancelled,
-    /// `params`
-    pub params: CancelledNotificationParams,
+/// Dispatched on `method`; decode one from an envelope's method and raw params with [`ClientNotification::from_parts`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientNotification {
+    /// `notifications/cancelled`: This notification is sent by the client to indicate that it is cancelling a request it previously issued. (see [`CancelledNotification`])
+    Cancelled(CancelledNotificationParams),
+}
+
+impl ClientNotification {
+    /// Every method this enum dispatches.
+    pub const METHODS: &'static [&'static str] = &["notifications/cancelled"];
+
+    /// The method.
+    pub fn method(&self) -> &'static str {
+        match self {
+            ClientNotification::Cancelled(_) => "notifications/cancelled",
+        }
+    }
+
+    /// Decodes the params of `method`; the params stay unparsed until the method is known.
+    pub fn from_parts(
+        method: &str,
+        params: ::core::option::Option<&::serde_json::value::RawValue>,
+    ) -> ::core::result::Result<Self, crate::ParamsDecodeError> {
+        match method {
+            "notifications/cancelled" => {
+                crate::support::decode_params("notifications/cancelled", params)
+                    .map(ClientNotification::Cancelled)
+            }
+            other => {
+                ::core::result::Result::Err(crate::ParamsDecodeError::UnknownMethod(other.into()))
+            }
+        }
+    }
+}
+
+impl ::serde::Serialize for ClientNotification {
+    fn serialize<S: ::serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> ::core::result::Result<S::Ok, S::Error> {
+        match self {
+            ClientNotification::Cancelled(p) => crate::support::serialize_method_params(
+                serializer,
+                "notifications/cancelled",
+                ::core::option::Option::Some(p),
+            ),
+        }
+    }
+}
+
+impl<'de> ::serde::Deserialize<'de> for ClientNotification {
+    fn deserialize<D: ::serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> ::core::result::Result<Self, D::Error> {
+        let parts = crate::support::OwnedMethodAndParams::deserialize(deserializer)?;
+        let params = parts
+            .raw_params()
+            .map_err(<D::Error as ::serde::de::Error>::custom)?;
+        ClientNotification::from_parts(&parts.method, params.as_deref())
+            .map_err(<D::Error as ::serde::de::Error>::custom)
+    }
 }
 
 /// The `ClientRequest` shape of the schema.
