@@ -5,6 +5,13 @@ use std::time::Instant;
 
 use xtask::schema::{self, Error};
 
+/// The feature checks deny warnings through RUSTFLAGS, in a target folder of their own so that
+/// the flag does not invalidate the main build.
+const FEATURE_ENV: &[(&str, &str)] = &[
+    ("RUSTFLAGS", "-D warnings"),
+    ("CARGO_TARGET_DIR", "target/features"),
+];
+
 /// One CI step: a name, the cargo arguments, extra environment.
 type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
 
@@ -27,6 +34,72 @@ pub(crate) fn run() -> Result<(), Error> {
             &[],
         ),
         ("test", &["test", "--workspace", "--all-features"], &[]),
+        // Each version module alone, and none: the features must not depend on each other.
+        (
+            "features: none",
+            &["check", "-p", "modelctx-types", "--no-default-features"],
+            FEATURE_ENV,
+        ),
+        (
+            "features: v2024-11-05",
+            &[
+                "check",
+                "-p",
+                "modelctx-types",
+                "--no-default-features",
+                "--features",
+                "v2024-11-05",
+            ],
+            FEATURE_ENV,
+        ),
+        (
+            "features: v2025-03-26",
+            &[
+                "check",
+                "-p",
+                "modelctx-types",
+                "--no-default-features",
+                "--features",
+                "v2025-03-26",
+            ],
+            FEATURE_ENV,
+        ),
+        (
+            "features: v2025-06-18",
+            &[
+                "check",
+                "-p",
+                "modelctx-types",
+                "--no-default-features",
+                "--features",
+                "v2025-06-18",
+            ],
+            FEATURE_ENV,
+        ),
+        (
+            "features: v2025-11-25",
+            &[
+                "check",
+                "-p",
+                "modelctx-types",
+                "--no-default-features",
+                "--features",
+                "v2025-11-25",
+            ],
+            FEATURE_ENV,
+        ),
+        (
+            "features: ext-tasks",
+            &[
+                "check",
+                "-p",
+                "modelctx-types",
+                "--no-default-features",
+                "--features",
+                "ext-tasks",
+            ],
+            FEATURE_ENV,
+        ),
         ("codegen --check", &["xtask", "codegen", "--check"], &[]),
         (
             "rustdoc",
@@ -67,6 +140,6 @@ pub(crate) fn run() -> Result<(), Error> {
 fn print_times(times: &[(&str, f64)]) {
     eprintln!("\n==> ci: step times");
     for (name, secs) in times {
-        eprintln!("    {name:<16} {secs:>8.1}s");
+        eprintln!("    {name:<24} {secs:>8.1}s");
     }
 }
