@@ -1046,6 +1046,150 @@ impl Model<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::{FieldIr, TypeIr};
+
+    fn field(wire: &str, ty: &str) -> FieldIr {
+        FieldIr {
+            ident: wire.to_owned(),
+            wire: wire.to_owned(),
+            ty: ty.to_owned(),
+            doc: format!("/// `{wire}`\n"),
+        }
+    }
+
+    fn module(version: &str, types: Vec<(&str, Shape, bool)>) -> ModuleIr {
+        ModuleIr {
+            version: version.to_owned(),
+            module: format!("v{}", version.replace('-', "_")),
+            feature: format!("v{version}"),
+            types: types
+                .into_iter()
+                .map(|(name, shape, is_def)| {
+                    let ir = TypeIr {
+                        shape,
+                        doc: String::new(),
+                        is_def,
+                        registered: true,
+                    };
+                    (name.to_owned(), ir)
+                })
+                .collect(),
+            reexports: BTreeMap::new(),
+        }
+    }
+
+    /// Two versions of one concept: a field added, an inline type named differently, a tag, a
+    /// variant only the newer union has.
+    fn two_versions() -> Vec<ModuleIr> {
+        let opt = |t: &str| format!("::core::option::Option<{t}>");
+        let old = module(
+            "1",
+            vec![
+                (
+                    "Tool",
+                    Shape::Struct {
+                        fields: vec![
+                            field("name", "::std::string::String"),
+                            field("type", "crate::consts::Tool"),
+                            field("hints", &opt("ToolHintsOld")),
+                        ],
+                        open: false,
+                    },
+                    true,
+                ),
+                (
+                    "ToolHintsOld",
+                    Shape::Struct {
+                        fields: vec![field("fast", &opt("bool"))],
+                        open: false,
+                    },
+                    false,
+                ),
+                (
+                    "Block",
+                    Shape::Union {
+                        variants: vec![("Text".into(), Some("Tool".into()))],
+                    },
+                    true,
+                ),
+            ],
+        );
+        let new = module(
+            "2",
+            vec![
+                (
+                    "Tool",
+                    Shape::Struct {
+                        fields: vec![
+                            field("name", "::std::string::String"),
+                            field("type", "crate::consts::Tool"),
+                            field("title", &opt("::std::string::String")),
+                            field("hints", &opt("ToolHints")),
+                        ],
+                        open: true,
+                    },
+                    true,
+                ),
+                (
+                    "ToolHints",
+                    Shape::Struct {
+                        fields: vec![field("fast", &opt("bool"))],
+                        open: false,
+                    },
+                    false,
+                ),
+                (
+                    "Block",
+                    Shape::Union {
+                        variants: vec![
+                            ("Text".into(), Some("Tool".into())),
+                            ("Audio".into(), Some("bool".into())),
+                        ],
+                    },
+                    true,
+                ),
+            ],
+        );
+        vec![old, new]
+    }
+
+    fn squash(code: &str) -> String {
+        code.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn versions_merge_into_one_model_type_per_concept() {
+        let (files, mods) = generate(&two_versions()).unwrap();
+        let model = squash(&files.iter().find(|(f, _)| f == "neutral.rs").unwrap().1);
+        // Union of the fields; the tag left out; the field only the new version has optional; the
+        // inline types of both versions one class, named after the newest.
+        assert!(model.contains("pub struct Tool {"), "{model}");
+        assert!(model.contains("pub name: ::std::string::String,"));
+        assert!(model.contains("pub title: ::core::option::Option<::std::string::String>,"));
+        assert!(model.contains("pub hints: ::core::option::Option<ToolHints>,"));
+        assert!(!model.contains("pub r#type") && !model.contains("pub type:"));
+        assert!(model.contains("pub extra: crate::JsonObject,"));
+        assert!(!model.contains("pub struct ToolHintsOld"));
+        assert!(model.contains("Text(Tool),") && model.contains("Audio(bool),"));
+        assert!(mods.contains("mod model_v1;") && mods.contains("mod model_v2;"));
+    }
+
+    #[test]
+    fn conversions_name_every_field_and_refuse_what_a_version_lacks() {
+        let (files, _) = generate(&two_versions()).unwrap();
+        let old = squash(&files.iter().find(|(f, _)| f == "model_v1.rs").unwrap().1);
+        // Destructured without `..`; the tag bound to `_`; the title the old version lacks
+        // dropped on the way down and `None` on the way up.
+        assert!(
+            old.contains("let v::Tool { name, type: _, hints } = value;"),
+            "{old}"
+        );
+        assert!(old.contains("title: ::core::option::Option::None"));
+        assert!(old.contains("let n::Tool { name, title, hints, extra } = value;"));
+        assert!(old.contains("let _ = (title, extra,);"));
+        assert!(old.contains("type: ::core::default::Default::default()"));
+        assert!(old.contains("n::Block::Audio { .. } => ::core::result::Result::Err(crate::model::ConvertError::Unsupported"));
+    }
 
     #[test]
     fn generic_strips_one_layer() {
