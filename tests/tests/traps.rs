@@ -287,3 +287,27 @@ fn modern_results_default_result_type_when_reading() {
         serde_json::from_value(json!({"content": []})).unwrap();
     assert_eq!(result.result_type, ResultType::Complete);
 }
+
+#[test]
+fn input_responses_are_decoded_by_the_method_of_their_input_request() {
+    use v2026_07_28::InputResponse;
+    let roots = raw(json!({"roots": [{"uri": "file:///a"}]}));
+    assert!(matches!(
+        InputResponse::decode("roots/list", &roots),
+        Ok(InputResponse::ListRootsResult(_))
+    ));
+    // The answer to an elicitation cannot be read as a list of roots, whatever keys it has.
+    let answer = raw(json!({"action": "decline"}));
+    assert!(matches!(
+        InputResponse::decode("elicitation/create", &answer),
+        Ok(InputResponse::ElicitResult(_))
+    ));
+    assert!(matches!(
+        InputResponse::decode("roots/list", &answer),
+        Err(ResultDecodeError::Invalid { .. })
+    ));
+    assert!(matches!(
+        InputResponse::decode("tools/call", &answer),
+        Err(ResultDecodeError::UnknownMethod(_))
+    ));
+}

@@ -419,7 +419,8 @@ fn generate_module(
         let _ = name;
     }
     out.push('\n');
-    let count = m.items.len() + m.reexports.len();
+    // Types, not the extra impl blocks kept under `Type::method` keys.
+    let count = m.items.keys().filter(|k| !k.contains("::")).count() + m.reexports.len();
     for item in m.items.values() {
         out.push_str(item);
         out.push('\n');
@@ -1181,12 +1182,52 @@ impl Module<'_> {
         Ok(())
     }
 
+    /// 2026-07-28 `InputResponse` members are separable by their keys, but the right way to
+    /// decode one is by the method of the input request it answers: `InputResponse::decode`.
+    fn gen_input_response_decode(&mut self, members: &[MethodArm]) -> Result<(), Error> {
+        const NAME: &str = "InputResponse";
+        if !self.defs.contains_key(NAME) {
+            return Ok(());
+        }
+        self.named(NAME)?;
+        let variants: Vec<String> = match self.ir.get(NAME) {
+            Some((Shape::Union { variants }, _)) => {
+                variants.iter().map(|(v, _)| v.clone()).collect()
+            }
+            _ => return Err(format!("{NAME} is not a union").into()),
+        };
+        let mut out = format!(
+            "impl {NAME} {{\n    /// Decodes the response to an input request whose method was `method` (the \
+             method of `inputRequests[key]` for the same key).\n\
+             pub fn decode(method: &str, raw: &::serde_json::value::RawValue) -> \
+             ::core::result::Result<Self, crate::ResultDecodeError> {{\n        match method {{\n"
+        );
+        for m in members {
+            let stem = m.def.strip_suffix("Request").unwrap_or(&m.def);
+            let result = format!("{stem}Result");
+            if !variants.contains(&result) {
+                return Err(format!("{NAME} has no member {result} for {}", m.method).into());
+            }
+            let _ = writeln!(
+                out,
+                "            {} => crate::support::decode_result({}, raw).map({NAME}::{result}),",
+                rust_str(&m.method),
+                rust_str(&m.method)
+            );
+        }
+        out.push_str(
+            "            other => ::core::result::Result::Err(crate::ResultDecodeError::UnknownMethod(other.into())),\n        }\n    }\n}\n",
+        );
+        self.items.insert(format!("{NAME}::decode"), out);
+        Ok(())
+    }
+
     /// The result enum for a request union, decoded by correlating with the method.
     fn gen_result_enum(&mut self, request_enum: &str, members: &[MethodArm]) -> Result<(), Error> {
         let name = match request_enum {
             "ClientRequest" => "ServerResult".to_owned(),
             "ServerRequest" => "ClientResult".to_owned(),
-            "InputRequest" => return Ok(()),
+            "InputRequest" => return self.gen_input_response_decode(members),
             other => format!("{}Result", other.strip_suffix("Request").unwrap_or(other)),
         };
         let input_required = self.defs.contains_key("InputRequiredResult");

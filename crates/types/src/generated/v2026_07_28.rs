@@ -1949,6 +1949,29 @@ impl<'de> ::serde::Deserialize<'de> for InputResponse {
     }
 }
 
+impl InputResponse {
+    /// Decodes the response to an input request whose method was `method` (the method of `inputRequests[key]` for the same key).
+    pub fn decode(
+        method: &str,
+        raw: &::serde_json::value::RawValue,
+    ) -> ::core::result::Result<Self, crate::ResultDecodeError> {
+        match method {
+            "sampling/createMessage" => {
+                crate::support::decode_result("sampling/createMessage", raw)
+                    .map(InputResponse::CreateMessageResult)
+            }
+            "roots/list" => {
+                crate::support::decode_result("roots/list", raw).map(InputResponse::ListRootsResult)
+            }
+            "elicitation/create" => crate::support::decode_result("elicitation/create", raw)
+                .map(InputResponse::ElicitResult),
+            other => {
+                ::core::result::Result::Err(crate::ResultDecodeError::UnknownMethod(other.into()))
+            }
+        }
+    }
+}
+
 /// The `InputResponseRequestParams` shape of the schema.
 #[derive(Debug, Clone, PartialEq, Default, ::serde::Serialize, ::serde::Deserialize)]
 pub struct InputResponseRequestParams {
