@@ -252,8 +252,8 @@ error_codes! {
     /// `-32001`: a local timeout code some older peers send: decoded, never sent by modelctx (a
     /// local timeout is a typed local error, not a wire error). See [`ErrorCode::is_sendable`].
     REQUEST_TIMEOUT = -32001,
-    /// `-32002`: resource not found (legacy protocol versions only; newer versions answer with
-    /// [`ErrorCode::INVALID_PARAMS`]).
+    /// `-32002`: resource not found, in protocol versions up to 2025-11-25. 2026-07-28 answers a
+    /// missing resource with [`ErrorCode::INVALID_PARAMS`] and must not emit this code.
     RESOURCE_NOT_FOUND = -32002,
     /// `-32020`: a transport header does not match the message.
     HEADER_MISMATCH = -32020,
@@ -261,7 +261,8 @@ error_codes! {
     MISSING_REQUIRED_CLIENT_CAPABILITY = -32021,
     /// `-32022`: the requested protocol version is not supported.
     UNSUPPORTED_PROTOCOL_VERSION = -32022,
-    /// `-32042`: the server needs the client to complete a URL-mode elicitation first.
+    /// `-32042`: the server needs the client to complete a URL-mode elicitation first (2025-11-25;
+    /// 2026-07-28 must not emit it: it asks for input with an `input_required` result instead).
     URL_ELICITATION_REQUIRED = -32042,
 }
 
