@@ -262,7 +262,7 @@ error_codes! {
     /// `-32022`: the requested protocol version is not supported.
     UNSUPPORTED_PROTOCOL_VERSION = -32022,
     /// `-32042`: the server needs the client to complete a URL-mode elicitation first (2025-11-25;
-    /// 2026-07-28 must not emit it: it asks for input with an `input_required` result instead).
+    /// its error-code policy says 2026-07-28 must not emit it).
     URL_ELICITATION_REQUIRED = -32042,
 }
 
