@@ -18,6 +18,10 @@
 //! requires that the model value leaves empty, or kept JSON that does not fit X's type. Both
 //! directions destructure without `..`, so a field added upstream cannot be skipped by accident.
 //!
+//! Model structs are deliberately not `#[non_exhaustive]`: code that builds one names every field,
+//! so a field added upstream fails to compile there until it is handled. Model enums are
+//! `#[non_exhaustive]`, since a match elsewhere should not break when a version adds a variant.
+//!
 //! This module does not decide policy: which version to speak, or what to send instead of a value
 //! an older peer cannot receive, is the session's business.
 
