@@ -106,11 +106,11 @@ fn mutate(rng: &mut Rng, value: &Value) -> Value {
     value
 }
 
+/// A version module's `__roundtrip`.
+type RoundTrip = fn(&str, Value) -> Option<Result<Value, serde_json::Error>>;
+
 fn every_type(version: &str, value: &Value) {
-    let (names, rt): (
-        &[&str],
-        fn(&str, Value) -> Option<Result<Value, serde_json::Error>>,
-    ) = match version {
+    let (names, rt): (&[&str], RoundTrip) = match version {
         "2024-11-05" => (v2024_11_05::__TYPE_NAMES, v2024_11_05::__roundtrip),
         "2025-03-26" => (v2025_03_26::__TYPE_NAMES, v2025_03_26::__roundtrip),
         "2025-06-18" => (v2025_06_18::__TYPE_NAMES, v2025_06_18::__roundtrip),
