@@ -1,63 +1,30 @@
 //! The version-neutral model: every fixture and official example of every version survives
 //! wire -> model -> wire unchanged, and the conversions refuse what a version cannot express.
 
-use std::path::PathBuf;
-
+use modelctx_tests::{VERSIONS, fixtures, roundtrip};
 use modelctx_types::model::{self, ConvertError};
 use modelctx_types::{v2024_11_05, v2025_06_18, v2026_07_28};
-use serde_json::{Value, json};
-
-const VERSIONS: &[&str] = &[
-    "2024-11-05",
-    "2025-03-26",
-    "2025-06-18",
-    "2025-11-25",
-    "2026-07-28",
-];
-
-fn fixture_dirs(version: &str) -> PathBuf {
-    if version == "2026-07-28" {
-        xtask::schema::schema_dir(None).join("2026-07-28/examples")
-    } else {
-        xtask::schema::project_root()
-            .join("tests/fixtures")
-            .join(version)
-    }
-}
+use serde_json::json;
 
 #[test]
 fn every_fixture_survives_a_trip_through_the_model() {
     let mut failures = Vec::new();
     let mut checked = 0;
     for version in VERSIONS {
-        let dir = fixture_dirs(version);
-        let mut folders: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        folders.sort();
-        for folder in folders {
-            let name = folder.file_name().unwrap().to_string_lossy().into_owned();
-            for file in std::fs::read_dir(&folder).unwrap() {
-                let file = file.unwrap().path();
-                let label = format!(
-                    "{version} {name}/{}",
-                    file.file_name().unwrap().to_string_lossy()
-                );
-                let value: Value =
-                    serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-                // What the wire type itself gives back (it drops members it does not define).
-                let Some(Ok(wire)) = roundtrip_wire(version, &name, value.clone()) else {
-                    continue;
-                };
-                match model::__roundtrip(version, &name, value) {
-                    None => {}
-                    Some(Err(e)) => failures.push(format!("{label}: {e}")),
-                    Some(Ok(back)) if back != wire => failures.push(format!(
-                        "{label}: changed\n  wire:  {wire}\n  model: {back}"
-                    )),
-                    Some(Ok(_)) => checked += 1,
-                }
+        for fixture in fixtures(version) {
+            let label = format!("{version} {}", fixture.label());
+            let name = &fixture.type_name;
+            // What the wire type itself gives back (it drops members it does not define).
+            let Some(Ok(wire)) = roundtrip(version, name, fixture.value.clone()) else {
+                continue;
+            };
+            match model::__roundtrip(version, name, fixture.value) {
+                None => {}
+                Some(Err(e)) => failures.push(format!("{label}: {e}")),
+                Some(Ok(back)) if back != wire => failures.push(format!(
+                    "{label}: changed\n  wire:  {wire}\n  model: {back}"
+                )),
+                Some(Ok(_)) => checked += 1,
             }
         }
     }
@@ -71,21 +38,6 @@ fn every_fixture_survives_a_trip_through_the_model() {
         checked > 400,
         "only {checked} fixtures went through the model"
     );
-}
-
-fn roundtrip_wire(
-    version: &str,
-    name: &str,
-    value: Value,
-) -> Option<Result<Value, serde_json::Error>> {
-    match version {
-        "2024-11-05" => v2024_11_05::__roundtrip(name, value),
-        "2025-03-26" => modelctx_types::v2025_03_26::__roundtrip(name, value),
-        "2025-06-18" => v2025_06_18::__roundtrip(name, value),
-        "2025-11-25" => modelctx_types::v2025_11_25::__roundtrip(name, value),
-        "2026-07-28" => v2026_07_28::__roundtrip(name, value),
-        _ => None,
-    }
 }
 
 #[test]

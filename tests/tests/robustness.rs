@@ -1,8 +1,7 @@
 //! Bad input gets an error, never a panic: every fixture, mutated many ways, goes through the
 //! envelope decoder, method dispatch and every generated type of its version.
 
-use std::path::PathBuf;
-
+use modelctx_tests::{VERSIONS, registry};
 use modelctx_types::{
     Incoming, Message, decode, v2024_11_05, v2025_03_26, v2025_06_18, v2025_11_25, v2026_07_28,
 };
@@ -23,30 +22,15 @@ impl Rng {
     }
 }
 
-fn fixtures() -> Vec<(String, Vec<u8>)> {
+/// `(version, raw bytes, value)` of every fixture: the newest version's first, then the older ones
+/// oldest first, the order the seeded mutations have always been drawn in.
+fn fixtures() -> Vec<(&'static str, Vec<u8>, Value)> {
+    let (newest, older) = VERSIONS.split_last().unwrap();
     let mut out = Vec::new();
-    let mut dirs = vec![(
-        "2026-07-28".to_owned(),
-        xtask::schema::schema_dir(None).join("2026-07-28/examples"),
-    )];
-    for v in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
-        dirs.push((
-            v.to_owned(),
-            xtask::schema::project_root().join("tests/fixtures").join(v),
-        ));
-    }
-    for (version, dir) in dirs {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flat_map(|f| {
-                std::fs::read_dir(f.unwrap().path())
-                    .unwrap()
-                    .map(|e| e.unwrap().path())
-            })
-            .collect();
-        files.sort();
-        for file in files {
-            out.push((version.clone(), std::fs::read(file).unwrap()));
+    for version in std::iter::once(newest).chain(older) {
+        for fixture in modelctx_tests::fixtures(version) {
+            let bytes = std::fs::read(&fixture.path).unwrap();
+            out.push((*version, bytes, fixture.value));
         }
     }
     out
@@ -106,17 +90,8 @@ fn mutate(rng: &mut Rng, value: &Value) -> Value {
     value
 }
 
-/// A version module's `__roundtrip`.
-type RoundTrip = fn(&str, Value) -> Option<Result<Value, serde_json::Error>>;
-
 fn every_type(version: &str, value: &Value) {
-    let (names, rt): (&[&str], RoundTrip) = match version {
-        "2024-11-05" => (v2024_11_05::__TYPE_NAMES, v2024_11_05::__roundtrip),
-        "2025-03-26" => (v2025_03_26::__TYPE_NAMES, v2025_03_26::__roundtrip),
-        "2025-06-18" => (v2025_06_18::__TYPE_NAMES, v2025_06_18::__roundtrip),
-        "2025-11-25" => (v2025_11_25::__TYPE_NAMES, v2025_11_25::__roundtrip),
-        _ => (v2026_07_28::__TYPE_NAMES, v2026_07_28::__roundtrip),
-    };
+    let (rt, names) = registry(version);
     for name in names {
         let _ = rt(name, value.clone());
         let _ = modelctx_types::model::__roundtrip(version, name, value.clone());
@@ -156,7 +131,7 @@ fn dispatch(version: &str, message: &Message) {
 fn mutated_fixtures_never_panic() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut inputs = 0;
-    for (version, bytes) in fixtures() {
+    for (version, bytes, value) in fixtures() {
         // Every prefix of the raw bytes (bounded), and a few flipped bytes.
         for end in (0..bytes.len()).step_by((bytes.len() / 16).max(1)) {
             let _ = decode(&bytes[..end]);
@@ -170,12 +145,11 @@ fn mutated_fixtures_never_panic() {
             inputs += 1;
         }
         // Structural mutations, through every layer.
-        let value: Value = serde_json::from_slice(&bytes).unwrap();
         for _ in 0..6 {
             let mutated = mutate(&mut rng, &value);
-            every_type(&version, &mutated);
+            every_type(version, &mutated);
             if let Ok(Incoming::Single(message)) = decode(&serde_json::to_vec(&mutated).unwrap()) {
-                dispatch(&version, &message);
+                dispatch(version, &message);
             }
             inputs += 1;
         }

@@ -4,18 +4,11 @@
 //! The values come from the official 2026-07-28 examples, the spec pages' examples of the older
 //! versions (`tests/fixtures/<version>/<Type>/*.json`) and values built in code below.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use modelctx_types::{ext_tasks, v2024_11_05, v2025_03_26, v2025_06_18, v2025_11_25, v2026_07_28};
+use modelctx_tests::{VERSIONS, fixtures, roundtrip};
+use modelctx_types::{v2025_11_25, v2026_07_28};
 use serde_json::{Value, json};
-
-const VERSIONS: &[&str] = &[
-    "2024-11-05",
-    "2025-03-26",
-    "2025-06-18",
-    "2025-11-25",
-    "2026-07-28",
-];
 
 fn root() -> PathBuf {
     xtask::schema::project_root()
@@ -23,18 +16,6 @@ fn root() -> PathBuf {
 
 fn schema_dir() -> PathBuf {
     xtask::schema::schema_dir(None)
-}
-
-fn roundtrip(version: &str, name: &str, value: Value) -> Option<Result<Value, serde_json::Error>> {
-    match version {
-        "2024-11-05" => v2024_11_05::__roundtrip(name, value),
-        "2025-03-26" => v2025_03_26::__roundtrip(name, value),
-        "2025-06-18" => v2025_06_18::__roundtrip(name, value),
-        "2025-11-25" => v2025_11_25::__roundtrip(name, value),
-        "2026-07-28" => v2026_07_28::__roundtrip(name, value),
-        "ext-tasks" => ext_tasks::__roundtrip(name, value),
-        other => panic!("unknown version {other}"),
-    }
 }
 
 /// The envelope shapes the generator leaves to the hand-written JSON-RPC module: those fixtures
@@ -181,39 +162,6 @@ fn errors(schema: &Value, name: &str, value: &Value) -> Vec<String> {
         .collect()
 }
 
-/// `(type name, file label, value)` for every fixture of `version`.
-fn fixtures(version: &str) -> Vec<(String, String, Value)> {
-    let dir = if version == "2026-07-28" {
-        schema_dir().join("2026-07-28/examples")
-    } else {
-        root().join("tests/fixtures").join(version)
-    };
-    let mut out = Vec::new();
-    let Ok(folders) = std::fs::read_dir(&dir) else {
-        return out;
-    };
-    for folder in folders {
-        let folder = folder.unwrap().path();
-        let name = folder.file_name().unwrap().to_string_lossy().into_owned();
-        for file in std::fs::read_dir(&folder).unwrap() {
-            let file = file.unwrap().path();
-            let value = read_json(&file);
-            out.push((
-                name.clone(),
-                file.file_name().unwrap().to_string_lossy().into_owned(),
-                value,
-            ));
-        }
-    }
-    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-    out
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap())
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 #[test]
 fn fixtures_of_every_version_round_trip_and_validate_against_the_corrected_schema() {
     let mut failures = Vec::new();
@@ -221,9 +169,11 @@ fn fixtures_of_every_version_round_trip_and_validate_against_the_corrected_schem
         let schema = xtask::schema::load_corrected(&root(), &schema_dir(), version).unwrap();
         let fixtures = fixtures(version);
         assert!(!fixtures.is_empty(), "{version} has no fixtures");
-        for (name, file, value) in fixtures {
-            let label = format!("{version} {name}/{file}");
-            let expected = match without_strays(version, &format!("{name}/{file}"), &value) {
+        for fixture in fixtures {
+            let file_label = fixture.label();
+            let label = format!("{version} {file_label}");
+            let (name, value) = (fixture.type_name, fixture.value);
+            let expected = match without_strays(version, &file_label, &value) {
                 Ok(expected) => expected,
                 Err(e) => {
                     failures.push(format!("{label}: {e}"));
