@@ -1,0 +1,210 @@
+//! Capability gates: which declared capability each method and notification needs.
+//!
+//! Capabilities are kept as the JSON objects the peers exchange (they are open objects whose
+//! members differ by version), and checked by path.
+
+use modelctx_types::JsonObject;
+use serde_json::Value;
+
+use crate::version::{Direction, ProtocolVersion};
+
+/// The key of the tasks extension in `capabilities.extensions` (2026-07-28).
+pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Whether `caps` declares the capability at `path`: every step an object member, and the last
+/// one present and not `false` or `null` (sub-capabilities such as `listChanged` are booleans,
+/// capabilities are objects).
+pub(crate) fn declared(caps: &JsonObject, path: &[&str]) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return true;
+    };
+    let mut object = caps;
+    for step in parents {
+        match object.get(*step) {
+            Some(Value::Object(inner)) => object = inner,
+            _ => return false,
+        }
+    }
+    !matches!(
+        object.get(*last),
+        None | Some(Value::Null | Value::Bool(false))
+    )
+}
+
+/// The capability of the receiver that a request needs, as a path; `None` when the request needs
+/// none. For requests to a server the path is in the server's capabilities, for requests to a
+/// client in the client's.
+pub(crate) fn request_gate(
+    version: ProtocolVersion,
+    method: &str,
+    direction: Direction,
+) -> Option<&'static [&'static str]> {
+    let modern = version >= ProtocolVersion::V2026_07_28;
+    Some(match (direction, method) {
+        (Direction::ToServer, "resources/list" | "resources/templates/list" | "resources/read") => {
+            &["resources"]
+        }
+        (Direction::ToServer, "resources/subscribe" | "resources/unsubscribe") => {
+            &["resources", "subscribe"]
+        }
+        (Direction::ToServer, "prompts/list" | "prompts/get") => &["prompts"],
+        (Direction::ToServer, "tools/list" | "tools/call") => &["tools"],
+        (Direction::ToServer, "logging/setLevel") => &["logging"],
+        // 2024-11-05 defines no capability for completions; the request is always allowed there.
+        (Direction::ToServer, "completion/complete") if version == ProtocolVersion::V2024_11_05 => {
+            return None;
+        }
+        (Direction::ToServer, "completion/complete") => &["completions"],
+        (_, "tasks/get" | "tasks/update" | "tasks/cancel") if modern => {
+            &["extensions", TASKS_EXTENSION]
+        }
+        (_, "tasks/list") => &["tasks", "list"],
+        (_, "tasks/cancel") => &["tasks", "cancel"],
+        (_, "tasks/get" | "tasks/result") => &["tasks"],
+        (Direction::ToClient, "sampling/createMessage") => &["sampling"],
+        (Direction::ToClient, "roots/list") => &["roots"],
+        (Direction::ToClient, "elicitation/create") => &["elicitation"],
+        _ => return None,
+    })
+}
+
+/// Whether the receiver declared what `method` with `params` needs. Beyond [`request_gate`]:
+/// a URL-mode elicitation needs `elicitation.url`; a form-mode one needs `elicitation.form`, or
+/// an `elicitation` object without modes (which means form only); sampling with tools needs
+/// `sampling.tools`, and with `includeContext` other than `none`, `sampling.context`
+/// (2025-11-25 and later).
+pub(crate) fn request_allowed(
+    version: ProtocolVersion,
+    method: &str,
+    direction: Direction,
+    params: Option<&JsonObject>,
+    receiver: &JsonObject,
+) -> Result<(), &'static [&'static str]> {
+    if let Some(path) = request_gate(version, method, direction)
+        && !declared(receiver, path)
+    {
+        return Err(path);
+    }
+    let param = |name: &str| params.and_then(|p| p.get(name));
+    match method {
+        "elicitation/create" if version >= ProtocolVersion::V2025_11_25 => {
+            let url_mode = param("mode").and_then(Value::as_str) == Some("url");
+            let elicitation = receiver.get("elicitation").and_then(Value::as_object);
+            let has = |mode: &str| elicitation.is_some_and(|e| e.contains_key(mode));
+            let no_modes =
+                elicitation.is_some_and(|e| !e.contains_key("form") && !e.contains_key("url"));
+            if url_mode && !has("url") {
+                return Err(&["elicitation", "url"]);
+            }
+            if !url_mode && !has("form") && !no_modes {
+                return Err(&["elicitation", "form"]);
+            }
+        }
+        "sampling/createMessage" if version >= ProtocolVersion::V2025_11_25 => {
+            if (param("tools").is_some() || param("toolChoice").is_some())
+                && !declared(receiver, &["sampling", "tools"])
+            {
+                return Err(&["sampling", "tools"]);
+            }
+            if param("includeContext")
+                .and_then(Value::as_str)
+                .is_some_and(|c| c != "none")
+                && !declared(receiver, &["sampling", "context"])
+            {
+                return Err(&["sampling", "context"]);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The capability of the sender that a notification needs (a server announcing list changes
+/// needs to have declared `listChanged`, and so on); `None` when it needs none.
+pub(crate) fn notification_gate(method: &str) -> Option<&'static [&'static str]> {
+    Some(match method {
+        "notifications/tools/list_changed" => &["tools", "listChanged"],
+        "notifications/prompts/list_changed" => &["prompts", "listChanged"],
+        "notifications/resources/list_changed" => &["resources", "listChanged"],
+        "notifications/resources/updated" => &["resources", "subscribe"],
+        "notifications/message" => &["logging"],
+        "notifications/roots/list_changed" => &["roots", "listChanged"],
+        "notifications/tasks/status" => &["tasks"],
+        _ => return None,
+    })
+}
+
+/// A path as a JSON object with `{}` at the end (`["elicitation", "url"]` gives
+/// `{"elicitation": {"url": {}}}`), for `requiredCapabilities`.
+pub(crate) fn path_object(path: &[&str]) -> JsonObject {
+    let mut value = JsonObject::new();
+    for step in path.iter().rev() {
+        let mut outer = JsonObject::new();
+        outer.insert((*step).to_owned(), Value::Object(value));
+        value = outer;
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> JsonObject {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn declared_follows_paths_and_ignores_false() {
+        let caps =
+            obj(json!({"tools": {}, "resources": {"subscribe": true, "listChanged": false}}));
+        assert!(declared(&caps, &["tools"]));
+        assert!(declared(&caps, &["resources", "subscribe"]));
+        assert!(!declared(&caps, &["resources", "listChanged"]));
+        assert!(!declared(&caps, &["prompts"]));
+        assert!(!declared(&caps, &["tools", "listChanged"]));
+    }
+
+    #[test]
+    fn elicitation_modes_are_gated() {
+        let v = ProtocolVersion::V2025_11_25;
+        let url = obj(json!({"mode": "url"}));
+        let form = obj(json!({"mode": "form"}));
+        let empty = obj(json!({"elicitation": {}}));
+        let both = obj(json!({"elicitation": {"form": {}, "url": {}}}));
+        let d = Direction::ToClient;
+        assert!(request_allowed(v, "elicitation/create", d, Some(&form), &empty).is_ok());
+        assert_eq!(
+            request_allowed(v, "elicitation/create", d, Some(&url), &empty),
+            Err(&["elicitation", "url"][..])
+        );
+        assert!(request_allowed(v, "elicitation/create", d, Some(&url), &both).is_ok());
+        assert_eq!(
+            request_allowed(v, "elicitation/create", d, None, &JsonObject::new()),
+            Err(&["elicitation"][..])
+        );
+    }
+
+    #[test]
+    fn sampling_tools_and_context_are_gated() {
+        let v = ProtocolVersion::V2025_11_25;
+        let d = Direction::ToClient;
+        let plain = obj(json!({"sampling": {}}));
+        let tools = obj(json!({"tools": []}));
+        let ctx = obj(json!({"includeContext": "thisServer"}));
+        assert!(request_allowed(v, "sampling/createMessage", d, None, &plain).is_ok());
+        assert!(request_allowed(v, "sampling/createMessage", d, Some(&tools), &plain).is_err());
+        assert!(request_allowed(v, "sampling/createMessage", d, Some(&ctx), &plain).is_err());
+        let full = obj(json!({"sampling": {"tools": {}, "context": {}}}));
+        assert!(request_allowed(v, "sampling/createMessage", d, Some(&tools), &full).is_ok());
+    }
+
+    #[test]
+    fn path_object_nests() {
+        assert_eq!(
+            Value::Object(path_object(&["a", "b"])),
+            json!({"a": {"b": {}}})
+        );
+    }
+}

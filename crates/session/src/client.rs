@@ -1,0 +1,813 @@
+//! The client side of a connection: the era probe, the legacy handshake, requests of both eras.
+
+use std::time::Instant;
+
+use modelctx_types::{
+    DecodeError, ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message,
+    Notification, Request, RequestId,
+};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::caps::{self, declared};
+use crate::config::{ClientConfig, EraChoice, RequestOptions};
+use crate::core::{Core, InFlight, TableSizes};
+use crate::event::{
+    CloseReason, Event, IncomingRequest, PeerInfo, RequestError, SessionError, Transmit,
+};
+use crate::meta;
+use crate::version::{self, Direction, Era, ProtocolVersion};
+
+/// What the probe found: cache it per server and pass it back as [`EraChoice`] next time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EraDecision {
+    /// The server speaks this modern version.
+    Modern(ProtocolVersion),
+    /// The server is initialize-based.
+    Legacy,
+}
+
+/// The client lifecycle, named for what each state expects next.
+#[derive(Debug)]
+enum State {
+    /// [`ClientSession::connect`] has not been called.
+    ExpectConnect,
+    /// Waiting for the answer to `server/discover`.
+    ExpectDiscover {
+        id: RequestId,
+        version: ProtocolVersion,
+        retried: bool,
+    },
+    /// Waiting for the answer to `initialize`.
+    ExpectInitializeResult { id: RequestId },
+    /// The protocol is settled.
+    Operating(PeerInfo),
+    /// Closed.
+    Closed,
+}
+
+#[derive(Deserialize)]
+struct DiscoverResult {
+    #[serde(rename = "supportedVersions")]
+    supported_versions: Vec<String>,
+    capabilities: JsonObject,
+    instructions: Option<String>,
+    #[serde(rename = "_meta")]
+    meta: Option<JsonObject>,
+}
+
+#[derive(Deserialize)]
+struct InitializeResult {
+    #[serde(rename = "protocolVersion")]
+    protocol_version: String,
+    capabilities: JsonObject,
+    #[serde(rename = "serverInfo")]
+    server_info: Value,
+    instructions: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct UnsupportedData {
+    supported: Vec<String>,
+}
+
+/// The protocol state machine of one client connection.
+///
+/// Call [`connect`](Self::connect) first: it sends the probe (`server/discover`) or `initialize`.
+/// [`Event::Ready`] says the protocol is settled; requests sent before it fail with
+/// [`SessionError::NotReady`]. The call order is that of [`ServerSession`](crate::ServerSession):
+/// after every input or command, drain [`poll_transmit`](Self::poll_transmit) and
+/// [`poll_event`](Self::poll_event), then arm a timer for [`poll_timeout`](Self::poll_timeout).
+#[derive(Debug)]
+pub struct ClientSession {
+    core: Core,
+    config: ClientConfig,
+    state: State,
+    decision: Option<EraDecision>,
+}
+
+impl ClientSession {
+    /// A new session; nothing is sent until [`connect`](Self::connect).
+    pub fn new(config: ClientConfig) -> Self {
+        ClientSession {
+            core: Core::new(config.limits.clone()),
+            config,
+            state: State::ExpectConnect,
+            decision: None,
+        }
+    }
+
+    // -- getters --------------------------------------------------------------------------------
+
+    /// The version spoken, once settled.
+    pub fn version(&self) -> Option<ProtocolVersion> {
+        self.peer().map(|p| p.version)
+    }
+
+    /// The server, once the protocol is settled.
+    pub fn peer(&self) -> Option<&PeerInfo> {
+        match &self.state {
+            State::Operating(peer) => Some(peer),
+            _ => None,
+        }
+    }
+
+    /// What the probe decided (or the handshake found), to cache per server.
+    pub fn era_decision(&self) -> Option<EraDecision> {
+        self.decision
+    }
+
+    /// Whether the session is closed.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// The size of every internal table.
+    pub fn table_sizes(&self) -> TableSizes {
+        self.core.sizes()
+    }
+
+    fn modern_versions(&self) -> impl Iterator<Item = ProtocolVersion> + '_ {
+        self.config
+            .versions
+            .iter()
+            .copied()
+            .filter(|v| v.era() == Era::Modern)
+    }
+
+    fn latest_legacy(&self) -> Option<ProtocolVersion> {
+        self.config
+            .versions
+            .iter()
+            .copied()
+            .filter(|v| v.era() == Era::Legacy)
+            .max()
+    }
+
+    // -- outputs --------------------------------------------------------------------------------
+
+    /// The next message to write.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.core.poll_transmit()
+    }
+
+    /// The next event for the layer above.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.core.poll_event()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.core.poll_timeout()
+    }
+
+    // -- the handshake --------------------------------------------------------------------------
+
+    /// Starts the protocol: the probe, or `initialize` when the era is known to be legacy.
+    pub fn connect(&mut self, now: Instant) -> Result<(), SessionError> {
+        if !matches!(self.state, State::ExpectConnect) {
+            return Err(SessionError::Invalid("connect was already called".into()));
+        }
+        match (self.config.era, self.modern_versions().max()) {
+            (EraChoice::Probe | EraChoice::Modern, Some(version)) => {
+                self.probe(now, version, false)
+            }
+            (EraChoice::Modern, None) => {
+                self.fail(CloseReason::ProbeFailed(
+                    "no modern version is configured".into(),
+                ));
+                Ok(())
+            }
+            _ => self.initialize(now),
+        }
+    }
+
+    fn modern_meta(&self, version: ProtocolVersion) -> JsonObject {
+        let mut meta = JsonObject::new();
+        meta.insert(meta::PROTOCOL_VERSION.into(), Value::from(version.as_str()));
+        meta.insert(
+            meta::CLIENT_CAPABILITIES.into(),
+            Value::Object(self.config.capabilities.clone()),
+        );
+        meta.insert(meta::CLIENT_INFO.into(), self.config.client_info.clone());
+        meta
+    }
+
+    fn probe(
+        &mut self,
+        now: Instant,
+        version: ProtocolVersion,
+        retried: bool,
+    ) -> Result<(), SessionError> {
+        let options = RequestOptions::default().with_timeout(Some(self.config.handshake_timeout));
+        let meta = self.modern_meta(version);
+        let request =
+            self.core
+                .start_request(now, "server/discover", None, Some(meta), options, true)?;
+        self.state = State::ExpectDiscover {
+            id: request.id.clone(),
+            version,
+            retried,
+        };
+        self.core.send_request(request);
+        Ok(())
+    }
+
+    fn initialize(&mut self, now: Instant) -> Result<(), SessionError> {
+        let Some(version) = self.latest_legacy() else {
+            self.fail(CloseReason::ProbeFailed(
+                "the server is not modern and no legacy version is configured".into(),
+            ));
+            return Ok(());
+        };
+        let params = serde_json::json!({
+            "protocolVersion": version.as_str(),
+            "capabilities": self.config.capabilities,
+            "clientInfo": self.config.client_info,
+        });
+        let Value::Object(params) = params else {
+            unreachable!("an object")
+        };
+        let options = RequestOptions::default().with_timeout(Some(self.config.handshake_timeout));
+        let request =
+            self.core
+                .start_request(now, "initialize", Some(params), None, options, false)?;
+        self.state = State::ExpectInitializeResult {
+            id: request.id.clone(),
+        };
+        self.core.send_request(request);
+        Ok(())
+    }
+
+    /// The transport reports that the probe got no MCP answer (HTTP 404 or 405, a non-JSON body,
+    /// a closed stream): fall back to `initialize`.
+    pub fn probe_failed(&mut self, now: Instant) -> Result<(), SessionError> {
+        let State::ExpectDiscover { id, .. } = &self.state else {
+            return Err(SessionError::Invalid("no probe is in flight".into()));
+        };
+        let id = id.clone();
+        self.core.take_answer(&id);
+        self.fall_back(now, "the transport reported no MCP answer")
+    }
+
+    fn fall_back(&mut self, now: Instant, why: &str) -> Result<(), SessionError> {
+        if self.config.era == EraChoice::Modern {
+            self.fail(CloseReason::ProbeFailed(why.into()));
+            return Ok(());
+        }
+        self.initialize(now)
+    }
+
+    fn on_discover_answer(
+        &mut self,
+        now: Instant,
+        version: ProtocolVersion,
+        retried: bool,
+        answer: Result<Box<RawValue>, ErrorObject>,
+    ) {
+        let outcome: Result<(), String> = match answer {
+            Ok(result) => match serde_json::from_str::<DiscoverResult>(result.get()) {
+                Ok(discover) => {
+                    let theirs: Vec<ProtocolVersion> = discover
+                        .supported_versions
+                        .iter()
+                        .filter_map(|v| ProtocolVersion::parse(v))
+                        .collect();
+                    let shared = self.modern_versions().filter(|v| theirs.contains(v)).max();
+                    match shared {
+                        Some(shared) => {
+                            let info = discover.meta.and_then(|mut m| m.remove(meta::SERVER_INFO));
+                            return self.settle(PeerInfo {
+                                version: shared,
+                                capabilities: Some(discover.capabilities),
+                                info,
+                                instructions: discover.instructions,
+                            });
+                        }
+                        None => {
+                            Err("server/discover names no modern version this client speaks"
+                                .to_owned())
+                        }
+                    }
+                }
+                Err(e) => Err(format!("invalid server/discover result: {e}")),
+            },
+            Err(error) if error.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => {
+                let theirs: Vec<ProtocolVersion> = error
+                    .data_as::<UnsupportedData>()
+                    .ok()
+                    .flatten()
+                    .map(|d| {
+                        d.supported
+                            .iter()
+                            .filter_map(|v| ProtocolVersion::parse(v))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                match self.modern_versions().filter(|v| theirs.contains(v)).max() {
+                    Some(shared) if !retried => {
+                        let _ = self.probe(now, shared, true);
+                        return;
+                    }
+                    _ => Err(format!(
+                        "the server supports no modern version of ours: {error}"
+                    )),
+                }
+            }
+            Err(error)
+                if error.code == ErrorCode::HEADER_MISMATCH
+                    || error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
+            {
+                // A modern server that refused this particular request: modern, capabilities unknown.
+                return self.settle(PeerInfo {
+                    version,
+                    capabilities: None,
+                    info: None,
+                    instructions: None,
+                });
+            }
+            Err(error) => Err(format!("server/discover failed: {error}")),
+        };
+        if let Err(why) = outcome {
+            let _ = self.fall_back(now, &why);
+        }
+    }
+
+    fn on_initialize_answer(&mut self, answer: Result<Box<RawValue>, ErrorObject>) {
+        let result = match answer {
+            Ok(result) => result,
+            Err(error) => return self.fail(CloseReason::InitializeFailed(error)),
+        };
+        let result: InitializeResult = match serde_json::from_str(result.get()) {
+            Ok(r) => r,
+            Err(e) => return self.fail(CloseReason::InvalidInitializeResult(e.to_string())),
+        };
+        let version = match ProtocolVersion::parse(&result.protocol_version) {
+            Some(v) if v.era() == Era::Legacy && self.config.versions.contains(&v) => v,
+            _ => {
+                return self.fail(CloseReason::UnsupportedVersion {
+                    offered: result.protocol_version,
+                });
+            }
+        };
+        self.core.transmit(
+            Notification::new("notifications/initialized", &()).expect("no params"),
+            None,
+        );
+        self.settle(PeerInfo {
+            version,
+            capabilities: Some(result.capabilities),
+            info: Some(result.server_info),
+            instructions: result.instructions,
+        });
+    }
+
+    fn settle(&mut self, peer: PeerInfo) {
+        self.decision = Some(match peer.version.era() {
+            Era::Modern => EraDecision::Modern(peer.version),
+            Era::Legacy => EraDecision::Legacy,
+        });
+        self.core.event(Event::Ready(peer.clone()));
+        self.state = State::Operating(peer);
+    }
+
+    fn fail(&mut self, reason: CloseReason) {
+        self.core.close();
+        self.state = State::Closed;
+        self.core.event(Event::Closed(reason));
+    }
+
+    // -- inputs ---------------------------------------------------------------------------------
+
+    /// Handles bytes the transport read (one JSON text), like
+    /// [`ServerSession::handle_bytes`](crate::ServerSession::handle_bytes).
+    pub fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
+        match modelctx_types::decode(bytes) {
+            Ok(incoming) => self.handle_incoming(now, incoming),
+            Err(error) => {
+                if !self.is_closed() {
+                    self.core.transmit(error.to_error_response(), None);
+                }
+            }
+        }
+    }
+
+    /// Handles one decoded input: a message, or a batch (2025-03-26 sessions only).
+    pub fn handle_incoming(&mut self, now: Instant, incoming: Incoming) {
+        match incoming {
+            Incoming::Single(message) => self.handle_message(now, message),
+            Incoming::Batch(elements) => self.handle_batch(now, elements),
+            _ => {}
+        }
+    }
+
+    fn handle_batch(&mut self, now: Instant, elements: Vec<Result<Message, DecodeError>>) {
+        if self.is_closed() {
+            return;
+        }
+        if !self.version().is_some_and(ProtocolVersion::allows_batches) {
+            let error = ErrorObject::new(
+                ErrorCode::INVALID_REQUEST,
+                "batches are allowed only on protocol 2025-03-26 sessions",
+            );
+            self.core.transmit(ErrorResponse::new(None, error), None);
+            return;
+        }
+        let batch = self.core.open_batch();
+        for element in elements {
+            match element {
+                Ok(message) => self.dispatch(now, message, Some(batch)),
+                Err(error) => {
+                    let reply = error.to_error_response();
+                    self.core.reply(reply.id.clone(), Some(batch), reply.into());
+                }
+            }
+        }
+        self.core.close_batch(batch);
+    }
+
+    /// Handles one message from the server.
+    pub fn handle_message(&mut self, now: Instant, message: Message) {
+        self.dispatch(now, message, None);
+    }
+
+    fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>) {
+        if self.is_closed() {
+            return;
+        }
+        match message {
+            Message::Request(request) => self.on_request(request, batch),
+            Message::Notification(notification) => self.on_notification(now, notification),
+            Message::Response(response) => self.on_answer(now, response.id, Ok(response.result)),
+            Message::Error(error) => match error.id {
+                Some(id) => self.on_answer(now, id, Err(error.error)),
+                None => self.core.event(Event::PeerError(error.error)),
+            },
+            _ => {}
+        }
+    }
+
+    fn on_answer(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        answer: Result<Box<RawValue>, ErrorObject>,
+    ) {
+        let Some(method) = self.core.take_answer(&id) else {
+            return; // late answer to a cancelled request, or to none: ignored
+        };
+        match &self.state {
+            State::ExpectDiscover {
+                id: probe,
+                version,
+                retried,
+            } if *probe == id => {
+                let (version, retried) = (*version, *retried);
+                return self.on_discover_answer(now, version, retried, answer);
+            }
+            State::ExpectInitializeResult { id: init } if *init == id => {
+                return self.on_initialize_answer(answer);
+            }
+            _ => {}
+        }
+        self.core.event(match answer {
+            Ok(result) => Event::Response { id, method, result },
+            Err(error) => Event::Failed {
+                id,
+                method,
+                error: RequestError::Remote(error),
+            },
+        });
+    }
+
+    fn on_request(&mut self, request: Request, batch: Option<u64>) {
+        let Request { id, method, params } = request;
+        let version = match &self.state {
+            State::Operating(peer) if peer.version.era() == Era::Modern => {
+                return self.core.reply_error(
+                    Some(id),
+                    batch,
+                    ErrorObject::new(
+                        ErrorCode::METHOD_NOT_FOUND,
+                        format!("servers send no requests in protocol {}", peer.version),
+                    ),
+                );
+            }
+            State::Operating(peer) => peer.version,
+            _ if method == "ping" => {
+                return self.core.reply_result(id, batch, &serde_json::json!({}));
+            }
+            _ => {
+                return self.core.reply_error(
+                    Some(id),
+                    batch,
+                    ErrorObject::new(
+                        ErrorCode::INVALID_REQUEST,
+                        format!("`{method}` before the handshake completed"),
+                    ),
+                );
+            }
+        };
+        if method == "ping" {
+            return self.core.reply_result(id, batch, &serde_json::json!({}));
+        }
+        if !version::request_exists(version, &method, Direction::ToClient) {
+            return self.core.reply_error(
+                Some(id),
+                batch,
+                ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("method `{method}` does not exist in protocol {version}"),
+                ),
+            );
+        }
+        let probe = match meta::probe(params.as_deref()) {
+            Ok(p) => p,
+            Err(error) => return self.core.reply_error(Some(id), batch, error),
+        };
+        let object: Option<JsonObject> = params
+            .as_deref()
+            .and_then(|p| serde_json::from_str(p.get()).ok());
+        if let Err(path) = caps::request_allowed(
+            version,
+            &method,
+            Direction::ToClient,
+            object.as_ref(),
+            &self.config.capabilities,
+        ) {
+            return self.core.reply_error(
+                Some(id),
+                batch,
+                ErrorObject::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!(
+                        "`{method}` is not available: this client does not declare `{}`",
+                        path.join(".")
+                    ),
+                ),
+            );
+        }
+        if let Err(error) = self.core.check_incoming(&id, probe.progress_token.as_ref()) {
+            return self.core.reply_error(Some(id), batch, error);
+        }
+        self.core.add_incoming(
+            id.clone(),
+            InFlight::new(&method, probe.progress_token.clone(), batch),
+        );
+        if let Some(batch) = batch {
+            self.core.batch_expect(batch);
+        }
+        self.core.event(Event::Request(IncomingRequest {
+            id,
+            method,
+            params,
+            version,
+            progress_token: probe.progress_token,
+            meta: None,
+        }));
+    }
+
+    fn on_notification(&mut self, now: Instant, notification: Notification) {
+        match notification.method.as_str() {
+            "notifications/progress" => self
+                .core
+                .handle_progress(now, notification.params.as_deref()),
+            "notifications/cancelled" => {
+                if self.version().is_some_and(|v| v.era() == Era::Modern) {
+                    // A modern server ends a listen stream of ours this way.
+                    #[derive(Deserialize)]
+                    struct Cancelled {
+                        #[serde(rename = "requestId")]
+                        request_id: RequestId,
+                        reason: Option<String>,
+                    }
+                    let Some(Ok(p)) = notification
+                        .params
+                        .as_deref()
+                        .map(|p| serde_json::from_str::<Cancelled>(p.get()))
+                    else {
+                        return;
+                    };
+                    if let Some(method) = self.core.take_answer(&p.request_id) {
+                        self.core.event(Event::Failed {
+                            id: p.request_id,
+                            method,
+                            error: RequestError::CancelledByPeer(p.reason),
+                        });
+                    }
+                } else {
+                    self.core.peer_cancelled(notification.params.as_deref());
+                }
+            }
+            method => {
+                let known = match self.version() {
+                    Some(v) => version::notification_exists(v, method, Direction::ToClient),
+                    None => ProtocolVersion::ALL
+                        .iter()
+                        .any(|v| version::notification_exists(*v, method, Direction::ToClient)),
+                };
+                if known {
+                    self.core.event(Event::Notification(notification));
+                }
+            }
+        }
+    }
+
+    /// Checks for expired requests (the probe and `initialize` included) and old cancellations.
+    /// Safe to call at any time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let expired = self.core.handle_timeout(now);
+        let mut report = Vec::new();
+        for (id, method, waited) in expired {
+            match &self.state {
+                State::ExpectDiscover { id: probe, .. } if *probe == id => {
+                    let _ = self.fall_back(now, "server/discover timed out");
+                }
+                State::ExpectInitializeResult { id: init } if *init == id => {
+                    self.fail(CloseReason::InitializeTimeout(waited));
+                }
+                _ => report.push((id, method, waited)),
+            }
+        }
+        self.core.report_timeouts(report);
+    }
+
+    // -- commands -------------------------------------------------------------------------------
+
+    /// Sends a request with the configured default options.
+    pub fn send_request(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<JsonObject>,
+    ) -> Result<RequestId, SessionError> {
+        let options = self.config.request_options;
+        self.send_request_with(now, method, params, options)
+    }
+
+    /// Sends a request. It must exist in the version spoken and the server must have declared what
+    /// it needs. In the modern era `_meta` gets the protocol version, the client capabilities and
+    /// the client info (members already in `params._meta` are kept unless they collide).
+    /// `subscriptions/listen` never times out.
+    pub fn send_request_with(
+        &mut self,
+        now: Instant,
+        method: &str,
+        params: Option<JsonObject>,
+        mut options: RequestOptions,
+    ) -> Result<RequestId, SessionError> {
+        let peer = match &self.state {
+            State::Operating(peer) => peer,
+            State::Closed => return Err(SessionError::Closed),
+            _ => return Err(SessionError::NotReady),
+        };
+        let version = peer.version;
+        if method == "initialize" {
+            return Err(SessionError::Invalid(
+                "the session sends initialize itself".into(),
+            ));
+        }
+        let exists = version::request_exists(version, method, Direction::ToServer)
+            || (version::is_tasks_extension_request(version, method)
+                && peer
+                    .capabilities
+                    .as_ref()
+                    .is_none_or(|c| declared(c, &["extensions", caps::TASKS_EXTENSION])));
+        if !exists {
+            return Err(SessionError::MethodNotInVersion {
+                method: method.into(),
+                version,
+            });
+        }
+        if let (Some(caps), Some(path)) = (
+            &peer.capabilities,
+            caps::request_gate(version, method, Direction::ToServer),
+        ) && !declared(caps, path)
+        {
+            return Err(SessionError::NotDeclared {
+                method: method.into(),
+                capability: path.join("."),
+            });
+        }
+        let modern = version.era() == Era::Modern;
+        let meta = modern.then(|| self.modern_meta(version));
+        if method == "subscriptions/listen" {
+            options.timeout = None;
+        }
+        let request = self
+            .core
+            .start_request(now, method, params, meta, options, modern)?;
+        let id = request.id.clone();
+        self.core.send_request(request);
+        Ok(id)
+    }
+
+    /// Cancels a request we sent (its late answer is ignored): `notifications/cancelled` in the
+    /// legacy era, [`Transmit::Cancel`] in the modern era. `initialize` is never cancelled.
+    pub fn cancel(
+        &mut self,
+        now: Instant,
+        id: &RequestId,
+        reason: Option<&str>,
+    ) -> Result<(), SessionError> {
+        if matches!(&self.state, State::ExpectInitializeResult { id: init } if init == id) {
+            return Err(SessionError::Invalid(
+                "initialize is never cancelled".into(),
+            ));
+        }
+        self.core
+            .cancel_outgoing(now, id, reason)
+            .map(drop)
+            .ok_or_else(|| SessionError::NotInFlight(id.clone()))
+    }
+
+    /// Answers the server's request `id` (legacy: sampling, elicitation, roots).
+    pub fn respond(&mut self, id: &RequestId, result: Box<RawValue>) -> Result<(), SessionError> {
+        if !result.get().trim_start().starts_with('{') {
+            return Err(SessionError::Invalid(
+                "a result must be a JSON object".into(),
+            ));
+        }
+        self.core
+            .finish_incoming(id, |_| {
+                Ok(modelctx_types::Response {
+                    id: id.clone(),
+                    result,
+                }
+                .into())
+            })
+            .map(drop)
+    }
+
+    /// Answers the server's request `id` with an error.
+    pub fn respond_error(
+        &mut self,
+        id: &RequestId,
+        error: ErrorObject,
+    ) -> Result<(), SessionError> {
+        if !error.code.is_sendable() {
+            return Err(SessionError::Invalid(format!(
+                "error code {} is never sent",
+                error.code.0
+            )));
+        }
+        self.core
+            .finish_incoming(id, |_| {
+                Ok(ErrorResponse::new(Some(id.clone()), error).into())
+            })
+            .map(drop)
+    }
+
+    /// Sends progress on the server's request `id` (legacy), which must have asked for it.
+    pub fn notify_progress(
+        &mut self,
+        id: &RequestId,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), SessionError> {
+        let token = self.core.progress_for(id, progress)?;
+        let mut params = serde_json::json!({ "progressToken": token, "progress": progress });
+        if let Some(total) = total {
+            params["total"] = Value::from(total);
+        }
+        if let Some(message) = message {
+            params["message"] = Value::from(message);
+        }
+        self.core.transmit(
+            Notification::new("notifications/progress", &params).expect("an object"),
+            Some(id.clone()),
+        );
+        Ok(())
+    }
+
+    /// Sends `notifications/roots/list_changed` (legacy; needs `roots.listChanged` declared).
+    pub fn notify_roots_changed(&mut self) -> Result<(), SessionError> {
+        let version = self.version().ok_or(SessionError::NotReady)?;
+        let method = "notifications/roots/list_changed";
+        if !version::notification_exists(version, method, Direction::ToServer) {
+            return Err(SessionError::MethodNotInVersion {
+                method: method.into(),
+                version,
+            });
+        }
+        if !declared(&self.config.capabilities, &["roots", "listChanged"]) {
+            return Err(SessionError::NotDeclared {
+                method: method.into(),
+                capability: "roots.listChanged".into(),
+            });
+        }
+        self.core
+            .transmit(Notification::new(method, &()).expect("no params"), None);
+        Ok(())
+    }
+
+    /// Closes the session: every request we sent fails with [`RequestError::Closed`].
+    pub fn close(&mut self) {
+        if !self.is_closed() {
+            self.fail(CloseReason::Local);
+        }
+    }
+}

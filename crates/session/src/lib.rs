@@ -1,0 +1,87 @@
+//! The Model Context Protocol state machine, without I/O: everything the protocol requires of a
+//! connection, decided in one place, for every protocol version of both eras.
+//!
+//! This crate is deterministic. It does no networking, never reads the clock (every input takes
+//! `now`), never spawns, and depends on no async runtime. Transports move bytes in and out;
+//! facades call handlers; the session decides what is allowed, what is answered and what is sent.
+//!
+//! # Shape
+//!
+//! One type per role, [`ServerSession`] and [`ClientSession`], because the two sides share the
+//! bookkeeping (ids, pending requests, progress, timeouts, cancellation, batches: a private core)
+//! but not their lifecycles: a server answers `initialize` and validates modern `_meta`, a client
+//! probes for the era and drives the handshake. Each has the same four groups of methods:
+//!
+//! | group    | methods                                                                  |
+//! |----------|--------------------------------------------------------------------------|
+//! | inputs   | `handle_bytes`, `handle_incoming`, `handle_message`, `handle_timeout`    |
+//! | commands | `send_request`, `respond`, `respond_error`, `cancel`, `notify_*`, `close` |
+//! | outputs  | `poll_transmit`, `poll_event`, `poll_timeout`                            |
+//! | getters  | `version`, `peer`, `table_sizes`, ...                                    |
+//!
+//! # Call order
+//!
+//! After every input and every command, drain [`poll_transmit`](ServerSession::poll_transmit)
+//! (write each [`Transmit`]) and [`poll_event`](ServerSession::poll_event) (act on each
+//! [`Event`]) until both return `None`, then (re)arm one timer for
+//! [`poll_timeout`](ServerSession::poll_timeout) and call `handle_timeout(now)` when it fires.
+//! `handle_timeout` may be called early or spuriously; it does only what is due.
+//!
+//! # The two eras
+//!
+//! * **Legacy** (2024-11-05 to 2025-11-25): `initialize` negotiates a version and capabilities
+//!   for the life of the connection. The server answers the client's version when it serves it,
+//!   else its newest initialize-based version; requests are served before
+//!   `notifications/initialized` (separate HTTP POSTs may overtake each other), but the server's
+//!   own requests other than `ping` wait for it.
+//! * **Modern** (2026-07-28): each request carries its version and client capabilities in
+//!   `_meta`. A [`ServerSession`] serves both on one connection: `initialize` selects legacy
+//!   semantics, a request whose `_meta` names a modern version selects modern semantics.
+//! * A [`ClientSession`] finds the era by probing with `server/discover` and falls back to
+//!   `initialize` on anything but a usable answer (see [`EraChoice`]).
+//!
+//! # Cancellation
+//!
+//! Cancellation is an abstract output: a legacy session writes `notifications/cancelled`
+//! ([`Transmit::Message`]); a modern client emits [`Transmit::Cancel`], which an HTTP transport
+//! maps to closing the request's stream and a stdio transport to the notification. A request that
+//! timed out is cancelled the same way and fails locally with [`RequestError::Timeout`], never a
+//! wire error.
+//!
+//! # Bounds
+//!
+//! Every table is bounded ([`Limits`]) and returns to empty when its work ends;
+//! [`ServerSession::table_sizes`] shows them. Ids of requests no longer in flight are not
+//! remembered (except cancelled ones, for a grace period, so their late answers are ignored
+//! quietly): a request that reuses the id of one *in flight* is refused with -32600, but an id
+//! reused after its request ended is accepted, since remembering every id would make a table that
+//! never shrinks.
+//!
+//! # What this crate does not do
+//!
+//! It does not read or write bytes, frame messages, speak HTTP, call handlers, decode typed
+//! params or results (that is the facades' job, with `modelctx-types`), validate tool arguments
+//! against schemas, or keep anything across connections: caching a client's era decision or
+//! sharing `requestState` keys across processes is for the layer above (see [`state`]).
+
+mod caps;
+mod client;
+mod config;
+mod core;
+mod event;
+mod meta;
+mod server;
+mod version;
+
+pub use client::{ClientSession, EraDecision};
+pub use config::{ClientConfig, EraChoice, Limits, RequestOptions, ServerConfig};
+pub use core::TableSizes;
+pub use event::{
+    CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
+    SessionError, Transmit,
+};
+pub use meta::missing_capability_error;
+pub use server::{ListKind, ServerSession};
+pub use version::{Era, ProtocolVersion};
+
+pub mod state;

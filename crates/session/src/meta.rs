@@ -1,0 +1,243 @@
+//! Reading the few members of params and results the session needs, without decoding the rest.
+
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, ProgressToken};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::event::{LogLevel, RequestMeta};
+use crate::version::ProtocolVersion;
+
+/// `_meta` key of the protocol version (2026-07-28).
+pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities (2026-07-28).
+pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of the client info (2026-07-28).
+pub(crate) const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// `_meta` key of the log level (2026-07-28).
+pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// `_meta` key of the server info on results (2026-07-28).
+pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// `_meta` key tagging listen-stream messages (2026-07-28).
+pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The `_meta` members of a request's params the session reads.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct MetaProbe {
+    #[serde(rename = "progressToken")]
+    pub(crate) progress_token: Option<ProgressToken>,
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    pub(crate) protocol_version: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
+    pub(crate) client_capabilities: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/clientInfo")]
+    pub(crate) client_info: Option<Value>,
+    #[serde(rename = "io.modelcontextprotocol/logLevel")]
+    pub(crate) log_level: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ParamsProbe {
+    #[serde(rename = "_meta")]
+    meta: Option<MetaProbe>,
+}
+
+/// Reads `params._meta`; an error object (-32602) when params are not an object or `_meta` is
+/// malformed (a progress token that is not a string or integer, say).
+pub(crate) fn probe(params: Option<&RawValue>) -> Result<MetaProbe, ErrorObject> {
+    let Some(params) = params else {
+        return Ok(MetaProbe::default());
+    };
+    if !params.get().trim_start().starts_with('{') {
+        return Err(invalid_params("params must be a JSON object"));
+    }
+    serde_json::from_str::<ParamsProbe>(params.get())
+        .map(|p| p.meta.unwrap_or_default())
+        .map_err(|e| invalid_params(format!("invalid `_meta`: {e}")))
+}
+
+pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
+}
+
+/// How a request's `_meta` places it.
+pub(crate) enum Classified {
+    /// No modern version in `_meta`: legacy rules apply.
+    Legacy,
+    /// A supported modern version with valid `_meta`.
+    Modern(ProtocolVersion, RequestMeta),
+}
+
+/// Classifies a request by `_meta` and validates the modern members (2026-07-28 base rules):
+/// an unsupported version gets -32022 with `supported` and `requested`; missing or malformed
+/// client capabilities get -32602.
+pub(crate) fn classify(
+    probe: &MetaProbe,
+    supported: &[ProtocolVersion],
+) -> Result<Classified, ErrorObject> {
+    let Some(version) = &probe.protocol_version else {
+        return Ok(Classified::Legacy);
+    };
+    let Some(text) = version.as_str() else {
+        return Err(invalid_params(format!(
+            "`_meta.{PROTOCOL_VERSION}` must be a string"
+        )));
+    };
+    let version = match ProtocolVersion::parse(text) {
+        Some(v) if v.era() == crate::Era::Legacy => return Ok(Classified::Legacy),
+        Some(v) if supported.contains(&v) => v,
+        _ => return Err(unsupported_version(text, supported)),
+    };
+    let client_capabilities = match &probe.client_capabilities {
+        Some(Value::Object(caps)) => caps.clone(),
+        Some(_) => {
+            return Err(invalid_params(format!(
+                "`_meta.{CLIENT_CAPABILITIES}` must be an object"
+            )));
+        }
+        None => {
+            return Err(invalid_params(format!(
+                "`_meta.{CLIENT_CAPABILITIES}` is required on every {version} request"
+            )));
+        }
+    };
+    let log_level = match &probe.log_level {
+        None => None,
+        Some(level) => Some(level.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            invalid_params(format!("`_meta.{LOG_LEVEL}` is not a log level: {level}"))
+        })?),
+    };
+    Ok(Classified::Modern(
+        version,
+        RequestMeta {
+            client_capabilities,
+            client_info: probe.client_info.clone(),
+            log_level,
+        },
+    ))
+}
+
+/// The -32022 error: `data` names the versions served and the one requested.
+pub(crate) fn unsupported_version(requested: &str, supported: &[ProtocolVersion]) -> ErrorObject {
+    let supported: Vec<&str> = supported.iter().map(|v| v.as_str()).collect();
+    ErrorObject::new(
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+        format!(
+            "unsupported protocol version {requested:?}; supported: {}",
+            supported.join(", ")
+        ),
+    )
+    .with_data(&serde_json::json!({ "supported": supported, "requested": requested }))
+    .expect("JSON serializes")
+}
+
+/// The -32021 error a request gets when handling it needs client capabilities the request did not
+/// declare; `required` is `requiredCapabilities` (a `ClientCapabilities` object).
+pub fn missing_capability_error(required: &JsonObject) -> ErrorObject {
+    ErrorObject::new(
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "the request needs client capabilities it did not declare",
+    )
+    .with_data(&serde_json::json!({ "requiredCapabilities": required }))
+    .expect("JSON serializes")
+}
+
+/// The members of a result the session checks on modern answers.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResultProbe {
+    #[serde(rename = "resultType")]
+    pub(crate) result_type: Option<Value>,
+    #[serde(rename = "ttlMs")]
+    pub(crate) ttl_ms: Option<Value>,
+    #[serde(rename = "cacheScope")]
+    pub(crate) cache_scope: Option<Value>,
+    #[serde(rename = "inputRequests")]
+    pub(crate) input_requests: Option<JsonObject>,
+    #[serde(rename = "requestState")]
+    pub(crate) request_state: Option<Value>,
+}
+
+/// Inserts members at the start of a JSON object's text (the object is known to be valid).
+pub(crate) fn insert_members(object: &RawValue, members: &[(&str, Value)]) -> Box<RawValue> {
+    if members.is_empty() {
+        return object.to_owned();
+    }
+    let text = object.get().trim_start();
+    let rest = &text[1..]; // after `{`
+    let empty = rest.trim_start().starts_with('}');
+    let mut out = String::with_capacity(text.len() + 64);
+    out.push('{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        out.push(':');
+        out.push_str(&serde_json::to_string(value).expect("a value serializes"));
+    }
+    if !empty {
+        out.push(',');
+    }
+    out.push_str(rest);
+    RawValue::from_string(out).expect("inserting members keeps the object valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(s: &str) -> Box<RawValue> {
+        RawValue::from_string(s.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn members_are_inserted_into_empty_and_full_objects() {
+        let add = [("resultType", Value::from("complete"))];
+        assert_eq!(
+            insert_members(&raw("{}"), &add).get(),
+            r#"{"resultType":"complete"}"#
+        );
+        let spaced: Value = serde_json::from_str(insert_members(&raw(" { } "), &add).get()).unwrap();
+        assert_eq!(spaced, serde_json::json!({"resultType": "complete"}));
+        assert_eq!(
+            insert_members(&raw(r#"{"a":1}"#), &add).get(),
+            r#"{"resultType":"complete","a":1}"#
+        );
+    }
+
+    #[test]
+    fn classification_of_meta() {
+        let supported = ProtocolVersion::ALL;
+        let p = |s: &str| probe(Some(&raw(s))).unwrap();
+        assert!(matches!(
+            classify(&p("{}"), supported),
+            Ok(Classified::Legacy)
+        ));
+        assert!(matches!(
+            classify(
+                &p(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}}"#),
+                supported
+            ),
+            Ok(Classified::Legacy)
+        ));
+        let e = classify(
+            &p(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}"#),
+            supported,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.code, ErrorCode::UNSUPPORTED_PROTOCOL_VERSION);
+        let data: Value = e.data_as().unwrap().unwrap();
+        assert_eq!(data["requested"], "2099-01-01");
+        assert_eq!(data["supported"][4], "2026-07-28");
+        let e = classify(
+            &p(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#),
+            supported,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
+        assert!(probe(Some(&raw("[1]"))).is_err());
+        assert!(probe(Some(&raw(r#"{"_meta":{"progressToken":1.5}}"#))).is_err());
+    }
+}
