@@ -197,7 +197,8 @@ mod tests {
             insert_members(&raw("{}"), &add).get(),
             r#"{"resultType":"complete"}"#
         );
-        let spaced: Value = serde_json::from_str(insert_members(&raw(" { } "), &add).get()).unwrap();
+        let spaced: Value =
+            serde_json::from_str(insert_members(&raw(" { } "), &add).get()).unwrap();
         assert_eq!(spaced, serde_json::json!({"resultType": "complete"}));
         assert_eq!(
             insert_members(&raw(r#"{"a":1}"#), &add).get(),
