@@ -1,0 +1,517 @@
+//! The 2026-07-28 rules: per-request `_meta`, discover, result rules, MRTR, listen streams.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use modelctx_session::state::{Binding, StateKey, StateSealer};
+use modelctx_session::{Event, ListKind, LogLevel, SessionError, missing_capability_error};
+use modelctx_types::RequestId;
+use serde_json::{Value, json};
+
+fn request(id: i64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+fn with_meta(mut params: Value, caps: Value) -> Value {
+    params["_meta"] = modern_meta(caps);
+    params
+}
+
+fn send(s: &mut modelctx_session::ServerSession, v: Value) -> Vec<Value> {
+    s.handle_bytes(Instant::now(), v.to_string().as_bytes());
+    drain(s)
+}
+
+fn take_request(s: &mut modelctx_session::ServerSession) -> modelctx_session::IncomingRequest {
+    server_events(s)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Request(r) => Some(r),
+            _ => None,
+        })
+        .expect("a request event")
+}
+
+#[test]
+fn meta_is_validated_on_every_request() {
+    let mut s = server();
+    // Unsupported version: -32022 with supported and requested.
+    let mut meta = modern_meta(json!({}));
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let out = send(&mut s, request(1, "tools/list", json!({"_meta": meta})));
+    assert_eq!(out[0]["error"]["code"], -32022);
+    assert_eq!(out[0]["error"]["data"]["requested"], "2099-01-01");
+    assert!(
+        out[0]["error"]["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28"))
+    );
+    // Missing client capabilities: -32602.
+    let out = send(
+        &mut s,
+        request(
+            2,
+            "tools/list",
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+        ),
+    );
+    assert_eq!(out[0]["error"]["code"], -32602);
+    // A bad log level: -32602.
+    let mut meta = modern_meta(json!({}));
+    meta["io.modelcontextprotocol/logLevel"] = json!("verbose");
+    assert_eq!(
+        send(&mut s, request(3, "tools/list", json!({"_meta": meta})))[0]["error"]["code"],
+        -32602
+    );
+    // Methods removed in 2026 are unknown: -32601.
+    for method in ["ping", "logging/setLevel", "resources/subscribe"] {
+        assert_eq!(
+            send(&mut s, request(4, method, with_meta(json!({}), json!({}))))[0]["error"]["code"],
+            -32601,
+            "{method}"
+        );
+    }
+    // A valid one reaches the layer above, with its meta, without initialize.
+    let mut meta = modern_meta(json!({"sampling": {}}));
+    meta["io.modelcontextprotocol/logLevel"] = json!("info");
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "c", "version": "2"});
+    assert!(send(&mut s, request(5, "tools/list", json!({"_meta": meta}))).is_empty());
+    let r = take_request(&mut s);
+    let m = r.meta.unwrap();
+    assert!(m.client_capabilities.contains_key("sampling"));
+    assert_eq!(m.log_level, Some(LogLevel::Info));
+    assert_eq!(m.client_info.unwrap()["version"], "2");
+    assert!(
+        s.version().is_none(),
+        "a modern request does not initialize the connection"
+    );
+}
+
+#[test]
+fn discover_answers_with_versions_capabilities_and_cache_fields() {
+    let mut s = server();
+    let out = send(
+        &mut s,
+        request(1, "server/discover", with_meta(json!({}), json!({}))),
+    );
+    let result = &out[0]["result"];
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["supportedVersions"].as_array().unwrap().len(), 5);
+    assert_eq!(result["capabilities"]["tools"]["listChanged"], true);
+    assert_eq!(result["ttlMs"], 0);
+    assert_eq!(result["cacheScope"], "public");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "test-server"
+    );
+    assert!(s.table_sizes().is_empty());
+}
+
+#[test]
+fn results_get_result_type_and_cache_fields() {
+    let mut s = server();
+    send(
+        &mut s,
+        request(1, "tools/list", with_meta(json!({}), json!({}))),
+    );
+    let r = take_request(&mut s);
+    s.respond(&r.id, raw(json!({"tools": []}))).unwrap();
+    let out = drain(&mut s);
+    assert_eq!(
+        out[0]["result"],
+        json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "tools": []})
+    );
+    // Values the handler gave are kept.
+    send(
+        &mut s,
+        request(
+            2,
+            "resources/read",
+            with_meta(json!({"uri": "a://b"}), json!({})),
+        ),
+    );
+    let r = take_request(&mut s);
+    s.respond(
+        &r.id,
+        raw(
+            json!({"contents": [], "ttlMs": 500, "cacheScope": "public", "resultType": "complete"}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(drain(&mut s)[0]["result"]["ttlMs"], 500);
+    // tools/call is not cacheable.
+    send(
+        &mut s,
+        request(3, "tools/call", with_meta(json!({"name": "x"}), json!({}))),
+    );
+    let r = take_request(&mut s);
+    s.respond(&r.id, raw(json!({"content": []}))).unwrap();
+    assert_eq!(
+        drain(&mut s)[0]["result"],
+        json!({"resultType": "complete", "content": []})
+    );
+    // -32002 must not be emitted in 2026.
+    send(
+        &mut s,
+        request(
+            4,
+            "resources/read",
+            with_meta(json!({"uri": "a://c"}), json!({})),
+        ),
+    );
+    let r = take_request(&mut s);
+    assert!(
+        s.respond_error(
+            &r.id,
+            modelctx_types::ErrorObject::new(modelctx_types::ErrorCode::RESOURCE_NOT_FOUND, "no")
+        )
+        .is_err()
+    );
+    s.respond_error(
+        &r.id,
+        modelctx_types::ErrorObject::new(
+            modelctx_types::ErrorCode::INVALID_PARAMS,
+            "no such resource",
+        ),
+    )
+    .unwrap();
+    assert!(s.table_sizes().is_empty());
+}
+
+#[test]
+fn input_required_is_checked() {
+    let mut s = server();
+    // Only on tools/call, prompts/get and resources/read.
+    send(
+        &mut s,
+        request(
+            1,
+            "tools/list",
+            with_meta(json!({}), json!({"elicitation": {}})),
+        ),
+    );
+    let r = take_request(&mut s);
+    assert!(matches!(
+        s.respond(
+            &r.id,
+            raw(json!({"resultType": "input_required", "requestState": "x"}))
+        ),
+        Err(SessionError::InputRequiredNotAllowed(_))
+    ));
+    s.respond(&r.id, raw(json!({"tools": []}))).unwrap();
+    // At least one of inputRequests and requestState.
+    send(
+        &mut s,
+        request(
+            2,
+            "tools/call",
+            with_meta(json!({"name": "t"}), json!({"elicitation": {}})),
+        ),
+    );
+    let r = take_request(&mut s);
+    assert!(
+        s.respond(&r.id, raw(json!({"resultType": "input_required"})))
+            .is_err()
+    );
+    // Only input the client declared: a URL elicitation needs elicitation.url.
+    let url = json!({"resultType": "input_required", "inputRequests": {"login": {
+        "method": "elicitation/create",
+        "params": {"mode": "url", "message": "log in", "url": "https://x", "elicitationId": "e"}}}});
+    match s.respond(&r.id, raw(url.clone())) {
+        Err(SessionError::MissingClientCapability { required }) => {
+            assert_eq!(required, json!({"elicitation": {"url": {}}}));
+            // The handler answers with -32021 instead.
+            s.respond_error(
+                &r.id,
+                missing_capability_error(required.as_object().unwrap()),
+            )
+            .unwrap();
+            let out = drain(&mut s);
+            assert_eq!(out.last().unwrap()["error"]["code"], -32021);
+            assert_eq!(
+                out.last().unwrap()["error"]["data"]["requiredCapabilities"],
+                json!({"elicitation": {"url": {}}})
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A form elicitation to a client with `elicitation: {}` is fine.
+    send(
+        &mut s,
+        request(
+            3,
+            "tools/call",
+            with_meta(json!({"name": "t"}), json!({"elicitation": {}})),
+        ),
+    );
+    let r = take_request(&mut s);
+    let form = json!({"resultType": "input_required", "inputRequests": {"name": {
+        "method": "elicitation/create",
+        "params": {"message": "name?", "requestedSchema": {"type": "object", "properties": {}}}}}});
+    s.respond(&r.id, raw(form)).unwrap();
+    assert_eq!(drain(&mut s)[0]["result"]["resultType"], "input_required");
+    assert!(s.table_sizes().is_empty());
+}
+
+/// The whole multi round-trip: input_required with a sealed state, a retry with a new id, the
+/// state opened and checked; a retry missing a response gets input_required again; a tampered
+/// or foreign state gets -32602.
+#[test]
+fn multi_round_trip_with_a_sealed_request_state() {
+    let sealer = StateSealer::new(StateKey::new("k1", vec![7u8; 32]).unwrap());
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let mut s = server();
+    let caps = json!({"elicitation": {}});
+    let params = json!({"name": "deploy", "arguments": {"env": "prod"}});
+    send(
+        &mut s,
+        request(1, "tools/call", with_meta(params.clone(), caps.clone())),
+    );
+    let r = take_request(&mut s);
+    let binding = Binding {
+        principal: Some("alice"),
+        method: "tools/call",
+        params: r.params.as_deref(),
+    };
+    let state = sealer
+        .seal(wall, &binding, &["confirm", "reason"], b"step-1")
+        .unwrap();
+    s.respond(&r.id, raw(json!({"resultType": "input_required", "requestState": state, "inputRequests": {
+        "confirm": {"method": "elicitation/create", "params": {"message": "sure?", "requestedSchema": {"type": "object", "properties": {}}}},
+        "reason": {"method": "elicitation/create", "params": {"message": "why?", "requestedSchema": {"type": "object", "properties": {}}}},
+    }}))).unwrap();
+    let out = drain(&mut s);
+    let echoed = out[0]["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The retry: new id, inputResponses (one missing), the state echoed verbatim.
+    let mut retry = with_meta(params.clone(), caps.clone());
+    retry["inputResponses"] = json!({"confirm": {"action": "accept", "content": {}}});
+    retry["requestState"] = json!(echoed);
+    send(&mut s, request(2, "tools/call", retry.clone()));
+    let r2 = take_request(&mut s);
+    assert_ne!(r2.id, r.id);
+    let binding = Binding {
+        principal: Some("alice"),
+        method: "tools/call",
+        params: r2.params.as_deref(),
+    };
+    let opened = sealer
+        .open(wall + Duration::from_secs(5), &binding, &echoed)
+        .unwrap();
+    assert_eq!(opened.payload, b"step-1");
+    assert_eq!(opened.missing(["confirm"]), ["reason"]);
+    // Missing responses: input_required again.
+    let again = sealer.seal(wall, &binding, &["reason"], b"step-2").unwrap();
+    s.respond(
+        &r2.id,
+        raw(json!({"resultType": "input_required", "requestState": again})),
+    )
+    .unwrap();
+    assert_eq!(drain(&mut s)[0]["result"]["resultType"], "input_required");
+
+    // Tampered, expired, another principal, other params: -32602 from the handler.
+    let mut tampered = echoed.clone();
+    tampered.replace_range(tampered.len() - 2.., "AA");
+    let other_args = json!({"name": "deploy", "arguments": {"env": "dev"}});
+    let raw_other = raw(other_args);
+    let cases = [
+        sealer.open(wall, &binding, &tampered),
+        sealer.open(wall + Duration::from_secs(3600), &binding, &echoed),
+        sealer.open(
+            wall,
+            &Binding {
+                principal: Some("mallory"),
+                ..binding
+            },
+            &echoed,
+        ),
+        sealer.open(
+            wall,
+            &Binding {
+                params: Some(&raw_other),
+                ..binding
+            },
+            &echoed,
+        ),
+    ];
+    for case in cases {
+        let error = case.unwrap_err();
+        assert_eq!(
+            error.to_error_object().code,
+            modelctx_types::ErrorCode::INVALID_PARAMS
+        );
+    }
+    send(&mut s, request(3, "tools/call", retry));
+    let r3 = take_request(&mut s);
+    let error = sealer.open(wall, &binding, &tampered).unwrap_err();
+    s.respond_error(&r3.id, error.to_error_object()).unwrap();
+    assert_eq!(drain(&mut s)[0]["error"]["code"], -32602);
+    assert!(s.table_sizes().is_empty());
+}
+
+#[test]
+fn listen_streams_are_acknowledged_tagged_filtered_and_ended() {
+    let mut config = modelctx_session::ServerConfig::new(
+        "s",
+        "1",
+        obj(json!({
+        "tools": {"listChanged": true}, "prompts": {}, "resources": {"subscribe": true}})),
+    );
+    config.limits.max_subscriptions = 2;
+    let mut s = modelctx_session::ServerSession::new(config);
+    let filter = json!({"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": ["file:///a"], "bogus": true});
+    let out = send(
+        &mut s,
+        request(
+            7,
+            "subscriptions/listen",
+            with_meta(json!({"notifications": filter}), json!({})),
+        ),
+    );
+    // The acknowledgement first, with the honoured subset (prompts has no listChanged).
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0]["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        out[0]["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["file:///a"]})
+    );
+    assert_eq!(
+        out[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        7
+    );
+    // Notifications are tagged and filtered.
+    assert_eq!(s.notify_list_changed(ListKind::Tools).unwrap(), 1);
+    assert!(
+        s.notify_list_changed(ListKind::Prompts).is_err(),
+        "prompts.listChanged not declared"
+    );
+    assert_eq!(s.notify_resource_updated("file:///a", false).unwrap(), 1);
+    assert_eq!(s.notify_resource_updated("file:///b", false).unwrap(), 0);
+    let out = drain(&mut s);
+    assert_eq!(out[0]["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        out[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        7
+    );
+    assert_eq!(out[1]["params"]["uri"], "file:///a");
+    // A second stream; a third is refused (bound).
+    send(
+        &mut s,
+        request(
+            8,
+            "subscriptions/listen",
+            with_meta(
+                json!({"notifications": {"toolsListChanged": true}}),
+                json!({}),
+            ),
+        ),
+    );
+    let out = send(
+        &mut s,
+        request(
+            9,
+            "subscriptions/listen",
+            with_meta(json!({"notifications": {}}), json!({})),
+        ),
+    );
+    assert_eq!(out[0]["error"]["code"], -32603);
+    assert_eq!(s.notify_list_changed(ListKind::Tools).unwrap(), 2);
+    drain(&mut s);
+    // Ended by the client's cancellation (stdio) and by the server's final result.
+    s.handle_bytes(
+        Instant::now(),
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+    );
+    assert_eq!(s.notify_list_changed(ListKind::Tools).unwrap(), 1);
+    drain(&mut s);
+    s.end_subscription(&RequestId::Number(8)).unwrap();
+    let out = drain(&mut s);
+    assert_eq!(out[0]["id"], 8);
+    assert_eq!(
+        out[0]["result"],
+        json!({"resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": 8}})
+    );
+    assert!(s.table_sizes().is_empty(), "{:?}", s.table_sizes());
+}
+
+#[test]
+fn a_closed_stream_cancels_the_request() {
+    let mut s = server();
+    send(
+        &mut s,
+        request(1, "tools/call", with_meta(json!({"name": "x"}), json!({}))),
+    );
+    let r = take_request(&mut s);
+    assert!(s.stream_closed(&r.id));
+    assert!(matches!(
+        server_events(&mut s)[..],
+        [Event::Cancelled { .. }]
+    ));
+    assert!(s.respond(&r.id, raw(json!({"content": []}))).is_err());
+    assert!(drain(&mut s).is_empty());
+    assert!(s.table_sizes().is_empty());
+}
+
+#[test]
+fn log_messages_follow_the_request_level() {
+    let mut s = server();
+    send(
+        &mut s,
+        request(1, "tools/call", with_meta(json!({"name": "x"}), json!({}))),
+    );
+    let quiet = take_request(&mut s);
+    let mut meta = modern_meta(json!({}));
+    meta["io.modelcontextprotocol/logLevel"] = json!("warning");
+    send(
+        &mut s,
+        request(2, "tools/call", json!({"name": "x", "_meta": meta})),
+    );
+    let loud = take_request(&mut s);
+    assert!(
+        !s.log_for(&quiet.id, LogLevel::Emergency, None, json!("x"))
+            .unwrap(),
+        "no level, no messages"
+    );
+    assert!(
+        !s.log_for(&loud.id, LogLevel::Info, None, json!("x"))
+            .unwrap()
+    );
+    assert!(
+        s.log_for(&loud.id, LogLevel::Error, None, json!("x"))
+            .unwrap()
+    );
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0]["params"]["level"], "error");
+}
+
+#[test]
+fn one_connection_serves_both_eras() {
+    let mut s = initialized_server("2025-06-18", json!({}));
+    send(&mut s, request(1, "tools/list", json!({})));
+    send(
+        &mut s,
+        request(2, "tools/list", with_meta(json!({}), json!({}))),
+    );
+    let events = server_events(&mut s);
+    let eras: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Request(r) => Some((r.version.as_str(), r.era())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        eras,
+        [
+            ("2025-06-18", modelctx_session::Era::Legacy),
+            ("2026-07-28", modelctx_session::Era::Modern)
+        ]
+    );
+}
