@@ -580,3 +580,45 @@ fn bounds_refuse_new_work_instead_of_growing() {
     );
     assert!(pair.client.table_sizes().is_empty());
 }
+
+#[test]
+fn the_server_cancels_its_own_request_and_the_client_stops() {
+    let mut pair = Pair::connected(&[ProtocolVersion::V2025_11_25]);
+    let id = pair
+        .server
+        .send_request(pair.now, "roots/list", None, RequestOptions::default())
+        .unwrap();
+    pair.pump();
+    let request = pair.client_requests().remove(0);
+    pair.server
+        .cancel(pair.now, &id, Some("changed my mind"))
+        .unwrap();
+    pair.pump();
+    assert!(matches!(
+        &pair.client_events[..],
+        [Event::Cancelled { id, reason: Some(r) }] if *id == request.id && r == "changed my mind"
+    ));
+    assert!(
+        pair.client
+            .respond(&request.id, raw(json!({"roots": []})))
+            .is_err()
+    );
+    assert!(pair.client.table_sizes().is_idle());
+    assert!(pair.server.table_sizes().is_idle());
+}
+
+#[test]
+fn a_modern_client_refuses_server_requests() {
+    let mut pair = Pair::connected(&[ProtocolVersion::V2026_07_28]);
+    pair.client.handle_bytes(
+        pair.now,
+        br#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#,
+    );
+    match pair.client.poll_transmit() {
+        Some(modelctx_session::Transmit::Message { message, .. }) => {
+            assert_eq!(wire(&message)["error"]["code"], -32601);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(pair.client.poll_event().is_none());
+}
