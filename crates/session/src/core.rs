@@ -214,8 +214,20 @@ impl Core {
 
     // -- requests we send ---------------------------------------------------------------------
 
-    pub(crate) fn has_outgoing(&self, id: &RequestId) -> bool {
-        self.outgoing.contains_key(id)
+    /// Whether the deadline of our request `id` has passed.
+    pub(crate) fn is_due(&self, id: &RequestId, now: Instant) -> bool {
+        self.outgoing
+            .get(id)
+            .and_then(|e| e.deadline)
+            .is_some_and(|at| at <= now)
+    }
+
+    /// Forgets a request we never sent, reporting it as timed out; nothing goes on the wire.
+    pub(crate) fn expire_unsent(&mut self, id: &RequestId, now: Instant) {
+        if let Some(entry) = self.finish_outgoing(id) {
+            let waited = now.saturating_duration_since(entry.started);
+            self.report_timeouts(vec![(id.clone(), entry.method, waited)]);
+        }
     }
 
     /// Allocates an id and builds the request; `meta` entries are added to `params._meta`.

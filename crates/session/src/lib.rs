@@ -27,6 +27,34 @@
 //! [`poll_timeout`](ServerSession::poll_timeout) and call `handle_timeout(now)` when it fires.
 //! `handle_timeout` may be called early or spuriously; it does only what is due.
 //!
+//! # Example
+//!
+//! A server session answering `initialize` and handing a `tools/call` up, on a clock the caller
+//! owns:
+//!
+//! ```
+//! use std::time::Instant;
+//! use modelctx_session::{Event, ServerConfig, ServerSession, Transmit};
+//!
+//! let caps = serde_json::json!({"tools": {}}).as_object().cloned().unwrap();
+//! let mut server = ServerSession::new(ServerConfig::new("demo", "1.0.0", caps));
+//! let now = Instant::now();
+//! server.handle_bytes(now, br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+//!     "protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#);
+//! while let Some(Transmit::Message { message, .. }) = server.poll_transmit() {
+//!     // write `message` to the transport; here it is the InitializeResult
+//!     assert_eq!(message.id().unwrap().to_string(), "1");
+//! }
+//! server.handle_bytes(now, br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo"}}"#);
+//! while let Some(event) = server.poll_event() {
+//!     if let Event::Request(request) = event {
+//!         let result = serde_json::value::to_raw_value(&serde_json::json!({"content": []})).unwrap();
+//!         server.respond(&request.id, result).unwrap();
+//!     }
+//! }
+//! assert!(server.poll_transmit().is_some()); // the tools/call result
+//! ```
+//!
 //! # The two eras
 //!
 //! * **Legacy** (2024-11-05 to 2025-11-25): `initialize` negotiates a version and capabilities

@@ -645,11 +645,18 @@ impl ServerSession {
 
     /// Checks for expired requests and old cancellations. Safe to call at any time.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Requests still waiting for `notifications/initialized` were never sent: they expire
+        // without a cancellation on the wire.
+        let core = &mut self.core;
+        self.queued.retain(|r| {
+            let due = core.is_due(&r.id, now);
+            if due {
+                core.expire_unsent(&r.id, now);
+            }
+            !due
+        });
         let expired = self.core.handle_timeout(now);
         self.core.report_timeouts(expired);
-        // Timed-out requests that never left the queue must not be sent later.
-        let core = &self.core;
-        self.queued.retain(|r| core_has(core, &r.id));
     }
 
     // -- commands -------------------------------------------------------------------------------
@@ -1022,10 +1029,6 @@ impl ServerSession {
         let n = Notification::new(method, &params).expect("an object");
         self.core.transmit(n, Some(id));
     }
-}
-
-fn core_has(core: &Core, id: &RequestId) -> bool {
-    core.has_outgoing(id)
 }
 
 fn log_message(level: LogLevel, logger: Option<&str>, data: Value) -> Notification {

@@ -622,3 +622,28 @@ fn a_modern_client_refuses_server_requests() {
     }
     assert!(pair.client.poll_event().is_none());
 }
+
+#[test]
+fn a_queued_server_request_that_times_out_never_reaches_the_wire() {
+    let mut s = server();
+    let now = std::time::Instant::now();
+    s.handle_bytes(now, br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"c","version":"1"}}}"#);
+    drain(&mut s);
+    server_events(&mut s);
+    let options = RequestOptions::default().with_timeout(Some(Duration::from_secs(1)));
+    let id = s.send_request(now, "roots/list", None, options).unwrap();
+    s.handle_timeout(now + Duration::from_secs(1));
+    assert!(
+        drain(&mut s).is_empty(),
+        "no cancellation for a request never sent"
+    );
+    assert!(
+        matches!(&server_events(&mut s)[..], [Event::Failed { id: f, error: RequestError::Timeout(_), .. }] if *f == id)
+    );
+    s.handle_bytes(
+        now,
+        br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert!(drain(&mut s).is_empty(), "nor is it sent later");
+    assert!(s.table_sizes().is_empty());
+}
