@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use modelctx_types::{
-    DecodeError, ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message,
-    Notification, Request, RequestId,
+    ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message, Notification, Request,
+    RequestId,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::caps::{self, declared};
 use crate::config::{ClientConfig, EraChoice, RequestOptions};
-use crate::core::{Core, InFlight, TableSizes};
+use crate::core::{Core, InFlight, Role, TableSizes};
 use crate::event::{
     CloseReason, Event, IncomingRequest, PeerInfo, RequestError, SessionError, Transmit,
 };
@@ -384,48 +384,12 @@ impl ClientSession {
     /// Handles bytes the transport read (one JSON text), like
     /// [`ServerSession::handle_bytes`](crate::ServerSession::handle_bytes).
     pub fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
-        match modelctx_types::decode(bytes) {
-            Ok(incoming) => self.handle_incoming(now, incoming),
-            Err(error) => {
-                if !self.is_closed() {
-                    self.core.transmit(error.to_error_response(), None);
-                }
-            }
-        }
+        self.read_bytes(now, bytes);
     }
 
     /// Handles one decoded input: a message, or a batch (2025-03-26 sessions only).
     pub fn handle_incoming(&mut self, now: Instant, incoming: Incoming) {
-        match incoming {
-            Incoming::Single(message) => self.handle_message(now, message),
-            Incoming::Batch(elements) => self.handle_batch(now, elements),
-            _ => {}
-        }
-    }
-
-    fn handle_batch(&mut self, now: Instant, elements: Vec<Result<Message, DecodeError>>) {
-        if self.is_closed() {
-            return;
-        }
-        if !self.version().is_some_and(ProtocolVersion::allows_batches) {
-            let error = ErrorObject::new(
-                ErrorCode::INVALID_REQUEST,
-                "batches are allowed only on protocol 2025-03-26 sessions",
-            );
-            self.core.transmit(ErrorResponse::new(None, error), None);
-            return;
-        }
-        let batch = self.core.open_batch();
-        for element in elements {
-            match element {
-                Ok(message) => self.dispatch(now, message, Some(batch)),
-                Err(error) => {
-                    let reply = error.to_error_response();
-                    self.core.reply(reply.id.clone(), Some(batch), reply.into());
-                }
-            }
-        }
-        self.core.close_batch(batch);
+        self.read_incoming(now, incoming);
     }
 
     /// Handles one message from the server.
@@ -768,19 +732,7 @@ impl ClientSession {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<(), SessionError> {
-        let token = self.core.progress_for(id, progress)?;
-        let mut params = serde_json::json!({ "progressToken": token, "progress": progress });
-        if let Some(total) = total {
-            params["total"] = Value::from(total);
-        }
-        if let Some(message) = message {
-            params["message"] = Value::from(message);
-        }
-        self.core.transmit(
-            Notification::new("notifications/progress", &params).expect("an object"),
-            Some(id.clone()),
-        );
-        Ok(())
+        self.core.send_progress(id, progress, total, message)
     }
 
     /// Sends `notifications/roots/list_changed` (legacy; needs `roots.listChanged` declared).
@@ -809,5 +761,23 @@ impl ClientSession {
         if !self.is_closed() {
             self.fail(CloseReason::Local);
         }
+    }
+}
+
+impl Role for ClientSession {
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    fn batch_version(&self) -> Option<ProtocolVersion> {
+        self.version()
+    }
+
+    fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>) {
+        ClientSession::dispatch(self, now, message, batch);
     }
 }

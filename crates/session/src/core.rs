@@ -5,8 +5,8 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use modelctx_types::{
-    ErrorCode, ErrorObject, ErrorResponse, JsonObject, Message, Notification, ProgressToken,
-    Request, RequestId, Response,
+    DecodeError, ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message,
+    Notification, ProgressToken, Request, RequestId, Response,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 
 use crate::config::{Limits, RequestOptions};
 use crate::event::{Event, LogLevel, RequestError, RequestMeta, SessionError, Transmit};
+use crate::version::ProtocolVersion;
 
 /// A request we sent.
 #[derive(Debug)]
@@ -57,6 +58,72 @@ impl InFlight {
 
     pub(crate) fn log_level(&self) -> Option<LogLevel> {
         self.meta.as_ref().and_then(|m| m.log_level)
+    }
+}
+
+/// What both roles do with raw input before their own dispatch: decoding, decode errors, and
+/// batches (read member by member, answered as one batch on 2025-03-26 sessions, refused with
+/// one -32600 error on any other).
+pub(crate) trait Role {
+    fn core_mut(&mut self) -> &mut Core;
+    fn closed(&self) -> bool;
+    /// The version batches are judged by (the legacy version spoken), if any.
+    fn batch_version(&self) -> Option<ProtocolVersion>;
+    /// Handles one message, as a member of `batch` when given.
+    fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>);
+
+    fn read_bytes(&mut self, now: Instant, bytes: &[u8]) {
+        match modelctx_types::decode(bytes) {
+            Ok(incoming) => self.read_incoming(now, incoming),
+            Err(error) => {
+                if !self.closed() {
+                    self.core_mut().transmit(error.to_error_response(), None);
+                }
+            }
+        }
+    }
+
+    fn read_incoming(&mut self, now: Instant, incoming: Incoming) {
+        match incoming {
+            Incoming::Single(message) => self.dispatch(now, message, None),
+            Incoming::Batch(elements) => self.read_batch(now, elements),
+            _ => {}
+        }
+    }
+
+    fn read_batch(&mut self, now: Instant, elements: Vec<Result<Message, DecodeError>>) {
+        if self.closed() {
+            return;
+        }
+        if !self
+            .batch_version()
+            .is_some_and(ProtocolVersion::allows_batches)
+        {
+            let version = self
+                .batch_version()
+                .map_or("no version yet".to_owned(), |v| v.to_string());
+            let error = ErrorObject::new(
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "batches are allowed only on protocol 2025-03-26 sessions; this one has {version}"
+                ),
+            );
+            self.core_mut()
+                .transmit(ErrorResponse::new(None, error), None);
+            return;
+        }
+        let batch = self.core_mut().open_batch();
+        for element in elements {
+            match element {
+                Ok(message) => self.dispatch(now, message, Some(batch)),
+                Err(error) => {
+                    let reply = error.to_error_response();
+                    self.core_mut()
+                        .reply(reply.id.clone(), Some(batch), reply.into());
+                }
+            }
+        }
+        self.core_mut().close_batch(batch);
     }
 }
 
@@ -597,6 +664,28 @@ impl Core {
         }
         entry.last_progress = Some(progress);
         Ok(token)
+    }
+
+    /// Sends `notifications/progress` on the peer's request `id`, which must have asked for it;
+    /// progress must increase, and nothing is sent once the request is answered.
+    pub(crate) fn send_progress(
+        &mut self,
+        id: &RequestId,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), SessionError> {
+        let token = self.progress_for(id, progress)?;
+        let mut params = serde_json::json!({ "progressToken": token, "progress": progress });
+        if let Some(total) = total {
+            params["total"] = Value::from(total);
+        }
+        if let Some(message) = message {
+            params["message"] = Value::from(message);
+        }
+        let n = Notification::new("notifications/progress", &params).expect("an object");
+        self.transmit(n, Some(id.clone()));
+        Ok(())
     }
 
     /// Handles `notifications/cancelled` from the peer: the request stops; no answer follows.

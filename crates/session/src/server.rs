@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use crate::caps::{self, declared};
 use crate::config::{RequestOptions, ServerConfig};
-use crate::core::{Core, InFlight, TableSizes};
+use crate::core::{Core, InFlight, Role, TableSizes};
 use crate::event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
     SessionError, Transmit,
@@ -214,61 +214,13 @@ impl ServerSession {
     /// Handles bytes the transport read (one JSON text). Input that is not JSON gets a -32700
     /// reply, JSON that is not a JSON-RPC message a -32600 reply; the session lives on.
     pub fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
-        match modelctx_types::decode(bytes) {
-            Ok(incoming) => self.handle_incoming(now, incoming),
-            Err(error) => {
-                if !self.is_closed() {
-                    self.core.transmit(error.to_error_response(), None);
-                }
-            }
-        }
+        self.read_bytes(now, bytes);
     }
 
     /// Handles one decoded input: a message, or a batch (answered as a batch on sessions at
     /// 2025-03-26, refused with one -32600 error otherwise).
     pub fn handle_incoming(&mut self, now: Instant, incoming: Incoming) {
-        match incoming {
-            Incoming::Single(message) => self.handle_message(now, message),
-            Incoming::Batch(elements) => self.handle_batch(now, elements),
-            _ => {}
-        }
-    }
-
-    fn handle_batch(
-        &mut self,
-        now: Instant,
-        elements: Vec<Result<Message, modelctx_types::DecodeError>>,
-    ) {
-        if self.is_closed() {
-            return;
-        }
-        if !self.version().is_some_and(ProtocolVersion::allows_batches) {
-            let version = self
-                .version()
-                .map_or("no version yet (send initialize first)", |v| v.as_str());
-            self.core.transmit(
-                ErrorResponse::new(
-                    None,
-                    ErrorObject::new(
-                        ErrorCode::INVALID_REQUEST,
-                        format!("batches are allowed only on protocol 2025-03-26 sessions, this one has {version}"),
-                    ),
-                ),
-                None,
-            );
-            return;
-        }
-        let batch = self.core.open_batch();
-        for element in elements {
-            match element {
-                Ok(message) => self.dispatch(now, message, Some(batch)),
-                Err(error) => {
-                    let reply = error.to_error_response();
-                    self.core.reply(reply.id.clone(), Some(batch), reply.into());
-                }
-            }
-        }
-        self.core.close_batch(batch);
+        self.read_incoming(now, incoming);
     }
 
     /// Handles one message from the client.
@@ -808,17 +760,7 @@ impl ServerSession {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<(), SessionError> {
-        let token = self.core.progress_for(id, progress)?;
-        let mut params = serde_json::json!({ "progressToken": token, "progress": progress });
-        if let Some(total) = total {
-            params["total"] = Value::from(total);
-        }
-        if let Some(message) = message {
-            params["message"] = Value::from(message);
-        }
-        let n = Notification::new("notifications/progress", &params).expect("an object");
-        self.core.transmit(n, Some(id.clone()));
-        Ok(())
+        self.core.send_progress(id, progress, total, message)
     }
 
     /// Sends a log message to the legacy client (`notifications/message`), when `logging` is
@@ -1124,5 +1066,23 @@ fn merge(into: &mut JsonObject, from: JsonObject) {
                 into.insert(k, v);
             }
         }
+    }
+}
+
+impl Role for ServerSession {
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn closed(&self) -> bool {
+        self.is_closed()
+    }
+
+    fn batch_version(&self) -> Option<ProtocolVersion> {
+        self.version()
+    }
+
+    fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>) {
+        ServerSession::dispatch(self, now, message, batch);
     }
 }
