@@ -663,25 +663,23 @@ impl ServerSession {
                 error.code.0
             )));
         }
-        if let Some(id) = self.subscriptions.keys().find(|k| *k == id).cloned() {
-            self.subscriptions.remove(&id);
-        }
-        self.core
-            .finish_incoming(id, |entry| {
-                if entry.meta.is_some()
-                    && matches!(
-                        error.code,
-                        ErrorCode::RESOURCE_NOT_FOUND | ErrorCode::URL_ELICITATION_REQUIRED
-                    )
-                {
-                    return Err(SessionError::Invalid(format!(
-                        "protocol 2026-07-28 must not emit error code {}",
-                        error.code.0
-                    )));
-                }
-                Ok(ErrorResponse::new(Some(id.clone()), error).into())
-            })
-            .map(drop)
+        self.core.finish_incoming(id, |entry| {
+            if entry.meta.is_some()
+                && matches!(
+                    error.code,
+                    ErrorCode::RESOURCE_NOT_FOUND | ErrorCode::URL_ELICITATION_REQUIRED
+                )
+            {
+                return Err(SessionError::Invalid(format!(
+                    "protocol 2026-07-28 must not emit error code {}",
+                    error.code.0
+                )));
+            }
+            Ok(ErrorResponse::new(Some(id.clone()), error).into())
+        })?;
+        // Only an answer that was accepted ends a listen stream: a refused one changes nothing.
+        self.subscriptions.remove(id);
+        Ok(())
     }
 
     /// Sends a request to the legacy client (`sampling/createMessage`, `elicitation/create`,
