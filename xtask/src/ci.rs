@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: every check CI runs, each step timed.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use xtask::schema::{self, Error};
@@ -12,17 +12,73 @@ const FEATURE_ENV: &[(&str, &str)] = &[
     ("CARGO_TARGET_DIR", "target/features"),
 ];
 
-/// One CI step: a name, the cargo arguments, extra environment.
-type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+/// The fuzz targets are a workspace of their own (`fuzz/`), checked in a target folder of their own.
+/// cargo-fuzz builds them with nightly flags, hence `RUSTC_BOOTSTRAP`.
+const FUZZ_ENV: &[(&str, &str)] = &[
+    ("RUSTC_BOOTSTRAP", "1"),
+    ("CARGO_TARGET_DIR", "target/fuzz-check"),
+];
+
+/// Crates that are (or drive) an async runtime or do I/O: none may be a normal or build dependency
+/// of `modelctx-session`, which is sans-IO.
+const RUNTIME_CRATES: &[&str] = &[
+    "tokio",
+    "hyper",
+    "mio",
+    "async-std",
+    "smol",
+    "async-io",
+    "futures-executor",
+    "tokio-util",
+    "hyper-util",
+    "actix-rt",
+    "glommio",
+];
+
+/// What a CI step runs.
+enum Run<'a> {
+    /// `cargo <args>`; the exit status decides.
+    Cargo(&'a [&'a str]),
+    /// `cargo <args>` with its standard output captured; the exit status and then the function,
+    /// given that output, decide.
+    Judged(&'a [&'a str], fn(&str) -> Result<(), String>),
+}
+
+/// One CI step: a name, what it runs, extra environment.
+type Step<'a> = (&'a str, Run<'a>, &'a [(&'a str, &'a str)]);
 
 /// Runs every step; stops at the first failure.
 pub(crate) fn run() -> Result<(), Error> {
+    use Run::{Cargo, Judged};
     let root = schema::project_root();
     let steps: &[Step<'_>] = &[
-        ("fmt", &["fmt", "--all", "--", "--check"], &[]),
+        ("fmt", Cargo(&["fmt", "--all", "--", "--check"]), &[]),
+        // The session is sans-IO: no async runtime among its dependencies, on any target, with
+        // any feature.
+        (
+            "session has no runtime",
+            Judged(
+                &[
+                    "tree",
+                    "-p",
+                    "modelctx-session",
+                    "-e",
+                    "normal,build",
+                    "--target",
+                    "all",
+                    "--all-features",
+                    "--prefix",
+                    "none",
+                    "--format",
+                    "{p}",
+                ],
+                check_no_runtime,
+            ),
+            &[],
+        ),
         (
             "clippy",
-            &[
+            Cargo(&[
                 "clippy",
                 "--workspace",
                 "--all-targets",
@@ -30,103 +86,134 @@ pub(crate) fn run() -> Result<(), Error> {
                 "--",
                 "-D",
                 "warnings",
-            ],
+            ]),
             &[],
         ),
-        ("test", &["test", "--workspace", "--all-features"], &[]),
+        (
+            "test",
+            Cargo(&["test", "--workspace", "--all-features"]),
+            &[],
+        ),
         // Each version module alone, and none: the features must not depend on each other.
         (
             "features: none",
-            &["check", "-p", "modelctx-types", "--no-default-features"],
+            Cargo(&["check", "-p", "modelctx-types", "--no-default-features"]),
             FEATURE_ENV,
         ),
         (
             "features: v2024-11-05",
-            &[
+            Cargo(&[
                 "check",
                 "-p",
                 "modelctx-types",
                 "--no-default-features",
                 "--features",
                 "v2024-11-05",
-            ],
+            ]),
             FEATURE_ENV,
         ),
         (
             "features: v2025-03-26",
-            &[
+            Cargo(&[
                 "check",
                 "-p",
                 "modelctx-types",
                 "--no-default-features",
                 "--features",
                 "v2025-03-26",
-            ],
+            ]),
             FEATURE_ENV,
         ),
         (
             "features: v2025-06-18",
-            &[
+            Cargo(&[
                 "check",
                 "-p",
                 "modelctx-types",
                 "--no-default-features",
                 "--features",
                 "v2025-06-18",
-            ],
+            ]),
             FEATURE_ENV,
         ),
         (
             "features: v2025-11-25",
-            &[
+            Cargo(&[
                 "check",
                 "-p",
                 "modelctx-types",
                 "--no-default-features",
                 "--features",
                 "v2025-11-25",
-            ],
+            ]),
             FEATURE_ENV,
         ),
         (
             "features: ext-tasks",
-            &[
+            Cargo(&[
                 "check",
                 "-p",
                 "modelctx-types",
                 "--no-default-features",
                 "--features",
                 "ext-tasks",
-            ],
+            ]),
             FEATURE_ENV,
         ),
-        ("codegen --check", &["xtask", "codegen", "--check"], &[]),
+        // The fuzz targets (`fuzz/`, run with `cargo fuzz`) keep compiling against the session;
+        // `--locked`: with the versions of the committed `fuzz/Cargo.lock`.
+        (
+            "fuzz: compiles",
+            Cargo(&["check", "--manifest-path", "fuzz/Cargo.toml", "--locked"]),
+            FUZZ_ENV,
+        ),
+        (
+            "codegen --check",
+            Cargo(&["xtask", "codegen", "--check"]),
+            &[],
+        ),
         (
             "rustdoc",
-            &["doc", "--workspace", "--no-deps", "--all-features"],
+            Cargo(&["doc", "--workspace", "--no-deps", "--all-features"]),
             &[("RUSTDOCFLAGS", "-D warnings")],
         ),
     ];
     let started = Instant::now();
     let mut times = Vec::new();
-    for (name, args, env) in steps {
+    for (name, run, env) in steps {
+        let (args, judge) = match run {
+            Cargo(args) => (*args, None),
+            Judged(args, judge) => (*args, Some(judge)),
+        };
         eprintln!("\n==> ci: {name}: cargo {}", args.join(" "));
         let t = Instant::now();
-        let status = Command::new(env!("CARGO"))
-            .args(*args)
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(args)
             .envs(env.iter().copied())
-            .current_dir(&root)
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
+            .current_dir(&root);
+        let outcome = match judge {
+            None => cargo.status().map(|status| (status, Ok(()))),
+            Some(judge) => cargo.stderr(Stdio::inherit()).output().map(|output| {
+                let verdict = judge(&String::from_utf8_lossy(&output.stdout));
+                (output.status, verdict)
+            }),
+        };
+        let (status, verdict) = outcome.map_err(|e| format!("cannot run cargo: {e}"))?;
+        let ok = status.success() && verdict.is_ok();
         let secs = t.elapsed().as_secs_f64();
         times.push((*name, secs));
         eprintln!(
             "==> ci: {name}: {} in {secs:.1}s",
-            if status.success() { "ok" } else { "FAILED" }
+            if ok { "ok" } else { "FAILED" }
         );
-        if !status.success() {
+        if !ok {
             print_times(&times);
-            return Err(format!("ci step `{name}` failed").into());
+            return Err(match verdict {
+                Err(why) if status.success() => format!("ci step `{name}` failed: {why}"),
+                _ => format!("ci step `{name}` failed"),
+            }
+            .into());
         }
     }
     print_times(&times);
@@ -141,5 +228,82 @@ fn print_times(times: &[(&str, f64)]) {
     eprintln!("\n==> ci: step times");
     for (name, secs) in times {
         eprintln!("    {name:<24} {secs:>8.1}s");
+    }
+}
+
+/// Judges `cargo tree -p modelctx-session --prefix none --format {p}`: fails naming every async
+/// runtime crate in the tree.
+fn check_no_runtime(tree: &str) -> Result<(), String> {
+    if !tree
+        .lines()
+        .any(|line| crate_name(line) == Some("modelctx-session"))
+    {
+        return Err(format!(
+            "`cargo tree` did not list modelctx-session, so nothing was checked:\n{tree}"
+        ));
+    }
+    let found = runtime_crates(tree);
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "modelctx-session must not depend on an async runtime, but its dependency tree has {} \
+         (see `cargo tree -p modelctx-session -i <crate>` for the path)",
+        found.join(", ")
+    ))
+}
+
+/// The lines of a `cargo tree --prefix none --format {p}` listing whose crate is in
+/// [`RUNTIME_CRATES`], each once.
+fn runtime_crates(tree: &str) -> Vec<&str> {
+    let mut found: Vec<&str> = Vec::new();
+    for line in tree.lines() {
+        let line = line.trim().trim_end_matches(" (*)");
+        if crate_name(line).is_some_and(|name| RUNTIME_CRATES.contains(&name))
+            && !found.contains(&line)
+        {
+            found.push(line);
+        }
+    }
+    found
+}
+
+/// The crate name of a `cargo tree --format {p}` line (`tokio v1.40.0 (*)`): its first word.
+fn crate_name(line: &str) -> Option<&str> {
+    line.split_whitespace().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_crates_are_matched_by_exact_name() {
+        let tree = "\
+modelctx-session v0.1.0 (/work/main/crates/session)
+serde v1.0.228
+tokio v1.40.0
+tokio-stream-like-name v0.1.0
+my-tokio v1.0.0
+hyper-util v0.1.10 (*)
+tokio v1.40.0 (*)
+";
+        assert_eq!(
+            runtime_crates(tree),
+            ["tokio v1.40.0", "hyper-util v0.1.10"]
+        );
+        assert_eq!(crate_name("serde v1"), Some("serde"));
+        assert_eq!(crate_name(""), None);
+        assert!(runtime_crates("serde v1\ntokio-stream-like-name v1\nmio-ish v0.8\n").is_empty());
+    }
+
+    #[test]
+    fn the_verdict_names_the_offending_crate() {
+        let clean = "modelctx-session v0.1.0 (/x)\nserde v1.0.228\nthiserror v2.0.0\n";
+        assert_eq!(check_no_runtime(clean), Ok(()));
+        let error = check_no_runtime("modelctx-session v0.1.0 (/x)\nmio v1.0.2\n").unwrap_err();
+        assert!(error.contains("mio v1.0.2"), "{error}");
+        // An empty listing checks nothing: it fails rather than passing silently.
+        assert!(check_no_runtime("").is_err());
     }
 }

@@ -16,7 +16,8 @@ commands:
       (read from DIR, else $MCP_SCHEMA_DIR, else ../shared/mcp-schema);
       --check fails if the committed code is stale
   ci
-      everything CI checks: fmt, clippy -D warnings, tests, codegen --check, rustdoc -D warnings
+      everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
+      tests, feature checks, the fuzz targets compile, codegen --check, rustdoc -D warnings
 ";
 
 fn main() -> ExitCode {
