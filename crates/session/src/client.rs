@@ -777,6 +777,10 @@ impl Role for ClientSession {
         self.version()
     }
 
+    fn answers_unreadable(&self) -> bool {
+        false
+    }
+
     fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>) {
         ClientSession::dispatch(self, now, message, batch);
     }

@@ -71,15 +71,30 @@ pub(crate) trait Role {
     fn batch_version(&self) -> Option<ProtocolVersion>;
     /// Handles one message, as a member of `batch` when given.
     fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>);
+    /// Whether unreadable input is answered with an error response (servers) or only reported
+    /// with [`Event::Unreadable`] (clients: a server cannot act on a client's error reply, and a
+    /// modern client never writes responses).
+    fn answers_unreadable(&self) -> bool;
 
     fn read_bytes(&mut self, now: Instant, bytes: &[u8]) {
         match modelctx_types::decode(bytes) {
             Ok(incoming) => self.read_incoming(now, incoming),
-            Err(error) => {
-                if !self.closed() {
-                    self.core_mut().transmit(error.to_error_response(), None);
-                }
-            }
+            Err(error) => self.unreadable(error.to_error_response(), None),
+        }
+    }
+
+    /// Answers (or reports) input that is not a JSON-RPC message, as a member of `batch` when given.
+    fn unreadable(&mut self, reply: ErrorResponse, batch: Option<u64>) {
+        if self.closed() {
+            return;
+        }
+        if !self.answers_unreadable() {
+            self.core_mut().event(Event::Unreadable(reply.error));
+        } else if let Some(batch) = batch {
+            self.core_mut()
+                .reply(reply.id.clone(), Some(batch), reply.into());
+        } else {
+            self.core_mut().transmit(reply, None);
         }
     }
 
@@ -108,19 +123,14 @@ pub(crate) trait Role {
                     "batches are allowed only on protocol 2025-03-26 sessions; this one has {version}"
                 ),
             );
-            self.core_mut()
-                .transmit(ErrorResponse::new(None, error), None);
+            self.unreadable(ErrorResponse::new(None, error), None);
             return;
         }
         let batch = self.core_mut().open_batch();
         for element in elements {
             match element {
                 Ok(message) => self.dispatch(now, message, Some(batch)),
-                Err(error) => {
-                    let reply = error.to_error_response();
-                    self.core_mut()
-                        .reply(reply.id.clone(), Some(batch), reply.into());
-                }
+                Err(error) => self.unreadable(error.to_error_response(), Some(batch)),
             }
         }
         self.core_mut().close_batch(batch);

@@ -256,6 +256,10 @@ pub enum Event {
     /// The peer sent an error response that names no request (it could not read something we
     /// sent).
     PeerError(ErrorObject),
+    /// The peer sent something that is not a JSON-RPC message (or a batch where none is
+    /// allowed). Clients only: a server answers it with this error instead. Nothing was sent; the
+    /// layer above may log it, and the session goes on.
+    Unreadable(ErrorObject),
     /// The session is closed: every request we sent has failed with [`RequestError::Closed`].
     Closed(CloseReason),
 }

@@ -1080,6 +1080,10 @@ impl Role for ServerSession {
         self.version()
     }
 
+    fn answers_unreadable(&self) -> bool {
+        true
+    }
+
     fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>) {
         ServerSession::dispatch(self, now, message, batch);
     }

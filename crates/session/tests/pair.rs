@@ -533,6 +533,38 @@ fn bad_input_gets_a_clear_error_and_the_session_lives_on() {
 }
 
 #[test]
+fn a_client_reports_bad_input_without_answering_and_lives_on() {
+    for version in [ProtocolVersion::V2025_11_25, ProtocolVersion::V2026_07_28] {
+        let mut pair = Pair::connected(&[version]);
+        for bad in [
+            &b"{not json"[..],
+            br#"{"jsonrpc":"1.0","id":4,"method":"x"}"#,
+            b"[]",
+            br#"[{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}]"#,
+        ] {
+            pair.client.handle_bytes(pair.now, bad);
+        }
+        assert!(
+            pair.client.poll_transmit().is_none(),
+            "{version}: nothing is written"
+        );
+        let codes: Vec<i64> = std::iter::from_fn(|| pair.client.poll_event())
+            .map(|e| match e {
+                Event::Unreadable(error) => error.code.0,
+                other => panic!("{version}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(codes, [-32700, -32600, -32600, -32600], "{version}");
+        // The session goes on.
+        pair.client
+            .send_request(pair.now, "tools/list", None)
+            .unwrap();
+        pair.pump();
+        assert_eq!(pair.server_requests().len(), 1, "{version}");
+    }
+}
+
+#[test]
 fn bounds_refuse_new_work_instead_of_growing() {
     let mut config = server_config();
     config.limits.max_incoming = 2;
