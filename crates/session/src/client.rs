@@ -374,7 +374,7 @@ impl ClientSession {
     }
 
     fn fail(&mut self, reason: CloseReason) {
-        self.core.close();
+        self.core.close(&reason);
         self.state = State::Closed;
         self.core.event(Event::Closed(reason));
     }
@@ -760,6 +760,15 @@ impl ClientSession {
     pub fn close(&mut self) {
         if !self.is_closed() {
             self.fail(CloseReason::Local);
+        }
+    }
+
+    /// The transport ended (the server process exited, the connection closed): closes the
+    /// session at once, every request we sent failing with
+    /// [`RequestError::Closed`]`(`[`CloseReason::Transport`]`(why))`.
+    pub fn transport_closed(&mut self, why: impl Into<String>) {
+        if !self.is_closed() {
+            self.fail(CloseReason::Transport(why.into()));
         }
     }
 }

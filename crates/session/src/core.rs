@@ -13,7 +13,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::config::{Limits, RequestOptions};
-use crate::event::{Event, LogLevel, RequestError, RequestMeta, SessionError, Transmit};
+use crate::event::{
+    CloseReason, Event, LogLevel, RequestError, RequestMeta, SessionError, Transmit,
+};
 use crate::version::ProtocolVersion;
 
 /// A request we sent.
@@ -519,7 +521,7 @@ impl Core {
     }
 
     /// Fails every request we sent with [`RequestError::Closed`] and forgets everything.
-    pub(crate) fn close(&mut self) {
+    pub(crate) fn close(&mut self, reason: &CloseReason) {
         let mut ids: Vec<RequestId> = self.outgoing.keys().cloned().collect();
         ids.sort();
         for id in ids {
@@ -527,7 +529,7 @@ impl Core {
                 self.events.push_back(Event::Failed {
                     id,
                     method: entry.method,
-                    error: RequestError::Closed,
+                    error: RequestError::Closed(reason.clone()),
                 });
             }
         }

@@ -171,9 +171,9 @@ pub enum RequestError {
     /// `notifications/cancelled`, or a legacy peer cancelling).
     #[error("the peer cancelled the request{}", .0.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
     CancelledByPeer(Option<String>),
-    /// The session closed before an answer came.
-    #[error("the session closed before the response came")]
-    Closed,
+    /// The session closed before an answer came; holds why.
+    #[error("the session closed before the response came: {0}")]
+    Closed(CloseReason),
 }
 
 /// Why the session closed.
@@ -202,6 +202,10 @@ pub enum CloseReason {
     /// `initialize` got no answer in time.
     #[error("the server did not answer initialize within {0:?}")]
     InitializeTimeout(Duration),
+    /// The transport ended (the peer process exited, the pipe or connection closed); holds the
+    /// transport's description. See `transport_closed`.
+    #[error("the connection ended: {0}")]
+    Transport(String),
 }
 
 /// Something the layer above must act on.

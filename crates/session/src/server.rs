@@ -937,14 +937,25 @@ impl ServerSession {
     /// Closes the session: every request we sent fails with [`RequestError::Closed`], every
     /// table is emptied, and [`Event::Closed`] follows.
     pub fn close(&mut self) {
+        self.end(CloseReason::Local);
+    }
+
+    /// The transport ended (stdin closed, the connection dropped): closes the session like
+    /// [`close`](Self::close), every request we sent failing with
+    /// [`RequestError::Closed`]`(`[`CloseReason::Transport`]`(why))`.
+    pub fn transport_closed(&mut self, why: impl Into<String>) {
+        self.end(CloseReason::Transport(why.into()));
+    }
+
+    fn end(&mut self, reason: CloseReason) {
         if self.is_closed() {
             return;
         }
-        self.core.close();
+        self.core.close(&reason);
         self.queued.clear();
         self.subscriptions.clear();
         self.state = State::Closed;
-        self.core.event(Event::Closed(CloseReason::Local));
+        self.core.event(Event::Closed(reason));
     }
 
     fn check_own(&self, method: &str) -> Result<(), SessionError> {

@@ -5,7 +5,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use modelctx_session::{Event, ProtocolVersion, RequestError, RequestOptions, SessionError};
+use modelctx_session::{
+    CloseReason, Event, ProtocolVersion, RequestError, RequestOptions, SessionError,
+};
 use modelctx_types::{ErrorCode, ErrorObject};
 use serde_json::{Value, json};
 
@@ -603,7 +605,7 @@ fn bounds_refuse_new_work_instead_of_growing() {
             .filter(|e| matches!(
                 e,
                 Event::Failed {
-                    error: RequestError::Closed,
+                    error: RequestError::Closed(CloseReason::Local),
                     ..
                 }
             ))
@@ -611,6 +613,57 @@ fn bounds_refuse_new_work_instead_of_growing() {
         3
     );
     assert!(pair.client.table_sizes().is_empty());
+}
+
+#[test]
+fn a_transport_that_ends_fails_every_pending_request_at_once() {
+    let mut pair = Pair::connected(&[ProtocolVersion::V2025_11_25]);
+    let ids: Vec<_> = (0..3)
+        .map(|_| {
+            pair.client
+                .send_request(pair.now, "tools/list", None)
+                .unwrap()
+        })
+        .collect();
+    let server_id = pair
+        .server
+        .send_request(pair.now, "roots/list", None, RequestOptions::default())
+        .unwrap();
+    pair.pump();
+    pair.client_events.clear();
+    pair.server_events.clear();
+    pair.client
+        .transport_closed("the server process exited with status 1");
+    pair.server.transport_closed("stdin closed");
+    pair.pump();
+    let failed: Vec<_> = pair
+        .client_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Failed { id, error, .. } => Some((id.clone(), error.to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 3);
+    for ((id, error), sent) in failed.iter().zip(&ids) {
+        assert_eq!(id, sent);
+        assert!(error.contains("exited with status 1"), "{error}");
+    }
+    assert!(matches!(
+        pair.client_events.last(),
+        Some(Event::Closed(CloseReason::Transport(why))) if why.contains("status 1")
+    ));
+    assert!(matches!(
+        &pair.server_events[..],
+        [
+            Event::Failed { id, error: RequestError::Closed(CloseReason::Transport(_)), .. },
+            Event::Closed(CloseReason::Transport(_)),
+        ] if *id == server_id
+    ));
+    assert!(pair.client.table_sizes().is_empty());
+    assert!(pair.server.table_sizes().is_empty());
+    assert!(pair.client.poll_transmit().is_none());
+    assert!(pair.server.poll_transmit().is_none());
 }
 
 #[test]
