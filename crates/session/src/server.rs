@@ -562,6 +562,11 @@ impl ServerSession {
     fn on_notification(&mut self, now: Instant, notification: Notification) {
         match notification.method.as_str() {
             "notifications/initialized" => {
+                // Only the first one, after `initialize`, moves the session on; a repeated or
+                // early one changes nothing.
+                if !matches!(self.state, State::ExpectInitialized(_)) {
+                    return;
+                }
                 if let State::ExpectInitialized(client) =
                     std::mem::replace(&mut self.state, State::Closed)
                 {
@@ -569,8 +574,6 @@ impl ServerSession {
                     while let Some(request) = self.queued.pop_front() {
                         self.core.send_request(request);
                     }
-                } else {
-                    self.state = std::mem::replace(&mut self.state, State::Closed);
                 }
             }
             "notifications/cancelled" => {

@@ -333,6 +333,31 @@ fn requests_before_initialized_are_served_but_server_requests_wait() {
 }
 
 #[test]
+fn a_repeated_or_early_initialized_changes_nothing() {
+    // Found by the fuzz target: a second `notifications/initialized` used to close the session.
+    let mut pair = Pair::connected(&[ProtocolVersion::V2025_11_25]);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert!(pair.raw_to_server(initialized.clone()).is_empty());
+    assert!(!pair.server.is_closed());
+    assert!(pair.server.is_initialized());
+    assert_eq!(
+        pair.raw_to_server(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))[0]["result"],
+        json!({})
+    );
+    // Before initialize, on a fresh server, it is ignored too.
+    let mut s = server();
+    s.handle_bytes(pair.now, initialized.to_string().as_bytes());
+    assert!(!s.is_closed() && !s.is_initialized());
+    s.handle_bytes(
+        pair.now,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(drain(&mut s)[0]["result"], json!({}));
+}
+
+#[test]
 fn capabilities_gate_both_directions() {
     // The server declares only tools; the client declares nothing.
     let mut server = server_config();
