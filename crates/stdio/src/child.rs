@@ -1,0 +1,552 @@
+//! The client side: an MCP server run as a child process, spoken to over its stdin and stdout.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::task::JoinHandle;
+
+use crate::codec::LineCodec;
+use crate::io::{LineReader, LineWriter};
+
+/// The environment variables a child inherits by default (POSIX), as the reference SDKs do; the
+/// rest of the parent's environment (tokens, keys) stays out unless the caller passes it.
+#[cfg(unix)]
+pub const DEFAULT_INHERITED_ENV: &[&str] = &[
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR",
+    "TZ",
+];
+
+/// The environment variables a child inherits by default (Windows), as the reference SDKs do.
+#[cfg(windows)]
+pub const DEFAULT_INHERITED_ENV: &[&str] = &[
+    "APPDATA",
+    "HOMEDRIVE",
+    "HOMEPATH",
+    "LOCALAPPDATA",
+    "PATH",
+    "PATHEXT",
+    "PROCESSOR_ARCHITECTURE",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "USERNAME",
+    "USERPROFILE",
+    "PROGRAMFILES",
+];
+
+/// The environment variables a child inherits by default.
+#[cfg(not(any(unix, windows)))]
+pub const DEFAULT_INHERITED_ENV: &[&str] = &["PATH"];
+
+/// The longest stderr line passed on in one piece; longer lines are passed on in pieces of this
+/// size, so a child that writes without newlines cannot make us buffer without bound.
+pub const MAX_STDERR_LINE: usize = 16 * 1024;
+
+/// What becomes of the child's stderr. It is always read (a child blocked on a full stderr pipe
+/// would stop answering) and never treated as an error.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub enum Stderr {
+    /// Each line becomes a `tracing` event at INFO level, target `modelctx_stdio::stderr`, with
+    /// the program's name in the `server` field. The default.
+    #[default]
+    Tracing,
+    /// Each line is given to the callback (without its newline; invalid UTF-8 replaced).
+    Callback(Arc<dyn Fn(&str) + Send + Sync>),
+    /// Passed through to this process's stderr.
+    Inherit,
+    /// Dropped.
+    Discard,
+}
+
+impl fmt::Debug for Stderr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stderr::Tracing => "Tracing",
+            Stderr::Callback(_) => "Callback(..)",
+            Stderr::Inherit => "Inherit",
+            Stderr::Discard => "Discard",
+        })
+    }
+}
+
+/// How to start an MCP server as a child process, and how to stop it.
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use modelctx_stdio::ServerCommand;
+///
+/// let mut server = ServerCommand::new("npx")
+///     .args(["-y", "@modelcontextprotocol/server-everything"])
+///     .env("API_TOKEN", "secret")
+///     .spawn()?;
+/// server.writer.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await?;
+/// let reply = server.reader.next_line().await?;
+/// let report = server.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServerCommand {
+    program: OsString,
+    args: Vec<OsString>,
+    current_dir: Option<PathBuf>,
+    env: Vec<(OsString, OsString)>,
+    inherit: Vec<OsString>,
+    inherit_all: bool,
+    stderr: Stderr,
+    codec: LineCodec,
+    close_wait: Duration,
+    term_wait: Duration,
+}
+
+impl ServerCommand {
+    /// Runs `program` (looked up in `PATH` as the OS does), with no arguments, in this process's
+    /// working directory, with the [`DEFAULT_INHERITED_ENV`] variables of this process only, its
+    /// stderr to `tracing`, 4 MiB lines, and 2 s waits at shutdown.
+    pub fn new(program: impl AsRef<OsStr>) -> Self {
+        ServerCommand {
+            program: program.as_ref().to_owned(),
+            args: Vec::new(),
+            current_dir: None,
+            env: Vec::new(),
+            inherit: Vec::new(),
+            inherit_all: false,
+            stderr: Stderr::default(),
+            codec: LineCodec::new(),
+            close_wait: Duration::from_secs(2),
+            term_wait: Duration::from_secs(2),
+        }
+    }
+
+    /// Adds an argument.
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// The child's working directory.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets a variable in the child's environment (over an inherited one of the same name).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Passes one more of this process's variables on to the child, when it is set.
+    pub fn inherit_env(mut self, key: impl AsRef<OsStr>) -> Self {
+        self.inherit.push(key.as_ref().to_owned());
+        self
+    }
+
+    /// Passes this process's whole environment on to the child (secrets included: only for
+    /// servers trusted with it).
+    pub fn inherit_all_env(mut self) -> Self {
+        self.inherit_all = true;
+        self
+    }
+
+    /// What becomes of the child's stderr (default: [`Stderr::Tracing`]).
+    pub fn stderr(mut self, stderr: Stderr) -> Self {
+        self.stderr = stderr;
+        self
+    }
+
+    /// The codec reading the child's stdout (for another maximum line length).
+    pub fn codec(mut self, codec: LineCodec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// How long [`ChildTransport::shutdown`] waits for the child to exit after closing its stdin
+    /// (default 2 s), then after SIGTERM (default 2 s), before SIGKILL.
+    pub fn shutdown_waits(mut self, after_close: Duration, after_term: Duration) -> Self {
+        self.close_wait = after_close;
+        self.term_wait = after_term;
+        self
+    }
+
+    /// The environment the child gets: the safelisted (or all) variables of this process, then
+    /// the caller's. Values that start with `()` (shell functions exported by bash) are not
+    /// inherited.
+    fn environment(&self) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(key, value)| {
+                let listed = self.inherit_all
+                    || DEFAULT_INHERITED_ENV
+                        .iter()
+                        .any(|name| key.as_os_str() == OsStr::new(name))
+                    || self.inherit.iter().any(|name| name == key);
+                listed && !value.as_encoded_bytes().starts_with(b"()")
+            })
+            .collect();
+        for (key, value) in &self.env {
+            env.retain(|(k, _)| k != key);
+            env.push((key.clone(), value.clone()));
+        }
+        env
+    }
+
+    /// Starts the child. Must be called from within a tokio runtime (its pipes, the stderr
+    /// reader and the reaping of the process belong to it).
+    pub fn spawn(&self) -> io::Result<ChildTransport> {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .env_clear()
+            .envs(self.environment())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(match self.stderr {
+                Stderr::Inherit => Stdio::inherit(),
+                Stderr::Discard => Stdio::null(),
+                Stderr::Tracing | Stderr::Callback(_) => Stdio::piped(),
+            })
+            // A child left behind is killed (and reaped by tokio), never a zombie.
+            .kill_on_drop(true);
+        if let Some(dir) = &self.current_dir {
+            command.current_dir(dir);
+        }
+        // Its own process group, so that SIGTERM reaches what it started (`npx` starts `node`),
+        // and a Ctrl-C in our terminal is ours to handle, not the child's.
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command.spawn().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot start {:?}: {e}", self.program.to_string_lossy()),
+            )
+        })?;
+        let name = self.program.to_string_lossy().into_owned();
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(io::Error::other("the child's pipes are missing"));
+        };
+        let stderr_task = child.stderr.take().map(|stderr| {
+            let sink = self.stderr.clone();
+            let name = name.clone();
+            tokio::spawn(forward_stderr(stderr, move |line| match &sink {
+                Stderr::Callback(callback) => callback(line),
+                _ => tracing::info!(target: "modelctx_stdio::stderr", server = %name, "{line}"),
+            }))
+        });
+        Ok(ChildTransport {
+            reader: LineReader::new(stdout, self.codec.clone()),
+            writer: LineWriter::new(stdin),
+            process: ServerProcess {
+                child,
+                name,
+                status: None,
+                close_wait: self.close_wait,
+                term_wait: self.term_wait,
+                stderr_task,
+            },
+        })
+    }
+}
+
+/// A running server: the two halves of its line transport and the process itself. The fields
+/// are separate so that a driver can read, write and wait for the exit at the same time.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ChildTransport {
+    /// Reads the child's stdout.
+    pub reader: LineReader<ChildStdout>,
+    /// Writes the child's stdin.
+    pub writer: LineWriter<ChildStdin>,
+    /// The process.
+    pub process: ServerProcess,
+}
+
+impl ChildTransport {
+    /// Stops the server as the MCP specification asks: flushes and closes its stdin, waits for
+    /// it to exit, then sends SIGTERM (to its process group), waits, then SIGKILL. The process is
+    /// always reaped. Returns how it ended.
+    pub async fn shutdown(self) -> io::Result<Shutdown> {
+        let ChildTransport {
+            reader,
+            mut writer,
+            mut process,
+        } = self;
+        // A server that exited already or does not read: its stdin is closed all the same.
+        let _ = tokio::time::timeout(process.close_wait, writer.flush()).await;
+        drop(writer);
+        // Nobody reads its stdout any more: let writes to it fail rather than block.
+        drop(reader);
+        process.stop().await
+    }
+}
+
+/// How a server process ended at [`ChildTransport::shutdown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Shutdown {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What made it exit.
+    pub by: StoppedBy,
+}
+
+/// What made a server process exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoppedBy {
+    /// It exited on its own, before or after its stdin closed.
+    Exit,
+    /// SIGTERM (on Windows, where there is none, this stage is skipped).
+    Terminate,
+    /// SIGKILL.
+    Kill,
+}
+
+/// The server process: its id, its exit, and how it is stopped.
+pub struct ServerProcess {
+    child: Child,
+    name: String,
+    status: Option<ExitStatus>,
+    close_wait: Duration,
+    term_wait: Duration,
+    stderr_task: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for ServerProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerProcess")
+            .field("name", &self.name)
+            .field("pid", &self.child.id())
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerProcess {
+    /// The process id, while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The program's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits for the process to exit and reaps it. Cancel-safe; once it has exited, returns its
+    /// status at once.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let status = self.child.wait().await?;
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    /// The exit status, if the process has exited (reaping it), without waiting.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait()?;
+        }
+        Ok(self.status)
+    }
+
+    /// A sentence saying how the process ended, for the error its pending requests fail with:
+    /// "the server process \"x\" exited with exit status: 1".
+    pub fn describe_exit(&self) -> String {
+        match self.status {
+            Some(status) => format!("the server process {:?} exited ({status})", self.name),
+            None => format!("the server process {:?} closed its stdout", self.name),
+        }
+    }
+
+    /// The stages after stdin is closed: wait, SIGTERM, wait, SIGKILL.
+    async fn stop(&mut self) -> io::Result<Shutdown> {
+        let close_wait = self.close_wait;
+        if let Ok(status) = tokio::time::timeout(close_wait, self.wait()).await {
+            return self.stopped(status?, StoppedBy::Exit).await;
+        }
+        #[cfg(unix)]
+        {
+            self.terminate();
+            let term_wait = self.term_wait;
+            if let Ok(status) = tokio::time::timeout(term_wait, self.wait()).await {
+                return self.stopped(status?, StoppedBy::Terminate).await;
+            }
+        }
+        self.kill();
+        let status = self.wait().await?;
+        self.stopped(status, StoppedBy::Kill).await
+    }
+
+    /// Reports the end, once what the child wrote to stderr has been passed on.
+    async fn stopped(&mut self, status: ExitStatus, by: StoppedBy) -> io::Result<Shutdown> {
+        if let Some(task) = self.stderr_task.take() {
+            // Grandchildren may hold the stderr pipe open: do not wait for them for long.
+            let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
+        }
+        Ok(Shutdown { status, by })
+    }
+
+    /// SIGTERM to the child's process group (it leads one: see `spawn`).
+    #[cfg(unix)]
+    fn terminate(&self) {
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            // Fails only when the group is gone already.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+        }
+    }
+
+    /// SIGKILL to the child's process group, and to the child.
+    fn kill(&mut self) {
+        #[cfg(unix)]
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if self.status.is_none() && self.child.id().is_some() {
+            // Dropped without `shutdown`: kill its group too (the child itself is killed and
+            // reaped by tokio through `kill_on_drop`).
+            self.kill();
+        }
+        if let Some(task) = self.stderr_task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Reads `stderr` to its end, passing each line on; lines longer than [`MAX_STDERR_LINE`] are
+/// passed on in pieces. Memory stays bounded whatever the child writes.
+async fn forward_stderr<R: AsyncRead + Unpin>(mut stderr: R, emit: impl Fn(&str)) {
+    let mut buf = vec![0u8; 8 * 1024];
+    let mut line: Vec<u8> = Vec::with_capacity(1024);
+    let flush = |line: &mut Vec<u8>| {
+        let end = if line.last() == Some(&b'\r') {
+            line.len() - 1
+        } else {
+            line.len()
+        };
+        emit(&String::from_utf8_lossy(&line[..end]));
+        line.clear();
+    };
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for chunk in buf[..n].split_inclusive(|&b| b == b'\n') {
+            let (text, ends) = match chunk.split_last() {
+                Some((b'\n', text)) => (text, true),
+                _ => (chunk, false),
+            };
+            let mut text = text;
+            while line.len() + text.len() > MAX_STDERR_LINE {
+                let take = MAX_STDERR_LINE - line.len();
+                line.extend_from_slice(&text[..take]);
+                flush(&mut line);
+                text = &text[take..];
+            }
+            line.extend_from_slice(text);
+            if ends {
+                flush(&mut line);
+            }
+        }
+        if line.capacity() > 4 * MAX_STDERR_LINE {
+            line.shrink_to(MAX_STDERR_LINE);
+        }
+    }
+    if !line.is_empty() {
+        flush(&mut line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    async fn lines_of(input: &[u8]) -> Vec<String> {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        forward_stderr(input, move |line| {
+            sink.lock().unwrap().push(line.to_owned())
+        })
+        .await;
+        out.lock().unwrap().clone()
+    }
+
+    #[tokio::test]
+    async fn stderr_is_passed_on_line_by_line() {
+        assert_eq!(
+            lines_of(b"one\r\ntwo\n\nthree").await,
+            ["one", "two", "", "three"]
+        );
+        assert_eq!(lines_of(b"bad \xff byte\n").await, ["bad \u{fffd} byte"]);
+        assert!(lines_of(b"").await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn long_stderr_lines_come_in_bounded_pieces() {
+        let mut input = vec![b'a'; MAX_STDERR_LINE * 2 + 10];
+        input.extend_from_slice(b"\nshort\n");
+        let lines = lines_of(&input).await;
+        let lengths: Vec<usize> = lines.iter().map(String::len).collect();
+        assert_eq!(lengths, [MAX_STDERR_LINE, MAX_STDERR_LINE, 10, 5]);
+    }
+
+    #[test]
+    fn the_environment_is_a_safelist_plus_the_callers() {
+        // The test process has PATH; it has no variable of this name.
+        let command = ServerCommand::new("x")
+            .env("MODELCTX_TEST_ADDED", "1")
+            .env("PATH", "/only/this");
+        let env = command.environment();
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("MODELCTX_TEST_ADDED").as_deref(), Some("1"));
+        assert_eq!(get("PATH").as_deref(), Some("/only/this"));
+        assert_eq!(env.iter().filter(|(k, _)| k == "PATH").count(), 1);
+        for (key, _) in &env {
+            let key = key.to_string_lossy();
+            assert!(
+                DEFAULT_INHERITED_ENV.contains(&key.as_ref()) || key == "MODELCTX_TEST_ADDED",
+                "{key} was inherited"
+            );
+        }
+    }
+}
