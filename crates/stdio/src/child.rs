@@ -286,15 +286,12 @@ impl ChildTransport {
     pub async fn shutdown(self) -> io::Result<Shutdown> {
         let ChildTransport {
             reader,
-            mut writer,
-            mut process,
+            writer,
+            process,
         } = self;
-        // A server that exited already or does not read: its stdin is closed all the same.
-        let _ = tokio::time::timeout(process.close_wait, writer.flush()).await;
-        drop(writer);
         // Nobody reads its stdout any more: let writes to it fail rather than block.
         drop(reader);
-        process.stop().await
+        process.shutdown(writer).await
     }
 }
 
@@ -377,6 +374,15 @@ impl ServerProcess {
             Some(status) => format!("the server process {:?} exited ({status})", self.name),
             None => format!("the server process {:?} closed its stdout", self.name),
         }
+    }
+
+    /// Stops the server like [`ChildTransport::shutdown`], for a driver that took the transport
+    /// apart: flushes and closes `stdin`, then waits, SIGTERM, waits, SIGKILL.
+    pub async fn shutdown(mut self, mut stdin: LineWriter<ChildStdin>) -> io::Result<Shutdown> {
+        // A server that exited already or does not read: its stdin is closed all the same.
+        let _ = tokio::time::timeout(self.close_wait, stdin.flush()).await;
+        drop(stdin);
+        self.stop().await
     }
 
     /// The stages after stdin is closed: wait, SIGTERM, wait, SIGKILL.
