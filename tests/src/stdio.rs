@@ -72,8 +72,21 @@ where
         let deadline = session.poll_timeout().map(tokio::time::Instant::from_std);
         tokio::select! {
             line = reader.next_line(), if input_open => match line {
-                Ok(Some(Ok(line))) => session.handle_bytes(Instant::now(), line.as_bytes()),
-                Ok(Some(Err(error))) => writer.feed(&error.to_error_response())?,
+                Ok(Some(first)) => {
+                    // Everything this read brought, then one flush for all the answers.
+                    let now = Instant::now();
+                    let mut next = Some(first);
+                    while let Some(item) = next {
+                        match item {
+                            Ok(line) => session.handle_bytes(now, line.as_bytes()),
+                            Err(error) => {
+                                feed_transmits(&mut writer, || session.poll_transmit())?;
+                                writer.feed(&error.to_error_response())?;
+                            }
+                        }
+                        next = reader.next_buffered();
+                    }
+                }
                 Ok(None) | Err(_) => input_open = false,
             },
             Some((id, reply)) = done_rx.recv() => {
@@ -250,10 +263,17 @@ async fn drive_client(
         let deadline = session.poll_timeout().map(tokio::time::Instant::from_std);
         tokio::select! {
             line = reader.next_line(), if output_open => match line {
-                Ok(Some(Ok(line))) => session.handle_bytes(Instant::now(), line.as_bytes()),
-                Ok(Some(Err(error))) => {
-                    // A client logs and drops a bad line.
-                    tracing::warn!("dropped a line from the server: {error}");
+                Ok(Some(first)) => {
+                    let now = Instant::now();
+                    let mut next = Some(first);
+                    while let Some(item) = next {
+                        match item {
+                            Ok(line) => session.handle_bytes(now, line.as_bytes()),
+                            // A client logs and drops a bad line.
+                            Err(error) => tracing::warn!("dropped a line from the server: {error}"),
+                        }
+                        next = reader.next_buffered();
+                    }
                 }
                 Ok(None) | Err(_) => {
                     // The child's stdout ended: it is exiting (or has). Fail everything now,

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use futures_core::Stream;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio_util::codec::FramedRead;
+use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::codec::{Line, LineCodec, LineError, encode_line};
 
@@ -41,6 +41,17 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         poll_fn(|cx| Pin::new(&mut self.framed).poll_next(cx))
             .await
             .transpose()
+    }
+
+    /// The next line already in the read buffer, without any I/O: after
+    /// [`next_line`](Self::next_line) returned one, a driver takes the rest of what that read
+    /// brought with this, handles them all, and writes the answers with one flush.
+    pub fn next_buffered(&mut self) -> Option<Result<Line, LineError>> {
+        let mut buffer = std::mem::take(self.framed.read_buffer_mut());
+        // The codec's only error is the reader's, and there is no reading here.
+        let item = self.framed.decoder_mut().decode(&mut buffer).ok().flatten();
+        *self.framed.read_buffer_mut() = buffer;
+        item
     }
 
     /// The codec, for its settings.
@@ -157,7 +168,7 @@ pub fn is_closed(error: &io::Error) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn lines_cross_a_pipe_in_order_with_bad_lines_reported_in_place() {
@@ -189,6 +200,24 @@ mod tests {
         );
         assert!(reader.next_line().await.unwrap().is_none());
         send.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn buffered_lines_are_taken_without_io() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        a.write_all(b"1\n2\n\n3\nxxxxxxxx\n4").await.unwrap();
+        let mut reader = LineReader::new(b, LineCodec::with_max_line_length(4));
+        assert!(reader.next_buffered().is_none(), "nothing read yet");
+        let first = reader.next_line().await.unwrap().unwrap().unwrap();
+        assert_eq!(first.as_str(), "1");
+        let rest: Vec<_> = std::iter::from_fn(|| reader.next_buffered()).collect();
+        assert_eq!(rest.len(), 3, "{rest:?}");
+        assert_eq!(rest[2], Err(LineError::TooLong { limit: 4 }));
+        // "4" has no newline yet: it comes at the end of input, through next_line.
+        drop(a);
+        let last = reader.next_line().await.unwrap().unwrap().unwrap();
+        assert_eq!(last.as_str(), "4");
+        assert!(reader.next_line().await.unwrap().is_none());
     }
 
     #[tokio::test]
