@@ -368,7 +368,8 @@ impl ServerProcess {
     }
 
     /// A sentence saying how the process ended, for the error its pending requests fail with:
-    /// "the server process \"x\" exited with exit status: 1".
+    /// `the server process "x" exited (exit status: 1)`, or, when it has not exited (yet),
+    /// `the server process "x" closed its stdout`.
     pub fn describe_exit(&self) -> String {
         match self.status {
             Some(status) => format!("the server process {:?} exited ({status})", self.name),

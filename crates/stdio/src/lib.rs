@@ -74,3 +74,16 @@ pub fn log_to_stderr() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .with_ansi(false)
         .try_init()
 }
+
+#[cfg(all(test, feature = "stderr-log"))]
+mod tests {
+    #[test]
+    fn log_to_stderr_installs_one_subscriber() {
+        assert!(super::log_to_stderr().is_ok());
+        tracing::info!("to stderr");
+        assert!(
+            super::log_to_stderr().is_err(),
+            "a second global subscriber"
+        );
+    }
+}
