@@ -36,6 +36,14 @@ pub enum Ended {
     OutputClosed,
 }
 
+/// Sleeps until `deadline`; forever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Writes what the session transmits into the writer's buffer.
 fn feed_transmits<W: AsyncWrite + Unpin>(
     writer: &mut LineWriter<W>,
@@ -101,12 +109,7 @@ where
                     Err(error) => session.respond_error(&id, error),
                 };
             }
-            () = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => session.handle_timeout(Instant::now()),
+            () = until(deadline) => session.handle_timeout(Instant::now()),
         }
         while let Some(event) = session.poll_event() {
             match event {
@@ -292,12 +295,7 @@ async fn drive_client(
                 // short while.
                 exit_deadline = Some(tokio::time::Instant::now() + std::time::Duration::from_millis(500));
             }
-            () = async {
-                match exit_deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            }, if output_open => {
+            () = until(exit_deadline), if output_open => {
                 output_open = false;
                 session.transport_closed(process.describe_exit());
             }
@@ -317,12 +315,7 @@ async fn drive_client(
                 Some(Command::Shutdown(reply)) => shutdown = Some(reply),
                 None => return,
             },
-            () = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => session.handle_timeout(Instant::now()),
+            () = until(deadline) => session.handle_timeout(Instant::now()),
         }
         while let Some(event) = session.poll_event() {
             match event {
