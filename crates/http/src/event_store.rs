@@ -1,0 +1,1349 @@
+//! The store of SSE events for legacy (`initialize`-based) HTTP sessions.
+//!
+//! A legacy HTTP session may have several SSE streams open at once: one per POSTed request
+//! that the server answers with `text/event-stream`, plus the streams opened by GET. Every event
+//! the server writes on such a stream is first appended here and carries the [`EventId`] the
+//! store hands back. When the connection drops, the stream does not end: the handler runs on
+//! (a dropped connection is not a cancellation) and its output keeps going into the store. The
+//! client comes back with a GET and a `Last-Event-ID` header, and the server asks
+//! [`EventStore::replay_after`] for exactly the events of *that* stream that follow the id, never
+//! another stream's, and never with a silent gap.
+//!
+//! # Ids
+//!
+//! The server picks the [`StreamId`] (unique within its session); the store assigns the
+//! sequence number. An [`EventId`] is written `"{stream}-{seq}"` in decimal, which is visible
+//! ASCII and names the originating stream, as the specification asks. Parsing accepts only what
+//! [`Display`](fmt::Display) writes, so an id from the wire is either one we could have issued
+//! or an error.
+//!
+//! # Exactness
+//!
+//! [`EventStore::replay_after`] either returns every event of the stream after the given id, in
+//! order, or an error: [`ReplayError::Unknown`] when the session, the stream or the id is not
+//! one the store knows, and [`ReplayError::Gone`] when events after the id were evicted. The
+//! caller refuses the resumption in both cases rather than resume with a hole in the stream.
+//!
+//! # The in-memory store
+//!
+//! [`MemoryEventStore`] is the bounded default. See [`MemoryEventStoreConfig`] for its retention
+//! rules; every table it keeps has a bound, and [`EventStore::remove_session`] frees everything a
+//! session holds.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::future::{Future, ready};
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+/// A boxed, sendable future, the return type of every [`EventStore`] method.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The time source of a [`MemoryEventStore`] (injectable so that tests control time).
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// One SSE stream within an HTTP session, chosen by the server.
+///
+/// Written in decimal. The server must never reuse a stream id within a session: the store
+/// treats everything appended under one id as one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+
+impl StreamId {
+    /// The stream id with this number.
+    pub const fn new(id: u64) -> Self {
+        Self(id)
+    }
+
+    /// The number of this stream id.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for StreamId {
+    type Err = ParseIdError;
+
+    /// Accepts only the canonical decimal form that [`Display`](fmt::Display) writes: ASCII
+    /// digits, no sign, no leading zero (except `"0"` itself), no overflow.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_canonical_u64(s).map(Self).ok_or(ParseIdError(()))
+    }
+}
+
+/// The id of one SSE event: the stream it belongs to and its sequence number.
+///
+/// Written `"{stream}-{seq}"`, e.g. `"3-17"`. Sequence numbers are assigned by the store and
+/// increase along each stream; an id is never issued twice within a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId {
+    /// The stream the event was sent on.
+    pub stream: StreamId,
+    /// The event's sequence number.
+    pub seq: u64,
+}
+
+impl EventId {
+    /// The id of event `seq` of `stream`.
+    pub const fn new(stream: StreamId, seq: u64) -> Self {
+        Self { stream, seq }
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.stream.0, self.seq)
+    }
+}
+
+impl FromStr for EventId {
+    type Err = ParseIdError;
+
+    /// Accepts only what [`Display`](fmt::Display) writes: two canonical decimal numbers (no
+    /// sign, no leading zero, no overflow) joined by one `-`. Never panics.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (stream, seq) = s.split_once('-').ok_or(ParseIdError(()))?;
+        let stream = parse_canonical_u64(stream).ok_or(ParseIdError(()))?;
+        let seq = parse_canonical_u64(seq).ok_or(ParseIdError(()))?;
+        Ok(Self::new(StreamId(stream), seq))
+    }
+}
+
+/// A string that is not an id this module writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not a valid event or stream id")]
+pub struct ParseIdError(());
+
+/// The longest decimal form of a `u64` (`18446744073709551615`).
+const MAX_U64_DIGITS: usize = 20;
+
+/// Parses the canonical decimal form of a `u64`, rejecting everything else.
+fn parse_canonical_u64(s: &str) -> Option<u64> {
+    let bytes = s.as_bytes();
+    match bytes {
+        [] => None,
+        [b'0'] => Some(0),
+        [b'0', ..] => None,
+        _ if bytes.len() > MAX_U64_DIGITS => None,
+        _ if bytes.iter().all(u8::is_ascii_digit) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Why [`EventStore::replay_after`] cannot resume a stream exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// The session or the stream is not known to the store, or the id was never issued on that
+    /// stream (for instance a sequence number beyond the last one issued).
+    #[error("unknown session, stream or event id")]
+    Unknown,
+    /// Events that followed the id were evicted, so the stream can no longer be resumed
+    /// without a gap.
+    #[error("events after this id are no longer stored")]
+    Gone,
+}
+
+/// How much a store holds, for metrics and for tests that check it returns to empty.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreSizes {
+    /// Sessions with at least one stream entry.
+    pub sessions: usize,
+    /// Stream entries, including streams whose events were all evicted but which are still
+    /// remembered so that a resumption gets [`ReplayError::Gone`].
+    pub streams: usize,
+    /// Stored events.
+    pub events: usize,
+    /// Bytes of stored event data.
+    pub bytes: usize,
+}
+
+impl StoreSizes {
+    /// Whether the store holds nothing at all.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Where the SSE events of legacy HTTP sessions are kept for resumption.
+///
+/// Pluggable: the server holds an `Arc<dyn EventStore>`. Every method returns a boxed future
+/// so that an implementation may do I/O (a shared store such as Redis); an implementation must
+/// not hold a lock across an await point.
+pub trait EventStore: Send + Sync + 'static {
+    /// Stores `data`, the payload of one event on `stream` of `session`, and returns the id to
+    /// send with it. The store assigns the sequence number: it increases along the stream, and
+    /// the id is unique within the session.
+    fn append<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+        data: Bytes,
+    ) -> BoxFuture<'a, EventId>;
+
+    /// Every stored event of `after.stream` whose sequence number is greater than `after.seq`,
+    /// in order. [`ReplayError::Unknown`] when the session, the stream or the id is unknown;
+    /// [`ReplayError::Gone`] when events after `after` were evicted. An empty vector means the
+    /// client has seen everything the stream produced so far.
+    fn replay_after<'a>(
+        &'a self,
+        session: &'a str,
+        after: &'a EventId,
+    ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>>;
+
+    /// Forgets `stream` of `session` and all its events.
+    fn remove_stream<'a>(&'a self, session: &'a str, stream: StreamId) -> BoxFuture<'a, ()>;
+
+    /// Forgets `session`, all its streams and all their events.
+    fn remove_session<'a>(&'a self, session: &'a str) -> BoxFuture<'a, ()>;
+
+    /// How much the store holds now.
+    fn sizes(&self) -> BoxFuture<'_, StoreSizes>;
+}
+
+/// The retention rules of a [`MemoryEventStore`].
+///
+/// Eviction always drops the oldest events first: the session's oldest for the per-session
+/// limits, the oldest across all sessions for the global one, and everything older than
+/// `max_age`. Sizes count event data only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryEventStoreConfig {
+    /// Most events kept per session (default 1024). Also bounds how many streams whose events
+    /// were all evicted a session remembers (so that resuming them reports
+    /// [`ReplayError::Gone`] rather than [`ReplayError::Unknown`]).
+    pub max_events_per_session: usize,
+    /// Most bytes of event data kept per session (default 4 MiB).
+    pub max_bytes_per_session: usize,
+    /// Most bytes of event data kept across all sessions (default 64 MiB).
+    pub max_total_bytes: usize,
+    /// How long an event is kept (default 5 minutes); an event whose age reaches `max_age` is
+    /// evicted. A stream whose events were all evicted is remembered for `max_age` more.
+    pub max_age: Duration,
+}
+
+impl Default for MemoryEventStoreConfig {
+    fn default() -> Self {
+        Self {
+            max_events_per_session: 1024,
+            max_bytes_per_session: 4 * 1024 * 1024,
+            max_total_bytes: 64 * 1024 * 1024,
+            max_age: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// The bounded in-memory [`EventStore`], the default.
+///
+/// All work happens under one `std::sync::Mutex` when a method is called (the returned future
+/// is already complete); ages are checked lazily on every call using the store's clock.
+/// Sequence numbers come from one counter for the whole store, so an id is never issued twice
+/// even after a session or stream was dropped and comes back.
+pub struct MemoryEventStore {
+    inner: Mutex<Inner>,
+    clock: Clock,
+}
+
+impl fmt::Debug for MemoryEventStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryEventStore")
+            .field("config", &self.lock().config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryEventStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryEventStore {
+    /// A store with the default retention rules and the system clock.
+    pub fn new() -> Self {
+        Self::with_config(MemoryEventStoreConfig::default())
+    }
+
+    /// A store with these retention rules and the system clock.
+    pub fn with_config(config: MemoryEventStoreConfig) -> Self {
+        Self {
+            inner: Mutex::new(Inner::new(config)),
+            clock: Arc::new(Instant::now),
+        }
+    }
+
+    /// Replaces the clock used to age events (for deterministic tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The retention rules of this store.
+    pub fn config(&self) -> MemoryEventStoreConfig {
+        self.lock().config
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing under this lock panics; should a poisoned lock ever be seen, the tables are
+        // still consistent between operations, so carry on with them.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The clock is read before locking so that a panicking clock cannot poison the lock.
+    fn now(&self) -> Instant {
+        (self.clock)()
+    }
+
+    fn append_now(&self, session: &str, stream: StreamId, data: Bytes) -> EventId {
+        let now = self.now();
+        self.lock().append(now, session, stream, data)
+    }
+
+    fn replay_now(
+        &self,
+        session: &str,
+        after: &EventId,
+    ) -> Result<Vec<(EventId, Bytes)>, ReplayError> {
+        let now = self.now();
+        self.lock().replay_after(now, session, after)
+    }
+
+    fn remove_stream_now(&self, session: &str, stream: StreamId) {
+        let now = self.now();
+        self.lock().remove_stream(now, session, stream);
+    }
+
+    fn remove_session_now(&self, session: &str) {
+        let now = self.now();
+        self.lock().remove_session(now, session);
+    }
+
+    fn sizes_now(&self) -> StoreSizes {
+        let now = self.now();
+        self.lock().sizes(now)
+    }
+}
+
+impl EventStore for MemoryEventStore {
+    fn append<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+        data: Bytes,
+    ) -> BoxFuture<'a, EventId> {
+        Box::pin(ready(self.append_now(session, stream, data)))
+    }
+
+    fn replay_after<'a>(
+        &'a self,
+        session: &'a str,
+        after: &'a EventId,
+    ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
+        Box::pin(ready(self.replay_now(session, after)))
+    }
+
+    fn remove_stream<'a>(&'a self, session: &'a str, stream: StreamId) -> BoxFuture<'a, ()> {
+        self.remove_stream_now(session, stream);
+        Box::pin(ready(()))
+    }
+
+    fn remove_session<'a>(&'a self, session: &'a str) -> BoxFuture<'a, ()> {
+        self.remove_session_now(session);
+        Box::pin(ready(()))
+    }
+
+    fn sizes(&self) -> BoxFuture<'_, StoreSizes> {
+        Box::pin(ready(self.sizes_now()))
+    }
+}
+
+/// Where an entry of the global age/size order lives.
+#[derive(Debug)]
+struct Loc {
+    /// When the event was appended (for a remembered empty stream: when it became empty).
+    at: Instant,
+    session: Arc<str>,
+    stream: StreamId,
+}
+
+/// The tables of a [`MemoryEventStore`].
+///
+/// Invariants between operations:
+/// - `events` holds exactly the stored events of all sessions, keyed by sequence number (which
+///   is also their append order); `bytes` is the sum of their sizes.
+/// - `tombs` holds exactly the remembered streams without events, keyed by the order they
+///   became empty.
+/// - every session in `sessions` has at least one stream entry; every stream entry has events
+///   or is remembered in `tombs`, never both.
+#[derive(Debug)]
+struct Inner {
+    config: MemoryEventStoreConfig,
+    sessions: HashMap<Arc<str>, SessionEntry>,
+    events: BTreeMap<u64, Loc>,
+    tombs: BTreeMap<u64, Loc>,
+    bytes: usize,
+    /// The last sequence number issued.
+    last_seq: u64,
+    /// The last key issued in `tombs`.
+    last_tomb: u64,
+}
+
+#[derive(Debug)]
+struct SessionEntry {
+    key: Arc<str>,
+    streams: HashMap<StreamId, StreamEntry>,
+    /// The session's stored events in append order: sequence number to stream.
+    events: BTreeMap<u64, StreamId>,
+    /// The session's remembered empty streams, oldest first.
+    tombs: BTreeMap<u64, StreamId>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct StreamEntry {
+    /// The first sequence number issued on this stream entry.
+    first_seq: u64,
+    /// The last sequence number issued on this stream entry.
+    last_seq: u64,
+    /// The highest evicted sequence number of this stream (0 if none). Eviction takes the
+    /// oldest first, so every event of the stream up to here is gone and every one after it
+    /// is still in `events`.
+    evicted_upto: u64,
+    /// The stored events, in order of sequence number.
+    events: VecDeque<(u64, Bytes)>,
+    /// The key in the `tombs` tables while the stream has no stored events.
+    tomb: Option<u64>,
+}
+
+impl Inner {
+    fn new(config: MemoryEventStoreConfig) -> Self {
+        Self {
+            config,
+            sessions: HashMap::new(),
+            events: BTreeMap::new(),
+            tombs: BTreeMap::new(),
+            bytes: 0,
+            last_seq: 0,
+            last_tomb: 0,
+        }
+    }
+
+    fn append(&mut self, now: Instant, session: &str, stream: StreamId, data: Bytes) -> EventId {
+        self.expire(now);
+        // One counter for the whole store: 2^64 events will not be reached, and saturating
+        // keeps this free of overflow panics regardless.
+        self.last_seq = self.last_seq.saturating_add(1);
+        let seq = self.last_seq;
+        let len = data.len();
+
+        let key = match self.sessions.get_key_value(session) {
+            Some((key, _)) => Arc::clone(key),
+            None => Arc::from(session),
+        };
+        let entry = self
+            .sessions
+            .entry(Arc::clone(&key))
+            .or_insert_with(|| SessionEntry {
+                key: Arc::clone(&key),
+                streams: HashMap::new(),
+                events: BTreeMap::new(),
+                tombs: BTreeMap::new(),
+                bytes: 0,
+            });
+        let st = entry.streams.entry(stream).or_insert_with(|| StreamEntry {
+            first_seq: seq,
+            last_seq: seq,
+            evicted_upto: 0,
+            events: VecDeque::new(),
+            tomb: None,
+        });
+        if let Some(tomb) = st.tomb.take() {
+            entry.tombs.remove(&tomb);
+            self.tombs.remove(&tomb);
+        }
+        st.events.push_back((seq, data));
+        st.last_seq = seq;
+        entry.events.insert(seq, stream);
+        entry.bytes = entry.bytes.saturating_add(len);
+        self.events.insert(
+            seq,
+            Loc {
+                at: now,
+                session: key,
+                stream,
+            },
+        );
+        self.bytes = self.bytes.saturating_add(len);
+
+        // The session's own limits: drop its oldest events.
+        while let Some(entry) = self.sessions.get(session) {
+            if entry.events.len() <= self.config.max_events_per_session
+                && entry.bytes <= self.config.max_bytes_per_session
+            {
+                break;
+            }
+            let Some((&oldest, &oldest_stream)) = entry.events.first_key_value() else {
+                break;
+            };
+            self.evict(session, oldest_stream, oldest, now);
+        }
+        // The global limit: drop the oldest events of any session.
+        while self.bytes > self.config.max_total_bytes {
+            let Some((&oldest, loc)) = self.events.first_key_value() else {
+                break;
+            };
+            let (owner, owner_stream) = (Arc::clone(&loc.session), loc.stream);
+            self.evict(&owner, owner_stream, oldest, now);
+        }
+        EventId::new(stream, seq)
+    }
+
+    fn replay_after(
+        &mut self,
+        now: Instant,
+        session: &str,
+        after: &EventId,
+    ) -> Result<Vec<(EventId, Bytes)>, ReplayError> {
+        self.expire(now);
+        let st = self
+            .sessions
+            .get(session)
+            .and_then(|entry| entry.streams.get(&after.stream))
+            .ok_or(ReplayError::Unknown)?;
+        let seq = after.seq;
+        if seq < st.first_seq || seq > st.last_seq {
+            return Err(ReplayError::Unknown);
+        }
+        if seq < st.evicted_upto {
+            return Err(ReplayError::Gone);
+        }
+        // Past the evicted prefix every issued id is still stored: an id that is not there
+        // was never issued on this stream.
+        if seq > st.evicted_upto && st.events.binary_search_by_key(&seq, |e| e.0).is_err() {
+            return Err(ReplayError::Unknown);
+        }
+        let start = st.events.partition_point(|e| e.0 <= seq);
+        Ok(st
+            .events
+            .iter()
+            .skip(start)
+            .map(|(seq, data)| (EventId::new(after.stream, *seq), data.clone()))
+            .collect())
+    }
+
+    fn remove_stream(&mut self, now: Instant, session: &str, stream: StreamId) {
+        self.expire(now);
+        let Some(entry) = self.sessions.get_mut(session) else {
+            return;
+        };
+        if let Some(st) = entry.streams.remove(&stream) {
+            for (seq, data) in st.events {
+                entry.events.remove(&seq);
+                self.events.remove(&seq);
+                entry.bytes = entry.bytes.saturating_sub(data.len());
+                self.bytes = self.bytes.saturating_sub(data.len());
+            }
+            if let Some(tomb) = st.tomb {
+                entry.tombs.remove(&tomb);
+                self.tombs.remove(&tomb);
+            }
+        }
+        shrink_map(&mut entry.streams);
+        self.drop_session_if_empty(session);
+    }
+
+    fn remove_session(&mut self, now: Instant, session: &str) {
+        self.expire(now);
+        if let Some(entry) = self.sessions.remove(session) {
+            for seq in entry.events.keys() {
+                self.events.remove(seq);
+            }
+            for tomb in entry.tombs.keys() {
+                self.tombs.remove(tomb);
+            }
+            self.bytes = self.bytes.saturating_sub(entry.bytes);
+        }
+        shrink_map(&mut self.sessions);
+    }
+
+    fn sizes(&mut self, now: Instant) -> StoreSizes {
+        self.expire(now);
+        StoreSizes {
+            sessions: self.sessions.len(),
+            streams: self.sessions.values().map(|s| s.streams.len()).sum(),
+            events: self.events.len(),
+            bytes: self.bytes,
+        }
+    }
+
+    /// Evicts everything whose age has reached `max_age`: events, then remembered streams.
+    fn expire(&mut self, now: Instant) {
+        let max_age = self.config.max_age;
+        while let Some((&seq, loc)) = self.events.first_key_value() {
+            if now.saturating_duration_since(loc.at) < max_age {
+                break;
+            }
+            let (owner, stream) = (Arc::clone(&loc.session), loc.stream);
+            self.evict(&owner, stream, seq, now);
+        }
+        while let Some((&tomb, loc)) = self.tombs.first_key_value() {
+            if now.saturating_duration_since(loc.at) < max_age {
+                break;
+            }
+            let (owner, stream) = (Arc::clone(&loc.session), loc.stream);
+            self.forget_tomb(&owner, stream, tomb);
+        }
+    }
+
+    /// Evicts event `seq` of `stream` of `session`, which is the stream's oldest stored event.
+    /// A stream left without events is remembered (see [`ReplayError::Gone`]).
+    fn evict(&mut self, session: &str, stream: StreamId, seq: u64, now: Instant) {
+        // Always removed from the global order first, so that every eviction loop progresses.
+        self.events.remove(&seq);
+        let tomb_cap = self.config.max_events_per_session;
+        let Some(entry) = self.sessions.get_mut(session) else {
+            return;
+        };
+        entry.events.remove(&seq);
+        if let Some(st) = entry.streams.get_mut(&stream) {
+            let removed = if st.events.front().is_some_and(|e| e.0 == seq) {
+                st.events.pop_front()
+            } else {
+                st.events
+                    .binary_search_by_key(&seq, |e| e.0)
+                    .ok()
+                    .and_then(|i| st.events.remove(i))
+            };
+            if let Some((_, data)) = removed {
+                entry.bytes = entry.bytes.saturating_sub(data.len());
+                self.bytes = self.bytes.saturating_sub(data.len());
+            }
+            st.evicted_upto = st.evicted_upto.max(seq);
+            if st.events.is_empty() {
+                st.events = VecDeque::new();
+                self.last_tomb = self.last_tomb.saturating_add(1);
+                let tomb = self.last_tomb;
+                st.tomb = Some(tomb);
+                entry.tombs.insert(tomb, stream);
+                self.tombs.insert(
+                    tomb,
+                    Loc {
+                        at: now,
+                        session: Arc::clone(&entry.key),
+                        stream,
+                    },
+                );
+                while entry.tombs.len() > tomb_cap {
+                    let Some((old, old_stream)) = entry.tombs.pop_first() else {
+                        break;
+                    };
+                    self.tombs.remove(&old);
+                    entry.streams.remove(&old_stream);
+                }
+                shrink_map(&mut entry.streams);
+            } else {
+                shrink_deque(&mut st.events);
+            }
+        }
+        self.drop_session_if_empty(session);
+    }
+
+    /// Forgets the remembered empty `stream` of `session` whose tomb key is `tomb`.
+    fn forget_tomb(&mut self, session: &str, stream: StreamId, tomb: u64) {
+        self.tombs.remove(&tomb);
+        let Some(entry) = self.sessions.get_mut(session) else {
+            return;
+        };
+        entry.tombs.remove(&tomb);
+        if entry
+            .streams
+            .get(&stream)
+            .is_some_and(|st| st.tomb == Some(tomb) && st.events.is_empty())
+        {
+            entry.streams.remove(&stream);
+            shrink_map(&mut entry.streams);
+        }
+        self.drop_session_if_empty(session);
+    }
+
+    fn drop_session_if_empty(&mut self, session: &str) {
+        if self
+            .sessions
+            .get(session)
+            .is_some_and(|entry| entry.streams.is_empty())
+        {
+            self.sessions.remove(session);
+            shrink_map(&mut self.sessions);
+        }
+    }
+}
+
+/// Gives memory back once a map is mostly empty (and all of it once it is empty).
+fn shrink_map<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    let len = map.len();
+    if len == 0 {
+        map.shrink_to_fit();
+    } else if map.capacity() > 64 && map.capacity() / 4 > len {
+        map.shrink_to(len.saturating_mul(2));
+    }
+}
+
+/// Gives memory back once a queue is mostly empty.
+fn shrink_deque<T>(queue: &mut VecDeque<T>) {
+    let len = queue.len();
+    if queue.capacity() > 16 && queue.capacity() / 4 > len {
+        queue.shrink_to(len.saturating_mul(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A clock the test moves by hand, in milliseconds from an arbitrary start.
+    fn manual_clock() -> (Clock, Arc<AtomicU64>) {
+        let millis = Arc::new(AtomicU64::new(0));
+        let base = Instant::now();
+        let handle = Arc::clone(&millis);
+        let clock: Clock =
+            Arc::new(move || base + Duration::from_millis(handle.load(Ordering::SeqCst)));
+        (clock, millis)
+    }
+
+    fn store(config: MemoryEventStoreConfig) -> (MemoryEventStore, Arc<AtomicU64>) {
+        let (clock, millis) = manual_clock();
+        (
+            MemoryEventStore::with_config(config).with_clock(clock),
+            millis,
+        )
+    }
+
+    fn big() -> MemoryEventStoreConfig {
+        MemoryEventStoreConfig {
+            max_events_per_session: 1 << 20,
+            max_bytes_per_session: 1 << 30,
+            max_total_bytes: 1 << 30,
+            max_age: Duration::from_secs(3600),
+        }
+    }
+
+    fn data(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn payloads(v: &[(EventId, Bytes)]) -> Vec<String> {
+        v.iter()
+            .map(|(_, d)| String::from_utf8_lossy(d).into_owned())
+            .collect()
+    }
+
+    /// Checks every invariant of the tables.
+    fn check(s: &MemoryEventStore) {
+        let inner = s.lock();
+        let mut events = 0;
+        let mut bytes = 0;
+        let mut tombs = 0;
+        for (key, entry) in &inner.sessions {
+            assert_eq!(key, &entry.key);
+            assert!(!entry.streams.is_empty(), "empty session kept");
+            assert!(entry.events.len() <= inner.config.max_events_per_session);
+            assert!(entry.bytes <= inner.config.max_bytes_per_session);
+            assert!(entry.tombs.len() <= inner.config.max_events_per_session);
+            let mut session_bytes = 0;
+            let mut session_events = 0;
+            for (id, st) in &entry.streams {
+                assert!(st.first_seq <= st.last_seq);
+                match st.tomb {
+                    Some(t) => {
+                        assert!(st.events.is_empty());
+                        assert_eq!(entry.tombs.get(&t), Some(id));
+                        let loc = &inner.tombs[&t];
+                        assert_eq!((&*loc.session, loc.stream), (&**key, *id));
+                        assert_eq!(st.evicted_upto, st.last_seq);
+                    }
+                    None => assert!(!st.events.is_empty()),
+                }
+                let mut prev = st.evicted_upto;
+                for (seq, d) in &st.events {
+                    assert!(*seq > prev);
+                    prev = *seq;
+                    assert_eq!(entry.events.get(seq), Some(id));
+                    let loc = &inner.events[seq];
+                    assert_eq!((&*loc.session, loc.stream), (&**key, *id));
+                    session_bytes += d.len();
+                    session_events += 1;
+                }
+                if let Some((last, _)) = st.events.back() {
+                    assert_eq!(*last, st.last_seq);
+                }
+            }
+            assert_eq!(session_bytes, entry.bytes);
+            assert_eq!(session_events, entry.events.len());
+            events += session_events;
+            bytes += session_bytes;
+            tombs += entry.tombs.len();
+        }
+        assert_eq!(events, inner.events.len());
+        assert_eq!(bytes, inner.bytes);
+        assert_eq!(tombs, inner.tombs.len());
+        assert!(inner.bytes <= inner.config.max_total_bytes);
+    }
+
+    /// A small deterministic generator for the fuzz-like loops.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    #[test]
+    fn event_store_ids_round_trip() {
+        let values = [0, 1, 9, 10, 99, 100, 12345, u64::MAX - 1, u64::MAX];
+        for stream in values {
+            for seq in values {
+                let id = EventId::new(StreamId(stream), seq);
+                let text = id.to_string();
+                assert!(text.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+                assert_eq!(text.parse::<EventId>(), Ok(id), "{text}");
+            }
+            let sid = StreamId::new(stream);
+            assert_eq!(sid.to_string().parse::<StreamId>(), Ok(sid));
+            assert_eq!(sid.get(), stream);
+        }
+        assert_eq!(EventId::new(StreamId(3), 17).to_string(), "3-17");
+    }
+
+    #[test]
+    fn event_store_ids_reject_garbage() {
+        for bad in [
+            "",
+            "-",
+            "1",
+            "1-",
+            "-1",
+            "--",
+            "1--1",
+            "1-1-1",
+            "01-1",
+            "1-01",
+            "00-0",
+            "0-00",
+            "+1-1",
+            "1-+1",
+            "-1-1",
+            " 1-1",
+            "1-1 ",
+            "1 -1",
+            "1_1",
+            "1:1",
+            "a-b",
+            "0x1-1",
+            "1e3-1",
+            "\u{0661}-1",
+            "1-\u{ff11}",
+            "18446744073709551616-1",
+            "1-18446744073709551616",
+            "99999999999999999999-1",
+            "1-000000000000000000001",
+            "1-1\0",
+            "1-1\n",
+        ] {
+            assert!(bad.parse::<EventId>().is_err(), "{bad:?} accepted");
+        }
+        for bad in ["", "01", "+1", "-1", " 1", "18446744073709551616", "1-1"] {
+            assert!(bad.parse::<StreamId>().is_err(), "{bad:?} accepted");
+        }
+        let long = "1".repeat(100_000);
+        assert!(long.parse::<StreamId>().is_err());
+        assert!(format!("{long}-1").parse::<EventId>().is_err());
+    }
+
+    #[test]
+    fn event_store_ids_fuzz() {
+        let alphabet: Vec<char> = "0123456789-+ 0-0-9\u{0}\u{e9}x\u{0663}".chars().collect();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut accepted = 0;
+        for _ in 0..50_000 {
+            let len = rng.below(24);
+            let text: String = (0..len)
+                .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+                .collect();
+            // Whatever is accepted is exactly what Display writes.
+            if let Ok(id) = text.parse::<EventId>() {
+                assert_eq!(id.to_string(), text);
+                accepted += 1;
+            }
+            if let Ok(id) = text.parse::<StreamId>() {
+                assert_eq!(id.to_string(), text);
+            }
+            // Arbitrary bytes, made into a string lossily, never panic either.
+            let raw: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let lossy = String::from_utf8_lossy(&raw);
+            if let Ok(id) = lossy.parse::<EventId>() {
+                assert_eq!(id.to_string(), lossy);
+            }
+        }
+        assert!(accepted > 0, "the generator never produced a valid id");
+        for _ in 0..10_000 {
+            let id = EventId::new(StreamId(rng.next() >> rng.below(64)), rng.next() >> 3);
+            assert_eq!(id.to_string().parse::<EventId>(), Ok(id));
+        }
+    }
+
+    #[test]
+    fn event_store_replay_is_exact_per_stream() {
+        let (s, _) = store(big());
+        let (a, b, c) = (StreamId(1), StreamId(2), StreamId(3));
+        let mut issued: HashMap<StreamId, Vec<(EventId, Bytes)>> = HashMap::new();
+        let mut all = HashSet::new();
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for i in 0..30 {
+            let stream = [a, b, c][rng.below(3) as usize];
+            let payload = data(&format!("{stream}:{i}"));
+            let id = s.append_now("sess", stream, payload.clone());
+            assert_eq!(id.stream, stream);
+            assert!(all.insert(id), "id issued twice");
+            let list = issued.entry(stream).or_default();
+            if let Some((prev, _)) = list.last() {
+                assert!(id.seq > prev.seq, "seq must increase along a stream");
+            }
+            list.push((id, payload));
+        }
+        // Another session with the same stream ids never leaks into this one.
+        s.append_now("other", a, data("other"));
+        for list in issued.values() {
+            for (i, (id, _)) in list.iter().enumerate() {
+                let got = s.replay_now("sess", id).unwrap();
+                assert_eq!(got, list[i + 1..].to_vec());
+                assert!(got.iter().all(|(g, _)| g.stream == id.stream));
+                assert_eq!(s.replay_now("other", id), Err(ReplayError::Unknown));
+            }
+        }
+        // The id of one stream's event, presented as another stream's, is unknown.
+        let (b_first, _) = issued[&b][0];
+        assert_eq!(
+            s.replay_now("sess", &EventId::new(a, b_first.seq)),
+            Err(ReplayError::Unknown)
+        );
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_replay_edges() {
+        let (s, _) = store(big());
+        let a = StreamId(7);
+        let first = s.append_now("s", a, data("one"));
+        let last = s.append_now("s", a, data("two"));
+        assert_eq!(s.replay_now("s", &last), Ok(vec![]));
+        assert_eq!(payloads(&s.replay_now("s", &first).unwrap()), ["two"]);
+        let unknown = [
+            ("nope", last),
+            ("s", EventId::new(StreamId(8), last.seq)),
+            ("s", EventId::new(a, last.seq + 1)),
+            ("s", EventId::new(a, u64::MAX)),
+            ("s", EventId::new(a, 0)),
+            ("s", EventId::new(a, first.seq - 1)),
+        ];
+        for (session, id) in unknown {
+            assert_eq!(
+                s.replay_now(session, &id),
+                Err(ReplayError::Unknown),
+                "{id}"
+            );
+        }
+        // A seq between two of this stream's events that belongs to another stream.
+        let s2 = StreamId(9);
+        let between = s.append_now("s", s2, data("x"));
+        let after = s.append_now("s", a, data("three"));
+        assert_eq!(
+            s.replay_now("s", &EventId::new(a, between.seq)),
+            Err(ReplayError::Unknown)
+        );
+        assert_eq!(s.replay_now("s", &after), Ok(vec![]));
+        assert_eq!(payloads(&s.replay_now("s", &last).unwrap()), ["three"]);
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_evicts_by_count() {
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_events_per_session: 4,
+            ..big()
+        });
+        let (a, b) = (StreamId(1), StreamId(2));
+        let a1 = s.append_now("s", a, data("a1"));
+        let a2 = s.append_now("s", a, data("a2"));
+        let b1 = s.append_now("s", b, data("b1"));
+        let a3 = s.append_now("s", a, data("a3"));
+        s.append_now("other", a, data("o1"));
+        assert_eq!(s.sizes_now().events, 5);
+        // The fifth event of the session evicts a1: a client that saw a1 loses nothing.
+        let a4 = s.append_now("s", a, data("a4"));
+        assert_eq!(
+            payloads(&s.replay_now("s", &a1).unwrap()),
+            ["a2", "a3", "a4"]
+        );
+        // The next evicts a2: resuming after a1 is no longer exact.
+        let b2 = s.append_now("s", b, data("b2"));
+        assert_eq!(s.replay_now("s", &a1), Err(ReplayError::Gone));
+        assert_eq!(payloads(&s.replay_now("s", &a2).unwrap()), ["a3", "a4"]);
+        assert_eq!(payloads(&s.replay_now("s", &b1).unwrap()), ["b2"]);
+        assert_eq!(s.replay_now("s", &a4), Ok(vec![]));
+        assert_eq!(s.replay_now("s", &b2), Ok(vec![]));
+        // The other session is untouched by this session's limit.
+        assert_eq!(s.sizes_now().events, 5);
+        let _ = a3;
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_stream_evicted_entirely_reports_gone() {
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_events_per_session: 2,
+            ..big()
+        });
+        let (a, b) = (StreamId(1), StreamId(2));
+        let b1 = s.append_now("s", b, data("b1"));
+        let b2 = s.append_now("s", b, data("b2"));
+        s.append_now("s", a, data("a1"));
+        s.append_now("s", a, data("a2"));
+        // b has no events left, but is remembered.
+        assert_eq!(s.replay_now("s", &b1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &b2), Ok(vec![]));
+        assert_eq!(s.sizes_now().streams, 2);
+        // More output on b after it was emptied: the old ids still cannot resume exactly.
+        let b3 = s.append_now("s", b, data("b3"));
+        assert_eq!(s.replay_now("s", &b1), Err(ReplayError::Gone));
+        assert_eq!(payloads(&s.replay_now("s", &b2).unwrap()), ["b3"]);
+        assert_eq!(s.replay_now("s", &b3), Ok(vec![]));
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_remembered_streams_are_bounded() {
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_events_per_session: 3,
+            ..big()
+        });
+        for i in 0..100 {
+            s.append_now("s", StreamId(i), data("x"));
+            check(&s);
+        }
+        let sizes = s.sizes_now();
+        assert_eq!(sizes.events, 3);
+        assert!(sizes.streams <= 6, "{sizes:?}");
+        // The oldest streams are forgotten entirely.
+        assert_eq!(
+            s.replay_now("s", &EventId::new(StreamId(0), 1)),
+            Err(ReplayError::Unknown)
+        );
+        s.remove_session_now("s");
+        assert!(s.sizes_now().is_empty());
+    }
+
+    #[test]
+    fn event_store_evicts_by_session_bytes() {
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_bytes_per_session: 10,
+            ..big()
+        });
+        let (a, b) = (StreamId(1), StreamId(2));
+        let a1 = s.append_now("s", a, data("aaaa"));
+        let b1 = s.append_now("s", b, data("bbbb"));
+        let a2 = s.append_now("s", a, data("cc"));
+        s.append_now("t", a, data("tttttttt"));
+        assert_eq!(s.sizes_now().bytes, 18);
+        // 4 + 4 + 2 + 3 > 10: a1 goes.
+        let a3 = s.append_now("s", a, data("ddd"));
+        assert_eq!(s.sizes_now().bytes, 17);
+        assert_eq!(payloads(&s.replay_now("s", &a1).unwrap()), ["cc", "ddd"]);
+        // 4 + 2 + 3 + 4 > 10: b1 goes, then 2 + 3 + 4 fits.
+        s.append_now("s", b, data("eeee"));
+        assert_eq!(
+            s.replay_now("s", &b1),
+            Ok(vec![(EventId::new(b, 6), data("eeee"))])
+        );
+        assert_eq!(s.sizes_now().bytes, 17);
+        // One event bigger than the whole allowance evicts everything, itself included.
+        let huge = s.append_now("s", a, data("0123456789x"));
+        assert_eq!(s.replay_now("s", &a3), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &a2), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &huge), Ok(vec![]));
+        assert_eq!(s.sizes_now().bytes, 8);
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_evicts_by_global_bytes() {
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_total_bytes: 12,
+            ..big()
+        });
+        let a = StreamId(1);
+        let x1 = s.append_now("x", a, data("x1x1"));
+        let y1 = s.append_now("y", a, data("y1y1"));
+        let x2 = s.append_now("x", a, data("x2x2"));
+        assert_eq!(s.sizes_now().bytes, 12);
+        // The globally oldest event (x1) goes, even though the new one is y's.
+        let y2 = s.append_now("y", a, data("y2y2"));
+        assert_eq!(s.sizes_now().bytes, 12);
+        assert_eq!(payloads(&s.replay_now("x", &x1).unwrap()), ["x2x2"]);
+        assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
+        // Then y1, so resuming y after y1 is still exact but x's history is thinner.
+        s.append_now("x", a, data("x3x3"));
+        assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
+        s.append_now("x", a, data("x4x4"));
+        assert_eq!(s.replay_now("x", &x1), Err(ReplayError::Gone));
+        assert_eq!(payloads(&s.replay_now("x", &x2).unwrap()), ["x3x3", "x4x4"]);
+        assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
+        // Then y2, which empties y's stream.
+        s.append_now("x", a, data("x5x5"));
+        assert_eq!(s.replay_now("y", &y1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("y", &y2), Ok(vec![]));
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_evicts_by_age() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_age: Duration::from_secs(300),
+            ..big()
+        });
+        let set = |secs: u64| millis.store(secs * 1000, Ordering::SeqCst);
+        let a = StreamId(1);
+        let e1 = s.append_now("s", a, data("e1"));
+        set(120);
+        let e2 = s.append_now("s", a, data("e2"));
+        set(240);
+        let e3 = s.append_now("s", a, data("e3"));
+        set(299);
+        assert_eq!(s.sizes_now().events, 3);
+        set(300);
+        // e1 is 300 s old and gone; after e1 is still exact.
+        assert_eq!(s.sizes_now().events, 2);
+        assert_eq!(payloads(&s.replay_now("s", &e1).unwrap()), ["e2", "e3"]);
+        set(420);
+        assert_eq!(s.replay_now("s", &e1), Err(ReplayError::Gone));
+        assert_eq!(payloads(&s.replay_now("s", &e2).unwrap()), ["e3"]);
+        set(540);
+        // The stream is empty but remembered for another max_age.
+        assert_eq!(s.replay_now("s", &e2), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &e3), Ok(vec![]));
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1,
+                streams: 1,
+                events: 0,
+                bytes: 0
+            }
+        );
+        set(840);
+        assert_eq!(s.replay_now("s", &e3), Err(ReplayError::Unknown));
+        assert!(s.sizes_now().is_empty());
+        assert_eq!(s.lock().sessions.capacity(), 0);
+    }
+
+    #[test]
+    fn event_store_remove_stream_and_session() {
+        let (s, _) = store(big());
+        let (a, b) = (StreamId(1), StreamId(2));
+        for i in 0..10 {
+            s.append_now("s", a, data(&format!("a{i}")));
+            s.append_now("s", b, data(&format!("b{i}")));
+            s.append_now("t", a, data(&format!("t{i}")));
+        }
+        let t_sizes = StoreSizes {
+            sessions: 1,
+            streams: 1,
+            events: 10,
+            bytes: 20,
+        };
+        s.remove_stream_now("s", a);
+        check(&s);
+        assert_eq!(s.sizes_now().events, 20);
+        assert_eq!(
+            s.replay_now("s", &EventId::new(a, 1)),
+            Err(ReplayError::Unknown)
+        );
+        s.remove_stream_now("s", b);
+        check(&s);
+        assert_eq!(s.sizes_now(), t_sizes);
+        // Removing what is not there is harmless.
+        s.remove_stream_now("s", b);
+        s.remove_stream_now("nope", a);
+        s.remove_session_now("nope");
+        assert_eq!(s.sizes_now(), t_sizes);
+        s.remove_session_now("t");
+        assert!(s.sizes_now().is_empty());
+        check(&s);
+        // A stream or session that comes back starts afresh, with new ids.
+        let again = s.append_now("t", a, data("again"));
+        assert!(again.seq > 30);
+        assert_eq!(
+            s.replay_now("t", &EventId::new(a, 3)),
+            Err(ReplayError::Unknown)
+        );
+        s.remove_session_now("t");
+        assert!(s.sizes_now().is_empty());
+    }
+
+    #[test]
+    fn event_store_thousand_sessions_leave_nothing() {
+        let (s, _) = store(MemoryEventStoreConfig::default());
+        for i in 0..1000 {
+            let session = format!("session-{i}");
+            for j in 0..5 {
+                s.append_now(&session, StreamId(j % 2), data("payload"));
+            }
+        }
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1000,
+                streams: 2000,
+                events: 5000,
+                bytes: 35_000
+            }
+        );
+        check(&s);
+        for i in 0..1000 {
+            s.remove_session_now(&format!("session-{i}"));
+        }
+        assert!(s.sizes_now().is_empty());
+        let inner = s.lock();
+        assert!(inner.events.is_empty() && inner.tombs.is_empty());
+        assert_eq!(inner.sessions.capacity(), 0);
+    }
+
+    /// Random operations under tight limits: every successful replay is exactly the stream's
+    /// history after the id, and the tables stay consistent.
+    #[test]
+    fn event_store_random_operations_stay_exact() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_events_per_session: 6,
+            max_bytes_per_session: 40,
+            max_total_bytes: 90,
+            max_age: Duration::from_millis(500),
+        });
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let sessions = ["s0", "s1", "s2", "s3"];
+        let mut history: HashMap<(&str, StreamId), Vec<(EventId, Bytes)>> = HashMap::new();
+        let mut seen = HashSet::new();
+        let (mut ok, mut gone, mut unknown, mut served) = (0, 0, 0, 0);
+        for step in 0..20_000u64 {
+            let session = sessions[rng.below(4) as usize];
+            let stream = StreamId(rng.below(4));
+            match rng.below(100) {
+                0..=49 => {
+                    let len = rng.below(12) as usize;
+                    let payload = Bytes::from(format!("{step:0>len$}").into_bytes());
+                    let id = s.append_now(session, stream, payload.clone());
+                    assert_eq!(id.stream, stream);
+                    assert!(seen.insert((session, id)), "id issued twice");
+                    history
+                        .entry((session, stream))
+                        .or_default()
+                        .push((id, payload));
+                }
+                50..=84 => {
+                    let list = history.get(&(session, stream));
+                    let after = match (list, rng.below(4)) {
+                        (Some(list), 0..=2) if !list.is_empty() => {
+                            list[rng.below(list.len() as u64) as usize].0
+                        }
+                        _ => EventId::new(stream, rng.below(step + 2)),
+                    };
+                    match s.replay_now(session, &after) {
+                        Ok(got) => {
+                            ok += 1;
+                            served += got.len();
+                            let want: Vec<_> = list
+                                .map(|l| l.iter().filter(|(id, _)| id.seq > after.seq).cloned())
+                                .into_iter()
+                                .flatten()
+                                .collect();
+                            assert_eq!(got, want, "replay after {after} in {session}");
+                        }
+                        Err(ReplayError::Gone) => gone += 1,
+                        Err(ReplayError::Unknown) => unknown += 1,
+                    }
+                }
+                85..=94 => {
+                    millis.fetch_add(rng.below(60), Ordering::SeqCst);
+                }
+                95..=97 => {
+                    s.remove_stream_now(session, stream);
+                    history.remove(&(session, stream));
+                }
+                _ => {
+                    s.remove_session_now(session);
+                    history.retain(|(owner, _), _| *owner != session);
+                }
+            }
+            if step % 64 == 0 {
+                check(&s);
+            }
+        }
+        check(&s);
+        assert!(
+            ok > 100 && gone > 100 && unknown > 100 && served > 500,
+            "{ok} {gone} {unknown} {served}"
+        );
+        for session in sessions {
+            s.remove_session_now(session);
+        }
+        assert!(s.sizes_now().is_empty());
+    }
+
+    #[tokio::test]
+    async fn event_store_works_as_a_trait_object() {
+        let (clock, millis) = manual_clock();
+        let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new().with_clock(clock));
+        let session = String::from("abc");
+        let a = StreamId(1);
+        let prime = store.append(&session, a, Bytes::new()).await;
+        let e1 = store
+            .append(&session, a, data("{\"jsonrpc\":\"2.0\"}"))
+            .await;
+        let header = prime.to_string();
+        let last: EventId = header.parse().unwrap();
+        let got = store.replay_after(&session, &last).await.unwrap();
+        assert_eq!(got, vec![(e1, data("{\"jsonrpc\":\"2.0\"}"))]);
+        assert_eq!(store.sizes().await.events, 2);
+        millis.store(10 * 60 * 1000, Ordering::SeqCst);
+        assert_eq!(store.replay_after(&session, &e1).await, Ok(vec![]));
+        store.remove_stream(&session, a).await;
+        store.remove_session(&session).await;
+        assert!(store.sizes().await.is_empty());
+        let handle = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move { store.append("s", StreamId(0), Bytes::new()).await }
+        });
+        assert_eq!(handle.await.unwrap().stream, StreamId(0));
+        assert_eq!(
+            MemoryEventStore::default().config(),
+            MemoryEventStoreConfig::default()
+        );
+        assert!(format!("{:?}", MemoryEventStore::new()).contains("MemoryEventStore"));
+    }
+}
