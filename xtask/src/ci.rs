@@ -160,6 +160,12 @@ pub(crate) fn run() -> Result<(), Error> {
             ]),
             FEATURE_ENV,
         ),
+        // The header rules without the server, as the HTTP client will use them.
+        (
+            "features: http without server",
+            Cargo(&["check", "-p", "modelctx-http", "--no-default-features"]),
+            FEATURE_ENV,
+        ),
         // The fuzz targets (`fuzz/`, run with `cargo fuzz`) keep compiling against the session;
         // `--locked`: with the versions of the committed `fuzz/Cargo.lock`.
         (

@@ -1,0 +1,35 @@
+//! MCP over Streamable HTTP, on hyper.
+//!
+//! # What it does
+//!
+//! * `server` (feature `server`, on by default): one MCP endpoint that serves both eras.
+//!   Every POST is classified first: a 2026-07-28 request (by `MCP-Protocol-Version` or its
+//!   `_meta` version) takes the stateless path; `initialize` opens a legacy session; the rest
+//!   follows the legacy session rules (`Mcp-Session-Id`, per-request JSON or SSE, event ids,
+//!   resumption with `Last-Event-ID` from a bounded [`event_store`], the standalone GET stream,
+//!   DELETE). Status codes are decided before the response head: an answer is JSON when the
+//!   response comes first, SSE when something comes before it. Security is on by default:
+//!   `Host` and `Origin` allow-lists (loopback names for a loopback bind; a public bind must name
+//!   its hosts or the server refuses to start), a 4 MiB body limit, a cap on sessions and an
+//!   idle timeout, sessions bound to the authenticated principal.
+//! * [`headers`]: the standard `Mcp-*` request headers of 2026-07-28 and the `x-mcp-header`
+//!   rules, one checker for the server's validation and the client's requests.
+//! * [`event_store`]: where legacy SSE events wait for resumption; pluggable.
+//!
+//! # What it does not do
+//!
+//! It knows no protocol state: which request may come when, what answers it, capabilities,
+//! timeouts. The application behind the endpoint (the server facade, through
+//! `server::McpApp`) runs a protocol session per legacy HTTP session and per modern request,
+//! and hands the transport its output with the request it belongs to; the transport picks the
+//! stream. It does not authenticate: an authentication layer in front puts a
+//! `server::Principal` in the request's extensions. The HTTP client is not written yet.
+
+pub mod event_store;
+pub mod headers;
+#[cfg(feature = "server")]
+pub mod security;
+#[cfg(feature = "server")]
+pub mod server;
+#[cfg(feature = "server")]
+mod sse;

@@ -1,0 +1,176 @@
+//! What the transport asks of the application (the server facade), and the handles it gives it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use modelctx_types::{Incoming, Message, RequestId};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::legacy::Session;
+use crate::headers::ParamHeader;
+
+/// The application behind the endpoint: the server facade implements it.
+///
+/// Calls are made from the connection's task and must not block: hand the input to the task
+/// that drives the protocol session and return.
+pub trait McpApp: Send + Sync + 'static {
+    /// A POST carried `initialize`: a legacy session opens. Returns the handler of its input
+    /// (the first input is that `initialize` request, through [`LegacyHandler::input`]).
+    fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler>;
+
+    /// A modern (2026-07-28) request or notification, validated: version, `_meta`, standard
+    /// headers. Answer through [`ModernRequest::reply`].
+    fn modern(&self, request: ModernRequest);
+
+    /// The `x-mcp-header` parameters of a tool's input schema, for the `Mcp-Param-*` checks of
+    /// modern `tools/call` requests. `None` for an unknown tool (the call then goes through, and
+    /// the application answers it).
+    fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
+        let _ = tool;
+        None
+    }
+}
+
+/// The input of one legacy session.
+pub trait LegacyHandler: Send + Sync + 'static {
+    /// A message (or, on 2025-03-26 sessions, a batch) from the client. Requests are answered
+    /// through [`LegacySession::send`] with the request's id as `related`.
+    fn input(&self, input: Incoming, context: RequestContext);
+
+    /// The session ended (DELETE, idle timeout, [`LegacySession::close`], shutdown): drop its
+    /// state. Nothing sent after this is delivered.
+    fn closed(&self);
+}
+
+/// The authenticated principal of a request, as an authentication layer in front of the service
+/// puts it in the request's extensions. A legacy session is bound to the principal that opened
+/// it: the same session id under another principal is unknown (404).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(pub String);
+
+/// The peer's address, as [`serve`](super::serve) puts it in the request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// The HTTP request a message came in, for handlers: headers, URI, extensions (an
+/// authentication layer's principal), the peer's address.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    pub(crate) parts: Arc<http::request::Parts>,
+}
+
+impl RequestContext {
+    /// The request's method, URI, headers and extensions.
+    pub fn parts(&self) -> &http::request::Parts {
+        &self.parts
+    }
+
+    /// The request's headers.
+    pub fn headers(&self) -> &http::HeaderMap {
+        &self.parts.headers
+    }
+
+    /// The peer's address, when the server knows it.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.parts.extensions.get::<PeerAddr>().map(|p| p.0)
+    }
+
+    /// The authenticated principal, when an authentication layer supplied one.
+    pub fn principal(&self) -> Option<&Principal> {
+        self.parts.extensions.get::<Principal>()
+    }
+}
+
+/// A legacy session, as the application sees it: where its output goes.
+#[derive(Clone)]
+pub struct LegacySession {
+    pub(crate) inner: Arc<Session>,
+}
+
+impl std::fmt::Debug for LegacySession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacySession")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LegacySession {
+    /// The session id (`Mcp-Session-Id`).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The principal the session is bound to, if any.
+    pub fn principal(&self) -> Option<&Principal> {
+        self.inner.principal.as_ref()
+    }
+
+    /// Sends a message. `related` names the client's request it belongs to (its response, its
+    /// progress and log messages, requests made while handling it): it goes on that request's
+    /// stream, else on the standalone stream. A stream whose connection dropped keeps its
+    /// messages in the event store for resumption.
+    pub async fn send(&self, message: Message, related: Option<RequestId>) {
+        self.inner.send(message, related).await;
+    }
+
+    /// Sends a batch reply (2025-03-26 sessions) on the stream of the batch it answers.
+    pub async fn send_batch(&self, messages: Vec<Message>) {
+        self.inner.send_batch(messages).await;
+    }
+
+    /// Closes the SSE connection of the stream of request `request` without ending the stream
+    /// (2025-11-25 sessions, whose clients reconnect after the priming event's `retry` delay and
+    /// resume with `Last-Event-ID`). Returns whether a connection was closed.
+    pub async fn close_stream(&self, request: &RequestId) -> bool {
+        self.inner.close_stream(request).await
+    }
+
+    /// Ends the session: its streams close and its id is unknown from now on (404).
+    pub async fn close(&self) {
+        self.inner.end().await;
+    }
+}
+
+/// A modern request (or notification) for the application.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ModernRequest {
+    /// The message.
+    pub message: Message,
+    /// The HTTP request it came in.
+    pub context: RequestContext,
+    /// Where its answer goes (for a notification, nowhere: it was accepted with 202).
+    pub reply: ModernReply,
+}
+
+/// The stream of one modern request: messages related to it (progress, log messages, listen
+/// notifications) and then its response, which ends it.
+#[derive(Debug, Clone)]
+pub struct ModernReply {
+    pub(crate) tx: Option<mpsc::Sender<Message>>,
+    pub(crate) cancelled: CancellationToken,
+}
+
+/// The client closed the stream (which cancels the request), or the response was already sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the response stream is closed")]
+pub struct StreamClosed;
+
+impl ModernReply {
+    /// Sends a message on the request's stream; the response (a result or error with the
+    /// request's id) ends it. Waits while the client is slow to read.
+    pub async fn send(&self, message: Message) -> Result<(), StreamClosed> {
+        match &self.tx {
+            Some(tx) => tx.send(message).await.map_err(|_| StreamClosed),
+            None => Err(StreamClosed),
+        }
+    }
+
+    /// Fires when the client closes the stream before the response: on Streamable HTTP that
+    /// cancels the request.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.cancelled
+    }
+}

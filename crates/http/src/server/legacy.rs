@@ -1,0 +1,589 @@
+//! Legacy (initialize-based) sessions: the session table, the streams of each session, event ids,
+//! resumption, the standalone stream.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use bytes::Bytes;
+use modelctx_types::{Message, RequestId};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::app::{LegacyHandler, Principal};
+use super::config::ServerConfig;
+use super::respond::encode;
+use crate::event_store::{EventId, StreamId};
+use crate::sse;
+
+/// What the server shares with every session.
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Fired at shutdown: every stream ends.
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn new(config: ServerConfig) -> Self {
+        Shared {
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a session bound to `principal`, or `None` when the table is full.
+    pub(crate) fn open(self: &Arc<Self>, principal: Option<Principal>) -> Option<Arc<Session>> {
+        let mut sessions = self.sessions();
+        if sessions.len() >= self.config.max_sessions {
+            return None;
+        }
+        let id = loop {
+            let id = new_session_id()?;
+            if !sessions.contains_key(&id) {
+                break id;
+            }
+        };
+        let session = Arc::new(Session {
+            id: id.clone(),
+            principal,
+            handler: OnceLock::new(),
+            state: tokio::sync::Mutex::new(State::default()),
+            last_seen: Mutex::new(Instant::now()),
+            ended: self.shutdown.child_token(),
+            shared: Arc::downgrade(self),
+        });
+        sessions.insert(id, session.clone());
+        Some(session)
+    }
+
+    /// The session `id`, if open and bound to the same principal.
+    pub(crate) fn find(&self, id: &str, principal: Option<&Principal>) -> Option<Arc<Session>> {
+        let session = self.sessions().get(id).cloned()?;
+        (session.principal.as_ref() == principal).then(|| {
+            session.touch();
+            session
+        })
+    }
+
+    /// Ends the sessions idle for longer than the timeout.
+    pub(crate) async fn sweep(&self) {
+        let timeout = self.config.session_idle_timeout;
+        let candidates: Vec<Arc<Session>> = self
+            .sessions()
+            .values()
+            .filter(|s| s.idle_for() >= timeout)
+            .cloned()
+            .collect();
+        for session in candidates {
+            if !session.has_live_stream().await && session.idle_for() >= timeout {
+                session.end().await;
+            }
+        }
+    }
+
+    /// Ends every session (shutdown).
+    pub(crate) async fn end_all(&self) {
+        let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        for session in all {
+            session.end().await;
+        }
+    }
+
+    /// Sizes of the tables, for tests.
+    pub(crate) async fn sizes(&self) -> (usize, usize, usize, usize) {
+        let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        let (mut streams, mut requests, mut queued) = (0, 0, 0);
+        for session in &all {
+            let state = session.state.lock().await;
+            streams += state.streams.len();
+            requests += state.requests.len();
+            queued += state.queue.len();
+        }
+        (all.len(), streams, requests, queued)
+    }
+}
+
+/// 128 bits from the operating system's CSPRNG, as 32 lowercase hex digits.
+fn new_session_id() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// How a waiting POST is answered.
+pub(crate) enum Decision {
+    /// One JSON body (a response, or a batch of them).
+    Json(Bytes),
+    /// An SSE stream: its first frames, then the channel.
+    Sse {
+        first: Bytes,
+        rx: mpsc::Receiver<Bytes>,
+    },
+}
+
+/// One stream of a session: a POST's (its requests' answers and related messages) or the
+/// standalone one (a GET's).
+#[derive(Default)]
+struct Stream {
+    /// Requests whose responses are still to come; the last one ends the stream.
+    pending: HashSet<RequestId>,
+    /// The waiting POST, while it has not been answered (JSON or SSE not yet chosen).
+    decide: Option<oneshot::Sender<Decision>>,
+    /// Responses gathered while undecided (a batch), sent as one JSON array at the end.
+    collected: Vec<Message>,
+    /// SSE chosen: events are stored and have ids.
+    sse: bool,
+    /// The connection reading the stream, when there is one.
+    live: Option<mpsc::Sender<Bytes>>,
+    /// The stream answers `initialize`.
+    initialize: bool,
+    /// The stream answers a batch.
+    batch: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// The negotiated version, once `initialize` was answered.
+    version: Option<String>,
+    next_stream: u64,
+    /// The stream each request in flight belongs to.
+    requests: HashMap<RequestId, StreamId>,
+    streams: HashMap<StreamId, Stream>,
+    /// The standalone stream, when one is (or was last) open.
+    standalone: Option<StreamId>,
+    /// Messages for the standalone stream while none is open.
+    queue: VecDeque<Bytes>,
+    ended: bool,
+}
+
+/// A legacy session.
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) principal: Option<Principal>,
+    pub(crate) handler: OnceLock<Arc<dyn LegacyHandler>>,
+    state: tokio::sync::Mutex<State>,
+    last_seen: Mutex<Instant>,
+    /// Fired when the session ends (or the server shuts down): its streams end.
+    pub(crate) ended: CancellationToken,
+    shared: std::sync::Weak<Shared>,
+}
+
+/// Why a POST could not be registered.
+pub(crate) enum Refused {
+    /// The session has ended.
+    Ended,
+    /// A request id is already in flight on this session.
+    DuplicateId(RequestId),
+}
+
+impl Session {
+    fn touch(&self) {
+        *self.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn idle_for(&self) -> std::time::Duration {
+        self.last_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
+    async fn has_live_stream(&self) -> bool {
+        let state = self.state.lock().await;
+        state
+            .streams
+            .values()
+            .any(|s| s.decide.is_some() || s.live.as_ref().is_some_and(|l| !l.is_closed()))
+    }
+
+    /// The negotiated version, once known.
+    pub(crate) async fn version(&self) -> Option<String> {
+        self.state.lock().await.version.clone()
+    }
+
+    fn config(&self) -> Option<Arc<Shared>> {
+        self.shared.upgrade()
+    }
+
+    /// Registers a POST carrying `requests` (ids, in order); the returned receiver gets its
+    /// answer.
+    pub(crate) async fn register(
+        &self,
+        requests: &[RequestId],
+        initialize: bool,
+        batch: bool,
+    ) -> Result<oneshot::Receiver<Decision>, Refused> {
+        let mut state = self.state.lock().await;
+        if state.ended {
+            return Err(Refused::Ended);
+        }
+        let mut seen = HashSet::new();
+        for id in requests {
+            if state.requests.contains_key(id) || !seen.insert(id) {
+                return Err(Refused::DuplicateId(id.clone()));
+            }
+        }
+        let stream = StreamId(state.next_stream);
+        state.next_stream += 1;
+        let (tx, rx) = oneshot::channel();
+        for id in requests {
+            state.requests.insert(id.clone(), stream);
+        }
+        state.streams.insert(
+            stream,
+            Stream {
+                pending: requests.iter().cloned().collect(),
+                decide: Some(tx),
+                initialize,
+                batch,
+                ..Stream::default()
+            },
+        );
+        Ok(rx)
+    }
+
+    /// Routes one message of the application.
+    pub(crate) async fn send(&self, message: Message, related: Option<RequestId>) {
+        let mut state = self.state.lock().await;
+        if state.ended {
+            return;
+        }
+        self.route(&mut state, message, related).await;
+    }
+
+    /// Routes a batch reply: to the stream of its members.
+    pub(crate) async fn send_batch(&self, messages: Vec<Message>) {
+        let mut state = self.state.lock().await;
+        if state.ended {
+            return;
+        }
+        let stream = messages
+            .iter()
+            .filter_map(final_id)
+            .find_map(|id| state.requests.get(id).copied());
+        let Some(stream_id) = stream else {
+            for message in messages {
+                self.route(&mut state, message, None).await;
+            }
+            return;
+        };
+        let undecided_batch = state
+            .streams
+            .get(&stream_id)
+            .is_some_and(|s| s.decide.is_some() && !s.sse);
+        if undecided_batch {
+            // The whole reply at once: one JSON array.
+            let Some(mut stream) = state.streams.remove(&stream_id) else {
+                return;
+            };
+            for id in stream.pending.drain() {
+                state.requests.remove(&id);
+            }
+            let body = Bytes::from(modelctx_types::encode_batch(&messages));
+            if let Some(decide) = stream.decide.take() {
+                let _ = decide.send(Decision::Json(body));
+            }
+            return;
+        }
+        for message in messages {
+            let related = final_id(&message).cloned();
+            self.route(&mut state, message, related).await;
+        }
+    }
+
+    async fn route(&self, state: &mut State, message: Message, related: Option<RequestId>) {
+        let answers = final_id(&message).cloned();
+        let stream_id = related
+            .as_ref()
+            .or(answers.as_ref())
+            .and_then(|id| state.requests.get(id).copied());
+        let Some(stream_id) = stream_id else {
+            return self.to_standalone(state, message).await;
+        };
+        let Some(mut stream) = state.streams.remove(&stream_id) else {
+            return;
+        };
+        let completes = answers.as_ref().is_some_and(|id| stream.pending.remove(id));
+        if completes && let Some(id) = &answers {
+            state.requests.remove(id);
+        }
+        if stream.initialize && completes {
+            self.initialize_answered(state, &message);
+        }
+        let done = completes && stream.pending.is_empty();
+        if !stream.sse {
+            if stream.decide.is_none() {
+                // The POST went away before anything was sent: nothing can resume it.
+                if !done {
+                    state.streams.insert(stream_id, stream);
+                }
+                return;
+            }
+            if completes {
+                stream.collected.push(message);
+                if done {
+                    let ok = !matches!(stream.collected.first(), Some(Message::Error(_)));
+                    let body = if stream.batch {
+                        Bytes::from(modelctx_types::encode_batch(&stream.collected))
+                    } else {
+                        stream.collected.first().map(encode).unwrap_or_default()
+                    };
+                    if let Some(decide) = stream.decide.take() {
+                        let _ = decide.send(Decision::Json(body));
+                    }
+                    if stream.initialize && !ok {
+                        self.end_locked(state).await;
+                    }
+                } else {
+                    state.streams.insert(stream_id, stream);
+                }
+                return;
+            }
+            // Something before the response: the answer is a stream.
+            let collected = std::mem::take(&mut stream.collected);
+            let first = self.open_sse(state, &mut stream, stream_id).await;
+            let (tx, rx) = mpsc::channel(self.buffer());
+            stream.live = Some(tx);
+            if let Some(decide) = stream.decide.take() {
+                let _ = decide.send(Decision::Sse { first, rx });
+            }
+            for earlier in collected {
+                self.emit(&mut stream, stream_id, &earlier).await;
+            }
+        }
+        self.emit(&mut stream, stream_id, &message).await;
+        if done {
+            // The stream is complete: its connection ends; its events stay for resumption.
+            stream.live = None;
+        } else {
+            state.streams.insert(stream_id, stream);
+        }
+    }
+
+    /// Records the version `initialize` settled on.
+    fn initialize_answered(&self, state: &mut State, message: &Message) {
+        if let Message::Response(response) = message {
+            #[derive(serde::Deserialize)]
+            struct Result {
+                #[serde(rename = "protocolVersion")]
+                version: String,
+            }
+            if let Ok(result) = serde_json::from_str::<Result>(response.result.get()) {
+                state.version = Some(result.version);
+            }
+        }
+    }
+
+    fn buffer(&self) -> usize {
+        self.config().map_or(256, |s| s.config.stream_buffer).max(1)
+    }
+
+    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before).
+    async fn open_sse(&self, state: &State, stream: &mut Stream, stream_id: StreamId) -> Bytes {
+        stream.sse = true;
+        let primes = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
+        if !primes {
+            return Bytes::new();
+        }
+        let Some(shared) = self.config() else {
+            return Bytes::new();
+        };
+        let id = shared
+            .config
+            .event_store
+            .append(&self.id, stream_id, Bytes::new())
+            .await;
+        sse::priming(&id.to_string(), shared.config.sse_retry)
+    }
+
+    /// Stores `message` as the next event of `stream` and writes it to its connection, if any.
+    /// A connection that is gone or too far behind is let go: the client resumes from the store.
+    async fn emit(&self, stream: &mut Stream, stream_id: StreamId, message: &Message) {
+        let data = encode(message);
+        let Some(shared) = self.config() else {
+            return;
+        };
+        let id = shared
+            .config
+            .event_store
+            .append(&self.id, stream_id, data.clone())
+            .await;
+        if let Some(live) = &stream.live
+            && live
+                .try_send(sse::event(Some(&id.to_string()), &data))
+                .is_err()
+        {
+            stream.live = None;
+        }
+    }
+
+    async fn to_standalone(&self, state: &mut State, message: Message) {
+        if let Some(stream_id) = state.standalone
+            && let Some(mut stream) = state.streams.remove(&stream_id)
+        {
+            if stream.live.as_ref().is_some_and(|l| !l.is_closed()) {
+                self.emit(&mut stream, stream_id, &message).await;
+                state.streams.insert(stream_id, stream);
+                return;
+            }
+            state.streams.insert(stream_id, stream);
+        }
+        let limit = self.config().map_or(256, |s| s.config.standalone_queue);
+        if state.queue.len() >= limit {
+            state.queue.pop_front();
+            tracing::warn!(
+                session = %self.id,
+                "standalone queue full ({limit}): dropped its oldest message"
+            );
+        }
+        if limit > 0 {
+            state.queue.push_back(encode(&message));
+        }
+    }
+
+    /// Opens a standalone stream (GET without `Last-Event-ID`): `None` when one is open already.
+    pub(crate) async fn open_standalone(&self) -> Option<(Bytes, mpsc::Receiver<Bytes>)> {
+        let mut state = self.state.lock().await;
+        if state.ended {
+            return None;
+        }
+        if let Some(old) = state.standalone {
+            if state
+                .streams
+                .get(&old)
+                .and_then(|s| s.live.as_ref())
+                .is_some_and(|l| !l.is_closed())
+            {
+                return None;
+            }
+            state.streams.remove(&old);
+        }
+        let stream_id = StreamId(state.next_stream);
+        state.next_stream += 1;
+        let mut stream = Stream::default();
+        let first = self.open_sse(&state, &mut stream, stream_id).await;
+        let (tx, rx) = mpsc::channel(self.buffer());
+        stream.live = Some(tx);
+        state.standalone = Some(stream_id);
+        self.flush_queue(&mut state, &mut stream, stream_id).await;
+        state.streams.insert(stream_id, stream);
+        Some((first, rx))
+    }
+
+    async fn flush_queue(&self, state: &mut State, stream: &mut Stream, stream_id: StreamId) {
+        let Some(shared) = self.config() else {
+            return;
+        };
+        while let Some(data) = state.queue.pop_front() {
+            let id = shared
+                .config
+                .event_store
+                .append(&self.id, stream_id, data.clone())
+                .await;
+            if let Some(live) = &stream.live {
+                let _ = live.try_send(sse::event(Some(&id.to_string()), &data));
+            }
+        }
+    }
+
+    /// Resumes a stream after `last` (GET with `Last-Event-ID`): the stored events after it, then
+    /// the live stream when it is still going. `Err` with a reason when it cannot be resumed
+    /// exactly.
+    pub(crate) async fn resume(
+        &self,
+        last: &EventId,
+    ) -> Result<(Bytes, mpsc::Receiver<Bytes>), String> {
+        let mut state = self.state.lock().await;
+        if state.ended {
+            return Err("the session has ended".into());
+        }
+        let shared = self.config().ok_or("the server is shutting down")?;
+        let events = shared
+            .config
+            .event_store
+            .replay_after(&self.id, last)
+            .await
+            .map_err(|e| format!("cannot resume after event {last}: {e}"))?;
+        let mut first = bytes::BytesMut::new();
+        for (id, data) in &events {
+            if !data.is_empty() {
+                first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
+            }
+        }
+        let (tx, rx) = mpsc::channel(self.buffer());
+        let stream_id = last.stream;
+        if let Some(mut stream) = state.streams.remove(&stream_id) {
+            // Still going: this connection takes over (a stream is read by one connection).
+            stream.live = Some(tx);
+            if state.standalone == Some(stream_id) {
+                self.flush_queue(&mut state, &mut stream, stream_id).await;
+            }
+            state.streams.insert(stream_id, stream);
+        }
+        // Otherwise the stream is complete: `tx` is dropped and the body ends after the replay.
+        Ok((first.freeze(), rx))
+    }
+
+    /// Closes the connection of request `request`'s stream (2025-11-25 sessions only).
+    pub(crate) async fn close_stream(&self, request: &RequestId) -> bool {
+        let mut state = self.state.lock().await;
+        if state.version.as_deref().is_some_and(|v| v < "2025-11-25") {
+            return false;
+        }
+        let Some(stream_id) = state.requests.get(request).copied() else {
+            return false;
+        };
+        match state.streams.get_mut(&stream_id) {
+            Some(stream) if stream.sse && stream.live.is_some() => {
+                stream.live = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends the session.
+    pub(crate) async fn end(&self) {
+        let mut state = self.state.lock().await;
+        self.end_locked(&mut state).await;
+    }
+
+    async fn end_locked(&self, state: &mut State) {
+        if state.ended {
+            return;
+        }
+        state.ended = true;
+        state.streams.clear();
+        state.requests.clear();
+        state.queue.clear();
+        state.standalone = None;
+        self.ended.cancel();
+        if let Some(shared) = self.config() {
+            shared.sessions().remove(&self.id);
+            shared.config.event_store.remove_session(&self.id).await;
+        }
+        if let Some(handler) = self.handler.get() {
+            handler.closed();
+        }
+    }
+
+    /// Whether the session has ended.
+    pub(crate) async fn is_ended(&self) -> bool {
+        self.state.lock().await.ended
+    }
+}
+
+/// The request a message answers, if it is a response.
+fn final_id(message: &Message) -> Option<&RequestId> {
+    match message {
+        Message::Response(r) => Some(&r.id),
+        Message::Error(e) => e.id.as_ref(),
+        _ => None,
+    }
+}

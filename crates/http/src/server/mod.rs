@@ -1,0 +1,22 @@
+//! The Streamable HTTP server: one MCP endpoint for both eras.
+//!
+//! [`McpService`] is a `tower::Service` over `http::Request`s, to mount in an axum or hyper
+//! application; [`serve`] runs it on its own. The application behind it implements [`McpApp`]:
+//! the transport hands it input with a handle to answer on, and keeps the HTTP rules (sessions,
+//! streams, event ids, status codes, security) to itself.
+
+mod app;
+mod config;
+mod legacy;
+mod modern;
+mod respond;
+mod serve;
+mod service;
+
+pub use app::{
+    LegacyHandler, LegacySession, McpApp, ModernReply, ModernRequest, PeerAddr, Principal,
+    RequestContext, StreamClosed,
+};
+pub use config::{ConfigError, ServerConfig};
+pub use serve::{RunningServer, serve};
+pub use service::{McpService, ResponseBody, TableSizes};

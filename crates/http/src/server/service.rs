@@ -1,0 +1,583 @@
+//! The `tower::Service`: every request checked, classified and dispatched.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Body;
+use modelctx_types::{DecodeError, ErrorCode, ErrorObject, Incoming, Message, RequestId};
+
+use super::app::{LegacySession, McpApp, Principal, RequestContext};
+use super::config::{ConfigError, ServerConfig};
+use super::legacy::{Decision, Refused, Session, Shared};
+use super::modern;
+use super::respond::{self, sse_headers};
+use crate::event_store::EventId;
+use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::security;
+use crate::sse::StreamBody;
+
+/// The body of every response: a whole JSON body or an SSE stream.
+pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The sizes of the server's tables, for tests that check they return to empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TableSizes {
+    /// Open legacy sessions.
+    pub sessions: usize,
+    /// Their streams.
+    pub streams: usize,
+    /// Requests in flight on them.
+    pub requests: usize,
+    /// Messages waiting for a standalone stream.
+    pub queued: usize,
+}
+
+impl TableSizes {
+    /// Whether every table is empty.
+    pub fn is_empty(&self) -> bool {
+        *self == TableSizes::default()
+    }
+}
+
+/// The MCP endpoint as a `tower::Service` (cheap to clone: clones share everything).
+#[derive(Clone)]
+pub struct McpService {
+    shared: Arc<Shared>,
+    app: Arc<dyn McpApp>,
+    last_sweep: Arc<Mutex<Instant>>,
+}
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpService")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The reference server's code for requests refused at the HTTP level (Host, Origin, sessions).
+const REFUSED: ErrorCode = ErrorCode(-32000);
+
+impl McpService {
+    /// The service for `app`. Fails when the configuration serves no version.
+    pub fn new(config: ServerConfig, app: Arc<dyn McpApp>) -> Result<Self, ConfigError> {
+        config.check(None)?;
+        Ok(McpService {
+            shared: Arc::new(Shared::new(config)),
+            app,
+            last_sweep: Arc::new(Mutex::new(Instant::now())),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.shared.config
+    }
+
+    /// The sizes of the session table and the event store.
+    pub async fn table_sizes(&self) -> TableSizes {
+        let (sessions, streams, requests, queued) = self.shared.sizes().await;
+        TableSizes {
+            sessions,
+            streams,
+            requests,
+            queued,
+        }
+    }
+
+    /// Ends the legacy sessions idle for longer than the configured timeout (the server does it
+    /// on its own every minute while requests come; [`serve`](super::serve) also on a timer).
+    pub async fn end_idle_sessions(&self) {
+        *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.shared.sweep().await;
+    }
+
+    /// Ends every session and stream (graceful shutdown); new requests still get answers.
+    pub async fn close_all(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.end_all().await;
+    }
+
+    async fn maybe_sweep(&self) {
+        let due = {
+            let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() >= Duration::from_secs(60) {
+                *last = Instant::now();
+                true
+            } else {
+                false
+            }
+        };
+        if due {
+            self.shared.sweep().await;
+        }
+    }
+
+    /// Answers one HTTP request.
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let (parts, body) = request.into_parts();
+        let config = &self.shared.config;
+        if let Some(path) = &config.path
+            && parts.uri.path() != path
+        {
+            return respond::empty(StatusCode::NOT_FOUND);
+        }
+        if let Err(forbidden) =
+            security::check(&parts, &config.allowed_hosts, &config.allowed_origins)
+        {
+            return respond::error_code(
+                StatusCode::FORBIDDEN,
+                None,
+                REFUSED,
+                forbidden.to_string(),
+            );
+        }
+        self.maybe_sweep().await;
+        match parts.method {
+            Method::POST => self.post(parts, body).await,
+            Method::GET if config.serves_legacy() => self.get(parts).await,
+            Method::DELETE if config.serves_legacy() => self.delete(parts).await,
+            _ if config.serves_legacy() => respond::not_allowed("GET, POST, DELETE"),
+            _ => respond::not_allowed("POST"),
+        }
+    }
+
+    async fn post<B>(&self, parts: http::request::Parts, body: B) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let config = &self.shared.config;
+        if !is_json(&parts.headers) {
+            return respond::error_code(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                "Content-Type must be application/json",
+            );
+        }
+        if !accepts(&parts.headers, &["application/json", "text/event-stream"]) {
+            return respond::error_code(
+                StatusCode::NOT_ACCEPTABLE,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                "Accept must list application/json and text/event-stream",
+            );
+        }
+        let too_large = || {
+            respond::error_code(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                format!("request body exceeds {} bytes", config.max_body),
+            )
+        };
+        if parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|len| len > config.max_body as u64)
+        {
+            return too_large();
+        }
+        let bytes = match Limited::new(body, config.max_body).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+            Err(_) => {
+                return respond::error_code(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    ErrorCode::PARSE_ERROR,
+                    "the request body could not be read",
+                );
+            }
+        };
+        let incoming = match modelctx_types::decode(&bytes) {
+            Ok(incoming) => incoming,
+            Err(error) => return decode_error(&error),
+        };
+        let parts = Arc::new(parts);
+        let header_version = header_str(&parts.headers, MCP_PROTOCOL_VERSION);
+        let modern = match &incoming {
+            Incoming::Single(message) => {
+                header_version.is_some_and(|v| config.modern_versions.iter().any(|m| m == v))
+                    || modern::meta_version(message).is_some()
+            }
+            _ => false,
+        };
+        match incoming {
+            Incoming::Single(message) if modern && config.serves_modern() => {
+                modern::handle(&self.shared, &self.app, parts, message).await
+            }
+            Incoming::Single(Message::Request(request)) if request.method == "initialize" => {
+                self.initialize(parts, Message::Request(request)).await
+            }
+            incoming => self.legacy_post(parts, incoming).await,
+        }
+    }
+
+    async fn initialize(
+        &self,
+        parts: Arc<http::request::Parts>,
+        message: Message,
+    ) -> Response<ResponseBody> {
+        let config = &self.shared.config;
+        let Message::Request(request) = &message else {
+            return respond::empty(StatusCode::BAD_REQUEST);
+        };
+        let id = request.id.clone();
+        if !config.serves_legacy() {
+            let requested = request
+                .params
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
+                .and_then(|p| p.get("protocolVersion").cloned())
+                .unwrap_or_default();
+            let error = ErrorObject::new(
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+                "this server serves only protocol 2026-07-28, which has no initialize",
+            )
+            .with_data(&serde_json::json!({
+                "supported": config.modern_versions,
+                "requested": requested,
+            }))
+            .unwrap_or_else(|_| {
+                ErrorObject::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, "unsupported")
+            });
+            return respond::error(StatusCode::BAD_REQUEST, Some(id), error);
+        }
+        if let Some(refused) = self.check_legacy_version(&parts, Some(&id)) {
+            return refused;
+        }
+        let principal = parts.extensions.get::<Principal>().cloned();
+        let Some(session) = self.shared.open(principal) else {
+            let mut response = respond::error_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                REFUSED,
+                "too many sessions; try again later",
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return response;
+        };
+        let handler = self.app.open_session(LegacySession {
+            inner: session.clone(),
+        });
+        let _ = session.handler.set(handler.clone());
+        let decision = match session
+            .register(std::slice::from_ref(&id), true, false)
+            .await
+        {
+            Ok(rx) => rx,
+            Err(_) => return respond::empty(StatusCode::SERVICE_UNAVAILABLE),
+        };
+        handler.input(Incoming::Single(message), RequestContext { parts });
+        let mut response = self.answer(&session, decision).await;
+        let opened = response.status() == StatusCode::OK && !session.is_ended().await;
+        if opened && let Ok(value) = HeaderValue::from_str(&session.id) {
+            response.headers_mut().insert(MCP_SESSION_ID, value);
+        }
+        response
+    }
+
+    /// The answer to a registered POST: JSON or SSE, as the application's output decides.
+    async fn answer(
+        &self,
+        session: &Arc<Session>,
+        decision: tokio::sync::oneshot::Receiver<Decision>,
+    ) -> Response<ResponseBody> {
+        match decision.await {
+            Ok(Decision::Json(body)) => respond::json(StatusCode::OK, body),
+            Ok(Decision::Sse { first, rx }) => self.sse(session, first, rx),
+            Err(_) => {
+                respond::error_code(StatusCode::NOT_FOUND, None, REFUSED, "the session ended")
+            }
+        }
+    }
+
+    fn sse(
+        &self,
+        session: &Arc<Session>,
+        first: Bytes,
+        rx: tokio::sync::mpsc::Receiver<Bytes>,
+    ) -> Response<ResponseBody> {
+        let body = StreamBody::new(
+            (!first.is_empty()).then_some(first),
+            rx,
+            self.shared.config.keep_alive,
+            session.ended.clone(),
+            None,
+        );
+        let mut response = Response::new(body.boxed_unsync());
+        sse_headers(&mut response);
+        response
+    }
+
+    /// 400 when `MCP-Protocol-Version` names a version the server does not serve (absent:
+    /// 2025-03-26 is assumed).
+    fn check_legacy_version(
+        &self,
+        parts: &http::request::Parts,
+        id: Option<&RequestId>,
+    ) -> Option<Response<ResponseBody>> {
+        let version = header_str(&parts.headers, MCP_PROTOCOL_VERSION)?;
+        let config = &self.shared.config;
+        if config.legacy_versions.iter().any(|v| v == version) {
+            return None;
+        }
+        Some(respond::error_code(
+            StatusCode::BAD_REQUEST,
+            id.cloned(),
+            ErrorCode::INVALID_REQUEST,
+            format!(
+                "unsupported MCP-Protocol-Version; supported: {}",
+                config.legacy_versions.join(", ")
+            ),
+        ))
+    }
+
+    /// The session a request names, or the response refusing it.
+    fn session_of(
+        &self,
+        parts: &http::request::Parts,
+    ) -> Result<Arc<Session>, Box<Response<ResponseBody>>> {
+        let Some(id) = header_str(&parts.headers, MCP_SESSION_ID) else {
+            return Err(Box::new(respond::error_code(
+                StatusCode::BAD_REQUEST,
+                None,
+                REFUSED,
+                "Bad Request: Mcp-Session-Id header is required (send initialize first)",
+            )));
+        };
+        let principal = parts.extensions.get::<Principal>();
+        self.shared.find(id, principal).ok_or_else(|| {
+            Box::new(respond::error_code(
+                StatusCode::NOT_FOUND,
+                None,
+                REFUSED,
+                "Session not found",
+            ))
+        })
+    }
+
+    async fn legacy_post(
+        &self,
+        parts: Arc<http::request::Parts>,
+        incoming: Incoming,
+    ) -> Response<ResponseBody> {
+        let session = match self.session_of(&parts) {
+            Ok(session) => session,
+            Err(refused) => return *refused,
+        };
+        if let Some(refused) = self.check_legacy_version(&parts, None) {
+            return refused;
+        }
+        let (requests, batch) = match &incoming {
+            Incoming::Single(Message::Request(r)) => (vec![r.id.clone()], false),
+            Incoming::Single(_) => (Vec::new(), false),
+            Incoming::Batch(elements) => {
+                if session.version().await.as_deref() != Some("2025-03-26") {
+                    return respond::error_code(
+                        StatusCode::BAD_REQUEST,
+                        None,
+                        ErrorCode::INVALID_REQUEST,
+                        "batches are allowed only on protocol 2025-03-26 sessions",
+                    );
+                }
+                let mut ids = Vec::new();
+                for element in elements {
+                    match element {
+                        Ok(Message::Request(r)) if r.method == "initialize" => {
+                            return respond::error_code(
+                                StatusCode::BAD_REQUEST,
+                                None,
+                                ErrorCode::INVALID_REQUEST,
+                                "initialize must not be part of a batch",
+                            );
+                        }
+                        Ok(Message::Request(r)) => ids.push(r.id.clone()),
+                        _ => {}
+                    }
+                }
+                let invalid = elements.iter().any(Result::is_err);
+                if invalid && ids.is_empty() {
+                    // The session answers invalid members; wait for that batch reply.
+                    (Vec::new(), true)
+                } else {
+                    (ids, true)
+                }
+            }
+            _ => (Vec::new(), false),
+        };
+        let Some(handler) = session.handler.get().cloned() else {
+            return respond::empty(StatusCode::NOT_FOUND);
+        };
+        let context = RequestContext { parts };
+        let waits_for_batch = batch
+            && requests.is_empty()
+            && matches!(&incoming, Incoming::Batch(e) if e.iter().any(Result::is_err));
+        if requests.is_empty() && !waits_for_batch {
+            handler.input(incoming, context);
+            return respond::empty(StatusCode::ACCEPTED);
+        }
+        let decision = match session.register(&requests, false, batch).await {
+            Ok(rx) => rx,
+            Err(Refused::Ended) => {
+                return respond::error_code(
+                    StatusCode::NOT_FOUND,
+                    None,
+                    REFUSED,
+                    "Session not found",
+                );
+            }
+            Err(Refused::DuplicateId(id)) => {
+                return respond::error_code(
+                    StatusCode::OK,
+                    Some(id),
+                    ErrorCode::INVALID_REQUEST,
+                    "a request with this id is already in flight on this session",
+                );
+            }
+        };
+        handler.input(incoming, context);
+        self.answer(&session, decision).await
+    }
+
+    async fn get(&self, parts: http::request::Parts) -> Response<ResponseBody> {
+        if !accepts(&parts.headers, &["text/event-stream"]) {
+            return respond::error_code(
+                StatusCode::NOT_ACCEPTABLE,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                "Accept must list text/event-stream",
+            );
+        }
+        let session = match self.session_of(&parts) {
+            Ok(session) => session,
+            Err(refused) => return *refused,
+        };
+        if let Some(refused) = self.check_legacy_version(&parts, None) {
+            return refused;
+        }
+        if let Some(last) = header_str(&parts.headers, LAST_EVENT_ID) {
+            let Ok(last) = last.parse::<EventId>() else {
+                return respond::error_code(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    ErrorCode::INVALID_REQUEST,
+                    "Last-Event-ID is not an event id of this server",
+                );
+            };
+            return match session.resume(&last).await {
+                Ok((first, rx)) => self.sse(&session, first, rx),
+                Err(why) => respond::error_code(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    ErrorCode::INVALID_REQUEST,
+                    why,
+                ),
+            };
+        }
+        match session.open_standalone().await {
+            Some((first, rx)) => self.sse(&session, first, rx),
+            None => respond::error_code(
+                StatusCode::CONFLICT,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                "a standalone stream is already open on this session",
+            ),
+        }
+    }
+
+    async fn delete(&self, parts: http::request::Parts) -> Response<ResponseBody> {
+        if !self.shared.config.allow_delete {
+            return respond::not_allowed("GET, POST");
+        }
+        let session = match self.session_of(&parts) {
+            Ok(session) => session,
+            Err(refused) => return *refused,
+        };
+        session.end().await;
+        respond::empty(StatusCode::OK)
+    }
+}
+
+impl<B> tower_service::Service<Request<B>> for McpService
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}
+
+/// A header as text, when present and visible ASCII.
+fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn is_json(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Whether `Accept` (absent: anything) lists every one of `types` (or a wildcard covering it).
+fn accepts(headers: &http::HeaderMap, types: &[&str]) -> bool {
+    let values: Vec<&str> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.is_empty() {
+        return true;
+    }
+    let ranges: Vec<String> = values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter_map(|r| r.split(';').next())
+        .map(|r| r.trim().to_ascii_lowercase())
+        .collect();
+    types.iter().all(|wanted| {
+        let main = wanted.split('/').next().unwrap_or_default();
+        ranges
+            .iter()
+            .any(|r| r == wanted || r == "*/*" || *r == format!("{main}/*"))
+    })
+}
+
+fn decode_error(error: &DecodeError) -> Response<ResponseBody> {
+    let reply = error.to_error_response();
+    respond::error(StatusCode::BAD_REQUEST, reply.id, reply.error)
+}
