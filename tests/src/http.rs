@@ -25,13 +25,17 @@ pub struct Gates {
 
 /// The test application: tools `echo {text}`, `slow` (waits for [`Gates::slow`]), `progress
 /// {count}` (that many progress notifications, then the result), `ask` (legacy: an elicitation
-/// request to the client on the call's stream, then its answer as text).
+/// request to the client on the call's stream, then its answer as text), `reconnect` (a progress
+/// notification, then the server closes the stream's connection, then the result), `region
+/// {region}` (its argument mirrored in the `Mcp-Param-Region` header).
 #[derive(Clone)]
 pub struct TestApp {
     /// What the tools wait on.
     pub gates: Arc<Gates>,
     /// Sessions the application still holds (a closed one is removed).
     pub open: Arc<Mutex<usize>>,
+    /// Modern requests cancelled by the client closing their stream.
+    pub cancelled: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Default for TestApp {
@@ -39,8 +43,14 @@ impl Default for TestApp {
         TestApp {
             gates: Arc::new(Gates::default()),
             open: Arc::new(Mutex::new(0)),
+            cancelled: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
     }
+}
+
+/// The input schema of tool `region`.
+fn region_schema() -> Value {
+    json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}})
 }
 
 fn capabilities() -> JsonObject {
@@ -55,6 +65,7 @@ enum Done {
     Result(RequestId, Result<Value, ErrorObject>),
     Progress(RequestId, f64),
     Ask(RequestId, tokio::sync::oneshot::Sender<Value>),
+    CloseStream(RequestId),
 }
 
 /// Runs the tool of `request`; messages for the session go through `done`.
@@ -71,6 +82,8 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
             {"name": "slow", "inputSchema": {"type": "object"}},
             {"name": "progress", "inputSchema": {"type": "object"}},
             {"name": "ask", "inputSchema": {"type": "object"}},
+            {"name": "reconnect", "inputSchema": {"type": "object"}},
+            {"name": "region", "inputSchema": region_schema()},
         ]})),
         "tools/call" => {
             let args = &params["arguments"];
@@ -87,6 +100,14 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
                     Ok(text(format!("{count} steps")))
+                }
+                "region" => Ok(text(args["region"].as_str().unwrap_or_default())),
+                "reconnect" => {
+                    let _ = done.send(Done::Progress(id.clone(), 1.0));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = done.send(Done::CloseStream(id.clone()));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(text("reconnected"))
                 }
                 "ask" => {
                     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -136,6 +157,7 @@ fn apply(
         Done::Progress(id, progress) => {
             let _ = session.notify_progress(&id, progress, None, None);
         }
+        Done::CloseStream(_) => {}
         Done::Ask(id, answer) => {
             let params = json!({"message": "name?", "requestedSchema": {"type": "object", "properties": {}}});
             let sent = session.send_request(
@@ -169,6 +191,13 @@ impl LegacyHandler for Handler {
 }
 
 impl McpApp for TestApp {
+    fn tool_param_headers(&self, tool: &str) -> Option<Vec<modelctx_http::headers::ParamHeader>> {
+        let schema = region_schema();
+        (tool == "region")
+            .then(|| modelctx_http::headers::param_headers(schema.as_object()?).ok())
+            .flatten()
+    }
+
     fn open_session(&self, transport: LegacySession) -> Arc<dyn LegacyHandler> {
         let (input, mut input_rx) = mpsc::unbounded_channel::<Option<Incoming>>();
         let gates = self.gates.clone();
@@ -194,6 +223,9 @@ impl McpApp for TestApp {
                     Some(done) = done_rx.recv() => {
                         if let Done::Ask(id, _) = &done {
                             current = Some(id.clone());
+                        }
+                        if let Done::CloseStream(id) = &done {
+                            transport.close_stream(id).await;
                         }
                         apply(&mut session, done, &mut asks);
                     }
@@ -243,6 +275,7 @@ impl McpApp for TestApp {
 
     fn modern(&self, request: ModernRequest) {
         let gates = self.gates.clone();
+        let cancelled = self.cancelled.clone();
         tokio::spawn(async move {
             let ModernRequest { message, reply, .. } = request;
             let mut session = ServerSession::new(ServerConfig::new(
@@ -250,10 +283,13 @@ impl McpApp for TestApp {
                 "1.0.0",
                 capabilities(),
             ));
+            let mut id = match &message {
+                Message::Request(r) => Some(r.id.clone()),
+                _ => None,
+            };
             session.handle_message(Instant::now(), message);
             let (done_tx, mut done_rx) = mpsc::unbounded_channel();
             let mut asks = HashMap::new();
-            let mut id = None;
             loop {
                 while let Some(event) = session.poll_event() {
                     if let Event::Request(request) = event {
@@ -277,6 +313,7 @@ impl McpApp for TestApp {
                         if let Some(id) = &id {
                             session.stream_closed(id);
                         }
+                        cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         return;
                     }
                 }

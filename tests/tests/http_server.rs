@@ -88,7 +88,7 @@ async fn initialize_mints_a_session_id_and_requests_need_it() {
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-type"), Some("application/json"));
     let body = response.json().await;
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(4));
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(6));
 
     // An unsupported MCP-Protocol-Version: 400; absent or any supported one: accepted.
     assert_eq!(
@@ -606,4 +606,232 @@ async fn the_standalone_stream_carries_unrelated_messages_and_is_single() {
     assert_eq!(within("second get", get()).await.status, 409);
     drop(stream);
     server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_modern_stream_cancels_its_request() {
+    let mut config = ServerConfig::default();
+    config.keep_alive = Some(Duration::from_millis(20));
+    let (server, app) = start(config).await;
+    let addr = server.local_addr();
+    let listen = json!({"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": {
+        "notifications": {"toolsListChanged": true}, "_meta": modern_meta()}});
+    let mut response = post(addr, &modern_headers("subscriptions/listen", None), &listen).await;
+    assert_eq!(response.status, 200);
+    let (_, ack) = within("ack", response.next_message()).await.unwrap();
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    drop(response);
+    within("cancelled", async {
+        while app.cancelled.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn param_headers_must_mirror_the_arguments() {
+    let (server, _) = start(ServerConfig::default()).await;
+    let addr = server.local_addr();
+    let body = modern_call(1, "region", json!({"region": "eu-west"}));
+    let mut headers = modern_headers("tools/call", Some("region"));
+    headers.push(("Mcp-Param-Region", "eu-west"));
+    let response = post(addr, &headers, &body).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        response.json().await["result"]["content"][0]["text"],
+        "eu-west"
+    );
+    // base64 form.
+    let mut headers = modern_headers("tools/call", Some("region"));
+    headers.push(("Mcp-Param-Region", "=?base64?ZXUtd2VzdA==?="));
+    assert_eq!(post(addr, &headers, &body).await.status, 200);
+    // Mismatch and missing: 400, -32020.
+    let mut headers = modern_headers("tools/call", Some("region"));
+    headers.push(("Mcp-Param-Region", "us-east"));
+    let response = post(addr, &headers, &body).await;
+    assert_eq!(response.status, 400);
+    assert_eq!(response.json().await["error"]["code"], -32020);
+    let response = post(addr, &modern_headers("tools/call", Some("region")), &body).await;
+    assert_eq!(response.status, 400);
+    assert_eq!(response.json().await["error"]["code"], -32020);
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_injection_is_refused_and_never_echoed() {
+    let (server, _) = start(ServerConfig::default()).await;
+    let addr = server.local_addr();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let mut headers = post_headers(None, None);
+    headers.push(("Mcp-Session-Id", "abc\rSet-Cookie: injected=1"));
+    let response = post(addr, &headers, &list).await;
+    assert_eq!(response.status, 400);
+    assert!(response.header("set-cookie").is_none());
+    // A well-formed but unknown id is not echoed either.
+    let response = post(addr, &post_headers(Some("<script>"), None), &list).await;
+    assert_eq!(response.status, 404);
+    assert!(
+        response
+            .headers
+            .iter()
+            .all(|(_, v)| !v.contains("<script>"))
+    );
+    let body = String::from_utf8(response.body().await).unwrap();
+    assert!(!body.contains("<script>"), "{body}");
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams() {
+    let (server, _) = start(ServerConfig::default()).await;
+    let addr = server.local_addr();
+    let session = open_session(addr, "2025-11-25").await;
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", session.as_str()),
+    ];
+    let mut stream = within("get", raw_request(addr, "GET", "/mcp", &headers, b"")).await;
+    assert_eq!(stream.status, 200);
+    within("priming", stream.next_event()).await.unwrap();
+    let sizes = server.service().table_sizes().await;
+    assert_eq!(sizes.sessions, 1);
+    let service = server.service().clone();
+    within("shutdown", server.shutdown(Duration::from_secs(1))).await;
+    assert!(within("end of stream", stream.next_event()).await.is_none());
+    assert!(service.table_sizes().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_11_25_stream_closed_by_the_server_is_resumed_by_the_client() {
+    let (server, _) = start(ServerConfig::default()).await;
+    let addr = server.local_addr();
+    let session = open_session(addr, "2025-11-25").await;
+    let mut body = call(4, "reconnect", json!({}));
+    body["params"]["_meta"] = json!({"progressToken": "r"});
+    let mut response = post(addr, &post_headers(Some(&session), None), &body).await;
+    let priming = within("priming", response.next_event()).await.unwrap();
+    assert_eq!(priming.retry, Some(1000));
+    let (id, progress) = within("progress", response.next_message()).await.unwrap();
+    assert_eq!(progress["method"], "notifications/progress");
+    // The server closes the connection before the result.
+    assert!(within("close", response.next_message()).await.is_none());
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", session.as_str()),
+        ("Last-Event-ID", id.as_deref().unwrap()),
+    ];
+    let mut resumed = within("get", raw_request(addr, "GET", "/mcp", &headers, b"")).await;
+    assert_eq!(resumed.status, 200);
+    let (_, result) = within("result", resumed.next_message()).await.unwrap();
+    assert_eq!(result["id"], 4);
+    assert_eq!(result["result"]["content"][0]["text"], "reconnected");
+    assert!(within("end", resumed.next_message()).await.is_none());
+
+    // An id of another session, or garbage: 400.
+    let other = open_session(addr, "2025-11-25").await;
+    for last in [id.as_deref().unwrap(), "garbage", "1-99999"] {
+        let headers = [
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", other.as_str()),
+            ("Last-Event-ID", last),
+        ];
+        let response = within("get", raw_request(addr, "GET", "/mcp", &headers, b"")).await;
+        assert_eq!(response.status, 400, "{last}");
+    }
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+mod service {
+    //! The endpoint as a `tower::Service`, without a socket: principals and idle sessions.
+
+    use super::*;
+    use http_body_util::{BodyExt, Full};
+    use modelctx_http::server::{McpService, Principal};
+
+    fn request(
+        session: Option<&str>,
+        principal: Option<&str>,
+        body: &Value,
+    ) -> http::Request<Full<bytes::Bytes>> {
+        let mut builder = http::Request::post("/mcp")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(session) = session {
+            builder = builder.header("mcp-session-id", session);
+        }
+        let mut request = builder
+            .body(Full::new(bytes::Bytes::from(body.to_string())))
+            .unwrap();
+        if let Some(principal) = principal {
+            request.extensions_mut().insert(Principal(principal.into()));
+        }
+        request
+    }
+
+    fn init() -> Value {
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "x", "version": "1"}}})
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_is_bound_to_its_principal() {
+        let service =
+            McpService::new(ServerConfig::default(), Arc::new(TestApp::default())).unwrap();
+        let response = tower_service::Service::call(
+            &mut service.clone(),
+            request(None, Some("alice"), &init()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 200);
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = response.into_body().collect().await;
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        let as_alice = service
+            .handle(request(Some(&session), Some("alice"), &list))
+            .await;
+        assert_eq!(as_alice.status(), 200);
+        let as_bob = service
+            .handle(request(Some(&session), Some("bob"), &list))
+            .await;
+        assert_eq!(as_bob.status(), 404);
+        let anonymous = service.handle(request(Some(&session), None, &list)).await;
+        assert_eq!(anonymous.status(), 404);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_sessions_end() {
+        let mut config = ServerConfig::default();
+        config.session_idle_timeout = Duration::from_millis(50);
+        let service = McpService::new(config, Arc::new(TestApp::default())).unwrap();
+        let response = service.handle(request(None, None, &init())).await;
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = response.into_body().collect().await;
+        service.end_idle_sessions().await;
+        assert_eq!(service.table_sizes().await.sessions, 1, "not idle yet");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        service.end_idle_sessions().await;
+        assert!(service.table_sizes().await.is_empty());
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        assert_eq!(
+            service
+                .handle(request(Some(&session), None, &list))
+                .await
+                .status(),
+            404
+        );
+    }
 }

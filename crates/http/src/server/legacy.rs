@@ -304,6 +304,12 @@ impl Session {
             .or(answers.as_ref())
             .and_then(|id| state.requests.get(id).copied());
         let Some(stream_id) = stream_id else {
+            if answers.is_some() {
+                // A response for no request in flight here (the standalone stream never carries
+                // responses): nothing reads it.
+                tracing::debug!(session = %self.id, "dropped a response to no request in flight");
+                return;
+            }
             return self.to_standalone(state, message).await;
         };
         let Some(mut stream) = state.streams.remove(&stream_id) else {
