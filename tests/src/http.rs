@@ -429,6 +429,7 @@ impl RawResponse {
                     match field {
                         "id" => event.id = Some(value.to_owned()),
                         "retry" => event.retry = value.parse().ok(),
+                        "event" => event.event = Some(value.to_owned()),
                         "data" => {
                             if !event.data.is_empty() {
                                 event.data.push('\n');
@@ -469,6 +470,8 @@ pub struct SseEvent {
     pub id: Option<String>,
     /// `retry:`
     pub retry: Option<u64>,
+    /// `event:`
+    pub event: Option<String>,
     /// The `data:` lines, joined.
     pub data: String,
 }

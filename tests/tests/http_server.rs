@@ -835,3 +835,76 @@ mod service {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deprecated_http_sse_transport_of_2024_11_05() {
+    let mut config = ServerConfig::default();
+    config.old_sse = Some(Default::default());
+    let (server, _) = start(config).await;
+    let addr = server.local_addr();
+    let mut stream = within(
+        "get",
+        raw_request(addr, "GET", "/sse", &[("Accept", "text/event-stream")], b""),
+    )
+    .await;
+    assert_eq!(stream.status, 200);
+    let endpoint = within("endpoint", stream.next_event()).await.unwrap();
+    assert_eq!(endpoint.event.as_deref(), Some("endpoint"));
+    assert!(
+        endpoint.data.starts_with("/messages?sessionId="),
+        "{endpoint:?}"
+    );
+    let send = |body: Value| {
+        let path = endpoint.data.clone();
+        async move {
+            raw_request(
+                addr,
+                "POST",
+                &path,
+                &[("Content-Type", "application/json")],
+                body.to_string().as_bytes(),
+            )
+            .await
+            .status
+        }
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "1"}}});
+    assert_eq!(within("init", send(init)).await, 202);
+    let event = within("init result", stream.next_event()).await.unwrap();
+    assert_eq!(event.event.as_deref(), Some("message"));
+    let result: Value = serde_json::from_str(&event.data).unwrap();
+    assert_eq!(result["result"]["protocolVersion"], "2024-11-05");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(within("initialized", send(initialized)).await, 202);
+    assert_eq!(
+        within("call", send(call(1, "echo", json!({"text": "old"})))).await,
+        202
+    );
+    let (_, reply) = within("reply", stream.next_message()).await.unwrap();
+    assert_eq!(reply["result"]["content"][0]["text"], "old");
+    assert_eq!(server.service().table_sizes().await.sessions, 1);
+    // Unknown session: 404. Closing the stream ends the session.
+    let status = within(
+        "unknown",
+        raw_request(
+            addr,
+            "POST",
+            "/messages?sessionId=nope",
+            &[("Content-Type", "application/json")],
+            b"{}",
+        ),
+    )
+    .await
+    .status;
+    assert_eq!(status, 404);
+    drop(stream);
+    within("session ends", async {
+        while server.service().table_sizes().await.sessions != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    server.shutdown(Duration::from_secs(1)).await;
+}

@@ -52,6 +52,10 @@ pub struct ServerConfig {
     pub standalone_queue: usize,
     /// Where legacy SSE events wait for resumption (default: a bounded [`MemoryEventStore`]).
     pub event_store: Arc<dyn EventStore>,
+    /// Also serve the deprecated HTTP+SSE transport of 2024-11-05 on these paths (default:
+    /// not served).
+    #[cfg(feature = "legacy-sse")]
+    pub old_sse: Option<super::OldSsePaths>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -87,6 +91,8 @@ impl Default for ServerConfig {
             stream_buffer: 256,
             standalone_queue: 256,
             event_store: Arc::new(MemoryEventStore::default()),
+            #[cfg(feature = "legacy-sse")]
+            old_sse: None,
         }
     }
 }

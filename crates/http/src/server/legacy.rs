@@ -159,6 +159,9 @@ struct State {
     standalone: Option<StreamId>,
     /// Messages for the standalone stream while none is open.
     queue: VecDeque<Bytes>,
+    /// A session of the deprecated HTTP+SSE transport (2024-11-05): everything goes on its one
+    /// stream, as `message` events.
+    old_sse: Option<mpsc::Sender<Bytes>>,
     ended: bool,
 }
 
@@ -254,7 +257,36 @@ impl Session {
         if state.ended {
             return;
         }
+        if state.old_sse.is_some() {
+            return self.to_old_sse(&mut state, &[message]).await;
+        }
         self.route(&mut state, message, related).await;
+    }
+
+    /// Makes this a session of the deprecated HTTP+SSE transport, writing to `stream`.
+    #[cfg(feature = "legacy-sse")]
+    pub(crate) async fn use_old_sse(&self, stream: mpsc::Sender<Bytes>) {
+        self.state.lock().await.old_sse = Some(stream);
+    }
+
+    /// Writes messages on the one stream of an HTTP+SSE session; a reader too far behind (or
+    /// gone) ends the session, as that transport cannot resume.
+    async fn to_old_sse(&self, state: &mut State, messages: &[Message]) {
+        let Some(stream) = &state.old_sse else {
+            return;
+        };
+        let mut failed = false;
+        for message in messages {
+            let mut frame = bytes::BytesMut::from(&b"event: message\n"[..]);
+            frame.extend_from_slice(&sse::event(None, &encode(message)));
+            if stream.try_send(frame.freeze()).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        if failed {
+            self.end_locked(state).await;
+        }
     }
 
     /// Routes a batch reply: to the stream of its members.
@@ -262,6 +294,9 @@ impl Session {
         let mut state = self.state.lock().await;
         if state.ended {
             return;
+        }
+        if state.old_sse.is_some() {
+            return self.to_old_sse(&mut state, &messages).await;
         }
         let stream = messages
             .iter()
@@ -569,6 +604,7 @@ impl Session {
         state.requests.clear();
         state.queue.clear();
         state.standalone = None;
+        state.old_sse = None;
         self.ended.cancel();
         if let Some(shared) = self.config() {
             shared.sessions().remove(&self.id);

@@ -9,6 +9,8 @@ mod app;
 mod config;
 mod legacy;
 mod modern;
+#[cfg(feature = "legacy-sse")]
+mod old_sse;
 mod respond;
 mod serve;
 mod service;
@@ -18,5 +20,7 @@ pub use app::{
     RequestContext, StreamClosed,
 };
 pub use config::{ConfigError, ServerConfig};
+#[cfg(feature = "legacy-sse")]
+pub use old_sse::OldSsePaths;
 pub use serve::{RunningServer, serve};
 pub use service::{McpService, ResponseBody, TableSizes};

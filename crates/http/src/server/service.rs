@@ -130,7 +130,15 @@ impl McpService {
     {
         let (parts, body) = request.into_parts();
         let config = &self.shared.config;
-        if let Some(path) = &config.path
+        #[cfg(feature = "legacy-sse")]
+        let old_sse = config.old_sse.as_ref().filter(|paths| {
+            let path = parts.uri.path();
+            path == paths.sse || path == paths.messages
+        });
+        #[cfg(not(feature = "legacy-sse"))]
+        let old_sse: Option<()> = None;
+        if old_sse.is_none()
+            && let Some(path) = &config.path
             && parts.uri.path() != path
         {
             return respond::empty(StatusCode::NOT_FOUND);
@@ -146,6 +154,25 @@ impl McpService {
             );
         }
         self.maybe_sweep().await;
+        #[cfg(feature = "legacy-sse")]
+        if let Some(paths) = old_sse {
+            let path = parts.uri.path();
+            return match parts.method {
+                Method::GET if path == paths.sse => {
+                    super::old_sse::open(&self.shared, &self.app, &parts, paths).await
+                }
+                Method::POST if path == paths.messages => {
+                    match self.read_body(&parts, body).await {
+                        Ok(bytes) => {
+                            super::old_sse::post(&self.shared, Arc::new(parts), bytes).await
+                        }
+                        Err(refused) => *refused,
+                    }
+                }
+                _ if path == paths.sse => respond::not_allowed("GET"),
+                _ => respond::not_allowed("POST"),
+            };
+        }
         match parts.method {
             Method::POST => self.post(parts, body).await,
             Method::GET if config.serves_legacy() => self.get(parts).await,
@@ -161,15 +188,9 @@ impl McpService {
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let config = &self.shared.config;
-        if !is_json(&parts.headers) {
-            return respond::error_code(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                None,
-                ErrorCode::INVALID_REQUEST,
-                "Content-Type must be application/json",
-            );
-        }
-        if !accepts(&parts.headers, &["application/json", "text/event-stream"]) {
+        if is_json(&parts.headers)
+            && !accepts(&parts.headers, &["application/json", "text/event-stream"])
+        {
             return respond::error_code(
                 StatusCode::NOT_ACCEPTABLE,
                 None,
@@ -177,34 +198,9 @@ impl McpService {
                 "Accept must list application/json and text/event-stream",
             );
         }
-        let too_large = || {
-            respond::error_code(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                None,
-                ErrorCode::INVALID_REQUEST,
-                format!("request body exceeds {} bytes", config.max_body),
-            )
-        };
-        if parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|len| len > config.max_body as u64)
-        {
-            return too_large();
-        }
-        let bytes = match Limited::new(body, config.max_body).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-            Err(_) => {
-                return respond::error_code(
-                    StatusCode::BAD_REQUEST,
-                    None,
-                    ErrorCode::PARSE_ERROR,
-                    "the request body could not be read",
-                );
-            }
+        let bytes = match self.read_body(&parts, body).await {
+            Ok(bytes) => bytes,
+            Err(refused) => return *refused,
         };
         let incoming = match modelctx_types::decode(&bytes) {
             Ok(incoming) => incoming,
@@ -227,6 +223,54 @@ impl McpService {
                 self.initialize(parts, Message::Request(request)).await
             }
             incoming => self.legacy_post(parts, incoming).await,
+        }
+    }
+
+    /// The body of a POST: JSON (415 otherwise), within the size limit (413 otherwise).
+    async fn read_body<B>(
+        &self,
+        parts: &http::request::Parts,
+        body: B,
+    ) -> Result<Bytes, Box<Response<ResponseBody>>>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let config = &self.shared.config;
+        if !is_json(&parts.headers) {
+            return Err(Box::new(respond::error_code(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                "Content-Type must be application/json",
+            )));
+        }
+        let too_large = || {
+            Box::new(respond::error_code(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                format!("request body exceeds {} bytes", config.max_body),
+            ))
+        };
+        if parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|len| len > config.max_body as u64)
+        {
+            return Err(too_large());
+        }
+        match Limited::new(body, config.max_body).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+            Err(_) => Err(Box::new(respond::error_code(
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorCode::PARSE_ERROR,
+                "the request body could not be read",
+            ))),
         }
     }
 
