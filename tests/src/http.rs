@@ -27,7 +27,8 @@ pub struct Gates {
 /// {count}` (that many progress notifications, then the result), `ask` (legacy: an elicitation
 /// request to the client on the call's stream, then its answer as text), `reconnect` (a progress
 /// notification, then the server closes the stream's connection, then the result), `region
-/// {region}` (its argument mirrored in the `Mcp-Param-Region` header).
+/// {region}` (its argument mirrored in the `Mcp-Param-Region` header), `announce` (a tools
+/// list-changed notification, which belongs to no request).
 #[derive(Clone)]
 pub struct TestApp {
     /// What the tools wait on.
@@ -66,6 +67,7 @@ enum Done {
     Progress(RequestId, f64),
     Ask(RequestId, tokio::sync::oneshot::Sender<Value>),
     CloseStream(RequestId),
+    Announce,
 }
 
 /// Runs the tool of `request`; messages for the session go through `done`.
@@ -84,6 +86,7 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
             {"name": "ask", "inputSchema": {"type": "object"}},
             {"name": "reconnect", "inputSchema": {"type": "object"}},
             {"name": "region", "inputSchema": region_schema()},
+            {"name": "announce", "inputSchema": {"type": "object"}},
         ]})),
         "tools/call" => {
             let args = &params["arguments"];
@@ -102,6 +105,10 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
                     Ok(text(format!("{count} steps")))
                 }
                 "region" => Ok(text(args["region"].as_str().unwrap_or_default())),
+                "announce" => {
+                    let _ = done.send(Done::Announce);
+                    Ok(text("announced"))
+                }
                 "reconnect" => {
                     let _ = done.send(Done::Progress(id.clone(), 1.0));
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -158,6 +165,9 @@ fn apply(
             let _ = session.notify_progress(&id, progress, None, None);
         }
         Done::CloseStream(_) => {}
+        Done::Announce => {
+            let _ = session.notify_list_changed(modelctx_session::ListKind::Tools);
+        }
         Done::Ask(id, answer) => {
             let params = json!({"message": "name?", "requestedSchema": {"type": "object", "properties": {}}});
             let sent = session.send_request(

@@ -88,7 +88,7 @@ async fn initialize_mints_a_session_id_and_requests_need_it() {
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-type"), Some("application/json"));
     let body = response.json().await;
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(6));
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(7));
 
     // An unsupported MCP-Protocol-Version: 400; absent or any supported one: accepted.
     assert_eq!(
@@ -599,10 +599,26 @@ async fn the_standalone_stream_carries_unrelated_messages_and_is_single() {
         ("Mcp-Session-Id", session.as_str()),
     ];
     let get = || raw_request(addr, "GET", "/mcp", &headers, b"");
+    // Announced while no stream is open: queued.
+    let announce = |id| call(id, "announce", json!({}));
+    let reply = post(addr, &post_headers(Some(&session), None), &announce(1)).await;
+    assert_eq!(
+        reply.json().await["result"]["content"][0]["text"],
+        "announced"
+    );
     let mut stream = within("get", get()).await;
     assert_eq!(stream.status, 200);
     let priming = within("priming", stream.next_event()).await.unwrap();
     assert!(priming.id.is_some() && priming.data.is_empty());
+    let (id, queued) = within("queued", stream.next_message()).await.unwrap();
+    assert_eq!(queued["method"], "notifications/tools/list_changed");
+    assert!(id.is_some());
+    assert_eq!(server.service().table_sizes().await.queued, 0);
+    // Announced while it is open: on the standalone stream, not on the call's.
+    let reply = post(addr, &post_headers(Some(&session), None), &announce(2)).await;
+    assert_eq!(reply.header("content-type"), Some("application/json"));
+    let (_, live) = within("live", stream.next_message()).await.unwrap();
+    assert_eq!(live["method"], "notifications/tools/list_changed");
     assert_eq!(within("second get", get()).await.status, 409);
     drop(stream);
     server.shutdown(Duration::from_secs(1)).await;
@@ -906,5 +922,23 @@ async fn the_deprecated_http_sse_transport_of_2024_11_05() {
         }
     })
     .await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_can_be_disabled() {
+    let mut config = ServerConfig::default();
+    config.allow_delete = false;
+    let (server, _) = start(config).await;
+    let addr = server.local_addr();
+    let session = open_session(addr, "2025-11-25").await;
+    let response = within(
+        "delete",
+        raw_request(addr, "DELETE", "/mcp", &[("Mcp-Session-Id", &session)], b""),
+    )
+    .await;
+    assert_eq!(response.status, 405);
+    assert_eq!(response.header("allow"), Some("GET, POST"));
+    assert_eq!(server.service().table_sizes().await.sessions, 1);
     server.shutdown(Duration::from_secs(1)).await;
 }
