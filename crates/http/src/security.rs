@@ -101,15 +101,16 @@ pub(crate) fn check(
     hosts: &AllowList,
     origins: &AllowList,
 ) -> Result<(), Forbidden> {
+    // `Some(None)`: a Host that is not a well-formed authority.
     let host = match parts.headers.get(http::header::HOST) {
-        Some(value) => value.to_str().ok().and_then(host_of_authority),
-        None => parts.uri.authority().map(|a| a.host()),
+        Some(value) => Some(value.to_str().ok().and_then(host_of_authority)),
+        None => parts.uri.authority().map(|a| Some(a.host())),
     };
     if *hosts != AllowList::Any {
         match host {
             None => return Err(Forbidden::MissingHost),
-            Some(host) if !hosts.allows(host) => return Err(Forbidden::Host),
-            Some(_) => {}
+            Some(Some(host)) if hosts.allows(host) => {}
+            Some(_) => return Err(Forbidden::Host),
         }
     }
     if let Some(origin) = parts.headers.get(http::header::ORIGIN)
