@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -21,6 +22,8 @@ pub struct RunningServer {
     addr: SocketAddr,
     service: McpService,
     stop: CancellationToken,
+    /// How long connections get to finish at shutdown, in milliseconds.
+    grace: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -38,6 +41,10 @@ impl RunningServer {
     /// Stops accepting connections, ends every stream and session, lets in-flight requests
     /// finish (for up to `grace`), and returns when the server is down.
     pub async fn shutdown(self, grace: Duration) {
+        self.grace.store(
+            u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
         self.stop.cancel();
         self.service.close_all().await;
         let _ = tokio::time::timeout(grace + Duration::from_secs(1), self.task).await;
@@ -61,11 +68,19 @@ pub async fn serve(
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();
-    let task = tokio::spawn(accept_loop(listener, service.clone(), stop.clone(), idle));
+    let grace = Arc::new(AtomicU64::new(10_000));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        service.clone(),
+        stop.clone(),
+        grace.clone(),
+        idle,
+    ));
     Ok(RunningServer {
         addr,
         service,
         stop,
+        grace,
         task,
     })
 }
@@ -74,6 +89,7 @@ async fn accept_loop(
     listener: TcpListener,
     service: McpService,
     stop: CancellationToken,
+    grace: Arc<AtomicU64>,
     idle: Duration,
 ) {
     let graceful = GracefulShutdown::new();
@@ -113,5 +129,6 @@ async fn accept_loop(
         });
     }
     drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    let grace = Duration::from_millis(grace.load(Ordering::SeqCst));
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
 }
