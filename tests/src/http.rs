@@ -28,7 +28,9 @@ pub struct Gates {
 /// request to the client on the call's stream, then its answer as text), `reconnect` (a progress
 /// notification, then the server closes the stream's connection, then the result), `region
 /// {region}` (its argument mirrored in the `Mcp-Param-Region` header), `announce` (a tools
-/// list-changed notification, which belongs to no request).
+/// list-changed notification, which belongs to no request). One more tool is callable but not
+/// listed: `end_session` (legacy: answers, then the application ends the session, as a server may
+/// at any time).
 #[derive(Clone)]
 pub struct TestApp {
     /// What the tools wait on.
@@ -68,6 +70,7 @@ enum Done {
     Ask(RequestId, tokio::sync::oneshot::Sender<Value>),
     CloseStream(RequestId),
     Announce,
+    EndSession,
 }
 
 /// Runs the tool of `request`; messages for the session go through `done`.
@@ -105,6 +108,7 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
                     Ok(text(format!("{count} steps")))
                 }
                 "region" => Ok(text(args["region"].as_str().unwrap_or_default())),
+                "end_session" => Ok(text("ending")),
                 "announce" => {
                     let _ = done.send(Done::Announce);
                     Ok(text("announced"))
@@ -135,7 +139,12 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
             format!("no method {other}"),
         )),
     };
+    let ends = request.method == "tools/call" && params["name"] == "end_session";
     let _ = done.send(Done::Result(id, result));
+    if ends {
+        // After the answer: the driver has routed it by the time it reads this.
+        let _ = done.send(Done::EndSession);
+    }
 }
 
 fn text(s: impl Into<String>) -> Value {
@@ -164,7 +173,7 @@ fn apply(
         Done::Progress(id, progress) => {
             let _ = session.notify_progress(&id, progress, None, None);
         }
-        Done::CloseStream(_) => {}
+        Done::CloseStream(_) | Done::EndSession => {}
         Done::Announce => {
             let _ = session.notify_list_changed(modelctx_session::ListKind::Tools);
         }
@@ -236,6 +245,9 @@ impl McpApp for TestApp {
                         }
                         if let Done::CloseStream(id) = &done {
                             transport.close_stream(id).await;
+                        }
+                        if let Done::EndSession = &done {
+                            transport.close().await;
                         }
                         apply(&mut session, done, &mut asks);
                     }
