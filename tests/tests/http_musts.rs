@@ -27,7 +27,7 @@
 //! | A B C | resumption never replays another stream's messages | `http_server.rs`: `resumption_replays_exactly_that_streams_events` |
 //! | A B C | session ids are visible ASCII (0x21 to 0x7E) | `http_server.rs`: `initialize_mints_a_session_id_and_requests_need_it` |
 //! | A B C | a terminated session's id gets 404 | [`a_terminated_session_gets_404`]; `http_server.rs`: `initialize_mints_a_session_id_and_requests_need_it`, `service::idle_sessions_end` |
-//! | B C | an invalid or unsupported `MCP-Protocol-Version` gets 400 | [`an_unsupported_protocol_version_header_gets_400`]; [`an_unsupported_protocol_version_header_on_delete_gets_400`] (**ignored: fails**); `http_server.rs`: `initialize_mints_a_session_id_and_requests_need_it` |
+//! | B C | an invalid or unsupported `MCP-Protocol-Version` gets 400 | [`an_unsupported_protocol_version_header_gets_400`]; [`an_unsupported_protocol_version_header_on_delete_gets_400`]; `http_server.rs`: `initialize_mints_a_session_id_and_requests_need_it` |
 //! | D | SSE notifications relate to the originating request | [`modern_stream_notifications_belong_to_their_request`] |
 //! | D | no independent requests on a response stream | [`modern_streams_carry_no_server_requests`] |
 //! | D | closing the response stream cancels the request | `http_server.rs`: `closing_a_modern_stream_cancels_its_request`; [`nothing_is_sent_for_a_cancelled_modern_request`] |
@@ -35,7 +35,7 @@
 //! | D | `MCP-Protocol-Version` differing from `_meta` gets 400 HeaderMismatch | `http_server.rs`: `modern_requests_are_stateless_and_checked_before_they_run` |
 //! | D | an unsupported version gets 400 and UnsupportedProtocolVersionError with the supported list | `http_server.rs`: `modern_requests_are_stateless_and_checked_before_they_run` |
 //! | D | an unknown method gets 404 and -32601 | `http_server.rs`: `modern_requests_are_stateless_and_checked_before_they_run` |
-//! | D | without pre-2025-06-18 support, a request without the version header is rejected per Server Validation | [`a_modern_only_server_rejects_a_request_without_the_version_header`]; [`a_modern_only_server_rejects_a_versionless_request_with_header_mismatch`] (**ignored: fails**) |
+//! | D | without pre-2025-06-18 support, a request without the version header is rejected per Server Validation | [`a_modern_only_server_rejects_a_request_without_the_version_header`]; [`a_modern_only_server_rejects_a_versionless_request_with_header_mismatch`] |
 //! | D | `Mcp-Method` and `Mcp-Name` are required | [`missing_standard_headers_get_400_header_mismatch`] |
 //! | D | encoded `Mcp-Name` / `Mcp-Param-*` values are decoded before comparing | [`encoded_header_values_are_decoded_before_comparison`]; `http_server.rs`: `param_headers_must_mirror_the_arguments` |
 //! | D | a recognized `Mcp-Param-*` with invalid characters is rejected | [`param_headers_with_invalid_characters_are_refused`] |
@@ -827,7 +827,6 @@ async fn an_unsupported_protocol_version_header_gets_400() {
 /// not serve is a request with an unsupported `MCP-Protocol-Version`, so it gets 400 and ends
 /// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "server does not yet: check MCP-Protocol-Version on DELETE (it answers 200 and ends the session)"]
 async fn an_unsupported_protocol_version_header_on_delete_gets_400() {
     let (server, _) = start(ServerConfig::default()).await;
     let addr = server.local_addr();
@@ -1135,7 +1134,6 @@ async fn a_modern_only_server_rejects_a_request_without_the_version_header() {
 /// Server Validation" means 400 with HeaderMismatch (-32020), the missing header being a
 /// validation failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "server does not yet: refuse a header-less request on a modern-only server with -32020 (it gives 400 with -32000, asking for Mcp-Session-Id and initialize)"]
 async fn a_modern_only_server_rejects_a_versionless_request_with_header_mismatch() {
     let (server, _) = start(modern_only()).await;
     let addr = server.local_addr();
@@ -1343,5 +1341,60 @@ async fn header_names_are_case_insensitive() {
         "values are case-sensitive",
     )
     .await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+/// An application that breaks the 2026-07-28 stream rule: it sends a request of its own before
+/// the response.
+struct RequestingApp;
+
+impl modelctx_http::server::McpApp for RequestingApp {
+    fn open_session(
+        &self,
+        _session: modelctx_http::server::LegacySession,
+    ) -> Arc<dyn modelctx_http::server::LegacyHandler> {
+        unreachable!("modern requests only")
+    }
+
+    fn modern(&self, request: modelctx_http::server::ModernRequest) {
+        tokio::spawn(async move {
+            let Message::Request(call) = &request.message else {
+                return;
+            };
+            let ask: Message = serde_json::from_value(json!({
+                "jsonrpc": "2.0", "id": "server-1", "method": "elicitation/create",
+                "params": {"message": "?", "requestedSchema": {"type": "object"}}}))
+            .unwrap();
+            let done: Message = serde_json::from_value(json!({
+                "jsonrpc": "2.0", "id": call.id, "result": {"content": [], "resultType": "complete"}}))
+            .unwrap();
+            let _ = request.reply.send(ask).await;
+            let _ = request.reply.send(done).await;
+        });
+    }
+}
+
+/// 2026-07-28: the server never sends independent requests on a request's stream; the transport
+/// drops any the application tries to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_server_requests_on_a_modern_stream() {
+    let server = modelctx_http::server::serve(
+        "127.0.0.1:0".parse().unwrap(),
+        ServerConfig::default(),
+        Arc::new(RequestingApp),
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr();
+    let response = post(
+        addr,
+        &modern_headers("tools/call", Some("echo")),
+        &modern_call(1, "echo", json!({})),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    assert_eq!(media_type(&response).as_deref(), Some("application/json"));
+    let body = response.json().await;
+    assert_eq!(body["id"], 1, "only the response: {body}");
     server.shutdown(Duration::from_secs(1)).await;
 }

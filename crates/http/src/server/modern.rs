@@ -181,7 +181,7 @@ pub(crate) async fn handle(
             cancelled: cancelled.clone(),
         },
     });
-    let Some(first) = rx.recv().await else {
+    let Some(first) = next_on_stream(&mut rx).await else {
         drop(guard.disarm());
         return respond::error_code(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -201,7 +201,7 @@ pub(crate) async fn handle(
     tokio::spawn(async move {
         loop {
             let message = tokio::select! {
-                m = rx.recv() => m,
+                m = next_on_stream(&mut rx) => m,
                 () = stop.cancelled() => None,
             };
             let Some(message) = message else { break };
@@ -228,6 +228,23 @@ pub(crate) async fn handle(
     let mut response = Response::new(body.boxed_unsync());
     sse_headers(&mut response);
     response
+}
+
+/// The next message the application sends for the stream; requests are dropped (a 2026-07-28
+/// server never sends independent requests on a request's stream: it asks with
+/// `input_required` results).
+async fn next_on_stream(rx: &mut mpsc::Receiver<Message>) -> Option<Message> {
+    loop {
+        match rx.recv().await? {
+            Message::Request(request) => {
+                tracing::warn!(
+                    method = %request.method,
+                    "dropped a server request on a 2026-07-28 stream"
+                );
+            }
+            message => return Some(message),
+        }
+    }
 }
 
 fn answers(message: &Message, id: &modelctx_types::RequestId) -> bool {

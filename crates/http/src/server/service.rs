@@ -425,6 +425,23 @@ impl McpService {
         parts: Arc<http::request::Parts>,
         incoming: Incoming,
     ) -> Response<ResponseBody> {
+        if !self.shared.config.serves_legacy() {
+            // Neither modern (no version in header or `_meta`) nor `initialize`: on a server
+            // that serves only 2026-07-28, the version header is simply missing.
+            let id = match &incoming {
+                Incoming::Single(Message::Request(r)) => Some(r.id.clone()),
+                _ => None,
+            };
+            return respond::error_code(
+                StatusCode::BAD_REQUEST,
+                id,
+                ErrorCode::HEADER_MISMATCH,
+                format!(
+                    "missing MCP-Protocol-Version header and params._meta version; this server serves {}",
+                    self.shared.config.modern_versions.join(", ")
+                ),
+            );
+        }
         let session = match self.session_of(&parts) {
             Ok(session) => session,
             Err(refused) => return *refused,
@@ -557,6 +574,9 @@ impl McpService {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
+        if let Some(refused) = self.check_legacy_version(&parts, None) {
+            return refused;
+        }
         session.end().await;
         respond::empty(StatusCode::OK)
     }
