@@ -942,3 +942,25 @@ async fn delete_can_be_disabled() {
     assert_eq!(server.service().table_sizes().await.sessions, 1);
     server.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_client_that_goes_away_before_any_answer_cancels_its_request() {
+    let (server, app) = start(ServerConfig::default()).await;
+    let addr = server.local_addr();
+    let body = modern_call(1, "slow", json!({})).to_string();
+    let headers = modern_headers("tools/call", Some("slow"));
+    let response = raw_request(addr, "POST", "/mcp", &headers, body.as_bytes());
+    // The head never comes (the tool waits): give up after a moment, closing the connection.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), response)
+            .await
+            .is_err()
+    );
+    within("cancelled", async {
+        while app.cancelled.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
