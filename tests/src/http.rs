@@ -626,3 +626,53 @@ pub fn modern_meta() -> Value {
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
     })
 }
+
+/// Starts a server on 127.0.0.1, port 0, with `config` and a fresh [`TestApp`].
+pub async fn start(
+    config: modelctx_http::server::ServerConfig,
+) -> (modelctx_http::server::RunningServer, TestApp) {
+    let app = TestApp::default();
+    let server =
+        modelctx_http::server::serve(([127, 0, 0, 1], 0).into(), config, Arc::new(app.clone()))
+            .await
+            .expect("a server on 127.0.0.1");
+    (server, app)
+}
+
+/// Fails the test instead of hanging it: `future` must finish within 20 s.
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no outcome within 20 s"))
+}
+
+/// POSTs `body` to `/mcp` with `headers`.
+pub async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> RawResponse {
+    within(
+        "post",
+        raw_request(addr, "POST", "/mcp", headers, body.to_string().as_bytes()),
+    )
+    .await
+}
+
+/// A `tools/call` request.
+pub fn call(id: i64, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments}})
+}
+
+/// A 2026-07-28 `tools/call` request (with its `_meta`).
+pub fn modern_call(id: i64, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": modern_meta()}})
+}
+
+/// The headers of a 2026-07-28 POST: the version, `Mcp-Method` and, when given, `Mcp-Name`.
+pub fn modern_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+    let mut headers = post_headers(None, Some("2026-07-28"));
+    headers.push(("Mcp-Method", method));
+    if let Some(name) = name {
+        headers.push(("Mcp-Name", name));
+    }
+    headers
+}

@@ -53,11 +53,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modelctx_http::server::{
-    LegacyHandler, LegacySession, McpApp, ModernRequest, RequestContext, RunningServer,
-    ServerConfig, serve,
+    LegacyHandler, LegacySession, McpApp, ModernRequest, RequestContext, ServerConfig, serve,
 };
 use modelctx_tests::http::{
-    RawResponse, TestApp, modern_meta, open_session, post_headers, raw_request,
+    RawResponse, call, modern_call, modern_headers, modern_meta, open_session, post, post_headers,
+    raw_request, start, within,
 };
 use modelctx_types::{Incoming, Message};
 use serde_json::{Value, json};
@@ -70,28 +70,10 @@ const BAD_ORIGINS: [&str; 3] = [
     "http://localhost.evil.example.com",
 ];
 
-async fn start(config: ServerConfig) -> (RunningServer, TestApp) {
-    let app = TestApp::default();
-    let server = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        config,
-        Arc::new(app.clone()),
-    )
-    .await
-    .unwrap();
-    (server, app)
-}
-
 fn modern_only() -> ServerConfig {
     let mut config = ServerConfig::default();
     config.legacy_versions.clear();
     config
-}
-
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no outcome within 20 s"))
 }
 
 /// Polls `condition` (every 5 ms, for at most 20 s) until it holds.
@@ -106,14 +88,6 @@ where
         }
     })
     .await;
-}
-
-async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> RawResponse {
-    within(
-        "post",
-        raw_request(addr, "POST", "/mcp", headers, body.to_string().as_bytes()),
-    )
-    .await
 }
 
 async fn send(
@@ -139,11 +113,6 @@ async fn delete(addr: SocketAddr, session: &str, extra: &[(&str, &str)]) -> RawR
     send(addr, "DELETE", "/mcp", &headers, b"").await
 }
 
-fn call(id: i64, name: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments}})
-}
-
 fn progress_call(id: i64, count: u64, token: &str) -> Value {
     let mut body = call(id, "progress", json!({"count": count}));
     body["params"]["_meta"] = json!({"progressToken": token});
@@ -152,20 +121,6 @@ fn progress_call(id: i64, count: u64, token: &str) -> Value {
 
 fn notification(method: &str) -> Value {
     json!({"jsonrpc": "2.0", "method": method})
-}
-
-fn modern_call(id: i64, name: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments, "_meta": modern_meta()}})
-}
-
-fn modern_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
-    let mut headers = post_headers(None, Some("2026-07-28"));
-    headers.push(("Mcp-Method", method));
-    if let Some(name) = name {
-        headers.push(("Mcp-Name", name));
-    }
-    headers
 }
 
 /// The headers without the ones named (ignoring case).

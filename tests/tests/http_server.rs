@@ -1,60 +1,15 @@
 //! The Streamable HTTP server on 127.0.0.1, port 0, driven with raw HTTP/1.1 requests: the
 //! transport rules of 2025-03-26 to 2026-07-28, security, resumption, bounds.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use modelctx_http::server::{RunningServer, ServerConfig, serve};
+use modelctx_http::server::ServerConfig;
 use modelctx_tests::http::{
-    RawResponse, TestApp, modern_meta, open_session, post_headers, raw_request,
+    TestApp, call, modern_call, modern_headers, modern_meta, open_session, post, post_headers,
+    raw_request, start, within,
 };
 use serde_json::{Value, json};
-
-async fn start(config: ServerConfig) -> (RunningServer, TestApp) {
-    let app = TestApp::default();
-    let server = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        config,
-        Arc::new(app.clone()),
-    )
-    .await
-    .unwrap();
-    (server, app)
-}
-
-async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no outcome within 20 s"))
-}
-
-async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> RawResponse {
-    within(
-        "post",
-        raw_request(addr, "POST", "/mcp", headers, body.to_string().as_bytes()),
-    )
-    .await
-}
-
-fn call(id: i64, name: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments}})
-}
-
-fn modern_call(id: i64, name: &str, arguments: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments, "_meta": modern_meta()}})
-}
-
-fn modern_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
-    let mut headers = post_headers(None, Some("2026-07-28"));
-    headers.push(("Mcp-Method", method));
-    if let Some(name) = name {
-        headers.push(("Mcp-Name", name));
-    }
-    headers
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initialize_mints_a_session_id_and_requests_need_it() {
