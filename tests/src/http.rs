@@ -177,7 +177,7 @@ fn apply(
         Done::Announce => {
             let _ = session.notify_list_changed(modelctx_session::ListKind::Tools);
         }
-        Done::Ask(id, answer) => {
+        Done::Ask(_, answer) => {
             let params = json!({"message": "name?", "requestedSchema": {"type": "object", "properties": {}}});
             let sent = session.send_request(
                 now,
@@ -188,7 +188,6 @@ fn apply(
             if let Ok(ask_id) = sent {
                 // The request goes on the stream of the call it belongs to.
                 asks.insert(ask_id, answer);
-                let _ = id;
             }
         }
     }
@@ -231,7 +230,6 @@ impl McpApp for TestApp {
             let (done_tx, mut done_rx) = mpsc::unbounded_channel();
             let mut asks = HashMap::new();
             // The request each server-to-client request was made for.
-            let mut ask_for: HashMap<RequestId, RequestId> = HashMap::new();
             let mut current: Option<RequestId> = None;
             loop {
                 tokio::select! {
@@ -263,7 +261,6 @@ impl McpApp for TestApp {
                                     serde_json::from_str(result.get()).unwrap_or(Value::Null);
                                 let _ = answer.send(value);
                             }
-                            ask_for.remove(&id);
                         }
                         _ => {}
                     }
@@ -273,10 +270,7 @@ impl McpApp for TestApp {
                         Transmit::Message { message, related } => {
                             // A request of ours made for a call goes on that call's stream.
                             let related = match (&message, &current) {
-                                (Message::Request(r), Some(call)) => {
-                                    ask_for.insert(r.id.clone(), call.clone());
-                                    Some(call.clone())
-                                }
+                                (Message::Request(_), Some(call)) => Some(call.clone()),
                                 _ => related,
                             };
                             transport.send(message, related).await;

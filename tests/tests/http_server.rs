@@ -374,6 +374,25 @@ async fn batches_only_on_2025_03_26() {
         .map(|m| m["id"].as_i64().unwrap())
         .collect();
     assert_eq!(ids.len(), 2, "{reply}");
+    // A batch of only invalid members waits for, and gets, their errors as one array.
+    let invalid = json!([{"jsonrpc": "2.0", "id": 7}, 5]);
+    let response = post(
+        addr,
+        &post_headers(Some(&old), Some("2025-03-26")),
+        &invalid,
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let reply = within("errors", response.json()).await;
+    let codes: Vec<i64> = reply
+        .as_array()
+        .unwrap_or_else(|| panic!("an array: {reply}"))
+        .iter()
+        .map(|m| m["error"]["code"].as_i64().unwrap())
+        .collect();
+    assert_eq!(codes, [-32600, -32600], "{reply}");
+    assert_eq!(reply[0]["id"], 7);
+    assert!(server.service().table_sizes().await.requests == 0);
     let new = open_session(addr, "2025-06-18").await;
     let response = post(addr, &post_headers(Some(&new), None), &batch).await;
     assert_eq!(response.status, 400);

@@ -1,6 +1,7 @@
 //! Server-sent events: the framing of one event, and the response body that streams them.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -131,8 +132,6 @@ impl Drop for StreamBody {
         }
     }
 }
-
-use std::future::Future;
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::app::{LegacyHandler, Principal};
 use super::config::ServerConfig;
-use super::respond::encode;
+use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
 use crate::sse;
 
@@ -289,7 +289,10 @@ impl Session {
         }
     }
 
-    /// Routes a batch reply: to the stream of its members.
+    /// Routes a batch reply to the POST of the batch it answers: the stream of its members'
+    /// requests, or, for a batch of only invalid members (whose errors name no request), the
+    /// oldest batch POST still waiting with no request of its own (the application answers
+    /// batches in the order they came).
     pub(crate) async fn send_batch(&self, messages: Vec<Message>) {
         let mut state = self.state.lock().await;
         if state.ended {
@@ -298,37 +301,49 @@ impl Session {
         if state.old_sse.is_some() {
             return self.to_old_sse(&mut state, &messages).await;
         }
-        let stream = messages
+        let by_member = messages
             .iter()
             .filter_map(final_id)
             .find_map(|id| state.requests.get(id).copied());
-        let Some(stream_id) = stream else {
-            for message in messages {
-                self.route(&mut state, message, None).await;
-            }
+        let stream_id = by_member.or_else(|| {
+            state
+                .streams
+                .iter()
+                .filter(|(_, s)| s.batch && s.pending.is_empty() && s.decide.is_some())
+                .map(|(id, _)| *id)
+                .min()
+        });
+        let Some((stream_id, mut stream)) =
+            stream_id.and_then(|id| Some((id, state.streams.remove(&id)?)))
+        else {
+            tracing::debug!(session = %self.id, "dropped a batch reply to no batch in flight");
             return;
         };
-        let undecided_batch = state
-            .streams
-            .get(&stream_id)
-            .is_some_and(|s| s.decide.is_some() && !s.sse);
-        if undecided_batch {
-            // The whole reply at once: one JSON array.
-            let Some(mut stream) = state.streams.remove(&stream_id) else {
-                return;
-            };
+        for message in &messages {
+            if let Some(id) = final_id(message)
+                && stream.pending.remove(id)
+            {
+                state.requests.remove(id);
+            }
+        }
+        if !stream.sse {
+            // Nothing was sent yet: the whole reply at once, as one JSON array.
+            if let Some(decide) = stream.decide.take() {
+                let body = Bytes::from(modelctx_types::encode_batch(&messages));
+                let _ = decide.send(Decision::Json(body));
+            }
+        } else {
+            for message in &messages {
+                self.emit(&mut stream, stream_id, message).await;
+            }
+        }
+        if stream.sse && !stream.pending.is_empty() {
+            state.streams.insert(stream_id, stream);
+        } else {
+            // Answered: the connection ends; SSE events stay in the store for resumption.
             for id in stream.pending.drain() {
                 state.requests.remove(&id);
             }
-            let body = Bytes::from(modelctx_types::encode_batch(&messages));
-            if let Some(decide) = stream.decide.take() {
-                let _ = decide.send(Decision::Json(body));
-            }
-            return;
-        }
-        for message in messages {
-            let related = final_id(&message).cloned();
-            self.route(&mut state, message, related).await;
         }
     }
 
@@ -359,13 +374,6 @@ impl Session {
         }
         let done = completes && stream.pending.is_empty();
         if !stream.sse {
-            if stream.decide.is_none() {
-                // The POST went away before anything was sent: nothing can resume it.
-                if !done {
-                    state.streams.insert(stream_id, stream);
-                }
-                return;
-            }
             if completes {
                 stream.collected.push(message);
                 if done {
@@ -618,14 +626,5 @@ impl Session {
     /// Whether the session has ended.
     pub(crate) async fn is_ended(&self) -> bool {
         self.state.lock().await.ended
-    }
-}
-
-/// The request a message answers, if it is a response.
-fn final_id(message: &Message) -> Option<&RequestId> {
-    match message {
-        Message::Response(r) => Some(&r.id),
-        Message::Error(e) => e.id.as_ref(),
-        _ => None,
     }
 }

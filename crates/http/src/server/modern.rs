@@ -248,9 +248,5 @@ async fn next_on_stream(rx: &mut mpsc::Receiver<Message>) -> Option<Message> {
 }
 
 fn answers(message: &Message, id: &modelctx_types::RequestId) -> bool {
-    match message {
-        Message::Response(r) => r.id == *id,
-        Message::Error(e) => e.id.as_ref() == Some(id),
-        _ => false,
-    }
+    respond::final_id(message) == Some(id)
 }

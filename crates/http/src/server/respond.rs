@@ -93,3 +93,12 @@ pub(crate) fn modern_status(message: &Message) -> StatusCode {
         _ => StatusCode::OK,
     }
 }
+
+/// The request a message answers, if it is a response.
+pub(crate) fn final_id(message: &Message) -> Option<&RequestId> {
+    match message {
+        Message::Response(r) => Some(&r.id),
+        Message::Error(e) => e.id.as_ref(),
+        _ => None,
+    }
+}

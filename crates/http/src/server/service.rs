@@ -449,9 +449,11 @@ impl McpService {
         if let Some(refused) = self.check_legacy_version(&parts, None) {
             return refused;
         }
-        let (requests, batch) = match &incoming {
-            Incoming::Single(Message::Request(r)) => (vec![r.id.clone()], false),
-            Incoming::Single(_) => (Vec::new(), false),
+        // The requests the POST waits for; whether it is a batch; whether it waits anyway (a
+        // batch with invalid members gets their errors as its reply).
+        let (requests, batch, awaits_reply) = match &incoming {
+            Incoming::Single(Message::Request(r)) => (vec![r.id.clone()], false, true),
+            Incoming::Single(_) => (Vec::new(), false, false),
             Incoming::Batch(elements) => {
                 if session.version().await.as_deref() != Some("2025-03-26") {
                     return respond::error_code(
@@ -476,24 +478,16 @@ impl McpService {
                         _ => {}
                     }
                 }
-                let invalid = elements.iter().any(Result::is_err);
-                if invalid && ids.is_empty() {
-                    // The session answers invalid members; wait for that batch reply.
-                    (Vec::new(), true)
-                } else {
-                    (ids, true)
-                }
+                let awaits_reply = !ids.is_empty() || elements.iter().any(Result::is_err);
+                (ids, true, awaits_reply)
             }
-            _ => (Vec::new(), false),
+            _ => (Vec::new(), false, false),
         };
         let Some(handler) = session.handler.get().cloned() else {
             return respond::empty(StatusCode::NOT_FOUND);
         };
         let context = RequestContext { parts };
-        let waits_for_batch = batch
-            && requests.is_empty()
-            && matches!(&incoming, Incoming::Batch(e) if e.iter().any(Result::is_err));
-        if requests.is_empty() && !waits_for_batch {
+        if !awaits_reply {
             handler.input(incoming, context);
             return respond::empty(StatusCode::ACCEPTED);
         }
