@@ -756,6 +756,37 @@ impl ClientSession {
         Ok(())
     }
 
+    /// The transport reports that request `id` got no MCP answer and never will (an HTTP status
+    /// without a JSON-RPC error for it, a body that is not JSON-RPC, a stream that broke and could
+    /// not be resumed or re-issued). `why` says what came back.
+    ///
+    /// For the probe this is the fallback signal ([`probe_failed`](Self::probe_failed)); for
+    /// `initialize` it closes the session with [`CloseReason::Transport`]; any other request
+    /// fails with [`RequestError::Transport`]. A request no longer in flight (answered, cancelled,
+    /// timed out) is ignored, so a transport may report late.
+    pub fn request_failed(&mut self, now: Instant, id: &RequestId, why: impl Into<String>) {
+        let why = why.into();
+        match &self.state {
+            State::ExpectDiscover { id: probe, .. } if probe == id => {
+                self.core.take_answer(id);
+                let _ = self.fall_back(now, &format!("the probe got no MCP answer: {why}"));
+            }
+            State::ExpectInitializeResult { id: init } if init == id => {
+                self.core.take_answer(id);
+                self.fail(CloseReason::Transport(format!("initialize failed: {why}")));
+            }
+            _ => {
+                if let Some(method) = self.core.take_answer(id) {
+                    self.core.event(Event::Failed {
+                        id: id.clone(),
+                        method,
+                        error: RequestError::Transport(why),
+                    });
+                }
+            }
+        }
+    }
+
     /// Closes the session: every request we sent fails with [`RequestError::Closed`].
     pub fn close(&mut self) {
         if !self.is_closed() {

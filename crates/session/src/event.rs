@@ -174,6 +174,10 @@ pub enum RequestError {
     /// The session closed before an answer came; holds why.
     #[error("the session closed before the response came: {0}")]
     Closed(CloseReason),
+    /// The transport could not deliver the request or its answer (see
+    /// `ClientSession::request_failed`); holds what it saw. The session lives on.
+    #[error("the transport lost the request: {0}")]
+    Transport(String),
 }
 
 /// Why the session closed.

@@ -304,3 +304,45 @@ fn an_initialize_that_fails_closes_the_client_with_a_clear_error() {
         [Event::Closed(CloseReason::InvalidInitializeResult(_))]
     ));
 }
+
+#[test]
+fn a_transport_failure_falls_back_on_the_probe_closes_on_initialize_and_fails_other_requests() {
+    let now = std::time::Instant::now();
+    let config = ClientConfig::new("c", "1", full_client_caps());
+    let sent = |client: &mut ClientSession| match client.poll_transmit() {
+        Some(Transmit::Message { message, .. }) => message,
+        other => panic!("expected a message, got {other:?}"),
+    };
+
+    // The probe: the HTTP 404 of a legacy server means initialize follows.
+    let mut client = ClientSession::new(config.clone());
+    client.connect(now).unwrap();
+    let probe = sent(&mut client);
+    client.request_failed(now, probe.id().unwrap(), "HTTP 404");
+    let init = sent(&mut client);
+    assert_eq!(init.method(), Some("initialize"));
+    assert!(client.poll_event().is_none(), "the probe fails quietly");
+
+    // initialize: the session closes with what the transport saw.
+    client.request_failed(now, init.id().unwrap(), "HTTP 500");
+    assert!(matches!(
+        client.poll_event(),
+        Some(Event::Closed(CloseReason::Transport(why))) if why.contains("HTTP 500")
+    ));
+    assert_eq!(client.table_sizes().outgoing, 0);
+
+    // Any other request fails alone and the session lives on; a late report is ignored.
+    let mut pair = Pair::connected(&[V::V2025_11_25]);
+    let client = &mut pair.client;
+    let id = client.send_request(now, "tools/list", None).unwrap();
+    client.request_failed(now, &id, "the stream broke");
+    assert!(matches!(
+        client.poll_event(),
+        Some(Event::Failed { id: failed, error: modelctx_session::RequestError::Transport(why), .. })
+            if failed == id && why == "the stream broke"
+    ));
+    client.request_failed(now, &id, "again");
+    assert!(client.poll_event().is_none());
+    assert!(!client.is_closed());
+    assert_eq!(client.table_sizes().outgoing, 0);
+}
