@@ -192,7 +192,7 @@ fn trim_ows(raw: &[u8]) -> &[u8] {
 
 /// Text from a peer, made safe to show: control characters (CR and LF among them) become escapes
 /// such as `\n` or `\u{1b}`, and long text is cut with `…`.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_SHOWN_CHARS + 8));
     for (i, c) in text.chars().enumerate() {
         if i == MAX_SHOWN_CHARS {
@@ -652,7 +652,7 @@ fn name_source(method: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-fn meta_protocol_version(params: Option<&Value>) -> Option<&str> {
+pub(crate) fn meta_protocol_version(params: Option<&Value>) -> Option<&str> {
     params?.get("_meta")?.get(META_PROTOCOL_VERSION)?.as_str()
 }
 

@@ -23,8 +23,11 @@
 //! `server::McpApp`) runs a protocol session per legacy HTTP session and per modern request,
 //! and hands the transport its output with the request it belongs to; the transport picks the
 //! stream. It does not authenticate: an authentication layer in front puts a
-//! `server::Principal` in the request's extensions. The HTTP client is not written yet.
+//! `server::Principal` in the request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the client session
+//! decides, it carries.
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod event_store;
 pub mod headers;
 #[cfg(feature = "server")]

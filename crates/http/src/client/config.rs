@@ -1,0 +1,149 @@
+//! What a client transport may do: limits, timeouts, reconnection.
+
+use std::time::Duration;
+
+use http::HeaderMap;
+
+/// The settings of an [`HttpTransport`](super::HttpTransport).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Headers sent on every request (say `Authorization`). `Mcp-*`, `Accept` and
+    /// `Content-Type` are the transport's own and override these.
+    pub headers: HeaderMap,
+    /// The largest JSON response body read, in bytes (default 16 MiB); a larger one fails its
+    /// request.
+    pub max_body: usize,
+    /// The largest SSE event read, in bytes (default 16 MiB); a larger one fails its stream.
+    pub max_event: usize,
+    /// How many requests, notifications and streams may be under way at once (default 1024);
+    /// [`send`](super::HttpTransport::send) refuses more.
+    pub max_in_flight: usize,
+    /// How many tool definitions of modern servers are kept for their `x-mcp-header` schemas
+    /// (default 10 000).
+    pub max_tools: usize,
+    /// Time to open a TCP connection (default 10 s).
+    pub connect_timeout: Duration,
+    /// Time from sending a request to the response head (default none: a JSON response to a
+    /// long tool call only comes when the call ends; the session's request timeouts bound it).
+    pub response_timeout: Option<Duration>,
+    /// How long an idle pooled connection is kept (default 90 s).
+    pub pool_idle_timeout: Duration,
+    /// Time given to the `DELETE` that ends a legacy session on close (default 5 s).
+    pub delete_timeout: Duration,
+    /// Reconnecting broken SSE streams.
+    pub reconnect: Reconnect,
+    /// How many times a modern request whose response stream broke is sent again with a new id
+    /// (default 2; per request, [`SendOptions::no_reissue`](super::SendOptions::no_reissue)
+    /// turns it off).
+    pub max_reissues: u32,
+    /// Open the legacy standalone GET stream once the session is initialized (default true).
+    pub standalone_stream: bool,
+    /// Fall back to the 2024-11-05 HTTP+SSE transport when `initialize` gets 400, 404 or 405
+    /// (default true).
+    pub old_sse_fallback: bool,
+    /// The TLS settings for `https` URLs (feature `rustls`); default: the webpki root
+    /// certificates.
+    #[cfg(feature = "rustls")]
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            headers: HeaderMap::new(),
+            max_body: 16 << 20,
+            max_event: 16 << 20,
+            max_in_flight: 1024,
+            max_tools: 10_000,
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: None,
+            pool_idle_timeout: Duration::from_secs(90),
+            delete_timeout: Duration::from_secs(5),
+            reconnect: Reconnect::default(),
+            max_reissues: 2,
+            standalone_stream: true,
+            old_sse_fallback: true,
+            #[cfg(feature = "rustls")]
+            tls: None,
+        }
+    }
+}
+
+/// How broken SSE streams are reconnected (legacy resumption with `Last-Event-ID`, the legacy
+/// standalone stream, modern `subscriptions/listen` streams).
+///
+/// The first reconnect waits exactly the server's `retry` (or `initial_delay` when it sent
+/// none); each further one doubles that, capped at `max_delay`, and waits a random time
+/// between half of it and all of it. A stream that ends, cleanly or not, without delivering a
+/// message counts as a failed attempt, so a server that closes streams forever cannot make the
+/// client loop; after `max_attempts` the transport gives up and says so.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Reconnect {
+    /// The delay before the first reconnect when the server sent no `retry` (default 1 s).
+    pub initial_delay: Duration,
+    /// The cap of the backoff (default 30 s).
+    pub max_delay: Duration,
+    /// Attempts in a row without a message before giving up (default 5).
+    pub max_attempts: u32,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Reconnect {
+            initial_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(30),
+            max_attempts: 5,
+        }
+    }
+}
+
+impl Reconnect {
+    /// The wait before reconnect number `attempt` (from 1), given the server's `retry`.
+    pub(crate) fn delay(&self, attempt: u32, retry: Option<Duration>) -> Duration {
+        let base = retry.unwrap_or(self.initial_delay);
+        if attempt <= 1 {
+            return base;
+        }
+        let factor = 1u32.checked_shl(attempt - 1).unwrap_or(u32::MAX);
+        let full = base.saturating_mul(factor).min(self.max_delay.max(base));
+        let half = full / 2;
+        half + half.mul_f64(unit_random())
+    }
+}
+
+/// A random number in `[0, 1)` for jitter.
+fn unit_random() -> f64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.5;
+    }
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_reconnect_waits_exactly_retry_and_later_ones_back_off_with_jitter_to_the_cap() {
+        let policy = Reconnect::default();
+        let retry = Some(Duration::from_millis(500));
+        assert_eq!(policy.delay(1, retry), Duration::from_millis(500));
+        assert_eq!(policy.delay(1, None), Duration::from_secs(1));
+        for _ in 0..100 {
+            let second = policy.delay(2, retry);
+            assert!((Duration::from_millis(500)..=Duration::from_millis(1000)).contains(&second));
+            let fourth = policy.delay(4, retry);
+            assert!((Duration::from_millis(2000)..=Duration::from_millis(4000)).contains(&fourth));
+            let late = policy.delay(40, retry);
+            assert!((Duration::from_secs(15)..=Duration::from_secs(30)).contains(&late));
+        }
+        // A server asking for more than the cap gets what it asked for first.
+        assert_eq!(
+            policy.delay(1, Some(Duration::from_secs(60))),
+            Duration::from_secs(60)
+        );
+    }
+}

@@ -1,0 +1,600 @@
+//! The Streamable HTTP client transport, for both eras (feature `client`).
+//!
+//! An [`HttpTransport`] carries JSON-RPC messages between a client session and one MCP endpoint
+//! URL. It knows the HTTP rules of the protocol and no protocol state: the session (in
+//! `modelctx-session`) decides what is sent; the transport decides how.
+//!
+//! * **Every message is a POST** with `Accept: application/json, text/event-stream`, and the
+//!   standard headers: `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, and on modern requests
+//!   `Mcp-Param-{Name}` for the arguments that the tool's schema marks with `x-mcp-header`.
+//!   The transport remembers the tools a modern server listed to know those schemas, leaves out
+//!   of `tools/list` results the tools whose annotations break the rules (with a warning naming
+//!   the tool and the reason), and after a -32020 lists the tools again and retries once.
+//! * **Legacy requests** (no `io.modelcontextprotocol/protocolVersion` in `_meta`): the session id
+//!   from the `initialize` response is sent on every later request; a 404 to a request that
+//!   carried it means the session ended ([`Inbound::SessionEnded`]); a broken SSE response is
+//!   resumed with `GET` and `Last-Event-ID` (see [`Reconnect`]); the standalone GET stream is
+//!   opened once the session is initialized; `DELETE` on [`close`](HttpTransport::close).
+//!   When `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
+//!   transport (a GET for the `endpoint` event, then POSTs there).
+//! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
+//!   that breaks loses the request, which is sent again with a new id (bounded; not for requests
+//!   sent with [`SendOptions::no_reissue`]); a broken `subscriptions/listen` stream is re-opened
+//!   and [`Inbound::ListenReopened`] says notifications may have been lost;
+//!   [`cancel`](HttpTransport::cancel) closes the request's stream, which is how the era
+//!   cancels.
+//!
+//! # What it does not do
+//!
+//! It keeps no protocol state and never answers anything itself: what comes back is handed up
+//! as [`Inbound`] items for the session (`handle_incoming`, `request_failed`,
+//! `transport_closed`). It does not probe for the era (the session does, and hears through
+//! [`Inbound::RequestFailed`] when the probe got no MCP answer), does not re-initialize after a
+//! session ended (the layer above starts a new session), and does not authenticate (put an
+//! `Authorization` header in [`ClientConfig::headers`]).
+//!
+//! # Bounds
+//!
+//! Response bodies and SSE events have size limits, every request, notification and stream
+//! under way is one entry in a bounded table that is emptied on every exit path, and what
+//! comes back waits in a bounded queue: a caller that stops reading [`recv`](HttpTransport::recv)
+//! stops the reading of responses.
+
+mod config;
+mod old_sse;
+mod request;
+mod sse_decode;
+mod tools;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, Uri};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use modelctx_types::{DecodeError, Incoming, Message, Notification, RequestId};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+pub use config::{ClientConfig, Reconnect};
+
+use crate::headers::{ParamHeader, RequestHeaderError};
+use tools::ToolHeaders;
+
+/// Something the transport hands up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Inbound {
+    /// A message from the server (a response, a notification, a request of the server's), or a
+    /// batch from a 2025-03-26 server: for the session's `handle_incoming`.
+    Message(Incoming),
+    /// A message from the server that is not JSON-RPC; nothing can answer it.
+    Unreadable(DecodeError),
+    /// Request `id` got no MCP answer and will get none: for the session's `request_failed`
+    /// (which also turns a failed probe into the fallback to `initialize`).
+    RequestFailed {
+        /// The request.
+        id: RequestId,
+        /// What came back instead.
+        error: TransportError,
+    },
+    /// The server ended the legacy HTTP session: a request that carried its id got 404. The
+    /// transport has forgotten the session id and dropped every legacy request in flight: fail
+    /// them (the session's `transport_closed`) and start a new session, which sends a new
+    /// `initialize`. Nothing is replayed.
+    SessionEnded,
+    /// The server offers no standalone GET stream (405, or 400 or 404 to a GET without a session
+    /// id): server-initiated messages only come on the streams of requests.
+    NoStandaloneStream,
+    /// Reconnecting a broken legacy stream was given up after `attempts`. `request` is the
+    /// request whose response stream it was (which also gets [`Inbound::RequestFailed`]);
+    /// `None` for the standalone stream.
+    GaveUp {
+        /// The request whose stream it was.
+        request: Option<RequestId>,
+        /// Reconnects tried.
+        attempts: u32,
+        /// The last failure.
+        error: TransportError,
+    },
+    /// The `subscriptions/listen` stream of request `id` broke and was opened again:
+    /// notifications sent meanwhile may have been lost, so refresh what they would have said.
+    ListenReopened {
+        /// The listen request, as the session knows it.
+        id: RequestId,
+    },
+    /// `initialize` got `status`; the transport now speaks the 2024-11-05 HTTP+SSE transport.
+    FellBack {
+        /// The status of the Streamable HTTP `initialize`.
+        status: StatusCode,
+    },
+    /// A notification or a response of ours could not be delivered.
+    Undelivered {
+        /// Which message (its method, or the id it answered).
+        what: String,
+        /// Why.
+        error: TransportError,
+    },
+    /// The connection to the server ended for good (the HTTP+SSE stream of the 2024-11-05
+    /// transport closed): for the session's `transport_closed`.
+    Closed(TransportError),
+}
+
+/// Why an HTTP exchange did not give an MCP answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The connection failed or broke.
+    #[error("connection failed: {0}")]
+    Connection(String),
+    /// The server answered with a status that carries no JSON-RPC answer.
+    #[error("HTTP {status}{}", if .body.is_empty() { String::new() } else { format!(": {}", .body) })]
+    Status {
+        /// The status.
+        status: StatusCode,
+        /// The start of the body, escaped.
+        body: String,
+    },
+    /// The response is neither JSON nor an event stream.
+    #[error("unexpected response content type {0:?}")]
+    ContentType(String),
+    /// A body or an event exceeds its limit.
+    #[error("the response exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body is not what the protocol says (not JSON-RPC, not UTF-8, no answer in it).
+    #[error("malformed response: {0}")]
+    Malformed(String),
+    /// The response stream ended or broke before the answer.
+    #[error("the response stream ended before the answer{}", if *.reissued > 0 { format!(" ({} times; the request was sent again with a new id each time)", .reissued + 1) } else { String::new() })]
+    StreamEnded {
+        /// How many times the request was sent again.
+        reissued: u32,
+    },
+    /// The legacy HTTP session ended (404 for a known session id).
+    #[error("the server ended the HTTP session")]
+    SessionEnded,
+    /// No response head came in time.
+    #[error("no response within {0:?}")]
+    Timeout(Duration),
+    /// The 2024-11-05 transport's `endpoint` event is missing or unusable.
+    #[error("HTTP+SSE endpoint: {0}")]
+    Endpoint(String),
+    /// The transport was closed.
+    #[error("the transport is closed")]
+    Closed,
+}
+
+/// Why [`HttpTransport::send`] refused a message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The transport is closed.
+    #[error("the transport is closed")]
+    Closed,
+    /// [`ClientConfig::max_in_flight`] exchanges are under way.
+    #[error("{limit} HTTP exchanges are already under way")]
+    TooMany {
+        /// The limit.
+        limit: usize,
+    },
+    /// A standard header cannot carry the message's method or name.
+    #[error(transparent)]
+    Headers(#[from] RequestHeaderError),
+    /// A client sends at most one message or one batch per POST; an empty batch is nothing.
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+/// Why [`HttpTransport::new`] refused a URL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// Not a URI.
+    #[error("invalid URL: {0}")]
+    Invalid(String),
+    /// Neither `http` nor `https` (which needs the feature `rustls`).
+    #[error("unsupported URL scheme {0:?}")]
+    Scheme(String),
+}
+
+/// How one message is sent.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct SendOptions {
+    pub(crate) reissue: bool,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions { reissue: true }
+    }
+}
+
+impl SendOptions {
+    /// A modern request whose response stream breaks is lost rather than sent again (for a tool
+    /// that is not idempotent); it fails with [`TransportError::StreamEnded`].
+    pub fn no_reissue(mut self) -> Self {
+        self.reissue = false;
+        self
+    }
+}
+
+/// The sizes of the transport's tables, for tests and monitoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TableSizes {
+    /// Exchanges under way (requests, notifications, responses, streams).
+    pub tasks: usize,
+    /// Requests under way by id.
+    pub requests: usize,
+    /// Tools whose `x-mcp-header` schemas are known.
+    pub tools: usize,
+}
+
+#[cfg(not(feature = "rustls"))]
+type Connector = HttpConnector;
+#[cfg(feature = "rustls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+pub(crate) type HyperClient = Client<Connector, Full<Bytes>>;
+
+/// The state the tasks share.
+pub(crate) struct Shared {
+    pub(crate) url: Uri,
+    pub(crate) config: ClientConfig,
+    pub(crate) http: HyperClient,
+    pub(crate) tx: mpsc::Sender<Inbound>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    /// The legacy HTTP session id.
+    pub(crate) session_id: Option<HeaderValue>,
+    /// The legacy protocol version negotiated by `initialize`.
+    pub(crate) version: Option<HeaderValue>,
+    /// Bumped when a legacy session ends: older legacy exchanges are gone.
+    pub(crate) epoch: u64,
+    /// The 2024-11-05 transport's POST endpoint, once fallen back.
+    pub(crate) old_endpoint: Option<Uri>,
+    tasks: HashMap<u64, Task>,
+    by_request: HashMap<RequestId, u64>,
+    next_key: u64,
+    pub(crate) tools: ToolHeaders,
+    pub(crate) closed: bool,
+}
+
+struct Task {
+    abort: AbortHandle,
+    /// Part of the legacy session (ended with it).
+    legacy: bool,
+}
+
+/// Removes a task's entries when it ends, however it ends.
+pub(crate) struct TaskGuard {
+    shared: Arc<Shared>,
+    key: u64,
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        state.tasks.remove(&self.key);
+        let key = self.key;
+        state.by_request.retain(|_, k| *k != key);
+    }
+}
+
+/// What a task is for, at registration.
+pub(crate) struct Registration {
+    pub(crate) requests: Vec<RequestId>,
+    pub(crate) legacy: bool,
+}
+
+impl Shared {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns a task registered in the table (refused past the limit, or once closed).
+    pub(crate) fn spawn<F>(
+        self: &Arc<Self>,
+        registration: Registration,
+        task: impl FnOnce(TaskGuard) -> F,
+    ) -> Result<(), SendError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut state = self.state();
+        if state.closed {
+            return Err(SendError::Closed);
+        }
+        if state.tasks.len() >= self.config.max_in_flight {
+            return Err(SendError::TooMany {
+                limit: self.config.max_in_flight,
+            });
+        }
+        let key = state.next_key;
+        state.next_key += 1;
+        let guard = TaskGuard {
+            shared: self.clone(),
+            key,
+        };
+        // The lock is held until the entry is in: the task cannot end before it is.
+        let handle = tokio::spawn(task(guard));
+        state.tasks.insert(
+            key,
+            Task {
+                abort: handle.abort_handle(),
+                legacy: registration.legacy,
+            },
+        );
+        for id in registration.requests {
+            state.by_request.insert(id, key);
+        }
+        Ok(())
+    }
+
+    /// Hands something up; false when nobody listens any more.
+    pub(crate) async fn deliver(&self, inbound: Inbound) -> bool {
+        self.tx.send(inbound).await.is_ok()
+    }
+
+    /// The legacy session ended (a 404 for `sent`, the session id a request carried): forgets
+    /// it and stops every legacy exchange but the caller's. Returns false when another exchange
+    /// already reported it.
+    pub(crate) fn end_session(&self, sent: &HeaderValue, caller: u64) -> bool {
+        let mut state = self.state();
+        if state.session_id.as_ref() != Some(sent) {
+            return false;
+        }
+        state.session_id = None;
+        state.version = None;
+        state.epoch += 1;
+        let ended: Vec<u64> = state
+            .tasks
+            .iter()
+            .filter(|(key, task)| task.legacy && **key != caller)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in ended {
+            if let Some(task) = state.tasks.remove(&key) {
+                task.abort.abort();
+            }
+            state.by_request.retain(|_, k| *k != key);
+        }
+        true
+    }
+}
+
+impl TaskGuard {
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+/// A client's connection to one MCP endpoint over HTTP; see the [module docs](self).
+///
+/// Create it inside a tokio runtime. Dropping it stops every exchange (without the `DELETE`
+/// that [`close`](Self::close) sends).
+pub struct HttpTransport {
+    shared: Arc<Shared>,
+    inbound: mpsc::Receiver<Inbound>,
+}
+
+impl std::fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("url", &self.shared.url)
+            .field("sizes", &self.table_sizes())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The queue of what comes back.
+const INBOUND_QUEUE: usize = 256;
+
+impl HttpTransport {
+    /// A transport to the endpoint `url` (`http://`, or `https://` with the feature `rustls`).
+    /// Nothing is sent until the first [`send`](Self::send).
+    pub fn new(url: &str, config: ClientConfig) -> Result<Self, UrlError> {
+        let url: Uri = url.parse().map_err(|e| UrlError::Invalid(format!("{e}")))?;
+        let scheme = url.scheme_str().unwrap_or_default().to_ascii_lowercase();
+        match scheme.as_str() {
+            "http" => {}
+            #[cfg(feature = "rustls")]
+            "https" => {}
+            _ => return Err(UrlError::Scheme(scheme)),
+        }
+        if url.authority().is_none() {
+            return Err(UrlError::Invalid("the URL names no host".into()));
+        }
+        let http = build_client(&config);
+        let (tx, inbound) = mpsc::channel(INBOUND_QUEUE);
+        Ok(HttpTransport {
+            shared: Arc::new(Shared {
+                url,
+                config,
+                http,
+                tx,
+                state: Mutex::new(State::default()),
+            }),
+            inbound,
+        })
+    }
+
+    /// Sends one message: a request, a notification, or a response to a request of the server's.
+    pub fn send(&self, message: Message) -> Result<(), SendError> {
+        self.send_with(message, SendOptions::default())
+    }
+
+    /// Sends one message with options.
+    pub fn send_with(&self, message: Message, options: SendOptions) -> Result<(), SendError> {
+        if let Message::Notification(n) = &message
+            && n.method == "notifications/cancelled"
+        {
+            // A legacy cancellation: the answer is not wanted any more, so its stream is closed
+            // too (the notification itself tells the server).
+            if let Some(id) = cancelled_id(n) {
+                self.stop_request(&id);
+            }
+        }
+        request::send(&self.shared, vec![message], false, options)
+    }
+
+    /// Sends a batch (legacy 2025-03-26 sessions only) in one POST.
+    pub fn send_batch(&self, messages: Vec<Message>) -> Result<(), SendError> {
+        if messages.is_empty() {
+            return Err(SendError::Invalid("an empty batch"));
+        }
+        request::send(&self.shared, messages, true, SendOptions::default())
+    }
+
+    /// Cancels request `id` the modern way: its response stream is closed, which the server
+    /// takes as the cancellation. Nothing more comes for it. Unknown ids are ignored.
+    pub fn cancel(&self, id: &RequestId) {
+        self.stop_request(id);
+    }
+
+    fn stop_request(&self, id: &RequestId) {
+        let mut state = self.shared.state();
+        if let Some(key) = state.by_request.remove(id)
+            && let Some(task) = state.tasks.remove(&key)
+        {
+            task.abort.abort();
+            state.by_request.retain(|_, k| *k != key);
+        }
+    }
+
+    /// The next thing that came back; `None` once the transport is closed.
+    pub async fn recv(&mut self) -> Option<Inbound> {
+        self.inbound.recv().await
+    }
+
+    /// The legacy HTTP session id, when there is one.
+    pub fn session_id(&self) -> Option<String> {
+        let state = self.shared.state();
+        state
+            .session_id
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+
+    /// The size of every internal table.
+    pub fn table_sizes(&self) -> TableSizes {
+        let state = self.shared.state();
+        TableSizes {
+            tasks: state.tasks.len(),
+            requests: state.by_request.len(),
+            tools: state.tools.len(),
+        }
+    }
+
+    /// The `x-mcp-header` parameters known for a modern server's tool.
+    pub fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
+        self.shared.state().tools.get(tool)
+    }
+
+    /// Closes the transport: stops every exchange, and ends the legacy HTTP session with
+    /// `DELETE` (a 405 is fine: the server does not let clients end sessions).
+    pub async fn close(self) {
+        let session = {
+            let mut state = self.shared.state();
+            state.closed = true;
+            for (_, task) in state.tasks.drain() {
+                task.abort.abort();
+            }
+            state.by_request.clear();
+            if state.old_endpoint.is_some() {
+                None
+            } else {
+                state
+                    .session_id
+                    .take()
+                    .map(|id| (id, state.version.clone()))
+            }
+        };
+        if let Some((id, version)) = session {
+            let mut builder = request::builder(&self.shared, Method::DELETE, &self.shared.url)
+                .header(crate::headers::MCP_SESSION_ID, id);
+            if let Some(version) = version {
+                builder = builder.header(crate::headers::MCP_PROTOCOL_VERSION, version);
+            }
+            if let Ok(req) = builder.body(Full::new(Bytes::new())) {
+                let _ = tokio::time::timeout(
+                    self.shared.config.delete_timeout,
+                    self.shared.http.request(req),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+impl Drop for HttpTransport {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        state.closed = true;
+        for (_, task) in state.tasks.drain() {
+            task.abort.abort();
+        }
+        state.by_request.clear();
+    }
+}
+
+fn cancelled_id(notification: &Notification) -> Option<RequestId> {
+    #[derive(Deserialize)]
+    struct Params {
+        #[serde(rename = "requestId")]
+        request_id: RequestId,
+    }
+    notification
+        .params_as::<Params>()
+        .ok()
+        .map(|p| p.request_id)
+}
+
+fn build_client(config: &ClientConfig) -> HyperClient {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(config.connect_timeout));
+    http.enforce_http(false);
+    #[cfg(feature = "rustls")]
+    let connector = {
+        let tls = config.tls.clone().unwrap_or_else(|| {
+            let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            Arc::new(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+            )
+        });
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http)
+    };
+    #[cfg(not(feature = "rustls"))]
+    let connector = http;
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(config.pool_idle_timeout)
+        .build(connector)
+}

@@ -1,0 +1,901 @@
+//! One exchange each: a POST and what comes back, legacy resumption, modern re-issue, the
+//! standalone stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE};
+use http::{HeaderValue, Method, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming as Body;
+use modelctx_types::{
+    ErrorCode, ErrorResponse, Incoming, Message, Request, RequestId, decode, decode_str,
+};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::sse_decode::{SseDecoder, SseError};
+use super::tools::filter_list;
+use super::{Inbound, Registration, SendError, SendOptions, Shared, TaskGuard, TransportError};
+use crate::headers::{
+    LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, escape, meta_protocol_version,
+    request_headers,
+};
+
+/// At most this much of an error body is read, and this much of it shown.
+const ERROR_BODY_LIMIT: usize = 64 << 10;
+const ERROR_BODY_SHOWN: usize = 200;
+/// Pages of `tools/list` read when the client lists again after a -32020.
+const MAX_TOOL_PAGES: usize = 100;
+
+/// A request builder with the configured headers.
+pub(crate) fn builder(shared: &Shared, method: Method, uri: &Uri) -> http::request::Builder {
+    let mut builder = http::Request::builder().method(method).uri(uri.clone());
+    if let Some(headers) = builder.headers_mut() {
+        headers.extend(shared.config.headers.clone());
+    }
+    builder
+}
+
+/// What one POST carries.
+struct Exchange {
+    messages: Vec<Message>,
+    batch: bool,
+    /// The method of a single message.
+    method: Option<String>,
+    /// The params of a single request, parsed for the headers.
+    params: Option<Value>,
+    modern: bool,
+    reissue: bool,
+    /// The legacy session epoch it belongs to.
+    epoch: u64,
+}
+
+/// Sends `messages` (one, or a batch) on a new task.
+pub(crate) fn send(
+    shared: &Arc<Shared>,
+    messages: Vec<Message>,
+    batch: bool,
+    options: SendOptions,
+) -> Result<(), SendError> {
+    if !batch && messages.len() != 1 {
+        return Err(SendError::Invalid("send one message at a time"));
+    }
+    let (method, params) = match (&messages[..], batch) {
+        ([Message::Request(r)], false) => (Some(r.method.clone()), parse(r.params.as_deref())),
+        ([Message::Notification(n)], false) => {
+            (Some(n.method.clone()), parse(n.params.as_deref()))
+        }
+        _ => (None, None),
+    };
+    let modern = meta_protocol_version(params.as_ref()).is_some();
+    if let Some(method) = &method {
+        // Refuse now what no header can carry, rather than fail later.
+        request_headers(method, params.as_ref(), None)?;
+    }
+    let requests: Vec<RequestId> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Request(r) => Some(r.id.clone()),
+            _ => None,
+        })
+        .collect();
+    let (epoch, old) = {
+        let state = shared.state();
+        (state.epoch, state.old_endpoint.clone())
+    };
+    let exchange = Exchange {
+        messages,
+        batch,
+        method,
+        params,
+        modern,
+        reissue: options.reissue,
+        epoch,
+    };
+    let registration = Registration {
+        requests: requests.clone(),
+        legacy: !modern,
+    };
+    if let Some(endpoint) = old {
+        return shared.spawn(registration, move |guard| {
+            super::old_sse::post(guard, endpoint, exchange.messages, exchange.batch)
+        });
+    }
+    if requests.is_empty() {
+        shared.spawn(registration, move |guard| one_way(guard, exchange))
+    } else {
+        shared.spawn(registration, move |guard| run(guard, exchange, requests))
+    }
+}
+
+fn parse(params: Option<&RawValue>) -> Option<Value> {
+    params.and_then(|p| serde_json::from_str(p.get()).ok())
+}
+
+/// The ids a response stream is still waiting for: on the wire, and as the session knows them.
+struct Pending {
+    ids: Vec<(RequestId, RequestId)>,
+    method: Option<String>,
+    modern: bool,
+    /// A message was handed up since the last [`Pending::take_progress`].
+    progress: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    fn take_progress(&mut self) -> bool {
+        std::mem::take(&mut self.progress)
+    }
+
+    /// Rewrites a message from the server for the session and notes the answers.
+    fn on_message(&mut self, shared: &Shared, message: Message) -> Message {
+        match message {
+            Message::Response(mut response) => {
+                if let Some(at) = self.ids.iter().position(|(wire, _)| *wire == response.id) {
+                    let (_, original) = self.ids.swap_remove(at);
+                    response.id = original;
+                    self.on_result(shared, &mut response.result);
+                }
+                Message::Response(response)
+            }
+            Message::Error(mut error) => {
+                let at = match &error.id {
+                    Some(id) => self.ids.iter().position(|(wire, _)| wire == id),
+                    None => None,
+                };
+                if let Some(at) = at {
+                    error.id = Some(self.ids.swap_remove(at).1);
+                }
+                Message::Error(error)
+            }
+            Message::Notification(mut notification) if self.method.as_deref() == Some("subscriptions/listen") => {
+                // A re-opened listen stream names its new id; the session knows the first.
+                if let [(wire, original)] = &self.ids[..]
+                    && wire != original
+                {
+                    notification.params =
+                        rename_subscription(notification.params.take(), wire, original);
+                }
+                Message::Notification(notification)
+            }
+            other => other,
+        }
+    }
+
+    fn on_result(&self, shared: &Shared, result: &mut Box<RawValue>) {
+        match self.method.as_deref() {
+            Some("tools/list") if self.modern => {
+                let mut state = shared.state();
+                let max = shared.config.max_tools;
+                if let Some((kept, dropped)) = filter_list(result, &mut state.tools, max) {
+                    for dropped in dropped {
+                        tracing::warn!(
+                            tool = %dropped.tool,
+                            reason = %dropped.reason,
+                            "tool left out of tools/list: its x-mcp-header annotations break the rules"
+                        );
+                    }
+                    *result = kept;
+                }
+            }
+            Some("initialize") => {
+                #[derive(serde::Deserialize)]
+                struct Init {
+                    #[serde(rename = "protocolVersion")]
+                    protocol_version: String,
+                }
+                if let Ok(init) = serde_json::from_str::<Init>(result.get()) {
+                    shared.state().version = HeaderValue::from_str(&init.protocol_version).ok();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn fail_all(&mut self, error: &TransportError) -> Vec<Inbound> {
+        self.ids
+            .drain(..)
+            .map(|(_, id)| Inbound::RequestFailed {
+                id,
+                error: error.clone(),
+            })
+            .collect()
+    }
+}
+
+fn rename_subscription(
+    params: Option<Box<RawValue>>,
+    wire: &RequestId,
+    original: &RequestId,
+) -> Option<Box<RawValue>> {
+    const KEY: &str = "io.modelcontextprotocol/subscriptionId";
+    let raw = params?;
+    let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else {
+        return Some(raw);
+    };
+    let Some(id) = value.pointer_mut(&format!("/_meta/{}", KEY.replace('/', "~1"))) else {
+        return Some(raw);
+    };
+    if serde_json::from_value::<RequestId>(id.clone()).ok().as_ref() == Some(wire) {
+        *id = serde_json::to_value(original).unwrap_or(Value::Null);
+    }
+    serde_json::value::to_raw_value(&value).ok().or(Some(raw))
+}
+
+/// How reading a response ended.
+enum End {
+    /// Every answer came.
+    Answered,
+    /// The stream ended or broke first.
+    Broke(TransportError),
+    /// It cannot go on (an oversized event, not UTF-8, not JSON-RPC).
+    Fatal(TransportError),
+    /// Nobody listens any more.
+    Gone,
+}
+
+/// A POST of a request (or a batch with requests) and everything that follows it.
+async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>) {
+    let shared = guard.shared().clone();
+    let mut pending = Pending {
+        ids: requests.iter().map(|id| (id.clone(), id.clone())).collect(),
+        method: exchange.method.clone(),
+        modern: exchange.modern,
+        progress: false,
+    };
+    let listen = exchange.method.as_deref() == Some("subscriptions/listen");
+    let mut reissued = 0u32;
+    let mut header_retry = false;
+    let mut listen_attempts = 0u32;
+    let mut reopened = false;
+
+    loop {
+        let session = if exchange.modern {
+            None
+        } else {
+            let state = shared.state();
+            if state.epoch != exchange.epoch {
+                return; // its session ended; the session layer failed it
+            }
+            Some((state.session_id.clone(), state.version.clone()))
+        };
+        let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
+        let response = match post(&shared, &exchange, session).await {
+            Ok(r) => r,
+            Err(error) => return finish(&shared, &mut pending, error).await,
+        };
+        let status = response.status();
+
+        if let Some(sent) = &sent_session
+            && status == StatusCode::NOT_FOUND
+        {
+            return session_ended(&guard, sent).await;
+        }
+        if !status.is_success() {
+            if exchange.method.as_deref() == Some("initialize")
+                && matches!(status.as_u16(), 400 | 404 | 405)
+                && shared.config.old_sse_fallback
+            {
+                let request = exchange.messages.pop();
+                return super::old_sse::fall_back(guard, status, request).await;
+            }
+            let body = read_error_body(response).await;
+            let error = json_rpc_error(&body);
+            if let Some(error) = error {
+                if exchange.modern
+                    && exchange.method.as_deref() == Some("tools/call")
+                    && error.error.code == ErrorCode::HEADER_MISMATCH
+                    && !header_retry
+                {
+                    // The tool's schema may have changed since it was listed: list again and
+                    // retry once, with a new id.
+                    header_retry = true;
+                    refresh_tools(&shared, &exchange).await;
+                    renumber(&mut pending, &mut exchange, "retry");
+                    continue;
+                }
+                let mut error = error;
+                if pending.ids.len() == 1 {
+                    error.id = Some(pending.ids.remove(0).1);
+                    if !shared
+                        .deliver(Inbound::Message(Incoming::Single(Message::Error(error))))
+                        .await
+                    {
+                        return;
+                    }
+                }
+            }
+            let failure = TransportError::Status {
+                status,
+                body: shown(&body),
+            };
+            return finish(&shared, &mut pending, failure).await;
+        }
+
+        if exchange.method.as_deref() == Some("initialize") {
+            let mut state = shared.state();
+            state.session_id = response.headers().get(MCP_SESSION_ID).cloned();
+            state.version = None;
+        }
+        if reopened {
+            reopened = false;
+            if let Some((_, original)) = pending.ids.first() {
+                let id = original.clone();
+                if !shared.deliver(Inbound::ListenReopened { id }).await {
+                    return;
+                }
+            }
+        }
+
+        let mut decoder = SseDecoder::new(shared.config.max_event);
+        let end = match content_type(&response) {
+            Kind::Json => read_json(&shared, response, &mut pending).await,
+            Kind::Sse => read_sse(&shared, response.into_body(), &mut decoder, &mut pending).await,
+            Kind::Other(kind) => End::Fatal(if status == StatusCode::ACCEPTED || kind.is_empty() {
+                TransportError::Malformed(format!("HTTP {status} without a body for a request"))
+            } else {
+                TransportError::ContentType(kind)
+            }),
+        };
+        let error = match end {
+            End::Answered | End::Gone => return,
+            End::Fatal(error) => return finish(&shared, &mut pending, error).await,
+            End::Broke(error) => error,
+        };
+        if !exchange.modern {
+            let last = decoder.last_event_id().map(str::to_owned);
+            let retry = decoder.retry();
+            return follow(guard, Some(pending), last, retry, sent_session, error).await;
+        }
+        if listen {
+            listen_attempts = if pending.take_progress() { 1 } else { listen_attempts + 1 };
+            let policy = shared.config.reconnect;
+            if listen_attempts > policy.max_attempts {
+                let request = pending.ids.first().map(|(_, id)| id.clone());
+                let attempts = listen_attempts - 1;
+                if !shared
+                    .deliver(Inbound::GaveUp { request, attempts, error: error.clone() })
+                    .await
+                {
+                    return;
+                }
+                return finish(&shared, &mut pending, error).await;
+            }
+            tokio::time::sleep(policy.delay(listen_attempts, None)).await;
+            renumber(&mut pending, &mut exchange, "listen");
+            reopened = true;
+            continue;
+        }
+        if exchange.reissue && reissued < shared.config.max_reissues {
+            reissued += 1;
+            renumber(&mut pending, &mut exchange, "reissue");
+            continue;
+        }
+        return finish(&shared, &mut pending, TransportError::StreamEnded { reissued }).await;
+    }
+}
+
+/// Gives the single request of `exchange` a new wire id (a modern retry must not reuse one).
+fn renumber(pending: &mut Pending, exchange: &mut Exchange, why: &str) {
+    let Some(Message::Request(request)) = exchange.messages.first_mut() else {
+        return;
+    };
+    let Some((wire, original)) = pending.ids.first_mut() else {
+        return;
+    };
+    let next = match &*wire {
+        RequestId::String(s) if s.starts_with(&format!("{original}~")) => {
+            let n: u64 = s.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            format!("{original}~{why}-{}", n + 1)
+        }
+        _ => format!("{original}~{why}-1"),
+    };
+    *wire = RequestId::String(next);
+    request.id = wire.clone();
+}
+
+/// Fails every request still waiting.
+async fn finish(shared: &Shared, pending: &mut Pending, error: TransportError) {
+    for inbound in pending.fail_all(&error) {
+        if !shared.deliver(inbound).await {
+            return;
+        }
+    }
+}
+
+async fn session_ended(guard: &TaskGuard, sent: &HeaderValue) {
+    let shared = guard.shared();
+    if shared.end_session(sent, guard.key()) {
+        shared.deliver(Inbound::SessionEnded).await;
+    }
+}
+
+/// The POST of an exchange.
+async fn post(
+    shared: &Shared,
+    exchange: &Exchange,
+    session: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
+) -> Result<Response<Body>, TransportError> {
+    let body = if exchange.batch {
+        serde_json::to_vec(&exchange.messages)
+    } else {
+        serde_json::to_vec(&exchange.messages[0])
+    }
+    .map_err(|e| TransportError::Malformed(e.to_string()))?;
+    let mut builder = builder(shared, Method::POST, &shared.url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "application/json, text/event-stream");
+    if let Some(method) = &exchange.method {
+        let tool = exchange
+            .params
+            .as_ref()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str);
+        let params = match (exchange.modern, method.as_str(), tool) {
+            (true, "tools/call", Some(tool)) => shared.state().tools.get(tool),
+            _ => None,
+        };
+        let headers = request_headers(method, exchange.params.as_ref(), params.as_deref())
+            .map_err(|e| TransportError::Malformed(e.to_string()))?;
+        for (name, value) in headers {
+            builder = builder.header(name, value);
+        }
+    }
+    if let Some((id, version)) = session {
+        if let Some(id) = id {
+            builder = builder.header(MCP_SESSION_ID, id);
+        }
+        if let Some(version) = version {
+            builder = builder.header(MCP_PROTOCOL_VERSION, version);
+        }
+    }
+    let request = builder
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| TransportError::Malformed(e.to_string()))?;
+    exchange_head(shared, request).await
+}
+
+/// Sends a request and waits for the response head, within the configured time.
+pub(crate) async fn exchange_head(
+    shared: &Shared,
+    request: http::Request<Full<Bytes>>,
+) -> Result<Response<Body>, TransportError> {
+    let call = shared.http.request(request);
+    let result = match shared.config.response_timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(r) => r,
+            Err(_) => return Err(TransportError::Timeout(limit)),
+        },
+        None => call.await,
+    };
+    result.map_err(|e| TransportError::Connection(describe(&e)))
+}
+
+/// An error and its sources, on one line.
+pub(crate) fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+enum Kind {
+    Json,
+    Sse,
+    Other(String),
+}
+
+fn content_type(response: &Response<Body>) -> Kind {
+    let value = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Kind::Json
+    } else if essence.eq_ignore_ascii_case("text/event-stream") {
+        Kind::Sse
+    } else {
+        Kind::Other(escape(value))
+    }
+}
+
+async fn read_error_body(response: Response<Body>) -> Bytes {
+    Limited::new(response.into_body(), ERROR_BODY_LIMIT)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default()
+}
+
+fn shown(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_SHOWN)]);
+    escape(text.trim())
+}
+
+/// The JSON-RPC error in the body of an error status, if that is what it is.
+fn json_rpc_error(body: &[u8]) -> Option<ErrorResponse> {
+    match decode(body) {
+        Ok(Incoming::Single(Message::Error(error))) => Some(error),
+        _ => None,
+    }
+}
+
+/// A JSON response body: one message or a batch.
+async fn read_json(shared: &Shared, response: Response<Body>, pending: &mut Pending) -> End {
+    let limit = shared.config.max_body;
+    let body = match Limited::new(response.into_body(), limit).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return End::Fatal(TransportError::TooLarge { limit });
+        }
+        Err(e) => return End::Broke(TransportError::Connection(describe(&*e))),
+    };
+    match decode(&body) {
+        Ok(incoming) => {
+            if !hand_up(shared, pending, incoming).await {
+                return End::Gone;
+            }
+            if pending.is_empty() {
+                End::Answered
+            } else {
+                End::Fatal(TransportError::Malformed(
+                    "the JSON response does not answer the request".into(),
+                ))
+            }
+        }
+        Err(e) => End::Fatal(TransportError::Malformed(e.to_string())),
+    }
+}
+
+/// Rewrites and hands up what came; false when nobody listens.
+async fn hand_up(shared: &Shared, pending: &mut Pending, incoming: Incoming) -> bool {
+    let incoming = match incoming {
+        Incoming::Single(message) => Incoming::Single(pending.on_message(shared, message)),
+        Incoming::Batch(items) => Incoming::Batch(
+            items
+                .into_iter()
+                .map(|item| item.map(|m| pending.on_message(shared, m)))
+                .collect(),
+        ),
+        other => other,
+    };
+    pending.progress = true;
+    shared.deliver(Inbound::Message(incoming)).await
+}
+
+/// Reads an event stream until every answer came or it ends.
+async fn read_sse(
+    shared: &Shared,
+    mut body: Body,
+    decoder: &mut SseDecoder,
+    pending: &mut Pending,
+) -> End {
+    let mut events = Vec::new();
+    loop {
+        let frame = match body.frame().await {
+            None => return End::Broke(TransportError::StreamEnded { reissued: 0 }),
+            Some(Err(e)) => return End::Broke(TransportError::Connection(describe(&e))),
+            Some(Ok(frame)) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if let Err(e) = decoder.feed(&data, &mut events) {
+            return End::Fatal(match e {
+                SseError::TooLarge { limit } => TransportError::TooLarge { limit },
+                SseError::InvalidUtf8 => TransportError::Malformed(e.to_string()),
+            });
+        }
+        for event in events.drain(..) {
+            if event.data.is_empty() || event.event.as_deref().is_some_and(|e| e != "message") {
+                continue; // a priming event, or one of no concern to MCP
+            }
+            let delivered = match decode_str(&event.data) {
+                Ok(incoming) => hand_up(shared, pending, incoming).await,
+                Err(error) => shared.deliver(Inbound::Unreadable(error)).await,
+            };
+            if !delivered {
+                return End::Gone;
+            }
+        }
+        if pending.is_empty() && pending.method.is_some() {
+            return End::Answered;
+        }
+    }
+}
+
+/// A notification or a response of ours: a POST that wants 202.
+async fn one_way(guard: TaskGuard, exchange: Exchange) {
+    let shared = guard.shared().clone();
+    let what = match (&exchange.method, exchange.messages.first()) {
+        (Some(method), _) => method.clone(),
+        (None, Some(Message::Response(r))) => format!("the response to {}", r.id),
+        (None, Some(Message::Error(e))) => match &e.id {
+            Some(id) => format!("the error response to {id}"),
+            None => "an error response".into(),
+        },
+        _ => "a batch".into(),
+    };
+    let session = if exchange.modern {
+        None
+    } else {
+        let state = shared.state();
+        if state.epoch != exchange.epoch {
+            return;
+        }
+        Some((state.session_id.clone(), state.version.clone()))
+    };
+    let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
+    let error = match post(&shared, &exchange, session).await {
+        Ok(response) if response.status().is_success() => {
+            if exchange.method.as_deref() == Some("notifications/initialized")
+                && shared.config.standalone_stream
+            {
+                let _ = shared.spawn(
+                    Registration {
+                        requests: Vec::new(),
+                        legacy: true,
+                    },
+                    move |guard| follow(guard, None, None, None, sent_session, TransportError::Closed),
+                );
+            }
+            return;
+        }
+        Ok(response) => {
+            if let Some(sent) = &sent_session
+                && response.status() == StatusCode::NOT_FOUND
+            {
+                return session_ended(&guard, sent).await;
+            }
+            let status = response.status();
+            let body = read_error_body(response).await;
+            TransportError::Status {
+                status,
+                body: shown(&body),
+            }
+        }
+        Err(error) => error,
+    };
+    shared.deliver(Inbound::Undelivered { what, error }).await;
+}
+
+/// A legacy stream read with GET: the resumption of a request's broken response stream (with
+/// `pending`, from `last` with the server's `retry`), or the standalone stream (`pending` is
+/// `None`; it starts with a GET without `Last-Event-ID`).
+async fn follow(
+    guard: TaskGuard,
+    pending: Option<Pending>,
+    mut last: Option<String>,
+    mut retry: Option<Duration>,
+    session: Option<HeaderValue>,
+    mut error: TransportError,
+) {
+    let shared = guard.shared().clone();
+    let standalone = pending.is_none();
+    let mut pending = pending.unwrap_or(Pending {
+        ids: Vec::new(),
+        method: None,
+        modern: false,
+        progress: false,
+    });
+    let policy = shared.config.reconnect;
+    // The standalone stream's first GET is not a reconnect.
+    let mut attempts: u32 = 0;
+    let mut first = standalone;
+    loop {
+        if !first {
+            attempts += 1;
+            if !standalone && last.is_none() {
+                // Nothing to resume from: the server sent no event id before the stream broke.
+                return finish(&shared, &mut pending, error).await;
+            }
+            if attempts > policy.max_attempts {
+                let request = pending.ids.first().map(|(_, id)| id.clone());
+                let gave_up = Inbound::GaveUp {
+                    request,
+                    attempts: attempts - 1,
+                    error: error.clone(),
+                };
+                if shared.deliver(gave_up).await {
+                    finish(&shared, &mut pending, error).await;
+                }
+                return;
+            }
+            tokio::time::sleep(policy.delay(attempts, retry)).await;
+        }
+        first = false;
+        let version = {
+            let state = shared.state();
+            if state.session_id != session {
+                return; // the session ended meanwhile
+            }
+            state.version.clone()
+        };
+        let mut builder = builder(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
+        if let Some(id) = &session {
+            builder = builder.header(MCP_SESSION_ID, id);
+        }
+        if let Some(version) = version {
+            builder = builder.header(MCP_PROTOCOL_VERSION, version);
+        }
+        if let Some(last) = &last
+            && let Ok(value) = HeaderValue::from_str(last)
+        {
+            builder = builder.header(LAST_EVENT_ID, value);
+        }
+        let Ok(request) = builder.body(Full::new(Bytes::new())) else {
+            return;
+        };
+        let response = match exchange_head(&shared, request).await {
+            Ok(r) => r,
+            Err(e) => {
+                error = e;
+                continue;
+            }
+        };
+        let status = response.status();
+        if let Some(sent) = &session
+            && status == StatusCode::NOT_FOUND
+        {
+            return session_ended(&guard, sent).await;
+        }
+        if standalone
+            && (status == StatusCode::METHOD_NOT_ALLOWED
+                || (session.is_none() && matches!(status.as_u16(), 400 | 404)))
+        {
+            shared.deliver(Inbound::NoStandaloneStream).await;
+            return;
+        }
+        if !status.is_success() || !matches!(content_type(&response), Kind::Sse) {
+            let body = read_error_body(response).await;
+            error = TransportError::Status {
+                status,
+                body: shown(&body),
+            };
+            if !standalone {
+                // The server will not resume this stream.
+                let request = pending.ids.first().map(|(_, id)| id.clone());
+                let gave_up = Inbound::GaveUp {
+                    request,
+                    attempts,
+                    error: error.clone(),
+                };
+                if shared.deliver(gave_up).await {
+                    finish(&shared, &mut pending, error).await;
+                }
+                return;
+            }
+            continue;
+        }
+        let mut decoder = SseDecoder::new(shared.config.max_event);
+        let end = read_sse(&shared, response.into_body(), &mut decoder, &mut pending).await;
+        if let Some(id) = decoder.last_event_id() {
+            last = Some(id.to_owned());
+        }
+        if let Some(r) = decoder.retry() {
+            retry = Some(r);
+        }
+        if pending.take_progress() {
+            attempts = 0;
+        }
+        match end {
+            End::Answered | End::Gone => return,
+            End::Fatal(e) => {
+                if standalone {
+                    shared
+                        .deliver(Inbound::GaveUp {
+                            request: None,
+                            attempts,
+                            error: e,
+                        })
+                        .await;
+                    return;
+                }
+                return finish(&shared, &mut pending, e).await;
+            }
+            End::Broke(e) => error = e,
+        }
+    }
+}
+
+/// Lists a modern server's tools again (every page), to learn their `x-mcp-header` schemas.
+async fn refresh_tools(shared: &Shared, exchange: &Exchange) {
+    let meta = exchange
+        .params
+        .as_ref()
+        .and_then(|p| p.get("_meta"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut cursor: Option<String> = None;
+    for page in 0..MAX_TOOL_PAGES {
+        let mut params = serde_json::json!({ "_meta": meta });
+        if let Some(cursor) = &cursor {
+            params["cursor"] = Value::from(cursor.as_str());
+        }
+        let id = RequestId::String(format!("modelctx-http-tools-list-{page}"));
+        let Ok(request) = Request::new(id.clone(), "tools/list", &params) else {
+            return;
+        };
+        let lister = Exchange {
+            messages: vec![Message::Request(request)],
+            batch: false,
+            method: Some("tools/list".into()),
+            params: Some(params),
+            modern: true,
+            reissue: false,
+            epoch: exchange.epoch,
+        };
+        let pending = Pending {
+            ids: Vec::new(),
+            method: Some("tools/list".into()),
+            modern: true,
+            progress: false,
+        };
+        let Ok(response) = post(shared, &lister, None).await else {
+            return;
+        };
+        if !response.status().is_success() {
+            return;
+        }
+        let Some(result) = answer(shared, response, &id).await else {
+            return;
+        };
+        pending.on_result(shared, &mut result.clone());
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(rename = "nextCursor")]
+            next_cursor: Option<String>,
+        }
+        cursor = serde_json::from_str::<Page>(result.get())
+            .ok()
+            .and_then(|p| p.next_cursor);
+        if cursor.is_none() {
+            return;
+        }
+    }
+}
+
+/// The result for `id` in a response of the transport's own (JSON or SSE); other messages on
+/// it are dropped, since no session asked for them.
+async fn answer(shared: &Shared, response: Response<Body>, id: &RequestId) -> Option<Box<RawValue>> {
+    let pick = |incoming: Incoming| match incoming {
+        Incoming::Single(Message::Response(r)) if r.id == *id => Some(r.result),
+        _ => None,
+    };
+    match content_type(&response) {
+        Kind::Json => {
+            let body = Limited::new(response.into_body(), shared.config.max_body)
+                .collect()
+                .await
+                .ok()?
+                .to_bytes();
+            pick(decode(&body).ok()?)
+        }
+        Kind::Sse => {
+            let mut decoder = SseDecoder::new(shared.config.max_event);
+            let mut body = response.into_body();
+            let mut events = Vec::new();
+            loop {
+                let data = body.frame().await?.ok()?.into_data().ok()?;
+                decoder.feed(&data, &mut events).ok()?;
+                for event in events.drain(..) {
+                    if let Some(result) = decode_str(&event.data).ok().and_then(pick) {
+                        return Some(result);
+                    }
+                }
+            }
+        }
+        Kind::Other(_) => None,
+    }
+}
