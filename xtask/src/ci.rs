@@ -1,9 +1,12 @@
 //! `cargo xtask ci`: every check CI runs, each step timed.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use xtask::schema::{self, Error};
+
+use crate::node;
 
 /// The feature checks deny warnings through RUSTFLAGS, in a target folder of their own so that
 /// the flag does not invalidate the main build.
@@ -42,6 +45,8 @@ enum Run<'a> {
     /// `cargo <args>` with its standard output captured; the exit status and then the function,
     /// given that output, decide.
     Judged(&'a [&'a str], fn(&str) -> Result<(), String>),
+    /// A function of the xtask itself, given the project root, described by the string.
+    Xtask(&'a str, fn(&Path) -> Result<(), String>),
 }
 
 /// One CI step: a name, what it runs, extra environment.
@@ -49,8 +54,15 @@ type Step<'a> = (&'a str, Run<'a>, &'a [(&'a str, &'a str)]);
 
 /// Runs every step; stops at the first failure.
 pub(crate) fn run() -> Result<(), Error> {
-    use Run::{Cargo, Judged};
+    use Run::{Cargo, Judged, Xtask};
     let root = schema::project_root();
+    // The tests run the TypeScript SDK's servers (`tests/ts/`) on the Node 22 of the `node 22`
+    // step, and fail rather than skip without it.
+    let node_binary = node::binary(&root);
+    let node_binary = node_binary
+        .to_str()
+        .ok_or_else(|| format!("the project path is not UTF-8: {}", node_binary.display()))?;
+    let test_env = [(node::NODE_ENV, node_binary), (node::REQUIRE_ENV, "1")];
     let steps: &[Step<'_>] = &[
         ("fmt", Cargo(&["fmt", "--all", "--", "--check"]), &[]),
         // The session is sans-IO: no async runtime among its dependencies, on any target, with
@@ -90,9 +102,17 @@ pub(crate) fn run() -> Result<(), Error> {
             &[],
         ),
         (
+            "node 22",
+            Xtask(
+                "Node 22 into target/tools/node22, npm ci in tests/ts",
+                node::ensure,
+            ),
+            &[],
+        ),
+        (
             "test",
             Cargo(&["test", "--workspace", "--all-features"]),
-            &[],
+            &test_env,
         ),
         // Each version module alone, and none: the features must not depend on each other.
         (
@@ -187,37 +207,44 @@ pub(crate) fn run() -> Result<(), Error> {
     let started = Instant::now();
     let mut times = Vec::new();
     for (name, run, env) in steps {
-        let (args, judge) = match run {
-            Cargo(args) => (*args, None),
-            Judged(args, judge) => (*args, Some(judge)),
-        };
-        eprintln!("\n==> ci: {name}: cargo {}", args.join(" "));
         let t = Instant::now();
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(args)
-            .envs(env.iter().copied())
-            .current_dir(&root);
-        let outcome = match judge {
-            None => cargo.status().map(|status| (status, Ok(()))),
-            Some(judge) => cargo.stderr(Stdio::inherit()).output().map(|output| {
-                let verdict = judge(&String::from_utf8_lossy(&output.stdout));
-                (output.status, verdict)
-            }),
+        // `Err(None)`: the step failed and said why itself (cargo's own output).
+        let verdict: Result<(), Option<String>> = match run {
+            Xtask(what, task) => {
+                eprintln!("\n==> ci: {name}: {what}");
+                task(&root).map_err(Some)
+            }
+            Cargo(args) => {
+                eprintln!("\n==> ci: {name}: cargo {}", args.join(" "));
+                let status = cargo(args, env, &root)
+                    .status()
+                    .map_err(|e| format!("cannot run cargo: {e}"))?;
+                if status.success() { Ok(()) } else { Err(None) }
+            }
+            Judged(args, judge) => {
+                eprintln!("\n==> ci: {name}: cargo {}", args.join(" "));
+                let output = cargo(args, env, &root)
+                    .stderr(Stdio::inherit())
+                    .output()
+                    .map_err(|e| format!("cannot run cargo: {e}"))?;
+                if output.status.success() {
+                    judge(&String::from_utf8_lossy(&output.stdout)).map_err(Some)
+                } else {
+                    Err(None)
+                }
+            }
         };
-        let (status, verdict) = outcome.map_err(|e| format!("cannot run cargo: {e}"))?;
-        let ok = status.success() && verdict.is_ok();
         let secs = t.elapsed().as_secs_f64();
         times.push((*name, secs));
         eprintln!(
             "==> ci: {name}: {} in {secs:.1}s",
-            if ok { "ok" } else { "FAILED" }
+            if verdict.is_ok() { "ok" } else { "FAILED" }
         );
-        if !ok {
+        if let Err(why) = verdict {
             print_times(&times);
-            return Err(match verdict {
-                Err(why) if status.success() => format!("ci step `{name}` failed: {why}"),
-                _ => format!("ci step `{name}` failed"),
+            return Err(match why {
+                Some(why) => format!("ci step `{name}` failed: {why}"),
+                None => format!("ci step `{name}` failed"),
             }
             .into());
         }
@@ -228,6 +255,13 @@ pub(crate) fn run() -> Result<(), Error> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `cargo <args>` in `root` with the extra environment `env`.
+fn cargo(args: &[&str], env: &[(&str, &str)], root: &Path) -> Command {
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(args).envs(env.iter().copied()).current_dir(root);
+    cargo
 }
 
 fn print_times(times: &[(&str, f64)]) {

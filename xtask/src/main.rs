@@ -2,8 +2,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 mod ci;
+mod node;
 
 use xtask::{codegen, schema};
 
@@ -17,7 +19,13 @@ commands:
       --check fails if the committed code is stale
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
-      tests, feature checks, the fuzz targets compile, codegen --check, rustdoc -D warnings
+      Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), feature
+      checks, the fuzz targets compile, codegen --check, rustdoc -D warnings
+  node
+      the Node 22 that the tests run the TypeScript SDK servers (tests/ts) with: installs it from
+      the npm registry into target/tools/node22 if missing, runs `npm ci` in tests/ts if its
+      node_modules is missing or stale, and prints the environment for `cargo test`:
+      MODELCTX_NODE=<the binary> and MODELCTX_REQUIRE_NODE=1
 ";
 
 fn main() -> ExitCode {
@@ -25,6 +33,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen_cmd(&args[1..]),
         Some("ci") if args.len() == 1 => ci::run(),
+        Some("node") if args.len() == 1 => node_cmd(),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -38,6 +47,16 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn node_cmd() -> Result<(), schema::Error> {
+    let root = schema::project_root();
+    let started = Instant::now();
+    node::ensure(&root)?;
+    eprintln!("node: ready in {:.1}s", started.elapsed().as_secs_f64());
+    println!("{}={}", node::NODE_ENV, node::binary(&root).display());
+    println!("{}=1", node::REQUIRE_ENV);
+    Ok(())
 }
 
 fn codegen_cmd(args: &[String]) -> Result<(), schema::Error> {
