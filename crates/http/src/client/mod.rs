@@ -575,7 +575,8 @@ fn build_client(config: &ClientConfig) -> HyperClient {
     #[cfg(feature = "rustls")]
     let connector = {
         let tls = config.tls.clone().unwrap_or_else(|| {
-            let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            let roots =
+                rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             Arc::new(
                 rustls::ClientConfig::builder_with_provider(Arc::new(
                     rustls::crypto::ring::default_provider(),

@@ -82,7 +82,11 @@ async fn open(shared: &super::Shared) -> Result<Opened, String> {
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
     if !is_sse {
         return Err("the GET did not answer with an event stream".into());
     }
@@ -95,8 +99,12 @@ async fn open(shared: &super::Shared) -> Result<Opened, String> {
             Some(Err(e)) => return Err(describe(&e)),
             Some(Ok(frame)) => frame,
         };
-        let Ok(data) = frame.into_data() else { continue };
-        decoder.feed(&data, &mut events).map_err(|e| e.to_string())?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        decoder
+            .feed(&data, &mut events)
+            .map_err(|e| e.to_string())?;
         if let Some(at) = events
             .iter()
             .position(|e| e.event.as_deref() == Some("endpoint"))
@@ -147,7 +155,12 @@ fn resolve(base: &Uri, endpoint: &str) -> Result<Uri, String> {
 }
 
 /// Reads the stream for good: every `message` event is handed up.
-async fn read(guard: TaskGuard, mut body: Body, mut decoder: SseDecoder, mut events: Vec<SseEvent>) {
+async fn read(
+    guard: TaskGuard,
+    mut body: Body,
+    mut decoder: SseDecoder,
+    mut events: Vec<SseEvent>,
+) {
     let shared = guard.shared().clone();
     let end = loop {
         for event in events.drain(..) {
@@ -172,7 +185,9 @@ async fn read(guard: TaskGuard, mut body: Body, mut decoder: SseDecoder, mut eve
         };
         if let Err(e) = decoder.feed(&data, &mut events) {
             break match e {
-                super::sse_decode::SseError::TooLarge { limit } => TransportError::TooLarge { limit },
+                super::sse_decode::SseError::TooLarge { limit } => {
+                    TransportError::TooLarge { limit }
+                }
                 other => TransportError::Malformed(other.to_string()),
             };
         }
@@ -240,7 +255,10 @@ mod tests {
     fn endpoints_resolve_against_the_stream_url_and_stay_on_its_origin() {
         let base: Uri = "http://127.0.0.1:8080/mcp/sse".parse().unwrap();
         let ok = |e: &str| resolve(&base, e).unwrap().to_string();
-        assert_eq!(ok("/messages?sessionId=1"), "http://127.0.0.1:8080/messages?sessionId=1");
+        assert_eq!(
+            ok("/messages?sessionId=1"),
+            "http://127.0.0.1:8080/messages?sessionId=1"
+        );
         assert_eq!(ok("messages?s=2"), "http://127.0.0.1:8080/mcp/messages?s=2");
         assert_eq!(ok("http://127.0.0.1:8080/m"), "http://127.0.0.1:8080/m");
         assert!(resolve(&base, "http://evil.example/m").is_err());

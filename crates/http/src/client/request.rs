@@ -64,9 +64,7 @@ pub(crate) fn send(
     }
     let (method, params) = match (&messages[..], batch) {
         ([Message::Request(r)], false) => (Some(r.method.clone()), parse(r.params.as_deref())),
-        ([Message::Notification(n)], false) => {
-            (Some(n.method.clone()), parse(n.params.as_deref()))
-        }
+        ([Message::Notification(n)], false) => (Some(n.method.clone()), parse(n.params.as_deref())),
         _ => (None, None),
     };
     let modern = meta_protocol_version(params.as_ref()).is_some();
@@ -153,7 +151,9 @@ impl Pending {
                 }
                 Message::Error(error)
             }
-            Message::Notification(mut notification) if self.method.as_deref() == Some("subscriptions/listen") => {
+            Message::Notification(mut notification)
+                if self.method.as_deref() == Some("subscriptions/listen") =>
+            {
                 // A re-opened listen stream names its new id; the session knows the first.
                 if let [(wire, original)] = &self.ids[..]
                     && wire != original
@@ -221,7 +221,11 @@ fn rename_subscription(
     let Some(id) = value.pointer_mut(&format!("/_meta/{}", KEY.replace('/', "~1"))) else {
         return Some(raw);
     };
-    if serde_json::from_value::<RequestId>(id.clone()).ok().as_ref() == Some(wire) {
+    if serde_json::from_value::<RequestId>(id.clone())
+        .ok()
+        .as_ref()
+        == Some(wire)
+    {
         *id = serde_json::to_value(original).unwrap_or(Value::Null);
     }
     serde_json::value::to_raw_value(&value).ok().or(Some(raw))
@@ -353,13 +357,21 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             return follow(guard, Some(pending), last, retry, sent_session, error).await;
         }
         if listen {
-            listen_attempts = if pending.take_progress() { 1 } else { listen_attempts + 1 };
+            listen_attempts = if pending.take_progress() {
+                1
+            } else {
+                listen_attempts + 1
+            };
             let policy = shared.config.reconnect;
             if listen_attempts > policy.max_attempts {
                 let request = pending.ids.first().map(|(_, id)| id.clone());
                 let attempts = listen_attempts - 1;
                 if !shared
-                    .deliver(Inbound::GaveUp { request, attempts, error: error.clone() })
+                    .deliver(Inbound::GaveUp {
+                        request,
+                        attempts,
+                        error: error.clone(),
+                    })
                     .await
                 {
                     return;
@@ -376,7 +388,12 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             renumber(&mut pending, &mut exchange, "reissue");
             continue;
         }
-        return finish(&shared, &mut pending, TransportError::StreamEnded { reissued }).await;
+        return finish(
+            &shared,
+            &mut pending,
+            TransportError::StreamEnded { reissued },
+        )
+        .await;
     }
 }
 
@@ -390,7 +407,11 @@ fn renumber(pending: &mut Pending, exchange: &mut Exchange, why: &str) {
     };
     let next = match &*wire {
         RequestId::String(s) if s.starts_with(&format!("{original}~")) => {
-            let n: u64 = s.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let n: u64 = s
+                .rsplit('-')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
             format!("{original}~{why}-{}", n + 1)
         }
         _ => format!("{original}~{why}-1"),
@@ -647,7 +668,16 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
                         requests: Vec::new(),
                         legacy: true,
                     },
-                    move |guard| follow(guard, None, None, None, sent_session, TransportError::Closed),
+                    move |guard| {
+                        follow(
+                            guard,
+                            None,
+                            None,
+                            None,
+                            sent_session,
+                            TransportError::Closed,
+                        )
+                    },
                 );
             }
             return;
@@ -722,7 +752,8 @@ async fn follow(
             }
             state.version.clone()
         };
-        let mut builder = builder(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
+        let mut builder =
+            builder(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
         if let Some(id) = &session {
             builder = builder.header(MCP_SESSION_ID, id);
         }
@@ -868,7 +899,11 @@ async fn refresh_tools(shared: &Shared, exchange: &Exchange) {
 
 /// The result for `id` in a response of the transport's own (JSON or SSE); other messages on
 /// it are dropped, since no session asked for them.
-async fn answer(shared: &Shared, response: Response<Body>, id: &RequestId) -> Option<Box<RawValue>> {
+async fn answer(
+    shared: &Shared,
+    response: Response<Body>,
+    id: &RequestId,
+) -> Option<Box<RawValue>> {
     let pick = |incoming: Incoming| match incoming {
         Incoming::Single(Message::Response(r)) if r.id == *id => Some(r.result),
         _ => None,

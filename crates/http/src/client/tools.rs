@@ -115,25 +115,81 @@ mod tests {
     fn tools_breaking_an_x_mcp_header_rule_are_dropped_and_named() {
         let rows: Vec<(&str, Value, bool)> = vec![
             ("plain", json!({"a": {"type": "string"}}), true),
-            ("string", json!({"a": {"type": "string", "x-mcp-header": "Region"}}), true),
-            ("integer", json!({"a": {"type": "integer", "x-mcp-header": "N"}}), true),
-            ("boolean", json!({"a": {"type": "boolean", "x-mcp-header": "Flag"}}), true),
-            ("nested", json!({"o": {"type": "object", "properties": {
-                "a": {"type": "string", "x-mcp-header": "Deep"}}}}), true),
-            ("number", json!({"a": {"type": "number", "x-mcp-header": "N"}}), false),
-            ("object", json!({"a": {"type": "object", "x-mcp-header": "O"}}), false),
+            (
+                "string",
+                json!({"a": {"type": "string", "x-mcp-header": "Region"}}),
+                true,
+            ),
+            (
+                "integer",
+                json!({"a": {"type": "integer", "x-mcp-header": "N"}}),
+                true,
+            ),
+            (
+                "boolean",
+                json!({"a": {"type": "boolean", "x-mcp-header": "Flag"}}),
+                true,
+            ),
+            (
+                "nested",
+                json!({"o": {"type": "object", "properties": {
+                "a": {"type": "string", "x-mcp-header": "Deep"}}}}),
+                true,
+            ),
+            (
+                "number",
+                json!({"a": {"type": "number", "x-mcp-header": "N"}}),
+                false,
+            ),
+            (
+                "object",
+                json!({"a": {"type": "object", "x-mcp-header": "O"}}),
+                false,
+            ),
             ("untyped", json!({"a": {"x-mcp-header": "U"}}), false),
-            ("type-list", json!({"a": {"type": ["string", "null"], "x-mcp-header": "T"}}), false),
-            ("empty", json!({"a": {"type": "string", "x-mcp-header": ""}}), false),
-            ("space", json!({"a": {"type": "string", "x-mcp-header": "My Header"}}), false),
-            ("colon", json!({"a": {"type": "string", "x-mcp-header": "a:b"}}), false),
-            ("not-a-string", json!({"a": {"type": "string", "x-mcp-header": 7}}), false),
-            ("duplicate", json!({
+            (
+                "type-list",
+                json!({"a": {"type": ["string", "null"], "x-mcp-header": "T"}}),
+                false,
+            ),
+            (
+                "empty",
+                json!({"a": {"type": "string", "x-mcp-header": ""}}),
+                false,
+            ),
+            (
+                "space",
+                json!({"a": {"type": "string", "x-mcp-header": "My Header"}}),
+                false,
+            ),
+            (
+                "colon",
+                json!({"a": {"type": "string", "x-mcp-header": "a:b"}}),
+                false,
+            ),
+            (
+                "not-a-string",
+                json!({"a": {"type": "string", "x-mcp-header": 7}}),
+                false,
+            ),
+            (
+                "duplicate",
+                json!({
                 "a": {"type": "string", "x-mcp-header": "Region"},
-                "b": {"type": "string", "x-mcp-header": "rEGION"}}), false),
-            ("items", json!({"a": {"type": "array", "items": {
-                "type": "string", "x-mcp-header": "I"}}}), false),
-            ("anyOf", json!({"a": {"anyOf": [{"type": "string", "x-mcp-header": "A"}]}}), false),
+                "b": {"type": "string", "x-mcp-header": "rEGION"}}),
+                false,
+            ),
+            (
+                "items",
+                json!({"a": {"type": "array", "items": {
+                "type": "string", "x-mcp-header": "I"}}}),
+                false,
+            ),
+            (
+                "anyOf",
+                json!({"a": {"anyOf": [{"type": "string", "x-mcp-header": "A"}]}}),
+                false,
+            ),
         ];
         let tools = rows.iter().map(|(n, p, _)| tool(n, p.clone())).collect();
         let (kept, dropped, cache) = run(tools);
@@ -154,7 +210,8 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_and_updated_in_place() {
-        let raw = |tools: Vec<Value>| serde_json::value::to_raw_value(&json!({"tools": tools})).unwrap();
+        let raw =
+            |tools: Vec<Value>| serde_json::value::to_raw_value(&json!({"tools": tools})).unwrap();
         let mut cache = ToolHeaders::default();
         let many: Vec<Value> = (0..5).map(|i| tool(&format!("t{i}"), json!({}))).collect();
         filter_list(&raw(many), &mut cache, 3).unwrap();

@@ -1,0 +1,581 @@
+//! The HTTP client transport against the modelctx HTTP server, against scripted servers that
+//! misbehave, and over TLS.
+
+use std::time::Duration;
+
+use modelctx_http::client::ClientConfig;
+use modelctx_http::server::ServerConfig;
+use modelctx_session::{EraDecision, RequestError};
+use modelctx_tests::http::{start, within};
+use modelctx_tests::http_client::*;
+use serde_json::{Value, json};
+
+fn url(addr: std::net::SocketAddr) -> String {
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test]
+async fn a_client_probes_our_server_finds_the_modern_era_and_calls_tools_with_param_headers() {
+    let (server, app) = start(ServerConfig::default()).await;
+    let mut client = Driver::new(
+        &url(server.local_addr()),
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    let peer = within("connect", client.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2026-07-28");
+    assert_eq!(
+        client.session.era_decision(),
+        Some(EraDecision::Modern(peer.version))
+    );
+    assert_eq!(
+        client.transport.session_id(),
+        None,
+        "no session in the modern era"
+    );
+
+    let listed = within("tools/list", client.request("tools/list", json!({})))
+        .await
+        .unwrap();
+    assert!(listed["tools"].as_array().unwrap().len() >= 6);
+    let region = client.transport.tool_param_headers("region").unwrap();
+    assert_eq!(region[0].name(), "Region");
+
+    // The server checks Mcp-Param-Region against the argument: a non-ASCII value goes encoded.
+    for value in ["us-west1", "zürich", " padded ", "=?base64?x?="] {
+        let result = within(
+            "tools/call region",
+            client.request(
+                "tools/call",
+                json!({"name": "region", "arguments": {"region": value}}),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text_of(&result), value);
+    }
+    let result = within(
+        "tools/call echo",
+        client.request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "hi"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "hi");
+
+    // Progress comes on the request's SSE stream.
+    let mut params = json!({"name": "progress", "arguments": {"count": 3}});
+    params["_meta"] = json!({"progressToken": "p1"});
+    let result = within("progress", client.request("tools/call", params))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&result), "3 steps");
+
+    // Cancelling closes the stream, and the server takes that as the cancellation.
+    let id = client.start("tools/call", json!({"name": "slow", "arguments": {}}));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client
+        .session
+        .cancel(std::time::Instant::now(), &id, Some("changed my mind"))
+        .unwrap();
+    client.step_until_idle().await;
+    within("the server sees the cancellation", async {
+        while app.cancelled.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    assert_eq!(client.transport.table_sizes().tasks, 0);
+    assert_eq!(client.transport.table_sizes().requests, 0);
+    assert_eq!(client.session.table_sizes().outgoing, 0);
+    client.transport.close().await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_legacy_client_keeps_its_session_id_and_deletes_the_session_on_close() {
+    let (server, app) = start(ServerConfig::default()).await;
+    let mut client = Driver::new(
+        &url(server.local_addr()),
+        legacy_config(),
+        ClientConfig::default(),
+    );
+    let peer = within("connect", client.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2025-11-25");
+    let session = client.transport.session_id().expect("a session id");
+
+    let result = within(
+        "echo",
+        client.request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "legacy"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "legacy");
+
+    // A server request on the call's stream gets the client's answer.
+    let result = within(
+        "ask",
+        client.request("tools/call", json!({"name": "ask", "arguments": {}})),
+    )
+    .await
+    .unwrap();
+    assert!(text_of(&result).contains("yes"), "{result}");
+
+    // The server closes the call's stream mid-way; the client resumes it with Last-Event-ID.
+    let result = within(
+        "reconnect",
+        client.request("tools/call", json!({"name": "reconnect", "arguments": {}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "reconnected");
+
+    // The standalone stream was opened: a server notification reaches the client on it.
+    let result = within(
+        "announce",
+        client.request("tools/call", json!({"name": "announce", "arguments": {}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "announced");
+
+    assert_eq!(server.service().table_sizes().await.sessions, 1);
+    assert_eq!(client.transport.table_sizes().requests, 0);
+    client.transport.close().await;
+    within("the session ends", async {
+        while server.service().table_sizes().await.sessions != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(*app.open.lock().unwrap(), 0);
+    let _ = session;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn the_client_resumes_a_broken_stream_after_exactly_the_servers_retry() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                reply
+                    .json(
+                        200,
+                        &[("mcp-session-id", "s1")],
+                        &initialize_result(&seen.body["id"]),
+                    )
+                    .await;
+            }
+            ("POST", Some("tools/call")) => {
+                reply.sse_head(&[]).await;
+                reply.raw(b"id: e1\nretry: 500\ndata:\n\n").await;
+            }
+            ("POST", _) => reply.full(202, &[], "").await,
+            ("GET", _) if seen.header("last-event-id") == Some("e1") => {
+                reply.sse_head(&[]).await;
+                // initialize was request 1; the call is request 2.
+                reply
+                    .raw(sse_message(Some("e2"), &text_result(&json!(2), "resumed")).as_bytes())
+                    .await;
+            }
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+    within("connect", client.connect()).await.unwrap();
+    let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    assert_eq!(id.to_string(), "2");
+    let result = within("answer", client.answer(&id)).await.unwrap();
+    assert_eq!(text_of(&result), "resumed");
+    let seen = server.seen();
+    let post = seen
+        .iter()
+        .find(|s| s.rpc_method() == Some("tools/call"))
+        .unwrap();
+    let get = seen
+        .iter()
+        .find(|s| s.header("last-event-id").is_some())
+        .unwrap();
+    let waited = get.at - post.at;
+    assert!(
+        (Duration::from_millis(450)..=Duration::from_millis(700)).contains(&waited),
+        "reconnected after {waited:?}"
+    );
+    assert_eq!(get.header("mcp-session-id"), Some("s1"));
+    assert_eq!(get.header("mcp-protocol-version"), Some("2025-11-25"));
+}
+
+#[tokio::test]
+async fn a_server_that_closes_streams_cleanly_forever_makes_the_client_give_up() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                reply
+                    .json(
+                        200,
+                        &[("mcp-session-id", "s1")],
+                        &initialize_result(&seen.body["id"]),
+                    )
+                    .await;
+            }
+            ("POST", Some("tools/call")) => {
+                reply.sse_head(&[]).await;
+                reply.raw(b"id: e1\nretry: 20\ndata:\n\n").await;
+            }
+            ("POST", _) => reply.full(202, &[], "").await,
+            ("GET", _) if seen.header("last-event-id").is_some() => {
+                // A clean, empty stream: a priming event and the end.
+                reply.sse_head(&[]).await;
+                reply.raw(b"id: e2\nretry: 20\ndata:\n\n").await;
+            }
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+    within("connect", client.connect()).await.unwrap();
+    let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    let answer = within("give up", client.answer(&id)).await;
+    assert!(
+        matches!(answer, Err(RequestError::Transport(_))),
+        "{answer:?}"
+    );
+    let gets = server
+        .seen()
+        .iter()
+        .filter(|s| s.header("last-event-id").is_some())
+        .count();
+    assert_eq!(gets, 5, "the default policy tries 5 times");
+    assert!(
+        client
+            .notes
+            .iter()
+            .any(|n| n.starts_with("GaveUp") && n.contains("attempts: 5")),
+        "{:?}",
+        client.notes
+    );
+    settle().await;
+    assert_eq!(client.transport.table_sizes().tasks, 0);
+}
+
+#[tokio::test]
+async fn a_404_for_a_known_session_ends_it_fails_what_was_in_flight_and_a_new_initialize_follows() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                let id = if seen.header("mcp-session-id").is_some() {
+                    "bad"
+                } else {
+                    "s2"
+                };
+                reply
+                    .json(
+                        200,
+                        &[("mcp-session-id", id)],
+                        &initialize_result(&seen.body["id"]),
+                    )
+                    .await;
+            }
+            ("POST", Some("tools/call")) if seen.body["params"]["name"] == "hang" => {
+                reply.sse_head(&[]).await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            ("POST", Some("tools/call")) => reply.full(404, &[], "session gone").await,
+            ("POST", _) => reply.full(202, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+    within("connect", client.connect()).await.unwrap();
+    let hanging = client.start("tools/call", json!({"name": "hang", "arguments": {}}));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let ended = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    let answer = within("404", client.answer(&ended)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Closed(why)) if why.to_string().contains("ended the HTTP session")),
+        "{answer:?}"
+    );
+    let answer = within("in flight", client.answer(&hanging)).await;
+    assert!(matches!(answer, Err(RequestError::Closed(_))), "{answer:?}");
+    assert_eq!(client.transport.session_id(), None);
+    assert_eq!(
+        client
+            .notes
+            .iter()
+            .filter(|n| *n == "session ended")
+            .count(),
+        1
+    );
+    settle().await;
+    assert_eq!(
+        client.transport.table_sizes().tasks,
+        0,
+        "the hanging stream was dropped"
+    );
+
+    within("re-initialize", client.reconnect(legacy_config()))
+        .await
+        .unwrap();
+    assert_eq!(client.transport.session_id().as_deref(), Some("s2"));
+    let inits: Vec<_> = server
+        .seen()
+        .into_iter()
+        .filter(|s| s.rpc_method() == Some("initialize"))
+        .collect();
+    assert_eq!(inits.len(), 2);
+    assert_eq!(
+        inits[1].header("mcp-session-id"),
+        None,
+        "a new session starts clean"
+    );
+    let replayed = server
+        .seen()
+        .iter()
+        .filter(|s| s.body["params"]["name"] == "x")
+        .count();
+    assert_eq!(replayed, 1, "nothing is replayed");
+}
+
+#[tokio::test]
+async fn a_legacy_server_answering_everything_with_an_empty_object_gets_initialize() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                reply
+                    .json(200, &[], &initialize_result(&seen.body["id"]))
+                    .await;
+            }
+            ("POST", Some(_)) if seen.body.get("id").is_some() => {
+                let id = seen.body["id"].clone();
+                reply
+                    .json(200, &[], &json!({"jsonrpc": "2.0", "id": id, "result": {}}))
+                    .await;
+            }
+            ("POST", _) => reply.full(202, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(
+        &server.url(),
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    let peer = within("connect", client.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2025-11-25");
+    assert_eq!(client.session.era_decision(), Some(EraDecision::Legacy));
+    let methods: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.rpc_method().map(str::to_owned))
+        .collect();
+    assert_eq!(methods[..2], ["server/discover", "initialize"]);
+    within(
+        "no standalone stream",
+        client.until(|n| n.iter().any(|n| n == "NoStandaloneStream")),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_http_sse_only_server_gets_the_old_transport() {
+    let (to_stream, from_posts) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let from_posts = std::sync::Arc::new(tokio::sync::Mutex::new(from_posts));
+    let server = ScriptServer::start(move |seen, mut reply| {
+        let to_stream = to_stream.clone();
+        let from_posts = from_posts.clone();
+        async move {
+            match (seen.method.as_str(), seen.path.as_str()) {
+                ("GET", "/mcp") => {
+                    reply.sse_head(&[]).await;
+                    reply
+                        .raw(b"event: endpoint\ndata: /messages?sessionId=7\n\n")
+                        .await;
+                    let mut posts = from_posts.lock().await;
+                    while let Some(message) = posts.recv().await {
+                        reply
+                            .raw(format!("event: message\ndata: {message}\n\n").as_bytes())
+                            .await;
+                    }
+                }
+                ("POST", "/messages?sessionId=7") => {
+                    let id = seen.body["id"].clone();
+                    match seen.rpc_method() {
+                        Some("initialize") => to_stream.send(initialize_result(&id)).unwrap(),
+                        Some("tools/call") => to_stream.send(text_result(&id, "old")).unwrap(),
+                        _ => {}
+                    }
+                    reply.full(202, &[], "Accepted").await;
+                }
+                _ => reply.full(405, &[], "").await,
+            }
+        }
+    })
+    .await;
+    let mut client = Driver::new(
+        &server.url(),
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    let peer = within("connect", client.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2025-11-25");
+    assert!(
+        client.notes.iter().any(|n| n.contains("FellBack")),
+        "{:?}",
+        client.notes
+    );
+    let result = within(
+        "call",
+        client.request("tools/call", json!({"name": "x", "arguments": {}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "old");
+}
+
+#[tokio::test]
+async fn oversized_events_and_bodies_fail_their_request_not_the_client() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                reply
+                    .json(200, &[], &initialize_result(&seen.body["id"]))
+                    .await;
+            }
+            ("POST", Some("tools/call")) if seen.body["params"]["name"] == "sse" => {
+                reply.sse_head(&[]).await;
+                let big = "x".repeat(300 << 10);
+                reply.raw(format!("data: {big}").as_bytes()).await;
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            ("POST", Some("tools/call")) if seen.body["params"]["name"] == "json" => {
+                let big = "x".repeat(300 << 10);
+                reply
+                    .json(200, &[], &text_result(&seen.body["id"], &big))
+                    .await;
+            }
+            ("POST", Some("tools/call")) => {
+                reply
+                    .json(200, &[], &text_result(&seen.body["id"], "small"))
+                    .await;
+            }
+            ("POST", _) => reply.full(202, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.max_event = 256 << 10;
+    config.max_body = 256 << 10;
+    let mut client = Driver::new(&server.url(), legacy_config(), config);
+    within("connect", client.connect()).await.unwrap();
+    for name in ["sse", "json"] {
+        let answer = within(name, client.request("tools/call", json!({"name": name}))).await;
+        assert!(
+            matches!(&answer, Err(RequestError::Transport(why)) if why.contains("limit of 262144 bytes")),
+            "{name}: {answer:?}"
+        );
+    }
+    let result = within("small", client.request("tools/call", json!({"name": "ok"})))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&result), "small");
+}
+
+#[tokio::test]
+async fn sse_split_at_every_byte_is_read_whole() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                reply.sse_head(&[]).await;
+                let body = format!(
+                    ": comment\r\nid: a\r\nretry: 100\r\ndata:\r\n\r\n{}",
+                    sse_message(Some("b"), &initialize_result(&seen.body["id"]))
+                        .replace('\n', "\r\n")
+                );
+                for byte in body.as_bytes() {
+                    reply.raw(&[*byte]).await;
+                    tokio::task::yield_now().await;
+                }
+            }
+            ("POST", _) => reply.full(202, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+    let peer = within("connect", client.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2025-11-25");
+}
+
+#[tokio::test]
+async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_out() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                reply
+                    .json(
+                        200,
+                        &[],
+                        &json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}}),
+                    )
+                    .await;
+            }
+            Some("tools/call") if id.as_str().is_some_and(|s| s.contains("~reissue-")) => {
+                let mut result = text_result(&id, "second try");
+                result["result"]["resultType"] = json!("complete");
+                reply.sse_head(&[]).await;
+                reply.raw(sse_message(None, &result).as_bytes()).await;
+            }
+            Some("tools/call") => {
+                // The head, then the connection drops: the request is lost.
+                reply.sse_head(&[]).await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(
+        &server.url(),
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    within("connect", client.connect()).await.unwrap();
+    let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    let result = within("reissued", client.answer(&id)).await.unwrap();
+    assert_eq!(text_of(&result), "second try");
+    let ids: Vec<Value> = server
+        .seen()
+        .iter()
+        .filter(|s| s.rpc_method() == Some("tools/call"))
+        .map(|s| s.body["id"].clone())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1], "a re-issued request has a new id");
+
+    let id = client.start_once("tools/call", json!({"name": "x", "arguments": {}}));
+    let answer = within("not reissued", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("ended before the answer")),
+        "{answer:?}"
+    );
+    assert_eq!(
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call"))
+            .count(),
+        3
+    );
+}
