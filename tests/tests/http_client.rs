@@ -579,3 +579,231 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         3
     );
 }
+
+fn modern_discover(id: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": {
+        "supportedVersions": ["2026-07-28"],
+        "capabilities": {"tools": {"listChanged": true}},
+        "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}})
+}
+
+#[tokio::test]
+async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => reply.json(200, &[], &modern_discover(&id)).await,
+            Some("tools/list") => {
+                let tools = json!([
+                    {"name": "region", "inputSchema": {"type": "object", "properties": {
+                        "region": {"type": "string", "x-mcp-header": "Region"}}}},
+                    {"name": "broken", "inputSchema": {"type": "object", "properties": {
+                        "n": {"type": "number", "x-mcp-header": "N"}}}},
+                ]);
+                reply.json(200, &[], &json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "tools": tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}})).await;
+            }
+            Some("tools/call") if seen.header("mcp-param-region") == Some("eu") => {
+                let mut result = text_result(&id, "with header");
+                result["result"]["resultType"] = json!("complete");
+                reply.json(200, &[], &result).await;
+            }
+            Some("tools/call") => {
+                reply.json(400, &[], &json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32020, "message": "Mcp-Param-Region is missing"}})).await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(
+        &server.url(),
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    within("connect", client.connect()).await.unwrap();
+    // The client has not listed the tools: the first call goes without the header.
+    let result = within(
+        "call",
+        client.request(
+            "tools/call",
+            json!({"name": "region", "arguments": {"region": "eu"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "with header");
+    let methods: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.rpc_method().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        methods,
+        ["server/discover", "tools/call", "tools/list", "tools/call"]
+    );
+
+    // A tool whose annotation breaks a rule is left out of the client's view.
+    let listed = within("list", client.request("tools/list", json!({})))
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["region"]);
+
+    // A second mismatch is the server's answer: no endless retries.
+    let answer = within(
+        "call",
+        client.request(
+            "tools/call",
+            json!({"name": "region", "arguments": {"region": "us"}}),
+        ),
+    )
+    .await;
+    assert!(
+        matches!(&answer, Err(RequestError::Remote(e)) if e.code.0 == -32020),
+        "{answer:?}"
+    );
+    assert_eq!(
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call"))
+            .count(),
+        4
+    );
+}
+
+#[tokio::test]
+async fn a_broken_listen_stream_is_reopened_and_the_application_told() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => reply.json(200, &[], &modern_discover(&id)).await,
+            Some("subscriptions/listen") => {
+                reply.sse_head(&[]).await;
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                        "notifications": {"toolsListChanged": true}}});
+                reply.raw(sse_message(None, &ack).as_bytes()).await;
+                if id.as_str().is_some_and(|s| s.contains("~listen-")) {
+                    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}}});
+                    reply.raw(sse_message(None, &changed).as_bytes()).await;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                // The first stream just ends.
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut transport = ClientConfig::default();
+    transport.reconnect.initial_delay = Duration::from_millis(10);
+    let mut client = Driver::new(&server.url(), Driver::session_config(), transport);
+    within("connect", client.connect()).await.unwrap();
+    let listen = client.start(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    within(
+        "reopened",
+        client.until(|n| n.iter().any(|n| n.starts_with("ListenReopened"))),
+    )
+    .await;
+    assert!(
+        client
+            .notes
+            .iter()
+            .any(|n| n.contains(&format!("{listen:?}"))),
+        "{:?}",
+        client.notes
+    );
+    while !client.events.iter().any(|e| {
+        matches!(e, modelctx_session::Event::Notification(n) if n.method == "notifications/tools/list_changed")
+    }) {
+        within("notification", client.step()).await;
+    }
+    let notification = client.events.iter().find_map(|e| match e {
+        modelctx_session::Event::Notification(n)
+            if n.method == "notifications/tools/list_changed" =>
+        {
+            Some(n)
+        }
+        _ => None,
+    });
+    let params: Value =
+        serde_json::from_str(notification.unwrap().params.as_ref().unwrap().get()).unwrap();
+    assert_eq!(
+        params["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        serde_json::to_value(&listen).unwrap(),
+        "the notification names the subscription the session knows"
+    );
+}
+
+#[tokio::test]
+async fn legacy_requests_carry_the_standard_headers() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("initialize")) => {
+                reply
+                    .json(
+                        200,
+                        &[("mcp-session-id", "s1")],
+                        &initialize_result(&seen.body["id"]),
+                    )
+                    .await;
+            }
+            ("POST", Some("tools/call")) => {
+                reply
+                    .json(200, &[], &text_result(&seen.body["id"], "ok"))
+                    .await
+            }
+            ("POST", _) => reply.full(202, &[], "").await,
+            ("DELETE", _) => reply.full(200, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+    within("connect", client.connect()).await.unwrap();
+    within(
+        "call",
+        client.request("tools/call", json!({"name": "zürich", "arguments": {}})),
+    )
+    .await
+    .unwrap();
+    client.step_until_idle().await;
+    let Driver { transport, .. } = client;
+    transport.close().await;
+    let seen = server.seen();
+    let find = |m: &str| {
+        seen.iter()
+            .find(|s| s.rpc_method() == Some(m) || s.method == m)
+            .unwrap()
+    };
+    let init = find("initialize");
+    assert_eq!(
+        init.header("accept"),
+        Some("application/json, text/event-stream")
+    );
+    assert_eq!(init.header("mcp-method"), Some("initialize"));
+    assert_eq!(init.header("mcp-session-id"), None);
+    assert_eq!(init.header("mcp-protocol-version"), None);
+    let call = find("tools/call");
+    assert_eq!(call.header("mcp-method"), Some("tools/call"));
+    assert_eq!(call.header("mcp-name"), Some("=?base64?esO8cmljaA==?="));
+    assert_eq!(call.header("mcp-session-id"), Some("s1"));
+    assert_eq!(call.header("mcp-protocol-version"), Some("2025-11-25"));
+    let initialized = find("notifications/initialized");
+    assert_eq!(initialized.header("mcp-session-id"), Some("s1"));
+    let get = find("GET");
+    assert_eq!(get.header("accept"), Some("text/event-stream"));
+    assert_eq!(get.header("mcp-session-id"), Some("s1"));
+    let delete = find("DELETE");
+    assert_eq!(delete.header("mcp-session-id"), Some("s1"));
+}
