@@ -113,6 +113,15 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
                     let _ = done.send(Done::Announce);
                     Ok(text("announced"))
                 }
+                "announce_later" => {
+                    // After the call's stream has ended: only a standalone stream can carry it.
+                    let done = done.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let _ = done.send(Done::Announce);
+                    });
+                    Ok(text("later"))
+                }
                 "reconnect" => {
                     let _ = done.send(Done::Progress(id.clone(), 1.0));
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -136,14 +136,23 @@ async fn a_legacy_client_keeps_its_session_id_and_deletes_the_session_on_close()
     .unwrap();
     assert_eq!(text_of(&result), "reconnected");
 
-    // The standalone stream was opened: a server notification reaches the client on it.
+    // The standalone stream was opened: a server notification sent after the call's stream
+    // ended reaches the client on it.
     let result = within(
         "announce",
-        client.request("tools/call", json!({"name": "announce", "arguments": {}})),
+        client.request("tools/call", json!({"name": "announce_later", "arguments": {}})),
     )
     .await
     .unwrap();
-    assert_eq!(text_of(&result), "announced");
+    assert_eq!(text_of(&result), "later");
+    let announced = |events: &[modelctx_session::Event]| {
+        events.iter().any(|e| {
+            matches!(e, modelctx_session::Event::Notification(n) if n.method == "notifications/tools/list_changed")
+        })
+    };
+    while !announced(&client.events) {
+        within("the notification on the standalone stream", client.step()).await;
+    }
 
     assert_eq!(server.service().table_sizes().await.sessions, 1);
     assert_eq!(client.transport.table_sizes().requests, 0);
@@ -806,4 +815,76 @@ async fn legacy_requests_carry_the_standard_headers() {
     assert_eq!(get.header("mcp-session-id"), Some("s1"));
     let delete = find("DELETE");
     assert_eq!(delete.header("mcp-session-id"), Some("s1"));
+}
+
+/// A TLS front for `backend`, with a self-signed certificate for `localhost`; the certificate
+/// to trust.
+async fn tls_front(backend: std::net::SocketAddr) -> (std::net::SocketAddr, rustls::pki_types::CertificateDer<'static>) {
+    use std::sync::Arc;
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let der = cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![der.clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (addr, der)
+}
+
+#[tokio::test]
+async fn https_with_a_certificate_the_caller_trusts() {
+    let (server, _app) = start(ServerConfig::default()).await;
+    let (front, cert) = tls_front(server.local_addr()).await;
+    let url = format!("https://localhost:{}/mcp", front.port());
+
+    // Trusted by the caller: both eras work.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut config = ClientConfig::default();
+    config.tls = Some(std::sync::Arc::new(tls));
+    for session in [Driver::session_config(), legacy_config()] {
+        let mut client = Driver::new(&url, session, config.clone());
+        within("connect", client.connect()).await.unwrap();
+        let result = within(
+            "echo",
+            client.request("tools/call", json!({"name": "echo", "arguments": {"text": "tls"}})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text_of(&result), "tls");
+        client.transport.close().await;
+    }
+
+    // With the default roots the self-signed certificate is refused, and the session says why.
+    let mut client = Driver::new(&url, Driver::session_config(), ClientConfig::default());
+    let refused = within("connect", client.connect()).await.unwrap_err();
+    assert!(refused.contains("certificate") || refused.contains("Certificate"), "{refused}");
+    server.shutdown(Duration::from_secs(1)).await;
 }
