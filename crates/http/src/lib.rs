@@ -12,6 +12,10 @@
 //!   `Host` and `Origin` allow-lists (loopback names for a loopback bind; a public bind must name
 //!   its hosts or the server refuses to start), a 4 MiB body limit, a cap on sessions and an
 //!   idle timeout, sessions bound to the authenticated principal.
+//! * `client` (feature `client`; HTTPS with feature `rustls`): the transport of a client
+//!   session, for both eras: session ids and resumption for legacy servers, re-issue of broken
+//!   modern requests, reopened listen streams, the `Mcp-*` headers, and the fallback to the
+//!   2024-11-05 HTTP+SSE transport.
 //! * [`headers`]: the standard `Mcp-*` request headers of 2026-07-28 and the `x-mcp-header`
 //!   rules, one checker for the server's validation and the client's requests.
 //! * [`event_store`]: where legacy SSE events wait for resumption; pluggable.
