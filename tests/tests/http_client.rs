@@ -140,7 +140,10 @@ async fn a_legacy_client_keeps_its_session_id_and_deletes_the_session_on_close()
     // ended reaches the client on it.
     let result = within(
         "announce",
-        client.request("tools/call", json!({"name": "announce_later", "arguments": {}})),
+        client.request(
+            "tools/call",
+            json!({"name": "announce_later", "arguments": {}}),
+        ),
     )
     .await
     .unwrap();
@@ -819,7 +822,12 @@ async fn legacy_requests_carry_the_standard_headers() {
 
 /// A TLS front for `backend`, with a self-signed certificate for `localhost`; the certificate
 /// to trust.
-async fn tls_front(backend: std::net::SocketAddr) -> (std::net::SocketAddr, rustls::pki_types::CertificateDer<'static>) {
+async fn tls_front(
+    backend: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    rustls::pki_types::CertificateDer<'static>,
+) {
     use std::sync::Arc;
     let key = rcgen::KeyPair::generate().unwrap();
     let params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
@@ -839,11 +847,17 @@ async fn tls_front(backend: std::net::SocketAddr) -> (std::net::SocketAddr, rust
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
-                let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else { return };
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else {
+                    return;
+                };
                 let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
             });
         }
@@ -874,7 +888,10 @@ async fn https_with_a_certificate_the_caller_trusts() {
         within("connect", client.connect()).await.unwrap();
         let result = within(
             "echo",
-            client.request("tools/call", json!({"name": "echo", "arguments": {"text": "tls"}})),
+            client.request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "tls"}}),
+            ),
         )
         .await
         .unwrap();
@@ -885,6 +902,111 @@ async fn https_with_a_certificate_the_caller_trusts() {
     // With the default roots the self-signed certificate is refused, and the session says why.
     let mut client = Driver::new(&url, Driver::session_config(), ClientConfig::default());
     let refused = within("connect", client.connect()).await.unwrap_err();
-    assert!(refused.contains("certificate") || refused.contains("Certificate"), "{refused}");
+    assert!(
+        refused.contains("certificate") || refused.contains("Certificate"),
+        "{refused}"
+    );
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_listen_stream_that_is_acknowledged_and_closed_forever_is_given_up() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => reply.json(200, &[], &modern_discover(&id)).await,
+            Some("subscriptions/listen") => {
+                reply.sse_head(&[]).await;
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                        "notifications": {"toolsListChanged": true}}});
+                reply.raw(sse_message(None, &ack).as_bytes()).await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut transport = ClientConfig::default();
+    transport.reconnect.initial_delay = Duration::from_millis(5);
+    transport.reconnect.max_delay = Duration::from_millis(40);
+    let mut client = Driver::new(&server.url(), Driver::session_config(), transport);
+    within("connect", client.connect()).await.unwrap();
+    let listen = client.start(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    let answer = within("give up", client.answer(&listen)).await;
+    assert!(
+        matches!(answer, Err(RequestError::Transport(_))),
+        "{answer:?}"
+    );
+    let opened = server
+        .seen()
+        .iter()
+        .filter(|s| s.rpc_method() == Some("subscriptions/listen"))
+        .count();
+    assert_eq!(opened, 6, "the first stream and 5 reopenings");
+    assert!(
+        client.notes.iter().any(|n| n.starts_with("GaveUp")),
+        "{:?}",
+        client.notes
+    );
+    settle().await;
+    assert_eq!(client.transport.table_sizes().tasks, 0);
+}
+
+/// A plain TCP front for `backend` that counts the connections made through it.
+async fn counting_front(
+    backend: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counter = count.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut front, _)) = listener.accept().await else {
+                return;
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let Ok(mut back) = tokio::net::TcpStream::connect(backend).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut front, &mut back).await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn sequential_requests_reuse_one_connection_in_json_and_sse_modes() {
+    let (server, _app) = start(ServerConfig::default()).await;
+    let (front, connections) = counting_front(server.local_addr()).await;
+    for session in [Driver::session_config(), legacy_config()] {
+        connections.store(0, std::sync::atomic::Ordering::SeqCst);
+        let mut client = Driver::new(&url(front), session, ClientConfig::default());
+        within("connect", client.connect()).await.unwrap();
+        for i in 0..10 {
+            let echo = json!({"name": "echo", "arguments": {"text": format!("{i}")}});
+            within("json", client.request("tools/call", echo))
+                .await
+                .unwrap();
+            // Progress makes the answer an event stream.
+            let progress = json!({"name": "progress", "arguments": {"count": 1},
+                "_meta": {"progressToken": i}});
+            within("sse", client.request("tools/call", progress))
+                .await
+                .unwrap();
+        }
+        let made = connections.load(std::sync::atomic::Ordering::SeqCst);
+        // One for requests; a legacy client also holds its standalone stream open.
+        assert!(made <= 2, "{made} connections for 20 sequential requests");
+        client.transport.close().await;
+    }
     server.shutdown(Duration::from_secs(1)).await;
 }

@@ -591,7 +591,12 @@ async fn hand_up(shared: &Shared, pending: &mut Pending, incoming: Incoming) -> 
         ),
         other => other,
     };
-    pending.progress = true;
+    // A listen stream's acknowledgement comes first on every stream: it is no sign that the
+    // stream lives, so a server that acknowledges and closes forever still makes the client give
+    // up.
+    let ack = matches!(&incoming, Incoming::Single(Message::Notification(n))
+        if n.method == "notifications/subscriptions/acknowledged");
+    pending.progress |= !ack;
     shared.deliver(Inbound::Message(incoming)).await
 }
 
@@ -631,7 +636,22 @@ async fn read_sse(
             }
         }
         if pending.is_empty() && pending.method.is_some() {
+            drain(body).await;
             return End::Answered;
+        }
+    }
+}
+
+/// Reads the end of a stream whose answer came, briefly: a server ends the stream right after
+/// the answer, and a stream read to its end gives its connection back to the pool.
+async fn drain(mut body: Body) {
+    const WAIT: Duration = Duration::from_millis(50);
+    const MAX: usize = 64 << 10;
+    let mut read = 0;
+    while read <= MAX {
+        match tokio::time::timeout(WAIT, body.frame()).await {
+            Ok(Some(Ok(frame))) => read += frame.data_ref().map_or(0, |d| d.len()),
+            _ => return,
         }
     }
 }
@@ -760,10 +780,19 @@ async fn follow(
         if let Some(version) = version {
             builder = builder.header(MCP_PROTOCOL_VERSION, version);
         }
-        if let Some(last) = &last
-            && let Ok(value) = HeaderValue::from_str(last)
-        {
-            builder = builder.header(LAST_EVENT_ID, value);
+        if let Some(text) = last.clone() {
+            match HeaderValue::from_str(&text) {
+                Ok(value) => builder = builder.header(LAST_EVENT_ID, value),
+                // Without it the GET would open the standalone stream instead.
+                Err(_) if !standalone => {
+                    let error = TransportError::Malformed(format!(
+                        "the event id {:?} cannot be sent back in Last-Event-ID",
+                        escape(&text)
+                    ));
+                    return finish(&shared, &mut pending, error).await;
+                }
+                Err(_) => last = None,
+            }
         }
         let Ok(request) = builder.body(Full::new(Bytes::new())) else {
             return;
