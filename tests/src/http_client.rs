@@ -160,10 +160,21 @@ impl Driver {
 
     /// Starts a request; its id.
     pub fn start(&mut self, method: &str, params: Value) -> RequestId {
+        let options = modelctx_session::RequestOptions::default();
+        self.start_with(method, params, options)
+    }
+
+    /// Starts a request with options (say, asking for progress); its id.
+    pub fn start_with(
+        &mut self,
+        method: &str,
+        params: Value,
+        options: modelctx_session::RequestOptions,
+    ) -> RequestId {
         let params = params.as_object().cloned();
         let id = self
             .session
-            .send_request(Instant::now(), method, params)
+            .send_request_with(Instant::now(), method, params, options)
             .expect("the session takes the request");
         self.flush();
         id

@@ -66,12 +66,17 @@ async fn a_client_probes_our_server_finds_the_modern_era_and_calls_tools_with_pa
     assert_eq!(text_of(&result), "hi");
 
     // Progress comes on the request's SSE stream.
-    let mut params = json!({"name": "progress", "arguments": {"count": 3}});
-    params["_meta"] = json!({"progressToken": "p1"});
-    let result = within("progress", client.request("tools/call", params))
-        .await
-        .unwrap();
+    let params = json!({"name": "progress", "arguments": {"count": 3}});
+    let options = modelctx_session::RequestOptions::default().with_progress();
+    let id = client.start_with("tools/call", params, options);
+    let result = within("progress", client.answer(&id)).await.unwrap();
     assert_eq!(text_of(&result), "3 steps");
+    let steps = client
+        .events
+        .iter()
+        .filter(|e| matches!(e, modelctx_session::Event::Progress { .. }))
+        .count();
+    assert_eq!(steps, 3);
 
     // Cancelling closes the stream, and the server takes that as the cancellation.
     let id = client.start("tools/call", json!({"name": "slow", "arguments": {}}));

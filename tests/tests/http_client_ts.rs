@@ -1,0 +1,166 @@
+//! The HTTP client against the TypeScript SDK's servers (`tests/ts`): `@modelcontextprotocol/sdk`
+//! 1.x (legacy, sessions) and `@modelcontextprotocol/server` 2.x (both eras).
+//!
+//! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
+//! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, these tests say they are skipped.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use modelctx_http::client::ClientConfig;
+use modelctx_session::{EraDecision, Event};
+use modelctx_tests::http::within;
+use modelctx_tests::http_client::*;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A TypeScript server process; it exits when dropped (its stdin closes, and it is killed).
+struct TsServer {
+    url: String,
+    _child: Child,
+}
+
+fn ts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ts")
+}
+
+/// Starts `script` with `args`, or says why it cannot (then the test is skipped, unless
+/// `MODELCTX_REQUIRE_NODE` is set).
+async fn ts_server(script: &str, args: &[&str]) -> Option<TsServer> {
+    let node = std::env::var("MODELCTX_NODE").unwrap_or_else(|_| "node".into());
+    let required = std::env::var_os("MODELCTX_REQUIRE_NODE").is_some();
+    let missing = |why: String| {
+        assert!(!required, "MODELCTX_REQUIRE_NODE is set, but {why}");
+        eprintln!("skipped: {why} (run `cargo xtask ci`, or `npm ci` in tests/ts)");
+        None
+    };
+    if !ts_dir().join("node_modules").is_dir() {
+        return missing("tests/ts/node_modules is missing".into());
+    }
+    let spawned = Command::new(&node)
+        .arg(ts_dir().join(script))
+        .args(args)
+        .current_dir(ts_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => return missing(format!("{node} cannot be started: {e}")),
+    };
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = within("the TypeScript server starts", lines.next_line())
+        .await
+        .expect("its stdout")
+        .expect("a LISTENING line");
+    let port = line
+        .strip_prefix("LISTENING ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    Some(TsServer {
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        _child: child,
+    })
+}
+
+async fn echo_and_progress(client: &mut Driver) {
+    let result = within(
+        "echo",
+        client.request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "from rust"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&result), "from rust");
+
+    let progress = json!({"name": "progress", "arguments": {"steps": 3}});
+    let options = modelctx_session::RequestOptions::default().with_progress();
+    let id = client.start_with("tools/call", progress, options);
+    let result = within("progress", client.answer(&id)).await.unwrap();
+    assert_eq!(text_of(&result), "done");
+    let steps = client
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Progress { .. }))
+        .count();
+    assert_eq!(steps, 3, "{:?}", client.events);
+
+    let listed = within("tools/list", client.request("tools/list", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(listed["tools"].as_array().map(Vec::len), Some(3));
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_1_server_gets_a_legacy_session() {
+    let Some(server) = ts_server("http-server-v1.mjs", &[]).await else {
+        return;
+    };
+    // Probing first: the 1.x server knows no server/discover, and the client falls back.
+    let mut client = Driver::new(
+        &server.url,
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    let peer = within("connect", client.connect()).await.unwrap();
+    assert_eq!(client.session.era_decision(), Some(EraDecision::Legacy));
+    assert_eq!(peer.version.as_str(), "2025-11-25");
+    assert!(client.transport.session_id().is_some());
+    echo_and_progress(&mut client).await;
+
+    // Cancelling a legacy call: notifications/cancelled, and the call's stream is let go.
+    let id = client.start(
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 10000}}),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    client
+        .session
+        .cancel(std::time::Instant::now(), &id, Some("no longer needed"))
+        .unwrap();
+    client.step_until_idle().await;
+    assert_eq!(client.transport.table_sizes().requests, 0);
+    client.transport.close().await;
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_2_server_is_spoken_to_in_both_eras() {
+    let Some(server) = ts_server("http-server-v2.mjs", &["--legacy=sessions"]).await else {
+        return;
+    };
+    let mut modern = Driver::new(
+        &server.url,
+        Driver::session_config(),
+        ClientConfig::default(),
+    );
+    let peer = within("connect", modern.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2026-07-28");
+    assert_eq!(modern.transport.session_id(), None);
+    echo_and_progress(&mut modern).await;
+
+    // A modern cancellation closes the stream: the slow call ends early on the server.
+    let id = modern.start(
+        "tools/call",
+        json!({"name": "slow", "arguments": {"ms": 10000}}),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    modern
+        .session
+        .cancel(std::time::Instant::now(), &id, None)
+        .unwrap();
+    modern.step_until_idle().await;
+    assert_eq!(modern.transport.table_sizes().tasks, 0);
+
+    let mut legacy = Driver::new(&server.url, legacy_config(), ClientConfig::default());
+    let peer = within("connect", legacy.connect()).await.unwrap();
+    assert_eq!(peer.version.as_str(), "2025-11-25");
+    assert!(legacy.transport.session_id().is_some());
+    echo_and_progress(&mut legacy).await;
+    legacy.transport.close().await;
+}
