@@ -186,6 +186,19 @@ pub(crate) fn run() -> Result<(), Error> {
             Cargo(&["check", "-p", "modelctx-http", "--no-default-features"]),
             FEATURE_ENV,
         ),
+        // The client alone, as a client application builds it.
+        (
+            "features: http client without server",
+            Cargo(&[
+                "check",
+                "-p",
+                "modelctx-http",
+                "--no-default-features",
+                "--features",
+                "client",
+            ]),
+            FEATURE_ENV,
+        ),
         // The fuzz targets (`fuzz/`, run with `cargo fuzz`) keep compiling against the session;
         // `--locked`: with the versions of the committed `fuzz/Cargo.lock`.
         (
