@@ -445,6 +445,25 @@ pub fn sse_message(id: Option<&str>, message: &Value) -> String {
     }
 }
 
+/// What every scripted legacy server does alike: `initialize` answered (with `session` as the
+/// session id, when given), a POST without an id (a notification or a response) accepted with
+/// 202, a GET without `Last-Event-ID` (the standalone stream) refused with 405. True when it
+/// answered.
+pub async fn legacy_basics(seen: &Seen, reply: &mut Reply, session: Option<&str>) -> bool {
+    let session: Vec<(&str, &str)> = session.map(|s| ("mcp-session-id", s)).into_iter().collect();
+    match (seen.method.as_str(), seen.rpc_method()) {
+        ("POST", Some("initialize")) => {
+            reply
+                .json(200, &session, &initialize_result(&seen.body["id"]))
+                .await;
+        }
+        ("POST", _) if seen.body.get("id").is_none() => reply.full(202, &[], "").await,
+        ("GET", _) if seen.header("last-event-id").is_none() => reply.full(405, &[], "").await,
+        _ => return false,
+    }
+    true
+}
+
 /// A session config pinned to the legacy era.
 pub fn legacy_config() -> SessionConfig {
     let mut config = Driver::session_config();

@@ -179,21 +179,14 @@ async fn a_legacy_client_keeps_its_session_id_and_deletes_the_session_on_close()
 #[tokio::test]
 async fn the_client_resumes_a_broken_stream_after_exactly_the_servers_retry() {
     let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, Some("s1")).await {
+            return;
+        }
         match (seen.method.as_str(), seen.rpc_method()) {
-            ("POST", Some("initialize")) => {
-                reply
-                    .json(
-                        200,
-                        &[("mcp-session-id", "s1")],
-                        &initialize_result(&seen.body["id"]),
-                    )
-                    .await;
-            }
             ("POST", Some("tools/call")) => {
                 reply.sse_head(&[]).await;
                 reply.raw(b"id: e1\nretry: 500\ndata:\n\n").await;
             }
-            ("POST", _) => reply.full(202, &[], "").await,
             ("GET", _) if seen.header("last-event-id") == Some("e1") => {
                 reply.sse_head(&[]).await;
                 // initialize was request 1; the call is request 2.
@@ -232,21 +225,14 @@ async fn the_client_resumes_a_broken_stream_after_exactly_the_servers_retry() {
 #[tokio::test]
 async fn a_server_that_closes_streams_cleanly_forever_makes_the_client_give_up() {
     let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, Some("s1")).await {
+            return;
+        }
         match (seen.method.as_str(), seen.rpc_method()) {
-            ("POST", Some("initialize")) => {
-                reply
-                    .json(
-                        200,
-                        &[("mcp-session-id", "s1")],
-                        &initialize_result(&seen.body["id"]),
-                    )
-                    .await;
-            }
             ("POST", Some("tools/call")) => {
                 reply.sse_head(&[]).await;
                 reply.raw(b"id: e1\nretry: 20\ndata:\n\n").await;
             }
-            ("POST", _) => reply.full(202, &[], "").await,
             ("GET", _) if seen.header("last-event-id").is_some() => {
                 // A clean, empty stream: a priming event and the end.
                 reply.sse_head(&[]).await;
@@ -364,19 +350,16 @@ async fn a_404_for_a_known_session_ends_it_fails_what_was_in_flight_and_a_new_in
 #[tokio::test]
 async fn a_legacy_server_answering_everything_with_an_empty_object_gets_initialize() {
     let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, None).await {
+            return;
+        }
         match (seen.method.as_str(), seen.rpc_method()) {
-            ("POST", Some("initialize")) => {
-                reply
-                    .json(200, &[], &initialize_result(&seen.body["id"]))
-                    .await;
-            }
             ("POST", Some(_)) if seen.body.get("id").is_some() => {
                 let id = seen.body["id"].clone();
                 reply
                     .json(200, &[], &json!({"jsonrpc": "2.0", "id": id, "result": {}}))
                     .await;
             }
-            ("POST", _) => reply.full(202, &[], "").await,
             _ => reply.full(405, &[], "").await,
         }
     })
@@ -461,12 +444,10 @@ async fn an_http_sse_only_server_gets_the_old_transport() {
 #[tokio::test]
 async fn oversized_events_and_bodies_fail_their_request_not_the_client() {
     let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, None).await {
+            return;
+        }
         match (seen.method.as_str(), seen.rpc_method()) {
-            ("POST", Some("initialize")) => {
-                reply
-                    .json(200, &[], &initialize_result(&seen.body["id"]))
-                    .await;
-            }
             ("POST", Some("tools/call")) if seen.body["params"]["name"] == "sse" => {
                 reply.sse_head(&[]).await;
                 let big = "x".repeat(300 << 10);
@@ -484,7 +465,6 @@ async fn oversized_events_and_bodies_fail_their_request_not_the_client() {
                     .json(200, &[], &text_result(&seen.body["id"], "small"))
                     .await;
             }
-            ("POST", _) => reply.full(202, &[], "").await,
             _ => reply.full(405, &[], "").await,
         }
     })
@@ -765,22 +745,15 @@ async fn a_broken_listen_stream_is_reopened_and_the_application_told() {
 #[tokio::test]
 async fn legacy_requests_carry_the_standard_headers() {
     let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, Some("s1")).await {
+            return;
+        }
         match (seen.method.as_str(), seen.rpc_method()) {
-            ("POST", Some("initialize")) => {
-                reply
-                    .json(
-                        200,
-                        &[("mcp-session-id", "s1")],
-                        &initialize_result(&seen.body["id"]),
-                    )
-                    .await;
-            }
             ("POST", Some("tools/call")) => {
                 reply
                     .json(200, &[], &text_result(&seen.body["id"], "ok"))
                     .await
             }
-            ("POST", _) => reply.full(202, &[], "").await,
             ("DELETE", _) => reply.full(200, &[], "").await,
             _ => reply.full(405, &[], "").await,
         }
@@ -848,25 +821,7 @@ async fn tls_front(
     .with_single_cert(vec![der.clone()], key)
     .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else {
-                    return;
-                };
-                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
-            });
-        }
-    });
+    let (addr, _) = front(backend, Some(acceptor)).await;
     (addr, der)
 }
 
@@ -960,9 +915,11 @@ async fn a_listen_stream_that_is_acknowledged_and_closed_forever_is_given_up() {
     assert_eq!(client.transport.table_sizes().tasks, 0);
 }
 
-/// A plain TCP front for `backend` that counts the connections made through it.
-async fn counting_front(
+/// A front for `backend` on 127.0.0.1 (TLS when given an acceptor) that counts the
+/// connections made through it.
+async fn front(
     backend: std::net::SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
@@ -972,16 +929,24 @@ async fn counting_front(
     let addr = listener.local_addr().unwrap();
     let counter = count.clone();
     tokio::spawn(async move {
-        loop {
-            let Ok((mut front, _)) = listener.accept().await else {
-                return;
-            };
+        while let Ok((tcp, _)) = listener.accept().await {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let Ok(mut back) = tokio::net::TcpStream::connect(backend).await else {
                     return;
                 };
-                let _ = tokio::io::copy_bidirectional(&mut front, &mut back).await;
+                match tls {
+                    Some(acceptor) => {
+                        if let Ok(mut tls) = acceptor.accept(tcp).await {
+                            let _ = tokio::io::copy_bidirectional(&mut tls, &mut back).await;
+                        }
+                    }
+                    None => {
+                        let mut tcp = tcp;
+                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut back).await;
+                    }
+                }
             });
         }
     });
@@ -991,7 +956,7 @@ async fn counting_front(
 #[tokio::test]
 async fn sequential_requests_reuse_one_connection_in_json_and_sse_modes() {
     let (server, _app) = start(ServerConfig::default()).await;
-    let (front, connections) = counting_front(server.local_addr()).await;
+    let (front, connections) = front(server.local_addr(), None).await;
     for session in [Driver::session_config(), legacy_config()] {
         connections.store(0, std::sync::atomic::Ordering::SeqCst);
         let mut client = Driver::new(&url(front), session, ClientConfig::default());
