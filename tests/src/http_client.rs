@@ -206,6 +206,12 @@ impl Driver {
         self.answer(&id).await
     }
 
+    /// Calls tool `name` and waits for its answer (at most 20 s).
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Result<Value, RequestError> {
+        let params = json!({"name": name, "arguments": arguments});
+        crate::http::within(name, self.request("tools/call", params)).await
+    }
+
     /// Steps until `done` holds of the notes.
     pub async fn until(&mut self, done: impl Fn(&[String]) -> bool) {
         while !done(&self.notes) {

@@ -43,26 +43,16 @@ async fn a_client_probes_our_server_finds_the_modern_era_and_calls_tools_with_pa
 
     // The server checks Mcp-Param-Region against the argument: a non-ASCII value goes encoded.
     for value in ["us-west1", "zürich", " padded ", "=?base64?x?="] {
-        let result = within(
-            "tools/call region",
-            client.request(
-                "tools/call",
-                json!({"name": "region", "arguments": {"region": value}}),
-            ),
-        )
-        .await
-        .unwrap();
+        let result = client
+            .call_tool("region", json!({"region": value}))
+            .await
+            .unwrap();
         assert_eq!(text_of(&result), value);
     }
-    let result = within(
-        "tools/call echo",
-        client.request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "hi"}}),
-        ),
-    )
-    .await
-    .unwrap();
+    let result = client
+        .call_tool("echo", json!({"text": "hi"}))
+        .await
+        .unwrap();
     assert_eq!(text_of(&result), "hi");
 
     // Progress comes on the request's SSE stream.
@@ -112,46 +102,23 @@ async fn a_legacy_client_keeps_its_session_id_and_deletes_the_session_on_close()
     assert_eq!(peer.version.as_str(), "2025-11-25");
     let session = client.transport.session_id().expect("a session id");
 
-    let result = within(
-        "echo",
-        client.request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "legacy"}}),
-        ),
-    )
-    .await
-    .unwrap();
+    let result = client
+        .call_tool("echo", json!({"text": "legacy"}))
+        .await
+        .unwrap();
     assert_eq!(text_of(&result), "legacy");
 
     // A server request on the call's stream gets the client's answer.
-    let result = within(
-        "ask",
-        client.request("tools/call", json!({"name": "ask", "arguments": {}})),
-    )
-    .await
-    .unwrap();
+    let result = client.call_tool("ask", json!({})).await.unwrap();
     assert!(text_of(&result).contains("yes"), "{result}");
 
     // The server closes the call's stream mid-way; the client resumes it with Last-Event-ID.
-    let result = within(
-        "reconnect",
-        client.request("tools/call", json!({"name": "reconnect", "arguments": {}})),
-    )
-    .await
-    .unwrap();
+    let result = client.call_tool("reconnect", json!({})).await.unwrap();
     assert_eq!(text_of(&result), "reconnected");
 
     // The standalone stream was opened: a server notification sent after the call's stream
     // ended reaches the client on it.
-    let result = within(
-        "announce",
-        client.request(
-            "tools/call",
-            json!({"name": "announce_later", "arguments": {}}),
-        ),
-    )
-    .await
-    .unwrap();
+    let result = client.call_tool("announce_later", json!({})).await.unwrap();
     assert_eq!(text_of(&result), "later");
     let announced = |events: &[modelctx_session::Event]| {
         events.iter().any(|e| {
@@ -432,12 +399,7 @@ async fn an_http_sse_only_server_gets_the_old_transport() {
         "{:?}",
         client.notes
     );
-    let result = within(
-        "call",
-        client.request("tools/call", json!({"name": "x", "arguments": {}})),
-    )
-    .await
-    .unwrap();
+    let result = client.call_tool("x", json!({})).await.unwrap();
     assert_eq!(text_of(&result), "old");
 }
 
@@ -620,15 +582,10 @@ async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once(
     );
     within("connect", client.connect()).await.unwrap();
     // The client has not listed the tools: the first call goes without the header.
-    let result = within(
-        "call",
-        client.request(
-            "tools/call",
-            json!({"name": "region", "arguments": {"region": "eu"}}),
-        ),
-    )
-    .await
-    .unwrap();
+    let result = client
+        .call_tool("region", json!({"region": "eu"}))
+        .await
+        .unwrap();
     assert_eq!(text_of(&result), "with header");
     let methods: Vec<String> = server
         .seen()
@@ -653,14 +610,7 @@ async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once(
     assert_eq!(names, ["region"]);
 
     // A second mismatch is the server's answer: no endless retries.
-    let answer = within(
-        "call",
-        client.request(
-            "tools/call",
-            json!({"name": "region", "arguments": {"region": "us"}}),
-        ),
-    )
-    .await;
+    let answer = client.call_tool("region", json!({"region": "us"})).await;
     assert!(
         matches!(&answer, Err(RequestError::Remote(e)) if e.code.0 == -32020),
         "{answer:?}"
@@ -675,6 +625,14 @@ async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once(
     );
 }
 
+/// The acknowledgement that opens listen stream `id`, as an SSE event.
+fn listen_ack(id: &Value) -> String {
+    let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+            "notifications": {"toolsListChanged": true}}});
+    sse_message(None, &ack)
+}
+
 #[tokio::test]
 async fn a_broken_listen_stream_is_reopened_and_the_application_told() {
     let server = ScriptServer::start(|seen, mut reply| async move {
@@ -683,10 +641,7 @@ async fn a_broken_listen_stream_is_reopened_and_the_application_told() {
             Some("server/discover") => reply.json(200, &[], &modern_discover(&id)).await,
             Some("subscriptions/listen") => {
                 reply.sse_head(&[]).await;
-                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
-                        "notifications": {"toolsListChanged": true}}});
-                reply.raw(sse_message(None, &ack).as_bytes()).await;
+                reply.raw(listen_ack(&id).as_bytes()).await;
                 if id.as_str().is_some_and(|s| s.contains("~listen-")) {
                     let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
                         "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}}});
@@ -761,12 +716,7 @@ async fn legacy_requests_carry_the_standard_headers() {
     .await;
     let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
     within("connect", client.connect()).await.unwrap();
-    within(
-        "call",
-        client.request("tools/call", json!({"name": "zürich", "arguments": {}})),
-    )
-    .await
-    .unwrap();
+    client.call_tool("zürich", json!({})).await.unwrap();
     client.step_until_idle().await;
     let Driver { transport, .. } = client;
     transport.close().await;
@@ -846,15 +796,10 @@ async fn https_with_a_certificate_the_caller_trusts() {
     for session in [Driver::session_config(), legacy_config()] {
         let mut client = Driver::new(&url, session, config.clone());
         within("connect", client.connect()).await.unwrap();
-        let result = within(
-            "echo",
-            client.request(
-                "tools/call",
-                json!({"name": "echo", "arguments": {"text": "tls"}}),
-            ),
-        )
-        .await
-        .unwrap();
+        let result = client
+            .call_tool("echo", json!({"text": "tls"}))
+            .await
+            .unwrap();
         assert_eq!(text_of(&result), "tls");
         client.transport.close().await;
     }
@@ -877,10 +822,7 @@ async fn a_listen_stream_that_is_acknowledged_and_closed_forever_is_given_up() {
             Some("server/discover") => reply.json(200, &[], &modern_discover(&id)).await,
             Some("subscriptions/listen") => {
                 reply.sse_head(&[]).await;
-                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
-                        "notifications": {"toolsListChanged": true}}});
-                reply.raw(sse_message(None, &ack).as_bytes()).await;
+                reply.raw(listen_ack(&id).as_bytes()).await;
             }
             _ => reply.full(404, &[], "").await,
         }

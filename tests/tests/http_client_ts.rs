@@ -68,15 +68,10 @@ async fn ts_server(script: &str, args: &[&str]) -> Option<TsServer> {
 }
 
 async fn echo_and_progress(client: &mut Driver) {
-    let result = within(
-        "echo",
-        client.request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "from rust"}}),
-        ),
-    )
-    .await
-    .unwrap();
+    let result = client
+        .call_tool("echo", json!({"text": "from rust"}))
+        .await
+        .unwrap();
     assert_eq!(text_of(&result), "from rust");
 
     let progress = json!({"name": "progress", "arguments": {"steps": 3}});
