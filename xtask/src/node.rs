@@ -19,7 +19,7 @@ pub(crate) const REQUIRE_ENV: &str = "MODELCTX_REQUIRE_NODE";
 /// Where Node 22 is installed, relative to the project root.
 const PREFIX: &str = "target/tools/node22";
 /// What is installed there.
-const PACKAGE: &str = "node@22";
+const PACKAGE: &str = "node@22.23.3";
 /// The start of `node --version` for the right major version.
 const VERSION_PREFIX: &str = "v22.";
 /// The npm project of the TypeScript servers, relative to the project root.
