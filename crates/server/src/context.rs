@@ -1,0 +1,163 @@
+//! What a handler gets besides its arguments: progress, logging, cancellation, who the client
+//! is, and the HTTP request.
+
+use std::sync::{Arc, Mutex};
+
+use modelctx_session::{LogLevel, ProtocolVersion};
+use modelctx_types::{JsonObject, ProgressToken, RequestId};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::driver::Command;
+
+/// The context of one request: handed to every handler that asks for it.
+///
+/// Cheap to clone. Progress and log messages sent through it go on the request's own stream.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: RequestId,
+    pub(crate) method: String,
+    pub(crate) version: ProtocolVersion,
+    pub(crate) client_info: Option<Value>,
+    pub(crate) client_capabilities: Option<JsonObject>,
+    pub(crate) progress_token: Option<ProgressToken>,
+    pub(crate) last_progress: Mutex<Option<f64>>,
+    pub(crate) cancelled: CancellationToken,
+    pub(crate) commands: mpsc::Sender<Command>,
+    #[cfg(feature = "http")]
+    pub(crate) http: Option<modelctx_http::server::RequestContext>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("id", &self.inner.id)
+            .field("method", &self.inner.method)
+            .field("version", &self.inner.version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why progress was not sent.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProgressError {
+    /// Progress must increase from one report to the next.
+    #[error("progress must increase: {previous} was reported before {progress}")]
+    NotIncreasing {
+        /// The last value reported.
+        previous: f64,
+        /// The value refused.
+        progress: f64,
+    },
+}
+
+impl Context {
+    /// The request's id.
+    pub fn request_id(&self) -> &RequestId {
+        &self.inner.id
+    }
+
+    /// The request's method.
+    pub fn method(&self) -> &str {
+        &self.inner.method
+    }
+
+    /// The protocol version the request is answered in.
+    pub fn protocol_version(&self) -> ProtocolVersion {
+        self.inner.version
+    }
+
+    /// The client's `Implementation` (`clientInfo`), when it gave one (self-reported: for display
+    /// and logs, not for decisions).
+    pub fn client_info(&self) -> Option<&Value> {
+        self.inner.client_info.as_ref()
+    }
+
+    /// The client's capabilities: the session's (legacy) or the request's (modern).
+    pub fn client_capabilities(&self) -> Option<&JsonObject> {
+        self.inner.client_capabilities.as_ref()
+    }
+
+    /// The HTTP request the message came in (headers, URI, extensions such as an
+    /// authentication layer's principal), when served over HTTP.
+    #[cfg(feature = "http")]
+    pub fn http(&self) -> Option<&modelctx_http::server::RequestContext> {
+        self.inner.http.as_ref()
+    }
+
+    /// Fires when the request is cancelled: by `notifications/cancelled` (legacy, stdio), by the
+    /// client closing the response stream (modern HTTP), or when the connection ends. A handler
+    /// that stops early on it may return anything: nothing more is sent for the request.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.inner.cancelled
+    }
+
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.is_cancelled()
+    }
+
+    /// Whether the client asked for progress (its request carries a progress token).
+    pub fn wants_progress(&self) -> bool {
+        self.inner.progress_token.is_some()
+    }
+
+    /// Reports progress (`notifications/progress`), when the client asked for it; otherwise
+    /// nothing is sent. Values must increase.
+    pub async fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<(), ProgressError> {
+        if self.inner.progress_token.is_none() {
+            return Ok(());
+        }
+        {
+            let mut last = self
+                .inner
+                .last_progress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(previous) = *last
+                && progress <= previous
+            {
+                return Err(ProgressError::NotIncreasing { previous, progress });
+            }
+            *last = Some(progress);
+        }
+        let _ = self
+            .inner
+            .commands
+            .send(Command::Progress {
+                id: self.inner.id.clone(),
+                progress,
+                total,
+                message: message.map(str::to_owned),
+            })
+            .await;
+        Ok(())
+    }
+
+    /// Sends a log message about this request (`notifications/message`), when the client asked
+    /// for messages of this level: legacy clients with `logging/setLevel` (none before they set
+    /// one), modern clients with the request's `_meta` log level (none without one).
+    pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        let _ = self
+            .inner
+            .commands
+            .send(Command::Log {
+                id: self.inner.id.clone(),
+                level,
+                logger: logger.map(str::to_owned),
+                data,
+            })
+            .await;
+    }
+}

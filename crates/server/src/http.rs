@@ -1,0 +1,139 @@
+//! Serving a [`Server`] over Streamable HTTP with `modelctx-http` (feature `http`): both eras on
+//! one endpoint.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use modelctx_http::headers::{ParamHeader, param_headers};
+use modelctx_http::server::{
+    ConfigError, LegacyHandler, LegacySession, McpApp, McpService, ModernRequest, RequestContext,
+    RunningServer, ServerConfig,
+};
+use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Incoming, Message};
+use tokio::sync::mpsc;
+
+use crate::driver::{self, Input, Origin, Output};
+use crate::server::Server;
+
+/// Messages of one legacy session waiting for its driver.
+const SESSION_QUEUE: usize = 256;
+
+impl Server {
+    /// The server as a `tower::Service` for hyper or axum, serving both eras on one endpoint.
+    pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
+        McpService::new(config, Arc::new(self.clone()))
+    }
+
+    /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security
+    /// defaults; see `modelctx_http::server::serve`.
+    pub async fn serve_http(
+        &self,
+        addr: SocketAddr,
+        config: ServerConfig,
+    ) -> std::io::Result<RunningServer> {
+        modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
+    }
+}
+
+impl McpApp for Server {
+    fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
+        let shared = self.shared.clone();
+        let output = Output::Legacy(session.clone());
+        let ended = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(driver::run(
+            shared,
+            rx,
+            output,
+            Origin::default(),
+            false,
+            None,
+            ended.clone(),
+        ));
+        Arc::new(Session { tx, session, ended })
+    }
+
+    fn modern(&self, request: ModernRequest) {
+        let ModernRequest {
+            message,
+            context,
+            reply,
+            ..
+        } = request;
+        let cancelled = match &message {
+            Message::Request(r) => Some((r.id.clone(), reply.cancelled().clone())),
+            _ => None,
+        };
+        let (tx, rx) = mpsc::channel(1);
+        let origin = Origin {
+            http: Some(context),
+        };
+        let _ = tx.try_send(Input::Incoming(Incoming::Single(message), None));
+        drop(tx);
+        let shared = self.shared.clone();
+        tokio::spawn(driver::run(
+            shared,
+            rx,
+            Output::Modern(reply),
+            origin,
+            true,
+            cancelled,
+            Default::default(),
+        ));
+    }
+
+    fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
+        let registry = self.shared.registry();
+        let tool = registry.tools.get(tool)?;
+        param_headers(&tool.input_schema).ok()
+    }
+}
+
+/// The input of one legacy session.
+struct Session {
+    tx: mpsc::Sender<Input>,
+    session: LegacySession,
+    ended: tokio_util::sync::CancellationToken,
+}
+
+impl LegacyHandler for Session {
+    fn input(&self, input: Incoming, context: RequestContext) {
+        let origin = Origin {
+            http: Some(context),
+        };
+        let refused = match self.tx.try_send(Input::Incoming(input, Some(origin))) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(Input::Incoming(input, _))) => input,
+            Err(_) => return, // the session's driver has ended
+        };
+        // Too much queued: requests get an error rather than wait without bound.
+        let ids: Vec<_> = match refused {
+            Incoming::Single(Message::Request(r)) => vec![r.id],
+            Incoming::Batch(items) => items
+                .into_iter()
+                .filter_map(|m| match m {
+                    Ok(Message::Request(r)) => Some(r.id),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let session = self.session.clone();
+        tokio::spawn(async move {
+            for id in ids {
+                let error = ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!(
+                        "the server is busy: {SESSION_QUEUE} messages are waiting in this session"
+                    ),
+                );
+                let message = ErrorResponse::new(Some(id.clone()), error).into();
+                session.send(message, Some(id)).await;
+            }
+        });
+    }
+
+    fn closed(&self) {
+        self.ended.cancel();
+    }
+}

@@ -1,0 +1,294 @@
+//! The server: what it offers (a registry that may change while it runs) and how each request
+//! is answered.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use modelctx_session::{IncomingRequest, ListKind, ProtocolVersion, ServerConfig};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::context::Context;
+use crate::tool::{Tool, ToolOutput};
+use crate::write;
+
+/// A change that live connections announce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    List(ListKind),
+}
+
+/// Settings of a [`Server`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Items per page of `tools/list` and the other lists (default 100).
+    pub page_size: usize,
+    /// Requests a connection runs at once; more wait in the session's bounds (default 256).
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            page_size: 100,
+            max_concurrent_requests: 256,
+        }
+    }
+}
+
+/// Builds a [`Server`].
+#[derive(Debug)]
+pub struct ServerBuilder {
+    name: String,
+    version: String,
+    instructions: Option<String>,
+    settings: Settings,
+    tools: BTreeMap<String, Tool>,
+    declare_tools: bool,
+}
+
+impl ServerBuilder {
+    /// Instructions for the client's model (`instructions`).
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Settings.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Adds a tool (a later tool of the same name replaces an earlier one).
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.declare_tools = true;
+        self.tools.insert(tool.name.clone(), tool);
+        self
+    }
+
+    /// Declares the tools capability even without tools yet (they may be added while the server
+    /// runs).
+    pub fn declare_tools(mut self) -> Self {
+        self.declare_tools = true;
+        self
+    }
+
+    /// The server.
+    pub fn build(self) -> Server {
+        let mut capabilities = JsonObject::new();
+        capabilities.insert("logging".into(), json!({}));
+        if self.declare_tools {
+            capabilities.insert("tools".into(), json!({"listChanged": true}));
+        }
+        let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
+        config.instructions = self.instructions;
+        let (changes, _) = broadcast::channel(64);
+        Server {
+            shared: Arc::new(Shared {
+                config,
+                settings: self.settings,
+                registry: RwLock::new(Registry { tools: self.tools }),
+                changes,
+            }),
+        }
+    }
+}
+
+/// What the server offers.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    pub(crate) tools: BTreeMap<String, Tool>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) settings: Settings,
+    pub(crate) registry: RwLock<Registry>,
+    pub(crate) changes: broadcast::Sender<Change>,
+}
+
+/// Why a change to what the server offers was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// The server did not declare the capability (declare it when building).
+    #[error("the server did not declare the {0} capability")]
+    NotDeclared(&'static str),
+}
+
+/// An MCP server: what it offers, served on any number of connections at once.
+///
+/// Cheap to clone (an `Arc`).
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Server {
+    /// A builder for a server named `name`, of version `version` (its `serverInfo`).
+    pub fn builder(name: impl Into<String>, version: impl Into<String>) -> ServerBuilder {
+        ServerBuilder {
+            name: name.into(),
+            version: version.into(),
+            instructions: None,
+            settings: Settings::default(),
+            tools: BTreeMap::new(),
+            declare_tools: false,
+        }
+    }
+
+    fn declared(&self, capability: &'static str) -> Result<(), RegisterError> {
+        if self.shared.config.capabilities.contains_key(capability) {
+            Ok(())
+        } else {
+            Err(RegisterError::NotDeclared(capability))
+        }
+    }
+
+    /// Adds (or replaces) a tool while the server runs; connected clients are told the list
+    /// changed.
+    pub fn add_tool(&self, tool: Tool) -> Result<(), RegisterError> {
+        self.declared("tools")?;
+        self.registry_mut().tools.insert(tool.name.clone(), tool);
+        let _ = self.shared.changes.send(Change::List(ListKind::Tools));
+        Ok(())
+    }
+
+    /// Removes a tool; connected clients are told the list changed. Returns whether it existed.
+    pub fn remove_tool(&self, name: &str) -> bool {
+        let removed = self.registry_mut().tools.remove(name).is_some();
+        if removed {
+            let _ = self.shared.changes.send(Change::List(ListKind::Tools));
+        }
+        removed
+    }
+
+    fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.shared
+            .registry
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Shared {
+    pub(crate) fn registry(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        self.registry.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How one request is answered.
+pub(crate) enum Route {
+    /// Answered at once.
+    Now(Result<Value, ErrorObject>),
+    /// A tool call to run on its own task.
+    Tool(Tool, Value),
+}
+
+/// Decides how to answer `request`.
+pub(crate) fn route(shared: &Shared, request: &IncomingRequest) -> Route {
+    let params: JsonObject = match request.params.as_deref() {
+        Some(raw) => match serde_json::from_str(raw.get()) {
+            Ok(p) => p,
+            Err(e) => return Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
+        },
+        None => JsonObject::new(),
+    };
+    let version = request.version;
+    match request.method.as_str() {
+        "tools/list" => Route::Now(list_tools(shared, version, &params)),
+        "tools/call" => {
+            #[derive(Deserialize)]
+            struct Call {
+                name: String,
+                #[serde(default)]
+                arguments: Option<Value>,
+            }
+            let call: Call = match serde_json::from_value(Value::Object(params)) {
+                Ok(c) => c,
+                Err(e) => return Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
+            };
+            let Some(tool) = shared.registry().tools.get(&call.name).cloned() else {
+                return Route::Now(Err(invalid_params(format!("unknown tool: {}", call.name))));
+            };
+            Route::Tool(tool, call.arguments.unwrap_or_else(|| json!({})))
+        }
+        other => Route::Now(Err(ErrorObject::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("method not found: {other}"),
+        ))),
+    }
+}
+
+pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
+}
+
+/// One page of a list sorted by key: the items after the cursor's key, and the next cursor.
+pub(crate) fn page<'a, T>(
+    items: &'a BTreeMap<String, T>,
+    params: &JsonObject,
+    size: usize,
+) -> Result<(Vec<&'a T>, Option<String>), ErrorObject> {
+    let after = match params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cursor)) => Some(
+            crate::cursor::decode(cursor)
+                .ok_or_else(|| invalid_params(format!("invalid cursor: {cursor:?}")))?,
+        ),
+        Some(_) => return Err(invalid_params("the cursor must be a string")),
+    };
+    let range = match &after {
+        Some(key) => {
+            items.range::<String, _>((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
+        }
+        None => items.range::<String, _>(..),
+    };
+    let mut page: Vec<(&String, &T)> = range.take(size.max(1) + 1).collect();
+    let next = (page.len() > size.max(1)).then(|| {
+        page.truncate(size.max(1));
+        crate::cursor::encode(page.last().map(|(k, _)| k.as_str()).unwrap_or_default())
+    });
+    Ok((page.into_iter().map(|(_, v)| v).collect(), next))
+}
+
+fn list_tools(
+    shared: &Shared,
+    version: ProtocolVersion,
+    params: &JsonObject,
+) -> Result<Value, ErrorObject> {
+    let registry = shared.registry();
+    let (tools, next) = page(&registry.tools, params, shared.settings.page_size)?;
+    let tools: Vec<Value> = tools.into_iter().map(|t| write::tool(t, version)).collect();
+    let mut result = json!({ "tools": tools });
+    if let Some(next) = next {
+        result["nextCursor"] = Value::from(next);
+    }
+    Ok(result)
+}
+
+/// Runs a tool call: arguments checked, the handler run, its result checked and written for
+/// `version`.
+pub(crate) async fn call_tool(
+    tool: Tool,
+    arguments: Value,
+    context: Context,
+) -> Result<Value, ErrorObject> {
+    let version = context.protocol_version();
+    if !arguments.is_object() {
+        return Ok(write::tool_output(
+            &ToolOutput::error("invalid arguments: the arguments must be a JSON object"),
+            version,
+        ));
+    }
+    let output = match (tool.handler)(context, arguments).await {
+        Ok(output) => output,
+        Err(text) => ToolOutput::error(text),
+    };
+    Ok(write::tool_output(&output, version))
+}

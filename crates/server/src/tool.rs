@@ -1,0 +1,362 @@
+//! Tools: a definition and an async function with typed arguments.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use modelctx_types::JsonObject;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::context::Context;
+
+/// A boxed future, as the registry stores handlers.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// One content block of a result (text, image, audio, a resource link or an embedded
+/// resource), as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Content(pub(crate) Value);
+
+impl Content {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Content(json!({"type": "text", "text": text.into()}))
+    }
+
+    /// An image block: base64 `data` of type `mime_type`.
+    pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Content(json!({"type": "image", "data": data.into(), "mimeType": mime_type.into()}))
+    }
+
+    /// An audio block (2025-03-26 and later; older clients get a text note instead).
+    pub fn audio(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Content(json!({"type": "audio", "data": data.into(), "mimeType": mime_type.into()}))
+    }
+
+    /// A link to a resource (2025-06-18 and later; older clients get its URI as text).
+    pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        Content(json!({"type": "resource_link", "uri": uri.into(), "name": name.into()}))
+    }
+
+    /// An embedded text resource.
+    pub fn embedded_text(uri: impl Into<String>, text: impl Into<String>) -> Self {
+        Content(json!({"type": "resource", "resource": {"uri": uri.into(), "text": text.into()}}))
+    }
+
+    /// Any block, as JSON (it must have the shape of a `ContentBlock`).
+    pub fn from_json(block: Value) -> Self {
+        Content(block)
+    }
+
+    /// The block as JSON.
+    pub fn as_json(&self) -> &Value {
+        &self.0
+    }
+}
+
+/// What a tool call produced, before it is written for the client's protocol version.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The content blocks.
+    pub content: Vec<Content>,
+    /// The structured result (`structuredContent`), checked against the output schema.
+    pub structured: Option<Value>,
+    /// Whether the call failed (`isError`): the text tells the model what went wrong.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A result of these blocks.
+    pub fn new(content: Vec<Content>) -> Self {
+        ToolOutput {
+            content,
+            structured: None,
+            is_error: false,
+        }
+    }
+
+    /// A failed call: the text tells the model what went wrong (a tool execution error, not a
+    /// protocol error).
+    pub fn error(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: vec![Content::text(text)],
+            structured: None,
+            is_error: true,
+        }
+    }
+
+    /// A structured result, with its serialized JSON as the text block (for clients that do not
+    /// read `structuredContent`).
+    pub fn structured(value: Value) -> Self {
+        let text = value.to_string();
+        ToolOutput {
+            content: vec![Content::text(text)],
+            structured: Some(value),
+            is_error: false,
+        }
+    }
+}
+
+/// What a tool handler may return.
+///
+/// Text (`String`, `&'static str`), content ([`Content`], `Vec<Content>`), a whole
+/// [`ToolOutput`], a structured result ([`Json`]), or a `Result` of any of these whose error is
+/// shown to the model as a failed call.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the result of a tool",
+    label = "returned here",
+    note = "a tool returns `String`, `&'static str`, `Content`, `Vec<Content>`, `ToolOutput`, `Json<T>` (T: Serialize), or a `Result` of one of these whose error implements `Display`"
+)]
+pub trait IntoToolOutput: Send + 'static {
+    /// The result.
+    fn into_output(self) -> ToolOutput;
+
+    /// The output schema that results of this type follow, if any (from [`Json`]).
+    fn output_schema() -> Option<JsonObject> {
+        None
+    }
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_output(self) -> ToolOutput {
+        self
+    }
+}
+
+impl IntoToolOutput for String {
+    fn into_output(self) -> ToolOutput {
+        ToolOutput::new(vec![Content::text(self)])
+    }
+}
+
+impl IntoToolOutput for &'static str {
+    fn into_output(self) -> ToolOutput {
+        ToolOutput::new(vec![Content::text(self)])
+    }
+}
+
+impl IntoToolOutput for Content {
+    fn into_output(self) -> ToolOutput {
+        ToolOutput::new(vec![self])
+    }
+}
+
+impl IntoToolOutput for Vec<Content> {
+    fn into_output(self) -> ToolOutput {
+        ToolOutput::new(self)
+    }
+}
+
+impl<T: IntoToolOutput, E: std::fmt::Display + Send + 'static> IntoToolOutput for Result<T, E> {
+    fn into_output(self) -> ToolOutput {
+        match self {
+            Ok(output) => output.into_output(),
+            Err(error) => ToolOutput::error(error.to_string()),
+        }
+    }
+
+    fn output_schema() -> Option<JsonObject> {
+        T::output_schema()
+    }
+}
+
+/// A structured tool result: `structuredContent` plus its JSON as text. With the `schemars`
+/// feature, the tool's output schema is derived from `T`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Json<T>(pub T);
+
+#[cfg(feature = "schemars")]
+impl<T: Serialize + schemars::JsonSchema + Send + 'static> IntoToolOutput for Json<T> {
+    fn into_output(self) -> ToolOutput {
+        structured(&self.0)
+    }
+
+    fn output_schema() -> Option<JsonObject> {
+        Some(crate::schema_of::<T>())
+    }
+}
+
+#[cfg(not(feature = "schemars"))]
+impl<T: Serialize + Send + 'static> IntoToolOutput for Json<T> {
+    fn into_output(self) -> ToolOutput {
+        structured(&self.0)
+    }
+}
+
+fn structured<T: Serialize>(value: &T) -> ToolOutput {
+    match serde_json::to_value(value) {
+        Ok(value) => ToolOutput::structured(value),
+        Err(e) => ToolOutput::error(format!("the tool's result cannot be serialized: {e}")),
+    }
+}
+
+/// Arguments of a tool that takes none: `{}` (or anything) is accepted.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct NoArgs {}
+
+/// An async function that can handle a tool call: `async fn(A) -> R` or
+/// `async fn(Context, A) -> R`, where `A` is the arguments (a `Deserialize` type, an object)
+/// and `R` implements [`IntoToolOutput`]. `M` only tells the two shapes apart.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a tool handler",
+    label = "not a tool handler",
+    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none) and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
+)]
+pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
+    /// The arguments.
+    type Args: DeserializeOwned + Send + 'static;
+    /// The result.
+    type Output: IntoToolOutput;
+    /// Runs the tool.
+    fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
+}
+
+/// The marker of `async fn(Args) -> R`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ArgsOnly;
+
+/// The marker of `async fn(Context, Args) -> R`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct WithContext;
+
+impl<F, Fut, A, R> ToolHandler<(ArgsOnly, A)> for F
+where
+    F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoToolOutput,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, _context: Context, args: A) -> BoxFuture<R> {
+        Box::pin((self)(args))
+    }
+}
+
+impl<F, Fut, A, R> ToolHandler<(WithContext, A)> for F
+where
+    F: Fn(Context, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoToolOutput,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> BoxFuture<R> {
+        Box::pin((self)(context, args))
+    }
+}
+
+/// A handler with its types erased: takes the arguments as JSON.
+pub(crate) type ErasedTool =
+    Arc<dyn Fn(Context, Value) -> BoxFuture<Result<ToolOutput, String>> + Send + Sync>;
+
+fn erase<H, M>(handler: H) -> ErasedTool
+where
+    H: ToolHandler<M>,
+{
+    Arc::new(move |context, args| {
+        let handler = handler.clone();
+        Box::pin(async move {
+            let args: H::Args =
+                serde_json::from_value(args).map_err(|e| format!("invalid arguments: {e}"))?;
+            Ok(handler.call(context, args).await.into_output())
+        })
+    })
+}
+
+/// A tool: its definition (name, schemas, description, ...) and its handler.
+#[derive(Clone)]
+pub struct Tool {
+    pub(crate) name: String,
+    pub(crate) definition: JsonObject,
+    pub(crate) input_schema: JsonObject,
+    pub(crate) output_schema: Option<JsonObject>,
+    pub(crate) handler: ErasedTool,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("definition", &self.definition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// A tool whose input schema is derived from its arguments' type (and, for a [`Json`]
+    /// result, its output schema from the result's type).
+    #[cfg(feature = "schemars")]
+    pub fn new<H, M>(name: impl Into<String>, handler: H) -> Self
+    where
+        H: ToolHandler<M>,
+        H::Args: schemars::JsonSchema,
+    {
+        let schema = crate::schema_of::<H::Args>();
+        Tool::with_input_schema(name, schema, handler)
+    }
+
+    /// A tool with an input schema given by hand (a JSON Schema object of `"type": "object"`).
+    pub fn with_input_schema<H, M>(
+        name: impl Into<String>,
+        input_schema: JsonObject,
+        handler: H,
+    ) -> Self
+    where
+        H: ToolHandler<M>,
+    {
+        let name = name.into();
+        Tool {
+            definition: JsonObject::new(),
+            input_schema,
+            output_schema: <H::Output as IntoToolOutput>::output_schema(),
+            handler: erase(handler),
+            name,
+        }
+    }
+
+    fn set(mut self, key: &str, value: Value) -> Self {
+        self.definition.insert(key.into(), value);
+        self
+    }
+
+    /// The description, for the model.
+    pub fn description(self, text: impl Into<String>) -> Self {
+        self.set("description", Value::from(text.into()))
+    }
+
+    /// The title, for people (2025-06-18 and later).
+    pub fn title(self, text: impl Into<String>) -> Self {
+        self.set("title", Value::from(text.into()))
+    }
+
+    /// The annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`,
+    /// `title`), as JSON.
+    pub fn annotations(self, annotations: Value) -> Self {
+        self.set("annotations", annotations)
+    }
+
+    /// Icons (2025-11-25 and later), as JSON `Icon` objects.
+    pub fn icons(self, icons: Vec<Value>) -> Self {
+        self.set("icons", Value::from(icons))
+    }
+
+    /// Replaces the output schema (a JSON Schema; an object schema for clients before
+    /// 2026-07-28).
+    pub fn output_schema(mut self, schema: JsonObject) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}

@@ -1,0 +1,180 @@
+//! Serving a [`Server`] on a transport: any that yields and accepts messages (channels), an
+//! in-memory pair for tests, stdio, and line-framed byte streams.
+
+use modelctx_types::{Incoming, Message};
+use tokio::sync::mpsc;
+
+use crate::driver::{self, Frame, Input, Origin, Output};
+use crate::server::Server;
+
+/// The size of the queues between a transport and its connection's driver.
+const QUEUE: usize = 256;
+
+/// The client end of an in-memory connection to a server (see [`Server::in_memory`]).
+#[derive(Debug)]
+pub struct InMemory {
+    /// Messages to the server.
+    pub to_server: mpsc::Sender<Incoming>,
+    /// What the server sends.
+    pub from_server: mpsc::Receiver<Frame>,
+}
+
+impl InMemory {
+    /// Sends one message to the server.
+    pub async fn send(&self, message: Message) -> bool {
+        self.to_server.send(Incoming::Single(message)).await.is_ok()
+    }
+
+    /// The next message from the server (a batch reply comes whole).
+    pub async fn recv(&mut self) -> Option<Frame> {
+        self.from_server.recv().await
+    }
+}
+
+impl Server {
+    /// Serves one connection whose transport yields messages on `input` and takes what the
+    /// server sends on `output`; returns when `input` closes (or `output` is dropped) and the
+    /// connection's handlers are cancelled. A closed `input` ends the connection, as a closed
+    /// stdin does.
+    pub async fn serve_channels(
+        &self,
+        mut input: mpsc::Receiver<Incoming>,
+        output: mpsc::Sender<Frame>,
+    ) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let forward = tokio::spawn(async move {
+            while let Some(incoming) = input.recv().await {
+                if tx.send(Input::Incoming(incoming, None)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        driver::run(
+            self.shared.clone(),
+            rx,
+            Output::Channel(output),
+            Origin::default(),
+            false,
+            None,
+            Default::default(),
+        )
+        .await;
+        forward.abort();
+    }
+
+    /// A connection to this server in the same process, served on a new task: for tests and for
+    /// hosts that embed a server.
+    pub fn in_memory(&self) -> InMemory {
+        let (to_server, input) = mpsc::channel(QUEUE);
+        let (output, from_server) = mpsc::channel(QUEUE);
+        let server = self.clone();
+        tokio::spawn(async move { server.serve_channels(input, output).await });
+        InMemory {
+            to_server,
+            from_server,
+        }
+    }
+}
+
+#[cfg(feature = "stdio")]
+mod stdio {
+    use std::io;
+
+    use modelctx_stdio::{LineReader, LineWriter};
+    use tokio::io::{AsyncRead, AsyncWrite};
+    use tokio::sync::mpsc;
+
+    use super::QUEUE;
+    use crate::driver::{self, Frame, Input, Origin, Output};
+    use crate::server::Server;
+
+    impl Server {
+        /// Serves one connection on stdin and stdout (newline-delimited JSON-RPC) until stdin
+        /// closes. Nothing else may write to stdout: log to stderr.
+        pub async fn serve_stdio(&self) -> io::Result<()> {
+            let (reader, writer) = modelctx_stdio::stdio()?;
+            self.serve_lines(reader, writer).await
+        }
+
+        /// Serves one connection on a line-framed byte stream (a pipe, a socket, an in-process
+        /// duplex) until the reader ends.
+        pub async fn serve_lines<R, W>(
+            &self,
+            mut reader: LineReader<R>,
+            mut writer: LineWriter<W>,
+        ) -> io::Result<()>
+        where
+            R: AsyncRead + Unpin + Send + 'static,
+            W: AsyncWrite + Unpin + Send + 'static,
+        {
+            let (input_tx, input) = mpsc::channel(QUEUE);
+            let (output, mut frames) = mpsc::channel::<Frame>(QUEUE);
+            let errors = output.clone();
+            let read = tokio::spawn(async move {
+                loop {
+                    let line = match reader.next_line().await {
+                        Ok(Some(line)) => line,
+                        Ok(None) => return Ok(()),
+                        Err(e) if modelctx_stdio::is_closed(&e) => return Ok(()),
+                        Err(e) => return Err(e),
+                    };
+                    let sent = match line {
+                        Ok(line) => match modelctx_types::decode(line.as_bytes()) {
+                            Ok(incoming) => {
+                                input_tx.send(Input::Incoming(incoming, None)).await.is_ok()
+                            }
+                            Err(_) => input_tx
+                                .send(Input::Unreadable(line.as_bytes().to_vec()))
+                                .await
+                                .is_ok(),
+                        },
+                        // An over-long or non-UTF-8 line: its error answer, and on to the next.
+                        Err(error) => errors
+                            .send(Frame::Single(error.to_error_response().into()))
+                            .await
+                            .is_ok(),
+                    };
+                    if !sent {
+                        return Ok(());
+                    }
+                }
+            });
+            let write = tokio::spawn(async move {
+                while let Some(frame) = frames.recv().await {
+                    let fed = match &frame {
+                        Frame::Single(message) => writer.feed(message),
+                        Frame::Batch(messages) => writer.feed(messages),
+                    };
+                    fed?;
+                    // Write what is queued together, then flush once.
+                    while let Ok(frame) = frames.try_recv() {
+                        match &frame {
+                            Frame::Single(message) => writer.feed(message)?,
+                            Frame::Batch(messages) => writer.feed(messages)?,
+                        }
+                    }
+                    writer.flush().await?;
+                }
+                writer.shutdown().await
+            });
+            driver::run(
+                self.shared.clone(),
+                input,
+                Output::Channel(output),
+                Origin::default(),
+                false,
+                None,
+                Default::default(),
+            )
+            .await;
+            // The connection is over; a reader still waiting for input is not needed.
+            read.abort();
+            let read = read.await.unwrap_or(Ok(()));
+            let written = write.await;
+            match (read, written) {
+                (Err(e), _) | (_, Ok(Err(e))) if !modelctx_stdio::is_closed(&e) => Err(e),
+                _ => Ok(()),
+            }
+        }
+    }
+}
