@@ -1,0 +1,185 @@
+//! A client session over an in-memory connection, for the facade's tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use modelctx_server::{Frame, InMemory, Server};
+use modelctx_session::{
+    ClientConfig, ClientSession, EraChoice, Event, ProtocolVersion, RequestError, RequestOptions,
+    Transmit,
+};
+use modelctx_types::{Incoming, RequestId};
+use serde_json::{Value, json};
+
+/// A client connected to a server in memory.
+pub struct Client {
+    pub session: ClientSession,
+    pub conn: InMemory,
+    pub events: Vec<Event>,
+    answers: HashMap<RequestId, Result<Value, RequestError>>,
+}
+
+/// Fails the test instead of hanging it.
+pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no outcome within 20 s"))
+}
+
+/// The eras the tests run in: modern (probe) and each legacy version.
+pub fn eras() -> Vec<(&'static str, ClientConfig)> {
+    let mut out = Vec::new();
+    let caps = json!({"elicitation": {}, "sampling": {}, "roots": {}});
+    let caps = caps.as_object().cloned().unwrap();
+    out.push(("2026-07-28", ClientConfig::new("test", "1", caps.clone())));
+    for version in [
+        ProtocolVersion::V2024_11_05,
+        ProtocolVersion::V2025_03_26,
+        ProtocolVersion::V2025_06_18,
+        ProtocolVersion::V2025_11_25,
+    ] {
+        let mut config = ClientConfig::new("test", "1", caps.clone());
+        config.versions = vec![version];
+        config.era = EraChoice::Legacy;
+        out.push((version.as_str(), config));
+    }
+    out
+}
+
+impl Client {
+    /// Connects to `server` with `config`.
+    pub async fn connect(server: &Server, config: ClientConfig) -> Client {
+        let mut client = Client {
+            session: ClientSession::new(config),
+            conn: server.in_memory(),
+            events: Vec::new(),
+            answers: HashMap::new(),
+        };
+        client.session.connect(Instant::now()).unwrap();
+        within("connect", async {
+            while client.session.peer().is_none() {
+                assert!(!client.session.is_closed(), "closed: {:?}", client.events);
+                client.step().await;
+            }
+        })
+        .await;
+        client
+    }
+
+    pub fn version(&self) -> ProtocolVersion {
+        self.session.version().unwrap()
+    }
+
+    async fn flush(&mut self) {
+        while let Some(transmit) = self.session.poll_transmit() {
+            let message = match transmit {
+                Transmit::Message { message, .. } => message,
+                Transmit::Cancel { notification, .. } => notification.into(),
+                other => panic!("unexpected {other:?}"),
+            };
+            self.conn.send(message).await;
+        }
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                Event::Response { id, result, .. } => {
+                    self.answers
+                        .insert(id, Ok(serde_json::from_str(result.get()).unwrap()));
+                }
+                Event::Failed { id, error, .. } => {
+                    self.answers.insert(id, Err(error));
+                }
+                other => self.events.push(other),
+            }
+        }
+    }
+
+    /// Handles one frame from the server (or a timer).
+    pub async fn step(&mut self) {
+        self.flush().await;
+        let frame = tokio::select! {
+            frame = self.conn.recv() => frame,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                self.session.handle_timeout(Instant::now());
+                self.flush().await;
+                return;
+            }
+        };
+        let now = Instant::now();
+        match frame {
+            Some(Frame::Single(message)) => self.session.handle_message(now, message),
+            Some(Frame::Batch(messages)) => self
+                .session
+                .handle_incoming(now, Incoming::Batch(messages.into_iter().map(Ok).collect())),
+            Some(_) => {}
+            None => self.session.transport_closed("the server went away"),
+        }
+        self.flush().await;
+    }
+
+    pub async fn start(&mut self, method: &str, params: Value) -> RequestId {
+        self.start_with(method, params, RequestOptions::default())
+            .await
+    }
+
+    pub async fn start_with(
+        &mut self,
+        method: &str,
+        params: Value,
+        options: RequestOptions,
+    ) -> RequestId {
+        let id = self
+            .session
+            .send_request_with(Instant::now(), method, params.as_object().cloned(), options)
+            .unwrap();
+        self.flush().await;
+        id
+    }
+
+    pub async fn answer(&mut self, id: &RequestId) -> Result<Value, RequestError> {
+        within("answer", async {
+            loop {
+                if let Some(answer) = self.answers.remove(id) {
+                    return answer;
+                }
+                self.step().await;
+            }
+        })
+        .await
+    }
+
+    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, RequestError> {
+        let id = self.start(method, params).await;
+        self.answer(&id).await
+    }
+
+    pub async fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await
+            .unwrap_or_else(|e| panic!("tools/call {name}: {e}"))
+    }
+
+    /// Steps until `done` holds of the events.
+    pub async fn until(&mut self, what: &str, done: impl Fn(&[Event]) -> bool) {
+        within(what, async {
+            while !done(&self.events) {
+                self.step().await;
+            }
+        })
+        .await;
+    }
+}
+
+/// The text of a tool result's first block.
+pub fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// The JSON-RPC error code of a failed request.
+pub fn code(answer: &Result<Value, RequestError>) -> i64 {
+    match answer {
+        Err(RequestError::Remote(e)) => e.code.0,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}

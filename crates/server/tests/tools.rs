@@ -1,0 +1,345 @@
+//! Tools in every protocol version, over the in-memory transport.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use modelctx_server::{Context, Json, NoArgs, Server, Settings, Tool, ToolOutput};
+use modelctx_session::{Event, ProtocolVersion, RequestOptions};
+use serde_json::{Value, json};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Echo {
+    /// The text to say back.
+    text: String,
+}
+
+async fn echo(args: Echo) -> String {
+    args.text
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Sum {
+    total: i64,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Numbers {
+    numbers: Vec<i64>,
+}
+
+async fn add(args: Numbers) -> Json<Sum> {
+    Json(Sum {
+        total: args.numbers.iter().sum(),
+    })
+}
+
+async fn count(args: Numbers) -> Json<usize> {
+    Json(args.numbers.len())
+}
+
+async fn fail(_: NoArgs) -> Result<String, String> {
+    Err("the disk is full; try a smaller file".into())
+}
+
+async fn boom(_: NoArgs) -> String {
+    panic!("a bug in the handler")
+}
+
+async fn steps(context: Context, _: NoArgs) -> String {
+    for i in 1..=3 {
+        context
+            .progress(f64::from(i), Some(3.0), None)
+            .await
+            .unwrap();
+    }
+    assert!(context.progress(1.0, None, None).await.is_err() || !context.wants_progress());
+    format!("progress wanted: {}", context.wants_progress())
+}
+
+fn server() -> Server {
+    Server::builder("tools", "1.0.0")
+        .tool(
+            Tool::new("echo", echo)
+                .description("Says the text back")
+                .title("Echo"),
+        )
+        .tool(Tool::new("add", add))
+        .tool(Tool::new("count", count))
+        .tool(Tool::new("fail", fail))
+        .tool(Tool::new("boom", boom))
+        .tool(Tool::new("steps", steps))
+        .build()
+}
+
+#[tokio::test]
+async fn tools_are_listed_and_called_in_every_version() {
+    let server = server();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        assert_eq!(client.version().as_str(), name);
+        let version = client.version();
+
+        let listed = client.request("tools/list", json!({})).await.unwrap();
+        let tools = listed["tools"].as_array().unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["add", "boom", "count", "echo", "fail", "steps"],
+            "sorted by name"
+        );
+        let echo = &tools[3];
+        assert_eq!(echo["inputSchema"]["type"], "object");
+        assert_eq!(echo["inputSchema"]["properties"]["text"]["type"], "string");
+        assert!(
+            echo["inputSchema"].get("$schema").is_none(),
+            "no $schema unless asked"
+        );
+        assert_eq!(
+            echo["title"].is_string(),
+            version >= ProtocolVersion::V2025_06_18
+        );
+        let add = &tools[0];
+        assert_eq!(
+            add.get("outputSchema").is_some(),
+            version >= ProtocolVersion::V2025_06_18,
+            "{name}"
+        );
+
+        let result = client.call("echo", json!({"text": "hi"})).await;
+        assert_eq!(text(&result), "hi");
+        assert!(result.get("isError").is_none());
+
+        // Structured output: an object everywhere it exists, a non-object wrapped where only
+        // objects are allowed.
+        let result = client.call("add", json!({"numbers": [1, 2, 3]})).await;
+        assert_eq!(text(&result), r#"{"total":6}"#);
+        let result_count = client.call("count", json!({"numbers": [1, 2, 3]})).await;
+        match version {
+            v if v < ProtocolVersion::V2025_06_18 => {
+                assert!(result.get("structuredContent").is_none());
+            }
+            ProtocolVersion::V2026_07_28 => {
+                assert_eq!(result["structuredContent"], json!({"total": 6}));
+                assert_eq!(result_count["structuredContent"], json!(3));
+            }
+            _ => {
+                assert_eq!(result["structuredContent"], json!({"total": 6}));
+                assert_eq!(result_count["structuredContent"], json!({"result": 3}));
+            }
+        }
+
+        // A tool's own failure is a result the model can read; an unknown tool is -32602.
+        let result = client.call("fail", json!({})).await;
+        assert_eq!(result["isError"], true);
+        assert!(text(&result).contains("disk is full"));
+        let result = client.call("echo", json!({"text": 5})).await;
+        assert_eq!(result["isError"], true, "{result}");
+        assert!(text(&result).contains("invalid arguments"), "{result}");
+        let answer = client
+            .request("tools/call", json!({"name": "nope", "arguments": {}}))
+            .await;
+        assert_eq!(code(&answer), -32602);
+
+        // A panicking handler: -32603 for that call, and the connection lives on.
+        let answer = client
+            .request("tools/call", json!({"name": "boom", "arguments": {}}))
+            .await;
+        assert_eq!(code(&answer), -32603);
+        let result = client.call("echo", json!({"text": "still here"})).await;
+        assert_eq!(text(&result), "still here");
+    }
+}
+
+#[tokio::test]
+async fn progress_goes_out_only_when_the_client_asked_for_it() {
+    let server = server();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let result = client.call("steps", json!({})).await;
+        assert_eq!(text(&result), "progress wanted: false", "{name}");
+        let id = client
+            .start_with(
+                "tools/call",
+                json!({"name": "steps", "arguments": {}}),
+                RequestOptions::default().with_progress(),
+            )
+            .await;
+        let result = client.answer(&id).await.unwrap();
+        assert_eq!(text(&result), "progress wanted: true");
+        let progress: Vec<f64> = client
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Progress { progress, .. } => Some(*progress),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(progress, [1.0, 2.0, 3.0], "{name}");
+    }
+}
+
+#[tokio::test]
+async fn lists_are_paginated_with_stable_cursors() {
+    async fn noop(_: NoArgs) -> &'static str {
+        ""
+    }
+    let mut settings = Settings::default();
+    settings.page_size = 2;
+    let mut builder = Server::builder("pages", "1").settings(settings);
+    for name in ["a", "b", "c", "d", "e"] {
+        builder = builder.tool(Tool::new(name, noop));
+    }
+    let server = builder.build();
+    for (_, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let mut names = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = client.request("tools/list", params).await.unwrap();
+            let tools = page["tools"].as_array().unwrap();
+            assert!(tools.len() <= 2);
+            names.extend(tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()));
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(names, ["a", "b", "c", "d", "e"]);
+        let answer = client
+            .request("tools/list", json!({"cursor": "not-ours"}))
+            .await;
+        assert_eq!(code(&answer), -32602);
+    }
+
+    // A cursor stays valid when items before it go away.
+    let mut client = Client::connect(&server, eras().remove(4).1).await;
+    let first = client.request("tools/list", json!({})).await.unwrap();
+    let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+    assert!(server.remove_tool("a"));
+    let second = client
+        .request("tools/list", json!({"cursor": cursor}))
+        .await
+        .unwrap();
+    assert_eq!(second["tools"][0]["name"], "c");
+}
+
+#[tokio::test]
+async fn tools_added_or_removed_at_run_time_announce_the_change() {
+    let server = server();
+    let mut legacy = Client::connect(&server, eras().remove(4).1).await;
+    assert!(server.add_tool(Tool::new("late", echo)).is_ok());
+    legacy
+        .until("list_changed", |events| {
+            events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/tools/list_changed"))
+        })
+        .await;
+    let result = legacy.call("late", json!({"text": "new"})).await;
+    assert_eq!(text(&result), "new");
+    assert!(server.remove_tool("late"));
+    legacy.events.clear();
+    legacy
+        .until("list_changed again", |events| {
+            events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/tools/list_changed"))
+        })
+        .await;
+    assert!(!server.remove_tool("late"));
+
+    // Modern clients hear of it on a listen stream that asked for it.
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let listen = modern
+        .start(
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+        )
+        .await;
+    modern
+        .until("acknowledged", |events| {
+            events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/subscriptions/acknowledged"))
+        })
+        .await;
+    server.add_tool(Tool::new("later", echo)).unwrap();
+    modern
+        .until("list_changed on the listen stream", |events| {
+            events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/tools/list_changed"))
+        })
+        .await;
+    let _ = listen;
+}
+
+#[tokio::test]
+async fn a_slow_tool_never_delays_the_others() {
+    let released = Arc::new(tokio::sync::Notify::new());
+    let answered = Arc::new(AtomicUsize::new(0));
+    let gate = released.clone();
+    let slow = move |_: NoArgs| {
+        let gate = gate.clone();
+        async move {
+            gate.notified().await;
+            "slow done"
+        }
+    };
+    let server = Server::builder("concurrency", "1")
+        .tool(Tool::new("slow", slow))
+        .tool(Tool::new("echo", echo))
+        .build();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let slow_id = client
+            .start("tools/call", json!({"name": "slow", "arguments": {}}))
+            .await;
+        answered.store(0, Ordering::SeqCst);
+        for i in 0..100 {
+            let result = client.call("echo", json!({"text": format!("{i}")})).await;
+            assert_eq!(text(&result), format!("{i}"));
+            answered.fetch_add(1, Ordering::SeqCst);
+        }
+        assert_eq!(answered.load(Ordering::SeqCst), 100);
+        // Only now is the slow call let go.
+        released.notify_one();
+        let result = client.answer(&slow_id).await.unwrap();
+        assert_eq!(text(&result), "slow done", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_call_fires_the_handlers_token() {
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let seen = cancelled.clone();
+    let wait = move |context: Context, _: NoArgs| {
+        let seen = seen.clone();
+        async move {
+            context.cancelled().cancelled().await;
+            seen.fetch_add(1, Ordering::SeqCst);
+            ToolOutput::error("cancelled")
+        }
+    };
+    let server = Server::builder("cancel", "1")
+        .tool(Tool::new("wait", wait))
+        .build();
+    for (count, (name, config)) in eras().into_iter().enumerate() {
+        let mut client = Client::connect(&server, config).await;
+        let id = client
+            .start("tools/call", json!({"name": "wait", "arguments": {}}))
+            .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        client
+            .session
+            .cancel(std::time::Instant::now(), &id, Some("changed my mind"))
+            .unwrap();
+        within("the handler sees it", async {
+            while cancelled.load(Ordering::SeqCst) <= count {
+                client.step().await;
+            }
+        })
+        .await;
+        let _ = name;
+    }
+}
