@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, Inner};
-use crate::server::{Change, Route, Shared, call_tool, route};
+use crate::server::{Change, Route, Shared, route};
 
 /// What the transport hands the driver.
 #[derive(Debug)]
@@ -302,7 +302,7 @@ fn on_event(
                     },
                     running,
                 ),
-                Route::Tool(tool, arguments) => {
+                Route::Run(runner) => {
                     let cancelled = CancellationToken::new();
                     let (client_info, client_capabilities) = match &request.meta {
                         Some(meta) => (
@@ -336,7 +336,7 @@ fn on_event(
                     lock(running).insert(request.id.clone(), Running { cancelled });
                     let id = request.id;
                     let commands = commands.clone();
-                    let handler = tokio::spawn(call_tool(tool, arguments, context));
+                    let handler = tokio::spawn(runner(context));
                     tokio::spawn(async move {
                         let answer = match handler.await {
                             Ok(answer) => answer,

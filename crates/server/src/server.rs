@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::context::Context;
-use crate::tool::{Tool, ToolOutput};
+use crate::prompt::Prompt;
+use crate::tool::{BoxFuture, Tool, ToolOutput};
 use crate::write;
 
 /// A change that live connections announce.
@@ -47,7 +48,9 @@ pub struct ServerBuilder {
     instructions: Option<String>,
     settings: Settings,
     tools: BTreeMap<String, Tool>,
+    prompts: BTreeMap<String, Prompt>,
     declare_tools: bool,
+    declare_prompts: bool,
 }
 
 impl ServerBuilder {
@@ -70,6 +73,19 @@ impl ServerBuilder {
         self
     }
 
+    /// Adds a prompt (a later prompt of the same name replaces an earlier one).
+    pub fn prompt(mut self, prompt: Prompt) -> Self {
+        self.declare_prompts = true;
+        self.prompts.insert(prompt.name.clone(), prompt);
+        self
+    }
+
+    /// Declares the prompts capability even without prompts yet.
+    pub fn declare_prompts(mut self) -> Self {
+        self.declare_prompts = true;
+        self
+    }
+
     /// Declares the tools capability even without tools yet (they may be added while the server
     /// runs).
     pub fn declare_tools(mut self) -> Self {
@@ -84,6 +100,12 @@ impl ServerBuilder {
         if self.declare_tools {
             capabilities.insert("tools".into(), json!({"listChanged": true}));
         }
+        if self.declare_prompts {
+            capabilities.insert("prompts".into(), json!({"listChanged": true}));
+        }
+        if self.prompts.values().any(|p| !p.completers.is_empty()) {
+            capabilities.insert("completions".into(), json!({}));
+        }
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
         config.instructions = self.instructions;
         let (changes, _) = broadcast::channel(64);
@@ -91,7 +113,10 @@ impl ServerBuilder {
             shared: Arc::new(Shared {
                 config,
                 settings: self.settings,
-                registry: RwLock::new(Registry { tools: self.tools }),
+                registry: RwLock::new(Registry {
+                    tools: self.tools,
+                    prompts: self.prompts,
+                }),
                 changes,
             }),
         }
@@ -102,6 +127,19 @@ impl ServerBuilder {
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     pub(crate) tools: BTreeMap<String, Tool>,
+    pub(crate) prompts: BTreeMap<String, Prompt>,
+}
+
+impl Registry {
+    /// The completer of variable `variable` of the template `uri_template`.
+    pub(crate) fn template_completer(
+        &self,
+        uri_template: &str,
+        variable: &str,
+    ) -> Result<Option<crate::prompt::Completer>, ErrorObject> {
+        let _ = (uri_template, variable);
+        Ok(None)
+    }
 }
 
 #[derive(Debug)]
@@ -138,7 +176,9 @@ impl Server {
             instructions: None,
             settings: Settings::default(),
             tools: BTreeMap::new(),
+            prompts: BTreeMap::new(),
             declare_tools: false,
+            declare_prompts: false,
         }
     }
 
@@ -168,6 +208,25 @@ impl Server {
         removed
     }
 
+    /// Adds (or replaces) a prompt while the server runs; connected clients are told.
+    pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegisterError> {
+        self.declared("prompts")?;
+        self.registry_mut()
+            .prompts
+            .insert(prompt.name.clone(), prompt);
+        let _ = self.shared.changes.send(Change::List(ListKind::Prompts));
+        Ok(())
+    }
+
+    /// Removes a prompt; connected clients are told. Returns whether it existed.
+    pub fn remove_prompt(&self, name: &str) -> bool {
+        let removed = self.registry_mut().prompts.remove(name).is_some();
+        if removed {
+            let _ = self.shared.changes.send(Change::List(ListKind::Prompts));
+        }
+        removed
+    }
+
     fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
         self.shared
             .registry
@@ -182,12 +241,16 @@ impl Shared {
     }
 }
 
+/// The work of a request that runs on its own task, given its context.
+pub(crate) type Runner =
+    Box<dyn FnOnce(Context) -> BoxFuture<Result<Value, ErrorObject>> + Send + 'static>;
+
 /// How one request is answered.
 pub(crate) enum Route {
     /// Answered at once.
     Now(Result<Value, ErrorObject>),
-    /// A tool call to run on its own task.
-    Tool(Tool, Value),
+    /// Answered by a handler, on its own task.
+    Run(Runner),
 }
 
 /// Decides how to answer `request`.
@@ -216,8 +279,14 @@ pub(crate) fn route(shared: &Shared, request: &IncomingRequest) -> Route {
             let Some(tool) = shared.registry().tools.get(&call.name).cloned() else {
                 return Route::Now(Err(invalid_params(format!("unknown tool: {}", call.name))));
             };
-            Route::Tool(tool, call.arguments.unwrap_or_else(|| json!({})))
+            let arguments = call.arguments.unwrap_or_else(|| json!({}));
+            Route::Run(Box::new(move |context| {
+                Box::pin(call_tool(tool, arguments, context))
+            }))
         }
+        "prompts/list" => Route::Now(crate::prompt::list(shared, version, &params)),
+        "prompts/get" => crate::prompt::get(shared, params),
+        "completion/complete" => crate::prompt::complete(shared, params),
         other => Route::Now(Err(ErrorObject::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("method not found: {other}"),

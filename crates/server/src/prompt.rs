@@ -1,0 +1,408 @@
+//! Prompts with arguments, and completions of prompt arguments and template variables.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use modelctx_session::ProtocolVersion;
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::context::Context;
+use crate::server::{Route, Shared, invalid_params, page};
+use crate::tool::{BoxFuture, Content};
+use crate::write;
+
+/// One message of a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptMessage {
+    role: &'static str,
+    content: Content,
+}
+
+impl PromptMessage {
+    /// A message from the user.
+    pub fn user(content: impl Into<Content>) -> Self {
+        PromptMessage {
+            role: "user",
+            content: content.into(),
+        }
+    }
+
+    /// A message from the assistant.
+    pub fn assistant(content: impl Into<Content>) -> Self {
+        PromptMessage {
+            role: "assistant",
+            content: content.into(),
+        }
+    }
+}
+
+impl From<&str> for Content {
+    fn from(text: &str) -> Self {
+        Content::text(text)
+    }
+}
+
+impl From<String> for Content {
+    fn from(text: String) -> Self {
+        Content::text(text)
+    }
+}
+
+/// What a prompt handler may return: messages, one text (a user message), or a `Result` of
+/// these whose error becomes a JSON-RPC error.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the result of a prompt",
+    note = "a prompt returns `Vec<PromptMessage>`, `PromptMessage`, `String`, or a `Result` of one of these whose error implements `Display`"
+)]
+pub trait IntoPromptResult: Send + 'static {
+    /// The messages, or the error to answer with.
+    fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject>;
+}
+
+impl IntoPromptResult for Vec<PromptMessage> {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject> {
+        Ok(self)
+    }
+}
+
+impl IntoPromptResult for PromptMessage {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject> {
+        Ok(vec![self])
+    }
+}
+
+impl IntoPromptResult for String {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject> {
+        Ok(vec![PromptMessage::user(self)])
+    }
+}
+
+impl<T: IntoPromptResult, E: std::fmt::Display + Send + 'static> IntoPromptResult for Result<T, E> {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject> {
+        match self {
+            Ok(value) => value.into_messages(),
+            Err(e) => Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string())),
+        }
+    }
+}
+
+/// An async function that renders a prompt: `async fn(Args) -> R` or
+/// `async fn(Context, Args) -> R`, where `Args` deserializes from the prompt's arguments (an
+/// object of strings) and `R: IntoPromptResult`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a prompt handler",
+    note = "a prompt handler is an async fn of one of these shapes: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments) and `R: IntoPromptResult`"
+)]
+pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
+    /// The arguments.
+    type Args: DeserializeOwned + Send + 'static;
+    /// The result.
+    type Output: IntoPromptResult;
+    /// Renders the prompt.
+    fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
+}
+
+impl<F, Fut, A, R> PromptHandler<(crate::tool::ArgsOnly, A)> for F
+where
+    F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoPromptResult,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, _context: Context, args: A) -> BoxFuture<R> {
+        Box::pin((self)(args))
+    }
+}
+
+impl<F, Fut, A, R> PromptHandler<(crate::tool::WithContext, A)> for F
+where
+    F: Fn(Context, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoPromptResult,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> BoxFuture<R> {
+        Box::pin((self)(context, args))
+    }
+}
+
+type ErasedPrompt =
+    Arc<dyn Fn(Context, Value) -> BoxFuture<Result<Vec<PromptMessage>, ErrorObject>> + Send + Sync>;
+
+/// A completion provider: given the argument's partial value (and the other arguments already
+/// given), the candidate values.
+pub(crate) type Completer = Arc<dyn Fn(String, JsonObject) -> BoxFuture<Vec<String>> + Send + Sync>;
+
+/// A prompt: its name, arguments and handler.
+#[derive(Clone)]
+pub struct Prompt {
+    pub(crate) name: String,
+    pub(crate) definition: JsonObject,
+    /// `(name, description, required)` of each argument.
+    pub(crate) arguments: Vec<(String, Option<String>, bool)>,
+    handler: ErasedPrompt,
+    pub(crate) completers: BTreeMap<String, Completer>,
+}
+
+impl std::fmt::Debug for Prompt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prompt")
+            .field("name", &self.name)
+            .field("arguments", &self.arguments)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Prompt {
+    /// A prompt whose arguments are the fields of its arguments' type (their doc comments the
+    /// descriptions; `Option` fields optional).
+    #[cfg(feature = "schemars")]
+    pub fn new<H, M>(name: impl Into<String>, handler: H) -> Self
+    where
+        H: PromptHandler<M>,
+        H::Args: schemars::JsonSchema,
+    {
+        let schema = crate::schema_of::<H::Args>();
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let arguments = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|properties| {
+                properties
+                    .iter()
+                    .map(|(name, property)| {
+                        let description = property
+                            .get("description")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
+                        (name.clone(), description, required.contains(&name.as_str()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Prompt::with_arguments(name, arguments, handler)
+    }
+
+    /// A prompt with its arguments given by hand: `(name, description, required)`.
+    pub fn with_arguments<H, M>(
+        name: impl Into<String>,
+        arguments: Vec<(String, Option<String>, bool)>,
+        handler: H,
+    ) -> Self
+    where
+        H: PromptHandler<M>,
+    {
+        let handler: ErasedPrompt = Arc::new(move |context, args| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                let args: H::Args = serde_json::from_value(args)
+                    .map_err(|e| invalid_params(format!("invalid prompt arguments: {e}")))?;
+                handler.call(context, args).await.into_messages()
+            })
+        });
+        Prompt {
+            name: name.into(),
+            definition: JsonObject::new(),
+            arguments,
+            handler,
+            completers: BTreeMap::new(),
+        }
+    }
+
+    /// The description.
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        self.definition
+            .insert("description".into(), Value::from(text.into()));
+        self
+    }
+
+    /// The title, for people (2025-06-18 and later).
+    pub fn title(mut self, text: impl Into<String>) -> Self {
+        self.definition
+            .insert("title".into(), Value::from(text.into()));
+        self
+    }
+
+    /// Completes argument `argument`: `complete(partial, other_arguments)` gives candidates
+    /// (at most 100 are sent, with the total).
+    pub fn complete<F, Fut>(mut self, argument: impl Into<String>, complete: F) -> Self
+    where
+        F: Fn(String, JsonObject) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<String>> + Send + 'static,
+    {
+        let complete = Arc::new(complete);
+        self.completers.insert(
+            argument.into(),
+            Arc::new(move |partial, others| {
+                let complete = complete.clone();
+                Box::pin(async move { complete(partial, others).await })
+            }),
+        );
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn definition(prompt: &Prompt, version: ProtocolVersion) -> Value {
+    let mut out = JsonObject::new();
+    out.insert("name".into(), Value::from(prompt.name.as_str()));
+    for (key, value) in &prompt.definition {
+        if key != "title" || version >= ProtocolVersion::V2025_06_18 {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    let arguments: Vec<Value> = prompt
+        .arguments
+        .iter()
+        .map(|(name, description, required)| {
+            let mut argument = json!({"name": name, "required": required});
+            if let Some(description) = description {
+                argument["description"] = Value::from(description.as_str());
+            }
+            argument
+        })
+        .collect();
+    if !arguments.is_empty() {
+        out.insert("arguments".into(), Value::from(arguments));
+    }
+    Value::Object(out)
+}
+
+/// `prompts/list`.
+pub(crate) fn list(
+    shared: &Shared,
+    version: ProtocolVersion,
+    params: &JsonObject,
+) -> Result<Value, ErrorObject> {
+    let registry = shared.registry();
+    let (prompts, next) = page(&registry.prompts, params, shared.settings.page_size)?;
+    let prompts: Vec<Value> = prompts
+        .into_iter()
+        .map(|p| definition(p, version))
+        .collect();
+    let mut result = json!({ "prompts": prompts });
+    if let Some(next) = next {
+        result["nextCursor"] = Value::from(next);
+    }
+    Ok(result)
+}
+
+/// `prompts/get`.
+pub(crate) fn get(shared: &Shared, params: JsonObject) -> Route {
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return Route::Now(Err(invalid_params("prompts/get needs a name")));
+    };
+    let Some(prompt) = shared.registry().prompts.get(name).cloned() else {
+        return Route::Now(Err(invalid_params(format!("unknown prompt: {name}"))));
+    };
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => JsonObject::new(),
+        Some(Value::Object(arguments)) => arguments.clone(),
+        Some(_) => return Route::Now(Err(invalid_params("the arguments must be an object"))),
+    };
+    for (name, _, required) in &prompt.arguments {
+        if *required && !arguments.contains_key(name) {
+            return Route::Now(Err(invalid_params(format!(
+                "missing required argument: {name}"
+            ))));
+        }
+    }
+    Route::Run(Box::new(move |context| {
+        Box::pin(async move {
+            let version = context.protocol_version();
+            let messages = (prompt.handler)(context, Value::Object(arguments)).await?;
+            let messages: Vec<Value> = messages
+                .iter()
+                .map(|m| json!({"role": m.role, "content": write::content_block(&m.content, version)}))
+                .collect();
+            let mut result = json!({ "messages": messages });
+            if let Some(description) = prompt.definition.get("description") {
+                result["description"] = description.clone();
+            }
+            Ok(result)
+        })
+    }))
+}
+
+/// The most values one completion answer carries.
+const MAX_COMPLETIONS: usize = 100;
+
+/// `completion/complete`.
+pub(crate) fn complete(shared: &Shared, params: JsonObject) -> Route {
+    let reference = params.get("ref").cloned().unwrap_or(Value::Null);
+    let argument = params.get("argument").cloned().unwrap_or(Value::Null);
+    let (Some(arg_name), Some(partial)) = (
+        argument.get("name").and_then(Value::as_str),
+        argument.get("value").and_then(Value::as_str),
+    ) else {
+        return Route::Now(Err(invalid_params(
+            "completion/complete needs argument.name and argument.value",
+        )));
+    };
+    let others = params
+        .get("context")
+        .and_then(|c| c.get("arguments"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let registry = shared.registry();
+    let completer = match reference.get("type").and_then(Value::as_str) {
+        Some("ref/prompt") => {
+            let name = reference
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let Some(prompt) = registry.prompts.get(name) else {
+                return Route::Now(Err(invalid_params(format!("unknown prompt: {name}"))));
+            };
+            prompt.completers.get(arg_name).cloned()
+        }
+        Some("ref/resource") => {
+            let uri = reference
+                .get("uri")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match registry.template_completer(uri, arg_name) {
+                Ok(completer) => completer,
+                Err(error) => return Route::Now(Err(error)),
+            }
+        }
+        _ => {
+            return Route::Now(Err(invalid_params(
+                "ref must be ref/prompt or ref/resource",
+            )));
+        }
+    };
+    drop(registry);
+    let partial = partial.to_owned();
+    Route::Run(Box::new(move |_context| {
+        Box::pin(async move {
+            let mut values = match completer {
+                Some(completer) => completer(partial, others).await,
+                None => Vec::new(),
+            };
+            let total = values.len();
+            values.truncate(MAX_COMPLETIONS);
+            Ok(json!({"completion": {
+                "values": values,
+                "total": total,
+                "hasMore": total > MAX_COMPLETIONS,
+            }}))
+        })
+    }))
+}

@@ -1,0 +1,142 @@
+//! Prompts and completions in every protocol version, over the in-memory transport.
+
+mod common;
+
+use common::*;
+use modelctx_server::{Prompt, PromptMessage, Server};
+use modelctx_session::ProtocolVersion;
+use serde_json::json;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Greet {
+    /// Who to greet.
+    name: String,
+    /// How: "formal" or "casual".
+    style: Option<String>,
+}
+
+async fn greet(args: Greet) -> Vec<PromptMessage> {
+    let text = match args.style.as_deref() {
+        Some("formal") => format!("Good day, {}.", args.name),
+        _ => format!("Hi {}!", args.name),
+    };
+    vec![
+        PromptMessage::user(format!("Greet {}", args.name)),
+        PromptMessage::assistant(text),
+    ]
+}
+
+fn server() -> Server {
+    let names: Vec<String> = (0..150).map(|i| format!("name{i:03}")).collect();
+    Server::builder("prompts", "1")
+        .prompt(
+            Prompt::new("greet", greet)
+                .description("A greeting")
+                .title("Greeting")
+                .complete("style", |partial: String, _| async move {
+                    ["formal", "casual"]
+                        .iter()
+                        .filter(|s| s.starts_with(&partial))
+                        .map(|s| (*s).to_owned())
+                        .collect()
+                })
+                .complete("name", move |partial: String, _| {
+                    let names = names.clone();
+                    async move {
+                        names
+                            .into_iter()
+                            .filter(|n| n.starts_with(&partial))
+                            .collect()
+                    }
+                }),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn prompts_are_listed_rendered_and_their_arguments_checked() {
+    let server = server();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let listed = client.request("prompts/list", json!({})).await.unwrap();
+        let prompt = &listed["prompts"][0];
+        assert_eq!(prompt["name"], "greet");
+        assert_eq!(prompt["description"], "A greeting");
+        assert_eq!(
+            prompt["title"].is_string(),
+            client.version() >= ProtocolVersion::V2025_06_18
+        );
+        let arguments = prompt["arguments"].as_array().unwrap();
+        assert_eq!(
+            arguments[0],
+            json!({"name": "name", "required": true, "description": "Who to greet."})
+        );
+        assert_eq!(arguments[1]["required"], false);
+
+        let got = client
+            .request(
+                "prompts/get",
+                json!({"name": "greet", "arguments": {"name": "Ada", "style": "formal"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(got["messages"][0]["role"], "user");
+        assert_eq!(
+            got["messages"][1]["content"]["text"], "Good day, Ada.",
+            "{name}"
+        );
+
+        let missing = client
+            .request("prompts/get", json!({"name": "greet", "arguments": {}}))
+            .await;
+        assert_eq!(code(&missing), -32602);
+        let unknown = client.request("prompts/get", json!({"name": "nope"})).await;
+        assert_eq!(code(&unknown), -32602);
+    }
+}
+
+#[tokio::test]
+async fn completions_give_at_most_100_values_with_the_total() {
+    let server = server();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        if client.version() < ProtocolVersion::V2025_03_26 {
+            continue; // completion/complete arrived in 2025-03-26
+        }
+        let answer = client
+            .request(
+                "completion/complete",
+                json!({
+                "ref": {"type": "ref/prompt", "name": "greet"},
+                "argument": {"name": "style", "value": "f"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer["completion"]["values"], json!(["formal"]), "{name}");
+        assert_eq!(answer["completion"]["hasMore"], false);
+        let answer = client
+            .request(
+                "completion/complete",
+                json!({
+                "ref": {"type": "ref/prompt", "name": "greet"},
+                "argument": {"name": "name", "value": "name"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            answer["completion"]["values"].as_array().unwrap().len(),
+            100
+        );
+        assert_eq!(answer["completion"]["total"], 150);
+        assert_eq!(answer["completion"]["hasMore"], true);
+        let unknown = client
+            .request(
+                "completion/complete",
+                json!({
+                "ref": {"type": "ref/prompt", "name": "nope"},
+                "argument": {"name": "x", "value": ""}}),
+            )
+            .await;
+        assert_eq!(code(&unknown), -32602);
+    }
+}
