@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::Command;
+use crate::input::InputError;
 
 /// The context of one request: handed to every handler that asks for it.
 ///
@@ -29,6 +30,10 @@ pub(crate) struct Inner {
     pub(crate) last_progress: Mutex<Option<f64>>,
     pub(crate) cancelled: CancellationToken,
     pub(crate) commands: mpsc::Sender<Command>,
+    /// Modern requests: the round trips that bring the client's input.
+    pub(crate) mrtr: Option<Arc<crate::input::Mrtr>>,
+    /// Whether the request is a modern one.
+    pub(crate) modern: bool,
     #[cfg(feature = "http")]
     pub(crate) http: Option<modelctx_http::server::RequestContext>,
 }
@@ -159,5 +164,101 @@ impl Context {
                 data,
             })
             .await;
+    }
+
+    /// Asks the user for information through the client (elicitation, form mode): `message`
+    /// says what and why, `requested_schema` is a flat object schema of primitive fields. The
+    /// answer is the `ElicitResult` (`action`: `accept`, `decline` or `cancel`; `content`).
+    ///
+    /// Legacy clients get a request; modern ones an `input_required` round trip, which runs the
+    /// handler again from the start (see the crate docs on handlers that ask for input).
+    pub async fn elicit(
+        &self,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Value, InputError> {
+        let mut params = JsonObject::new();
+        params.insert("message".into(), Value::from(message));
+        params.insert("requestedSchema".into(), requested_schema);
+        if self.inner.version >= ProtocolVersion::V2025_11_25 {
+            params.insert("mode".into(), Value::from("form"));
+        }
+        self.ask("elicitation/create", params, &["elicitation"])
+            .await
+    }
+
+    /// Asks the user to visit `url` (elicitation, URL mode; 2025-11-25 and later).
+    pub async fn elicit_url(
+        &self,
+        message: &str,
+        url: &str,
+        elicitation_id: &str,
+    ) -> Result<Value, InputError> {
+        let mut params = JsonObject::new();
+        params.insert("mode".into(), Value::from("url"));
+        params.insert("message".into(), Value::from(message));
+        params.insert("url".into(), Value::from(url));
+        params.insert("elicitationId".into(), Value::from(elicitation_id));
+        self.ask("elicitation/create", params, &["elicitation", "url"])
+            .await
+    }
+
+    /// Asks the client's model for a completion (`sampling/createMessage`): `params` is a
+    /// `CreateMessageRequestParams` (messages, `maxTokens`, and optionally tools). The answer
+    /// is the `CreateMessageResult`.
+    pub async fn sample(&self, params: JsonObject) -> Result<Value, InputError> {
+        self.ask("sampling/createMessage", params, &["sampling"])
+            .await
+    }
+
+    /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
+    pub async fn list_roots(&self) -> Result<Value, InputError> {
+        self.ask("roots/list", JsonObject::new(), &["roots"]).await
+    }
+
+    async fn ask(
+        &self,
+        method: &str,
+        params: JsonObject,
+        capability: &[&'static str],
+    ) -> Result<Value, InputError> {
+        let declared = self.inner.client_capabilities.as_ref().is_some_and(|caps| {
+            let mut at = caps.get(capability[0]);
+            for key in &capability[1..] {
+                at = at.and_then(|v| v.get(key));
+            }
+            // Elicitation declared as `{}` means form mode only.
+            at.is_some()
+        });
+        if !declared {
+            return Err(InputError::NotSupported(capability[0]));
+        }
+        if self.inner.modern {
+            let Some(mrtr) = &self.inner.mrtr else {
+                return Err(InputError::NotAllowed);
+            };
+            return match mrtr.ask(method, params) {
+                Some(answer) => Ok(answer),
+                // The run is abandoned for the round trip; this never resolves.
+                None => std::future::pending().await,
+            };
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let asked = self
+            .inner
+            .commands
+            .send(Command::Ask {
+                id: self.inner.id.clone(),
+                method: method.to_owned(),
+                params,
+                reply,
+            })
+            .await;
+        if asked.is_err() {
+            return Err(InputError::NoAnswer("the connection ended".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(InputError::NoAnswer("the connection ended".into())))
     }
 }

@@ -7,9 +7,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use crate::input::InputError;
 use std::time::Instant;
 
-use modelctx_session::{Event, LogLevel, ServerSession, Transmit};
+use modelctx_session::{
+    Event, IncomingRequest, ListKind, LogLevel, RequestError, RequestOptions, ServerSession,
+    Transmit,
+};
 use modelctx_types::{ErrorCode, ErrorObject, Incoming, Message, RequestId};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
@@ -98,6 +103,13 @@ pub(crate) enum Command {
         total: Option<f64>,
         message: Option<String>,
     },
+    /// A question for the client (legacy), asked for request `id`.
+    Ask {
+        id: RequestId,
+        method: String,
+        params: modelctx_types::JsonObject,
+        reply: tokio::sync::oneshot::Sender<Result<Value, crate::input::InputError>>,
+    },
     /// A log message about a request.
     Log {
         id: RequestId,
@@ -119,10 +131,38 @@ struct Running {
     cancelled: CancellationToken,
 }
 
+/// A question of ours to the client (legacy), for a request being handled.
+struct Question {
+    /// The request it was asked for: it goes on that request's stream.
+    for_request: RequestId,
+    reply: tokio::sync::oneshot::Sender<Result<Value, InputError>>,
+}
+
+/// What the driver keeps of the work under way; emptied when the connection ends.
+#[derive(Default)]
+struct Book {
+    running: HashMap<RequestId, Running>,
+    questions: HashMap<RequestId, Question>,
+}
+
+impl Book {
+    fn end(&mut self) {
+        for (_, request) in self.running.drain() {
+            request.cancelled.cancel();
+        }
+        for (_, question) in self.questions.drain() {
+            let _ = question
+                .reply
+                .send(Err(InputError::NoAnswer("the connection ended".into())));
+        }
+    }
+}
+
 /// Runs one connection until its input ends and nothing is left to answer.
 ///
 /// `until_idle`: a modern HTTP request's driver, which ends once its request is answered rather
-/// than closing the session when the input ends.
+/// than closing the session when the input ends. `cancelled`: the request whose response
+/// stream closing cancels it. `ended`: fired when the transport ends the connection.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     mut input: mpsc::Receiver<Input>,
@@ -135,7 +175,7 @@ pub(crate) async fn run(
     let mut session = ServerSession::new(shared.config.clone());
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let mut changes = shared.changes.subscribe();
-    let running: Arc<Mutex<HashMap<RequestId, Running>>> = Arc::default();
+    let mut book = Book::default();
     let mut input_open = true;
     let stream_cancel = cancelled
         .as_ref()
@@ -149,6 +189,23 @@ pub(crate) async fn run(
             let mut busy = false;
             while let Some(transmit) = session.poll_transmit() {
                 busy = true;
+                let transmit = match transmit {
+                    // A question goes on the stream of the request it was asked for.
+                    Transmit::Message {
+                        message: Message::Request(request),
+                        related: None,
+                    } => {
+                        let related = book
+                            .questions
+                            .get(&request.id)
+                            .map(|q| q.for_request.clone());
+                        Transmit::Message {
+                            message: Message::Request(request),
+                            related,
+                        }
+                    }
+                    other => other,
+                };
                 if !output.write(transmit).await {
                     session.transport_closed("the transport is gone");
                 }
@@ -159,7 +216,7 @@ pub(crate) async fn run(
                     &shared,
                     &mut session,
                     event,
-                    &running,
+                    &mut book,
                     &commands_tx,
                     &origin,
                 );
@@ -174,7 +231,7 @@ pub(crate) async fn run(
         if !input_open
             && until_idle
             && session.table_sizes().incoming == 0
-            && lock(&running).is_empty()
+            && book.running.is_empty()
         {
             break;
         }
@@ -214,11 +271,11 @@ pub(crate) async fn run(
                     session.stream_closed(id);
                 }
             }
-            Some(command) = commands.recv() => apply(&mut session, command, &running),
+            Some(command) = commands.recv() => apply(&mut session, command, &mut book),
             change = changes.recv() => match change {
                 Ok(Change::List(kind)) => { let _ = session.notify_list_changed(kind); }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    for kind in [modelctx_session::ListKind::Tools, modelctx_session::ListKind::Prompts, modelctx_session::ListKind::Resources] {
+                    for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                         let _ = session.notify_list_changed(kind);
                     }
                 }
@@ -228,23 +285,24 @@ pub(crate) async fn run(
         }
     }
     // The connection is over: every handler still running is cancelled.
-    for (_, request) in lock(&running).drain() {
-        request.cancelled.cancel();
-    }
+    book.end();
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn apply(
-    session: &mut ServerSession,
-    command: Command,
-    running: &Mutex<HashMap<RequestId, Running>>,
-) {
+fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
     match command {
         Command::Respond { id, answer } => {
-            lock(running).remove(&id);
+            book.running.remove(&id);
+            // Questions still open for it are not wanted any more.
+            let open: Vec<RequestId> = book
+                .questions
+                .iter()
+                .filter(|(_, q)| q.for_request == id)
+                .map(|(ask, _)| ask.clone())
+                .collect();
+            for ask in open {
+                book.questions.remove(&ask);
+                let _ = session.cancel(Instant::now(), &ask, Some("the request was answered"));
+            }
             let sent = match answer {
                 Ok(result) => match serde_json::value::to_raw_value(&result) {
                     Ok(raw) => session.respond(&id, raw),
@@ -257,6 +315,43 @@ fn apply(
             if let Err(e) = sent {
                 // Cancelled meanwhile, or refused by the protocol rules: say so in the logs.
                 tracing::debug!(%id, error = %e, "a handler's answer was not sent");
+            }
+        }
+        Command::Ask {
+            id,
+            method,
+            params,
+            reply,
+        } => {
+            if !book.running.contains_key(&id) {
+                let _ = reply.send(Err(InputError::NoAnswer("the request has ended".into())));
+                return;
+            }
+            match session.send_request(
+                Instant::now(),
+                &method,
+                Some(params),
+                RequestOptions::default(),
+            ) {
+                Ok(ask) => {
+                    book.questions.insert(
+                        ask,
+                        Question {
+                            for_request: id,
+                            reply,
+                        },
+                    );
+                }
+                Err(
+                    modelctx_session::SessionError::MethodNotInVersion { .. }
+                    | modelctx_session::SessionError::NotDeclared { .. },
+                ) => {
+                    let capability = crate::input::capability_of(&method);
+                    let _ = reply.send(Err(InputError::NotSupported(capability)));
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(InputError::NoAnswer(e.to_string())));
+                }
             }
         }
         Command::Progress {
@@ -286,80 +381,134 @@ fn on_event(
     shared: &Arc<Shared>,
     session: &mut ServerSession,
     event: Event,
-    running: &Arc<Mutex<HashMap<RequestId, Running>>>,
+    book: &mut Book,
     commands: &mpsc::Sender<Command>,
     origin: &Origin,
 ) {
     match event {
-        Event::Request(request) => {
-            let route = route(shared, &request);
-            match route {
-                Route::Now(answer) => apply(
-                    session,
-                    Command::Respond {
-                        id: request.id.clone(),
-                        answer,
-                    },
-                    running,
-                ),
-                Route::Run(runner) => {
-                    let cancelled = CancellationToken::new();
-                    let (client_info, client_capabilities) = match &request.meta {
-                        Some(meta) => (
-                            meta.client_info.clone(),
-                            Some(meta.client_capabilities.clone()),
-                        ),
-                        None => {
-                            let peer = session.peer();
-                            (
-                                peer.as_ref().and_then(|p| p.info.clone()),
-                                peer.and_then(|p| p.capabilities),
-                            )
-                        }
-                    };
-                    let context = Context {
-                        inner: Arc::new(Inner {
-                            id: request.id.clone(),
-                            method: request.method.clone(),
-                            version: request.version,
-                            client_info,
-                            client_capabilities,
-                            progress_token: request.progress_token.clone(),
-                            last_progress: Mutex::new(None),
-                            cancelled: cancelled.clone(),
-                            commands: commands.clone(),
-                            #[cfg(feature = "http")]
-                            http: origin.http.clone(),
-                        }),
-                    };
-                    let _ = origin;
-                    lock(running).insert(request.id.clone(), Running { cancelled });
-                    let id = request.id;
-                    let commands = commands.clone();
-                    let handler = tokio::spawn(runner(context));
-                    tokio::spawn(async move {
-                        let answer = match handler.await {
-                            Ok(answer) => answer,
-                            Err(e) if e.is_panic() => Err(internal(
-                                "the tool failed unexpectedly (its handler panicked)",
-                            )),
-                            Err(_) => Err(internal("the tool's task was stopped")),
-                        };
-                        let _ = commands.send(Command::Respond { id, answer }).await;
-                    });
-                }
+        Event::Request(request) => start(shared, session, request, book, commands, origin),
+        Event::Response { id, result, .. } => {
+            if let Some(question) = book.questions.remove(&id) {
+                let answer = serde_json::from_str(result.get())
+                    .map_err(|e| InputError::Refused(format!("unreadable answer: {e}")));
+                let _ = question.reply.send(answer);
+            }
+        }
+        Event::Failed { id, error, .. } => {
+            if let Some(question) = book.questions.remove(&id) {
+                let error = match error {
+                    RequestError::Remote(e) => InputError::Refused(e.message),
+                    other => InputError::NoAnswer(other.to_string()),
+                };
+                let _ = question.reply.send(Err(error));
             }
         }
         Event::Cancelled { id, .. } => {
-            if let Some(request) = lock(running).remove(&id) {
+            if let Some(request) = book.running.remove(&id) {
                 request.cancelled.cancel();
             }
         }
-        Event::Closed(_) => {
-            for (_, request) in lock(running).drain() {
-                request.cancelled.cancel();
-            }
-        }
+        Event::Closed(_) => book.end(),
         _ => {}
     }
+}
+
+/// Starts answering a request: at once, or on its own task.
+fn start(
+    shared: &Arc<Shared>,
+    session: &mut ServerSession,
+    request: IncomingRequest,
+    book: &mut Book,
+    commands: &mpsc::Sender<Command>,
+    origin: &Origin,
+) {
+    let mut runner = match route(shared, &request) {
+        Route::Now(answer) => {
+            let id = request.id.clone();
+            return apply(session, Command::Respond { id, answer }, book);
+        }
+        Route::Run(runner) => runner,
+    };
+    #[cfg(feature = "http")]
+    let principal = origin
+        .http
+        .as_ref()
+        .and_then(|h| h.principal())
+        .map(|p| p.0.clone());
+    #[cfg(not(feature = "http"))]
+    let principal: Option<String> = None;
+    let _ = origin;
+    let modern = request.meta.is_some();
+    let mut mrtr = None;
+    if modern && crate::input::allows_input(&request.method) {
+        match crate::input::prepare(&shared.sealer, &request, principal.as_deref()) {
+            Ok(state) => {
+                runner = crate::input::wrap(
+                    runner,
+                    state.clone(),
+                    shared.sealer.clone(),
+                    &request,
+                    principal,
+                );
+                mrtr = Some(state);
+            }
+            Err(error) => {
+                let id = request.id.clone();
+                return apply(
+                    session,
+                    Command::Respond {
+                        id,
+                        answer: Err(error),
+                    },
+                    book,
+                );
+            }
+        }
+    }
+    let cancelled = CancellationToken::new();
+    let (client_info, client_capabilities) = match &request.meta {
+        Some(meta) => (
+            meta.client_info.clone(),
+            Some(meta.client_capabilities.clone()),
+        ),
+        None => {
+            let peer = session.peer();
+            (
+                peer.as_ref().and_then(|p| p.info.clone()),
+                peer.and_then(|p| p.capabilities),
+            )
+        }
+    };
+    let context = Context {
+        inner: Arc::new(Inner {
+            id: request.id.clone(),
+            method: request.method.clone(),
+            version: request.version,
+            client_info,
+            client_capabilities,
+            progress_token: request.progress_token.clone(),
+            last_progress: Mutex::new(None),
+            cancelled: cancelled.clone(),
+            commands: commands.clone(),
+            mrtr,
+            modern,
+            #[cfg(feature = "http")]
+            http: origin.http.clone(),
+        }),
+    };
+    book.running
+        .insert(request.id.clone(), Running { cancelled });
+    let id = request.id;
+    let commands = commands.clone();
+    let handler = tokio::spawn(runner(context));
+    tokio::spawn(async move {
+        let answer = match handler.await {
+            Ok(answer) => answer,
+            Err(e) if e.is_panic() => {
+                Err(internal("the handler failed unexpectedly (it panicked)"))
+            }
+            Err(_) => Err(internal("the handler's task was stopped")),
+        };
+        let _ = commands.send(Command::Respond { id, answer }).await;
+    });
 }

@@ -35,6 +35,7 @@ mod cursor;
 mod driver;
 #[cfg(feature = "http")]
 mod http;
+mod input;
 mod prompt;
 #[cfg(feature = "validation")]
 mod schema;
@@ -46,6 +47,7 @@ mod write;
 
 pub use context::{Context, ProgressError};
 pub use driver::Frame;
+pub use input::InputError;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use server::{RegisterError, Server, ServerBuilder, Settings};

@@ -51,6 +51,7 @@ pub struct ServerBuilder {
     prompts: BTreeMap<String, Prompt>,
     declare_tools: bool,
     declare_prompts: bool,
+    state_key: Option<modelctx_session::state::StateKey>,
 }
 
 impl ServerBuilder {
@@ -86,6 +87,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The key that seals the `requestState` of modern round trips (default: a random key of
+    /// this process). Servers behind a load balancer share one, so that any of them accepts
+    /// the retry of a round trip another began.
+    pub fn state_key(mut self, key: modelctx_session::state::StateKey) -> Self {
+        self.state_key = Some(key);
+        self
+    }
+
     /// Declares the tools capability even without tools yet (they may be added while the server
     /// runs).
     pub fn declare_tools(mut self) -> Self {
@@ -109,8 +118,10 @@ impl ServerBuilder {
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
         config.instructions = self.instructions;
         let (changes, _) = broadcast::channel(64);
+        let key = self.state_key.unwrap_or_else(random_key);
         Server {
             shared: Arc::new(Shared {
+                sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
                 config,
                 settings: self.settings,
                 registry: RwLock::new(Registry {
@@ -121,6 +132,15 @@ impl ServerBuilder {
             }),
         }
     }
+}
+
+/// A random key for this process's round trips.
+fn random_key() -> modelctx_session::state::StateKey {
+    let mut secret = [0u8; 32];
+    // A guessable key would let clients forge round-trip state: no fallback.
+    getrandom::fill(&mut secret).expect("the operating system's random number generator works");
+    modelctx_session::state::StateKey::new("local", secret.to_vec())
+        .expect("a valid id and a 32-byte secret")
 }
 
 /// What the server offers.
@@ -145,6 +165,8 @@ impl Registry {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
+    /// Seals the `requestState` of modern round trips.
+    pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
     pub(crate) settings: Settings,
     pub(crate) registry: RwLock<Registry>,
     pub(crate) changes: broadcast::Sender<Change>,
@@ -179,6 +201,7 @@ impl Server {
             prompts: BTreeMap::new(),
             declare_tools: false,
             declare_prompts: false,
+            state_key: None,
         }
     }
 

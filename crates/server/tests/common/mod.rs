@@ -183,3 +183,59 @@ pub fn code(answer: &Result<Value, RequestError>) -> i64 {
         other => panic!("expected a JSON-RPC error, got {other:?}"),
     }
 }
+
+impl Client {
+    /// Answers every request of the server's with `answer` (legacy), until `id` is answered.
+    pub async fn answer_asking(
+        &mut self,
+        id: &RequestId,
+        answer: Value,
+    ) -> Result<Value, RequestError> {
+        within("answer", async {
+            loop {
+                if let Some(result) = self.answers.remove(id) {
+                    return result;
+                }
+                let asked: Vec<RequestId> = self
+                    .events
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::Request(r) => Some(r.id.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                self.events.retain(|e| !matches!(e, Event::Request(_)));
+                for ask in asked {
+                    let raw = serde_json::value::to_raw_value(&answer).unwrap();
+                    self.session.respond(&ask, raw).unwrap();
+                }
+                self.step().await;
+            }
+        })
+        .await
+    }
+
+    /// Runs a modern multi round-trip request to its end, answering each input request with
+    /// `answer`; returns the final result and the number of rounds.
+    pub async fn round_trips(
+        &mut self,
+        method: &str,
+        params: Value,
+        answer: Value,
+    ) -> (Value, usize) {
+        let mut params = params;
+        for round in 1..=8 {
+            let result = self.request(method, params.clone()).await.unwrap();
+            if result["resultType"] != "input_required" {
+                return (result, round);
+            }
+            let mut responses = serde_json::Map::new();
+            for key in result["inputRequests"].as_object().unwrap().keys() {
+                responses.insert(key.clone(), answer.clone());
+            }
+            params["inputResponses"] = Value::Object(responses);
+            params["requestState"] = result["requestState"].clone();
+        }
+        panic!("more than 8 rounds");
+    }
+}

@@ -1,0 +1,192 @@
+//! Input from the client (elicitation, sampling, roots) with the same handler code in both
+//! eras.
+//!
+//! Legacy: a JSON-RPC request to the client, on the stream of the request being handled; the
+//! handler awaits its answer. Modern (2026-07-28): servers send no requests, so the request
+//! becomes a multi round-trip one. The first time the handler asks for input it has no answer
+//! for, its run is abandoned and the request is answered `input_required` with the input
+//! requests and an integrity-protected `requestState` holding the answers gathered so far. The
+//! client retries with the answers; the handler runs again from the start, and this time the
+//! same questions (asked in the same order) get their answers at once.
+//!
+//! The rule this puts on handler code: **before its last question, a handler may run more than
+//! once**. Ask first, act after; or make what comes before a question idempotent.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use modelctx_session::IncomingRequest;
+use modelctx_session::state::{Binding, StateSealer};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::server::{Runner, invalid_params};
+
+/// Why input from the client is not available.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The client did not declare the capability this needs.
+    #[error("the client does not support {0}")]
+    NotSupported(&'static str),
+    /// In the modern era only tools, prompts and resource reads can ask the client for input.
+    #[error(
+        "only tool calls, prompts and resource reads can ask the client for input in protocol 2026-07-28"
+    )]
+    NotAllowed,
+    /// The client answered the request with an error.
+    #[error("the client refused: {0}")]
+    Refused(String),
+    /// The request could not be sent or got no answer (timeout, connection ended).
+    #[error("no answer from the client: {0}")]
+    NoAnswer(String),
+}
+
+/// The multi round-trip state of one modern request.
+#[derive(Debug, Default)]
+pub(crate) struct Mrtr {
+    /// Answers known: from the sealed state and the retry's `inputResponses`.
+    answers: JsonObject,
+    /// Questions asked so far in this run, to name each.
+    asked: AtomicUsize,
+    /// Questions without an answer, by key.
+    pending: Mutex<JsonObject>,
+    /// Fired when a question has no answer.
+    needed: Notify,
+}
+
+impl Mrtr {
+    /// The answer to the next question, or `None` after recording it as pending.
+    pub(crate) fn ask(&self, method: &str, params: JsonObject) -> Option<Value> {
+        let n = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let key = format!("{}-{n}", short(method));
+        if let Some(answer) = self.answers.get(&key) {
+            return Some(answer.clone());
+        }
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, json!({"method": method, "params": params}));
+        self.needed.notify_one();
+        None
+    }
+}
+
+fn short(method: &str) -> &'static str {
+    match method {
+        "elicitation/create" => "elicit",
+        "sampling/createMessage" => "sample",
+        "roots/list" => "roots",
+        _ => "input",
+    }
+}
+
+/// The client capability a question needs.
+pub(crate) fn capability_of(method: &str) -> &'static str {
+    match method {
+        "elicitation/create" => "elicitation",
+        "sampling/createMessage" => "sampling",
+        "roots/list" => "roots",
+        _ => "input",
+    }
+}
+
+/// Whether `method` may end `input_required`.
+pub(crate) fn allows_input(method: &str) -> bool {
+    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+}
+
+/// The round-trip state of a modern request that may ask for input: the answers its retry
+/// brings (checked against the sealed state), or a -32602 error.
+pub(crate) fn prepare(
+    sealer: &StateSealer,
+    request: &IncomingRequest,
+    principal: Option<&str>,
+) -> Result<Arc<Mrtr>, ErrorObject> {
+    let params: JsonObject = request
+        .params
+        .as_deref()
+        .and_then(|p| serde_json::from_str(p.get()).ok())
+        .unwrap_or_default();
+    let mut answers = JsonObject::new();
+    if let Some(state) = params.get("requestState") {
+        let Some(state) = state.as_str() else {
+            return Err(invalid_params("requestState must be a string"));
+        };
+        let binding = Binding {
+            principal,
+            method: &request.method,
+            params: request.params.as_deref(),
+        };
+        let opened = sealer
+            .open(SystemTime::now(), &binding, state)
+            .map_err(|e| e.to_error_object())?;
+        if !opened.payload.is_empty() {
+            answers = serde_json::from_slice(&opened.payload)
+                .map_err(|_| invalid_params("requestState carries no answers"))?;
+        }
+        let given: Vec<&str> = params
+            .get("inputResponses")
+            .and_then(Value::as_object)
+            .map(|r| r.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let missing = opened.missing(given);
+        if !missing.is_empty() {
+            return Err(invalid_params(format!(
+                "inputResponses lacks the answers to {}",
+                missing.join(", ")
+            )));
+        }
+    }
+    match params.get("inputResponses") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(responses)) => {
+            for (key, value) in responses {
+                answers.insert(key.clone(), value.clone());
+            }
+        }
+        Some(_) => return Err(invalid_params("inputResponses must be an object")),
+    }
+    Ok(Arc::new(Mrtr {
+        answers,
+        ..Mrtr::default()
+    }))
+}
+
+/// Runs `runner`, or answers `input_required` when it asks a question that has no answer yet.
+pub(crate) fn wrap(
+    runner: Runner,
+    mrtr: Arc<Mrtr>,
+    sealer: Arc<StateSealer>,
+    request: &IncomingRequest,
+    principal: Option<String>,
+) -> Runner {
+    let method = request.method.clone();
+    let params = request.params.clone();
+    Box::new(move |context| {
+        Box::pin(async move {
+            let needed = mrtr.needed.notified();
+            tokio::pin!(needed);
+            needed.as_mut().enable();
+            tokio::select! {
+                answer = runner(context) => answer,
+                () = needed => {
+                    let pending = std::mem::take(&mut *mrtr.pending.lock().unwrap_or_else(|e| e.into_inner()));
+                    let keys: Vec<&str> = pending.keys().map(String::as_str).collect();
+                    let binding = Binding { principal: principal.as_deref(), method: &method, params: params.as_deref() };
+                    let payload = serde_json::to_vec(&mrtr.answers).unwrap_or_default();
+                    let state = sealer
+                        .seal(SystemTime::now(), &binding, &keys, &payload)
+                        .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, format!("cannot seal requestState: {e}")))?;
+                    Ok(json!({
+                        "resultType": "input_required",
+                        "inputRequests": pending,
+                        "requestState": state,
+                    }))
+                }
+            }
+        })
+    })
+}
