@@ -143,6 +143,8 @@ struct Question {
 struct Book {
     running: HashMap<RequestId, Running>,
     questions: HashMap<RequestId, Question>,
+    /// Legacy `resources/subscribe`.
+    subscriptions: crate::resource::Subscriptions,
 }
 
 impl Book {
@@ -274,6 +276,10 @@ pub(crate) async fn run(
             Some(command) = commands.recv() => apply(&mut session, command, &mut book),
             change = changes.recv() => match change {
                 Ok(Change::List(kind)) => { let _ = session.notify_list_changed(kind); }
+                Ok(Change::Updated(uri)) => {
+                    let legacy = book.subscriptions.contains(&uri);
+                    let _ = session.notify_resource_updated(&uri, legacy);
+                }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
                         let _ = session.notify_list_changed(kind);
@@ -413,6 +419,31 @@ fn on_event(
     }
 }
 
+/// Legacy `resources/subscribe` and `resources/unsubscribe`, which belong to the connection.
+fn subscription(request: &IncomingRequest, book: &mut Book) -> Option<Result<Value, ErrorObject>> {
+    let subscribe = match request.method.as_str() {
+        "resources/subscribe" => true,
+        "resources/unsubscribe" => false,
+        _ => return None,
+    };
+    let uri = request
+        .params
+        .as_deref()
+        .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+        .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_owned));
+    let Some(uri) = uri else {
+        return Some(Err(crate::server::invalid_params("a uri is needed")));
+    };
+    if subscribe {
+        if let Err(e) = book.subscriptions.subscribe(&uri) {
+            return Some(Err(e));
+        }
+    } else {
+        book.subscriptions.unsubscribe(&uri);
+    }
+    Some(Ok(serde_json::json!({})))
+}
+
 /// Starts answering a request: at once, or on its own task.
 fn start(
     shared: &Arc<Shared>,
@@ -422,6 +453,10 @@ fn start(
     commands: &mpsc::Sender<Command>,
     origin: &Origin,
 ) {
+    if let Some(answer) = subscription(&request, book) {
+        let id = request.id.clone();
+        return apply(session, Command::Respond { id, answer }, book);
+    }
     let mut runner = match route(shared, &request) {
         Route::Now(answer) => {
             let id = request.id.clone();

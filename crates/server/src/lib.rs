@@ -37,6 +37,7 @@ mod driver;
 mod http;
 mod input;
 mod prompt;
+mod resource;
 #[cfg(feature = "validation")]
 mod schema;
 mod server;
@@ -50,6 +51,10 @@ pub use driver::Frame;
 pub use input::InputError;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
+pub use resource::{
+    CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
+    ResourceError, ResourceTemplate,
+};
 pub use server::{RegisterError, Server, ServerBuilder, Settings};
 pub use tool::{
     ArgsOnly, Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput, WithContext,

@@ -12,13 +12,15 @@ use tokio::sync::broadcast;
 
 use crate::context::Context;
 use crate::prompt::Prompt;
+use crate::resource::{Resource, ResourceTemplate};
 use crate::tool::{BoxFuture, Tool, ToolOutput};
 use crate::write;
 
 /// A change that live connections announce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Change {
     List(ListKind),
+    Updated(Arc<str>),
 }
 
 /// Settings of a [`Server`].
@@ -49,8 +51,11 @@ pub struct ServerBuilder {
     settings: Settings,
     tools: BTreeMap<String, Tool>,
     prompts: BTreeMap<String, Prompt>,
+    resources: BTreeMap<String, Resource>,
+    templates: BTreeMap<String, ResourceTemplate>,
     declare_tools: bool,
     declare_prompts: bool,
+    declare_resources: bool,
     state_key: Option<modelctx_session::state::StateKey>,
 }
 
@@ -78,6 +83,27 @@ impl ServerBuilder {
     pub fn prompt(mut self, prompt: Prompt) -> Self {
         self.declare_prompts = true;
         self.prompts.insert(prompt.name.clone(), prompt);
+        self
+    }
+
+    /// Adds a resource (a later one at the same URI replaces an earlier one).
+    pub fn resource(mut self, resource: Resource) -> Self {
+        self.declare_resources = true;
+        self.resources.insert(resource.uri.clone(), resource);
+        self
+    }
+
+    /// Adds a resource template (a later one with the same template replaces an earlier one).
+    pub fn resource_template(mut self, template: ResourceTemplate) -> Self {
+        self.declare_resources = true;
+        self.templates
+            .insert(template.template.as_str().to_owned(), template);
+        self
+    }
+
+    /// Declares the resources capability even without resources yet.
+    pub fn declare_resources(mut self) -> Self {
+        self.declare_resources = true;
         self
     }
 
@@ -112,7 +138,15 @@ impl ServerBuilder {
         if self.declare_prompts {
             capabilities.insert("prompts".into(), json!({"listChanged": true}));
         }
-        if self.prompts.values().any(|p| !p.completers.is_empty()) {
+        if self.declare_resources {
+            capabilities.insert(
+                "resources".into(),
+                json!({"subscribe": true, "listChanged": true}),
+            );
+        }
+        if self.prompts.values().any(|p| !p.completers.is_empty())
+            || self.templates.values().any(|t| !t.completers.is_empty())
+        {
             capabilities.insert("completions".into(), json!({}));
         }
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
@@ -122,11 +156,15 @@ impl ServerBuilder {
         Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
+                #[cfg(feature = "validation")]
+                schemas: crate::schema::SchemaCache::new(crate::schema::SchemaLimits::default()),
                 config,
                 settings: self.settings,
                 registry: RwLock::new(Registry {
                     tools: self.tools,
                     prompts: self.prompts,
+                    resources: self.resources,
+                    templates: self.templates,
                 }),
                 changes,
             }),
@@ -148,6 +186,8 @@ fn random_key() -> modelctx_session::state::StateKey {
 pub(crate) struct Registry {
     pub(crate) tools: BTreeMap<String, Tool>,
     pub(crate) prompts: BTreeMap<String, Prompt>,
+    pub(crate) resources: BTreeMap<String, Resource>,
+    pub(crate) templates: BTreeMap<String, ResourceTemplate>,
 }
 
 impl Registry {
@@ -157,14 +197,16 @@ impl Registry {
         uri_template: &str,
         variable: &str,
     ) -> Result<Option<crate::prompt::Completer>, ErrorObject> {
-        let _ = (uri_template, variable);
-        Ok(None)
+        crate::resource::template_completer(&self.templates, uri_template, variable)
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
+    /// Compiled tool schemas.
+    #[cfg(feature = "validation")]
+    pub(crate) schemas: crate::schema::SchemaCache,
     /// Seals the `requestState` of modern round trips.
     pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
     pub(crate) settings: Settings,
@@ -199,8 +241,11 @@ impl Server {
             settings: Settings::default(),
             tools: BTreeMap::new(),
             prompts: BTreeMap::new(),
+            resources: BTreeMap::new(),
+            templates: BTreeMap::new(),
             declare_tools: false,
             declare_prompts: false,
+            declare_resources: false,
             state_key: None,
         }
     }
@@ -250,6 +295,41 @@ impl Server {
         removed
     }
 
+    /// Adds (or replaces) a resource while the server runs; connected clients are told.
+    pub fn add_resource(&self, resource: Resource) -> Result<(), RegisterError> {
+        self.declared("resources")?;
+        self.registry_mut()
+            .resources
+            .insert(resource.uri.clone(), resource);
+        let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+        Ok(())
+    }
+
+    /// Adds (or replaces) a resource template while the server runs; connected clients are told.
+    pub fn add_resource_template(&self, template: ResourceTemplate) -> Result<(), RegisterError> {
+        self.declared("resources")?;
+        self.registry_mut()
+            .templates
+            .insert(template.template.as_str().to_owned(), template);
+        let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+        Ok(())
+    }
+
+    /// Removes the resource at `uri`; connected clients are told. Returns whether it existed.
+    pub fn remove_resource(&self, uri: &str) -> bool {
+        let removed = self.registry_mut().resources.remove(uri).is_some();
+        if removed {
+            let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+        }
+        removed
+    }
+
+    /// Tells the clients subscribed to `uri` that it changed: legacy clients that subscribed
+    /// with `resources/subscribe`, modern listen streams whose filter names it.
+    pub fn notify_resource_updated(&self, uri: &str) {
+        let _ = self.shared.changes.send(Change::Updated(Arc::from(uri)));
+    }
+
     fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
         self.shared
             .registry
@@ -277,7 +357,7 @@ pub(crate) enum Route {
 }
 
 /// Decides how to answer `request`.
-pub(crate) fn route(shared: &Shared, request: &IncomingRequest) -> Route {
+pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
     let params: JsonObject = match request.params.as_deref() {
         Some(raw) => match serde_json::from_str(raw.get()) {
             Ok(p) => p,
@@ -303,10 +383,14 @@ pub(crate) fn route(shared: &Shared, request: &IncomingRequest) -> Route {
                 return Route::Now(Err(invalid_params(format!("unknown tool: {}", call.name))));
             };
             let arguments = call.arguments.unwrap_or_else(|| json!({}));
+            let shared = shared.clone();
             Route::Run(Box::new(move |context| {
-                Box::pin(call_tool(tool, arguments, context))
+                Box::pin(call_tool(shared, tool, arguments, context))
             }))
         }
+        "resources/list" => Route::Now(crate::resource::list(shared, &params)),
+        "resources/templates/list" => Route::Now(crate::resource::list_templates(shared, &params)),
+        "resources/read" => crate::resource::read(shared, &params, version),
         "prompts/list" => Route::Now(crate::prompt::list(shared, version, &params)),
         "prompts/get" => crate::prompt::get(shared, params),
         "completion/complete" => crate::prompt::complete(shared, params),
@@ -364,9 +448,13 @@ fn list_tools(
     Ok(result)
 }
 
+/// The most violations shown to the model for one call.
+const MAX_VIOLATIONS: usize = 8;
+
 /// Runs a tool call: arguments checked, the handler run, its result checked and written for
 /// `version`.
 pub(crate) async fn call_tool(
+    shared: Arc<Shared>,
     tool: Tool,
     arguments: Value,
     context: Context,
@@ -378,9 +466,50 @@ pub(crate) async fn call_tool(
             version,
         ));
     }
+    #[cfg(feature = "validation")]
+    {
+        let validator = shared.schemas.validator(&tool.input_schema).map_err(|e| {
+            internal(format!(
+                "the input schema of tool {} is not usable: {e}",
+                tool.name
+            ))
+        })?;
+        let violations = validator.validate(&arguments, MAX_VIOLATIONS);
+        if !violations.is_empty() {
+            // A tool execution error: the model can read it and try again.
+            let text = crate::schema::describe(&violations);
+            return Ok(write::tool_output(&ToolOutput::error(text), version));
+        }
+    }
     let output = match (tool.handler)(context, arguments).await {
         Ok(output) => output,
         Err(text) => ToolOutput::error(text),
     };
+    #[cfg(feature = "validation")]
+    if let (Some(schema), Some(structured), false) =
+        (&tool.output_schema, &output.structured, output.is_error)
+    {
+        let validator = shared.schemas.validator(schema).map_err(|e| {
+            internal(format!(
+                "the output schema of tool {} is not usable: {e}",
+                tool.name
+            ))
+        })?;
+        let violations = validator.validate(structured, MAX_VIOLATIONS);
+        if !violations.is_empty() {
+            let text = crate::schema::describe(&violations);
+            return Err(internal(format!(
+                "the result of tool {} does not match its output schema: {}",
+                tool.name,
+                text.trim_start_matches("invalid arguments")
+                    .trim_start_matches(": ")
+            )));
+        }
+    }
+    let _ = &shared;
     Ok(write::tool_output(&output, version))
+}
+
+pub(crate) fn internal(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }

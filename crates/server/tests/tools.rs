@@ -235,6 +235,9 @@ async fn lists_are_paginated_with_stable_cursors() {
 async fn tools_added_or_removed_at_run_time_announce_the_change() {
     let server = server();
     let mut legacy = Client::connect(&server, eras().remove(4).1).await;
+    // A round trip: the server has seen `notifications/initialized` (sent before it), so the
+    // session is initialized and hears of changes.
+    legacy.request("tools/list", json!({})).await.unwrap();
     assert!(server.add_tool(Tool::new("late", echo)).is_ok());
     legacy
         .until("list_changed", |events| {
@@ -341,5 +344,49 @@ async fn a_cancelled_call_fires_the_handlers_token() {
         })
         .await;
         let _ = name;
+    }
+}
+
+#[tokio::test]
+async fn arguments_and_structured_results_are_checked_against_their_schemas() {
+    async fn any(args: Value) -> Json<Value> {
+        Json(args)
+    }
+    let limited: modelctx_types::JsonObject = serde_json::from_value(json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "maximum": 3}},
+        "required": ["n"],
+    }))
+    .unwrap();
+    let strict_output: modelctx_types::JsonObject = serde_json::from_value(json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+        "additionalProperties": false,
+    }))
+    .unwrap();
+    let server = Server::builder("schemas", "1")
+        .tool(Tool::with_input_schema("limited", limited.clone(), any).output_schema(strict_output))
+        .build();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let ok = client.call("limited", json!({"n": 2})).await;
+        assert!(ok.get("isError").is_none(), "{name}: {ok}");
+        let too_big = client.call("limited", json!({"n": 5})).await;
+        assert_eq!(too_big["isError"], true);
+        assert!(
+            text(&too_big).contains("/n") && text(&too_big).contains("maximum"),
+            "{too_big}"
+        );
+        let missing = client.call("limited", json!({})).await;
+        assert_eq!(missing["isError"], true);
+        // The handler echoes its arguments: an extra member breaks the output schema.
+        let extra = client
+            .request(
+                "tools/call",
+                json!({"name": "limited", "arguments": {"n": 1, "x": 1}}),
+            )
+            .await;
+        assert_eq!(code(&extra), -32603, "{name}");
     }
 }

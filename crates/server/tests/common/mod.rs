@@ -65,6 +65,8 @@ impl Client {
             }
         })
         .await;
+        // `notifications/initialized` goes out before anything else happens.
+        client.flush().await;
         client
     }
 
