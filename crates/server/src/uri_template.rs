@@ -32,17 +32,18 @@
 //!
 //! - A **literal** must appear exactly; a pct-encoded triplet of the template also matches with
 //!   lower-case hex, and a non-ASCII character matches either raw or as its pct-encoded UTF-8.
-//! - Each expression first determines where it must **stop**, from the part that follows it: the
-//!   following literal, or the first character of the following expression's operator (`#`, `.`,
-//!   `/`, `;`, `?`, `&`; none for a following `{x}` or `{+x}`), or nothing at the end of the
-//!   template. Expressions of the other operators stop at the first character of the following
-//!   literal. Operator none, `+` and `#` stop at the first *occurrence of the following literal* when
-//!   it starts with an ASCII character that is not a hex digit (its longest prefix without `%` or
-//!   non-ASCII characters is searched for), and otherwise at its first character; when the
-//!   first-character rule gives a match the occurrence rule gives the same one, and it also matches
-//!   `{+path}/here` against `/foo/bar/here` (path `/foo/bar`).
-//! - **Operator none** takes every character up to the stop that is not `/`, `?` or `#`; so
-//!   `file:///{path}` does not match `file:///a/b` while `file:///{+path}` does. **`+`** takes every
+//! - Each expression first determines where it must **stop**, from the part that follows it:
+//!   before a literal, at the literal's first character; before an expression with operator `#`,
+//!   `.`, `/`, `;`, `?` or `&`, at that character; before `{x}` or `{+x}` and at the end of the
+//!   template, nowhere. Operator none, `+` and `#` refine the literal case: when the literal starts
+//!   with an ASCII character other than a hex digit, they stop at the first *occurrence* of the
+//!   literal's longest prefix of ASCII characters other than `%`, rather than at its first
+//!   character. Where the first-character rule gives a match this gives the same one, and it also
+//!   matches `{+path}/here` against `/foo/bar/here` (`path` = `/foo/bar`), which the
+//!   first-character rule cannot.
+//! - **Operator none** takes every character up to the stop that is not `/`, `?` or `#` (reserved
+//!   characters that expansion would have encoded, such as `:` or `@`, included, so that URIs built
+//!   by hand match); so `file:///{path}` does not match `file:///a/b` while `file:///{+path}` does. **`+`** takes every
 //!   character up to the stop. **`#`** is undefined unless the URI continues with `#`; then it
 //!   consumes it and takes every character up to the stop. For one variable, what was taken is its
 //!   value (a string, even if empty). With several, `{x,y}`, the text is split on `,`: each
