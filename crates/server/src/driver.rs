@@ -457,9 +457,18 @@ fn start(
         let id = request.id.clone();
         return apply(session, Command::Respond { id, answer }, book);
     }
+    let modern = request.meta.is_some();
     let mut runner = match route(shared, &request) {
         Route::Now(answer) => {
             let id = request.id.clone();
+            let list = request.method.ends_with("/list");
+            let answer = answer.map(|mut result| {
+                if let (true, true, Some(hint)) = (modern, list, &shared.settings.list_cache) {
+                    result["ttlMs"] = Value::from(hint.ttl_ms);
+                    result["cacheScope"] = Value::from(hint.scope);
+                }
+                with_server_info(shared, result, modern)
+            });
             return apply(session, Command::Respond { id, answer }, book);
         }
         Route::Run(runner) => runner,
@@ -473,7 +482,24 @@ fn start(
     #[cfg(not(feature = "http"))]
     let principal: Option<String> = None;
     let _ = origin;
-    let modern = request.meta.is_some();
+    let permit = if request.method == "tools/call" {
+        match shared.limiter.admit(principal.as_deref()) {
+            Ok(permit) => Some(permit),
+            Err(error) => {
+                let id = request.id.clone();
+                return apply(
+                    session,
+                    Command::Respond {
+                        id,
+                        answer: Err(error),
+                    },
+                    book,
+                );
+            }
+        }
+    } else {
+        None
+    };
     let mut mrtr = None;
     if modern && crate::input::allows_input(&request.method) {
         match crate::input::prepare(&shared.sealer, &request, principal.as_deref()) {
@@ -536,14 +562,30 @@ fn start(
     let id = request.id;
     let commands = commands.clone();
     let handler = tokio::spawn(runner(context));
+    let shared = shared.clone();
     tokio::spawn(async move {
         let answer = match handler.await {
-            Ok(answer) => answer,
+            Ok(answer) => answer.map(|result| with_server_info(&shared, result, modern)),
             Err(e) if e.is_panic() => {
                 Err(internal("the handler failed unexpectedly (it panicked)"))
             }
             Err(_) => Err(internal("the handler's task was stopped")),
         };
+        drop(permit);
         let _ = commands.send(Command::Respond { id, answer }).await;
     });
+}
+
+/// A modern result carries the server's `Implementation` in `_meta`.
+fn with_server_info(shared: &Shared, mut result: Value, modern: bool) -> Value {
+    if modern && let Value::Object(object) = &mut result {
+        let meta = object
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.entry("io.modelcontextprotocol/serverInfo")
+                .or_insert_with(|| shared.config.server_info.clone());
+        }
+    }
+    result
 }

@@ -36,6 +36,7 @@ mod driver;
 #[cfg(feature = "http")]
 mod http;
 mod input;
+mod limits;
 mod prompt;
 mod resource;
 #[cfg(feature = "validation")]
@@ -49,6 +50,7 @@ mod write;
 pub use context::{Context, ProgressError};
 pub use driver::Frame;
 pub use input::InputError;
+pub use limits::Limits;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{

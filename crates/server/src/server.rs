@@ -29,15 +29,19 @@ pub(crate) enum Change {
 pub struct Settings {
     /// Items per page of `tools/list` and the other lists (default 100).
     pub page_size: usize,
-    /// Requests a connection runs at once; more wait in the session's bounds (default 256).
-    pub max_concurrent_requests: usize,
+    /// Limits on tool calls (default: none).
+    pub limits: crate::limits::Limits,
+    /// How long modern clients may cache list results (`ttlMs`, `cacheScope`; default: not at
+    /// all, `ttlMs: 0`, `"private"`).
+    pub list_cache: Option<crate::resource::CacheHint>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             page_size: 100,
-            max_concurrent_requests: 256,
+            limits: crate::limits::Limits::default(),
+            list_cache: None,
         }
     }
 }
@@ -156,6 +160,7 @@ impl ServerBuilder {
         Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
+                limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
                 #[cfg(feature = "validation")]
                 schemas: crate::schema::SchemaCache::new(crate::schema::SchemaLimits::default()),
                 config,
@@ -207,6 +212,8 @@ pub(crate) struct Shared {
     /// Compiled tool schemas.
     #[cfg(feature = "validation")]
     pub(crate) schemas: crate::schema::SchemaCache,
+    /// Counts tool calls against the limits.
+    pub(crate) limiter: Arc<crate::limits::Limiter>,
     /// Seals the `requestState` of modern round trips.
     pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
     pub(crate) settings: Settings,

@@ -390,3 +390,81 @@ async fn arguments_and_structured_results_are_checked_against_their_schemas() {
         assert_eq!(code(&extra), -32603, "{name}");
     }
 }
+
+#[tokio::test]
+async fn tool_calls_over_a_limit_are_refused_with_a_defined_error() {
+    let released = Arc::new(tokio::sync::Notify::new());
+    let gate = released.clone();
+    let hold = move |_: NoArgs| {
+        let gate = gate.clone();
+        async move {
+            gate.notified().await;
+            "done"
+        }
+    };
+    let mut settings = Settings::default();
+    settings.limits.concurrent = Some(2);
+    let server = Server::builder("limits", "1")
+        .settings(settings)
+        .tool(Tool::new("hold", hold))
+        .build();
+    let mut client = Client::connect(&server, eras().remove(0).1).await;
+    let first = client
+        .start("tools/call", json!({"name": "hold", "arguments": {}}))
+        .await;
+    let second = client
+        .start("tools/call", json!({"name": "hold", "arguments": {}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let third = client
+        .request("tools/call", json!({"name": "hold", "arguments": {}}))
+        .await;
+    assert_eq!(code(&third), -32000);
+    match &third {
+        Err(modelctx_session::RequestError::Remote(e)) => {
+            let data: Value = e.data_as().unwrap().unwrap();
+            assert_eq!(data["reason"], "rate_limited");
+        }
+        other => panic!("{other:?}"),
+    }
+    released.notify_waiters();
+    client.answer(&first).await.unwrap();
+    client.answer(&second).await.unwrap();
+    // Places are given back when calls end.
+    let id = client
+        .start("tools/call", json!({"name": "hold", "arguments": {}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    released.notify_waiters();
+    let result = client.answer(&id).await.unwrap();
+    assert_eq!(text(&result), "done");
+}
+
+#[tokio::test]
+async fn modern_results_carry_the_server_info_and_list_cache_hints() {
+    let mut settings = Settings::default();
+    settings.list_cache = Some(modelctx_server::CacheHint {
+        ttl_ms: 5000,
+        scope: "shared",
+    });
+    let server = Server::builder("hints", "2.0.0")
+        .settings(settings)
+        .tool(Tool::new("echo", echo))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let listed = modern.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(listed["ttlMs"], 5000);
+    assert_eq!(listed["cacheScope"], "shared");
+    assert_eq!(
+        listed["_meta"]["io.modelcontextprotocol/serverInfo"]["version"],
+        "2.0.0"
+    );
+    let called = modern.call("echo", json!({"text": "x"})).await;
+    assert_eq!(
+        called["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "hints"
+    );
+    let mut legacy = Client::connect(&server, eras().remove(4).1).await;
+    let listed = legacy.request("tools/list", json!({})).await.unwrap();
+    assert!(listed.get("ttlMs").is_none() && listed.get("_meta").is_none());
+}
