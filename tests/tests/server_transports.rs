@@ -1,0 +1,116 @@
+//! The server facade's main paths over real transports: a child process on stdio, and
+//! Streamable HTTP in both eras with the modelctx HTTP client.
+
+use std::time::Duration;
+
+use modelctx_http::client::ClientConfig as HttpClientConfig;
+use modelctx_session::{ClientConfig, EraChoice, Event, ProtocolVersion, RequestOptions};
+use modelctx_stdio::ServerCommand;
+use modelctx_tests::http::within;
+use modelctx_tests::http_client::{Driver, legacy_config, text_of};
+use serde_json::{Value, json};
+
+const STDIO_SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
+
+fn caps() -> modelctx_types::JsonObject {
+    json!({"elicitation": {}}).as_object().cloned().unwrap()
+}
+
+#[tokio::test]
+async fn the_facade_serves_a_child_process_on_stdio_in_both_eras() {
+    for era in [EraChoice::Probe, EraChoice::Legacy] {
+        let mut config = ClientConfig::new("stdio-test", "1", caps());
+        config.era = era;
+        let child = ServerCommand::new(STDIO_SERVER).spawn().unwrap();
+        let client = within("connect", modelctx_tests::stdio::Client::connect(config, child))
+            .await
+            .unwrap();
+        let result = within(
+            "echo",
+            client.request("tools/call", Some(json!({"name": "echo", "arguments": {"text": "over stdio"}}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text_of(&result), "over stdio");
+        let listed = within("prompts", client.request("prompts/list", Some(json!({}))))
+            .await
+            .unwrap();
+        assert_eq!(listed["prompts"][0]["name"], "greet");
+        let read = within(
+            "read",
+            client.request("resources/read", Some(json!({"uri": "file:///readme.md"}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(read["contents"][0]["text"], "# facade");
+        let shutdown = within("shutdown", client.shutdown()).await.unwrap();
+        assert!(shutdown.status.success(), "{shutdown:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_facade_serves_streamable_http_in_both_eras() {
+    let server = modelctx_tests::facade::server();
+    let running = server
+        .serve_http(([127, 0, 0, 1], 0).into(), modelctx_http::server::ServerConfig::default())
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", running.local_addr());
+
+    let mut session = Driver::session_config();
+    session.capabilities = caps();
+    for config in [session, legacy_config()] {
+        let mut client = Driver::new(&url, config, HttpClientConfig::default());
+        let peer = within("connect", client.connect()).await.unwrap();
+        let modern = peer.version == ProtocolVersion::V2026_07_28;
+
+        let result = client.call_tool("echo", json!({"text": "over http"})).await.unwrap();
+        assert_eq!(text_of(&result), "over http");
+
+        // Progress and log messages on the call's stream; structured output.
+        if !modern {
+            client.request("logging/setLevel", json!({"level": "info"})).await.unwrap();
+        }
+        let mut params = json!({"name": "steps", "arguments": {"count": 3}});
+        if modern {
+            params["_meta"] = json!({"io.modelcontextprotocol/logLevel": "info"});
+        }
+        let id = client.start_with("tools/call", params, RequestOptions::default().with_progress());
+        let result = within("steps", client.answer(&id)).await.unwrap();
+        assert_eq!(result["structuredContent"], json!({"steps": 3}));
+        let progress = client.events.iter().filter(|e| matches!(e, Event::Progress { .. })).count();
+        assert_eq!(progress, 3);
+        let logs = client
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Notification(n) if n.method == "notifications/message"))
+            .count();
+        assert_eq!(logs, 3, "modern: {modern}");
+
+        // Input from the client: a request on the call's stream (legacy), a round trip (modern).
+        client.answer_server = json!({"action": "accept", "content": {"answer": "42"}});
+        if modern {
+            let mut params = json!({"name": "ask", "arguments": {}});
+            let first = client.request("tools/call", params.clone()).await.unwrap();
+            assert_eq!(first["resultType"], "input_required");
+            let key = first["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+            params["inputResponses"] = json!({ key: client.answer_server });
+            params["requestState"] = first["requestState"].clone();
+            let result = client.request("tools/call", params).await.unwrap();
+            assert_eq!(text_of(&result), "answered 42");
+        } else {
+            let result = client.call_tool("ask", json!({})).await.unwrap();
+            assert_eq!(text_of(&result), "answered 42");
+        }
+        assert_eq!(client.transport.table_sizes().requests, 0);
+        client.transport.close().await;
+    }
+    within("sessions end", async {
+        while running.service().table_sizes().await.sessions != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    running.shutdown(Duration::from_secs(1)).await;
+    let _: Option<Value> = None;
+}
