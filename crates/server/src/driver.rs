@@ -129,6 +129,7 @@ pub(crate) struct Origin {
 /// A request being handled.
 struct Running {
     cancelled: CancellationToken,
+    modern: bool,
 }
 
 /// A question of ours to the client (legacy), for a request being handled.
@@ -374,6 +375,12 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             logger,
             data,
         } => {
+            // Nothing is logged to a legacy client that set no level (modern requests without a
+            // level in `_meta` are filtered by the session).
+            let legacy = book.running.get(&id).is_some_and(|r| !r.modern);
+            if legacy && session.log_level().is_none() {
+                return;
+            }
             let _ = session.log_for(&id, level, logger.as_deref(), data);
         }
     }
@@ -558,7 +565,7 @@ fn start(
         }),
     };
     book.running
-        .insert(request.id.clone(), Running { cancelled });
+        .insert(request.id.clone(), Running { cancelled, modern });
     let id = request.id;
     let commands = commands.clone();
     let handler = tokio::spawn(runner(context));

@@ -468,3 +468,55 @@ async fn modern_results_carry_the_server_info_and_list_cache_hints() {
     let listed = legacy.request("tools/list", json!({})).await.unwrap();
     assert!(listed.get("ttlMs").is_none() && listed.get("_meta").is_none());
 }
+
+#[tokio::test]
+async fn log_messages_go_out_only_at_the_level_the_client_asked_for() {
+    async fn chatty(context: Context, _: NoArgs) -> &'static str {
+        context
+            .log(modelctx_server::LogLevel::Debug, None, json!("debug"))
+            .await;
+        context
+            .log(modelctx_server::LogLevel::Warning, None, json!("warning"))
+            .await;
+        "said"
+    }
+    let server = Server::builder("logs", "1")
+        .tool(Tool::new("chatty", chatty))
+        .build();
+    let logs = |client: &Client| {
+        client
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Notification(n) if n.method == "notifications/message" => {
+                    let p: Value = serde_json::from_str(n.params.as_ref().unwrap().get()).unwrap();
+                    Some(p["data"].as_str().unwrap().to_owned())
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // Legacy: nothing before logging/setLevel, then what reaches the level.
+    let mut legacy = Client::connect(&server, eras().remove(4).1).await;
+    legacy.call("chatty", json!({})).await;
+    assert!(logs(&legacy).is_empty());
+    legacy
+        .request("logging/setLevel", json!({"level": "info"}))
+        .await
+        .unwrap();
+    legacy.call("chatty", json!({})).await;
+    assert_eq!(logs(&legacy), ["warning"]);
+    // Modern: only with a level in the request's _meta.
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    modern.call("chatty", json!({})).await;
+    assert!(logs(&modern).is_empty());
+    modern
+        .request(
+            "tools/call",
+            json!({"name": "chatty", "arguments": {},
+            "_meta": {"io.modelcontextprotocol/logLevel": "debug"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(logs(&modern), ["debug", "warning"]);
+}
