@@ -199,6 +199,19 @@ pub(crate) fn run() -> Result<(), Error> {
             ]),
             FEATURE_ENV,
         ),
+        // The smallest server: no schemars, no validation, no HTTP.
+        (
+            "features: minimal stdio server",
+            Cargo(&[
+                "check",
+                "-p",
+                "modelctx-server",
+                "--no-default-features",
+                "--features",
+                "stdio",
+            ]),
+            FEATURE_ENV,
+        ),
         // The fuzz targets (`fuzz/`, run with `cargo fuzz`) keep compiling against the session;
         // `--locked`: with the versions of the committed `fuzz/Cargo.lock`.
         (

@@ -207,8 +207,14 @@ impl Context {
     /// `CreateMessageRequestParams` (messages, `maxTokens`, and optionally tools). The answer
     /// is the `CreateMessageResult`.
     pub async fn sample(&self, params: JsonObject) -> Result<Value, InputError> {
-        self.ask("sampling/createMessage", params, &["sampling"])
-            .await
+        // Tools in sampling need the client's `sampling.tools` (2025-11-25 and later).
+        let tools = params.contains_key("tools") || params.contains_key("toolChoice");
+        let capability: &[&'static str] = if tools {
+            &["sampling", "tools"]
+        } else {
+            &["sampling"]
+        };
+        self.ask("sampling/createMessage", params, capability).await
     }
 
     /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
@@ -231,7 +237,12 @@ impl Context {
             at.is_some()
         });
         if !declared {
-            return Err(InputError::NotSupported(capability[0]));
+            let what = match capability {
+                ["sampling", "tools"] => "tools in sampling",
+                ["elicitation", "url"] => "URL elicitation",
+                _ => capability[0],
+            };
+            return Err(InputError::NotSupported(what));
         }
         if self.inner.modern {
             let Some(mrtr) = &self.inner.mrtr else {

@@ -29,6 +29,7 @@ pub(crate) enum Input {
     /// A message or batch, and the HTTP request it came in (legacy HTTP sessions).
     Incoming(Incoming, Option<Origin>),
     /// Bytes that are not JSON-RPC.
+    #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     Unreadable(Vec<u8>),
 }
 

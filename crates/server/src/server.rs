@@ -322,6 +322,16 @@ impl Server {
         Ok(())
     }
 
+    /// Removes the resource template `uri_template`; connected clients are told. Returns
+    /// whether it existed.
+    pub fn remove_resource_template(&self, uri_template: &str) -> bool {
+        let removed = self.registry_mut().templates.remove(uri_template).is_some();
+        if removed {
+            let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+        }
+        removed
+    }
+
     /// Removes the resource at `uri`; connected clients are told. Returns whether it existed.
     pub fn remove_resource(&self, uri: &str) -> bool {
         let removed = self.registry_mut().resources.remove(uri).is_some();
@@ -456,6 +466,7 @@ fn list_tools(
 }
 
 /// The most violations shown to the model for one call.
+#[cfg(feature = "validation")]
 const MAX_VIOLATIONS: usize = 8;
 
 /// Runs a tool call: arguments checked, the handler run, its result checked and written for
@@ -517,6 +528,7 @@ pub(crate) async fn call_tool(
     Ok(write::tool_output(&output, version))
 }
 
-pub(crate) fn internal(message: impl Into<String>) -> ErrorObject {
+#[cfg(feature = "validation")]
+fn internal(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }

@@ -156,3 +156,43 @@ async fn a_prompt_asks_for_input_in_the_modern_era_too() {
     assert_eq!(rounds, 2, "prompts may ask: {result}");
     assert_eq!(result["messages"][0]["content"]["text"], "sampled x");
 }
+
+#[tokio::test]
+async fn sampling_with_tools_and_url_elicitation_need_their_capabilities() {
+    async fn sample_tools(context: Context, _: NoArgs) -> String {
+        let params = json!({"messages": [], "maxTokens": 10, "tools": []});
+        match context.sample(params.as_object().cloned().unwrap()).await {
+            Ok(_) => "sampled".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+    async fn visit(context: Context, _: NoArgs) -> String {
+        match context
+            .elicit_url("Sign in", "https://example.com/login", "e1")
+            .await
+        {
+            Ok(_) => "visited".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+    let server = Server::builder("caps", "1")
+        .tool(Tool::new("sample_tools", sample_tools))
+        .tool(Tool::new("visit", visit))
+        .build();
+    // The test clients declare `sampling: {}` and `elicitation: {}` (form mode only).
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let result = client.call("sample_tools", json!({})).await;
+        assert_eq!(
+            text(&result),
+            "the client does not support tools in sampling",
+            "{name}"
+        );
+        let result = client.call("visit", json!({})).await;
+        assert_eq!(
+            text(&result),
+            "the client does not support URL elicitation",
+            "{name}"
+        );
+    }
+}
