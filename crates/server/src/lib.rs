@@ -24,11 +24,53 @@
 //! }
 //! ```
 //!
+//! # Handlers
+//!
+//! * **Tools**: `async fn(Args) -> R` or `async fn(Context, Args) -> R`. `Args` is any
+//!   `Deserialize` type (its JSON Schema, derived with `schemars`, is the tool's input schema;
+//!   [`Tool::with_input_schema`] takes one by hand); arguments are validated against the schema
+//!   first, and a mismatch is a failed call (`isError`) the model can read. `R` is text,
+//!   [`Content`], a [`ToolOutput`], [`Json<T>`] (structured output, with the output schema
+//!   derived from `T` and each result validated against it), or a `Result` of these whose
+//!   error is shown to the model. Unknown tools are `-32602`.
+//! * **Resources** ([`Resource`], [`ResourceTemplate`] with RFC 6570 templates matched in
+//!   linear time), **prompts** ([`Prompt`], arguments from the type) and **completions**
+//!   (`complete` on a prompt or template).
+//! * Everything can be added and removed while the server runs; connected clients are told
+//!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
+//! * A panicking handler answers its request with `-32603`; the connection lives on. Requests
+//!   run concurrently, each on its own task; [`Limits`] bound tool calls.
+//!
+//! # Input from the client, and the rule it puts on handlers
+//!
+//! [`Context::elicit`], [`Context::sample`] and [`Context::list_roots`] work in both eras with
+//! the same code. A legacy client gets a request on the stream of the call. A modern client
+//! (2026-07-28) cannot be sent requests: the call is answered `input_required` with the
+//! question and a signed `requestState`, and when the client retries with the answer, **the
+//! handler runs again from the start**, getting the answers to its questions, asked in the same
+//! order, at once. So before its last question a handler may run more than once: ask first and
+//! act after, or make what comes before a question idempotent.
+//!
+//! # Transports
+//!
+//! [`Server::serve_stdio`], [`Server::http_service`] and [`Server::serve_http`] (both eras on
+//! one endpoint, feature `http`), [`Server::in_memory`] for tests, and
+//! [`Server::serve_channels`] for any transport that yields and accepts messages.
+//!
+//! # Optional features
+//!
+//! * `stdio` (default): [`Server::serve_stdio`].
+//! * `http` (default): the Streamable HTTP endpoint of `modelctx-http`.
+//! * `schemars` (default): schemas derived from Rust types ([`Tool::new`], [`Prompt::new`]).
+//! * `validation` (default): arguments and structured results validated against their schemas,
+//!   compiled once into a bounded cache; no `$ref` is ever fetched; size and depth limited.
+//!
 //! # What it does not do
 //!
 //! It holds no protocol rules (those are `modelctx-session`'s) and no wire rules (those are the
 //! transports'): it routes requests to handlers, runs each on its own task, and writes what
-//! they return for the client's protocol version.
+//! they return for the client's protocol version. It does not authenticate (an HTTP layer in
+//! front does) and does not implement the tasks extension yet.
 
 mod context;
 mod cursor;
