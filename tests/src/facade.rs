@@ -34,9 +34,15 @@ pub struct Done {
 
 async fn steps(context: Context, args: Steps) -> Json<Done> {
     for i in 1..=args.count {
-        let _ = context.progress(f64::from(i), Some(f64::from(args.count)), None).await;
+        let _ = context
+            .progress(f64::from(i), Some(f64::from(args.count)), None)
+            .await;
         context
-            .log(modelctx_server::LogLevel::Info, Some("steps"), json!({"step": i}))
+            .log(
+                modelctx_server::LogLevel::Info,
+                Some("steps"),
+                json!({"step": i}),
+            )
             .await;
     }
     Json(Done { steps: args.count })
@@ -45,7 +51,10 @@ async fn steps(context: Context, args: Steps) -> Json<Done> {
 async fn ask(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
     let answer = context.elicit("Well?", schema).await?;
-    Ok(format!("answered {}", answer["content"]["answer"].as_str().unwrap_or("nothing")))
+    Ok(format!(
+        "answered {}",
+        answer["content"]["answer"].as_str().unwrap_or("nothing")
+    ))
 }
 
 /// `greet` arguments.
@@ -63,6 +72,15 @@ async fn readme(_: Context, request: ReadRequest) -> ResourceContents {
     ResourceContents::text(request.uri, "# facade")
 }
 
+/// Calls of `wait` that saw their cancellation.
+pub static CANCELLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+async fn wait(context: Context, _: NoArgs) -> &'static str {
+    context.cancelled().cancelled().await;
+    CANCELLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    "cancelled"
+}
+
 /// The server.
 pub fn server() -> Server {
     Server::builder("facade", "1.0.0")
@@ -70,6 +88,7 @@ pub fn server() -> Server {
         .tool(Tool::new("echo", echo).description("Says the text back"))
         .tool(Tool::new("steps", steps))
         .tool(Tool::new("ask", ask))
+        .tool(Tool::new("wait", wait))
         .prompt(Prompt::new("greet", greet))
         .resource(Resource::new("file:///readme.md", "readme", readme))
         .build()

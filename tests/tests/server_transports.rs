@@ -22,12 +22,18 @@ async fn the_facade_serves_a_child_process_on_stdio_in_both_eras() {
         let mut config = ClientConfig::new("stdio-test", "1", caps());
         config.era = era;
         let child = ServerCommand::new(STDIO_SERVER).spawn().unwrap();
-        let client = within("connect", modelctx_tests::stdio::Client::connect(config, child))
-            .await
-            .unwrap();
+        let client = within(
+            "connect",
+            modelctx_tests::stdio::Client::connect(config, child),
+        )
+        .await
+        .unwrap();
         let result = within(
             "echo",
-            client.request("tools/call", Some(json!({"name": "echo", "arguments": {"text": "over stdio"}}))),
+            client.request(
+                "tools/call",
+                Some(json!({"name": "echo", "arguments": {"text": "over stdio"}})),
+            ),
         )
         .await
         .unwrap();
@@ -52,7 +58,10 @@ async fn the_facade_serves_a_child_process_on_stdio_in_both_eras() {
 async fn the_facade_serves_streamable_http_in_both_eras() {
     let server = modelctx_tests::facade::server();
     let running = server
-        .serve_http(([127, 0, 0, 1], 0).into(), modelctx_http::server::ServerConfig::default())
+        .serve_http(
+            ([127, 0, 0, 1], 0).into(),
+            modelctx_http::server::ServerConfig::default(),
+        )
         .await
         .unwrap();
     let url = format!("http://{}/mcp", running.local_addr());
@@ -64,21 +73,35 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
         let peer = within("connect", client.connect()).await.unwrap();
         let modern = peer.version == ProtocolVersion::V2026_07_28;
 
-        let result = client.call_tool("echo", json!({"text": "over http"})).await.unwrap();
+        let result = client
+            .call_tool("echo", json!({"text": "over http"}))
+            .await
+            .unwrap();
         assert_eq!(text_of(&result), "over http");
 
         // Progress and log messages on the call's stream; structured output.
         if !modern {
-            client.request("logging/setLevel", json!({"level": "info"})).await.unwrap();
+            client
+                .request("logging/setLevel", json!({"level": "info"}))
+                .await
+                .unwrap();
         }
         let mut params = json!({"name": "steps", "arguments": {"count": 3}});
         if modern {
             params["_meta"] = json!({"io.modelcontextprotocol/logLevel": "info"});
         }
-        let id = client.start_with("tools/call", params, RequestOptions::default().with_progress());
+        let id = client.start_with(
+            "tools/call",
+            params,
+            RequestOptions::default().with_progress(),
+        );
         let result = within("steps", client.answer(&id)).await.unwrap();
         assert_eq!(result["structuredContent"], json!({"steps": 3}));
-        let progress = client.events.iter().filter(|e| matches!(e, Event::Progress { .. })).count();
+        let progress = client
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Progress { .. }))
+            .count();
         assert_eq!(progress, 3);
         let logs = client
             .events
@@ -93,7 +116,13 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
             let mut params = json!({"name": "ask", "arguments": {}});
             let first = client.request("tools/call", params.clone()).await.unwrap();
             assert_eq!(first["resultType"], "input_required");
-            let key = first["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+            let key = first["inputRequests"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .next()
+                .unwrap()
+                .clone();
             params["inputResponses"] = json!({ key: client.answer_server });
             params["requestState"] = first["requestState"].clone();
             let result = client.request("tools/call", params).await.unwrap();
@@ -102,6 +131,25 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
             let result = client.call_tool("ask", json!({})).await.unwrap();
             assert_eq!(text_of(&result), "answered 42");
         }
+        // Cancelling: the handler's token fires (modern: the stream closes; legacy:
+        // notifications/cancelled).
+        let before = modelctx_tests::facade::CANCELLED.load(std::sync::atomic::Ordering::SeqCst);
+        let id = client.start("tools/call", json!({"name": "wait", "arguments": {}}));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client
+            .session
+            .cancel(std::time::Instant::now(), &id, None)
+            .unwrap();
+        client.step_until_idle().await;
+        within("the handler sees the cancellation", async {
+            while modelctx_tests::facade::CANCELLED.load(std::sync::atomic::Ordering::SeqCst)
+                == before
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+
         assert_eq!(client.transport.table_sizes().requests, 0);
         client.transport.close().await;
     }
