@@ -176,6 +176,7 @@ pub(crate) async fn run(
     cancelled: Option<(RequestId, CancellationToken)>,
     ended: CancellationToken,
 ) {
+    let _connection = crate::server::Counted::new(&shared.load.connections);
     let mut session = ServerSession::new(shared.config.clone());
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let mut changes = shared.changes.subscribe();
@@ -569,8 +570,12 @@ fn start(
         .insert(request.id.clone(), Running { cancelled, modern });
     let id = request.id;
     let commands = commands.clone();
-    let handler = tokio::spawn(runner(context));
     let shared = shared.clone();
+    let counted = shared.clone();
+    let handler = tokio::spawn(async move {
+        let _running = crate::server::Counted::new(&counted.load.handlers);
+        runner(context).await
+    });
     tokio::spawn(async move {
         let answer = match handler.await {
             Ok(answer) => answer.map(|result| with_server_info(&shared, result, modern)),

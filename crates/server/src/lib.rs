@@ -99,7 +99,7 @@ pub use resource::{
     CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceTemplate,
 };
-pub use server::{RegisterError, Server, ServerBuilder, Settings};
+pub use server::{Load, RegisterError, Server, ServerBuilder, Settings};
 pub use tool::{
     ArgsOnly, Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput, WithContext,
 };

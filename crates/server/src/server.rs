@@ -161,6 +161,7 @@ impl ServerBuilder {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
+                load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas: crate::schema::SchemaCache::new(crate::schema::SchemaLimits::default()),
                 config,
@@ -212,6 +213,8 @@ pub(crate) struct Shared {
     /// Compiled tool schemas.
     #[cfg(feature = "validation")]
     pub(crate) schemas: crate::schema::SchemaCache,
+    /// Connections and handlers under way.
+    pub(crate) load: LoadCounters,
     /// Counts tool calls against the limits.
     pub(crate) limiter: Arc<crate::limits::Limiter>,
     /// Seals the `requestState` of modern round trips.
@@ -221,6 +224,39 @@ pub(crate) struct Shared {
     pub(crate) changes: broadcast::Sender<Change>,
 }
 
+/// Counters of what is under way.
+#[derive(Debug, Default)]
+pub(crate) struct LoadCounters {
+    pub(crate) connections: std::sync::atomic::AtomicUsize,
+    pub(crate) handlers: std::sync::atomic::AtomicUsize,
+}
+
+/// One unit of load, counted while it lives.
+pub(crate) struct Counted<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Counted<'a> {
+    pub(crate) fn new(counter: &'a std::sync::atomic::AtomicUsize) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Counted(counter)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// What a server has under way: every count returns to zero when the work ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Load {
+    /// Connections served (stdio, legacy HTTP sessions, modern HTTP requests, in-memory).
+    pub connections: usize,
+    /// Handlers running.
+    pub handlers: usize,
+}
+
 /// Why a change to what the server offers was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -228,6 +264,10 @@ pub enum RegisterError {
     /// The server did not declare the capability (declare it when building).
     #[error("the server did not declare the {0} capability")]
     NotDeclared(&'static str),
+    /// A tool's input or output schema cannot be used (an unsupported dialect, an external
+    /// `$ref`, too large or too deep).
+    #[error("unusable schema: {0}")]
+    Schema(String),
 }
 
 /// An MCP server: what it offers, served on any number of connections at once.
@@ -257,6 +297,15 @@ impl Server {
         }
     }
 
+    /// What the server has under way.
+    pub fn load(&self) -> Load {
+        use std::sync::atomic::Ordering::SeqCst;
+        Load {
+            connections: self.shared.load.connections.load(SeqCst),
+            handlers: self.shared.load.handlers.load(SeqCst),
+        }
+    }
+
     fn declared(&self, capability: &'static str) -> Result<(), RegisterError> {
         if self.shared.config.capabilities.contains_key(capability) {
             Ok(())
@@ -269,6 +318,13 @@ impl Server {
     /// changed.
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegisterError> {
         self.declared("tools")?;
+        #[cfg(feature = "validation")]
+        for schema in std::iter::once(&tool.input_schema).chain(tool.output_schema.as_ref()) {
+            self.shared
+                .schemas
+                .validator(schema)
+                .map_err(|e| RegisterError::Schema(e.to_string()))?;
+        }
         self.registry_mut().tools.insert(tool.name.clone(), tool);
         let _ = self.shared.changes.send(Change::List(ListKind::Tools));
         Ok(())

@@ -355,6 +355,22 @@ impl Tool {
         self
     }
 
+    /// Writes `"$schema"` (JSON Schema 2020-12) into the input and output schemas. Derived
+    /// schemas leave it out by default: some clients reject a schema that names its dialect,
+    /// and 2020-12 is what MCP assumes without one.
+    pub fn schema_dialect(mut self) -> Self {
+        const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
+        self.input_schema
+            .entry("$schema")
+            .or_insert_with(|| Value::from(DIALECT));
+        if let Some(output) = &mut self.output_schema {
+            output
+                .entry("$schema")
+                .or_insert_with(|| Value::from(DIALECT));
+        }
+        self
+    }
+
     /// The name.
     pub fn name(&self) -> &str {
         &self.name

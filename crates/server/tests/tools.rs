@@ -520,3 +520,37 @@ async fn log_messages_go_out_only_at_the_level_the_client_asked_for() {
         .unwrap();
     assert_eq!(logs(&modern), ["debug", "warning"]);
 }
+
+#[tokio::test]
+async fn schemas_name_their_dialect_only_when_asked_and_unusable_ones_are_refused() {
+    let server = Server::builder("dialects", "1")
+        .tool(Tool::new("plain", echo))
+        .tool(Tool::new("named", echo).schema_dialect())
+        .build();
+    let mut client = Client::connect(&server, eras().remove(0).1).await;
+    let listed = client.request("tools/list", json!({})).await.unwrap();
+    assert!(listed["tools"][1]["inputSchema"].get("$schema").is_none());
+    assert_eq!(
+        listed["tools"][0]["inputSchema"]["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    async fn any(args: Value) -> String {
+        args.to_string()
+    }
+    let future: modelctx_types::JsonObject = serde_json::from_value(json!({
+        "$schema": "https://json-schema.org/draft/2099-01/schema", "type": "object"}))
+    .unwrap();
+    let refused = server.add_tool(Tool::with_input_schema("future", future, any));
+    assert!(
+        matches!(&refused, Err(modelctx_server::RegisterError::Schema(why)) if why.contains("dialect")),
+        "{refused:?}"
+    );
+    let remote: modelctx_types::JsonObject = serde_json::from_value(json!({
+        "type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}))
+    .unwrap();
+    assert!(
+        server
+            .add_tool(Tool::with_input_schema("remote", remote, any))
+            .is_err()
+    );
+}
