@@ -1,6 +1,19 @@
-//! The facade's test server on stdin and stdout.
+//! The facade's test server: on stdin and stdout, or with `--http`, on 127.0.0.1 (a free port,
+//! printed as `LISTENING <port>`) until stdin closes.
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
-    modelctx_tests::facade::server().serve_stdio().await
+    let server = modelctx_tests::facade::server();
+    if std::env::args().any(|a| a == "--http") {
+        let config = modelctx_http::server::ServerConfig::default();
+        let running = server
+            .serve_http(([127, 0, 0, 1], 0).into(), config)
+            .await?;
+        println!("LISTENING {}", running.local_addr().port());
+        let mut sink = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut sink).await;
+        running.shutdown(std::time::Duration::from_secs(1)).await;
+        return Ok(());
+    }
+    server.serve_stdio().await
 }
