@@ -1,0 +1,64 @@
+//! The server facade against the TypeScript SDK's clients (`tests/ts/facade-clients.mjs`):
+//! `@modelcontextprotocol/sdk` 1.x over Streamable HTTP and stdio, `@modelcontextprotocol/client`
+//! 2.x over Streamable HTTP in the legacy era, automatic, and pinned to 2026-07-28.
+//!
+//! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
+//! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, the test says it is skipped.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
+
+#[tokio::test]
+async fn the_typescript_clients_use_every_feature_in_both_eras() {
+    let ts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ts");
+    let node = std::env::var("MODELCTX_NODE").unwrap_or_else(|_| "node".into());
+    let required = std::env::var_os("MODELCTX_REQUIRE_NODE").is_some();
+    if !ts.join("node_modules").is_dir() {
+        assert!(
+            !required,
+            "MODELCTX_REQUIRE_NODE is set, but tests/ts/node_modules is missing"
+        );
+        eprintln!("skipped: tests/ts/node_modules is missing (run `cargo xtask ci`)");
+        return;
+    }
+    let run = tokio::process::Command::new(&node)
+        .arg(ts.join("facade-clients.mjs"))
+        .arg(SERVER)
+        .current_dir(&ts)
+        .kill_on_drop(true)
+        .output();
+    let output = match tokio::time::timeout(Duration::from_secs(60), run).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => {
+            assert!(
+                !required,
+                "MODELCTX_REQUIRE_NODE is set, but {node} cannot run: {e}"
+            );
+            eprintln!("skipped: {node} cannot run: {e}");
+            return;
+        }
+        Err(_) => panic!("the TypeScript clients did not finish within 60 s"),
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        5,
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in &lines {
+        assert_eq!(
+            line["ok"],
+            true,
+            "{}",
+            line["detail"].as_str().unwrap_or_default()
+        );
+    }
+    assert!(output.status.success());
+}
