@@ -495,15 +495,7 @@ fn start(
         match shared.limiter.admit(principal.as_deref()) {
             Ok(permit) => Some(permit),
             Err(error) => {
-                let id = request.id.clone();
-                return apply(
-                    session,
-                    Command::Respond {
-                        id,
-                        answer: Err(error),
-                    },
-                    book,
-                );
+                return refuse(session, book, &request, error);
             }
         }
     } else {
@@ -523,15 +515,7 @@ fn start(
                 mrtr = Some(state);
             }
             Err(error) => {
-                let id = request.id.clone();
-                return apply(
-                    session,
-                    Command::Respond {
-                        id,
-                        answer: Err(error),
-                    },
-                    book,
-                );
+                return refuse(session, book, &request, error);
             }
         }
     }
@@ -587,6 +571,24 @@ fn start(
         drop(permit);
         let _ = commands.send(Command::Respond { id, answer }).await;
     });
+}
+
+/// Answers `request` with `error` at once.
+fn refuse(
+    session: &mut ServerSession,
+    book: &mut Book,
+    request: &IncomingRequest,
+    error: ErrorObject,
+) {
+    let id = request.id.clone();
+    apply(
+        session,
+        Command::Respond {
+            id,
+            answer: Err(error),
+        },
+        book,
+    );
 }
 
 /// A modern result carries the server's `Implementation` in `_meta`.

@@ -140,6 +140,19 @@ type ErasedPrompt =
 /// given), the candidate values.
 pub(crate) type Completer = Arc<dyn Fn(String, JsonObject) -> BoxFuture<Vec<String>> + Send + Sync>;
 
+/// A completion provider from an async function.
+pub(crate) fn completer<F, Fut>(complete: F) -> Completer
+where
+    F: Fn(String, JsonObject) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Vec<String>> + Send + 'static,
+{
+    let complete = Arc::new(complete);
+    Arc::new(move |partial, others| {
+        let complete = complete.clone();
+        Box::pin(async move { complete(partial, others).await })
+    })
+}
+
 /// A prompt: its name, arguments and handler.
 #[derive(Clone)]
 pub struct Prompt {
@@ -241,14 +254,7 @@ impl Prompt {
         F: Fn(String, JsonObject) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<String>> + Send + 'static,
     {
-        let complete = Arc::new(complete);
-        self.completers.insert(
-            argument.into(),
-            Arc::new(move |partial, others| {
-                let complete = complete.clone();
-                Box::pin(async move { complete(partial, others).await })
-            }),
-        );
+        self.completers.insert(argument.into(), completer(complete));
         self
     }
 

@@ -277,14 +277,8 @@ impl ResourceTemplate {
         F: Fn(String, JsonObject) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<String>> + Send + 'static,
     {
-        let complete = Arc::new(complete);
-        self.completers.insert(
-            variable.into(),
-            Arc::new(move |partial, others| {
-                let complete = complete.clone();
-                Box::pin(async move { complete(partial, others).await })
-            }),
-        );
+        self.completers
+            .insert(variable.into(), crate::prompt::completer(complete));
         self
     }
 
