@@ -183,8 +183,7 @@ impl Context {
         if self.inner.version >= ProtocolVersion::V2025_11_25 {
             params.insert("mode".into(), Value::from("form"));
         }
-        self.ask("elicitation/create", params, &["elicitation"])
-            .await
+        self.ask("elicitation/create", params).await
     }
 
     /// Asks the user to visit `url` (elicitation, URL mode; 2025-11-25 and later).
@@ -199,50 +198,30 @@ impl Context {
         params.insert("message".into(), Value::from(message));
         params.insert("url".into(), Value::from(url));
         params.insert("elicitationId".into(), Value::from(elicitation_id));
-        self.ask("elicitation/create", params, &["elicitation", "url"])
-            .await
+        self.ask("elicitation/create", params).await
     }
 
     /// Asks the client's model for a completion (`sampling/createMessage`): `params` is a
     /// `CreateMessageRequestParams` (messages, `maxTokens`, and optionally tools). The answer
     /// is the `CreateMessageResult`.
     pub async fn sample(&self, params: JsonObject) -> Result<Value, InputError> {
-        // Tools in sampling need the client's `sampling.tools` (2025-11-25 and later).
-        let tools = params.contains_key("tools") || params.contains_key("toolChoice");
-        let capability: &[&'static str] = if tools {
-            &["sampling", "tools"]
-        } else {
-            &["sampling"]
-        };
-        self.ask("sampling/createMessage", params, capability).await
+        self.ask("sampling/createMessage", params).await
     }
 
     /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
     pub async fn list_roots(&self) -> Result<Value, InputError> {
-        self.ask("roots/list", JsonObject::new(), &["roots"]).await
+        self.ask("roots/list", JsonObject::new()).await
     }
 
-    async fn ask(
-        &self,
-        method: &str,
-        params: JsonObject,
-        capability: &[&'static str],
-    ) -> Result<Value, InputError> {
-        let declared = self.inner.client_capabilities.as_ref().is_some_and(|caps| {
-            let mut at = caps.get(capability[0]);
-            for key in &capability[1..] {
-                at = at.and_then(|v| v.get(key));
+    async fn ask(&self, method: &str, params: JsonObject) -> Result<Value, InputError> {
+        let allowed = match &self.inner.client_capabilities {
+            Some(caps) => {
+                modelctx_session::client_can_answer(self.inner.version, method, Some(&params), caps)
             }
-            // Elicitation declared as `{}` means form mode only.
-            at.is_some()
-        });
-        if !declared {
-            let what = match capability {
-                ["sampling", "tools"] => "tools in sampling",
-                ["elicitation", "url"] => "URL elicitation",
-                _ => capability[0],
-            };
-            return Err(InputError::NotSupported(what));
+            None => Err(crate::input::capability_of(method).to_owned()),
+        };
+        if let Err(capability) = allowed {
+            return Err(InputError::NotSupported(capability));
         }
         if self.inner.modern {
             let Some(mrtr) = &self.inner.mrtr else {

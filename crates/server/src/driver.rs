@@ -356,7 +356,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
                     | modelctx_session::SessionError::NotDeclared { .. },
                 ) => {
                     let capability = crate::input::capability_of(&method);
-                    let _ = reply.send(Err(InputError::NotSupported(capability)));
+                    let _ = reply.send(Err(InputError::NotSupported(capability.to_owned())));
                 }
                 Err(e) => {
                     let _ = reply.send(Err(InputError::NoAnswer(e.to_string())));

@@ -28,9 +28,10 @@ use crate::server::{Runner, invalid_params};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InputError {
-    /// The client did not declare the capability this needs.
+    /// The client did not declare the capability this needs (a dotted path such as
+    /// `elicitation.url`, or the method's capability when the protocol version lacks it).
     #[error("the client does not support {0}")]
-    NotSupported(&'static str),
+    NotSupported(String),
     /// In the modern era only tools, prompts and resource reads can ask the client for input.
     #[error(
         "only tool calls, prompts and resource reads can ask the client for input in protocol 2026-07-28"

@@ -185,13 +185,13 @@ async fn sampling_with_tools_and_url_elicitation_need_their_capabilities() {
         let result = client.call("sample_tools", json!({})).await;
         assert_eq!(
             text(&result),
-            "the client does not support tools in sampling",
+            "the client does not support sampling.tools",
             "{name}"
         );
         let result = client.call("visit", json!({})).await;
         assert_eq!(
             text(&result),
-            "the client does not support URL elicitation",
+            "the client does not support elicitation.url",
             "{name}"
         );
     }

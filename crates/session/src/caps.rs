@@ -6,7 +6,7 @@
 use modelctx_types::JsonObject;
 use serde_json::Value;
 
-use crate::version::{Direction, ProtocolVersion};
+use crate::version::{Direction, Era, ProtocolVersion};
 
 /// The key of the tasks extension in `capabilities.extensions` (2026-07-28).
 pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -72,7 +72,8 @@ pub(crate) fn request_gate(
 /// a URL-mode elicitation needs `elicitation.url`; a form-mode one needs `elicitation.form`, or
 /// an `elicitation` object without modes (which means form only); sampling with tools needs
 /// `sampling.tools`, and with `includeContext` other than `none`, `sampling.context`
-/// (2025-11-25 and later).
+/// (2025-11-25 and later; before, URL mode and tools in sampling do not exist, so no client
+/// can answer them).
 pub(crate) fn request_allowed(
     version: ProtocolVersion,
     method: &str,
@@ -86,29 +87,33 @@ pub(crate) fn request_allowed(
         return Err(path);
     }
     let param = |name: &str| params.and_then(|p| p.get(name));
+    let modes = version >= ProtocolVersion::V2025_11_25;
     match method {
-        "elicitation/create" if version >= ProtocolVersion::V2025_11_25 => {
+        "elicitation/create" => {
             let url_mode = param("mode").and_then(Value::as_str) == Some("url");
             let elicitation = receiver.get("elicitation").and_then(Value::as_object);
             let has = |mode: &str| elicitation.is_some_and(|e| e.contains_key(mode));
             let no_modes =
                 elicitation.is_some_and(|e| !e.contains_key("form") && !e.contains_key("url"));
-            if url_mode && !has("url") {
+            // Before 2025-11-25 there is no URL mode for a client to have declared.
+            if url_mode && (!modes || !has("url")) {
                 return Err(&["elicitation", "url"]);
             }
-            if !url_mode && !has("form") && !no_modes {
+            if modes && !url_mode && !has("form") && !no_modes {
                 return Err(&["elicitation", "form"]);
             }
         }
-        "sampling/createMessage" if version >= ProtocolVersion::V2025_11_25 => {
+        "sampling/createMessage" => {
+            // Before 2025-11-25 there are no tools in sampling, nor a `sampling.context`.
             if (param("tools").is_some() || param("toolChoice").is_some())
-                && !declared(receiver, &["sampling", "tools"])
+                && (!modes || !declared(receiver, &["sampling", "tools"]))
             {
                 return Err(&["sampling", "tools"]);
             }
-            if param("includeContext")
-                .and_then(Value::as_str)
-                .is_some_and(|c| c != "none")
+            if modes
+                && param("includeContext")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| c != "none")
                 && !declared(receiver, &["sampling", "context"])
             {
                 return Err(&["sampling", "context"]);
@@ -117,6 +122,25 @@ pub(crate) fn request_allowed(
         _ => {}
     }
     Ok(())
+}
+
+/// Whether a client with `capabilities` can answer the server's `method` with `params`:
+/// a request of a legacy session, or an input request of a 2026-07-28 `input_required` result
+/// (which follows the 2025-11-25 rules). `Err` names the capability missing, as a dotted path
+/// (`elicitation.url`, `sampling.tools`, ...). It does not say whether `method` exists in
+/// `version`: `ServerSession::send_request` does.
+pub fn client_can_answer(
+    version: ProtocolVersion,
+    method: &str,
+    params: Option<&JsonObject>,
+    capabilities: &JsonObject,
+) -> Result<(), String> {
+    let version = match version.era() {
+        Era::Modern => ProtocolVersion::V2025_11_25,
+        Era::Legacy => version,
+    };
+    request_allowed(version, method, Direction::ToClient, params, capabilities)
+        .map_err(|path| path.join("."))
 }
 
 /// The capability of the sender that a notification needs (a server announcing list changes
@@ -198,6 +222,35 @@ mod tests {
         assert!(request_allowed(v, "sampling/createMessage", d, Some(&ctx), &plain).is_err());
         let full = obj(json!({"sampling": {"tools": {}, "context": {}}}));
         assert!(request_allowed(v, "sampling/createMessage", d, Some(&tools), &full).is_ok());
+    }
+
+    #[test]
+    fn modern_input_requests_follow_the_2025_11_25_rules() {
+        let url = obj(json!({"mode": "url"}));
+        let form_only = obj(json!({"elicitation": {}}));
+        for v in [ProtocolVersion::V2025_11_25, ProtocolVersion::V2026_07_28] {
+            assert_eq!(
+                client_can_answer(v, "elicitation/create", Some(&url), &form_only),
+                Err("elicitation.url".to_owned())
+            );
+            assert!(client_can_answer(v, "elicitation/create", None, &form_only).is_ok());
+            assert_eq!(
+                client_can_answer(v, "roots/list", None, &JsonObject::new()),
+                Err("roots".to_owned())
+            );
+        }
+    }
+
+    #[test]
+    fn url_elicitation_and_sampling_tools_do_not_exist_before_2025_11_25() {
+        let v = ProtocolVersion::V2025_06_18;
+        let d = Direction::ToClient;
+        let all = obj(json!({"elicitation": {"url": {}}, "sampling": {"tools": {}}}));
+        let url = obj(json!({"mode": "url"}));
+        let tools = obj(json!({"tools": []}));
+        assert!(request_allowed(v, "elicitation/create", d, Some(&url), &all).is_err());
+        assert!(request_allowed(v, "sampling/createMessage", d, Some(&tools), &all).is_err());
+        assert!(request_allowed(v, "elicitation/create", d, None, &all).is_ok());
     }
 
     #[test]

@@ -101,6 +101,7 @@ mod meta;
 mod server;
 mod version;
 
+pub use caps::client_can_answer;
 pub use client::{ClientSession, EraDecision};
 pub use config::{ClientConfig, EraChoice, Limits, RequestOptions, ServerConfig};
 pub use core::TableSizes;
