@@ -162,20 +162,50 @@ impl Book {
     }
 }
 
-/// Runs one connection until its input ends and nothing is left to answer.
-///
-/// `until_idle`: a modern HTTP request's driver, which ends once its request is answered rather
-/// than closing the session when the input ends. `cancelled`: the request whose response
-/// stream closing cancels it. `ended`: fired when the transport ends the connection.
+/// How long a driver runs.
+pub(crate) enum Lifetime {
+    /// Until the input ends or `ended` fires (stdio, in-memory, a legacy HTTP session); then the
+    /// session closes and every handler still running is cancelled.
+    Connection { ended: CancellationToken },
+    /// Until its one request is answered (a modern HTTP request): the end of the input closes
+    /// nothing, and `cancelled` (the request and its response stream's token) cancels it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Request {
+        cancelled: Option<(RequestId, CancellationToken)>,
+    },
+}
+
+/// Runs a connection whose transport frames messages itself until its input ends.
+pub(crate) async fn run_channel(
+    shared: Arc<Shared>,
+    input: mpsc::Receiver<Input>,
+    output: mpsc::Sender<Frame>,
+) {
+    let lifetime = Lifetime::Connection {
+        ended: CancellationToken::new(),
+    };
+    run(
+        shared,
+        input,
+        Output::Channel(output),
+        Origin::default(),
+        lifetime,
+    )
+    .await;
+}
+
+/// Runs one connection for its [`Lifetime`].
 pub(crate) async fn run(
     shared: Arc<Shared>,
     mut input: mpsc::Receiver<Input>,
     output: Output,
     mut origin: Origin,
-    until_idle: bool,
-    cancelled: Option<(RequestId, CancellationToken)>,
-    ended: CancellationToken,
+    lifetime: Lifetime,
 ) {
+    let (until_idle, cancelled, ended) = match lifetime {
+        Lifetime::Connection { ended } => (false, None, ended),
+        Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
+    };
     let _connection = crate::server::Counted::new(&shared.load.connections);
     let mut session = ServerSession::new(shared.config.clone());
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);

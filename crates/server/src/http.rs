@@ -12,7 +12,7 @@ use modelctx_http::server::{
 use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Incoming, Message};
 use tokio::sync::mpsc;
 
-use crate::driver::{self, Input, Origin, Output};
+use crate::driver::{self, Input, Lifetime, Origin, Output};
 use crate::server::Server;
 
 /// Messages of one legacy session waiting for its driver.
@@ -41,15 +41,10 @@ impl McpApp for Server {
         let shared = self.shared.clone();
         let output = Output::Legacy(session.clone());
         let ended = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(driver::run(
-            shared,
-            rx,
-            output,
-            Origin::default(),
-            false,
-            None,
-            ended.clone(),
-        ));
+        let lifetime = Lifetime::Connection {
+            ended: ended.clone(),
+        };
+        tokio::spawn(driver::run(shared, rx, output, Origin::default(), lifetime));
         Arc::new(Session { tx, session, ended })
     }
 
@@ -71,14 +66,13 @@ impl McpApp for Server {
         let _ = tx.try_send(Input::Incoming(Incoming::Single(message), None));
         drop(tx);
         let shared = self.shared.clone();
+        let lifetime = Lifetime::Request { cancelled };
         tokio::spawn(driver::run(
             shared,
             rx,
             Output::Modern(reply),
             origin,
-            true,
-            cancelled,
-            Default::default(),
+            lifetime,
         ));
     }
 

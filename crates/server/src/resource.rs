@@ -392,6 +392,11 @@ pub(crate) fn template_completer(
     let template = templates
         .get(uri_template)
         .ok_or_else(|| invalid_params(format!("unknown resource template: {uri_template}")))?;
+    if !template.template.variables().contains(&variable) {
+        return Err(invalid_params(format!(
+            "the template {uri_template} has no variable {variable}"
+        )));
+    }
     Ok(template.completers.get(variable).cloned())
 }
 

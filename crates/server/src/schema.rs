@@ -20,9 +20,6 @@
 //! ignored). `pattern` uses jsonschema's default engine, fancy-regex with its default backtracking
 //! limit, so a pathological pattern fails instead of running away.
 
-// Used by the tool registry.
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::hash::{BuildHasher, RandomState};

@@ -4,7 +4,7 @@
 use modelctx_types::{Incoming, Message};
 use tokio::sync::mpsc;
 
-use crate::driver::{self, Frame, Input, Origin, Output};
+use crate::driver::{self, Frame, Input};
 use crate::server::Server;
 
 /// The size of the queues between a transport and its connection's driver.
@@ -49,16 +49,7 @@ impl Server {
                 }
             }
         });
-        driver::run(
-            self.shared.clone(),
-            rx,
-            Output::Channel(output),
-            Origin::default(),
-            false,
-            None,
-            Default::default(),
-        )
-        .await;
+        driver::run_channel(self.shared.clone(), rx, output).await;
         forward.abort();
     }
 
@@ -85,7 +76,7 @@ mod stdio {
     use tokio::sync::mpsc;
 
     use super::QUEUE;
-    use crate::driver::{self, Frame, Input, Origin, Output};
+    use crate::driver::{self, Frame, Input};
     use crate::server::Server;
 
     impl Server {
@@ -157,16 +148,7 @@ mod stdio {
                 }
                 writer.shutdown().await
             });
-            driver::run(
-                self.shared.clone(),
-                input,
-                Output::Channel(output),
-                Origin::default(),
-                false,
-                None,
-                Default::default(),
-            )
-            .await;
+            driver::run_channel(self.shared.clone(), input, output).await;
             // The connection is over; a reader still waiting for input is not needed.
             read.abort();
             let read = read.await.unwrap_or(Ok(()));

@@ -3,7 +3,8 @@
 //! A resource template (`resources/templates/list`) carries a `uriTemplate`. The server
 //! [parses](UriTemplate::parse) it when the template is registered, [matches](UriTemplate::matches)
 //! the URI of each `resources/read` against the registered templates to find the handler and its
-//! arguments, and [expands](UriTemplate::expand) templates for completions and tests.
+//! arguments. Expansion (`UriTemplate::expand`, RFC 6570 exactly) is compiled for the tests only,
+//! where it is the oracle of the matching round trips.
 //!
 //! # Syntax
 //!
@@ -88,11 +89,9 @@
 //! expression. Each URI byte is thus examined a bounded number of times. The matcher counts its
 //! work (bytes visited by each pass), and the tests check that count on 100 KB hostile URIs.
 
-// Used by the resource registry.
-#![allow(dead_code)]
-
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
+#[cfg(test)]
 use std::fmt::Write as _;
 
 /// The longest template accepted, in bytes.
@@ -206,6 +205,7 @@ impl Op {
     }
 
     /// The separator between defined variables (and exploded items).
+    #[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
     fn sep(self) -> &'static str {
         match self {
             Self::Simple | Self::Reserved | Self::Fragment => ",",
@@ -217,11 +217,13 @@ impl Op {
     }
 
     /// Whether values are written `name=value`.
+    #[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
     fn named(self) -> bool {
         matches!(self, Self::Param | Self::Query | Self::QueryCont)
     }
 
     /// What follows a name whose value is empty.
+    #[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
     fn ifemp(self) -> &'static str {
         match self {
             Self::Query | Self::QueryCont => "=",
@@ -230,6 +232,7 @@ impl Op {
     }
 
     /// Whether reserved characters and pct-encoded triplets pass through unencoded.
+    #[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
     fn allow_reserved(self) -> bool {
         matches!(self, Self::Reserved | Self::Fragment)
     }
@@ -312,6 +315,7 @@ impl UriTemplate {
     }
 
     /// Expands the template with `values` (RFC 6570 section 3); absent variables are undefined.
+    #[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
     pub(crate) fn expand(&self, values: &HashMap<String, VarValue>) -> String {
         let mut out = String::with_capacity(self.source.len());
         for part in &self.parts {
@@ -472,11 +476,13 @@ fn is_literal_non_ascii(ch: char) -> bool {
 }
 
 /// RFC 3986 `unreserved`.
+#[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
 fn is_unreserved(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~')
 }
 
 /// RFC 3986 `reserved`: `gen-delims` and `sub-delims`.
+#[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
 fn is_reserved(c: u8) -> bool {
     matches!(
         c,
@@ -521,6 +527,7 @@ fn hex_at(bytes: &[u8], i: usize) -> Option<u8> {
 }
 
 /// Appends each octet as a pct-encoded triplet with upper-case hex.
+#[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
 fn push_pct_encoded(out: &mut String, octets: &[u8]) {
     for octet in octets {
         let _ = write!(out, "%{octet:02X}");
@@ -528,6 +535,7 @@ fn push_pct_encoded(out: &mut String, octets: &[u8]) {
 }
 
 /// Appends `value` with the characters outside the operator's allowed set pct-encoded.
+#[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
 fn push_encoded(out: &mut String, value: &str, allow_reserved: bool) {
     let bytes = value.as_bytes();
     let mut i = 0;
@@ -548,6 +556,7 @@ fn push_encoded(out: &mut String, value: &str, allow_reserved: bool) {
 
 /// The first `length` characters of `value`; with `allow_reserved`, a pct-encoded triplet counts as
 /// one character (it is copied as is, and must not be cut).
+#[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
 fn prefix(value: &str, length: usize, allow_reserved: bool) -> &str {
     let bytes = value.as_bytes();
     let mut skip = 0;
@@ -569,6 +578,7 @@ fn prefix(value: &str, length: usize, allow_reserved: bool) -> &str {
 }
 
 /// Appends the expansion of one expression (RFC 6570 appendix A).
+#[cfg(test)] // expansion: the oracle of the matching tests, not used by the server
 fn expand_expression(out: &mut String, expr: &Expr, values: &HashMap<String, VarValue>) {
     let op = expr.op;
     let allow = op.allow_reserved();

@@ -128,6 +128,19 @@ async fn resources_and_templates_are_listed_and_read_in_every_version() {
                 completed["completion"]["values"],
                 json!(["modelctx", "modelcontextprotocol"])
             );
+            let unknown = client
+                .request(
+                    "completion/complete",
+                    json!({
+                    "ref": {"type": "ref/resource", "uri": "repo://{owner}/{repo}/issues/{number}"},
+                    "argument": {"name": "nope", "value": ""}}),
+                )
+                .await;
+            assert_eq!(
+                code(&unknown),
+                -32602,
+                "a variable the template does not have"
+            );
         }
     }
 }
@@ -157,6 +170,13 @@ async fn subscribers_hear_of_changes_in_both_eras() {
         .request("resources/unsubscribe", json!({"uri": "file:///readme.md"}))
         .await
         .unwrap();
+    // Unsubscribed: a change is no longer announced (a round trip after it shows nothing came).
+    legacy.events.clear();
+    server.notify_resource_updated("file:///readme.md");
+    legacy.request("ping", json!({})).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    legacy.request("ping", json!({})).await.unwrap();
+    assert!(!updated(&legacy.events, "file:///readme.md"));
 
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
     modern

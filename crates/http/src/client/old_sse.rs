@@ -8,7 +8,7 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{Method, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming as Body;
-use modelctx_types::{Message, RequestId, decode_str};
+use modelctx_types::{Message, RequestId};
 
 use super::request::{builder, describe, exchange_head};
 use super::sse_decode::{SseDecoder, SseEvent};
@@ -164,12 +164,10 @@ async fn read(
     let shared = guard.shared().clone();
     let end = loop {
         for event in events.drain(..) {
-            if event.data.is_empty() || event.event.as_deref().is_some_and(|e| e != "message") {
-                continue;
-            }
-            let inbound = match decode_str(&event.data) {
-                Ok(incoming) => Inbound::Message(incoming),
-                Err(error) => Inbound::Unreadable(error),
+            let inbound = match event.message() {
+                None => continue,
+                Some(Ok(incoming)) => Inbound::Message(incoming),
+                Some(Err(error)) => Inbound::Unreadable(error),
             };
             if !shared.deliver(inbound).await {
                 return;
@@ -184,12 +182,7 @@ async fn read(
             },
         };
         if let Err(e) = decoder.feed(&data, &mut events) {
-            break match e {
-                super::sse_decode::SseError::TooLarge { limit } => {
-                    TransportError::TooLarge { limit }
-                }
-                other => TransportError::Malformed(other.to_string()),
-            };
+            break e.into();
         }
     };
     shared.deliver(Inbound::Closed(end)).await;

@@ -9,13 +9,11 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming as Body;
-use modelctx_types::{
-    ErrorCode, ErrorResponse, Incoming, Message, Request, RequestId, decode, decode_str,
-};
+use modelctx_types::{ErrorCode, ErrorResponse, Incoming, Message, Request, RequestId, decode};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::sse_decode::{SseDecoder, SseError};
+use super::sse_decode::SseDecoder;
 use super::tools::filter_list;
 use super::{Inbound, Registration, SendError, SendOptions, Shared, TaskGuard, TransportError};
 use crate::headers::{
@@ -618,18 +616,13 @@ async fn read_sse(
             continue; // trailers
         };
         if let Err(e) = decoder.feed(&data, &mut events) {
-            return End::Fatal(match e {
-                SseError::TooLarge { limit } => TransportError::TooLarge { limit },
-                SseError::InvalidUtf8 => TransportError::Malformed(e.to_string()),
-            });
+            return End::Fatal(e.into());
         }
         for event in events.drain(..) {
-            if event.data.is_empty() || event.event.as_deref().is_some_and(|e| e != "message") {
-                continue; // a priming event, or one of no concern to MCP
-            }
-            let delivered = match decode_str(&event.data) {
-                Ok(incoming) => hand_up(shared, pending, incoming).await,
-                Err(error) => shared.deliver(Inbound::Unreadable(error)).await,
+            let delivered = match event.message() {
+                None => continue, // a priming event, or one of no concern to MCP
+                Some(Ok(incoming)) => hand_up(shared, pending, incoming).await,
+                Some(Err(error)) => shared.deliver(Inbound::Unreadable(error)).await,
             };
             if !delivered {
                 return End::Gone;
@@ -954,7 +947,7 @@ async fn answer(
                 let data = body.frame().await?.ok()?.into_data().ok()?;
                 decoder.feed(&data, &mut events).ok()?;
                 for event in events.drain(..) {
-                    if let Some(result) = decode_str(&event.data).ok().and_then(pick) {
+                    if let Some(result) = event.message().and_then(Result::ok).and_then(pick) {
                         return Some(result);
                     }
                 }

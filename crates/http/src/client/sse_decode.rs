@@ -218,6 +218,28 @@ impl SseDecoder {
     }
 }
 
+impl SseEvent {
+    /// The JSON-RPC message this event carries: `None` for an event MCP ignores (a priming
+    /// event without data, or an event type other than `message`).
+    pub(crate) fn message(
+        &self,
+    ) -> Option<Result<modelctx_types::Incoming, modelctx_types::DecodeError>> {
+        if self.data.is_empty() || self.event.as_deref().is_some_and(|e| e != "message") {
+            return None;
+        }
+        Some(modelctx_types::decode_str(&self.data))
+    }
+}
+
+impl From<SseError> for super::TransportError {
+    fn from(error: SseError) -> Self {
+        match error {
+            SseError::TooLarge { limit } => super::TransportError::TooLarge { limit },
+            SseError::InvalidUtf8 => super::TransportError::Malformed(error.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
