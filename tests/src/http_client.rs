@@ -481,3 +481,41 @@ pub fn legacy_config() -> SessionConfig {
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
+
+/// A front for `backend` on 127.0.0.1 (TLS when given an acceptor) that counts the
+/// connections made through it.
+pub async fn front(
+    backend: std::net::SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counter = count.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let Ok(mut back) = tokio::net::TcpStream::connect(backend).await else {
+                    return;
+                };
+                match tls {
+                    Some(acceptor) => {
+                        if let Ok(mut tls) = acceptor.accept(tcp).await {
+                            let _ = tokio::io::copy_bidirectional(&mut tls, &mut back).await;
+                        }
+                    }
+                    None => {
+                        let mut tcp = tcp;
+                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut back).await;
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}

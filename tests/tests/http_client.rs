@@ -857,44 +857,6 @@ async fn a_listen_stream_that_is_acknowledged_and_closed_forever_is_given_up() {
     assert_eq!(client.transport.table_sizes().tasks, 0);
 }
 
-/// A front for `backend` on 127.0.0.1 (TLS when given an acceptor) that counts the
-/// connections made through it.
-async fn front(
-    backend: std::net::SocketAddr,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-) -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let counter = count.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let tls = tls.clone();
-            tokio::spawn(async move {
-                let Ok(mut back) = tokio::net::TcpStream::connect(backend).await else {
-                    return;
-                };
-                match tls {
-                    Some(acceptor) => {
-                        if let Ok(mut tls) = acceptor.accept(tcp).await {
-                            let _ = tokio::io::copy_bidirectional(&mut tls, &mut back).await;
-                        }
-                    }
-                    None => {
-                        let mut tcp = tcp;
-                        let _ = tokio::io::copy_bidirectional(&mut tcp, &mut back).await;
-                    }
-                }
-            });
-        }
-    });
-    (addr, count)
-}
-
 #[tokio::test]
 async fn sequential_requests_reuse_one_connection_in_json_and_sse_modes() {
     let (server, _app) = start(ServerConfig::default()).await;
@@ -921,4 +883,91 @@ async fn sequential_requests_reuse_one_connection_in_json_and_sse_modes() {
         client.transport.close().await;
     }
     server.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A keep-alive HTTP/1.1 server whose every POST is answered with a chunked SSE stream: the
+/// answer, then, 30 ms later, the end of the stream. Counts connections.
+async fn late_end_server() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counter = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One request: its head and its content-length body.
+                    let (head_end, length) = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..at]).to_ascii_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            break (at + 4, length);
+                        }
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    while buf.len() < head_end + length {
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body: Value = serde_json::from_slice(&buf[head_end..head_end + length])
+                        .unwrap_or(Value::Null);
+                    buf.drain(..head_end + length);
+                    let answer = if body["method"] == "initialize" {
+                        initialize_result(&body["id"])
+                    } else if body.get("id").is_some() {
+                        text_result(&body["id"], "late")
+                    } else {
+                        let _ = tcp
+                            .write_all(b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n")
+                            .await;
+                        continue;
+                    };
+                    let event = sse_message(None, &answer);
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+                    let first = format!("{head}{:x}\r\n{event}\r\n", event.len());
+                    let _ = tcp.write_all(first.as_bytes()).await;
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    if tcp.write_all(b"0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_after_its_answer_is_read_to_its_end_and_its_connection_reused() {
+    let (addr, connections) = late_end_server().await;
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut client = Driver::new(&format!("http://{addr}/mcp"), legacy_config(), config);
+    within("connect", client.connect()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let before = connections.load(std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..5 {
+        let result = client.call_tool("x", json!({})).await.unwrap();
+        assert_eq!(text_of(&result), "late");
+        // The next call starts once this stream has ended on the wire.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let made = connections.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert!(made <= 1, "{made} new connections for 5 sequential calls");
 }

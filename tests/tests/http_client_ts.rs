@@ -159,3 +159,35 @@ async fn the_typescript_sdk_2_server_is_spoken_to_in_both_eras() {
     echo_and_progress(&mut legacy).await;
     legacy.transport.close().await;
 }
+
+#[tokio::test]
+async fn sequential_calls_to_the_typescript_server_reuse_one_connection() {
+    let Some(server) = ts_server("http-server-v1.mjs", &[]).await else {
+        return;
+    };
+    let backend: std::net::SocketAddr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let (front, connections) = front(backend, None).await;
+    let mut transport = ClientConfig::default();
+    transport.standalone_stream = false;
+    let url = format!("http://{front}/mcp");
+    let mut client = Driver::new(&url, legacy_config(), transport);
+    within("connect", client.connect()).await.unwrap();
+    let before = connections.load(std::sync::atomic::Ordering::SeqCst);
+    for i in 0..10 {
+        let text = format!("{i}");
+        let result = client
+            .call_tool("echo", json!({"text": text}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&result), text);
+    }
+    let made = connections.load(std::sync::atomic::Ordering::SeqCst) - before;
+    // The answers come as SSE streams; the pooled connection serves every call.
+    assert!(made <= 1, "{made} new connections for 10 sequential calls");
+    client.transport.close().await;
+}
