@@ -6,7 +6,7 @@ use std::time::Duration;
 use modelctx_http::client::ClientConfig;
 use modelctx_http::server::ServerConfig;
 use modelctx_session::{EraDecision, RequestError};
-use modelctx_tests::http::{start, within};
+use modelctx_tests::http::{post, start, within};
 use modelctx_tests::http_client::*;
 use serde_json::{Value, json};
 
@@ -139,7 +139,15 @@ async fn a_legacy_client_keeps_its_session_id_and_deletes_the_session_on_close()
     })
     .await;
     assert_eq!(*app.open.lock().unwrap(), 0);
-    let _ = session;
+    // The DELETE ended it: its id is unknown now.
+    let list = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"});
+    let after = post(
+        server.local_addr(),
+        &modelctx_tests::http::post_headers(Some(&session), Some("2025-11-25")),
+        &list,
+    )
+    .await;
+    assert_eq!(after.status, 404);
     server.shutdown(Duration::from_secs(1)).await;
 }
 

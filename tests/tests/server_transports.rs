@@ -8,7 +8,7 @@ use modelctx_session::{ClientConfig, EraChoice, Event, ProtocolVersion, RequestO
 use modelctx_stdio::ServerCommand;
 use modelctx_tests::http::within;
 use modelctx_tests::http_client::{Driver, legacy_config, text_of};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const STDIO_SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
 
@@ -160,5 +160,4 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
     })
     .await;
     running.shutdown(Duration::from_secs(1)).await;
-    let _: Option<Value> = None;
 }

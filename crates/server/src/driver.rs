@@ -519,8 +519,10 @@ fn start(
         .and_then(|h| h.principal())
         .map(|p| p.0.clone());
     #[cfg(not(feature = "http"))]
-    let principal: Option<String> = None;
-    let _ = origin;
+    let principal: Option<String> = {
+        let _ = origin;
+        None
+    };
     let permit = if request.method == "tools/call" {
         match shared.limiter.admit(principal.as_deref()) {
             Ok(permit) => Some(permit),

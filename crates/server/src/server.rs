@@ -580,7 +580,8 @@ pub(crate) async fn call_tool(
             )));
         }
     }
-    let _ = &shared;
+    #[cfg(not(feature = "validation"))]
+    let _ = shared;
     Ok(write::tool_output(&output, version))
 }
 

@@ -257,7 +257,7 @@ async fn tools_added_or_removed_at_run_time_announce_the_change() {
 
     // Modern clients hear of it on a listen stream that asked for it.
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
-    let listen = modern
+    modern
         .start(
             "subscriptions/listen",
             json!({"notifications": {"toolsListChanged": true}}),
@@ -274,7 +274,6 @@ async fn tools_added_or_removed_at_run_time_announce_the_change() {
             events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/tools/list_changed"))
         })
         .await;
-    let _ = listen;
 }
 
 #[tokio::test]
@@ -327,7 +326,7 @@ async fn a_cancelled_call_fires_the_handlers_token() {
     let server = Server::builder("cancel", "1")
         .tool(Tool::new("wait", wait))
         .build();
-    for (count, (name, config)) in eras().into_iter().enumerate() {
+    for (count, (_, config)) in eras().into_iter().enumerate() {
         let mut client = Client::connect(&server, config).await;
         let id = client
             .start("tools/call", json!({"name": "wait", "arguments": {}}))
@@ -343,7 +342,6 @@ async fn a_cancelled_call_fires_the_handlers_token() {
             }
         })
         .await;
-        let _ = name;
     }
 }
 
