@@ -72,6 +72,16 @@ async fn readme(_: Context, request: ReadRequest) -> ResourceContents {
     ResourceContents::text(request.uri, "# facade")
 }
 
+/// The `X-Test-User` header of the HTTP request the call came in, if any.
+async fn whoami(context: Context, _: NoArgs) -> String {
+    context
+        .http()
+        .and_then(|http| http.headers().get("x-test-user"))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("nobody")
+        .to_owned()
+}
+
 /// Calls of `wait` that saw their cancellation.
 pub static CANCELLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -89,6 +99,7 @@ pub fn server() -> Server {
         .tool(Tool::new("steps", steps))
         .tool(Tool::new("ask", ask))
         .tool(Tool::new("wait", wait))
+        .tool(Tool::new("whoami", whoami))
         .prompt(Prompt::new("greet", greet))
         .resource(Resource::new("file:///readme.md", "readme", readme))
         .build()

@@ -979,3 +979,27 @@ async fn a_stream_that_ends_after_its_answer_is_read_to_its_end_and_its_connecti
     let made = connections.load(std::sync::atomic::Ordering::SeqCst) - before;
     assert!(made <= 1, "{made} new connections for 5 sequential calls");
 }
+
+#[tokio::test]
+async fn a_response_that_does_not_start_in_time_fails_its_request() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, None).await {
+            return;
+        }
+        // No response head at all for a call.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(reply);
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.response_timeout = Some(Duration::from_millis(200));
+    config.standalone_stream = false;
+    let mut client = Driver::new(&server.url(), legacy_config(), config);
+    within("connect", client.connect()).await.unwrap();
+    let answer = client.call_tool("x", json!({})).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("no response within 200ms")),
+        "{answer:?}"
+    );
+    assert_eq!(client.transport.table_sizes().tasks, 0);
+}

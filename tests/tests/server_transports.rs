@@ -42,6 +42,16 @@ async fn the_facade_serves_a_child_process_on_stdio_in_both_eras() {
             .await
             .unwrap();
         assert_eq!(listed["prompts"][0]["name"], "greet");
+        let result = within(
+            "whoami",
+            client.request(
+                "tools/call",
+                Some(json!({"name": "whoami", "arguments": {}})),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(text_of(&result), "nobody", "no HTTP request over stdio");
         let read = within(
             "read",
             client.request("resources/read", Some(json!({"uri": "file:///readme.md"}))),
@@ -69,9 +79,17 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
     let mut session = Driver::session_config();
     session.capabilities = caps();
     for config in [session, legacy_config()] {
-        let mut client = Driver::new(&url, config, HttpClientConfig::default());
+        let mut transport = HttpClientConfig::default();
+        transport
+            .headers
+            .insert("x-test-user", http::HeaderValue::from_static("ada"));
+        let mut client = Driver::new(&url, config, transport);
         let peer = within("connect", client.connect()).await.unwrap();
         let modern = peer.version == ProtocolVersion::V2026_07_28;
+
+        // The handler sees the HTTP request its call came in.
+        let result = client.call_tool("whoami", json!({})).await.unwrap();
+        assert_eq!(text_of(&result), "ada");
 
         let result = client
             .call_tool("echo", json!({"text": "over http"}))

@@ -34,7 +34,7 @@ async function exercise(name, client, transport, progressOptions, progressRequir
     try {
         await client.connect(transport);
         const tools = await client.listTools();
-        expect('tools', tools.tools.map((t) => t.name), ['ask', 'echo', 'steps', 'wait']);
+        expect('tools', tools.tools.map((t) => t.name), ['ask', 'echo', 'steps', 'wait', 'whoami']);
         const echo = await client.callTool({ name: 'echo', arguments: { text: 'hi' } });
         expect('echo', echo.content[0].text, 'hi');
         let progress = 0;
