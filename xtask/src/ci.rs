@@ -180,6 +180,19 @@ pub(crate) fn run() -> Result<(), Error> {
             ]),
             FEATURE_ENV,
         ),
+        // JSON Schema validation without any version module: it depends on none of them.
+        (
+            "features: validation",
+            Cargo(&[
+                "check",
+                "-p",
+                "modelctx-types",
+                "--no-default-features",
+                "--features",
+                "validation",
+            ]),
+            FEATURE_ENV,
+        ),
         // The header rules without the server, as the HTTP client will use them.
         (
             "features: http without server",

@@ -63,7 +63,8 @@
 //! * `http` (default): the Streamable HTTP endpoint of `modelctx-http`.
 //! * `schemars` (default): schemas derived from Rust types ([`Tool::new`], [`Prompt::new`]).
 //! * `validation` (default): arguments and structured results validated against their schemas,
-//!   compiled once into a bounded cache; no `$ref` is ever fetched; size and depth limited.
+//!   compiled once into a bounded cache; no `$ref` is ever fetched; size and depth limited
+//!   (`modelctx_types::schema`, through its `validation` feature).
 //!
 //! # What it does not do
 //!

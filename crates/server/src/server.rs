@@ -163,7 +163,9 @@ impl ServerBuilder {
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
-                schemas: crate::schema::SchemaCache::new(crate::schema::SchemaLimits::default()),
+                schemas: modelctx_types::schema::SchemaCache::new(
+                    modelctx_types::schema::SchemaLimits::default(),
+                ),
                 config,
                 settings: self.settings,
                 registry: RwLock::new(Registry {
@@ -212,7 +214,7 @@ pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     /// Compiled tool schemas.
     #[cfg(feature = "validation")]
-    pub(crate) schemas: crate::schema::SchemaCache,
+    pub(crate) schemas: modelctx_types::schema::SchemaCache,
     /// Connections and handlers under way.
     pub(crate) load: LoadCounters,
     /// Counts tool calls against the limits.

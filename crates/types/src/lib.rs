@@ -9,12 +9,18 @@
 //! type of the same name. The envelope ([`Message`], [`RequestId`], [`ErrorCode`], ...) is written
 //! by hand.
 //!
+//! With the `validation` feature, [`schema`] validates values against JSON Schemas: a tool's
+//! arguments against its `inputSchema`, its `structuredContent` against its `outputSchema`. The
+//! schemas may come from an untrusted peer, so compiled schemas are kept in a bounded cache, a
+//! schema's size and depth are limited, and no `$ref` is ever fetched.
+//!
 //! # What this crate does not do
 //!
 //! It performs no I/O and holds no protocol state: it does not know which version a connection
 //! negotiated, whether a method is allowed now, or whether batches are allowed. The session crate
-//! decides that. It validates the shape of messages, not JSON Schema constraints such as
-//! `minimum` or a tool's input schema.
+//! decides that. Decoding validates the shape of messages, not JSON Schema constraints such as
+//! `minimum` or a tool's input schema: those are checked only when asked, through [`schema`]
+//! (feature `validation`), which reads no file and opens no connection either.
 //!
 //! # How messages are decoded
 //!
@@ -44,6 +50,9 @@
 //!   protocol version (all on by default).
 //! * `ext-tasks`: the `io.modelcontextprotocol/tasks` extension (needs `v2026-07-28`, whose
 //!   identical definitions it re-exports).
+//! * `validation`: the [`schema`] module, JSON Schema validation of values with a bounded cache
+//!   of compiled schemas (off by default; adds the `jsonschema` crate, without its remote or file
+//!   retrieval).
 //!
 //! # Stability
 //!
@@ -76,3 +85,7 @@ mod generated;
 pub use generated::*;
 
 pub mod model;
+
+#[cfg(feature = "validation")]
+#[cfg_attr(docsrs, doc(cfg(feature = "validation")))]
+pub mod schema;

@@ -1,0 +1,1224 @@
+//! JSON Schema validation of values against untrusted schemas, such as a tool's `inputSchema`
+//! and `outputSchema` (feature `validation`).
+//!
+//! MCP tools carry an `inputSchema` and optionally an `outputSchema`, both JSON Schemas (2020-12
+//! when `$schema` is absent; draft-07 is common too). A server validates tool arguments and
+//! `structuredContent` against them; a client validates the `structuredContent` a server sends
+//! against the `outputSchema` that same server sent, so the schemas may come from an untrusted
+//! peer. Hence:
+//!
+//! - schemas are compiled once, into a bounded least-recently-used [`SchemaCache`] keyed by their
+//!   content;
+//! - a schema's size and nesting depth are limited ([`SchemaLimits`]), checked without recursion
+//!   before the schema reaches the compiler, and so is the nesting depth of a validated value
+//!   ([`MAX_VALUE_DEPTH`]);
+//! - only references inside the schema itself are followed: `#...` fragments, or a base that is an
+//!   `$id` declared in the schema. Anything else is [`SchemaError::ExternalRef`], and the compiler
+//!   is given a retriever that always fails, so nothing is ever read from the network or the file
+//!   system even if a dependency turns on jsonschema's `resolve-http` / `resolve-file` features;
+//! - an unknown `$schema` dialect is [`SchemaError::Dialect`], never a meta-schema download.
+//!
+//! `format` keeps jsonschema's defaults, which follow the specifications: an annotation only in
+//! 2020-12 and 2019-09, an assertion in draft-07, draft-06 and draft-04 (unknown formats are
+//! ignored). `pattern` uses jsonschema's default engine, fancy-regex with its default backtracking
+//! limit, so a pathological pattern fails instead of running away.
+//!
+//! # Example
+//!
+//! ```
+//! use modelctx_types::schema::{SchemaCache, SchemaLimits};
+//! use serde_json::json;
+//!
+//! // One cache for the life of the connection (or the process): clones share it.
+//! let cache = SchemaCache::new(SchemaLimits::default());
+//!
+//! let schema = json!({
+//!     "type": "object",
+//!     "properties": {"count": {"type": "integer", "maximum": 3}},
+//!     "required": ["count"]
+//! });
+//! let schema = schema.as_object().expect("a schema object");
+//!
+//! // Compiled on the first call, taken from the cache on the next ones.
+//! let validator = cache.validator(schema)?;
+//! assert!(validator.validate(&json!({"count": 2}), 8).is_empty());
+//!
+//! let violations = validator.validate(&json!({"count": 5}), 8);
+//! assert_eq!(violations[0].path, "/count");
+//! assert_eq!(violations[0].to_string(), "/count: 5 is greater than the maximum of 3");
+//!
+//! // A schema that points outside itself is refused, never fetched.
+//! let remote = json!({"$ref": "https://example.com/schema.json"});
+//! assert!(cache.validator(remote.as_object().unwrap()).is_err());
+//! # Ok::<(), modelctx_types::schema::SchemaError>(())
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::{self, Write as _};
+use std::hash::{BuildHasher, RandomState};
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use jsonschema::Draft;
+use jsonschema::error::ValidationErrorKind;
+use serde_json::{Map, Value};
+
+/// Limits on the schemas a [`SchemaCache`] compiles, and on its size.
+///
+/// Start from [`SchemaLimits::default`] and change the fields wanted (more may be added, so the
+/// struct cannot be written as a literal outside this crate):
+///
+/// ```
+/// let mut limits = modelctx_types::schema::SchemaLimits::default();
+/// limits.cache_entries = 32;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchemaLimits {
+    /// The largest schema accepted, in bytes of its compact JSON (default 256 KiB).
+    pub max_bytes: usize,
+    /// The deepest nesting of objects and arrays accepted, the schema object itself being level
+    /// 1 (default 64).
+    pub max_depth: usize,
+    /// How many compiled schemas the cache keeps (default 256); 0 disables caching.
+    pub cache_entries: usize,
+}
+
+impl Default for SchemaLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 256 * 1024,
+            max_depth: 64,
+            cache_entries: 256,
+        }
+    }
+}
+
+/// Why a schema cannot be used.
+///
+/// The `Display` texts are meant for people (and models) to read; they are not part of the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// The schema's compact JSON exceeds [`SchemaLimits::max_bytes`].
+    #[error("the schema is larger than {limit} bytes")]
+    TooLarge {
+        /// The limit exceeded.
+        limit: usize,
+    },
+    /// The schema nests objects and arrays deeper than [`SchemaLimits::max_depth`].
+    #[error("the schema nests deeper than {limit} levels")]
+    TooDeep {
+        /// The limit exceeded.
+        limit: usize,
+    },
+    /// `$schema` names a dialect other than the five supported (the value as written, or its
+    /// JSON if it is not a string).
+    #[error(
+        "unsupported JSON Schema dialect {0:?}: use 2020-12, 2019-09, draft-07, draft-06 or draft-04"
+    )]
+    Dialect(String),
+    /// A `$ref`, `$dynamicRef` or `$recursiveRef` points outside the schema.
+    #[error(
+        "the schema references {0:?}, which is not inside the schema; external references are never fetched"
+    )]
+    ExternalRef(String),
+    /// jsonschema rejected the schema (not valid against its meta-schema, a bad regular
+    /// expression, an unresolvable local reference...).
+    #[error("invalid schema: {0}")]
+    Invalid(String),
+}
+
+/// Where and why a value does not match its schema, in words a model can act on.
+///
+/// Displayed as `path: message`, or the message alone for the value itself (path `""`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Violation {
+    /// A JSON pointer into the value, `""` for the value itself. For a missing required
+    /// property, the pointer to where the property should be.
+    pub path: String,
+    /// What is wrong there.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// A compiled schema, from [`SchemaCache::validator`]; cheap to clone, and usable after the cache
+/// evicted it.
+#[derive(Clone)]
+pub struct Validator {
+    inner: Arc<jsonschema::Validator>,
+}
+
+impl Validator {
+    /// Up to `max` violations (empty: valid). At least one is reported for an invalid value,
+    /// even when `max` is 0.
+    ///
+    /// jsonschema collects every error of a value before the iterator yields the first one, so
+    /// `max` bounds the messages formatted and returned, not the work done; a valid value takes
+    /// the faster `is_valid` path only.
+    ///
+    /// A value nesting objects and arrays deeper than [`MAX_VALUE_DEPTH`] is refused with a
+    /// single violation before jsonschema sees it: its validation recurses with the value (through
+    /// recursive `$ref`s, or comparing items for `uniqueItems`), so a deep enough value would
+    /// overflow the stack. Values parsed by serde_json nest at most 128 levels anyway.
+    pub fn validate(&self, value: &Value, max: usize) -> Vec<Violation> {
+        if nests_deeper_than(value, MAX_VALUE_DEPTH) {
+            return vec![Violation {
+                path: String::new(),
+                message: format!(
+                    "the value nests objects and arrays deeper than {MAX_VALUE_DEPTH} levels"
+                ),
+            }];
+        }
+        if self.inner.is_valid(value) {
+            return Vec::new();
+        }
+        self.inner
+            .iter_errors(value)
+            .take(max.max(1))
+            .map(|error| violation(&error))
+            .collect()
+    }
+}
+
+/// How deep a value given to [`Validator::validate`] may nest objects and arrays, the value
+/// itself being level 1.
+///
+/// Twice serde_json's parsing limit (128), and far from the stack: a debug build validating a
+/// recursive schema overflows a 2 MiB thread stack somewhere past 1 600 levels.
+pub const MAX_VALUE_DEPTH: usize = 256;
+
+/// Whether `value` nests objects and arrays deeper than `max_depth`, itself being level 1.
+fn nests_deeper_than(value: &Value, max_depth: usize) -> bool {
+    any_deeper_than(vec![(value, 1)], max_depth)
+}
+
+/// Whether any of the `pending` values, each with its depth, nests objects and arrays deeper
+/// than `max_depth`. Iterative, so any depth is measured without touching the call stack; stops
+/// at the first value too deep.
+fn any_deeper_than(mut pending: Vec<(&Value, usize)>, max_depth: usize) -> bool {
+    while let Some((value, depth)) = pending.pop() {
+        match value {
+            Value::Object(_) | Value::Array(_) if depth > max_depth => return true,
+            Value::Object(map) => pending.extend(map.values().map(|child| (child, depth + 1))),
+            Value::Array(items) => pending.extend(items.iter().map(|child| (child, depth + 1))),
+            _ => {}
+        }
+    }
+    false
+}
+
+impl fmt::Debug for Validator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Validator")
+            .field("draft", &self.inner.draft())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Compiles schemas once: a bounded cache keyed by the schema's content (hash of its canonical
+/// compact JSON, compared by full content to rule out collisions), least recently used evicted;
+/// thread-safe (std Mutex), cheap to clone (Arc inside).
+///
+/// Canonical means object keys sorted, so the same schema written with its keys in another order
+/// is the same entry. Compilation happens outside the lock: two threads missing on the same
+/// schema at once may both compile it, and the first to finish is the one kept and shared.
+/// Failed compilations are not cached. Memory is bounded by `cache_entries` times
+/// (`max_bytes` of canonical JSON plus the compiled validator).
+#[derive(Clone)]
+pub struct SchemaCache {
+    inner: Arc<CacheInner>,
+}
+
+struct CacheInner {
+    limits: SchemaLimits,
+    /// Randomly keyed per cache, so an untrusted peer cannot aim schemas at one bucket.
+    hasher: RandomState,
+    state: Mutex<CacheState>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    /// Entries by the hash of their canonical JSON; a bucket holds more than one only on a
+    /// hash collision.
+    entries: HashMap<u64, Vec<Entry>>,
+    /// Hash of each entry by the tick it was last used at: the first is the least recently used.
+    recency: BTreeMap<u64, u64>,
+    tick: u64,
+}
+
+struct Entry {
+    canonical: Box<str>,
+    validator: Validator,
+    /// The tick this entry was last used at, its key in `recency`.
+    used: u64,
+}
+
+impl CacheState {
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// The validator cached for `canonical`, marked as just used.
+    fn get(&mut self, hash: u64, canonical: &str) -> Option<Validator> {
+        let tick = self.next_tick();
+        let entry = self
+            .entries
+            .get_mut(&hash)?
+            .iter_mut()
+            .find(|entry| &*entry.canonical == canonical)?;
+        self.recency.remove(&entry.used);
+        entry.used = tick;
+        self.recency.insert(tick, hash);
+        Some(entry.validator.clone())
+    }
+
+    /// Caches `validator` for `canonical` unless another thread did first, evicting the least
+    /// recently used entries beyond `capacity`; returns the validator cached.
+    fn insert(
+        &mut self,
+        capacity: usize,
+        hash: u64,
+        canonical: String,
+        validator: Validator,
+    ) -> Validator {
+        if let Some(existing) = self.get(hash, &canonical) {
+            return existing;
+        }
+        if capacity == 0 {
+            return validator;
+        }
+        while self.recency.len() >= capacity {
+            let Some((used, hash)) = self.recency.pop_first() else {
+                break;
+            };
+            if let Some(bucket) = self.entries.get_mut(&hash) {
+                bucket.retain(|entry| entry.used != used);
+                if bucket.is_empty() {
+                    self.entries.remove(&hash);
+                }
+            }
+        }
+        let used = self.next_tick();
+        self.recency.insert(used, hash);
+        self.entries.entry(hash).or_default().push(Entry {
+            canonical: canonical.into_boxed_str(),
+            validator: validator.clone(),
+            used,
+        });
+        validator
+    }
+}
+
+impl SchemaCache {
+    /// An empty cache compiling schemas within `limits`.
+    pub fn new(limits: SchemaLimits) -> Self {
+        Self {
+            inner: Arc::new(CacheInner {
+                limits,
+                hasher: RandomState::new(),
+                state: Mutex::new(CacheState::default()),
+            }),
+        }
+    }
+
+    /// The validator for `schema`, compiled now or earlier.
+    ///
+    /// # Errors
+    ///
+    /// [`SchemaError`] if the schema is too large or too deep for the cache's [`SchemaLimits`],
+    /// names an unsupported dialect, references anything outside itself, or is not a valid
+    /// schema.
+    ///
+    /// Size and depth are checked on every call (the cache key is computed from the schema's
+    /// canonical JSON); dialect, references and compilation only on a miss.
+    pub fn validator(&self, schema: &Map<String, Value>) -> Result<Validator, SchemaError> {
+        let limits = self.inner.limits;
+        check_depth(schema, limits.max_depth)?;
+        let canonical = canonical_json(schema, limits.max_bytes)?;
+        let hash = self.inner.hasher.hash_one(canonical.as_str());
+        if let Some(validator) = self.state().get(hash, &canonical) {
+            return Ok(validator);
+        }
+        let validator = compile(schema)?;
+        Ok(self
+            .state()
+            .insert(limits.cache_entries, hash, canonical, validator))
+    }
+
+    /// How many compiled schemas are cached.
+    pub fn len(&self) -> usize {
+        self.state().recency.len()
+    }
+
+    /// Whether no compiled schema is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        // The state is consistent between statements, so a panic elsewhere cannot corrupt it.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for SchemaCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchemaCache")
+            .field("limits", &self.inner.limits)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// Fails if `schema` nests objects and arrays deeper than `max_depth`, the schema object being
+/// level 1.
+fn check_depth(schema: &Map<String, Value>, max_depth: usize) -> Result<(), SchemaError> {
+    if max_depth == 0
+        || any_deeper_than(schema.values().map(|value| (value, 2)).collect(), max_depth)
+    {
+        return Err(SchemaError::TooDeep { limit: max_depth });
+    }
+    Ok(())
+}
+
+/// The compact JSON of `schema` with object keys sorted, or `TooLarge` once it exceeds
+/// `max_bytes`. Recursive: call it after [`check_depth`].
+fn canonical_json(schema: &Map<String, Value>, max_bytes: usize) -> Result<String, SchemaError> {
+    fn object(map: &Map<String, Value>, out: &mut String, limit: usize) -> Result<(), ()> {
+        let mut keys: Vec<&String> = map.keys().collect();
+        keys.sort_unstable();
+        out.push('{');
+        for (i, key) in keys.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            string(key, out, limit)?;
+            out.push(':');
+            value(&map[key], out, limit)?;
+        }
+        out.push('}');
+        fits(out, limit)
+    }
+    fn value(value_: &Value, out: &mut String, limit: usize) -> Result<(), ()> {
+        match value_ {
+            Value::Null => out.push_str("null"),
+            Value::Bool(true) => out.push_str("true"),
+            Value::Bool(false) => out.push_str("false"),
+            Value::Number(number) => {
+                let _ = write!(out, "{number}");
+            }
+            Value::String(text) => string(text, out, limit)?,
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    value(item, out, limit)?;
+                }
+                out.push(']');
+            }
+            Value::Object(map) => object(map, out, limit)?,
+        }
+        fits(out, limit)
+    }
+    fn string(text: &str, out: &mut String, limit: usize) -> Result<(), ()> {
+        // Escaped, a string takes at least its length plus the quotes: refuse before escaping.
+        if out.len() + text.len() + 2 > limit {
+            return Err(());
+        }
+        // Serializing a `str` cannot fail.
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
+        fits(out, limit)
+    }
+    fn fits(out: &str, limit: usize) -> Result<(), ()> {
+        if out.len() > limit { Err(()) } else { Ok(()) }
+    }
+
+    let mut out = String::new();
+    object(schema, &mut out, max_bytes)
+        .map(|()| out)
+        .map_err(|()| SchemaError::TooLarge { limit: max_bytes })
+}
+
+/// The draft a `$schema` URI names: the usual URIs, http or https, with or without the empty
+/// fragment.
+fn draft_of(uri: &str) -> Option<Draft> {
+    let rest = uri
+        .strip_prefix("https://")
+        .or_else(|| uri.strip_prefix("http://"))?;
+    match rest.strip_suffix('#').unwrap_or(rest) {
+        "json-schema.org/draft/2020-12/schema" => Some(Draft::Draft202012),
+        "json-schema.org/draft/2019-09/schema" => Some(Draft::Draft201909),
+        "json-schema.org/draft-07/schema" => Some(Draft::Draft7),
+        "json-schema.org/draft-06/schema" => Some(Draft::Draft6),
+        "json-schema.org/draft-04/schema" => Some(Draft::Draft4),
+        _ => None,
+    }
+}
+
+/// The draft of `schema` (2020-12 without `$schema`), after checking that every `$schema` in it
+/// names a supported dialect and that every reference stays inside it.
+///
+/// The walk is deliberately blind to where keywords sit: a `$ref` string inside `default`,
+/// `const` or `examples` data is checked too. That errs on the side of refusing.
+fn check_dialect_and_refs(schema: &Map<String, Value>) -> Result<Draft, SchemaError> {
+    let draft = match schema.get("$schema") {
+        None => Draft::Draft202012,
+        Some(Value::String(uri)) => {
+            draft_of(uri).ok_or_else(|| SchemaError::Dialect(uri.clone()))?
+        }
+        Some(other) => return Err(SchemaError::Dialect(other.to_string())),
+    };
+    let id_keyword = if draft == Draft::Draft4 { "id" } else { "$id" };
+
+    let mut ids: HashSet<&str> = HashSet::new();
+    let mut refs: Vec<&str> = Vec::new();
+    let mut objects: Vec<&Map<String, Value>> = vec![schema];
+    let mut values: Vec<&Value> = Vec::new();
+    loop {
+        while let Some(map) = objects.pop() {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("$schema", Value::String(uri)) if draft_of(uri).is_none() => {
+                        return Err(SchemaError::Dialect(uri.clone()));
+                    }
+                    ("$ref" | "$dynamicRef" | "$recursiveRef", Value::String(reference)) => {
+                        refs.push(reference);
+                    }
+                    (key, Value::String(id)) if key == id_keyword || key == "$id" => {
+                        // The base of the resource: without its fragment (draft-07 allows `...#`).
+                        ids.insert(id.split('#').next().unwrap_or_default());
+                    }
+                    _ => {}
+                }
+                values.push(value);
+            }
+        }
+        let Some(value) = values.pop() else {
+            break;
+        };
+        match value {
+            Value::Object(map) => objects.push(map),
+            Value::Array(items) => values.extend(items),
+            _ => {}
+        }
+    }
+
+    for reference in refs {
+        // A fragment, or the empty reference, stays in the current resource.
+        if reference.is_empty() || reference.starts_with('#') {
+            continue;
+        }
+        let base = reference.split('#').next().unwrap_or_default();
+        if !ids.contains(base) {
+            return Err(SchemaError::ExternalRef(reference.to_owned()));
+        }
+    }
+    Ok(draft)
+}
+
+/// A retriever that refuses everything: references are resolved inside the schema or not at all.
+struct NoRetrieval;
+
+impl jsonschema::Retrieve for NoRetrieval {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        Err(format!("{uri} is not inside the schema; external references are never fetched").into())
+    }
+}
+
+/// Compiles `schema`, whose size and depth were checked.
+fn compile(schema: &Map<String, Value>) -> Result<Validator, SchemaError> {
+    let draft = check_dialect_and_refs(schema)?;
+    let validator = jsonschema::options()
+        .with_draft(draft)
+        .with_retriever(NoRetrieval)
+        .build(&Value::Object(schema.clone()))
+        .map_err(|error| {
+            // Against the meta-schema, the "instance" is the schema: say where, quote it short.
+            let path = error.instance_path().as_str();
+            let message = error.masked_with(shorten(error.instance()));
+            SchemaError::Invalid(if path.is_empty() {
+                message.to_string()
+            } else {
+                format!("{path}: {message}")
+            })
+        })?;
+    Ok(Validator {
+        inner: Arc::new(validator),
+    })
+}
+
+/// A violation from a jsonschema error; the offending value is shortened in the message.
+fn violation(error: &jsonschema::ValidationError<'_>) -> Violation {
+    let path = error.instance_path().as_str();
+    if let ValidationErrorKind::Required {
+        property: Value::String(name),
+    } = error.kind()
+    {
+        let mut path = path.to_owned();
+        path.push('/');
+        path.push_str(&name.replace('~', "~0").replace('/', "~1"));
+        return Violation {
+            path,
+            message: "required property missing".to_owned(),
+        };
+    }
+    Violation {
+        path: path.to_owned(),
+        message: error.masked_with(shorten(error.instance())).to_string(),
+    }
+}
+
+/// How long a value quoted in a message may be, in bytes of compact JSON.
+const QUOTED_BYTES: usize = 60;
+
+/// `value` as compact JSON if short, else a short description of it.
+fn shorten(value: &Value) -> String {
+    /// A writer that fails once `QUOTED_BYTES` would be exceeded, so a huge (or deeply nested)
+    /// value is not serialized beyond that.
+    struct Bounded(Vec<u8>);
+    impl io::Write for Bounded {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            if self.0.len() + bytes.len() > QUOTED_BYTES {
+                return Err(io::Error::other("too long to quote"));
+            }
+            self.0.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let mut out = Bounded(Vec::new());
+    if serde_json::to_writer(&mut out, value).is_ok() {
+        return String::from_utf8_lossy(&out.0).into_owned();
+    }
+    match value {
+        Value::String(text) => {
+            let head: String = text.chars().take(40).collect();
+            let quoted = serde_json::to_string(&head).unwrap_or_default();
+            let open = quoted.strip_suffix('"').unwrap_or(&quoted);
+            format!("{open}…\" ({} characters)", text.chars().count())
+        }
+        Value::Array(items) => format!(
+            "the array of {} item{}",
+            items.len(),
+            if items.len() == 1 { "" } else { "s" }
+        ),
+        Value::Object(map) => format!(
+            "the object with {} propert{}",
+            map.len(),
+            if map.len() == 1 { "y" } else { "ies" }
+        ),
+        // Scalars other than strings are short; just in case.
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    fn cache() -> SchemaCache {
+        SchemaCache::new(SchemaLimits::default())
+    }
+
+    fn compile_ok(schema: Value) -> Validator {
+        cache().validator(&object(schema)).expect("compiles")
+    }
+
+    fn compile_err(schema: Value) -> SchemaError {
+        cache()
+            .validator(&object(schema))
+            .expect_err("does not compile")
+    }
+
+    fn violation(path: &str, message: &str) -> Violation {
+        Violation {
+            path: path.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// A value nested `levels` deep (`{"items": {"items": ...}}`), built without recursion.
+    fn nested(levels: usize) -> Value {
+        let mut value = json!({});
+        for _ in 1..levels {
+            let mut map = Map::new();
+            map.insert("items".to_owned(), value);
+            value = Value::Object(map);
+        }
+        value
+    }
+
+    /// Drops a deeply nested value without recursion (serde_json's drop recurses).
+    fn dismantle(value: Value) {
+        let mut pending = vec![value];
+        while let Some(value) = pending.pop() {
+            match value {
+                Value::Object(map) => pending.extend(map.into_iter().map(|(_, child)| child)),
+                Value::Array(items) => pending.extend(items),
+                _ => {}
+            }
+        }
+    }
+
+    fn arguments_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "count": {"type": "integer", "maximum": 3},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["name"]
+        })
+    }
+
+    #[test]
+    fn a_valid_value_has_no_violations() {
+        let validator = compile_ok(arguments_schema());
+        let value = json!({"name": "x", "count": 2, "tags": ["a"]});
+        assert_eq!(validator.validate(&value, 10), vec![]);
+    }
+
+    #[test]
+    fn an_invalid_value_is_described_with_json_pointers_and_clear_messages() {
+        let validator = compile_ok(arguments_schema());
+        let value = json!({"count": 5, "tags": ["a", 7]});
+        let mut violations = validator.validate(&value, 10);
+        violations.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(
+            violations,
+            vec![
+                violation("/count", "5 is greater than the maximum of 3"),
+                violation("/name", "required property missing"),
+                violation("/tags/1", r#"7 is not of type "string""#),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_at_the_root_has_the_empty_path() {
+        let validator = compile_ok(arguments_schema());
+        assert_eq!(
+            validator.validate(&json!([1, 2]), 10),
+            vec![violation("", r#"[1,2] is not of type "object""#)]
+        );
+    }
+
+    #[test]
+    fn a_missing_property_with_special_characters_is_an_escaped_pointer() {
+        let validator = compile_ok(json!({"required": ["a/b~c"]}));
+        assert_eq!(
+            validator.validate(&json!({}), 10),
+            vec![violation("/a~1b~0c", "required property missing")]
+        );
+    }
+
+    #[test]
+    fn validation_stops_at_the_maximum_number_of_violations() {
+        let validator = compile_ok(json!({"type": "array", "items": {"type": "string"}}));
+        let value = Value::Array((0..1000).map(Value::from).collect());
+        assert_eq!(validator.validate(&value, 3).len(), 3);
+        assert_eq!(validator.validate(&value, 0).len(), 1);
+        assert_eq!(validator.validate(&value, 5000).len(), 1000);
+    }
+
+    #[test]
+    fn a_long_offending_value_is_shortened_in_the_message() {
+        let validator = compile_ok(json!({"properties": {
+            "s": {"type": "integer"},
+            "a": {"type": "object"},
+            "o": {"type": "array"}
+        }}));
+        let value = json!({
+            "s": "x".repeat(10_000),
+            "a": (0..1000).collect::<Vec<_>>(),
+            "o": {"k1": "v".repeat(100), "k2": 1}
+        });
+        let mut violations = validator.validate(&value, 10);
+        violations.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(
+            violations,
+            vec![
+                violation("/a", r#"the array of 1000 items is not of type "object""#),
+                violation(
+                    "/o",
+                    r#"the object with 2 properties is not of type "array""#
+                ),
+                violation(
+                    "/s",
+                    &format!(
+                        r#""{}…" (10000 characters) is not of type "integer""#,
+                        "x".repeat(40)
+                    )
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn formats_are_annotations_in_2020_12_and_assertions_in_draft_07() {
+        let modern = compile_ok(json!({"format": "email"}));
+        assert_eq!(modern.validate(&json!("not an email"), 10), vec![]);
+        let draft7 = compile_ok(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "format": "email"
+        }));
+        assert_eq!(
+            draft7.validate(&json!("not an email"), 10),
+            vec![violation("", r#""not an email" is not a "email""#)]
+        );
+    }
+
+    #[test]
+    fn the_cache_compiles_a_schema_once_whatever_its_key_order() {
+        let cache = cache();
+        let one =
+            object(json!({"type": "object", "required": ["a"], "properties": {"a": {}, "b": {}}}));
+        // The same schema, its keys inserted in reverse order.
+        let mut other = Map::new();
+        let mut properties = Map::new();
+        properties.insert("b".to_owned(), json!({}));
+        properties.insert("a".to_owned(), json!({}));
+        other.insert("properties".to_owned(), Value::Object(properties));
+        other.insert("required".to_owned(), json!(["a"]));
+        other.insert("type".to_owned(), json!("object"));
+
+        let first = cache.validator(&one).unwrap();
+        let second = cache.validator(&other).unwrap();
+        assert_eq!(cache.len(), 1);
+        assert!(Arc::ptr_eq(&first.inner, &second.inner));
+        assert!(Arc::ptr_eq(
+            &first.inner,
+            &cache.validator(&one).unwrap().inner
+        ));
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_and_is_compact() {
+        let schema = object(json!({"b": [1, {"d": null, "c": "x\"y"}], "a": true}));
+        assert_eq!(
+            canonical_json(&schema, 1000).unwrap(),
+            r#"{"a":true,"b":[1,{"c":"x\"y","d":null}]}"#
+        );
+    }
+
+    #[test]
+    fn the_cache_evicts_the_least_recently_used_beyond_its_bound() {
+        let cache = SchemaCache::new(SchemaLimits {
+            cache_entries: 3,
+            ..SchemaLimits::default()
+        });
+        let schema = |n: u64| object(json!({"maximum": n}));
+        let zero = cache.validator(&schema(0)).unwrap();
+        cache.validator(&schema(1)).unwrap();
+        cache.validator(&schema(2)).unwrap();
+        // 0 is used again, so 1 is now the least recently used.
+        assert!(Arc::ptr_eq(
+            &zero.inner,
+            &cache.validator(&schema(0)).unwrap().inner
+        ));
+        cache.validator(&schema(3)).unwrap();
+        assert_eq!(cache.len(), 3);
+        assert!(Arc::ptr_eq(
+            &zero.inner,
+            &cache.validator(&schema(0)).unwrap().inner
+        ));
+        // 1 was evicted: it compiles again, and still works.
+        let one = cache.validator(&schema(1)).unwrap();
+        assert_eq!(cache.len(), 3);
+        assert_eq!(one.validate(&json!(1), 10), vec![]);
+        assert_eq!(
+            one.validate(&json!(2), 10),
+            vec![violation("", "2 is greater than the maximum of 1")]
+        );
+        for n in 0..100 {
+            let validator = cache.validator(&schema(n)).unwrap();
+            assert_eq!(validator.validate(&json!(n), 1), vec![]);
+        }
+        assert_eq!(cache.len(), 3);
+        // A validator handed out before its eviction keeps working.
+        assert_eq!(zero.validate(&json!(0), 1), vec![]);
+        assert_eq!(zero.validate(&json!(1), 1).len(), 1);
+    }
+
+    #[test]
+    fn a_cache_without_entries_compiles_every_time() {
+        let cache = SchemaCache::new(SchemaLimits {
+            cache_entries: 0,
+            ..SchemaLimits::default()
+        });
+        let schema = object(json!({"type": "string"}));
+        let first = cache.validator(&schema).unwrap();
+        let second = cache.validator(&schema).unwrap();
+        assert_eq!(cache.len(), 0);
+        assert!(!Arc::ptr_eq(&first.inner, &second.inner));
+    }
+
+    #[test]
+    fn clones_of_the_cache_share_its_entries_across_threads() {
+        let cache = cache();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let cache = cache.clone();
+                std::thread::spawn(move || {
+                    for n in 0..10 {
+                        let validator = cache.validator(&object(json!({"minimum": n}))).unwrap();
+                        assert_eq!(validator.validate(&json!(n), 1), vec![]);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(cache.len(), 10);
+    }
+
+    #[test]
+    fn a_schema_larger_than_the_limit_is_too_large() {
+        let cache = SchemaCache::new(SchemaLimits {
+            max_bytes: 100,
+            ..SchemaLimits::default()
+        });
+        let fits = object(json!({"description": "x".repeat(70)}));
+        assert!(cache.validator(&fits).is_ok());
+        let long_string = object(json!({"description": "x".repeat(1000)}));
+        assert_eq!(
+            cache.validator(&long_string).unwrap_err(),
+            SchemaError::TooLarge { limit: 100 }
+        );
+        let many_keys = object(json!({"enum": (0..100).collect::<Vec<_>>()}));
+        assert_eq!(
+            cache.validator(&many_keys).unwrap_err(),
+            SchemaError::TooLarge { limit: 100 }
+        );
+        let default_limit = object(json!({"description": "x".repeat(300 * 1024)}));
+        assert_eq!(
+            compile_err(Value::Object(default_limit)),
+            SchemaError::TooLarge { limit: 256 * 1024 }
+        );
+    }
+
+    #[test]
+    fn a_schema_nested_ten_thousand_levels_is_too_deep_without_overflowing_the_stack() {
+        let cache = cache();
+        let schema = nested(10_000);
+        let result = cache.validator(schema.as_object().unwrap());
+        dismantle(schema);
+        assert_eq!(result.unwrap_err(), SchemaError::TooDeep { limit: 64 });
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn the_depth_limit_counts_the_schema_object_as_level_one() {
+        let cache = SchemaCache::new(SchemaLimits {
+            max_depth: 3,
+            ..SchemaLimits::default()
+        });
+        assert!(cache.validator(nested(3).as_object().unwrap()).is_ok());
+        assert_eq!(
+            cache.validator(nested(4).as_object().unwrap()).unwrap_err(),
+            SchemaError::TooDeep { limit: 3 }
+        );
+        // Arrays count too: schema > enum > [ ] > [ ] > [ ].
+        assert_eq!(
+            cache
+                .validator(&object(json!({"enum": [[[1]]]})))
+                .unwrap_err(),
+            SchemaError::TooDeep { limit: 3 }
+        );
+    }
+
+    #[test]
+    fn an_unknown_dialect_is_refused() {
+        let error = compile_err(json!({"$schema": "https://json-schema.org/draft/2099-01/schema"}));
+        assert_eq!(
+            error,
+            SchemaError::Dialect("https://json-schema.org/draft/2099-01/schema".to_owned())
+        );
+        assert_eq!(
+            error.to_string(),
+            "unsupported JSON Schema dialect \"https://json-schema.org/draft/2099-01/schema\": \
+             use 2020-12, 2019-09, draft-07, draft-06 or draft-04"
+        );
+        assert_eq!(
+            compile_err(json!({"$schema": 7})),
+            SchemaError::Dialect("7".to_owned())
+        );
+        // Nor can an embedded resource declare one.
+        assert_eq!(
+            compile_err(json!({"$defs": {"x": {
+                "$id": "https://example.com/x",
+                "$schema": "https://example.com/meta"
+            }}})),
+            SchemaError::Dialect("https://example.com/meta".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_supported_dialects_are_accepted_in_their_usual_spellings() {
+        for (uri, draft) in [
+            (
+                "https://json-schema.org/draft/2020-12/schema",
+                Draft::Draft202012,
+            ),
+            (
+                "http://json-schema.org/draft/2020-12/schema#",
+                Draft::Draft202012,
+            ),
+            (
+                "https://json-schema.org/draft/2019-09/schema",
+                Draft::Draft201909,
+            ),
+            ("http://json-schema.org/draft-07/schema#", Draft::Draft7),
+            ("http://json-schema.org/draft-07/schema", Draft::Draft7),
+            ("https://json-schema.org/draft-07/schema#", Draft::Draft7),
+            ("http://json-schema.org/draft-06/schema#", Draft::Draft6),
+            ("http://json-schema.org/draft-04/schema#", Draft::Draft4),
+        ] {
+            let validator = compile_ok(json!({"$schema": uri, "type": "string"}));
+            assert_eq!(validator.inner.draft(), draft, "{uri}");
+            assert_eq!(validator.validate(&json!("x"), 1), vec![], "{uri}");
+            assert_eq!(validator.validate(&json!(1), 1).len(), 1, "{uri}");
+        }
+        assert_eq!(compile_ok(json!({})).inner.draft(), Draft::Draft202012);
+    }
+
+    #[test]
+    fn external_references_are_refused() {
+        for reference in [
+            "https://example.com/s.json",
+            "file:///etc/passwd",
+            "other.json#/x",
+            "/etc/passwd",
+        ] {
+            assert_eq!(
+                compile_err(json!({"properties": {"a": {"$ref": reference}}})),
+                SchemaError::ExternalRef(reference.to_owned()),
+            );
+        }
+        // The empty reference is the current resource: local.
+        assert!(
+            cache()
+                .validator(&object(json!({"$defs": {"a": {"$ref": ""}}})))
+                .is_ok()
+        );
+        assert_eq!(
+            compile_err(json!({"$dynamicRef": "https://example.com/s.json#meta"})),
+            SchemaError::ExternalRef("https://example.com/s.json#meta".to_owned()),
+        );
+        assert_eq!(
+            compile_err(json!({"$ref": "file:///etc/passwd"})).to_string(),
+            "the schema references \"file:///etc/passwd\", which is not inside the schema; \
+             external references are never fetched"
+        );
+    }
+
+    #[test]
+    fn a_reference_to_an_id_declared_in_the_schema_is_local() {
+        let validator = compile_ok(json!({
+            "$id": "https://example.com/root.json",
+            "properties": {"a": {"$ref": "https://example.com/item.json"}},
+            "$defs": {"item": {"$id": "https://example.com/item.json", "type": "integer"}}
+        }));
+        assert_eq!(validator.validate(&json!({"a": 1}), 1), vec![]);
+        assert_eq!(
+            validator.validate(&json!({"a": "x"}), 1),
+            vec![violation("/a", r#""x" is not of type "integer""#)]
+        );
+    }
+
+    #[test]
+    fn the_retriever_refuses_what_slips_past_the_reference_check() {
+        // `item.json` is a declared `$id` (of `https://b.example/item.json`), but the reference
+        // resolves against another base, to `https://a.example/item.json`, which the compiler
+        // would have to fetch.
+        let error = compile_err(json!({
+            "$id": "https://a.example/root.json",
+            "properties": {"a": {"$ref": "item.json"}},
+            "$defs": {"b": {
+                "$id": "https://b.example/",
+                "$defs": {"item": {"$id": "item.json"}}
+            }}
+        }));
+        let SchemaError::Invalid(message) = error else {
+            panic!("not Invalid: {error:?}");
+        };
+        assert!(message.contains("never fetched"), "{message}");
+    }
+
+    #[test]
+    fn a_local_recursive_reference_validates_a_tree() {
+        let validator = compile_ok(json!({
+            "$ref": "#/$defs/node",
+            "$defs": {"node": {
+                "type": "object",
+                "properties": {
+                    "value": {"type": "integer"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+                },
+                "required": ["value"],
+                "additionalProperties": false
+            }}
+        }));
+        let tree = json!({"value": 1, "children": [
+            {"value": 2, "children": []},
+            {"value": 3, "children": [{"value": 4}]}
+        ]});
+        assert_eq!(validator.validate(&tree, 10), vec![]);
+        let bad = json!({"value": 1, "children": [
+            {"value": 2},
+            {"value": 3, "children": [{"value": "four"}, {}]}
+        ]});
+        let mut violations = validator.validate(&bad, 10);
+        violations.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(
+            violations,
+            vec![
+                violation(
+                    "/children/1/children/0/value",
+                    r#""four" is not of type "integer""#
+                ),
+                violation("/children/1/children/1/value", "required property missing"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_draft_07_recursive_reference_with_definitions_works() {
+        let validator = compile_ok(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "definitions": {"list": {
+                "type": ["object", "null"],
+                "properties": {"next": {"$ref": "#/definitions/list"}}
+            }},
+            "$ref": "#/definitions/list"
+        }));
+        assert_eq!(
+            validator.validate(&json!({"next": {"next": null}}), 10),
+            vec![]
+        );
+        assert_eq!(
+            validator.validate(&json!({"next": {"next": 1}}), 10),
+            vec![violation(
+                "/next/next",
+                r#"1 is not of types "null", "object""#
+            )]
+        );
+    }
+
+    #[test]
+    fn a_schema_jsonschema_rejects_is_invalid() {
+        assert_eq!(
+            compile_err(json!({"properties": {"a": {"type": "wrong"}}})),
+            SchemaError::Invalid(
+                "/properties/a/type: \"wrong\" is not valid under any of the schemas listed in \
+                 the 'anyOf' keyword"
+                    .to_owned()
+            )
+        );
+        let huge = json!({"minimum": "x".repeat(10_000)});
+        let SchemaError::Invalid(message) = compile_err(huge) else {
+            panic!("not Invalid");
+        };
+        assert!(message.starts_with("/minimum: "), "{message}");
+        assert!(message.len() < 200, "{message}");
+        assert!(matches!(
+            compile_err(json!({"$ref": "#/$defs/missing"})),
+            SchemaError::Invalid(_)
+        ));
+        assert!(matches!(
+            compile_err(json!({"pattern": "("})),
+            SchemaError::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn a_value_nested_too_deep_is_a_violation_not_a_stack_overflow() {
+        let validator = compile_ok(json!({
+            "$ref": "#/$defs/node",
+            "$defs": {"node": {
+                "type": "object",
+                "properties": {"items": {"$ref": "#/$defs/node"}}
+            }}
+        }));
+        let fits = nested(MAX_VALUE_DEPTH);
+        assert_eq!(validator.validate(&fits, 1), vec![]);
+        let deep = nested(10_000);
+        let violations = validator.validate(&deep, 1);
+        dismantle(deep);
+        assert_eq!(
+            violations,
+            vec![violation(
+                "",
+                "the value nests objects and arrays deeper than 256 levels"
+            )]
+        );
+        // Arrays count too, and `uniqueItems` (which compares items recursively) is guarded.
+        let unique = compile_ok(json!({"uniqueItems": true}));
+        let deep = || {
+            let mut value = json!([]);
+            for _ in 0..10_000 {
+                value = Value::Array(vec![value]);
+            }
+            value
+        };
+        // Cloning or dropping such a value recurses: build it twice, dismantle it.
+        let twice = Value::Array(vec![deep(), deep()]);
+        assert_eq!(unique.validate(&twice, 1).len(), 1);
+        dismantle(twice);
+    }
+
+    #[test]
+    fn a_violation_displays_its_path_then_its_message() {
+        assert_eq!(
+            violation("/count", "5 is greater than the maximum of 3").to_string(),
+            "/count: 5 is greater than the maximum of 3"
+        );
+        assert_eq!(
+            violation("", r#"[] is not of type "object""#).to_string(),
+            r#"[] is not of type "object""#
+        );
+    }
+
+    #[test]
+    fn the_cache_is_empty_until_a_schema_compiles() {
+        let cache = cache();
+        assert!(cache.is_empty());
+        assert!(cache.validator(&object(json!({"$ref": "x.json"}))).is_err());
+        assert!(cache.is_empty());
+        cache.validator(&object(json!({}))).unwrap();
+        assert!(!cache.is_empty());
+    }
+}
