@@ -104,3 +104,139 @@ pub fn server() -> Server {
         .resource(Resource::new("file:///readme.md", "readme", readme))
         .build()
 }
+
+// ---------------------------------------------------------------------------------------------
+// The richer server of the client tests
+// ---------------------------------------------------------------------------------------------
+
+/// `add` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct Add {
+    /// One.
+    pub a: f64,
+    /// The other.
+    pub b: f64,
+}
+
+/// `add` result.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct Sum {
+    /// a + b.
+    pub sum: f64,
+}
+
+async fn add(args: Add) -> Json<Sum> {
+    Json(Sum {
+        sum: args.a + args.b,
+    })
+}
+
+/// Asks the client's model; says what it answered.
+async fn sample(context: Context, args: Echo) -> Result<String, InputError> {
+    let params = json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": args.text}}],
+        "maxTokens": 10,
+    });
+    let params = params.as_object().cloned().unwrap_or_default();
+    let answer = context.sample(params).await?;
+    Ok(format!(
+        "{} said {}",
+        answer["model"].as_str().unwrap_or("?"),
+        answer["content"]["text"].as_str().unwrap_or("?")
+    ))
+}
+
+/// Lists the client's roots.
+async fn roots(context: Context, _: NoArgs) -> Result<String, InputError> {
+    let answer = context.list_roots().await?;
+    let uris: Vec<&str> = answer["roots"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|r| r["uri"].as_str()).collect())
+        .unwrap_or_default();
+    Ok(uris.join(","))
+}
+
+/// A form whose fields have defaults; says what came back.
+async fn form(context: Context, _: NoArgs) -> Result<String, InputError> {
+    let schema = json!({"type": "object", "properties": {
+        "answer": {"type": "string"},
+        "name": {"type": "string", "default": "Ada"},
+        "age": {"type": "integer", "default": 36},
+    }});
+    let answer = context.elicit("Who?", schema).await?;
+    Ok(format!("{} {}", answer["action"], answer["content"]))
+}
+
+/// Ends the server process with status 3 (for the restart tests over stdio).
+async fn crash(_: NoArgs) -> &'static str {
+    std::process::exit(3)
+}
+
+/// The server of the client tests: [`server`]'s tools, prompt and resource, and `add`
+/// (structured output), `sample`, `roots`, `form` (elicitation with defaults), `crash`, `touch`
+/// (adds a tool and updates the readme), a resource template `file:///notes/{name}` and
+/// completions; lists come two items a page and may be cached for a minute.
+pub fn client_server() -> Server {
+    let mut settings = modelctx_server::Settings::default();
+    settings.page_size = 2;
+    settings.list_cache = Some(modelctx_server::CacheHint {
+        ttl_ms: 60_000,
+        scope: "public",
+    });
+    let server = Server::builder("facade", "1.0.0")
+        .instructions("A server for tests")
+        .settings(settings)
+        .tool(Tool::new("echo", echo).description("Says the text back"))
+        .tool(Tool::new("steps", steps))
+        .tool(Tool::new("ask", ask))
+        .tool(Tool::new("wait", wait))
+        .tool(Tool::new("add", add))
+        .tool(Tool::new("sample", sample))
+        .tool(Tool::new("roots", roots))
+        .tool(Tool::new("form", form))
+        .tool(Tool::new("crash", crash))
+        .prompt(
+            Prompt::new("greet", greet).complete("name", |partial: String, _| async move {
+                ["Ada", "Alan", "Grace"]
+                    .iter()
+                    .filter(|n| n.starts_with(&partial))
+                    .map(|n| (*n).to_owned())
+                    .collect()
+            }),
+        )
+        .resource(Resource::new("file:///readme.md", "readme", readme))
+        .resource(Resource::new("file:///license.md", "license", readme))
+        .resource(Resource::new("file:///changes.md", "changes", readme))
+        .resource_template(
+            modelctx_server::ResourceTemplate::new("file:///notes/{name}", "notes", note)
+                .expect("a valid template")
+                .complete("name", |partial: String, _| async move {
+                    ["alpha", "beta"]
+                        .iter()
+                        .filter(|n| n.starts_with(&partial))
+                        .map(|n| (*n).to_owned())
+                        .collect()
+                }),
+        )
+        .build();
+    let handle = server.clone();
+    let touched = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let touch = move |_: NoArgs| {
+        let server = handle.clone();
+        let n = touched.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            let _ = server.add_tool(Tool::new(format!("extra-{n}"), echo));
+            server.notify_resource_updated("file:///readme.md");
+            "touched"
+        }
+    };
+    server
+        .add_tool(Tool::new("touch", touch))
+        .expect("a new tool");
+    server
+}
+
+async fn note(_: Context, request: ReadRequest) -> ResourceContents {
+    let name = request.var("name").unwrap_or_default();
+    ResourceContents::text(request.uri, format!("note {name}"))
+}

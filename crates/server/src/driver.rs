@@ -43,6 +43,17 @@ pub enum Frame {
     Batch(Vec<Message>),
 }
 
+/// What a client's transport reads: so that a client can take the server's output channel
+/// (`modelctx-client`'s `connect_channels`).
+impl From<Frame> for Incoming {
+    fn from(frame: Frame) -> Incoming {
+        match frame {
+            Frame::Single(message) => Incoming::Single(message),
+            Frame::Batch(messages) => Incoming::Batch(messages.into_iter().map(Ok).collect()),
+        }
+    }
+}
+
 /// Where the driver's output goes.
 pub(crate) enum Output {
     /// A transport that frames messages itself (stdio, in-memory, custom).

@@ -146,7 +146,7 @@ where
 pub struct CacheHint {
     /// How long, in milliseconds.
     pub ttl_ms: u64,
-    /// `"private"` (this user) or `"shared"`.
+    /// `"private"` (this user) or `"public"`.
     pub scope: &'static str,
 }
 

@@ -1,9 +1,15 @@
 //! The facade's test server: on stdin and stdout, or with `--http`, on 127.0.0.1 (a free port,
-//! printed as `LISTENING <port>`) until stdin closes.
+//! printed as `LISTENING <port>`) until stdin closes. `--client-tests` serves the richer server
+//! of the client tests.
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
-    let server = modelctx_tests::facade::server();
+    // `--client-tests`: the richer server of the client tests.
+    let server = if std::env::args().any(|a| a == "--client-tests") {
+        modelctx_tests::facade::client_server()
+    } else {
+        modelctx_tests::facade::server()
+    };
     if std::env::args().any(|a| a == "--http") {
         let config = modelctx_http::server::ServerConfig::default();
         let running = server

@@ -1,0 +1,382 @@
+//! Configuring and opening a connection.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use modelctx_session::{ClientConfig as SessionConfig, EraChoice, LogLevel, ProtocolVersion};
+use modelctx_types::{Incoming, JsonObject, model};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::cache::{ResultCache, Scope};
+use crate::client::{Client, Defaults, Inner};
+use crate::driver::{Driver, Reconnect, Remake, Shared};
+use crate::error::ConnectError;
+use crate::input::{Elicitation, Elicited, Handlers, InputError};
+use crate::link::{Channels, Link};
+use crate::notify::{NotificationFn, ServerNotification};
+
+/// Numbers the connections of this process, for cache contexts and in-memory server keys.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Builds a [`Client`]: who the client is, what it can answer, how it waits; then one of the
+/// `connect_*` methods opens the connection (finding the server's era) and returns once the
+/// protocol is settled.
+#[must_use]
+pub struct ClientBuilder {
+    name: String,
+    version: String,
+    capabilities: JsonObject,
+    handlers: Handlers,
+    era: EraChoice,
+    versions: Option<Vec<ProtocolVersion>>,
+    defaults: Defaults,
+    handshake_timeout: Duration,
+    cache: Option<ResultCache>,
+    cache_context: Option<String>,
+    callbacks: Vec<NotificationFn>,
+    reconnect: Option<Reconnect>,
+    log_level: Option<LogLevel>,
+    notification_queue: usize,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("name", &self.name)
+            .field("handlers", &self.handlers)
+            .field("era", &self.era)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client whose `clientInfo` is `{name, version}`.
+    pub fn builder(name: &str, version: &str) -> ClientBuilder {
+        ClientBuilder {
+            name: name.into(),
+            version: version.into(),
+            capabilities: JsonObject::new(),
+            handlers: Handlers::default(),
+            era: EraChoice::Probe,
+            versions: None,
+            defaults: Defaults {
+                timeout: Some(Duration::from_secs(60)),
+                progress_reset: None,
+                max_rounds: 8,
+            },
+            handshake_timeout: Duration::from_secs(30),
+            cache: None,
+            cache_context: None,
+            callbacks: Vec::new(),
+            reconnect: None,
+            log_level: None,
+            notification_queue: 256,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Answers the server's `sampling/createMessage` with `handler` (declares `sampling`).
+    pub fn on_sampling<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(model::CreateMessageRequestParams) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<model::CreateMessageResult, InputError>> + Send + 'static,
+    {
+        self.handlers.sampling = Some(Arc::new(move |params| Box::pin(handler(params))));
+        self
+    }
+
+    /// Answers the server's `elicitation/create` with `handler` (declares `elicitation` in form
+    /// mode; see [`url_elicitation`](Self::url_elicitation)).
+    pub fn on_elicitation<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(Elicitation) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Elicited, InputError>> + Send + 'static,
+    {
+        self.handlers.elicitation = Some(Arc::new(move |e| Box::pin(handler(e))));
+        self
+    }
+
+    /// Also takes URL-mode elicitations (2025-11-25 and later) to the elicitation handler.
+    pub fn url_elicitation(mut self) -> Self {
+        self.handlers.url_elicitation = true;
+        self
+    }
+
+    /// Fills the fields the user left empty in an accepted form elicitation with the defaults
+    /// of the requested schema.
+    pub fn apply_elicitation_defaults(mut self) -> Self {
+        self.handlers.apply_defaults = true;
+        self
+    }
+
+    /// Answers `roots/list` with these roots (declares `roots`).
+    pub fn roots(self, roots: Vec<model::Root>) -> Self {
+        let roots = Arc::new(roots);
+        self.on_roots(move || {
+            let roots = roots.clone();
+            async move { Ok(roots.to_vec()) }
+        })
+    }
+
+    /// Answers `roots/list` with `handler` (declares `roots` with `listChanged`; call
+    /// [`Client::roots_changed`] when they change).
+    pub fn on_roots<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<model::Root>, InputError>> + Send + 'static,
+    {
+        self.handlers.roots = Some(Arc::new(move || Box::pin(handler())));
+        self
+    }
+
+    /// Declares a capability the handlers do not imply (`experimental`, `extensions`, ...);
+    /// merged over theirs.
+    pub fn capability(mut self, name: &str, value: Value) -> Self {
+        self.capabilities.insert(name.into(), value);
+        self
+    }
+
+    /// How the server's era is found: probe with `server/discover` and fall back to
+    /// `initialize` (the default), or skip the probe.
+    pub fn era(mut self, era: EraChoice) -> Self {
+        self.era = era;
+        self
+    }
+
+    /// Speaks only `version` (and skips the probe for a legacy one).
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        self.versions = Some(vec![version]);
+        self.era = match version.era() {
+            modelctx_session::Era::Legacy => EraChoice::Legacy,
+            _ => EraChoice::Modern,
+        };
+        self
+    }
+
+    /// The timeout of every call (default 60 s); `None` waits forever.
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.defaults.timeout = timeout;
+        self
+    }
+
+    /// For calls that ask for progress: progress restarts the timeout, up to `max_total`.
+    pub fn reset_timeout_on_progress(mut self, max_total: Duration) -> Self {
+        self.defaults.progress_reset = Some(max_total);
+        self
+    }
+
+    /// How many times one call may be answered with `input_required` before the client gives up
+    /// (default 8).
+    pub fn max_input_rounds(mut self, rounds: u32) -> Self {
+        self.defaults.max_rounds = rounds;
+        self
+    }
+
+    /// The timeout of the probe and of `initialize` (default 30 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Caches cacheable results in `cache` (see [`ResultCache`]).
+    pub fn cache(mut self, cache: ResultCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The authorization context of this client's `private` cache entries: clients sharing a
+    /// cache and a context share them (default: each client is its own context).
+    pub fn cache_context(mut self, context: &str) -> Self {
+        self.cache_context = Some(context.into());
+        self
+    }
+
+    /// Calls `callback` with every notification (on the connection's task: keep it short). In
+    /// the modern era this opens the listen stream for list changes.
+    pub fn on_notification(
+        mut self,
+        callback: impl Fn(&ServerNotification) + Send + Sync + 'static,
+    ) -> Self {
+        self.callbacks.push(Arc::new(callback));
+        self
+    }
+
+    /// How many notifications a [`Notifications`](crate::Notifications) receiver may fall
+    /// behind before it misses some (default 256).
+    pub fn notification_queue(mut self, capacity: usize) -> Self {
+        self.notification_queue = capacity.max(1);
+        self
+    }
+
+    /// When to re-establish a connection that ended: a stdio server that exited is restarted, a
+    /// legacy HTTP session the server ended is initialized again; listen streams are re-opened
+    /// and [`ServerNotification::Resynced`] is sent. Calls in flight fail; calls made meanwhile
+    /// wait. Default: stdio never; HTTP up to 3 times in a row.
+    pub fn reconnect(mut self, policy: Reconnect) -> Self {
+        self.reconnect = Some(policy);
+        self
+    }
+
+    /// The level of log messages wanted (see [`Client::set_log_level`]); set on connect.
+    pub fn log_level(mut self, level: LogLevel) -> Self {
+        self.log_level = Some(level);
+        self
+    }
+
+    /// Connects over a message transport: the server takes messages on `to_server` and yields
+    /// them on `from_server` (for instance `Server::in_memory()` of `modelctx-server`).
+    pub async fn connect_channels<T>(
+        self,
+        to_server: mpsc::Sender<Incoming>,
+        from_server: mpsc::Receiver<T>,
+    ) -> Result<Client, ConnectError>
+    where
+        T: Into<Incoming> + Send + 'static,
+    {
+        let (inbox, task) = crate::link::forward(from_server);
+        let mut channels = Channels::new(to_server, inbox);
+        channels.tasks.push(task);
+        let key = format!("memory-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed));
+        self.start(Link::Channels(Box::new(channels)), Remake::Never, key)
+            .await
+    }
+
+    /// Connects over a line-framed byte stream pair (newline-delimited JSON-RPC).
+    #[cfg(feature = "stdio")]
+    pub async fn connect_lines<R, W>(
+        self,
+        reader: modelctx_stdio::LineReader<R>,
+        writer: modelctx_stdio::LineWriter<W>,
+    ) -> Result<Client, ConnectError>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut channels, writer) = crate::stdio::lines(reader, writer);
+        channels.tasks.push(tokio::spawn(async move {
+            drop(writer.await);
+        }));
+        let key = format!("lines-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed));
+        self.start(Link::Channels(Box::new(channels)), Remake::Never, key)
+            .await
+    }
+
+    /// Starts `command` as a child process and connects over its stdin and stdout.
+    #[cfg(feature = "stdio")]
+    pub async fn connect_stdio(
+        self,
+        command: modelctx_stdio::ServerCommand,
+    ) -> Result<Client, ConnectError> {
+        let channels = crate::stdio::spawn(&command).map_err(ConnectError::Spawn)?;
+        let key = format!("stdio:{command:?}");
+        self.start(
+            Link::Channels(Box::new(channels)),
+            Remake::Spawn(Box::new(command)),
+            key,
+        )
+        .await
+    }
+
+    /// Connects to the Streamable HTTP endpoint `url` with the default transport settings.
+    #[cfg(feature = "http")]
+    pub async fn connect_http(self, url: &str) -> Result<Client, ConnectError> {
+        self.connect_http_with(url, modelctx_http::client::ClientConfig::default())
+            .await
+    }
+
+    /// Connects to the Streamable HTTP endpoint `url` (headers, limits, timeouts, TLS in
+    /// `config`).
+    #[cfg(feature = "http")]
+    pub async fn connect_http_with(
+        self,
+        url: &str,
+        config: modelctx_http::client::ClientConfig,
+    ) -> Result<Client, ConnectError> {
+        let transport = modelctx_http::client::HttpTransport::new(url, config)
+            .map_err(|e| ConnectError::Url(e.to_string()))?;
+        self.start(
+            Link::Http(Box::new(transport)),
+            Remake::SameLink,
+            format!("http:{url}"),
+        )
+        .await
+    }
+
+    async fn start(
+        self,
+        link: Link,
+        remake: Remake,
+        server: String,
+    ) -> Result<Client, ConnectError> {
+        let mut capabilities = self.handlers.capabilities();
+        capabilities.extend(self.capabilities);
+        let mut config = SessionConfig::new(&self.name, &self.version, capabilities);
+        config.era = self.era;
+        if let Some(versions) = self.versions {
+            config.versions = versions;
+        }
+        config.handshake_timeout = self.handshake_timeout;
+        let reconnect = self.reconnect.unwrap_or(match remake {
+            Remake::SameLink => Reconnect::up_to(3),
+            _ => Reconnect::NEVER,
+        });
+        let context = self
+            .cache_context
+            .unwrap_or_else(|| format!("client-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed)));
+        let (notifications, _) = broadcast::channel(self.notification_queue);
+        let listen = !self.callbacks.is_empty();
+        let shared = Arc::new(Shared {
+            peer: Mutex::new(None),
+            closed: Mutex::new(None),
+            notifications: Mutex::new(Some(notifications)),
+            callbacks: self.callbacks,
+            cache: self.cache.map(|cache| {
+                (
+                    cache,
+                    Scope {
+                        server: server.into(),
+                        context: context.into(),
+                    },
+                )
+            }),
+            tool_schemas: Mutex::new(Default::default()),
+            handlers: self.handlers,
+            #[cfg(feature = "validation")]
+            schemas: modelctx_types::schema::SchemaCache::new(
+                modelctx_types::schema::SchemaLimits::default(),
+            ),
+        });
+        let (ready, connected) = oneshot::channel();
+        let (driver, handles) = Driver::new(config, link, remake, reconnect, shared.clone(), ready);
+        tokio::spawn(driver.run());
+        let client = Client::from_inner(Inner {
+            shared,
+            commands: handles.commands,
+            dropped: handles.dropped,
+            defaults: self.defaults,
+            next_token: AtomicU64::new(0),
+            log_level: Mutex::new(None),
+        });
+        match connected.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(ConnectError::Transport("the connection task ended".into())),
+        }
+        if listen {
+            drop(client.notifications());
+        }
+        if let Some(level) = self.log_level {
+            let declared = client
+                .server_capabilities()
+                .is_none_or(|c| c.contains_key("logging"));
+            if declared && let Err(e) = client.set_log_level(level).await {
+                tracing::warn!(error = %e, "setting the log level failed");
+            }
+        }
+        Ok(client)
+    }
+}

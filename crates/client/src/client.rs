@@ -1,0 +1,845 @@
+//! The handle applications call: typed requests for every server feature of every version.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
+use modelctx_types::{JsonObject, model};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::driver::{Answer, Call, Command, MAX_TOOL_SCHEMAS, Shared};
+use crate::error::Error;
+use crate::input::Ask;
+use crate::notify::{Notifications, Progress, ProgressFn};
+use crate::wire;
+
+/// The methods a modern server may answer with `input_required`.
+const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+/// `list_all_*` follows at most this many pages.
+const MAX_PAGES: usize = 10_000;
+
+/// A connection to one MCP server. Cheap to clone; every clone drives the same connection, which
+/// closes when [`close`](Self::close) is called or the last clone is dropped.
+///
+/// Every call has a timeout (60 s unless configured) and is cancelled on the wire, as its era
+/// defines it, when it times out or when its future is dropped.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) dropped: mpsc::UnboundedSender<u64>,
+    pub(crate) defaults: Defaults,
+    pub(crate) next_token: AtomicU64,
+    pub(crate) log_level: Mutex<Option<LogLevel>>,
+}
+
+/// Defaults for every call.
+pub(crate) struct Defaults {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) progress_reset: Option<Duration>,
+    pub(crate) max_rounds: u32,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("peer", &self.inner.shared.peer())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of one call.
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    timeout: Option<Option<Duration>>,
+    progress: Option<ProgressFn>,
+    reset_on_progress: Option<Duration>,
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("timeout", &self.timeout)
+            .field("progress", &self.progress.is_some())
+            .field("reset_on_progress", &self.reset_on_progress)
+            .finish()
+    }
+}
+
+impl CallOptions {
+    /// The client's defaults.
+    pub fn new() -> Self {
+        CallOptions::default()
+    }
+
+    /// Fail (and cancel) the call after `timeout`; `None` waits forever.
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Ask for progress and pass each notification to `callback` (called on the connection's
+    /// task: keep it short).
+    pub fn on_progress(mut self, callback: impl Fn(Progress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(callback));
+        self
+    }
+
+    /// Restart the timeout whenever progress arrives, but never wait longer than `max_total`.
+    pub fn reset_timeout_on_progress(mut self, max_total: Duration) -> Self {
+        self.reset_on_progress = Some(max_total);
+        self
+    }
+}
+
+/// What a completion is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompletionRef {
+    /// An argument of the prompt of this name.
+    Prompt(String),
+    /// A variable of the resource template with this URI template.
+    Resource(String),
+}
+
+/// Cancels a call on the wire when its future is dropped before the answer.
+struct CancelOnDrop<'a> {
+    token: u64,
+    dropped: &'a mpsc::UnboundedSender<u64>,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.dropped.send(self.token);
+        }
+    }
+}
+
+impl Client {
+    pub(crate) fn from_inner(inner: Inner) -> Client {
+        Client {
+            inner: Arc::new(inner),
+        }
+    }
+
+    // -- what is known of the server --------------------------------------------------------------
+
+    fn peer(&self) -> Option<PeerInfo> {
+        self.inner.shared.peer()
+    }
+
+    /// The protocol version spoken, while connected.
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.peer().map(|p| p.version)
+    }
+
+    /// The era of the server, while connected.
+    pub fn era(&self) -> Option<Era> {
+        self.protocol_version().map(ProtocolVersion::era)
+    }
+
+    /// The server's `serverInfo` (legacy `initialize`, or modern `server/discover` when it sent
+    /// one).
+    pub fn server_info(&self) -> Option<Value> {
+        self.peer().and_then(|p| p.info)
+    }
+
+    /// The server's declared capabilities (`None` when unknown).
+    pub fn server_capabilities(&self) -> Option<JsonObject> {
+        self.peer().and_then(|p| p.capabilities)
+    }
+
+    /// The server's instructions, when it gave some.
+    pub fn instructions(&self) -> Option<String> {
+        self.peer().and_then(|p| p.instructions)
+    }
+
+    /// Whether the connection has ended for good.
+    pub fn is_closed(&self) -> bool {
+        self.inner
+            .shared
+            .closed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The notifications the server sends from now on (list changes, resource updates, log
+    /// messages). In the modern era this opens the client's `subscriptions/listen` stream for
+    /// list changes, if the server offers any.
+    pub fn notifications(&self) -> Notifications {
+        let rx = match &*self
+            .inner
+            .shared
+            .notifications
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(tx) => tx.subscribe(),
+            None => broadcast::channel(1).1,
+        };
+        let _ = self.inner.commands.try_send(Command::Listen(None));
+        Notifications { rx }
+    }
+
+    /// Returns once the server delivers list changes to [`notifications`](Self::notifications):
+    /// at once in the legacy era; in the modern era when the server has acknowledged the
+    /// client's `subscriptions/listen` stream (or has none of the list changes to offer).
+    pub async fn listening(&self) -> Result<(), Error> {
+        let (reply, done) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Command::Listen(Some(reply)))
+            .await
+            .map_err(|_| self.closed_error())?;
+        done.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    // -- the request machinery ------------------------------------------------------------------
+
+    fn closed_error(&self) -> Error {
+        Error::Closed(self.inner.shared.closed_reason())
+    }
+
+    /// Sends one request and waits for its answer.
+    async fn send_once(
+        &self,
+        method: &str,
+        params: JsonObject,
+        options: &CallOptions,
+    ) -> Result<Answer, Error> {
+        let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        let defaults = &self.inner.defaults;
+        let mut request =
+            RequestOptions::default().with_timeout(options.timeout.unwrap_or(defaults.timeout));
+        if options.progress.is_some() {
+            request = request.with_progress();
+        }
+        if let Some(max) = options.reset_on_progress.or(defaults.progress_reset)
+            && options.progress.is_some()
+        {
+            request = request.with_progress_reset(max);
+        }
+        let call = Call {
+            token,
+            method: method.to_owned(),
+            params,
+            options: request,
+            progress: options.progress.clone(),
+            reply,
+        };
+        if self.inner.commands.send(Command::Call(call)).await.is_err() {
+            return Err(self.closed_error());
+        }
+        let mut guard = CancelOnDrop {
+            token,
+            dropped: &self.inner.dropped,
+            armed: true,
+        };
+        let answer = answer.await;
+        guard.armed = false;
+        answer.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    /// Sends a request and runs the modern multi round-trip loop: an `input_required` answer is
+    /// answered with the application's handlers and the request retried with a new id, the
+    /// `inputResponses` and the `requestState` echoed verbatim, for a bounded number of rounds.
+    async fn call(
+        &self,
+        method: &str,
+        mut params: JsonObject,
+        options: &CallOptions,
+    ) -> Result<Answer, Error> {
+        let level = *self
+            .inner
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let (Some(level), Some(Era::Modern)) = (level, self.era()) {
+            let meta = params
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(JsonObject::new()));
+            if let Value::Object(meta) = meta {
+                meta.insert(
+                    "io.modelcontextprotocol/logLevel".into(),
+                    Value::from(level.as_str()),
+                );
+            }
+        }
+        let mut rounds = 0;
+        loop {
+            let answer = self.send_once(method, params.clone(), options).await?;
+            if answer.version.era() != Era::Modern
+                || !MRTR_METHODS.contains(&method)
+                || wire::result_type(&answer.result) != "input_required"
+            {
+                return Ok(answer);
+            }
+            rounds += 1;
+            if rounds > self.inner.defaults.max_rounds {
+                return Err(Error::TooManyRounds(rounds - 1));
+            }
+            let input =
+                wire::input_required(&answer.result).map_err(|e| Error::invalid(method, e))?;
+            let responses = self
+                .answer_inputs(answer.version, input.input_requests.unwrap_or_default())
+                .await?;
+            if responses.is_empty() {
+                params.remove("inputResponses");
+            } else {
+                params.insert("inputResponses".into(), Value::Object(responses));
+            }
+            match input.request_state {
+                Some(state) => params.insert("requestState".into(), Value::String(state)),
+                None => params.remove("requestState"),
+            };
+        }
+    }
+
+    /// Answers every input request of one round, at once.
+    async fn answer_inputs(
+        &self,
+        version: ProtocolVersion,
+        requests: BTreeMap<String, model::InputRequest>,
+    ) -> Result<JsonObject, Error> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (key, request) in requests {
+            let handlers = self.inner.shared.handlers.clone();
+            tasks.spawn(async move {
+                let Some(ask) = Ask::from_input(request) else {
+                    return (
+                        key,
+                        "input",
+                        Err("an input request of an unknown kind".to_owned()),
+                    );
+                };
+                let method = ask.method();
+                let answer = handlers.answer(version, ask).await;
+                (key, method, answer)
+            });
+        }
+        let mut responses = JsonObject::new();
+        while let Some(done) = tasks.join_next().await {
+            let (key, method, answer) = done.map_err(|e| Error::Input {
+                method: "input".into(),
+                reason: e.to_string(),
+            })?;
+            let value = answer.map_err(|reason| Error::Input {
+                method: method.into(),
+                reason,
+            })?;
+            responses.insert(key, value);
+        }
+        Ok(responses)
+    }
+
+    fn decode(&self, method: &str, answer: &Answer) -> Result<model::ServerResult, Error> {
+        wire::result(answer.version, method, &answer.result).map_err(|e| Error::invalid(method, e))
+    }
+
+    /// Calls `method` with `params` (the client's own `_meta` members are added) and returns the
+    /// result as JSON: for methods this crate has no typed call for, such as extensions. The
+    /// modern multi round-trip loop applies to `tools/call`, `prompts/get` and `resources/read`.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: JsonObject,
+        options: CallOptions,
+    ) -> Result<Value, Error> {
+        let answer = self.call(method, params, &options).await?;
+        serde_json::from_str(answer.result.get()).map_err(|e| Error::invalid(method, e))
+    }
+
+    /// A cacheable call: answered from the cache when it holds a fresh result.
+    async fn cached(
+        &self,
+        method: &'static str,
+        params: JsonObject,
+        options: &CallOptions,
+    ) -> Result<Answer, Error> {
+        let Some((cache, scope)) = &self.inner.shared.cache else {
+            return self.call(method, params, options).await;
+        };
+        let key = Value::Object(params.clone()).to_string();
+        if let (Some(result), Some(version)) = (
+            cache.get(scope, method, &key, Instant::now()),
+            self.protocol_version(),
+        ) {
+            let result = serde_json::value::RawValue::from_string(result.get().to_owned())
+                .map_err(|e| Error::invalid(method, e))?;
+            return Ok(Answer { version, result });
+        }
+        let answer = self.call(method, params, options).await?;
+        cache.put(scope, method, &key, &answer.result, Instant::now());
+        Ok(answer)
+    }
+
+    // -- tools ----------------------------------------------------------------------------------
+
+    /// One page of `tools/list`. Output schemas are remembered, to check `structuredContent`.
+    pub async fn list_tools(&self, cursor: Option<&str>) -> Result<model::ListToolsResult, Error> {
+        let method = "tools/list";
+        let answer = self
+            .cached(method, page(cursor), &CallOptions::new())
+            .await?;
+        let result = match self.decode(method, &answer)? {
+            model::ServerResult::ListTools(r) => r,
+            _ => return Err(Error::invalid(method, "not a tools/list result")),
+        };
+        self.remember_output_schemas(&answer);
+        Ok(result)
+    }
+
+    /// Every tool, following cursors.
+    pub async fn list_all_tools(&self) -> Result<Vec<model::Tool>, Error> {
+        let mut all = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let page = self.list_tools(cursor.as_deref()).await?;
+            all.extend(page.tools);
+            match next(&mut seen, "tools/list", page.next_cursor)? {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
+        Err(Error::invalid("tools/list", "more than 10000 pages"))
+    }
+
+    fn remember_output_schemas(&self, answer: &Answer) {
+        #[derive(serde::Deserialize)]
+        struct Listed {
+            tools: Vec<ListedTool>,
+        }
+        #[derive(serde::Deserialize)]
+        struct ListedTool {
+            name: String,
+            #[serde(rename = "outputSchema")]
+            output_schema: Option<JsonObject>,
+        }
+        let Ok(listed) = serde_json::from_str::<Listed>(answer.result.get()) else {
+            return;
+        };
+        let mut schemas = self
+            .inner
+            .shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for tool in listed.tools {
+            match tool.output_schema {
+                Some(schema)
+                    if schemas.len() < MAX_TOOL_SCHEMAS || schemas.contains_key(&tool.name) =>
+                {
+                    schemas.insert(tool.name, Arc::new(schema));
+                }
+                Some(_) => {}
+                None => {
+                    schemas.remove(&tool.name);
+                }
+            }
+        }
+    }
+
+    /// Calls tool `name` with `arguments` (anything that serializes to a JSON object; `()` for
+    /// none).
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: impl Serialize,
+    ) -> Result<model::CallToolResult, Error> {
+        self.call_tool_with(name, arguments, CallOptions::new())
+            .await
+    }
+
+    /// [`call_tool`](Self::call_tool) with options (progress, timeout).
+    ///
+    /// When the tool was listed with an output schema, a successful result must carry
+    /// `structuredContent` that matches it ([`Error::StructuredContent`] otherwise).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: impl Serialize,
+        options: CallOptions,
+    ) -> Result<model::CallToolResult, Error> {
+        let method = "tools/call";
+        let mut params = JsonObject::new();
+        params.insert("name".into(), Value::from(name));
+        match serde_json::to_value(arguments).map_err(|e| Error::InvalidArguments(e.to_string()))? {
+            Value::Null => {}
+            Value::Object(args) => {
+                params.insert("arguments".into(), Value::Object(args));
+            }
+            other => {
+                return Err(Error::InvalidArguments(format!(
+                    "tool arguments must be a JSON object, not {other}"
+                )));
+            }
+        }
+        let answer = self.call(method, params, &options).await?;
+        let result = match self.decode(method, &answer)? {
+            model::ServerResult::CallTool(r) => r,
+            _ => return Err(Error::invalid(method, "not a tools/call result")),
+        };
+        self.check_structured(name, &result)?;
+        Ok(result)
+    }
+
+    fn check_structured(&self, tool: &str, result: &model::CallToolResult) -> Result<(), Error> {
+        if result.is_error == Some(true) {
+            return Ok(());
+        }
+        let schema = self
+            .inner
+            .shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tool)
+            .cloned();
+        let Some(schema) = schema else {
+            return Ok(());
+        };
+        let Some(content) = &result.structured_content else {
+            return Err(Error::StructuredContent {
+                tool: tool.into(),
+                reason: "the tool has an output schema but the result has no structuredContent"
+                    .into(),
+            });
+        };
+        crate::output::check(&self.inner.shared, &schema, content).map_err(|reason| {
+            Error::StructuredContent {
+                tool: tool.into(),
+                reason,
+            }
+        })
+    }
+
+    // -- resources ------------------------------------------------------------------------------
+
+    /// One page of `resources/list`.
+    pub async fn list_resources(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<model::ListResourcesResult, Error> {
+        let method = "resources/list";
+        let answer = self
+            .cached(method, page(cursor), &CallOptions::new())
+            .await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::ListResources(r) => Ok(r),
+            _ => Err(Error::invalid(method, "not a resources/list result")),
+        }
+    }
+
+    /// Every resource, following cursors.
+    pub async fn list_all_resources(&self) -> Result<Vec<model::Resource>, Error> {
+        let mut all = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let page = self.list_resources(cursor.as_deref()).await?;
+            all.extend(page.resources);
+            match next(&mut seen, "resources/list", page.next_cursor)? {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
+        Err(Error::invalid("resources/list", "more than 10000 pages"))
+    }
+
+    /// One page of `resources/templates/list`.
+    pub async fn list_resource_templates(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<model::ListResourceTemplatesResult, Error> {
+        let method = "resources/templates/list";
+        let answer = self
+            .cached(method, page(cursor), &CallOptions::new())
+            .await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::ListResourceTemplates(r) => Ok(r),
+            _ => Err(Error::invalid(
+                method,
+                "not a resources/templates/list result",
+            )),
+        }
+    }
+
+    /// Every resource template, following cursors.
+    pub async fn list_all_resource_templates(&self) -> Result<Vec<model::ResourceTemplate>, Error> {
+        let mut all = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let page = self.list_resource_templates(cursor.as_deref()).await?;
+            all.extend(page.resource_templates);
+            match next(&mut seen, "resources/templates/list", page.next_cursor)? {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
+        Err(Error::invalid(
+            "resources/templates/list",
+            "more than 10000 pages",
+        ))
+    }
+
+    /// Reads the resource `uri`.
+    pub async fn read_resource(&self, uri: &str) -> Result<model::ReadResourceResult, Error> {
+        self.read_resource_with(uri, CallOptions::new()).await
+    }
+
+    /// [`read_resource`](Self::read_resource) with options.
+    pub async fn read_resource_with(
+        &self,
+        uri: &str,
+        options: CallOptions,
+    ) -> Result<model::ReadResourceResult, Error> {
+        let method = "resources/read";
+        let mut params = JsonObject::new();
+        params.insert("uri".into(), Value::from(uri));
+        let answer = self.cached(method, params, &options).await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::ReadResource(r) => Ok(r),
+            _ => Err(Error::invalid(method, "not a resources/read result")),
+        }
+    }
+
+    /// Asks for `notifications/resources/updated` about `uri`: `resources/subscribe` in the
+    /// legacy era; in the modern era the URI joins the client's `subscriptions/listen` stream
+    /// (returns once the server acknowledged it).
+    pub async fn subscribe_resource(&self, uri: &str) -> Result<(), Error> {
+        self.subscription(uri, true).await
+    }
+
+    /// Stops the updates about `uri`.
+    pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), Error> {
+        self.subscription(uri, false).await
+    }
+
+    async fn subscription(&self, uri: &str, on: bool) -> Result<(), Error> {
+        if self.era() == Some(Era::Modern) {
+            let (reply, done) = oneshot::channel();
+            let command = Command::Subscribe {
+                uri: uri.to_owned(),
+                on,
+                reply,
+            };
+            self.inner
+                .commands
+                .send(command)
+                .await
+                .map_err(|_| self.closed_error())?;
+            return done.await.unwrap_or_else(|_| Err(self.closed_error()));
+        }
+        let method = if on {
+            "resources/subscribe"
+        } else {
+            "resources/unsubscribe"
+        };
+        let mut params = JsonObject::new();
+        params.insert("uri".into(), Value::from(uri));
+        self.call(method, params, &CallOptions::new())
+            .await
+            .map(drop)
+    }
+
+    // -- prompts --------------------------------------------------------------------------------
+
+    /// One page of `prompts/list`.
+    pub async fn list_prompts(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<model::ListPromptsResult, Error> {
+        let method = "prompts/list";
+        let answer = self
+            .cached(method, page(cursor), &CallOptions::new())
+            .await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::ListPrompts(r) => Ok(r),
+            _ => Err(Error::invalid(method, "not a prompts/list result")),
+        }
+    }
+
+    /// Every prompt, following cursors.
+    pub async fn list_all_prompts(&self) -> Result<Vec<model::Prompt>, Error> {
+        let mut all = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let page = self.list_prompts(cursor.as_deref()).await?;
+            all.extend(page.prompts);
+            match next(&mut seen, "prompts/list", page.next_cursor)? {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
+        Err(Error::invalid("prompts/list", "more than 10000 pages"))
+    }
+
+    /// Gets prompt `name` with `arguments` (string values).
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: &[(&str, &str)],
+    ) -> Result<model::GetPromptResult, Error> {
+        self.get_prompt_with(name, arguments, CallOptions::new())
+            .await
+    }
+
+    /// [`get_prompt`](Self::get_prompt) with options.
+    pub async fn get_prompt_with(
+        &self,
+        name: &str,
+        arguments: &[(&str, &str)],
+        options: CallOptions,
+    ) -> Result<model::GetPromptResult, Error> {
+        let method = "prompts/get";
+        let mut params = JsonObject::new();
+        params.insert("name".into(), Value::from(name));
+        if !arguments.is_empty() {
+            let args: JsonObject = arguments
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+                .collect();
+            params.insert("arguments".into(), Value::Object(args));
+        }
+        let answer = self.call(method, params, &options).await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::GetPrompt(r) => Ok(r),
+            _ => Err(Error::invalid(method, "not a prompts/get result")),
+        }
+    }
+
+    // -- the rest -------------------------------------------------------------------------------
+
+    /// Completions for argument `name` (its current `value`) of a prompt or resource template;
+    /// `context` holds the values of arguments already chosen.
+    pub async fn complete(
+        &self,
+        reference: &CompletionRef,
+        name: &str,
+        value: &str,
+        context: &HashMap<String, String>,
+    ) -> Result<model::CompleteResultCompletion, Error> {
+        let method = "completion/complete";
+        let reference = match reference {
+            CompletionRef::Prompt(name) => serde_json::json!({"type": "ref/prompt", "name": name}),
+            CompletionRef::Resource(uri) => {
+                serde_json::json!({"type": "ref/resource", "uri": uri})
+            }
+        };
+        let mut params = JsonObject::new();
+        params.insert("ref".into(), reference);
+        params.insert(
+            "argument".into(),
+            serde_json::json!({"name": name, "value": value}),
+        );
+        if !context.is_empty() {
+            params.insert(
+                "context".into(),
+                serde_json::json!({ "arguments": context }),
+            );
+        }
+        let answer = self.call(method, params, &CallOptions::new()).await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::Complete(r) => Ok(r.completion),
+            _ => Err(Error::invalid(method, "not a completion/complete result")),
+        }
+    }
+
+    /// `ping` (legacy; modern servers have none: [`Error::NotAvailable`]).
+    pub async fn ping(&self) -> Result<(), Error> {
+        self.call("ping", JsonObject::new(), &CallOptions::new())
+            .await
+            .map(drop)
+    }
+
+    /// `server/discover` (modern): the server's versions, capabilities and instructions now.
+    pub async fn discover(&self) -> Result<model::DiscoverResult, Error> {
+        let method = "server/discover";
+        let answer = self
+            .call(method, JsonObject::new(), &CallOptions::new())
+            .await?;
+        match self.decode(method, &answer)? {
+            model::ServerResult::Discover(r) => Ok(r),
+            _ => Err(Error::invalid(method, "not a server/discover result")),
+        }
+    }
+
+    /// Sets the level of the log messages the server sends: `logging/setLevel` in the legacy era;
+    /// in the modern era the level goes in the `_meta` of every later request (none is sent
+    /// before it is set).
+    pub async fn set_log_level(&self, level: LogLevel) -> Result<(), Error> {
+        *self
+            .inner
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(level);
+        if self.era() == Some(Era::Modern) {
+            return Ok(());
+        }
+        let mut params = JsonObject::new();
+        params.insert("level".into(), Value::from(level.as_str()));
+        self.call("logging/setLevel", params, &CallOptions::new())
+            .await
+            .map(drop)
+    }
+
+    /// Tells a legacy server that the roots changed (`notifications/roots/list_changed`); modern
+    /// servers ask for roots each time, so nothing is sent to them.
+    pub async fn roots_changed(&self) -> Result<(), Error> {
+        let (reply, done) = oneshot::channel();
+        self.inner
+            .commands
+            .send(Command::RootsChanged(reply))
+            .await
+            .map_err(|_| self.closed_error())?;
+        done.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    /// Closes the connection: calls in flight fail with [`Error::Closed`]; a child process is
+    /// shut down (stdin closed, then SIGTERM, then SIGKILL); a legacy HTTP session is ended with
+    /// `DELETE`. Returns when that is done.
+    pub async fn close(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.inner.commands.send(Command::Close(done)).await.is_ok() {
+            let _ = finished.await;
+        }
+    }
+}
+
+/// The params of a list request.
+fn page(cursor: Option<&str>) -> JsonObject {
+    let mut params = JsonObject::new();
+    if let Some(cursor) = cursor {
+        params.insert("cursor".into(), Value::from(cursor));
+    }
+    params
+}
+
+/// The next cursor, refusing one that came before (a server that would loop forever).
+fn next(
+    seen: &mut std::collections::HashSet<String>,
+    method: &str,
+    cursor: Option<String>,
+) -> Result<Option<String>, Error> {
+    match cursor {
+        Some(c) if !seen.insert(c.clone()) => {
+            Err(Error::invalid(method, format!("the cursor {c:?} repeats")))
+        }
+        other => Ok(other),
+    }
+}

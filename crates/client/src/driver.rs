@@ -1,0 +1,1020 @@
+//! The task that owns one connection: the session, the transport, the requests in flight, the
+//! listen stream of the modern era, the answers to a legacy server's requests, and restarts.
+//!
+//! Callers talk to it through a bounded command queue; a dropped call sends its token on an
+//! unbounded queue whose length is bounded by the calls in flight (one token each).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use modelctx_session::{
+    ClientConfig as SessionConfig, ClientSession, CloseReason, EraChoice, EraDecision, Event,
+    PeerInfo, ProtocolVersion, RequestError, RequestOptions,
+};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, Notification, RequestId};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::AbortHandle;
+
+use crate::cache::{ResultCache, Scope};
+use crate::error::{ConnectError, Error};
+use crate::input::Handlers;
+use crate::link::{Link, LinkEvent};
+use crate::notify::{NotificationFn, Progress, ProgressFn, ServerNotification};
+
+/// How many calls may wait while a connection is re-established.
+const MAX_WAITING: usize = 1024;
+/// The first wait before a listen stream that ended is opened again; doubled up to a minute.
+const LISTEN_RETRY: Duration = Duration::from_millis(500);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
+/// Output schemas remembered from `tools/list` (the newest listing wins).
+pub(crate) const MAX_TOOL_SCHEMAS: usize = 10_000;
+
+/// When a connection that ended is re-established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reconnect {
+    /// Re-establish at most this many times in a row (a connection that stayed up for
+    /// `stable_after` resets the count). 0 never does.
+    pub max_attempts: u32,
+    /// The wait before the first attempt, doubled with each further one.
+    pub delay: Duration,
+    /// How long a connection must have lasted for the count to start over.
+    pub stable_after: Duration,
+}
+
+impl Reconnect {
+    /// Never re-establish.
+    pub const NEVER: Reconnect = Reconnect {
+        max_attempts: 0,
+        delay: Duration::from_millis(100),
+        stable_after: Duration::from_secs(60),
+    };
+
+    /// Re-establish up to `max_attempts` times in a row, first after 100 ms.
+    pub fn up_to(max_attempts: u32) -> Self {
+        Reconnect {
+            max_attempts,
+            ..Reconnect::NEVER
+        }
+    }
+}
+
+/// A call on its way to the driver.
+pub(crate) struct Call {
+    pub(crate) token: u64,
+    pub(crate) method: String,
+    pub(crate) params: JsonObject,
+    pub(crate) options: RequestOptions,
+    pub(crate) progress: Option<ProgressFn>,
+    pub(crate) reply: oneshot::Sender<Result<Answer, Error>>,
+}
+
+/// A result, with the version it is written in.
+pub(crate) struct Answer {
+    pub(crate) version: ProtocolVersion,
+    pub(crate) result: Box<RawValue>,
+}
+
+pub(crate) enum Command {
+    Call(Call),
+    /// Subscribe (or unsubscribe) a resource on the listen stream (modern).
+    Subscribe {
+        uri: String,
+        on: bool,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    /// Open the listen stream for list changes (modern), if not open; answer once it is
+    /// acknowledged.
+    Listen(Option<oneshot::Sender<Result<(), Error>>>),
+    RootsChanged(oneshot::Sender<Result<(), Error>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// What the client handles share with the driver.
+pub(crate) struct Shared {
+    pub(crate) peer: Mutex<Option<PeerInfo>>,
+    pub(crate) closed: Mutex<Option<String>>,
+    pub(crate) notifications: Mutex<Option<broadcast::Sender<ServerNotification>>>,
+    pub(crate) callbacks: Vec<NotificationFn>,
+    pub(crate) cache: Option<(ResultCache, Scope)>,
+    pub(crate) tool_schemas: Mutex<HashMap<String, Arc<JsonObject>>>,
+    pub(crate) handlers: Handlers,
+    /// Compiled output schemas.
+    #[cfg(feature = "validation")]
+    pub(crate) schemas: modelctx_types::schema::SchemaCache,
+}
+
+impl Shared {
+    pub(crate) fn peer(&self) -> Option<PeerInfo> {
+        self.peer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn closed_reason(&self) -> String {
+        self.closed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "the connection is closed".into())
+    }
+}
+
+/// How a transport is made again, for restarts.
+pub(crate) enum Remake {
+    Never,
+    /// Over the same transport (a new legacy HTTP session).
+    SameLink,
+    #[cfg(feature = "stdio")]
+    Spawn(Box<modelctx_stdio::ServerCommand>),
+}
+
+/// The list changes and resources a listen stream asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Filter {
+    lists: bool,
+    uris: BTreeSet<String>,
+}
+
+/// A subscription change (URI, on) and who waits for it.
+type Waiter = (Option<String>, bool, oneshot::Sender<Result<(), Error>>);
+
+#[derive(Default)]
+struct Listen {
+    /// Somebody listens for list changes.
+    lists: bool,
+    uris: BTreeSet<String>,
+    /// The open stream and what it asked for.
+    open: Option<(RequestId, Filter)>,
+    acked: bool,
+    /// Streams replaced by `open`, cancelled once it is acknowledged.
+    retiring: Vec<RequestId>,
+    /// Subscription changes waiting for the acknowledgement of the stream that carries them.
+    waiters: Vec<Waiter>,
+    retry_at: Option<Instant>,
+    retry_delay: Duration,
+    /// The stream ended before and was opened again: tell the application on acknowledgement.
+    reopened: bool,
+    /// The server refused to listen: do not ask again on this connection.
+    refused: bool,
+}
+
+struct Pending {
+    token: u64,
+    reply: oneshot::Sender<Result<Answer, Error>>,
+    progress: Option<ProgressFn>,
+}
+
+pub(crate) struct Driver {
+    session: ClientSession,
+    config: SessionConfig,
+    link: Option<Link>,
+    remake: Remake,
+    reconnect: Reconnect,
+    attempts: u32,
+    connected_at: Instant,
+    reconnect_at: Option<Instant>,
+    shared: Arc<Shared>,
+    commands: mpsc::Receiver<Command>,
+    dropped: mpsc::UnboundedReceiver<u64>,
+    pending: HashMap<RequestId, Pending>,
+    tokens: HashMap<u64, RequestId>,
+    waiting: VecDeque<Call>,
+    answers_tx: mpsc::UnboundedSender<(RequestId, Result<Value, ErrorObject>)>,
+    answers: mpsc::UnboundedReceiver<(RequestId, Result<Value, ErrorObject>)>,
+    inputs: HashMap<RequestId, AbortHandle>,
+    listen: Listen,
+    ready: Option<oneshot::Sender<Result<PeerInfo, ConnectError>>>,
+    /// Why the session last closed.
+    last_close: Option<CloseReason>,
+    closing: Option<Vec<oneshot::Sender<()>>>,
+    done: bool,
+}
+
+/// The ends of a driver's queues that the client handles keep.
+pub(crate) struct Handles {
+    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) dropped: mpsc::UnboundedSender<u64>,
+}
+
+impl Driver {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        config: SessionConfig,
+        link: Link,
+        remake: Remake,
+        reconnect: Reconnect,
+        shared: Arc<Shared>,
+        ready: oneshot::Sender<Result<PeerInfo, ConnectError>>,
+    ) -> (Driver, Handles) {
+        let (commands_tx, commands) = mpsc::channel(crate::link::QUEUE);
+        let (dropped_tx, dropped) = mpsc::unbounded_channel();
+        let (answers_tx, answers) = mpsc::unbounded_channel();
+        let driver = Driver {
+            session: ClientSession::new(config.clone()),
+            config,
+            link: Some(link),
+            remake,
+            reconnect,
+            attempts: 0,
+            connected_at: Instant::now(),
+            reconnect_at: None,
+            shared,
+            commands,
+            dropped,
+            pending: HashMap::new(),
+            tokens: HashMap::new(),
+            waiting: VecDeque::new(),
+            answers_tx,
+            answers,
+            inputs: HashMap::new(),
+            listen: Listen {
+                retry_delay: LISTEN_RETRY,
+                ..Listen::default()
+            },
+            ready: Some(ready),
+            last_close: None,
+            closing: None,
+            done: false,
+        };
+        let handles = Handles {
+            commands: commands_tx,
+            dropped: dropped_tx,
+        };
+        (driver, handles)
+    }
+
+    /// Runs the connection until it is closed (by a handle, by every handle being dropped, or for
+    /// good by the transport).
+    pub(crate) async fn run(mut self) {
+        if let Err(e) = self.session.connect(Instant::now()) {
+            self.finish(format!("connect failed: {e}")).await;
+            return;
+        }
+        while !self.done {
+            self.pump().await;
+            if self.done {
+                break;
+            }
+            let deadline = [
+                self.session.poll_timeout(),
+                self.listen.retry_at,
+                self.reconnect_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let accepting = self.closing.is_none();
+            tokio::select! {
+                command = self.commands.recv(), if accepting => match command {
+                    Some(command) => self.command(command),
+                    None => self.start_closing(None),
+                },
+                Some(token) = self.dropped.recv() => self.drop_call(token),
+                Some((id, answer)) = self.answers.recv() => self.answer_server(id, answer),
+                event = recv(&mut self.link) => self.link_event(event).await,
+                () = sleep => self.timers(),
+            }
+        }
+    }
+
+    // -- commands -------------------------------------------------------------------------------
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Call(call) => {
+                if self.session.peer().is_some() && self.reconnect_at.is_none() {
+                    self.start_call(call);
+                } else if self.waiting.len() >= MAX_WAITING {
+                    let _ = call.reply.send(Err(Error::TooManyInFlight(MAX_WAITING)));
+                } else {
+                    self.waiting.push_back(call);
+                }
+            }
+            Command::Subscribe { uri, on, reply } => self.subscribe(uri, on, reply),
+            Command::Listen(reply) => {
+                self.listen.lists = true;
+                if let Some(reply) = reply {
+                    self.listen.waiters.push((None, true, reply));
+                }
+                self.sync_listen();
+            }
+            Command::RootsChanged(reply) => {
+                let result = match self.session.version() {
+                    Some(v) if v.era() == modelctx_session::Era::Modern => Ok(()),
+                    _ => self
+                        .session
+                        .notify_roots_changed()
+                        .map_err(Error::from_session),
+                };
+                let _ = reply.send(result);
+            }
+            Command::Close(done) => self.start_closing(Some(done)),
+        }
+    }
+
+    fn start_call(&mut self, call: Call) {
+        let Call {
+            token,
+            method,
+            params,
+            options,
+            progress,
+            reply,
+        } = call;
+        if reply.is_closed() {
+            return; // dropped while waiting
+        }
+        match self
+            .session
+            .send_request_with(Instant::now(), &method, Some(params), options)
+        {
+            Ok(id) => {
+                self.tokens.insert(token, id.clone());
+                self.pending.insert(
+                    id,
+                    Pending {
+                        token,
+                        reply,
+                        progress,
+                    },
+                );
+            }
+            Err(e) => {
+                let _ = reply.send(Err(Error::from_session(e)));
+            }
+        }
+    }
+
+    fn drop_call(&mut self, token: u64) {
+        if let Some(id) = self.tokens.remove(&token) {
+            self.pending.remove(&id);
+            let _ = self.session.cancel(
+                Instant::now(),
+                &id,
+                Some("the caller no longer waits for the result"),
+            );
+        } else {
+            self.waiting.retain(|c| c.token != token);
+        }
+    }
+
+    fn start_closing(&mut self, done: Option<oneshot::Sender<()>>) {
+        let waiters = self.closing.get_or_insert_with(Vec::new);
+        waiters.extend(done);
+        self.reconnect_at = None;
+        self.session.close();
+    }
+
+    // -- what the transport brings ----------------------------------------------------------------
+
+    async fn link_event(&mut self, event: LinkEvent) {
+        let now = Instant::now();
+        match event {
+            LinkEvent::Message(incoming) => self.session.handle_incoming(now, incoming),
+            LinkEvent::Unreadable(why) => {
+                tracing::warn!(%why, "the server sent something unreadable");
+            }
+            LinkEvent::RequestFailed { id, why } => self.session.request_failed(now, &id, why),
+            LinkEvent::SessionEnded => {
+                self.session
+                    .transport_closed("the server ended the HTTP session");
+            }
+            LinkEvent::ListenReopened => self.notify(ServerNotification::Resynced),
+            LinkEvent::Note(note) => tracing::debug!(%note, "transport"),
+            LinkEvent::Closed(why) => {
+                let why = self.describe_close(why).await;
+                self.session.transport_closed(why);
+            }
+        }
+    }
+
+    async fn describe_close(&mut self, why: String) -> String {
+        #[cfg(feature = "stdio")]
+        if let Some(Link::Channels(c)) = &mut self.link
+            && let Some(child) = &mut c.child
+        {
+            return child.describe_exit().await;
+        }
+        why
+    }
+
+    fn answer_server(&mut self, id: RequestId, answer: Result<Value, ErrorObject>) {
+        self.inputs.remove(&id);
+        let sent = match answer.and_then(|value| {
+            serde_json::value::to_raw_value(&value)
+                .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string()))
+        }) {
+            Ok(result) => self.session.respond(&id, result),
+            Err(error) => self.session.respond_error(&id, error),
+        };
+        // Not in flight any more (cancelled, or the session closed): nothing to answer.
+        drop(sent);
+    }
+
+    fn timers(&mut self) {
+        let now = Instant::now();
+        self.session.handle_timeout(now);
+        if self.listen.retry_at.is_some_and(|at| at <= now) {
+            self.listen.retry_at = None;
+            self.sync_listen();
+        }
+        if self.reconnect_at.is_some_and(|at| at <= now) {
+            self.reconnect_at = None;
+            self.reconnect_now();
+        }
+    }
+
+    // -- the session's output -------------------------------------------------------------------
+
+    /// Writes what the session transmits and acts on its events until both are drained.
+    async fn pump(&mut self) {
+        loop {
+            let mut busy = false;
+            while let Some(transmit) = self.session.poll_transmit() {
+                busy = true;
+                let Some(link) = &mut self.link else { continue };
+                if let Err((id, why)) = link.send(transmit).await {
+                    match id {
+                        Some(id) => self.session.request_failed(Instant::now(), &id, why),
+                        None => tracing::debug!(%why, "a message could not be sent"),
+                    }
+                }
+            }
+            while let Some(event) = self.session.poll_event() {
+                busy = true;
+                self.event(event);
+            }
+            if !busy {
+                break;
+            }
+        }
+        if self.session.is_closed() && self.reconnect_at.is_none() && !self.done {
+            self.closed().await;
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::Ready(peer) => self.on_ready(peer),
+            Event::Response { id, result, .. } => {
+                if self.is_listen(&id) {
+                    return self.listen_ended(&id, None);
+                }
+                if let Some(p) = self.pending.remove(&id) {
+                    self.tokens.remove(&p.token);
+                    let version = self
+                        .session
+                        .version()
+                        .unwrap_or(ProtocolVersion::V2025_11_25);
+                    let _ = p.reply.send(Ok(Answer { version, result }));
+                }
+            }
+            Event::Failed { id, error, .. } => {
+                if self.is_listen(&id) {
+                    return self.listen_ended(&id, Some(error));
+                }
+                if let Some(p) = self.pending.remove(&id) {
+                    self.tokens.remove(&p.token);
+                    let _ = p.reply.send(Err(Error::from_request(error)));
+                }
+            }
+            Event::Progress {
+                id,
+                progress,
+                total,
+                message,
+            } => {
+                if let Some(callback) = self.pending.get(&id).and_then(|p| p.progress.clone()) {
+                    callback(Progress {
+                        progress,
+                        total,
+                        message,
+                    });
+                }
+            }
+            Event::Request(request) => {
+                let handlers = self.shared.handlers.clone();
+                let answers = self.answers_tx.clone();
+                let id = request.id.clone();
+                let task = tokio::spawn(async move {
+                    let answer = handlers
+                        .answer_request(request.version, &request.method, request.params.as_deref())
+                        .await;
+                    let _ = answers.send((request.id, answer));
+                });
+                self.inputs.insert(id, task.abort_handle());
+            }
+            Event::Cancelled { id, .. } => {
+                if let Some(task) = self.inputs.remove(&id) {
+                    task.abort();
+                }
+            }
+            Event::Notification(notification) => self.on_notification(notification),
+            Event::PeerError(error) => {
+                tracing::warn!(%error, "the server reported an error about a message of ours");
+            }
+            Event::Unreadable(error) => {
+                tracing::warn!(%error, "the server sent something unreadable");
+            }
+            Event::Closed(reason) => {
+                tracing::debug!(%reason, "session closed");
+                self.last_close = Some(reason);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_ready(&mut self, peer: PeerInfo) {
+        *self
+            .shared
+            .peer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(peer.clone());
+        self.connected_at = Instant::now();
+        let again = self.ready.is_none();
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(Ok(peer));
+        }
+        if again {
+            self.notify(ServerNotification::Resynced);
+        }
+        while let Some(call) = self.waiting.pop_front() {
+            self.start_call(call);
+        }
+        self.sync_listen();
+    }
+
+    /// The session closed: re-establish the connection, or end.
+    async fn closed(&mut self) {
+        for (_, task) in self.inputs.drain() {
+            task.abort();
+        }
+        self.pending.clear();
+        self.tokens.clear();
+        let listen = std::mem::take(&mut self.listen);
+        self.listen = Listen {
+            lists: listen.lists,
+            uris: listen.uris,
+            retry_delay: LISTEN_RETRY,
+            ..Listen::default()
+        };
+        for (_, _, waiter) in listen.waiters {
+            let _ = waiter.send(Err(Error::Closed("the connection ended".into())));
+        }
+        let why = self
+            .session_close_reason()
+            .unwrap_or_else(|| "the connection ended".into());
+        let local = self.closing.is_some();
+        if !local && self.ready.is_none() && self.may_reconnect() {
+            if self.connected_at.elapsed() >= self.reconnect.stable_after {
+                self.attempts = 0;
+            }
+            let delay = self
+                .reconnect
+                .delay
+                .saturating_mul(1 << self.attempts.min(10));
+            self.attempts += 1;
+            tracing::info!(%why, attempt = self.attempts, "re-establishing the connection");
+            *self
+                .shared
+                .peer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+            self.reconnect_at = Some(Instant::now() + delay);
+            return;
+        }
+        if let Some(ready) = self.ready.take() {
+            let error = match self.last_close.take() {
+                Some(CloseReason::Transport(why)) => ConnectError::Transport(why),
+                Some(reason) => ConnectError::Handshake(reason),
+                None => ConnectError::Transport(why.clone()),
+            };
+            let _ = ready.send(Err(error));
+        }
+        self.finish(why).await;
+    }
+
+    fn may_reconnect(&self) -> bool {
+        let remakeable = !matches!(self.remake, Remake::Never);
+        let transport_ended = matches!(self.last_close, Some(CloseReason::Transport(_)));
+        remakeable
+            && transport_ended
+            && (self.attempts < self.reconnect.max_attempts
+                || self.connected_at.elapsed() >= self.reconnect.stable_after)
+    }
+
+    fn reconnect_now(&mut self) {
+        #[cfg(feature = "stdio")]
+        if let Remake::Spawn(command) = &self.remake {
+            match crate::stdio::spawn(command) {
+                Ok(channels) => {
+                    if let Some(old) = self.link.replace(Link::Channels(Box::new(channels))) {
+                        tokio::spawn(old.shut_down());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "restarting the server failed");
+                    self.last_close = Some(CloseReason::Transport(format!(
+                        "restarting the server failed: {e}"
+                    )));
+                    // Counted as an attempt: the next one waits longer, or the client ends.
+                    return self.retry_or_end();
+                }
+            }
+        }
+        let mut config = self.config.clone();
+        config.era = match self.session.era_decision() {
+            Some(EraDecision::Legacy) => EraChoice::Legacy,
+            Some(EraDecision::Modern(_)) => EraChoice::Modern,
+            _ => config.era,
+        };
+        self.session = ClientSession::new(config);
+        self.last_close = None;
+        if let Err(e) = self.session.connect(Instant::now()) {
+            tracing::warn!(error = %e, "reconnecting failed");
+        }
+    }
+
+    fn retry_or_end(&mut self) {
+        if self.may_reconnect() {
+            let delay = self
+                .reconnect
+                .delay
+                .saturating_mul(1 << self.attempts.min(10));
+            self.attempts += 1;
+            self.reconnect_at = Some(Instant::now() + delay);
+        } else {
+            // Let `pump` see a closed session with no reconnect planned.
+            self.reconnect_at = None;
+        }
+    }
+
+    fn session_close_reason(&self) -> Option<String> {
+        self.last_close.as_ref().map(ToString::to_string)
+    }
+
+    /// The connection is over: fail what waits, tell the handles, stop the transport.
+    async fn finish(&mut self, why: String) {
+        self.done = true;
+        *self
+            .shared
+            .closed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(why.clone());
+        *self
+            .shared
+            .peer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        for call in self.waiting.drain(..) {
+            let _ = call.reply.send(Err(Error::Closed(why.clone())));
+        }
+        // Dropping the only sender ends every notification stream.
+        self.shared
+            .notifications
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(Err(ConnectError::Transport(why)));
+        }
+        if let Some(link) = self.link.take() {
+            link.shut_down().await;
+        }
+        for done in self.closing.take().unwrap_or_default() {
+            let _ = done.send(());
+        }
+    }
+
+    // -- notifications and the listen stream ------------------------------------------------------
+
+    fn notify(&self, notification: ServerNotification) {
+        if let Some(tx) = &*self
+            .shared
+            .notifications
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            let _ = tx.send(notification.clone());
+        }
+        for callback in &self.shared.callbacks {
+            callback(&notification);
+        }
+    }
+
+    fn on_notification(&mut self, notification: Notification) {
+        let subscription = subscription_id(&notification);
+        if notification.method == "notifications/subscriptions/acknowledged" {
+            if let Some(id) = subscription {
+                self.listen_acknowledged(&id, &notification);
+            }
+            return;
+        }
+        if let Some(id) = &subscription
+            && !self.accepts_from(id)
+        {
+            return; // a stream being replaced, whose successor already carries everything
+        }
+        let Some(version) = self.session.version() else {
+            return;
+        };
+        let decoded = crate::wire::server_notification(
+            version,
+            &notification.method,
+            notification.params.as_deref(),
+        );
+        let notification = match decoded {
+            Ok(n) => match ServerNotification::from_model(n) {
+                Some(n) => n,
+                None => return,
+            },
+            Err(_) => ServerNotification::Other {
+                method: notification.method.clone(),
+                params: notification
+                    .params
+                    .as_deref()
+                    .and_then(|p| serde_json::from_str(p.get()).ok()),
+            },
+        };
+        self.invalidate(&notification);
+        self.notify(notification);
+    }
+
+    fn invalidate(&self, notification: &ServerNotification) {
+        let Some((cache, scope)) = &self.shared.cache else {
+            if matches!(notification, ServerNotification::ToolsListChanged) {
+                self.forget_tool_schemas();
+            }
+            return;
+        };
+        let server = &scope.server;
+        match notification {
+            ServerNotification::ToolsListChanged => {
+                self.forget_tool_schemas();
+                cache.invalidate(server, "tools/list", None);
+            }
+            ServerNotification::PromptsListChanged => {
+                cache.invalidate(server, "prompts/list", None)
+            }
+            ServerNotification::ResourcesListChanged => {
+                cache.invalidate(server, "resources/list", None);
+                cache.invalidate(server, "resources/templates/list", None);
+            }
+            ServerNotification::ResourceUpdated { uri } => {
+                let needle = Value::from(uri.as_str()).to_string();
+                cache.invalidate(server, "resources/read", Some(&needle));
+            }
+            ServerNotification::Resynced => {
+                for method in crate::cache::CACHEABLE {
+                    cache.invalidate(server, method, None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn forget_tool_schemas(&self) {
+        self.shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    fn accepts_from(&self, id: &RequestId) -> bool {
+        match &self.listen.open {
+            Some((open, _)) if open == id => self.listen.acked || self.listen.retiring.is_empty(),
+            _ => self.listen.retiring.contains(id) && !self.listen.acked,
+        }
+    }
+
+    fn is_listen(&self, id: &RequestId) -> bool {
+        self.listen
+            .open
+            .as_ref()
+            .is_some_and(|(open, _)| open == id)
+            || self.listen.retiring.contains(id)
+    }
+
+    fn modern(&self) -> bool {
+        self.session
+            .version()
+            .is_some_and(|v| v.era() == modelctx_session::Era::Modern)
+    }
+
+    fn subscribe(&mut self, uri: String, on: bool, reply: oneshot::Sender<Result<(), Error>>) {
+        if !self.modern() {
+            let _ = reply.send(Err(Error::NotAvailable(
+                "subscriptions/listen is for modern servers".into(),
+            )));
+            return;
+        }
+        if on {
+            self.listen.uris.insert(uri.clone());
+        } else {
+            self.listen.uris.remove(&uri);
+        }
+        self.listen.waiters.push((Some(uri), on, reply));
+        self.sync_listen();
+    }
+
+    /// What the listen stream should ask for now, given what the server declared.
+    fn wanted(&self) -> Filter {
+        Filter {
+            lists: self.listen.lists,
+            uris: self.listen.uris.clone(),
+        }
+    }
+
+    /// Opens, replaces or closes the listen stream so that it asks for what is wanted.
+    fn sync_listen(&mut self) {
+        if !self.modern() || self.listen.refused || self.listen.retry_at.is_some() {
+            self.answer_waiters_if_idle();
+            return;
+        }
+        let wanted = self.wanted();
+        if self.listen.open.as_ref().map(|(_, f)| f) == Some(&wanted) {
+            self.answer_waiters_if_idle();
+            return;
+        }
+        if !wanted.lists && wanted.uris.is_empty() {
+            if let Some((id, _)) = self.listen.open.take() {
+                let _ = self.session.cancel(Instant::now(), &id, None);
+            }
+            self.answer_waiters_if_idle();
+            return;
+        }
+        let caps = self.session.peer().and_then(|p| p.capabilities.clone());
+        let declared = |path: &[&str]| {
+            caps.as_ref().is_none_or(|c| {
+                let mut at = c.get(path[0]);
+                for key in &path[1..] {
+                    at = at.and_then(|v| v.get(key));
+                }
+                at.is_some_and(|v| v.as_bool() != Some(false) && !v.is_null())
+            })
+        };
+        let mut filter = JsonObject::new();
+        if wanted.lists {
+            for (key, path) in [
+                ("toolsListChanged", ["tools", "listChanged"]),
+                ("promptsListChanged", ["prompts", "listChanged"]),
+                ("resourcesListChanged", ["resources", "listChanged"]),
+            ] {
+                if declared(&path) {
+                    filter.insert(key.into(), Value::Bool(true));
+                }
+            }
+        }
+        if !wanted.uris.is_empty() && declared(&["resources", "subscribe"]) {
+            filter.insert(
+                "resourceSubscriptions".into(),
+                Value::Array(
+                    wanted
+                        .uris
+                        .iter()
+                        .map(|u| Value::from(u.as_str()))
+                        .collect(),
+                ),
+            );
+        }
+        if filter.is_empty() {
+            // Nothing the server offers: no stream.
+            self.answer_waiters_if_idle();
+            return;
+        }
+        let mut params = JsonObject::new();
+        params.insert("notifications".into(), Value::Object(filter));
+        match self.session.send_request_with(
+            Instant::now(),
+            "subscriptions/listen",
+            Some(params),
+            RequestOptions::default().with_timeout(None),
+        ) {
+            Ok(id) => {
+                if let Some((old, _)) = self.listen.open.replace((id, wanted)) {
+                    self.listen.retiring.push(old);
+                }
+                self.listen.acked = false;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "subscriptions/listen could not be sent");
+                self.listen.refused = true;
+                self.answer_waiters_if_idle();
+            }
+        }
+    }
+
+    fn answer_waiters_if_idle(&mut self) {
+        let acked_uris: Option<BTreeSet<String>> = match (&self.listen.open, self.listen.acked) {
+            (Some((_, filter)), true) => Some(filter.uris.clone()),
+            (None, _) => Some(BTreeSet::new()),
+            _ => None,
+        };
+        let Some(uris) = acked_uris else { return };
+        for (uri, on, waiter) in self.listen.waiters.drain(..) {
+            let result = if uri.as_ref().is_none_or(|uri| uris.contains(uri) || !on) {
+                Ok(())
+            } else {
+                Err(Error::NotAvailable(format!(
+                    "the server does not offer updates of {}",
+                    uri.unwrap_or_default()
+                )))
+            };
+            let _ = waiter.send(result);
+        }
+    }
+
+    fn listen_acknowledged(&mut self, id: &RequestId, notification: &Notification) {
+        let Some((open, filter)) = &mut self.listen.open else {
+            return;
+        };
+        if open != id {
+            return;
+        }
+        // What the server agreed to honour.
+        let agreed: Value = notification
+            .params
+            .as_deref()
+            .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+            .map(|p| p["notifications"].clone())
+            .unwrap_or(Value::Null);
+        let honoured: BTreeSet<String> = agreed["resourceSubscriptions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|u| u.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        filter.uris.retain(|u| honoured.contains(u));
+        self.listen.acked = true;
+        self.listen.retry_delay = LISTEN_RETRY;
+        for old in std::mem::take(&mut self.listen.retiring) {
+            let _ = self.session.cancel(Instant::now(), &old, None);
+        }
+        self.answer_waiters_if_idle();
+        // Keep asking for what is wanted; a URI the server refused is not asked for again.
+        let refused: Vec<String> = self
+            .listen
+            .uris
+            .iter()
+            .filter(|u| !honoured.contains(*u))
+            .cloned()
+            .collect();
+        for uri in refused {
+            self.listen.uris.remove(&uri);
+        }
+        if std::mem::take(&mut self.listen.reopened) {
+            self.notify(ServerNotification::Resynced);
+        }
+    }
+
+    fn listen_ended(&mut self, id: &RequestId, error: Option<RequestError>) {
+        if let Some(pos) = self.listen.retiring.iter().position(|r| r == id) {
+            self.listen.retiring.swap_remove(pos);
+            return;
+        }
+        self.listen.open = None;
+        self.listen.acked = false;
+        match error {
+            Some(RequestError::Remote(error)) => {
+                tracing::warn!(%error, "the server refused subscriptions/listen");
+                self.listen.refused = true;
+                for (_, _, waiter) in self.listen.waiters.drain(..) {
+                    let _ = waiter.send(Err(Error::Remote(error.clone())));
+                }
+            }
+            Some(RequestError::Closed(_)) => {}
+            _ => {
+                // Ended by the server, or lost: open it again, after a growing wait.
+                self.listen.reopened = true;
+                self.listen.retry_at = Some(Instant::now() + self.listen.retry_delay);
+                self.listen.retry_delay = (self.listen.retry_delay * 2).min(LISTEN_RETRY_MAX);
+            }
+        }
+    }
+}
+
+async fn recv(link: &mut Option<Link>) -> LinkEvent {
+    match link {
+        Some(link) => link.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn subscription_id(notification: &Notification) -> Option<RequestId> {
+    let params: Value = serde_json::from_str(notification.params.as_deref()?.get()).ok()?;
+    serde_json::from_value(params["_meta"]["io.modelcontextprotocol/subscriptionId"].clone()).ok()
+}

@@ -1,0 +1,94 @@
+//! The MCP client facade: connect to a server over stdio, Streamable HTTP or any transport, in
+//! either protocol era, and call every server feature with typed results.
+//!
+//! ```no_run
+//! use modelctx_client::{Client, ServerCommand};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = Client::builder("my-host", "1.0.0")
+//!         .connect_stdio(ServerCommand::new("my-mcp-server"))
+//!         .await?;
+//!     for tool in client.list_all_tools().await? {
+//!         println!("{}: {}", tool.name, tool.description.unwrap_or_default());
+//!     }
+//!     let result = client.call_tool("echo", serde_json::json!({"text": "hi"})).await?;
+//!     println!("{:?}", result.content);
+//!     client.close().await;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # What it does
+//!
+//! * **Connecting**: [`ClientBuilder::connect_stdio`] runs the server as a child process,
+//!   [`connect_http`](ClientBuilder::connect_http) talks to a Streamable HTTP endpoint (falling back
+//!   to the 2024-11-05 HTTP+SSE transport), [`connect_channels`](ClientBuilder::connect_channels)
+//!   and [`connect_lines`](ClientBuilder::connect_lines) take any transport. The era is found by
+//!   the session's probe (`server/discover`, then `initialize`) unless pinned with
+//!   [`era`](ClientBuilder::era) or [`protocol_version`](ClientBuilder::protocol_version).
+//! * **Typed calls** for tools, resources (with subscriptions), prompts, completion, `ping`
+//!   (legacy), `server/discover` (modern) and the log level, with `list_all_*` helpers that follow
+//!   cursors. Results are decoded with the schema of the version spoken into the version-neutral
+//!   [`model`]; a malformed result is [`Error::InvalidResult`].
+//! * **Notifications** as a stream ([`Client::notifications`]) or callbacks
+//!   ([`ClientBuilder::on_notification`]); progress per call ([`CallOptions::on_progress`]). In the
+//!   modern era the client opens `subscriptions/listen` itself and re-opens it when it ends.
+//! * **Input for the server**: sampling, elicitation (form and URL modes) and roots handlers serve
+//!   a legacy server's requests and a modern server's `input_required` results alike; the modern
+//!   multi round-trip loop (retry with a new id, `inputResponses`, `requestState` echoed verbatim)
+//!   runs inside each call, for a bounded number of rounds.
+//! * **Timeouts and cancellation**: every call times out (60 s by default, optionally reset by
+//!   progress up to a maximum) and is cancelled on the wire as its era defines it (legacy:
+//!   `notifications/cancelled`; modern over HTTP: the response stream is closed); dropping a
+//!   call's future cancels it the same way.
+//! * **Checks on what servers send**: `structuredContent` is validated against the output schema
+//!   the server listed for the tool (feature `validation`: a bounded cache of compiled schemas,
+//!   no network or file `$ref`, size and depth limits); on modern HTTP connections tools with
+//!   invalid `x-mcp-header` declarations are left out of `tools/list` by the transport.
+//! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
+//!   that restarts a stdio server that exited and re-initializes an HTTP session the server
+//!   ended.
+//!
+//! # What it does not do
+//!
+//! It does not authorize (no OAuth: 401 and 403 are plain transport errors), does not implement
+//! the tasks extension, does not replay calls lost when a connection ends (they fail with
+//! [`Error::Closed`]), and does not decide for the user: sampling and elicitation handlers are
+//! the application's, and a missing handler means the capability is not declared.
+//!
+//! # Features
+//!
+//! * `stdio` (default): [`ClientBuilder::connect_stdio`] and [`ClientBuilder::connect_lines`].
+//! * `http` (default): [`ClientBuilder::connect_http`]; `rustls` adds HTTPS.
+//! * `validation` (default): `structuredContent` checked against output schemas.
+
+mod builder;
+mod cache;
+mod client;
+mod driver;
+mod error;
+mod input;
+mod link;
+mod notify;
+mod output;
+#[cfg(feature = "stdio")]
+mod stdio;
+mod wire;
+
+pub use builder::ClientBuilder;
+pub use cache::ResultCache;
+pub use client::{CallOptions, Client, CompletionRef};
+pub use driver::Reconnect;
+pub use error::{ConnectError, Error};
+pub use input::{ElicitAction, Elicitation, Elicited, InputError};
+pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification};
+
+pub use modelctx_session::{Era, EraChoice, LogLevel, ProtocolVersion};
+pub use modelctx_types::model;
+pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+
+#[cfg(feature = "http")]
+pub use modelctx_http::client::ClientConfig as HttpConfig;
+#[cfg(feature = "stdio")]
+pub use modelctx_stdio::ServerCommand;

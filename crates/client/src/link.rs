@@ -1,0 +1,199 @@
+//! The transports a client runs on, behind one small interface for the driver: messages out,
+//! [`LinkEvent`]s in.
+
+use modelctx_session::Transmit;
+use modelctx_types::{Incoming, Message, RequestId};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The size of the queues between the driver and a transport's tasks.
+pub(crate) const QUEUE: usize = 256;
+
+/// What a transport hands the driver.
+#[derive(Debug)]
+pub(crate) enum LinkEvent {
+    /// A message (or a 2025-03-26 batch).
+    Message(Incoming),
+    /// Something that is not JSON-RPC, or a line that could not be read.
+    Unreadable(String),
+    /// Request `id` got no MCP answer and will get none.
+    RequestFailed { id: RequestId, why: String },
+    /// The server ended the legacy HTTP session.
+    SessionEnded,
+    /// A listen stream broke and was opened again by the transport.
+    ListenReopened,
+    /// Worth a log line, nothing more.
+    Note(String),
+    /// The transport ended; holds why.
+    Closed(String),
+}
+
+/// A message-level transport: channels (in memory, or the tasks of a line-framed stream), or HTTP.
+pub(crate) enum Link {
+    Channels(Box<Channels>),
+    #[cfg(feature = "http")]
+    Http(Box<modelctx_http::client::HttpTransport>),
+}
+
+/// The two directions of a channel transport, and the tasks that serve them.
+pub(crate) struct Channels {
+    pub(crate) out: Option<mpsc::Sender<Incoming>>,
+    pub(crate) inbox: mpsc::Receiver<LinkEvent>,
+    pub(crate) tasks: Vec<JoinHandle<()>>,
+    pub(crate) ended: bool,
+    #[cfg(feature = "stdio")]
+    pub(crate) child: Option<crate::stdio::Child>,
+}
+
+impl Drop for Channels {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Channels {
+    /// Channels to a peer that takes `out` and yields into `inbox`.
+    pub(crate) fn new(out: mpsc::Sender<Incoming>, inbox: mpsc::Receiver<LinkEvent>) -> Self {
+        Channels {
+            out: Some(out),
+            inbox,
+            tasks: Vec::new(),
+            ended: false,
+            #[cfg(feature = "stdio")]
+            child: None,
+        }
+    }
+}
+
+impl Link {
+    /// The next event; after [`LinkEvent::Closed`], never returns.
+    pub(crate) async fn recv(&mut self) -> LinkEvent {
+        match self {
+            Link::Channels(c) => {
+                if c.ended {
+                    return std::future::pending().await;
+                }
+                match c.inbox.recv().await {
+                    Some(LinkEvent::Closed(why)) => {
+                        c.ended = true;
+                        LinkEvent::Closed(why)
+                    }
+                    Some(event) => event,
+                    None => {
+                        c.ended = true;
+                        LinkEvent::Closed("the server's channel closed".into())
+                    }
+                }
+            }
+            #[cfg(feature = "http")]
+            Link::Http(t) => http_event(t.recv().await),
+        }
+    }
+
+    /// Writes one transmit. An `Err` names the request that could not be sent, if it was one.
+    pub(crate) async fn send(
+        &mut self,
+        transmit: Transmit,
+    ) -> Result<(), (Option<RequestId>, String)> {
+        match self {
+            Link::Channels(c) => {
+                let incoming = match transmit {
+                    Transmit::Message { message, .. } => Incoming::Single(message),
+                    Transmit::Batch(messages) => {
+                        Incoming::Batch(messages.into_iter().map(Ok).collect())
+                    }
+                    // Without streams to close, the modern cancellation is the notification.
+                    Transmit::Cancel { notification, .. } => Incoming::Single(notification.into()),
+                    _ => return Ok(()),
+                };
+                let id = request_id(&incoming);
+                let Some(out) = &c.out else {
+                    return Err((id, "the connection is closed".into()));
+                };
+                out.send(incoming)
+                    .await
+                    .map_err(|_| (id, "the server's channel closed".into()))
+            }
+            #[cfg(feature = "http")]
+            Link::Http(t) => match transmit {
+                Transmit::Message { message, .. } => {
+                    let id = match &message {
+                        Message::Request(r) => Some(r.id.clone()),
+                        _ => None,
+                    };
+                    t.send(message).map_err(|e| (id, e.to_string()))
+                }
+                Transmit::Batch(messages) => {
+                    t.send_batch(messages).map_err(|e| (None, e.to_string()))
+                }
+                Transmit::Cancel { request_id, .. } => {
+                    t.cancel(&request_id);
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Ends the transport: closes the server's input (and, for a child process, shuts it down
+    /// as the specification asks); over HTTP, ends a legacy session with `DELETE`.
+    pub(crate) async fn shut_down(self) {
+        match self {
+            Link::Channels(mut c) => {
+                c.out = None;
+                #[cfg(feature = "stdio")]
+                if let Some(child) = c.child.take() {
+                    child.shut_down().await;
+                }
+            }
+            #[cfg(feature = "http")]
+            Link::Http(t) => t.close().await,
+        }
+    }
+}
+
+fn request_id(incoming: &Incoming) -> Option<RequestId> {
+    match incoming {
+        Incoming::Single(Message::Request(r)) => Some(r.id.clone()),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "http")]
+fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
+    use modelctx_http::client::Inbound;
+    match inbound {
+        None => LinkEvent::Closed("the HTTP transport stopped".into()),
+        Some(Inbound::Message(m)) => LinkEvent::Message(m),
+        Some(Inbound::Unreadable(e)) => LinkEvent::Unreadable(e.to_string()),
+        Some(Inbound::RequestFailed { id, error }) => LinkEvent::RequestFailed {
+            id,
+            why: error.to_string(),
+        },
+        Some(Inbound::SessionEnded) => LinkEvent::SessionEnded,
+        Some(Inbound::ListenReopened { .. }) => LinkEvent::ListenReopened,
+        Some(Inbound::Closed(e)) => LinkEvent::Closed(e.to_string()),
+        Some(other) => LinkEvent::Note(format!("{other:?}")),
+    }
+}
+
+/// Forwards what a peer yields on `from` as link events (for in-memory transports).
+pub(crate) fn forward<T>(mut from: mpsc::Receiver<T>) -> (mpsc::Receiver<LinkEvent>, JoinHandle<()>)
+where
+    T: Into<Incoming> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let task = tokio::spawn(async move {
+        while let Some(item) = from.recv().await {
+            if tx.send(LinkEvent::Message(item.into())).await.is_err() {
+                return;
+            }
+        }
+        let _ = tx
+            .send(LinkEvent::Closed("the server's channel closed".into()))
+            .await;
+    });
+    (rx, task)
+}

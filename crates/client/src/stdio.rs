@@ -1,0 +1,130 @@
+//! Line-framed transports: a server run as a child process, or any byte stream pair.
+
+use std::time::Duration;
+
+use modelctx_stdio::{LineReader, LineWriter, ServerCommand, ServerProcess};
+use modelctx_types::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::link::{Channels, LinkEvent, QUEUE};
+
+/// A running server process and the task that writes its stdin.
+pub(crate) struct Child {
+    process: ServerProcess,
+    writer: JoinHandle<Option<LineWriter<ChildStdin>>>,
+}
+
+impl Child {
+    /// How the process ended, waiting a little for its exit status.
+    pub(crate) async fn describe_exit(&mut self) -> String {
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.process.wait()).await;
+        self.process.describe_exit()
+    }
+
+    /// Closes stdin, waits, SIGTERM, waits, SIGKILL; always reaps.
+    pub(crate) async fn shut_down(mut self) {
+        // The channel to the writer is closed by now: it hands the writer back when done.
+        let writer = match tokio::time::timeout(Duration::from_secs(2), &mut self.writer).await {
+            Ok(Ok(writer)) => writer,
+            _ => {
+                self.writer.abort();
+                None
+            }
+        };
+        let result = match writer {
+            Some(writer) => self.process.shutdown(writer).await.map(drop),
+            None => {
+                // Its stdin is closed already (the writer failed): give it the same wait to exit;
+                // a process dropped while running is killed and reaped.
+                let _ = tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await;
+                self.process.try_wait().map(drop)
+            }
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "stopping the server process failed");
+        }
+    }
+}
+
+/// Spawns `command` and runs its pipes.
+pub(crate) fn spawn(command: &ServerCommand) -> std::io::Result<Channels> {
+    let child = command.spawn()?;
+    let (reader, writer, process) = (child.reader, child.writer, child.process);
+    let (mut channels, writer) = lines(reader, writer);
+    channels.child = Some(Child { process, writer });
+    Ok(channels)
+}
+
+/// Runs a reader task and a writer task over a line-framed stream pair; the writer task hands the
+/// writer back when the channel to it closes.
+pub(crate) fn lines<R, W>(
+    mut reader: LineReader<R>,
+    mut writer: LineWriter<W>,
+) -> (Channels, JoinHandle<Option<LineWriter<W>>>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (events, inbox) = mpsc::channel(QUEUE);
+    let (out, mut outgoing) = mpsc::channel::<Incoming>(QUEUE);
+    let writer_events = events.clone();
+    let read = tokio::spawn(async move {
+        loop {
+            let event = match reader.next_line().await {
+                Ok(Some(Ok(line))) => match modelctx_types::decode(line.as_bytes()) {
+                    Ok(incoming) => LinkEvent::Message(incoming),
+                    Err(e) => LinkEvent::Unreadable(e.to_string()),
+                },
+                Ok(Some(Err(e))) => LinkEvent::Unreadable(e.to_string()),
+                Ok(None) => LinkEvent::Closed("the server closed its output".into()),
+                Err(e) => LinkEvent::Closed(format!("reading from the server failed: {e}")),
+            };
+            let last = matches!(event, LinkEvent::Closed(_));
+            if events.send(event).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    let write = tokio::spawn(async move {
+        while let Some(first) = outgoing.recv().await {
+            let mut next = Some(first);
+            let mut written = Ok(());
+            // Everything queued, then one flush.
+            while let Some(incoming) = next {
+                written = written.and_then(|()| match &incoming {
+                    Incoming::Single(m) => writer.feed(m),
+                    Incoming::Batch(ms) => writer.feed(
+                        &ms.iter()
+                            .filter_map(|m| m.as_ref().ok())
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => Ok(()),
+                });
+                next = outgoing.try_recv().ok();
+            }
+            if let Err(e) = written {
+                let _ = writer_events
+                    .send(LinkEvent::Closed(format!(
+                        "writing to the server failed: {e}"
+                    )))
+                    .await;
+                return None;
+            }
+            if let Err(e) = writer.flush().await {
+                let _ = writer_events
+                    .send(LinkEvent::Closed(format!(
+                        "writing to the server failed: {e}"
+                    )))
+                    .await;
+                return None;
+            }
+        }
+        Some(writer)
+    });
+    let mut channels = Channels::new(out, inbox);
+    channels.tasks.push(read);
+    (channels, write)
+}
