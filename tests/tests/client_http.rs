@@ -1,0 +1,176 @@
+//! The client facade over Streamable HTTP: what only HTTP has (standard headers from listed tools,
+//! legacy sessions the server ends, connection failures).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use modelctx_client::{Client, ConnectError, Error, ProtocolVersion, ServerNotification, model};
+use modelctx_tests::http::within;
+use modelctx_tests::http_client::{ScriptServer, text_result};
+use serde_json::{Value, json};
+
+fn text(result: &model::CallToolResult) -> String {
+    match result.content.first() {
+        Some(model::ContentBlock::TextContent(t)) => t.text.clone(),
+        other => panic!("not a text block: {other:?}"),
+    }
+}
+
+fn modern(id: &Value, result: Value) -> Value {
+    let mut result = result;
+    result["resultType"] = json!("complete");
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// On a modern connection, a listed tool's `x-mcp-header` arguments go in `Mcp-Param-*` headers,
+/// and a tool whose declaration breaks the rules is left out of the list.
+#[tokio::test]
+async fn listed_tools_give_standard_headers_and_broken_ones_are_left_out() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                let result = json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/list") => {
+                let tools = json!([
+                    {"name": "region", "inputSchema": {"type": "object", "properties": {
+                        "region": {"type": "string", "x-mcp-header": "Region"}}}},
+                    {"name": "broken", "inputSchema": {"type": "object", "properties": {
+                        "n": {"type": "number", "x-mcp-header": "N"}}}},
+                ]);
+                let result = json!({"tools": tools, "ttlMs": 0, "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/call") => {
+                let region = seen.header("mcp-param-region").unwrap_or("none").to_owned();
+                let mut result = text_result(&id, &format!("region {region}"));
+                result["result"]["resultType"] = json!("complete");
+                reply.json(200, &[], &result).await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1").connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        client.protocol_version(),
+        Some(ProtocolVersion::V2026_07_28)
+    );
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["region"]);
+    let called = client
+        .call_tool("region", json!({"region": "eu"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&called), "region eu");
+    let call = server
+        .seen()
+        .into_iter()
+        .find(|s| s.rpc_method() == Some("tools/call"))
+        .unwrap();
+    assert_eq!(call.header("mcp-method"), Some("tools/call"));
+    assert_eq!(call.header("mcp-name"), Some("region"));
+    client.close().await;
+}
+
+/// A legacy HTTP session the server ends (here: it expired) is initialized again; the
+/// application hears it may have missed notifications, and calls go on.
+#[tokio::test]
+async fn an_ended_legacy_session_is_initialized_again() {
+    let mut config = modelctx_http::server::ServerConfig::default();
+    config.session_idle_timeout = Duration::from_millis(300);
+    let server = modelctx_tests::facade::client_server();
+    let running = server
+        .serve_http(([127, 0, 0, 1], 0).into(), config)
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", running.local_addr());
+    let mut transport = modelctx_client::HttpConfig::default();
+    // Without a standing GET stream the session is idle between calls.
+    transport.standalone_stream = false;
+    let resynced = Arc::new(AtomicUsize::new(0));
+    let counter = resynced.clone();
+    let client = Client::builder("t", "1")
+        .protocol_version(ProtocolVersion::V2025_11_25)
+        .on_notification(move |n| {
+            if *n == ServerNotification::Resynced {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .connect_http_with(&url, transport)
+        .await
+        .unwrap();
+    let echoed = client
+        .call_tool("echo", json!({"text": "one"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&echoed), "one");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The call that finds the session gone fails; the client starts a new session at once.
+    let lost = within(
+        "a call after expiry",
+        client.call_tool("echo", json!({"text": "two"})),
+    )
+    .await;
+    if let Err(e) = &lost {
+        assert!(matches!(e, Error::Closed(_)), "{e}");
+    }
+    let echoed = within(
+        "a call in the new session",
+        client.call_tool("echo", json!({"text": "three"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text(&echoed), "three");
+    assert!(
+        resynced.load(Ordering::SeqCst) >= 1,
+        "Resynced was delivered"
+    );
+    client.close().await;
+}
+
+/// Connection failures are typed and quick.
+#[tokio::test]
+async fn connection_failures_are_typed() {
+    let bad = Client::builder("t", "1")
+        .connect_http("ftp://example.com/mcp")
+        .await;
+    assert!(matches!(bad, Err(ConnectError::Url(_))), "{bad:?}");
+
+    // Nothing listens on the port.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let refused = within(
+        "a refused connection",
+        Client::builder("t", "1").connect_http(&format!("http://127.0.0.1:{port}/mcp")),
+    )
+    .await;
+    assert!(
+        matches!(
+            refused,
+            Err(ConnectError::Transport(_) | ConnectError::Handshake(_))
+        ),
+        "{refused:?}"
+    );
+
+    let missing = Client::builder("t", "1")
+        .connect_stdio(modelctx_client::ServerCommand::new(
+            "/nonexistent/mcp-server",
+        ))
+        .await;
+    assert!(
+        matches!(missing, Err(ConnectError::Spawn(_))),
+        "{missing:?}"
+    );
+}
