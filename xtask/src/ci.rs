@@ -225,6 +225,36 @@ pub(crate) fn run() -> Result<(), Error> {
             ]),
             FEATURE_ENV,
         ),
+        // The client facade without transports or validation, and with each transport alone.
+        (
+            "features: bare client",
+            Cargo(&["check", "-p", "modelctx-client", "--no-default-features"]),
+            FEATURE_ENV,
+        ),
+        (
+            "features: stdio client",
+            Cargo(&[
+                "check",
+                "-p",
+                "modelctx-client",
+                "--no-default-features",
+                "--features",
+                "stdio",
+            ]),
+            FEATURE_ENV,
+        ),
+        (
+            "features: http client",
+            Cargo(&[
+                "check",
+                "-p",
+                "modelctx-client",
+                "--no-default-features",
+                "--features",
+                "http",
+            ]),
+            FEATURE_ENV,
+        ),
         // The fuzz targets (`fuzz/`, run with `cargo fuzz`) keep compiling against the session;
         // `--locked`: with the versions of the committed `fuzz/Cargo.lock`.
         (

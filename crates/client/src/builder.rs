@@ -321,6 +321,7 @@ impl ClientBuilder {
         }
         config.handshake_timeout = self.handshake_timeout;
         let reconnect = self.reconnect.unwrap_or(match remake {
+            #[cfg(feature = "http")]
             Remake::SameLink => Reconnect::up_to(3),
             _ => Reconnect::NEVER,
         });

@@ -128,6 +128,7 @@ impl Shared {
 pub(crate) enum Remake {
     Never,
     /// Over the same transport (a new legacy HTTP session).
+    #[cfg(feature = "http")]
     SameLink,
     #[cfg(feature = "stdio")]
     Spawn(Box<modelctx_stdio::ServerCommand>),
@@ -646,6 +647,7 @@ impl Driver {
         }
     }
 
+    #[cfg(feature = "stdio")]
     fn retry_or_end(&mut self) {
         if self.may_reconnect() {
             let delay = self

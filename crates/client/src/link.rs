@@ -15,14 +15,19 @@ pub(crate) enum LinkEvent {
     /// A message (or a 2025-03-26 batch).
     Message(Incoming),
     /// Something that is not JSON-RPC, or a line that could not be read.
+    #[cfg_attr(not(any(feature = "http", feature = "stdio")), allow(dead_code))]
     Unreadable(String),
     /// Request `id` got no MCP answer and will get none.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     RequestFailed { id: RequestId, why: String },
     /// The server ended the legacy HTTP session.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     SessionEnded,
     /// A listen stream broke and was opened again by the transport.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     ListenReopened,
     /// Worth a log line, nothing more.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Note(String),
     /// The transport ended; holds why.
     Closed(String),
