@@ -587,3 +587,32 @@ async fn a_client_without_handlers_declares_nothing() {
         client.close().await;
     }
 }
+
+/// Many calls at once: none waits on another, none is lost, and the tables empty afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_calls_complete() {
+    for pin in [Pin::Probe, Pin::Legacy(ProtocolVersion::V2025_11_25)] {
+        let setup = connect(Transport::Memory, builder(pin)).await;
+        let client = setup.client.clone();
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..600 {
+            let client = client.clone();
+            calls.spawn(async move {
+                let result = client
+                    .call_tool("echo", json!({"text": i.to_string()}))
+                    .await
+                    .unwrap();
+                assert_eq!(text(&result), i.to_string());
+            });
+        }
+        within("600 calls", async {
+            while let Some(done) = calls.join_next().await {
+                done.unwrap();
+            }
+        })
+        .await;
+        let sizes = client.table_sizes().await.unwrap();
+        assert_eq!((sizes.calls, sizes.session.outgoing), (0, 0), "{sizes:?}");
+        client.close().await;
+    }
+}

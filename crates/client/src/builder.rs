@@ -237,9 +237,10 @@ impl ClientBuilder {
     where
         T: Into<Incoming> + Send + 'static,
     {
-        let (inbox, task) = crate::link::forward(from_server);
-        let mut channels = Channels::new(to_server, inbox);
-        channels.tasks.push(task);
+        let (inbox, reader) = crate::link::forward(from_server);
+        let (out, writer) = crate::link::feed(to_server);
+        let mut channels = Channels::new(out, inbox);
+        channels.tasks.extend([reader, writer]);
         let key = format!("memory-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed));
         self.start(Link::Channels(Box::new(channels)), Remake::Never, key)
             .await

@@ -810,6 +810,13 @@ impl Client {
         done.await.unwrap_or_else(|_| Err(self.closed_error()))
     }
 
+    /// The size of every table of the connection (`None` once it is closed).
+    pub async fn table_sizes(&self) -> Option<crate::TableSizes> {
+        let (reply, sizes) = oneshot::channel();
+        self.inner.commands.send(Command::Sizes(reply)).await.ok()?;
+        sizes.await.ok()
+    }
+
     /// Closes the connection: calls in flight fail with [`Error::Closed`]; a child process is
     /// shut down (stdin closed, then SIGTERM, then SIGKILL); a legacy HTTP session is ended with
     /// `DELETE`. Returns when that is done.

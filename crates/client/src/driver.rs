@@ -90,7 +90,27 @@ pub(crate) enum Command {
     /// acknowledged.
     Listen(Option<oneshot::Sender<Result<(), Error>>>),
     RootsChanged(oneshot::Sender<Result<(), Error>>),
+    Sizes(oneshot::Sender<TableSizes>),
     Close(oneshot::Sender<()>),
+}
+
+/// The size of every table of a connection, to see that each returns to its starting size
+/// when the work ends (see [`Client::table_sizes`](crate::Client::table_sizes)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableSizes {
+    /// Calls waiting for their answer.
+    pub calls: usize,
+    /// Calls waiting for the connection to be re-established.
+    pub waiting: usize,
+    /// Answers to a legacy server's requests being prepared.
+    pub inputs: usize,
+    /// Subscription changes waiting for the server's acknowledgement.
+    pub subscription_waiters: usize,
+    /// Open (or retiring) listen streams.
+    pub listen_streams: usize,
+    /// The session's own tables.
+    pub session: modelctx_session::TableSizes,
 }
 
 /// What the client handles share with the driver.
@@ -319,6 +339,17 @@ impl Driver {
                         .map_err(Error::from_session),
                 };
                 let _ = reply.send(result);
+            }
+            Command::Sizes(reply) => {
+                let _ = reply.send(TableSizes {
+                    calls: self.pending.len().max(self.tokens.len()),
+                    waiting: self.waiting.len(),
+                    inputs: self.inputs.len(),
+                    subscription_waiters: self.listen.waiters.len(),
+                    listen_streams: usize::from(self.listen.open.is_some())
+                        + self.listen.retiring.len(),
+                    session: self.session.table_sizes(),
+                });
             }
             Command::Close(done) => self.start_closing(Some(done)),
         }

@@ -79,7 +79,7 @@ mod wire;
 pub use builder::ClientBuilder;
 pub use cache::ResultCache;
 pub use client::{CallOptions, Client, CompletionRef};
-pub use driver::Reconnect;
+pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification};

@@ -42,7 +42,10 @@ pub(crate) enum Link {
 
 /// The two directions of a channel transport, and the tasks that serve them.
 pub(crate) struct Channels {
-    pub(crate) out: Option<mpsc::Sender<Incoming>>,
+    /// Unbounded so that the driver never waits on a writer (which could wait on the driver
+    /// reading): what it holds is bounded by the session's tables (requests in flight, answers
+    /// to the server's requests, one cancellation each).
+    pub(crate) out: Option<mpsc::UnboundedSender<Incoming>>,
     pub(crate) inbox: mpsc::Receiver<LinkEvent>,
     pub(crate) tasks: Vec<JoinHandle<()>>,
     pub(crate) ended: bool,
@@ -60,7 +63,10 @@ impl Drop for Channels {
 
 impl Channels {
     /// Channels to a peer that takes `out` and yields into `inbox`.
-    pub(crate) fn new(out: mpsc::Sender<Incoming>, inbox: mpsc::Receiver<LinkEvent>) -> Self {
+    pub(crate) fn new(
+        out: mpsc::UnboundedSender<Incoming>,
+        inbox: mpsc::Receiver<LinkEvent>,
+    ) -> Self {
         Channels {
             out: Some(out),
             inbox,
@@ -118,7 +124,6 @@ impl Link {
                     return Err((id, "the connection is closed".into()));
                 };
                 out.send(incoming)
-                    .await
                     .map_err(|_| (id, "the server's channel closed".into()))
             }
             #[cfg(feature = "http")]
@@ -182,6 +187,21 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
         Some(Inbound::Closed(e)) => LinkEvent::Closed(e.to_string()),
         Some(other) => LinkEvent::Note(format!("{other:?}")),
     }
+}
+
+/// Forwards what the driver writes to a peer's bounded input, waiting on it as needed.
+pub(crate) fn feed(
+    to: mpsc::Sender<Incoming>,
+) -> (mpsc::UnboundedSender<Incoming>, JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        while let Some(incoming) = rx.recv().await {
+            if to.send(incoming).await.is_err() {
+                return;
+            }
+        }
+    });
+    (tx, task)
 }
 
 /// Forwards what a peer yields on `from` as link events (for in-memory transports).

@@ -69,7 +69,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (events, inbox) = mpsc::channel(QUEUE);
-    let (out, mut outgoing) = mpsc::channel::<Incoming>(QUEUE);
+    let (out, mut outgoing) = mpsc::unbounded_channel::<Incoming>();
     let writer_events = events.clone();
     let read = tokio::spawn(async move {
         loop {
