@@ -6,13 +6,10 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let client = Client::builder("my-host", "1.0.0")
-//!         .connect_stdio(ServerCommand::new("my-mcp-server"))
-//!         .await?;
-//!     for tool in client.list_all_tools().await? {
-//!         println!("{}: {}", tool.name, tool.description.unwrap_or_default());
-//!     }
-//!     let result = client.call_tool("echo", serde_json::json!({"text": "hi"})).await?;
+//!     let server = ServerCommand::new("my-mcp-server");
+//!     let client = Client::builder("my-host", "1.0.0").connect_stdio(server).await?;
+//!     let tools = client.list_all_tools().await?;
+//!     let result = client.call_tool(&tools[0].name, serde_json::json!({})).await?;
 //!     println!("{:?}", result.content);
 //!     client.close().await;
 //!     Ok(())
