@@ -503,6 +503,8 @@ async fn a_crashed_stdio_server_is_restarted() {
             .connect_stdio(command)
             .await
             .unwrap();
+        let mut notifications = client.notifications();
+        client.listening().await.unwrap();
         let crashed = within("crash", client.call_tool("crash", json!({}))).await;
         match crashed {
             Err(Error::Closed(why)) => assert!(why.contains("exit status: 3"), "{why}"),
@@ -516,6 +518,26 @@ async fn a_crashed_stdio_server_is_restarted() {
         .unwrap();
         assert_eq!(text(&echoed), "again");
         assert!(resynced.load(Ordering::SeqCst) >= 1);
+        // List changes reach the application again: in the modern era the listen stream was
+        // opened anew on the new process.
+        within("a list change after the restart", async {
+            loop {
+                client.call_tool("touch", json!({})).await.unwrap();
+                let heard = tokio::time::timeout(Duration::from_millis(300), async {
+                    loop {
+                        if let Ok(ServerNotification::ToolsListChanged) = notifications.recv().await
+                        {
+                            return;
+                        }
+                    }
+                })
+                .await;
+                if heard.is_ok() {
+                    return;
+                }
+            }
+        })
+        .await;
         // Without restarts left, the client ends for good.
         let _ = within("crash", client.call_tool("crash", json!({}))).await;
         let _ = within("crash", client.call_tool("crash", json!({}))).await;

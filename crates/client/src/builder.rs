@@ -347,6 +347,7 @@ impl ClientBuilder {
             }),
             tool_schemas: Mutex::new(Default::default()),
             handlers: self.handlers,
+            log_level: Mutex::new(None),
             #[cfg(feature = "validation")]
             schemas: modelctx_types::schema::SchemaCache::new(
                 modelctx_types::schema::SchemaLimits::default(),
@@ -361,7 +362,6 @@ impl ClientBuilder {
             dropped: handles.dropped,
             defaults: self.defaults,
             next_token: AtomicU64::new(0),
-            log_level: Mutex::new(None),
         });
         match connected.await {
             Ok(Ok(_)) => {}

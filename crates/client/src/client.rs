@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
@@ -38,7 +38,6 @@ pub(crate) struct Inner {
     pub(crate) dropped: mpsc::UnboundedSender<u64>,
     pub(crate) defaults: Defaults,
     pub(crate) next_token: AtomicU64,
-    pub(crate) log_level: Mutex<Option<LogLevel>>,
 }
 
 /// Defaults for every call.
@@ -263,6 +262,7 @@ impl Client {
     ) -> Result<Answer, Error> {
         let level = *self
             .inner
+            .shared
             .log_level
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -785,6 +785,7 @@ impl Client {
     pub async fn set_log_level(&self, level: LogLevel) -> Result<(), Error> {
         *self
             .inner
+            .shared
             .log_level
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(level);

@@ -122,6 +122,8 @@ pub(crate) struct Shared {
     pub(crate) cache: Option<(ResultCache, Scope)>,
     pub(crate) tool_schemas: Mutex<HashMap<String, Arc<JsonObject>>>,
     pub(crate) handlers: Handlers,
+    /// The log level asked for: sent again to a legacy server after a reconnect.
+    pub(crate) log_level: Mutex<Option<modelctx_session::LogLevel>>,
     /// Compiled output schemas.
     #[cfg(feature = "validation")]
     pub(crate) schemas: modelctx_types::schema::SchemaCache,
@@ -579,12 +581,35 @@ impl Driver {
             let _ = ready.send(Ok(peer));
         }
         if again {
+            self.restore_log_level();
             self.notify(ServerNotification::Resynced);
         }
         while let Some(call) = self.waiting.pop_front() {
             self.start_call(call);
         }
         self.sync_listen();
+    }
+
+    /// A new legacy session starts at the server's default level: ask for the one set before.
+    /// Its answer concerns nobody (no call waits for it) and is dropped.
+    fn restore_log_level(&mut self) {
+        let level = *self
+            .shared
+            .log_level
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(level) = level
+            && !self.modern()
+        {
+            let mut params = JsonObject::new();
+            params.insert("level".into(), Value::from(level.as_str()));
+            if let Err(e) =
+                self.session
+                    .send_request(Instant::now(), "logging/setLevel", Some(params))
+            {
+                tracing::debug!(error = %e, "the log level was not restored");
+            }
+        }
     }
 
     /// The session closed: re-establish the connection, or end.
