@@ -194,6 +194,7 @@ impl Client {
     /// Returns once the server delivers list changes to [`notifications`](Self::notifications):
     /// at once in the legacy era; in the modern era when the server has acknowledged the
     /// client's `subscriptions/listen` stream (or has none of the list changes to offer).
+    /// Waits at most the client's request timeout ([`Error::Timeout`]; the stream stays open).
     pub async fn listening(&self) -> Result<(), Error> {
         let (reply, done) = oneshot::channel();
         self.inner
@@ -201,7 +202,19 @@ impl Client {
             .send(Command::Listen(Some(reply)))
             .await
             .map_err(|_| self.closed_error())?;
-        done.await.unwrap_or_else(|_| Err(self.closed_error()))
+        self.acknowledged(done).await
+    }
+
+    /// The driver's answer to a listen or subscription change, waited for at most the request
+    /// timeout: a server that never acknowledges its listen stream does not hold the caller.
+    async fn acknowledged(&self, done: oneshot::Receiver<Result<(), Error>>) -> Result<(), Error> {
+        let answer = match self.inner.defaults.timeout {
+            Some(limit) => tokio::time::timeout(limit, done)
+                .await
+                .map_err(|_| Error::Timeout(limit))?,
+            None => done.await,
+        };
+        answer.unwrap_or_else(|_| Err(self.closed_error()))
     }
 
     // -- the request machinery ------------------------------------------------------------------
@@ -619,7 +632,8 @@ impl Client {
 
     /// Asks for `notifications/resources/updated` about `uri`: `resources/subscribe` in the
     /// legacy era; in the modern era the URI joins the client's `subscriptions/listen` stream
-    /// (returns once the server acknowledged it).
+    /// (returns once the server acknowledged it, or [`Error::Timeout`] after the client's request
+    /// timeout, the stream still asking for the URI).
     pub async fn subscribe_resource(&self, uri: &str) -> Result<(), Error> {
         self.subscription(uri, true).await
     }
@@ -642,7 +656,7 @@ impl Client {
                 .send(command)
                 .await
                 .map_err(|_| self.closed_error())?;
-            return done.await.unwrap_or_else(|_| Err(self.closed_error()));
+            return self.acknowledged(done).await;
         }
         let method = if on {
             "resources/subscribe"

@@ -186,6 +186,14 @@ struct Listen {
     refused: bool,
 }
 
+impl Listen {
+    /// Drops the waiters whose caller stopped waiting (timed out, or dropped the call), so that
+    /// a server that never acknowledges does not grow the table.
+    fn forget_gone_waiters(&mut self) {
+        self.waiters.retain(|(_, _, waiter)| !waiter.is_closed());
+    }
+}
+
 struct Pending {
     token: u64,
     reply: oneshot::Sender<Result<Answer, Error>>,
@@ -328,6 +336,7 @@ impl Driver {
             Command::Listen(reply) => {
                 self.listen.lists = true;
                 if let Some(reply) = reply {
+                    self.listen.forget_gone_waiters();
                     self.listen.waiters.push((None, true, reply));
                 }
                 self.sync_listen();
@@ -883,6 +892,7 @@ impl Driver {
         } else {
             self.listen.uris.remove(&uri);
         }
+        self.listen.forget_gone_waiters();
         self.listen.waiters.push((Some(uri), on, reply));
         self.sync_listen();
     }
