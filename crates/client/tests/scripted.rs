@@ -1,0 +1,1176 @@
+//! The client against scripted fake servers: each test plays the server step by step over
+//! `connect_channels`, reading what the client sends and writing the JSON-RPC it composes.
+
+mod common;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{
+    Era, Fake, MODERN, PROTOCOL_VERSION_KEY, SUBSCRIPTION_ID_KEY, builder, cacheable, complete,
+    connect, full_capabilities, id_json, params, text_result,
+};
+use modelctx_client::{
+    CallOptions, Elicitation, Elicited, Error, InputError, ProtocolVersion, RecvError,
+    ServerNotification, model,
+};
+use modelctx_types::{Message, RequestId};
+use serde_json::{Value, json};
+
+/// A legacy client pinned to 2025-11-25 (no probe).
+fn legacy() -> modelctx_client::ClientBuilder {
+    builder().protocol_version(ProtocolVersion::V2025_11_25)
+}
+
+fn text(result: &model::CallToolResult) -> String {
+    match result.content.first() {
+        Some(model::ContentBlock::TextContent(t)) => t.text.clone(),
+        other => panic!("not a text block: {other:?}"),
+    }
+}
+
+fn object(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().cloned().unwrap()
+}
+
+// -- 1. structuredContent -------------------------------------------------------------------------
+
+#[tokio::test]
+async fn structured_content_is_checked_against_the_listed_output_schema() {
+    // A socket nobody should ever connect to: the URL of an external `$ref`.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let remote = format!("http://{}/schema.json", listener.local_addr().unwrap());
+
+    let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
+    let listing = json!({"tools": [
+        {
+            "name": "weather",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {
+                "type": "object",
+                "properties": {"temp": {"type": "number"}},
+                "required": ["temp"],
+            },
+        },
+        {
+            "name": "remote",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "properties": {"x": {"$ref": remote}}},
+        },
+        {
+            "name": "elsewhere",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "$ref": "https://example.com/schemas/out.json"},
+        },
+        {"name": "plain", "inputSchema": {"type": "object"}},
+    ]});
+    let (tools, _) = fake
+        .answer("tools/list", listing, client.list_tools(None))
+        .await;
+    assert_eq!(tools.unwrap().tools.len(), 4);
+
+    let call = |name: &'static str| client.call_tool(name, json!({"city": "Paris"}));
+
+    // Violating the schema.
+    let wrong = json!({"content": [], "structuredContent": {"temp": "hot"}});
+    let (result, _) = fake.answer("tools/call", wrong, call("weather")).await;
+    assert!(
+        matches!(&result, Err(Error::StructuredContent { tool, .. }) if tool == "weather"),
+        "{result:?}"
+    );
+
+    // Missing while the tool has an output schema.
+    let (result, _) = fake
+        .answer("tools/call", text_result("22 degrees"), call("weather"))
+        .await;
+    assert!(
+        matches!(&result, Err(Error::StructuredContent { reason, .. }) if reason.contains("no structuredContent")),
+        "{result:?}"
+    );
+
+    // A tool error needs no structured content.
+    let failed = json!({"content": [{"type": "text", "text": "no such city"}], "isError": true});
+    let (result, _) = fake.answer("tools/call", failed, call("weather")).await;
+    assert_eq!(result.unwrap().is_error, Some(true));
+
+    // A valid one.
+    let valid = json!({"content": [], "structuredContent": {"temp": 21.5}});
+    let (result, _) = fake.answer("tools/call", valid, call("weather")).await;
+    assert_eq!(
+        result.unwrap().structured_content,
+        Some(json!({"temp": 21.5}))
+    );
+
+    // A tool without an output schema is not checked.
+    let (result, _) = fake
+        .answer("tools/call", text_result("ok"), call("plain"))
+        .await;
+    assert_eq!(text(&result.unwrap()), "ok");
+
+    // Schemas with external references are refused, never fetched.
+    for tool in ["remote", "elsewhere"] {
+        let content = json!({"content": [], "structuredContent": {"x": 1}});
+        let (result, _) = fake.answer("tools/call", content, call(tool)).await;
+        assert!(
+            matches!(&result, Err(Error::StructuredContent { tool: t, reason }) if t == tool && reason.contains("unusable")),
+            "{tool}: {result:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the external schema was fetched"
+    );
+}
+
+#[tokio::test]
+async fn a_new_listing_replaces_the_output_schemas() {
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let with_schema = cacheable(json!({"tools": [{
+        "name": "t",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object", "required": ["n"]},
+    }]}));
+    fake.answer("tools/list", with_schema, client.list_tools(None))
+        .await
+        .0
+        .unwrap();
+    let (result, _) = fake
+        .answer(
+            "tools/call",
+            complete(text_result("x")),
+            client.call_tool("t", ()),
+        )
+        .await;
+    assert!(
+        matches!(result, Err(Error::StructuredContent { .. })),
+        "{result:?}"
+    );
+    // Listed again without an output schema: nothing to check any more.
+    let without = cacheable(json!({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}));
+    fake.answer("tools/list", without, client.list_tools(None))
+        .await
+        .0
+        .unwrap();
+    let (result, _) = fake
+        .answer(
+            "tools/call",
+            complete(text_result("x")),
+            client.call_tool("t", ()),
+        )
+        .await;
+    assert_eq!(text(&result.unwrap()), "x");
+}
+
+// -- 2. malformed results -------------------------------------------------------------------------
+
+#[tokio::test]
+async fn malformed_results_are_invalid_and_the_connection_lives_on() {
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
+        let wrap = |v: Value| {
+            if era == Era::Modern && v.is_object() {
+                complete(v)
+            } else {
+                v
+            }
+        };
+        for junk in [
+            wrap(json!({"isError": false})),
+            wrap(json!({"content": "not a list"})),
+            wrap(json!({"content": [{"type": "no-such-block"}]})),
+            json!([1, 2]),
+            json!(42),
+            json!("text"),
+            json!(null),
+        ] {
+            let (result, _) = fake
+                .answer("tools/call", junk.clone(), client.call_tool("t", ()))
+                .await;
+            assert!(
+                matches!(&result, Err(Error::InvalidResult { method, .. }) if method == "tools/call"),
+                "{era:?} {junk}: {result:?}"
+            );
+        }
+        let (result, _) = fake
+            .answer(
+                "tools/list",
+                wrap(json!({"tools": 5})),
+                client.list_tools(None),
+            )
+            .await;
+        assert!(
+            matches!(&result, Err(Error::InvalidResult { method, .. }) if method == "tools/list"),
+            "{result:?}"
+        );
+        let (result, _) = fake
+            .answer(
+                "resources/read",
+                wrap(json!({"contents": [{"text": "no uri"}]})),
+                client.read_resource("file:///a"),
+            )
+            .await;
+        assert!(
+            matches!(&result, Err(Error::InvalidResult { .. })),
+            "{result:?}"
+        );
+        // Still working.
+        let (result, _) = fake
+            .answer(
+                "tools/call",
+                wrap(text_result("fine")),
+                client.call_tool("t", ()),
+            )
+            .await;
+        assert_eq!(text(&result.unwrap()), "fine", "{era:?}");
+        assert!(!client.is_closed());
+    }
+}
+
+// -- 3. modern multi round-trip requests -----------------------------------------------------------
+
+fn elicit_request(message: &str) -> Value {
+    json!({
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+    })
+}
+
+fn eliciting_client() -> modelctx_client::ClientBuilder {
+    builder().on_elicitation(|elicitation| async move {
+        match elicitation {
+            Elicitation::Form { message, .. } => Ok(Elicited::accept(object(
+                json!({"name": format!("answer to {message}")}),
+            ))),
+            _ => Err(InputError::new("only forms")),
+        }
+    })
+}
+
+#[tokio::test]
+async fn input_required_is_answered_and_retried_with_a_new_id() {
+    let (client, mut fake) = connect(Era::Modern, eliciting_client(), full_capabilities()).await;
+    let serve = async {
+        let first = fake.expect_request("tools/call").await;
+        assert_eq!(params(&first)["name"], json!("book"));
+        fake.reply(
+            &first.id,
+            json!({
+                "resultType": "input_required",
+                "inputRequests": {"e1": elicit_request("Who?")},
+                "requestState": "opaque+/=state",
+            }),
+        )
+        .await;
+
+        let second = fake.expect_request("tools/call").await;
+        assert_ne!(second.id, first.id, "a retry has a new id");
+        let p = params(&second);
+        assert_eq!(p["name"], json!("book"));
+        assert_eq!(p["arguments"], json!({"seats": 2}));
+        assert_eq!(
+            p["inputResponses"],
+            json!({"e1": {"action": "accept", "content": {"name": "answer to Who?"}}})
+        );
+        assert_eq!(p["requestState"], json!("opaque+/=state"));
+        assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+        // A second round: another question and another state.
+        fake.reply(
+            &second.id,
+            json!({
+                "resultType": "input_required",
+                "inputRequests": {"e2": elicit_request("When?")},
+                "requestState": " round-2 \u{e9}\"\n\t",
+            }),
+        )
+        .await;
+
+        let third = fake.expect_request("tools/call").await;
+        assert!(third.id != first.id && third.id != second.id);
+        let p = params(&third);
+        assert_eq!(
+            p["inputResponses"],
+            json!({"e2": {"action": "accept", "content": {"name": "answer to When?"}}}),
+            "only this round's answers"
+        );
+        assert_eq!(p["requestState"], json!(" round-2 \u{e9}\"\n\t"));
+        assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+        // A last round with state only: no input responses are sent.
+        fake.reply(
+            &third.id,
+            json!({"resultType": "input_required", "requestState": "s3"}),
+        )
+        .await;
+
+        let fourth = fake.expect_request("tools/call").await;
+        let p = params(&fourth);
+        assert!(p.get("inputResponses").is_none(), "{p}");
+        assert_eq!(p["requestState"], json!("s3"));
+        fake.reply(&fourth.id, complete(text_result("booked")))
+            .await;
+    };
+    let (result, ()) = tokio::join!(client.call_tool("book", json!({"seats": 2})), serve);
+    assert_eq!(text(&result.unwrap()), "booked");
+}
+
+#[tokio::test]
+async fn a_server_that_always_asks_gets_too_many_rounds() {
+    let (client, mut fake) = connect(
+        Era::Modern,
+        eliciting_client().max_input_rounds(2),
+        full_capabilities(),
+    )
+    .await;
+    let serve = async {
+        for round in 0..3 {
+            let request = fake.expect_request("tools/call").await;
+            fake.reply(
+                &request.id,
+                json!({
+                    "resultType": "input_required",
+                    "inputRequests": {"e": elicit_request("again?")},
+                    "requestState": format!("state-{round}"),
+                }),
+            )
+            .await;
+        }
+    };
+    let (result, ()) = tokio::join!(client.call_tool("loop", ()), serve);
+    assert!(matches!(result, Err(Error::TooManyRounds(2))), "{result:?}");
+    fake.expect_none(
+        Duration::from_millis(100),
+        "a fourth try",
+        |m| matches!(m, Message::Request(r) if r.method == "tools/call"),
+    )
+    .await;
+    // prompts/get and resources/read run the same loop.
+    let serve = async {
+        for _ in 0..3 {
+            let request = fake.expect_request("prompts/get").await;
+            fake.reply(
+                &request.id,
+                json!({"resultType": "input_required", "requestState": "again"}),
+            )
+            .await;
+        }
+    };
+    let (result, ()) = tokio::join!(client.get_prompt("p", &[]), serve);
+    assert!(matches!(result, Err(Error::TooManyRounds(2))), "{result:?}");
+}
+
+#[tokio::test]
+async fn input_the_client_cannot_give_fails_the_call() {
+    // No elicitation handler.
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let asks = json!({
+        "resultType": "input_required",
+        "inputRequests": {"e1": elicit_request("Who?")},
+        "requestState": "s",
+    });
+    let (result, _) = fake
+        .answer("tools/call", asks.clone(), client.call_tool("t", ()))
+        .await;
+    assert!(
+        matches!(&result, Err(Error::Input { method, .. }) if method == "elicitation/create"),
+        "{result:?}"
+    );
+    fake.expect_none(
+        Duration::from_millis(100),
+        "a retry",
+        |m| matches!(m, Message::Request(r) if r.method == "tools/call"),
+    )
+    .await;
+
+    // A handler that refuses.
+    let refusing = builder().on_elicitation(|_| async { Err(InputError::new("the user is away")) });
+    let (client, mut fake) = connect(Era::Modern, refusing, full_capabilities()).await;
+    let (result, _) = fake
+        .answer("tools/call", asks, client.call_tool("t", ()))
+        .await;
+    assert!(
+        matches!(&result, Err(Error::Input { reason, .. }) if reason.contains("away")),
+        "{result:?}"
+    );
+}
+
+// -- 4. cancellation on the wire ------------------------------------------------------------------
+
+async fn cancellation_on_the_wire(era: Era) {
+    let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
+
+    // A timeout.
+    let options = CallOptions::new().timeout(Some(Duration::from_millis(50)));
+    let started = Instant::now();
+    let (result, request) = tokio::join!(
+        client.call_tool_with("slow", (), options),
+        fake.expect_request("tools/call")
+    );
+    assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    let cancelled = fake.expect_cancelled(&request.id).await;
+    assert_eq!(cancelled["requestId"], id_json(&request.id));
+
+    // A late answer is ignored and later calls still work.
+    fake.reply(&request.id, complete(text_result("late"))).await;
+    let (result, _) = fake
+        .answer(
+            "tools/call",
+            complete(text_result("second")),
+            client.call_tool("t", ()),
+        )
+        .await;
+    assert_eq!(text(&result.unwrap()), "second");
+
+    // A dropped call future.
+    let (elapsed, dropped) = tokio::join!(
+        tokio::time::timeout(Duration::from_millis(50), client.call_tool("slow", ())),
+        fake.expect_request("tools/call")
+    );
+    assert!(elapsed.is_err(), "the call was not answered");
+    fake.expect_cancelled(&dropped.id).await;
+    fake.reply(&dropped.id, complete(text_result("late"))).await;
+    let (result, _) = fake
+        .answer(
+            "tools/call",
+            complete(text_result("third")),
+            client.call_tool("t", ()),
+        )
+        .await;
+    assert_eq!(text(&result.unwrap()), "third");
+
+    // Nothing is left behind.
+    let sizes = client.table_sizes().await.unwrap();
+    assert_eq!(sizes.calls, 0, "{sizes:?}");
+}
+
+#[tokio::test]
+async fn legacy_calls_are_cancelled_on_timeout_and_drop() {
+    cancellation_on_the_wire(Era::Legacy).await;
+}
+
+#[tokio::test]
+async fn modern_calls_over_channels_are_cancelled_by_notification() {
+    cancellation_on_the_wire(Era::Modern).await;
+}
+
+// -- 5. pagination --------------------------------------------------------------------------------
+
+fn tool(name: &str) -> Value {
+    json!({"name": name, "inputSchema": {"type": "object"}})
+}
+
+#[tokio::test]
+async fn list_all_tools_follows_cursors() {
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let serve = async {
+        let pages = [
+            (None, json!([tool("a"), tool("b")]), Some("c1")),
+            (Some("c1"), json!([tool("c")]), Some("c2")),
+            (Some("c2"), json!([tool("d")]), None),
+        ];
+        for (cursor, tools, next) in pages {
+            let request = fake.expect_request("tools/list").await;
+            assert_eq!(
+                params(&request).get("cursor").cloned(),
+                cursor.map(Value::from)
+            );
+            let mut page = cacheable(json!({"tools": tools}));
+            if let Some(next) = next {
+                page["nextCursor"] = json!(next);
+            }
+            fake.reply(&request.id, page).await;
+        }
+    };
+    let (tools, ()) = tokio::join!(client.list_all_tools(), serve);
+    let names: Vec<String> = tools.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn a_repeated_cursor_ends_the_listing() {
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
+        let serve = async {
+            for cursor in ["x", "y", "x"] {
+                let request = fake.expect_request("tools/list").await;
+                let mut page = json!({"tools": [tool(cursor)], "nextCursor": cursor});
+                if era == Era::Modern {
+                    page = cacheable(page);
+                }
+                fake.reply(&request.id, page).await;
+            }
+        };
+        let (tools, ()) = tokio::join!(client.list_all_tools(), serve);
+        assert!(
+            matches!(&tools, Err(Error::InvalidResult { reason, .. }) if reason.contains("repeats")),
+            "{tools:?}"
+        );
+        fake.expect_none(
+            Duration::from_millis(50),
+            "another page",
+            |m| matches!(m, Message::Request(r) if r.method == "tools/list"),
+        )
+        .await;
+    }
+}
+
+// -- 6. progress ----------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn progress_restarts_the_timeout_up_to_the_maximum() {
+    let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let options = || {
+        let seen = seen.clone();
+        CallOptions::new()
+            .timeout(Some(Duration::from_millis(100)))
+            .on_progress(move |_| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            })
+            .reset_timeout_on_progress(Duration::from_millis(300))
+    };
+
+    // Progress every 60 ms keeps a call with a 100 ms timeout alive for 200 ms.
+    let call = async {
+        let started = Instant::now();
+        let result = client.call_tool_with("long", (), options()).await;
+        (result, started.elapsed())
+    };
+    let serve = async {
+        let request = fake.expect_request("tools/call").await;
+        let token = params(&request)["_meta"]["progressToken"].clone();
+        assert!(!token.is_null(), "progress was asked for");
+        for step in 1..=3 {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            fake.notify(
+                "notifications/progress",
+                json!({"progressToken": token, "progress": step, "total": 4}),
+            )
+            .await;
+        }
+        fake.reply(&request.id, text_result("done")).await;
+    };
+    let ((result, elapsed), ()) = tokio::join!(call, serve);
+    assert_eq!(text(&result.unwrap()), "done");
+    assert!(elapsed > Duration::from_millis(150), "{elapsed:?}");
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+
+    // ... but not beyond the maximum.
+    seen.store(0, Ordering::SeqCst);
+    let call = async {
+        let started = Instant::now();
+        let result = client.call_tool_with("endless", (), options()).await;
+        (result, started.elapsed())
+    };
+    let serve = async {
+        let request = fake.expect_request("tools/call").await;
+        let token = params(&request)["_meta"]["progressToken"].clone();
+        for step in 1..=8 {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            fake.notify(
+                "notifications/progress",
+                json!({"progressToken": token, "progress": step}),
+            )
+            .await;
+        }
+        request
+    };
+    let ((result, elapsed), request) = tokio::join!(call, serve);
+    assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
+    assert!(
+        elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(450),
+        "{elapsed:?}"
+    );
+    assert!(seen.load(Ordering::SeqCst) >= 3);
+    fake.expect_cancelled(&request.id).await;
+}
+
+// -- 7. a legacy server's requests ----------------------------------------------------------------
+
+#[tokio::test]
+async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let builder = legacy()
+        .on_sampling(move |params| {
+            let started = started_tx.clone();
+            async move {
+                let asked = match params.messages.first().map(|m| &m.content) {
+                    Some(model::CreateMessageResultContent::TextContent(t)) => t.text.clone(),
+                    other => format!("{other:?}"),
+                };
+                if asked == "slow" {
+                    let _ = started.send(());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                let answer: modelctx_types::v2025_11_25::CreateMessageResult =
+                    serde_json::from_value(json!({
+                        "role": "assistant",
+                        "content": {"type": "text", "text": format!("{asked}!")},
+                        "model": "test-model",
+                        "stopReason": "endTurn",
+                    }))
+                    .unwrap();
+                Ok(answer.into())
+            }
+        })
+        .roots(vec![model::Root {
+            meta: None,
+            name: Some("src".into()),
+            uri: "file:///src".into(),
+        }]);
+    let (client, mut fake) = connect(Era::Legacy, builder, full_capabilities()).await;
+    assert_eq!(
+        client.protocol_version(),
+        Some(ProtocolVersion::V2025_11_25)
+    );
+
+    fake.request(
+        json!("s1"),
+        "sampling/createMessage",
+        json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+            "maxTokens": 10,
+        }),
+    )
+    .await;
+    assert_eq!(
+        fake.expect_response(&json!("s1")).await,
+        Ok(json!({
+            "role": "assistant",
+            "content": {"type": "text", "text": "hi!"},
+            "model": "test-model",
+            "stopReason": "endTurn",
+        }))
+    );
+
+    fake.request(json!(7), "roots/list", json!({})).await;
+    assert_eq!(
+        fake.expect_response(&json!(7)).await,
+        Ok(json!({"roots": [{"uri": "file:///src", "name": "src"}]}))
+    );
+
+    // No elicitation handler, so no elicitation capability: refused.
+    fake.request(
+        json!("e1"),
+        "elicitation/create",
+        json!({"message": "Who?", "requestedSchema": {"type": "object", "properties": {}}}),
+    )
+    .await;
+    let error = fake.expect_response(&json!("e1")).await.unwrap_err();
+    assert_eq!(error["code"], json!(-32601), "{error}");
+    // A method no version has.
+    fake.request(json!("u1"), "no/such/method", json!({})).await;
+    let error = fake.expect_response(&json!("u1")).await.unwrap_err();
+    assert_eq!(error["code"], json!(-32601), "{error}");
+    // Invalid params.
+    fake.request(
+        json!("bad"),
+        "sampling/createMessage",
+        json!({"messages": 3}),
+    )
+    .await;
+    let error = fake.expect_response(&json!("bad")).await.unwrap_err();
+    assert!(error["code"].is_i64(), "{error}");
+
+    // A request the server cancels gets no answer.
+    fake.request(
+        json!("s2"),
+        "sampling/createMessage",
+        json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": "slow"}}],
+            "maxTokens": 10,
+        }),
+    )
+    .await;
+    tokio::time::timeout(common::WAIT, started.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    fake.notify(
+        "notifications/cancelled",
+        json!({"requestId": "s2", "reason": "no longer needed"}),
+    )
+    .await;
+    fake.expect_none(Duration::from_millis(400), "an answer to s2", |m| match m {
+        Message::Response(r) => r.id == RequestId::from("s2"),
+        Message::Error(e) => e.id == Some(RequestId::from("s2")),
+        _ => false,
+    })
+    .await;
+    // The client still answers.
+    fake.request(json!("p"), "ping", json!({})).await;
+    assert_eq!(fake.expect_response(&json!("p")).await, Ok(json!({})));
+    assert_eq!(client.table_sizes().await.unwrap().inputs, 0);
+}
+
+#[tokio::test]
+async fn a_modern_server_s_requests_are_refused() {
+    let (client, mut fake) = connect(Era::Modern, eliciting_client(), full_capabilities()).await;
+    fake.request(json!(1), "roots/list", json!({})).await;
+    let error = fake.expect_response(&json!(1)).await.unwrap_err();
+    assert_eq!(error["code"], json!(-32601), "{error}");
+    assert!(!client.is_closed());
+}
+
+// -- 8. the modern listen stream ------------------------------------------------------------------
+
+/// Acknowledges the listen stream `id`, agreeing to `notifications`.
+async fn acknowledge(fake: &mut Fake, id: &RequestId, notifications: Value) {
+    fake.notify(
+        "notifications/subscriptions/acknowledged",
+        json!({"_meta": {SUBSCRIPTION_ID_KEY: id}, "notifications": notifications}),
+    )
+    .await;
+}
+
+async fn recv(notifications: &mut modelctx_client::Notifications) -> ServerNotification {
+    tokio::time::timeout(common::WAIT, notifications.recv())
+        .await
+        .expect("a notification in time")
+        .expect("a notification")
+}
+
+#[tokio::test]
+async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
+    let capabilities = json!({
+        "tools": {"listChanged": true},
+        "prompts": {"listChanged": true},
+        "resources": {"subscribe": true, "listChanged": false},
+    });
+    let (client, mut fake) = connect(Era::Modern, builder(), capabilities).await;
+    let mut notifications = client.notifications();
+
+    // The stream asks for what the server declared, and `listening` returns on the ack.
+    let serve = async {
+        let listen = fake.expect_request("subscriptions/listen").await;
+        let p = params(&listen);
+        assert_eq!(
+            p["notifications"],
+            json!({"toolsListChanged": true, "promptsListChanged": true})
+        );
+        assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+        acknowledge(&mut fake, &listen.id, p["notifications"].clone()).await;
+        listen.id
+    };
+    let (listening, first) = tokio::join!(client.listening(), serve);
+    listening.unwrap();
+
+    // Notifications of the stream reach the application.
+    fake.notify(
+        "notifications/tools/list_changed",
+        json!({"_meta": {SUBSCRIPTION_ID_KEY: first}}),
+    )
+    .await;
+    assert_eq!(
+        recv(&mut notifications).await,
+        ServerNotification::ToolsListChanged
+    );
+
+    // The server ends the stream with a result: a new one is opened after a short delay.
+    fake.reply(
+        &first,
+        json!({"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: first}}),
+    )
+    .await;
+    let ended = Instant::now();
+    let second = fake.expect_request("subscriptions/listen").await;
+    assert!(ended.elapsed() >= Duration::from_millis(200), "not at once");
+    assert_ne!(second.id, first);
+    acknowledge(
+        &mut fake,
+        &second.id,
+        params(&second)["notifications"].clone(),
+    )
+    .await;
+    assert_eq!(recv(&mut notifications).await, ServerNotification::Resynced);
+
+    // ... or with notifications/cancelled.
+    fake.notify(
+        "notifications/cancelled",
+        json!({"requestId": second.id, "reason": "restarting"}),
+    )
+    .await;
+    let third = fake.expect_request("subscriptions/listen").await;
+    assert!(third.id != first && third.id != second.id);
+    acknowledge(
+        &mut fake,
+        &third.id,
+        params(&third)["notifications"].clone(),
+    )
+    .await;
+    assert_eq!(recv(&mut notifications).await, ServerNotification::Resynced);
+    fake.notify(
+        "notifications/prompts/list_changed",
+        json!({"_meta": {SUBSCRIPTION_ID_KEY: third.id}}),
+    )
+    .await;
+    assert_eq!(
+        recv(&mut notifications).await,
+        ServerNotification::PromptsListChanged
+    );
+
+    // A resource subscription replaces the stream with one that carries the URI.
+    let serve = async {
+        let listen = fake.expect_request("subscriptions/listen").await;
+        let wanted = params(&listen)["notifications"].clone();
+        assert_eq!(
+            wanted,
+            json!({
+                "toolsListChanged": true,
+                "promptsListChanged": true,
+                "resourceSubscriptions": ["file:///a"],
+            })
+        );
+        acknowledge(&mut fake, &listen.id, wanted).await;
+        listen.id
+    };
+    let (subscribed, fourth) = tokio::join!(client.subscribe_resource("file:///a"), serve);
+    subscribed.unwrap();
+    // The replaced stream is closed.
+    fake.expect_cancelled(&third.id).await;
+    fake.notify(
+        "notifications/resources/updated",
+        json!({"uri": "file:///a", "_meta": {SUBSCRIPTION_ID_KEY: fourth}}),
+    )
+    .await;
+    assert_eq!(
+        recv(&mut notifications).await,
+        ServerNotification::ResourceUpdated {
+            uri: "file:///a".into()
+        }
+    );
+
+    // A URI the server leaves out of its acknowledgement is not available.
+    let serve = async {
+        let listen = fake.expect_request("subscriptions/listen").await;
+        let wanted = params(&listen)["notifications"].clone();
+        assert_eq!(
+            wanted["resourceSubscriptions"],
+            json!(["file:///a", "file:///b"])
+        );
+        acknowledge(
+            &mut fake,
+            &listen.id,
+            json!({
+                "toolsListChanged": true,
+                "promptsListChanged": true,
+                "resourceSubscriptions": ["file:///a"],
+            }),
+        )
+        .await;
+    };
+    let (refused, ()) = tokio::join!(client.subscribe_resource("file:///b"), serve);
+    assert!(
+        matches!(refused, Err(Error::NotAvailable(_))),
+        "{refused:?}"
+    );
+    fake.expect_cancelled(&fourth).await;
+    let sizes = client.table_sizes().await.unwrap();
+    assert_eq!(sizes.listen_streams, 1, "{sizes:?}");
+    assert_eq!(sizes.subscription_waiters, 0, "{sizes:?}");
+}
+
+#[tokio::test]
+async fn notifications_of_other_streams_are_not_delivered_during_a_replacement() {
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let mut notifications = client.notifications();
+    let serve = async {
+        let listen = fake.expect_request("subscriptions/listen").await;
+        acknowledge(
+            &mut fake,
+            &listen.id,
+            params(&listen)["notifications"].clone(),
+        )
+        .await;
+        listen.id
+    };
+    let (listening, first) = tokio::join!(client.listening(), serve);
+    listening.unwrap();
+    // An unacknowledged stream's notification is dropped (the server must ack first).
+    let serve = async {
+        let listen = fake.expect_request("subscriptions/listen").await;
+        fake.notify(
+            "notifications/tools/list_changed",
+            json!({"_meta": {SUBSCRIPTION_ID_KEY: listen.id}}),
+        )
+        .await;
+        fake.notify(
+            "notifications/resources/list_changed",
+            json!({"_meta": {SUBSCRIPTION_ID_KEY: first}}),
+        )
+        .await;
+        acknowledge(
+            &mut fake,
+            &listen.id,
+            params(&listen)["notifications"].clone(),
+        )
+        .await;
+        fake.notify(
+            "notifications/prompts/list_changed",
+            json!({"_meta": {SUBSCRIPTION_ID_KEY: first}}),
+        )
+        .await;
+        fake.notify(
+            "notifications/tools/list_changed",
+            json!({"_meta": {SUBSCRIPTION_ID_KEY: listen.id}}),
+        )
+        .await;
+    };
+    let (subscribed, ()) = tokio::join!(client.subscribe_resource("file:///x"), serve);
+    subscribed.unwrap();
+    // The old stream's notification before the ack comes; after it, only the new stream's.
+    assert_eq!(
+        recv(&mut notifications).await,
+        ServerNotification::ResourcesListChanged
+    );
+    assert_eq!(
+        recv(&mut notifications).await,
+        ServerNotification::ToolsListChanged
+    );
+}
+
+#[tokio::test]
+async fn a_refused_listen_stream_is_not_asked_for_again() {
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let _notifications = client.notifications();
+    let serve = async {
+        let listen = fake.expect_request("subscriptions/listen").await;
+        fake.reply_error(&listen.id, -32601, "no listening here")
+            .await;
+    };
+    let (listening, ()) = tokio::join!(client.listening(), serve);
+    assert!(
+        matches!(&listening, Err(Error::Remote(e)) if e.code.0 == -32601),
+        "{listening:?}"
+    );
+    // Subscriptions ride on the stream: not available, and nothing is asked again.
+    let subscribed = client.subscribe_resource("file:///a").await;
+    assert!(
+        matches!(subscribed, Err(Error::NotAvailable(_))),
+        "{subscribed:?}"
+    );
+    fake.expect_none(
+        Duration::from_millis(700),
+        "another listen",
+        |m| matches!(m, Message::Request(r) if r.method == "subscriptions/listen"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_modern_server_may_cancel_a_call() {
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let serve = async {
+        let request = fake.expect_request("tools/call").await;
+        fake.notify(
+            "notifications/cancelled",
+            json!({"requestId": request.id, "reason": "shutting down"}),
+        )
+        .await;
+    };
+    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    assert!(
+        matches!(&result, Err(Error::CancelledByServer(Some(why))) if why == "shutting down"),
+        "{result:?}"
+    );
+    let (result, _) = fake
+        .answer(
+            "tools/call",
+            complete(text_result("ok")),
+            client.call_tool("t", ()),
+        )
+        .await;
+    assert_eq!(text(&result.unwrap()), "ok");
+}
+
+#[tokio::test]
+async fn a_server_that_never_acknowledges_does_not_hold_the_caller() {
+    let timeout = Duration::from_millis(100);
+    let (client, mut fake) = connect(
+        Era::Modern,
+        builder().request_timeout(Some(timeout)),
+        full_capabilities(),
+    )
+    .await;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let result = tokio::time::timeout(common::WAIT, client.subscribe_resource("file:///a"))
+            .await
+            .expect("subscribe_resource returned");
+        assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
+        assert!(started.elapsed() >= timeout);
+    }
+    let result = tokio::time::timeout(common::WAIT, client.listening())
+        .await
+        .expect("listening returned");
+    assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
+    // The callers that gave up are forgotten.
+    let sizes = client.table_sizes().await.unwrap();
+    assert!(sizes.subscription_waiters <= 1, "{sizes:?}");
+    // The stream still asks for the URI: once acknowledged, subscribing is immediate.
+    // (`listening` replaced the stream with one that also asks for list changes.)
+    let mut listen = fake.expect_request("subscriptions/listen").await;
+    while let Some(Message::Request(newer)) = fake
+        .find(
+            Duration::from_millis(50),
+            |m| matches!(m, Message::Request(r) if r.method == "subscriptions/listen"),
+        )
+        .await
+    {
+        listen = newer;
+    }
+    let wanted = params(&listen)["notifications"].clone();
+    assert_eq!(wanted["resourceSubscriptions"], json!(["file:///a"]));
+    assert_eq!(wanted["toolsListChanged"], json!(true));
+    acknowledge(&mut fake, &listen.id, wanted).await;
+    client.listening().await.unwrap();
+    client.subscribe_resource("file:///a").await.unwrap();
+    assert_eq!(client.table_sizes().await.unwrap().subscription_waiters, 0);
+}
+
+// -- 9. the end of the connection ------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_server_closing_fails_calls_and_ends_notifications() {
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
+        let mut notifications = client.notifications();
+        let serve = async {
+            fake.expect_request("tools/call").await;
+            fake.close();
+        };
+        let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+        assert!(
+            matches!(result, Err(Error::Closed(_))),
+            "{era:?}: {result:?}"
+        );
+        let later = client.call_tool("t", ()).await;
+        assert!(matches!(later, Err(Error::Closed(_))), "{era:?}: {later:?}");
+        let later = client.list_all_tools().await;
+        assert!(matches!(later, Err(Error::Closed(_))), "{era:?}: {later:?}");
+        let next = tokio::time::timeout(common::WAIT, async {
+            loop {
+                match notifications.recv().await {
+                    Ok(_) => continue,
+                    other => return other,
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(next, Err(RecvError::Closed));
+        assert!(client.is_closed());
+        assert_eq!(client.protocol_version(), None);
+        // A receiver made after the end ends at once.
+        assert_eq!(client.notifications().recv().await, Err(RecvError::Closed));
+        client.close().await;
+    }
+}
+
+#[tokio::test]
+async fn dropping_every_handle_closes_the_transport() {
+    let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
+    let clone = client.clone();
+    drop(client);
+    fake.expect_none(Duration::from_millis(50), "anything", |_| true)
+        .await;
+    drop(clone);
+    // The client's side of the transport closes.
+    fake.expect_end().await;
+}
+
+#[tokio::test]
+async fn a_client_that_closes_fails_its_calls() {
+    let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
+    let other = client.clone();
+    let serve = async {
+        fake.expect_request("tools/call").await;
+        other.close().await;
+    };
+    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    assert!(matches!(result, Err(Error::Closed(_))), "{result:?}");
+    assert!(client.is_closed());
+    assert!(matches!(client.ping().await, Err(Error::Closed(_))));
+}
+
+// -- a few more corners of the handshake and the eras ---------------------------------------------
+
+#[tokio::test]
+async fn the_probe_falls_back_to_initialize() {
+    let (client, _fake) = connect(Era::Legacy, builder(), full_capabilities()).await;
+    assert_eq!(client.era(), Some(modelctx_client::Era::Legacy));
+    assert_eq!(
+        client.server_info(),
+        Some(json!({"name": "scripted", "version": "0.0.1"}))
+    );
+    let (client, _fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    assert_eq!(client.era(), Some(modelctx_client::Era::Modern));
+    assert_eq!(
+        client.server_info(),
+        Some(json!({"name": "scripted", "version": "0.0.1"}))
+    );
+}
+
+#[tokio::test]
+async fn undeclared_features_are_not_available_and_nothing_is_sent() {
+    for era in [Era::Legacy, Era::Modern] {
+        let (client, mut fake) = connect(era, builder(), json!({"tools": {}})).await;
+        let result = client.list_prompts(None).await;
+        assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
+        let result = client.read_resource("file:///a").await;
+        assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
+        fake.expect_none(Duration::from_millis(50), "a request", |m| {
+            matches!(m, Message::Request(_))
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_json_rpc_error_is_remote_and_the_connection_lives_on() {
+    let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
+    let serve = async {
+        let request = fake.expect_request("tools/call").await;
+        fake.reply_error(&request.id, -32602, "unknown tool").await;
+    };
+    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    assert!(
+        matches!(&result, Err(Error::Remote(e)) if e.code.0 == -32602 && e.message == "unknown tool"),
+        "{result:?}"
+    );
+    let (result, _) = fake
+        .answer(
+            "tools/call",
+            complete(text_result("ok")),
+            client.call_tool("t", ()),
+        )
+        .await;
+    assert_eq!(text(&result.unwrap()), "ok");
+}
+
+#[tokio::test]
+async fn answers_to_unknown_ids_are_ignored() {
+    let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
+    let serve = async {
+        let request = fake.expect_request("tools/call").await;
+        // Answers nobody asked for, then the real one.
+        fake.reply(&RequestId::Number(9999), text_result("stray"))
+            .await;
+        fake.reply(&RequestId::from("x"), text_result("stray"))
+            .await;
+        fake.reply_error(&RequestId::Number(777), -32000, "stray")
+            .await;
+        fake.send(json!({"id": null, "error": {"code": -32700, "message": "parse error"}}))
+            .await;
+        fake.reply(&request.id, text_result("real")).await;
+    };
+    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    assert_eq!(text(&result.unwrap()), "real");
+}
