@@ -358,7 +358,13 @@ impl Client {
     }
 
     fn decode(&self, method: &str, answer: &Answer) -> Result<model::ServerResult, Error> {
-        wire::result(answer.version, method, &answer.result).map_err(|e| Error::invalid(method, e))
+        wire::result(answer.version, method, &answer.result).map_err(|e| match e {
+            // Its text names the method already.
+            modelctx_types::ResultDecodeError::Invalid { source, .. } => {
+                Error::invalid(method, source)
+            }
+            other => Error::invalid(method, other),
+        })
     }
 
     /// Calls `method` with `params` (the client's own `_meta` members are added) and returns the
