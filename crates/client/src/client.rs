@@ -422,18 +422,11 @@ impl Client {
 
     /// Every tool, following cursors.
     pub async fn list_all_tools(&self) -> Result<Vec<model::Tool>, Error> {
-        let mut all = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
+        all_pages("tools/list", |cursor| async move {
             let page = self.list_tools(cursor.as_deref()).await?;
-            all.extend(page.tools);
-            match next(&mut seen, "tools/list", page.next_cursor)? {
-                Some(c) => cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
-        Err(Error::invalid("tools/list", "more than 10000 pages"))
+            Ok((page.tools, page.next_cursor))
+        })
+        .await
     }
 
     fn remember_output_schemas(&self, answer: &Answer) {
@@ -564,18 +557,11 @@ impl Client {
 
     /// Every resource, following cursors.
     pub async fn list_all_resources(&self) -> Result<Vec<model::Resource>, Error> {
-        let mut all = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
+        all_pages("resources/list", |cursor| async move {
             let page = self.list_resources(cursor.as_deref()).await?;
-            all.extend(page.resources);
-            match next(&mut seen, "resources/list", page.next_cursor)? {
-                Some(c) => cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
-        Err(Error::invalid("resources/list", "more than 10000 pages"))
+            Ok((page.resources, page.next_cursor))
+        })
+        .await
     }
 
     /// One page of `resources/templates/list`.
@@ -598,21 +584,11 @@ impl Client {
 
     /// Every resource template, following cursors.
     pub async fn list_all_resource_templates(&self) -> Result<Vec<model::ResourceTemplate>, Error> {
-        let mut all = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
+        all_pages("resources/templates/list", |cursor| async move {
             let page = self.list_resource_templates(cursor.as_deref()).await?;
-            all.extend(page.resource_templates);
-            match next(&mut seen, "resources/templates/list", page.next_cursor)? {
-                Some(c) => cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
-        Err(Error::invalid(
-            "resources/templates/list",
-            "more than 10000 pages",
-        ))
+            Ok((page.resource_templates, page.next_cursor))
+        })
+        .await
     }
 
     /// Reads the resource `uri`.
@@ -695,18 +671,11 @@ impl Client {
 
     /// Every prompt, following cursors.
     pub async fn list_all_prompts(&self) -> Result<Vec<model::Prompt>, Error> {
-        let mut all = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
+        all_pages("prompts/list", |cursor| async move {
             let page = self.list_prompts(cursor.as_deref()).await?;
-            all.extend(page.prompts);
-            match next(&mut seen, "prompts/list", page.next_cursor)? {
-                Some(c) => cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
-        Err(Error::invalid("prompts/list", "more than 10000 pages"))
+            Ok((page.prompts, page.next_cursor))
+        })
+        .await
     }
 
     /// Gets prompt `name` with `arguments` (string values).
@@ -858,16 +827,30 @@ fn page(cursor: Option<&str>) -> JsonObject {
     params
 }
 
-/// The next cursor, refusing one that came before (a server that would loop forever).
-fn next(
-    seen: &mut std::collections::HashSet<String>,
-    method: &str,
-    cursor: Option<String>,
-) -> Result<Option<String>, Error> {
-    match cursor {
-        Some(c) if !seen.insert(c.clone()) => {
-            Err(Error::invalid(method, format!("the cursor {c:?} repeats")))
+/// Every item of a paginated list: `page(cursor)` gives one page's items and its next cursor.
+/// A cursor that came before is refused (a server that would loop forever), and so is a list of
+/// more than [`MAX_PAGES`] pages.
+async fn all_pages<T, F, Fut>(method: &str, mut page: F) -> Result<Vec<T>, Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), Error>>,
+{
+    let mut all = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let (items, next) = page(cursor).await?;
+        all.extend(items);
+        match next {
+            Some(c) if !seen.insert(c.clone()) => {
+                return Err(Error::invalid(method, format!("the cursor {c:?} repeats")));
+            }
+            Some(c) => cursor = Some(c),
+            None => return Ok(all),
         }
-        other => Ok(other),
     }
+    Err(Error::invalid(
+        method,
+        format!("more than {MAX_PAGES} pages"),
+    ))
 }
