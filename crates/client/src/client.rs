@@ -17,6 +17,17 @@ use crate::input::Ask;
 use crate::notify::{Notifications, Progress, ProgressFn};
 use crate::wire;
 
+/// The result of `method` as its model type (the `ServerResult` variant named), or
+/// [`Error::InvalidResult`].
+macro_rules! typed {
+    ($client:expr, $method:expr, $answer:expr, $variant:ident) => {
+        match $client.decode($method, &$answer)? {
+            model::ServerResult::$variant(r) => r,
+            _ => return Err(Error::invalid($method, "a result of another method")),
+        }
+    };
+}
+
 /// The methods a modern server may answer with `input_required`.
 const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 /// `list_all_*` follows at most this many pages.
@@ -412,10 +423,7 @@ impl Client {
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        let result = match self.decode(method, &answer)? {
-            model::ServerResult::ListTools(r) => r,
-            _ => return Err(Error::invalid(method, "not a tools/list result")),
-        };
+        let result = typed!(self, method, answer, ListTools);
         self.remember_output_schemas(&answer);
         Ok(result)
     }
@@ -500,10 +508,7 @@ impl Client {
             }
         }
         let answer = self.call(method, params, &options).await?;
-        let result = match self.decode(method, &answer)? {
-            model::ServerResult::CallTool(r) => r,
-            _ => return Err(Error::invalid(method, "not a tools/call result")),
-        };
+        let result = typed!(self, method, answer, CallTool);
         self.check_structured(name, &result)?;
         Ok(result)
     }
@@ -549,10 +554,7 @@ impl Client {
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::ListResources(r) => Ok(r),
-            _ => Err(Error::invalid(method, "not a resources/list result")),
-        }
+        Ok(typed!(self, method, answer, ListResources))
     }
 
     /// Every resource, following cursors.
@@ -573,13 +575,7 @@ impl Client {
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::ListResourceTemplates(r) => Ok(r),
-            _ => Err(Error::invalid(
-                method,
-                "not a resources/templates/list result",
-            )),
-        }
+        Ok(typed!(self, method, answer, ListResourceTemplates))
     }
 
     /// Every resource template, following cursors.
@@ -606,10 +602,7 @@ impl Client {
         let mut params = JsonObject::new();
         params.insert("uri".into(), Value::from(uri));
         let answer = self.cached(method, params, &options).await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::ReadResource(r) => Ok(r),
-            _ => Err(Error::invalid(method, "not a resources/read result")),
-        }
+        Ok(typed!(self, method, answer, ReadResource))
     }
 
     /// Asks for `notifications/resources/updated` about `uri`: `resources/subscribe` in the
@@ -663,10 +656,7 @@ impl Client {
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::ListPrompts(r) => Ok(r),
-            _ => Err(Error::invalid(method, "not a prompts/list result")),
-        }
+        Ok(typed!(self, method, answer, ListPrompts))
     }
 
     /// Every prompt, following cursors.
@@ -706,10 +696,7 @@ impl Client {
             params.insert("arguments".into(), Value::Object(args));
         }
         let answer = self.call(method, params, &options).await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::GetPrompt(r) => Ok(r),
-            _ => Err(Error::invalid(method, "not a prompts/get result")),
-        }
+        Ok(typed!(self, method, answer, GetPrompt))
     }
 
     // -- the rest -------------------------------------------------------------------------------
@@ -743,10 +730,7 @@ impl Client {
             );
         }
         let answer = self.call(method, params, &CallOptions::new()).await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::Complete(r) => Ok(r.completion),
-            _ => Err(Error::invalid(method, "not a completion/complete result")),
-        }
+        Ok(typed!(self, method, answer, Complete).completion)
     }
 
     /// `ping` (legacy; modern servers have none: [`Error::NotAvailable`]).
@@ -762,10 +746,7 @@ impl Client {
         let answer = self
             .call(method, JsonObject::new(), &CallOptions::new())
             .await?;
-        match self.decode(method, &answer)? {
-            model::ServerResult::Discover(r) => Ok(r),
-            _ => Err(Error::invalid(method, "not a server/discover result")),
-        }
+        Ok(typed!(self, method, answer, Discover))
     }
 
     /// Sets the level of the log messages the server sends: `logging/setLevel` in the legacy era;
