@@ -1,9 +1,11 @@
 //! Shared helpers for the integration tests of the modelctx workspace: where the fixtures are,
 //! and a by-name way to reach the generated types of every version.
 
+pub mod client;
 pub mod facade;
 pub mod http;
 pub mod http_client;
+pub mod node;
 pub mod stdio;
 
 use std::path::PathBuf;

@@ -1,7 +1,6 @@
 //! The client facade against the server facade: every client feature, in both eras, over
 //! in-memory channels, stdio (a child process) and Streamable HTTP.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,6 +9,10 @@ use modelctx_client::{
     CallOptions, Client, ClientBuilder, CompletionRef, ElicitAction, Elicitation, Elicited, Era,
     Error, LogLevel, ProtocolVersion, ServerCommand, ServerNotification, model,
 };
+use modelctx_tests::client::{
+    call_text, completions, connect_in_memory, expect_notification, sampled, serve_http,
+};
+use modelctx_tests::facade::client_server;
 use modelctx_tests::http::within;
 use serde_json::{Value, json};
 
@@ -29,11 +32,11 @@ enum Pin {
     Legacy(ProtocolVersion),
 }
 
-fn text(result: &model::CallToolResult) -> String {
-    match result.content.first() {
-        Some(model::ContentBlock::TextContent(t)) => t.text.clone(),
-        other => panic!("not a text block: {other:?}"),
-    }
+impl Pin {
+    /// The newest legacy version.
+    const LEGACY: Pin = Pin::Legacy(ProtocolVersion::V2025_11_25);
+    /// Each era, for the tests that run in both.
+    const BOTH: [Pin; 2] = [Pin::Probe, Pin::LEGACY];
 }
 
 /// A client with every input handler, as a host would build it.
@@ -58,14 +61,11 @@ fn builder(pin: Pin) -> ClientBuilder {
                 Some(model::CreateMessageResultContent::TextContent(t)) => t.text.clone(),
                 other => format!("{other:?}"),
             };
-            let answer: modelctx_types::v2025_11_25::CreateMessageResult =
-                serde_json::from_value(json!({
-                    "role": "assistant",
-                    "content": {"type": "text", "text": format!("{asked}!")},
-                    "model": "test-model",
-                }))
-                .unwrap();
-            Ok(answer.into())
+            Ok(sampled(json!({
+                "role": "assistant",
+                "content": {"type": "text", "text": format!("{asked}!")},
+                "model": "test-model",
+            })))
         })
         .roots(vec![model::Root {
             meta: None,
@@ -78,6 +78,11 @@ fn builder(pin: Pin) -> ClientBuilder {
     }
 }
 
+/// The facade's server for these tests as a child process over stdio.
+fn stdio_server() -> ServerCommand {
+    ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server")).arg("--client-tests")
+}
+
 /// A running server for `transport`, and the client connected to it.
 struct Setup {
     client: Client,
@@ -88,14 +93,7 @@ struct Setup {
 async fn connect(transport: Transport, builder: ClientBuilder) -> Setup {
     match transport {
         Transport::Memory => {
-            let server = modelctx_tests::facade::client_server();
-            let memory = server.in_memory();
-            let client = within(
-                "connect",
-                builder.connect_channels(memory.to_server, memory.from_server),
-            )
-            .await
-            .expect("connected");
+            let client = connect_in_memory(&client_server(), builder).await;
             Setup {
                 client,
                 _http: None,
@@ -103,9 +101,7 @@ async fn connect(transport: Transport, builder: ClientBuilder) -> Setup {
             }
         }
         Transport::Stdio => {
-            let command =
-                ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server")).arg("--client-tests");
-            let client = within("connect", builder.connect_stdio(command))
+            let client = within("connect", builder.connect_stdio(stdio_server()))
                 .await
                 .expect("connected");
             Setup {
@@ -115,15 +111,7 @@ async fn connect(transport: Transport, builder: ClientBuilder) -> Setup {
             }
         }
         Transport::Http => {
-            let server = modelctx_tests::facade::client_server();
-            let running = server
-                .serve_http(
-                    ([127, 0, 0, 1], 0).into(),
-                    modelctx_http::server::ServerConfig::default(),
-                )
-                .await
-                .unwrap();
-            let url = format!("http://{}/mcp", running.local_addr());
+            let (running, url) = serve_http(&client_server(), Default::default()).await;
             let client = within("connect", builder.connect_http(&url))
                 .await
                 .expect("connected");
@@ -134,24 +122,6 @@ async fn connect(transport: Transport, builder: ClientBuilder) -> Setup {
             }
         }
     }
-}
-
-/// Waits for a notification that `wanted` accepts.
-async fn expect_notification(
-    notifications: &mut modelctx_client::Notifications,
-    what: &str,
-    wanted: impl Fn(&ServerNotification) -> bool,
-) -> ServerNotification {
-    within(what, async {
-        loop {
-            match notifications.recv().await {
-                Ok(n) if wanted(&n) => return n,
-                Ok(_) | Err(modelctx_client::RecvError::Missed(_)) => {}
-                Err(e) => panic!("{what}: {e}"),
-            }
-        }
-    })
-    .await
 }
 
 /// Every feature, on one connection.
@@ -181,11 +151,7 @@ async fn every_feature(transport: Transport, pin: Pin) {
     assert_eq!(first.tools.len(), 2);
     assert!(first.next_cursor.is_some());
 
-    let echoed = client
-        .call_tool("echo", json!({"text": "hi"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echoed), "hi");
+    assert_eq!(call_text(client, "echo", json!({"text": "hi"})).await, "hi");
 
     // Structured output, checked against the listed output schema.
     let sum = client
@@ -225,9 +191,8 @@ async fn every_feature(transport: Transport, pin: Pin) {
     assert_eq!(log.logger.as_deref(), Some("steps"));
 
     // Input for the server: elicitation (with the schema's defaults applied), sampling, roots.
-    let asked = client.call_tool("ask", json!({})).await.unwrap();
-    assert_eq!(text(&asked), "answered yes");
-    let form = client.call_tool("form", json!({})).await.unwrap();
+    assert_eq!(call_text(client, "ask", json!({})).await, "answered yes");
+    let form = call_text(client, "form", json!({})).await;
     let defaults = client.protocol_version() >= Some(ProtocolVersion::V2025_11_25);
     let expected = if defaults {
         r#""accept" {"age":36,"answer":"me","name":"Ada"}"#
@@ -235,14 +200,10 @@ async fn every_feature(transport: Transport, pin: Pin) {
         // Schema defaults exist from 2025-11-25 on; the server sends none before.
         r#""accept" {"answer":"me","name":""}"#
     };
-    assert_eq!(text(&form), expected);
-    let sampled = client
-        .call_tool("sample", json!({"text": "ping"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&sampled), "test-model said ping!");
-    let roots = client.call_tool("roots", json!({})).await.unwrap();
-    assert_eq!(text(&roots), "file:///src");
+    assert_eq!(form, expected);
+    let sampled = call_text(client, "sample", json!({"text": "ping"})).await;
+    assert_eq!(sampled, "test-model said ping!");
+    assert_eq!(call_text(client, "roots", json!({})).await, "file:///src");
 
     // Resources: lists, a read, a template, completion.
     let resources = client.list_all_resources().await.unwrap();
@@ -258,16 +219,11 @@ async fn every_feature(transport: Transport, pin: Pin) {
         }
         other => panic!("{other:?}"),
     }
-    let completion = client
-        .complete(
-            &CompletionRef::Resource("file:///notes/{name}".into()),
-            "name",
-            "al",
-            &HashMap::new(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(completion.values, vec!["alpha"]);
+    let template = CompletionRef::Resource("file:///notes/{name}".into());
+    assert_eq!(
+        completions(client, &template, "name", "al").await,
+        ["alpha"]
+    );
     let missing = client.read_resource("file:///nothing").await.unwrap_err();
     assert!(matches!(missing, Error::Remote(_)), "{missing}");
 
@@ -279,16 +235,9 @@ async fn every_feature(transport: Transport, pin: Pin) {
         .await
         .unwrap();
     assert_eq!(greeting.messages.len(), 1);
-    let completion = client
-        .complete(
-            &CompletionRef::Prompt("greet".into()),
-            "name",
-            "A",
-            &HashMap::new(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(completion.values, vec!["Ada", "Alan"]);
+    let greet = CompletionRef::Prompt("greet".into());
+    let names = completions(client, &greet, "name", "A").await;
+    assert_eq!(names, ["Ada", "Alan"]);
 
     // List changes and resource updates, the same API in both eras.
     client
@@ -350,11 +299,8 @@ async fn every_feature(transport: Transport, pin: Pin) {
         .await;
     }
     // The connection is still good.
-    let echoed = client
-        .call_tool("echo", json!({"text": "after"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echoed), "after");
+    let echoed = call_text(client, "echo", json!({"text": "after"})).await;
+    assert_eq!(echoed, "after");
 
     within("close", client.close()).await;
     assert!(client.is_closed());
@@ -366,39 +312,24 @@ async fn every_feature(transport: Transport, pin: Pin) {
     ));
 }
 
-#[tokio::test]
-async fn every_feature_in_memory_modern() {
-    every_feature(Transport::Memory, Pin::Probe).await;
+/// A test of [`every_feature`] per transport and pin.
+macro_rules! every_feature {
+    ($($name:ident: $transport:ident, $pin:expr;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            every_feature(Transport::$transport, $pin).await;
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn every_feature_in_memory_legacy() {
-    every_feature(Transport::Memory, Pin::Legacy(ProtocolVersion::V2025_11_25)).await;
-}
-
-#[tokio::test]
-async fn every_feature_in_memory_2025_06_18() {
-    every_feature(Transport::Memory, Pin::Legacy(ProtocolVersion::V2025_06_18)).await;
-}
-
-#[tokio::test]
-async fn every_feature_over_stdio_modern() {
-    every_feature(Transport::Stdio, Pin::Probe).await;
-}
-
-#[tokio::test]
-async fn every_feature_over_stdio_legacy() {
-    every_feature(Transport::Stdio, Pin::Legacy(ProtocolVersion::V2025_11_25)).await;
-}
-
-#[tokio::test]
-async fn every_feature_over_http_modern() {
-    every_feature(Transport::Http, Pin::Probe).await;
-}
-
-#[tokio::test]
-async fn every_feature_over_http_legacy() {
-    every_feature(Transport::Http, Pin::Legacy(ProtocolVersion::V2025_11_25)).await;
+every_feature! {
+    every_feature_in_memory_modern: Memory, Pin::Probe;
+    every_feature_in_memory_legacy: Memory, Pin::LEGACY;
+    every_feature_in_memory_2025_06_18: Memory, Pin::Legacy(ProtocolVersion::V2025_06_18);
+    every_feature_over_stdio_modern: Stdio, Pin::Probe;
+    every_feature_over_stdio_legacy: Stdio, Pin::LEGACY;
+    every_feature_over_http_modern: Http, Pin::Probe;
+    every_feature_over_http_legacy: Http, Pin::LEGACY;
 }
 
 /// The oldest version: no elicitation, no structured output, no titles.
@@ -414,16 +345,12 @@ async fn the_oldest_version_works_in_memory() {
         client.protocol_version(),
         Some(ProtocolVersion::V2024_11_05)
     );
-    let echoed = client
-        .call_tool("echo", json!({"text": "old"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echoed), "old");
-    let sampled = client
-        .call_tool("sample", json!({"text": "x"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&sampled), "test-model said x!");
+    assert_eq!(
+        call_text(client, "echo", json!({"text": "old"})).await,
+        "old"
+    );
+    let sampled = call_text(client, "sample", json!({"text": "x"})).await;
+    assert_eq!(sampled, "test-model said x!");
     // No elicitation before 2025-06-18: the tool reports it cannot ask.
     let asked = client.call_tool("ask", json!({})).await.unwrap();
     assert_eq!(asked.is_error, Some(true));
@@ -438,14 +365,9 @@ async fn the_oldest_version_works_in_memory() {
 /// Counts `elicitation/create` asks, to see a cached result come without a call.
 #[tokio::test]
 async fn cached_lists_honour_ttl_and_list_changes() {
-    let server = modelctx_tests::facade::client_server();
+    let server = client_server();
     let cache = modelctx_client::ResultCache::new(64);
-    let memory = server.in_memory();
-    let client = builder(Pin::Probe)
-        .cache(cache.clone())
-        .connect_channels(memory.to_server, memory.from_server)
-        .await
-        .unwrap();
+    let client = connect_in_memory(&server, builder(Pin::Probe).cache(cache.clone())).await;
     let first = client.list_tools(None).await.unwrap();
     assert_eq!(first.ttl_ms, Some(60_000));
     assert!(!cache.is_empty(), "a modern list with ttlMs is kept");
@@ -472,12 +394,8 @@ async fn cached_lists_honour_ttl_and_list_changes() {
 
     // A legacy server sends no ttlMs: nothing is cached.
     let cache = modelctx_client::ResultCache::new(64);
-    let memory = server.in_memory();
-    let client = builder(Pin::Legacy(ProtocolVersion::V2025_11_25))
-        .cache(cache.clone())
-        .connect_channels(memory.to_server, memory.from_server)
-        .await
-        .unwrap();
+    let legacy = builder(Pin::LEGACY).cache(cache.clone());
+    let client = connect_in_memory(&server, legacy).await;
     client.list_tools(None).await.unwrap();
     assert!(cache.is_empty());
     client.close().await;
@@ -488,9 +406,7 @@ async fn cached_lists_honour_ttl_and_list_changes() {
 /// notifications.
 #[tokio::test]
 async fn a_crashed_stdio_server_is_restarted() {
-    for pin in [Pin::Probe, Pin::Legacy(ProtocolVersion::V2025_11_25)] {
-        let command =
-            ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server")).arg("--client-tests");
+    for pin in Pin::BOTH {
         let resynced = Arc::new(AtomicUsize::new(0));
         let counter = resynced.clone();
         let client = builder(pin)
@@ -500,7 +416,7 @@ async fn a_crashed_stdio_server_is_restarted() {
                     counter.fetch_add(1, Ordering::SeqCst);
                 }
             })
-            .connect_stdio(command)
+            .connect_stdio(stdio_server())
             .await
             .unwrap();
         let mut notifications = client.notifications();
@@ -512,11 +428,10 @@ async fn a_crashed_stdio_server_is_restarted() {
         }
         let echoed = within(
             "echo after the restart",
-            client.call_tool("echo", json!({"text": "again"})),
+            call_text(&client, "echo", json!({"text": "again"})),
         )
-        .await
-        .unwrap();
-        assert_eq!(text(&echoed), "again");
+        .await;
+        assert_eq!(echoed, "again");
         assert!(resynced.load(Ordering::SeqCst) >= 1);
         // List changes reach the application again: in the modern era the listen stream was
         // opened anew on the new process.
@@ -550,9 +465,10 @@ async fn a_crashed_stdio_server_is_restarted() {
 /// Without a policy, a server that exits ends the client, with the exit in the error.
 #[tokio::test]
 async fn a_crashed_stdio_server_ends_the_client_by_default() {
-    let command =
-        ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server")).arg("--client-tests");
-    let client = builder(Pin::Probe).connect_stdio(command).await.unwrap();
+    let client = builder(Pin::Probe)
+        .connect_stdio(stdio_server())
+        .await
+        .unwrap();
     let crashed = within("crash", client.call_tool("crash", json!({}))).await;
     assert!(matches!(crashed, Err(Error::Closed(_))), "{crashed:?}");
     let after = client.call_tool("echo", json!({"text": "x"})).await;
@@ -565,20 +481,16 @@ async fn a_crashed_stdio_server_ends_the_client_by_default() {
 /// Declining an elicitation reaches the handler as a decline, in both eras.
 #[tokio::test]
 async fn declined_elicitation_reaches_the_tool() {
-    for pin in [Pin::Probe, Pin::Legacy(ProtocolVersion::V2025_11_25)] {
-        let server = modelctx_tests::facade::client_server();
-        let memory = server.in_memory();
-        let client = Client::builder("decliner", "1.0.0")
+    for pin in Pin::BOTH {
+        let decliner = Client::builder("decliner", "1.0.0")
             .on_elicitation(|_| async { Ok(Elicited::decline()) })
             .protocol_version(match pin {
                 Pin::Probe => ProtocolVersion::V2026_07_28,
                 Pin::Legacy(v) => v,
-            })
-            .connect_channels(memory.to_server, memory.from_server)
-            .await
-            .unwrap();
-        let form = client.call_tool("form", json!({})).await.unwrap();
-        assert_eq!(text(&form), r#""decline" null"#, "{pin:?}");
+            });
+        let client = connect_in_memory(&client_server(), decliner).await;
+        let form = call_text(&client, "form", json!({})).await;
+        assert_eq!(form, r#""decline" null"#, "{pin:?}");
         let _ = ElicitAction::Decline;
         client.close().await;
     }
@@ -587,17 +499,12 @@ async fn declined_elicitation_reaches_the_tool() {
 /// A client without handlers declares nothing, and the server's tools that need input say so.
 #[tokio::test]
 async fn a_client_without_handlers_declares_nothing() {
-    for era in [Pin::Probe, Pin::Legacy(ProtocolVersion::V2025_11_25)] {
-        let server = modelctx_tests::facade::client_server();
-        let memory = server.in_memory();
+    for era in Pin::BOTH {
         let mut builder = Client::builder("plain", "1.0.0");
         if let Pin::Legacy(v) = era {
             builder = builder.protocol_version(v);
         }
-        let client = builder
-            .connect_channels(memory.to_server, memory.from_server)
-            .await
-            .unwrap();
+        let client = connect_in_memory(&client_server(), builder).await;
         for tool in ["ask", "sample", "roots"] {
             let result = client.call_tool(tool, json!({"text": "x"})).await.unwrap();
             assert_eq!(result.is_error, Some(true), "{tool} {era:?}");
@@ -613,18 +520,15 @@ async fn a_client_without_handlers_declares_nothing() {
 /// Many calls at once: none waits on another, none is lost, and the tables empty afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_calls_complete() {
-    for pin in [Pin::Probe, Pin::Legacy(ProtocolVersion::V2025_11_25)] {
+    for pin in Pin::BOTH {
         let setup = connect(Transport::Memory, builder(pin)).await;
         let client = setup.client.clone();
         let mut calls = tokio::task::JoinSet::new();
         for i in 0..600 {
             let client = client.clone();
             calls.spawn(async move {
-                let result = client
-                    .call_tool("echo", json!({"text": i.to_string()}))
-                    .await
-                    .unwrap();
-                assert_eq!(text(&result), i.to_string());
+                let echoed = call_text(&client, "echo", json!({"text": i.to_string()})).await;
+                assert_eq!(echoed, i.to_string());
             });
         }
         within("600 calls", async {

@@ -13,7 +13,6 @@
 //! timer, which keeps the stdio process alive until it is toggled off or killed.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,13 +20,14 @@ use std::time::{Duration, Instant};
 
 use modelctx_client::{
     CallOptions, Client, ClientBuilder, CompletionRef, Elicitation, Elicited, Era, Error,
-    JsonObject, LogLevel, Notifications, ProtocolVersion, RecvError, ServerCommand,
-    ServerNotification, model,
+    JsonObject, LogLevel, ProtocolVersion, RecvError, ServerCommand, ServerNotification, model,
 };
+use modelctx_tests::client::{completions, expect_notification, sampled};
 use modelctx_tests::http::within;
+use modelctx_tests::node::{self, ts_dir};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// The root the client gives the server.
 const ROOT_URI: &str = "file:///tmp/everything-root";
@@ -48,36 +48,18 @@ enum Transport {
     Http,
 }
 
-fn ts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ts")
-}
+/// The server's entry point, in `tests/ts`.
+const ENTRY: &str = "node_modules/@modelcontextprotocol/server-everything/dist/index.js";
 
-/// The server's entry point.
-fn entry() -> PathBuf {
-    ts_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
-}
-
-/// The Node binary, or why there is none (then the test is skipped, unless
+/// The Node binary, once it and the server are there (else the test is skipped, unless
 /// `MODELCTX_REQUIRE_NODE` is set).
 fn node() -> Option<String> {
-    let node = std::env::var("MODELCTX_NODE").unwrap_or_else(|_| "node".into());
-    let required = std::env::var_os("MODELCTX_REQUIRE_NODE").is_some();
-    let missing = |why: String| {
-        assert!(!required, "MODELCTX_REQUIRE_NODE is set, but {why}");
-        eprintln!("skipped: {why} (run `cargo xtask ci`, or `npm ci` in tests/ts)");
-        None
-    };
-    if !ts_dir().join("node_modules").is_dir() {
-        return missing("tests/ts/node_modules is missing".into());
+    let node = node::node()?;
+    let entry = ts_dir().join(ENTRY);
+    if !entry.is_file() {
+        return node::skipped(format!("{} is missing", entry.display()));
     }
-    if !entry().is_file() {
-        return missing(format!("{} is missing", entry().display()));
-    }
-    match std::process::Command::new(&node).arg("--version").output() {
-        Ok(out) if out.status.success() => Some(node),
-        Ok(out) => missing(format!("`{node} --version` failed: {}", out.status)),
-        Err(e) => missing(format!("{node} cannot be started: {e}")),
-    }
+    Some(node)
 }
 
 /// What the client's handlers and callback saw.
@@ -91,21 +73,18 @@ struct Seen {
 
 /// A client with every input handler, as a host would build it.
 fn builder(seen: &Arc<Seen>) -> ClientBuilder {
-    let (sampled, elicited, rooted, changed) =
+    let (sampler, elicited, rooted, changed) =
         (seen.clone(), seen.clone(), seen.clone(), seen.clone());
     Client::builder("client-everything-tests", "1.0.0")
         .on_sampling(move |params| {
-            sampled.sampling.lock().unwrap().push(params);
+            sampler.sampling.lock().unwrap().push(params);
             async move {
-                let answer: modelctx_types::v2025_11_25::CreateMessageResult =
-                    serde_json::from_value(json!({
-                        "role": "assistant",
-                        "content": {"type": "text", "text": "Four, said the model."},
-                        "model": "rust-test-model",
-                        "stopReason": "endTurn",
-                    }))
-                    .unwrap();
-                Ok(answer.into())
+                Ok(sampled(json!({
+                    "role": "assistant",
+                    "content": {"type": "text", "text": "Four, said the model."},
+                    "model": "rust-test-model",
+                    "stopReason": "endTurn",
+                })))
             }
         })
         .on_elicitation(move |elicitation| {
@@ -230,15 +209,12 @@ async fn start_http(node: &str) -> HttpServer {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let mut child = Command::new(node)
-            .arg(entry())
+        let mut child = node::command(node, ENTRY)
             .arg("streamableHttp")
             .env("PORT", port.to_string())
-            .current_dir(ts_dir())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .expect("node starts");
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -356,29 +332,25 @@ fn text(result: &model::CallToolResult) -> String {
     texts(result).concat()
 }
 
+/// Checks a content block's annotations: its priority and audience.
+fn assert_annotations(
+    annotations: Option<&model::Annotations>,
+    priority: f64,
+    audience: &[model::Role],
+) {
+    let annotations = annotations.expect("annotations");
+    assert_eq!(
+        annotations.priority.as_ref().and_then(|p| p.as_f64()),
+        Some(priority)
+    );
+    assert_eq!(annotations.audience.as_deref(), Some(audience));
+}
+
 fn prompt_text(result: &model::GetPromptResult) -> &str {
     match &result.messages[0].content {
         model::ContentBlock::TextContent(t) => &t.text,
         other => panic!("not a text message: {other:?}"),
     }
-}
-
-/// Waits for a notification that `wanted` accepts, skipping others.
-async fn expect_notification(
-    notifications: &mut Notifications,
-    what: &str,
-    wanted: impl Fn(&ServerNotification) -> bool,
-) -> ServerNotification {
-    within(what, async {
-        loop {
-            match notifications.recv().await {
-                Ok(n) if wanted(&n) => return n,
-                Ok(_) | Err(RecvError::Missed(_)) => {}
-                Err(e) => panic!("{what}: {e}"),
-            }
-        }
-    })
-    .await
 }
 
 /// Every feature the server offers, on one connection.
@@ -392,7 +364,7 @@ async fn everything(transport: Transport) {
     let client = match transport {
         Transport::Stdio => {
             let command = ServerCommand::new(&node)
-                .arg(entry())
+                .arg(ts_dir().join(ENTRY))
                 .arg("stdio")
                 .current_dir(ts_dir());
             within("connect", builder(&seen).connect_stdio(command))
@@ -519,29 +491,14 @@ async fn everything(transport: Transport) {
         panic!("{annotated:?}");
     };
     assert_eq!(message.text, "Error: Operation failed");
-    let annotations = message.annotations.as_ref().expect("annotations");
-    assert_eq!(
-        annotations.priority.as_ref().and_then(|p| p.as_f64()),
-        Some(1.0)
-    );
-    assert_eq!(
-        annotations.audience.as_deref(),
-        Some(&[model::Role::User, model::Role::Assistant][..])
-    );
+    let everyone = [model::Role::User, model::Role::Assistant];
+    assert_annotations(message.annotations.as_ref(), 1.0, &everyone);
     let model::ContentBlock::ImageContent(image) = &annotated.content[1] else {
         panic!("{annotated:?}");
     };
     assert_eq!(image.mime_type, "image/png");
     assert!(!image.data.is_empty());
-    let annotations = image.annotations.as_ref().expect("annotations");
-    assert_eq!(
-        annotations.priority.as_ref().and_then(|p| p.as_f64()),
-        Some(0.5)
-    );
-    assert_eq!(
-        annotations.audience.as_deref(),
-        Some(&[model::Role::User][..])
-    );
+    assert_annotations(image.annotations.as_ref(), 0.5, &[model::Role::User]);
 
     // Images, resource links and embedded resources.
     let image = client.call_tool("get-tiny-image", json!({})).await.unwrap();
@@ -844,11 +801,8 @@ async fn everything(transport: Transport) {
     let context = HashMap::from([("department".to_owned(), "Sales".to_owned())]);
     let people = client.complete(&team, "name", "", &context).await.unwrap();
     assert_eq!(people.values, ["David", "Eve", "Frank"]);
-    let nobody = client
-        .complete(&team, "name", "", &HashMap::new())
-        .await
-        .unwrap();
-    assert!(nobody.values.is_empty(), "{nobody:?}");
+    let nobody = completions(&client, &team, "name", "").await;
+    assert!(nobody.is_empty(), "{nobody:?}");
 
     // -- resources ------------------------------------------------------------------------------
     let resources = client.list_all_resources().await.unwrap();
@@ -908,16 +862,9 @@ async fn everything(transport: Transport) {
     );
     let unknown = client.read_resource("demo://nope").await;
     assert!(matches!(unknown, Err(Error::Remote(_))), "{unknown:?}");
-    let ids = client
-        .complete(
-            &CompletionRef::Resource(text_template.into()),
-            "resourceId",
-            "3",
-            &HashMap::new(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(ids.values, ["3"]);
+    let template = CompletionRef::Resource(text_template.into());
+    let ids = completions(&client, &template, "resourceId", "3").await;
+    assert_eq!(ids, ["3"]);
 
     // A resource the server adds (from a `data:` URI, not the network): the list change
     // reaches the client, and the new resource is listed and read.

@@ -5,17 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use modelctx_client::{Client, ConnectError, Error, ProtocolVersion, ServerNotification, model};
+use modelctx_client::{Client, ConnectError, Error, ProtocolVersion, ServerNotification};
+use modelctx_tests::client::{call_text, serve_http};
 use modelctx_tests::http::within;
 use modelctx_tests::http_client::{ScriptServer, text_result};
 use serde_json::{Value, json};
-
-fn text(result: &model::CallToolResult) -> String {
-    match result.content.first() {
-        Some(model::ContentBlock::TextContent(t)) => t.text.clone(),
-        other => panic!("not a text block: {other:?}"),
-    }
-}
 
 fn modern(id: &Value, result: Value) -> Value {
     let mut result = result;
@@ -68,11 +62,8 @@ async fn listed_tools_give_standard_headers_and_broken_ones_are_left_out() {
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["region"]);
-    let called = client
-        .call_tool("region", json!({"region": "eu"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&called), "region eu");
+    let called = call_text(&client, "region", json!({"region": "eu"})).await;
+    assert_eq!(called, "region eu");
     let call = server
         .seen()
         .into_iter()
@@ -89,12 +80,7 @@ async fn listed_tools_give_standard_headers_and_broken_ones_are_left_out() {
 async fn an_ended_legacy_session_is_initialized_again() {
     let mut config = modelctx_http::server::ServerConfig::default();
     config.session_idle_timeout = Duration::from_millis(300);
-    let server = modelctx_tests::facade::client_server();
-    let running = server
-        .serve_http(([127, 0, 0, 1], 0).into(), config)
-        .await
-        .unwrap();
-    let url = format!("http://{}/mcp", running.local_addr());
+    let (_running, url) = serve_http(&modelctx_tests::facade::client_server(), config).await;
     let mut transport = modelctx_client::HttpConfig::default();
     // Without a standing GET stream the session is idle between calls.
     transport.standalone_stream = false;
@@ -110,11 +96,10 @@ async fn an_ended_legacy_session_is_initialized_again() {
         .connect_http_with(&url, transport)
         .await
         .unwrap();
-    let echoed = client
-        .call_tool("echo", json!({"text": "one"}))
-        .await
-        .unwrap();
-    assert_eq!(text(&echoed), "one");
+    assert_eq!(
+        call_text(&client, "echo", json!({"text": "one"})).await,
+        "one"
+    );
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // The call that finds the session gone fails; the client starts a new session at once.
     let lost = within(
@@ -127,11 +112,10 @@ async fn an_ended_legacy_session_is_initialized_again() {
     }
     let echoed = within(
         "a call in the new session",
-        client.call_tool("echo", json!({"text": "three"})),
+        call_text(&client, "echo", json!({"text": "three"})),
     )
-    .await
-    .unwrap();
-    assert_eq!(text(&echoed), "three");
+    .await;
+    assert_eq!(echoed, "three");
     assert!(
         resynced.load(Ordering::SeqCst) >= 1,
         "Resynced was delivered"

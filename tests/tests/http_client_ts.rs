@@ -4,7 +4,6 @@
 //! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, these tests say they are skipped.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -12,9 +11,10 @@ use modelctx_http::client::ClientConfig;
 use modelctx_session::{EraDecision, Event};
 use modelctx_tests::http::within;
 use modelctx_tests::http_client::*;
+use modelctx_tests::node;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 /// A TypeScript server process; it exits when dropped (its stdin closes, and it is killed).
 struct TsServer {
@@ -22,35 +22,19 @@ struct TsServer {
     _child: Child,
 }
 
-fn ts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ts")
-}
-
 /// Starts `script` with `args`, or says why it cannot (then the test is skipped, unless
 /// `MODELCTX_REQUIRE_NODE` is set).
 async fn ts_server(script: &str, args: &[&str]) -> Option<TsServer> {
-    let node = std::env::var("MODELCTX_NODE").unwrap_or_else(|_| "node".into());
-    let required = std::env::var_os("MODELCTX_REQUIRE_NODE").is_some();
-    let missing = |why: String| {
-        assert!(!required, "MODELCTX_REQUIRE_NODE is set, but {why}");
-        eprintln!("skipped: {why} (run `cargo xtask ci`, or `npm ci` in tests/ts)");
-        None
-    };
-    if !ts_dir().join("node_modules").is_dir() {
-        return missing("tests/ts/node_modules is missing".into());
-    }
-    let spawned = Command::new(&node)
-        .arg(ts_dir().join(script))
+    let node = node::node()?;
+    let spawned = node::command(&node, script)
         .args(args)
-        .current_dir(ts_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn();
     let mut child = match spawned {
         Ok(child) => child,
-        Err(e) => return missing(format!("{node} cannot be started: {e}")),
+        Err(e) => return node::skipped(format!("{node} cannot be started: {e}")),
     };
     let stdout = child.stdout.take().expect("piped");
     let mut lines = BufReader::new(stdout).lines();

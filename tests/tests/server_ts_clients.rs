@@ -5,41 +5,27 @@
 //! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, the test says it is skipped.
 
-use std::path::PathBuf;
 use std::time::Duration;
+
+use modelctx_tests::node;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
 
 #[tokio::test]
 async fn the_typescript_clients_use_every_feature_in_both_eras() {
-    let ts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ts");
-    let node = std::env::var("MODELCTX_NODE").unwrap_or_else(|_| "node".into());
-    let required = std::env::var_os("MODELCTX_REQUIRE_NODE").is_some();
-    if !ts.join("node_modules").is_dir() {
-        assert!(
-            !required,
-            "MODELCTX_REQUIRE_NODE is set, but tests/ts/node_modules is missing"
-        );
-        eprintln!("skipped: tests/ts/node_modules is missing (run `cargo xtask ci`)");
+    let Some(node) = node::node() else {
         return;
-    }
-    let run = tokio::process::Command::new(&node)
-        .arg(ts.join("facade-clients.mjs"))
+    };
+    let run = node::command(&node, "facade-clients.mjs")
         .arg(SERVER)
-        .current_dir(&ts)
-        .kill_on_drop(true)
         .output();
     let output = match tokio::time::timeout(Duration::from_secs(60), run).await {
-        Ok(Ok(output)) => output,
-        Ok(Err(e)) => {
-            assert!(
-                !required,
-                "MODELCTX_REQUIRE_NODE is set, but {node} cannot run: {e}"
-            );
-            eprintln!("skipped: {node} cannot run: {e}");
-            return;
-        }
+        Ok(Ok(output)) => Some(output),
+        Ok(Err(e)) => node::skipped(format!("{node} cannot run: {e}")),
         Err(_) => panic!("the TypeScript clients did not finish within 60 s"),
+    };
+    let Some(output) = output else {
+        return;
     };
     let stdout = String::from_utf8_lossy(&output.stdout);
     let lines: Vec<serde_json::Value> = stdout

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Era, Fake, connect, full_capabilities, id_json};
+use common::{Era, Fake, SUBSCRIPTION_ID_KEY, connect, full_capabilities, id_json, sampled};
 use modelctx_client::{
     CallOptions, Client, CompletionRef, Elicited, Error, LogLevel, ProtocolVersion, model,
 };
@@ -123,9 +123,37 @@ const STRINGS: &[&str] = &[
     "",
 ];
 
+const NOTIFICATION_METHODS: &[&str] = &[
+    "notifications/progress",
+    "notifications/cancelled",
+    "notifications/message",
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+    "notifications/resources/updated",
+    "notifications/subscriptions/acknowledged",
+    "notifications/elicitation/complete",
+    "notifications/initialized",
+    "x/unknown",
+];
+
+const REQUEST_METHODS: &[&str] = &[
+    "sampling/createMessage",
+    "roots/list",
+    "elicitation/create",
+    "ping",
+    "tools/call",
+    "x/unknown",
+];
+
+/// One of `names`.
+fn one_of(names: &'static [&'static str]) -> impl Strategy<Value = String> {
+    proptest::sample::select(names).prop_map(str::to_owned)
+}
+
 fn key() -> impl Strategy<Value = String> {
     prop_oneof![
-        4 => proptest::sample::select(KEYS).prop_map(str::to_owned),
+        4 => one_of(KEYS),
         1 => "[a-zA-Z_/]{1,6}",
     ]
 }
@@ -167,39 +195,6 @@ fn id_value() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn notification_method() -> impl Strategy<Value = String> {
-    proptest::sample::select(
-        &[
-            "notifications/progress",
-            "notifications/cancelled",
-            "notifications/message",
-            "notifications/tools/list_changed",
-            "notifications/prompts/list_changed",
-            "notifications/resources/list_changed",
-            "notifications/resources/updated",
-            "notifications/subscriptions/acknowledged",
-            "notifications/elicitation/complete",
-            "notifications/initialized",
-            "x/unknown",
-        ][..],
-    )
-    .prop_map(str::to_owned)
-}
-
-fn request_method() -> impl Strategy<Value = String> {
-    proptest::sample::select(
-        &[
-            "sampling/createMessage",
-            "roots/list",
-            "elicitation/create",
-            "ping",
-            "tools/call",
-            "x/unknown",
-        ][..],
-    )
-    .prop_map(str::to_owned)
-}
-
 /// Params that often name a request or a progress token of this connection.
 fn params_value() -> impl Strategy<Value = Value> {
     (
@@ -213,10 +208,7 @@ fn params_value() -> impl Strategy<Value = Value> {
                 map.entry("requestId").or_insert(request_id);
                 map.entry("progressToken").or_insert(token);
                 if let Some(subscription) = subscription {
-                    map.insert(
-                        "_meta".into(),
-                        json!({"io.modelcontextprotocol/subscriptionId": subscription}),
-                    );
+                    map.insert("_meta".into(), json!({SUBSCRIPTION_ID_KEY: subscription}));
                 }
             }
             params
@@ -249,9 +241,9 @@ fn action() -> impl Strategy<Value = Action> {
         2 => (any::<i64>(), "\\PC{0,10}", proptest::option::of(json_value()))
             .prop_map(|(code, message, data)| Action::Error { code, message, data }),
         2 => (id_value(), result_value()).prop_map(|(id, result)| Action::WrongId { id, result }),
-        3 => (notification_method(), params_value())
+        3 => (one_of(NOTIFICATION_METHODS), params_value())
             .prop_map(|(method, params)| Action::Notify { method, params }),
-        2 => (id_value(), request_method(), params_value())
+        2 => (id_value(), one_of(REQUEST_METHODS), params_value())
             .prop_map(|(id, method, params)| Action::Request { id, method, params }),
         2 => (input_requests(), proptest::option::of("\\PC{0,8}"))
             .prop_map(|(requests, state)| Action::InputRequired { requests, state }),
@@ -293,7 +285,7 @@ async fn play(fake: &mut Fake, request: &modelctx_types::Request, action: &Actio
         Action::Acknowledge(notifications) => json!({
             "method": "notifications/subscriptions/acknowledged",
             "params": {
-                "_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                "_meta": {SUBSCRIPTION_ID_KEY: id},
                 "notifications": notifications,
             },
         }),
@@ -423,14 +415,11 @@ fn junk_client(version: Option<ProtocolVersion>) -> modelctx_client::ClientBuild
         .request_timeout(Some(CALL_TIMEOUT))
         .on_elicitation(|_| async { Ok(Elicited::accept(Default::default())) })
         .on_sampling(|_| async {
-            let answer: modelctx_types::v2025_11_25::CreateMessageResult =
-                serde_json::from_value(json!({
-                    "role": "assistant",
-                    "content": {"type": "text", "text": "ok"},
-                    "model": "m",
-                }))
-                .unwrap();
-            Ok(answer.into())
+            Ok(sampled(json!({
+                "role": "assistant",
+                "content": {"type": "text", "text": "ok"},
+                "model": "m",
+            })))
         })
         .roots(vec![model::Root {
             meta: None,

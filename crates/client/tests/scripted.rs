@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use common::{
     Era, Fake, MODERN, PROTOCOL_VERSION_KEY, SUBSCRIPTION_ID_KEY, builder, cacheable, complete,
-    connect, full_capabilities, id_json, params, text_result,
+    connect, full_capabilities, id_json, input_required, params, sampled, text, text_result,
 };
 use modelctx_client::{
     CallOptions, Elicitation, Elicited, Error, InputError, ProtocolVersion, RecvError,
     ServerNotification, model,
 };
-use modelctx_types::{Message, RequestId};
+use modelctx_types::{Message, Request, RequestId};
 use serde_json::{Value, json};
 
 /// A legacy client pinned to 2025-11-25 (no probe).
@@ -24,15 +24,16 @@ fn legacy() -> modelctx_client::ClientBuilder {
     builder().protocol_version(ProtocolVersion::V2025_11_25)
 }
 
-fn text(result: &model::CallToolResult) -> String {
-    match result.content.first() {
-        Some(model::ContentBlock::TextContent(t)) => t.text.clone(),
-        other => panic!("not a text block: {other:?}"),
-    }
-}
-
 fn object(value: Value) -> serde_json::Map<String, Value> {
     value.as_object().cloned().unwrap()
+}
+
+/// Fails unless `result` is an invalid result of `method`.
+fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, Error>, method: &str, context: &str) {
+    assert!(
+        matches!(result, Err(Error::InvalidResult { method: m, .. }) if m == method),
+        "{context}: {result:?}"
+    );
 }
 
 // -- 1. structuredContent -------------------------------------------------------------------------
@@ -67,10 +68,7 @@ async fn structured_content_is_checked_against_the_listed_output_schema() {
         },
         {"name": "plain", "inputSchema": {"type": "object"}},
     ]});
-    let (tools, _) = fake
-        .answer("tools/list", listing, client.list_tools(None))
-        .await;
-    assert_eq!(tools.unwrap().tools.len(), 4);
+    assert_eq!(fake.list_tools(&client, listing).await.tools.len(), 4);
 
     let call = |name: &'static str| client.call_tool(name, json!({"city": "Paris"}));
 
@@ -134,98 +132,52 @@ async fn a_new_listing_replaces_the_output_schemas() {
         "inputSchema": {"type": "object"},
         "outputSchema": {"type": "object", "required": ["n"]},
     }]}));
-    fake.answer("tools/list", with_schema, client.list_tools(None))
-        .await
-        .0
-        .unwrap();
-    let (result, _) = fake
-        .answer(
-            "tools/call",
-            complete(text_result("x")),
-            client.call_tool("t", ()),
-        )
-        .await;
+    fake.list_tools(&client, with_schema).await;
+    let result = fake.call(&client, "t", complete(text_result("x"))).await;
     assert!(
         matches!(result, Err(Error::StructuredContent { .. })),
         "{result:?}"
     );
     // Listed again without an output schema: nothing to check any more.
     let without = cacheable(json!({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}));
-    fake.answer("tools/list", without, client.list_tools(None))
-        .await
-        .0
-        .unwrap();
-    let (result, _) = fake
-        .answer(
-            "tools/call",
-            complete(text_result("x")),
-            client.call_tool("t", ()),
-        )
-        .await;
-    assert_eq!(text(&result.unwrap()), "x");
+    fake.list_tools(&client, without).await;
+    fake.check_call(&client, Era::Modern, "x").await;
 }
 
 // -- 2. malformed results -------------------------------------------------------------------------
 
 #[tokio::test]
 async fn malformed_results_are_invalid_and_the_connection_lives_on() {
-    for era in [Era::Legacy, Era::Modern] {
+    for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
-        let wrap = |v: Value| {
-            if era == Era::Modern && v.is_object() {
-                complete(v)
-            } else {
-                v
-            }
-        };
         for junk in [
-            wrap(json!({"isError": false})),
-            wrap(json!({"content": "not a list"})),
-            wrap(json!({"content": [{"type": "no-such-block"}]})),
+            era.complete(json!({"isError": false})),
+            era.complete(json!({"content": "not a list"})),
+            era.complete(json!({"content": [{"type": "no-such-block"}]})),
             json!([1, 2]),
             json!(42),
             json!("text"),
             json!(null),
         ] {
-            let (result, _) = fake
-                .answer("tools/call", junk.clone(), client.call_tool("t", ()))
-                .await;
-            assert!(
-                matches!(&result, Err(Error::InvalidResult { method, .. }) if method == "tools/call"),
-                "{era:?} {junk}: {result:?}"
-            );
+            let result = fake.call(&client, "t", junk.clone()).await;
+            assert_invalid(&result, "tools/call", &format!("{era:?} {junk}"));
         }
+        let tools = era.complete(json!({"tools": 5}));
         let (result, _) = fake
-            .answer(
-                "tools/list",
-                wrap(json!({"tools": 5})),
-                client.list_tools(None),
-            )
+            .answer("tools/list", tools, client.list_tools(None))
             .await;
-        assert!(
-            matches!(&result, Err(Error::InvalidResult { method, .. }) if method == "tools/list"),
-            "{result:?}"
-        );
+        assert_invalid(&result, "tools/list", &format!("{era:?}"));
+        let contents = era.complete(json!({"contents": [{"text": "no uri"}]}));
         let (result, _) = fake
             .answer(
                 "resources/read",
-                wrap(json!({"contents": [{"text": "no uri"}]})),
+                contents,
                 client.read_resource("file:///a"),
             )
             .await;
-        assert!(
-            matches!(&result, Err(Error::InvalidResult { .. })),
-            "{result:?}"
-        );
+        assert_invalid(&result, "resources/read", &format!("{era:?}"));
         // Still working.
-        let (result, _) = fake
-            .answer(
-                "tools/call",
-                wrap(text_result("fine")),
-                client.call_tool("t", ()),
-            )
-            .await;
-        assert_eq!(text(&result.unwrap()), "fine", "{era:?}");
+        fake.check_call(&client, era, "fine").await;
         assert!(!client.is_closed());
     }
 }
@@ -257,67 +209,52 @@ fn eliciting_client() -> modelctx_client::ClientBuilder {
 #[tokio::test]
 async fn input_required_is_answered_and_retried_with_a_new_id() {
     let (client, mut fake) = connect(Era::Modern, eliciting_client(), full_capabilities()).await;
-    let serve = async {
-        let first = fake.expect_request("tools/call").await;
-        assert_eq!(params(&first)["name"], json!("book"));
-        fake.reply(
-            &first.id,
-            json!({
-                "resultType": "input_required",
-                "inputRequests": {"e1": elicit_request("Who?")},
-                "requestState": "opaque+/=state",
-            }),
-        )
-        .await;
-
-        let second = fake.expect_request("tools/call").await;
-        assert_ne!(second.id, first.id, "a retry has a new id");
-        let p = params(&second);
-        assert_eq!(p["name"], json!("book"));
-        assert_eq!(p["arguments"], json!({"seats": 2}));
-        assert_eq!(
-            p["inputResponses"],
-            json!({"e1": {"action": "accept", "content": {"name": "answer to Who?"}}})
-        );
-        assert_eq!(p["requestState"], json!("opaque+/=state"));
-        assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+    let rounds = [
+        input_required(
+            Some(json!({"e1": elicit_request("Who?")})),
+            "opaque+/=state",
+        ),
         // A second round: another question and another state.
-        fake.reply(
-            &second.id,
-            json!({
-                "resultType": "input_required",
-                "inputRequests": {"e2": elicit_request("When?")},
-                "requestState": " round-2 \u{e9}\"\n\t",
-            }),
-        )
-        .await;
-
-        let third = fake.expect_request("tools/call").await;
-        assert!(third.id != first.id && third.id != second.id);
-        let p = params(&third);
-        assert_eq!(
-            p["inputResponses"],
-            json!({"e2": {"action": "accept", "content": {"name": "answer to When?"}}}),
-            "only this round's answers"
-        );
-        assert_eq!(p["requestState"], json!(" round-2 \u{e9}\"\n\t"));
-        assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+        input_required(
+            Some(json!({"e2": elicit_request("When?")})),
+            " round-2 \u{e9}\"\n\t",
+        ),
         // A last round with state only: no input responses are sent.
-        fake.reply(
-            &third.id,
-            json!({"resultType": "input_required", "requestState": "s3"}),
-        )
-        .await;
-
-        let fourth = fake.expect_request("tools/call").await;
-        let p = params(&fourth);
-        assert!(p.get("inputResponses").is_none(), "{p}");
-        assert_eq!(p["requestState"], json!("s3"));
-        fake.reply(&fourth.id, complete(text_result("booked")))
-            .await;
-    };
-    let (result, ()) = tokio::join!(client.call_tool("book", json!({"seats": 2})), serve);
+        input_required(None, "s3"),
+        complete(text_result("booked")),
+    ];
+    let call = client.call_tool("book", json!({"seats": 2}));
+    let (result, tries) = fake.answer_each("tools/call", rounds, call).await;
     assert_eq!(text(&result.unwrap()), "booked");
+    let [first, second, third, fourth] = &tries[..] else {
+        panic!("{tries:?}")
+    };
+    assert_eq!(params(first)["name"], json!("book"));
+
+    assert_ne!(second.id, first.id, "a retry has a new id");
+    let p = params(second);
+    assert_eq!(p["name"], json!("book"));
+    assert_eq!(p["arguments"], json!({"seats": 2}));
+    assert_eq!(
+        p["inputResponses"],
+        json!({"e1": {"action": "accept", "content": {"name": "answer to Who?"}}})
+    );
+    assert_eq!(p["requestState"], json!("opaque+/=state"));
+    assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+
+    assert!(third.id != first.id && third.id != second.id);
+    let p = params(third);
+    assert_eq!(
+        p["inputResponses"],
+        json!({"e2": {"action": "accept", "content": {"name": "answer to When?"}}}),
+        "only this round's answers"
+    );
+    assert_eq!(p["requestState"], json!(" round-2 \u{e9}\"\n\t"));
+    assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+
+    let p = params(fourth);
+    assert!(p.get("inputResponses").is_none(), "{p}");
+    assert_eq!(p["requestState"], json!("s3"));
 }
 
 #[tokio::test]
@@ -328,40 +265,22 @@ async fn a_server_that_always_asks_gets_too_many_rounds() {
         full_capabilities(),
     )
     .await;
-    let serve = async {
-        for round in 0..3 {
-            let request = fake.expect_request("tools/call").await;
-            fake.reply(
-                &request.id,
-                json!({
-                    "resultType": "input_required",
-                    "inputRequests": {"e": elicit_request("again?")},
-                    "requestState": format!("state-{round}"),
-                }),
-            )
-            .await;
-        }
-    };
-    let (result, ()) = tokio::join!(client.call_tool("loop", ()), serve);
+    let rounds = (0..3).map(|round| {
+        let asks = json!({"e": elicit_request("again?")});
+        input_required(Some(asks), &format!("state-{round}"))
+    });
+    let (result, _) = fake
+        .answer_each("tools/call", rounds, client.call_tool("loop", ()))
+        .await;
     assert!(matches!(result, Err(Error::TooManyRounds(2))), "{result:?}");
-    fake.expect_none(
-        Duration::from_millis(100),
-        "a fourth try",
-        |m| matches!(m, Message::Request(r) if r.method == "tools/call"),
-    )
-    .await;
+    let wait = Duration::from_millis(100);
+    fake.expect_no_request(wait, "a fourth try", "tools/call")
+        .await;
     // prompts/get and resources/read run the same loop.
-    let serve = async {
-        for _ in 0..3 {
-            let request = fake.expect_request("prompts/get").await;
-            fake.reply(
-                &request.id,
-                json!({"resultType": "input_required", "requestState": "again"}),
-            )
-            .await;
-        }
-    };
-    let (result, ()) = tokio::join!(client.get_prompt("p", &[]), serve);
+    let rounds = std::iter::repeat_n(input_required(None, "again"), 3);
+    let (result, _) = fake
+        .answer_each("prompts/get", rounds, client.get_prompt("p", &[]))
+        .await;
     assert!(matches!(result, Err(Error::TooManyRounds(2))), "{result:?}");
 }
 
@@ -369,31 +288,19 @@ async fn a_server_that_always_asks_gets_too_many_rounds() {
 async fn input_the_client_cannot_give_fails_the_call() {
     // No elicitation handler.
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
-    let asks = json!({
-        "resultType": "input_required",
-        "inputRequests": {"e1": elicit_request("Who?")},
-        "requestState": "s",
-    });
-    let (result, _) = fake
-        .answer("tools/call", asks.clone(), client.call_tool("t", ()))
-        .await;
+    let asks = input_required(Some(json!({"e1": elicit_request("Who?")})), "s");
+    let result = fake.call(&client, "t", asks.clone()).await;
     assert!(
         matches!(&result, Err(Error::Input { method, .. }) if method == "elicitation/create"),
         "{result:?}"
     );
-    fake.expect_none(
-        Duration::from_millis(100),
-        "a retry",
-        |m| matches!(m, Message::Request(r) if r.method == "tools/call"),
-    )
-    .await;
+    fake.expect_no_request(Duration::from_millis(100), "a retry", "tools/call")
+        .await;
 
     // A handler that refuses.
     let refusing = builder().on_elicitation(|_| async { Err(InputError::new("the user is away")) });
     let (client, mut fake) = connect(Era::Modern, refusing, full_capabilities()).await;
-    let (result, _) = fake
-        .answer("tools/call", asks, client.call_tool("t", ()))
-        .await;
+    let result = fake.call(&client, "t", asks).await;
     assert!(
         matches!(&result, Err(Error::Input { reason, .. }) if reason.contains("away")),
         "{result:?}"
@@ -419,14 +326,7 @@ async fn cancellation_on_the_wire(era: Era) {
 
     // A late answer is ignored and later calls still work.
     fake.reply(&request.id, complete(text_result("late"))).await;
-    let (result, _) = fake
-        .answer(
-            "tools/call",
-            complete(text_result("second")),
-            client.call_tool("t", ()),
-        )
-        .await;
-    assert_eq!(text(&result.unwrap()), "second");
+    fake.check_call(&client, era, "second").await;
 
     // A dropped call future.
     let (elapsed, dropped) = tokio::join!(
@@ -436,14 +336,7 @@ async fn cancellation_on_the_wire(era: Era) {
     assert!(elapsed.is_err(), "the call was not answered");
     fake.expect_cancelled(&dropped.id).await;
     fake.reply(&dropped.id, complete(text_result("late"))).await;
-    let (result, _) = fake
-        .answer(
-            "tools/call",
-            complete(text_result("third")),
-            client.call_tool("t", ()),
-        )
-        .await;
-    assert_eq!(text(&result.unwrap()), "third");
+    fake.check_call(&client, era, "third").await;
 
     // Nothing is left behind.
     let sizes = client.table_sizes().await.unwrap();
@@ -469,59 +362,63 @@ fn tool(name: &str) -> Value {
 #[tokio::test]
 async fn list_all_tools_follows_cursors() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
-    let serve = async {
-        let pages = [
-            (None, json!([tool("a"), tool("b")]), Some("c1")),
-            (Some("c1"), json!([tool("c")]), Some("c2")),
-            (Some("c2"), json!([tool("d")]), None),
-        ];
-        for (cursor, tools, next) in pages {
-            let request = fake.expect_request("tools/list").await;
-            assert_eq!(
-                params(&request).get("cursor").cloned(),
-                cursor.map(Value::from)
-            );
-            let mut page = cacheable(json!({"tools": tools}));
-            if let Some(next) = next {
-                page["nextCursor"] = json!(next);
-            }
-            fake.reply(&request.id, page).await;
-        }
-    };
-    let (tools, ()) = tokio::join!(client.list_all_tools(), serve);
+    let pages = [
+        cacheable(json!({"tools": [tool("a"), tool("b")], "nextCursor": "c1"})),
+        cacheable(json!({"tools": [tool("c")], "nextCursor": "c2"})),
+        cacheable(json!({"tools": [tool("d")]})),
+    ];
+    let (tools, requests) = fake
+        .answer_each("tools/list", pages, client.list_all_tools())
+        .await;
     let names: Vec<String> = tools.unwrap().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["a", "b", "c", "d"]);
+    let cursors: Vec<Option<Value>> = requests
+        .iter()
+        .map(|r| params(r).get("cursor").cloned())
+        .collect();
+    assert_eq!(cursors, [None, Some(json!("c1")), Some(json!("c2"))]);
 }
 
 #[tokio::test]
 async fn a_repeated_cursor_ends_the_listing() {
-    for era in [Era::Legacy, Era::Modern] {
+    for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
-        let serve = async {
-            for cursor in ["x", "y", "x"] {
-                let request = fake.expect_request("tools/list").await;
-                let mut page = json!({"tools": [tool(cursor)], "nextCursor": cursor});
-                if era == Era::Modern {
-                    page = cacheable(page);
-                }
-                fake.reply(&request.id, page).await;
-            }
-        };
-        let (tools, ()) = tokio::join!(client.list_all_tools(), serve);
+        let pages = ["x", "y", "x"]
+            .map(|cursor| era.cacheable(json!({"tools": [tool(cursor)], "nextCursor": cursor})));
+        let (tools, _) = fake
+            .answer_each("tools/list", pages, client.list_all_tools())
+            .await;
         assert!(
             matches!(&tools, Err(Error::InvalidResult { reason, .. }) if reason.contains("repeats")),
-            "{tools:?}"
+            "{era:?}: {tools:?}"
         );
-        fake.expect_none(
-            Duration::from_millis(50),
-            "another page",
-            |m| matches!(m, Message::Request(r) if r.method == "tools/list"),
-        )
-        .await;
+        fake.expect_no_request(Duration::from_millis(50), "another page", "tools/list")
+            .await;
     }
 }
 
 // -- 6. progress ----------------------------------------------------------------------------------
+
+/// `future`'s output, and how long it took.
+async fn timed<T>(future: impl Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    let output = future.await;
+    (output, started.elapsed())
+}
+
+/// Sends `steps` progress notifications for `request`, one every 60 ms (with `total` if given).
+async fn report_progress(fake: &mut Fake, request: &Request, steps: u32, total: Option<u32>) {
+    let token = params(request)["_meta"]["progressToken"].clone();
+    assert!(!token.is_null(), "progress was asked for");
+    for step in 1..=steps {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let mut progress = json!({"progressToken": token, "progress": step});
+        if let Some(total) = total {
+            progress["total"] = json!(total);
+        }
+        fake.notify("notifications/progress", progress).await;
+    }
+}
 
 #[tokio::test]
 async fn progress_restarts_the_timeout_up_to_the_maximum() {
@@ -538,51 +435,24 @@ async fn progress_restarts_the_timeout_up_to_the_maximum() {
     };
 
     // Progress every 60 ms keeps a call with a 100 ms timeout alive for 200 ms.
-    let call = async {
-        let started = Instant::now();
-        let result = client.call_tool_with("long", (), options()).await;
-        (result, started.elapsed())
-    };
-    let serve = async {
-        let request = fake.expect_request("tools/call").await;
-        let token = params(&request)["_meta"]["progressToken"].clone();
-        assert!(!token.is_null(), "progress was asked for");
-        for step in 1..=3 {
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            fake.notify(
-                "notifications/progress",
-                json!({"progressToken": token, "progress": step, "total": 4}),
-            )
-            .await;
-        }
+    let call = timed(client.call_tool_with("long", (), options()));
+    let serve = async |fake: &mut Fake, request: Request| {
+        report_progress(fake, &request, 3, Some(4)).await;
         fake.reply(&request.id, text_result("done")).await;
     };
-    let ((result, elapsed), ()) = tokio::join!(call, serve);
+    let ((result, elapsed), ()) = fake.serve("tools/call", call, serve).await;
     assert_eq!(text(&result.unwrap()), "done");
     assert!(elapsed > Duration::from_millis(150), "{elapsed:?}");
     assert_eq!(seen.load(Ordering::SeqCst), 3);
 
     // ... but not beyond the maximum.
     seen.store(0, Ordering::SeqCst);
-    let call = async {
-        let started = Instant::now();
-        let result = client.call_tool_with("endless", (), options()).await;
-        (result, started.elapsed())
-    };
-    let serve = async {
-        let request = fake.expect_request("tools/call").await;
-        let token = params(&request)["_meta"]["progressToken"].clone();
-        for step in 1..=8 {
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            fake.notify(
-                "notifications/progress",
-                json!({"progressToken": token, "progress": step}),
-            )
-            .await;
-        }
+    let call = timed(client.call_tool_with("endless", (), options()));
+    let serve = async |fake: &mut Fake, request: Request| {
+        report_progress(fake, &request, 8, None).await;
         request
     };
-    let ((result, elapsed), request) = tokio::join!(call, serve);
+    let ((result, elapsed), request) = fake.serve("tools/call", call, serve).await;
     assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
     assert!(
         elapsed >= Duration::from_millis(290) && elapsed < Duration::from_millis(450),
@@ -593,6 +463,20 @@ async fn progress_restarts_the_timeout_up_to_the_maximum() {
 }
 
 // -- 7. a legacy server's requests ----------------------------------------------------------------
+
+/// The params of a `sampling/createMessage` that asks about `text`.
+fn sampling(text: &str) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+        "maxTokens": 10,
+    })
+}
+
+/// Fails unless the client refused the server's request with -32601 (method not found).
+fn assert_method_not_found(answer: Result<Value, Value>) {
+    let error = answer.unwrap_err();
+    assert_eq!(error["code"], json!(-32601), "{error}");
+}
 
 #[tokio::test]
 async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
@@ -609,15 +493,12 @@ async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
                     let _ = started.send(());
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                let answer: modelctx_types::v2025_11_25::CreateMessageResult =
-                    serde_json::from_value(json!({
-                        "role": "assistant",
-                        "content": {"type": "text", "text": format!("{asked}!")},
-                        "model": "test-model",
-                        "stopReason": "endTurn",
-                    }))
-                    .unwrap();
-                Ok(answer.into())
+                Ok(sampled(json!({
+                    "role": "assistant",
+                    "content": {"type": "text", "text": format!("{asked}!")},
+                    "model": "test-model",
+                    "stopReason": "endTurn",
+                })))
             }
         })
         .roots(vec![model::Root {
@@ -631,17 +512,9 @@ async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
         Some(ProtocolVersion::V2025_11_25)
     );
 
-    fake.request(
-        json!("s1"),
-        "sampling/createMessage",
-        json!({
-            "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
-            "maxTokens": 10,
-        }),
-    )
-    .await;
     assert_eq!(
-        fake.expect_response(&json!("s1")).await,
+        fake.ask(json!("s1"), "sampling/createMessage", sampling("hi"))
+            .await,
         Ok(json!({
             "role": "assistant",
             "content": {"type": "text", "text": "hi!"},
@@ -650,45 +523,30 @@ async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
         }))
     );
 
-    fake.request(json!(7), "roots/list", json!({})).await;
     assert_eq!(
-        fake.expect_response(&json!(7)).await,
+        fake.ask(json!(7), "roots/list", json!({})).await,
         Ok(json!({"roots": [{"uri": "file:///src", "name": "src"}]}))
     );
 
     // No elicitation handler, so no elicitation capability: refused.
-    fake.request(
-        json!("e1"),
-        "elicitation/create",
-        json!({"message": "Who?", "requestedSchema": {"type": "object", "properties": {}}}),
-    )
-    .await;
-    let error = fake.expect_response(&json!("e1")).await.unwrap_err();
-    assert_eq!(error["code"], json!(-32601), "{error}");
+    let elicit =
+        json!({"message": "Who?", "requestedSchema": {"type": "object", "properties": {}}});
+    let refused = fake.ask(json!("e1"), "elicitation/create", elicit).await;
+    assert_method_not_found(refused);
     // A method no version has.
-    fake.request(json!("u1"), "no/such/method", json!({})).await;
-    let error = fake.expect_response(&json!("u1")).await.unwrap_err();
-    assert_eq!(error["code"], json!(-32601), "{error}");
+    let refused = fake.ask(json!("u1"), "no/such/method", json!({})).await;
+    assert_method_not_found(refused);
     // Invalid params.
-    fake.request(
-        json!("bad"),
-        "sampling/createMessage",
-        json!({"messages": 3}),
-    )
-    .await;
-    let error = fake.expect_response(&json!("bad")).await.unwrap_err();
+    let invalid = json!({"messages": 3});
+    let error = fake
+        .ask(json!("bad"), "sampling/createMessage", invalid)
+        .await
+        .unwrap_err();
     assert!(error["code"].is_i64(), "{error}");
 
     // A request the server cancels gets no answer.
-    fake.request(
-        json!("s2"),
-        "sampling/createMessage",
-        json!({
-            "messages": [{"role": "user", "content": {"type": "text", "text": "slow"}}],
-            "maxTokens": 10,
-        }),
-    )
-    .await;
+    fake.request(json!("s2"), "sampling/createMessage", sampling("slow"))
+        .await;
     tokio::time::timeout(common::WAIT, started.recv())
         .await
         .unwrap()
@@ -705,30 +563,18 @@ async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
     })
     .await;
     // The client still answers.
-    fake.request(json!("p"), "ping", json!({})).await;
-    assert_eq!(fake.expect_response(&json!("p")).await, Ok(json!({})));
+    assert_eq!(fake.ask(json!("p"), "ping", json!({})).await, Ok(json!({})));
     assert_eq!(client.table_sizes().await.unwrap().inputs, 0);
 }
 
 #[tokio::test]
 async fn a_modern_server_s_requests_are_refused() {
     let (client, mut fake) = connect(Era::Modern, eliciting_client(), full_capabilities()).await;
-    fake.request(json!(1), "roots/list", json!({})).await;
-    let error = fake.expect_response(&json!(1)).await.unwrap_err();
-    assert_eq!(error["code"], json!(-32601), "{error}");
+    assert_method_not_found(fake.ask(json!(1), "roots/list", json!({})).await);
     assert!(!client.is_closed());
 }
 
 // -- 8. the modern listen stream ------------------------------------------------------------------
-
-/// Acknowledges the listen stream `id`, agreeing to `notifications`.
-async fn acknowledge(fake: &mut Fake, id: &RequestId, notifications: Value) {
-    fake.notify(
-        "notifications/subscriptions/acknowledged",
-        json!({"_meta": {SUBSCRIPTION_ID_KEY: id}, "notifications": notifications}),
-    )
-    .await;
-}
 
 async fn recv(notifications: &mut modelctx_client::Notifications) -> ServerNotification {
     tokio::time::timeout(common::WAIT, notifications.recv())
@@ -748,26 +594,19 @@ async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
     let mut notifications = client.notifications();
 
     // The stream asks for what the server declared, and `listening` returns on the ack.
-    let serve = async {
-        let listen = fake.expect_request("subscriptions/listen").await;
-        let p = params(&listen);
-        assert_eq!(
-            p["notifications"],
-            json!({"toolsListChanged": true, "promptsListChanged": true})
-        );
-        assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
-        acknowledge(&mut fake, &listen.id, p["notifications"].clone()).await;
-        listen.id
-    };
-    let (listening, first) = tokio::join!(client.listening(), serve);
+    let (listening, first) = tokio::join!(client.listening(), fake.acknowledge_listen());
     listening.unwrap();
+    let p = params(&first);
+    assert_eq!(
+        p["notifications"],
+        json!({"toolsListChanged": true, "promptsListChanged": true})
+    );
+    assert_eq!(p["_meta"][PROTOCOL_VERSION_KEY], json!(MODERN));
+    let first = first.id;
 
     // Notifications of the stream reach the application.
-    fake.notify(
-        "notifications/tools/list_changed",
-        json!({"_meta": {SUBSCRIPTION_ID_KEY: first}}),
-    )
-    .await;
+    fake.notify_stream(&first, "notifications/tools/list_changed", json!({}))
+        .await;
     assert_eq!(
         recv(&mut notifications).await,
         ServerNotification::ToolsListChanged
@@ -783,12 +622,7 @@ async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
     let second = fake.expect_request("subscriptions/listen").await;
     assert!(ended.elapsed() >= Duration::from_millis(200), "not at once");
     assert_ne!(second.id, first);
-    acknowledge(
-        &mut fake,
-        &second.id,
-        params(&second)["notifications"].clone(),
-    )
-    .await;
+    fake.acknowledge_asked(&second).await;
     assert_eq!(recv(&mut notifications).await, ServerNotification::Resynced);
 
     // ... or with notifications/cancelled.
@@ -797,49 +631,35 @@ async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
         json!({"requestId": second.id, "reason": "restarting"}),
     )
     .await;
-    let third = fake.expect_request("subscriptions/listen").await;
+    let third = fake.acknowledge_listen().await;
     assert!(third.id != first && third.id != second.id);
-    acknowledge(
-        &mut fake,
-        &third.id,
-        params(&third)["notifications"].clone(),
-    )
-    .await;
     assert_eq!(recv(&mut notifications).await, ServerNotification::Resynced);
-    fake.notify(
-        "notifications/prompts/list_changed",
-        json!({"_meta": {SUBSCRIPTION_ID_KEY: third.id}}),
-    )
-    .await;
+    fake.notify_stream(&third.id, "notifications/prompts/list_changed", json!({}))
+        .await;
     assert_eq!(
         recv(&mut notifications).await,
         ServerNotification::PromptsListChanged
     );
 
     // A resource subscription replaces the stream with one that carries the URI.
-    let serve = async {
-        let listen = fake.expect_request("subscriptions/listen").await;
-        let wanted = params(&listen)["notifications"].clone();
-        assert_eq!(
-            wanted,
-            json!({
-                "toolsListChanged": true,
-                "promptsListChanged": true,
-                "resourceSubscriptions": ["file:///a"],
-            })
-        );
-        acknowledge(&mut fake, &listen.id, wanted).await;
-        listen.id
-    };
-    let (subscribed, fourth) = tokio::join!(client.subscribe_resource("file:///a"), serve);
+    let (subscribed, fourth) = tokio::join!(
+        client.subscribe_resource("file:///a"),
+        fake.acknowledge_listen()
+    );
     subscribed.unwrap();
+    assert_eq!(
+        params(&fourth)["notifications"],
+        json!({
+            "toolsListChanged": true,
+            "promptsListChanged": true,
+            "resourceSubscriptions": ["file:///a"],
+        })
+    );
     // The replaced stream is closed.
     fake.expect_cancelled(&third.id).await;
-    fake.notify(
-        "notifications/resources/updated",
-        json!({"uri": "file:///a", "_meta": {SUBSCRIPTION_ID_KEY: fourth}}),
-    )
-    .await;
+    let updated = json!({"uri": "file:///a"});
+    fake.notify_stream(&fourth.id, "notifications/resources/updated", updated)
+        .await;
     assert_eq!(
         recv(&mut notifications).await,
         ServerNotification::ResourceUpdated {
@@ -848,30 +668,26 @@ async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
     );
 
     // A URI the server leaves out of its acknowledgement is not available.
-    let serve = async {
-        let listen = fake.expect_request("subscriptions/listen").await;
+    let serve = async |fake: &mut Fake, listen: Request| {
         let wanted = params(&listen)["notifications"].clone();
         assert_eq!(
             wanted["resourceSubscriptions"],
             json!(["file:///a", "file:///b"])
         );
-        acknowledge(
-            &mut fake,
-            &listen.id,
-            json!({
-                "toolsListChanged": true,
-                "promptsListChanged": true,
-                "resourceSubscriptions": ["file:///a"],
-            }),
-        )
-        .await;
+        let agreed = json!({
+            "toolsListChanged": true,
+            "promptsListChanged": true,
+            "resourceSubscriptions": ["file:///a"],
+        });
+        fake.acknowledge(&listen.id, agreed).await;
     };
-    let (refused, ()) = tokio::join!(client.subscribe_resource("file:///b"), serve);
+    let subscribe = client.subscribe_resource("file:///b");
+    let (refused, ()) = fake.serve("subscriptions/listen", subscribe, serve).await;
     assert!(
         matches!(refused, Err(Error::NotAvailable(_))),
         "{refused:?}"
     );
-    fake.expect_cancelled(&fourth).await;
+    fake.expect_cancelled(&fourth.id).await;
     let sizes = client.table_sizes().await.unwrap();
     assert_eq!(sizes.listen_streams, 1, "{sizes:?}");
     assert_eq!(sizes.subscription_waiters, 0, "{sizes:?}");
@@ -881,49 +697,24 @@ async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
 async fn notifications_of_other_streams_are_not_delivered_during_a_replacement() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
     let mut notifications = client.notifications();
-    let serve = async {
-        let listen = fake.expect_request("subscriptions/listen").await;
-        acknowledge(
-            &mut fake,
-            &listen.id,
-            params(&listen)["notifications"].clone(),
-        )
-        .await;
-        listen.id
-    };
-    let (listening, first) = tokio::join!(client.listening(), serve);
+    let (listening, first) = tokio::join!(client.listening(), fake.acknowledge_listen());
     listening.unwrap();
+    let first = first.id;
     // An unacknowledged stream's notification is dropped (the server must ack first).
-    let serve = async {
-        let listen = fake.expect_request("subscriptions/listen").await;
-        fake.notify(
-            "notifications/tools/list_changed",
-            json!({"_meta": {SUBSCRIPTION_ID_KEY: listen.id}}),
-        )
-        .await;
-        fake.notify(
-            "notifications/resources/list_changed",
-            json!({"_meta": {SUBSCRIPTION_ID_KEY: first}}),
-        )
-        .await;
-        acknowledge(
-            &mut fake,
-            &listen.id,
-            params(&listen)["notifications"].clone(),
-        )
-        .await;
-        fake.notify(
-            "notifications/prompts/list_changed",
-            json!({"_meta": {SUBSCRIPTION_ID_KEY: first}}),
-        )
-        .await;
-        fake.notify(
-            "notifications/tools/list_changed",
-            json!({"_meta": {SUBSCRIPTION_ID_KEY: listen.id}}),
-        )
-        .await;
+    let serve = async |fake: &mut Fake, listen: Request| {
+        let new = &listen.id;
+        fake.notify_stream(new, "notifications/tools/list_changed", json!({}))
+            .await;
+        fake.notify_stream(&first, "notifications/resources/list_changed", json!({}))
+            .await;
+        fake.acknowledge_asked(&listen).await;
+        fake.notify_stream(&first, "notifications/prompts/list_changed", json!({}))
+            .await;
+        fake.notify_stream(new, "notifications/tools/list_changed", json!({}))
+            .await;
     };
-    let (subscribed, ()) = tokio::join!(client.subscribe_resource("file:///x"), serve);
+    let subscribe = client.subscribe_resource("file:///x");
+    let (subscribed, ()) = fake.serve("subscriptions/listen", subscribe, serve).await;
     subscribed.unwrap();
     // The old stream's notification before the ack comes; after it, only the new stream's.
     assert_eq!(
@@ -940,12 +731,14 @@ async fn notifications_of_other_streams_are_not_delivered_during_a_replacement()
 async fn a_refused_listen_stream_is_not_asked_for_again() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
     let _notifications = client.notifications();
-    let serve = async {
-        let listen = fake.expect_request("subscriptions/listen").await;
-        fake.reply_error(&listen.id, -32601, "no listening here")
-            .await;
-    };
-    let (listening, ()) = tokio::join!(client.listening(), serve);
+    let listening = fake
+        .answer_error(
+            "subscriptions/listen",
+            -32601,
+            "no listening here",
+            client.listening(),
+        )
+        .await;
     assert!(
         matches!(&listening, Err(Error::Remote(e)) if e.code.0 == -32601),
         "{listening:?}"
@@ -956,38 +749,26 @@ async fn a_refused_listen_stream_is_not_asked_for_again() {
         matches!(subscribed, Err(Error::NotAvailable(_))),
         "{subscribed:?}"
     );
-    fake.expect_none(
-        Duration::from_millis(700),
-        "another listen",
-        |m| matches!(m, Message::Request(r) if r.method == "subscriptions/listen"),
-    )
-    .await;
+    let wait = Duration::from_millis(700);
+    fake.expect_no_request(wait, "another listen", "subscriptions/listen")
+        .await;
 }
 
 #[tokio::test]
 async fn a_modern_server_may_cancel_a_call() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
-    let serve = async {
-        let request = fake.expect_request("tools/call").await;
-        fake.notify(
-            "notifications/cancelled",
-            json!({"requestId": request.id, "reason": "shutting down"}),
-        )
-        .await;
+    let cancel = async |fake: &mut Fake, request: Request| {
+        let cancelled = json!({"requestId": request.id, "reason": "shutting down"});
+        fake.notify("notifications/cancelled", cancelled).await;
     };
-    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    let (result, ()) = fake
+        .serve("tools/call", client.call_tool("t", ()), cancel)
+        .await;
     assert!(
         matches!(&result, Err(Error::CancelledByServer(Some(why))) if why == "shutting down"),
         "{result:?}"
     );
-    let (result, _) = fake
-        .answer(
-            "tools/call",
-            complete(text_result("ok")),
-            client.call_tool("t", ()),
-        )
-        .await;
-    assert_eq!(text(&result.unwrap()), "ok");
+    fake.check_call(&client, Era::Modern, "ok").await;
 }
 
 #[tokio::test]
@@ -1029,7 +810,7 @@ async fn a_server_that_never_acknowledges_does_not_hold_the_caller() {
     let wanted = params(&listen)["notifications"].clone();
     assert_eq!(wanted["resourceSubscriptions"], json!(["file:///a"]));
     assert_eq!(wanted["toolsListChanged"], json!(true));
-    acknowledge(&mut fake, &listen.id, wanted).await;
+    fake.acknowledge(&listen.id, wanted).await;
     client.listening().await.unwrap();
     client.subscribe_resource("file:///a").await.unwrap();
     assert_eq!(client.table_sizes().await.unwrap().subscription_waiters, 0);
@@ -1039,14 +820,13 @@ async fn a_server_that_never_acknowledges_does_not_hold_the_caller() {
 
 #[tokio::test]
 async fn the_server_closing_fails_calls_and_ends_notifications() {
-    for era in [Era::Legacy, Era::Modern] {
+    for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
         let mut notifications = client.notifications();
-        let serve = async {
-            fake.expect_request("tools/call").await;
-            fake.close();
-        };
-        let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+        let close = async |fake: &mut Fake, _| fake.close();
+        let (result, ()) = fake
+            .serve("tools/call", client.call_tool("t", ()), close)
+            .await;
         assert!(
             matches!(result, Err(Error::Closed(_))),
             "{era:?}: {result:?}"
@@ -1090,11 +870,10 @@ async fn dropping_every_handle_closes_the_transport() {
 async fn a_client_that_closes_fails_its_calls() {
     let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
     let other = client.clone();
-    let serve = async {
-        fake.expect_request("tools/call").await;
-        other.close().await;
-    };
-    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    let close = async |_: &mut Fake, _| other.close().await;
+    let (result, ()) = fake
+        .serve("tools/call", client.call_tool("t", ()), close)
+        .await;
     assert!(matches!(result, Err(Error::Closed(_))), "{result:?}");
     assert!(client.is_closed());
     assert!(matches!(client.ping().await, Err(Error::Closed(_))));
@@ -1104,23 +883,22 @@ async fn a_client_that_closes_fails_its_calls() {
 
 #[tokio::test]
 async fn the_probe_falls_back_to_initialize() {
-    let (client, _fake) = connect(Era::Legacy, builder(), full_capabilities()).await;
-    assert_eq!(client.era(), Some(modelctx_client::Era::Legacy));
-    assert_eq!(
-        client.server_info(),
-        Some(json!({"name": "scripted", "version": "0.0.1"}))
-    );
-    let (client, _fake) = connect(Era::Modern, builder(), full_capabilities()).await;
-    assert_eq!(client.era(), Some(modelctx_client::Era::Modern));
-    assert_eq!(
-        client.server_info(),
-        Some(json!({"name": "scripted", "version": "0.0.1"}))
-    );
+    for (era, found) in [
+        (Era::Legacy, modelctx_client::Era::Legacy),
+        (Era::Modern, modelctx_client::Era::Modern),
+    ] {
+        let (client, _fake) = connect(era, builder(), full_capabilities()).await;
+        assert_eq!(client.era(), Some(found));
+        assert_eq!(
+            client.server_info(),
+            Some(json!({"name": "scripted", "version": "0.0.1"}))
+        );
+    }
 }
 
 #[tokio::test]
 async fn undeclared_features_are_not_available_and_nothing_is_sent() {
-    for era in [Era::Legacy, Era::Modern] {
+    for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), json!({"tools": {}})).await;
         let result = client.list_prompts(None).await;
         assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
@@ -1136,30 +914,25 @@ async fn undeclared_features_are_not_available_and_nothing_is_sent() {
 #[tokio::test]
 async fn a_json_rpc_error_is_remote_and_the_connection_lives_on() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
-    let serve = async {
-        let request = fake.expect_request("tools/call").await;
-        fake.reply_error(&request.id, -32602, "unknown tool").await;
-    };
-    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    let result = fake
+        .answer_error(
+            "tools/call",
+            -32602,
+            "unknown tool",
+            client.call_tool("t", ()),
+        )
+        .await;
     assert!(
         matches!(&result, Err(Error::Remote(e)) if e.code.0 == -32602 && e.message == "unknown tool"),
         "{result:?}"
     );
-    let (result, _) = fake
-        .answer(
-            "tools/call",
-            complete(text_result("ok")),
-            client.call_tool("t", ()),
-        )
-        .await;
-    assert_eq!(text(&result.unwrap()), "ok");
+    fake.check_call(&client, Era::Modern, "ok").await;
 }
 
 #[tokio::test]
 async fn answers_to_unknown_ids_are_ignored() {
     let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
-    let serve = async {
-        let request = fake.expect_request("tools/call").await;
+    let serve = async |fake: &mut Fake, request: Request| {
         // Answers nobody asked for, then the real one.
         fake.reply(&RequestId::Number(9999), text_result("stray"))
             .await;
@@ -1171,6 +944,8 @@ async fn answers_to_unknown_ids_are_ignored() {
             .await;
         fake.reply(&request.id, text_result("real")).await;
     };
-    let (result, ()) = tokio::join!(client.call_tool("t", ()), serve);
+    let (result, ()) = fake
+        .serve("tools/call", client.call_tool("t", ()), serve)
+        .await;
     assert_eq!(text(&result.unwrap()), "real");
 }

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use modelctx_client::{Client, ClientBuilder};
+use modelctx_client::{Client, ClientBuilder, Error, model};
 use modelctx_types::{Incoming, Message, Notification, Request, RequestId, decode_str};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -96,6 +96,47 @@ pub(crate) fn text_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}]})
 }
 
+/// A modern `input_required` result: `requests` (an object of input requests; none when `None`)
+/// and the `state` to send back.
+pub(crate) fn input_required(requests: Option<Value>, state: &str) -> Value {
+    let mut result = json!({"resultType": "input_required", "requestState": state});
+    if let Some(requests) = requests {
+        result["inputRequests"] = requests;
+    }
+    result
+}
+
+/// The text of the first content block of a `tools/call` result.
+pub(crate) fn text(result: &model::CallToolResult) -> String {
+    match result.content.first() {
+        Some(model::ContentBlock::TextContent(t)) => t.text.clone(),
+        other => panic!("not a text block: {other:?}"),
+    }
+}
+
+/// A sampling handler's answer, from its 2025-11-25 JSON.
+pub(crate) fn sampled(answer: Value) -> model::CreateMessageResult {
+    serde_json::from_value::<modelctx_types::v2025_11_25::CreateMessageResult>(answer)
+        .unwrap()
+        .into()
+}
+
+/// The request a message is, if it is one.
+fn request_in(message: &Message) -> Option<&Request> {
+    match message {
+        Message::Request(r) => Some(r),
+        _ => None,
+    }
+}
+
+/// The notification a message is, if it is one.
+fn notification_in(message: &Message) -> Option<&Notification> {
+    match message {
+        Message::Notification(n) => Some(n),
+        _ => None,
+    }
+}
+
 impl Fake {
     fn absorb(&mut self, incoming: Incoming) {
         match incoming {
@@ -162,48 +203,42 @@ impl Fake {
         }
     }
 
+    /// Like [`take`](Self::take), for a message of `kind` that `wanted` accepts.
+    async fn take_kind<T: Clone>(
+        &mut self,
+        what: &str,
+        kind: fn(&Message) -> Option<&T>,
+        wanted: impl Fn(&T) -> bool,
+    ) -> T {
+        let found = self.take(what, |m| kind(m).is_some_and(&wanted)).await;
+        kind(&found).cloned().expect("the kind that was taken")
+    }
+
     /// The next request of `method` the client sends.
     pub(crate) async fn expect_request(&mut self, method: &str) -> Request {
-        let found = self
-            .take(
-                &format!("a `{method}` request"),
-                |m| matches!(m, Message::Request(r) if r.method == method),
-            )
-            .await;
-        match found {
-            Message::Request(r) => r,
-            _ => unreachable!(),
-        }
+        let what = format!("a `{method}` request");
+        self.take_kind(&what, request_in, |r| r.method == method)
+            .await
     }
 
     /// The next notification of `method` the client sends.
     pub(crate) async fn expect_notification(&mut self, method: &str) -> Notification {
-        let found = self
-            .take(
-                &format!("a `{method}` notification"),
-                |m| matches!(m, Message::Notification(n) if n.method == method),
-            )
-            .await;
-        match found {
-            Message::Notification(n) => n,
-            _ => unreachable!(),
-        }
+        let what = format!("a `{method}` notification");
+        self.take_kind(&what, notification_in, |n| n.method == method)
+            .await
     }
 
     /// The `notifications/cancelled` the client sends for request `id`, with its params.
     pub(crate) async fn expect_cancelled(&mut self, id: &RequestId) -> Value {
+        let what = format!("notifications/cancelled for {id}");
         let wanted = id_json(id);
         let found = self
-            .take(&format!("notifications/cancelled for {id}"), |m| {
-                matches!(m, Message::Notification(n)
-                    if n.method == "notifications/cancelled"
-                        && notification_params(n)["requestId"] == wanted)
+            .take_kind(&what, notification_in, |n| {
+                n.method == "notifications/cancelled"
+                    && notification_params(n)["requestId"] == wanted
             })
             .await;
-        match found {
-            Message::Notification(n) => notification_params(&n),
-            _ => unreachable!(),
-        }
+        notification_params(&found)
     }
 
     /// The client's answer to the server's request `id`: its result, or its error object.
@@ -220,6 +255,14 @@ impl Fake {
             Message::Error(e) => Err(serde_json::to_value(&e.error).unwrap()),
             _ => unreachable!(),
         }
+    }
+
+    /// Fails the test if a request of `method` arrives within `wait`.
+    pub(crate) async fn expect_no_request(&mut self, wait: Duration, what: &str, method: &str) {
+        self.expect_none(wait, what, |m| {
+            request_in(m).is_some_and(|r| r.method == method)
+        })
+        .await;
     }
 
     /// Fails the test if a message that `unwanted` accepts arrives within `wait`.
@@ -308,15 +351,11 @@ impl Fake {
     /// Plays a legacy server: refuses the probe, if the client sends one, with -32601, then
     /// answers `initialize` with the version the client asked for.
     pub(crate) async fn legacy_handshake(&mut self, capabilities: Value) {
-        let first = self
-            .take("server/discover or initialize", |m| {
-                matches!(m, Message::Request(r)
-                    if r.method == "server/discover" || r.method == "initialize")
+        let mut request = self
+            .take_kind("server/discover or initialize", request_in, |r| {
+                r.method == "server/discover" || r.method == "initialize"
             })
             .await;
-        let Message::Request(mut request) = first else {
-            unreachable!()
-        };
         if request.method == "server/discover" {
             self.reply_error(&request.id, -32601, "Method not found: server/discover")
                 .await;
@@ -328,7 +367,7 @@ impl Fake {
             json!({
                 "protocolVersion": asked,
                 "capabilities": capabilities,
-                "serverInfo": {"name": "scripted", "version": "0.0.1"},
+                "serverInfo": server_info(),
             }),
         )
         .await;
@@ -351,10 +390,27 @@ impl Fake {
                 "capabilities": capabilities,
                 "ttlMs": 60000,
                 "cacheScope": "public",
-                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted", "version": "0.0.1"}},
+                "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
             }),
         )
         .await;
+    }
+
+    // -- the scripts of a call ------------------------------------------------------------------
+
+    /// Runs `call` while the server takes the next `method` request and plays `then` with it;
+    /// returns the call's outcome and what `then` returned.
+    pub(crate) async fn serve<T, U>(
+        &mut self,
+        method: &str,
+        call: impl Future<Output = T>,
+        then: impl AsyncFnOnce(&mut Fake, Request) -> U,
+    ) -> (T, U) {
+        let serve = async {
+            let request = self.expect_request(method).await;
+            then(self, request).await
+        };
+        tokio::join!(call, serve)
     }
 
     /// Runs `call` while the server answers the next `method` request with `result`; returns
@@ -365,13 +421,133 @@ impl Fake {
         result: Value,
         call: impl Future<Output = T>,
     ) -> (T, Request) {
-        let serve = async {
-            let request = self.expect_request(method).await;
-            self.reply(&request.id, result).await;
+        self.serve(method, call, async |fake, request| {
+            fake.reply(&request.id, result).await;
             request
+        })
+        .await
+    }
+
+    /// Runs `call` while the server answers the next `method` request with a JSON-RPC error;
+    /// returns the call's outcome.
+    pub(crate) async fn answer_error<T>(
+        &mut self,
+        method: &str,
+        code: i64,
+        message: &str,
+        call: impl Future<Output = T>,
+    ) -> T {
+        let then = async |fake: &mut Fake, request: Request| {
+            fake.reply_error(&request.id, code, message).await;
+        };
+        self.serve(method, call, then).await.0
+    }
+
+    /// Runs `call` while the server answers the next `method` requests with `results`, one
+    /// each (a call that asks again: pages, rounds); returns the call's outcome and the requests.
+    pub(crate) async fn answer_each<T>(
+        &mut self,
+        method: &str,
+        results: impl IntoIterator<Item = Value>,
+        call: impl Future<Output = T>,
+    ) -> (T, Vec<Request>) {
+        let serve = async {
+            let mut requests = Vec::new();
+            for result in results {
+                let request = self.expect_request(method).await;
+                self.reply(&request.id, result).await;
+                requests.push(request);
+            }
+            requests
         };
         tokio::join!(call, serve)
     }
+
+    /// `client.call_tool(name, ())` while the server answers it with `result`.
+    pub(crate) async fn call(
+        &mut self,
+        client: &Client,
+        name: &str,
+        result: Value,
+    ) -> Result<model::CallToolResult, Error> {
+        self.answer("tools/call", result, client.call_tool(name, ()))
+            .await
+            .0
+    }
+
+    /// Checks that calls still work: tool `t`, answered with one text block `expected` (as
+    /// `era` answers), returns that text.
+    pub(crate) async fn check_call(&mut self, client: &Client, era: Era, expected: &str) {
+        let result = self
+            .call(client, "t", era.complete(text_result(expected)))
+            .await;
+        assert_eq!(text(&result.unwrap()), expected, "{era:?}");
+    }
+
+    /// `client.list_tools(None)` while the server answers it with `listing`, which the client
+    /// accepts.
+    pub(crate) async fn list_tools(
+        &mut self,
+        client: &Client,
+        listing: Value,
+    ) -> model::ListToolsResult {
+        let (listed, _) = self
+            .answer("tools/list", listing, client.list_tools(None))
+            .await;
+        listed.expect("the listing is accepted")
+    }
+
+    /// Sends the server's request and waits for the client's answer: its result, or its error
+    /// object.
+    pub(crate) async fn ask(
+        &mut self,
+        id: Value,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
+        self.request(id.clone(), method, params).await;
+        self.expect_response(&id).await
+    }
+
+    // -- the modern listen stream ---------------------------------------------------------------
+
+    /// Acknowledges the listen stream `id`, agreeing to `notifications`.
+    pub(crate) async fn acknowledge(&mut self, id: &RequestId, notifications: Value) {
+        self.notify(
+            "notifications/subscriptions/acknowledged",
+            json!({"_meta": {SUBSCRIPTION_ID_KEY: id}, "notifications": notifications}),
+        )
+        .await;
+    }
+
+    /// Acknowledges the listen stream `listen`, agreeing to all it asks for.
+    pub(crate) async fn acknowledge_asked(&mut self, listen: &Request) {
+        let asked = params(listen)["notifications"].clone();
+        self.acknowledge(&listen.id, asked).await;
+    }
+
+    /// Takes the next `subscriptions/listen` request and acknowledges all it asks for.
+    pub(crate) async fn acknowledge_listen(&mut self) -> Request {
+        let listen = self.expect_request("subscriptions/listen").await;
+        self.acknowledge_asked(&listen).await;
+        listen
+    }
+
+    /// Sends notification `method` on the listen stream `stream` (its id in `_meta`).
+    pub(crate) async fn notify_stream(
+        &mut self,
+        stream: &RequestId,
+        method: &str,
+        mut params: Value,
+    ) {
+        params["_meta"] = json!({SUBSCRIPTION_ID_KEY: stream});
+        self.notify(method, params).await;
+    }
+}
+
+/// The `serverInfo` of the fake server.
+pub(crate) fn server_info() -> Value {
+    json!({"name": "scripted", "version": "0.0.1"})
 }
 
 /// Which era the fake server plays.
@@ -379,6 +555,27 @@ impl Fake {
 pub(crate) enum Era {
     Legacy,
     Modern,
+}
+
+impl Era {
+    /// Both eras, for the tests that run in each.
+    pub(crate) const BOTH: [Era; 2] = [Era::Legacy, Era::Modern];
+
+    /// `result` (an object) as a server of this era sends it: a modern result is complete.
+    pub(crate) fn complete(self, result: Value) -> Value {
+        match self {
+            Era::Legacy => result,
+            Era::Modern => complete(result),
+        }
+    }
+
+    /// `result` (an object) as a server of this era sends a list: a modern list is cacheable.
+    pub(crate) fn cacheable(self, result: Value) -> Value {
+        match self {
+            Era::Legacy => result,
+            Era::Modern => cacheable(result),
+        }
+    }
 }
 
 /// Connects `builder` to a fake server of `era` that declares `capabilities`.
