@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 mod ci;
+mod conformance;
 mod node;
 
 use xtask::{codegen, schema};
@@ -20,7 +21,13 @@ commands:
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), feature
-      checks, the fuzz targets compile, codegen --check, rustdoc -D warnings
+      checks, the fuzz targets compile, codegen --check, rustdoc -D warnings, conformance
+  conformance
+      the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
+      against tests' conformance-server and the client suite driving conformance-client, each
+      with --suite all, once with --spec-version 2025-11-25 and once with 2026-07-28; results and
+      target/conformance/summary.md; fails on a result tests/conformance/expected-failures.yml
+      does not list (or lists but passes)
   node
       the Node 22 that the tests run the TypeScript SDK servers (tests/ts) with: installs it from
       the npm registry into target/tools/node22 if missing, runs `npm ci` in tests/ts if its
@@ -34,6 +41,9 @@ fn main() -> ExitCode {
         Some("codegen") => codegen_cmd(&args[1..]),
         Some("ci") if args.len() == 1 => ci::run(),
         Some("node") if args.len() == 1 => node_cmd(),
+        Some("conformance") if args.len() == 1 => {
+            conformance::run(&schema::project_root()).map_err(Into::into)
+        }
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;

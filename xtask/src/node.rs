@@ -67,19 +67,26 @@ pub(crate) fn ensure(root: &Path) -> Result<(), String> {
     }
     eprintln!("node: {} is {version}", node.display());
 
-    let ts = root.join(TS_DIR);
-    if needs_npm_ci(&ts) {
-        eprintln!("node: npm ci in {}", ts.display());
+    ensure_packages(root, TS_DIR)
+}
+
+/// Runs `npm ci` in the npm project `dir` (relative to the root) with Node 22 first on `PATH`,
+/// when its `node_modules` is missing or older than its package files.
+pub(crate) fn ensure_packages(root: &Path, dir: &str) -> Result<(), String> {
+    let node = binary(root);
+    let project = root.join(dir);
+    if needs_npm_ci(&project) {
+        eprintln!("node: npm ci in {}", project.display());
         let mut npm = Command::new("npm");
         npm.args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&ts)
+            .current_dir(&project)
             .env(
                 "PATH",
                 path_with(node.parent().expect("the binary is in a folder"))?,
             );
         run(&mut npm)?;
     } else {
-        eprintln!("node: {TS_DIR}/node_modules is up to date");
+        eprintln!("node: {dir}/node_modules is up to date");
     }
     Ok(())
 }

@@ -1,0 +1,366 @@
+//! `cargo xtask conformance`: the official MCP conformance suite against our conformance server
+//! and client, for both spec legs, with a summary table.
+//!
+//! The suite (`tests/conformance`, `@modelcontextprotocol/conformance` pinned exactly) runs on the
+//! Node 22 of [`node`]. The conformance server (`tests/src/bin/conformance-server.rs`) listens on a
+//! free loopback port; the server suite (`--suite all`) and the client suite (`--suite all`, the
+//! conformance client binary as `--command`) run once with `--spec-version 2025-11-25` and once
+//! with `2026-07-28`. Every scenario's `checks.json` is kept under `target/conformance/<leg>/<side>/`
+//! and `target/conformance/summary.md` tallies them. `tests/conformance/expected-failures.yml` lists
+//! what may fail, each entry with its reason; the suite itself fails the run on an unexpected
+//! failure and on a stale entry (one that passes).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::node;
+
+/// The npm project of the suite, relative to the project root.
+const SUITE_DIR: &str = "tests/conformance";
+/// The suite's entry point inside it.
+const SUITE_BIN: &str = "node_modules/@modelcontextprotocol/conformance/dist/index.js";
+/// The expected failures, relative to the project root.
+const EXPECTED: &str = "tests/conformance/expected-failures.yml";
+/// Where the results go, relative to the project root.
+const OUT: &str = "target/conformance";
+/// The two legs.
+const LEGS: &[&str] = &["2025-11-25", "2026-07-28"];
+/// How long one client process may take (ms).
+const CLIENT_TIMEOUT_MS: &str = "30000";
+
+/// Runs both suites on both legs and writes the summary; fails if any run failed.
+pub(crate) fn run(root: &Path) -> Result<(), String> {
+    node::ensure(root)?;
+    node::ensure_packages(root, SUITE_DIR)?;
+    let bins = build(root)?;
+    let out = root.join(OUT);
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+
+    let mut server = Server::start(&bins.join("conformance-server"))?;
+    let url = format!("http://127.0.0.1:{}/mcp", server.port);
+    eprintln!("conformance: the server listens at {url}");
+    let mut failures = Vec::new();
+    for leg in LEGS {
+        for side in ["server", "client"] {
+            let started = Instant::now();
+            let dir = out.join(leg).join(side);
+            let mut suite = Command::new(node::binary(root));
+            suite
+                .arg(root.join(SUITE_DIR).join(SUITE_BIN))
+                .arg(side)
+                .args(["--suite", "all", "--spec-version", leg])
+                .arg("--expected-failures")
+                .arg(root.join(EXPECTED))
+                .arg("-o")
+                .arg(&dir)
+                .current_dir(root.join(SUITE_DIR));
+            if side == "server" {
+                suite.args(["--url", &url]);
+            } else {
+                suite
+                    .arg("--command")
+                    .arg(bins.join("conformance-client"))
+                    .args(["--timeout", CLIENT_TIMEOUT_MS]);
+            }
+            eprintln!("\n==> conformance: {side} suite, spec {leg}");
+            let log = out.join(format!("{leg}-{side}.log"));
+            let status = run_logged(&mut suite, &log)?;
+            eprintln!(
+                "==> conformance: {side} suite, spec {leg}: {} in {:.1}s (log: {})",
+                if status { "ok" } else { "FAILED" },
+                started.elapsed().as_secs_f64(),
+                log.display()
+            );
+            if !status {
+                failures.push(format!("{side} suite, spec {leg}"));
+            }
+        }
+    }
+    server.stop();
+
+    let summary = summarize(&out)?;
+    let path = out.join("summary.md");
+    std::fs::write(&path, &summary).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("\n{summary}");
+    eprintln!("conformance: summary in {}", path.display());
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "conformance: unexpected results in: {} (see {OUT})",
+            failures.join(", ")
+        ))
+    }
+}
+
+/// Builds the two binaries; their folder.
+fn build(root: &Path) -> Result<PathBuf, String> {
+    eprintln!("conformance: building the conformance server and client");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "modelctx-tests",
+            "--bin",
+            "conformance-server",
+            "--bin",
+            "conformance-client",
+        ])
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("building the conformance binaries failed".into());
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        root.join(target)
+    };
+    Ok(target.join("debug"))
+}
+
+/// Runs `command` with its output into `log` (and a line per scenario to our stderr); whether it
+/// exited 0.
+fn run_logged(command: &mut Command, log: &Path) -> Result<bool, String> {
+    let file = std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("cannot reopen {}: {e}", log.display()))?;
+    let status = command
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::from(err))
+        .status()
+        .map_err(|e| format!("cannot run the suite: {e}"))?;
+    // The suite's own verdict lines, for the CI log.
+    if let Ok(text) = std::fs::read_to_string(log) {
+        for line in text.lines().filter(|l| {
+            l.contains("Unexpected")
+                || l.contains("Stale")
+                || l.contains("Total:")
+                || l.contains("Baseline")
+                || l.trim_start().starts_with('✗')
+        }) {
+            eprintln!("    {line}");
+        }
+    }
+    Ok(status.success())
+}
+
+/// The conformance server process.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// Starts it and reads the `LISTENING <port>` line it prints.
+    fn start(binary: &Path) -> Result<Server, String> {
+        let mut child = Command::new(binary)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the server's port: {e}"))?;
+        let port = line
+            .trim()
+            .strip_prefix("LISTENING ")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("the conformance server said {line:?}, not LISTENING <port>"))?;
+        Ok(Server { child, port })
+    }
+
+    /// Closes its stdin (it exits), then makes sure.
+    fn stop(&mut self) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Check counts of one scenario.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+    warned: usize,
+}
+
+impl Tally {
+    fn ok(&self) -> bool {
+        self.failed == 0 && self.warned == 0
+    }
+}
+
+/// The summary table of every `checks.json` under `out`, and the scenarios that did not pass.
+fn summarize(out: &Path) -> Result<String, String> {
+    let expected = std::fs::read_to_string(out.join("../../").join(EXPECTED)).unwrap_or_default();
+    let mut text = String::from(
+        "# Conformance summary\n\n`@modelcontextprotocol/conformance` 0.2.0-alpha.12, `--suite all`.\n\n\
+         | spec | side | scenarios passed | scenarios failed | checks passed | checks failed | checks warned |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    let mut failing = Vec::new();
+    for leg in LEGS {
+        for side in ["server", "client"] {
+            let scenarios = collect(&out.join(leg).join(side), side == "server")?;
+            let total = scenarios.values().fold(Tally::default(), |a, t| Tally {
+                passed: a.passed + t.passed,
+                failed: a.failed + t.failed,
+                warned: a.warned + t.warned,
+            });
+            let passed = scenarios.values().filter(|t| t.ok()).count();
+            let _ = writeln!(
+                text,
+                "| {leg} | {side} | {passed} | {} | {} | {} | {} |",
+                scenarios.len() - passed,
+                total.passed,
+                total.failed,
+                total.warned
+            );
+            for (name, tally) in scenarios.iter().filter(|(_, t)| !t.ok()) {
+                let listed = expected.lines().any(|l| {
+                    l.trim_start()
+                        .strip_prefix("- ")
+                        .is_some_and(|e| e.split('#').next().unwrap_or("").trim() == name)
+                });
+                failing.push(format!(
+                    "| {leg} | {side} | `{name}` | {} | {} | {} |",
+                    tally.failed,
+                    tally.warned,
+                    if listed { "expected" } else { "**unexpected**" }
+                ));
+            }
+        }
+    }
+    if failing.is_empty() {
+        text.push_str("\nEvery scenario passed.\n");
+    } else {
+        text.push_str(
+            "\nScenarios that did not pass (reasons in `tests/conformance/expected-failures.yml`):\n\n\
+             | spec | side | scenario | checks failed | checks warned | |\n|---|---|---|---|---|---|\n",
+        );
+        for line in failing {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    Ok(text)
+}
+
+/// The tally of every scenario whose `checks.json` lies under `dir`, by scenario name.
+fn collect(dir: &Path, server: bool) -> Result<BTreeMap<String, Tally>, String> {
+    let mut scenarios = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.file_name().is_some_and(|n| n == "checks.json") {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let checks: Vec<serde_json::Value> = serde_json::from_str(&text)
+                    .map_err(|e| format!("{} is not a list of checks: {e}", path.display()))?;
+                let mut tally = Tally::default();
+                for check in &checks {
+                    match check["status"].as_str() {
+                        Some("SUCCESS") => tally.passed += 1,
+                        Some("FAILURE") => tally.failed += 1,
+                        Some("WARNING") => tally.warned += 1,
+                        _ => {}
+                    }
+                }
+                let relative = path
+                    .parent()
+                    .and_then(|p| p.strip_prefix(dir).ok())
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                scenarios.insert(scenario_name(&relative, server), tally);
+            }
+        }
+    }
+    Ok(scenarios)
+}
+
+/// A result folder's scenario: without the `-<timestamp>` the suite appends and the `server-`
+/// prefix of a server scenario's folder (`server-tools-list-2026-11-25T20-31-02-123Z`).
+fn scenario_name(folder: &str, server: bool) -> String {
+    let bytes = folder.as_bytes();
+    let mut end = folder.len();
+    // The timestamp starts at the last `-YYYY-MM-DDT`.
+    for i in (0..folder.len()).rev() {
+        let rest = &bytes[i..];
+        if rest.len() >= 12
+            && rest[0] == b'-'
+            && rest[1..5].iter().all(u8::is_ascii_digit)
+            && rest[5] == b'-'
+            && rest[6..8].iter().all(u8::is_ascii_digit)
+            && rest[8] == b'-'
+            && rest[9..11].iter().all(u8::is_ascii_digit)
+            && rest[11] == b'T'
+        {
+            end = i;
+            break;
+        }
+    }
+    let name = &folder[..end];
+    if server {
+        name.strip_prefix("server-").unwrap_or(name).to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folder_names_give_scenario_names() {
+        let ts = "-2026-11-25T20-31-02-123Z";
+        assert_eq!(scenario_name(&format!("server-tools-list{ts}"), true), "tools-list");
+        assert_eq!(
+            scenario_name(&format!("server-server-initialize{ts}"), true),
+            "server-initialize"
+        );
+        assert_eq!(scenario_name(&format!("tools_call{ts}"), false), "tools_call");
+        assert_eq!(
+            scenario_name(&format!("auth/metadata-default{ts}"), false),
+            "auth/metadata-default"
+        );
+    }
+}
