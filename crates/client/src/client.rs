@@ -198,7 +198,13 @@ impl Client {
             Some(tx) => tx.subscribe(),
             None => broadcast::channel(1).1,
         };
-        let _ = self.inner.commands.try_send(Command::Listen(None));
+        if let Err(mpsc::error::TrySendError::Full(command)) =
+            self.inner.commands.try_send(Command::Listen(None))
+        {
+            // The queue is busy: the request to listen waits its turn rather than being lost.
+            let commands = self.inner.commands.clone();
+            tokio::spawn(async move { commands.send(command).await });
+        }
         Notifications { rx }
     }
 
