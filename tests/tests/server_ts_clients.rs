@@ -1,6 +1,8 @@
-//! The server facade against the TypeScript SDK's clients (`tests/ts/facade-clients.mjs`):
-//! `@modelcontextprotocol/sdk` 1.x over Streamable HTTP and stdio, `@modelcontextprotocol/client`
-//! 2.x over Streamable HTTP in the legacy era, automatic, and pinned to 2026-07-28.
+//! The server facade's richer test server (`--client-tests`) against the TypeScript SDK's clients
+//! (`tests/ts/facade-clients.mjs`): `@modelcontextprotocol/sdk` 1.x over Streamable HTTP and
+//! stdio; `@modelcontextprotocol/client` 2.x over Streamable HTTP in the legacy era, automatic and
+//! pinned to 2026-07-28, and over stdio in the legacy era and pinned to 2026-07-28. Seven clients,
+//! one line each.
 //!
 //! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, the test says it is skipped.
@@ -34,7 +36,7 @@ async fn the_typescript_clients_use_every_feature_in_both_eras() {
         .collect();
     assert_eq!(
         lines.len(),
-        5,
+        7,
         "stdout: {stdout}\nstderr: {}",
         String::from_utf8_lossy(&output.stderr)
     );
