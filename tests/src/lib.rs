@@ -2,6 +2,7 @@
 //! and a by-name way to reach the generated types of every version.
 
 pub mod client;
+pub mod conformance_server;
 pub mod facade;
 pub mod http;
 pub mod http_client;
