@@ -451,6 +451,27 @@ async fn modern_requests_are_stateless_and_checked_before_they_run() {
     let reply = response.json().await;
     assert_eq!(reply["error"]["code"], -32022);
     assert_eq!(reply["error"]["data"]["supported"], json!(["2026-07-28"]));
+    assert_eq!(reply["error"]["data"]["requested"], "2099-01-01");
+    // A header that disagrees with the body is a mismatch even when the body's version is not
+    // served: -32020, not -32022.
+    let mut body = modern_call(51, "echo", json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let response = post(addr, &modern_headers("tools/call", Some("echo")), &body).await;
+    assert_eq!(response.status, 400);
+    let reply = response.json().await;
+    assert_eq!(reply["error"]["code"], -32020, "{reply}");
+    assert_eq!(reply["id"], 51);
+    // What `_meta` must carry is checked before the header: -32602, not -32020.
+    let mut body = modern_call(52, "echo", json!({}));
+    body["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    let mut headers = modern_headers("tools/call", Some("echo"));
+    headers[2] = ("MCP-Protocol-Version", "2025-11-25");
+    let response = post(addr, &headers, &body).await;
+    assert_eq!(response.status, 400);
+    assert_eq!(response.json().await["error"]["code"], -32602);
     // Missing client capabilities: 400 with -32602.
     let mut body = modern_call(6, "echo", json!({}));
     body["params"]["_meta"]

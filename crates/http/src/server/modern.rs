@@ -74,6 +74,9 @@ pub(crate) async fn handle(
         .headers
         .get(MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok());
+    // What the request must carry comes first (-32602), then whether the header agrees with
+    // it (-32020), and only then whether its version is served (-32022): a request whose
+    // header and body disagree is malformed whatever the versions.
     let Some(body_version) = body_version else {
         return respond::error_code(
             StatusCode::BAD_REQUEST,
@@ -84,22 +87,16 @@ pub(crate) async fn handle(
             ),
         );
     };
-    if !config.modern_versions.iter().any(|v| v == body_version) {
-        let error = ErrorObject::new(
-            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-            format!("unsupported protocol version {body_version:?}"),
-        )
-        .with_data(&serde_json::json!({
-            "supported": config.modern_versions,
-            "requested": body_version,
-        }))
-        .unwrap_or_else(|_| {
-            ErrorObject::new(
-                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-                "unsupported protocol version",
-            )
-        });
-        return respond::error(StatusCode::BAD_REQUEST, id, error);
+    if id.is_some() && !meta.is_some_and(|m| m.get(META_CAPABILITIES).is_some_and(Value::is_object))
+    {
+        return respond::error_code(
+            StatusCode::BAD_REQUEST,
+            id,
+            ErrorCode::INVALID_PARAMS,
+            format!(
+                "missing params._meta[\"{META_CAPABILITIES}\"]: a 2026-07-28 request declares its client capabilities"
+            ),
+        );
     }
     match header_version {
         Some(h) if h == body_version => {}
@@ -122,16 +119,22 @@ pub(crate) async fn handle(
             );
         }
     }
-    if id.is_some() && !meta.is_some_and(|m| m.get(META_CAPABILITIES).is_some_and(Value::is_object))
-    {
-        return respond::error_code(
-            StatusCode::BAD_REQUEST,
-            id,
-            ErrorCode::INVALID_PARAMS,
-            format!(
-                "missing params._meta[\"{META_CAPABILITIES}\"]: a 2026-07-28 request declares its client capabilities"
-            ),
-        );
+    if !config.modern_versions.iter().any(|v| v == body_version) {
+        let error = ErrorObject::new(
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+            format!("unsupported protocol version {body_version:?}"),
+        )
+        .with_data(&serde_json::json!({
+            "supported": config.modern_versions,
+            "requested": body_version,
+        }))
+        .unwrap_or_else(|_| {
+            ErrorObject::new(
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+                "unsupported protocol version",
+            )
+        });
+        return respond::error(StatusCode::BAD_REQUEST, id, error);
     }
     if id.is_some() {
         let tool_headers = (method == "tools/call")
