@@ -487,6 +487,15 @@ async fn modern_requests_are_stateless_and_checked_before_they_run() {
     let response = post(addr, &modern_headers("no/such", None), &unknown).await;
     assert_eq!(response.status, 404);
     assert_eq!(response.json().await["error"]["code"], -32601);
+    // So is initialize, which 2026-07-28 removed: no session is opened.
+    let initialize = json!({"jsonrpc": "2.0", "id": 8, "method": "initialize",
+        "params": {"_meta": modern_meta()}});
+    let response = post(addr, &modern_headers("initialize", None), &initialize).await;
+    assert_eq!(response.status, 404);
+    assert!(response.header("mcp-session-id").is_none());
+    let reply = response.json().await;
+    assert_eq!(reply["error"]["code"], -32601, "{reply}");
+    assert_eq!(reply["id"], 8);
     assert!(
         server.service().table_sizes().await.is_empty(),
         "nothing kept"

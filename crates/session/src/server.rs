@@ -265,7 +265,20 @@ impl ServerSession {
         let Request { id, method, params } = request;
         let reply_error =
             |core: &mut Core, error: ErrorObject| core.reply_error(Some(id.clone()), batch, error);
-        if method == "initialize" {
+        // An `initialize` whose `_meta` names a modern version is a 2026-07-28 request, where
+        // the method does not exist (-32601 below), not a handshake.
+        let names_modern = || {
+            meta::probe(params.as_deref()).is_ok_and(|probe| {
+                probe
+                    .protocol_version
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| {
+                        ProtocolVersion::parse(v).is_none_or(|v| v.era() == Era::Modern)
+                    })
+            })
+        };
+        if method == "initialize" && !names_modern() {
             if batch.is_some() {
                 return reply_error(
                     &mut self.core,

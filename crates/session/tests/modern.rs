@@ -66,8 +66,15 @@ fn meta_is_validated_on_every_request() {
         send(&mut s, request(3, "tools/list", json!({"_meta": meta})))[0]["error"]["code"],
         -32602
     );
-    // Methods removed in 2026 are unknown: -32601.
-    for method in ["ping", "logging/setLevel", "resources/subscribe"] {
+    // Methods removed in 2026 are unknown: -32601. An `initialize` carrying a modern `_meta`
+    // is one of them, not a handshake.
+    for method in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+    ] {
         assert_eq!(
             send(&mut s, request(4, method, with_meta(json!({}), json!({}))))[0]["error"]["code"],
             -32601,
