@@ -158,3 +158,59 @@ async fn connection_failures_are_typed() {
         "{missing:?}"
     );
 }
+
+/// A legacy server sends its own requests (here an elicitation) and list changes on the
+/// standalone GET stream: `listening()` returns once that stream is open, so a call made after
+/// it cannot race the stream, however slowly the server opens it.
+#[tokio::test]
+async fn listening_waits_for_the_legacy_standalone_stream() {
+    let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = opened.clone();
+    let server = ScriptServer::start(move |seen, mut reply| {
+        let flag = flag.clone();
+        async move {
+            if seen.method == "GET" {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                reply.sse_head(&[]).await;
+                flag.store(true, Ordering::SeqCst);
+                // The stream stays open until the client goes.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                return;
+            }
+            modelctx_tests::http_client::legacy_basics(&seen, &mut reply, Some("s1")).await;
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    within("listening", client.listening()).await.unwrap();
+    assert!(
+        opened.load(Ordering::SeqCst),
+        "listening() returned before the standalone stream was open"
+    );
+    client.close().await;
+
+    // A server without the stream (405): listening() does not wait for it.
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        modelctx_tests::http_client::legacy_basics(&seen, &mut reply, Some("s2")).await;
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    within("listening without a stream", client.listening())
+        .await
+        .unwrap();
+    client.close().await;
+}

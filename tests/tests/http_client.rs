@@ -360,6 +360,56 @@ async fn a_legacy_server_answering_everything_with_an_empty_object_gets_initiali
     .await;
 }
 
+/// The transport says where the legacy standalone stream stands: opening from
+/// `notifications/initialized` on, then open (with `StandaloneOpened`) or unavailable (405).
+#[tokio::test]
+async fn the_standalone_stream_is_reported_opening_then_open_or_unavailable() {
+    use modelctx_http::client::StandaloneStream;
+    for refuse in [false, true] {
+        let server = ScriptServer::start(move |seen, mut reply| async move {
+            if seen.method == "GET" && !refuse {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                reply.sse_head(&[]).await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                return;
+            }
+            legacy_basics(&seen, &mut reply, Some("s")).await;
+        })
+        .await;
+        let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+        assert_eq!(
+            client.transport.standalone_stream(),
+            StandaloneStream::NotExpected
+        );
+        within("connect", client.connect()).await.unwrap();
+        assert_eq!(
+            client.transport.standalone_stream(),
+            StandaloneStream::Opening
+        );
+        let (note, state) = if refuse {
+            ("NoStandaloneStream", StandaloneStream::Unavailable)
+        } else {
+            ("StandaloneOpened", StandaloneStream::Open)
+        };
+        within(note, client.until(|n| n.iter().any(|n| n == note))).await;
+        assert_eq!(client.transport.standalone_stream(), state);
+    }
+    // Not asked for: none is expected.
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        legacy_basics(&seen, &mut reply, Some("s")).await;
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut client = Driver::new(&server.url(), legacy_config(), config);
+    within("connect", client.connect()).await.unwrap();
+    client.step_until_idle().await;
+    assert_eq!(
+        client.transport.standalone_stream(),
+        StandaloneStream::NotExpected
+    );
+}
+
 #[tokio::test]
 async fn an_http_sse_only_server_gets_the_old_transport() {
     let (to_stream, from_posts) = tokio::sync::mpsc::unbounded_channel::<Value>();

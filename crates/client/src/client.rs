@@ -209,9 +209,12 @@ impl Client {
     }
 
     /// Returns once the server delivers list changes to [`notifications`](Self::notifications):
-    /// at once in the legacy era; in the modern era when the server has acknowledged the
-    /// client's `subscriptions/listen` stream (or has none of the list changes to offer).
-    /// Waits at most the client's request timeout ([`Error::Timeout`]; the stream stays open).
+    /// in the legacy era at once, but over Streamable HTTP only when the session's standalone
+    /// GET stream is open (or the server turned out to offer none), since that stream carries
+    /// what the server sends outside of requests (list changes, and its own requests such as
+    /// elicitations); in the modern era when the server has acknowledged the client's
+    /// `subscriptions/listen` stream (or has none of the list changes to offer). Waits at most
+    /// the client's request timeout ([`Error::Timeout`]; the stream stays open).
     pub async fn listening(&self) -> Result<(), Error> {
         let (reply, done) = oneshot::channel();
         self.inner

@@ -440,6 +440,10 @@ impl Driver {
                 self.session.transport_closed(why);
             }
         }
+        if !self.listen.waiters.is_empty() && !self.modern() {
+            // The legacy standalone stream may have opened (or turned out to be absent).
+            self.answer_waiters_if_idle();
+        }
     }
 
     async fn describe_close(&mut self, why: String) -> String {
@@ -985,6 +989,11 @@ impl Driver {
     }
 
     fn answer_waiters_if_idle(&mut self) {
+        if !self.modern() && self.link.as_ref().is_some_and(Link::standalone_opening) {
+            // Legacy over HTTP: the server's notifications come on the standalone stream, which
+            // is not open yet.
+            return;
+        }
         let acked_uris: Option<BTreeSet<String>> = match (&self.listen.open, self.listen.acked) {
             (Some((_, filter)), true) => Some(filter.uris.clone()),
             (None, _) => Some(BTreeSet::new()),

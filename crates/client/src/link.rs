@@ -147,6 +147,18 @@ impl Link {
         }
     }
 
+    /// Whether the legacy session's standalone stream (HTTP) is being opened: what the server
+    /// sends outside of requests does not reach the client yet.
+    pub(crate) fn standalone_opening(&self) -> bool {
+        match self {
+            Link::Channels(_) => false,
+            #[cfg(feature = "http")]
+            Link::Http(t) => {
+                t.standalone_stream() == modelctx_http::client::StandaloneStream::Opening
+            }
+        }
+    }
+
     /// Ends the transport: closes the server's input (and, for a child process, shuts it down
     /// as the specification asks); over HTTP, ends a legacy session with `DELETE`.
     pub(crate) async fn shut_down(self) {

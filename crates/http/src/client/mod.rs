@@ -14,7 +14,9 @@
 //!   from the `initialize` response is sent on every later request; a 404 to a request that
 //!   carried it means the session ended ([`Inbound::SessionEnded`]); a broken SSE response is
 //!   resumed with `GET` and `Last-Event-ID` (see [`Reconnect`]); the standalone GET stream is
-//!   opened once the session is initialized; `DELETE` on [`close`](HttpTransport::close).
+//!   opened once the session is initialized (where it stands:
+//!   [`standalone_stream`](HttpTransport::standalone_stream)); `DELETE` on
+//!   [`close`](HttpTransport::close).
 //!   When `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
 //!   transport (a GET for the `endpoint` event, then POSTs there).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
@@ -91,6 +93,9 @@ pub enum Inbound {
     /// The server offers no standalone GET stream (405, or 400 or 404 to a GET without a session
     /// id): server-initiated messages only come on the streams of requests.
     NoStandaloneStream,
+    /// The standalone GET stream of the legacy session is open: what the server sends outside
+    /// of any request (list changes, its own requests) reaches the client from now on.
+    StandaloneOpened,
     /// Reconnecting a broken legacy stream was given up after `attempts`. `request` is the
     /// request whose response stream it was (which also gets [`Inbound::RequestFailed`]);
     /// `None` for the standalone stream.
@@ -123,6 +128,24 @@ pub enum Inbound {
     /// The connection to the server ended for good (the HTTP+SSE stream of the 2024-11-05
     /// transport closed): for the session's `transport_closed`.
     Closed(TransportError),
+}
+
+/// The standalone GET stream of a legacy session, as far as the transport knows (see
+/// [`HttpTransport::standalone_stream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StandaloneStream {
+    /// None is expected: no legacy session is initialized, the transport speaks the modern era
+    /// or the 2024-11-05 transport, or [`ClientConfig::standalone_stream`] is off.
+    #[default]
+    NotExpected,
+    /// `notifications/initialized` was sent; the stream is not open yet.
+    Opening,
+    /// Open ([`Inbound::StandaloneOpened`]); it stays so while a broken stream is reconnected.
+    Open,
+    /// The server offers none ([`Inbound::NoStandaloneStream`]), `notifications/initialized` was
+    /// not accepted, or reconnecting the stream was given up ([`Inbound::GaveUp`]).
+    Unavailable,
 }
 
 /// Why an HTTP exchange did not give an MCP answer.
@@ -270,6 +293,8 @@ pub(crate) struct State {
     next_key: u64,
     pub(crate) tools: ToolHeaders,
     pub(crate) closed: bool,
+    /// The legacy session's standalone GET stream.
+    pub(crate) standalone: StandaloneStream,
 }
 
 struct Task {
@@ -343,6 +368,21 @@ impl Shared {
         Ok(())
     }
 
+    /// Records where the standalone stream of the legacy session `session` stands (nothing when
+    /// that session has ended meanwhile). True when it changed.
+    pub(crate) fn set_standalone(
+        &self,
+        session: &Option<HeaderValue>,
+        standalone: StandaloneStream,
+    ) -> bool {
+        let mut state = self.state();
+        if state.session_id != *session || state.standalone == standalone {
+            return false;
+        }
+        state.standalone = standalone;
+        true
+    }
+
     /// Hands something up; false when nobody listens any more.
     pub(crate) async fn deliver(&self, inbound: Inbound) -> bool {
         self.tx.send(inbound).await.is_ok()
@@ -359,6 +399,7 @@ impl Shared {
         state.session_id = None;
         state.version = None;
         state.epoch += 1;
+        state.standalone = StandaloneStream::NotExpected;
         let ended: Vec<u64> = state
             .tasks
             .iter()
@@ -491,6 +532,15 @@ impl HttpTransport {
             .as_ref()
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
+    }
+
+    /// Where the standalone GET stream of the legacy session stands: a client that needs what
+    /// the server sends outside of requests (its requests, list changes) waits while it is
+    /// [`Opening`](StandaloneStream::Opening); [`Inbound::StandaloneOpened`],
+    /// [`Inbound::NoStandaloneStream`], [`Inbound::GaveUp`] or [`Inbound::Undelivered`] (for
+    /// `notifications/initialized`) follow when it changes.
+    pub fn standalone_stream(&self) -> StandaloneStream {
+        self.shared.state().standalone
     }
 
     /// The size of every internal table.

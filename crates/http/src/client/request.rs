@@ -15,7 +15,10 @@ use serde_json::value::RawValue;
 
 use super::sse_decode::SseDecoder;
 use super::tools::filter_list;
-use super::{Inbound, Registration, SendError, SendOptions, Shared, TaskGuard, TransportError};
+use super::{
+    Inbound, Registration, SendError, SendOptions, Shared, StandaloneStream, TaskGuard,
+    TransportError,
+};
 use crate::headers::{
     LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, escape, meta_protocol_version,
     request_headers,
@@ -24,6 +27,8 @@ use crate::headers::{
 /// At most this much of an error body is read, and this much of it shown.
 const ERROR_BODY_LIMIT: usize = 64 << 10;
 const ERROR_BODY_SHOWN: usize = 200;
+/// The notification after which a legacy session's standalone stream is opened.
+const INITIALIZED: &str = "notifications/initialized";
 /// Pages of `tools/list` read when the client lists again after a -32020.
 const MAX_TOOL_PAGES: usize = 100;
 
@@ -100,7 +105,19 @@ pub(crate) fn send(
         });
     }
     if requests.is_empty() {
-        shared.spawn(registration, move |guard| one_way(guard, exchange))
+        let opens_standalone = !exchange.modern
+            && exchange.method.as_deref() == Some(INITIALIZED)
+            && shared.config.standalone_stream;
+        let session = opens_standalone.then(|| shared.state().session_id.clone());
+        if let Some(session) = &session {
+            // Known at once, so that a client asking right after the handshake waits for it.
+            shared.set_standalone(session, StandaloneStream::Opening);
+        }
+        let sent = shared.spawn(registration, move |guard| one_way(guard, exchange));
+        if let (Err(_), Some(session)) = (&sent, &session) {
+            shared.set_standalone(session, StandaloneStream::Unavailable);
+        }
+        sent
     } else {
         shared.spawn(registration, move |guard| run(guard, exchange, requests))
     }
@@ -671,27 +688,23 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
         Some((state.session_id.clone(), state.version.clone()))
     };
     let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
+    let opens_standalone = !exchange.modern
+        && exchange.method.as_deref() == Some(INITIALIZED)
+        && shared.config.standalone_stream;
     let error = match post(&shared, &exchange, session).await {
         Ok(response) if response.status().is_success() => {
-            if exchange.method.as_deref() == Some("notifications/initialized")
-                && shared.config.standalone_stream
-            {
-                let _ = shared.spawn(
+            if opens_standalone {
+                let session = sent_session.clone();
+                let spawned = shared.spawn(
                     Registration {
                         requests: Vec::new(),
                         legacy: true,
                     },
-                    move |guard| {
-                        follow(
-                            guard,
-                            None,
-                            None,
-                            None,
-                            sent_session,
-                            TransportError::Closed,
-                        )
-                    },
+                    move |guard| follow(guard, None, None, None, session, TransportError::Closed),
                 );
+                if spawned.is_err() {
+                    shared.set_standalone(&sent_session, StandaloneStream::Unavailable);
+                }
             }
             return;
         }
@@ -710,6 +723,9 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
         }
         Err(error) => error,
     };
+    if opens_standalone {
+        shared.set_standalone(&sent_session, StandaloneStream::Unavailable);
+    }
     shared.deliver(Inbound::Undelivered { what, error }).await;
 }
 
@@ -744,6 +760,9 @@ async fn follow(
                 return finish(&shared, &mut pending, error).await;
             }
             if attempts > policy.max_attempts {
+                if standalone {
+                    shared.set_standalone(&session, StandaloneStream::Unavailable);
+                }
                 let request = pending.ids.first().map(|(_, id)| id.clone());
                 let gave_up = Inbound::GaveUp {
                     request,
@@ -788,6 +807,9 @@ async fn follow(
             }
         }
         let Ok(request) = builder.body(Full::new(Bytes::new())) else {
+            if standalone {
+                shared.set_standalone(&session, StandaloneStream::Unavailable);
+            }
             return;
         };
         let response = match exchange_head(&shared, request).await {
@@ -807,6 +829,7 @@ async fn follow(
             && (status == StatusCode::METHOD_NOT_ALLOWED
                 || (session.is_none() && matches!(status.as_u16(), 400 | 404)))
         {
+            shared.set_standalone(&session, StandaloneStream::Unavailable);
             shared.deliver(Inbound::NoStandaloneStream).await;
             return;
         }
@@ -831,6 +854,9 @@ async fn follow(
             }
             continue;
         }
+        if standalone && shared.set_standalone(&session, StandaloneStream::Open) {
+            shared.deliver(Inbound::StandaloneOpened).await;
+        }
         let mut decoder = SseDecoder::new(shared.config.max_event);
         let end = read_sse(&shared, response.into_body(), &mut decoder, &mut pending).await;
         if let Some(id) = decoder.last_event_id() {
@@ -846,6 +872,7 @@ async fn follow(
             End::Answered | End::Gone => return,
             End::Fatal(e) => {
                 if standalone {
+                    shared.set_standalone(&session, StandaloneStream::Unavailable);
                     shared
                         .deliver(Inbound::GaveUp {
                             request: None,
