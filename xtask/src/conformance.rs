@@ -132,7 +132,8 @@ fn build(root: &Path) -> Result<PathBuf, String> {
 /// Runs `command` with its output into `log` (and a line per scenario to our stderr); whether it
 /// exited 0.
 fn run_logged(command: &mut Command, log: &Path) -> Result<bool, String> {
-    let file = std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let file =
+        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let err = file
         .try_clone()
         .map_err(|e| format!("cannot reopen {}: {e}", log.display()))?;
@@ -352,12 +353,18 @@ mod tests {
     #[test]
     fn folder_names_give_scenario_names() {
         let ts = "-2026-11-25T20-31-02-123Z";
-        assert_eq!(scenario_name(&format!("server-tools-list{ts}"), true), "tools-list");
+        assert_eq!(
+            scenario_name(&format!("server-tools-list{ts}"), true),
+            "tools-list"
+        );
         assert_eq!(
             scenario_name(&format!("server-server-initialize{ts}"), true),
             "server-initialize"
         );
-        assert_eq!(scenario_name(&format!("tools_call{ts}"), false), "tools_call");
+        assert_eq!(
+            scenario_name(&format!("tools_call{ts}"), false),
+            "tools_call"
+        );
         assert_eq!(
             scenario_name(&format!("auth/metadata-default{ts}"), false),
             "auth/metadata-default"
