@@ -186,7 +186,8 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             expect_success("add_numbers", &result)
         }
         "elicitation-sep1034-client-defaults" => {
-            // The mock asks on the standalone stream: it must be open before the call.
+            // The mock sends its elicitation on the standalone GET stream, and only if that
+            // stream is open: `listening()` returns once it is.
             client.listening().await.map_err(e("listening"))?;
             client.list_all_tools().await.map_err(e("tools/list"))?;
             let result = client
