@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::Command;
-use crate::input::InputError;
+use crate::input::{Asked, InputError};
 
 /// The context of one request: handed to every handler that asks for it.
 ///
@@ -177,13 +177,7 @@ impl Context {
         message: &str,
         requested_schema: Value,
     ) -> Result<Value, InputError> {
-        let mut params = JsonObject::new();
-        params.insert("message".into(), Value::from(message));
-        params.insert("requestedSchema".into(), requested_schema);
-        if self.inner.version >= ProtocolVersion::V2025_11_25 {
-            params.insert("mode".into(), Value::from("form"));
-        }
-        self.ask("elicitation/create", params).await
+        self.keyed_ask(None).elicit(message, requested_schema).await
     }
 
     /// Asks the user to visit `url` (elicitation, URL mode; 2025-11-25 and later).
@@ -193,27 +187,53 @@ impl Context {
         url: &str,
         elicitation_id: &str,
     ) -> Result<Value, InputError> {
-        let mut params = JsonObject::new();
-        params.insert("mode".into(), Value::from("url"));
-        params.insert("message".into(), Value::from(message));
-        params.insert("url".into(), Value::from(url));
-        params.insert("elicitationId".into(), Value::from(elicitation_id));
-        self.ask("elicitation/create", params).await
+        self.keyed_ask(None)
+            .elicit_url(message, url, elicitation_id)
+            .await
     }
 
     /// Asks the client's model for a completion (`sampling/createMessage`): `params` is a
     /// `CreateMessageRequestParams` (messages, `maxTokens`, and optionally tools). The answer
     /// is the `CreateMessageResult`.
     pub async fn sample(&self, params: JsonObject) -> Result<Value, InputError> {
-        self.ask("sampling/createMessage", params).await
+        self.keyed_ask(None).sample(params).await
     }
 
     /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
     pub async fn list_roots(&self) -> Result<Value, InputError> {
-        self.ask("roots/list", JsonObject::new()).await
+        self.keyed_ask(None).list_roots().await
     }
 
-    async fn ask(&self, method: &str, params: JsonObject) -> Result<Value, InputError> {
+    /// The next question, named `key`: in a modern round trip, the key of its entry in
+    /// `inputRequests`, under which the client answers in `inputResponses` (without one, a
+    /// question is named after its method and place, `elicit-1`, `sample-2`, ...). Keys name
+    /// questions across rounds, so a handler asks the same question under the same key every
+    /// run; in a modern request, a second question under a key already asked fails with
+    /// [`InputError::DuplicateKey`]. Legacy clients, which get requests, never see keys.
+    ///
+    /// ```no_run
+    /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
+    /// let schema = serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}});
+    /// let answer = context.keyed("user_name").elicit("What is your name?", schema).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Questions asked at once (futures joined, not awaited one after the other) go to a modern
+    /// client in one round.
+    pub fn keyed(&self, key: impl Into<String>) -> Question<'_> {
+        self.keyed_ask(Some(key.into()))
+    }
+
+    fn keyed_ask(&self, key: Option<String>) -> Question<'_> {
+        Question { context: self, key }
+    }
+
+    async fn ask(
+        &self,
+        method: &str,
+        params: JsonObject,
+        key: Option<String>,
+    ) -> Result<Value, InputError> {
         let allowed = match &self.inner.client_capabilities {
             Some(caps) => {
                 modelctx_session::client_can_answer(self.inner.version, method, Some(&params), caps)
@@ -227,10 +247,11 @@ impl Context {
             let Some(mrtr) = &self.inner.mrtr else {
                 return Err(InputError::NotAllowed);
             };
-            return match mrtr.ask(method, params) {
-                Some(answer) => Ok(answer),
+            return match mrtr.ask(method, params, key) {
+                Asked::Answer(answer) => Ok(answer),
+                Asked::Refused(error) => Err(error),
                 // The run is abandoned for the round trip; this never resolves.
-                None => std::future::pending().await,
+                Asked::Abandoned => std::future::pending().await,
             };
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -250,5 +271,59 @@ impl Context {
         answer
             .await
             .unwrap_or_else(|_| Err(InputError::NoAnswer("the connection ended".into())))
+    }
+}
+
+/// A question with a key of its own ([`Context::keyed`]).
+#[derive(Debug)]
+#[must_use = "a question is asked by one of its methods"]
+pub struct Question<'a> {
+    context: &'a Context,
+    key: Option<String>,
+}
+
+impl Question<'_> {
+    /// [`Context::elicit`] under this key.
+    pub async fn elicit(self, message: &str, requested_schema: Value) -> Result<Value, InputError> {
+        let mut params = JsonObject::new();
+        params.insert("message".into(), Value::from(message));
+        params.insert("requestedSchema".into(), requested_schema);
+        if self.context.inner.version >= ProtocolVersion::V2025_11_25 {
+            params.insert("mode".into(), Value::from("form"));
+        }
+        self.context
+            .ask("elicitation/create", params, self.key)
+            .await
+    }
+
+    /// [`Context::elicit_url`] under this key.
+    pub async fn elicit_url(
+        self,
+        message: &str,
+        url: &str,
+        elicitation_id: &str,
+    ) -> Result<Value, InputError> {
+        let mut params = JsonObject::new();
+        params.insert("mode".into(), Value::from("url"));
+        params.insert("message".into(), Value::from(message));
+        params.insert("url".into(), Value::from(url));
+        params.insert("elicitationId".into(), Value::from(elicitation_id));
+        self.context
+            .ask("elicitation/create", params, self.key)
+            .await
+    }
+
+    /// [`Context::sample`] under this key.
+    pub async fn sample(self, params: JsonObject) -> Result<Value, InputError> {
+        self.context
+            .ask("sampling/createMessage", params, self.key)
+            .await
+    }
+
+    /// [`Context::list_roots`] under this key.
+    pub async fn list_roots(self) -> Result<Value, InputError> {
+        self.context
+            .ask("roots/list", JsonObject::new(), self.key)
+            .await
     }
 }

@@ -7,11 +7,15 @@
 //! for, its run is abandoned and the request is answered `input_required` with the input
 //! requests and an integrity-protected `requestState` holding the answers gathered so far. The
 //! client retries with the answers; the handler runs again from the start, and this time the
-//! same questions (asked in the same order) get their answers at once.
+//! same questions (asked in the same order) get their answers at once. Questions are keyed by
+//! method and place (`elicit-1`), or by the key the handler gives them; questions asked at once
+//! go in one round. An answer is checked against its question's result type before the handler
+//! sees it: one that does not fit fails the request (-32602).
 //!
 //! The rule this puts on handler code: **before its last question, a handler may run more than
 //! once**. Ask first, act after; or make what comes before a question idempotent.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -43,6 +47,11 @@ pub enum InputError {
     /// The request could not be sent or got no answer (timeout, connection ended).
     #[error("no answer from the client: {0}")]
     NoAnswer(String),
+    /// Two questions of one request were given the same key ([`Context::keyed`]).
+    ///
+    /// [`Context::keyed`]: crate::Context::keyed
+    #[error("two questions of one request have the key {0:?}")]
+    DuplicateKey(String),
 }
 
 /// The multi round-trip state of one modern request.
@@ -52,27 +61,83 @@ pub(crate) struct Mrtr {
     answers: JsonObject,
     /// Questions asked so far in this run, to name each.
     asked: AtomicUsize,
+    /// The keys of the questions asked in this run.
+    keys: Mutex<HashSet<String>>,
     /// Questions without an answer, by key.
     pending: Mutex<JsonObject>,
-    /// Fired when a question has no answer.
+    /// An answer that is not one to its question: the request fails with it.
+    invalid: Mutex<Option<ErrorObject>>,
+    /// Fired when a question has no answer, or an invalid one.
     needed: Notify,
 }
 
+/// What a question of a modern request gets.
+pub(crate) enum Asked {
+    /// The client's answer.
+    Answer(Value),
+    /// None yet (or an invalid one): the run ends with `input_required` (or an error).
+    Abandoned,
+    /// The handler asked wrongly.
+    Refused(InputError),
+}
+
 impl Mrtr {
-    /// The answer to the next question, or `None` after recording it as pending.
-    pub(crate) fn ask(&self, method: &str, params: JsonObject) -> Option<Value> {
+    /// The answer to the next question (named `key`, or by its method and place), or
+    /// [`Asked::Abandoned`] after recording it as pending (or its answer as invalid).
+    pub(crate) fn ask(&self, method: &str, params: JsonObject, key: Option<String>) -> Asked {
         let n = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
-        let key = format!("{}-{n}", short(method));
+        let key = key.unwrap_or_else(|| format!("{}-{n}", short(method)));
+        if !self
+            .keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone())
+        {
+            return Asked::Refused(InputError::DuplicateKey(key));
+        }
         if let Some(answer) = self.answers.get(&key) {
-            return Some(answer.clone());
+            return match check_answer(method, &key, answer) {
+                Ok(()) => Asked::Answer(answer.clone()),
+                Err(error) => {
+                    let mut invalid = self.invalid.lock().unwrap_or_else(|e| e.into_inner());
+                    invalid.get_or_insert(error);
+                    drop(invalid);
+                    self.needed.notify_one();
+                    Asked::Abandoned
+                }
+            };
         }
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, json!({"method": method, "params": params}));
         self.needed.notify_one();
-        None
+        Asked::Abandoned
     }
+}
+
+/// Whether `answer` is an answer to a question of `method`: the client's result for it (an
+/// `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`), or the -32602 error the
+/// request fails with.
+fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObject> {
+    use modelctx_types::v2026_07_28 as wire;
+    fn fits<T: serde::de::DeserializeOwned>(answer: &Value) -> Result<(), String> {
+        T::deserialize(answer).map(drop).map_err(|e| e.to_string())
+    }
+    let (expected, fitted) = match method {
+        "elicitation/create" => ("an ElicitResult", fits::<wire::ElicitResult>(answer)),
+        "sampling/createMessage" => (
+            "a CreateMessageResult",
+            fits::<wire::CreateMessageResult>(answer),
+        ),
+        "roots/list" => ("a ListRootsResult", fits::<wire::ListRootsResult>(answer)),
+        _ => return Ok(()),
+    };
+    fitted.map_err(|why| {
+        invalid_params(format!(
+            "inputResponses[{key:?}] answers {method} and must be {expected}: {why}"
+        ))
+    })
 }
 
 fn short(method: &str) -> &'static str {
@@ -142,7 +207,7 @@ pub(crate) fn prepare(
         }
     }
     match params.get("inputResponses") {
-        None | Some(Value::Null) => {}
+        None => {}
         Some(Value::Object(responses)) => {
             for (key, value) in responses {
                 answers.insert(key.clone(), value.clone());
@@ -174,6 +239,9 @@ pub(crate) fn wrap(
             tokio::select! {
                 answer = runner(context) => answer,
                 () = needed => {
+                    if let Some(error) = mrtr.invalid.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        return Err(error);
+                    }
                     let pending = std::mem::take(&mut *mrtr.pending.lock().unwrap_or_else(|e| e.into_inner()));
                     let keys: Vec<&str> = pending.keys().map(String::as_str).collect();
                     let binding = Binding { principal: principal.as_deref(), method: &method, params: params.as_deref() };

@@ -51,6 +51,11 @@
 //! order, at once. So before its last question a handler may run more than once: ask first and
 //! act after, or make what comes before a question idempotent.
 //!
+//! Questions asked at once (joined futures) go to a modern client in one round, each under a
+//! key of `inputRequests` the handler may choose ([`Context::keyed`]); an answer that is not
+//! one to its question (an `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`) fails
+//! the request with -32602.
+//!
 //! # Transports
 //!
 //! [`Server::serve_stdio`], [`Server::http_service`] and [`Server::serve_http`] (both eras on
@@ -90,7 +95,7 @@ mod transport;
 mod uri_template;
 mod write;
 
-pub use context::{Context, ProgressError};
+pub use context::{Context, ProgressError, Question};
 pub use driver::Frame;
 pub use input::InputError;
 pub use limits::Limits;

@@ -196,3 +196,121 @@ async fn sampling_with_tools_and_url_elicitation_need_their_capabilities() {
         );
     }
 }
+
+/// Asks three questions at once, under keys of its own.
+async fn ask_at_once(context: Context, _: NoArgs) -> Result<String, InputError> {
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+    let sampling = json!({"messages": [], "maxTokens": 10});
+    let (name, greeting, roots) = tokio::join!(
+        context.keyed("user_name").elicit("Your name?", schema),
+        context
+            .keyed("greeting")
+            .sample(sampling.as_object().cloned().unwrap()),
+        context.list_roots(),
+    );
+    let (name, greeting, roots) = (name?, greeting?, roots?);
+    Ok(format!(
+        "{} {} {}",
+        name["content"]["name"].as_str().unwrap_or("?"),
+        greeting["content"]["text"].as_str().unwrap_or("?"),
+        roots["roots"].as_array().map_or(0, Vec::len)
+    ))
+}
+
+#[tokio::test]
+async fn questions_have_the_keys_handlers_give_them_and_questions_asked_at_once_share_a_round() {
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("at_once", ask_at_once))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let params = json!({"name": "at_once", "arguments": {}});
+    let first = modern.request("tools/call", params.clone()).await.unwrap();
+    assert_eq!(first["resultType"], "input_required");
+    let requests = first["inputRequests"].as_object().unwrap();
+    let mut keys: Vec<&str> = requests.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["greeting", "roots-3", "user_name"], "{first}");
+    assert_eq!(requests["user_name"]["method"], "elicitation/create");
+    assert_eq!(requests["greeting"]["method"], "sampling/createMessage");
+    // Answered under those keys (and an extra one, ignored), the call completes.
+    let mut retry = params.clone();
+    retry["inputResponses"] = json!({
+        "user_name": {"action": "accept", "content": {"name": "Ada"}},
+        "greeting": {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"},
+        "roots-3": {"roots": [{"uri": "file:///a"}]},
+        "unasked": {"action": "cancel"},
+    });
+    retry["requestState"] = first["requestState"].clone();
+    let done = modern.request("tools/call", retry).await.unwrap();
+    assert_eq!(text(&done), "Ada hi 1", "{done}");
+    // A client may answer a keyed question before it is asked (no state needed).
+    let mut early = params.clone();
+    early["inputResponses"] = json!({
+        "user_name": {"action": "accept", "content": {"name": "Bo"}},
+        "greeting": {"role": "assistant", "content": {"type": "text", "text": "yo"}, "model": "m"},
+        "roots-3": {"roots": []},
+    });
+    let done = modern.request("tools/call", early).await.unwrap();
+    assert_eq!(text(&done), "Bo yo 0", "{done}");
+    // Legacy clients get the same questions as requests: keys never reach them.
+    let mut legacy = Client::connect(&server, eras().pop().unwrap().1).await;
+    let id = legacy.start("tools/call", params).await;
+    let answer = json!({"action": "accept", "content": {"name": "Cy"}, "role": "assistant",
+        "model": "m", "roots": []});
+    let result = legacy.answer_asking(&id, answer).await.unwrap();
+    assert_eq!(text(&result), "Cy ? 0", "{result}");
+}
+
+#[tokio::test]
+async fn two_questions_of_one_request_cannot_share_a_key() {
+    async fn twice(context: Context, _: NoArgs) -> Result<String, InputError> {
+        let schema = json!({"type": "object", "properties": {}});
+        context.keyed("k").elicit("One?", schema.clone()).await?;
+        context.keyed("k").elicit("Two?", schema).await?;
+        Ok("done".into())
+    }
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("twice", twice))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let mut params = json!({"name": "twice", "arguments": {}});
+    params["inputResponses"] = json!({"k": {"action": "accept", "content": {}}});
+    let result = modern.request("tools/call", params).await.unwrap();
+    assert_eq!(result["isError"], true);
+    assert_eq!(
+        text(&result),
+        "two questions of one request have the key \"k\""
+    );
+}
+
+#[tokio::test]
+async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
+    async fn name(context: Context, _: NoArgs) -> Result<String, InputError> {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        let answer = context.keyed("user_name").elicit("Name?", schema).await?;
+        Ok(format!("Hello, {}", answer["content"]["name"]))
+    }
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("name", name))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    for wrong in [
+        json!(12345),
+        json!({"content": {"name": "Ada"}}),
+        json!({"action": "maybe"}),
+        json!({"roots": []}),
+    ] {
+        let mut params = json!({"name": "name", "arguments": {}});
+        params["inputResponses"] = json!({ "user_name": wrong });
+        let answer = modern.request("tools/call", params).await;
+        assert_eq!(code(&answer), -32602, "{wrong}: {answer:?}");
+    }
+    // `inputResponses` is an object when present.
+    let params = json!({"name": "name", "arguments": {}, "inputResponses": null});
+    assert_eq!(code(&modern.request("tools/call", params).await), -32602);
+    // A key no question has is not looked at.
+    let mut params = json!({"name": "name", "arguments": {}});
+    params["inputResponses"] = json!({"other": 1});
+    let result = modern.request("tools/call", params).await.unwrap();
+    assert_eq!(result["resultType"], "input_required");
+}
