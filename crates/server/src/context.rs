@@ -172,6 +172,11 @@ impl Context {
     ///
     /// Legacy clients get a request; modern ones an `input_required` round trip, which runs the
     /// handler again from the start (see the crate docs on handlers that ask for input).
+    ///
+    /// A client that did not declare the capability this needs gets no question:
+    /// [`InputError::NotSupported`]. A tool or prompt that returns that error (`?` in a handler
+    /// returning `Result<_, InputError>`) answers a modern request with the
+    /// `MissingRequiredClientCapability` error (-32021, HTTP 400) the protocol has for it.
     pub async fn elicit(
         &self,
         message: &str,

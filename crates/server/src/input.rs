@@ -54,6 +54,26 @@ pub enum InputError {
     DuplicateKey(String),
 }
 
+/// The `requiredCapabilities` of a -32021 error for a capability path such as `sampling` or
+/// `elicitation.url` (`{"elicitation": {"url": {}}}`).
+pub(crate) fn required_capabilities(path: &str) -> JsonObject {
+    let mut value = JsonObject::new();
+    for step in path.rsplit('.') {
+        let mut outer = JsonObject::new();
+        outer.insert(step.to_owned(), Value::Object(value));
+        value = outer;
+    }
+    value
+}
+
+/// The -32021 error of a modern request whose handler needs a capability the client did not
+/// declare.
+pub(crate) fn missing_capability(path: &str) -> ErrorObject {
+    let mut error = modelctx_session::missing_capability_error(&required_capabilities(path));
+    error.message = InputError::NotSupported(path.to_owned()).to_string();
+    error
+}
+
 /// The multi round-trip state of one modern request.
 #[derive(Debug, Default)]
 pub(crate) struct Mrtr {

@@ -54,7 +54,9 @@
 //! Questions asked at once (joined futures) go to a modern client in one round, each under a
 //! key of `inputRequests` the handler may choose ([`Context::keyed`]); an answer that is not
 //! one to its question (an `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`) fails
-//! the request with -32602.
+//! the request with -32602. A client that did not declare a capability a question needs gets
+//! no question but [`InputError::NotSupported`]; returned by a tool or prompt, it answers a
+//! modern request with the protocol's `MissingRequiredClientCapability` error (-32021).
 //!
 //! # Transports
 //!

@@ -52,7 +52,10 @@ impl From<String> for Content {
 }
 
 /// What a prompt handler may return: messages, one text (a user message), or a `Result` of
-/// these whose error becomes a JSON-RPC error.
+/// these whose error becomes a JSON-RPC error (-32603; -32021 on modern requests for
+/// [`InputError::NotSupported`], the client lacking a capability the prompt needs).
+///
+/// [`InputError::NotSupported`]: crate::InputError::NotSupported
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the result of a prompt",
     note = "a prompt returns `Vec<PromptMessage>`, `PromptMessage`, `String`, or a `Result` of one of these whose error implements `Display`"
@@ -84,7 +87,12 @@ impl<T: IntoPromptResult, E: std::fmt::Display + Send + 'static> IntoPromptResul
     fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject> {
         match self {
             Ok(value) => value.into_messages(),
-            Err(e) => Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string())),
+            Err(e) => match (&e as &dyn std::any::Any).downcast_ref() {
+                Some(crate::InputError::NotSupported(capability)) => {
+                    Err(crate::input::missing_capability(capability))
+                }
+                _ => Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string())),
+            },
         }
     }
 }
@@ -331,7 +339,17 @@ pub(crate) fn get(shared: &Shared, params: JsonObject) -> Route {
     Route::Run(Box::new(move |context| {
         Box::pin(async move {
             let version = context.protocol_version();
-            let messages = (prompt.handler)(context, Value::Object(arguments)).await?;
+            let modern = context.inner.modern;
+            let messages = (prompt.handler)(context, Value::Object(arguments))
+                .await
+                .map_err(|error| {
+                    // -32021 is a 2026-07-28 error: legacy clients get -32603 with its message.
+                    if !modern && error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+                        ErrorObject::new(ErrorCode::INTERNAL_ERROR, error.message)
+                    } else {
+                        error
+                    }
+                })?;
             let messages: Vec<Value> = messages
                 .iter()
                 .map(|m| json!({"role": m.role, "content": write::content_block(&m.content, version)}))

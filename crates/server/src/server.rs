@@ -536,6 +536,7 @@ pub(crate) async fn call_tool(
     context: Context,
 ) -> Result<Value, ErrorObject> {
     let version = context.protocol_version();
+    let modern = context.inner.modern;
     if !arguments.is_object() {
         return Ok(write::tool_output(
             &ToolOutput::error("invalid arguments: the arguments must be a JSON object"),
@@ -561,6 +562,9 @@ pub(crate) async fn call_tool(
         Ok(output) => output,
         Err(text) => ToolOutput::error(text),
     };
+    if let (true, Some(capability)) = (modern, &output.missing_capability) {
+        return Err(crate::input::missing_capability(capability));
+    }
     #[cfg(feature = "validation")]
     if let (Some(schema), Some(structured), false) =
         (&tool.output_schema, &output.structured, output.is_error)

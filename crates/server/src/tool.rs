@@ -66,6 +66,11 @@ pub struct ToolOutput {
     pub structured: Option<Value>,
     /// Whether the call failed (`isError`): the text tells the model what went wrong.
     pub is_error: bool,
+    /// The client capability the call failed for lack of ([`InputError::NotSupported`]
+    /// returned by the handler): modern requests get the -32021 error instead of the result.
+    ///
+    /// [`InputError::NotSupported`]: crate::InputError::NotSupported
+    pub(crate) missing_capability: Option<String>,
 }
 
 impl ToolOutput {
@@ -75,6 +80,7 @@ impl ToolOutput {
             content,
             structured: None,
             is_error: false,
+            missing_capability: None,
         }
     }
 
@@ -85,6 +91,7 @@ impl ToolOutput {
             content: vec![Content::text(text)],
             structured: None,
             is_error: true,
+            missing_capability: None,
         }
     }
 
@@ -96,6 +103,7 @@ impl ToolOutput {
             content: vec![Content::text(text)],
             structured: Some(value),
             is_error: false,
+            missing_capability: None,
         }
     }
 }
@@ -104,7 +112,11 @@ impl ToolOutput {
 ///
 /// Text (`String`, `&'static str`), content ([`Content`], `Vec<Content>`), a whole
 /// [`ToolOutput`], a structured result ([`Json`]), or a `Result` of any of these whose error is
-/// shown to the model as a failed call.
+/// shown to the model as a failed call. The error [`InputError::NotSupported`] (the client
+/// lacks a capability the tool needs) is the exception on modern requests, which the protocol
+/// answers with its `MissingRequiredClientCapability` error (-32021).
+///
+/// [`InputError::NotSupported`]: crate::InputError::NotSupported
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the result of a tool",
     label = "returned here",
@@ -154,7 +166,15 @@ impl<T: IntoToolOutput, E: std::fmt::Display + Send + 'static> IntoToolOutput fo
     fn into_output(self) -> ToolOutput {
         match self {
             Ok(output) => output.into_output(),
-            Err(error) => ToolOutput::error(error.to_string()),
+            Err(error) => {
+                let mut output = ToolOutput::error(error.to_string());
+                if let Some(crate::InputError::NotSupported(capability)) =
+                    (&error as &dyn std::any::Any).downcast_ref()
+                {
+                    output.missing_capability = Some(capability.clone());
+                }
+                output
+            }
         }
     }
 

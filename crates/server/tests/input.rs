@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
-use modelctx_server::{Context, InputError, NoArgs, Prompt, Server, Tool};
+use modelctx_server::{Context, InputError, NoArgs, Prompt, PromptMessage, Server, Tool};
 use modelctx_session::Era;
 use serde_json::json;
 
@@ -313,4 +313,67 @@ async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
     params["inputResponses"] = json!({"other": 1});
     let result = modern.request("tools/call", params).await.unwrap();
     assert_eq!(result["resultType"], "input_required");
+}
+
+#[tokio::test]
+async fn a_handler_failing_for_lack_of_a_capability_gets_the_modern_error() {
+    async fn needs_sampling(context: Context, _: NoArgs) -> Result<String, InputError> {
+        let params = json!({"messages": [], "maxTokens": 10});
+        context.sample(params.as_object().cloned().unwrap()).await?;
+        Ok("sampled".into())
+    }
+    async fn needs_url(context: Context, _: NoArgs) -> Result<PromptMessage, InputError> {
+        context
+            .elicit_url("Sign in", "https://example.com/login", "e1")
+            .await?;
+        Ok(PromptMessage::user("signed in"))
+    }
+    let server = Server::builder("caps", "1")
+        .tool(Tool::new("needs_sampling", needs_sampling))
+        .prompt(Prompt::new("needs_url", needs_url))
+        .build();
+    let caps = json!({"elicitation": {}}).as_object().cloned().unwrap();
+    let mut modern = Client::connect(
+        &server,
+        modelctx_session::ClientConfig::new("test", "1", caps.clone()),
+    )
+    .await;
+    let call = json!({"name": "needs_sampling", "arguments": {}});
+    match modern.request("tools/call", call.clone()).await {
+        Err(modelctx_session::RequestError::Remote(error)) => {
+            assert_eq!(error.code.0, -32021);
+            let data = error.data.map(|d| serde_json::to_value(d).unwrap());
+            assert_eq!(
+                data.unwrap(),
+                json!({"requiredCapabilities": {"sampling": {}}})
+            );
+        }
+        other => panic!("expected -32021, got {other:?}"),
+    }
+    match modern
+        .request("prompts/get", json!({"name": "needs_url"}))
+        .await
+    {
+        Err(modelctx_session::RequestError::Remote(error)) => {
+            assert_eq!(error.code.0, -32021);
+            let data = error.data.map(|d| serde_json::to_value(d).unwrap());
+            assert_eq!(
+                data.unwrap(),
+                json!({"requiredCapabilities": {"elicitation": {"url": {}}}})
+            );
+        }
+        other => panic!("expected -32021, got {other:?}"),
+    }
+    // Legacy clients, which have no such error, get a failed call and a -32603.
+    let mut config = modelctx_session::ClientConfig::new("test", "1", caps);
+    config.versions = vec![modelctx_session::ProtocolVersion::V2025_11_25];
+    config.era = modelctx_session::EraChoice::Legacy;
+    let mut legacy = Client::connect(&server, config).await;
+    let result = legacy.call("needs_sampling", json!({})).await;
+    assert_eq!(result["isError"], true);
+    assert_eq!(text(&result), "the client does not support sampling");
+    let answer = legacy
+        .request("prompts/get", json!({"name": "needs_url"}))
+        .await;
+    assert_eq!(code(&answer), -32603);
 }
