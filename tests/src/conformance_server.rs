@@ -321,7 +321,10 @@ async fn custom_header(args: CustomHeaderArgs) -> String {
 async fn mrtr_elicitation(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema =
         json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
-    let answer = context.elicit("What is your name?", schema).await?;
+    let answer = context
+        .keyed("user_name")
+        .elicit("What is your name?", schema)
+        .await?;
     Ok(format!(
         "Hello, {}!",
         answer["content"]["name"].as_str().unwrap_or("stranger")
@@ -333,7 +336,7 @@ async fn mrtr_sampling(context: Context, _: NoArgs) -> Result<String, InputError
         "messages": [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
         "maxTokens": 100,
     }));
-    let answer = context.sample(params).await?;
+    let answer = context.keyed("capital_question").sample(params).await?;
     Ok(format!(
         "The model said: {}",
         answer["content"]["text"].as_str().unwrap_or_default()
@@ -341,7 +344,7 @@ async fn mrtr_sampling(context: Context, _: NoArgs) -> Result<String, InputError
 }
 
 async fn mrtr_list_roots(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let answer = context.list_roots().await?;
+    let answer = context.keyed("client_roots").list_roots().await?;
     let uris: Vec<&str> = answer["roots"]
         .as_array()
         .map(|roots| roots.iter().filter_map(|r| r["uri"].as_str()).collect())
@@ -352,7 +355,10 @@ async fn mrtr_list_roots(context: Context, _: NoArgs) -> Result<String, InputErr
 async fn mrtr_request_state(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema =
         json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
-    let answer = context.elicit("Please confirm", schema).await?;
+    let answer = context
+        .keyed("confirm")
+        .elicit("Please confirm", schema)
+        .await?;
     Ok(format!("state-ok: confirmed={}", answer["content"]["ok"]))
 }
 
@@ -364,9 +370,11 @@ async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError
         "maxTokens": 50,
     }));
     let (name, greeting, roots) = tokio::join!(
-        context.elicit("What is your name?", name_schema),
-        context.sample(greeting),
-        context.list_roots(),
+        context
+            .keyed("user_name")
+            .elicit("What is your name?", name_schema),
+        context.keyed("greeting").sample(greeting),
+        context.keyed("client_roots").list_roots(),
     );
     let (name, greeting, roots) = (name?, greeting?, roots?);
     Ok(format!(
@@ -379,12 +387,14 @@ async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError
 
 async fn mrtr_multi_round(context: Context, _: NoArgs) -> Result<String, InputError> {
     let name = context
+        .keyed("step1")
         .elicit(
             "Step 1: What is your name?",
             json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
         )
         .await?;
     let color = context
+        .keyed("step2")
         .elicit(
             "Step 2: What is your favorite color?",
             json!({"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}),
@@ -400,7 +410,10 @@ async fn mrtr_multi_round(context: Context, _: NoArgs) -> Result<String, InputEr
 async fn mrtr_tampered(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema =
         json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
-    let answer = context.elicit("Please confirm", schema).await?;
+    let answer = context
+        .keyed("confirm")
+        .elicit("Please confirm", schema)
+        .await?;
     Ok(format!("confirmed={}", answer["content"]["ok"]))
 }
 
@@ -639,6 +652,7 @@ async fn with_image(_: JsonObject) -> Vec<PromptMessage> {
 async fn mrtr_prompt(context: Context, _: JsonObject) -> Result<PromptMessage, InputError> {
     let schema = json!({"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]});
     let answer = context
+        .keyed("user_context")
         .elicit("What context should the prompt use?", schema)
         .await?;
     Ok(PromptMessage::user(format!(
