@@ -752,6 +752,31 @@ async fn a_2025_11_25_stream_closed_by_the_server_is_resumed_by_the_client() {
     assert_eq!(result["result"]["content"][0]["text"], "reconnected");
     assert!(within("end", resumed.next_message()).await.is_none());
 
+    // Closed before anything was sent on it: the answer is a stream of the priming event alone,
+    // resumed from its id.
+    let mut response = post(
+        addr,
+        &post_headers(Some(&session), None),
+        &call(5, "reconnect", json!({})),
+    )
+    .await;
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let priming = within("priming", response.next_event()).await.unwrap();
+    assert_eq!(priming.retry, Some(1000));
+    assert!(priming.data.is_empty(), "{priming:?}");
+    assert!(within("close", response.next_event()).await.is_none());
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", session.as_str()),
+        ("Last-Event-ID", priming.id.as_deref().unwrap()),
+    ];
+    let mut resumed = within("get", raw_request(addr, "GET", "/mcp", &headers, b"")).await;
+    assert_eq!(resumed.status, 200);
+    let (_, result) = within("result", resumed.next_message()).await.unwrap();
+    assert_eq!(result["id"], 5);
+    assert_eq!(result["result"]["content"][0]["text"], "reconnected");
+    assert!(within("end", resumed.next_message()).await.is_none());
+
     // An id of another session, or garbage: 400.
     let other = open_session(addr, "2025-11-25").await;
     for last in [id.as_deref().unwrap(), "garbage", "1-99999"] {

@@ -122,7 +122,8 @@ impl LegacySession {
 
     /// Closes the SSE connection of the stream of request `request` without ending the stream
     /// (2025-11-25 sessions, whose clients reconnect after the priming event's `retry` delay and
-    /// resume with `Last-Event-ID`). Returns whether a connection was closed.
+    /// resume with `Last-Event-ID`). A request not answered at all yet gets an SSE response of
+    /// its priming event alone. Returns whether a connection was closed.
     pub async fn close_stream(&self, request: &RequestId) -> bool {
         self.inner.close_stream(request).await
     }

@@ -579,7 +579,9 @@ impl Session {
         Ok((first.freeze(), rx))
     }
 
-    /// Closes the connection of request `request`'s stream (2025-11-25 sessions only).
+    /// Closes the connection of request `request`'s stream (2025-11-25 sessions only). A POST
+    /// not answered yet becomes a stream of its priming event alone, which the client resumes
+    /// from.
     pub(crate) async fn close_stream(&self, request: &RequestId) -> bool {
         let mut state = self.state.lock().await;
         if state.version.as_deref().is_some_and(|v| v < "2025-11-25") {
@@ -588,13 +590,27 @@ impl Session {
         let Some(stream_id) = state.requests.get(request).copied() else {
             return false;
         };
-        match state.streams.get_mut(&stream_id) {
-            Some(stream) if stream.sse && stream.live.is_some() => {
-                stream.live = None;
-                true
+        let Some(mut stream) = state.streams.remove(&stream_id) else {
+            return false;
+        };
+        let closed = if stream.sse {
+            stream.live.take().is_some()
+        } else if let Some(decide) = stream.decide.take() {
+            // Nothing sent yet: SSE with the priming event (its id to resume from), and the
+            // connection ends there.
+            let collected = std::mem::take(&mut stream.collected);
+            let first = self.open_sse(&state, &mut stream, stream_id).await;
+            let (_, rx) = mpsc::channel(1);
+            let _ = decide.send(Decision::Sse { first, rx });
+            for earlier in collected {
+                self.emit(&mut stream, stream_id, &earlier).await;
             }
-            _ => false,
-        }
+            true
+        } else {
+            false
+        };
+        state.streams.insert(stream_id, stream);
+        closed
     }
 
     /// Ends the session.
