@@ -179,3 +179,60 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
     .await;
     running.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_closes_its_event_stream_and_the_client_resumes_it() {
+    use modelctx_server::{Context, NoArgs, Server, Tool};
+    use modelctx_tests::http::{
+        call, modern_call, modern_headers, open_session, post, post_headers, raw_request,
+    };
+    async fn poll(context: Context, _: NoArgs) -> String {
+        let closed = context.close_sse_stream().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        format!("closed: {closed}")
+    }
+    let server = Server::builder("poll", "1")
+        .tool(Tool::new("poll", poll))
+        .build();
+    let running = server
+        .serve_http(
+            ([127, 0, 0, 1], 0).into(),
+            modelctx_http::server::ServerConfig::default(),
+        )
+        .await
+        .unwrap();
+    let addr = running.local_addr();
+    // 2025-11-25: the call's stream is its priming event, then the connection ends; the result
+    // comes on the stream resumed from that event.
+    let session = open_session(addr, "2025-11-25").await;
+    let headers = post_headers(Some(&session), Some("2025-11-25"));
+    let mut response = post(addr, &headers, &call(2, "poll", json!({}))).await;
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let priming = within("priming", response.next_event()).await.unwrap();
+    assert!(
+        priming.data.is_empty() && priming.retry.is_some(),
+        "{priming:?}"
+    );
+    assert!(within("close", response.next_event()).await.is_none());
+    let resume = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("Last-Event-ID", priming.id.as_deref().unwrap()),
+    ];
+    let mut resumed = within("get", raw_request(addr, "GET", "/mcp", &resume, b"")).await;
+    assert_eq!(resumed.status, 200);
+    let (_, result) = within("result", resumed.next_message()).await.unwrap();
+    assert_eq!(result["id"], 2);
+    assert_eq!(result["result"]["content"][0]["text"], "closed: true");
+    // A modern request's stream does not resume: nothing is closed.
+    let response = post(
+        addr,
+        &modern_headers("tools/call", Some("poll")),
+        &modern_call(3, "poll", json!({})),
+    )
+    .await;
+    let body = response.json().await;
+    assert_eq!(body["result"]["content"][0]["text"], "closed: false");
+    running.shutdown(Duration::from_secs(1)).await;
+}

@@ -166,6 +166,24 @@ impl Context {
             .await;
     }
 
+    /// Closes the HTTP connection carrying this request's event stream, without ending the
+    /// request: the client reconnects after the stream's `retry` delay and resumes with
+    /// `Last-Event-ID`, getting what the handler sends from now on, its result included. A long
+    /// call need not hold a connection open (SSE polling, 2025-11-25 sessions over Streamable
+    /// HTTP). Returns whether a connection was closed: never over stdio, for modern requests
+    /// (their streams do not resume) or before 2025-11-25.
+    pub async fn close_sse_stream(&self) -> bool {
+        let (reply, closed) = tokio::sync::oneshot::channel();
+        let command = Command::CloseStream {
+            id: self.inner.id.clone(),
+            reply,
+        };
+        if self.inner.commands.send(command).await.is_err() {
+            return false;
+        }
+        closed.await.unwrap_or(false)
+    }
+
     /// Asks the user for information through the client (elicitation, form mode): `message`
     /// says what and why, `requested_schema` is a flat object schema of primitive fields. The
     /// answer is the `ElicitResult` (`action`: `accept`, `decline` or `cancel`; `content`).

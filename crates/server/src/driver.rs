@@ -98,6 +98,18 @@ impl Output {
             _ => true,
         }
     }
+
+    /// Closes the connection of request `id`'s stream, when the transport can resume it.
+    async fn close_stream(&self, id: &RequestId) -> bool {
+        match self {
+            #[cfg(feature = "http")]
+            Output::Legacy(session) => session.close_stream(id).await,
+            _ => {
+                let _ = id;
+                false
+            }
+        }
+    }
 }
 
 /// What handlers ask of the driver.
@@ -121,6 +133,11 @@ pub(crate) enum Command {
         method: String,
         params: modelctx_types::JsonObject,
         reply: tokio::sync::oneshot::Sender<Result<Value, crate::input::InputError>>,
+    },
+    /// Close the connection of a request's stream (legacy HTTP), telling whether it was.
+    CloseStream {
+        id: RequestId,
+        reply: tokio::sync::oneshot::Sender<bool>,
     },
     /// A log message about a request.
     Log {
@@ -317,7 +334,15 @@ pub(crate) async fn run(
                     session.stream_closed(id);
                 }
             }
-            Some(command) = commands.recv() => apply(&mut session, command, &mut book),
+            Some(command) = commands.recv() => match command {
+                // Everything sent for the request before is written by now (transmits are
+                // written before the next command is read).
+                Command::CloseStream { id, reply } => {
+                    let legacy = book.running.get(&id).is_some_and(|r| !r.modern);
+                    let _ = reply.send(legacy && output.close_stream(&id).await);
+                }
+                command => apply(&mut session, command, &mut book),
+            },
             change = changes.recv() => match change {
                 Ok(Change::List(kind)) => { let _ = session.notify_list_changed(kind); }
                 Ok(Change::Updated(uri)) => {
@@ -411,6 +436,9 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             message,
         } => {
             let _ = session.notify_progress(&id, progress, total, message.as_deref());
+        }
+        Command::CloseStream { reply, .. } => {
+            let _ = reply.send(false);
         }
         Command::Log {
             id,
