@@ -257,7 +257,12 @@ async fn json_schema_tool(_: Value) -> &'static str {
     "ok"
 }
 
-async fn reconnection(_: NoArgs) -> &'static str {
+/// Closes the stream of its call before answering: the client resumes it to get the result
+/// (SSE polling; over 2025-11-25 HTTP sessions).
+async fn reconnection(context: Context, _: NoArgs) -> &'static str {
+    if context.close_sse_stream().await {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     "Reconnection test completed successfully"
 }
 
@@ -489,7 +494,7 @@ fn tools() -> Vec<Tool> {
         )
         .description("Takes arguments described by a JSON Schema 2020-12 schema"),
         Tool::with_input_schema("test_reconnection", no_args(), reconnection)
-            .description("Answers on the stream of the call (SSE polling)"),
+            .description("Closes the stream of its call before answering (SSE polling)"),
         Tool::with_input_schema("test_missing_capability", no_args(), missing_capability)
             .description("Needs the client's sampling capability"),
         Tool::with_input_schema(
