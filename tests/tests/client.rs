@@ -496,7 +496,8 @@ async fn declined_elicitation_reaches_the_tool() {
     }
 }
 
-/// A client without handlers declares nothing, and the server's tools that need input say so.
+/// A client without handlers declares nothing, and the server's tools that need input say so:
+/// a failed call (legacy), the MissingRequiredClientCapability error (modern).
 #[tokio::test]
 async fn a_client_without_handlers_declares_nothing() {
     for era in Pin::BOTH {
@@ -505,9 +506,26 @@ async fn a_client_without_handlers_declares_nothing() {
             builder = builder.protocol_version(v);
         }
         let client = connect_in_memory(&client_server(), builder).await;
-        for tool in ["ask", "sample", "roots"] {
-            let result = client.call_tool(tool, json!({"text": "x"})).await.unwrap();
-            assert_eq!(result.is_error, Some(true), "{tool} {era:?}");
+        for (tool, capability) in [
+            ("ask", "elicitation"),
+            ("sample", "sampling"),
+            ("roots", "roots"),
+        ] {
+            match (era, client.call_tool(tool, json!({"text": "x"})).await) {
+                (Pin::Legacy(_), Ok(result)) => {
+                    assert_eq!(result.is_error, Some(true), "{tool} {era:?}");
+                }
+                (Pin::Probe, Err(Error::Remote(e))) => {
+                    assert_eq!(e.code.0, -32021, "{tool}");
+                    let data: Value = serde_json::from_str(e.data.unwrap().get()).unwrap();
+                    assert_eq!(
+                        data["requiredCapabilities"],
+                        json!({ capability: {} }),
+                        "{tool}"
+                    );
+                }
+                (_, other) => panic!("{tool} {era:?}: {other:?}"),
+            }
         }
         let _: Value = client
             .request("tools/list", Default::default(), CallOptions::new())
