@@ -114,6 +114,15 @@ pub(crate) fn run() -> Result<(), Error> {
             Cargo(&["test", "--workspace", "--all-features"]),
             &test_env,
         ),
+        // The official suite against the conformance server and client, on both spec legs.
+        (
+            "conformance",
+            Xtask(
+                "the official MCP conformance suite, server and client, specs 2025-11-25 and 2026-07-28",
+                crate::conformance::run,
+            ),
+            &[],
+        ),
         // Each version module alone, and none: the features must not depend on each other.
         (
             "features: none",

@@ -20,8 +20,9 @@ commands:
       --check fails if the committed code is stale
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
-      Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), feature
-      checks, the fuzz targets compile, codegen --check, rustdoc -D warnings, conformance
+      Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), the
+      official conformance suite (see `conformance`), feature checks, the fuzz targets compile,
+      codegen --check, rustdoc -D warnings
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
       against tests' conformance-server and the client suite driving conformance-client, each
