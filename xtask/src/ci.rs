@@ -22,6 +22,10 @@ const FUZZ_ENV: &[(&str, &str)] = &[
     ("CARGO_TARGET_DIR", "target/fuzz-check"),
 ];
 
+/// The benchmarks are a workspace of their own (`bench/`, with rmcp among its dependencies),
+/// checked in a target folder of their own.
+const BENCH_ENV: &[(&str, &str)] = &[("CARGO_TARGET_DIR", "target/bench-check")];
+
 /// Crates that are (or drive) an async runtime or do I/O: none may be a normal or build dependency
 /// of `modelctx-session`, which is sans-IO.
 const RUNTIME_CRATES: &[&str] = &[
@@ -270,6 +274,13 @@ pub(crate) fn run() -> Result<(), Error> {
             "fuzz: compiles",
             Cargo(&["check", "--manifest-path", "fuzz/Cargo.toml", "--locked"]),
             FUZZ_ENV,
+        ),
+        // The benchmarks (`bench/`, run with `cargo xtask bench`) keep compiling against the
+        // facades; `--locked`: with the versions of the committed `bench/Cargo.lock`.
+        (
+            "bench: compiles",
+            Cargo(&["check", "--manifest-path", "bench/Cargo.toml", "--locked"]),
+            BENCH_ENV,
         ),
         (
             "codegen --check",

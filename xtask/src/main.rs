@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod bench;
 mod ci;
 mod conformance;
 mod node;
@@ -18,11 +19,16 @@ commands:
       generate crates/types/src/generated from the pinned upstream schema files
       (read from DIR, else $MCP_SCHEMA_DIR, else ../shared/mcp-schema);
       --check fails if the committed code is stale
+  bench
+      builds bench/ (its own workspace: modelctx, rmcp 3.9 and the raw limits behind one
+      echo tool, and the load generator) in release mode into target/bench, runs every
+      workload against every implementation, interleaved over 3 rounds, and writes
+      docs/benchmarks.md
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), the
       official conformance suite (see `conformance`), feature checks, the fuzz targets compile,
-      codegen --check, rustdoc -D warnings
+      the bench/ workspace compiles, codegen --check, rustdoc -D warnings
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
       against tests' conformance-server and the client suite driving conformance-client, each
@@ -41,6 +47,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen_cmd(&args[1..]),
         Some("ci") if args.len() == 1 => ci::run(),
+        Some("bench") if args.len() == 1 => bench::run(&schema::project_root()).map_err(Into::into),
         Some("node") if args.len() == 1 => node_cmd(),
         Some("conformance") if args.len() == 1 => {
             conformance::run(&schema::project_root()).map_err(Into::into)
