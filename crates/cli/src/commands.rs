@@ -1,0 +1,440 @@
+//! The client commands: connect to the server the user named, run one command, print the
+//! result as a table or JSON.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use modelctx_client::{
+    CallOptions, Client, ClientBuilder, CompletionRef, Era, HttpConfig, JsonObject, LogLevel,
+    ServerCommand, ServerNotification,
+};
+use serde_json::{Value, json};
+
+use crate::output::{content, field, first_line, resource_contents, table};
+use crate::{ClientCommand, PromptsCommand, ResourcesCommand, Target, ToolsCommand, fail, words};
+
+/// The exit status after Ctrl-C (128 + SIGINT).
+const INTERRUPTED: u8 = 130;
+
+/// Connects, runs `command` (cancelled by Ctrl-C), closes.
+pub(crate) async fn run(target: Target, command: ClientCommand, json: bool) -> ExitCode {
+    let client = match connect(&target).await {
+        Ok(client) => client,
+        Err(e) => return fail(e),
+    };
+    let outcome = tokio::select! {
+        outcome = execute(&client, command, json) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            // The call's future is dropped here, which cancels it on the wire.
+            eprintln!("mcx: interrupted; the call was cancelled");
+            Err(Failure::Interrupted)
+        }
+    };
+    client.close().await;
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Message(message)) => fail(message),
+        Err(Failure::Silent) => ExitCode::FAILURE,
+        Err(Failure::Interrupted) => ExitCode::from(INTERRUPTED),
+    }
+}
+
+/// Why a command failed.
+enum Failure {
+    /// Print this and exit 1.
+    Message(String),
+    /// Already reported; exit 1.
+    Silent,
+    /// Ctrl-C.
+    Interrupted,
+}
+
+impl From<modelctx_client::Error> for Failure {
+    fn from(e: modelctx_client::Error) -> Self {
+        Failure::Message(e.to_string())
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Message(message)
+    }
+}
+
+/// The client of the command-line tool: log messages and resynchronisations go to stderr.
+pub(crate) fn builder(target: &Target) -> Result<ClientBuilder, String> {
+    let mut builder =
+        Client::builder("mcx", env!("CARGO_PKG_VERSION")).on_notification(|n| match n {
+            ServerNotification::Log(log) => {
+                let logger = log
+                    .logger
+                    .as_deref()
+                    .map(|l| format!(" {l}"))
+                    .unwrap_or_default();
+                let data = match &log.data {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                eprintln!("[{}{logger}] {data}", log.level.as_str());
+            }
+            ServerNotification::Resynced => eprintln!("mcx: reconnected to the server"),
+            _ => {}
+        });
+    if let Some(seconds) = target.timeout {
+        builder = builder.request_timeout((seconds > 0).then(|| Duration::from_secs(seconds)));
+    }
+    if let Some(level) = &target.log_level {
+        let level = LogLevel::parse(level).ok_or_else(|| {
+            format!("unknown log level `{level}` (debug, info, notice, warning, error, critical, alert, emergency)")
+        })?;
+        builder = builder.log_level(level);
+    }
+    Ok(builder)
+}
+
+async fn connect(target: &Target) -> Result<Client, String> {
+    let builder = builder(target)?;
+    if let Some(line) = &target.stdio {
+        let words = words::split(line).map_err(|e| format!("--stdio: {e}"))?;
+        let Some((program, args)) = words.split_first() else {
+            return Err("--stdio: an empty command line".into());
+        };
+        let command = ServerCommand::new(program)
+            .args(args)
+            // The server's own messages are the user's to see.
+            .stderr(modelctx_stdio::Stderr::Inherit);
+        return builder
+            .connect_stdio(command)
+            .await
+            .map_err(|e| format!("cannot connect to `{line}`: {e}"));
+    }
+    if let Some(url) = &target.url {
+        let config = http_config(&target.headers, target.bearer.as_deref())?;
+        return builder
+            .connect_http_with(url, config)
+            .await
+            .map_err(|e| format!("cannot connect to {url}: {e}"));
+    }
+    Err("no server: give --stdio \"<command line>\" or --url URL before the command".into())
+}
+
+/// The HTTP settings with the user's headers.
+pub(crate) fn http_config(headers: &[String], bearer: Option<&str>) -> Result<HttpConfig, String> {
+    use http::{HeaderName, HeaderValue};
+    let mut config = HttpConfig::default();
+    for header in headers {
+        let (name, value) = header
+            .split_once(':')
+            .ok_or_else(|| format!("--header `{header}`: expected `Name: value`"))?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|e| format!("--header `{header}`: {e}"))?;
+        let value =
+            HeaderValue::from_str(value.trim()).map_err(|e| format!("--header `{header}`: {e}"))?;
+        config.headers.append(name, value);
+    }
+    if let Some(token) = bearer {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|e| format!("--bearer: {e}"))?;
+        value.set_sensitive(true);
+        config.headers.insert(http::header::AUTHORIZATION, value);
+    }
+    Ok(config)
+}
+
+/// Prints `value` as pretty JSON.
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+/// Every page of a list method, merged.
+async fn list_all(client: &Client, method: &str, key: &str) -> Result<Vec<Value>, Failure> {
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let mut params = JsonObject::new();
+        if let Some(cursor) = cursor.take() {
+            params.insert("cursor".into(), Value::String(cursor));
+        }
+        let page = client.request(method, params, CallOptions::new()).await?;
+        if let Some(page_items) = page[key].as_array() {
+            items.extend(page_items.iter().cloned());
+        }
+        match page["nextCursor"].as_str() {
+            Some(next) if !next.is_empty() => cursor = Some(next.to_owned()),
+            _ => return Ok(items),
+        }
+    }
+    Err(Failure::Message(format!(
+        "{method}: more than 1000 pages; gave up"
+    )))
+}
+
+/// `key=value` pairs.
+fn pairs(items: &[String], option: &str) -> Result<Vec<(String, String)>, Failure> {
+    items
+        .iter()
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| Failure::Message(format!("{option} `{item}`: expected key=value")))
+        })
+        .collect()
+}
+
+/// Progress of a call, on stderr.
+pub(crate) fn progress_options() -> CallOptions {
+    CallOptions::new().on_progress(|p| {
+        let total = p.total.map(|t| format!("/{t}")).unwrap_or_default();
+        let message = p.message.map(|m| format!(" {m}")).unwrap_or_default();
+        eprintln!("progress {}{total}{message}", p.progress);
+    })
+}
+
+async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<(), Failure> {
+    match command {
+        ClientCommand::Discover => {
+            let info = json!({
+                "protocolVersion": client.protocol_version().map(|v| v.to_string()),
+                "serverInfo": client.server_info(),
+                "capabilities": client.server_capabilities(),
+                "instructions": client.instructions(),
+            });
+            if json {
+                print_json(&info);
+            } else {
+                let server = client.server_info().unwrap_or(Value::Null);
+                let capabilities: Vec<String> = client
+                    .server_capabilities()
+                    .map(|c| c.keys().cloned().collect())
+                    .unwrap_or_default();
+                let rows = [
+                    vec![
+                        "server".into(),
+                        format!("{} {}", field(&server, "name"), field(&server, "version")),
+                    ],
+                    vec![
+                        "protocol".into(),
+                        info["protocolVersion"].as_str().unwrap_or("?").to_owned(),
+                    ],
+                    vec!["capabilities".into(), capabilities.join(", ")],
+                    vec![
+                        "instructions".into(),
+                        client.instructions().unwrap_or_default(),
+                    ],
+                ];
+                table(&["", ""], &rows);
+            }
+        }
+        ClientCommand::Ping => {
+            let start = std::time::Instant::now();
+            let how = if client.era() == Some(Era::Modern) {
+                client.discover().await?;
+                "server/discover"
+            } else {
+                client.ping().await?;
+                "ping"
+            };
+            let ms = start.elapsed().as_secs_f64() * 1000.0;
+            if json {
+                print_json(&json!({"ok": true, "method": how, "ms": ms}));
+            } else {
+                println!("ok: {how} answered in {ms:.1} ms");
+            }
+        }
+        ClientCommand::Tools(ToolsCommand::List) => {
+            let tools = list_all(client, "tools/list", "tools").await?;
+            if json {
+                print_json(&json!({ "tools": tools }));
+            } else {
+                let rows: Vec<Vec<String>> = tools
+                    .iter()
+                    .map(|t| vec![field(t, "name"), first_line(&t["description"])])
+                    .collect();
+                table(&["NAME", "DESCRIPTION"], &rows);
+            }
+        }
+        ClientCommand::Tools(ToolsCommand::Call { name, args }) => {
+            let arguments: Value = match args.as_deref() {
+                None => json!({}),
+                Some(text) => serde_json::from_str(text)
+                    .map_err(|e| Failure::Message(format!("--args: invalid JSON: {e}")))?,
+            };
+            if !arguments.is_object() {
+                return Err(Failure::Message("--args: must be a JSON object".into()));
+            }
+            let mut params = JsonObject::new();
+            params.insert("name".into(), Value::String(name.clone()));
+            params.insert("arguments".into(), arguments);
+            let result = client
+                .request("tools/call", params, progress_options())
+                .await?;
+            let failed = result["isError"] == true;
+            if json {
+                print_json(&result);
+            } else {
+                let blocks = result["content"].as_array().cloned().unwrap_or_default();
+                let text: Vec<String> = blocks.iter().map(content).collect();
+                if failed {
+                    eprintln!("mcx: tool `{name}` failed: {}", text.join(" "));
+                } else if blocks.is_empty() {
+                    print_json(&result["structuredContent"]);
+                } else {
+                    for line in text {
+                        println!("{line}");
+                    }
+                }
+            }
+            if failed {
+                return Err(Failure::Silent);
+            }
+        }
+        ClientCommand::Resources(ResourcesCommand::List) => {
+            let resources = list_all(client, "resources/list", "resources").await?;
+            if json {
+                print_json(&json!({ "resources": resources }));
+            } else {
+                let rows: Vec<Vec<String>> = resources
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            field(r, "uri"),
+                            field(r, "name"),
+                            field(r, "mimeType"),
+                            first_line(&r["description"]),
+                        ]
+                    })
+                    .collect();
+                table(&["URI", "NAME", "TYPE", "DESCRIPTION"], &rows);
+            }
+        }
+        ClientCommand::Resources(ResourcesCommand::Templates) => {
+            let templates =
+                list_all(client, "resources/templates/list", "resourceTemplates").await?;
+            if json {
+                print_json(&json!({ "resourceTemplates": templates }));
+            } else {
+                let rows: Vec<Vec<String>> = templates
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            field(r, "uriTemplate"),
+                            field(r, "name"),
+                            field(r, "mimeType"),
+                            first_line(&r["description"]),
+                        ]
+                    })
+                    .collect();
+                table(&["URI TEMPLATE", "NAME", "TYPE", "DESCRIPTION"], &rows);
+            }
+        }
+        ClientCommand::Resources(ResourcesCommand::Read { uri }) => {
+            let mut params = JsonObject::new();
+            params.insert("uri".into(), Value::String(uri));
+            let result = client
+                .request("resources/read", params, CallOptions::new())
+                .await?;
+            if json {
+                print_json(&result);
+            } else {
+                for contents in result["contents"].as_array().into_iter().flatten() {
+                    println!("{}", resource_contents(contents));
+                }
+            }
+        }
+        ClientCommand::Prompts(PromptsCommand::List) => {
+            let prompts = list_all(client, "prompts/list", "prompts").await?;
+            if json {
+                print_json(&json!({ "prompts": prompts }));
+            } else {
+                let rows: Vec<Vec<String>> = prompts
+                    .iter()
+                    .map(|p| {
+                        let args: Vec<String> = p["arguments"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|a| {
+                                let name = field(a, "name");
+                                if a["required"] == true {
+                                    name
+                                } else {
+                                    format!("[{name}]")
+                                }
+                            })
+                            .collect();
+                        vec![
+                            field(p, "name"),
+                            args.join(" "),
+                            first_line(&p["description"]),
+                        ]
+                    })
+                    .collect();
+                table(&["NAME", "ARGUMENTS", "DESCRIPTION"], &rows);
+            }
+        }
+        ClientCommand::Prompts(PromptsCommand::Get { name, args }) => {
+            let args = pairs(&args, "--arg")?;
+            let mut params = JsonObject::new();
+            params.insert("name".into(), Value::String(name));
+            if !args.is_empty() {
+                let args: JsonObject = args
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                params.insert("arguments".into(), Value::Object(args));
+            }
+            let result = client
+                .request("prompts/get", params, CallOptions::new())
+                .await?;
+            if json {
+                print_json(&result);
+            } else {
+                if let Some(description) = result["description"].as_str() {
+                    println!("# {description}");
+                }
+                for message in result["messages"].as_array().into_iter().flatten() {
+                    println!(
+                        "{}: {}",
+                        field(message, "role"),
+                        content(&message["content"])
+                    );
+                }
+            }
+        }
+        ClientCommand::Complete(args) => {
+            let reference = match (args.reference.prompt, args.reference.resource) {
+                (Some(prompt), _) => CompletionRef::Prompt(prompt),
+                (None, Some(template)) => CompletionRef::Resource(template),
+                (None, None) => return Err(Failure::Message("give --prompt or --resource".into())),
+            };
+            let context: HashMap<String, String> =
+                pairs(&args.context, "--context")?.into_iter().collect();
+            let completion = client
+                .complete(&reference, &args.argument, &args.value, &context)
+                .await?;
+            if json {
+                print_json(&json!({
+                    "values": completion.values,
+                    "total": completion.total,
+                    "hasMore": completion.has_more,
+                }));
+            } else {
+                for value in &completion.values {
+                    println!("{value}");
+                }
+                if completion.has_more == Some(true) {
+                    let total = completion
+                        .total
+                        .map(|t| format!(" of {t}"))
+                        .unwrap_or_default();
+                    eprintln!("({} shown{total}; there are more)", completion.values.len());
+                }
+            }
+        }
+    }
+    Ok(())
+}

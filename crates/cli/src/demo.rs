@@ -1,0 +1,284 @@
+//! The built-in demo server: a real server written with `modelctx-server`, showing every
+//! feature: tools (with progress, logging, elicitation and sampling), resources, a resource
+//! template, prompts with completions, and a tool list that changes while it runs.
+
+use std::time::Duration;
+
+use modelctx_server::{
+    CacheHint, Context, InputError, Json, LogLevel, NoArgs, Prompt, PromptMessage, ReadRequest,
+    Resource, ResourceContents, ResourceTemplate, Server, Tool,
+};
+use serde_json::json;
+
+/// `echo` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Echo {
+    /// The text to say back.
+    text: String,
+}
+
+async fn echo(args: Echo) -> String {
+    args.text
+}
+
+/// `add` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Add {
+    /// One number.
+    a: f64,
+    /// The other.
+    b: f64,
+}
+
+/// `add` result.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Sum {
+    /// a + b.
+    sum: f64,
+}
+
+async fn add(args: Add) -> Json<Sum> {
+    Json(Sum {
+        sum: args.a + args.b,
+    })
+}
+
+/// `countdown` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Countdown {
+    /// How many steps (at most 20).
+    steps: u32,
+    /// Milliseconds between steps (default 100, at most 2000).
+    #[serde(default)]
+    delay_ms: Option<u64>,
+}
+
+async fn countdown(context: Context, args: Countdown) -> String {
+    let steps = args.steps.min(20);
+    let delay = Duration::from_millis(args.delay_ms.unwrap_or(100).min(2000));
+    for i in 1..=steps {
+        if context.is_cancelled() {
+            return format!("cancelled after {} of {steps} steps", i - 1);
+        }
+        tokio::time::sleep(delay).await;
+        let _ = context
+            .progress(
+                f64::from(i),
+                Some(f64::from(steps)),
+                Some(&format!("step {i} of {steps}")),
+            )
+            .await;
+        let level = if i == steps {
+            LogLevel::Notice
+        } else {
+            LogLevel::Debug
+        };
+        context
+            .log(level, Some("countdown"), json!({"step": i, "of": steps}))
+            .await;
+    }
+    format!("liftoff after {steps} steps")
+}
+
+/// `confirm` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Confirm {
+    /// What to confirm.
+    action: String,
+}
+
+/// Asks the user (elicitation) before it acts; it acts only after the question, since in the
+/// modern era the handler runs again from the start with the answer.
+async fn confirm(context: Context, args: Confirm) -> Result<String, InputError> {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "confirm": {"type": "boolean", "description": "Go ahead?"},
+            "note": {"type": "string", "description": "Anything to add"},
+        },
+        "required": ["confirm"],
+    });
+    let answer = context
+        .elicit(&format!("Really {}?", args.action), schema)
+        .await?;
+    let accepted = answer["action"] == "accept" && answer["content"]["confirm"] == true;
+    Ok(if accepted {
+        let note = answer["content"]["note"].as_str().unwrap_or("");
+        if note.is_empty() {
+            format!("{}: done", args.action)
+        } else {
+            format!("{}: done ({note})", args.action)
+        }
+    } else {
+        format!("{}: not done ({})", args.action, answer["action"])
+    })
+}
+
+/// `haiku` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Haiku {
+    /// What the haiku is about.
+    topic: String,
+}
+
+/// Asks the client's model (sampling) for a haiku.
+async fn haiku(context: Context, args: Haiku) -> Result<String, InputError> {
+    let params = json!({
+        "messages": [{
+            "role": "user",
+            "content": {"type": "text", "text": format!("Write a haiku about {}", args.topic)},
+        }],
+        "maxTokens": 60,
+        "systemPrompt": "You are a poet.",
+    });
+    let params = params.as_object().cloned().unwrap_or_default();
+    let answer = context.sample(params).await?;
+    Ok(format!(
+        "{} wrote: {}",
+        answer["model"].as_str().unwrap_or("?"),
+        answer["content"]["text"].as_str().unwrap_or("?")
+    ))
+}
+
+/// `secret`: only listed after `unlock`.
+async fn secret(_: NoArgs) -> &'static str {
+    "the secret is 42"
+}
+
+/// `greet` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Greet {
+    /// Who to greet.
+    name: String,
+}
+
+async fn greet(args: Greet) -> PromptMessage {
+    PromptMessage::user(format!("Say a warm hello to {}.", args.name))
+}
+
+/// `review` arguments.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Review {
+    /// The code to review.
+    code: String,
+    /// Its language.
+    #[serde(default)]
+    language: Option<String>,
+}
+
+async fn review(args: Review) -> Vec<PromptMessage> {
+    let language = args.language.unwrap_or_else(|| "code".to_owned());
+    vec![
+        PromptMessage::user(format!("Review this {language}:\n{}", args.code)),
+        PromptMessage::assistant("I will look at correctness first, then style."),
+    ]
+}
+
+async fn readme(_: Context, request: ReadRequest) -> ResourceContents {
+    ResourceContents::text(
+        request.uri,
+        "# The mcx demo server\n\nTools, resources, prompts and completions, in both eras.\n",
+    )
+    .mime_type("text/markdown")
+}
+
+async fn config(_: Context, request: ReadRequest) -> ResourceContents {
+    let config = json!({"theme": "dark", "retries": 3});
+    ResourceContents::text(request.uri, config.to_string()).mime_type("application/json")
+}
+
+const NOTES: &[(&str, &str)] = &[
+    ("groceries", "milk, bread, tea"),
+    ("ideas", "a command-line tool for MCP"),
+    ("todo", "write the docs"),
+];
+
+async fn note(_: Context, request: ReadRequest) -> ResourceContents {
+    let name = request.var("name").unwrap_or_default();
+    let text = NOTES.iter().find(|(n, _)| *n == name).map_or_else(
+        || format!("(no note named {name})"),
+        |(_, t)| (*t).to_owned(),
+    );
+    ResourceContents::text(request.uri, text).mime_type("text/plain")
+}
+
+fn starting_with(names: &[&str], partial: &str) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| n.starts_with(partial))
+        .map(|n| (*n).to_owned())
+        .collect()
+}
+
+/// The demo server.
+pub(crate) fn server() -> Server {
+    let server = Server::builder("mcx-demo", env!("CARGO_PKG_VERSION"))
+        .instructions(
+            "The mcx demo server: try `countdown` (progress and logs), `confirm` (elicitation), \
+             `haiku` (sampling) and `unlock` (the tool list changes).",
+        )
+        .tool(Tool::new("echo", echo).description("Says the text back"))
+        .tool(Tool::new("add", add).description("Adds two numbers (structured output)"))
+        .tool(
+            Tool::new("countdown", countdown)
+                .description("Counts down, reporting progress and logging each step"),
+        )
+        .tool(Tool::new("confirm", confirm).description("Asks the user to confirm (elicitation)"))
+        .tool(
+            Tool::new("haiku", haiku).description("Asks the client's model for a haiku (sampling)"),
+        )
+        .prompt(
+            Prompt::new("greet", greet)
+                .description("A greeting for someone")
+                .complete("name", |partial: String, _| async move {
+                    starting_with(&["Ada", "Alan", "Grace", "Linus"], &partial)
+                }),
+        )
+        .prompt(
+            Prompt::new("review", review)
+                .description("A code review")
+                .complete("language", |partial: String, _| async move {
+                    starting_with(&["python", "rust", "typescript"], &partial)
+                }),
+        )
+        .resource(
+            Resource::new("demo://readme", "readme", readme)
+                .description("What this server is")
+                .mime_type("text/markdown"),
+        )
+        .resource(
+            Resource::new("demo://config", "config", config)
+                .description("Settings, as JSON")
+                .mime_type("application/json")
+                .cache(CacheHint {
+                    ttl_ms: 60_000,
+                    scope: "public",
+                }),
+        )
+        .resource_template(
+            ResourceTemplate::new("demo://notes/{name}", "notes", note)
+                .expect("a valid template")
+                .description("A note by name")
+                .mime_type("text/plain")
+                .complete("name", |partial: String, _| async move {
+                    let names: Vec<&str> = NOTES.iter().map(|(n, _)| *n).collect();
+                    starting_with(&names, &partial)
+                }),
+        )
+        .build();
+    let handle = server.clone();
+    let unlock = move |_: NoArgs| {
+        let server = handle.clone();
+        async move {
+            // Removed first so every call changes the list (and clients are told).
+            server.remove_tool("secret");
+            let _ =
+                server.add_tool(Tool::new("secret", secret).description("Unlocked by `unlock`"));
+            "unlocked the `secret` tool"
+        }
+    };
+    server
+        .add_tool(Tool::new("unlock", unlock).description("Adds the `secret` tool (list_changed)"))
+        .expect("a new tool");
+    server
+}

@@ -1,0 +1,220 @@
+//! `mcx`, the modelctx command-line tool: `mcx demo` walks through every MCP feature in both
+//! eras against the built-in demo server; `mcx serve demo` serves that server on its own; and
+//! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
+//! run as a child process (`--stdio "<command line>"`) or reached over Streamable HTTP
+//! (`--url URL`).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod commands;
+mod demo;
+mod output;
+mod walkthrough;
+mod words;
+
+/// mcx: talk to MCP servers, or see every feature of MCP at work with `mcx demo`.
+#[derive(Parser, Debug)]
+#[command(name = "mcx", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(flatten)]
+    target: Target,
+    /// Print results as JSON (for scripts) instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Which server the client commands talk to (given before the command).
+#[derive(Args, Debug, Default, Clone)]
+pub(crate) struct Target {
+    /// Run this command line as an MCP server over stdio (split like a shell, without
+    /// expansions).
+    #[arg(long, value_name = "COMMAND", conflicts_with = "url")]
+    pub(crate) stdio: Option<String>,
+    /// Talk to the Streamable HTTP endpoint at this URL.
+    #[arg(long, value_name = "URL")]
+    pub(crate) url: Option<String>,
+    /// An HTTP header for every request, `Name: value` (repeatable; with --url).
+    #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
+    pub(crate) headers: Vec<String>,
+    /// A bearer token, sent as `Authorization: Bearer TOKEN` (with --url).
+    #[arg(long, value_name = "TOKEN", requires = "url")]
+    pub(crate) bearer: Option<String>,
+    /// Seconds to wait for each answer (default 60; 0 waits forever).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout: Option<u64>,
+    /// Ask the server for log messages at this level and above (debug, info, notice, warning,
+    /// error, critical, alert, emergency); they are printed to stderr.
+    #[arg(long, value_name = "LEVEL")]
+    pub(crate) log_level: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start the demo server over stdio and HTTP, connect a client in each era, and walk
+    /// through every feature, printing a transcript.
+    Demo,
+    /// Serve a built-in server.
+    #[command(subcommand)]
+    Serve(Serve),
+    /// Show the server's name, protocol version, capabilities and instructions.
+    Discover,
+    /// Check that the server answers (`ping`; `server/discover` in the modern era).
+    Ping,
+    /// List or call tools.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// List or read resources, or list resource templates.
+    #[command(subcommand)]
+    Resources(ResourcesCommand),
+    /// List or get prompts.
+    #[command(subcommand)]
+    Prompts(PromptsCommand),
+    /// Ask for completions of a prompt argument or a resource template variable.
+    Complete(CompleteArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum Serve {
+    /// The demo server: tools with progress, logging, elicitation and sampling; resources, a
+    /// template, prompts with completions.
+    Demo(ServeDemo),
+}
+
+#[derive(Args, Debug)]
+struct ServeDemo {
+    /// Serve on stdin and stdout (the default).
+    #[arg(long, conflicts_with = "http")]
+    stdio: bool,
+    /// Serve Streamable HTTP (both eras) on this address, such as 127.0.0.1:8080 (port 0: any
+    /// free port); the URL is printed to stderr.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ToolsCommand {
+    /// List the tools.
+    List,
+    /// Call a tool.
+    Call {
+        /// The tool's name.
+        name: String,
+        /// Its arguments, a JSON object.
+        #[arg(long, value_name = "JSON")]
+        args: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ResourcesCommand {
+    /// List the resources.
+    List,
+    /// Read a resource.
+    Read {
+        /// Its URI.
+        uri: String,
+    },
+    /// List the resource templates.
+    Templates,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum PromptsCommand {
+    /// List the prompts.
+    List,
+    /// Get a prompt.
+    Get {
+        /// The prompt's name.
+        name: String,
+        /// An argument, `key=value` (repeatable).
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CompleteArgs {
+    #[command(flatten)]
+    pub(crate) reference: CompleteRef,
+    /// The argument (prompt) or variable (template) to complete.
+    pub(crate) argument: String,
+    /// What has been typed so far.
+    #[arg(default_value = "")]
+    pub(crate) value: String,
+    /// Values of arguments already chosen, `key=value` (repeatable).
+    #[arg(long = "context", value_name = "KEY=VALUE")]
+    pub(crate) context: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub(crate) struct CompleteRef {
+    /// Complete an argument of this prompt.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) prompt: Option<String>,
+    /// Complete a variable of the resource template with this URI template.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub(crate) resource: Option<String>,
+}
+
+/// What a client command is.
+#[derive(Debug)]
+pub(crate) enum ClientCommand {
+    Discover,
+    Ping,
+    Tools(ToolsCommand),
+    Resources(ResourcesCommand),
+    Prompts(PromptsCommand),
+    Complete(CompleteArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = match cli.command {
+        Command::Demo => return walkthrough::run().await,
+        Command::Serve(Serve::Demo(serve)) => return serve_demo(serve).await,
+        Command::Discover => ClientCommand::Discover,
+        Command::Ping => ClientCommand::Ping,
+        Command::Tools(c) => ClientCommand::Tools(c),
+        Command::Resources(c) => ClientCommand::Resources(c),
+        Command::Prompts(c) => ClientCommand::Prompts(c),
+        Command::Complete(c) => ClientCommand::Complete(c),
+    };
+    commands::run(cli.target, command, cli.json).await
+}
+
+/// Prints `mcx: message` on stderr; the exit status for a failure.
+pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("mcx: {message}");
+    ExitCode::FAILURE
+}
+
+async fn serve_demo(serve: ServeDemo) -> ExitCode {
+    let server = demo::server();
+    let Some(addr) = serve.http else {
+        return match server.serve_stdio().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(format_args!("serving stdio: {e}")),
+        };
+    };
+    let running = match server
+        .serve_http(addr, modelctx_http::server::ServerConfig::default())
+        .await
+    {
+        Ok(running) => running,
+        Err(e) => return fail(format_args!("serving HTTP on {addr}: {e}")),
+    };
+    eprintln!(
+        "mcx demo server: http://{}/mcp (Ctrl-C to stop)",
+        running.local_addr()
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    running.shutdown(std::time::Duration::from_secs(2)).await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,238 @@
+//! The `mcx` binary, run as a user would.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+const MCX: &str = env!("CARGO_BIN_EXE_mcx");
+
+fn mcx(args: &[&str]) -> Output {
+    Command::new(MCX)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcx runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `--stdio` with the demo server.
+fn demo_stdio() -> String {
+    format!("{MCX} serve demo --stdio")
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", stderr(output));
+    serde_json::from_slice(&output.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn tools_list_json_lists_the_demo_tools() {
+    let out = mcx(&["--stdio", &demo_stdio(), "tools", "list", "--json"]);
+    let value = json(&out);
+    let names: Vec<&str> = value["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for tool in ["echo", "add", "countdown", "confirm", "haiku", "unlock"] {
+        assert!(names.contains(&tool), "{tool} missing from {names:?}");
+    }
+}
+
+#[test]
+fn tools_list_prints_a_table() {
+    let out = mcx(&["--stdio", &demo_stdio(), "tools", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("NAME"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("echo ") && l.ends_with("Says the text back")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_call_with_json_output() {
+    let out = mcx(&[
+        "--stdio",
+        &demo_stdio(),
+        "tools",
+        "call",
+        "add",
+        "--args",
+        r#"{"a": 2, "b": 3}"#,
+        "--json",
+    ]);
+    let value = json(&out);
+    assert_eq!(value["structuredContent"]["sum"], 5.0);
+}
+
+#[test]
+fn a_call_with_progress_and_logs_on_stderr() {
+    let out = mcx(&[
+        "--stdio",
+        &demo_stdio(),
+        "--log-level",
+        "debug",
+        "tools",
+        "call",
+        "countdown",
+        "--args",
+        r#"{"steps": 2, "delay_ms": 1}"#,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "liftoff after 2 steps\n");
+    let err = stderr(&out);
+    assert!(err.contains("progress 2/2 step 2 of 2"), "{err}");
+    assert!(err.contains("[notice countdown]"), "{err}");
+}
+
+#[test]
+fn an_unknown_tool_fails_with_a_message() {
+    let out = mcx(&["--stdio", &demo_stdio(), "tools", "call", "nope"]);
+    assert!(!out.status.success());
+    assert!(stdout(&out).is_empty());
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("mcx: ") && err.contains("unknown tool"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn bad_input_fails_with_a_message() {
+    let out = mcx(&[
+        "--stdio",
+        &demo_stdio(),
+        "tools",
+        "call",
+        "echo",
+        "--args",
+        "{",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--args: invalid JSON"),
+        "{}",
+        stderr(&out)
+    );
+    let out = mcx(&["tools", "list"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no server"), "{}", stderr(&out));
+    let out = mcx(&["--stdio", "/nonexistent/server", "tools", "list"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).starts_with("mcx: cannot connect"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn resources_prompts_and_completions_over_stdio() {
+    let server = demo_stdio();
+    let out = mcx(&["--stdio", &server, "resources", "read", "demo://notes/todo"]);
+    assert_eq!(stdout(&out), "write the docs\n", "{}", stderr(&out));
+    let out = mcx(&[
+        "--stdio", &server, "prompts", "get", "greet", "--arg", "name=Ada",
+    ]);
+    assert!(
+        stdout(&out).contains("user: Say a warm hello to Ada."),
+        "{}",
+        stderr(&out)
+    );
+    let out = mcx(&[
+        "--stdio", &server, "complete", "--prompt", "greet", "name", "A",
+    ]);
+    assert_eq!(stdout(&out), "Ada\nAlan\n", "{}", stderr(&out));
+    let out = mcx(&[
+        "--stdio",
+        &server,
+        "complete",
+        "--resource",
+        "demo://notes/{name}",
+        "name",
+        "g",
+    ]);
+    assert_eq!(stdout(&out), "groceries\n", "{}", stderr(&out));
+}
+
+/// `mcx serve demo --http 127.0.0.1:0`, ended when dropped.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_http() -> HttpServer {
+    let mut child = Command::new(MCX)
+        .args(["serve", "demo", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx serve runs");
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().expect("stderr"))
+        .read_line(&mut line)
+        .expect("a line on stderr");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    HttpServer { child, url }
+}
+
+#[test]
+fn url_commands_against_serve_demo_http() {
+    let server = serve_http();
+    let url = server.url.as_str();
+    let value = json(&mcx(&["--url", url, "tools", "list", "--json"]));
+    assert!(
+        value["tools"].as_array().is_some_and(|t| t.len() >= 6),
+        "{value}"
+    );
+    let out = mcx(&[
+        "--url",
+        url,
+        "--header",
+        "X-Demo: yes",
+        "--bearer",
+        "token",
+        "tools",
+        "call",
+        "echo",
+        "--args",
+        r#"{"text": "hi"}"#,
+    ]);
+    assert_eq!(stdout(&out), "hi\n", "{}", stderr(&out));
+    let value = json(&mcx(&["--url", url, "discover", "--json"]));
+    assert_eq!(value["serverInfo"]["name"], "mcx-demo");
+    assert_eq!(value["protocolVersion"], "2026-07-28");
+    let out = mcx(&["--url", url, "resources", "list"]);
+    assert!(stdout(&out).contains("demo://readme"), "{}", stderr(&out));
+    let out = mcx(&["--url", url, "ping"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = mcx(&["--url", url, "--header", "no colon", "ping"]);
+    assert!(
+        stderr(&out).contains("expected `Name: value`"),
+        "{}",
+        stderr(&out)
+    );
+}
