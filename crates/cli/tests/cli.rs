@@ -236,3 +236,50 @@ fn url_commands_against_serve_demo_http() {
         stderr(&out)
     );
 }
+
+#[test]
+fn demo_walks_through_every_feature_in_both_eras() {
+    let out = mcx(&["demo"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    for section in [
+        "== stdio (era found by the probe) ==",
+        "== stdio (legacy era, pinned to 2025-11-25) ==",
+        "== Streamable HTTP (era found by the probe) ==",
+        "== Streamable HTTP (legacy era, pinned to 2025-11-25) ==",
+    ] {
+        assert!(text.contains(section), "{section} missing:\n{text}");
+    }
+    for line in [
+        "connected to mcx-demo 0.1.0, protocol 2026-07-28 (Modern era)",
+        "connected to mcx-demo 0.1.0, protocol 2025-11-25 (Legacy era)",
+        "call echo {text: hello} -> hello",
+        "call add {a: 2, b: 3} -> structured {\"sum\":5.0}",
+        "<- progress 3/3 step 3 of 3",
+        "<- log [notice countdown]",
+        "<- elicitation: \"Really deploy?\"",
+        "-> deploy: done (scripted)",
+        "-> canned-model-1 wrote: Tokens drift like leaves",
+        "read demo://notes/todo -> write the docs",
+        "complete greet name \"A\" -> Ada, Alan",
+        "complete demo://notes/{name} name \"\" -> groceries, ideas, todo",
+        "get greet {name: Ada} -> User: Say a warm hello to Ada.",
+        "<- notification: tools/list_changed",
+        "call secret -> the secret is 42",
+        "demo finished",
+    ] {
+        assert_eq!(
+            text.matches(line).count(),
+            if line.starts_with("connected") {
+                2
+            } else if line == "demo finished" {
+                1
+            } else {
+                4
+            },
+            "{line:?} in:\n{text}"
+        );
+    }
+    // The log level (notice) holds back the countdown's debug lines.
+    assert!(!text.contains("<- log [debug"), "{text}");
+}
