@@ -283,3 +283,40 @@ fn demo_walks_through_every_feature_in_both_eras() {
     // The log level (notice) holds back the countdown's debug lines.
     assert!(!text.contains("<- log [debug"), "{text}");
 }
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_the_call_and_exits_130() {
+    let mut child = Command::new(MCX)
+        .args([
+            "--stdio",
+            &demo_stdio(),
+            "tools",
+            "call",
+            "countdown",
+            "--args",
+            r#"{"steps": 20, "delay_ms": 500}"#,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx runs");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("progress on stderr");
+    assert!(line.starts_with("progress 1/20"), "{line}");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let mut rest = String::new();
+    while stderr.read_line(&mut rest).expect("stderr") > 0 {}
+    let status = child.wait().expect("mcx ends");
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        rest.contains("mcx: interrupted; the call was cancelled"),
+        "{rest}"
+    );
+}
