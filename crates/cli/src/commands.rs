@@ -144,7 +144,7 @@ pub(crate) fn http_config(headers: &[String], bearer: Option<&str>) -> Result<Ht
 
 /// Prints `value` as pretty JSON.
 fn print_json(value: &Value) {
-    println!(
+    say!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     );
@@ -242,7 +242,7 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
             if json {
                 print_json(&json!({"ok": true, "method": how, "ms": ms}));
             } else {
-                println!("ok: {how} answered in {ms:.1} ms");
+                say!("ok: {how} answered in {ms:.1} ms");
             }
         }
         ClientCommand::Tools(ToolsCommand::List) => {
@@ -284,7 +284,7 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                     print_json(&result["structuredContent"]);
                 } else {
                     for line in text {
-                        println!("{line}");
+                        say!("{line}");
                     }
                 }
             }
@@ -341,7 +341,7 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                 print_json(&result);
             } else {
                 for contents in result["contents"].as_array().into_iter().flatten() {
-                    println!("{}", resource_contents(contents));
+                    say!("{}", resource_contents(contents));
                 }
             }
         }
@@ -394,10 +394,10 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                 print_json(&result);
             } else {
                 if let Some(description) = result["description"].as_str() {
-                    println!("# {description}");
+                    say!("# {description}");
                 }
                 for message in result["messages"].as_array().into_iter().flatten() {
-                    println!(
+                    say!(
                         "{}: {}",
                         field(message, "role"),
                         content(&message["content"])
@@ -424,7 +424,7 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                 }));
             } else {
                 for value in &completion.values {
-                    println!("{value}");
+                    say!("{value}");
                 }
                 if completion.has_more == Some(true) {
                     let total = completion

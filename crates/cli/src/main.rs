@@ -9,6 +9,17 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `println!` for what the user asked to see: a reader that went away (`mcx tools list | head -1`)
+/// ends the program quietly, as command-line tools do, instead of a panic on the closed pipe.
+macro_rules! say {
+    () => {
+        $crate::output::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
 mod commands;
 mod demo;
 mod output;

@@ -83,6 +83,24 @@ pub(crate) fn resource_contents(contents: &Value) -> String {
     }
 }
 
+/// Writes one line to stdout (see `say!`): on a closed pipe the program ends with status 0; on
+/// any other write error it says so and ends with status 1.
+pub(crate) fn line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = out
+        .write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("mcx: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

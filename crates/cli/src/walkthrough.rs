@@ -32,7 +32,7 @@ enum EraPick {
 }
 
 pub(crate) async fn run() -> ExitCode {
-    println!("mcx demo: the demo server over stdio and Streamable HTTP, a client in each era");
+    say!("mcx demo: the demo server over stdio and Streamable HTTP, a client in each era");
     let runs = [
         (Transport::Stdio, EraPick::Probe),
         (Transport::Stdio, EraPick::Legacy),
@@ -44,19 +44,19 @@ pub(crate) async fn run() -> ExitCode {
             return crate::fail(e);
         }
     }
-    println!();
-    println!("demo finished: every feature worked over stdio and HTTP, in both eras");
+    say!();
+    say!("demo finished: every feature worked over stdio and HTTP, in both eras");
     ExitCode::SUCCESS
 }
 
 /// Prints a step of the transcript.
 fn step(text: impl std::fmt::Display) {
-    println!("  {text}");
+    say!("  {text}");
 }
 
 /// Prints what came from the server during a step.
 fn from_server(text: impl std::fmt::Display) {
-    println!("    <- {text}");
+    say!("    <- {text}");
 }
 
 /// The demo client: a scripted user answers elicitations, a canned model answers sampling,
@@ -128,12 +128,12 @@ async fn session(transport: Transport, era: EraPick) -> Result<(), String> {
         EraPick::Probe => "era found by the probe",
         EraPick::Legacy => "legacy era, pinned to 2025-11-25",
     };
-    println!();
+    say!();
     match transport {
         Transport::Stdio => {
             let exe =
                 std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-            println!("== stdio ({era_name}) ==");
+            say!("== stdio ({era_name}) ==");
             step(format_args!(
                 "starting `{} serve demo --stdio` as a child process",
                 exe.display()
@@ -150,7 +150,7 @@ async fn session(transport: Transport, era: EraPick) -> Result<(), String> {
             result
         }
         Transport::Http => {
-            println!("== Streamable HTTP ({era_name}) ==");
+            say!("== Streamable HTTP ({era_name}) ==");
             let addr = ([127, 0, 0, 1], 0).into();
             let running = crate::demo::server()
                 .serve_http(addr, modelctx_http::server::ServerConfig::default())

@@ -320,3 +320,24 @@ fn ctrl_c_cancels_the_call_and_exits_130() {
         "{rest}"
     );
 }
+
+/// A reader that stops reading (`mcx demo | head -1`) ends mcx quietly with status 0, not with a
+/// panic on the closed pipe.
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcx"))
+        .arg("demo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx starts");
+    let mut out = BufReader::new(child.stdout.take().expect("piped"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("a first line");
+    assert!(first.starts_with("mcx demo"), "{first:?}");
+    drop(out);
+    let output = child.wait_with_output().expect("mcx ends");
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {errors}", output.status);
+    assert!(!errors.contains("panicked"), "{errors}");
+}
