@@ -1,5 +1,5 @@
-//! Shared pieces of the benchmark binaries: the echo tool's schema, the runtime every server
-//! uses, and the `LISTENING <port>` line of the HTTP servers.
+//! Shared pieces of the benchmark binaries: the echo tool's schema, the modelctx echo server, the
+//! runtime every server uses, and the `LISTENING <port>` line of the HTTP servers.
 
 use std::net::SocketAddr;
 
@@ -13,6 +13,27 @@ pub fn echo_schema() -> serde_json::Map<String, serde_json::Value> {
         serde_json::Value::Object(map) => map,
         _ => unreachable!(),
     }
+}
+
+/// The arguments of `echo`.
+#[derive(serde::Deserialize)]
+struct Echo {
+    text: String,
+}
+
+async fn echo(args: Echo) -> String {
+    args.text
+}
+
+/// The modelctx server of the benchmarks: the tool `echo` alone (served over stdio by `mc_stdio`,
+/// over Streamable HTTP by `mc_http`).
+pub fn modelctx_server() -> modelctx_server::Server {
+    modelctx_server::Server::builder("modelctx-bench", "0.0.0")
+        .tool(
+            modelctx_server::Tool::with_input_schema("echo", echo_schema(), echo)
+                .description("Says the text back"),
+        )
+        .build()
 }
 
 /// The tokio runtime of every server: multi-threaded (what `#[tokio::main]` gives), or
