@@ -39,6 +39,11 @@ fn object(value: Value) -> JsonObject {
     }
 }
 
+/// A form of one required field of a primitive `kind`.
+fn one_field(name: &str, kind: &str) -> Value {
+    json!({"type": "object", "properties": {name: {"type": kind}}, "required": [name]})
+}
+
 /// An object schema without properties.
 fn no_args() -> JsonObject {
     object(json!({"type": "object", "properties": {}}))
@@ -280,8 +285,7 @@ async fn missing_capability(context: Context, _: NoArgs) -> Result<String, Input
 }
 
 async fn streaming_elicitation(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let schema =
-        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
+    let schema = one_field("ok", "boolean");
     let answer = context.elicit("Please confirm", schema).await?;
     Ok(format!("confirmed: {}", answer["content"]["ok"]))
 }
@@ -324,8 +328,7 @@ async fn custom_header(args: CustomHeaderArgs) -> String {
 // MRTR (input_required) tools: they ask with `Context`, the library turns questions into rounds.
 
 async fn mrtr_elicitation(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let schema =
-        json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+    let schema = one_field("name", "string");
     let answer = context
         .keyed("user_name")
         .elicit("What is your name?", schema)
@@ -358,8 +361,7 @@ async fn mrtr_list_roots(context: Context, _: NoArgs) -> Result<String, InputErr
 }
 
 async fn mrtr_request_state(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let schema =
-        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
+    let schema = one_field("ok", "boolean");
     let answer = context
         .keyed("confirm")
         .elicit("Please confirm", schema)
@@ -368,8 +370,7 @@ async fn mrtr_request_state(context: Context, _: NoArgs) -> Result<String, Input
 }
 
 async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let name_schema =
-        json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+    let name_schema = one_field("name", "string");
     let greeting = object(json!({
         "messages": [{"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}],
         "maxTokens": 50,
@@ -393,16 +394,13 @@ async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError
 async fn mrtr_multi_round(context: Context, _: NoArgs) -> Result<String, InputError> {
     let name = context
         .keyed("step1")
-        .elicit(
-            "Step 1: What is your name?",
-            json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
-        )
+        .elicit("Step 1: What is your name?", one_field("name", "string"))
         .await?;
     let color = context
         .keyed("step2")
         .elicit(
             "Step 2: What is your favorite color?",
-            json!({"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}),
+            one_field("color", "string"),
         )
         .await?;
     Ok(format!(
@@ -412,20 +410,9 @@ async fn mrtr_multi_round(context: Context, _: NoArgs) -> Result<String, InputEr
     ))
 }
 
-async fn mrtr_tampered(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let schema =
-        json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
-    let answer = context
-        .keyed("confirm")
-        .elicit("Please confirm", schema)
-        .await?;
-    Ok(format!("confirmed={}", answer["content"]["ok"]))
-}
-
 /// Asks the user when the client can elicit, its model otherwise.
 async fn mrtr_capabilities(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let schema =
-        json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+    let schema = one_field("name", "string");
     match context.elicit("What is your name?", schema).await {
         Ok(answer) => Ok(format!("Hello, {}!", answer["content"]["name"])),
         Err(InputError::NotSupported(_)) => {
@@ -565,7 +552,8 @@ fn tools() -> Vec<Tool> {
         Tool::with_input_schema(
             "test_input_required_result_tampered_state",
             no_args(),
-            mrtr_tampered,
+            // The same question: what differs is the client tampering with its state.
+            mrtr_request_state,
         )
         .description("Asks for a confirmation; its state is integrity-protected"),
         Tool::with_input_schema(
@@ -655,7 +643,7 @@ async fn with_image(_: JsonObject) -> Vec<PromptMessage> {
 }
 
 async fn mrtr_prompt(context: Context, _: JsonObject) -> Result<PromptMessage, InputError> {
-    let schema = json!({"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]});
+    let schema = one_field("context", "string");
     let answer = context
         .keyed("user_context")
         .elicit("What context should the prompt use?", schema)

@@ -177,33 +177,14 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             }
             Ok(())
         }
-        "tools_call" => {
-            client.list_all_tools().await.map_err(e("tools/list"))?;
-            let result = client
-                .call_tool("add_numbers", json!({"a": 2, "b": 3}))
-                .await
-                .map_err(e("tools/call add_numbers"))?;
-            expect_success("add_numbers", &result)
-        }
+        "tools_call" => list_and_call(client, "add_numbers", json!({"a": 2, "b": 3})).await,
         "elicitation-sep1034-client-defaults" => {
             // The mock sends its elicitation on the standalone GET stream, and only if that
             // stream is open: `listening()` returns once it is.
             client.listening().await.map_err(e("listening"))?;
-            client.list_all_tools().await.map_err(e("tools/list"))?;
-            let result = client
-                .call_tool("test_client_elicitation_defaults", json!({}))
-                .await
-                .map_err(e("tools/call test_client_elicitation_defaults"))?;
-            expect_success("test_client_elicitation_defaults", &result)
+            list_and_call(client, "test_client_elicitation_defaults", json!({})).await
         }
-        "sse-retry" => {
-            client.list_all_tools().await.map_err(e("tools/list"))?;
-            let result = client
-                .call_tool("test_reconnection", json!({}))
-                .await
-                .map_err(e("tools/call test_reconnection"))?;
-            expect_success("test_reconnection", &result)
-        }
+        "sse-retry" => list_and_call(client, "test_reconnection", json!({})).await,
         "json-schema-2020-12-preservation" => {
             let tools = client.list_all_tools().await.map_err(e("tools/list"))?;
             let tool = tools
@@ -314,6 +295,16 @@ async fn act(run: &Run, client: &Client) -> Outcome {
 /// Formats a call's error.
 fn e(what: &str) -> impl Fn(Error) -> String + '_ {
     move |error| format!("{what}: {error}")
+}
+
+/// Lists the tools (as a host does before calling one), then calls `tool`, which must succeed.
+async fn list_and_call(client: &Client, tool: &str, arguments: Value) -> Outcome {
+    client.list_all_tools().await.map_err(e("tools/list"))?;
+    let result = client
+        .call_tool(tool, arguments)
+        .await
+        .map_err(|error| format!("tools/call {tool}: {error}"))?;
+    expect_success(tool, &result)
 }
 
 fn expect_success(tool: &str, result: &model::CallToolResult) -> Outcome {
