@@ -222,6 +222,28 @@ pub(crate) async fn run_channel(
     .await;
 }
 
+/// Runs `future` on a task of its own, on the runtime's workers, until it ends; aborted if the
+/// future this returns is dropped, and its panic goes on as this future's.
+#[cfg(feature = "stdio")]
+pub(crate) async fn run_on_task<F>(future: F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    /// Aborts the task when dropped: the connection ends with its caller's future.
+    struct AbortOnDrop(tokio::task::JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(tokio::spawn(future));
+    if let Err(e) = (&mut task.0).await
+        && e.is_panic()
+    {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
 /// Runs one connection for its [`Lifetime`].
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -627,17 +649,25 @@ fn start(
     let commands = commands.clone();
     let shared = shared.clone();
     let counted = shared.clone();
-    let handler = tokio::spawn(async move {
-        let _running = crate::server::Counted::new(&counted.load.handlers);
-        runner(context).await
-    });
+    // One task per request: the handler, its panic caught where it runs.
     tokio::spawn(async move {
-        let answer = match handler.await {
-            Ok(answer) => answer.map(|result| with_server_info(&shared, result, modern)),
-            Err(e) if e.is_panic() => {
-                Err(internal("the handler failed unexpectedly (it panicked)"))
+        let mut handler = std::pin::pin!(async move {
+            let _running = crate::server::Counted::new(&counted.load.handlers);
+            runner(context).await
+        });
+        let outcome = std::future::poll_fn(|cx| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler.as_mut().poll(cx)
+            })) {
+                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+                Ok(std::task::Poll::Ready(answer)) => std::task::Poll::Ready(Some(answer)),
+                Err(_) => std::task::Poll::Ready(None),
             }
-            Err(_) => Err(internal("the handler's task was stopped")),
+        })
+        .await;
+        let answer = match outcome {
+            Some(answer) => answer.map(|result| with_server_info(&shared, result, modern)),
+            None => Err(internal("the handler failed unexpectedly (it panicked)")),
         };
         drop(permit);
         let _ = commands.send(Command::Respond { id, answer }).await;

@@ -148,7 +148,10 @@ mod stdio {
                 }
                 writer.shutdown().await
             });
-            driver::run_channel(self.shared.clone(), input, output).await;
+            // The driver runs on a task of its own: the future this returns is often
+            // `block_on`'s, and a driver on that thread would wake a worker thread for every
+            // message it hands the reader, the writer or a handler (and be woken by them).
+            driver::run_on_task(driver::run_channel(self.shared.clone(), input, output)).await;
             // The connection is over; a reader still waiting for input is not needed.
             read.abort();
             let read = read.await.unwrap_or(Ok(()));
