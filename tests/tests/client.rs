@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use modelctx_client::{
-    CallOptions, Client, ClientBuilder, CompletionRef, ElicitAction, Elicitation, Elicited, Era,
-    Error, LogLevel, ProtocolVersion, ServerCommand, ServerNotification, model,
+    CallOptions, Client, ClientBuilder, CompletionRef, Elicitation, Elicited, Era, Error, LogLevel,
+    ProtocolVersion, ServerCommand, ServerNotification, model,
 };
 use modelctx_tests::client::{
     call_text, completions, connect_in_memory, expect_notification, sampled, serve_http,
@@ -478,6 +478,48 @@ async fn a_crashed_stdio_server_ends_the_client_by_default() {
     }
 }
 
+/// A policy of no restarts holds however long the server ran; a connection that stayed up long
+/// enough gives a policy with restarts its count back.
+#[tokio::test]
+async fn the_restart_count_starts_over_only_after_a_stable_connection() {
+    let mut never = modelctx_client::Reconnect::NEVER;
+    never.stable_after = Duration::from_millis(50);
+    let client = builder(Pin::Probe)
+        .reconnect(never)
+        .connect_stdio(stdio_server())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = within("crash", client.call_tool("crash", json!({}))).await;
+    let after = within("after", client.call_tool("echo", json!({"text": "x"}))).await;
+    assert!(matches!(after, Err(Error::Closed(_))), "{after:?}");
+    assert!(client.is_closed());
+
+    // One restart allowed, and a connection is stable after 300 ms: each crash after that long
+    // is restarted.
+    let mut once = modelctx_client::Reconnect::up_to(1);
+    once.stable_after = Duration::from_millis(300);
+    let client = builder(Pin::Probe)
+        .reconnect(once)
+        .connect_stdio(stdio_server())
+        .await
+        .unwrap();
+    for round in 0..2 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let _ = within("crash", client.call_tool("crash", json!({}))).await;
+        let echoed = within(
+            "echo after a restart",
+            call_text(&client, "echo", json!({"text": "again"})),
+        )
+        .await;
+        assert_eq!(echoed, "again", "round {round}");
+    }
+    // A crash soon after a restart finds the count used up: the client ends.
+    let _ = within("crash", client.call_tool("crash", json!({}))).await;
+    let last = within("after", client.call_tool("echo", json!({"text": "x"}))).await;
+    assert!(matches!(last, Err(Error::Closed(_))), "{last:?}");
+}
+
 /// Declining an elicitation reaches the handler as a decline, in both eras.
 #[tokio::test]
 async fn declined_elicitation_reaches_the_tool() {
@@ -491,7 +533,6 @@ async fn declined_elicitation_reaches_the_tool() {
         let client = connect_in_memory(&client_server(), decliner).await;
         let form = call_text(&client, "form", json!({})).await;
         assert_eq!(form, r#""decline" null"#, "{pin:?}");
-        let _ = ElicitAction::Decline;
         client.close().await;
     }
 }

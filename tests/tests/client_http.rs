@@ -181,14 +181,7 @@ async fn listening_waits_for_the_legacy_standalone_stream() {
         }
     })
     .await;
-    let client = within(
-        "connect",
-        Client::builder("t", "1")
-            .protocol_version(ProtocolVersion::V2025_11_25)
-            .connect_http(&server.url()),
-    )
-    .await
-    .unwrap();
+    let client = legacy_client(&server.url()).await;
     within("listening", client.listening()).await.unwrap();
     assert!(
         opened.load(Ordering::SeqCst),
@@ -201,16 +194,21 @@ async fn listening_waits_for_the_legacy_standalone_stream() {
         modelctx_tests::http_client::legacy_basics(&seen, &mut reply, Some("s2")).await;
     })
     .await;
-    let client = within(
-        "connect",
-        Client::builder("t", "1")
-            .protocol_version(ProtocolVersion::V2025_11_25)
-            .connect_http(&server.url()),
-    )
-    .await
-    .unwrap();
+    let client = legacy_client(&server.url()).await;
     within("listening without a stream", client.listening())
         .await
         .unwrap();
     client.close().await;
+}
+
+/// A client pinned to 2025-11-25, connected to `url`.
+async fn legacy_client(url: &str) -> Client {
+    within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_http(url),
+    )
+    .await
+    .unwrap()
 }

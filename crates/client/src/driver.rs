@@ -207,7 +207,8 @@ pub(crate) struct Driver {
     remake: Remake,
     reconnect: Reconnect,
     attempts: u32,
-    connected_at: Instant,
+    /// When the protocol was last settled; taken when that connection ends.
+    connected_at: Option<Instant>,
     reconnect_at: Option<Instant>,
     shared: Arc<Shared>,
     commands: mpsc::Receiver<Command>,
@@ -252,7 +253,7 @@ impl Driver {
             remake,
             reconnect,
             attempts: 0,
-            connected_at: Instant::now(),
+            connected_at: None,
             reconnect_at: None,
             shared,
             commands,
@@ -588,7 +589,7 @@ impl Driver {
             .peer
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(peer.clone());
-        self.connected_at = Instant::now();
+        self.connected_at = Some(Instant::now());
         let again = self.ready.is_none();
         if let Some(ready) = self.ready.take() {
             let _ = ready.send(Ok(peer));
@@ -645,23 +646,21 @@ impl Driver {
         let why = self
             .session_close_reason()
             .unwrap_or_else(|| "the connection ended".into());
+        // A connection that stayed up long enough starts the count of attempts over; one whose
+        // handshake never completed does not.
+        if let Some(at) = self.connected_at.take()
+            && at.elapsed() >= self.reconnect.stable_after
+        {
+            self.attempts = 0;
+        }
         let local = self.closing.is_some();
-        if !local && self.ready.is_none() && self.may_reconnect() {
-            if self.connected_at.elapsed() >= self.reconnect.stable_after {
-                self.attempts = 0;
-            }
-            let delay = self
-                .reconnect
-                .delay
-                .saturating_mul(1 << self.attempts.min(10));
-            self.attempts += 1;
+        if !local && self.ready.is_none() && self.schedule_reconnect() {
             tracing::info!(%why, attempt = self.attempts, "re-establishing the connection");
             *self
                 .shared
                 .peer
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = None;
-            self.reconnect_at = Some(Instant::now() + delay);
             return;
         }
         if let Some(ready) = self.ready.take() {
@@ -678,10 +677,21 @@ impl Driver {
     fn may_reconnect(&self) -> bool {
         let remakeable = !matches!(self.remake, Remake::Never);
         let transport_ended = matches!(self.last_close, Some(CloseReason::Transport(_)));
-        remakeable
-            && transport_ended
-            && (self.attempts < self.reconnect.max_attempts
-                || self.connected_at.elapsed() >= self.reconnect.stable_after)
+        remakeable && transport_ended && self.attempts < self.reconnect.max_attempts
+    }
+
+    /// Plans the next attempt (the delay doubling with each), if the policy allows one.
+    fn schedule_reconnect(&mut self) -> bool {
+        if !self.may_reconnect() {
+            return false;
+        }
+        let delay = self
+            .reconnect
+            .delay
+            .saturating_mul(1 << self.attempts.min(10));
+        self.attempts += 1;
+        self.reconnect_at = Some(Instant::now() + delay);
+        true
     }
 
     fn reconnect_now(&mut self) {
@@ -718,14 +728,7 @@ impl Driver {
 
     #[cfg(feature = "stdio")]
     fn retry_or_end(&mut self) {
-        if self.may_reconnect() {
-            let delay = self
-                .reconnect
-                .delay
-                .saturating_mul(1 << self.attempts.min(10));
-            self.attempts += 1;
-            self.reconnect_at = Some(Instant::now() + delay);
-        } else {
+        if !self.schedule_reconnect() {
             // Let `pump` see a closed session with no reconnect planned.
             self.reconnect_at = None;
         }

@@ -226,13 +226,7 @@ async fn act(run: &Run, client: &Client) -> Outcome {
         }
         "http-standard-headers" => {
             client.discover().await.map_err(e("server/discover"))?;
-            for tool in client.list_all_tools().await.map_err(e("tools/list"))? {
-                let args = arguments_for(&tool.input_schema);
-                client
-                    .call_tool(&tool.name, args)
-                    .await
-                    .map_err(e(&format!("tools/call {}", tool.name)))?;
-            }
+            call_every_tool(client).await?;
             let resources = client
                 .list_all_resources()
                 .await
@@ -274,14 +268,7 @@ async fn act(run: &Run, client: &Client) -> Outcome {
         "http-invalid-tool-headers" => {
             // The transport leaves out the tools whose x-mcp-header declarations break the
             // rules: every tool still listed is callable.
-            for tool in client.list_all_tools().await.map_err(e("tools/list"))? {
-                let args = arguments_for(&tool.input_schema);
-                client
-                    .call_tool(&tool.name, args)
-                    .await
-                    .map_err(e(&format!("tools/call {}", tool.name)))?;
-            }
-            Ok(())
+            call_every_tool(client).await
         }
         "json-schema-ref-no-deref" => {
             // The schemas are kept as they came: a network `$ref` is never fetched.
@@ -295,6 +282,18 @@ async fn act(run: &Run, client: &Client) -> Outcome {
 /// Formats a call's error.
 fn e(what: &str) -> impl Fn(Error) -> String + '_ {
     move |error| format!("{what}: {error}")
+}
+
+/// Calls every listed tool with arguments that fit its input schema.
+async fn call_every_tool(client: &Client) -> Outcome {
+    for tool in client.list_all_tools().await.map_err(e("tools/list"))? {
+        let args = arguments_for(&tool.input_schema);
+        client
+            .call_tool(&tool.name, args)
+            .await
+            .map_err(e(&format!("tools/call {}", tool.name)))?;
+    }
+    Ok(())
 }
 
 /// Lists the tools (as a host does before calling one), then calls `tool`, which must succeed.
