@@ -213,18 +213,9 @@ pub(crate) fn prepare(
             answers = serde_json::from_slice(&opened.payload)
                 .map_err(|_| invalid_params("requestState carries no answers"))?;
         }
-        let given: Vec<&str> = params
-            .get("inputResponses")
-            .and_then(Value::as_object)
-            .map(|r| r.keys().map(String::as_str).collect())
-            .unwrap_or_default();
-        let missing = opened.missing(given);
-        if !missing.is_empty() {
-            return Err(invalid_params(format!(
-                "inputResponses lacks the answers to {}",
-                missing.join(", ")
-            )));
-        }
+        // A retry that lacks some answers is not an error: the handler runs again and asks the
+        // unanswered questions anew in another `input_required` round, as the spec's MRTR error
+        // handling says a server SHOULD.
     }
     match params.get("inputResponses") {
         None => {}
