@@ -84,6 +84,19 @@ async function exercise(name, client, transport, options) {
             errors.push(e.message);
         }
     };
+    // The messages the client is still sending. Over HTTP its answer to the server's last request
+    // (roots) is a POST whose 202 may come after the tool's result, on another connection: closing
+    // then would abort that POST ("This operation was aborted"). So the run waits for every send to
+    // settle before it closes; a send that fails is still reported to `onerror`.
+    const sending = new Set();
+    const send = transport.send.bind(transport);
+    transport.send = (...message) => {
+        const sent = send(...message);
+        sending.add(sent);
+        const settled = () => sending.delete(sent);
+        sent.then(settled, settled);
+        return sent;
+    };
     try {
         await client.connect(transport);
         const era = options.era;
@@ -155,6 +168,7 @@ async function exercise(name, client, transport, options) {
         const roots = await client.callTool({ name: 'roots', arguments: {} });
         expect('roots', roots.content[0].text, 'file:///work');
 
+        await Promise.allSettled([...sending]);
         await client.close();
         expect('errors', errors, []);
         return { client: name, ok: true, detail: `era ${era}` };
