@@ -23,6 +23,7 @@ macro_rules! say {
 mod commands;
 mod demo;
 mod output;
+mod proxy;
 mod walkthrough;
 mod words;
 
@@ -87,6 +88,34 @@ enum Command {
     Prompts(PromptsCommand),
     /// Ask for completions of a prompt argument or a resource template variable.
     Complete(CompleteArgs),
+    /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
+    /// shared child for modern requests.
+    Proxy(ProxyArgs),
+}
+
+#[derive(Args, Debug)]
+struct ProxyArgs {
+    /// The server's command line (split like a shell, without expansions).
+    #[arg(long, value_name = "COMMAND")]
+    stdio: String,
+    /// The address to serve on, such as 127.0.0.1:8080 (port 0: any free port); the URL is
+    /// printed to stderr.
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+    /// The most legacy sessions (each with its own child) at once; beyond, `initialize` gets 503.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_sessions: usize,
+    /// End a legacy session (and stop its child) after this many seconds without a request or
+    /// an open stream.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1800)]
+    idle_timeout: u64,
+    /// The most modern requests in flight on the shared child at once.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_requests: usize,
+    /// Say on stderr what the proxy does: children started and stopped, requests forwarded,
+    /// cancelled and answered.
+    #[arg(long, short)]
+    verbose: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -196,6 +225,7 @@ async fn main() -> ExitCode {
         Command::Resources(c) => ClientCommand::Resources(c),
         Command::Prompts(c) => ClientCommand::Prompts(c),
         Command::Complete(c) => ClientCommand::Complete(c),
+        Command::Proxy(args) => return proxy(args).await,
     };
     commands::run(cli.target, command, cli.json).await
 }
@@ -204,6 +234,22 @@ async fn main() -> ExitCode {
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("mcx: {message}");
     ExitCode::FAILURE
+}
+
+async fn proxy(args: ProxyArgs) -> ExitCode {
+    let command = match words::split(&args.stdio) {
+        Ok(words) => words,
+        Err(e) => return fail(format_args!("--stdio: {e}")),
+    };
+    proxy::run(proxy::Options {
+        command,
+        listen: args.listen,
+        max_sessions: args.max_sessions,
+        idle_timeout: std::time::Duration::from_secs(args.idle_timeout.max(1)),
+        max_requests: args.max_requests,
+        verbose: args.verbose,
+    })
+    .await
 }
 
 async fn serve_demo(serve: ServeDemo) -> ExitCode {

@@ -1,0 +1,866 @@
+//! `mcx proxy`: a stdio MCP server served over Streamable HTTP, both eras on one endpoint.
+//!
+//! The HTTP rules (sessions, SSE, event ids, resumption, Origin and Host checks, the session
+//! bound and idle timeout) are `modelctx-http`'s: the proxy is the [`McpApp`] behind its
+//! service, and forwards to child processes.
+//!
+//! * Legacy (`initialize`) sessions get a child each, started when the session opens and
+//!   stopped when it ends (DELETE, idle timeout, shutdown); a child that exits ends its session.
+//!   Ids need no rewriting (one client per child). Over stdio a message names no request it
+//!   belongs to, so the proxy relates it: progress by its token, list changes and resource
+//!   updates to the standalone stream, anything else (log messages, the server's own requests)
+//!   to the newest request in flight, else the standalone stream.
+//! * Modern (2026-07-28) requests share one child, started on the first request and again after
+//!   it exits. Each request gets a proxy-assigned id (and progress token) on the child's stdin,
+//!   mapped back on the way out; a closed HTTP stream becomes `notifications/cancelled`; listen
+//!   notifications go to their listen request's stream by subscription id (the listen request's
+//!   id), log messages to the newest request that asked for them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use modelctx_http::server::{
+    LegacyHandler, LegacySession, McpApp, ModernReply, ModernRequest, RequestContext, ServerConfig,
+};
+use modelctx_stdio::{LineReader, ServerCommand, Stderr};
+use modelctx_types::{
+    ErrorCode, ErrorObject, ErrorResponse, Incoming, Message, Notification, Request, RequestId,
+};
+use serde_json::{Value, json};
+use tokio::process::ChildStdout;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Lines waiting for a child's stdin.
+const CHILD_QUEUE: usize = 1024;
+/// Messages waiting for one modern request's HTTP stream.
+const STREAM_QUEUE: usize = 256;
+/// Requests in flight on one legacy session.
+const SESSION_REQUESTS: usize = 1024;
+/// The `_meta` key of a listen notification's subscription id.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The `_meta` key of a modern request's log level.
+const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The modern version the proxy speaks to its shared child.
+const MODERN: &str = "2026-07-28";
+
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// A line on stderr about what the proxy does, with `--verbose`.
+fn note(text: std::fmt::Arguments<'_>) {
+    if VERBOSE.load(Ordering::Relaxed) {
+        eprintln!("mcx proxy: {text}");
+    }
+}
+
+/// A warning on stderr, always.
+fn warn(text: std::fmt::Arguments<'_>) {
+    eprintln!("mcx proxy: {text}");
+}
+
+/// What `mcx proxy` was asked.
+#[derive(Debug)]
+pub(crate) struct Options {
+    /// The server's command line, split.
+    pub(crate) command: Vec<String>,
+    pub(crate) listen: SocketAddr,
+    pub(crate) max_sessions: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_requests: usize,
+    pub(crate) verbose: bool,
+}
+
+/// Runs the proxy until Ctrl-C (or SIGTERM).
+pub(crate) async fn run(options: Options) -> ExitCode {
+    VERBOSE.store(options.verbose, Ordering::Relaxed);
+    let Some((program, args)) = options.command.split_first() else {
+        return crate::fail("--stdio: an empty command line");
+    };
+    if options.max_sessions == 0 || options.max_requests == 0 {
+        return crate::fail("--max-sessions and --max-requests must be at least 1");
+    }
+    let command = ServerCommand::new(program)
+        .args(args)
+        // The servers' own messages are the user's to see.
+        .stderr(Stderr::Inherit);
+    let proxy = Proxy {
+        command: command.clone(),
+        legacy_children: Arc::new(AtomicUsize::new(0)),
+        modern: Arc::new(Modern {
+            command,
+            max_requests: options.max_requests,
+            state: Mutex::new(ModernState::default()),
+        }),
+    };
+    let mut config = ServerConfig::default();
+    config.max_sessions = options.max_sessions;
+    config.session_idle_timeout = options.idle_timeout;
+    let running = match modelctx_http::server::serve(options.listen, config, Arc::new(proxy)).await
+    {
+        Ok(running) => running,
+        Err(e) => return crate::fail(format_args!("serving HTTP on {}: {e}", options.listen)),
+    };
+    eprintln!(
+        "mcx proxy: http://{}/mcp -> {} (Ctrl-C to stop)",
+        running.local_addr(),
+        options.command.join(" ")
+    );
+    terminated().await;
+    running.shutdown(Duration::from_secs(2)).await;
+    ExitCode::SUCCESS
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// -- children ------------------------------------------------------------------------------------
+
+/// The way to a child's stdin. Cancelling `stop` (or dropping every sender) closes its stdin
+/// and stops it (close, wait, SIGTERM, wait, SIGKILL); it is always reaped.
+#[derive(Clone)]
+struct ChildLink {
+    tx: mpsc::Sender<Vec<u8>>,
+    stop: CancellationToken,
+    pid: u32,
+}
+
+impl ChildLink {
+    /// Queues a message for the child; false when it is gone or too far behind.
+    fn send(&self, message: &Message) -> bool {
+        self.tx.try_send(modelctx_types::encode(message)).is_ok()
+    }
+}
+
+/// The child's stdout, message by message.
+struct ChildOutput {
+    reader: LineReader<ChildStdout>,
+    pid: u32,
+}
+
+impl ChildOutput {
+    /// The next message (or batch); `None` when its stdout ends. Lines that are not JSON-RPC are
+    /// reported on stderr and skipped.
+    async fn next(&mut self) -> Option<Incoming> {
+        loop {
+            match self.reader.next_line().await {
+                Ok(Some(Ok(line))) => match modelctx_types::decode(line.as_bytes()) {
+                    Ok(incoming) => return Some(incoming),
+                    Err(e) => warn(format_args!(
+                        "child {}: skipped a line of its stdout: {e}",
+                        self.pid
+                    )),
+                },
+                Ok(Some(Err(e))) => warn(format_args!(
+                    "child {}: skipped a line of its stdout: {e}",
+                    self.pid
+                )),
+                Ok(None) => return None,
+                Err(e) => {
+                    warn(format_args!("child {}: reading its stdout: {e}", self.pid));
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Starts a child: its stdin writer runs on a task that also reaps it.
+fn spawn_child(command: &ServerCommand, what: String) -> std::io::Result<(ChildLink, ChildOutput)> {
+    let child = command.spawn()?;
+    let (reader, mut writer, mut process) = (child.reader, child.writer, child.process);
+    let pid = process.id().unwrap_or(0);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(CHILD_QUEUE);
+    let stop = CancellationToken::new();
+    let stopping = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stopping.cancelled() => break,
+                _ = process.wait() => break,
+                line = rx.recv() => {
+                    let Some(line) = line else { break };
+                    let mut ok = writer.feed_raw(&line).is_ok();
+                    while let Ok(line) = rx.try_recv() {
+                        ok &= writer.feed_raw(&line).is_ok();
+                    }
+                    if !ok {
+                        warn(format_args!("child {pid}: a message with a line break was not sent"));
+                    }
+                    let flushed = tokio::select! {
+                        r = writer.flush() => r.is_ok(),
+                        () = stopping.cancelled() => false,
+                    };
+                    if !flushed {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(rx);
+        match process.shutdown(writer).await {
+            Ok(end) => note(format_args!(
+                "{what}: child {pid} stopped ({}, by {:?})",
+                end.status, end.by
+            )),
+            Err(e) => warn(format_args!("{what}: stopping child {pid}: {e}")),
+        }
+    });
+    Ok((ChildLink { tx, stop, pid }, ChildOutput { reader, pid }))
+}
+
+/// The messages of an input, batch members one by one.
+fn messages(incoming: Incoming) -> Vec<Message> {
+    match incoming {
+        Incoming::Single(message) => vec![message],
+        Incoming::Batch(items) => items.into_iter().filter_map(Result::ok).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The params of a message as JSON, when they are an object.
+fn params_of(message: &Message) -> Option<serde_json::Map<String, Value>> {
+    let raw = match message {
+        Message::Request(r) => r.params.as_deref(),
+        Message::Notification(n) => n.params.as_deref(),
+        _ => None,
+    }?;
+    match serde_json::from_str(raw.get()) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+fn raw(value: &impl serde::Serialize) -> Option<Box<serde_json::value::RawValue>> {
+    serde_json::value::to_raw_value(value).ok()
+}
+
+/// An error response.
+fn error(id: RequestId, code: ErrorCode, message: impl Into<String>) -> Message {
+    ErrorResponse::new(Some(id), ErrorObject::new(code, message.into())).into()
+}
+
+/// The id a response answers.
+fn answers(message: &Message) -> Option<&RequestId> {
+    match message {
+        Message::Response(r) => Some(&r.id),
+        Message::Error(e) => e.id.as_ref(),
+        _ => None,
+    }
+}
+
+// -- the application ------------------------------------------------------------------------------
+
+struct Proxy {
+    command: ServerCommand,
+    legacy_children: Arc<AtomicUsize>,
+    modern: Arc<Modern>,
+}
+
+impl McpApp for Proxy {
+    fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+        let what = format!("legacy session {}", session.id());
+        let (link, output) = match spawn_child(&self.command, what.clone()) {
+            Ok(started) => started,
+            Err(e) => {
+                warn(format_args!("{what}: {e}"));
+                return Arc::new(Unstarted {
+                    session,
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let live = self.legacy_children.fetch_add(1, Ordering::SeqCst) + 1;
+        note(format_args!(
+            "{what}: child {} started ({live} legacy children)",
+            link.pid
+        ));
+        let in_flight = Arc::new(Mutex::new(Vec::new()));
+        tokio::spawn(legacy_output(
+            session.clone(),
+            output,
+            in_flight.clone(),
+            link.stop.clone(),
+            self.legacy_children.clone(),
+            what,
+        ));
+        Arc::new(LegacyChild {
+            link,
+            session,
+            in_flight,
+        })
+    }
+
+    fn modern(&self, request: ModernRequest) {
+        let ModernRequest { message, reply, .. } = request;
+        match message {
+            Message::Request(request) => Modern::request(&self.modern, request, reply),
+            Message::Notification(notification) => self.modern.notification(notification),
+            _ => {}
+        }
+    }
+}
+
+// -- legacy -------------------------------------------------------------------------------------------
+
+/// A client request in flight on a legacy session: its id and progress token.
+type InFlight = Arc<Mutex<Vec<(RequestId, Option<Value>)>>>;
+
+/// A legacy session whose child could not start: its `initialize` fails, which ends it.
+struct Unstarted {
+    session: LegacySession,
+    reason: String,
+}
+
+impl LegacyHandler for Unstarted {
+    fn input(&self, input: Incoming, _: RequestContext) {
+        let session = self.session.clone();
+        let reason = format!("mcx proxy: cannot start the server: {}", self.reason);
+        tokio::spawn(async move {
+            for message in messages(input) {
+                if let Message::Request(r) = message {
+                    let id = r.id.clone();
+                    session
+                        .send(
+                            error(r.id, ErrorCode::INTERNAL_ERROR, reason.clone()),
+                            Some(id),
+                        )
+                        .await;
+                }
+            }
+        });
+    }
+
+    fn closed(&self) {}
+}
+
+/// A legacy session and its child.
+struct LegacyChild {
+    link: ChildLink,
+    session: LegacySession,
+    in_flight: InFlight,
+}
+
+impl LegacyHandler for LegacyChild {
+    fn input(&self, input: Incoming, _: RequestContext) {
+        let (line, requests) = match input {
+            Incoming::Single(message) => {
+                let requests = legacy_requests(std::slice::from_ref(&message));
+                (modelctx_types::encode(&message), requests)
+            }
+            Incoming::Batch(items) => {
+                let items: Vec<Message> = items.into_iter().filter_map(Result::ok).collect();
+                (
+                    modelctx_types::encode_batch(&items),
+                    legacy_requests(&items),
+                )
+            }
+            _ => return,
+        };
+        let refused = {
+            let mut in_flight = lock(&self.in_flight);
+            if in_flight.len() + requests.len() > SESSION_REQUESTS {
+                Some(format!(
+                    "mcx proxy: {SESSION_REQUESTS} requests are in flight on this session"
+                ))
+            } else if self.link.tx.try_send(line).is_err() {
+                Some("mcx proxy: the server is gone or too far behind".to_owned())
+            } else {
+                in_flight.extend(requests.iter().cloned());
+                None
+            }
+        };
+        if let Some(reason) = refused {
+            let session = self.session.clone();
+            tokio::spawn(async move {
+                for (id, _) in requests {
+                    let message = error(id.clone(), ErrorCode::INTERNAL_ERROR, reason.clone());
+                    session.send(message, Some(id)).await;
+                }
+            });
+        }
+    }
+
+    fn closed(&self) {
+        note(format_args!(
+            "legacy session {}: ended; stopping child {}",
+            self.session.id(),
+            self.link.pid
+        ));
+        lock(&self.in_flight).clear();
+        self.link.stop.cancel();
+    }
+}
+
+/// The requests among client messages, with their progress tokens; a client's cancellation of
+/// one of its requests is not a request.
+fn legacy_requests(messages: &[Message]) -> Vec<(RequestId, Option<Value>)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Request(r) => {
+                let token =
+                    params_of(m).and_then(|p| p.get("_meta")?.get("progressToken").cloned());
+                Some((r.id.clone(), token))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads a legacy child's output to its end and routes it to the session's streams; then ends
+/// the session.
+async fn legacy_output(
+    session: LegacySession,
+    mut output: ChildOutput,
+    in_flight: InFlight,
+    stop: CancellationToken,
+    live: Arc<AtomicUsize>,
+    what: String,
+) {
+    loop {
+        let incoming = tokio::select! {
+            incoming = output.next() => incoming,
+            () = stop.cancelled() => None,
+        };
+        match incoming {
+            None => break,
+            Some(Incoming::Batch(items)) => {
+                let messages: Vec<Message> = items.into_iter().filter_map(Result::ok).collect();
+                {
+                    let mut in_flight = lock(&in_flight);
+                    in_flight.retain(|(id, _)| !messages.iter().any(|m| answers(m) == Some(id)));
+                }
+                session.send_batch(messages).await;
+            }
+            Some(Incoming::Single(message)) => {
+                let related = legacy_related(&in_flight, &message);
+                session.send(message, related).await;
+            }
+            Some(_) => {}
+        }
+    }
+    drop(output);
+    if !stop.is_cancelled() {
+        note(format_args!(
+            "{what}: the child's stdout ended; ending the session"
+        ));
+    }
+    session.close().await;
+    stop.cancel();
+    let live = live.fetch_sub(1, Ordering::SeqCst) - 1;
+    note(format_args!("{what}: closed ({live} legacy children)"));
+}
+
+/// The client request a message of a legacy child belongs to (see the module's comment).
+fn legacy_related(in_flight: &InFlight, message: &Message) -> Option<RequestId> {
+    let mut in_flight = lock(in_flight);
+    if let Some(id) = answers(message) {
+        in_flight.retain(|(i, _)| i != id);
+        return Some(id.clone());
+    }
+    let newest = || in_flight.last().map(|(id, _)| id.clone());
+    match message {
+        Message::Notification(n) if n.method == "notifications/progress" => {
+            let token = params_of(message).and_then(|p| p.get("progressToken").cloned());
+            in_flight
+                .iter()
+                .find(|(_, t)| t.is_some() && *t == token)
+                .map(|(id, _)| id.clone())
+        }
+        Message::Notification(n)
+            if n.method.ends_with("/list_changed")
+                || n.method == "notifications/resources/updated" =>
+        {
+            None
+        }
+        _ => newest(),
+    }
+}
+
+// -- modern -------------------------------------------------------------------------------------------
+
+/// The shared child of modern requests.
+struct Modern {
+    command: ServerCommand,
+    max_requests: usize,
+    state: Mutex<ModernState>,
+}
+
+#[derive(Default)]
+struct ModernState {
+    /// The running child and its generation.
+    child: Option<(u64, ChildLink)>,
+    generation: u64,
+    next_id: i64,
+    /// Requests in flight, by the id the child knows them by.
+    pending: BTreeMap<i64, Pending>,
+}
+
+/// A modern request in flight.
+struct Pending {
+    /// The client's id.
+    client_id: RequestId,
+    /// Its stream's forwarding task.
+    tx: mpsc::Sender<Message>,
+    /// The client's progress token, replaced by the child-side id.
+    token: Option<Value>,
+    /// A `subscriptions/listen` request.
+    listen: bool,
+    /// It set a log level (log messages may belong to it).
+    logs: bool,
+    generation: u64,
+}
+
+impl Modern {
+    /// Forwards a request: a child-side id, the stream's task.
+    fn request(this: &Arc<Modern>, request: Request, reply: ModernReply) {
+        let client_id = request.id.clone();
+        let fail = |message: String| {
+            let reply = reply.clone();
+            let answer = error(client_id.clone(), ErrorCode::INTERNAL_ERROR, message);
+            tokio::spawn(async move {
+                let _ = reply.send(answer).await;
+            });
+        };
+        let mut params = params_of(&Message::Request(request.clone())).unwrap_or_default();
+        let meta = params.get_mut("_meta").and_then(Value::as_object_mut);
+        let logs = meta.as_ref().is_some_and(|m| m.contains_key(LOG_LEVEL));
+        let mut state = lock(&this.state);
+        if state.pending.len() >= this.max_requests {
+            drop(state);
+            return fail(format!(
+                "mcx proxy: {} requests are in flight; try again later",
+                this.max_requests
+            ));
+        }
+        let (generation, link) = match Self::child(this, &mut state) {
+            Ok(child) => child,
+            Err(e) => {
+                drop(state);
+                return fail(format!("mcx proxy: cannot start the server: {e}"));
+            }
+        };
+        state.next_id += 1;
+        let id = state.next_id;
+        let token = meta.and_then(|m| m.insert("progressToken".into(), json!(id)));
+        let forwarded = Request {
+            id: RequestId::Number(id),
+            method: request.method.clone(),
+            params: if token.is_some() {
+                raw(&params)
+            } else {
+                request.params
+            },
+        };
+        if !link.send(&forwarded.into()) {
+            drop(state);
+            return fail("mcx proxy: the server is gone or too far behind".into());
+        }
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let listen = request.method == "subscriptions/listen";
+        state.pending.insert(
+            id,
+            Pending {
+                client_id: client_id.clone(),
+                tx,
+                token,
+                listen,
+                logs,
+                generation,
+            },
+        );
+        let count = state.pending.len();
+        drop(state);
+        note(format_args!(
+            "modern request {client_id} ({}) is {id} on the shared child ({count} in flight)",
+            request.method
+        ));
+        tokio::spawn(forward(this.clone(), id, rx, reply));
+    }
+
+    /// The running child, started when there is none.
+    fn child(this: &Arc<Modern>, state: &mut ModernState) -> std::io::Result<(u64, ChildLink)> {
+        if let Some((generation, link)) = &state.child
+            && !link.tx.is_closed()
+        {
+            return Ok((*generation, link.clone()));
+        }
+        state.generation += 1;
+        let generation = state.generation;
+        let (link, output) = spawn_child(&this.command, "the shared modern child".into())?;
+        note(format_args!("shared modern child {} started", link.pid));
+        state.child = Some((generation, link.clone()));
+        tokio::spawn(modern_output(this.clone(), generation, output));
+        Ok((generation, link))
+    }
+
+    /// A client notification: passed on to a running child (`notifications/cancelled` over HTTP
+    /// is a closed stream, not a message).
+    fn notification(&self, notification: Notification) {
+        if notification.method == "notifications/cancelled" {
+            return;
+        }
+        let state = lock(&self.state);
+        if let Some((_, link)) = &state.child {
+            link.send(&notification.into());
+        }
+    }
+
+    /// The client closed request `id`'s stream: the child is told, and the request forgotten.
+    fn cancel(&self, id: i64, reason: &str) {
+        let mut state = lock(&self.state);
+        let Some(pending) = state.pending.remove(&id) else {
+            return;
+        };
+        if let Some((generation, link)) = &state.child
+            && *generation == pending.generation
+        {
+            let params = json!({
+                "requestId": id,
+                "reason": reason,
+                "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN},
+            });
+            if let Ok(cancel) = Notification::new("notifications/cancelled", &params) {
+                link.send(&cancel.into());
+            }
+        }
+        note(format_args!(
+            "modern request {} ({id}) cancelled: {reason}; told the child ({} in flight)",
+            pending.client_id,
+            state.pending.len()
+        ));
+    }
+
+    /// Routes one message of the shared child.
+    fn from_child(&self, message: Message) {
+        let mut state = lock(&self.state);
+        let child_id = |id: Option<&RequestId>| match id {
+            Some(RequestId::Number(n)) => Some(*n),
+            _ => None,
+        };
+        match message {
+            Message::Request(request) => {
+                // A 2026-07-28 server asks with input_required results, never requests.
+                let answer = error(
+                    request.id,
+                    ErrorCode::METHOD_NOT_FOUND,
+                    "mcx proxy: no client to ask: a 2026-07-28 request asks with input_required results",
+                );
+                if let Some((_, link)) = &state.child {
+                    link.send(&answer);
+                }
+            }
+            Message::Response(mut response) => {
+                let Some(pending) =
+                    child_id(Some(&response.id)).and_then(|id| state.pending.remove(&id))
+                else {
+                    return note(format_args!(
+                        "dropped the child's answer to request {}, no longer waited for: {}",
+                        response.id,
+                        response.result.get()
+                    ));
+                };
+                if pending.listen
+                    && let Ok(Value::Object(mut result)) =
+                        serde_json::from_str::<Value>(response.result.get())
+                    && let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut)
+                    && meta.contains_key(SUBSCRIPTION_ID)
+                {
+                    meta.insert(SUBSCRIPTION_ID.into(), json!(pending.client_id));
+                    if let Some(rewritten) = raw(&result) {
+                        response.result = rewritten;
+                    }
+                }
+                response.id = pending.client_id.clone();
+                let count = state.pending.len();
+                drop(state);
+                deliver(&pending.tx, response.into());
+                note(format_args!(
+                    "answered a modern request ({count} in flight)"
+                ));
+            }
+            Message::Error(mut response) => {
+                let Some(pending) =
+                    child_id(response.id.as_ref()).and_then(|id| state.pending.remove(&id))
+                else {
+                    return note(format_args!(
+                        "dropped the child's error for request {:?}, no longer waited for: {}",
+                        response.id, response.error.message
+                    ));
+                };
+                response.id = Some(pending.client_id.clone());
+                let count = state.pending.len();
+                drop(state);
+                deliver(&pending.tx, response.into());
+                note(format_args!(
+                    "answered a modern request ({count} in flight)"
+                ));
+            }
+            Message::Notification(mut notification) => {
+                let message = Message::Notification(notification.clone());
+                let Some(mut params) = params_of(&message) else {
+                    return note(format_args!(
+                        "dropped a {} of the child for no request",
+                        notification.method
+                    ));
+                };
+                let subscription = params
+                    .get("_meta")
+                    .and_then(|m| m.get(SUBSCRIPTION_ID))
+                    .and_then(Value::as_i64);
+                let target = if let Some(id) = subscription {
+                    state.pending.get(&id).map(|p| {
+                        if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                            meta.insert(SUBSCRIPTION_ID.into(), json!(p.client_id));
+                        }
+                        id
+                    })
+                } else if notification.method == "notifications/progress" {
+                    let id = params.get("progressToken").and_then(Value::as_i64);
+                    id.and_then(|id| {
+                        let pending = state.pending.get(&id)?;
+                        params.insert("progressToken".into(), pending.token.clone()?);
+                        Some(id)
+                    })
+                } else if notification.method == "notifications/cancelled" {
+                    // The server ends a request (a listen stream): its stream ends.
+                    if let Some(id) = params.get("requestId").and_then(Value::as_i64)
+                        && state.pending.remove(&id).is_some()
+                    {
+                        note(format_args!("the child ended request {id}"));
+                    }
+                    return;
+                } else if notification.method == "notifications/message" {
+                    state
+                        .pending
+                        .iter()
+                        .rev()
+                        .find(|(_, p)| p.logs && !p.listen)
+                        .map(|(id, _)| *id)
+                } else {
+                    None
+                };
+                let Some(pending) = target.and_then(|id| state.pending.get(&id)) else {
+                    return note(format_args!(
+                        "dropped a {} of the child for no request in flight",
+                        notification.method
+                    ));
+                };
+                notification.params = raw(&params);
+                deliver(&pending.tx, notification.into());
+            }
+            _ => {}
+        }
+    }
+
+    /// The child of `generation` ended: its requests fail, and the next request starts another.
+    fn child_exited(&self, generation: u64) {
+        let mut state = lock(&self.state);
+        if state.child.as_ref().is_some_and(|(g, _)| *g == generation) {
+            if let Some((_, link)) = state.child.take() {
+                link.stop.cancel();
+            }
+        }
+        let ended: Vec<i64> = state
+            .pending
+            .iter()
+            .filter(|(_, p)| p.generation == generation)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ended {
+            if let Some(pending) = state.pending.remove(id) {
+                let answer = error(
+                    pending.client_id,
+                    ErrorCode::INTERNAL_ERROR,
+                    "mcx proxy: the server process ended before answering",
+                );
+                deliver(&pending.tx, answer);
+            }
+        }
+        note(format_args!(
+            "the shared modern child's stdout ended; {} requests failed ({} in flight)",
+            ended.len(),
+            state.pending.len()
+        ));
+    }
+}
+
+/// Hands a message to a stream's task; a final answer is never dropped.
+fn deliver(tx: &mpsc::Sender<Message>, message: Message) {
+    match tx.try_send(message) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(message)) => {
+            if answers(&message).is_some() {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(message).await;
+                });
+            } else {
+                warn(format_args!(
+                    "dropped a notification for a client too far behind"
+                ));
+            }
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => {}
+    }
+}
+
+/// Writes a modern request's messages on its HTTP stream; a closed stream cancels it.
+async fn forward(
+    modern: Arc<Modern>,
+    id: i64,
+    mut rx: mpsc::Receiver<Message>,
+    reply: ModernReply,
+) {
+    let cancelled = reply.cancelled().clone();
+    loop {
+        tokio::select! {
+            biased;
+            message = rx.recv() => {
+                let Some(message) = message else {
+                    // Forgotten without an answer (ended by the server): the stream ends.
+                    return;
+                };
+                let last = answers(&message).is_some();
+                if reply.send(message).await.is_err() {
+                    return modern.cancel(id, "the HTTP stream closed");
+                }
+                if last {
+                    return;
+                }
+            }
+            () = cancelled.cancelled() => return modern.cancel(id, "the HTTP stream closed"),
+        }
+    }
+}
+
+/// Reads the shared child's output to its end.
+async fn modern_output(modern: Arc<Modern>, generation: u64, mut output: ChildOutput) {
+    while let Some(incoming) = output.next().await {
+        for message in messages(incoming) {
+            modern.from_child(message);
+        }
+    }
+    modern.child_exited(generation);
+}
