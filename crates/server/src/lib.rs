@@ -113,6 +113,12 @@ pub use tool::{
 };
 pub use transport::InMemory;
 
+/// The code of the README, compiled (and run, unless marked `no_run`) as doctests of this
+/// crate, so that it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
 /// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and
 /// without the formats schemars invents for Rust's number types (`uint32`, `double`, ...),
 /// which JSON Schema does not define and validators warn about; the ranges stay as `minimum`
