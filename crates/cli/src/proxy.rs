@@ -16,13 +16,14 @@
 //!   notifications go to their listen request's stream by subscription id (the listen request's
 //!   id), log messages to the newest request that asked for them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use modelctx_http::headers::{ParamHeader, param_headers};
 use modelctx_http::server::{
     LegacyHandler, LegacySession, McpApp, ModernReply, ModernRequest, RequestContext, ServerConfig,
 };
@@ -45,6 +46,8 @@ const SESSION_REQUESTS: usize = 1024;
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// The `_meta` key of a modern request's log level.
 const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The most tools whose headers the proxy keeps.
+const MAX_TOOLS: usize = 10_000;
 /// The modern version the proxy speaks to its shared child.
 const MODERN: &str = "2026-07-28";
 
@@ -87,14 +90,16 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         .args(args)
         // The servers' own messages are the user's to see.
         .stderr(Stderr::Inherit);
+    let modern = Arc::new(Modern {
+        command: command.clone(),
+        max_requests: options.max_requests,
+        state: Mutex::new(ModernState::default()),
+        tools: Mutex::new(HashMap::new()),
+    });
     let proxy = Proxy {
         command: command.clone(),
         legacy_children: Arc::new(AtomicUsize::new(0)),
-        modern: Arc::new(Modern {
-            command,
-            max_requests: options.max_requests,
-            state: Mutex::new(ModernState::default()),
-        }),
+        modern: modern.clone(),
     };
     let mut config = ServerConfig::default();
     config.max_sessions = options.max_sessions;
@@ -109,6 +114,14 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         running.local_addr(),
         options.command.join(" ")
     );
+    // The shared child starts now, so that the tools' `Mcp-Param-*` headers are known before the
+    // first call; if it cannot, the first modern request says why (and tries again).
+    {
+        let mut state = lock(&modern.state);
+        if let Err(e) = Modern::child(&modern, &mut state) {
+            warn(format_args!("cannot start the server: {e}"));
+        }
+    }
     terminated().await;
     running.shutdown(Duration::from_secs(2)).await;
     ExitCode::SUCCESS
@@ -311,6 +324,10 @@ impl McpApp for Proxy {
         })
     }
 
+    fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
+        lock(&self.modern.tools).get(tool).cloned()
+    }
+
     fn modern(&self, request: ModernRequest) {
         let ModernRequest { message, reply, .. } = request;
         match message {
@@ -505,6 +522,17 @@ struct Modern {
     command: ServerCommand,
     max_requests: usize,
     state: Mutex<ModernState>,
+    /// The `Mcp-Param-*` headers of the shared child's tools, by tool name, as its `tools/list`
+    /// says (fetched when it starts and when its tool list changes).
+    tools: Mutex<HashMap<String, Vec<ParamHeader>>>,
+}
+
+/// What the proxy asks the shared child for itself.
+enum Internal {
+    /// A page of its tools (for their `Mcp-Param-*` headers).
+    ToolsList,
+    /// Its tool list changes.
+    Listen,
 }
 
 #[derive(Default)]
@@ -515,6 +543,10 @@ struct ModernState {
     next_id: i64,
     /// Requests in flight, by the id the child knows them by.
     pending: BTreeMap<i64, Pending>,
+    /// The proxy's own requests in flight on the child.
+    internal: BTreeMap<i64, Internal>,
+    /// The tools' headers gathered from the pages of `tools/list` so far.
+    tool_pages: HashMap<String, Vec<ParamHeader>>,
 }
 
 /// A modern request in flight.
@@ -612,7 +644,82 @@ impl Modern {
         note(format_args!("shared modern child {} started", link.pid));
         state.child = Some((generation, link.clone()));
         tokio::spawn(modern_output(this.clone(), generation, output));
+        let listen = json!({"notifications": {"toolsListChanged": true}});
+        Self::ask(state, "subscriptions/listen", listen, Internal::Listen);
+        Self::ask(state, "tools/list", json!({}), Internal::ToolsList);
         Ok((generation, link))
+    }
+
+    /// Sends a request of the proxy's own to the running child.
+    fn ask(state: &mut ModernState, method: &str, mut params: Value, kind: Internal) {
+        let Some((_, link)) = &state.child else {
+            return;
+        };
+        if let Some(params) = params.as_object_mut() {
+            params.insert(
+                "_meta".into(),
+                json!({
+                    "io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "mcx-proxy", "version": env!("CARGO_PKG_VERSION")},
+                }),
+            );
+        }
+        state.next_id += 1;
+        let id = state.next_id;
+        let Ok(request) = Request::new(id, method, &params) else {
+            return;
+        };
+        if link.send(&request.into()) {
+            state.internal.insert(id, kind);
+        }
+    }
+
+    /// An answer to one of the proxy's own requests.
+    fn internal_answer(&self, state: &mut ModernState, kind: Internal, message: &Message) {
+        let (Internal::ToolsList, Message::Response(response)) = (kind, message) else {
+            return;
+        };
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            tools: Vec<Value>,
+            #[serde(rename = "nextCursor")]
+            next_cursor: Option<String>,
+        }
+        let Ok(page) = serde_json::from_str::<Page>(response.result.get()) else {
+            return warn(format_args!(
+                "the shared child's tools/list answer is not a list"
+            ));
+        };
+        for tool in &page.tools {
+            let (Some(name), Some(schema)) = (
+                tool.get("name").and_then(Value::as_str),
+                tool.get("inputSchema").and_then(Value::as_object),
+            ) else {
+                continue;
+            };
+            if let Ok(headers) = param_headers(schema)
+                && state.tool_pages.len() < MAX_TOOLS
+            {
+                state.tool_pages.insert(name.to_owned(), headers);
+            }
+        }
+        match page.next_cursor {
+            Some(cursor) => {
+                Self::ask(
+                    state,
+                    "tools/list",
+                    json!({"cursor": cursor}),
+                    Internal::ToolsList,
+                );
+            }
+            None => {
+                let tools = std::mem::take(&mut state.tool_pages);
+                note(format_args!("the shared child has {} tools", tools.len()));
+                *lock(&self.tools) = tools;
+            }
+        }
     }
 
     /// A client notification: passed on to a running child (`notifications/cancelled` over HTTP
@@ -659,6 +766,26 @@ impl Modern {
             Some(RequestId::Number(n)) => Some(*n),
             _ => None,
         };
+        // The proxy's own requests.
+        let internal = match &message {
+            Message::Response(r) => child_id(Some(&r.id)),
+            Message::Error(e) => child_id(e.id.as_ref()),
+            _ => None,
+        };
+        if let Some(kind) = internal.and_then(|id| state.internal.remove(&id)) {
+            return self.internal_answer(&mut state, kind, &message);
+        }
+        if let Message::Notification(n) = &message
+            && let Some(id) =
+                params_of(&message).and_then(|p| p.get("_meta")?.get(SUBSCRIPTION_ID)?.as_i64())
+            && state.internal.contains_key(&id)
+        {
+            if n.method == "notifications/tools/list_changed" {
+                state.tool_pages.clear();
+                Self::ask(&mut state, "tools/list", json!({}), Internal::ToolsList);
+            }
+            return;
+        }
         match message {
             Message::Request(request) => {
                 // A 2026-07-28 server asks with input_required results, never requests.
@@ -781,6 +908,8 @@ impl Modern {
             if let Some((_, link)) = state.child.take() {
                 link.stop.cancel();
             }
+            state.internal.clear();
+            state.tool_pages.clear();
         }
         let ended: Vec<i64> = state
             .pending

@@ -1,0 +1,500 @@
+//! `mcx proxy` in front of `mcx serve demo --stdio`, driven over HTTP by modelctx clients in
+//! both eras. The proxy runs with `--verbose`: its stderr says which children start and stop and
+//! how many requests are in flight, which the tests read.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use modelctx_client::{
+    CallOptions, Client, ClientBuilder, Elicitation, Elicited, JsonObject, ProtocolVersion,
+    ServerNotification, model,
+};
+use serde_json::{Value, json};
+
+const MCX: &str = env!("CARGO_BIN_EXE_mcx");
+
+/// A running proxy and what it has said on stderr.
+struct Proxy {
+    child: Child,
+    url: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    fn start(extra: &[&str]) -> Proxy {
+        let server = format!("{MCX} serve demo --stdio");
+        let mut child = Command::new(MCX)
+            .args(["proxy", "--stdio", &server, "--listen", "127.0.0.1:0", "-v"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mcx proxy starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut first = String::new();
+        stderr
+            .read_line(&mut first)
+            .expect("the proxy's first line");
+        let url = first
+            .strip_prefix("mcx proxy: ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no URL in {first:?}"))
+            .to_owned();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Proxy { child, url, log }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 10 s) for a stderr line that `matches`; returns it.
+    async fn wait_for(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(line) = self.lines().into_iter().find(|l| matches(l)) {
+                return line;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no line {what} in the proxy's stderr:\n{}",
+                self.lines().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Proxy {
+    /// Waits (up to 10 s) until the last count of modern requests in flight is 0.
+    async fn wait_until_empty(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = self.lines();
+            let last = lines.iter().rev().find(|l| l.contains(" in flight)"));
+            if last.is_some_and(|l| l.ends_with("(0 in flight)")) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "modern requests are left in flight:\n{}",
+                lines.join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client that accepts elicitations (confirm=true, note="via proxy") and answers sampling
+/// with a canned reply.
+fn client(legacy: bool) -> ClientBuilder {
+    let builder = Client::builder("proxy-test", "1.0.0")
+        .on_elicitation(|elicitation| async move {
+            match elicitation {
+                Elicitation::Form { .. } => {
+                    let mut content = JsonObject::new();
+                    content.insert("confirm".into(), Value::Bool(true));
+                    content.insert("note".into(), Value::from("via proxy"));
+                    Ok(Elicited::accept(content))
+                }
+                _ => Ok(Elicited::decline()),
+            }
+        })
+        .on_sampling(|_| async move {
+            Ok(model::CreateMessageResult {
+                meta: None,
+                content: model::CreateMessageResultContent::TextContent(model::TextContent {
+                    meta: None,
+                    annotations: None,
+                    text: "a canned haiku".into(),
+                }),
+                model: "canned-model".into(),
+                role: model::Role::Assistant,
+                stop_reason: Some("endTurn".into()),
+                extra: JsonObject::new(),
+            })
+        })
+        .request_timeout(Some(Duration::from_secs(20)));
+    if legacy {
+        builder.protocol_version(ProtocolVersion::V2025_11_25)
+    } else {
+        builder
+    }
+}
+
+fn text(result: &model::CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .map(|block| match block {
+            model::ContentBlock::TextContent(t) => t.text.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// A countdown of `steps` with progress; the progress messages seen.
+async fn countdown(client: &Client, steps: u32) -> (String, Vec<String>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let options = CallOptions::new().on_progress(move |p| {
+        sink.lock()
+            .unwrap()
+            .push(p.message.clone().unwrap_or_default());
+    });
+    let result = client
+        .call_tool_with(
+            "countdown",
+            json!({"steps": steps, "delay_ms": 20}),
+            options,
+        )
+        .await
+        .expect("countdown");
+    let seen = seen.lock().unwrap().clone();
+    (text(&result), seen)
+}
+
+/// The pid in a `child <pid> started` line.
+fn pid_in(line: &str) -> u32 {
+    line.split("child ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_session_gets_its_own_child_with_progress_elicitation_and_sampling() {
+    let proxy = Proxy::start(&[]);
+    let client = client(true)
+        .connect_http(&proxy.url)
+        .await
+        .expect("connects");
+    assert_eq!(
+        client.protocol_version(),
+        Some(ProtocolVersion::V2025_11_25)
+    );
+    let started = proxy
+        .wait_for("of a legacy child started", |l| {
+            l.contains("legacy session") && l.contains("started")
+        })
+        .await;
+    let pid = pid_in(&started);
+    assert!(alive(pid), "the session's child {pid} runs");
+
+    let (done, progress) = countdown(&client, 3).await;
+    assert_eq!(done, "liftoff after 3 steps");
+    assert_eq!(progress, ["step 1 of 3", "step 2 of 3", "step 3 of 3"]);
+
+    // The child's requests reach the client, and its answers reach the child.
+    let confirmed = client
+        .call_tool("confirm", json!({"action": "deploy"}))
+        .await
+        .expect("confirm");
+    assert_eq!(text(&confirmed), "deploy: done (via proxy)");
+    let haiku = client
+        .call_tool("haiku", json!({"topic": "pipes"}))
+        .await
+        .expect("haiku");
+    assert_eq!(text(&haiku), "canned-model wrote: a canned haiku");
+
+    // The session ends with DELETE: its child is stopped and reaped.
+    client.close().await;
+    proxy
+        .wait_for(&format!("of child {pid} stopped"), |l| {
+            l.contains(&format!("child {pid} stopped"))
+        })
+        .await;
+    assert!(!alive(pid), "child {pid} still runs after DELETE");
+    proxy
+        .wait_for("with no legacy child left", |l| {
+            l.contains("closed (0 legacy children)")
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_clients_share_one_child_with_progress_input_required_and_listen() {
+    let proxy = Proxy::start(&[]);
+    let watcher = client(false)
+        .connect_http(&proxy.url)
+        .await
+        .expect("connects");
+    let caller = client(false)
+        .connect_http(&proxy.url)
+        .await
+        .expect("connects");
+    assert_eq!(
+        caller.protocol_version(),
+        Some(ProtocolVersion::V2026_07_28)
+    );
+
+    // A listen stream, told of list changes that another client causes.
+    let mut notifications = watcher.notifications();
+    watcher
+        .listening()
+        .await
+        .expect("the listen stream is acknowledged");
+
+    // Both clients' requests at once, each with its progress (both clients use the same
+    // progress tokens and ids: the proxy keeps them apart).
+    let ((a, a_progress), (b, b_progress)) =
+        tokio::join!(countdown(&watcher, 4), countdown(&caller, 2));
+    assert_eq!(a, "liftoff after 4 steps");
+    assert_eq!(a_progress.len(), 4, "{a_progress:?}");
+    assert_eq!(b, "liftoff after 2 steps");
+    assert_eq!(b_progress, ["step 1 of 2", "step 2 of 2"]);
+
+    // An input_required round trip (the handler runs again with the answer).
+    let confirmed = caller
+        .call_tool("confirm", json!({"action": "ship"}))
+        .await
+        .expect("confirm");
+    assert_eq!(text(&confirmed), "ship: done (via proxy)");
+
+    caller.call_tool("unlock", json!({})).await.expect("unlock");
+    let changed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match notifications.recv().await {
+                Ok(ServerNotification::ToolsListChanged) => return true,
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        changed,
+        Ok(true),
+        "no tools/list_changed on the listen stream"
+    );
+
+    let started = proxy
+        .lines()
+        .iter()
+        .filter(|l| l.contains("shared modern child") && l.contains("started"))
+        .count();
+    assert_eq!(
+        started,
+        1,
+        "one shared child:\n{}",
+        proxy.lines().join("\n")
+    );
+
+    // Closing the watcher closes its listen stream: the table empties.
+    watcher.close().await;
+    caller.close().await;
+    proxy.wait_until_empty().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_call_dropped_midway_is_cancelled_on_the_child() {
+    let proxy = Proxy::start(&[]);
+    let client = client(false)
+        .connect_http(&proxy.url)
+        .await
+        .expect("connects");
+    let (first, mut progressed) = tokio::sync::mpsc::channel(16);
+    let options = CallOptions::new().on_progress(move |_| {
+        let _ = first.try_send(());
+    });
+    // 20 steps of 100 ms: dropped after the first step.
+    let call = client.call_tool_with("countdown", json!({"steps": 20, "delay_ms": 100}), options);
+    tokio::select! {
+        result = call => panic!("the countdown ended early: {result:?}"),
+        _ = progressed.recv() => {}
+    }
+    let cancelled = proxy
+        .wait_for("of the cancellation", |l| {
+            l.contains("cancelled: the HTTP stream closed")
+        })
+        .await;
+    assert!(
+        cancelled.ends_with("told the child (0 in flight)"),
+        "{cancelled}"
+    );
+    // Had the child not been told, it would count down to the end (2 s) and answer.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let lines = proxy.lines();
+    assert!(
+        !lines.iter().any(|l| l.contains("liftoff")),
+        "the child finished the cancelled countdown:\n{}",
+        lines.join("\n")
+    );
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_sessions_are_bounded_and_end_when_idle() {
+    let proxy = Proxy::start(&["--max-sessions", "2", "--idle-timeout", "2"]);
+    let one = client(true).connect_http(&proxy.url).await.expect("first");
+    let two = client(true).connect_http(&proxy.url).await.expect("second");
+    let refused = client(true).connect_http(&proxy.url).await;
+    let error = refused
+        .err()
+        .expect("a third session is refused")
+        .to_string();
+    assert!(error.contains("too many sessions"), "{error}");
+    let live = proxy
+        .lines()
+        .iter()
+        .filter(|l| l.contains("legacy session") && l.contains("started"))
+        .count();
+    assert_eq!(live, 2, "the refused session started no child");
+
+    // DELETE frees a place.
+    one.close().await;
+    proxy
+        .wait_for("of a closed session", |l| {
+            l.contains("closed (1 legacy children)")
+        })
+        .await;
+    drop(two);
+
+    // A session with no request and no open stream for 2 s ends, and its child with it.
+    let session = raw_initialize(&proxy.url);
+    let started = proxy
+        .wait_for("of the raw session's child", |l| {
+            l.contains(&session) && l.contains("started")
+        })
+        .await;
+    let pid = pid_in(&started);
+    proxy
+        .wait_for("of the idle session's end", |l| {
+            l.contains(&session) && l.contains("closed (")
+        })
+        .await;
+    proxy
+        .wait_for(&format!("of child {pid} stopped"), |l| {
+            l.contains(&format!("child {pid} stopped"))
+        })
+        .await;
+    assert!(!alive(pid), "the idle session's child {pid} still runs");
+    assert_eq!(raw_post(&proxy.url, Some(&session), PING).0, 404);
+}
+
+const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+
+/// POSTs `body` (with a session id) on a fresh connection: the status and the whole response.
+fn raw_post(url: &str, session: Option<&str>, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("an http URL");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+/// Opens a legacy session with a bare `initialize` (no standalone stream): its id.
+fn raw_initialize(url: &str) -> String {
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let (status, response) = raw_post(url, None, initialize);
+    assert_eq!(status, 200, "{response}");
+    response
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {response}"))
+}
+
+#[test]
+fn bad_arguments_fail_with_a_message() {
+    let out = Command::new(MCX)
+        .args(["proxy", "--stdio", "\"unclosed", "--listen", "127.0.0.1:0"])
+        .output()
+        .expect("mcx runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--stdio"), "{stderr}");
+
+    let out = Command::new(MCX)
+        .args(["proxy", "--stdio", "x", "--listen", "nowhere"])
+        .output()
+        .expect("mcx runs");
+    assert!(!out.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_fails_the_handshake() {
+    let mut proxy_cmd = Command::new(MCX)
+        .args([
+            "proxy",
+            "--stdio",
+            "/nonexistent/mcp-server",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx proxy starts");
+    let mut stderr = BufReader::new(proxy_cmd.stderr.take().expect("stderr"));
+    let mut first = String::new();
+    stderr.read_line(&mut first).expect("the first line");
+    let url = first
+        .strip_prefix("mcx proxy: ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("a URL")
+        .to_owned();
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    for legacy in [true, false] {
+        let error = client(legacy)
+            .connect_http(&url)
+            .await
+            .err()
+            .expect("no server to reach")
+            .to_string();
+        assert!(error.contains("cannot start the server"), "{error}");
+    }
+    let _ = proxy_cmd.kill();
+    let _ = proxy_cmd.wait();
+}
