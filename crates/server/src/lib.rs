@@ -119,6 +119,11 @@ pub use transport::InMemory;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
+/// The code of `docs/guide-server.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide-server.md")]
+struct ServerGuideDoctests;
+
 /// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and
 /// without the formats schemars invents for Rust's number types (`uint32`, `double`, ...),
 /// which JSON Schema does not define and validators warn about; the ranges stay as `minimum`
