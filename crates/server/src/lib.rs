@@ -124,6 +124,12 @@ struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/guide-server.md")]
 struct ServerGuideDoctests;
 
+/// The code of `docs/guide-client.md`, compiled and run as doctests here, where a server is at
+/// hand (`modelctx-client` is a dev-dependency).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide-client.md")]
+struct ClientGuideDoctests;
+
 /// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and
 /// without the formats schemars invents for Rust's number types (`uint32`, `double`, ...),
 /// which JSON Schema does not define and validators warn about; the ranges stay as `minimum`
