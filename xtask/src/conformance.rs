@@ -9,6 +9,12 @@
 //! and `target/conformance/summary.md` tallies them. `tests/conformance/expected-failures.yml` lists
 //! what may fail, each entry with its reason; the suite itself fails the run on an unexpected
 //! failure and on a stale entry (one that passes).
+//!
+//! A third side, `server via mcx proxy`, runs the server suite on both legs against the same
+//! server run over stdio (`conformance-server --stdio`) behind `mcx proxy`, so that the suite
+//! checks the stdio stack and the proxy too. Its results go under
+//! `target/conformance/<leg>/server-proxy/`, its expected failures in
+//! `tests/conformance/expected-failures-proxy.yml`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,6 +31,14 @@ const SUITE_DIR: &str = "tests/conformance";
 const SUITE_BIN: &str = "node_modules/@modelcontextprotocol/conformance/dist/index.js";
 /// The expected failures, relative to the project root.
 const EXPECTED: &str = "tests/conformance/expected-failures.yml";
+/// The expected failures of the server suite through `mcx proxy`.
+const EXPECTED_PROXY: &str = "tests/conformance/expected-failures-proxy.yml";
+/// The sides of the summary: results folder and label.
+const SIDES: &[(&str, &str)] = &[
+    ("server", "server"),
+    ("client", "client"),
+    ("server-proxy", "server via mcx proxy"),
+];
 /// Where the results go, relative to the project root.
 const OUT: &str = "target/conformance";
 /// The two legs.
@@ -83,6 +97,38 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     }
     server.stop();
 
+    // The server suite again, against the stdio server behind `mcx proxy`.
+    let mut proxy = Proxy::start(&bins)?;
+    eprintln!("\nconformance: mcx proxy listens at {}", proxy.url);
+    for leg in LEGS {
+        let started = Instant::now();
+        let dir = out.join(leg).join("server-proxy");
+        let mut suite = Command::new(node::binary(root));
+        suite
+            .arg(root.join(SUITE_DIR).join(SUITE_BIN))
+            .arg("server")
+            .args(["--suite", "all", "--spec-version", leg])
+            .arg("--expected-failures")
+            .arg(root.join(EXPECTED_PROXY))
+            .arg("-o")
+            .arg(&dir)
+            .args(["--url", &proxy.url])
+            .current_dir(root.join(SUITE_DIR));
+        eprintln!("\n==> conformance: server suite via mcx proxy, spec {leg}");
+        let log = out.join(format!("{leg}-server-proxy.log"));
+        let status = run_logged(&mut suite, &log)?;
+        eprintln!(
+            "==> conformance: server suite via mcx proxy, spec {leg}: {} in {:.1}s (log: {})",
+            if status { "ok" } else { "FAILED" },
+            started.elapsed().as_secs_f64(),
+            log.display()
+        );
+        if !status {
+            failures.push(format!("server suite via mcx proxy, spec {leg}"));
+        }
+    }
+    proxy.stop();
+
     let summary = summarize(&out)?;
     let path = out.join("summary.md");
     std::fs::write(&path, &summary).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -111,6 +157,10 @@ fn build(root: &Path) -> Result<PathBuf, String> {
             "conformance-server",
             "--bin",
             "conformance-client",
+            "-p",
+            "modelctx-cli",
+            "--bin",
+            "mcx",
         ])
         .current_dir(root)
         .status()
@@ -209,6 +259,84 @@ impl Drop for Server {
     }
 }
 
+/// `mcx proxy` in front of `conformance-server --stdio`.
+struct Proxy {
+    child: Child,
+    url: String,
+}
+
+impl Proxy {
+    /// Starts it on a free port and reads its URL from the line it prints on stderr; the rest
+    /// of its stderr (and its children's) is passed on to ours.
+    fn start(bins: &Path) -> Result<Proxy, String> {
+        let server = bins.join("conformance-server");
+        let server = server.to_string_lossy();
+        let line = if server.contains([' ', '"', '\'', '\\']) {
+            format!("'{}' --stdio", server.replace('\'', "'\"'\"'"))
+        } else {
+            format!("{server} --stdio")
+        };
+        let mcx = bins.join("mcx");
+        let mut child = Command::new(&mcx)
+            .args(["proxy", "--stdio", &line, "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", mcx.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut stderr = BufReader::new(stderr);
+        let mut line = String::new();
+        stderr
+            .read_line(&mut line)
+            .map_err(|e| format!("reading the proxy's address: {e}"))?;
+        let url = line
+            .strip_prefix("mcx proxy: ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .filter(|url| url.starts_with("http://"))
+            .map(str::to_owned);
+        let Some(url) = url else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("mcx proxy said {line:?}, not its URL"));
+        };
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while matches!(stderr.read_line(&mut rest), Ok(n) if n > 0) {
+                eprint!("{rest}");
+                rest.clear();
+            }
+        });
+        Ok(Proxy { child, url })
+    }
+
+    /// Stops it (SIGTERM: it ends its sessions and children), then makes sure.
+    fn stop(&mut self) {
+        #[cfg(unix)]
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Check counts of one scenario.
 #[derive(Default, Clone, Copy)]
 struct Tally {
@@ -226,6 +354,8 @@ impl Tally {
 /// The summary table of every `checks.json` under `out`, and the scenarios that did not pass.
 fn summarize(out: &Path) -> Result<String, String> {
     let expected = std::fs::read_to_string(out.join("../../").join(EXPECTED)).unwrap_or_default();
+    let expected_proxy =
+        std::fs::read_to_string(out.join("../../").join(EXPECTED_PROXY)).unwrap_or_default();
     let mut text = String::from(
         "# Conformance summary\n\n`@modelcontextprotocol/conformance` 0.2.0-alpha.12, `--suite all`.\n\n\
          | spec | side | scenarios passed | scenarios failed | checks passed | checks failed | checks warned |\n\
@@ -233,8 +363,13 @@ fn summarize(out: &Path) -> Result<String, String> {
     );
     let mut failing = Vec::new();
     for leg in LEGS {
-        for side in ["server", "client"] {
-            let scenarios = collect(&out.join(leg).join(side), side == "server")?;
+        for &(folder, side) in SIDES {
+            let expected = if folder == "server-proxy" {
+                &expected_proxy
+            } else {
+                &expected
+            };
+            let scenarios = collect(&out.join(leg).join(folder), folder != "client")?;
             let total = scenarios.values().fold(Tally::default(), |a, t| Tally {
                 passed: a.passed + t.passed,
                 failed: a.failed + t.failed,
