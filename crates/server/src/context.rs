@@ -15,6 +15,35 @@ use crate::input::{Asked, InputError};
 /// The context of one request: handed to every handler that asks for it.
 ///
 /// Cheap to clone. Progress and log messages sent through it go on the request's own stream.
+///
+/// A handler asks for it by taking it first: `async fn(Context, Args) -> R`.
+///
+/// ```
+/// use modelctx_server::{Context, LogLevel, Tool};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Fetch {
+///     urls: Vec<String>,
+/// }
+///
+/// async fn fetch(context: Context, args: Fetch) -> String {
+///     let total = args.urls.len() as f64;
+///     for (i, url) in args.urls.iter().enumerate() {
+///         // Stop early when the client cancels (nothing more is sent for the request).
+///         if context.is_cancelled() {
+///             break;
+///         }
+///         let _ = context.progress(i as f64 + 1.0, Some(total), Some(url)).await;
+///         context
+///             .log(LogLevel::Info, Some("fetch"), serde_json::json!({"url": url}))
+///             .await;
+///     }
+///     format!("fetched {} pages for {:?}", args.urls.len(), context.client_info())
+/// }
+///
+/// let tool = Tool::new("fetch", fetch);
+/// # let _ = tool;
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<Inner>,
@@ -115,6 +144,17 @@ impl Context {
 
     /// Reports progress (`notifications/progress`), when the client asked for it; otherwise
     /// nothing is sent. Values must increase.
+    ///
+    /// ```
+    /// # async fn f(context: modelctx_server::Context) {
+    /// if context.wants_progress() {
+    ///     for step in 1..=4 {
+    ///         // Err(ProgressError) only for a value that does not increase.
+    ///         let _ = context.progress(f64::from(step), Some(4.0), None).await;
+    ///     }
+    /// }
+    /// # }
+    /// ```
     pub async fn progress(
         &self,
         progress: f64,
@@ -195,6 +235,31 @@ impl Context {
     /// [`InputError::NotSupported`]. A tool or prompt that returns that error (`?` in a handler
     /// returning `Result<_, InputError>`) answers a modern request with the
     /// `MissingRequiredClientCapability` error (-32021, HTTP 400) the protocol has for it.
+    ///
+    /// ```
+    /// use modelctx_server::{Context, InputError};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Book {
+    ///     room: String,
+    /// }
+    ///
+    /// async fn book(context: Context, args: Book) -> Result<String, InputError> {
+    ///     let schema = serde_json::json!({
+    ///         "type": "object",
+    ///         "properties": {"nights": {"type": "integer", "minimum": 1}},
+    ///         "required": ["nights"],
+    ///     });
+    ///     // Ask first: in the modern era this handler runs again from here with the answer.
+    ///     let answer = context.elicit("How many nights?", schema).await?;
+    ///     if answer["action"] != "accept" {
+    ///         return Ok("not booked".into());
+    ///     }
+    ///     // Act after.
+    ///     Ok(format!("booked {} for {} nights", args.room, answer["content"]["nights"]))
+    /// }
+    /// # let _ = modelctx_server::Tool::new("book", book);
+    /// ```
     pub async fn elicit(
         &self,
         message: &str,
@@ -218,11 +283,31 @@ impl Context {
     /// Asks the client's model for a completion (`sampling/createMessage`): `params` is a
     /// `CreateMessageRequestParams` (messages, `maxTokens`, and optionally tools). The answer
     /// is the `CreateMessageResult`.
+    ///
+    /// ```
+    /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
+    /// let params = serde_json::json!({
+    ///     "messages": [{"role": "user", "content": {"type": "text", "text": "A haiku, please"}}],
+    ///     "maxTokens": 60,
+    /// });
+    /// let answer = context.sample(params.as_object().cloned().unwrap_or_default()).await?;
+    /// let text = answer["content"]["text"].as_str().unwrap_or_default();
+    /// # let _ = text; Ok(()) }
+    /// ```
     pub async fn sample(&self, params: JsonObject) -> Result<Value, InputError> {
         self.keyed_ask(None).sample(params).await
     }
 
     /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
+    ///
+    /// ```
+    /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
+    /// let roots = context.list_roots().await?;
+    /// for root in roots["roots"].as_array().into_iter().flatten() {
+    ///     println!("{}", root["uri"]);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn list_roots(&self) -> Result<Value, InputError> {
         self.keyed_ask(None).list_roots().await
     }

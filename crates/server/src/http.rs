@@ -20,6 +20,23 @@ const SESSION_QUEUE: usize = 256;
 
 impl Server {
     /// The server as a `tower::Service` for hyper or axum, serving both eras on one endpoint.
+    ///
+    /// The service answers on `config.path` (`/mcp` by default; `None` for any path) and
+    /// applies `config`'s security defaults (loopback `Host` and `Origin` only, bounded bodies
+    /// and sessions). Mounted in axum (`crates/server/examples/axum_server.rs` is a whole
+    /// program):
+    ///
+    /// ```no_run
+    /// use modelctx_http::server::ServerConfig;
+    /// use modelctx_server::Server;
+    ///
+    /// # async fn run(server: Server) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mcp = server.http_service(ServerConfig::default())?;
+    /// let app = axum::Router::new().route_service("/mcp", mcp);
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+    /// axum::serve(listener, app).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
         McpService::new(config, Arc::new(self.clone()))
     }

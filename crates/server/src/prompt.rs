@@ -184,6 +184,30 @@ impl std::fmt::Debug for Prompt {
 impl Prompt {
     /// A prompt whose arguments are the fields of its arguments' type (their doc comments the
     /// descriptions; `Option` fields optional).
+    ///
+    /// ```
+    /// use modelctx_server::{Prompt, PromptMessage};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Translate {
+    ///     /// The text to translate.
+    ///     text: String,
+    ///     /// The language to translate into (optional).
+    ///     to: Option<String>,
+    /// }
+    ///
+    /// async fn translate(args: Translate) -> PromptMessage {
+    ///     let to = args.to.unwrap_or_else(|| "French".into());
+    ///     PromptMessage::user(format!("Translate into {to}:\n{}", args.text))
+    /// }
+    ///
+    /// let prompt = Prompt::new("translate", translate)
+    ///     .description("Translates a text")
+    ///     .complete("to", |partial: String, _| async move {
+    ///         ["French", "German"].iter().filter(|l| l.starts_with(&partial)).map(|l| l.to_string()).collect()
+    ///     });
+    /// assert_eq!(prompt.name(), "translate");
+    /// ```
     #[cfg(feature = "schemars")]
     pub fn new<H, M>(name: impl Into<String>, handler: H) -> Self
     where

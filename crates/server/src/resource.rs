@@ -169,6 +169,19 @@ impl std::fmt::Debug for Resource {
 
 impl Resource {
     /// A resource named `name` at `uri`, read by `handler` (`async fn(Context, ReadRequest)`).
+    ///
+    /// ```
+    /// use modelctx_server::{Context, ReadRequest, Resource, ResourceContents};
+    ///
+    /// async fn logo(_: Context, request: ReadRequest) -> ResourceContents {
+    ///     ResourceContents::blob(request.uri, b"\x89PNG...").mime_type("image/png")
+    /// }
+    ///
+    /// let resource = Resource::new("assets://logo.png", "logo", logo)
+    ///     .description("The project's logo")
+    ///     .mime_type("image/png");
+    /// # let _ = resource;
+    /// ```
     pub fn new<F, Fut, R>(uri: impl Into<String>, name: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
@@ -234,6 +247,28 @@ pub struct InvalidTemplate(#[from] TemplateError);
 impl ResourceTemplate {
     /// A template named `name`, read by `handler` (`async fn(Context, ReadRequest)`, the
     /// request carrying the variables).
+    ///
+    /// ```
+    /// use modelctx_server::{Context, ReadRequest, ResourceContents, ResourceError, ResourceTemplate};
+    ///
+    /// async fn file(_: Context, request: ReadRequest) -> Result<ResourceContents, ResourceError> {
+    ///     // `{+path}` (reserved expansion) may hold slashes.
+    ///     let path = request.var("path").unwrap_or_default();
+    ///     if path.contains("..") {
+    ///         return Err(ResourceError::NotFound(request.uri));
+    ///     }
+    ///     Ok(ResourceContents::text(request.uri, format!("the contents of {path}")))
+    /// }
+    ///
+    /// let template = ResourceTemplate::new("file:///{+path}", "file", file)
+    ///     .expect("a valid RFC 6570 template")
+    ///     .description("A file under the root")
+    ///     .complete("path", |partial: String, _| async move {
+    ///         vec![format!("{partial}README.md")]
+    ///     });
+    /// assert!(ResourceTemplate::new("file:///{path", "broken", file).is_err());
+    /// # let _ = template;
+    /// ```
     pub fn new<F, Fut, R>(
         uri_template: &str,
         name: impl Into<String>,

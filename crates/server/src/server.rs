@@ -274,7 +274,28 @@ pub enum RegisterError {
 
 /// An MCP server: what it offers, served on any number of connections at once.
 ///
-/// Cheap to clone (an `Arc`).
+/// Cheap to clone (an `Arc`): every clone is the same server, so a handler that captures one
+/// can change what the server offers while it runs.
+///
+/// ```no_run
+/// use modelctx_server::{Server, Tool};
+///
+/// # #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// # struct Echo { text: String }
+/// # async fn echo(args: Echo) -> String { args.text }
+/// # async fn run() -> std::io::Result<()> {
+/// let server = Server::builder("echo-server", "1.0.0")
+///     .tool(Tool::new("echo", echo))
+///     .build();
+/// // One connection on stdin/stdout:
+/// server.serve_stdio().await?;
+/// // Or Streamable HTTP, both eras on one endpoint (feature `http`):
+/// let addr = "127.0.0.1:8080".parse().expect("an address");
+/// let running = server
+///     .serve_http(addr, modelctx_http::server::ServerConfig::default())
+///     .await?;
+/// # drop(running); Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Server {
     pub(crate) shared: Arc<Shared>,
@@ -282,6 +303,23 @@ pub struct Server {
 
 impl Server {
     /// A builder for a server named `name`, of version `version` (its `serverInfo`).
+    ///
+    /// ```
+    /// use modelctx_server::{NoArgs, Server, Settings, Tool};
+    ///
+    /// async fn now(_: NoArgs) -> &'static str {
+    ///     "noon"
+    /// }
+    ///
+    /// let mut settings = Settings::default();
+    /// settings.page_size = 50;
+    /// let server = Server::builder("clock", "1.0.0")
+    ///     .instructions("Tells the time.")
+    ///     .settings(settings)
+    ///     .tool(Tool::new("now", now).description("The time of day"))
+    ///     .build();
+    /// assert_eq!(server.load().connections, 0);
+    /// ```
     pub fn builder(name: impl Into<String>, version: impl Into<String>) -> ServerBuilder {
         ServerBuilder {
             name: name.into(),
@@ -318,6 +356,19 @@ impl Server {
 
     /// Adds (or replaces) a tool while the server runs; connected clients are told the list
     /// changed.
+    ///
+    /// ```
+    /// use modelctx_server::{NoArgs, Server, Tool};
+    ///
+    /// async fn secret(_: NoArgs) -> &'static str {
+    ///     "42"
+    /// }
+    ///
+    /// // Declared when built, so that clients expect tools (and their list to change).
+    /// let server = Server::builder("vault", "1.0.0").declare_tools().build();
+    /// server.add_tool(Tool::new("secret", secret)).expect("tools are declared");
+    /// assert!(server.remove_tool("secret"));
+    /// ```
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegisterError> {
         self.declared("tools")?;
         #[cfg(feature = "validation")]

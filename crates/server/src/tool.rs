@@ -185,6 +185,29 @@ impl<T: IntoToolOutput, E: std::fmt::Display + Send + 'static> IntoToolOutput fo
 
 /// A structured tool result: `structuredContent` plus its JSON as text. With the `schemars`
 /// feature, the tool's output schema is derived from `T`.
+///
+/// ```
+/// use modelctx_server::{Json, Tool};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add {
+///     a: f64,
+///     b: f64,
+/// }
+///
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Sum {
+///     sum: f64,
+/// }
+///
+/// async fn add(args: Add) -> Json<Sum> {
+///     Json(Sum { sum: args.a + args.b })
+/// }
+///
+/// // The output schema is Sum's; every result is checked against it before it is sent.
+/// let tool = Tool::new("add", add);
+/// # let _ = tool;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Json<T>(pub T);
 
@@ -313,6 +336,42 @@ impl std::fmt::Debug for Tool {
 impl Tool {
     /// A tool whose input schema is derived from its arguments' type (and, for a [`Json`]
     /// result, its output schema from the result's type).
+    ///
+    /// The handler is `async fn(Args) -> R` or `async fn(Context, Args) -> R` (see
+    /// [`ToolHandler`] and [`IntoToolOutput`]); a closure returning a future works as well.
+    ///
+    /// ```
+    /// use modelctx_server::Tool;
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Weather {
+    ///     /// The city (its doc comment is the description in the input schema).
+    ///     city: String,
+    ///     /// Celsius unless false (optional, as an `Option`).
+    ///     celsius: Option<bool>,
+    /// }
+    ///
+    /// async fn weather(args: Weather) -> Result<String, String> {
+    ///     match args.city.as_str() {
+    ///         "Paris" => Ok(format!("sunny, {}", if args.celsius == Some(false) { "68F" } else { "20C" })),
+    ///         // A failed call (`isError`): the model reads the text.
+    ///         other => Err(format!("no weather for {other}")),
+    ///     }
+    /// }
+    ///
+    /// let tool = Tool::new("weather", weather)
+    ///     .title("Weather")
+    ///     .description("The weather in a city")
+    ///     .annotations(serde_json::json!({"readOnlyHint": true, "openWorldHint": true}));
+    ///
+    /// // State is captured by a closure.
+    /// let greeting = std::sync::Arc::new(String::from("hello"));
+    /// let greet = Tool::new("greet", move |_: modelctx_server::NoArgs| {
+    ///     let greeting = greeting.clone();
+    ///     async move { greeting.to_string() }
+    /// });
+    /// # let _ = (tool, greet);
+    /// ```
     #[cfg(feature = "schemars")]
     pub fn new<H, M>(name: impl Into<String>, handler: H) -> Self
     where
@@ -324,6 +383,21 @@ impl Tool {
     }
 
     /// A tool with an input schema given by hand (a JSON Schema object of `"type": "object"`).
+    ///
+    /// ```
+    /// use modelctx_server::Tool;
+    ///
+    /// let schema = serde_json::json!({
+    ///     "type": "object",
+    ///     "properties": {"text": {"type": "string"}},
+    ///     "required": ["text"],
+    /// });
+    /// let schema = schema.as_object().cloned().expect("an object");
+    /// let tool = Tool::with_input_schema("echo", schema, |args: serde_json::Value| async move {
+    ///     args["text"].as_str().unwrap_or_default().to_owned()
+    /// });
+    /// # let _ = tool;
+    /// ```
     pub fn with_input_schema<H, M>(
         name: impl Into<String>,
         input_schema: JsonObject,

@@ -55,6 +55,27 @@ impl Server {
 
     /// A connection to this server in the same process, served on a new task: for tests and for
     /// hosts that embed a server.
+    ///
+    /// ```
+    /// use modelctx_client::Client;
+    /// use modelctx_server::{NoArgs, Server, Tool};
+    ///
+    /// async fn hello(_: NoArgs) -> &'static str {
+    ///     "hello"
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = Server::builder("s", "1.0.0").tool(Tool::new("hello", hello)).build();
+    /// let memory = server.in_memory();
+    /// let client = Client::builder("test", "1.0.0")
+    ///     .connect_channels(memory.to_server, memory.from_server)
+    ///     .await?;
+    /// let result = client.call_tool("hello", ()).await?;
+    /// assert_eq!(result.is_error, None);
+    /// client.close().await;
+    /// # Ok(()) }
+    /// ```
     pub fn in_memory(&self) -> InMemory {
         let (to_server, input) = mpsc::channel(QUEUE);
         let (output, from_server) = mpsc::channel(QUEUE);
