@@ -3,6 +3,16 @@
 //! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
 //! run as a child process (`--stdio "<command line>"`) or reached over Streamable HTTP
 //! (`--url URL`).
+//!
+//! `mcx proxy --stdio "<command line>" --listen 127.0.0.1:8080` serves a stdio MCP server over
+//! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
+//! `modelctx-http` (sessions, SSE, resumption, Origin checks). Each legacy (`initialize`) session
+//! gets a child process of its own, with the server's requests (sampling, elicitation, roots)
+//! bridged to the client; sessions are bounded (`--max-sessions`, 503 beyond) and end, with
+//! their child, on DELETE, after `--idle-timeout` seconds, or when the child exits. Modern
+//! (2026-07-28) requests share one child: each gets a proxy-assigned id (and progress token) on
+//! its stdin, a closed HTTP stream becomes `notifications/cancelled`, and listen notifications
+//! reach their listen stream by subscription id. `--verbose` says what it does on stderr.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -96,9 +96,10 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         state: Mutex::new(ModernState::default()),
         tools: Mutex::new(HashMap::new()),
     });
+    let proxy_children = Arc::new(AtomicUsize::new(0));
     let proxy = Proxy {
         command: command.clone(),
-        legacy_children: Arc::new(AtomicUsize::new(0)),
+        legacy_children: proxy_children.clone(),
         modern: modern.clone(),
     };
     let mut config = ServerConfig::default();
@@ -124,6 +125,16 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     }
     terminated().await;
     running.shutdown(Duration::from_secs(2)).await;
+    // The sessions' children are stopping; the shared child is stopped too, and each gets a
+    // moment to exit before the runtime ends (and kills what is left).
+    if let Some((_, link)) = lock(&modern.state).child.take() {
+        link.stop.cancel();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while proxy_children.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     ExitCode::SUCCESS
 }
 
@@ -382,6 +393,15 @@ impl LegacyHandler for LegacyChild {
     fn input(&self, input: Incoming, _: RequestContext) {
         let (line, requests) = match input {
             Incoming::Single(message) => {
+                if let Message::Notification(n) = &message
+                    && n.method == "notifications/cancelled"
+                    && let Some(id) = params_of(&message).and_then(|p| {
+                        serde_json::from_value::<RequestId>(p.get("requestId")?.clone()).ok()
+                    })
+                {
+                    // The server will not answer it: it is no longer in flight.
+                    lock(&self.in_flight).retain(|(i, _)| *i != id);
+                }
                 let requests = legacy_requests(std::slice::from_ref(&message));
                 (modelctx_types::encode(&message), requests)
             }
@@ -760,7 +780,7 @@ impl Modern {
     }
 
     /// Routes one message of the shared child.
-    fn from_child(&self, message: Message) {
+    fn child_message(&self, message: Message) {
         let mut state = lock(&self.state);
         let child_id = |id: Option<&RequestId>| match id {
             Some(RequestId::Number(n)) => Some(*n),
@@ -988,7 +1008,7 @@ async fn forward(
 async fn modern_output(modern: Arc<Modern>, generation: u64, mut output: ChildOutput) {
     while let Some(incoming) = output.next().await {
         for message in messages(incoming) {
-            modern.from_child(message);
+            modern.child_message(message);
         }
     }
     modern.child_exited(generation);

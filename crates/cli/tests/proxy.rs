@@ -24,9 +24,13 @@ struct Proxy {
 
 impl Proxy {
     fn start(extra: &[&str]) -> Proxy {
-        let server = format!("{MCX} serve demo --stdio");
+        Proxy::start_with(&format!("{MCX} serve demo --stdio"), extra)
+    }
+
+    /// A proxy for the server run by `server` (a command line).
+    fn start_with(server: &str, extra: &[&str]) -> Proxy {
         let mut child = Command::new(MCX)
-            .args(["proxy", "--stdio", &server, "--listen", "127.0.0.1:0", "-v"])
+            .args(["proxy", "--stdio", server, "--listen", "127.0.0.1:0", "-v"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -352,11 +356,10 @@ async fn legacy_sessions_are_bounded_and_end_when_idle() {
     let proxy = Proxy::start(&["--max-sessions", "2", "--idle-timeout", "2"]);
     let one = client(true).connect_http(&proxy.url).await.expect("first");
     let two = client(true).connect_http(&proxy.url).await.expect("second");
-    let refused = client(true).connect_http(&proxy.url).await;
-    let error = refused
-        .err()
-        .expect("a third session is refused")
-        .to_string();
+    let Err(refused) = client(true).connect_http(&proxy.url).await else {
+        panic!("a third session is accepted");
+    };
+    let error = refused.to_string();
     assert!(error.contains("too many sessions"), "{error}");
     let live = proxy
         .lines()
@@ -394,6 +397,33 @@ async fn legacy_sessions_are_bounded_and_end_when_idle() {
         .await;
     assert!(!alive(pid), "the idle session's child {pid} still runs");
     assert_eq!(raw_post(&proxy.url, Some(&session), PING).0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_child_that_exits_ends_its_session() {
+    // The server reads two lines (initialize, notifications/initialized), then its stdin ends
+    // and it exits.
+    let proxy = Proxy::start_with(
+        &format!(
+            "sh -c 'for i in 1 2; do read -r line; printf \"%s\\n\" \"$line\"; done | {MCX} serve demo --stdio'"
+        ),
+        &[],
+    );
+    let session = raw_initialize(&proxy.url);
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(raw_post(&proxy.url, Some(&session), initialized).0, 202);
+    proxy
+        .wait_for("of the session's end", |l| {
+            l.contains(&session) && l.contains("the child's stdout ended")
+        })
+        .await;
+    proxy
+        .wait_for("of the closed session", |l| {
+            l.contains(&session) && l.contains("closed (0 legacy children)")
+        })
+        .await;
+    let (status, response) = raw_post(&proxy.url, Some(&session), PING);
+    assert_eq!(status, 404, "{response}");
 }
 
 const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
@@ -487,12 +517,10 @@ async fn a_server_that_cannot_start_fails_the_handshake() {
         .to_owned();
     std::thread::spawn(move || for _ in stderr.lines() {});
     for legacy in [true, false] {
-        let error = client(legacy)
-            .connect_http(&url)
-            .await
-            .err()
-            .expect("no server to reach")
-            .to_string();
+        let Err(error) = client(legacy).connect_http(&url).await else {
+            panic!("connected to no server");
+        };
+        let error = error.to_string();
         assert!(error.contains("cannot start the server"), "{error}");
     }
     let _ = proxy_cmd.kill();
