@@ -54,6 +54,31 @@ impl std::fmt::Debug for ClientBuilder {
 
 impl Client {
     /// A client whose `clientInfo` is `{name, version}`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use modelctx_client::{Client, Era};
+    /// use modelctx_server::{NoArgs, Server, Tool};
+    ///
+    /// # async fn hello(_: NoArgs) -> &'static str { "hello" }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // A server in the same process; `connect_stdio` and `connect_http` reach others.
+    /// let server = Server::builder("hello-server", "1.0.0").tool(Tool::new("hello", hello)).build();
+    /// let memory = server.in_memory();
+    ///
+    /// let client = Client::builder("my-host", "1.0.0")
+    ///     .request_timeout(Some(Duration::from_secs(10)))
+    ///     .connect_channels(memory.to_server, memory.from_server)
+    ///     .await?;
+    /// // The probe found a modern server (`server/discover`).
+    /// assert_eq!(client.era(), Some(Era::Modern));
+    /// let tools = client.list_all_tools().await?;
+    /// assert_eq!(tools[0].name, "hello");
+    /// client.close().await;
+    /// # Ok(()) }
+    /// ```
     pub fn builder(name: &str, version: &str) -> ClientBuilder {
         ClientBuilder {
             name: name.into(),
@@ -80,6 +105,28 @@ impl Client {
 
 impl ClientBuilder {
     /// Answers the server's `sampling/createMessage` with `handler` (declares `sampling`).
+    ///
+    /// ```
+    /// use modelctx_client::{Client, JsonObject, model};
+    ///
+    /// let builder = Client::builder("my-host", "1.0.0").on_sampling(|params| async move {
+    ///     // Show the request to the user, call the model with `params.messages`, show the answer.
+    ///     let _ = params.messages;
+    ///     Ok(model::CreateMessageResult {
+    ///         meta: None,
+    ///         content: model::CreateMessageResultContent::TextContent(model::TextContent {
+    ///             meta: None,
+    ///             annotations: None,
+    ///             text: "An old silent pond".into(),
+    ///         }),
+    ///         model: "my-model".into(),
+    ///         role: model::Role::Assistant,
+    ///         stop_reason: Some("endTurn".into()),
+    ///         extra: JsonObject::new(),
+    ///     })
+    /// });
+    /// # let _ = builder;
+    /// ```
     pub fn on_sampling<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(model::CreateMessageRequestParams) -> Fut + Send + Sync + 'static,
@@ -91,6 +138,25 @@ impl ClientBuilder {
 
     /// Answers the server's `elicitation/create` with `handler` (declares `elicitation` in form
     /// mode; see [`url_elicitation`](Self::url_elicitation)).
+    ///
+    /// The same handler answers a legacy server's request and a modern server's
+    /// `input_required` result (the call is sent again with the answer, inside the call).
+    ///
+    /// ```
+    /// use modelctx_client::{Client, Elicitation, Elicited};
+    ///
+    /// let builder = Client::builder("my-host", "1.0.0").on_elicitation(|request| async move {
+    ///     match request {
+    ///         Elicitation::Form { message, schema } => {
+    ///             // Show `message` and a form for `schema`; here the user declines.
+    ///             let _ = (message, schema);
+    ///             Ok(Elicited::decline())
+    ///         }
+    ///         _ => Ok(Elicited::cancel()),
+    ///     }
+    /// });
+    /// # let _ = builder;
+    /// ```
     pub fn on_elicitation<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(Elicitation) -> Fut + Send + Sync + 'static,
@@ -267,6 +333,18 @@ impl ClientBuilder {
     }
 
     /// Starts `command` as a child process and connects over its stdin and stdout.
+    ///
+    /// ```no_run
+    /// use modelctx_client::{Client, ServerCommand};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The child gets a safelisted environment, plus what is set here.
+    /// let command = ServerCommand::new("uvx").arg("mcp-server-time").env("TZ", "UTC");
+    /// let client = Client::builder("my-host", "1.0.0").connect_stdio(command).await?;
+    /// println!("{:?}", client.server_info());
+    /// client.close().await; // closes stdin, then SIGTERM, then SIGKILL
+    /// # Ok(()) }
+    /// ```
     #[cfg(feature = "stdio")]
     pub async fn connect_stdio(
         self,
@@ -283,6 +361,15 @@ impl ClientBuilder {
     }
 
     /// Connects to the Streamable HTTP endpoint `url` with the default transport settings.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = modelctx_client::Client::builder("my-host", "1.0.0")
+    ///     .connect_http("http://127.0.0.1:8080/mcp")
+    ///     .await?;
+    /// println!("{:?}", client.protocol_version());
+    /// # Ok(()) }
+    /// ```
     #[cfg(feature = "http")]
     pub async fn connect_http(self, url: &str) -> Result<Client, ConnectError> {
         self.connect_http_with(url, modelctx_http::client::ClientConfig::default())

@@ -38,6 +38,23 @@ const MAX_PAGES: usize = 10_000;
 ///
 /// Every call has a timeout (60 s unless configured) and is cancelled on the wire, as its era
 /// defines it, when it times out or when its future is dropped.
+///
+/// ```no_run
+/// use modelctx_client::{Client, ServerCommand};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = Client::builder("my-host", "1.0.0")
+///     .connect_stdio(ServerCommand::new("my-mcp-server"))
+///     .await?;
+/// for tool in client.list_all_tools().await? {
+///     println!("{}: {}", tool.name, tool.description.unwrap_or_default());
+/// }
+/// let resource = client.read_resource("file:///README.md").await?;
+/// let prompt = client.get_prompt("review", &[("code", "fn main() {}")]).await?;
+/// # let _ = (resource, prompt);
+/// client.close().await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
@@ -187,6 +204,24 @@ impl Client {
     /// The notifications the server sends from now on (list changes, resource updates, log
     /// messages). In the modern era this opens the client's `subscriptions/listen` stream for
     /// list changes, if the server offers any.
+    ///
+    /// ```no_run
+    /// use modelctx_client::ServerNotification;
+    ///
+    /// # async fn f(client: modelctx_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut notifications = client.notifications();
+    /// while let Ok(notification) = notifications.recv().await {
+    ///     match notification {
+    ///         ServerNotification::ToolsListChanged | ServerNotification::Resynced => {
+    ///             let tools = client.list_all_tools().await?;
+    ///             println!("{} tools now", tools.len());
+    ///         }
+    ///         ServerNotification::Log(message) => println!("{message:?}"),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn notifications(&self) -> Notifications {
         let rx = match &*self
             .inner
@@ -483,6 +518,26 @@ impl Client {
 
     /// Calls tool `name` with `arguments` (anything that serializes to a JSON object; `()` for
     /// none).
+    ///
+    /// A tool that failed is a result with `is_error: Some(true)` (its content says why), not an
+    /// `Err`: errors are for calls that got no result.
+    ///
+    /// ```no_run
+    /// use modelctx_client::model::ContentBlock;
+    ///
+    /// # async fn f(client: modelctx_client::Client) -> Result<(), modelctx_client::Error> {
+    /// let result = client.call_tool("add", serde_json::json!({"a": 2, "b": 3})).await?;
+    /// if result.is_error == Some(true) {
+    ///     eprintln!("the tool failed");
+    /// }
+    /// for block in &result.content {
+    ///     if let ContentBlock::TextContent(text) = block {
+    ///         println!("{}", text.text);
+    ///     }
+    /// }
+    /// println!("{:?}", result.structured_content);
+    /// # Ok(()) }
+    /// ```
     pub async fn call_tool(
         &self,
         name: &str,
@@ -493,6 +548,19 @@ impl Client {
     }
 
     /// [`call_tool`](Self::call_tool) with options (progress, timeout).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// use modelctx_client::CallOptions;
+    ///
+    /// # async fn f(client: modelctx_client::Client) -> Result<(), modelctx_client::Error> {
+    /// let options = CallOptions::new()
+    ///     .timeout(Some(Duration::from_secs(300)))
+    ///     .on_progress(|p| println!("{}/{:?} {}", p.progress, p.total, p.message.unwrap_or_default()));
+    /// let result = client.call_tool_with("build", serde_json::json!({}), options).await?;
+    /// # let _ = result; Ok(()) }
+    /// ```
     ///
     /// When the tool was listed with an output schema, a successful result must carry
     /// `structuredContent` that matches it ([`Error::StructuredContent`] otherwise).
