@@ -426,6 +426,47 @@ async fn a_legacy_child_that_exits_ends_its_session() {
     assert_eq!(status, 404, "{response}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_child_is_started_again_after_it_exits_and_its_stderr_passes_through() {
+    // Each child says hello on stderr, reads three lines (the proxy's own listen and
+    // tools/list, then one request), and exits when its stdin ends.
+    let proxy = Proxy::start_with(
+        &format!(
+            "sh -c 'echo hello from the child >&2; for i in 1 2 3; do read -r line; printf \"%s\\n\" \"$line\"; done | {MCX} serve demo --stdio'"
+        ),
+        &[],
+    );
+    let first = client(false)
+        .connect_http(&proxy.url)
+        .await
+        .expect("connects");
+    assert_eq!(first.protocol_version(), Some(ProtocolVersion::V2026_07_28));
+    proxy
+        .wait_for("of the child's exit", |l| {
+            l.contains("the shared modern child's stdout ended")
+        })
+        .await;
+    let second = client(false)
+        .connect_http(&proxy.url)
+        .await
+        .expect("connects to a new child");
+    assert_eq!(
+        second.protocol_version(),
+        Some(ProtocolVersion::V2026_07_28)
+    );
+    let lines = proxy.lines();
+    let started = lines
+        .iter()
+        .filter(|l| l.contains("shared modern child") && l.contains("started"))
+        .count();
+    assert_eq!(started, 2, "{}", lines.join("\n"));
+    let hellos = lines
+        .iter()
+        .filter(|l| *l == "hello from the child")
+        .count();
+    assert_eq!(hellos, 2, "{}", lines.join("\n"));
+}
+
 const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
 
 /// POSTs `body` (with a session id) on a fresh connection: the status and the whole response.
