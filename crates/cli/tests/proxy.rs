@@ -256,9 +256,15 @@ async fn modern_clients_share_one_child_with_progress_input_required_and_listen(
         Some(ProtocolVersion::V2026_07_28)
     );
 
-    // A listen stream, told of list changes that another client causes.
+    // Two listen streams (one per client, with the same request ids on each side), told
+    // apart by subscription id, each told of list changes that one client causes.
     let mut notifications = watcher.notifications();
+    let mut caller_notifications = caller.notifications();
     watcher
+        .listening()
+        .await
+        .expect("the listen stream is acknowledged");
+    caller
         .listening()
         .await
         .expect("the listen stream is acknowledged");
@@ -280,21 +286,23 @@ async fn modern_clients_share_one_child_with_progress_input_required_and_listen(
     assert_eq!(text(&confirmed), "ship: done (via proxy)");
 
     caller.call_tool("unlock", json!({})).await.expect("unlock");
-    let changed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            match notifications.recv().await {
-                Ok(ServerNotification::ToolsListChanged) => return true,
-                Ok(_) => continue,
-                Err(_) => return false,
+    for notifications in [&mut notifications, &mut caller_notifications] {
+        let changed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match notifications.recv().await {
+                    Ok(ServerNotification::ToolsListChanged) => return true,
+                    Ok(_) => continue,
+                    Err(_) => return false,
+                }
             }
-        }
-    })
-    .await;
-    assert_eq!(
-        changed,
-        Ok(true),
-        "no tools/list_changed on the listen stream"
-    );
+        })
+        .await;
+        assert_eq!(
+            changed,
+            Ok(true),
+            "no tools/list_changed on a listen stream"
+        );
+    }
 
     let started = proxy
         .lines()
