@@ -403,7 +403,8 @@ fn summarize(out: &Path) -> Result<String, String> {
         text.push_str("\nEvery scenario passed.\n");
     } else {
         text.push_str(
-            "\nScenarios that did not pass (reasons in `tests/conformance/expected-failures.yml`):\n\n\
+            "\nScenarios that did not pass (reasons in `tests/conformance/expected-failures.yml`, and \
+             `expected-failures-proxy.yml` for the proxy):\n\n\
              | spec | side | scenario | checks failed | checks warned | |\n|---|---|---|---|---|---|\n",
         );
         for line in failing {

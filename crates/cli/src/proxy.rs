@@ -56,13 +56,16 @@ static VERBOSE: AtomicBool = AtomicBool::new(false);
 /// A line on stderr about what the proxy does, with `--verbose`.
 fn note(text: std::fmt::Arguments<'_>) {
     if VERBOSE.load(Ordering::Relaxed) {
-        eprintln!("mcx proxy: {text}");
+        warn(text);
     }
 }
 
-/// A warning on stderr, always.
+/// A warning on stderr, always: one write, so that it does not mix with the lines the
+/// children write to the same stderr.
 fn warn(text: std::fmt::Arguments<'_>) {
-    eprintln!("mcx proxy: {text}");
+    use std::io::Write as _;
+    let line = format!("mcx proxy: {text}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// What `mcx proxy` was asked.
@@ -110,11 +113,11 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         Ok(running) => running,
         Err(e) => return crate::fail(format_args!("serving HTTP on {}: {e}", options.listen)),
     };
-    eprintln!(
-        "mcx proxy: http://{}/mcp -> {} (Ctrl-C to stop)",
+    warn(format_args!(
+        "http://{}/mcp -> {} (Ctrl-C to stop)",
         running.local_addr(),
         options.command.join(" ")
-    );
+    ));
     // The shared child starts now, so that the tools' `Mcp-Param-*` headers are known before the
     // first call; if it cannot, the first modern request says why (and tries again).
     {
@@ -615,7 +618,10 @@ impl Modern {
         };
         state.next_id += 1;
         let id = state.next_id;
-        let token = meta.and_then(|m| m.insert("progressToken".into(), json!(id)));
+        // The client's token becomes the child-side id: tokens of different clients can't clash.
+        let token = meta
+            .filter(|m| m.contains_key("progressToken"))
+            .and_then(|m| m.insert("progressToken".into(), json!(id)));
         let forwarded = Request {
             id: RequestId::Number(id),
             method: request.method.clone(),
