@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use modelctx_client::{
-    CallOptions, Client, ClientBuilder, Elicitation, Elicited, JsonObject, ProtocolVersion,
-    ServerNotification, model,
+    CallOptions, Client, ClientBuilder, Elicitation, Elicited, JsonObject, LogLevel,
+    ProtocolVersion, ServerNotification, model,
 };
 use serde_json::{Value, json};
 
@@ -473,6 +473,35 @@ async fn the_shared_child_is_started_again_after_it_exits_and_its_stderr_passes_
         .filter(|l| *l == "hello from the child")
         .count();
     assert_eq!(hellos, 2, "{}", lines.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_messages_reach_the_request_they_belong_to_in_both_eras() {
+    let proxy = Proxy::start(&[]);
+    for legacy in [true, false] {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        let client = client(legacy)
+            .log_level(LogLevel::Debug)
+            .on_notification(move |n| {
+                if let ServerNotification::Log(log) = n {
+                    sink.lock().unwrap().push(log.data.clone());
+                }
+            })
+            .connect_http(&proxy.url)
+            .await
+            .expect("connects");
+        let (done, _) = countdown(&client, 2).await;
+        assert_eq!(done, "liftoff after 2 steps");
+        // Log messages travel on the call's stream, ahead of its answer.
+        let logs = logs.lock().unwrap().clone();
+        assert_eq!(
+            logs,
+            [json!({"step": 1, "of": 2}), json!({"step": 2, "of": 2})],
+            "legacy: {legacy}"
+        );
+        client.close().await;
+    }
 }
 
 const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
