@@ -47,6 +47,13 @@
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
 //!
+//! # Guides and examples
+//!
+//! `docs/guide-client.md` in the repository walks through connecting, calling, notifications
+//! and the input handlers; `examples/client.rs` runs a server (the server crate's
+//! `stdio_server` example by default) and lists and calls its tools: `cargo run -p
+//! modelctx-client --example client [-- COMMAND ARGS...]`.
+//!
 //! # What it does not do
 //!
 //! It does not authorize (no OAuth: 401 and 403 are plain transport errors), does not implement

@@ -64,6 +64,14 @@
 //! one endpoint, feature `http`), [`Server::in_memory`] for tests, and
 //! [`Server::serve_channels`] for any transport that yields and accepts messages.
 //!
+//! # Guides and examples
+//!
+//! `docs/guide-server.md` in the repository walks through every feature, `docs/versions.md`
+//! says what each protocol version has, and `docs/from-rmcp.md` maps rmcp's API onto this one.
+//! The examples: `examples/stdio_server.rs` (tools, a resource and a prompt on stdio) and
+//! `examples/axum_server.rs` (the MCP endpoint in an axum application); `cargo run -p
+//! modelctx-server --example stdio_server`.
+//!
 //! # Optional features
 //!
 //! * `stdio` (default): [`Server::serve_stdio`].
