@@ -44,6 +44,11 @@ pub struct ServerConfig {
     pub sse_retry: Duration,
     /// How often an idle SSE stream gets a keep-alive comment (default 15 s; `None`: never).
     pub keep_alive: Option<Duration>,
+    /// Answer every POST of a single request with an SSE stream, even when the response is all
+    /// there is to send (default false: such a POST gets `application/json`; SSE only once
+    /// something comes before the response). A batch is still answered as JSON when nothing
+    /// precedes its responses.
+    pub sse_responses: bool,
     /// Messages waiting to be written on one live stream (default 256); a client that falls
     /// further behind is disconnected, and resumes from the event store.
     pub stream_buffer: usize,
@@ -70,6 +75,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("legacy_versions", &self.legacy_versions)
             .field("modern_versions", &self.modern_versions)
             .field("allow_delete", &self.allow_delete)
+            .field("sse_responses", &self.sse_responses)
             .finish_non_exhaustive()
     }
 }
@@ -88,6 +94,7 @@ impl Default for ServerConfig {
             allow_delete: true,
             sse_retry: Duration::from_secs(1),
             keep_alive: Some(Duration::from_secs(15)),
+            sse_responses: false,
             stream_buffer: 256,
             standalone_queue: 256,
             event_store: Arc::new(MemoryEventStore::default()),

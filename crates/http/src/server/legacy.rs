@@ -2,7 +2,7 @@
 //! resumption, the standalone stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -52,7 +52,7 @@ impl Shared {
         let session = Arc::new(Session {
             id: id.clone(),
             principal,
-            handler: OnceLock::new(),
+            handler: HandlerSlot::default(),
             state: tokio::sync::Mutex::new(State::default()),
             last_seen: Mutex::new(Instant::now()),
             ended: self.shutdown.child_token(),
@@ -165,11 +165,39 @@ struct State {
     ended: bool,
 }
 
+/// A session's handler: set once, taken when the session ends.
+#[derive(Default)]
+pub(crate) struct HandlerSlot(Mutex<Option<Arc<dyn LegacyHandler>>>);
+
+impl HandlerSlot {
+    /// Sets the handler, unless one was set already (then hands it back).
+    pub(crate) fn set(
+        &self,
+        handler: Arc<dyn LegacyHandler>,
+    ) -> Result<(), Arc<dyn LegacyHandler>> {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Err(handler);
+        }
+        *slot = Some(handler);
+        Ok(())
+    }
+
+    /// The handler, while the session lasts.
+    pub(crate) fn get(&self) -> Option<Arc<dyn LegacyHandler>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn take(&self) -> Option<Arc<dyn LegacyHandler>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
 /// A legacy session.
 pub(crate) struct Session {
     pub(crate) id: String,
     pub(crate) principal: Option<Principal>,
-    pub(crate) handler: OnceLock<Arc<dyn LegacyHandler>>,
+    pub(crate) handler: HandlerSlot,
     state: tokio::sync::Mutex<State>,
     last_seen: Mutex<Instant>,
     /// Fired when the session ends (or the server shuts down): its streams end.
@@ -374,7 +402,9 @@ impl Session {
         }
         let done = completes && stream.pending.is_empty();
         if !stream.sse {
-            if completes {
+            if completes && !stream.batch && self.sse_responses() {
+                // Configured to answer with SSE: the stream opens for the response alone.
+            } else if completes {
                 stream.collected.push(message);
                 if done {
                     let ok = !matches!(stream.collected.first(), Some(Message::Error(_)));
@@ -427,6 +457,10 @@ impl Session {
                 state.version = Some(result.version);
             }
         }
+    }
+
+    fn sse_responses(&self) -> bool {
+        self.config().is_some_and(|s| s.config.sse_responses)
     }
 
     fn buffer(&self) -> usize {
@@ -634,7 +668,9 @@ impl Session {
             shared.sessions().remove(&self.id);
             shared.config.event_store.remove_session(&self.id).await;
         }
-        if let Some(handler) = self.handler.get() {
+        // Taken, not borrowed: the handler holds this session (a cycle that kept every ended
+        // session and its handler alive).
+        if let Some(handler) = self.handler.take() {
             handler.closed();
         }
     }
@@ -642,5 +678,124 @@ impl Session {
     /// Whether the session has ended.
     pub(crate) async fn is_ended(&self) -> bool {
         self.state.lock().await.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use modelctx_types::{Incoming, Message};
+
+    use super::super::{
+        LegacyHandler, LegacySession, McpApp, McpService, ModernRequest, RequestContext,
+        ServerConfig,
+    };
+
+    /// An application whose handler holds its session, as a real server's does.
+    struct App {
+        dropped: Arc<AtomicUsize>,
+    }
+
+    struct Handler {
+        session: LegacySession,
+        dropped: Arc<AtomicUsize>,
+    }
+
+    impl Drop for Handler {
+        fn drop(&mut self) {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl LegacyHandler for Handler {
+        fn input(&self, input: Incoming, _context: RequestContext) {
+            let Incoming::Single(Message::Request(request)) = input else {
+                return;
+            };
+            let id = serde_json::to_string(&request.id).unwrap();
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"2025-11-25","capabilities":{{}},"serverInfo":{{"name":"t","version":"0"}}}}}}"#
+            );
+            let Ok(Incoming::Single(response)) = modelctx_types::decode(text.as_bytes()) else {
+                panic!("not a response: {text}");
+            };
+            let session = self.session.clone();
+            tokio::spawn(async move { session.send(response, Some(request.id)).await });
+        }
+
+        fn closed(&self) {}
+    }
+
+    impl McpApp for App {
+        fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+            Arc::new(Handler {
+                session,
+                dropped: self.dropped.clone(),
+            })
+        }
+
+        fn modern(&self, _request: ModernRequest) {}
+    }
+
+    fn initialize() -> http::Request<String> {
+        http::Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(
+                r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#
+                    .to_owned(),
+            )
+            .unwrap()
+    }
+
+    /// `sse_responses`: a request whose response is all there is gets an event stream too.
+    #[tokio::test]
+    async fn sse_responses_answer_with_an_event_stream() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        for (sse, media_type) in [(false, "application/json"), (true, "text/event-stream")] {
+            let config = ServerConfig {
+                sse_responses: sse,
+                ..ServerConfig::default()
+            };
+            let app = Arc::new(App {
+                dropped: dropped.clone(),
+            });
+            let service = McpService::new(config, app).unwrap();
+            let response = service.handle(initialize()).await;
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["content-type"], media_type);
+        }
+    }
+
+    /// An ended session lets go of its handler (which holds the session: a cycle that kept every
+    /// ended session's memory, ~5 KiB each, for the life of the server).
+    #[tokio::test]
+    async fn an_ended_session_drops_its_handler() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let service = McpService::new(
+            ServerConfig::default(),
+            Arc::new(App {
+                dropped: dropped.clone(),
+            }),
+        )
+        .unwrap();
+        for round in 1..=3 {
+            let response = service.handle(initialize()).await;
+            assert_eq!(response.status(), 200);
+            let session = response.headers()["mcp-session-id"].clone();
+            let delete = http::Request::delete("/mcp")
+                .header("host", "127.0.0.1")
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-11-25")
+                .body(String::new())
+                .unwrap();
+            let response = service.handle(delete).await;
+            assert!(response.status().is_success(), "{}", response.status());
+            assert!(service.table_sizes().await.is_empty());
+            assert_eq!(dropped.load(Ordering::SeqCst), round);
+        }
     }
 }

@@ -193,34 +193,41 @@ pub(crate) async fn handle(
             "the server ended the request without a response",
         );
     };
-    if answers(&first, &id) {
+    let complete = answers(&first, &id);
+    if complete && !config.sse_responses {
         drop(guard.disarm());
         return respond::json(modern_status(&first), encode(&first));
     }
-    // Something before the response: a stream, with no event ids (no resumption in this era).
+    // Something before the response (or SSE configured): a stream, with no event ids (no
+    // resumption in this era).
     drop(guard.disarm());
     let (frames, frames_rx) = mpsc::channel::<Bytes>(config.stream_buffer.max(1));
     let stop = cancelled.clone();
-    tokio::spawn(async move {
-        loop {
-            let message = tokio::select! {
-                m = next_on_stream(&mut rx) => m,
-                () = stop.cancelled() => None,
-            };
-            let Some(message) = message else { break };
-            let last = answers(&message, &id);
-            if frames
-                .send(sse::event(None, &encode(&message)))
-                .await
-                .is_err()
-            {
-                break;
+    if complete {
+        // The stream ends after its first event.
+        drop(frames);
+    } else {
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    m = next_on_stream(&mut rx) => m,
+                    () = stop.cancelled() => None,
+                };
+                let Some(message) = message else { break };
+                let last = answers(&message, &id);
+                if frames
+                    .send(sse::event(None, &encode(&message)))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                if last {
+                    break;
+                }
             }
-            if last {
-                break;
-            }
-        }
-    });
+        });
+    }
     let body = StreamBody::new(
         Some(sse::event(None, &encode(&first))),
         frames_rx,

@@ -121,7 +121,7 @@ pub(crate) async fn post(
             return respond::error(StatusCode::BAD_REQUEST, reply.id, reply.error);
         }
     };
-    let Some(handler) = session.handler.get().cloned() else {
+    let Some(handler) = session.handler.get() else {
         return respond::empty(StatusCode::NOT_FOUND);
     };
     handler.input(incoming, RequestContext { parts });

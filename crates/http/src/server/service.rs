@@ -483,7 +483,7 @@ impl McpService {
             }
             _ => (Vec::new(), false, false),
         };
-        let Some(handler) = session.handler.get().cloned() else {
+        let Some(handler) = session.handler.get() else {
             return respond::empty(StatusCode::NOT_FOUND);
         };
         let context = RequestContext { parts };
