@@ -6,7 +6,17 @@
 //! load stdio-seq  [--secs S] [--warmup S] [--modern] -- <server command...>
 //! load stdio-pipe [--secs S] [--warmup S] [--modern] [--inflight N] -- <server command...>
 //! load http       [--secs S] [--warmup S] [--modern] [--clients N] -- <server command...>
+//! load sessions   [--count N] -- <HTTP server command...>
+//! load churn      [--count N] [--clients N] -- <HTTP server command...>
+//! load cold       [--runs N] -- <stdio server command...>
 //! ```
+//!
+//! `sessions` opens N legacy sessions (initialize, then `notifications/initialized`, then the
+//! connection closes: each session idle, with no connection and no stream) and prints the
+//! server's RSS before and after, and the difference per session. `churn` opens and ends (DELETE)
+//! N sessions over `--clients` connections and prints the RSS before and after. `cold` spawns
+//! the server N times and times each from the spawn to the result of its first `tools/call`
+//! (after the handshake), printing the median and the slowest.
 //!
 //! Legacy (the default) does the initialize handshake first (per HTTP client: one session
 //! each); `--modern` sends 2026-07-28 requests with `_meta` (and the standard headers over
@@ -36,6 +46,8 @@ struct Options {
     modern: bool,
     inflight: usize,
     clients: usize,
+    count: usize,
+    runs: usize,
     command: Vec<String>,
 }
 
@@ -51,6 +63,8 @@ fn parse_args() -> Result<Options, Error> {
         modern: false,
         inflight: 64,
         clients: 1,
+        count: 1000,
+        runs: 5,
         command: Vec::new(),
     };
     while let Some(arg) = args.next() {
@@ -60,6 +74,8 @@ fn parse_args() -> Result<Options, Error> {
             "--warmup" => options.warmup = value()?.parse()?,
             "--inflight" => options.inflight = value()?.parse()?,
             "--clients" => options.clients = value()?.parse()?,
+            "--count" => options.count = value()?.parse()?,
+            "--runs" => options.runs = value()?.parse()?,
             "--modern" => options.modern = true,
             "--" => {
                 options.command = args.by_ref().collect();
@@ -82,16 +98,29 @@ struct Window {
     secs: f64,
 }
 
-fn main() -> Result<(), Error> {
-    let options = parse_args()?;
+fn server(options: &Options) -> Command {
     let mut command = Command::new(&options.command[0]);
     command
         .args(&options.command[1..])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let mut child = command.spawn()?;
+    command
+}
+
+fn main() -> Result<(), Error> {
+    let options = parse_args()?;
+    if options.workload == "cold" {
+        return cold(&options);
+    }
+    let mut child = server(&options).spawn()?;
     let pid = child.id();
+    if matches!(options.workload.as_str(), "sessions" | "churn") {
+        let result = run_memory(&options, &mut child, pid);
+        stop(&mut child);
+        println!("{}", result?);
+        return Ok(());
+    }
     let result = match options.workload.as_str() {
         "stdio-seq" | "stdio-pipe" => run_stdio(&options, &mut child, pid),
         "http" => run_http(&options, &mut child, pid),
@@ -166,8 +195,17 @@ fn ticks_per_second() -> f64 {
 
 /// VmHWM of a process, in KiB.
 fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
@@ -360,15 +398,135 @@ fn stdio_pipelined(
 
 // ---- HTTP ----
 
-fn run_http(options: &Options, child: &mut Child, pid: u32) -> Result<(Window, u64), Error> {
+/// The port an HTTP server announces (`LISTENING <port>` on its stdout).
+fn listening_port(child: &mut Child) -> Result<u16, Error> {
     let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    // Lines before it are skipped (a wrapper such as heaptrack prints its own).
     let mut line = String::new();
-    stdout.read_line(&mut line)?;
-    let port: u16 = line
-        .strip_prefix("LISTENING ")
-        .ok_or_else(|| format!("expected `LISTENING <port>`, got {line:?}"))?
-        .trim()
-        .parse()?;
+    loop {
+        line.clear();
+        if stdout.read_line(&mut line)? == 0 {
+            return Err("the server closed its stdout before `LISTENING <port>`".into());
+        }
+        if let Some(port) = line.strip_prefix("LISTENING ") {
+            return Ok(port.trim().parse()?);
+        }
+    }
+}
+
+/// M1 (`sessions`) and M2 (`churn`): the server's RSS around opening (and ending) sessions.
+fn run_memory(options: &Options, child: &mut Child, pid: u32) -> Result<serde_json::Value, Error> {
+    let port = listening_port(child)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+    runtime.block_on(async {
+        // Warm-up: a few sessions opened, called and ended, so that what the first session
+        // costs once (lazy statics, pools, the allocator's arenas) is in `before`.
+        let mut warm = HttpClient::connect(port, false).await?;
+        for _ in 0..16 {
+            warm.call().await?;
+            warm.delete().await?;
+            warm.open_session().await?;
+        }
+        warm.delete().await?;
+        drop(warm);
+        settle();
+        let before = rss_kib(pid).ok_or("no VmRSS")?;
+        if options.workload == "sessions" {
+            for _ in 0..options.count {
+                // A connection per session, closed once the session is initialized.
+                HttpClient::connect(port, false).await?;
+            }
+            settle();
+            let after = rss_kib(pid).ok_or("no VmRSS")?;
+            let per_session = (after as f64 - before as f64) * 1024.0 / options.count as f64;
+            return Ok(serde_json::json!({
+                "sessions": options.count,
+                "server_fds": std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count),
+                "rss_before_kib": before,
+                "rss_after_kib": after,
+                "bytes_per_session": per_session,
+            }));
+        }
+        let clients = options.clients.max(1);
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let count = options.count / clients + usize::from(c < options.count % clients);
+            tasks.push(tokio::spawn(async move {
+                let mut client = HttpClient::bare(port, false).await?;
+                for _ in 0..count {
+                    client.open_session().await?;
+                    client.delete().await?;
+                }
+                Ok::<_, Error>(())
+            }));
+        }
+        for task in tasks {
+            task.await??;
+        }
+        settle();
+        let after = rss_kib(pid).ok_or("no VmRSS")?;
+        Ok(serde_json::json!({
+            "sessions": options.count,
+            "rss_before_kib": before,
+            "rss_after_kib": after,
+            "peak_rss_kib": peak_rss_kib(pid).unwrap_or(0),
+        }))
+    })
+}
+
+/// C1: from spawning the server to the result of its first `tools/call` (after the legacy
+/// handshake), `--runs` times.
+fn cold(options: &Options) -> Result<(), Error> {
+    let mut times_us = Vec::new();
+    for _ in 0..options.runs {
+        let started = Instant::now();
+        let mut child = server(options).spawn()?;
+        let result = (|| -> Result<(), Error> {
+            let mut input = child.stdin.take().ok_or("no stdin")?;
+            let mut output = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+            let mut line = Vec::new();
+            writeln!(input, "{}", initialize(0))?;
+            input.flush()?;
+            read_line(&mut output, &mut line)?;
+            writeln!(input, "{INITIALIZED}")?;
+            writeln!(input, "{}", call(1, false))?;
+            input.flush()?;
+            loop {
+                read_line(&mut output, &mut line)?;
+                let (id, ok) = response_id(&line)?;
+                if id == 1 {
+                    return if ok {
+                        Ok(())
+                    } else {
+                        Err("the call failed".into())
+                    };
+                }
+            }
+        })();
+        let elapsed = started.elapsed();
+        let _ = child.kill();
+        let _ = child.wait();
+        result?;
+        times_us.push(elapsed.as_secs_f64() * 1e6);
+    }
+    times_us.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        serde_json::json!({
+            "runs": times_us.len(),
+            "median_us": times_us.get(times_us.len() / 2).copied().unwrap_or(0.0),
+            "max_us": times_us.last().copied().unwrap_or(0.0),
+            "times_us": times_us,
+        })
+    );
+    Ok(())
+}
+
+fn run_http(options: &Options, child: &mut Child, pid: u32) -> Result<(Window, u64), Error> {
+    let port = listening_port(child)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -427,31 +585,63 @@ struct HttpClient {
 }
 
 impl HttpClient {
+    /// A connection, and for legacy a session on it.
     async fn connect(port: u16, modern: bool) -> Result<Self, Error> {
+        let mut client = Self::bare(port, modern).await?;
+        if !modern {
+            client.open_session().await?;
+        }
+        Ok(client)
+    }
+
+    /// A connection with no session.
+    async fn bare(port: u16, modern: bool) -> Result<Self, Error> {
         let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
         stream.set_nodelay(true)?;
         let (sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
         tokio::spawn(connection);
-        let mut client = HttpClient {
+        Ok(HttpClient {
             sender,
             port,
             modern,
             session: None,
             next_id: 1,
-        };
-        if !modern {
-            let (status, session, _) = client.post(initialize(0), None).await?;
-            if status != 200 {
-                return Err(format!("initialize: HTTP {status}").into());
-            }
-            client.session = session;
-            let (status, _, _) = client.post(INITIALIZED.to_owned(), None).await?;
-            if status != 202 && status != 200 {
-                return Err(format!("notifications/initialized: HTTP {status}").into());
-            }
+        })
+    }
+
+    /// The legacy handshake: a new session.
+    async fn open_session(&mut self) -> Result<(), Error> {
+        self.session = None;
+        let (status, session, _) = self.post(initialize(0), None).await?;
+        if status != 200 {
+            return Err(format!("initialize: HTTP {status}").into());
         }
-        Ok(client)
+        // The bare hyper limit has no sessions (and sends no id).
+        self.session = session;
+        let (status, _, _) = self.post(INITIALIZED.to_owned(), None).await?;
+        if status != 202 && status != 200 {
+            return Err(format!("notifications/initialized: HTTP {status}").into());
+        }
+        Ok(())
+    }
+
+    /// Ends the session (DELETE).
+    async fn delete(&mut self) -> Result<(), Error> {
+        let session = self.session.take().ok_or("no session to end")?;
+        let request = hyper::Request::delete("/mcp")
+            .header("host", format!("127.0.0.1:{}", self.port))
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", LEGACY_VERSION)
+            .body(Full::new(Bytes::new()))?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await?;
+        if !(200..300).contains(&status) {
+            return Err(format!("DELETE: HTTP {status}").into());
+        }
+        Ok(())
     }
 
     /// One `tools/call`; true if it got a result.

@@ -1,13 +1,16 @@
-//! modelctx over Streamable HTTP (both eras on `/mcp`), tool `echo`.
+//! modelctx over Streamable HTTP (both eras on `/mcp`), tool `echo`: JSON responses, or with
+//! `mc_http sse` an SSE stream for every response (`ServerConfig::sse_responses`).
 
 use modelctx_http::server::ServerConfig;
 
 fn main() -> std::io::Result<()> {
     let server = modelctx_bench::modelctx_server();
+    let mut config = ServerConfig::default();
+    config.sse_responses = std::env::args().nth(1).is_some_and(|a| a == "sse");
     modelctx_bench::runtime().block_on(async {
         // `serve` sets TCP_NODELAY on every accepted connection.
         let running = server
-            .serve_http(modelctx_bench::loopback(), ServerConfig::default())
+            .serve_http(modelctx_bench::loopback(), config)
             .await?;
         modelctx_bench::announce(running.local_addr());
         std::future::pending::<()>().await;
