@@ -76,9 +76,11 @@ pub(crate) fn builder(target: &Target) -> Result<ClientBuilder, String> {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                eprintln!("[{}{logger}] {data}", log.level.as_str());
+                crate::progress::eprint_line(&format!("[{}{logger}] {data}", log.level.as_str()));
             }
-            ServerNotification::Resynced => eprintln!("mcx: reconnected to the server"),
+            ServerNotification::Resynced => {
+                crate::progress::eprint_line("mcx: reconnected to the server");
+            }
             _ => {}
         });
     if let Some(seconds) = target.timeout {
@@ -185,15 +187,6 @@ fn pairs(items: &[String], option: &str) -> Result<Vec<(String, String)>, Failur
         .collect()
 }
 
-/// Progress of a call, on stderr.
-pub(crate) fn progress_options() -> CallOptions {
-    CallOptions::new().on_progress(|p| {
-        let total = p.total.map(|t| format!("/{t}")).unwrap_or_default();
-        let message = p.message.map(|m| format!(" {m}")).unwrap_or_default();
-        eprintln!("progress {}{total}{message}", p.progress);
-    })
-}
-
 async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<(), Failure> {
     match command {
         ClientCommand::Discover => {
@@ -269,9 +262,10 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
             let mut params = JsonObject::new();
             params.insert("name".into(), Value::String(name.clone()));
             params.insert("arguments".into(), arguments);
-            let result = client
-                .request("tools/call", params, progress_options())
-                .await?;
+            let (options, shown) = crate::progress::options();
+            let result = client.request("tools/call", params, options).await;
+            drop(shown);
+            let result = result?;
             let failed = result["isError"] == true;
             if json {
                 print_json(&result);

@@ -33,6 +33,7 @@ macro_rules! say {
 mod commands;
 mod demo;
 mod output;
+mod progress;
 mod proxy;
 mod walkthrough;
 mod words;

@@ -95,6 +95,35 @@ fn a_call_with_progress_and_logs_on_stderr() {
     assert!(err.contains("[notice countdown]"), "{err}");
 }
 
+/// On a terminal (`script` gives the command one), progress is a bar redrawn in place, not a
+/// line per notification; the log message and the result still come out whole.
+#[test]
+fn on_a_terminal_progress_is_a_bar() {
+    let command = format!(
+        "{MCX} --stdio '{}' --log-level info tools call countdown --args '{{\"steps\": 3, \"delay_ms\": 150}}'",
+        demo_stdio()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("[====="), "no bar: {screen:?}");
+    assert!(screen.contains("3/3 step 3 of 3"), "{screen:?}");
+    assert!(
+        !screen.contains("progress 1/3"),
+        "lines, not a bar: {screen:?}"
+    );
+    assert!(screen.contains("[notice countdown]"), "{screen:?}");
+    assert!(screen.contains("liftoff after 3 steps"), "{screen:?}");
+}
+
 #[test]
 fn an_unknown_tool_fails_with_a_message() {
     let out = mcx(&["--stdio", &demo_stdio(), "tools", "call", "nope"]);

@@ -1,0 +1,131 @@
+//! Progress of a call on stderr: a bar on a terminal, one line per notification otherwise (for
+//! logs and scripts).
+//!
+//! The bar appears with the first progress notification and is cleared when the call ends, so a
+//! call that reports none prints nothing. Lines that go to stderr while it shows (log messages)
+//! go through [`eprint_line`], which lifts the bar, prints, and draws it again.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use modelctx_client::CallOptions;
+
+/// The bar of the call in flight, when stderr is a terminal and the call reported progress.
+static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Steps of a bar whose total is known: progress values are numbers, not always whole ones.
+const STEPS: u64 = 1000;
+
+/// Clears the bar when the call ends (or is cancelled).
+pub(crate) struct Shown(());
+
+impl Drop for Shown {
+    fn drop(&mut self) {
+        if let Some(bar) = BAR.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Options that ask for progress and show it; keep the guard alive for the call.
+pub(crate) fn options() -> (CallOptions, Shown) {
+    let terminal = std::io::stderr().is_terminal();
+    let options = CallOptions::new().on_progress(move |p| {
+        if terminal {
+            let mut shown = BAR.lock().unwrap_or_else(|e| e.into_inner());
+            match shown.as_ref() {
+                Some(bar) => update(bar, p.progress, p.total, p.message.as_deref()),
+                None => {
+                    // Styled and set before it first draws, then kept moving between updates.
+                    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+                    update(&bar, p.progress, p.total, p.message.as_deref());
+                    bar.set_draw_target(ProgressDrawTarget::stderr());
+                    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+                    *shown = Some(bar);
+                }
+            }
+        } else {
+            eprintln!(
+                "progress {}",
+                describe(p.progress, p.total, p.message.as_deref())
+            );
+        }
+    });
+    (options, Shown(()))
+}
+
+/// Prints `line` on stderr above the bar, if one shows.
+pub(crate) fn eprint_line(line: &str) {
+    match BAR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        Some(bar) => bar.suspend(|| eprintln!("{line}")),
+        None => eprintln!("{line}"),
+    }
+}
+
+/// `3/10 step 3`: the progress, its total when known, its message when given.
+fn describe(progress: f64, total: Option<f64>, message: Option<&str>) -> String {
+    let total = total.map(|t| format!("/{t}")).unwrap_or_default();
+    let message = message.map(|m| format!(" {m}")).unwrap_or_default();
+    format!("{progress}{total}{message}")
+}
+
+/// Sets `bar` to show `p`: a bar filled to `progress / total` when the total is known, a spinner
+/// otherwise; the numbers and the message beside it.
+fn update(bar: &ProgressBar, progress: f64, total: Option<f64>, message: Option<&str>) {
+    match total.filter(|t| *t > 0.0) {
+        Some(total) => {
+            if bar.length() != Some(STEPS) {
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} [{bar:30}] {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                );
+                bar.set_length(STEPS);
+            }
+            let done = (progress / total).clamp(0.0, 1.0);
+            // In 0..=STEPS by the clamp above: the cast cannot truncate or wrap.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            bar.set_position((done * STEPS as f64).round() as u64);
+        }
+        None => {
+            if bar.length().is_some() || bar.message().is_empty() {
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                bar.unset_length();
+            }
+        }
+    }
+    bar.set_message(describe(progress, total, message));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_total_fills_the_bar_in_proportion() {
+        let bar = ProgressBar::hidden();
+        update(&bar, 3.0, Some(10.0), Some("step 3"));
+        assert_eq!(bar.length(), Some(STEPS));
+        assert_eq!(bar.position(), 300);
+        assert_eq!(bar.message(), "3/10 step 3");
+        update(&bar, 0.5, Some(1.0), None);
+        assert_eq!(bar.position(), 500);
+        // Past the total (servers do send it): a full bar, the true numbers beside it.
+        update(&bar, 12.0, Some(10.0), None);
+        assert_eq!(bar.position(), STEPS);
+        assert_eq!(bar.message(), "12/10");
+    }
+
+    #[test]
+    fn without_a_total_the_bar_is_a_spinner_with_the_count() {
+        let bar = ProgressBar::hidden();
+        update(&bar, 1.0, Some(4.0), None);
+        update(&bar, 7.0, None, Some("rows"));
+        assert_eq!(bar.length(), None);
+        assert_eq!(bar.message(), "7 rows");
+    }
+}
