@@ -656,15 +656,48 @@ fn start(
     book.running
         .insert(request.id.clone(), Running { cancelled, modern });
     let id = request.id;
+    let counted = shared.clone();
+    let mut handler = Box::pin(async move {
+        let _running = crate::server::Counted::new(&counted.load.handlers);
+        runner(context).await
+    });
+    // The handler's first step runs here: a handler that finishes without waiting (most do)
+    // is answered at once, without a task of its own and the two hand-offs between tasks that
+    // costs. One that waits goes on on its own task, whose first poll registers its waker (the
+    // no-op one of this poll is never kept). Its panic is caught in both places.
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handler
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    }));
+    let done = match first {
+        Ok(std::task::Poll::Pending) => None,
+        Ok(std::task::Poll::Ready(answer)) => {
+            Some(answer.map(|result| with_server_info(shared, result, modern)))
+        }
+        Err(_) => Some(Err(internal(
+            "the handler failed unexpectedly (it panicked)",
+        ))),
+    };
+    if let Some(answer) = done {
+        drop(permit);
+        let respond = Command::Respond { id, answer };
+        if commands.capacity() == commands.max_capacity() {
+            apply(session, respond, book);
+        } else {
+            // The handler queued messages (progress, logs) before its answer: the answer goes
+            // after them, through the same queue.
+            let commands = commands.clone();
+            if let Err(mpsc::error::TrySendError::Full(respond)) = commands.try_send(respond) {
+                tokio::spawn(async move { commands.send(respond).await });
+            }
+        }
+        return;
+    }
     let commands = commands.clone();
     let shared = shared.clone();
-    let counted = shared.clone();
-    // One task per request: the handler, its panic caught where it runs.
+    // One task per request that waits: the handler, its panic caught where it runs.
     tokio::spawn(async move {
-        let mut handler = std::pin::pin!(async move {
-            let _running = crate::server::Counted::new(&counted.load.handlers);
-            runner(context).await
-        });
         let outcome = std::future::poll_fn(|cx| {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 handler.as_mut().poll(cx)
