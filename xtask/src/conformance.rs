@@ -238,25 +238,30 @@ impl Server {
     /// Closes its stdin (it exits), then makes sure.
     fn stop(&mut self) {
         drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        wait_or_kill(&mut self.child, Duration::from_secs(5));
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        wait_or_kill(&mut self.child, Duration::ZERO);
     }
+}
+
+/// Waits up to `grace` for `child` to exit, then kills it; reaps it either way.
+fn wait_or_kill(child: &mut Child, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// `mcx proxy` in front of `conformance-server --stdio`.
@@ -316,24 +321,13 @@ impl Proxy {
         let _ = Command::new("kill")
             .arg(self.child.id().to_string())
             .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        wait_or_kill(&mut self.child, Duration::from_secs(5));
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        wait_or_kill(&mut self.child, Duration::ZERO);
     }
 }
 
