@@ -484,6 +484,17 @@ pub(crate) enum Route {
 
 /// Decides how to answer `request`.
 pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
+    // `tools/call`, the hot path: its two fields straight from the raw params, without building
+    // the whole object first and converting it (and a modern call's `_meta` with it). Anything
+    // unusual (not an object, no name, a field twice) takes the general path below, which words
+    // the error as before.
+    if request.method == "tools/call"
+        && let Some(raw) = request.params.as_deref()
+        && raw.get().trim_start().starts_with('{')
+        && let Ok(call) = serde_json::from_str::<Call>(raw.get())
+    {
+        return call_route(shared, call);
+    }
     let params: JsonObject = match request.params.as_deref() {
         Some(raw) => match serde_json::from_str(raw.get()) {
             Ok(p) => p,
@@ -494,26 +505,10 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
     let version = request.version;
     match request.method.as_str() {
         "tools/list" => Route::Now(list_tools(shared, version, &params)),
-        "tools/call" => {
-            #[derive(Deserialize)]
-            struct Call {
-                name: String,
-                #[serde(default)]
-                arguments: Option<Value>,
-            }
-            let call: Call = match serde_json::from_value(Value::Object(params)) {
-                Ok(c) => c,
-                Err(e) => return Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
-            };
-            let Some(tool) = shared.registry().tools.get(&call.name).cloned() else {
-                return Route::Now(Err(invalid_params(format!("unknown tool: {}", call.name))));
-            };
-            let arguments = call.arguments.unwrap_or_else(|| json!({}));
-            let shared = shared.clone();
-            Route::Run(Box::new(move |context| {
-                Box::pin(call_tool(shared, tool, arguments, context))
-            }))
-        }
+        "tools/call" => match serde_json::from_value(Value::Object(params)) {
+            Ok(call) => call_route(shared, call),
+            Err(e) => Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
+        },
         "resources/list" => Route::Now(crate::resource::list(shared, &params)),
         "resources/templates/list" => Route::Now(crate::resource::list_templates(shared, &params)),
         "resources/read" => crate::resource::read(shared, &params, version),
@@ -525,6 +520,25 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             format!("method not found: {other}"),
         ))),
     }
+}
+
+/// The params of `tools/call` that routing reads.
+#[derive(Deserialize)]
+struct Call {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+fn call_route(shared: &Arc<Shared>, call: Call) -> Route {
+    let Some(tool) = shared.registry().tools.get(&call.name).cloned() else {
+        return Route::Now(Err(invalid_params(format!("unknown tool: {}", call.name))));
+    };
+    let arguments = call.arguments.unwrap_or_else(|| json!({}));
+    let shared = shared.clone();
+    Route::Run(Box::new(move |context| {
+        Box::pin(call_tool(shared, tool, arguments, context))
+    }))
 }
 
 pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
