@@ -592,42 +592,52 @@ fn verdicts(m: &Medians, build: Option<&Value>) -> Vec<Verdict> {
     out
 }
 
-const BOUND_S2: &str = "The raw limit does no MCP work at all: it parses a line and writes a \
-    fixed-shape reply on one thread, with no task, no channel and no session state. modelctx per \
-    pipelined call parses the message into typed JSON-RPC, runs the session state machine \
-    (request table, cancellation, progress), spawns the handler as a task (so that slow tools \
-    never block the connection), deserializes the arguments into the tool's type, builds the \
-    result and serializes it; a call crosses tasks twice (reader to driver, driver to writer). \
-    Those are the features, and they cost ~10 µs of CPU per call on this machine: bounded by \
-    the task and channel hand-offs, not by JSON.";
+const BOUND_S2: &str = "The raw limit does no MCP work: one thread parses a line and writes a \
+    fixed-shape reply, with no task, no channel and no session state (~1 µs of CPU per call). \
+    A modelctx call is decoded into typed JSON-RPC, goes from the reader task to the session's \
+    driver task over a channel, through the session state machine (request table, \
+    cancellation, progress tokens), is routed, has its arguments deserialized into the tool's \
+    type, its result built and serialized, and goes to the writer task over a second channel. \
+    Profiled with perf (cpu-clock, DWARF stacks): after the handler stopped getting a task of \
+    its own when it does not wait (S2: ~10 -> ~5 µs per call) the rest is spread over JSON \
+    (decode, route, arguments, result: the largest share), malloc/free (~16% of the samples) \
+    and the two channel hand-offs with their wake-ups of the other worker thread. Reaching 2x the limit's CPU would \
+    take reading, driving and writing on one task (no hand-offs) and decoding without the \
+    intermediate `serde_json::Value`s: a redesign of the driver, not a fix.";
 const BOUND_HTTP: &str = "Bare hyper parses the body and returns a fixed reply inside the \
-    connection's task. A legacy modelctx call also checks Host/Origin/Accept/the session and \
-    version headers, looks the session up, routes the request to the session's driver task over \
-    a channel and the answer back over a oneshot (two task hand-offs per call), and keeps the \
-    request/stream tables of the session; a modern call starts a driver per request. On two \
-    cores shared with the load generator the hand-offs (wake-ups across worker threads) are \
-    what separates it from bare hyper.";
-const BOUND_SEQUENTIAL: &str = "A sequential round trip is mostly the two pipe or loopback \
-    hops and the wake-ups; modelctx adds a hand-off to the driver task and one to the tool's \
-    task, each a wake-up of a parked worker thread (tens of µs on this VM), where the limit \
-    answers on the thread that read the request.";
-const BOUND_M1: &str = "What an idle session holds: its driver task (the future of the \
-    session loop, ~3 KiB), the first block of each of its two channels (tokio allocates 32 \
-    slots at once: ~3 KiB each for the 88-byte input and command messages), the session state \
-    with the client's `initialize` parameters and capabilities, and its entries in the session \
-    table. Boxing the channel messages (an allocation per message) would save ~5.5 KiB; a \
-    driver task per session is the design that keeps sessions independent.";
-const BOUND_B1_TIME: &str = "Shared crates dominate both builds (tokio, serde, serde_json, \
-    syn for the derives); modelctx's own crates (types with every protocol version, session, \
-    server) are large, so the time is bound by compiling the protocol's types, not by \
-    dependencies.";
+    connection's task. A modelctx call also checks Host, Origin, Accept, the session and the \
+    version headers, and crosses tasks: a legacy call goes to the session's driver task over a \
+    channel and its answer comes back over a oneshot; a modern (2026-07-28) call starts a \
+    driver task of its own (a session state machine, two channels) per request. On two cores \
+    shared with the load generator those hand-offs and wake-ups are most of the difference; \
+    malloc/free are ~15% of the server's samples, the kernel's TCP work a large share for \
+    every server. rmcp pays the same \
+    kind of costs, so against rmcp modelctx is 1.2-1.6x rather than 2x.";
+const BOUND_SEQUENTIAL: &str = "The limits answer on the thread that read the request (a \
+    blocking loop on stdin; hyper inside the connection task). A sequential modelctx round trip \
+    adds the hand-offs between the reader, the driver and the writer (or the connection task \
+    and the session's driver), each a wake-up of a parked worker thread, which costs tens of \
+    µs on this VM: p50 is bound by wake-up latency, not by CPU. A current-thread runtime (the \
+    application's choice: `BENCH_RT=current` in the bench) removes most of it.";
+const BOUND_M1: &str = "What an idle session holds (heaptrack, 1000 sessions): its driver \
+    task (~3 KiB of future), the first block of each of its two channels (tokio allocates 32 \
+    slots at once: ~3.4 KiB each for the 88-byte input and command messages), the session \
+    state with the client's `initialize` parameters and capabilities (~2.5 KiB), and its entries \
+    in the session table. Two leaks found by this workload are fixed (an ended session kept \
+    its handler alive; an idle session pinned the 16 KiB read buffer of its last connection). \
+    Boxing the channel messages would save ~5 KiB more; a driver task per session is the \
+    design that keeps sessions independent.";
+const BOUND_B1_TIME: &str = "Both builds share tokio, serde, serde_json and syn; what \
+    modelctx adds is its own crates, and modelctx-types (the wire types of five protocol \
+    versions, generated) dominates them. The figure is one clean build on a machine shared with \
+    other compilations, so it is noisy; the crate count is exact.";
 const BOUND_B1_CRATES: &str = "Three groups above the minimum: HMAC-SHA256 for the sealed \
     `requestState` of 2026-07-28 (hmac, sha2, digest and its 7 helpers), the child-process \
     client of modelctx-stdio, compiled with the server (tokio `process` and `net`: mio, \
     socket2, signal-hook-registry; rustix for SIGTERM), and tokio-util's `rt` feature in \
-    modelctx-server (futures-util, futures-task, futures-macro, slab), which only \
-    `CancellationToken` needs without it. A `client` feature on modelctx-stdio and dropping \
-    `rt` would take the count to ~42.";
+    modelctx-server (futures-util, futures-task, futures-macro, slab), which \
+    `CancellationToken` does not need. A `client` feature on modelctx-stdio and tokio-util \
+    without `rt` would take the count to ~42.";
 
 fn report(results: &[Vec<Vec<Value>>], build: Option<(Value, bool)>, secs: f64) -> String {
     let m = medians(results);
