@@ -31,6 +31,28 @@ pub(crate) enum Input {
     /// Bytes that are not JSON-RPC.
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     Unreadable(Vec<u8>),
+    /// A message to write as it is: the transport's own answer to a line it could not read
+    /// (too long, not UTF-8).
+    #[cfg(feature = "stdio")]
+    Reply(Message),
+}
+
+/// A line-framed byte stream the driver writes itself (stdio): messages are encoded into its
+/// buffer as they come and written when the driver has nothing else to do, so a call crosses no
+/// writer task (and the driver writes many messages with one system call under load).
+#[cfg(feature = "stdio")]
+pub(crate) trait Sink: Send {
+    /// Encodes one frame at the end of the buffer (no I/O).
+    fn feed(&mut self, frame: &Frame) -> std::io::Result<()>;
+    /// How many bytes are encoded and not yet written.
+    fn buffered(&self) -> usize;
+    /// Writes what is buffered.
+    fn flush(&mut self)
+    -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + '_>>;
+    /// Writes what is buffered and shuts the stream down.
+    fn shutdown(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + '_>>;
 }
 
 /// One message, or a batch reply, for a transport that frames them itself.
@@ -64,12 +86,27 @@ pub(crate) enum Output {
     /// A modern HTTP request: its own response stream.
     #[cfg(feature = "http")]
     Modern(modelctx_http::server::ModernReply),
+    /// A line-framed byte stream the driver writes itself.
+    #[cfg(feature = "stdio")]
+    Lines(Box<dyn Sink>),
 }
 
 impl Output {
     /// Writes one transmit; false when the transport is gone.
-    async fn write(&self, transmit: Transmit) -> bool {
+    async fn write(&mut self, transmit: Transmit) -> bool {
         match (self, transmit) {
+            #[cfg(feature = "stdio")]
+            (Output::Lines(sink), Transmit::Message { message, .. }) => {
+                sink.feed(&Frame::Single(message)).is_ok()
+            }
+            #[cfg(feature = "stdio")]
+            (Output::Lines(sink), Transmit::Batch(messages)) => {
+                sink.feed(&Frame::Batch(messages)).is_ok()
+            }
+            #[cfg(feature = "stdio")]
+            (Output::Lines(sink), Transmit::Cancel { notification, .. }) => {
+                sink.feed(&Frame::Single(notification.into())).is_ok()
+            }
             (Output::Channel(tx), Transmit::Message { message, .. }) => {
                 tx.send(Frame::Single(message)).await.is_ok()
             }
@@ -100,7 +137,7 @@ impl Output {
     }
 
     /// Closes the connection of request `id`'s stream, when the transport can resume it.
-    async fn close_stream(&self, id: &RequestId) -> bool {
+    async fn close_stream(&mut self, id: &RequestId) -> bool {
         match self {
             #[cfg(feature = "http")]
             Output::Legacy(session) => session.close_stream(id).await,
@@ -248,7 +285,7 @@ where
 pub(crate) async fn run(
     shared: Arc<Shared>,
     mut input: mpsc::Receiver<Input>,
-    output: Output,
+    mut output: Output,
     mut origin: Origin,
     lifetime: Lifetime,
 ) {
@@ -269,6 +306,9 @@ pub(crate) async fn run(
     let mut stream_open = cancelled.is_some();
     // Whether `origin` is the HTTP request of the last input (legacy HTTP sessions).
     let mut origin_from_input = false;
+    // Whether the line stream (`Output::Lines`) still takes writes.
+    #[cfg(feature = "stdio")]
+    let mut writable = true;
 
     loop {
         // Everything the session has to say, then what it asks of us.
@@ -312,6 +352,20 @@ pub(crate) async fn run(
                 break;
             }
         }
+        // Everything said is encoded: written before waiting for more input, or once much is
+        // buffered; while more input is already queued, it is read first (one write for many
+        // answers under load).
+        #[cfg(feature = "stdio")]
+        if let Output::Lines(sink) = &mut output
+            && writable
+            && sink.buffered() > 0
+            && (input.is_empty() || !input_open || sink.buffered() >= 64 * 1024)
+            && sink.flush().await.is_err()
+        {
+            writable = false;
+            session.transport_closed("the transport is gone");
+            continue;
+        }
         if origin_from_input {
             // The HTTP request an input came in served its events (above): let it go. Kept, it
             // pinned the connection's whole read buffer (its header values point into it) for
@@ -348,6 +402,13 @@ pub(crate) async fn run(
                         session.handle_incoming(now, incoming);
                     }
                     Some(Input::Unreadable(bytes)) => session.handle_bytes(now, &bytes),
+                    #[cfg(feature = "stdio")]
+                    Some(Input::Reply(message)) => {
+                        let reply = Transmit::Message { message, related: None };
+                        if !output.write(reply).await {
+                            session.transport_closed("the transport is gone");
+                        }
+                    }
                     None => {
                         input_open = false;
                         if !until_idle {
@@ -393,6 +454,31 @@ pub(crate) async fn run(
     }
     // The connection is over: every handler still running is cancelled.
     book.end();
+    #[cfg(feature = "stdio")]
+    if let Output::Lines(sink) = &mut output {
+        let _ = sink.shutdown().await;
+    }
+}
+
+/// Runs a connection on a line-framed byte stream the driver writes itself until its input
+/// ends.
+#[cfg(feature = "stdio")]
+pub(crate) async fn run_lines(
+    shared: Arc<Shared>,
+    input: mpsc::Receiver<Input>,
+    sink: Box<dyn Sink>,
+) {
+    let lifetime = Lifetime::Connection {
+        ended: CancellationToken::new(),
+    };
+    run(
+        shared,
+        input,
+        Output::Lines(sink),
+        Origin::default(),
+        lifetime,
+    )
+    .await;
 }
 
 fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {

@@ -92,12 +92,16 @@ impl Server {
 mod stdio {
     use std::io;
 
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+
     use modelctx_stdio::{LineReader, LineWriter};
     use tokio::io::{AsyncRead, AsyncWrite};
     use tokio::sync::mpsc;
 
     use super::QUEUE;
-    use crate::driver::{self, Frame, Input};
+    use crate::driver::{self, Frame, Input, Sink};
     use crate::server::Server;
 
     impl Server {
@@ -113,15 +117,13 @@ mod stdio {
         pub async fn serve_lines<R, W>(
             &self,
             mut reader: LineReader<R>,
-            mut writer: LineWriter<W>,
+            writer: LineWriter<W>,
         ) -> io::Result<()>
         where
             R: AsyncRead + Unpin + Send + 'static,
             W: AsyncWrite + Unpin + Send + 'static,
         {
             let (input_tx, input) = mpsc::channel(QUEUE);
-            let (output, mut frames) = mpsc::channel::<Frame>(QUEUE);
-            let errors = output.clone();
             let read = tokio::spawn(async move {
                 loop {
                     let line = match reader.next_line().await {
@@ -130,57 +132,88 @@ mod stdio {
                         Err(e) if modelctx_stdio::is_closed(&e) => return Ok(()),
                         Err(e) => return Err(e),
                     };
-                    let sent = match line {
+                    let input = match line {
                         Ok(line) => match modelctx_types::decode(line.as_bytes()) {
-                            Ok(incoming) => {
-                                input_tx.send(Input::Incoming(incoming, None)).await.is_ok()
-                            }
-                            Err(_) => input_tx
-                                .send(Input::Unreadable(line.as_bytes().to_vec()))
-                                .await
-                                .is_ok(),
+                            Ok(incoming) => Input::Incoming(incoming, None),
+                            Err(_) => Input::Unreadable(line.as_bytes().to_vec()),
                         },
                         // An over-long or non-UTF-8 line: its error answer, and on to the next.
-                        Err(error) => errors
-                            .send(Frame::Single(error.to_error_response().into()))
-                            .await
-                            .is_ok(),
+                        Err(error) => Input::Reply(error.to_error_response().into()),
                     };
-                    if !sent {
+                    if input_tx.send(input).await.is_err() {
                         return Ok(());
                     }
                 }
             });
-            let write = tokio::spawn(async move {
-                while let Some(frame) = frames.recv().await {
-                    let fed = match &frame {
-                        Frame::Single(message) => writer.feed(message),
-                        Frame::Batch(messages) => writer.feed(messages),
-                    };
-                    fed?;
-                    // Write what is queued together, then flush once.
-                    while let Ok(frame) = frames.try_recv() {
-                        match &frame {
-                            Frame::Single(message) => writer.feed(message)?,
-                            Frame::Batch(messages) => writer.feed(messages)?,
-                        }
-                    }
-                    writer.flush().await?;
-                }
-                writer.shutdown().await
-            });
-            // The driver runs on a task of its own: the future this returns is often
-            // `block_on`'s, and a driver on that thread would wake a worker thread for every
-            // message it hands the reader, the writer or a handler (and be woken by them).
-            driver::run_on_task(driver::run_channel(self.shared.clone(), input, output)).await;
+            // The driver writes the stream itself (no writer task between them), on a task of
+            // its own: the future this returns is often `block_on`'s, and a driver on that
+            // thread would wake a worker thread for every message it hands the reader or a
+            // handler (and be woken by them).
+            let failed = Arc::new(Mutex::new(None));
+            let sink = Lines {
+                writer,
+                failed: failed.clone(),
+            };
+            driver::run_on_task(driver::run_lines(
+                self.shared.clone(),
+                input,
+                Box::new(sink),
+            ))
+            .await;
             // The connection is over; a reader still waiting for input is not needed.
             read.abort();
             let read = read.await.unwrap_or(Ok(()));
-            let written = write.await;
+            let written = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
             match (read, written) {
-                (Err(e), _) | (_, Ok(Err(e))) if !modelctx_stdio::is_closed(&e) => Err(e),
+                (Err(e), _) | (_, Some(e)) if !modelctx_stdio::is_closed(&e) => Err(e),
                 _ => Ok(()),
             }
+        }
+    }
+
+    /// The driver's end of a line stream: the first write error is kept for `serve_lines`.
+    struct Lines<W> {
+        writer: LineWriter<W>,
+        failed: Arc<Mutex<Option<io::Error>>>,
+    }
+
+    impl<W> Lines<W> {
+        fn record(&self, result: io::Result<()>) -> io::Result<()> {
+            if let Err(e) = &result {
+                let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+                if failed.is_none() {
+                    *failed = Some(io::Error::new(e.kind(), e.to_string()));
+                }
+            }
+            result
+        }
+    }
+
+    impl<W: AsyncWrite + Unpin + Send> Sink for Lines<W> {
+        fn feed(&mut self, frame: &Frame) -> io::Result<()> {
+            let fed = match frame {
+                Frame::Single(message) => self.writer.feed(message),
+                Frame::Batch(messages) => self.writer.feed(messages),
+            };
+            self.record(fed)
+        }
+
+        fn buffered(&self) -> usize {
+            self.writer.buffered()
+        }
+
+        fn flush(&mut self) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send + '_>> {
+            Box::pin(async move {
+                let flushed = self.writer.flush().await;
+                self.record(flushed)
+            })
+        }
+
+        fn shutdown(&mut self) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send + '_>> {
+            Box::pin(async move {
+                let shut = self.writer.shutdown().await;
+                self.record(shut)
+            })
         }
     }
 }
