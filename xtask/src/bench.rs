@@ -597,13 +597,14 @@ const BOUND_S2: &str = "The raw limit does no MCP work: one thread parses a line
     A modelctx call is decoded into typed JSON-RPC, goes from the reader task to the session's \
     driver task over a channel, through the session state machine (request table, \
     cancellation, progress tokens), is routed, has its arguments deserialized into the tool's \
-    type, its result built and serialized, and goes to the writer task over a second channel. \
-    Profiled with perf (cpu-clock, DWARF stacks): after the handler stopped getting a task of \
-    its own when it does not wait (S2: ~10 -> ~5 µs per call) the rest is spread over JSON \
-    (decode, route, arguments, result: the largest share), malloc/free (~16% of the samples) \
-    and the two channel hand-offs with their wake-ups of the other worker thread. Reaching 2x the limit's CPU would \
-    take reading, driving and writing on one task (no hand-offs) and decoding without the \
-    intermediate `serde_json::Value`s: a redesign of the driver, not a fix.";
+    type, and its result built and serialized into the driver's write buffer. Profiled with \
+    perf (cpu-clock, DWARF stacks): after the handler stopped getting a task of its own when it \
+    does not wait (S2: ~10 -> ~5 µs per call), `tools/call` stopped building its params twice \
+    and the driver began writing the stream itself, the rest is spread over JSON (decode, \
+    route, arguments, result: the largest share), malloc/free (~16% of the samples) and the \
+    hand-off from the reader task with its wake-ups of the other worker thread. Reaching 2x the \
+    limit's CPU would take decoding without the intermediate `serde_json::Value`s and reading \
+    on the driver's task too: a redesign of the driver and of the session's decoding.";
 const BOUND_HTTP: &str = "Bare hyper parses the body and returns a fixed reply inside the \
     connection's task. A modelctx call also checks Host, Origin, Accept, the session and the \
     version headers, and crosses tasks: a legacy call goes to the session's driver task over a \
@@ -615,10 +616,10 @@ const BOUND_HTTP: &str = "Bare hyper parses the body and returns a fixed reply i
     kind of costs, so against rmcp modelctx is 1.2-1.6x rather than 2x.";
 const BOUND_SEQUENTIAL: &str = "The limits answer on the thread that read the request (a \
     blocking loop on stdin; hyper inside the connection task). A sequential modelctx round trip \
-    adds the hand-offs between the reader, the driver and the writer (or the connection task \
-    and the session's driver), each a wake-up of a parked worker thread, which costs tens of \
-    µs on this VM: p50 is bound by wake-up latency, not by CPU. A current-thread runtime (the \
-    application's choice: `BENCH_RT=current` in the bench) removes most of it.";
+    adds a hand-off from the reader task to the driver (over HTTP: from the connection task to \
+    the session's driver and back), each a wake-up of a parked worker thread, which costs tens \
+    of µs on this VM: p50 is bound by wake-up latency more than by CPU, and on a machine this \
+    noisy it lands either side of 1.2x from run to run.";
 const BOUND_M1: &str = "What an idle session holds (heaptrack, 1000 sessions): its driver \
     task (~3 KiB of future), the first block of each of its two channels (tokio allocates 32 \
     slots at once: ~3.4 KiB each for the 88-byte input and command messages), the session \
