@@ -60,7 +60,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tool: Tool::new("echo", "Says the text back", Arc::new(schema)),
     };
     tokio::runtime::Runtime::new()?.block_on(async {
-        echo.serve(rmcp::transport::stdio()).await?.waiting().await?;
+        echo.serve(rmcp::transport::stdio())
+            .await?
+            .waiting()
+            .await?;
         Ok(())
     })
 }
