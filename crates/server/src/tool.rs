@@ -340,6 +340,11 @@ impl Tool {
     /// The handler is `async fn(Args) -> R` or `async fn(Context, Args) -> R` (see
     /// [`ToolHandler`] and [`IntoToolOutput`]); a closure returning a future works as well.
     ///
+    /// A handler runs on its connection's driver until it first waits (one that never waits is
+    /// answered there, without a task of its own), then on its own task: it must not block, or
+    /// the other requests of its connection wait too. Run blocking or long computing work with
+    /// `tokio::task::spawn_blocking`.
+    ///
     /// ```
     /// use modelctx_server::Tool;
     ///
