@@ -690,19 +690,18 @@ fn report(results: &[Vec<Vec<Value>>], build: Option<(Value, bool)>, secs: f64) 
         };
         let _ = writeln!(out, "| {} | {} | {holds} |", v.target, v.measured);
     }
-    let mut bounds: Vec<&str> = Vec::new();
+    // Each bound once, after every missed target it explains.
+    let mut bounds: Vec<(&str, Vec<&str>)> = Vec::new();
     for v in verdicts.iter().filter(|v| v.holds == Some(false)) {
-        if !bounds.contains(&v.bound) {
-            bounds.push(v.bound);
+        match bounds.iter_mut().find(|(bound, _)| *bound == v.bound) {
+            Some((_, targets)) => targets.push(v.target),
+            None => bounds.push((v.bound, vec![v.target])),
         }
     }
     if !bounds.is_empty() {
         let _ = writeln!(out, "\nWhat bounds the targets that do not hold:\n");
-        for v in verdicts.iter().filter(|v| v.holds == Some(false)) {
-            if let Some(i) = bounds.iter().position(|b| *b == v.bound) {
-                let _ = writeln!(out, "- **{}**: {}", v.target, v.bound);
-                bounds.remove(i);
-            }
+        for (bound, targets) in &bounds {
+            let _ = writeln!(out, "- **{}**: {bound}", targets.join("; "));
         }
     }
     let _ = writeln!(out);
