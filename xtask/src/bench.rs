@@ -632,13 +632,12 @@ const BOUND_B1_TIME: &str = "Both builds share tokio, serde, serde_json and syn;
     modelctx adds is its own crates, and modelctx-types (the wire types of five protocol \
     versions, generated) dominates them. The figure is one clean build on a machine shared with \
     other compilations, so it is noisy; the crate count is exact.";
-const BOUND_B1_CRATES: &str = "Three groups above the minimum: HMAC-SHA256 for the sealed \
-    `requestState` of 2026-07-28 (hmac, sha2, digest and its 7 helpers), the child-process \
-    client of modelctx-stdio, compiled with the server (tokio `process` and `net`: mio, \
-    socket2, signal-hook-registry; rustix for SIGTERM), and tokio-util's `rt` feature in \
-    modelctx-server (futures-util, futures-task, futures-macro, slab), which \
-    `CancellationToken` does not need. A `client` feature on modelctx-stdio and tokio-util \
-    without `rt` would take the count to ~42.";
+const BOUND_B1_CRATES: &str = "What is above the minimum: HMAC-SHA256 for the sealed \
+    `requestState` of 2026-07-28 (hmac, sha2, digest and its helpers) and tokio's `net` for \
+    stdin/stdout driven by the reactor (mio, socket2). The child-process client of \
+    modelctx-stdio (tokio `process`, signal-hook-registry, rustix) is behind its `child` \
+    feature, and modelctx-server uses tokio-util without `rt`, so neither is in a server's \
+    build.";
 
 fn report(results: &[Vec<Vec<Value>>], build: Option<(Value, bool)>, secs: f64) -> String {
     let m = medians(results);

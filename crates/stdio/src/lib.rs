@@ -15,7 +15,7 @@
 //!   never reordered.
 //! * The server side, [`stdio()`]: this process's stdin and stdout. Pipes and sockets are driven
 //!   by tokio's reactor directly, with no hop to the blocking thread pool per read.
-//! * The client side, [`ServerCommand`]: runs a server as a child process with a safelisted
+//! * The client side, [`ServerCommand`] (feature `child`): runs a server as a child process with a safelisted
 //!   environment ([`DEFAULT_INHERITED_ENV`] plus what the caller adds), its stderr read line by
 //!   line into `tracing` or a callback (never an error), and stops it as the specification asks
 //!   ([`ChildTransport::shutdown`]: close stdin, wait, SIGTERM, wait, SIGKILL). A child is never
@@ -48,11 +48,13 @@
 //! one line (filtered by `RUST_LOG`); without it, write
 //! `tracing_subscriber::fmt().with_writer(std::io::stderr).init();`.
 
+#[cfg(feature = "child")]
 pub mod child;
 pub mod codec;
 mod io;
 pub mod server;
 
+#[cfg(feature = "child")]
 pub use child::{
     ChildTransport, DEFAULT_INHERITED_ENV, ServerCommand, ServerProcess, Shutdown, Stderr,
     StoppedBy,
