@@ -20,10 +20,11 @@ commands:
       (read from DIR, else $MCP_SCHEMA_DIR, else ../shared/mcp-schema);
       --check fails if the committed code is stale
   bench
-      builds bench/ (its own workspace: modelctx, rmcp 3.9 and the raw limits behind one
-      echo tool, and the load generator) in release mode into target/bench, runs every
-      workload against every implementation, interleaved over 3 rounds, and writes
-      docs/benchmarks.md
+      builds bench/ (its own workspace: modelctx, rmcp 3.9, the TypeScript SDK (bench/ts, on
+      the Node 22 of `node`) and the raw limits behind one echo tool, and the load generator)
+      in release mode into bench/target, runs every workload against every implementation,
+      interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also
+      runs B1 (clean builds of bench/minimal/*, a few minutes more)
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), the
