@@ -613,6 +613,38 @@ impl Session {
         Ok((first.freeze(), rx))
     }
 
+    /// The client cancelled `request` (`notifications/cancelled`): the server will not answer it,
+    /// so it is no longer in flight. Its stream ends when nothing else is pending on it: an SSE
+    /// connection closes (its events stay in the store), a POST still waiting gets the answers
+    /// gathered for its batch, or an event stream with nothing in it.
+    pub(crate) async fn forget(&self, request: &RequestId) {
+        let mut state = self.state.lock().await;
+        let Some(stream_id) = state.requests.remove(request) else {
+            return;
+        };
+        let Some(mut stream) = state.streams.remove(&stream_id) else {
+            return;
+        };
+        stream.pending.remove(request);
+        if !stream.pending.is_empty() {
+            state.streams.insert(stream_id, stream);
+            return;
+        }
+        if let Some(decide) = stream.decide.take() {
+            let decision = if stream.collected.is_empty() {
+                let (_, rx) = mpsc::channel(1);
+                Decision::Sse {
+                    first: Bytes::new(),
+                    rx,
+                }
+            } else {
+                Decision::Json(Bytes::from(modelctx_types::encode_batch(&stream.collected)))
+            };
+            let _ = decide.send(decision);
+        }
+        // Dropping the stream drops its connection's sender: the body ends.
+    }
+
     /// Closes the connection of request `request`'s stream (2025-11-25 sessions only). A POST
     /// not answered yet becomes a stream of its priming event alone, which the client resumes
     /// from.

@@ -486,6 +486,10 @@ impl McpService {
         let Some(handler) = session.handler.get() else {
             return respond::empty(StatusCode::NOT_FOUND);
         };
+        // A request the client cancels will not be answered: its stream must not wait for it.
+        for id in cancelled_requests(&incoming) {
+            session.forget(&id).await;
+        }
         let context = RequestContext { parts };
         if !awaits_reply {
             handler.input(incoming, context);
@@ -638,4 +642,27 @@ fn accepts(headers: &http::HeaderMap, types: &[&str]) -> bool {
 fn decode_error(error: &DecodeError) -> Response<ResponseBody> {
     let reply = error.to_error_response();
     respond::error(StatusCode::BAD_REQUEST, reply.id, reply.error)
+}
+
+/// The ids of the requests that `notifications/cancelled` messages in `incoming` cancel.
+fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
+    let cancelled = |message: &Message| match message {
+        Message::Notification(n) if n.method == "notifications/cancelled" => {
+            #[derive(serde::Deserialize)]
+            #[serde(rename_all = "camelCase")]
+            struct Cancelled {
+                request_id: RequestId,
+            }
+            n.params_as::<Cancelled>().ok().map(|c| c.request_id)
+        }
+        _ => None,
+    };
+    match incoming {
+        Incoming::Single(message) => cancelled(message).into_iter().collect(),
+        Incoming::Batch(elements) => elements
+            .iter()
+            .filter_map(|e| e.as_ref().ok().and_then(cancelled))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
