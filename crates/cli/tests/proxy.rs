@@ -143,17 +143,6 @@ fn client(legacy: bool) -> ClientBuilder {
     }
 }
 
-fn text(result: &model::CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .map(|block| match block {
-            model::ContentBlock::TextContent(t) => t.text.clone(),
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
 /// A countdown of `steps` with progress; the progress messages seen.
 async fn countdown(client: &Client, steps: u32) -> (String, Vec<String>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -172,7 +161,7 @@ async fn countdown(client: &Client, steps: u32) -> (String, Vec<String>) {
         .await
         .expect("countdown");
     let seen = seen.lock().unwrap().clone();
-    (text(&result), seen)
+    (result.text(), seen)
 }
 
 /// The pid in a `child <pid> started` line.
@@ -218,12 +207,12 @@ async fn a_legacy_session_gets_its_own_child_with_progress_elicitation_and_sampl
         .call_tool("confirm", json!({"action": "deploy"}))
         .await
         .expect("confirm");
-    assert_eq!(text(&confirmed), "deploy: done (via proxy)");
+    assert_eq!(confirmed.text(), "deploy: done (via proxy)");
     let haiku = client
         .call_tool("haiku", json!({"topic": "pipes"}))
         .await
         .expect("haiku");
-    assert_eq!(text(&haiku), "canned-model wrote: a canned haiku");
+    assert_eq!(haiku.text(), "canned-model wrote: a canned haiku");
 
     // The session ends with DELETE: its child is stopped and reaped.
     client.close().await;
@@ -283,7 +272,7 @@ async fn modern_clients_share_one_child_with_progress_input_required_and_listen(
         .call_tool("confirm", json!({"action": "ship"}))
         .await
         .expect("confirm");
-    assert_eq!(text(&confirmed), "ship: done (via proxy)");
+    assert_eq!(confirmed.text(), "ship: done (via proxy)");
 
     caller.call_tool("unlock", json!({})).await.expect("unlock");
     for notifications in [&mut notifications, &mut caller_notifications] {

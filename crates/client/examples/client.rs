@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let counted = client
             .call_tool_with("count_words", json!({"text": "one two three"}), options)
             .await?;
-        println!("count_words: {}", text_of(&counted));
+        println!("count_words: {}", counted.text());
         let prompt = client
             .get_prompt("summarize", &[("text", "A long text.")])
             .await?;
@@ -76,7 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         for tool in tools.iter().filter(|t| needs_no_arguments(t)) {
             let result = client.call_tool(&tool.name, json!({})).await?;
-            println!("{}: {}", tool.name, text_of(&result));
+            println!("{}: {}", tool.name, result.text());
         }
     }
 
@@ -96,17 +96,4 @@ fn needs_no_arguments(tool: &model::Tool) -> bool {
         .and_then(|r| r.as_array())
         .is_some_and(|r| !r.is_empty());
     !listed && !extra
-}
-
-/// The text blocks of a result, joined.
-fn text_of(result: &model::CallToolResult) -> String {
-    let texts: Vec<&str> = result
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            model::ContentBlock::TextContent(text) => Some(text.text.as_str()),
-            _ => None,
-        })
-        .collect();
-    texts.join(" ")
 }

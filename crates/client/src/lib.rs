@@ -10,7 +10,7 @@
 //!     let client = Client::builder("my-host", "1.0.0").connect_stdio(server).await?;
 //!     let tools = client.list_all_tools().await?;
 //!     let result = client.call_tool(&tools[0].name, serde_json::json!({})).await?;
-//!     println!("{:?}", result.content);
+//!     println!("{}", result.text());
 //!     client.close().await;
 //!     Ok(())
 //! }

@@ -40,3 +40,17 @@ pub mod security;
 pub mod server;
 #[cfg(feature = "server")]
 mod sse;
+
+/// The request a `notifications/cancelled` names (`params.requestId`), if it names one.
+#[cfg(any(feature = "client", feature = "server"))]
+fn cancelled_id(notification: &modelctx_types::Notification) -> Option<modelctx_types::RequestId> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "requestId")]
+        request_id: modelctx_types::RequestId,
+    }
+    notification
+        .params_as::<Params>()
+        .ok()
+        .map(|p| p.request_id)
+}

@@ -27,6 +27,22 @@
 
 pub use crate::generated::neutral::*;
 
+impl CallToolResult {
+    /// The text of the result's text blocks, in order, one per line; other blocks (images,
+    /// audio, resources) are left out.
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::TextContent(t) => Some(t.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+}
+
 /// Why a model value cannot be expressed in a protocol version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -84,4 +100,23 @@ pub(crate) fn from_json<J: Into<serde_json::Value>, T: serde::de::DeserializeOwn
         what,
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn the_text_of_a_result_joins_its_text_blocks_and_skips_the_rest() {
+        let result: CallToolResult = serde_json::from_value::<crate::v2025_11_25::CallToolResult>(
+            serde_json::json!({"content": [
+                {"type": "text", "text": "one"},
+                {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+                {"type": "text", "text": "two"},
+            ]}),
+        )
+        .expect("a 2025-11-25 result")
+        .into();
+        assert_eq!(result.text(), "one\ntwo");
+    }
 }

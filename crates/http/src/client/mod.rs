@@ -58,8 +58,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use modelctx_types::{DecodeError, Incoming, Message, Notification, RequestId};
-use serde::Deserialize;
+use modelctx_types::{DecodeError, Incoming, Message, RequestId};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -488,7 +487,7 @@ impl HttpTransport {
         {
             // A legacy cancellation: the answer is not wanted any more, so its stream is closed
             // too (the notification itself tells the server).
-            if let Some(id) = cancelled_id(n) {
+            if let Some(id) = crate::cancelled_id(n) {
                 self.stop_request(&id);
             }
         }
@@ -603,18 +602,6 @@ impl Drop for HttpTransport {
         }
         state.by_request.clear();
     }
-}
-
-fn cancelled_id(notification: &Notification) -> Option<RequestId> {
-    #[derive(Deserialize)]
-    struct Params {
-        #[serde(rename = "requestId")]
-        request_id: RequestId,
-    }
-    notification
-        .params_as::<Params>()
-        .ok()
-        .map(|p| p.request_id)
 }
 
 fn build_client(config: &ClientConfig) -> HyperClient {

@@ -647,14 +647,7 @@ fn decode_error(error: &DecodeError) -> Response<ResponseBody> {
 /// The ids of the requests that `notifications/cancelled` messages in `incoming` cancel.
 fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
     let cancelled = |message: &Message| match message {
-        Message::Notification(n) if n.method == "notifications/cancelled" => {
-            #[derive(serde::Deserialize)]
-            #[serde(rename_all = "camelCase")]
-            struct Cancelled {
-                request_id: RequestId,
-            }
-            n.params_as::<Cancelled>().ok().map(|c| c.request_id)
-        }
+        Message::Notification(n) if n.method == "notifications/cancelled" => crate::cancelled_id(n),
         _ => None,
     };
     match incoming {
