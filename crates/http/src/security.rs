@@ -93,6 +93,30 @@ pub enum Forbidden {
     /// The `Origin` is not on the allow-list, or malformed.
     #[error("Origin not allowed (DNS rebinding protection)")]
     Origin,
+    /// The host allow-list is [`AllowList::Loopback`] and the peer is not on loopback.
+    #[error(
+        "the peer is not on loopback and allowed_hosts is the loopback list: name the allowed hosts (allowed_hosts and allowed_origins) to serve other machines"
+    )]
+    PeerNotLoopback,
+    /// The host allow-list is [`AllowList::Loopback`] and the peer's address is unknown.
+    #[error(
+        "the peer's address is unknown and allowed_hosts is the loopback list: give the service the peer address (a PeerAddr request extension, or axum's ConnectInfo<SocketAddr> via into_make_service_with_connect_info with feature axum of modelctx-http), or name the allowed hosts"
+    )]
+    UnknownPeer,
+}
+
+/// With the loopback host list, the peer must be on loopback too: `Host: localhost` is easy to
+/// send from anywhere, so the Host check alone stops DNS rebinding, not remote clients. `peer`
+/// is the peer's address when known; an unknown peer fails closed.
+pub(crate) fn check_peer(peer: Option<SocketAddr>, hosts: &AllowList) -> Result<(), Forbidden> {
+    if *hosts != AllowList::Loopback {
+        return Ok(());
+    }
+    match peer {
+        Some(peer) if is_loopback(&peer) => Ok(()),
+        Some(_) => Err(Forbidden::PeerNotLoopback),
+        None => Err(Forbidden::UnknownPeer),
+    }
 }
 
 /// Checks a request's `Host` (or URI authority) and, when present, its `Origin`.
@@ -240,6 +264,29 @@ mod tests {
             ),
             Ok(())
         );
+    }
+
+    #[test]
+    fn finding_6_the_loopback_list_needs_a_loopback_peer() {
+        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let local6: SocketAddr = "[::1]:5000".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
+        let remote: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        for peer in [local, local6, mapped] {
+            assert_eq!(check_peer(Some(peer), &AllowList::Loopback), Ok(()));
+        }
+        assert_eq!(
+            check_peer(Some(remote), &AllowList::Loopback),
+            Err(Forbidden::PeerNotLoopback)
+        );
+        assert_eq!(
+            check_peer(None, &AllowList::Loopback),
+            Err(Forbidden::UnknownPeer)
+        );
+        let named = AllowList::Hosts(vec!["mcp.example.com".into()]);
+        assert_eq!(check_peer(Some(remote), &named), Ok(()));
+        assert_eq!(check_peer(None, &named), Ok(()));
+        assert_eq!(check_peer(None, &AllowList::Any), Ok(()));
     }
 
     #[test]

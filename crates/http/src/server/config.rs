@@ -27,6 +27,39 @@ pub struct ServerConfig {
     pub allowed_origins: AllowList,
     /// The largest request body, in bytes (default 4 MiB); larger ones get 413.
     pub max_body: usize,
+    /// How long reading a whole request body may take (default 30 s); a slower body gets 408
+    /// with a JSON-RPC error. Enforced by the service, so under [`serve`](super::serve) and in
+    /// an application that mounts the service alike.
+    pub body_timeout: Duration,
+    /// The most requests being processed at once across the endpoint (default 256); beyond, a
+    /// request gets 503 with `Retry-After` and a JSON-RPC error. A request counts from its
+    /// arrival until its response head is sent: an open SSE stream (a GET, or a POST answered
+    /// with a stream) no longer counts, as streams are bounded by sessions and connections.
+    /// Enforced by the service, so under [`serve`](super::serve) and in an application alike.
+    pub max_requests_in_flight: usize,
+    /// [`serve`](super::serve) only: how long a client gets to send a whole request head
+    /// (default 10 s). It runs from the moment the connection waits for a request: from accept
+    /// until the first request arrives (HTTP/1 and HTTP/2 alike, including hyper's wait for
+    /// the bytes that tell HTTP/1 from HTTP/2), and, on HTTP/1, again while a kept-alive
+    /// connection waits for its next request. The connection is closed when it passes.
+    pub header_timeout: Duration,
+    /// [`serve`](super::serve) only: a connection with no request under way (no request being
+    /// processed and no response, such as an SSE stream, being written) for this long is
+    /// closed (default 60 s; HTTP/2 gets a GOAWAY). An idle HTTP/1 connection is also closed
+    /// by `header_timeout`, whichever is shorter.
+    pub idle_connection_timeout: Duration,
+    /// [`serve`](super::serve) only: how often an HTTP/2 connection is pinged (default 30 s;
+    /// `None`: never). A peer that does not answer within `http2_keep_alive_timeout` is
+    /// disconnected.
+    pub http2_keep_alive_interval: Option<Duration>,
+    /// [`serve`](super::serve) only: how long an HTTP/2 ping may go unanswered (default 10 s).
+    pub http2_keep_alive_timeout: Duration,
+    /// [`serve`](super::serve) only: the most connections open at once. Beyond, a connection
+    /// is accepted and closed at once (the accept loop never stalls). Default: half the
+    /// process's soft limit on open files (`RLIMIT_NOFILE`, read when the configuration is
+    /// made), leaving the other half for files, child processes and outgoing sockets, and at
+    /// most 65 536; 1024 where there is no such limit (non-unix systems).
+    pub max_connections: usize,
     /// The most legacy sessions open at once (default 1024); `initialize` gets 503 beyond.
     pub max_sessions: usize,
     /// A legacy session with no request and no open stream for this long is ended (default
@@ -70,6 +103,13 @@ impl std::fmt::Debug for ServerConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("allowed_origins", &self.allowed_origins)
             .field("max_body", &self.max_body)
+            .field("body_timeout", &self.body_timeout)
+            .field("max_requests_in_flight", &self.max_requests_in_flight)
+            .field("header_timeout", &self.header_timeout)
+            .field("idle_connection_timeout", &self.idle_connection_timeout)
+            .field("http2_keep_alive_interval", &self.http2_keep_alive_interval)
+            .field("http2_keep_alive_timeout", &self.http2_keep_alive_timeout)
+            .field("max_connections", &self.max_connections)
             .field("max_sessions", &self.max_sessions)
             .field("session_idle_timeout", &self.session_idle_timeout)
             .field("legacy_versions", &self.legacy_versions)
@@ -87,6 +127,13 @@ impl Default for ServerConfig {
             allowed_hosts: AllowList::Loopback,
             allowed_origins: AllowList::Loopback,
             max_body: 4 * 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
+            max_requests_in_flight: 256,
+            header_timeout: Duration::from_secs(10),
+            idle_connection_timeout: Duration::from_secs(60),
+            http2_keep_alive_interval: Some(Duration::from_secs(30)),
+            http2_keep_alive_timeout: Duration::from_secs(10),
+            max_connections: default_max_connections(),
             max_sessions: 1024,
             session_idle_timeout: Duration::from_secs(30 * 60),
             legacy_versions: LEGACY_VERSIONS.iter().map(|v| (*v).to_owned()).collect(),
@@ -117,6 +164,34 @@ pub enum ConfigError {
     /// Neither era is served.
     #[error("no protocol version to serve: legacy_versions and modern_versions are both empty")]
     NoVersions,
+    /// A limit or timeout that would refuse every request (zero).
+    #[error("{0} must be above zero")]
+    Zero(&'static str),
+}
+
+/// The most connections [`ServerConfig::max_connections`] defaults to.
+const MAX_CONNECTIONS_CEILING: usize = 65_536;
+
+/// The default of [`ServerConfig::max_connections`]: half the soft limit on open files.
+fn default_max_connections() -> usize {
+    #[cfg(unix)]
+    {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+        connections_for_fd_limit(limit)
+    }
+    #[cfg(not(unix))]
+    {
+        1024
+    }
+}
+
+/// Half of `soft_limit` open files (`None`: unlimited), at least 1, at most the ceiling.
+#[cfg_attr(not(unix), allow(dead_code))]
+fn connections_for_fd_limit(soft_limit: Option<u64>) -> usize {
+    let half = soft_limit.map_or(u64::MAX, |limit| limit / 2);
+    usize::try_from(half)
+        .unwrap_or(usize::MAX)
+        .clamp(1, MAX_CONNECTIONS_CEILING)
 }
 
 impl ServerConfig {
@@ -124,6 +199,18 @@ impl ServerConfig {
     pub fn check(&self, addr: Option<SocketAddr>) -> Result<(), ConfigError> {
         if self.legacy_versions.is_empty() && self.modern_versions.is_empty() {
             return Err(ConfigError::NoVersions);
+        }
+        let zero = [
+            ("max_body", self.max_body == 0),
+            ("body_timeout", self.body_timeout.is_zero()),
+            ("max_requests_in_flight", self.max_requests_in_flight == 0),
+            ("header_timeout", self.header_timeout.is_zero()),
+            ("idle_connection_timeout", self.idle_connection_timeout.is_zero()),
+            ("http2_keep_alive_timeout", self.http2_keep_alive_timeout.is_zero()),
+            ("max_connections", self.max_connections == 0),
+        ];
+        if let Some((name, _)) = zero.iter().find(|(_, zero)| *zero) {
+            return Err(ConfigError::Zero(name));
         }
         if let Some(addr) = addr
             && !is_loopback(&addr)
@@ -167,5 +254,38 @@ mod tests {
         none.legacy_versions.clear();
         none.modern_versions.clear();
         assert_eq!(none.check(None), Err(ConfigError::NoVersions));
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        let mut config = ServerConfig::default();
+        config.max_requests_in_flight = 0;
+        assert_eq!(
+            config.check(None),
+            Err(ConfigError::Zero("max_requests_in_flight"))
+        );
+        let mut config = ServerConfig::default();
+        config.header_timeout = Duration::ZERO;
+        assert_eq!(config.check(None), Err(ConfigError::Zero("header_timeout")));
+    }
+
+    #[test]
+    fn max_connections_defaults_to_half_the_file_limit() {
+        assert_eq!(connections_for_fd_limit(Some(1024)), 512);
+        assert_eq!(connections_for_fd_limit(Some(1)), 1);
+        assert_eq!(connections_for_fd_limit(Some(0)), 1);
+        assert_eq!(
+            connections_for_fd_limit(Some(1 << 20)),
+            MAX_CONNECTIONS_CEILING
+        );
+        assert_eq!(connections_for_fd_limit(None), MAX_CONNECTIONS_CEILING);
+        let config = ServerConfig::default();
+        assert!(config.max_connections >= 1);
+        #[cfg(unix)]
+        if let Some(soft) =
+            rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+        {
+            assert!(config.max_connections as u64 <= soft.max(1));
+        }
     }
 }

@@ -771,9 +771,16 @@ mod tests {
         fn modern(&self, _request: ModernRequest) {}
     }
 
+    /// The peer of a request from this machine (the service checks it with the loopback lists).
+    const LOOPBACK_PEER: crate::server::PeerAddr = crate::server::PeerAddr(std::net::SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        50_000,
+    ));
+
     fn initialize() -> http::Request<String> {
         http::Request::post("/mcp")
             .header("host", "127.0.0.1")
+            .extension(LOOPBACK_PEER)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .body(
@@ -820,6 +827,7 @@ mod tests {
             let session = response.headers()["mcp-session-id"].clone();
             let delete = http::Request::delete("/mcp")
                 .header("host", "127.0.0.1")
+                .extension(LOOPBACK_PEER)
                 .header("mcp-session-id", session)
                 .header("mcp-protocol-version", "2025-11-25")
                 .body(String::new())

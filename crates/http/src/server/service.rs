@@ -3,6 +3,8 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
 use modelctx_types::{DecodeError, ErrorCode, ErrorObject, Incoming, Message, RequestId};
 
-use super::app::{LegacySession, McpApp, Principal, RequestContext};
+use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
 use super::legacy::{Decision, Refused, Session, Shared};
 use super::modern;
@@ -39,6 +41,9 @@ pub struct TableSizes {
     pub requests: usize,
     /// Messages waiting for a standalone stream.
     pub queued: usize,
+    /// HTTP requests being processed across the endpoint (bounded by
+    /// [`ServerConfig::max_requests_in_flight`]).
+    pub in_flight: usize,
 }
 
 impl TableSizes {
@@ -54,6 +59,28 @@ pub struct McpService {
     shared: Arc<Shared>,
     app: Arc<dyn McpApp>,
     last_sweep: Arc<Mutex<Instant>>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// One request counted in [`McpService`]'s in-flight total, until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    /// Counts one more request, unless `max` are already in flight.
+    fn enter(count: &Arc<AtomicUsize>, max: usize) -> Option<InFlight> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InFlight(count.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for McpService {
@@ -75,6 +102,7 @@ impl McpService {
             shared: Arc::new(Shared::new(config)),
             app,
             last_sweep: Arc::new(Mutex::new(Instant::now())),
+            in_flight: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -91,6 +119,7 @@ impl McpService {
             streams,
             requests,
             queued,
+            in_flight: self.in_flight.load(Ordering::Acquire),
         }
     }
 
@@ -153,6 +182,30 @@ impl McpService {
                 forbidden.to_string(),
             );
         }
+        if let Err(forbidden) = security::check_peer(peer_of(&parts), &config.allowed_hosts) {
+            return respond::error_code(
+                StatusCode::FORBIDDEN,
+                None,
+                REFUSED,
+                forbidden.to_string(),
+            );
+        }
+        let Some(_in_flight) = InFlight::enter(&self.in_flight, config.max_requests_in_flight)
+        else {
+            let mut response = respond::error_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                REFUSED,
+                format!(
+                    "too many requests in flight (at most {}); try again later",
+                    config.max_requests_in_flight
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return response;
+        };
         self.maybe_sweep().await;
         #[cfg(feature = "legacy-sse")]
         if let Some(paths) = old_sse {
@@ -262,7 +315,19 @@ impl McpService {
         {
             return Err(too_large());
         }
-        match Limited::new(body, config.max_body).collect().await {
+        let read = Limited::new(body, config.max_body).collect();
+        let Ok(read) = tokio::time::timeout(config.body_timeout, read).await else {
+            return Err(Box::new(respond::error_code(
+                StatusCode::REQUEST_TIMEOUT,
+                None,
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    config.body_timeout.as_millis()
+                ),
+            )));
+        };
+        match read {
             Ok(collected) => Ok(collected.to_bytes()),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
             Err(_) => Err(Box::new(respond::error_code(
@@ -597,6 +662,22 @@ where
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
     }
+}
+
+/// The peer's address: the [`PeerAddr`] that [`serve`](super::serve) (or the application) put in
+/// the request, or, with feature `axum`, axum's `ConnectInfo<SocketAddr>`.
+fn peer_of(parts: &http::request::Parts) -> Option<SocketAddr> {
+    if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
+        return Some(*peer);
+    }
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(peer)) = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(*peer);
+    }
+    None
 }
 
 /// A header as text, when present and visible ASCII.
