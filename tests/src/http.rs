@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use modelctx_http::server::{LegacyHandler, LegacySession, McpApp, ModernRequest, RequestContext};
+use modelctx_http::server::{
+    LegacyHandler, LegacySession, McpApp, ModernRequest, PeerAddr, RequestContext,
+};
 use modelctx_session::{Event, IncomingRequest, ServerConfig, ServerSession, Transmit};
 use modelctx_types::{ErrorCode, ErrorObject, Incoming, JsonObject, Message, RequestId};
 use serde_json::value::RawValue;
@@ -629,6 +631,13 @@ pub fn modern_meta() -> Value {
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
     })
 }
+
+/// The peer of a request from this machine, for tests that drive the service without a socket
+/// (with the loopback allow-lists, the service refuses a request whose peer it does not know).
+pub const LOOPBACK_PEER: PeerAddr = PeerAddr(SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    50_000,
+));
 
 /// Starts a server on 127.0.0.1, port 0, with `config` and a fresh [`TestApp`].
 pub async fn start(

@@ -122,7 +122,10 @@ proptest! {
             let service = McpService::new(config, Arc::new(TestApp::default())).unwrap();
             let mut session: Option<String> = None;
             for (method, path, headers, body) in requests {
-                let mut builder = http::Request::builder().method(method.as_str()).uri(path.as_str());
+                let mut builder = http::Request::builder()
+                    .method(method.as_str())
+                    .uri(path.as_str())
+                    .extension(modelctx_tests::http::LOOPBACK_PEER);
                 let mut has_host = false;
                 for (name, value) in &headers {
                     has_host |= *name == "host";

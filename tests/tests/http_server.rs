@@ -805,6 +805,7 @@ mod service {
     ) -> http::Request<Full<bytes::Bytes>> {
         let mut builder = http::Request::post("/mcp")
             .header("host", "localhost")
+            .extension(modelctx_tests::http::LOOPBACK_PEER)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
         if let Some(session) = session {

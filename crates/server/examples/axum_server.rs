@@ -12,7 +12,15 @@
 //! The endpoint serves both eras: legacy clients open a session with `initialize`, modern
 //! (2026-07-28) clients send stateless requests. Its security defaults hold here as with
 //! `serve_http`: only loopback `Host` and `Origin` values are accepted (see `docs/security.md`
-//! to serve other names), bodies are limited, sessions are capped and expire.
+//! to serve other names), bodies are limited and must arrive within 30 s, requests in flight
+//! and sessions are capped, sessions expire. With the loopback lists, the peer must be on
+//! loopback too: the application hands the service the peer's address through axum's
+//! `ConnectInfo` (`into_make_service_with_connect_info`, and feature `axum` of modelctx-server
+//! or modelctx-http), otherwise every request gets 403. Connection limits and timeouts (header
+//! read, idle connections, how many connections) are the application's to set with axum or
+//! hyper; `serve_http` sets them itself.
+
+use std::net::SocketAddr;
 
 use axum::Router;
 use axum::routing::get;
@@ -53,6 +61,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = tcp.set_nodelay(true);
     });
     eprintln!("MCP endpoint on http://{addr}/mcp, health check on http://{addr}/health");
-    axum::serve(listener, app).await?;
+    // The peer's address in every request (`ConnectInfo`): the endpoint serves only loopback
+    // peers with its default allow-lists, and refuses requests whose peer it does not know.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }

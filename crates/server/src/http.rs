@@ -22,11 +22,16 @@ impl Server {
     /// The server as a `tower::Service` for hyper or axum, serving both eras on one endpoint.
     ///
     /// The service answers on `config.path` (`/mcp` by default; `None` for any path) and
-    /// applies `config`'s security defaults (loopback `Host` and `Origin` only, bounded bodies
-    /// and sessions). Mounted in axum (`crates/server/examples/axum_server.rs` is a whole
+    /// applies `config`'s security defaults (loopback `Host` and `Origin` only, and with them
+    /// loopback peers only; bounded bodies, body deadline, requests in flight and sessions).
+    /// The peer's address comes from the request's `PeerAddr` extension or, with feature
+    /// `axum`, axum's `ConnectInfo<SocketAddr>`: with the loopback lists, a request whose peer
+    /// is unknown gets 403. Mounted in axum (`crates/server/examples/axum_server.rs` is a whole
     /// program):
     ///
     /// ```no_run
+    /// use std::net::SocketAddr;
+    ///
     /// use modelctx_http::server::ServerConfig;
     /// use modelctx_server::Server;
     ///
@@ -34,7 +39,7 @@ impl Server {
     /// let mcp = server.http_service(ServerConfig::default())?;
     /// let app = axum::Router::new().route_service("/mcp", mcp);
     /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-    /// axum::serve(listener, app).await?;
+    /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
     /// # Ok(()) }
     /// ```
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {

@@ -49,7 +49,10 @@ pub trait LegacyHandler: Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal(pub String);
 
-/// The peer's address, as [`serve`](super::serve) puts it in the request's extensions.
+/// The peer's address, as [`serve`](super::serve) puts it in the request's extensions. An
+/// application that serves the [`McpService`](super::McpService) itself inserts it (or, with
+/// feature `axum`, uses axum's `into_make_service_with_connect_info::<SocketAddr>()`): with the
+/// loopback allow-lists, a request whose peer is unknown or not on loopback gets 403.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
@@ -71,9 +74,10 @@ impl RequestContext {
         &self.parts.headers
     }
 
-    /// The peer's address, when the server knows it.
+    /// The peer's address, when the server knows it: the [`PeerAddr`] extension, or (feature
+    /// `axum`) axum's `ConnectInfo<SocketAddr>`.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.parts.extensions.get::<PeerAddr>().map(|p| p.0)
+        super::service::peer_of(&self.parts)
     }
 
     /// The authenticated principal, when an authentication layer supplied one.

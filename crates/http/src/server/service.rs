@@ -666,7 +666,7 @@ where
 
 /// The peer's address: the [`PeerAddr`] that [`serve`](super::serve) (or the application) put in
 /// the request, or, with feature `axum`, axum's `ConnectInfo<SocketAddr>`.
-fn peer_of(parts: &http::request::Parts) -> Option<SocketAddr> {
+pub(crate) fn peer_of(parts: &http::request::Parts) -> Option<SocketAddr> {
     if let Some(PeerAddr(peer)) = parts.extensions.get::<PeerAddr>() {
         return Some(*peer);
     }
