@@ -740,3 +740,184 @@ fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
         _ => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::security::AllowList;
+    use crate::server::{LegacyHandler, ModernRequest};
+
+    /// An application that is never reached: every request here is refused or answered by the
+    /// transport before it.
+    struct Unreached;
+
+    impl LegacyHandler for Unreached {
+        fn input(&self, _input: Incoming, _context: RequestContext) {}
+        fn closed(&self) {}
+    }
+
+    impl McpApp for Unreached {
+        fn open_session(&self, _session: LegacySession) -> Arc<dyn LegacyHandler> {
+            Arc::new(Unreached)
+        }
+        fn modern(&self, _request: ModernRequest) {}
+    }
+
+    fn service(config: ServerConfig) -> McpService {
+        McpService::new(config, Arc::new(Unreached)).unwrap()
+    }
+
+    /// A body that never arrives.
+    struct Stalled;
+
+    impl Body for Stalled {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+            Poll::Pending
+        }
+    }
+
+    /// A legacy `tools/list` without a session (400 once past the checks), from `peer`.
+    fn list(host: &str, peer: Option<&str>) -> Request<String> {
+        let mut request = Request::post("/mcp")
+            .header("host", host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_owned())
+            .unwrap();
+        if let Some(peer) = peer {
+            request
+                .extensions_mut()
+                .insert(PeerAddr(peer.parse().unwrap()));
+        }
+        request
+    }
+
+    fn stalled_post() -> Request<Stalled> {
+        Request::post("/mcp")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .extension(PeerAddr("127.0.0.1:5000".parse().unwrap()))
+            .body(Stalled)
+            .unwrap()
+    }
+
+    async fn message(response: Response<ResponseBody>) -> String {
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(value["error"]["code"].is_i64(), "{value}");
+        value["error"]["message"].as_str().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn finding_6_a_remote_peer_gets_403_under_the_loopback_lists() {
+        let service = service(ServerConfig::default());
+        let response = service
+            .handle(list("localhost", Some("192.0.2.7:40000")))
+            .await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert!(message(response).await.contains("not on loopback"));
+    }
+
+    #[tokio::test]
+    async fn finding_6_an_unknown_peer_gets_403_that_says_how_to_fix_it() {
+        let service = service(ServerConfig::default());
+        let response = service.handle(list("localhost", None)).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let message = message(response).await;
+        assert!(message.contains("PeerAddr"), "{message}");
+        assert!(
+            message.contains("into_make_service_with_connect_info"),
+            "{message}"
+        );
+        assert!(message.contains("name the allowed hosts"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn finding_6_a_loopback_peer_is_served() {
+        let service = service(ServerConfig::default());
+        for peer in ["127.0.0.1:40000", "[::1]:40000", "[::ffff:127.0.0.1]:40000"] {
+            let response = service.handle(list("localhost", Some(peer))).await;
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{peer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn finding_6_named_allow_lists_accept_remote_and_unknown_peers() {
+        let config = ServerConfig {
+            allowed_hosts: AllowList::Hosts(vec!["mcp.example.com".into()]),
+            allowed_origins: AllowList::Hosts(vec!["app.example.com".into()]),
+            ..ServerConfig::default()
+        };
+        let service = service(config);
+        for peer in [Some("192.0.2.7:40000"), None] {
+            let response = service.handle(list("mcp.example.com", peer)).await;
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{peer:?}");
+        }
+    }
+
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn finding_6_axum_connect_info_gives_the_peer() {
+        let service = service(ServerConfig::default());
+        for (peer, status) in [
+            ("127.0.0.1:40000", StatusCode::BAD_REQUEST),
+            ("192.0.2.7:40000", StatusCode::FORBIDDEN),
+        ] {
+            let mut request = list("localhost", None);
+            let peer: SocketAddr = peer.parse().unwrap();
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            assert_eq!(service.handle(request).await.status(), status, "{peer}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finding_1_a_body_that_does_not_arrive_in_time_gets_408() {
+        let config = ServerConfig {
+            body_timeout: Duration::from_secs(5),
+            ..ServerConfig::default()
+        };
+        let service = service(config);
+        let started = tokio::time::Instant::now();
+        let response = service.handle(stalled_post()).await;
+        assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert!(message(response).await.contains("did not arrive within 5000 ms"));
+        assert_eq!(service.table_sizes().await.in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn finding_1_requests_in_flight_are_capped_on_the_service_path() {
+        let config = ServerConfig {
+            max_requests_in_flight: 1,
+            ..ServerConfig::default()
+        };
+        let service = service(config);
+        let first = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(stalled_post()).await }
+        });
+        while service.table_sizes().await.in_flight == 0 {
+            tokio::task::yield_now().await;
+        }
+        let mut tower = service.clone();
+        let refused = tower_service::Service::call(&mut tower, stalled_post())
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+        assert!(message(refused).await.contains("at most 1"));
+        first.abort();
+        let _ = first.await;
+        assert_eq!(service.table_sizes().await.in_flight, 0);
+        let response = service.handle(list("localhost", Some("127.0.0.1:1"))).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+}
