@@ -886,7 +886,9 @@ mod tests {
         };
         let service = service(config);
         let started = tokio::time::Instant::now();
-        let response = service.handle(stalled_post()).await;
+        let response = tokio::time::timeout(Duration::from_secs(60), service.handle(stalled_post()))
+            .await
+            .expect("an answer, not a wait for the body");
         assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
         assert_eq!(started.elapsed(), Duration::from_secs(5));
         assert!(message(response).await.contains("did not arrive within 5000 ms"));
@@ -908,9 +910,13 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let mut tower = service.clone();
-        let refused = tower_service::Service::call(&mut tower, stalled_post())
-            .await
-            .unwrap();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            tower_service::Service::call(&mut tower, stalled_post()),
+        )
+        .await
+        .expect("refused at once, not a wait for the body")
+        .unwrap();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
         assert!(message(refused).await.contains("at most 1"));
