@@ -13,8 +13,7 @@ use modelctx_http::event_store::{
 };
 use modelctx_http::server::{RunningServer, ServerConfig};
 use modelctx_tests::http::{
-    call, modern_call, modern_headers, open_session, post, post_headers, raw_request,
-    start, within,
+    call, modern_call, modern_headers, open_session, post, post_headers, raw_request, start, within,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -126,15 +125,22 @@ async fn finding_1_slowloris_and_idle_connections_are_capped_and_timed_out() {
         until("8 connections open", move || server.open_connections() == 8).await;
     }
 
-    // Beyond the cap: accepted and closed at once, while the 8 are still open.
+    // Beyond the cap: accepted and closed at once (not at the header timeout), while the 8 are
+    // still open.
+    let ninth_opened = Instant::now();
     let mut ninth = TcpStream::connect(addr).await.unwrap();
     let read = within("the ninth connection closed", read_until_closed(&mut ninth)).await;
     assert!(read.is_empty(), "nothing is answered beyond the cap");
     assert!(
-        opened.elapsed() < header_timeout,
-        "the box stalled past the header timeout; the cap was not shown"
+        ninth_opened.elapsed() < header_timeout / 2,
+        "a connection beyond the cap is closed at once, not after {:?}",
+        ninth_opened.elapsed()
     );
-    assert_eq!(server.open_connections(), 8, "closed by the cap, not a timeout");
+    assert_eq!(
+        server.open_connections(),
+        8,
+        "closed by the cap, not a timeout"
+    );
 
     // The idle ones are closed at the header timeout (not before), and the slow ones too.
     for mut stream in idle {

@@ -205,8 +205,14 @@ impl ServerConfig {
             ("body_timeout", self.body_timeout.is_zero()),
             ("max_requests_in_flight", self.max_requests_in_flight == 0),
             ("header_timeout", self.header_timeout.is_zero()),
-            ("idle_connection_timeout", self.idle_connection_timeout.is_zero()),
-            ("http2_keep_alive_timeout", self.http2_keep_alive_timeout.is_zero()),
+            (
+                "idle_connection_timeout",
+                self.idle_connection_timeout.is_zero(),
+            ),
+            (
+                "http2_keep_alive_timeout",
+                self.http2_keep_alive_timeout.is_zero(),
+            ),
             ("max_connections", self.max_connections == 0),
         ];
         if let Some((name, _)) = zero.iter().find(|(_, zero)| *zero) {
@@ -282,9 +288,7 @@ mod tests {
         let config = ServerConfig::default();
         assert!(config.max_connections >= 1);
         #[cfg(unix)]
-        if let Some(soft) =
-            rustix::process::getrlimit(rustix::process::Resource::Nofile).current
-        {
+        if let Some(soft) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
             assert!(config.max_connections as u64 <= soft.max(1));
         }
     }

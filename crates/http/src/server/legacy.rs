@@ -772,10 +772,9 @@ mod tests {
     }
 
     /// The peer of a request from this machine (the service checks it with the loopback lists).
-    const LOOPBACK_PEER: crate::server::PeerAddr = crate::server::PeerAddr(std::net::SocketAddr::new(
-        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        50_000,
-    ));
+    const LOOPBACK_PEER: crate::server::PeerAddr = crate::server::PeerAddr(
+        std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 50_000),
+    );
 
     fn initialize() -> http::Request<String> {
         http::Request::post("/mcp")

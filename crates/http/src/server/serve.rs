@@ -242,7 +242,11 @@ async fn accept_loop(
             // stays idle too long; shuts it down gracefully at `stop`, drops it at `force`.
             let mut closing = false;
             loop {
-                let deadline = if closing { None } else { state.deadline(limits) };
+                let deadline = if closing {
+                    None
+                } else {
+                    state.deadline(limits)
+                };
                 let expired = async {
                     match deadline {
                         Some((at, _)) => tokio::time::sleep_until(at).await,
@@ -394,5 +398,71 @@ impl Body for Tracked {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(all(test, feature = "client"))]
+mod tests {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use modelctx_types::Incoming;
+
+    use super::*;
+    use crate::server::{LegacyHandler, LegacySession, ModernRequest, RequestContext};
+
+    /// An application that is never reached (the requests here get 404).
+    struct Unreached;
+
+    impl LegacyHandler for Unreached {
+        fn input(&self, _input: Incoming, _context: RequestContext) {}
+        fn closed(&self) {}
+    }
+
+    impl McpApp for Unreached {
+        fn open_session(&self, _session: LegacySession) -> Arc<dyn LegacyHandler> {
+            Arc::new(Unreached)
+        }
+        fn modern(&self, _request: ModernRequest) {}
+    }
+
+    /// HTTP/2 (prior knowledge) is served with the timer set (pings on), and an idle HTTP/2
+    /// connection is shut down after `idle_connection_timeout`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn http2_is_served_and_idle_http2_connections_end() {
+        let mut config = ServerConfig::default();
+        config.idle_connection_timeout = Duration::from_millis(300);
+        config.http2_keep_alive_interval = Some(Duration::from_millis(100));
+        let server = serve(([127, 0, 0, 1], 0).into(), config, Arc::new(Unreached))
+            .await
+            .unwrap();
+        let stream = tokio::net::TcpStream::connect(server.local_addr())
+            .await
+            .unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        let connection = tokio::spawn(connection);
+        let request = http::Request::get("http://localhost/elsewhere")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), http::StatusCode::NOT_FOUND);
+        let _ = response.into_body().collect().await;
+        let started = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(20), connection)
+            .await
+            .expect("the idle connection ends")
+            .unwrap()
+            .unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while server.open_connections() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
     }
 }

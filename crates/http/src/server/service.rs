@@ -2,8 +2,8 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -886,12 +886,17 @@ mod tests {
         };
         let service = service(config);
         let started = tokio::time::Instant::now();
-        let response = tokio::time::timeout(Duration::from_secs(60), service.handle(stalled_post()))
-            .await
-            .expect("an answer, not a wait for the body");
+        let response =
+            tokio::time::timeout(Duration::from_secs(60), service.handle(stalled_post()))
+                .await
+                .expect("an answer, not a wait for the body");
         assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
         assert_eq!(started.elapsed(), Duration::from_secs(5));
-        assert!(message(response).await.contains("did not arrive within 5000 ms"));
+        assert!(
+            message(response)
+                .await
+                .contains("did not arrive within 5000 ms")
+        );
         assert_eq!(service.table_sizes().await.in_flight, 0);
     }
 
