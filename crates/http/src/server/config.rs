@@ -264,14 +264,18 @@ mod tests {
 
     #[test]
     fn zero_limits_are_refused() {
-        let mut config = ServerConfig::default();
-        config.max_requests_in_flight = 0;
+        let config = ServerConfig {
+            max_requests_in_flight: 0,
+            ..ServerConfig::default()
+        };
         assert_eq!(
             config.check(None),
             Err(ConfigError::Zero("max_requests_in_flight"))
         );
-        let mut config = ServerConfig::default();
-        config.header_timeout = Duration::ZERO;
+        let config = ServerConfig {
+            header_timeout: Duration::ZERO,
+            ..ServerConfig::default()
+        };
         assert_eq!(config.check(None), Err(ConfigError::Zero("header_timeout")));
     }
 

@@ -429,9 +429,11 @@ mod tests {
     /// connection is shut down after `idle_connection_timeout`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn http2_is_served_and_idle_http2_connections_end() {
-        let mut config = ServerConfig::default();
-        config.idle_connection_timeout = Duration::from_millis(300);
-        config.http2_keep_alive_interval = Some(Duration::from_millis(100));
+        let config = ServerConfig {
+            idle_connection_timeout: Duration::from_millis(300),
+            http2_keep_alive_interval: Some(Duration::from_millis(100)),
+            ..ServerConfig::default()
+        };
         let server = serve(([127, 0, 0, 1], 0).into(), config, Arc::new(Unreached))
             .await
             .unwrap();
