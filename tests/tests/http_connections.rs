@@ -198,6 +198,64 @@ async fn finding_1_idle_keep_alive_connections_are_closed() {
     stop(server).await;
 }
 
+/// Finding 1: on a kept-alive HTTP/1 connection, the next request head must arrive within
+/// `header_timeout` too (hyper's timer), even when the idle timeout is much longer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_1_the_next_request_head_on_a_kept_alive_connection_is_timed() {
+    let mut config = ServerConfig::default();
+    config.header_timeout = Duration::from_millis(500);
+    config.idle_connection_timeout = Duration::from_secs(600);
+    let (server, _) = start(config).await;
+    let addr = server.local_addr();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let body = modern_call(1, "echo", json!({"text": "kept"})).to_string();
+    let mut head = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n");
+    for (name, value) in modern_headers("tools/call", Some("echo")) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The whole first response (it has a Content-Length), the connection kept alive.
+    let mut read = Vec::new();
+    within("the first response", async {
+        loop {
+            let text = String::from_utf8_lossy(&read).to_string();
+            if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .expect("a Content-Length");
+                if rest.len() >= length {
+                    break;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed before the first response");
+            read.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    assert_eq!(parse_response(&read).0, 200);
+    // Half a request head, then nothing.
+    stream.write_all(b"POST /mcp HTTP/1.1\r\nHo").await.unwrap();
+    let rest = within(
+        "the stalled head closed at the header timeout",
+        read_until_closed(&mut stream),
+    )
+    .await;
+    assert!(
+        rest.is_empty() || String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+    stop(server).await;
+}
+
 /// Finding 1: a body that does not arrive within `body_timeout` gets 408 with a JSON-RPC
 /// error, and the connection is closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
