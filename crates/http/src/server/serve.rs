@@ -187,7 +187,7 @@ async fn accept_loop(
                     } else {
                         tracing::debug!("accept failed again: {e}");
                     }
-                    let pause = Duration::from_millis(50 << failures.min(4)).min(Duration::from_secs(1));
+                    let pause = Duration::from_millis(50 << failures.min(5)).min(Duration::from_secs(1));
                     failures = failures.saturating_add(1);
                     tokio::select! {
                         () = stop.cancelled() => break,
