@@ -187,7 +187,7 @@ async fn accept_loop(
                     } else {
                         tracing::debug!("accept failed again: {e}");
                     }
-                    let pause = Duration::from_millis(50 << failures.min(5)).min(Duration::from_secs(1));
+                    let pause = accept_backoff(failures);
                     failures = failures.saturating_add(1);
                     tokio::select! {
                         () = stop.cancelled() => break,
@@ -287,6 +287,12 @@ async fn accept_loop(
         tracker.wait().await;
     }
     let _ = sweep.await;
+}
+
+/// How long to wait after `failures` failed accepts in a row (and this one): 50 ms, doubling,
+/// at most 1 s.
+fn accept_backoff(failures: u32) -> Duration {
+    Duration::from_millis(50 << failures.min(5)).min(Duration::from_secs(1))
 }
 
 /// The timeouts a connection's watchdog applies.
@@ -423,6 +429,14 @@ mod tests {
             Arc::new(Unreached)
         }
         fn modern(&self, _request: ModernRequest) {}
+    }
+
+    #[test]
+    fn accept_errors_back_off_up_to_a_second() {
+        let waits: Vec<u64> = (0..8)
+            .map(|n| accept_backoff(n).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
     }
 
     /// HTTP/2 (prior knowledge) is served with the timer set (pings on), and an idle HTTP/2
