@@ -41,9 +41,10 @@ pub struct Settings {
     /// with -32602.
     pub max_uri_len: usize,
     /// The most 2026-07-28 requests the HTTP app (`http_service`, `serve_http`) handles at once,
-    /// over all clients (default 1024): each has a task of its own until it is answered. A
-    /// request beyond is answered at once with the JSON-RPC error -32000 (`data.reason`
-    /// `"rate_limited"`), as [`Limits`](crate::Limits) refuse.
+    /// over all clients, open `subscriptions/listen` streams included (default 1024): each has a
+    /// task of its own until it is answered. A request beyond is answered at once with the
+    /// JSON-RPC error -32000 (`data.reason` `"rate_limited"`), as [`Limits`](crate::Limits)
+    /// refuse; a notification beyond is dropped.
     pub max_modern_requests: usize,
 }
 
