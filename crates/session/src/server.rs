@@ -651,6 +651,10 @@ impl ServerSession {
     /// when absent; an `input_required` result is allowed only on `tools/call`, `prompts/get` and
     /// `resources/read`, must carry `inputRequests` or `requestState`, and may only ask for input
     /// the request's client capabilities declare.
+    ///
+    /// This answers whichever request is in flight under `id`; a layer whose handlers can
+    /// outlive their request's cancellation answers with [`respond_to`](Self::respond_to), so
+    /// that a late answer never goes to a newer request that reused the id.
     pub fn respond(&mut self, id: &RequestId, result: Box<RawValue>) -> Result<(), SessionError> {
         self.respond_generation(id, None, result)
     }
