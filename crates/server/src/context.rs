@@ -51,6 +51,9 @@ pub struct Context {
 
 pub(crate) struct Inner {
     pub(crate) id: RequestId,
+    /// Which start of a request with this id (the session's `IncomingRequest::generation`):
+    /// what the handler sends is for this start only.
+    pub(crate) generation: u64,
     pub(crate) method: String,
     pub(crate) version: ProtocolVersion,
     pub(crate) client_info: Option<Value>,
@@ -182,6 +185,7 @@ impl Context {
             .commands
             .send(Command::Progress {
                 id: self.inner.id.clone(),
+                generation: self.inner.generation,
                 progress,
                 total,
                 message: message.map(str::to_owned),
@@ -199,6 +203,7 @@ impl Context {
             .commands
             .send(Command::Log {
                 id: self.inner.id.clone(),
+                generation: self.inner.generation,
                 level,
                 logger: logger.map(str::to_owned),
                 data,
@@ -216,6 +221,7 @@ impl Context {
         let (reply, closed) = tokio::sync::oneshot::channel();
         let command = Command::CloseStream {
             id: self.inner.id.clone(),
+            generation: self.inner.generation,
             reply,
         };
         if self.inner.commands.send(command).await.is_err() {
@@ -368,6 +374,7 @@ impl Context {
             .commands
             .send(Command::Ask {
                 id: self.inner.id.clone(),
+                generation: self.inner.generation,
                 method: method.to_owned(),
                 params,
                 reply,

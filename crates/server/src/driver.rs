@@ -149,17 +149,22 @@ impl Output {
     }
 }
 
-/// What handlers ask of the driver.
+/// What handlers ask of the driver. Each names its request by id and generation (the session's
+/// `IncomingRequest::generation`): a cancelled request's handler runs on until it notices, and
+/// what it asks after a new request reused its id is for a request that is gone, never for the
+/// new one (finding 12).
 #[derive(Debug)]
 pub(crate) enum Command {
     /// A handler finished.
     Respond {
         id: RequestId,
+        generation: u64,
         answer: Result<Value, ErrorObject>,
     },
     /// Progress on a request.
     Progress {
         id: RequestId,
+        generation: u64,
         progress: f64,
         total: Option<f64>,
         message: Option<String>,
@@ -167,6 +172,7 @@ pub(crate) enum Command {
     /// A question for the client (legacy), asked for request `id`.
     Ask {
         id: RequestId,
+        generation: u64,
         method: String,
         params: modelctx_types::JsonObject,
         reply: tokio::sync::oneshot::Sender<Result<Value, crate::input::InputError>>,
@@ -174,11 +180,13 @@ pub(crate) enum Command {
     /// Close the connection of a request's stream (legacy HTTP), telling whether it was.
     CloseStream {
         id: RequestId,
+        generation: u64,
         reply: tokio::sync::oneshot::Sender<bool>,
     },
     /// A log message about a request.
     Log {
         id: RequestId,
+        generation: u64,
         level: LogLevel,
         logger: Option<String>,
         data: Value,
@@ -196,12 +204,16 @@ pub(crate) struct Origin {
 struct Running {
     cancelled: CancellationToken,
     modern: bool,
+    /// Which start of a request with this id it is.
+    generation: u64,
 }
 
 /// A question of ours to the client (legacy), for a request being handled.
 struct Question {
     /// The request it was asked for: it goes on that request's stream.
     for_request: RequestId,
+    /// The generation of the request it was asked for.
+    generation: u64,
     reply: tokio::sync::oneshot::Sender<Result<Value, InputError>>,
 }
 
@@ -215,6 +227,11 @@ struct Book {
 }
 
 impl Book {
+    /// The request in flight under `id`, when it is the start `generation`.
+    fn running(&self, id: &RequestId, generation: u64) -> Option<&Running> {
+        self.running.get(id).filter(|r| r.generation == generation)
+    }
+
     fn end(&mut self) {
         for (_, request) in self.running.drain() {
             request.cancelled.cancel();
@@ -430,8 +447,8 @@ pub(crate) async fn run(
             Some(command) = commands.recv() => match command {
                 // Everything sent for the request before is written by now (transmits are
                 // written before the next command is read).
-                Command::CloseStream { id, reply } => {
-                    let legacy = book.running.get(&id).is_some_and(|r| !r.modern);
+                Command::CloseStream { id, generation, reply } => {
+                    let legacy = book.running(&id, generation).is_some_and(|r| !r.modern);
                     let _ = reply.send(legacy && output.close_stream(&id).await);
                 }
                 command => apply(&mut session, command, &mut book),
@@ -439,8 +456,12 @@ pub(crate) async fn run(
             change = changes.recv() => match change {
                 Ok(Change::List(kind)) => { let _ = session.notify_list_changed(kind); }
                 Ok(Change::Updated(uri)) => {
+                    // A legacy subscription was allowed when it was made; the URIs of listen
+                    // streams are checked against the hook here.
                     let legacy = book.subscriptions.contains(&uri);
-                    let _ = session.notify_resource_updated(&uri, legacy);
+                    if legacy || crate::resource::may_subscribe(&shared, &uri, principal_of(&origin)) {
+                        let _ = session.notify_resource_updated(&uri, legacy);
+                    }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     for kind in [ListKind::Tools, ListKind::Prompts, ListKind::Resources] {
@@ -483,13 +504,20 @@ pub(crate) async fn run_lines(
 
 fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
     match command {
-        Command::Respond { id, answer } => {
-            book.running.remove(&id);
+        Command::Respond {
+            id,
+            generation,
+            answer,
+        } => {
+            // Only this start's entry: a newer request with the same id keeps its own.
+            if book.running(&id, generation).is_some() {
+                book.running.remove(&id);
+            }
             // Questions still open for it are not wanted any more.
             let open: Vec<RequestId> = book
                 .questions
                 .iter()
-                .filter(|(_, q)| q.for_request == id)
+                .filter(|(_, q)| q.for_request == id && q.generation == generation)
                 .map(|(ask, _)| ask.clone())
                 .collect();
             for ask in open {
@@ -498,12 +526,14 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             }
             let sent = match answer {
                 Ok(result) => match serde_json::value::to_raw_value(&result) {
-                    Ok(raw) => session.respond(&id, raw),
-                    Err(e) => {
-                        session.respond_error(&id, internal(format!("unserializable result: {e}")))
-                    }
+                    Ok(raw) => session.respond_to(&id, generation, raw),
+                    Err(e) => session.respond_error_to(
+                        &id,
+                        generation,
+                        internal(format!("unserializable result: {e}")),
+                    ),
                 },
-                Err(error) => session.respond_error(&id, error),
+                Err(error) => session.respond_error_to(&id, generation, error),
             };
             if let Err(e) = sent {
                 // Cancelled meanwhile, or refused by the protocol rules: say so in the logs.
@@ -512,11 +542,12 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
         }
         Command::Ask {
             id,
+            generation,
             method,
             params,
             reply,
         } => {
-            if !book.running.contains_key(&id) {
+            if book.running(&id, generation).is_none() {
                 let _ = reply.send(Err(InputError::NoAnswer("the request has ended".into())));
                 return;
             }
@@ -531,6 +562,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
                         ask,
                         Question {
                             for_request: id,
+                            generation,
                             reply,
                         },
                     );
@@ -549,10 +581,14 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
         }
         Command::Progress {
             id,
+            generation,
             progress,
             total,
             message,
         } => {
+            if book.running(&id, generation).is_none() {
+                return; // the request is over (a newer one may have its id)
+            }
             let _ = session.notify_progress(&id, progress, total, message.as_deref());
         }
         Command::CloseStream { reply, .. } => {
@@ -560,13 +596,17 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
         }
         Command::Log {
             id,
+            generation,
             level,
             logger,
             data,
         } => {
+            let Some(running) = book.running(&id, generation) else {
+                return; // the request is over (a newer one may have its id)
+            };
             // Nothing is logged to a legacy client that set no level (modern requests without a
             // level in `_meta` are filtered by the session).
-            let legacy = book.running.get(&id).is_some_and(|r| !r.modern);
+            let legacy = !running.modern;
             if legacy && session.log_level().is_none() {
                 return;
             }
@@ -615,8 +655,32 @@ fn on_event(
     }
 }
 
-/// Legacy `resources/subscribe` and `resources/unsubscribe`, which belong to the connection.
-fn subscription(request: &IncomingRequest, book: &mut Book) -> Option<Result<Value, ErrorObject>> {
+/// The authenticated principal of the HTTP request the connection's input came in, if any.
+fn principal_of(origin: &Origin) -> Option<&str> {
+    #[cfg(feature = "http")]
+    {
+        origin
+            .http
+            .as_ref()
+            .and_then(|h| h.principal())
+            .map(|p| p.0.as_str())
+    }
+    #[cfg(not(feature = "http"))]
+    {
+        let _ = origin;
+        None
+    }
+}
+
+/// Legacy `resources/subscribe` and `resources/unsubscribe`, which belong to the connection:
+/// URIs of at most `Settings::max_uri_len` bytes, subscriptions as the `on_subscribe` hook
+/// allows.
+fn subscription(
+    shared: &Shared,
+    request: &IncomingRequest,
+    book: &mut Book,
+    origin: &Origin,
+) -> Option<Result<Value, ErrorObject>> {
     let subscribe = match request.method.as_str() {
         "resources/subscribe" => true,
         "resources/unsubscribe" => false,
@@ -630,6 +694,14 @@ fn subscription(request: &IncomingRequest, book: &mut Book) -> Option<Result<Val
     let Some(uri) = uri else {
         return Some(Err(crate::server::invalid_params("a uri is needed")));
     };
+    if let Err(error) = crate::resource::check_uri_len(shared, "the uri", &uri) {
+        return Some(Err(error));
+    }
+    if subscribe && !crate::resource::may_subscribe(shared, &uri, principal_of(origin)) {
+        return Some(Err(crate::server::invalid_params(format!(
+            "subscribing to {uri} is not allowed"
+        ))));
+    }
     if subscribe {
         if let Err(e) = book.subscriptions.subscribe(&uri) {
             return Some(Err(e));
@@ -649,9 +721,15 @@ fn start(
     commands: &mpsc::Sender<Command>,
     origin: &Origin,
 ) {
-    if let Some(answer) = subscription(&request, book) {
+    let generation = request.generation;
+    if let Some(answer) = subscription(shared, &request, book, origin) {
         let id = request.id.clone();
-        return apply(session, Command::Respond { id, answer }, book);
+        let respond = Command::Respond {
+            id,
+            generation,
+            answer,
+        };
+        return apply(session, respond, book);
     }
     let modern = request.meta.is_some();
     let mut runner = match route(shared, &request) {
@@ -665,22 +743,18 @@ fn start(
                 }
                 with_server_info(shared, result, modern)
             });
-            return apply(session, Command::Respond { id, answer }, book);
+            let respond = Command::Respond {
+                id,
+                generation,
+                answer,
+            };
+            return apply(session, respond, book);
         }
         Route::Run(runner) => runner,
     };
-    #[cfg(feature = "http")]
-    let principal = origin
-        .http
-        .as_ref()
-        .and_then(|h| h.principal())
-        .map(|p| p.0.clone());
-    #[cfg(not(feature = "http"))]
-    let principal: Option<String> = {
-        let _ = origin;
-        None
-    };
-    let permit = if request.method == "tools/call" {
+    let principal = principal_of(origin).map(str::to_owned);
+    // Every handler-backed request the limits name is counted (finding 25), not only tool calls.
+    let permit = if shared.settings.limits.covers(&request.method) {
         match shared.limiter.admit(principal.as_deref()) {
             Ok(permit) => Some(permit),
             Err(error) => {
@@ -725,6 +799,7 @@ fn start(
     let context = Context {
         inner: Arc::new(Inner {
             id: request.id.clone(),
+            generation,
             method: request.method.clone(),
             version: request.version,
             client_info,
@@ -739,8 +814,14 @@ fn start(
             http: origin.http.clone(),
         }),
     };
-    book.running
-        .insert(request.id.clone(), Running { cancelled, modern });
+    book.running.insert(
+        request.id.clone(),
+        Running {
+            cancelled,
+            modern,
+            generation,
+        },
+    );
     let id = request.id;
     let counted = shared.clone();
     let mut handler = Box::pin(async move {
@@ -767,7 +848,11 @@ fn start(
     };
     if let Some(answer) = done {
         drop(permit);
-        let respond = Command::Respond { id, answer };
+        let respond = Command::Respond {
+            id,
+            generation,
+            answer,
+        };
         if commands.capacity() == commands.max_capacity() {
             apply(session, respond, book);
         } else {
@@ -799,7 +884,12 @@ fn start(
             None => Err(internal("the handler failed unexpectedly (it panicked)")),
         };
         drop(permit);
-        let _ = commands.send(Command::Respond { id, answer }).await;
+        let respond = Command::Respond {
+            id,
+            generation,
+            answer,
+        };
+        let _ = commands.send(respond).await;
     });
 }
 
@@ -815,6 +905,7 @@ fn refuse(
         session,
         Command::Respond {
             id,
+            generation: request.generation,
             answer: Err(error),
         },
         book,

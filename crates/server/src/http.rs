@@ -77,6 +77,25 @@ impl McpApp for Server {
             reply,
             ..
         } = request;
+        // At most `Settings::max_modern_requests` at once (finding 25): beyond, a request is
+        // refused at once, and a notification dropped.
+        let Ok(place) = self.shared.modern_requests.clone().try_acquire_owned() else {
+            if let Message::Request(r) = message {
+                let error = crate::limits::busy(
+                    format!(
+                        "at most {} requests of protocol 2026-07-28 at once",
+                        self.shared.settings.max_modern_requests
+                    ),
+                    None,
+                );
+                tokio::spawn(async move {
+                    let _ = reply
+                        .send(ErrorResponse::new(Some(r.id), error).into())
+                        .await;
+                });
+            }
+            return;
+        };
         let cancelled = match &message {
             Message::Request(r) => Some((r.id.clone(), reply.cancelled().clone())),
             _ => None,
@@ -89,13 +108,10 @@ impl McpApp for Server {
         drop(tx);
         let shared = self.shared.clone();
         let lifetime = Lifetime::Request { cancelled };
-        tokio::spawn(driver::run(
-            shared,
-            rx,
-            Output::Modern(reply),
-            origin,
-            lifetime,
-        ));
+        tokio::spawn(async move {
+            driver::run(shared, rx, Output::Modern(reply), origin, lifetime).await;
+            drop(place);
+        });
     }
 
     fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {

@@ -186,6 +186,11 @@ pub(crate) fn allows_input(method: &str) -> bool {
 
 /// The round-trip state of a modern request that may ask for input: the answers its retry
 /// brings (checked against the sealed state), or a -32602 error.
+///
+/// The answers are the sealed ones of earlier rounds (which the client cannot change) and the
+/// retry's `inputResponses`, which may only answer the questions the last round asked: the keys
+/// the state was sealed with. `inputResponses` without a `requestState`, under a key that was not
+/// asked, or under the key of an answer the state already holds, is refused (-32602).
 pub(crate) fn prepare(
     sealer: &StateSealer,
     request: &IncomingRequest,
@@ -196,7 +201,13 @@ pub(crate) fn prepare(
         .as_deref()
         .and_then(|p| serde_json::from_str(p.get()).ok())
         .unwrap_or_default();
+    let responses = match params.get("inputResponses") {
+        None => None,
+        Some(Value::Object(responses)) => Some(responses),
+        Some(_) => return Err(invalid_params("inputResponses must be an object")),
+    };
     let mut answers = JsonObject::new();
+    let mut asked: Vec<String> = Vec::new();
     if let Some(state) = params.get("requestState") {
         let Some(state) = state.as_str() else {
             return Err(invalid_params("requestState must be a string"));
@@ -216,15 +227,33 @@ pub(crate) fn prepare(
         // A retry that lacks some answers is not an error: the handler runs again and asks the
         // unanswered questions anew in another `input_required` round, as the spec's MRTR error
         // handling says a server SHOULD.
+        asked = opened.pending;
     }
-    match params.get("inputResponses") {
-        None => {}
-        Some(Value::Object(responses)) => {
-            for (key, value) in responses {
-                answers.insert(key.clone(), value.clone());
-            }
+    if let Some(responses) = responses {
+        if !responses.is_empty() && params.get("requestState").is_none() {
+            return Err(invalid_params(
+                "inputResponses without a requestState: answers are accepted only for the \
+                 questions of an input_required result, retried with its requestState",
+            ));
         }
-        Some(_) => return Err(invalid_params("inputResponses must be an object")),
+        for (key, value) in responses {
+            if answers.contains_key(key) {
+                return Err(invalid_params(format!(
+                    "inputResponses[{key:?}]: that question was answered in an earlier round"
+                )));
+            }
+            if !asked.iter().any(|k| k == key) {
+                return Err(invalid_params(format!(
+                    "inputResponses[{key:?}]: no such question was asked (asked: {})",
+                    if asked.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        asked.join(", ")
+                    }
+                )));
+            }
+            answers.insert(key.clone(), value.clone());
+        }
     }
     Ok(Arc::new(Mrtr {
         answers,

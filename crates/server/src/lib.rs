@@ -39,7 +39,7 @@
 //! * Everything can be added and removed while the server runs; connected clients are told
 //!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
 //! * A panicking handler answers its request with `-32603`; the connection lives on. Requests
-//!   run concurrently, each on its own task; [`Limits`] bound tool calls.
+//!   run concurrently, each on its own task; [`Limits`] bound the requests handlers answer.
 //!
 //! # Input from the client, and the rule it puts on handlers
 //!
@@ -113,7 +113,7 @@ pub use modelctx_session::{LogLevel, ProtocolVersion};
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{
     CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
-    ResourceError, ResourceTemplate,
+    ResourceError, ResourceTemplate, Subscribe,
 };
 pub use server::{Load, RegisterError, Server, ServerBuilder, Settings};
 pub use tool::{

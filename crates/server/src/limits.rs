@@ -1,5 +1,5 @@
-//! Limits on tool calls: how many run at once and how many start per second, for the whole
-//! server and for each principal.
+//! Limits on the requests handlers answer: how many run at once and how many start per second,
+//! for the whole server and for each principal.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,26 +8,62 @@ use std::time::{Duration, Instant};
 use modelctx_types::{ErrorCode, ErrorObject};
 use serde_json::json;
 
-/// Limits on tool calls (none by default). A call over a limit is refused at once with a
-/// JSON-RPC error `-32000` whose `data` is `{"reason": "rate_limited", "limit": ..., "retryAfterMs": ...}`
-/// (`retryAfterMs` only for per-second limits); it never waits.
+/// Limits on the requests handlers answer (none by default). A request over a limit is refused
+/// at once with a JSON-RPC error `-32000` whose `data` is
+/// `{"reason": "rate_limited", "limit": ..., "retryAfterMs": ...}` (`retryAfterMs` only for
+/// per-second limits); it never waits.
 ///
-/// Per-principal limits count the calls of each authenticated principal (the HTTP
-/// authentication layer's `Principal`); calls without one share one count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The limits count the requests whose method is in [`Limits::methods`] (by default every
+/// request a handler of the application answers: [`Limits::HANDLER_METHODS`]), all in one
+/// count. Per-principal limits count the requests of each authenticated principal (the HTTP
+/// authentication layer's `Principal`); requests without one share one count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Limits {
-    /// Tool calls running at once, in all.
+    /// Requests running at once, in all.
     pub concurrent: Option<usize>,
-    /// Tool calls started per second, in all.
+    /// Requests started per second, in all.
     pub per_second: Option<u32>,
-    /// Tool calls running at once, per principal.
+    /// Requests running at once, per principal.
     pub concurrent_per_principal: Option<usize>,
-    /// Tool calls started per second, per principal.
+    /// Requests started per second, per principal.
     pub per_second_per_principal: Option<u32>,
+    /// The methods whose requests count (default [`Limits::HANDLER_METHODS`]). A request of
+    /// another method is never refused by these limits; list methods and `ping` are answered by
+    /// the server itself without a handler and are not counted.
+    pub methods: &'static [&'static str],
 }
 
-/// The most principals tracked at once; beyond, calls of new principals share the
+impl Limits {
+    /// Every request a handler of the application answers: `tools/call`, `resources/read`,
+    /// `prompts/get` and `completion/complete`.
+    pub const HANDLER_METHODS: &'static [&'static str] = &[
+        "tools/call",
+        "resources/read",
+        "prompts/get",
+        "completion/complete",
+    ];
+
+    /// Whether requests of `method` count.
+    pub fn covers(&self, method: &str) -> bool {
+        self.methods.contains(&method)
+    }
+}
+
+impl Default for Limits {
+    /// No limit, counting [`Limits::HANDLER_METHODS`].
+    fn default() -> Self {
+        Limits {
+            concurrent: None,
+            per_second: None,
+            concurrent_per_principal: None,
+            per_second_per_principal: None,
+            methods: Limits::HANDLER_METHODS,
+        }
+    }
+}
+
+/// The most principals tracked at once; beyond, requests of new principals share the
 /// anonymous count.
 const MAX_PRINCIPALS: usize = 10_000;
 const WINDOW: Duration = Duration::from_secs(1);
@@ -49,7 +85,7 @@ impl Count {
         if let Some(max) = concurrent
             && self.running >= max
         {
-            return Err(refused(format!("at most {max} tool calls at once"), None));
+            return Err(busy(format!("at most {max} requests at once"), None));
         }
         if let Some(max) = per_second {
             let start = *self.window_start.get_or_insert(now);
@@ -60,8 +96,8 @@ impl Count {
             if self.started >= max {
                 let wait =
                     WINDOW.saturating_sub(now.duration_since(self.window_start.unwrap_or(now)));
-                return Err(refused(
-                    format!("at most {max} tool calls per second"),
+                return Err(busy(
+                    format!("at most {max} requests per second"),
                     Some(wait),
                 ));
             }
@@ -82,7 +118,8 @@ impl Count {
     }
 }
 
-fn refused(limit: String, retry_after: Option<Duration>) -> ErrorObject {
+/// The -32000 error of a request refused by a limit named `limit`.
+pub(crate) fn busy(limit: String, retry_after: Option<Duration>) -> ErrorObject {
     let mut data = json!({"reason": "rate_limited", "limit": limit});
     if let Some(wait) = retry_after {
         data["retryAfterMs"] = json!(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
@@ -106,7 +143,7 @@ pub(crate) struct Limiter {
     counts: Mutex<Counts>,
 }
 
-/// A call's place under the limits, given back when it is dropped.
+/// A request's place under the limits, given back when it is dropped.
 #[derive(Debug)]
 pub(crate) struct Permit {
     limiter: Arc<Limiter>,
@@ -139,7 +176,7 @@ impl Limiter {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A place for a call of `principal`, or the error that refuses it.
+    /// A place for a request of `principal`, or the error that refuses it.
     pub(crate) fn admit(self: &Arc<Self>, principal: Option<&str>) -> Result<Permit, ErrorObject> {
         let limits = self.limits;
         let now = Instant::now();

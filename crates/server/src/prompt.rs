@@ -425,6 +425,9 @@ pub(crate) fn complete(shared: &Shared, params: JsonObject) -> Route {
                 .get("uri")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
+            if let Err(error) = crate::resource::check_uri_len(shared, "ref.uri", uri) {
+                return Route::Now(Err(error));
+            }
             match registry.template_completer(uri, arg_name) {
                 Ok(completer) => completer,
                 Err(error) => return Route::Now(Err(error)),

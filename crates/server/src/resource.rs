@@ -371,6 +371,9 @@ pub(crate) fn read(shared: &Shared, params: &JsonObject, version: ProtocolVersio
     let Some(uri) = params.get("uri").and_then(Value::as_str) else {
         return Route::Now(Err(invalid_params("resources/read needs a uri")));
     };
+    if let Err(error) = check_uri_len(shared, "the uri", uri) {
+        return Route::Now(Err(error));
+    }
     let registry = shared.registry();
     let found = if let Some(resource) = registry.resources.get(uri) {
         Some((
@@ -433,6 +436,55 @@ pub(crate) fn template_completer(
         )));
     }
     Ok(template.completers.get(variable).cloned())
+}
+
+/// A client's wish to hear of changes to one resource, as [`ServerBuilder::on_subscribe`]
+/// sees it.
+///
+/// [`ServerBuilder::on_subscribe`]: crate::ServerBuilder::on_subscribe
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Subscribe<'a> {
+    /// The resource's URI (at most [`Settings::max_uri_len`] bytes).
+    ///
+    /// [`Settings::max_uri_len`]: crate::Settings::max_uri_len
+    pub uri: &'a str,
+    /// The authenticated principal of the connection (the HTTP authentication layer's
+    /// `Principal`), if any.
+    pub principal: Option<&'a str>,
+}
+
+/// Decides whether a connection may hear of changes to a resource.
+#[derive(Clone)]
+pub(crate) struct SubscribeHook(pub(crate) Arc<dyn Fn(&Subscribe<'_>) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for SubscribeHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubscribeHook")
+    }
+}
+
+/// Refuses a URI longer than [`Settings::max_uri_len`](crate::Settings::max_uri_len) with
+/// -32602 (`what` names where it came from).
+pub(crate) fn check_uri_len(shared: &Shared, what: &str, uri: &str) -> Result<(), ErrorObject> {
+    let max = shared.settings.max_uri_len;
+    if uri.len() > max {
+        return Err(invalid_params(format!(
+            "{what} is {} bytes long; at most {max}",
+            uri.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a connection of `principal` may hear of changes to `uri`: the
+/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say, yes without
+/// one.
+pub(crate) fn may_subscribe(shared: &Shared, uri: &str, principal: Option<&str>) -> bool {
+    shared
+        .subscribe_hook
+        .as_ref()
+        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }))
 }
 
 /// The legacy subscriptions of one connection, bounded.

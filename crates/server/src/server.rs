@@ -29,11 +29,23 @@ pub(crate) enum Change {
 pub struct Settings {
     /// Items per page of `tools/list` and the other lists (default 100).
     pub page_size: usize,
-    /// Limits on tool calls (default: none).
+    /// Limits on the requests handlers answer (default: none, counting every request a handler
+    /// answers: [`Limits::HANDLER_METHODS`](crate::Limits::HANDLER_METHODS)).
     pub limits: crate::limits::Limits,
     /// How long modern clients may cache list results (`ttlMs`, `cacheScope`; default: not at
     /// all, `ttlMs: 0`, `"private"`).
     pub list_cache: Option<crate::resource::CacheHint>,
+    /// The longest resource URI accepted, in bytes (default 8192, 8 KiB): a longer `uri` of
+    /// `resources/read`, `resources/subscribe` or `resources/unsubscribe`, `ref.uri` of
+    /// `completion/complete`, or URI in a listen stream's `resourceSubscriptions` is refused
+    /// with -32602.
+    pub max_uri_len: usize,
+    /// The most 2026-07-28 requests the HTTP app (`http_service`, `serve_http`) handles at once,
+    /// over all clients, open `subscriptions/listen` streams included (default 1024): each has a
+    /// task of its own until it is answered. A request beyond is answered at once with the
+    /// JSON-RPC error -32000 (`data.reason` `"rate_limited"`), as [`Limits`](crate::Limits)
+    /// refuse; a notification beyond is dropped.
+    pub max_modern_requests: usize,
 }
 
 impl Default for Settings {
@@ -42,6 +54,8 @@ impl Default for Settings {
             page_size: 100,
             limits: crate::limits::Limits::default(),
             list_cache: None,
+            max_uri_len: 8 * 1024,
+            max_modern_requests: 1024,
         }
     }
 }
@@ -61,9 +75,36 @@ pub struct ServerBuilder {
     declare_prompts: bool,
     declare_resources: bool,
     state_key: Option<modelctx_session::state::StateKey>,
+    subscribe_hook: Option<crate::resource::SubscribeHook>,
 }
 
 impl ServerBuilder {
+    /// Decides which resources a connection may hear of changes to (default: any resource,
+    /// for every connection). `check` gets the URI and the connection's principal; when it
+    /// says no, a legacy `resources/subscribe` is refused with -32602, and no
+    /// `notifications/resources/updated` for that URI reaches the connection (a modern listen
+    /// stream's `resourceSubscriptions` are acknowledged, but the refused URIs' updates are
+    /// not sent on them). `check` runs on the connection's task: keep it quick.
+    ///
+    /// ```
+    /// use modelctx_server::{Server, Subscribe};
+    ///
+    /// let server = Server::builder("files", "1.0.0")
+    ///     .declare_resources()
+    ///     .on_subscribe(|s: &Subscribe<'_>| {
+    ///         s.uri.starts_with("file:///public/") || s.principal == Some("admin")
+    ///     })
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn on_subscribe<F>(mut self, check: F) -> Self
+    where
+        F: Fn(&crate::resource::Subscribe<'_>) -> bool + Send + Sync + 'static,
+    {
+        self.subscribe_hook = Some(crate::resource::SubscribeHook(Arc::new(check)));
+        self
+    }
+
     /// Instructions for the client's model (`instructions`).
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         self.instructions = Some(text.into());
@@ -155,12 +196,17 @@ impl ServerBuilder {
         }
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
         config.instructions = self.instructions;
+        config.limits.max_uri_len = self.settings.max_uri_len;
         let (changes, _) = broadcast::channel(64);
         let key = self.state_key.unwrap_or_else(random_key);
         Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
+                modern_requests: Arc::new(tokio::sync::Semaphore::new(
+                    self.settings.max_modern_requests,
+                )),
+                subscribe_hook: self.subscribe_hook,
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas: modelctx_types::schema::SchemaCache::new(
@@ -217,8 +263,13 @@ pub(crate) struct Shared {
     pub(crate) schemas: modelctx_types::schema::SchemaCache,
     /// Connections and handlers under way.
     pub(crate) load: LoadCounters,
-    /// Counts tool calls against the limits.
+    /// Counts requests against the limits.
     pub(crate) limiter: Arc<crate::limits::Limiter>,
+    /// Places for modern HTTP requests being handled (`Settings::max_modern_requests`).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) modern_requests: Arc<tokio::sync::Semaphore>,
+    /// Decides which resources a connection may hear of changes to.
+    pub(crate) subscribe_hook: Option<crate::resource::SubscribeHook>,
     /// Seals the `requestState` of modern round trips.
     pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
     pub(crate) settings: Settings,
@@ -334,6 +385,7 @@ impl Server {
             declare_prompts: false,
             declare_resources: false,
             state_key: None,
+            subscribe_hook: None,
         }
     }
 

@@ -233,26 +233,20 @@ async fn questions_have_the_keys_handlers_give_them_and_questions_asked_at_once_
     assert_eq!(keys, ["greeting", "roots-3", "user_name"], "{first}");
     assert_eq!(requests["user_name"]["method"], "elicitation/create");
     assert_eq!(requests["greeting"]["method"], "sampling/createMessage");
-    // Answered under those keys (and an extra one, ignored), the call completes.
+    // Answered under those keys, the call completes.
     let mut retry = params.clone();
     retry["inputResponses"] = json!({
         "user_name": {"action": "accept", "content": {"name": "Ada"}},
         "greeting": {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"},
         "roots-3": {"roots": [{"uri": "file:///a"}]},
-        "unasked": {"action": "cancel"},
     });
     retry["requestState"] = first["requestState"].clone();
-    let done = modern.request("tools/call", retry).await.unwrap();
+    let done = modern.request("tools/call", retry.clone()).await.unwrap();
     assert_eq!(text(&done), "Ada hi 1", "{done}");
-    // A client may answer a keyed question before it is asked (no state needed).
-    let mut early = params.clone();
-    early["inputResponses"] = json!({
-        "user_name": {"action": "accept", "content": {"name": "Bo"}},
-        "greeting": {"role": "assistant", "content": {"type": "text", "text": "yo"}, "model": "m"},
-        "roots-3": {"roots": []},
-    });
-    let done = modern.request("tools/call", early).await.unwrap();
-    assert_eq!(text(&done), "Bo yo 0", "{done}");
+    // An answer to a question that was not asked is refused (finding 14).
+    retry["inputResponses"]["unasked"] = json!({"action": "cancel"});
+    let refused = modern.request("tools/call", retry).await;
+    assert_eq!(code(&refused), -32602, "{refused:?}");
     // Legacy clients get the same questions as requests: keys never reach them.
     let mut legacy = Client::connect(&server, eras().pop().unwrap().1).await;
     let id = legacy.start("tools/call", params).await;
@@ -275,7 +269,10 @@ async fn two_questions_of_one_request_cannot_share_a_key() {
         .build();
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
     let mut params = json!({"name": "twice", "arguments": {}});
+    let first = modern.request("tools/call", params.clone()).await.unwrap();
+    assert_eq!(first["resultType"], "input_required", "{first}");
     params["inputResponses"] = json!({"k": {"action": "accept", "content": {}}});
+    params["requestState"] = first["requestState"].clone();
     let result = modern.request("tools/call", params).await.unwrap();
     assert_eq!(result["isError"], true);
     assert_eq!(
@@ -295,6 +292,12 @@ async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
         .tool(Tool::new("name", name))
         .build();
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let first = modern
+        .request("tools/call", json!({"name": "name", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let state = first["requestState"].clone();
     for wrong in [
         json!(12345),
         json!({"content": {"name": "Ada"}}),
@@ -303,17 +306,75 @@ async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
     ] {
         let mut params = json!({"name": "name", "arguments": {}});
         params["inputResponses"] = json!({ "user_name": wrong });
+        params["requestState"] = state.clone();
         let answer = modern.request("tools/call", params).await;
         assert_eq!(code(&answer), -32602, "{wrong}: {answer:?}");
     }
     // `inputResponses` is an object when present.
     let params = json!({"name": "name", "arguments": {}, "inputResponses": null});
     assert_eq!(code(&modern.request("tools/call", params).await), -32602);
-    // A key no question has is not looked at.
+    // A key no question has is refused.
     let mut params = json!({"name": "name", "arguments": {}});
     params["inputResponses"] = json!({"other": 1});
-    let result = modern.request("tools/call", params).await.unwrap();
-    assert_eq!(result["resultType"], "input_required");
+    params["requestState"] = state;
+    let refused = modern.request("tools/call", params).await;
+    assert_eq!(code(&refused), -32602, "{refused:?}");
+}
+
+/// Asks for a confirmation, then does what is confirmed (the demo's `confirm`).
+async fn confirm(context: Context, _: NoArgs) -> Result<String, InputError> {
+    let schema = json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}});
+    let answer = context.elicit("Really?", schema).await?;
+    Ok(if answer["content"]["confirm"] == true {
+        "done".into()
+    } else {
+        "not done".into()
+    })
+}
+
+#[tokio::test]
+async fn finding_14_input_responses_without_request_state_are_refused() {
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("confirm", confirm))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let mut params = json!({"name": "confirm", "arguments": {}});
+    params["inputResponses"] =
+        json!({"elicit-1": {"action": "accept", "content": {"confirm": true}}});
+    let refused = modern.request("tools/call", params).await;
+    assert_eq!(
+        code(&refused),
+        -32602,
+        "not done without a round trip: {refused:?}"
+    );
+    // An empty object is no answer: the question is asked.
+    let params = json!({"name": "confirm", "arguments": {}, "inputResponses": {}});
+    let first = modern.request("tools/call", params).await.unwrap();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+}
+
+#[tokio::test]
+async fn finding_14_input_responses_cannot_replace_a_sealed_answer() {
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("ask", ask_twice))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
+    let eve = json!({"action": "accept", "content": {"name": "Eve"}});
+    let mut params = json!({"name": "ask", "arguments": {}});
+    let first = modern.request("tools/call", params.clone()).await.unwrap();
+    params["inputResponses"] = json!({"elicit-1": ada});
+    params["requestState"] = first["requestState"].clone();
+    let second = modern.request("tools/call", params.clone()).await.unwrap();
+    assert_eq!(second["resultType"], "input_required", "{second}");
+    // The second round's state holds Ada's answer: the retry cannot change it.
+    params["inputResponses"] = json!({"elicit-1": eve, "elicit-2": eve});
+    params["requestState"] = second["requestState"].clone();
+    let refused = modern.request("tools/call", params.clone()).await;
+    assert_eq!(code(&refused), -32602, "{refused:?}");
+    params["inputResponses"] = json!({"elicit-2": eve});
+    let done = modern.request("tools/call", params).await.unwrap();
+    assert_eq!(text(&done), "Ada then Eve", "{done}");
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use modelctx_server::{
     CacheHint, Context, ReadRequest, Resource, ResourceContents, ResourceError, ResourceTemplate,
-    Server,
+    Server, Settings, Subscribe,
 };
 use modelctx_session::{Era, Event, ProtocolVersion};
 use serde_json::json;
@@ -206,4 +206,190 @@ async fn subscribers_hear_of_changes_in_both_eras() {
             events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/resources/list_changed"))
         })
         .await;
+}
+
+/// The error message of a failed request.
+fn message_of(answer: &Result<serde_json::Value, modelctx_session::RequestError>) -> String {
+    match answer {
+        Err(modelctx_session::RequestError::Remote(e)) => e.message.clone(),
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn finding_15_resource_uris_are_length_capped_in_every_method() {
+    let server = server();
+    let long = format!("file:///{}", "a".repeat(8 * 1024));
+    let at_cap = format!("file:///{}", "a".repeat(8 * 1024 - "file:///".len()));
+    for (name, config) in [eras().remove(0), eras().remove(4)] {
+        let mut client = Client::connect(&server, config).await;
+        let modern = client.version().era() == Era::Modern;
+        let read = client
+            .request("resources/read", json!({ "uri": long }))
+            .await;
+        assert_eq!(code(&read), -32602, "{name}");
+        assert!(
+            message_of(&read).contains("at most 8192"),
+            "{name}: {read:?}"
+        );
+        let complete = client
+            .request(
+                "completion/complete",
+                json!({"ref": {"type": "ref/resource", "uri": long},
+                    "argument": {"name": "owner", "value": "m"}}),
+            )
+            .await;
+        assert_eq!(code(&complete), -32602, "{name}");
+        assert!(message_of(&complete).contains("at most 8192"), "{name}");
+        // At the cap, a URI is looked at (and is not a resource here).
+        let read = client
+            .request("resources/read", json!({ "uri": at_cap }))
+            .await;
+        assert!(!message_of(&read).contains("at most"), "{name}: {read:?}");
+        if modern {
+            let listen = client
+                .request(
+                    "subscriptions/listen",
+                    json!({"notifications": {"resourceSubscriptions": [long]}}),
+                )
+                .await;
+            assert_eq!(code(&listen), -32602, "{name}");
+        } else {
+            for method in ["resources/subscribe", "resources/unsubscribe"] {
+                let answer = client.request(method, json!({ "uri": long })).await;
+                assert_eq!(code(&answer), -32602, "{name} {method}");
+                assert!(message_of(&answer).contains("at most 8192"), "{name}");
+            }
+            client
+                .request("resources/subscribe", json!({ "uri": at_cap }))
+                .await
+                .unwrap();
+        }
+    }
+    // The cap is a setting.
+    let mut settings = Settings::default();
+    settings.max_uri_len = 16;
+    let small = Server::builder("small", "1")
+        .settings(settings)
+        .resource(Resource::new("file:///readme.md", "readme", readme))
+        .build();
+    let mut client = Client::connect(&small, eras().remove(4).1).await;
+    let read = client
+        .request("resources/read", json!({"uri": "file:///readme.md"}))
+        .await;
+    assert!(message_of(&read).contains("at most 16"), "{read:?}");
+}
+
+#[tokio::test]
+async fn finding_15_on_subscribe_decides_which_resources_a_connection_hears_of() {
+    let server = Server::builder("resources", "1")
+        .resource(Resource::new("file:///readme.md", "readme", readme))
+        .resource(Resource::new("file:///logo.png", "logo", logo))
+        .on_subscribe(|s: &Subscribe<'_>| s.uri != "file:///logo.png" && s.principal.is_none())
+        .build();
+    let mut legacy = Client::connect(&server, eras().remove(4).1).await;
+    let refused = legacy
+        .request("resources/subscribe", json!({"uri": "file:///logo.png"}))
+        .await;
+    assert_eq!(code(&refused), -32602);
+    legacy
+        .request("resources/subscribe", json!({"uri": "file:///readme.md"}))
+        .await
+        .unwrap();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    modern
+        .start(
+            "subscriptions/listen",
+            json!({"notifications": {"resourceSubscriptions":
+                ["file:///logo.png", "file:///readme.md"]}}),
+        )
+        .await;
+    modern
+        .until("acknowledged", |events| {
+            events.iter().any(|e| matches!(e, Event::Notification(n) if n.method == "notifications/subscriptions/acknowledged"))
+        })
+        .await;
+    // Changes are announced in order: the refused one first, then the allowed one.
+    server.notify_resource_updated("file:///logo.png");
+    server.notify_resource_updated("file:///readme.md");
+    modern
+        .until("readme updated", |e| updated(e, "file:///readme.md"))
+        .await;
+    legacy
+        .until("readme updated", |e| updated(e, "file:///readme.md"))
+        .await;
+    assert!(!updated(&modern.events, "file:///logo.png"));
+    assert!(!updated(&legacy.events, "file:///logo.png"));
+}
+
+/// Finding 25: a `resources/read` flood trips the limits (-32000), which count every request a
+/// handler answers (tool calls and reads share the count), unless `Limits::methods` says
+/// otherwise.
+#[tokio::test]
+async fn finding_25_a_resources_read_flood_trips_the_limits() {
+    use std::sync::Arc;
+    use tokio::sync::Semaphore;
+    let gate = Arc::new(Semaphore::new(0));
+    let held = gate.clone();
+    let slow = move |_: Context, request: ReadRequest| {
+        let held = held.clone();
+        async move {
+            let _ = held.acquire().await.map(|p| p.forget());
+            ResourceContents::text(request.uri, "slow")
+        }
+    };
+    let build = |methods: Option<&'static [&'static str]>| {
+        let mut settings = Settings::default();
+        settings.limits.concurrent = Some(1);
+        if let Some(methods) = methods {
+            settings.limits.methods = methods;
+        }
+        Server::builder("limits", "1")
+            .settings(settings)
+            .resource(Resource::new("file:///slow", "slow", slow.clone()))
+            .resource(Resource::new("file:///readme.md", "readme", readme))
+            .build()
+    };
+    let server = build(None);
+    for (name, config) in [eras().remove(0), eras().remove(4)] {
+        let mut client = Client::connect(&server, config).await;
+        // Requests are taken in order: the first read holds the only place.
+        let first = client
+            .start("resources/read", json!({"uri": "file:///slow"}))
+            .await;
+        let flood = client
+            .request("resources/read", json!({"uri": "file:///readme.md"}))
+            .await;
+        assert_eq!(code(&flood), -32000, "{name}: {flood:?}");
+        match &flood {
+            Err(modelctx_session::RequestError::Remote(e)) => {
+                let data: serde_json::Value = e.data_as().unwrap().unwrap();
+                assert_eq!(data["reason"], "rate_limited", "{name}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Lists are answered by the server itself and are not counted.
+        client.request("resources/list", json!({})).await.unwrap();
+        gate.add_permits(1);
+        let result = client.answer(&first).await.unwrap();
+        assert_eq!(result["contents"][0]["text"], "slow", "{name}");
+        // The place is given back when the read ends.
+        let read = client
+            .request("resources/read", json!({"uri": "file:///readme.md"}))
+            .await
+            .unwrap();
+        assert_eq!(read["contents"][0]["text"], "# Hello", "{name}");
+    }
+    // Limits that name only tool calls leave reads alone.
+    let server = build(Some(&["tools/call"]));
+    let mut client = Client::connect(&server, eras().remove(4).1).await;
+    let first = client
+        .start("resources/read", json!({"uri": "file:///slow"}))
+        .await;
+    client
+        .request("resources/read", json!({"uri": "file:///readme.md"}))
+        .await
+        .unwrap();
+    gate.add_permits(1);
+    client.answer(&first).await.unwrap();
 }

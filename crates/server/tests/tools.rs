@@ -552,3 +552,219 @@ async fn schemas_name_their_dialect_only_when_asked_and_unusable_ones_are_refuse
             .is_err()
     );
 }
+
+/// One message from JSON.
+fn message(value: Value) -> modelctx_types::Message {
+    match modelctx_types::decode(value.to_string().as_bytes()).unwrap() {
+        modelctx_types::Incoming::Single(message) => message,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The frames a raw in-memory connection receives until the response to `id`, which is
+/// returned with the responses to other ids that came before it.
+async fn until_response(conn: &mut modelctx_server::InMemory, id: i64) -> (Value, Vec<Value>) {
+    within("a response", async {
+        let mut others = Vec::new();
+        loop {
+            let frame = match conn.recv().await.expect("the connection is open") {
+                modelctx_server::Frame::Single(m) => serde_json::to_value(&m).unwrap(),
+                other => panic!("{other:?}"),
+            };
+            if frame.get("method").is_some() {
+                continue;
+            }
+            if frame["id"] == id {
+                return (frame, others);
+            }
+            others.push(frame);
+        }
+    })
+    .await
+}
+
+/// Finding 12, the audit's reproduction on one connection (in memory, legacy): `slow` is
+/// cancelled but runs on; a new request reuses id 1; `slow` finishes first. Its answer is
+/// dropped, the new request gets its own answer, and a new request with a reused id can still
+/// be cancelled. The runtime is single-threaded: when `slow` has returned, its answer is queued
+/// for the connection (it is sent in the same poll), so the ping that follows is answered after
+/// the stale answer was dealt with.
+#[tokio::test]
+async fn finding_12_a_cancelled_handler_never_answers_a_request_that_reused_its_id() {
+    use tokio::sync::oneshot;
+    type Gates = Arc<std::sync::Mutex<Vec<oneshot::Receiver<()>>>>;
+    let slow_gates: Gates = Arc::default();
+    let wait_gates: Gates = Arc::default();
+    let (returned_tx, mut returned) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let gates = slow_gates.clone();
+    // Ignores its cancellation: it answers when its gate opens.
+    let slow = move |_: NoArgs| {
+        let gate = gates.lock().unwrap().pop().expect("a gate");
+        let returned = returned_tx.clone();
+        async move {
+            let _ = gate.await;
+            let _ = returned.send(());
+            "stale"
+        }
+    };
+    let gates = wait_gates.clone();
+    let wait = move |context: Context, _: NoArgs| {
+        let gate = gates.lock().unwrap().pop().expect("a gate");
+        let cancelled = cancelled_tx.clone();
+        async move {
+            tokio::select! {
+                () = context.cancelled().cancelled() => {
+                    let _ = cancelled.send(());
+                    "cancelled"
+                }
+                _ = gate => "fresh",
+            }
+        }
+    };
+    let server = Server::builder("reuse", "1")
+        .tool(Tool::new("slow", slow))
+        .tool(Tool::new("wait", wait))
+        .build();
+    let mut conn = server.in_memory();
+    let call = |id: i64, name: &str| {
+        message(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}}))
+    };
+    let cancel = |id: i64| {
+        message(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id}}),
+        )
+    };
+    let ping = |id: i64| message(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}));
+    conn.send(message(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "c", "version": "1"}}}),
+    ))
+    .await;
+    until_response(&mut conn, 0).await;
+    conn.send(message(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ))
+    .await;
+
+    for round in 0..2 {
+        let (open_slow, gate) = oneshot::channel();
+        slow_gates.lock().unwrap().push(gate);
+        let (open_wait, gate) = oneshot::channel();
+        wait_gates.lock().unwrap().push(gate);
+        conn.send(call(1, "slow")).await;
+        conn.send(cancel(1)).await;
+        conn.send(call(1, "wait")).await;
+        // Both handlers run (the ping is answered after both started).
+        conn.send(ping(2)).await;
+        let (_, early) = until_response(&mut conn, 2).await;
+        assert!(early.is_empty(), "{early:?}");
+        // The cancelled handler finishes while the new id 1 is in flight.
+        open_slow.send(()).unwrap();
+        within("slow returns", returned.recv()).await.unwrap();
+        conn.send(ping(3)).await;
+        let (_, before) = until_response(&mut conn, 3).await;
+        assert!(before.is_empty(), "the stale answer was sent: {before:?}");
+        if round == 0 {
+            // The new request gets its own answer.
+            open_wait.send(()).unwrap();
+            let (answer, _) = until_response(&mut conn, 1).await;
+            assert_eq!(text(&answer["result"]), "fresh", "{answer}");
+        } else {
+            // The new request can still be cancelled, and is then not answered.
+            conn.send(cancel(1)).await;
+            within("wait is cancelled", cancelled.recv()).await.unwrap();
+            conn.send(ping(4)).await;
+            let (_, before) = until_response(&mut conn, 4).await;
+            assert!(
+                before.is_empty(),
+                "a cancelled request was answered: {before:?}"
+            );
+            drop(open_wait);
+        }
+    }
+    drop(conn);
+    within("handlers end", async {
+        while server.load().handlers > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// Finding 25: the HTTP app handles at most `Settings::max_modern_requests` 2026-07-28 requests
+/// at once; one beyond is refused at once with -32000 (`rate_limited`), and places are given
+/// back when requests end.
+#[tokio::test]
+async fn finding_25_modern_http_requests_are_capped() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let hold = move |_: NoArgs| {
+        let held = held.clone();
+        async move {
+            let _ = held.acquire().await.map(|p| p.forget());
+            "done"
+        }
+    };
+    let mut settings = Settings::default();
+    settings.max_modern_requests = 1;
+    let server = Server::builder("cap", "1")
+        .settings(settings)
+        .tool(Tool::new("hold", hold))
+        .tool(Tool::new("echo", echo))
+        .build();
+    let running = server
+        .serve_http(
+            ([127, 0, 0, 1], 0).into(),
+            modelctx_http::server::ServerConfig::default(),
+        )
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", running.local_addr());
+    let client = within(
+        "connect",
+        modelctx_client::Client::builder("t", "1")
+            .era(modelctx_client::EraChoice::Modern)
+            .connect_http(&url),
+    )
+    .await
+    .unwrap();
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_tool("hold", json!({})).await }
+    });
+    within("the first call runs", async {
+        while server.load().handlers == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let refused = client.call_tool("echo", json!({"text": "x"})).await;
+    match &refused {
+        Err(modelctx_client::Error::Remote(e)) => {
+            assert_eq!(e.code.0, -32000, "{e:?}");
+            let data: Value = e.data_as().unwrap().unwrap();
+            assert_eq!(data["reason"], "rate_limited");
+        }
+        other => panic!("expected -32000, got {other:?}"),
+    }
+    gate.add_permits(1);
+    let result = within("the first call", first).await.unwrap().unwrap();
+    assert_eq!(result.text(), "done");
+    // The place is given back when the request's task ends (just after its answer is sent).
+    within("a place again", async {
+        loop {
+            match client.call_tool("echo", json!({"text": "again"})).await {
+                Ok(result) => break assert_eq!(result.text(), "again"),
+                Err(modelctx_client::Error::Remote(e)) if e.code.0 == -32000 => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await;
+}

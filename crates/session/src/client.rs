@@ -516,7 +516,7 @@ impl ClientSession {
         if let Err(error) = self.core.check_incoming(&id, probe.progress_token.as_ref()) {
             return self.core.reply_error(Some(id), batch, error);
         }
-        self.core.add_incoming(
+        let generation = self.core.add_incoming(
             id.clone(),
             InFlight::new(&method, probe.progress_token.clone(), batch),
         );
@@ -530,6 +530,7 @@ impl ClientSession {
             version,
             progress_token: probe.progress_token,
             meta: None,
+            generation,
         }));
     }
 
@@ -695,7 +696,7 @@ impl ClientSession {
             ));
         }
         self.core
-            .finish_incoming(id, |_| {
+            .finish_incoming(id, None, |_| {
                 Ok(modelctx_types::Response {
                     id: id.clone(),
                     result,
@@ -718,7 +719,7 @@ impl ClientSession {
             )));
         }
         self.core
-            .finish_incoming(id, |_| {
+            .finish_incoming(id, None, |_| {
                 Ok(ErrorResponse::new(Some(id.clone()), error).into())
             })
             .map(drop)

@@ -24,6 +24,9 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// How long a cancelled request's late answer is ignored quietly. Default 60 s.
     pub cancelled_grace: Duration,
+    /// The longest resource URI a listen stream's `resourceSubscriptions` may name, in bytes;
+    /// a longer one is refused with -32602. Default 8192 (8 KiB).
+    pub max_uri_len: usize,
 }
 
 impl Default for Limits {
@@ -34,6 +37,7 @@ impl Default for Limits {
             max_cancelled: 1024,
             max_subscriptions: 64,
             cancelled_grace: Duration::from_secs(60),
+            max_uri_len: 8 * 1024,
         }
     }
 }

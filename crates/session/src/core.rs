@@ -44,6 +44,10 @@ pub(crate) struct InFlight {
     pub(crate) meta: Option<RequestMeta>,
     /// An open `subscriptions/listen` stream.
     pub(crate) listen: bool,
+    /// Which start of a request with this id it is (see [`IncomingRequest::generation`]).
+    ///
+    /// [`IncomingRequest::generation`]: crate::IncomingRequest::generation
+    pub(crate) generation: u64,
 }
 
 impl InFlight {
@@ -55,6 +59,7 @@ impl InFlight {
             batch,
             meta: None,
             listen: false,
+            generation: 0,
         }
     }
 
@@ -164,6 +169,8 @@ pub(crate) struct Core {
     incoming_tokens: HashSet<ProgressToken>,
     batches: HashMap<u64, Batch>,
     next_batch: u64,
+    /// The generation the next request of the peer gets.
+    next_generation: u64,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
 }
@@ -242,6 +249,7 @@ impl Core {
             incoming_tokens: HashSet::new(),
             batches: HashMap::new(),
             next_batch: 0,
+            next_generation: 0,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -575,12 +583,18 @@ impl Core {
         Ok(())
     }
 
-    /// Takes on a request checked with [`Core::check_incoming`].
-    pub(crate) fn add_incoming(&mut self, id: RequestId, entry: InFlight) {
+    /// Takes on a request checked with [`Core::check_incoming`]; returns its generation, a
+    /// number no other request of this session gets, so that the answer of an earlier request
+    /// that had the same id (cancelled, its handler still running) is told apart.
+    pub(crate) fn add_incoming(&mut self, id: RequestId, mut entry: InFlight) -> u64 {
         if let Some(token) = &entry.token {
             self.incoming_tokens.insert(token.clone());
         }
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1);
+        entry.generation = generation;
         self.incoming.insert(id, entry);
+        generation
     }
 
     /// Forgets a request from the peer; it will not be answered by the session.
@@ -625,15 +639,19 @@ impl Core {
         self.reply(Some(id), batch, response.into());
     }
 
-    /// Answers a request in flight with a result or error; `Err` when it is not in flight.
+    /// Answers a request in flight with a result or error; `Err` when it is not in flight, or
+    /// when `generation` is given and the request in flight under `id` is another start of that
+    /// id (the answer is stale: the request it was for was cancelled, and the id reused).
     pub(crate) fn finish_incoming(
         &mut self,
         id: &RequestId,
+        generation: Option<u64>,
         message: impl FnOnce(&InFlight) -> Result<Message, SessionError>,
     ) -> Result<InFlight, SessionError> {
         let entry = self
             .incoming
             .get(id)
+            .filter(|e| generation.is_none_or(|g| e.generation == g))
             .ok_or_else(|| SessionError::NotInFlight(id.clone()))?;
         let message = message(entry)?;
         let entry = self.incoming.remove(id).expect("present");

@@ -128,6 +128,14 @@ pub struct IncomingRequest {
     /// For a modern request, its validated `_meta`; `None` on legacy sessions (the peer's
     /// capabilities are then the session's [`PeerInfo::capabilities`]).
     pub meta: Option<RequestMeta>,
+    /// Which start of a request this is: a number no other request of the session gets, even
+    /// one that reuses this id after this one was cancelled. Answer with
+    /// [`ServerSession::respond_to`] and [`ServerSession::respond_error_to`] to have a stale
+    /// answer refused.
+    ///
+    /// [`ServerSession::respond_to`]: crate::ServerSession::respond_to
+    /// [`ServerSession::respond_error_to`]: crate::ServerSession::respond_error_to
+    pub generation: u64,
 }
 
 impl IncomingRequest {

@@ -361,7 +361,7 @@ impl ServerSession {
         }
         let mut entry = InFlight::new(&method, probe.progress_token.clone(), batch);
         entry.meta = request_meta.clone();
-        self.core.add_incoming(id.clone(), entry);
+        let generation = self.core.add_incoming(id.clone(), entry);
         if let Some(batch) = batch {
             self.core.batch_expect(batch);
         }
@@ -372,6 +372,7 @@ impl ServerSession {
             version,
             progress_token: probe.progress_token,
             meta: request_meta,
+            generation,
         }));
     }
 
@@ -549,6 +550,21 @@ impl ServerSession {
                     )),
                 );
             }
+            let max = self.config.limits.max_uri_len;
+            if let Some(long) = uris
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|u| u.len() > max)
+            {
+                return self.core.reply_error(
+                    Some(id),
+                    batch,
+                    meta::invalid_params(format!(
+                        "a URI in `resourceSubscriptions` is {} bytes long; at most {max}",
+                        long.len()
+                    )),
+                );
+            }
             subscription.uris = uris
                 .iter()
                 .filter_map(Value::as_str)
@@ -635,7 +651,35 @@ impl ServerSession {
     /// when absent; an `input_required` result is allowed only on `tools/call`, `prompts/get` and
     /// `resources/read`, must carry `inputRequests` or `requestState`, and may only ask for input
     /// the request's client capabilities declare.
+    ///
+    /// This answers whichever request is in flight under `id`; a layer whose handlers can
+    /// outlive their request's cancellation answers with [`respond_to`](Self::respond_to), so
+    /// that a late answer never goes to a newer request that reused the id.
     pub fn respond(&mut self, id: &RequestId, result: Box<RawValue>) -> Result<(), SessionError> {
+        self.respond_generation(id, None, result)
+    }
+
+    /// Answers the start of the peer's request `id` whose [`IncomingRequest::generation`] is
+    /// `generation`, as [`respond`](Self::respond) does; `Err(NotInFlight)`, and nothing sent,
+    /// when that request is no longer in flight, even if a newer request reused its id. A layer
+    /// whose handlers may finish after their request was cancelled answers through this (or
+    /// [`respond_error_to`](Self::respond_error_to)), so that a cancelled request's late answer
+    /// never becomes the answer to the next request with the same id.
+    pub fn respond_to(
+        &mut self,
+        id: &RequestId,
+        generation: u64,
+        result: Box<RawValue>,
+    ) -> Result<(), SessionError> {
+        self.respond_generation(id, Some(generation), result)
+    }
+
+    fn respond_generation(
+        &mut self,
+        id: &RequestId,
+        generation: Option<u64>,
+        result: Box<RawValue>,
+    ) -> Result<(), SessionError> {
         if self.is_closed() {
             return Err(SessionError::Closed);
         }
@@ -650,7 +694,7 @@ impl ServerSession {
             ));
         }
         self.core
-            .finish_incoming(id, |entry| {
+            .finish_incoming(id, generation, |entry| {
                 let result = match &entry.meta {
                     Some(request_meta) => modern_result(&entry.method, request_meta, result)?,
                     None => result,
@@ -670,6 +714,27 @@ impl ServerSession {
         id: &RequestId,
         error: ErrorObject,
     ) -> Result<(), SessionError> {
+        self.respond_error_generation(id, None, error)
+    }
+
+    /// Answers the start of the peer's request `id` whose [`IncomingRequest::generation`] is
+    /// `generation` with an error, as [`respond_error`](Self::respond_error) does; a stale
+    /// answer is refused as in [`respond_to`](Self::respond_to).
+    pub fn respond_error_to(
+        &mut self,
+        id: &RequestId,
+        generation: u64,
+        error: ErrorObject,
+    ) -> Result<(), SessionError> {
+        self.respond_error_generation(id, Some(generation), error)
+    }
+
+    fn respond_error_generation(
+        &mut self,
+        id: &RequestId,
+        generation: Option<u64>,
+        error: ErrorObject,
+    ) -> Result<(), SessionError> {
         if self.is_closed() {
             return Err(SessionError::Closed);
         }
@@ -679,7 +744,7 @@ impl ServerSession {
                 error.code.0
             )));
         }
-        self.core.finish_incoming(id, |entry| {
+        self.core.finish_incoming(id, generation, |entry| {
             if entry.meta.is_some()
                 && matches!(
                     error.code,
@@ -927,7 +992,7 @@ impl ServerSession {
         let result =
             serde_json::json!({ "resultType": "complete", "_meta": { meta::SUBSCRIPTION_ID: id } });
         self.core
-            .finish_incoming(id, |_| {
+            .finish_incoming(id, None, |_| {
                 Ok(Response::new(id.clone(), &result)
                     .expect("an object")
                     .into())

@@ -757,3 +757,119 @@ fn a_queued_server_request_that_times_out_never_reaches_the_wire() {
     assert!(drain(&mut s).is_empty(), "nor is it sent later");
     assert!(s.table_sizes().is_empty());
 }
+
+/// Finding 12: a request cancelled while its handler runs, and a new request with the same id:
+/// the old handler's late answer (through `respond_to` with its generation) is refused and
+/// sent nowhere; the new request gets its own answer, and can still be cancelled.
+#[test]
+fn finding_12_a_stale_answer_never_answers_a_reused_id() {
+    let mut s = initialized_server("2025-06-18", json!({}));
+    let now = std::time::Instant::now();
+    let call = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": text}}})
+    };
+    let take = |s: &mut modelctx_session::ServerSession| {
+        server_events(s)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Request(r) => Some(r),
+                _ => None,
+            })
+            .expect("a request")
+    };
+    s.handle_bytes(now, call("slow").to_string().as_bytes());
+    let old = take(&mut s);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1}});
+    s.handle_bytes(now, cancel.to_string().as_bytes());
+    assert!(
+        server_events(&mut s)
+            .iter()
+            .any(|e| matches!(e, Event::Cancelled { .. }))
+    );
+    // The id is free again: a new request takes it, with another generation.
+    s.handle_bytes(now, call("B").to_string().as_bytes());
+    let new = take(&mut s);
+    assert_eq!(new.id, old.id);
+    assert_ne!(new.generation, old.generation);
+    // The cancelled handler finishes late: its answer is refused, nothing is written.
+    assert!(matches!(
+        s.respond_to(
+            &old.id,
+            old.generation,
+            raw(json!({"content": [], "old": true}))
+        ),
+        Err(SessionError::NotInFlight(_))
+    ));
+    assert!(matches!(
+        s.respond_error_to(
+            &old.id,
+            old.generation,
+            ErrorObject::new(ErrorCode::INTERNAL_ERROR, "old")
+        ),
+        Err(SessionError::NotInFlight(_))
+    ));
+    assert!(drain(&mut s).is_empty(), "the stale answer went nowhere");
+    assert_eq!(
+        s.table_sizes().incoming,
+        1,
+        "the new request is still in flight"
+    );
+    // The new request can still be cancelled, and then answered by nobody.
+    s.handle_bytes(now, cancel.to_string().as_bytes());
+    assert!(
+        server_events(&mut s)
+            .iter()
+            .any(|e| matches!(e, Event::Cancelled { .. }))
+    );
+    assert_eq!(s.table_sizes().incoming, 0);
+    // A third start of id 1 is answered with its own generation.
+    s.handle_bytes(now, call("C").to_string().as_bytes());
+    let third = take(&mut s);
+    assert!(
+        s.respond_to(&old.id, new.generation, raw(json!({"content": []})))
+            .is_err()
+    );
+    s.respond_to(
+        &third.id,
+        third.generation,
+        raw(json!({"content": [], "third": true})),
+    )
+    .unwrap();
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["id"], 1);
+    assert_eq!(out[0]["result"]["third"], true);
+    assert_eq!(s.table_sizes().incoming, 0);
+}
+
+/// A listen stream's `resourceSubscriptions` URIs are capped in length (finding 15).
+#[test]
+fn finding_15_listen_uris_are_length_capped() {
+    let mut s = server();
+    let now = std::time::Instant::now();
+    let listen = |id: i64, uri: String| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": {
+            "_meta": modern_meta(json!({})),
+            "notifications": {"resourceSubscriptions": [uri]}}})
+    };
+    s.handle_bytes(
+        now,
+        listen(1, "x".repeat(8 * 1024 + 1)).to_string().as_bytes(),
+    );
+    let out = drain(&mut s);
+    assert_eq!(out[0]["error"]["code"], -32602, "{out:?}");
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 8192"),
+        "{out:?}"
+    );
+    assert_eq!(s.table_sizes().incoming, 0);
+    s.handle_bytes(now, listen(2, "x".repeat(8 * 1024)).to_string().as_bytes());
+    let out = drain(&mut s);
+    assert!(out.iter().all(|m| m.get("error").is_none()), "{out:?}");
+    assert_eq!(s.table_sizes().incoming, 1);
+}
