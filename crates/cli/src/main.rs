@@ -64,9 +64,20 @@ pub(crate) struct Target {
     /// An HTTP header for every request, `Name: value` (repeatable; with --url).
     #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
     pub(crate) headers: Vec<String>,
-    /// A bearer token, sent as `Authorization: Bearer TOKEN` (with --url).
-    #[arg(long, value_name = "TOKEN", requires = "url")]
+    /// A bearer token, sent as `Authorization: Bearer TOKEN` (with --url). Visible to other
+    /// users in the process list: prefer --bearer-file or the MCX_BEARER environment variable.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        requires = "url",
+        conflicts_with = "bearer_file"
+    )]
     pub(crate) bearer: Option<String>,
+    /// Read the bearer token from this file (its trailing newline removed; with --url). Without
+    /// --bearer or --bearer-file, the token is taken from the MCX_BEARER environment variable
+    /// when it is set.
+    #[arg(long, value_name = "PATH", requires = "url")]
+    pub(crate) bearer_file: Option<std::path::PathBuf>,
     /// Seconds to wait for each answer (default 60; 0 waits forever).
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
@@ -241,9 +252,10 @@ async fn main() -> ExitCode {
     commands::run(cli.target, command, cli.json).await
 }
 
-/// Prints `mcx: message` on stderr; the exit status for a failure.
+/// Prints `mcx: message` on stderr (escaped on a terminal: errors quote the server); the exit
+/// status for a failure.
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("mcx: {message}");
+    eprintln!("mcx: {}", output::for_stderr(&message.to_string()));
     ExitCode::FAILURE
 }
 

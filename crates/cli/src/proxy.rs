@@ -65,6 +65,8 @@ fn note(text: std::fmt::Arguments<'_>) {
 fn warn(text: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
     let line = format!("mcx proxy: {text}\n");
+    // The children's messages are quoted in some: escaped on a terminal.
+    let line = crate::output::for_stderr(&line);
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
