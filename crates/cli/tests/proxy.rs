@@ -612,8 +612,9 @@ fn raw_modern_call(url: &str, name: &str, arguments: Value, wait: Duration) -> (
             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
         },
     }});
-    let headers =
-        format!("MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {name}\r\n");
+    let headers = format!(
+        "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {name}\r\n"
+    );
     raw_post_with(url, &headers, &body.to_string(), wait)
 }
 
@@ -722,7 +723,10 @@ async fn finding_4_log_messages_of_one_client_never_reach_another() {
             })
             .connect_http(&proxy.url)
     };
-    let (logs_a, logs_b) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let (logs_a, logs_b) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
     let a = connect(logs_a.clone()).await.expect("A connects");
     let b = connect(logs_b.clone()).await.expect("B connects");
     let call_a = a.call_tool("countdown", json!({"steps": 8, "delay_ms": 100}));
@@ -739,7 +743,9 @@ async fn finding_4_log_messages_of_one_client_never_reach_another() {
     assert_eq!(done_a.expect("A's call").text(), "liftoff after 8 steps");
     assert_eq!(done_b.expect("B's call").text(), "liftoff after 3 steps");
     let expected = |of: u32| -> Vec<Value> {
-        (1..=of).map(|step| json!({"step": step, "of": of})).collect()
+        (1..=of)
+            .map(|step| json!({"step": step, "of": of}))
+            .collect()
     };
     assert_eq!(*logs_a.lock().unwrap(), expected(8));
     assert_eq!(*logs_b.lock().unwrap(), expected(3));
