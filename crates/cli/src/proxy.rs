@@ -644,7 +644,7 @@ impl LegacyHandler for LegacyChild {
                 Some(format!(
                     "mcx proxy: {SESSION_REQUESTS} requests are in flight on this session"
                 ))
-            } else if self.link.tx.try_send(line).is_err() {
+            } else if !self.link.send_line(line, CHILD_QUEUE_BYTES) {
                 Some("mcx proxy: the server is gone or too far behind".to_owned())
             } else {
                 in_flight.extend(requests.iter().cloned());
