@@ -178,7 +178,7 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     // The shared child starts now, so that the tools' `Mcp-Param-*` headers are known before the
     // first call; if it cannot, the first modern request says why (and tries again).
     if let Err(e) = Modern::child(&modern) {
-        warn(format_args!("{e}"));
+        warn(format_args!("{}", e.trim_start_matches("mcx proxy: ")));
     }
     terminated().await;
     running.shutdown(Duration::from_secs(2)).await;
