@@ -112,13 +112,43 @@ async fn connect(target: &Target) -> Result<Client, String> {
             .map_err(|e| format!("cannot connect to `{line}`: {e}"));
     }
     if let Some(url) = &target.url {
-        let config = http_config(&target.headers, target.bearer.as_deref())?;
+        let bearer = bearer(target)?;
+        let config = http_config(&target.headers, bearer.as_deref())?;
         return builder
             .connect_http_with(url, config)
             .await
             .map_err(|e| format!("cannot connect to {url}: {e}"));
     }
     Err("no server: give --stdio \"<command line>\" or --url URL before the command".into())
+}
+
+/// The environment variable a bearer token is taken from.
+const BEARER_VARIABLE: &str = "MCX_BEARER";
+
+/// The bearer token: `--bearer`, else the contents of `--bearer-file` (without its trailing
+/// newline), else `MCX_BEARER` when set; none when all are absent.
+pub(crate) fn bearer(target: &Target) -> Result<Option<String>, String> {
+    if let Some(token) = &target.bearer {
+        return Ok(Some(token.clone()));
+    }
+    if let Some(path) = &target.bearer_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--bearer-file {}: {e}", path.display()))?;
+        let token = text.strip_suffix('\n').unwrap_or(&text);
+        let token = token.strip_suffix('\r').unwrap_or(token);
+        if token.is_empty() {
+            return Err(format!(
+                "--bearer-file {}: the file is empty",
+                path.display()
+            ));
+        }
+        return Ok(Some(token.to_owned()));
+    }
+    match std::env::var(BEARER_VARIABLE) {
+        Ok(token) if !token.is_empty() => Ok(Some(token)),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{BEARER_VARIABLE}: not UTF-8")),
+    }
 }
 
 /// The HTTP settings with the user's headers.
@@ -136,8 +166,9 @@ pub(crate) fn http_config(headers: &[String], bearer: Option<&str>) -> Result<Ht
         config.headers.append(name, value);
     }
     if let Some(token) = bearer {
+        // The error names neither the token nor the header value.
         let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|e| format!("--bearer: {e}"))?;
+            .map_err(|_| "the bearer token has characters a header cannot carry".to_owned())?;
         value.set_sensitive(true);
         config.headers.insert(http::header::AUTHORIZATION, value);
     }
@@ -273,7 +304,12 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                 let blocks = result["content"].as_array().cloned().unwrap_or_default();
                 let text: Vec<String> = blocks.iter().map(content).collect();
                 if failed {
-                    eprintln!("mcx: tool `{name}` failed: {}", text.join(" "));
+                    let text = text.join(" ");
+                    eprintln!(
+                        "mcx: tool `{}` failed: {}",
+                        crate::output::for_stderr(&name),
+                        crate::output::for_stderr(&text)
+                    );
                 } else if blocks.is_empty() {
                     print_json(&result["structuredContent"]);
                 } else {

@@ -8,11 +8,14 @@
 //! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
 //! `modelctx-http` (sessions, SSE, resumption, Origin checks). Each legacy (`initialize`) session
 //! gets a child process of its own, with the server's requests (sampling, elicitation, roots)
-//! bridged to the client; sessions are bounded (`--max-sessions`, 503 beyond) and end, with
-//! their child, on DELETE, after `--idle-timeout` seconds, or when the child exits. Modern
-//! (2026-07-28) requests share one child: each gets a proxy-assigned id (and progress token) on
-//! its stdin, a closed HTTP stream becomes `notifications/cancelled`, and listen notifications
-//! reach their listen stream by subscription id. `--verbose` says what it does on stderr.
+//! bridged to the client; sessions are bounded (`--max-sessions`, 503 beyond), so are their
+//! children (`--max-children`, 16, and `--spawn-rate`, 2 per second after a burst of 8: beyond,
+//! `initialize` is answered with an error), and they end, with their child, on DELETE, after
+//! `--idle-timeout` seconds, or when the child exits. Modern (2026-07-28) requests share one
+//! child: each gets a proxy-assigned id (and progress token) on its stdin, a closed HTTP stream
+//! becomes `notifications/cancelled`, listen notifications reach their listen stream by
+//! subscription id, and a child that keeps exiting is restarted with a growing delay.
+//! `--verbose` says what it does on stderr.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -64,9 +67,20 @@ pub(crate) struct Target {
     /// An HTTP header for every request, `Name: value` (repeatable; with --url).
     #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
     pub(crate) headers: Vec<String>,
-    /// A bearer token, sent as `Authorization: Bearer TOKEN` (with --url).
-    #[arg(long, value_name = "TOKEN", requires = "url")]
+    /// A bearer token, sent as `Authorization: Bearer TOKEN` (with --url). Visible to other
+    /// users in the process list: prefer --bearer-file or the MCX_BEARER environment variable.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        requires = "url",
+        conflicts_with = "bearer_file"
+    )]
     pub(crate) bearer: Option<String>,
+    /// Read the bearer token from this file (its trailing newline removed; with --url). Without
+    /// --bearer or --bearer-file, the token is taken from the MCX_BEARER environment variable
+    /// when it is set.
+    #[arg(long, value_name = "PATH", requires = "url")]
+    pub(crate) bearer_file: Option<std::path::PathBuf>,
     /// Seconds to wait for each answer (default 60; 0 waits forever).
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
@@ -123,6 +137,14 @@ struct ProxyArgs {
     /// The most modern requests in flight on the shared child at once.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_requests: usize,
+    /// The most legacy sessions' children running at once; beyond, `initialize` is answered
+    /// with an error (and the session ends).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    max_children: usize,
+    /// Legacy sessions' children started per second, after a burst of 8; beyond, `initialize`
+    /// is answered with an error saying when to try again.
+    #[arg(long, value_name = "PER_SECOND", default_value_t = 2.0)]
+    spawn_rate: f64,
     /// Say on stderr what the proxy does: children started and stopped, requests forwarded,
     /// cancelled and answered.
     #[arg(long, short)]
@@ -241,9 +263,10 @@ async fn main() -> ExitCode {
     commands::run(cli.target, command, cli.json).await
 }
 
-/// Prints `mcx: message` on stderr; the exit status for a failure.
+/// Prints `mcx: message` on stderr (escaped on a terminal: errors quote the server); the exit
+/// status for a failure.
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("mcx: {message}");
+    eprintln!("mcx: {}", output::for_stderr(&message.to_string()));
     ExitCode::FAILURE
 }
 
@@ -258,6 +281,8 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
         max_sessions: args.max_sessions,
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout.max(1)),
         max_requests: args.max_requests,
+        max_children: args.max_children,
+        spawn_rate: args.spawn_rate,
         verbose: args.verbose,
     })
     .await

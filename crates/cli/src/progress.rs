@@ -46,17 +46,17 @@ pub(crate) fn options() -> (CallOptions, Shown) {
                 }
             }
         } else {
-            eprintln!(
-                "progress {}",
-                describe(p.progress, p.total, p.message.as_deref())
-            );
+            let line = describe(p.progress, p.total, p.message.as_deref());
+            eprintln!("progress {}", crate::output::for_stderr(&line));
         }
     });
     (options, Shown(()))
 }
 
-/// Prints `line` on stderr above the bar, if one shows.
+/// Prints `line` on stderr above the bar, if one shows; escaped on a terminal (log data comes
+/// from the server: see [`crate::output::escape`]).
 pub(crate) fn eprint_line(line: &str) {
+    let line = crate::output::for_stderr(line);
     match BAR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         Some(bar) => bar.suspend(|| eprintln!("{line}")),
         None => eprintln!("{line}"),
@@ -98,7 +98,8 @@ fn update(bar: &ProgressBar, progress: f64, total: Option<f64>, message: Option<
             }
         }
     }
-    bar.set_message(describe(progress, total, message));
+    // The bar is drawn on a terminal only: the server's message is always escaped.
+    bar.set_message(crate::output::escape(&describe(progress, total, message)).into_owned());
 }
 
 #[cfg(test)]

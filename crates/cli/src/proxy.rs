@@ -10,18 +10,39 @@
 //!   belongs to, so the proxy relates it: progress by its token, list changes and resource
 //!   updates to the standalone stream, anything else (log messages, the server's own requests)
 //!   to the newest request in flight, else the standalone stream.
-//! * Modern (2026-07-28) requests share one child, started on the first request and again after
-//!   it exits. Each request gets a proxy-assigned id (and progress token) on the child's stdin,
-//!   mapped back on the way out; a closed HTTP stream becomes `notifications/cancelled`; listen
-//!   notifications go to their listen request's stream by subscription id (the listen request's
-//!   id), log messages to the newest request that asked for them.
+//!   The child must see `initialize`, the first message of its session, so starting it lazily
+//!   buys nothing: what bounds the processes a flood of `initialize` POSTs starts is a cap on
+//!   live children (`--max-children`, 16, well below `--max-sessions`, 64) and a token bucket
+//!   (8 at once, then `--spawn-rate`, 2 per second). Beyond either, `initialize` is answered
+//!   with a JSON-RPC error saying why (and when to try again), which ends the session.
+//! * Modern (2026-07-28) requests share one child, started with the proxy and again after it
+//!   exits; a child that ran less than 10 s is restarted only after a delay (100 ms, doubled at
+//!   each such exit in a row, at most 30 s), and requests fail at once meanwhile. Each request
+//!   gets a proxy-assigned id (and progress token) on the child's stdin, mapped back on the way
+//!   out; a closed HTTP stream becomes `notifications/cancelled`; listen notifications go to
+//!   their listen request's stream by subscription id (the listen request's id).
+//!
+//! Isolation on the shared child: the clients of modern requests share one server process, so
+//! they share whatever state it keeps (that is the server's to separate, as over HTTP); the
+//! proxy only makes sure that each message of the child reaches the client it is about. Answers
+//! and progress go by the proxy-assigned id and token. A log message goes to the request its
+//! `_meta` names under `dev.modelctx/relatedRequestId` (modelctx servers tag them); an untagged
+//! one goes to the one request in flight that asked for logs, when exactly one did, and is
+//! dropped otherwise (counted, with `--verbose`): never to a client it cannot be shown to be
+//! about. Server-to-client requests are refused (a 2026-07-28 server asks with
+//! `input_required` results).
+//!
+//! Memory: the queue to a child's stdin holds at most 16 MiB (and 1024 lines); its writer takes
+//! at most about 64 KiB before it flushes. A request that does not fit is answered with an
+//! error; a modern notification is passed on only while less than 8 MiB is queued, and dropped
+//! (counted) beyond.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use modelctx_http::headers::{ParamHeader, param_headers};
 use modelctx_http::server::{
@@ -38,6 +59,25 @@ use tokio_util::sync::CancellationToken;
 
 /// Lines waiting for a child's stdin.
 const CHILD_QUEUE: usize = 1024;
+/// Bytes of messages waiting for a child's stdin (queued, or taken by its writer and not yet
+/// written): 16 MiB. A message beyond is refused.
+const CHILD_QUEUE_BYTES: usize = 16 * 1024 * 1024;
+/// A modern notification is queued only while the queue holds less than this: the rest is
+/// kept for requests, which get an error when refused (a notification cannot).
+const NOTIFICATION_QUEUE_BYTES: usize = CHILD_QUEUE_BYTES / 2;
+/// The most bytes the writer takes from the queue before it flushes them to the child.
+const WRITE_CHUNK: usize = 64 * 1024;
+/// Legacy children started at once before the rate applies (the token bucket's size).
+const SPAWN_BURST: f64 = 8.0;
+/// The shared child's first restart delay after it exited early; doubled at each early exit.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// The longest restart delay.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A shared child that ran this long before it exited is restarted at once.
+const BACKOFF_RESET: Duration = Duration::from_secs(10);
+/// The `_meta` key of a modelctx server's log message naming the request it is about
+/// (`modelctx_session::RELATED_REQUEST_ID`).
+const RELATED_REQUEST_ID: &str = "dev.modelctx/relatedRequestId";
 /// Messages waiting for one modern request's HTTP stream.
 const STREAM_QUEUE: usize = 256;
 /// Requests in flight on one legacy session.
@@ -65,6 +105,8 @@ fn note(text: std::fmt::Arguments<'_>) {
 fn warn(text: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
     let line = format!("mcx proxy: {text}\n");
+    // The children's messages are quoted in some: escaped on a terminal.
+    let line = crate::output::for_stderr(&line);
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
@@ -77,6 +119,10 @@ pub(crate) struct Options {
     pub(crate) max_sessions: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_requests: usize,
+    /// The most legacy children alive at once.
+    pub(crate) max_children: usize,
+    /// Legacy children started per second (after a burst of [`SPAWN_BURST`]).
+    pub(crate) spawn_rate: f64,
     pub(crate) verbose: bool,
 }
 
@@ -86,8 +132,11 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     let Some((program, args)) = options.command.split_first() else {
         return crate::fail("--stdio: an empty command line");
     };
-    if options.max_sessions == 0 || options.max_requests == 0 {
-        return crate::fail("--max-sessions and --max-requests must be at least 1");
+    if options.max_sessions == 0 || options.max_requests == 0 || options.max_children == 0 {
+        return crate::fail("--max-sessions, --max-requests and --max-children must be at least 1");
+    }
+    if !(options.spawn_rate.is_finite() && options.spawn_rate > 0.0) {
+        return crate::fail("--spawn-rate must be a number above 0");
     }
     let command = ServerCommand::new(program)
         .args(args)
@@ -97,12 +146,20 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         command: command.clone(),
         max_requests: options.max_requests,
         state: Mutex::new(ModernState::default()),
+        spawning: Mutex::new(()),
+        spawns: AtomicU64::new(0),
         tools: Mutex::new(HashMap::new()),
     });
     let proxy_children = Arc::new(AtomicUsize::new(0));
     let proxy = Proxy {
         command: command.clone(),
         legacy_children: proxy_children.clone(),
+        max_children: options.max_children,
+        spawns: Mutex::new(TokenBucket::new(
+            SPAWN_BURST,
+            options.spawn_rate,
+            Instant::now(),
+        )),
         modern: modern.clone(),
     };
     let mut config = ServerConfig::default();
@@ -120,11 +177,8 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     ));
     // The shared child starts now, so that the tools' `Mcp-Param-*` headers are known before the
     // first call; if it cannot, the first modern request says why (and tries again).
-    {
-        let mut state = lock(&modern.state);
-        if let Err(e) = Modern::child(&modern, &mut state) {
-            warn(format_args!("cannot start the server: {e}"));
-        }
+    if let Err(e) = Modern::child(&modern) {
+        warn(format_args!("{}", e.trim_start_matches("mcx proxy: ")));
     }
     terminated().await;
     running.shutdown(Duration::from_secs(2)).await;
@@ -168,14 +222,38 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Clone)]
 struct ChildLink {
     tx: mpsc::Sender<Vec<u8>>,
+    /// Bytes queued for the child's stdin, or taken by its writer and not yet written: at most
+    /// [`CHILD_QUEUE_BYTES`].
+    queued: Arc<AtomicUsize>,
     stop: CancellationToken,
     pid: u32,
+    started: Instant,
 }
 
 impl ChildLink {
     /// Queues a message for the child; false when it is gone or too far behind.
     fn send(&self, message: &Message) -> bool {
-        self.tx.try_send(modelctx_types::encode(message)).is_ok()
+        self.send_line(modelctx_types::encode(message), CHILD_QUEUE_BYTES)
+    }
+
+    /// Queues a line when the bytes queued stay within `limit` (at most [`CHILD_QUEUE_BYTES`]);
+    /// false when it is refused or the child is gone.
+    fn send_line(&self, line: Vec<u8>, limit: usize) -> bool {
+        let size = line.len() + 1;
+        let limit = limit.min(CHILD_QUEUE_BYTES);
+        let reserved = self
+            .queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+                (queued + size <= limit).then_some(queued + size)
+            });
+        if reserved.is_err() {
+            return false;
+        }
+        if self.tx.try_send(line).is_err() {
+            self.queued.fetch_sub(size, Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 }
 
@@ -218,6 +296,8 @@ fn spawn_child(command: &ServerCommand, what: String) -> std::io::Result<(ChildL
     let (reader, mut writer, mut process) = (child.reader, child.writer, child.process);
     let pid = process.id().unwrap_or(0);
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(CHILD_QUEUE);
+    let queued = Arc::new(AtomicUsize::new(0));
+    let written = queued.clone();
     let stop = CancellationToken::new();
     let stopping = stop.clone();
     tokio::spawn(async move {
@@ -227,8 +307,13 @@ fn spawn_child(command: &ServerCommand, what: String) -> std::io::Result<(ChildL
                 _ = process.wait() => break,
                 line = rx.recv() => {
                     let Some(line) = line else { break };
+                    // At most about WRITE_CHUNK bytes at a time leave the queue (which counts
+                    // them until they are written).
+                    let mut taken = line.len() + 1;
                     let mut ok = writer.feed_raw(&line).is_ok();
-                    while let Ok(line) = rx.try_recv() {
+                    drop(line);
+                    while taken < WRITE_CHUNK && let Ok(line) = rx.try_recv() {
+                        taken += line.len() + 1;
                         ok &= writer.feed_raw(&line).is_ok();
                     }
                     if !ok {
@@ -238,6 +323,7 @@ fn spawn_child(command: &ServerCommand, what: String) -> std::io::Result<(ChildL
                         r = writer.flush() => r.is_ok(),
                         () = stopping.cancelled() => false,
                     };
+                    written.fetch_sub(taken, Ordering::SeqCst);
                     if !flushed {
                         break;
                     }
@@ -253,7 +339,14 @@ fn spawn_child(command: &ServerCommand, what: String) -> std::io::Result<(ChildL
             Err(e) => warn(format_args!("{what}: stopping child {pid}: {e}")),
         }
     });
-    Ok((ChildLink { tx, stop, pid }, ChildOutput { reader, pid }))
+    let link = ChildLink {
+        tx,
+        queued,
+        stop,
+        pid,
+        started: Instant::now(),
+    };
+    Ok((link, ChildOutput { reader, pid }))
 }
 
 /// The messages of an input, batch members one by one.
@@ -296,28 +389,154 @@ fn answers(message: &Message) -> Option<&RequestId> {
     }
 }
 
+// -- spawn limits --------------------------------------------------------------------------------
+
+/// A token bucket: `capacity` tokens, refilled at `per_second`.
+#[derive(Debug)]
+struct TokenBucket {
+    tokens: f64,
+    capacity: f64,
+    per_second: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    fn new(capacity: f64, per_second: f64, now: Instant) -> TokenBucket {
+        TokenBucket {
+            tokens: capacity,
+            capacity,
+            per_second,
+            last: now,
+        }
+    }
+
+    /// Takes a token at `now`; when there is none, how long until there is one.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.capacity);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                (1.0 - self.tokens) / self.per_second,
+            ))
+        }
+    }
+}
+
+/// The restart delay of the shared child: none at first; after each exit of a child that ran
+/// less than [`BACKOFF_RESET`] (or could not start), [`BACKOFF_FIRST`] doubled at each such exit
+/// in a row, at most [`BACKOFF_MAX`].
+#[derive(Debug, Default)]
+struct Backoff {
+    /// Early exits in a row.
+    failures: u32,
+    /// No child is started before this.
+    not_before: Option<Instant>,
+    /// Why the last start failed, when it did.
+    error: Option<String>,
+}
+
+impl Backoff {
+    /// The delay after `failures` early exits in a row: none after the first (a crash is
+    /// restarted at once), then [`BACKOFF_FIRST`], doubled each time, at most [`BACKOFF_MAX`].
+    fn delay(failures: u32) -> Duration {
+        if failures <= 1 {
+            return Duration::ZERO;
+        }
+        let factor = 1u32.checked_shl(failures - 2).unwrap_or(u32::MAX);
+        BACKOFF_FIRST.saturating_mul(factor).min(BACKOFF_MAX)
+    }
+
+    /// A child that ran for `ran` exited (or, with `ran` zero, could not start) at `now`.
+    fn exited(&mut self, ran: Duration, now: Instant) {
+        if ran >= BACKOFF_RESET {
+            self.failures = 0;
+            self.not_before = None;
+            self.error = None;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            self.not_before = Some(now + Self::delay(self.failures));
+        }
+    }
+
+    /// How long until a child may start, when not at once.
+    fn wait(&self, now: Instant) -> Option<Duration> {
+        self.not_before
+            .map(|t| t.saturating_duration_since(now))
+            .filter(|d| !d.is_zero())
+    }
+}
+
+/// Milliseconds, rounded up, for messages.
+fn millis(wait: Duration) -> u128 {
+    wait.as_micros().div_ceil(1000)
+}
+
 // -- the application ------------------------------------------------------------------------------
 
 struct Proxy {
     command: ServerCommand,
+    /// Legacy children alive (admitted and not yet ended).
     legacy_children: Arc<AtomicUsize>,
+    max_children: usize,
+    /// The rate of legacy children started.
+    spawns: Mutex<TokenBucket>,
     modern: Arc<Modern>,
+}
+
+impl Proxy {
+    /// Whether a legacy session may start a child now: fewer than `max_children` alive and a
+    /// token in the bucket. Counts it among the live ones when it may.
+    fn admit(&self) -> Result<usize, String> {
+        let admitted =
+            self.legacy_children
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |live| {
+                    (live < self.max_children).then_some(live + 1)
+                });
+        let Ok(before) = admitted else {
+            return Err(format!(
+                "mcx proxy: {} server processes are running (--max-children); try again later",
+                self.max_children
+            ));
+        };
+        if let Err(wait) = lock(&self.spawns).take(Instant::now()) {
+            self.legacy_children.fetch_sub(1, Ordering::SeqCst);
+            return Err(format!(
+                "mcx proxy: server processes are started too fast (--spawn-rate); try again in {} ms",
+                millis(wait)
+            ));
+        }
+        Ok(before + 1)
+    }
 }
 
 impl McpApp for Proxy {
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
         let what = format!("legacy session {}", session.id());
+        // The child must see `initialize`, the session's first message: starting it later buys
+        // nothing, so what bounds the processes a flood of `initialize` starts is this.
+        let live = match self.admit() {
+            Ok(live) => live,
+            Err(reason) => {
+                note(format_args!("{what}: refused: {reason}"));
+                return Arc::new(Unstarted { session, reason });
+            }
+        };
         let (link, output) = match spawn_child(&self.command, what.clone()) {
             Ok(started) => started,
             Err(e) => {
+                self.legacy_children.fetch_sub(1, Ordering::SeqCst);
                 warn(format_args!("{what}: {e}"));
                 return Arc::new(Unstarted {
                     session,
-                    reason: e.to_string(),
+                    reason: format!("mcx proxy: cannot start the server: {e}"),
                 });
             }
         };
-        let live = self.legacy_children.fetch_add(1, Ordering::SeqCst) + 1;
         note(format_args!(
             "{what}: child {} started ({live} legacy children)",
             link.pid
@@ -357,16 +576,18 @@ impl McpApp for Proxy {
 /// A client request in flight on a legacy session: its id and progress token.
 type InFlight = Arc<Mutex<Vec<(RequestId, Option<Value>)>>>;
 
-/// A legacy session whose child could not start: its `initialize` fails, which ends it.
+/// A legacy session whose child did not start (it could not, or too many run): its
+/// `initialize` fails, which ends it.
 struct Unstarted {
     session: LegacySession,
+    /// The error's message.
     reason: String,
 }
 
 impl LegacyHandler for Unstarted {
     fn input(&self, input: Incoming, _: RequestContext) {
         let session = self.session.clone();
-        let reason = format!("mcx proxy: cannot start the server: {}", self.reason);
+        let reason = self.reason.clone();
         tokio::spawn(async move {
             for message in messages(input) {
                 if let Message::Request(r) = message {
@@ -423,7 +644,7 @@ impl LegacyHandler for LegacyChild {
                 Some(format!(
                     "mcx proxy: {SESSION_REQUESTS} requests are in flight on this session"
                 ))
-            } else if self.link.tx.try_send(line).is_err() {
+            } else if !self.link.send_line(line, CHILD_QUEUE_BYTES) {
                 Some("mcx proxy: the server is gone or too far behind".to_owned())
             } else {
                 in_flight.extend(requests.iter().cloned());
@@ -545,6 +766,10 @@ struct Modern {
     command: ServerCommand,
     max_requests: usize,
     state: Mutex<ModernState>,
+    /// Held while the shared child is started (outside `state`): one start at a time.
+    spawning: Mutex<()>,
+    /// Shared children started so far.
+    spawns: AtomicU64,
     /// The `Mcp-Param-*` headers of the shared child's tools, by tool name, as its `tools/list`
     /// says (fetched when it starts and when its tool list changes).
     tools: Mutex<HashMap<String, Vec<ParamHeader>>>,
@@ -570,6 +795,12 @@ struct ModernState {
     internal: BTreeMap<i64, Internal>,
     /// The tools' headers gathered from the pages of `tools/list` so far.
     tool_pages: HashMap<String, Vec<ParamHeader>>,
+    /// When the next child may start.
+    backoff: Backoff,
+    /// Log messages of the child dropped because no request could be named as theirs.
+    dropped_logs: u64,
+    /// Client notifications dropped because the child's queue was too full.
+    dropped_notifications: u64,
 }
 
 /// A modern request in flight.
@@ -601,21 +832,29 @@ impl Modern {
         let mut params = params_of(&Message::Request(request.clone())).unwrap_or_default();
         let meta = params.get_mut("_meta").and_then(Value::as_object_mut);
         let logs = meta.as_ref().is_some_and(|m| m.contains_key(LOG_LEVEL));
+        let busy = || {
+            format!(
+                "mcx proxy: {} requests are in flight; try again later",
+                this.max_requests
+            )
+        };
+        if lock(&this.state).pending.len() >= this.max_requests {
+            return fail(busy());
+        }
+        let (generation, link) = match Self::child(this) {
+            Ok(child) => child,
+            Err(e) => return fail(e),
+        };
         let mut state = lock(&this.state);
         if state.pending.len() >= this.max_requests {
             drop(state);
-            return fail(format!(
-                "mcx proxy: {} requests are in flight; try again later",
-                this.max_requests
-            ));
+            return fail(busy());
         }
-        let (generation, link) = match Self::child(this, &mut state) {
-            Ok(child) => child,
-            Err(e) => {
-                drop(state);
-                return fail(format!("mcx proxy: cannot start the server: {e}"));
-            }
-        };
+        if state.child.as_ref().is_none_or(|(g, _)| *g != generation) {
+            // It exited since: its requests have failed already, and so does this one.
+            drop(state);
+            return fail("mcx proxy: the server process ended before answering".into());
+        }
         state.next_id += 1;
         let id = state.next_id;
         // The client's token becomes the child-side id: tokens of different clients can't clash.
@@ -657,22 +896,66 @@ impl Modern {
         tokio::spawn(forward(this.clone(), id, rx, reply));
     }
 
-    /// The running child, started when there is none.
-    fn child(this: &Arc<Modern>, state: &mut ModernState) -> std::io::Result<(u64, ChildLink)> {
-        if let Some((generation, link)) = &state.child
-            && !link.tx.is_closed()
-        {
-            return Ok((*generation, link.clone()));
+    /// The running child.
+    fn running(state: &ModernState) -> Option<(u64, ChildLink)> {
+        match &state.child {
+            Some((generation, link)) if !link.tx.is_closed() => Some((*generation, link.clone())),
+            _ => None,
         }
+    }
+
+    /// The running child, started when there is none, unless the last ones exited early and
+    /// the restart delay ([`Backoff`]) has not passed: then the error says when to try again.
+    /// The process is started outside the state's lock.
+    fn child(this: &Arc<Modern>) -> Result<(u64, ChildLink), String> {
+        if let Some(running) = Self::running(&lock(&this.state)) {
+            return Ok(running);
+        }
+        let _spawning = lock(&this.spawning);
+        {
+            let state = lock(&this.state);
+            if let Some(running) = Self::running(&state) {
+                return Ok(running);
+            }
+            if let Some(wait) = state.backoff.wait(Instant::now()) {
+                let wait = millis(wait);
+                return Err(match &state.backoff.error {
+                    Some(e) => {
+                        format!(
+                            "mcx proxy: cannot start the server: {e}; trying again in {wait} ms"
+                        )
+                    }
+                    None => format!(
+                        "mcx proxy: the server process exited {} times in a row; it is started \
+                         again in {wait} ms",
+                        state.backoff.failures
+                    ),
+                });
+            }
+        }
+        let spawns = this.spawns.fetch_add(1, Ordering::SeqCst) + 1;
+        let spawned = spawn_child(&this.command, "the shared modern child".into());
+        let mut state = lock(&this.state);
+        let (link, output) = match spawned {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                state.backoff.exited(Duration::ZERO, Instant::now());
+                state.backoff.error = Some(e.to_string());
+                return Err(format!("mcx proxy: cannot start the server: {e}"));
+            }
+        };
+        state.backoff.error = None;
         state.generation += 1;
         let generation = state.generation;
-        let (link, output) = spawn_child(&this.command, "the shared modern child".into())?;
-        note(format_args!("shared modern child {} started", link.pid));
+        note(format_args!(
+            "shared modern child {} started ({spawns} started so far)",
+            link.pid
+        ));
         state.child = Some((generation, link.clone()));
         tokio::spawn(modern_output(this.clone(), generation, output));
         let listen = json!({"notifications": {"toolsListChanged": true}});
-        Self::ask(state, "subscriptions/listen", listen, Internal::Listen);
-        Self::ask(state, "tools/list", json!({}), Internal::ToolsList);
+        Self::ask(&mut state, "subscriptions/listen", listen, Internal::Listen);
+        Self::ask(&mut state, "tools/list", json!({}), Internal::ToolsList);
         Ok((generation, link))
     }
 
@@ -749,14 +1032,24 @@ impl Modern {
     }
 
     /// A client notification: passed on to a running child (`notifications/cancelled` over HTTP
-    /// is a closed stream, not a message).
+    /// is a closed stream, not a message), while its queue holds less than
+    /// [`NOTIFICATION_QUEUE_BYTES`]; dropped otherwise (it was accepted with 202 already).
     fn notification(&self, notification: Notification) {
         if notification.method == "notifications/cancelled" {
             return;
         }
-        let state = lock(&self.state);
-        if let Some((_, link)) = &state.child {
-            link.send(&notification.into());
+        let mut state = lock(&self.state);
+        let Some((_, link)) = &state.child else {
+            return;
+        };
+        let method = notification.method.clone();
+        let line = modelctx_types::encode(&notification.into());
+        if !link.send_line(line, NOTIFICATION_QUEUE_BYTES) {
+            state.dropped_notifications += 1;
+            note(format_args!(
+                "dropped a client's {method}: the server is too far behind ({} dropped)",
+                state.dropped_notifications
+            ));
         }
     }
 
@@ -905,12 +1198,16 @@ impl Modern {
                     }
                     return;
                 } else if notification.method == "notifications/message" {
-                    state
-                        .pending
-                        .iter()
-                        .rev()
-                        .find(|(_, p)| p.logs && !p.listen)
-                        .map(|(id, _)| *id)
+                    let target = log_target(&state.pending, &mut params);
+                    if target.is_none() {
+                        state.dropped_logs += 1;
+                        return note(format_args!(
+                            "dropped a log message of the child that names no request in flight \
+                             that asked for logs ({} dropped)",
+                            state.dropped_logs
+                        ));
+                    }
+                    target
                 } else {
                     None
                 };
@@ -927,12 +1224,21 @@ impl Modern {
         }
     }
 
-    /// The child of `generation` ended: its requests fail, and the next request starts another.
+    /// The child of `generation` ended: its requests fail, and the next request starts another
+    /// (after the restart delay when it ran only briefly).
     fn child_exited(&self, generation: u64) {
         let mut state = lock(&self.state);
         if state.child.as_ref().is_some_and(|(g, _)| *g == generation) {
             if let Some((_, link)) = state.child.take() {
                 link.stop.cancel();
+                state.backoff.exited(link.started.elapsed(), Instant::now());
+                if let Some(wait) = state.backoff.wait(Instant::now()) {
+                    note(format_args!(
+                        "the shared modern child exited after {} ms; started again in {} ms at the earliest",
+                        link.started.elapsed().as_millis(),
+                        millis(wait)
+                    ));
+                }
             }
             state.internal.clear();
             state.tool_pages.clear();
@@ -958,6 +1264,38 @@ impl Modern {
             ended.len(),
             state.pending.len()
         ));
+    }
+}
+
+/// The request a log message of the shared child goes to (by its child-side id), taking the
+/// tag out of `params`: the request its `_meta` names (a modelctx server tags them), when that
+/// request asked for logs; for an untagged one, the one request in flight that asked for logs,
+/// if exactly one did. Otherwise none: a log message is never given to a client it cannot be
+/// shown to be about.
+fn log_target(
+    pending: &BTreeMap<i64, Pending>,
+    params: &mut serde_json::Map<String, Value>,
+) -> Option<i64> {
+    let tag = params
+        .get_mut("_meta")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove(RELATED_REQUEST_ID));
+    if params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(serde_json::Map::is_empty)
+    {
+        params.remove("_meta");
+    }
+    let asked = |p: &Pending| p.logs && !p.listen;
+    if let Some(tag) = tag {
+        let id = tag.as_i64()?;
+        return pending.get(&id).filter(|p| asked(p)).map(|_| id);
+    }
+    let mut asking = pending.iter().filter(|(_, p)| asked(p)).map(|(id, _)| *id);
+    match (asking.next(), asking.next()) {
+        (Some(id), None) => Some(id),
+        _ => None,
     }
 }
 
@@ -1018,4 +1356,154 @@ async fn modern_output(modern: Arc<Modern>, generation: u64, mut output: ChildOu
         }
     }
     modern.child_exited(generation);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finding_2_spawns_follow_a_token_bucket() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(SPAWN_BURST, 2.0, start);
+        for _ in 0..8 {
+            assert!(bucket.take(start).is_ok());
+        }
+        // Empty: the next token comes in half a second (2 per second).
+        let wait = bucket.take(start).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(500));
+        assert!(bucket.take(start + Duration::from_millis(250)).is_err());
+        assert!(bucket.take(start + Duration::from_millis(500)).is_ok());
+        assert!(bucket.take(start + Duration::from_millis(500)).is_err());
+        // Refilled to its size, not beyond, after a long pause.
+        let later = start + Duration::from_secs(3600);
+        for _ in 0..8 {
+            assert!(bucket.take(later).is_ok());
+        }
+        assert!(bucket.take(later).is_err());
+    }
+
+    #[test]
+    fn finding_24_restarts_back_off_exponentially_up_to_a_cap() {
+        let delays: Vec<u128> = (0..8).map(|n| Backoff::delay(n).as_millis()).collect();
+        assert_eq!(delays, [0, 0, 100, 200, 400, 800, 1600, 3200]);
+        assert_eq!(Backoff::delay(12), BACKOFF_MAX);
+        assert_eq!(Backoff::delay(u32::MAX), BACKOFF_MAX);
+        let now = Instant::now();
+        let mut backoff = Backoff::default();
+        assert_eq!(backoff.wait(now), None);
+        backoff.exited(Duration::from_millis(5), now);
+        assert_eq!(
+            backoff.wait(now),
+            None,
+            "a first crash is restarted at once"
+        );
+        backoff.exited(Duration::from_millis(5), now);
+        assert_eq!(backoff.wait(now), Some(Duration::from_millis(100)));
+        assert_eq!(backoff.wait(now + Duration::from_millis(100)), None);
+        backoff.exited(Duration::ZERO, now);
+        assert_eq!(backoff.wait(now), Some(Duration::from_millis(200)));
+        // A child that ran long enough starts the count again.
+        backoff.exited(BACKOFF_RESET, now);
+        assert_eq!(backoff.wait(now), None);
+        assert_eq!(backoff.failures, 0);
+    }
+
+    fn pending(logs: bool, listen: bool) -> Pending {
+        Pending {
+            client_id: RequestId::Number(7),
+            tx: mpsc::channel(1).0,
+            token: None,
+            listen,
+            logs,
+            generation: 1,
+        }
+    }
+
+    fn log_params(tag: Option<i64>) -> serde_json::Map<String, Value> {
+        let mut params = json!({"level": "info", "data": "x"});
+        if let Some(id) = tag {
+            params["_meta"] = json!({RELATED_REQUEST_ID: id});
+        }
+        match params {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn finding_4_log_messages_go_only_to_the_request_they_are_about() {
+        let mut table = BTreeMap::new();
+        table.insert(1, pending(true, false));
+        table.insert(2, pending(true, false));
+        table.insert(3, pending(false, false));
+        table.insert(4, pending(true, true));
+        // Tagged: to that request, the tag taken out.
+        let mut params = log_params(Some(1));
+        assert_eq!(log_target(&table, &mut params), Some(1));
+        assert!(!params.contains_key("_meta"), "{params:?}");
+        assert_eq!(log_target(&table, &mut log_params(Some(2))), Some(2));
+        // Tagged with a request that did not ask for logs, a listen stream, or none in flight.
+        assert_eq!(log_target(&table, &mut log_params(Some(3))), None);
+        assert_eq!(log_target(&table, &mut log_params(Some(4))), None);
+        assert_eq!(log_target(&table, &mut log_params(Some(99))), None);
+        // Untagged, two requests asked for logs: nobody gets it.
+        assert_eq!(log_target(&table, &mut log_params(None)), None);
+        // Untagged, exactly one asked: that one.
+        table.remove(&2);
+        assert_eq!(log_target(&table, &mut log_params(None)), Some(1));
+        table.remove(&1);
+        assert_eq!(log_target(&table, &mut log_params(None)), None);
+    }
+
+    /// Finding 10: a child that does not read its stdin: the queue stops at 16 MiB, counting
+    /// what its writer took, and notifications stop at half of it.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn finding_10_the_queue_to_a_child_is_bounded_in_bytes() {
+        let command = ServerCommand::new("sleep")
+            .arg("1000")
+            .stderr(Stderr::Discard)
+            .shutdown_waits(Duration::from_millis(100), Duration::from_millis(100));
+        let (link, _output) = spawn_child(&command, "test".into()).expect("sleep starts");
+        let line = vec![b'x'; 1024 * 1024 - 1];
+        let mut accepted = 0;
+        for _ in 0..40 {
+            if link.send_line(line.clone(), CHILD_QUEUE_BYTES) {
+                accepted += 1;
+            }
+            assert!(link.queued.load(Ordering::SeqCst) <= CHILD_QUEUE_BYTES);
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(accepted, 16, "16 MiB of 1 MiB lines");
+        assert_eq!(link.queued.load(Ordering::SeqCst), CHILD_QUEUE_BYTES);
+        // Nothing more fits: not a small request, and not a notification.
+        assert!(!link.send(&Notification::new("x/y", &json!({})).unwrap().into()));
+        assert!(!link.send_line(b"{}".to_vec(), NOTIFICATION_QUEUE_BYTES));
+        link.stop.cancel();
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_queue_count_returns_to_zero_once_written() {
+        let command = ServerCommand::new("cat")
+            .stderr(Stderr::Discard)
+            .shutdown_waits(Duration::from_millis(100), Duration::from_millis(100));
+        let (link, mut output) = spawn_child(&command, "test".into()).expect("cat starts");
+        let message: Message = Notification::new("x/y", &json!({"p": "q".repeat(100_000)}))
+            .unwrap()
+            .into();
+        for _ in 0..20 {
+            assert!(link.send(&message));
+        }
+        for _ in 0..20 {
+            assert!(output.next().await.is_some());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while link.queued.load(Ordering::SeqCst) != 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(link.queued.load(Ordering::SeqCst), 0);
+        link.stop.cancel();
+    }
 }

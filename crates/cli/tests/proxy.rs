@@ -497,18 +497,23 @@ const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
 
 /// POSTs `body` (with a session id) on a fresh connection: the status and the whole response.
 fn raw_post(url: &str, session: Option<&str>, body: &str) -> (u16, String) {
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    raw_post_with(url, &session, body, Duration::from_secs(10))
+}
+
+/// POSTs `body` with `headers` (lines ending in CRLF); waits at most `wait` for the response
+/// (status 0 when none came).
+fn raw_post_with(url: &str, headers: &str, body: &str, wait: Duration) -> (u16, String) {
     use std::io::{Read, Write};
     let addr = url
         .strip_prefix("http://")
         .and_then(|rest| rest.split('/').next())
         .expect("an http URL");
     let mut stream = std::net::TcpStream::connect(addr).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let session = session
-        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
-        .unwrap_or_default();
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let session = headers;
     write!(
         stream,
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
@@ -517,8 +522,9 @@ fn raw_post(url: &str, session: Option<&str>, body: &str) -> (u16, String) {
         body.len()
     )
     .unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
     let status = response
         .split_whitespace()
         .nth(1)
@@ -592,4 +598,189 @@ async fn a_server_that_cannot_start_fails_the_handshake() {
     }
     let _ = proxy_cmd.kill();
     let _ = proxy_cmd.wait();
+}
+
+/// A modern (2026-07-28) `tools/call` POST of tool `name` with `arguments`, waiting at most
+/// `wait` for the response.
+fn raw_modern_call(url: &str, name: &str, arguments: Value, wait: Duration) -> (u16, String) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": name,
+        "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        },
+    }});
+    let headers = format!(
+        "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {name}\r\n"
+    );
+    raw_post_with(url, &headers, &body.to_string(), wait)
+}
+
+/// Finding 2: a flood of `initialize` POSTs starts at most `--max-children` processes; the
+/// others are answered with an error at once, and their sessions end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_2_initialize_floods_start_at_most_max_children_processes() {
+    let proxy = Proxy::start(&["--max-children", "2"]);
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let mut opened = 0;
+    let mut refused = 0;
+    for _ in 0..6 {
+        let (status, response) = raw_post(&proxy.url, None, initialize);
+        assert_eq!(status, 200, "{response}");
+        if response.to_ascii_lowercase().contains("mcp-session-id") {
+            opened += 1;
+        } else {
+            assert!(response.contains("--max-children"), "{response}");
+            refused += 1;
+        }
+    }
+    assert_eq!((opened, refused), (2, 4));
+    let started = proxy
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("mcx proxy: legacy session") && l.contains(" started ("))
+        .count();
+    assert_eq!(started, 2, "{}", proxy.lines().join("\n"));
+}
+
+/// Finding 24: a shared child that exits at once is not started again for every request:
+/// requests fail fast while the restart waits, and the restarts space out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_24_a_crashing_shared_child_is_restarted_with_backoff() {
+    let proxy = Proxy::start_with("false", &[]);
+    let requests = 40;
+    let mut fast_failures = 0;
+    let start = Instant::now();
+    for _ in 0..requests {
+        let (status, response) =
+            raw_modern_call(&proxy.url, "echo", json!({}), Duration::from_secs(10));
+        assert_eq!(status, 200, "{response}");
+        assert!(response.contains("\"error\""), "{response}");
+        if response.contains("started again in") {
+            fast_failures += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Let the proxy's stderr catch up before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let elapsed = start.elapsed();
+    let spawns = proxy
+        .lines()
+        .iter()
+        .filter(|l| l.contains("shared modern child") && l.contains(" started ("))
+        .count();
+    // Delays 0, 0, 100, 200, 400, 800, 1600 ms...: in the time the requests took, a handful
+    // of starts, not one per request.
+    let bound = 5 + (elapsed.as_millis() / 100).max(1).ilog2() as usize;
+    assert!(
+        spawns >= 2 && spawns <= bound && spawns < requests / 3,
+        "{spawns} starts for {requests} requests in {elapsed:?}:\n{}",
+        proxy.lines().join("\n")
+    );
+    assert!(fast_failures > requests / 2, "{fast_failures}");
+}
+
+/// Finding 10: a shared child that does not read: large requests are refused once 16 MiB wait
+/// for its stdin, instead of piling up in the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_10_a_child_that_does_not_read_gets_no_more_than_the_queue_holds() {
+    let proxy = Proxy::start_with("sleep 1000", &[]);
+    let text = "x".repeat(1024 * 1024);
+    let posts: Vec<_> = (0..20)
+        .map(|_| {
+            let url = proxy.url.clone();
+            let text = text.clone();
+            std::thread::spawn(move || {
+                raw_modern_call(&url, "echo", json!({"text": text}), Duration::from_secs(6))
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for post in posts {
+        let (_, response) = post.join().expect("the POST ran");
+        if response.contains("too far behind") {
+            refused += 1;
+        }
+    }
+    // 16 MiB hold at most 15 of these 1 MiB lines next to the proxy's own requests.
+    assert!(refused >= 5, "{refused} refused");
+}
+
+/// Finding 4 (the audit's reproduction): two modern clients ask for logs of their calls at
+/// the same time; each gets the log messages of its own call, none of the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_4_log_messages_of_one_client_never_reach_another() {
+    let proxy = Proxy::start(&[]);
+    let connect = |sink: Arc<Mutex<Vec<Value>>>| {
+        client(false)
+            .log_level(LogLevel::Debug)
+            .on_notification(move |n| {
+                if let ServerNotification::Log(log) = n {
+                    sink.lock().unwrap().push(log.data.clone());
+                }
+            })
+            .connect_http(&proxy.url)
+    };
+    let (logs_a, logs_b) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let a = connect(logs_a.clone()).await.expect("A connects");
+    let b = connect(logs_b.clone()).await.expect("B connects");
+    let call_a = a.call_tool("countdown", json!({"steps": 8, "delay_ms": 100}));
+    let call_b = async {
+        // B starts once A's call is under way.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while logs_a.lock().unwrap().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        b.call_tool("countdown", json!({"steps": 3, "delay_ms": 100}))
+            .await
+    };
+    let (done_a, done_b) = tokio::join!(call_a, call_b);
+    assert_eq!(done_a.expect("A's call").text(), "liftoff after 8 steps");
+    assert_eq!(done_b.expect("B's call").text(), "liftoff after 3 steps");
+    let expected = |of: u32| -> Vec<Value> {
+        (1..=of)
+            .map(|step| json!({"step": step, "of": of}))
+            .collect()
+    };
+    assert_eq!(*logs_a.lock().unwrap(), expected(8));
+    assert_eq!(*logs_b.lock().unwrap(), expected(3));
+    a.close().await;
+    b.close().await;
+}
+
+/// Finding 10, legacy sessions: a child that answers `initialize` and then reads nothing more
+/// gets no more than its queue holds; the rest is refused with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_10_a_legacy_child_that_stops_reading_gets_no_more_than_the_queue_holds() {
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"stuck","version":"1"}}}"#;
+    let proxy = Proxy::start_with(
+        &format!("sh -c 'read -r line; echo '\"'\"'{answer}'\"'\"'; exec sleep 1000'"),
+        &[],
+    );
+    let session = raw_initialize(&proxy.url);
+    let text = "x".repeat(1024 * 1024);
+    let posts: Vec<_> = (0..20)
+        .map(|i| {
+            let url = proxy.url.clone();
+            let headers =
+                format!("Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n");
+            let body = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": text}}})
+            .to_string();
+            std::thread::spawn(move || raw_post_with(&url, &headers, &body, Duration::from_secs(6)))
+        })
+        .collect();
+    let mut refused = 0;
+    for post in posts {
+        let (_, response) = post.join().expect("the POST ran");
+        if response.contains("too far behind") {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 5, "{refused} refused");
 }

@@ -109,7 +109,7 @@ pub use event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
     SessionError, Transmit,
 };
-pub use meta::missing_capability_error;
+pub use meta::{RELATED_REQUEST_ID, missing_capability_error};
 pub use server::{ListKind, ServerSession};
 pub use version::{Era, ProtocolVersion};
 

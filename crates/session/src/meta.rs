@@ -20,6 +20,10 @@ pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` key tagging listen-stream messages (2026-07-28).
 pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// `_meta` key of a modern request's log message naming the request it is about (its id as the
+/// client sent it). Not part of MCP: over stdio a notification names no request, and a proxy
+/// that shares one server among clients (`mcx proxy`) routes log messages by it.
+pub const RELATED_REQUEST_ID: &str = "dev.modelctx/relatedRequestId";
 
 /// The `_meta` members of a request's params the session reads.
 #[derive(Debug, Default, Deserialize)]

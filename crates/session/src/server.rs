@@ -861,13 +861,15 @@ impl ServerSession {
         if self.log_level.is_some_and(|min| level < min) {
             return Ok(false);
         }
-        self.core.transmit(log_message(level, logger, data), None);
+        self.core
+            .transmit(log_message(level, logger, data, None), None);
         Ok(true)
     }
 
     /// Sends a log message about the peer's request `id`, on its stream. Modern requests get log
-    /// messages only when their `_meta` set a level and `level` reaches it; legacy ones follow
-    /// [`log`](Self::log). `Ok(false)`: filtered out.
+    /// messages only when their `_meta` set a level and `level` reaches it, tagged with the
+    /// request's id in `_meta` under [`RELATED_REQUEST_ID`](crate::RELATED_REQUEST_ID); legacy
+    /// ones follow [`log`](Self::log). `Ok(false)`: filtered out.
     pub fn log_for(
         &mut self,
         id: &RequestId,
@@ -880,7 +882,8 @@ impl ServerSession {
             .incoming
             .get(id)
             .ok_or_else(|| SessionError::NotInFlight(id.clone()))?;
-        let min = if entry.meta.is_some() {
+        let tagged = entry.meta.is_some();
+        let min = if tagged {
             match entry.log_level() {
                 Some(min) => Some(min),
                 None => return Ok(false),
@@ -892,8 +895,9 @@ impl ServerSession {
         if min.is_some_and(|min| level < min) {
             return Ok(false);
         }
-        self.core
-            .transmit(log_message(level, logger, data), Some(id.clone()));
+        let related = tagged.then_some(id);
+        let message = log_message(level, logger, data, related);
+        self.core.transmit(message, Some(id.clone()));
         Ok(true)
     }
 
@@ -1063,10 +1067,19 @@ impl ServerSession {
     }
 }
 
-fn log_message(level: LogLevel, logger: Option<&str>, data: Value) -> Notification {
+/// A `notifications/message`; `related` names the request it is about in `_meta`.
+fn log_message(
+    level: LogLevel,
+    logger: Option<&str>,
+    data: Value,
+    related: Option<&RequestId>,
+) -> Notification {
     let mut params = serde_json::json!({ "level": level.as_str(), "data": data });
     if let Some(logger) = logger {
         params["logger"] = Value::from(logger);
+    }
+    if let Some(id) = related {
+        params["_meta"] = serde_json::json!({ meta::RELATED_REQUEST_ID: id });
     }
     Notification::new("notifications/message", &params).expect("an object")
 }

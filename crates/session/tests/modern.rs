@@ -496,6 +496,12 @@ fn log_messages_follow_the_request_level() {
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0]["params"]["level"], "error");
+    // Finding 4: tagged with the request it is about, for a proxy that shares this server.
+    assert_eq!(
+        out[0]["params"]["_meta"][modelctx_session::RELATED_REQUEST_ID],
+        json!(2)
+    );
+    assert_eq!(out[0]["params"]["data"], "x");
 }
 
 #[test]

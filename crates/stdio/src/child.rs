@@ -23,10 +23,13 @@ pub const DEFAULT_INHERITED_ENV: &[&str] = &[
     "TZ",
 ];
 
-/// The environment variables a child inherits by default (Windows), as the reference SDKs do.
+/// The environment variables a child inherits by default (Windows), as the reference SDKs do,
+/// plus `COMSPEC` and `WINDIR`; names are compared ignoring ASCII case, as Windows does (`Path`
+/// is `PATH`).
 #[cfg(windows)]
 pub const DEFAULT_INHERITED_ENV: &[&str] = &[
     "APPDATA",
+    "COMSPEC",
     "HOMEDRIVE",
     "HOMEPATH",
     "LOCALAPPDATA",
@@ -39,6 +42,7 @@ pub const DEFAULT_INHERITED_ENV: &[&str] = &[
     "USERNAME",
     "USERPROFILE",
     "PROGRAMFILES",
+    "WINDIR",
 ];
 
 /// The environment variables a child inherits by default.
@@ -92,7 +96,10 @@ impl fmt::Debug for Stderr {
 /// let report = server.shutdown().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output shows the names of the variables set with [`env`](Self::env), never their
+/// values (they are often tokens).
+#[derive(Clone)]
 pub struct ServerCommand {
     program: OsString,
     args: Vec<OsString>,
@@ -105,6 +112,46 @@ pub struct ServerCommand {
     close_wait: Duration,
     term_wait: Duration,
 }
+
+impl fmt::Debug for ServerCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// The names of the variables set, with their values redacted.
+        struct Redacted<'a>(&'a [(OsString, OsString)]);
+        impl fmt::Debug for Redacted<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map()
+                    .entries(self.0.iter().map(|(k, _)| (k, format_args!("<redacted>"))))
+                    .finish()
+            }
+        }
+        f.debug_struct("ServerCommand")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("current_dir", &self.current_dir)
+            .field("env", &Redacted(&self.env))
+            .field("inherit", &self.inherit)
+            .field("inherit_all", &self.inherit_all)
+            .field("stderr", &self.stderr)
+            .field("codec", &self.codec)
+            .field("close_wait", &self.close_wait)
+            .field("term_wait", &self.term_wait)
+            .finish()
+    }
+}
+
+/// Whether an environment variable's name `key` is `name`: exactly on POSIX, ignoring ASCII
+/// case on Windows (where `Path` and `PATH` are one variable).
+fn same_env_name(key: &OsStr, name: &OsStr, ignore_case: bool) -> bool {
+    if ignore_case {
+        key.as_encoded_bytes()
+            .eq_ignore_ascii_case(name.as_encoded_bytes())
+    } else {
+        key == name
+    }
+}
+
+/// Environment names are case-insensitive on Windows.
+const ENV_IGNORES_CASE: bool = cfg!(windows);
 
 impl ServerCommand {
     /// Runs `program` (looked up in `PATH` as the OS does), with no arguments, in this process's
@@ -181,7 +228,8 @@ impl ServerCommand {
     }
 
     /// How long [`ChildTransport::shutdown`] waits for the child to exit after closing its stdin
-    /// (default 2 s), then after SIGTERM (default 2 s), before SIGKILL.
+    /// (default 2 s), then after SIGTERM (default 2 s), before SIGKILL. The second wait is also how
+    /// long processes left in its group after it exited get between SIGTERM and SIGKILL.
     pub fn shutdown_waits(mut self, after_close: Duration, after_term: Duration) -> Self {
         self.close_wait = after_close;
         self.term_wait = after_term;
@@ -197,13 +245,16 @@ impl ServerCommand {
                 let listed = self.inherit_all
                     || DEFAULT_INHERITED_ENV
                         .iter()
-                        .any(|name| key.as_os_str() == OsStr::new(name))
-                    || self.inherit.iter().any(|name| name == key);
+                        .any(|name| same_env_name(key, OsStr::new(name), ENV_IGNORES_CASE))
+                    || self
+                        .inherit
+                        .iter()
+                        .any(|name| same_env_name(key, name, ENV_IGNORES_CASE));
                 listed && !value.as_encoded_bytes().starts_with(b"()")
             })
             .collect();
         for (key, value) in &self.env {
-            env.retain(|(k, _)| k != key);
+            env.retain(|(k, _)| !same_env_name(k, key, ENV_IGNORES_CASE));
             env.push((key.clone(), value.clone()));
         }
         env
@@ -255,6 +306,11 @@ impl ServerCommand {
             reader: LineReader::new(stdout, self.codec.clone()),
             writer: LineWriter::new(stdin),
             process: ServerProcess {
+                #[cfg(unix)]
+                group: child
+                    .id()
+                    .and_then(|id| i32::try_from(id).ok())
+                    .and_then(rustix::process::Pid::from_raw),
                 child,
                 name,
                 status: None,
@@ -320,6 +376,10 @@ pub enum StoppedBy {
 /// The server process: its id, its exit, and how it is stopped.
 pub struct ServerProcess {
     child: Child,
+    /// The child's process group (it leads one), kept after it is reaped: grandchildren may
+    /// still be in it.
+    #[cfg(unix)]
+    group: Option<rustix::process::Pid>,
     name: String,
     status: Option<ExitStatus>,
     close_wait: Duration,
@@ -405,8 +465,12 @@ impl ServerProcess {
         self.stopped(status, StoppedBy::Kill).await
     }
 
-    /// Reports the end, once what the child wrote to stderr has been passed on.
+    /// Reports the end, once what the child wrote to stderr has been passed on. Processes left
+    /// in the child's group (a wrapper's `node` that ignores the closed stdin) are stopped
+    /// first: SIGTERM, `term_wait`, SIGKILL.
     async fn stopped(&mut self, status: ExitStatus, by: StoppedBy) -> io::Result<Shutdown> {
+        #[cfg(unix)]
+        self.stop_group().await;
         if let Some(task) = self.stderr_task.take() {
             // Grandchildren may hold the stderr pipe open: do not wait for them for long.
             let _ = tokio::time::timeout(Duration::from_millis(500), task).await;
@@ -417,24 +481,39 @@ impl ServerProcess {
     /// SIGTERM to the child's process group (it leads one: see `spawn`).
     #[cfg(unix)]
     fn terminate(&self) {
-        if let Some(pid) = self
-            .child
-            .id()
-            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-        {
+        if let Some(pid) = self.group {
             // Fails only when the group is gone already.
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+        }
+    }
+
+    /// After the child exited: while its process group still has members, SIGTERM to the
+    /// group, up to `term_wait` for it to empty, then SIGKILL. The group id cannot be reused
+    /// while it has members, so this never signals anyone else.
+    #[cfg(unix)]
+    async fn stop_group(&mut self) {
+        use rustix::process::{Signal, kill_process_group, test_kill_process_group};
+        let Some(group) = self.group else {
+            return;
+        };
+        if test_kill_process_group(group).is_err() {
+            return;
+        }
+        let _ = kill_process_group(group, Signal::TERM);
+        let deadline = tokio::time::Instant::now() + self.term_wait;
+        while test_kill_process_group(group).is_ok() {
+            if tokio::time::Instant::now() >= deadline {
+                let _ = kill_process_group(group, Signal::KILL);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     /// SIGKILL to the child's process group, and to the child.
     fn kill(&mut self) {
         #[cfg(unix)]
-        if let Some(pid) = self
-            .child
-            .id()
-            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-        {
+        if let Some(pid) = self.group {
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
         let _ = self.child.start_kill();
@@ -447,6 +526,13 @@ impl Drop for ServerProcess {
             // Dropped without `shutdown`: kill its group too (the child itself is killed and
             // reaped by tokio through `kill_on_drop`).
             self.kill();
+        }
+        // Exited, but what it started may still run in its group.
+        #[cfg(unix)]
+        if let Some(group) = self.group
+            && rustix::process::test_kill_process_group(group).is_ok()
+        {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
         }
         if let Some(task) = self.stderr_task.take() {
             task.abort();
@@ -555,5 +641,76 @@ mod tests {
                 "{key} was inherited"
             );
         }
+    }
+
+    #[test]
+    fn finding_20_env_names_compare_ignoring_case_on_windows() {
+        let same = |a: &str, b: &str, ignore| same_env_name(OsStr::new(a), OsStr::new(b), ignore);
+        // Windows: `Path`, `SystemRoot` and `ComSpec` are the safelisted names.
+        assert!(same("Path", "PATH", true));
+        assert!(same("SystemRoot", "SYSTEMROOT", true));
+        assert!(same("ComSpec", "COMSPEC", true));
+        assert!(!same("PATHEXT", "PATH", true));
+        assert!(!same("API_TOKEN", "PATH", true));
+        // POSIX: names are exact.
+        assert!(same("PATH", "PATH", false));
+        assert!(!same("Path", "PATH", false));
+        assert_eq!(ENV_IGNORES_CASE, cfg!(windows));
+        #[cfg(windows)]
+        for name in ["COMSPEC", "WINDIR", "PATH", "SYSTEMROOT"] {
+            assert!(DEFAULT_INHERITED_ENV.contains(&name), "{name}");
+        }
+    }
+
+    #[test]
+    fn finding_22_debug_shows_env_names_but_not_values() {
+        let command = ServerCommand::new("server")
+            .arg("--flag")
+            .env("API_TOKEN", "s3cret-value");
+        let shown = format!("{command:?}");
+        assert!(!shown.contains("s3cret-value"), "{shown}");
+        assert!(shown.contains("API_TOKEN"), "{shown}");
+        assert!(shown.contains("--flag"), "{shown}");
+        assert!(!format!("{command:#?}").contains("s3cret-value"));
+    }
+
+    #[cfg(unix)]
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.split_whitespace().nth(2) != Some("Z"))
+    }
+
+    /// A wrapper that exits at once, leaving a grandchild that ignores its closed stdin: the
+    /// grandchild is stopped at shutdown all the same.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn finding_21_a_grandchild_left_in_the_group_is_stopped_at_shutdown() {
+        let dir = std::env::temp_dir().join(format!("modelctx-f21-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pid");
+        let script = format!("sleep 1000 & echo $! > {}; exit 0", file.display());
+        let mut child = ServerCommand::new("sh")
+            .args(["-c", &script])
+            .stderr(Stderr::Discard)
+            .shutdown_waits(Duration::from_secs(5), Duration::from_secs(5))
+            .spawn()
+            .unwrap();
+        // The wrapper exits once it wrote the grandchild's pid.
+        child.process.wait().await.unwrap();
+        let pid: u32 = std::fs::read_to_string(&file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(alive(pid), "the grandchild runs before shutdown");
+        let end = child.shutdown().await.unwrap();
+        assert_eq!(end.by, StoppedBy::Exit);
+        // Signalled and gone: allow its reaping by init a moment.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!alive(pid), "grandchild {pid} still runs after shutdown");
     }
 }

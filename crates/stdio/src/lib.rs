@@ -39,7 +39,7 @@
 //! | maximum line length | 4 MiB ([`DEFAULT_MAX_LINE_LENGTH`]), both sides |
 //! | child environment | [`DEFAULT_INHERITED_ENV`] of this process, then the caller's variables |
 //! | child stderr | `tracing` at INFO, target `modelctx_stdio::stderr` ([`Stderr`]) |
-//! | shutdown | close stdin, 2 s, SIGTERM to the child's process group, 2 s, SIGKILL |
+//! | shutdown | close stdin, 2 s, SIGTERM to the child's process group, 2 s, SIGKILL; then what is left in its group: SIGTERM, 2 s, SIGKILL |
 //!
 //! # Logging from a stdio server
 //!
