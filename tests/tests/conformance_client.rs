@@ -1,0 +1,198 @@
+//! The conformance client (`tests/src/bin/conformance-client.rs`) against scripted copies of the
+//! conformance suite's mock servers, with the orderings that the suite leaves to chance made
+//! explicit.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use modelctx_tests::http::within;
+use modelctx_tests::http_client::{Reply, ScriptServer, Seen, initialize_result, text_result};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const CLIENT: &str = env!("CARGO_BIN_EXE_conformance-client");
+
+/// The `retry` of the `sse-retry` mock, in ms.
+const RETRY_MS: u64 = 500;
+/// How long the mock holds a GET that came before the tool call, for a client that waits for
+/// its standalone stream before calling: the outcome does not depend on it, only how long a
+/// correct client takes here.
+const HOLD: Duration = Duration::from_secs(2);
+
+/// What the `sse-retry` mock knows, as in the suite (`@modelcontextprotocol/conformance`
+/// 0.2.0-alpha.12, class `sse-retry`).
+#[derive(Default)]
+struct SseRetry {
+    /// The counter of the event ids it sends (`event-N`).
+    events: u32,
+    /// The id of the tool call whose stream it closed without the result.
+    pending: Option<Value>,
+    /// The id of the priming event on the tool call's stream.
+    call_priming: Option<String>,
+    /// When it closed the tool call's stream.
+    closed_at: Option<Instant>,
+}
+
+/// A scripted copy of the suite's `sse-retry` mock: every GET gets a priming event (an id,
+/// `retry: 500`, empty data) and, when a tool call is pending, its result; `tools/call` is
+/// answered with a stream that carries only a priming event and is closed 50 ms later. The mock
+/// treats any GET as the resumption of the pending call, so a standalone GET that reaches it
+/// after the call takes the result, and the client never resumes with `Last-Event-ID`.
+///
+/// `hold_early_gets` makes that ordering certain: a GET without `Last-Event-ID` that comes
+/// before the call waits for it (at most [`HOLD`]).
+async fn sse_retry_mock(hold_early_gets: bool) -> (ScriptServer, Arc<Mutex<SseRetry>>) {
+    let state = Arc::new(Mutex::new(SseRetry::default()));
+    let (called, _) = watch::channel(false);
+    let called = Arc::new(called);
+    let mock = state.clone();
+    let server = ScriptServer::start(move |seen: Seen, mut reply: Reply| {
+        let state = mock.clone();
+        let called = called.clone();
+        async move {
+            let session = [("mcp-session-id", "session-1")];
+            match (seen.method.as_str(), seen.rpc_method()) {
+                ("POST", Some("initialize")) => {
+                    reply
+                        .json(200, &session, &initialize_result(&seen.body["id"]))
+                        .await;
+                }
+                ("POST", Some("tools/list")) => {
+                    let tools = json!({"jsonrpc": "2.0", "id": seen.body["id"], "result": {
+                        "tools": [{
+                            "name": "test_reconnection",
+                            "description": "closes the stream of its call",
+                            "inputSchema": {"type": "object", "properties": {}, "required": []},
+                        }],
+                    }});
+                    reply.json(200, &session, &tools).await;
+                }
+                ("POST", Some("tools/call")) => {
+                    let priming = {
+                        let mut state = state.lock().unwrap();
+                        state.pending = Some(seen.body["id"].clone());
+                        state.events += 1;
+                        let id = format!("event-{}", state.events);
+                        state.call_priming = Some(id.clone());
+                        id
+                    };
+                    called.send_replace(true);
+                    reply.sse_head(&session).await;
+                    reply
+                        .raw(format!("id: {priming}\nretry: {RETRY_MS}\ndata: \n\n").as_bytes())
+                        .await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    state.lock().unwrap().closed_at = Some(Instant::now());
+                    drop(reply);
+                }
+                ("POST", _) if seen.body.get("id").is_none() => reply.full(202, &[], "").await,
+                ("POST", _) => {
+                    let empty = json!({"jsonrpc": "2.0", "id": seen.body["id"], "result": {}});
+                    reply.json(200, &session, &empty).await;
+                }
+                ("GET", _) => {
+                    if hold_early_gets && seen.header("last-event-id").is_none() {
+                        let mut called = called.subscribe();
+                        let _ = tokio::time::timeout(HOLD, called.wait_for(|c| *c)).await;
+                    }
+                    let events = {
+                        let mut state = state.lock().unwrap();
+                        state.events += 1;
+                        let mut events =
+                            format!("id: event-{}\nretry: {RETRY_MS}\ndata: \n\n", state.events);
+                        if let Some(id) = state.pending.take() {
+                            state.events += 1;
+                            let result =
+                                text_result(&id, "Reconnection test completed successfully");
+                            events.push_str(&format!(
+                                "event: message\nid: event-{}\ndata: {result}\n\n",
+                                state.events
+                            ));
+                        }
+                        events
+                    };
+                    reply.sse_head(&session).await;
+                    reply.raw(events.as_bytes()).await;
+                    // The mock never ends a GET stream: the client's exit closes it.
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                _ => reply.full(405, &[], "").await,
+            }
+        }
+    })
+    .await;
+    (server, state)
+}
+
+/// Runs the conformance client on `scenario` against `url`, as the suite does; its exit status
+/// and stderr.
+async fn run_client(scenario: &str, url: &str) -> (std::process::ExitStatus, String) {
+    let child = tokio::process::Command::new(CLIENT)
+        .arg(url)
+        .env("MCP_CONFORMANCE_SCENARIO", scenario)
+        .env("MCP_CONFORMANCE_PROTOCOL_VERSION", "2025-11-25")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the conformance client starts");
+    let output = within(scenario, child.wait_with_output())
+        .await
+        .expect("the conformance client runs");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The suite's checks of `sse-retry`: the client resumes the call's stream with GET and
+/// `Last-Event-ID` naming the call's priming event (`ClientSendsLastEventId`), and its last GET
+/// comes at least `retry` minus the suite's 50 ms tolerance after the stream closed
+/// (`ClientRespectsRetryField`).
+fn assert_sse_retry_checks(server: &ScriptServer, state: &Mutex<SseRetry>) {
+    let seen = server.seen();
+    let gets: Vec<&Seen> = seen.iter().filter(|s| s.method == "GET").collect();
+    let state = state.lock().unwrap();
+    let priming = state
+        .call_priming
+        .clone()
+        .expect("the client called the tool");
+    let ids: Vec<Option<&str>> = gets.iter().map(|g| g.header("last-event-id")).collect();
+    assert!(
+        ids.contains(&Some(priming.as_str())),
+        "ClientSendsLastEventId: no GET carried Last-Event-ID: {priming} (GETs: {ids:?}); the \
+         tool result went out on a GET that was no resumption"
+    );
+    let closed = state.closed_at.expect("the mock closed the call's stream");
+    let last = gets.last().expect("a GET").at;
+    let waited = last.saturating_duration_since(closed);
+    assert!(
+        waited >= Duration::from_millis(RETRY_MS - 50),
+        "ClientRespectsRetryField: the last GET came {waited:?} after the close"
+    );
+}
+
+/// The flaky `sse-retry` run of 2026-11-27 (`ClientSendsLastEventId` warned): the standalone
+/// GET reached the mock after `tools/call`, took the tool result, and the client finished
+/// without ever resuming. The mock here holds such a GET until the call comes, which loses that
+/// race every time; the client must wait for its standalone stream before it calls.
+#[tokio::test]
+async fn sse_retry_the_standalone_get_never_takes_the_result_of_the_call_from_the_resumption() {
+    let (server, state) = sse_retry_mock(true).await;
+    let url = format!("http://{}", server.addr);
+    let (status, stderr) = run_client("sse-retry", &url).await;
+    assert!(status.success(), "{status}: {stderr}");
+    assert_sse_retry_checks(&server, &state);
+}
+
+/// The same mock without the hold: the ordinary run.
+#[tokio::test]
+async fn sse_retry_passes_the_suites_checks() {
+    let (server, state) = sse_retry_mock(false).await;
+    let url = format!("http://{}", server.addr);
+    let (status, stderr) = run_client("sse-retry", &url).await;
+    assert!(status.success(), "{status}: {stderr}");
+    assert_sse_retry_checks(&server, &state);
+}
