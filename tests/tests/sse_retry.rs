@@ -1,13 +1,18 @@
-//! The conformance client (`tests/src/bin/conformance-client.rs`) against scripted copies of the
-//! conformance suite's mock servers, with the orderings that the suite leaves to chance made
-//! explicit.
+//! The race behind the flaky conformance scenario `sse-retry` (2026-11-27): the conformance
+//! client (`tests/src/bin/conformance-client.rs`) against a scripted copy of the suite's mock,
+//! with the ordering that the suite leaves to chance made explicit; and the HTTP transport when
+//! a server answers a request on a stream other than the request's own.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use modelctx_http::client::{ClientConfig, HttpTransport, Inbound};
 use modelctx_tests::http::within;
-use modelctx_tests::http_client::{Reply, ScriptServer, Seen, initialize_result, text_result};
+use modelctx_tests::http_client::{
+    Driver, Reply, ScriptServer, Seen, initialize_result, legacy_config, text_of, text_result,
+};
+use modelctx_types::{Incoming, Message, Notification, Request, RequestId};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -195,4 +200,158 @@ async fn sse_retry_passes_the_suites_checks() {
     let (status, stderr) = run_client("sse-retry", &url).await;
     assert!(status.success(), "{status}: {stderr}");
     assert_sse_retry_checks(&server, &state);
+}
+
+/// A server that answers a call on the standalone GET stream (as the mock does for a GET that
+/// comes while the call is pending) after the call's own stream closed with a priming event: the
+/// answer ends the call's exchange, whose resumption with `Last-Event-ID` was waiting for the
+/// server's `retry` (10 s here, so the answer certainly comes first). Before, that exchange
+/// stayed in the transport's tables and resumed the stream of an answered request.
+#[tokio::test]
+async fn an_answer_on_the_standalone_stream_ends_the_resumption_of_its_request() {
+    let (called, _) = watch::channel(false);
+    let called = Arc::new(called);
+    let server = ScriptServer::start(move |seen: Seen, mut reply: Reply| {
+        let called = called.clone();
+        async move {
+            let session = [("mcp-session-id", "s1")];
+            match (seen.method.as_str(), seen.rpc_method()) {
+                ("POST", Some("initialize")) => {
+                    reply
+                        .json(200, &session, &initialize_result(&seen.body["id"]))
+                        .await;
+                }
+                ("POST", Some("tools/call")) => {
+                    reply.sse_head(&[]).await;
+                    reply.raw(b"id: e1\nretry: 10000\ndata:\n\n").await;
+                    drop(reply);
+                    called.send_replace(true);
+                }
+                ("POST", _) => reply.full(202, &[], "").await,
+                ("GET", _) if seen.header("last-event-id").is_none() => {
+                    reply.sse_head(&[]).await;
+                    reply.raw(b"id: g1\ndata:\n\n").await;
+                    // The call's stream has closed when the answer goes out here.
+                    let _ = called.subscribe().wait_for(|c| *c).await;
+                    let answer = text_result(&json!(2), "on the standalone stream");
+                    reply
+                        .raw(format!("id: g2\ndata: {answer}\n\n").as_bytes())
+                        .await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                _ => reply.full(405, &[], "").await,
+            }
+        }
+    })
+    .await;
+    let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
+    within("connect", client.connect()).await.unwrap();
+    let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    assert_eq!(id.to_string(), "2");
+    let result = within("answer", client.answer(&id)).await.unwrap();
+    assert_eq!(text_of(&result), "on the standalone stream");
+    // Only the standalone stream is left: the call's exchange ended with the answer.
+    let sizes = client.transport.table_sizes();
+    assert_eq!((sizes.tasks, sizes.requests), (1, 0), "{sizes:?}");
+    assert!(
+        server
+            .seen()
+            .iter()
+            .all(|s| s.header("last-event-id").is_none()),
+        "an answered request's stream was resumed"
+    );
+}
+
+/// The same with a batch (2025-03-26): one request is answered on the batch's stream, which then
+/// closes with a priming event (`retry` 60 s); the other is answered on the standalone stream.
+/// Nothing of the batch is left to resume, so its exchange ends at once rather than resuming
+/// its stream for a request that has its answer.
+#[tokio::test]
+async fn a_batch_whose_requests_are_all_answered_somewhere_is_not_resumed() {
+    let (called, _) = watch::channel(false);
+    let called = Arc::new(called);
+    let server = ScriptServer::start(move |seen: Seen, mut reply: Reply| {
+        let called = called.clone();
+        async move {
+            let session = [("mcp-session-id", "s1")];
+            if seen.rpc_method() == Some("initialize") {
+                let mut init = initialize_result(&seen.body["id"]);
+                init["result"]["protocolVersion"] = json!("2025-03-26");
+                reply.json(200, &session, &init).await;
+                return;
+            }
+            match seen.method.as_str() {
+                "POST" if seen.body.is_array() => {
+                    reply.sse_head(&[]).await;
+                    let answer = text_result(&json!(2), "on the batch's stream");
+                    reply
+                        .raw(
+                            format!("data: {answer}\n\nid: e1\nretry: 60000\ndata:\n\n").as_bytes(),
+                        )
+                        .await;
+                    drop(reply);
+                    called.send_replace(true);
+                }
+                "POST" => reply.full(202, &[], "").await,
+                "GET" if seen.header("last-event-id").is_none() => {
+                    reply.sse_head(&[]).await;
+                    reply.raw(b"id: g1\ndata:\n\n").await;
+                    let _ = called.subscribe().wait_for(|c| *c).await;
+                    let answer = text_result(&json!(3), "on the standalone stream");
+                    reply
+                        .raw(format!("id: g2\ndata: {answer}\n\n").as_bytes())
+                        .await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                _ => reply.full(405, &[], "").await,
+            }
+        }
+    })
+    .await;
+    let mut transport = HttpTransport::new(&server.url(), ClientConfig::default()).unwrap();
+    let request = |id: i64, method: &str, params: Value| {
+        Message::Request(Request::new(RequestId::Number(id), method, &params).unwrap())
+    };
+    let init = json!({
+        "protocolVersion": "2025-03-26",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    });
+    transport.send(request(1, "initialize", init)).unwrap();
+    let initialized = Notification::new("notifications/initialized", &json!({})).unwrap();
+    let mut answered = Vec::new();
+    let mut opened = false;
+    while !(opened && answered.len() == 3) {
+        match within("the answers", transport.recv()).await {
+            Some(Inbound::Message(Incoming::Single(Message::Response(r)))) => {
+                if r.id == RequestId::Number(1) {
+                    transport
+                        .send(Message::Notification(initialized.clone()))
+                        .unwrap();
+                }
+                answered.push(r.id);
+            }
+            Some(Inbound::StandaloneOpened) => {
+                opened = true;
+                let call = |id| request(id, "tools/call", json!({"name": "x", "arguments": {}}));
+                transport.send_batch(vec![call(2), call(3)]).unwrap();
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The batch's exchange ends once it sees its stream closed, without waiting the retry.
+    within("the batch's exchange ends", async {
+        while transport.table_sizes().tasks != 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(transport.table_sizes().requests, 0);
+    assert!(
+        server
+            .seen()
+            .iter()
+            .all(|s| s.header("last-event-id").is_none()),
+        "an answered batch's stream was resumed"
+    );
 }
