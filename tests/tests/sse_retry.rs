@@ -262,16 +262,21 @@ async fn an_answer_on_the_standalone_stream_ends_the_resumption_of_its_request()
     );
 }
 
-/// The same with a batch (2025-03-26): one request is answered on the batch's stream, which then
-/// closes with a priming event (`retry` 60 s); the other is answered on the standalone stream.
-/// Nothing of the batch is left to resume, so its exchange ends at once rather than resuming
-/// its stream for a request that has its answer.
-#[tokio::test]
-async fn a_batch_whose_requests_are_all_answered_somewhere_is_not_resumed() {
-    let (called, _) = watch::channel(false);
-    let called = Arc::new(called);
+/// A 2025-03-26 batch of two calls: the first is answered on the batch's stream, which then
+/// closes with a priming event and `retry` (`retry_ms`); the second is answered on the standalone
+/// stream when `answer` is set. The batch's stream closes when `close` is set.
+struct BatchServer {
+    server: ScriptServer,
+    answer: Arc<watch::Sender<bool>>,
+    close: Arc<watch::Sender<bool>>,
+}
+
+async fn batch_server(retry_ms: u64) -> BatchServer {
+    let answer = Arc::new(watch::channel(false).0);
+    let close = Arc::new(watch::channel(false).0);
+    let (answer_rx, close_rx) = (answer.clone(), close.clone());
     let server = ScriptServer::start(move |seen: Seen, mut reply: Reply| {
-        let called = called.clone();
+        let (answer, close) = (answer_rx.clone(), close_rx.clone());
         async move {
             let session = [("mcp-session-id", "s1")];
             if seen.rpc_method() == Some("initialize") {
@@ -283,23 +288,19 @@ async fn a_batch_whose_requests_are_all_answered_somewhere_is_not_resumed() {
             match seen.method.as_str() {
                 "POST" if seen.body.is_array() => {
                     reply.sse_head(&[]).await;
-                    let answer = text_result(&json!(2), "on the batch's stream");
-                    reply
-                        .raw(
-                            format!("data: {answer}\n\nid: e1\nretry: 60000\ndata:\n\n").as_bytes(),
-                        )
-                        .await;
-                    drop(reply);
-                    called.send_replace(true);
+                    let first = text_result(&json!(2), "on the batch's stream");
+                    let events = format!("data: {first}\n\nid: e1\nretry: {retry_ms}\ndata:\n\n");
+                    reply.raw(events.as_bytes()).await;
+                    let _ = close.subscribe().wait_for(|c| *c).await;
                 }
                 "POST" => reply.full(202, &[], "").await,
                 "GET" if seen.header("last-event-id").is_none() => {
                     reply.sse_head(&[]).await;
                     reply.raw(b"id: g1\ndata:\n\n").await;
-                    let _ = called.subscribe().wait_for(|c| *c).await;
-                    let answer = text_result(&json!(3), "on the standalone stream");
+                    let _ = answer.subscribe().wait_for(|a| *a).await;
+                    let second = text_result(&json!(3), "on the standalone stream");
                     reply
-                        .raw(format!("id: g2\ndata: {answer}\n\n").as_bytes())
+                        .raw(format!("id: g2\ndata: {second}\n\n").as_bytes())
                         .await;
                     tokio::time::sleep(Duration::from_secs(60)).await;
                 }
@@ -308,38 +309,56 @@ async fn a_batch_whose_requests_are_all_answered_somewhere_is_not_resumed() {
         }
     })
     .await;
-    let mut transport = HttpTransport::new(&server.url(), ClientConfig::default()).unwrap();
-    let request = |id: i64, method: &str, params: Value| {
-        Message::Request(Request::new(RequestId::Number(id), method, &params).unwrap())
-    };
+    BatchServer {
+        server,
+        answer,
+        close,
+    }
+}
+
+/// A legacy transport on `url` with its session initialized and its standalone stream open.
+async fn initialized_transport(url: &str) -> HttpTransport {
+    let mut transport = HttpTransport::new(url, ClientConfig::default()).unwrap();
     let init = json!({
         "protocolVersion": "2025-03-26",
         "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"},
     });
     transport.send(request(1, "initialize", init)).unwrap();
-    let initialized = Notification::new("notifications/initialized", &json!({})).unwrap();
-    let mut answered = Vec::new();
-    let mut opened = false;
-    while !(opened && answered.len() == 3) {
+    loop {
+        match within("initialize", transport.recv()).await {
+            Some(Inbound::Message(Incoming::Single(Message::Response(_)))) => {
+                let initialized = Notification::new("notifications/initialized", &json!({}));
+                transport
+                    .send(Message::Notification(initialized.unwrap()))
+                    .unwrap();
+            }
+            Some(Inbound::StandaloneOpened) => return transport,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+fn request(id: i64, method: &str, params: Value) -> Message {
+    Message::Request(Request::new(RequestId::Number(id), method, &params).unwrap())
+}
+
+/// Waits for the answers to `ids`, in any order.
+async fn answers(transport: &mut HttpTransport, ids: &[i64]) {
+    let mut waiting: Vec<RequestId> = ids.iter().map(|id| RequestId::Number(*id)).collect();
+    while !waiting.is_empty() {
         match within("the answers", transport.recv()).await {
             Some(Inbound::Message(Incoming::Single(Message::Response(r)))) => {
-                if r.id == RequestId::Number(1) {
-                    transport
-                        .send(Message::Notification(initialized.clone()))
-                        .unwrap();
-                }
-                answered.push(r.id);
-            }
-            Some(Inbound::StandaloneOpened) => {
-                opened = true;
-                let call = |id| request(id, "tools/call", json!({"name": "x", "arguments": {}}));
-                transport.send_batch(vec![call(2), call(3)]).unwrap();
+                waiting.retain(|id| *id != r.id);
             }
             other => panic!("unexpected {other:?}"),
         }
     }
-    // The batch's exchange ends once it sees its stream closed, without waiting the retry.
+}
+
+/// The batch's exchange ends (only the standalone stream is left), and no GET resumed the
+/// batch's stream.
+async fn assert_batch_ended_unresumed(transport: &HttpTransport, server: &ScriptServer) {
     within("the batch's exchange ends", async {
         while transport.table_sizes().tasks != 1 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -352,6 +371,35 @@ async fn a_batch_whose_requests_are_all_answered_somewhere_is_not_resumed() {
             .seen()
             .iter()
             .all(|s| s.header("last-event-id").is_none()),
-        "an answered batch's stream was resumed"
+        "the stream of an answered batch was resumed"
     );
+}
+
+/// A batch whose second request is answered on the standalone stream before the batch's stream
+/// closes: nothing is left to resume (the server's `retry` of 60 s is never waited).
+#[tokio::test]
+async fn a_batch_answered_on_two_streams_is_not_resumed() {
+    let batch = batch_server(60_000).await;
+    let mut transport = initialized_transport(&batch.server.url()).await;
+    let call = |id| request(id, "tools/call", json!({"name": "x", "arguments": {}}));
+    transport.send_batch(vec![call(2), call(3)]).unwrap();
+    batch.answer.send_replace(true);
+    answers(&mut transport, &[2, 3]).await;
+    batch.close.send_replace(true);
+    assert_batch_ended_unresumed(&transport, &batch.server).await;
+}
+
+/// The same when the second answer comes while the batch's exchange waits the server's `retry`
+/// (1 s) to resume: it ends when the wait is over, without resuming.
+#[tokio::test]
+async fn a_batch_answered_while_it_waits_to_resume_is_not_resumed() {
+    let batch = batch_server(1_000).await;
+    let mut transport = initialized_transport(&batch.server.url()).await;
+    let call = |id| request(id, "tools/call", json!({"name": "x", "arguments": {}}));
+    transport.send_batch(vec![call(2), call(3)]).unwrap();
+    batch.close.send_replace(true);
+    answers(&mut transport, &[2]).await;
+    batch.answer.send_replace(true);
+    answers(&mut transport, &[3]).await;
+    assert_batch_ended_unresumed(&transport, &batch.server).await;
 }

@@ -795,6 +795,9 @@ async fn follow(
                 return;
             }
             tokio::time::sleep(policy.delay(attempts, retry)).await;
+            if !standalone && pending.answered_elsewhere(&shared) {
+                return; // answered meanwhile
+            }
         }
         first = false;
         let version = {
