@@ -390,10 +390,11 @@ async fn a_batch_answered_on_two_streams_is_not_resumed() {
 }
 
 /// The same when the second answer comes while the batch's exchange waits the server's `retry`
-/// (1 s) to resume: it ends when the wait is over, without resuming.
+/// (3 s, ample for the answer to arrive) to resume: it ends when the wait is over, without
+/// resuming.
 #[tokio::test]
 async fn a_batch_answered_while_it_waits_to_resume_is_not_resumed() {
-    let batch = batch_server(1_000).await;
+    let batch = batch_server(3_000).await;
     let mut transport = initialized_transport(&batch.server.url()).await;
     let call = |id| request(id, "tools/call", json!({"name": "x", "arguments": {}}));
     transport.send_batch(vec![call(2), call(3)]).unwrap();
