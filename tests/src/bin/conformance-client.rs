@@ -184,7 +184,17 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             client.listening().await.map_err(e("listening"))?;
             list_and_call(client, "test_client_elicitation_defaults", json!({})).await
         }
-        "sse-retry" => list_and_call(client, "test_reconnection", json!({})).await,
+        "sse-retry" => {
+            // The mock answers every GET as the resumption of the pending call: a standalone
+            // GET that reached it after `tools/call` would take the result, and the client,
+            // answered, would end before resuming the call's stream with `Last-Event-ID`
+            // (what the scenario checks). The standalone GET goes out once
+            // `notifications/initialized` is accepted, on its own connection, racing the
+            // requests that follow the handshake: `listening()` returns once its response
+            // head came, so the mock has handled it before the call is sent.
+            client.listening().await.map_err(e("listening"))?;
+            list_and_call(client, "test_reconnection", json!({})).await
+        }
         "json-schema-2020-12-preservation" => {
             let tools = client.list_all_tools().await.map_err(e("tools/list"))?;
             let tool = tools

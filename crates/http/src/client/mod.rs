@@ -382,6 +382,26 @@ impl Shared {
         true
     }
 
+    /// The answer to request `id` came on the stream of the exchange `on` instead of its own
+    /// (a server that answers on the standalone GET stream, or on another request's stream):
+    /// the request's own exchange stops waiting for it and, when nothing else of its own is
+    /// pending, ends, so that no resumption of its broken stream goes on for an answered request.
+    pub(crate) fn answered_elsewhere(&self, id: &RequestId, on: u64) {
+        let mut state = self.state();
+        let Some(&key) = state.by_request.get(id) else {
+            return;
+        };
+        if key == on {
+            return;
+        }
+        state.by_request.remove(id);
+        if !state.by_request.values().any(|k| *k == key)
+            && let Some(task) = state.tasks.remove(&key)
+        {
+            task.abort.abort();
+        }
+    }
+
     /// Hands something up; false when nobody listens any more.
     pub(crate) async fn deliver(&self, inbound: Inbound) -> bool {
         self.tx.send(inbound).await.is_ok()

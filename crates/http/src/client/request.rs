@@ -129,6 +129,8 @@ fn parse(params: Option<&RawValue>) -> Option<Value> {
 
 /// The ids a response stream is still waiting for: on the wire, and as the session knows them.
 struct Pending {
+    /// The exchange reading the stream (its key in the transport's table).
+    key: u64,
     ids: Vec<(RequestId, RequestId)>,
     method: Option<String>,
     modern: bool,
@@ -138,6 +140,15 @@ struct Pending {
 
 impl Pending {
     fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Forgets the requests answered on other streams (see [`Shared::answered_elsewhere`]);
+    /// true when none is left.
+    fn answered_elsewhere(&mut self, shared: &Shared) -> bool {
+        let state = shared.state();
+        self.ids
+            .retain(|(_, original)| state.by_request.get(original) == Some(&self.key));
         self.ids.is_empty()
     }
 
@@ -153,6 +164,8 @@ impl Pending {
                     let (_, original) = self.ids.swap_remove(at);
                     response.id = original;
                     self.on_result(shared, &mut response.result);
+                } else {
+                    shared.answered_elsewhere(&response.id, self.key);
                 }
                 Message::Response(response)
             }
@@ -163,6 +176,8 @@ impl Pending {
                 };
                 if let Some(at) = at {
                     error.id = Some(self.ids.swap_remove(at).1);
+                } else if let Some(id) = &error.id {
+                    shared.answered_elsewhere(id, self.key);
                 }
                 Message::Error(error)
             }
@@ -262,6 +277,7 @@ enum End {
 async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>) {
     let shared = guard.shared().clone();
     let mut pending = Pending {
+        key: guard.key(),
         ids: requests.iter().map(|id| (id.clone(), id.clone())).collect(),
         method: exchange.method.clone(),
         modern: exchange.modern,
@@ -743,6 +759,7 @@ async fn follow(
     let shared = guard.shared().clone();
     let standalone = pending.is_none();
     let mut pending = pending.unwrap_or(Pending {
+        key: guard.key(),
         ids: Vec::new(),
         method: None,
         modern: false,
@@ -755,6 +772,9 @@ async fn follow(
     loop {
         if !first {
             attempts += 1;
+            if !standalone && pending.answered_elsewhere(&shared) {
+                return; // every request of the stream was answered on another one
+            }
             if !standalone && last.is_none() {
                 // Nothing to resume from: the server sent no event id before the stream broke.
                 return finish(&shared, &mut pending, error).await;
@@ -775,6 +795,9 @@ async fn follow(
                 return;
             }
             tokio::time::sleep(policy.delay(attempts, retry)).await;
+            if !standalone && pending.answered_elsewhere(&shared) {
+                return; // answered meanwhile
+            }
         }
         first = false;
         let version = {
@@ -917,6 +940,7 @@ async fn refresh_tools(shared: &Shared, exchange: &Exchange) {
             epoch: exchange.epoch,
         };
         let pending = Pending {
+            key: u64::MAX, // only for its on_result
             ids: Vec::new(),
             method: Some("tools/list".into()),
             modern: true,
