@@ -209,16 +209,20 @@ pub(crate) async fn cut_modern(ctx: Arc<Ctx>, seed: u64) {
     }
 }
 
-/// Slow readers: a call with progress whose stream is read a few bytes at a time.
+/// Slow readers: a call with progress whose stream is read 16 bytes at a time, or a large
+/// answer read 1 KiB at a time, 20 to 80 ms apart; each reader gives up after
+/// [`SLOW_READ_FOR`].
 pub(crate) async fn slow_readers(ctx: Arc<Ctx>, seed: u64) {
     let mut rng = Rng::new(seed);
     let mut id = 0;
     while Instant::now() < ctx.deadline {
         id += 1;
-        let modern = rng.below(2) == 1;
-        // 16 bytes every 20 to 80 ms: some readers finish within the 5 s, some give up.
         let pause = Duration::from_millis(20 + rng.below(60));
-        let result = slow_read_once(&ctx, id, modern, pause).await;
+        let result = match rng.below(3) {
+            0 => slow_stream(&ctx, id, false, pause).await,
+            1 => slow_stream(&ctx, id, true, pause).await,
+            _ => slow_big_answer(&ctx, id, pause).await,
+        };
         match result {
             Ok(outcome) => {
                 ctx.figures.fault(SLOW_READER);
@@ -230,7 +234,8 @@ pub(crate) async fn slow_readers(ctx: Arc<Ctx>, seed: u64) {
     }
 }
 
-async fn slow_read_once(
+/// A countdown of 20 steps whose event stream is read slowly.
+async fn slow_stream(
     ctx: &Ctx,
     id: u64,
     modern: bool,
@@ -253,22 +258,13 @@ async fn slow_read_once(
         return Err(format!("the call was answered {}", response.status));
     }
     let started = Instant::now();
-    let mut outcome = if modern {
-        "modern: gave up reading (the request is cancelled)"
-    } else {
-        "legacy: gave up reading (the session is ended)"
-    };
+    let mut finished = false;
     while started.elapsed() < SLOW_READ_FOR {
-        let next =
-            tokio::time::timeout(SLOW_READ_FOR, response.next_event_reading(16, pause)).await;
-        match next {
+        let left = SLOW_READ_FOR.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, response.next_event_reading(16, pause)).await {
             Ok(Ok(Some(event))) => {
                 if let Message::Response(_) = classify(&event.data) {
-                    outcome = if modern {
-                        "modern: read to the end"
-                    } else {
-                        "legacy: read to the end"
-                    };
+                    finished = true;
                     break;
                 }
             }
@@ -281,7 +277,35 @@ async fn slow_read_once(
     if let Some(session) = session {
         raw::end_session(ctx.addr, &session).await?;
     }
-    Ok(outcome)
+    Ok(match (modern, finished) {
+        (false, true) => "legacy event stream: read to the end",
+        (false, false) => "legacy event stream: gave up (the session is then ended)",
+        (true, true) => "modern event stream: read to the end",
+        (true, false) => "modern event stream: gave up (the request is cancelled)",
+    })
+}
+
+/// An `echo` of 512 KiB whose answer is read slowly (modern: no session).
+async fn slow_big_answer(ctx: &Ctx, id: u64, pause: Duration) -> raw::Result<&'static str> {
+    let text = "x".repeat(512 * 1024);
+    let mut call = raw::countdown_call(id, 0, 0, true);
+    call["params"]["name"] = "echo".into();
+    call["params"]["arguments"] = serde_json::json!({"text": text});
+    let mut response = raw::request(
+        ctx.addr,
+        "POST",
+        &raw::modern_call_headers("echo"),
+        call.to_string().as_bytes(),
+    )
+    .await?;
+    if response.status != 200 {
+        return Err(format!("the call was answered {}", response.status));
+    }
+    Ok(if response.read_slowly(1024, pause, SLOW_READ_FOR).await? {
+        "512 KiB answer: read to the end"
+    } else {
+        "512 KiB answer: gave up"
+    })
 }
 
 /// Slowloris and idle sockets: opened at a steady pace up to [`SOCKET_CAP`] at once, each held

@@ -242,7 +242,9 @@ async fn run(options: Options) -> Result<bool, String> {
     tasks.spawn(faults::cut_and_resume(ctx.clone(), seeds.next()));
     tasks.spawn(faults::cut_and_resume(ctx.clone(), seeds.next()));
     tasks.spawn(faults::cut_modern(ctx.clone(), seeds.next()));
-    tasks.spawn(faults::slow_readers(ctx.clone(), seeds.next()));
+    for _ in 0..3 {
+        tasks.spawn(faults::slow_readers(ctx.clone(), seeds.next()));
+    }
     tasks.spawn(faults::sockets(ctx.clone(), seeds.next()));
     tasks.spawn(faults::garbage(ctx.clone(), seeds.next()));
     tasks.spawn(faults::floods(ctx.clone()));

@@ -62,9 +62,9 @@ impl Response {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Decodes more body bytes (reading when needed, at most `chunk` bytes a read); false at
-    /// the end.
-    async fn fill(&mut self, chunk: usize) -> Result<bool> {
+    /// Decodes more body bytes (reading when needed, at most `chunk` bytes a read, after a
+    /// `pause`); false at the end.
+    async fn fill(&mut self, chunk: usize, pause: Duration) -> Result<bool> {
         if self.ended {
             return Ok(false);
         }
@@ -104,6 +104,9 @@ impl Response {
             if self.read_total > MAX_READ {
                 return Err(format!("the response is longer than {MAX_READ} bytes"));
             }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
             let mut bytes = vec![0u8; chunk.clamp(1, 16 * 1024)];
             let n = tokio::time::timeout(STEP, self.stream.read(&mut bytes))
                 .await
@@ -123,8 +126,26 @@ impl Response {
 
     /// The whole body.
     pub(crate) async fn body(mut self) -> Result<Vec<u8>> {
-        while self.fill(16 * 1024).await? {}
+        while self.fill(16 * 1024, Duration::ZERO).await? {}
         Ok(self.body)
+    }
+
+    /// Reads the body `chunk` bytes at a time with a `pause` before each read, until it ends
+    /// (true) or `limit` has passed (false): a slow reader.
+    pub(crate) async fn read_slowly(
+        &mut self,
+        chunk: usize,
+        pause: Duration,
+        limit: Duration,
+    ) -> Result<bool> {
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < limit {
+            if !self.fill(chunk, pause).await? {
+                return Ok(true);
+            }
+            self.body.clear();
+        }
+        Ok(false)
     }
 
     /// The next SSE event with data or an id (comments skipped); `None` at the end.
@@ -132,7 +153,7 @@ impl Response {
         self.next_event_reading(16 * 1024, Duration::ZERO).await
     }
 
-    /// [`next_event`](Self::next_event) reading at most `chunk` bytes at a time and pausing
+    /// [`next_event`](Self::next_event) reading at most `chunk` bytes at a time, with a
     /// `pause` before each read: a slow reader.
     pub(crate) async fn next_event_reading(
         &mut self,
@@ -147,10 +168,7 @@ impl Response {
                 }
                 continue;
             }
-            if !pause.is_zero() {
-                tokio::time::sleep(pause).await;
-            }
-            if !self.fill(chunk).await? {
+            if !self.fill(chunk, pause).await? {
                 return Ok(None);
             }
         }

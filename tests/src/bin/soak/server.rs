@@ -39,8 +39,10 @@ pub(crate) fn soak_server_config(store: Arc<MemoryEventStore>) -> ServerConfig {
 
 /// The event store of the soak: the default limits, events kept for [`EVENT_AGE`].
 fn soak_event_store() -> Arc<MemoryEventStore> {
-    let mut config = MemoryEventStoreConfig::default();
-    config.max_age = EVENT_AGE;
+    let config = MemoryEventStoreConfig {
+        max_age: EVENT_AGE,
+        ..MemoryEventStoreConfig::default()
+    };
     Arc::new(MemoryEventStore::with_config(config))
 }
 
