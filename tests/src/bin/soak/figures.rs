@@ -29,6 +29,8 @@ pub(crate) struct Counts {
     pub(crate) anomalies: BTreeMap<String, u64>,
     /// Streams resumed with `Last-Event-ID`.
     pub(crate) resumptions: u64,
+    /// Streams the load clients resumed (`Last-Event-ID` requests through the cutting proxy).
+    pub(crate) client_resumptions: u64,
     /// Events received on resumed streams: the stored ones replayed, then the live ones.
     pub(crate) replayed: u64,
     /// Progress notifications received (load clients and resumed streams).
@@ -78,6 +80,10 @@ impl Figures {
             c.resumptions += 1;
             c.replayed += events;
         });
+    }
+
+    pub(crate) fn client_resumptions(&self, n: u64) {
+        self.with(|c| c.client_resumptions = n);
     }
 
     pub(crate) fn snapshot(&self) -> Counts {

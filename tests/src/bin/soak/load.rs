@@ -41,10 +41,25 @@ pub(crate) async fn connect(url: &str, modern: bool) -> Result<Client, String> {
         .map_err(|e| format!("connect: {e}"))
 }
 
+/// How a load client reaches the server.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Via {
+    /// Legacy (2025-11-25), directly.
+    Legacy,
+    /// Legacy, through the cutting proxy: its event streams are cut and it must resume them.
+    LegacyThroughProxy,
+    /// Modern (2026-07-28), directly.
+    Modern,
+}
+
 /// One load client: calls until the deadline, then closes.
-pub(crate) async fn client(ctx: Arc<Ctx>, modern: bool, seed: u64) {
-    let era = era(modern);
-    let client = match connect(&ctx.url, modern).await {
+pub(crate) async fn client(ctx: Arc<Ctx>, via: Via, seed: u64) {
+    let (era, modern, url) = match via {
+        Via::Legacy => ("legacy", false, &ctx.url),
+        Via::LegacyThroughProxy => ("legacy through the cutting proxy", false, &ctx.proxy_url),
+        Via::Modern => ("modern", true, &ctx.url),
+    };
+    let client = match connect(url, modern).await {
         Ok(client) => client,
         Err(e) => return ctx.figures.call_failed(era, e),
     };

@@ -8,6 +8,13 @@
 //! soak --server
 //! ```
 //!
+//! The load: 16 `modelctx-client` clients by default, half legacy (2025-11-25 sessions), half
+//! modern (2026-07-28, stateless), calling every kind of tool, prompt and resource of the demo;
+//! half of the legacy ones go through a proxy that cuts their event streams, which they must
+//! resume (`proxy.rs`). The faults (`faults.rs`, `load.rs`): streams cut mid-call and resumed by
+//! a raw client that checks every event id and progress value, slow readers, slowloris and
+//! idle sockets up to a cap, garbage requests, client restarts, `initialize` floods.
+//!
 //! Two processes: this one drives the load and the faults; a child (`soak --server`, the same
 //! binary) runs the demo server on 127.0.0.1:0, so that its RSS is its own, and reports its
 //! tables on request over stdin/stdout (see `server.rs`). The server's settings are in one
@@ -29,6 +36,7 @@ mod demo;
 mod faults;
 mod figures;
 mod load;
+mod proxy;
 mod raw;
 mod server;
 
@@ -41,7 +49,10 @@ const USAGE: &str = "usage: soak [--seconds N | --minutes N] [--clients N] [--se
 pub(crate) struct Ctx {
     pub(crate) addr: SocketAddr,
     pub(crate) url: String,
+    /// The URL of the server through the cutting proxy.
+    pub(crate) proxy_url: String,
     pub(crate) figures: Figures,
+    pub(crate) proxy: proxy::ProxyCounts,
     /// When the load and the faults stop.
     pub(crate) deadline: Instant,
 }
@@ -227,16 +238,33 @@ async fn run(options: Options) -> Result<bool, String> {
          {modern_clients} modern clients, with faults (seed {})",
         options.seconds, options.seed
     );
+    let proxy_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("the proxy's listener: {e}"))?;
+    let proxy_addr = proxy_listener
+        .local_addr()
+        .map_err(|e| format!("the proxy's address: {e}"))?;
     let ctx = Arc::new(Ctx {
         addr,
         url: format!("http://{addr}/mcp"),
+        proxy_url: format!("http://{proxy_addr}/mcp"),
         figures: Figures::default(),
+        proxy: proxy::ProxyCounts::default(),
         deadline: Instant::now() + Duration::from_secs(options.seconds),
     });
     let mut seeds = Rng::new(options.seed);
+    let proxy = tokio::spawn(proxy::run(proxy_listener, ctx.clone(), seeds.next()));
     let mut tasks = JoinSet::new();
     for i in 0..options.clients {
-        tasks.spawn(load::client(ctx.clone(), i % 2 == 1, seeds.next()));
+        // Odd clients are modern; every other legacy one goes through the cutting proxy.
+        let via = if i % 2 == 1 {
+            load::Via::Modern
+        } else if i % 4 == 0 {
+            load::Via::LegacyThroughProxy
+        } else {
+            load::Via::Legacy
+        };
+        tasks.spawn(load::client(ctx.clone(), via, seeds.next()));
     }
     tasks.spawn(load::restarts(ctx.clone(), seeds.next()));
     tasks.spawn(faults::cut_and_resume(ctx.clone(), seeds.next()));
@@ -291,6 +319,13 @@ async fn run(options: Options) -> Result<bool, String> {
         );
         tasks.abort_all();
     }
+    proxy.abort();
+    let _ = proxy.await;
+    ctx.figures.client_resumptions(
+        ctx.proxy
+            .resumptions
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
 
     // The server's sweep and timeouts reclaim what the faults left; then the tables must be
     // back where they started.
