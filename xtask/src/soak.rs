@@ -15,10 +15,25 @@ const CI_ARGS: &[&str] = &["--seconds", "90"];
 /// The flags `soak` takes, each with a number.
 const FLAGS: &[&str] = &["--minutes", "--seconds", "--clients", "--seed"];
 
+/// How `cargo xtask soak` builds the binary.
+const BUILD: &[&str] = &[
+    "build",
+    "-p",
+    "modelctx-tests",
+    "--all-features",
+    "--bin",
+    "soak",
+];
+
+/// How the CI step builds it: as the "test" step before it did (cargo builds a package's
+/// binaries for its integration tests, with the features of the tests' build), so that nothing
+/// is compiled again.
+const CI_BUILD: &[&str] = &["test", "--workspace", "--all-features", "--no-run"];
+
 /// The CI step.
 pub(crate) fn ci(root: &Path) -> Result<(), String> {
     let args: Vec<String> = CI_ARGS.iter().map(|a| (*a).to_owned()).collect();
-    run(root, &args)
+    run_with(root, CI_BUILD, &args)
 }
 
 /// Checks the arguments: known flags, each followed by a number.
@@ -38,11 +53,14 @@ pub(crate) fn check_args(args: &[String]) -> Result<(), String> {
 
 /// Builds and runs the soak with `args`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
+    run_with(root, BUILD, args)
+}
+
+/// Builds the soak with `cargo <build>`, then runs it with `args`.
+fn run_with(root: &Path, build: &[&str], args: &[String]) -> Result<(), String> {
     check_args(args)?;
-    // Built as `cargo test --workspace --all-features` builds it (the same features), so that
-    // CI, which runs the tests first, reuses that build.
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--workspace", "--all-features", "--bin", "soak"])
+        .args(build)
         .current_dir(root)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;

@@ -283,8 +283,12 @@ pub(crate) fn report(
         );
     }
     row(
-        "streams resumed (Last-Event-ID)",
+        "streams resumed by the raw injector (Last-Event-ID)",
         counts.resumptions.to_string(),
+    );
+    row(
+        "streams resumed by load clients through the cutting proxy",
+        counts.client_resumptions.to_string(),
     );
     row(
         "events on resumed streams (replayed, then live)",
