@@ -259,6 +259,7 @@ async fn slow_stream(
     }
     let started = Instant::now();
     let mut finished = false;
+    let mut ended_by_server = false;
     while started.elapsed() < SLOW_READ_FOR {
         let left = SLOW_READ_FOR.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, response.next_event_reading(16, pause)).await {
@@ -268,7 +269,11 @@ async fn slow_stream(
                     break;
                 }
             }
-            Ok(Ok(None)) => return Err("the stream ended before the answer".into()),
+            // The server may disconnect a reader that falls too far behind (`stream_buffer`).
+            Ok(Ok(None)) => {
+                ended_by_server = true;
+                break;
+            }
             Ok(Err(e)) => return Err(e),
             Err(_) => break,
         }
@@ -276,6 +281,13 @@ async fn slow_stream(
     drop(response);
     if let Some(session) = session {
         raw::end_session(ctx.addr, &session).await?;
+    }
+    if ended_by_server {
+        return Ok(if modern {
+            "modern event stream: ended by the server before the answer"
+        } else {
+            "legacy event stream: ended by the server before the answer"
+        });
     }
     Ok(match (modern, finished) {
         (false, true) => "legacy event stream: read to the end",
@@ -501,7 +513,12 @@ pub(crate) async fn floods(ctx: Arc<Ctx>) {
             ctx.figures.fault(FLOOD);
             match done.map_err(|e| e.to_string()).and_then(|r| r) {
                 Ok(200) => ctx.figures.outcome(FLOOD, "session opened, never used"),
-                Ok(503) => ctx.figures.outcome(FLOOD, "refused 503 (max_sessions)"),
+                // Refused by a session limit: 503 (`max_sessions`), or 429 or 503 by a limit
+                // per peer.
+                Ok(status @ (429 | 503)) => {
+                    ctx.figures
+                        .outcome(FLOOD, &format!("refused {status} (a session limit)"));
+                }
                 Ok(other) => ctx.figures.anomaly(FLOOD, &format!("answered {other}")),
                 Err(e) => ctx.figures.anomaly(FLOOD, &e),
             }
