@@ -77,14 +77,14 @@ pub(crate) async fn client(ctx: Arc<Ctx>, via: Via, seed: u64) {
 
 /// One call, its answer checked; the reason when it failed or was wrong.
 async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(), String> {
-    let bounded = |what: &'static str, e: modelctx_client::Error| format!("{what}: {e}");
+    let failed = |what: &'static str, e: modelctx_client::Error| format!("{what}: {e}");
     match rng.below(7) {
         0 => {
             let text = format!("soak {n}");
             let result = client
                 .call_tool("echo", json!({"text": text}))
                 .await
-                .map_err(|e| bounded("echo", e))?;
+                .map_err(|e| failed("echo", e))?;
             expect("echo", result.text() == text, &result.text())
         }
         1 => {
@@ -92,7 +92,7 @@ async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(
             let result = client
                 .call_tool("add", json!({"a": a, "b": 0.5}))
                 .await
-                .map_err(|e| bounded("add", e))?;
+                .map_err(|e| failed("add", e))?;
             let sum = result
                 .structured_content
                 .as_ref()
@@ -117,7 +117,7 @@ async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(
                     options,
                 )
                 .await
-                .map_err(|e| bounded("countdown", e))?;
+                .map_err(|e| failed("countdown", e))?;
             let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(PoisonError::into_inner));
             ctx.figures.seen(&seen);
             expect(
@@ -136,7 +136,7 @@ async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(
             let result = client
                 .read_resource("demo://readme")
                 .await
-                .map_err(|e| bounded("resources/read", e))?;
+                .map_err(|e| failed("resources/read", e))?;
             expect(
                 "resources/read",
                 result.contents.len() == 1,
@@ -147,7 +147,7 @@ async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(
             let result = client
                 .get_prompt("greet", &[("name", "Ada")])
                 .await
-                .map_err(|e| bounded("prompts/get", e))?;
+                .map_err(|e| failed("prompts/get", e))?;
             expect(
                 "prompts/get",
                 result.messages.len() == 1,
@@ -158,7 +158,7 @@ async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(
             let tools = client
                 .list_all_tools()
                 .await
-                .map_err(|e| bounded("tools/list", e))?;
+                .map_err(|e| failed("tools/list", e))?;
             expect(
                 "tools/list",
                 tools.iter().any(|t| t.name == "countdown"),
@@ -171,19 +171,20 @@ async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(
             let result = client
                 .call_tool("confirm", json!({"action": "ship"}))
                 .await
-                .map_err(|e| bounded("confirm", e))?;
+                .map_err(|e| failed("confirm", e))?;
             expect("confirm", result.text() == "ship: done", &result.text())
         }
     }
 }
 
+/// `Ok` when the answer is right; else the reason (the answer itself goes to stderr, so that
+/// the reasons in the report stay few).
 fn expect(what: &str, ok: bool, got: &str) -> Result<(), String> {
     if ok {
-        Ok(())
-    } else {
-        Err(format!("{what}: a wrong answer"))
-            .inspect_err(|_| eprintln!("soak: {what}: a wrong answer: {got}"))
+        return Ok(());
     }
+    eprintln!("soak: {what}: a wrong answer: {got}");
+    Err(format!("{what}: a wrong answer"))
 }
 
 /// The fault kind of [`restarts`].

@@ -18,6 +18,9 @@ use crate::{Ctx, Rng};
 /// connection (a JSON answer, which cannot be resumed).
 const BODY_END: &[u8] = b"\n0\r\n\r\n";
 
+/// The most connections the proxy forwards at once (its clients open a few each).
+const MAX_PIPES: usize = 256;
+
 pub(crate) const CUT: &str = "load client's event stream cut by the proxy";
 
 /// Resumptions seen by the proxy (requests with `Last-Event-ID`).
@@ -32,16 +35,25 @@ pub(crate) async fn run(listener: TcpListener, ctx: Arc<Ctx>, seed: u64) {
     let mut rng = Rng::new(seed);
     let mut pipes = JoinSet::new();
     loop {
-        let Ok((client, _)) = listener.accept().await else {
-            continue;
+        let client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(_) => {
+                // Out of descriptors, say: wait rather than spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
+        while pipes.try_join_next().is_some() {}
+        if pipes.len() >= MAX_PIPES {
+            // Bounded: a client that opens more connections than this is refused.
+            continue;
+        }
         let (ctx, seed) = (ctx.clone(), rng.next());
         pipes.spawn(async move {
             if let Ok(server) = crate::raw::connect(ctx.addr).await {
                 pipe(&ctx, client, server, seed).await;
             }
         });
-        while pipes.try_join_next().is_some() {}
     }
 }
 
