@@ -29,8 +29,9 @@ commands:
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
-      90-second soak (see `soak`), the official conformance suite (see `conformance`), feature checks, the fuzz targets compile,
-      the bench/ workspace compiles, codegen --check, rustdoc -D warnings
+      90-second soak (see `soak`), the official conformance suite (see `conformance`),
+      feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
+      --check, rustdoc -D warnings
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
       against tests' conformance-server and the client suite driving conformance-client, each
@@ -39,7 +40,7 @@ commands:
       does not list (or lists but passes)
   soak [--minutes N | --seconds N] [--clients N] [--seed N]
       the soak and fault suite (tests/src/bin/soak): the demo server over HTTP (a child
-      process) under load from N clients of both eras (default 16) for N minutes (default 2)
+      process) under load from clients of both eras (default 16) for 2 minutes by default
       while faults are injected (streams cut mid-call and resumed, slow readers, slowloris
       and idle sockets, garbage requests, client restarts, initialize floods); prints the
       figures and writes them to <target>/soak/report.md; fails on a duplicate, a failed
