@@ -118,6 +118,16 @@ pub(crate) fn run() -> Result<(), Error> {
             Cargo(&["test", "--workspace", "--all-features"]),
             &test_env,
         ),
+        // The soak and fault suite, short: 90 s of load, then the tables must return to their
+        // start.
+        (
+            "soak",
+            Xtask(
+                "the soak and fault suite, 90 s of load (cargo xtask soak --seconds 90)",
+                crate::soak::ci,
+            ),
+            &[],
+        ),
         // The official suite against the conformance server and client, on both spec legs.
         (
             "conformance",

@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod conformance;
 mod node;
+mod soak;
 
 use xtask::{codegen, schema};
 
@@ -27,15 +28,24 @@ commands:
       runs B1 (clean builds of bench/minimal/*, a few minutes more)
   ci
       everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
-      Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), the
-      official conformance suite (see `conformance`), feature checks, the fuzz targets compile,
-      the bench/ workspace compiles, codegen --check, rustdoc -D warnings
+      Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
+      90-second soak (see `soak`), the official conformance suite (see `conformance`),
+      feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
+      --check, rustdoc -D warnings
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
       against tests' conformance-server and the client suite driving conformance-client, each
       with --suite all, once with --spec-version 2025-11-25 and once with 2026-07-28; results and
       target/conformance/summary.md; fails on a result tests/conformance/expected-failures.yml
       does not list (or lists but passes)
+  soak [--minutes N | --seconds N] [--clients N] [--seed N]
+      the soak and fault suite (tests/src/bin/soak): the demo server over HTTP (a child
+      process) under load from clients of both eras (default 16) for 2 minutes by default
+      while faults are injected (streams cut mid-call and resumed, slow readers, slowloris
+      and idle sockets, garbage requests, client restarts, initialize floods); prints the
+      figures and writes them to <target>/soak/report.md; fails on a duplicate, a failed
+      call of a load client, a fault outcome that reveals a defect, or a server table that
+      does not return to its start
   node
       the Node 22 that the tests run the TypeScript SDK servers (tests/ts) with: installs it from
       the npm registry into target/tools/node22 if missing, runs `npm ci` in tests/ts if its
@@ -50,6 +60,7 @@ fn main() -> ExitCode {
         Some("ci") if args.len() == 1 => ci::run(),
         Some("bench") if args.len() == 1 => bench::run(&schema::project_root()).map_err(Into::into),
         Some("node") if args.len() == 1 => node_cmd(),
+        Some("soak") => soak::run(&schema::project_root(), &args[1..]).map_err(Into::into),
         Some("conformance") if args.len() == 1 => {
             conformance::run(&schema::project_root()).map_err(Into::into)
         }

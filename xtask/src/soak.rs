@@ -1,0 +1,135 @@
+//! `cargo xtask soak [--minutes N | --seconds N] [--clients N] [--seed N]`: builds the `soak`
+//! binary of modelctx-tests (`tests/src/bin/soak/`) and runs it: the demo server over HTTP
+//! under load from clients of both eras while faults are injected. Its figures (a Markdown
+//! table, the one `docs/security.md` shows) are printed and also written to
+//! `<target>/soak/report.md`. It fails on a duplicate, a failed call of a load client, a fault
+//! outcome that reveals a defect, or a server table that does not return to its start.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// What `cargo xtask ci` runs: 90 s of load (about two minutes with the settling).
+const CI_ARGS: &[&str] = &["--seconds", "90"];
+
+/// The flags `soak` takes, each with a number.
+const FLAGS: &[&str] = &["--minutes", "--seconds", "--clients", "--seed"];
+
+/// How `cargo xtask soak` builds the binary.
+const BUILD: &[&str] = &[
+    "build",
+    "-p",
+    "modelctx-tests",
+    "--all-features",
+    "--bin",
+    "soak",
+];
+
+/// How the CI step builds it: as the "test" step before it did (cargo builds a package's
+/// binaries for its integration tests, with the features of the tests' build), so that nothing
+/// is compiled again.
+const CI_BUILD: &[&str] = &["test", "--workspace", "--all-features", "--no-run"];
+
+/// The CI step.
+pub(crate) fn ci(root: &Path) -> Result<(), String> {
+    let args: Vec<String> = CI_ARGS.iter().map(|a| (*a).to_owned()).collect();
+    run_with(root, CI_BUILD, &args)
+}
+
+/// Checks the arguments: known flags, each followed by a number.
+pub(crate) fn check_args(args: &[String]) -> Result<(), String> {
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if !FLAGS.contains(&flag.as_str()) {
+            return Err(format!("soak: unknown argument {flag}"));
+        }
+        match it.next() {
+            Some(value) if value.parse::<u64>().is_ok() => {}
+            _ => return Err(format!("soak: {flag} needs a number")),
+        }
+    }
+    Ok(())
+}
+
+/// Builds and runs the soak with `args`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
+    run_with(root, BUILD, args)
+}
+
+/// Builds the soak with `cargo <build>`, then runs it with `args`.
+fn run_with(root: &Path, build: &[&str], args: &[String]) -> Result<(), String> {
+    check_args(args)?;
+    let status = Command::new(env!("CARGO"))
+        .args(build)
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("building the soak binary failed".into());
+    }
+    let target = target_dir(root);
+    let binary = target
+        .join("debug")
+        .join(format!("soak{}", std::env::consts::EXE_SUFFIX));
+    let mut child = Command::new(&binary)
+        .args(args)
+        .current_dir(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    // The figures go to the terminal and to the report file.
+    let mut report = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.map_err(|e| format!("reading the soak's output: {e}"))?;
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+            report.push_str(&line);
+            report.push('\n');
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the soak: {e}"))?;
+    let dir = target.join("soak");
+    let file = dir.join("report.md");
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&file, &report))
+        .map_err(|e| format!("writing {}: {e}", file.display()))?;
+    eprintln!("soak: figures written to {}", file.display());
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the soak failed ({status}); see its figures above"))
+    }
+}
+
+/// Cargo's target folder: `CARGO_TARGET_DIR` when set, else `target/` of the workspace.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soak_arguments_are_checked_before_anything_is_built() {
+        let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(check_args(&args("--minutes 2 --seed 7")), Ok(()));
+        assert_eq!(check_args(&args("")), Ok(()));
+        assert!(check_args(&args("--minutes")).is_err());
+        assert!(check_args(&args("--minutes two")).is_err());
+        assert!(check_args(&args("--hours 1")).is_err());
+        assert!(ci_args_are_valid());
+    }
+
+    fn ci_args_are_valid() -> bool {
+        let args: Vec<String> = CI_ARGS.iter().map(|a| (*a).to_owned()).collect();
+        check_args(&args).is_ok()
+    }
+}
