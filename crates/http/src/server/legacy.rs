@@ -2,6 +2,7 @@
 //! resumption, the standalone stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -57,6 +58,7 @@ impl Shared {
             last_seen: Mutex::new(Instant::now()),
             ended: self.shutdown.child_token(),
             shared: Arc::downgrade(self),
+            old_transport: AtomicBool::new(false),
         });
         sessions.insert(id, session.clone());
         Some(session)
@@ -107,6 +109,16 @@ impl Shared {
         }
         (all.len(), streams, requests, queued)
     }
+}
+
+/// A session id as logs may show it: 8 hex digits of a hash of the id, never the id itself
+/// (a session id is a bearer capability when no authentication layer binds it to a principal).
+/// The hash is stable across runs, so log lines of one session can be correlated.
+pub(crate) fn redact(id: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    id.hash(&mut hasher);
+    format!("{:08x}", hasher.finish() >> 32)
 }
 
 /// 128 bits from the operating system's CSPRNG, as 32 lowercase hex digits.
@@ -203,6 +215,8 @@ pub(crate) struct Session {
     /// Fired when the session ends (or the server shuts down): its streams end.
     pub(crate) ended: CancellationToken,
     shared: std::sync::Weak<Shared>,
+    /// A session of the deprecated HTTP+SSE transport (set once, before its id is given out).
+    old_transport: AtomicBool,
 }
 
 /// Why a POST could not be registered.
@@ -294,7 +308,15 @@ impl Session {
     /// Makes this a session of the deprecated HTTP+SSE transport, writing to `stream`.
     #[cfg(feature = "legacy-sse")]
     pub(crate) async fn use_old_sse(&self, stream: mpsc::Sender<Bytes>) {
+        self.old_transport.store(true, Ordering::SeqCst);
         self.state.lock().await.old_sse = Some(stream);
+    }
+
+    /// Whether this is a session of the deprecated HTTP+SSE transport, which the Streamable
+    /// HTTP paths must not serve (its answers go on its one stream, so a Streamable POST would
+    /// wait forever).
+    pub(crate) fn is_old_transport(&self) -> bool {
+        self.old_transport.load(Ordering::SeqCst)
     }
 
     /// Writes messages on the one stream of an HTTP+SSE session; a reader too far behind (or
@@ -344,7 +366,7 @@ impl Session {
         let Some((stream_id, mut stream)) =
             stream_id.and_then(|id| Some((id, state.streams.remove(&id)?)))
         else {
-            tracing::debug!(session = %self.id, "dropped a batch reply to no batch in flight");
+            tracing::debug!(session = %redact(&self.id), "dropped a batch reply to no batch in flight");
             return;
         };
         for message in &messages {
@@ -385,7 +407,7 @@ impl Session {
             if answers.is_some() {
                 // A response for no request in flight here (the standalone stream never carries
                 // responses): nothing reads it.
-                tracing::debug!(session = %self.id, "dropped a response to no request in flight");
+                tracing::debug!(session = %redact(&self.id), "dropped a response to no request in flight");
                 return;
             }
             return self.to_standalone(state, message).await;
@@ -521,7 +543,7 @@ impl Session {
         if state.queue.len() >= limit {
             state.queue.pop_front();
             tracing::warn!(
-                session = %self.id,
+                session = %redact(&self.id),
                 "standalone queue full ({limit}): dropped its oldest message"
             );
         }
@@ -569,8 +591,14 @@ impl Session {
                 .event_store
                 .append(&self.id, stream_id, data.clone())
                 .await;
-            if let Some(live) = &stream.live {
-                let _ = live.try_send(sse::event(Some(&id.to_string()), &data));
+            // As in `emit`: a connection that cannot take the event is let go, and the client
+            // resumes from the store (a silent gap otherwise).
+            if let Some(live) = &stream.live
+                && live
+                    .try_send(sse::event(Some(&id.to_string()), &data))
+                    .is_err()
+            {
+                stream.live = None;
             }
         }
     }
@@ -718,6 +746,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use http_body_util::BodyExt;
     use modelctx_types::{Incoming, Message};
 
     use super::super::{
@@ -725,14 +754,20 @@ mod tests {
         ServerConfig,
     };
 
-    /// An application whose handler holds its session, as a real server's does.
+    /// An application whose handler holds its session, as a real server's does. It answers
+    /// `initialize` at once and nothing else (every other request waits forever); it records
+    /// every other input, and the sessions it opened.
+    #[derive(Default)]
     struct App {
         dropped: Arc<AtomicUsize>,
+        inputs: Arc<std::sync::Mutex<Vec<Message>>>,
+        sessions: Arc<std::sync::Mutex<Vec<LegacySession>>>,
     }
 
     struct Handler {
         session: LegacySession,
         dropped: Arc<AtomicUsize>,
+        inputs: Arc<std::sync::Mutex<Vec<Message>>>,
     }
 
     impl Drop for Handler {
@@ -743,8 +778,12 @@ mod tests {
 
     impl LegacyHandler for Handler {
         fn input(&self, input: Incoming, _context: RequestContext) {
-            let Incoming::Single(Message::Request(request)) = input else {
-                return;
+            let request = match input {
+                Incoming::Single(Message::Request(request)) if request.method == "initialize" => {
+                    request
+                }
+                Incoming::Single(other) => return self.inputs.lock().unwrap().push(other),
+                _ => return,
             };
             let id = serde_json::to_string(&request.id).unwrap();
             let text = format!(
@@ -762,9 +801,11 @@ mod tests {
 
     impl McpApp for App {
         fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+            self.sessions.lock().unwrap().push(session.clone());
             Arc::new(Handler {
                 session,
                 dropped: self.dropped.clone(),
+                inputs: self.inputs.clone(),
             })
         }
 
@@ -794,6 +835,7 @@ mod tests {
             };
             let app = Arc::new(App {
                 dropped: dropped.clone(),
+                ..App::default()
             });
             let service = McpService::new(config, app).unwrap();
             let response = service.handle(initialize()).await;
@@ -811,6 +853,7 @@ mod tests {
             ServerConfig::default(),
             Arc::new(App {
                 dropped: dropped.clone(),
+                ..App::default()
             }),
         )
         .unwrap();
@@ -829,5 +872,155 @@ mod tests {
             assert!(service.table_sizes().await.is_empty());
             assert_eq!(dropped.load(Ordering::SeqCst), round);
         }
+    }
+
+    /// A request on session `session` (2025-11-25) with `body`.
+    fn on_session(method: &str, session: &str, body: &str) -> http::Request<String> {
+        http::Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_owned())
+            .unwrap()
+    }
+
+    /// Opens a session; returns its id.
+    async fn open(service: &McpService) -> String {
+        let response = service.handle(initialize()).await;
+        assert_eq!(response.status(), 200);
+        let id = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = response.into_body().collect().await;
+        id
+    }
+
+    /// The SSE events of a whole body: (id, data) of each.
+    async fn events(body: super::super::ResponseBody) -> Vec<(Option<String>, String)> {
+        let bytes = within(body.collect()).await.unwrap().to_bytes();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        text.split("\n\n")
+            .filter(|e| !e.trim().is_empty() && !e.starts_with(':'))
+            .map(|e| {
+                let mut id = None;
+                let mut data = String::new();
+                for line in e.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                (id, data)
+            })
+            .collect()
+    }
+
+    /// `future`, which must complete (a hang fails the test rather than stall it).
+    async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(std::time::Duration::from_secs(20), future)
+            .await
+            .expect("timed out")
+    }
+
+    fn notification(n: usize) -> Message {
+        let text =
+            format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{n}}}}}"#);
+        let Ok(Incoming::Single(message)) = modelctx_types::decode(text.as_bytes()) else {
+            panic!("not a notification");
+        };
+        message
+    }
+
+    /// Finding 27: logs name a session by a short hash, never by its id.
+    #[test]
+    fn finding_27_session_ids_are_redacted_in_logs() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let shown = super::redact(id);
+        assert_eq!(shown.len(), 8);
+        assert!(shown.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(!id.contains(&shown), "{shown} is part of the id");
+        assert_eq!(shown, super::redact(id), "stable, so log lines correlate");
+        assert_ne!(shown, super::redact("0123456789abcdef0123456789abcdee"));
+    }
+
+    /// Finding 18: queued standalone messages that do not fit the fresh stream's buffer are not
+    /// dropped silently: the connection is let go after what fits, and the client resumes the
+    /// rest from the store, exactly.
+    #[tokio::test]
+    async fn finding_18_a_flushed_queue_larger_than_the_buffer_resumes_exactly() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            standalone_queue: 1000,
+            stream_buffer: 10,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        for n in 0..50 {
+            session.send(notification(n), None).await;
+        }
+        let response = service.handle(on_session("GET", &id, "")).await;
+        assert_eq!(response.status(), 200);
+        let got = events(response.into_body()).await;
+        // The priming event, then what fits; then the connection ends.
+        let data: Vec<_> = got.iter().filter(|(_, d)| !d.is_empty()).collect();
+        assert_eq!(data.len(), 10, "{got:?}");
+        let last = data.last().unwrap().0.clone().unwrap();
+        let mut resume = on_session("GET", &id, "");
+        resume
+            .headers_mut()
+            .insert("last-event-id", last.parse().unwrap());
+        // The stream is still the session's standalone one: the resumption takes it over.
+        let response = service.handle(resume).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let text = String::from_utf8(first.to_vec()).unwrap();
+        let rest: Vec<_> = text.matches("\"n\":").collect();
+        assert_eq!(rest.len(), 40, "{text}");
+        for n in 10..50 {
+            assert!(text.contains(&format!("\"n\":{n}}}")), "{n} missing");
+        }
+    }
+
+    /// Finding 19: a Streamable HTTP request naming a session of the deprecated HTTP+SSE
+    /// transport is refused (it would wait forever: the answer goes on the old stream).
+    #[cfg(feature = "legacy-sse")]
+    #[tokio::test]
+    async fn finding_19_a_streamable_post_naming_an_old_sse_session_gets_404() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            old_sse: Some(super::super::OldSsePaths::default()),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let get = http::Request::get("/sse")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .body(String::new())
+            .unwrap();
+        let response = service.handle(get).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let text = String::from_utf8(first.to_vec()).unwrap();
+        let id = text.split("sessionId=").nth(1).unwrap().trim().to_owned();
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        for method in ["POST", "GET", "DELETE"] {
+            let response = within(service.handle(on_session(method, &id, call))).await;
+            assert_eq!(response.status(), 404, "{method}");
+        }
+        assert_eq!(service.table_sizes().await.requests, 0);
+        assert_eq!(service.table_sizes().await.sessions, 1);
+        drop(body);
     }
 }

@@ -410,7 +410,13 @@ impl McpService {
             )));
         };
         let principal = parts.extensions.get::<Principal>();
-        self.shared.find(id, principal).ok_or_else(|| {
+        // A session of the deprecated HTTP+SSE transport is not one of these paths' sessions
+        // (finding 19): its answers go on its own stream, so a POST here would never complete.
+        let found = self
+            .shared
+            .find(id, principal)
+            .filter(|session| !session.is_old_transport());
+        found.ok_or_else(|| {
             Box::new(respond::error_code(
                 StatusCode::NOT_FOUND,
                 None,
