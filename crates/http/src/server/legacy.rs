@@ -2,16 +2,17 @@
 //! resumption, the standalone stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use modelctx_types::{Message, RequestId};
+use modelctx_types::{Incoming, Message, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacyHandler, Principal};
+use super::app::{LegacyHandler, Principal, RequestContext};
 use super::config::ServerConfig;
 use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
@@ -38,24 +39,109 @@ impl Shared {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Opens a session bound to `principal`, or `None` when the table is full.
-    pub(crate) fn open(self: &Arc<Self>, principal: Option<Principal>) -> Option<Arc<Session>> {
-        let mut sessions = self.sessions();
-        if sessions.len() >= self.config.max_sessions {
-            return None;
+    /// Opens a session bound to `principal` (and counted against `peer`), or `None` when the
+    /// table is full and no session can be ended to make room.
+    ///
+    /// Finding 2: when the table (or the principal's or the peer's share of it) is full, the
+    /// least recently used idle session of that scope is ended, as the idle sweep ends one;
+    /// only when none is idle is the caller refused.
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        principal: Option<Principal>,
+        peer: Option<IpAddr>,
+    ) -> Option<Arc<Session>> {
+        // Each round ends one session or succeeds; the scopes are three, and another opener
+        // may take a freed place meanwhile.
+        for _ in 0..4 {
+            let candidates = {
+                let mut sessions = self.sessions();
+                match self.full_scope(&sessions, principal.as_ref(), peer) {
+                    None => {
+                        let session = self.insert(&mut sessions, principal.clone(), peer)?;
+                        return Some(session);
+                    }
+                    Some(scope) => {
+                        let mut in_scope: Vec<(Instant, Arc<Session>)> = sessions
+                            .values()
+                            .filter(|s| match scope {
+                                Scope::Principal => s.principal == principal,
+                                Scope::Peer => s.peer.is_some() && s.peer == peer,
+                                Scope::All => true,
+                            })
+                            .map(|s| (s.last_seen(), s.clone()))
+                            .collect();
+                        in_scope.sort_by_key(|(seen, _)| *seen);
+                        in_scope
+                    }
+                }
+            };
+            let mut evicted = false;
+            for (_, candidate) in candidates {
+                candidate.reap_abandoned().await;
+                if candidate.evictable(self.config.handshake_timeout) {
+                    tracing::debug!(
+                        session = %redact(&candidate.id),
+                        "session table full: ended the least recently used idle session"
+                    );
+                    candidate.end().await;
+                    evicted = true;
+                    break;
+                }
+            }
+            if !evicted {
+                return None;
+            }
         }
+        None
+    }
+
+    /// The scope whose cap is reached for a new session of `principal` from `peer`, if any.
+    fn full_scope(
+        &self,
+        sessions: &HashMap<String, Arc<Session>>,
+        principal: Option<&Principal>,
+        peer: Option<IpAddr>,
+    ) -> Option<Scope> {
+        let config = &self.config;
+        if let (Some(cap), Some(principal)) = (config.max_sessions_per_principal, principal)
+            && sessions
+                .values()
+                .filter(|s| s.principal.as_ref() == Some(principal))
+                .count()
+                >= cap
+        {
+            return Some(Scope::Principal);
+        }
+        if let (Some(cap), Some(peer)) = (config.max_sessions_per_peer, peer)
+            && sessions.values().filter(|s| s.peer == Some(peer)).count() >= cap
+        {
+            return Some(Scope::Peer);
+        }
+        (sessions.len() >= config.max_sessions).then_some(Scope::All)
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        sessions: &mut HashMap<String, Arc<Session>>,
+        principal: Option<Principal>,
+        peer: Option<IpAddr>,
+    ) -> Option<Arc<Session>> {
         let id = loop {
             let id = new_session_id()?;
             if !sessions.contains_key(&id) {
                 break id;
             }
         };
+        let now = Instant::now();
         let session = Arc::new(Session {
             id: id.clone(),
             principal,
+            peer,
             handler: HandlerSlot::default(),
             state: tokio::sync::Mutex::new(State::default()),
-            last_seen: Mutex::new(Instant::now()),
+            last_seen: Mutex::new(now),
+            created: now,
+            handshaking: AtomicBool::new(true),
             ended: self.shutdown.child_token(),
             shared: Arc::downgrade(self),
             old_transport: AtomicBool::new(false),
@@ -73,17 +159,22 @@ impl Shared {
         })
     }
 
-    /// Ends the sessions idle for longer than the timeout.
+    /// Ends the sessions idle for longer than the timeout, and those still in their handshake
+    /// after `handshake_timeout`. POSTs whose client went away are let go first (finding 3).
     pub(crate) async fn sweep(&self) {
         let timeout = self.config.session_idle_timeout;
+        let handshake = self.config.handshake_timeout;
         let candidates: Vec<Arc<Session>> = self
             .sessions()
             .values()
-            .filter(|s| s.idle_for() >= timeout)
+            .filter(|s| s.idle_for() >= timeout || s.handshake_expired(handshake))
             .cloned()
             .collect();
         for session in candidates {
-            if !session.has_live_stream().await && session.idle_for() >= timeout {
+            session.reap_abandoned().await;
+            if session.handshake_expired(handshake)
+                || (!session.has_live_stream().await && session.idle_for() >= timeout)
+            {
                 session.end().await;
             }
         }
@@ -119,6 +210,37 @@ pub(crate) fn redact(id: &str) -> String {
     let mut hasher = std::hash::DefaultHasher::new();
     id.hash(&mut hasher);
     format!("{:08x}", hasher.finish() >> 32)
+}
+
+/// Gives memory back once a table is mostly empty (all of it once it is empty).
+fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    let len = map.len();
+    if len == 0 {
+        map.shrink_to_fit();
+    } else if map.capacity() > 64 && map.capacity() / 4 > len {
+        map.shrink_to(len.saturating_mul(2));
+    }
+}
+
+/// `notifications/cancelled` for `request`, as the handler gets it when the client of its POST
+/// went away.
+fn cancel_notification(request: &RequestId) -> Option<Message> {
+    let id = serde_json::to_string(request).ok()?;
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"the HTTP client went away"}}}}"#
+    );
+    match modelctx_types::decode(text.as_bytes()) {
+        Ok(Incoming::Single(message)) => Some(message),
+        _ => None,
+    }
+}
+
+/// Which cap a new session reaches.
+#[derive(Clone, Copy)]
+enum Scope {
+    Principal,
+    Peer,
+    All,
 }
 
 /// 128 bits from the operating system's CSPRNG, as 32 lowercase hex digits.
@@ -157,6 +279,19 @@ struct Stream {
     initialize: bool,
     /// The stream answers a batch.
     batch: bool,
+    /// The POST the stream answers, for the handler when its requests are cancelled.
+    context: Option<RequestContext>,
+}
+
+impl State {
+    /// A POST still waiting for its answer with its client there, an open SSE connection, or
+    /// the stream of an HTTP+SSE session.
+    fn has_live_stream(&self) -> bool {
+        self.streams.values().any(|s| {
+            s.decide.as_ref().is_some_and(|d| !d.is_closed())
+                || s.live.as_ref().is_some_and(|l| !l.is_closed())
+        }) || self.old_sse.as_ref().is_some_and(|s| !s.is_closed())
+    }
 }
 
 #[derive(Default)]
@@ -212,6 +347,12 @@ pub(crate) struct Session {
     pub(crate) handler: HandlerSlot,
     state: tokio::sync::Mutex<State>,
     last_seen: Mutex<Instant>,
+    /// The IP address of the peer that opened it, when known (for `max_sessions_per_peer`).
+    peer: Option<IpAddr>,
+    /// When it opened.
+    created: Instant,
+    /// No request came after `initialize` yet (see `handshake_timeout`).
+    handshaking: AtomicBool,
     /// Fired when the session ends (or the server shuts down): its streams end.
     pub(crate) ended: CancellationToken,
     shared: std::sync::Weak<Shared>,
@@ -232,19 +373,79 @@ impl Session {
         *self.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
-    fn idle_for(&self) -> std::time::Duration {
-        self.last_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
+    fn last_seen(&self) -> Instant {
+        *self.last_seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_seen().elapsed()
+    }
+
+    /// Still in its handshake (no request after `initialize`) and older than `timeout`.
+    fn handshake_expired(&self, timeout: Duration) -> bool {
+        self.handshaking.load(Ordering::SeqCst) && self.created.elapsed() >= timeout
     }
 
     async fn has_live_stream(&self) -> bool {
-        let state = self.state.lock().await;
-        state
-            .streams
-            .values()
-            .any(|s| s.decide.is_some() || s.live.as_ref().is_some_and(|l| !l.is_closed()))
+        self.state.lock().await.has_live_stream()
+    }
+
+    /// Whether the session may be ended to make room for another: nothing in flight and no
+    /// open stream, or still in its handshake after `handshake_timeout`. A session busy right
+    /// now (its state locked) is not.
+    fn evictable(&self, handshake_timeout: Duration) -> bool {
+        if self.handshake_expired(handshake_timeout) {
+            return true;
+        }
+        self.state.try_lock().is_ok_and(|state| {
+            state.ended || (state.requests.is_empty() && !state.has_live_stream())
+        })
+    }
+
+    /// Finding 3: lets go of the POSTs whose HTTP client went away before any answer (the
+    /// receiver of their decision is gone): their requests leave the table and the handler gets
+    /// `notifications/cancelled` for each, as if the client had cancelled them. A session whose
+    /// `initialize` POST was abandoned ends (its client never learnt its id).
+    pub(crate) async fn reap_abandoned(&self) {
+        let mut cancelled = Vec::new();
+        let mut end = false;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return;
+            }
+            let gone: Vec<StreamId> = state
+                .streams
+                .iter()
+                .filter(|(_, s)| s.decide.as_ref().is_some_and(|d| d.is_closed()))
+                .map(|(id, _)| *id)
+                .collect();
+            for stream_id in gone {
+                let Some(stream) = state.streams.remove(&stream_id) else {
+                    continue;
+                };
+                end |= stream.initialize;
+                for request in stream.pending {
+                    state.requests.remove(&request);
+                    if let Some(context) = &stream.context {
+                        cancelled.push((request, context.clone()));
+                    }
+                }
+            }
+            shrink(&mut state.streams);
+            shrink(&mut state.requests);
+        }
+        if end {
+            return self.end().await;
+        }
+        let Some(handler) = self.handler.get() else {
+            return;
+        };
+        for (request, context) in cancelled {
+            if let Some(message) = cancel_notification(&request) {
+                handler.input(Incoming::Single(message), context);
+            }
+        }
     }
 
     /// The negotiated version, once known.
@@ -263,10 +464,15 @@ impl Session {
         requests: &[RequestId],
         initialize: bool,
         batch: bool,
+        context: RequestContext,
     ) -> Result<oneshot::Receiver<Decision>, Refused> {
         let mut state = self.state.lock().await;
         if state.ended {
             return Err(Refused::Ended);
+        }
+        if !initialize && !requests.is_empty() {
+            // A request after `initialize`: the handshake is over.
+            self.handshaking.store(false, Ordering::SeqCst);
         }
         let mut seen = HashSet::new();
         for id in requests {
@@ -287,6 +493,7 @@ impl Session {
                 decide: Some(tx),
                 initialize,
                 batch,
+                context: Some(context),
                 ..Stream::default()
             },
         );
@@ -725,7 +932,11 @@ impl Session {
         state.old_sse = None;
         self.ended.cancel();
         if let Some(shared) = self.config() {
-            shared.sessions().remove(&self.id);
+            {
+                let mut sessions = shared.sessions();
+                sessions.remove(&self.id);
+                shrink(&mut sessions);
+            }
             shared.config.event_store.remove_session(&self.id).await;
         }
         // Taken, not borrowed: the handler holds this session (a cycle that kept every ended
@@ -1022,5 +1233,312 @@ mod tests {
         assert_eq!(service.table_sizes().await.requests, 0);
         assert_eq!(service.table_sizes().await.sessions, 1);
         drop(body);
+    }
+
+    /// `request` with `principal` and `peer` in its extensions, as a layer and `serve` put them.
+    fn from<B>(
+        mut request: http::Request<B>,
+        principal: Option<&str>,
+        peer: Option<&str>,
+    ) -> http::Request<B> {
+        if let Some(principal) = principal {
+            request
+                .extensions_mut()
+                .insert(super::super::Principal(principal.to_owned()));
+        }
+        if let Some(peer) = peer {
+            request
+                .extensions_mut()
+                .insert(super::super::PeerAddr(peer.parse().unwrap()));
+        }
+        request
+    }
+
+    /// Opens a session as `principal` from `peer`: its id, or the refusal's status.
+    async fn open_as(
+        service: &McpService,
+        principal: Option<&str>,
+        peer: Option<&str>,
+    ) -> Result<String, http::StatusCode> {
+        let response = service.handle(from(initialize(), principal, peer)).await;
+        if response.status() != 200 {
+            assert!(response.headers().contains_key("retry-after"));
+            return Err(response.status());
+        }
+        let id = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = response.into_body().collect().await;
+        // Distinct instants for the least-recently-used order.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        Ok(id)
+    }
+
+    /// The status of a notification POSTed on `session` (202 while it lasts, 404 after).
+    async fn poke(service: &McpService, session: &str, principal: Option<&str>) -> u16 {
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let request = from(on_session("POST", session, initialized), principal, None);
+        let status = service.handle(request).await.status().as_u16();
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        status
+    }
+
+    /// Starts a request that the application never answers on `session`, its client waiting;
+    /// returns once the application has it. Aborting the task is the client going away.
+    async fn hang(
+        service: &McpService,
+        app: &App,
+        session: &str,
+        principal: Option<&str>,
+        id: u32,
+    ) -> tokio::task::JoinHandle<()> {
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"forever"}}}}"#
+        );
+        let request = from(on_session("POST", session, &call), principal, None);
+        let service = service.clone();
+        let task = tokio::spawn(async move {
+            let _ = service.handle(request).await;
+        });
+        let wanted = format!(r#""id":{id},"#);
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(&wanted))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        task
+    }
+
+    /// Finding 3: a POST whose client went away before its answer no longer pins its session:
+    /// the handler is told its request is cancelled, the request leaves the table, and the
+    /// session is idle (swept, evictable).
+    #[tokio::test]
+    async fn finding_3_an_abandoned_post_is_cancelled_and_no_longer_pins_its_session() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let task = hang(&service, &app, &id, None, 7).await;
+        assert_eq!(service.table_sizes().await.requests, 1);
+        // While its client waits, the request keeps the session.
+        service.end_idle_sessions().await;
+        assert_eq!(service.table_sizes().await.sessions, 1);
+        task.abort();
+        let _ = task.await;
+        within(async {
+            while !app.inputs.lock().unwrap().iter().any(|m| {
+                let text = String::from_utf8_lossy(&super::encode(m)).into_owned();
+                text.contains("notifications/cancelled") && text.contains(r#""requestId":7"#)
+            }) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.streams, sizes.requests), (1, 0, 0));
+        service.end_idle_sessions().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 3, without the prompt notice: the sweep itself lets go of an abandoned POST.
+    #[tokio::test]
+    async fn finding_3_the_sweep_lets_go_of_abandoned_posts() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = service.shared.sessions().get(&id).cloned().unwrap();
+        let context = super::RequestContext {
+            parts: Arc::new(on_session("POST", &id, "").into_parts().0),
+        };
+        let request = modelctx_types::RequestId::from(9);
+        let decision = session
+            .register(std::slice::from_ref(&request), false, false, context)
+            .await
+            .ok()
+            .unwrap();
+        service.end_idle_sessions().await;
+        assert_eq!(service.table_sizes().await.requests, 1, "its client waits");
+        drop(decision);
+        service.end_idle_sessions().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: a full table ends its least recently used idle session for a new one; with
+    /// none idle, `initialize` gets 503 and `Retry-After`.
+    #[tokio::test]
+    async fn finding_2_a_full_table_evicts_the_least_recently_used_idle_session() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            max_sessions: 2,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let a = open_as(&service, None, None).await.unwrap();
+        let b = open_as(&service, None, None).await.unwrap();
+        assert_eq!(poke(&service, &a, None).await, 202);
+        let c = open_as(&service, None, None).await.unwrap();
+        assert_eq!(
+            poke(&service, &b, None).await,
+            404,
+            "b was the least recently used"
+        );
+        assert_eq!(poke(&service, &a, None).await, 202);
+        assert_eq!(service.table_sizes().await.sessions, 2);
+        // Both busy: a request in flight each.
+        let on_a = hang(&service, &app, &a, None, 1).await;
+        let on_c = hang(&service, &app, &c, None, 2).await;
+        assert_eq!(
+            open_as(&service, None, None).await,
+            Err(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        // A client that goes away frees its session for eviction.
+        on_a.abort();
+        let _ = on_a.await;
+        within(async {
+            while service.table_sizes().await.requests != 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        open_as(&service, None, None).await.unwrap();
+        assert_eq!(poke(&service, &a, None).await, 404);
+        on_c.abort();
+        let _ = on_c.await;
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: a principal at its cap makes room among its own sessions only, and another
+    /// principal is not affected.
+    #[tokio::test]
+    async fn finding_2_sessions_are_capped_per_principal() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            max_sessions_per_principal: Some(1),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let alice = Some("alice");
+        let bob = Some("bob");
+        let a1 = open_as(&service, alice, None).await.unwrap();
+        let b1 = open_as(&service, bob, None).await.unwrap();
+        let a2 = open_as(&service, alice, None).await.unwrap();
+        assert_eq!(
+            poke(&service, &a1, alice).await,
+            404,
+            "alice's own idle one went"
+        );
+        assert_eq!(
+            poke(&service, &b1, bob).await,
+            202,
+            "bob's is not alice's to take"
+        );
+        let busy = hang(&service, &app, &a2, alice, 1).await;
+        assert_eq!(
+            open_as(&service, alice, None).await,
+            Err(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        assert_eq!(poke(&service, &b1, bob).await, 202);
+        open_as(&service, bob, None).await.unwrap();
+        assert_eq!(service.table_sizes().await.sessions, 2);
+        busy.abort();
+        let _ = busy.await;
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: sessions are capped per peer IP address (any port).
+    #[tokio::test]
+    async fn finding_2_sessions_are_capped_per_peer_address() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            max_sessions_per_peer: Some(2),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let p1 = open_as(&service, None, Some("10.0.0.1:1000"))
+            .await
+            .unwrap();
+        let p2 = open_as(&service, None, Some("10.0.0.1:2000"))
+            .await
+            .unwrap();
+        let q = open_as(&service, None, Some("10.0.0.2:1000"))
+            .await
+            .unwrap();
+        let busy1 = hang(&service, &app, &p2, None, 1).await;
+        let p3 = open_as(&service, None, Some("10.0.0.1:3000"))
+            .await
+            .unwrap();
+        assert_eq!(
+            poke(&service, &p1, None).await,
+            404,
+            "the peer's idle one went"
+        );
+        assert_eq!(poke(&service, &q, None).await, 202, "another peer's stays");
+        let busy2 = hang(&service, &app, &p3, None, 2).await;
+        assert_eq!(
+            open_as(&service, None, Some("10.0.0.1:4000")).await,
+            Err(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        open_as(&service, None, Some("10.0.0.3:1000"))
+            .await
+            .unwrap();
+        busy1.abort();
+        busy2.abort();
+        let _ = (busy1.await, busy2.await);
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: a session that sent no request after `initialize` is ended after
+    /// `handshake_timeout`, even with a stream open; one that did is not.
+    #[tokio::test]
+    async fn finding_2_sessions_still_in_their_handshake_expire_fast() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            handshake_timeout: std::time::Duration::ZERO,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let idle = open(&service).await;
+        assert_eq!(
+            poke(&service, &idle, None).await,
+            202,
+            "a notification is no request"
+        );
+        let stream = service.handle(on_session("GET", &idle, "")).await;
+        assert_eq!(stream.status(), 200);
+        let used = open(&service).await;
+        let call = hang(&service, &app, &used, None, 1).await;
+        call.abort();
+        let _ = call.await;
+        service.end_idle_sessions().await;
+        assert_eq!(poke(&service, &idle, None).await, 404);
+        assert_eq!(poke(&service, &used, None).await, 202);
+        // The stream of the ended session ends.
+        within(stream.into_body().collect()).await.unwrap();
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
     }
 }

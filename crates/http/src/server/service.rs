@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
 use modelctx_types::{DecodeError, ErrorCode, ErrorObject, Incoming, Message, RequestId};
 
-use super::app::{LegacySession, McpApp, Principal, RequestContext};
+use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
 use super::legacy::{Decision, Refused, Session, Shared};
 use super::modern;
@@ -51,7 +51,7 @@ impl TableSizes {
 /// The MCP endpoint as a `tower::Service` (cheap to clone: clones share everything).
 #[derive(Clone)]
 pub struct McpService {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     app: Arc<dyn McpApp>,
     last_sweep: Arc<Mutex<Instant>>,
 }
@@ -308,7 +308,8 @@ impl McpService {
             return refused;
         }
         let principal = parts.extensions.get::<Principal>().cloned();
-        let Some(session) = self.shared.open(principal) else {
+        let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+        let Some(session) = self.shared.open(principal, peer).await else {
             let mut response = respond::error_code(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Some(id),
@@ -325,7 +326,14 @@ impl McpService {
         });
         let _ = session.handler.set(handler.clone());
         let decision = match session
-            .register(std::slice::from_ref(&id), true, false)
+            .register(
+                std::slice::from_ref(&id),
+                true,
+                false,
+                RequestContext {
+                    parts: parts.clone(),
+                },
+            )
             .await
         {
             Ok(rx) => rx,
@@ -346,7 +354,12 @@ impl McpService {
         session: &Arc<Session>,
         decision: tokio::sync::oneshot::Receiver<Decision>,
     ) -> Response<ResponseBody> {
-        match decision.await {
+        // Finding 3: should the client go away before the answer (this future dropped), its
+        // requests are let go at once rather than pin the session.
+        let mut abandoned = Abandoned(Some(session.clone()));
+        let decision = decision.await;
+        abandoned.0 = None;
+        match decision {
             Ok(Decision::Json(body)) => respond::json(StatusCode::OK, body),
             Ok(Decision::Sse { first, rx }) => self.sse(session, first, rx),
             Err(_) => {
@@ -501,7 +514,10 @@ impl McpService {
             handler.input(incoming, context);
             return respond::empty(StatusCode::ACCEPTED);
         }
-        let decision = match session.register(&requests, false, batch).await {
+        let decision = match session
+            .register(&requests, false, batch, context.clone())
+            .await
+        {
             Ok(rx) => rx,
             Err(Refused::Ended) => {
                 return respond::error_code(
@@ -602,6 +618,20 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}
+
+/// Armed while a POST waits for its answer: dropped armed (the client went away), it has the
+/// session let go of the POSTs nobody waits for.
+struct Abandoned(Option<Arc<Session>>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { session.reap_abandoned().await });
+        }
     }
 }
 
