@@ -133,7 +133,7 @@ impl Shared {
             }
         };
         let now = Instant::now();
-        let session = Arc::new(Session {
+        let session = Arc::new_cyclic(|me| Session {
             id: id.clone(),
             principal,
             peer,
@@ -145,6 +145,8 @@ impl Shared {
             ended: self.shutdown.child_token(),
             shared: Arc::downgrade(self),
             old_transport: AtomicBool::new(false),
+            io: tokio::sync::Mutex::new(()),
+            me: me.clone(),
         });
         sessions.insert(id, session.clone());
         Some(session)
@@ -310,6 +312,40 @@ struct State {
     /// stream, as `message` events.
     old_sse: Option<mpsc::Sender<Bytes>>,
     ended: bool,
+    /// Store I/O (and what depends on its outcome) in the order it was decided, performed
+    /// outside this lock by `Session::drain`.
+    outbox: VecDeque<Effect>,
+}
+
+/// Store I/O of a session, decided under its state lock and performed after it in order.
+enum Effect {
+    /// Store the priming event of `stream` (when `prime`), then hand its first bytes to `reply`.
+    Open {
+        stream: StreamId,
+        prime: bool,
+        reply: OpenReply,
+    },
+    /// Store `data` as the next event of `stream`, then write it to the stream's connection.
+    Append { stream: StreamId, data: Bytes },
+    /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over.
+    Replay {
+        last: EventId,
+        live: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<Bytes, String>>,
+    },
+    /// The stream is complete: its connection ends (after the events before this).
+    Finish(StreamId),
+    /// The session ended: its events leave the store.
+    RemoveSession,
+}
+
+/// Who gets the first bytes of a stream that opens.
+enum OpenReply {
+    Nobody,
+    /// The waiting POST, and the channel of the stream's later events.
+    Decide(oneshot::Sender<Decision>, mpsc::Receiver<Bytes>),
+    /// A GET opening the standalone stream.
+    First(oneshot::Sender<Bytes>),
 }
 
 /// A session's handler: set once, taken when the session ends.
@@ -358,6 +394,10 @@ pub(crate) struct Session {
     shared: std::sync::Weak<Shared>,
     /// A session of the deprecated HTTP+SSE transport (set once, before its id is given out).
     old_transport: AtomicBool,
+    /// Held while the outbox is drained: one drainer at a time keeps the store I/O in order.
+    io: tokio::sync::Mutex<()>,
+    /// This session, for the task that drains its outbox.
+    me: std::sync::Weak<Session>,
 }
 
 /// Why a POST could not be registered.
@@ -502,14 +542,17 @@ impl Session {
 
     /// Routes one message of the application.
     pub(crate) async fn send(&self, message: Message, related: Option<RequestId>) {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return;
+            }
+            if state.old_sse.is_some() {
+                return self.to_old_sse(&mut state, &[message]);
+            }
+            self.route(&mut state, message, related);
         }
-        if state.old_sse.is_some() {
-            return self.to_old_sse(&mut state, &[message]).await;
-        }
-        self.route(&mut state, message, related).await;
+        self.drain().await;
     }
 
     /// Makes this a session of the deprecated HTTP+SSE transport, writing to `stream`.
@@ -528,7 +571,7 @@ impl Session {
 
     /// Writes messages on the one stream of an HTTP+SSE session; a reader too far behind (or
     /// gone) ends the session, as that transport cannot resume.
-    async fn to_old_sse(&self, state: &mut State, messages: &[Message]) {
+    fn to_old_sse(&self, state: &mut State, messages: &[Message]) {
         let Some(stream) = &state.old_sse else {
             return;
         };
@@ -542,7 +585,7 @@ impl Session {
             }
         }
         if failed {
-            self.end_locked(state).await;
+            self.end_locked(state);
         }
     }
 
@@ -551,13 +594,20 @@ impl Session {
     /// oldest batch POST still waiting with no request of its own (the application answers
     /// batches in the order they came).
     pub(crate) async fn send_batch(&self, messages: Vec<Message>) {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return;
+            }
+            if state.old_sse.is_some() {
+                return self.to_old_sse(&mut state, &messages);
+            }
+            self.route_batch(&mut state, messages);
         }
-        if state.old_sse.is_some() {
-            return self.to_old_sse(&mut state, &messages).await;
-        }
+        self.drain().await;
+    }
+
+    fn route_batch(&self, state: &mut State, messages: Vec<Message>) {
         let by_member = messages
             .iter()
             .filter_map(final_id)
@@ -591,20 +641,24 @@ impl Session {
             }
         } else {
             for message in &messages {
-                self.emit(&mut stream, stream_id, message).await;
+                self.emit(state, stream_id, message);
             }
         }
-        if stream.sse && !stream.pending.is_empty() {
-            state.streams.insert(stream_id, stream);
-        } else {
-            // Answered: the connection ends; SSE events stay in the store for resumption.
+        if !stream.sse || stream.pending.is_empty() {
+            // Answered: the connection ends (once its events are written); SSE events stay in
+            // the store for resumption.
             for id in stream.pending.drain() {
                 state.requests.remove(&id);
             }
+            if !stream.sse {
+                return;
+            }
+            state.outbox.push_back(Effect::Finish(stream_id));
         }
+        state.streams.insert(stream_id, stream);
     }
 
-    async fn route(&self, state: &mut State, message: Message, related: Option<RequestId>) {
+    fn route(&self, state: &mut State, message: Message, related: Option<RequestId>) {
         let answers = final_id(&message).cloned();
         let stream_id = related
             .as_ref()
@@ -617,7 +671,7 @@ impl Session {
                 tracing::debug!(session = %redact(&self.id), "dropped a response to no request in flight");
                 return;
             }
-            return self.to_standalone(state, message).await;
+            return self.to_standalone(state, message);
         };
         let Some(mut stream) = state.streams.remove(&stream_id) else {
             return;
@@ -646,7 +700,7 @@ impl Session {
                         let _ = decide.send(Decision::Json(body));
                     }
                     if stream.initialize && !ok {
-                        self.end_locked(state).await;
+                        self.end_locked(state);
                     }
                 } else {
                     state.streams.insert(stream_id, stream);
@@ -655,23 +709,24 @@ impl Session {
             }
             // Something before the response: the answer is a stream.
             let collected = std::mem::take(&mut stream.collected);
-            let first = self.open_sse(state, &mut stream, stream_id).await;
             let (tx, rx) = mpsc::channel(self.buffer());
+            let reply = match stream.decide.take() {
+                Some(decide) => OpenReply::Decide(decide, rx),
+                None => OpenReply::Nobody,
+            };
+            self.open_sse(state, &mut stream, stream_id, reply);
             stream.live = Some(tx);
-            if let Some(decide) = stream.decide.take() {
-                let _ = decide.send(Decision::Sse { first, rx });
-            }
             for earlier in collected {
-                self.emit(&mut stream, stream_id, &earlier).await;
+                self.emit(state, stream_id, &earlier);
             }
         }
-        self.emit(&mut stream, stream_id, &message).await;
+        self.emit(state, stream_id, &message);
         if done {
-            // The stream is complete: its connection ends; its events stay for resumption.
-            stream.live = None;
-        } else {
-            state.streams.insert(stream_id, stream);
+            // The stream is complete: its connection ends once its events are written; they
+            // stay in the store for resumption.
+            state.outbox.push_back(Effect::Finish(stream_id));
         }
+        state.streams.insert(stream_id, stream);
     }
 
     /// Records the version `initialize` settled on.
@@ -696,55 +751,37 @@ impl Session {
         self.config().map_or(256, |s| s.config.stream_buffer).max(1)
     }
 
-    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before).
-    async fn open_sse(&self, state: &State, stream: &mut Stream, stream_id: StreamId) -> Bytes {
+    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before), which
+    /// `reply` gets (with the stream's first bytes) once stored.
+    fn open_sse(&self, state: &mut State, stream: &mut Stream, stream_id: StreamId, reply: OpenReply) {
         stream.sse = true;
-        let primes = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
-        if !primes {
-            return Bytes::new();
-        }
-        let Some(shared) = self.config() else {
-            return Bytes::new();
-        };
-        let id = shared
-            .config
-            .event_store
-            .append(&self.id, stream_id, Bytes::new())
-            .await;
-        sse::priming(&id.to_string(), shared.config.sse_retry)
+        let prime = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
+        state.outbox.push_back(Effect::Open {
+            stream: stream_id,
+            prime,
+            reply,
+        });
     }
 
-    /// Stores `message` as the next event of `stream` and writes it to its connection, if any.
-    /// A connection that is gone or too far behind is let go: the client resumes from the store.
-    async fn emit(&self, stream: &mut Stream, stream_id: StreamId, message: &Message) {
-        let data = encode(message);
-        let Some(shared) = self.config() else {
-            return;
-        };
-        let id = shared
-            .config
-            .event_store
-            .append(&self.id, stream_id, data.clone())
-            .await;
-        if let Some(live) = &stream.live
-            && live
-                .try_send(sse::event(Some(&id.to_string()), &data))
-                .is_err()
-        {
-            stream.live = None;
-        }
+    /// Has `message` stored as the next event of `stream` and written to its connection, if
+    /// any, when the outbox is drained. A connection that is gone or too far behind is let go:
+    /// the client resumes from the store.
+    fn emit(&self, state: &mut State, stream_id: StreamId, message: &Message) {
+        state.outbox.push_back(Effect::Append {
+            stream: stream_id,
+            data: encode(message),
+        });
     }
 
-    async fn to_standalone(&self, state: &mut State, message: Message) {
+    fn to_standalone(&self, state: &mut State, message: Message) {
         if let Some(stream_id) = state.standalone
-            && let Some(mut stream) = state.streams.remove(&stream_id)
+            && state
+                .streams
+                .get(&stream_id)
+                .and_then(|s| s.live.as_ref())
+                .is_some_and(|l| !l.is_closed())
         {
-            if stream.live.as_ref().is_some_and(|l| !l.is_closed()) {
-                self.emit(&mut stream, stream_id, &message).await;
-                state.streams.insert(stream_id, stream);
-                return;
-            }
-            state.streams.insert(stream_id, stream);
+            return self.emit(state, stream_id, &message);
         }
         let limit = self.config().map_or(256, |s| s.config.standalone_queue);
         if state.queue.len() >= limit {
@@ -761,91 +798,194 @@ impl Session {
 
     /// Opens a standalone stream (GET without `Last-Event-ID`): `None` when one is open already.
     pub(crate) async fn open_standalone(&self) -> Option<(Bytes, mpsc::Receiver<Bytes>)> {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return None;
-        }
-        if let Some(old) = state.standalone {
-            if state
-                .streams
-                .get(&old)
-                .and_then(|s| s.live.as_ref())
-                .is_some_and(|l| !l.is_closed())
-            {
+        let (reply, first) = oneshot::channel();
+        let rx = {
+            let mut state = self.state.lock().await;
+            if state.ended {
                 return None;
             }
-            state.streams.remove(&old);
-        }
-        let stream_id = StreamId(state.next_stream);
-        state.next_stream += 1;
-        let mut stream = Stream::default();
-        let first = self.open_sse(&state, &mut stream, stream_id).await;
-        let (tx, rx) = mpsc::channel(self.buffer());
-        stream.live = Some(tx);
-        state.standalone = Some(stream_id);
-        self.flush_queue(&mut state, &mut stream, stream_id).await;
-        state.streams.insert(stream_id, stream);
-        Some((first, rx))
-    }
-
-    async fn flush_queue(&self, state: &mut State, stream: &mut Stream, stream_id: StreamId) {
-        let Some(shared) = self.config() else {
-            return;
-        };
-        while let Some(data) = state.queue.pop_front() {
-            let id = shared
-                .config
-                .event_store
-                .append(&self.id, stream_id, data.clone())
-                .await;
-            // As in `emit`: a connection that cannot take the event is let go, and the client
-            // resumes from the store (a silent gap otherwise).
-            if let Some(live) = &stream.live
-                && live
-                    .try_send(sse::event(Some(&id.to_string()), &data))
-                    .is_err()
-            {
-                stream.live = None;
+            if let Some(old) = state.standalone {
+                if state
+                    .streams
+                    .get(&old)
+                    .and_then(|s| s.live.as_ref())
+                    .is_some_and(|l| !l.is_closed())
+                {
+                    return None;
+                }
+                state.streams.remove(&old);
             }
-        }
+            let stream_id = StreamId(state.next_stream);
+            state.next_stream += 1;
+            let mut stream = Stream::default();
+            self.open_sse(&mut state, &mut stream, stream_id, OpenReply::First(reply));
+            let (tx, rx) = mpsc::channel(self.buffer());
+            stream.live = Some(tx);
+            state.standalone = Some(stream_id);
+            state.streams.insert(stream_id, stream);
+            // Queued messages follow the priming event, in order.
+            while let Some(data) = state.queue.pop_front() {
+                state.outbox.push_back(Effect::Append {
+                    stream: stream_id,
+                    data,
+                });
+            }
+            rx
+        };
+        self.drain().await;
+        let first = first.await.ok()?;
+        Some((first, rx))
     }
 
     /// Resumes a stream after `last` (GET with `Last-Event-ID`): the stored events after it, then
     /// the live stream when it is still going. `Err` with a reason when it cannot be resumed
     /// exactly.
+    ///
+    /// Exactly once (finding 17): the replay is an effect of the session's outbox, performed in
+    /// order with its appends and never under the session's lock. Every event appended before
+    /// the replay is in it; the connection takes over the stream right after the replay, before
+    /// the next append, so every later event goes to it.
     pub(crate) async fn resume(
         &self,
         last: &EventId,
     ) -> Result<(Bytes, mpsc::Receiver<Bytes>), String> {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return Err("the session has ended".into());
-        }
-        let shared = self.config().ok_or("the server is shutting down")?;
-        let events = shared
-            .config
-            .event_store
-            .replay_after(&self.id, last)
-            .await
-            .map_err(|e| format!("cannot resume after event {last}: {e}"))?;
-        let mut first = bytes::BytesMut::new();
-        for (id, data) in &events {
-            if !data.is_empty() {
-                first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
-            }
-        }
+        let (reply, result) = oneshot::channel();
         let (tx, rx) = mpsc::channel(self.buffer());
-        let stream_id = last.stream;
-        if let Some(mut stream) = state.streams.remove(&stream_id) {
-            // Still going: this connection takes over (a stream is read by one connection).
-            stream.live = Some(tx);
-            if state.standalone == Some(stream_id) {
-                self.flush_queue(&mut state, &mut stream, stream_id).await;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return Err("the session has ended".into());
             }
-            state.streams.insert(stream_id, stream);
+            state.outbox.push_back(Effect::Replay {
+                last: *last,
+                live: tx,
+                reply,
+            });
         }
-        // Otherwise the stream is complete: `tx` is dropped and the body ends after the replay.
-        Ok((first.freeze(), rx))
+        self.drain().await;
+        let first = result
+            .await
+            .map_err(|_| "the session has ended".to_owned())??;
+        Ok((first, rx))
+    }
+
+    /// Performs the outbox's effects in order, store I/O included, without holding the
+    /// session's state lock across any of it (finding 17): other operations of the session go
+    /// on meanwhile. Runs on its own task, so that a caller that goes away cannot leave an
+    /// event stored but not written.
+    async fn drain(&self) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let _ = tokio::spawn(async move { me.drain_now().await }).await;
+    }
+
+    async fn drain_now(&self) {
+        let Some(shared) = self.config() else {
+            self.state.lock().await.outbox.clear();
+            return;
+        };
+        let _io = self.io.lock().await;
+        loop {
+            let effect = {
+                let mut state = self.state.lock().await;
+                match state.outbox.pop_front() {
+                    Some(effect) => effect,
+                    None => {
+                        if state.outbox.capacity() > 64 {
+                            state.outbox.shrink_to_fit();
+                        }
+                        return;
+                    }
+                }
+            };
+            self.perform(&shared, effect).await;
+        }
+    }
+
+    /// Performs one effect: the store I/O with no lock held, then its outcome under the state
+    /// lock (no await there).
+    async fn perform(&self, shared: &Shared, effect: Effect) {
+        let store = &shared.config.event_store;
+        match effect {
+            Effect::Open {
+                stream,
+                prime,
+                reply,
+            } => {
+                let first = if prime {
+                    let id = store.append(&self.id, stream, Bytes::new()).await;
+                    sse::priming(&id.to_string(), shared.config.sse_retry)
+                } else {
+                    Bytes::new()
+                };
+                match reply {
+                    OpenReply::Nobody => {}
+                    OpenReply::Decide(decide, rx) => {
+                        let _ = decide.send(Decision::Sse { first, rx });
+                    }
+                    OpenReply::First(reply) => {
+                        let _ = reply.send(first);
+                    }
+                }
+            }
+            Effect::Append { stream, data } => {
+                let id = store.append(&self.id, stream, data.clone()).await;
+                let mut state = self.state.lock().await;
+                if let Some(stream) = state.streams.get_mut(&stream)
+                    && let Some(live) = &stream.live
+                    && live
+                        .try_send(sse::event(Some(&id.to_string()), &data))
+                        .is_err()
+                {
+                    // Gone or too far behind: let go; the client resumes from the store.
+                    stream.live = None;
+                }
+            }
+            Effect::Replay { last, live, reply } => {
+                let events = match store.replay_after(&self.id, &last).await {
+                    Ok(events) => events,
+                    Err(e) => {
+                        let _ = reply.send(Err(format!("cannot resume after event {last}: {e}")));
+                        return;
+                    }
+                };
+                let mut first = bytes::BytesMut::new();
+                for (id, data) in &events {
+                    if !data.is_empty() {
+                        first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
+                    }
+                }
+                let mut state = self.state.lock().await;
+                let state = &mut *state;
+                if !state.ended
+                    && let Some(stream) = state.streams.get_mut(&last.stream)
+                {
+                    // Still going: this connection takes over (a stream is read by one
+                    // connection), and the queued messages of a standalone stream follow.
+                    stream.live = Some(live);
+                    if state.standalone == Some(last.stream) {
+                        while let Some(data) = state.queue.pop_back() {
+                            state.outbox.push_front(Effect::Append {
+                                stream: last.stream,
+                                data,
+                            });
+                        }
+                    }
+                }
+                // Otherwise the stream is complete: `live` is dropped and the body ends after
+                // the replay.
+                let _ = reply.send(Ok(first.freeze()));
+            }
+            Effect::Finish(stream) => {
+                let mut state = self.state.lock().await;
+                if state.streams.get(&stream).is_some_and(|s| s.pending.is_empty()) {
+                    state.streams.remove(&stream);
+                    shrink(&mut state.streams);
+                }
+            }
+            Effect::RemoveSession => store.remove_session(&self.id).await,
+        }
     }
 
     /// The client cancelled `request` (`notifications/cancelled`): the server will not answer it,
@@ -884,6 +1024,12 @@ impl Session {
     /// not answered yet becomes a stream of its priming event alone, which the client resumes
     /// from.
     pub(crate) async fn close_stream(&self, request: &RequestId) -> bool {
+        let closed = self.close_stream_locked(request).await;
+        self.drain().await;
+        closed
+    }
+
+    async fn close_stream_locked(&self, request: &RequestId) -> bool {
         let mut state = self.state.lock().await;
         if state.version.as_deref().is_some_and(|v| v < "2025-11-25") {
             return false;
@@ -900,11 +1046,10 @@ impl Session {
             // Nothing sent yet: SSE with the priming event (its id to resume from), and the
             // connection ends there.
             let collected = std::mem::take(&mut stream.collected);
-            let first = self.open_sse(&state, &mut stream, stream_id).await;
             let (_, rx) = mpsc::channel(1);
-            let _ = decide.send(Decision::Sse { first, rx });
+            self.open_sse(&mut state, &mut stream, stream_id, OpenReply::Decide(decide, rx));
             for earlier in collected {
-                self.emit(&mut stream, stream_id, &earlier).await;
+                self.emit(&mut state, stream_id, &earlier);
             }
             true
         } else {
@@ -916,11 +1061,13 @@ impl Session {
 
     /// Ends the session.
     pub(crate) async fn end(&self) {
-        let mut state = self.state.lock().await;
-        self.end_locked(&mut state).await;
+        self.end_locked(&mut *self.state.lock().await);
+        self.drain().await;
     }
 
-    async fn end_locked(&self, state: &mut State) {
+    /// Ends the session; its events leave the store when the outbox is next drained (after
+    /// the effects before it).
+    fn end_locked(&self, state: &mut State) {
         if state.ended {
             return;
         }
@@ -937,8 +1084,8 @@ impl Session {
                 sessions.remove(&self.id);
                 shrink(&mut sessions);
             }
-            shared.config.event_store.remove_session(&self.id).await;
         }
+        state.outbox.push_back(Effect::RemoveSession);
         // Taken, not borrowed: the handler holds this session (a cycle that kept every ended
         // session and its handler alive).
         if let Some(handler) = self.handler.take() {
