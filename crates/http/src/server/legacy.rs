@@ -753,7 +753,13 @@ impl Session {
 
     /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before), which
     /// `reply` gets (with the stream's first bytes) once stored.
-    fn open_sse(&self, state: &mut State, stream: &mut Stream, stream_id: StreamId, reply: OpenReply) {
+    fn open_sse(
+        &self,
+        state: &mut State,
+        stream: &mut Stream,
+        stream_id: StreamId,
+        reply: OpenReply,
+    ) {
         stream.sse = true;
         let prime = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
         state.outbox.push_back(Effect::Open {
@@ -979,7 +985,11 @@ impl Session {
             }
             Effect::Finish(stream) => {
                 let mut state = self.state.lock().await;
-                if state.streams.get(&stream).is_some_and(|s| s.pending.is_empty()) {
+                if state
+                    .streams
+                    .get(&stream)
+                    .is_some_and(|s| s.pending.is_empty())
+                {
                     state.streams.remove(&stream);
                     shrink(&mut state.streams);
                 }
@@ -1047,7 +1057,12 @@ impl Session {
             // connection ends there.
             let collected = std::mem::take(&mut stream.collected);
             let (_, rx) = mpsc::channel(1);
-            self.open_sse(&mut state, &mut stream, stream_id, OpenReply::Decide(decide, rx));
+            self.open_sse(
+                &mut state,
+                &mut stream,
+                stream_id,
+                OpenReply::Decide(decide, rx),
+            );
             for earlier in collected {
                 self.emit(&mut state, stream_id, &earlier);
             }
@@ -1687,5 +1702,249 @@ mod tests {
         within(stream.into_body().collect()).await.unwrap();
         service.close_all().await;
         assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// An event store whose calls wait while its gate is closed (a store doing slow I/O).
+    struct GatedStore {
+        inner: crate::event_store::MemoryEventStore,
+        open: tokio::sync::watch::Sender<bool>,
+        waiting: AtomicUsize,
+    }
+
+    impl GatedStore {
+        fn new() -> Self {
+            GatedStore {
+                inner: crate::event_store::MemoryEventStore::new(),
+                open: tokio::sync::watch::Sender::new(true),
+                waiting: AtomicUsize::new(0),
+            }
+        }
+
+        fn set(&self, open: bool) {
+            self.open.send_replace(open);
+        }
+
+        async fn wait(&self) {
+            let mut open = self.open.subscribe();
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let _ = open.wait_for(|open| *open).await;
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl crate::event_store::EventStore for GatedStore {
+        fn append<'a>(
+            &'a self,
+            session: &'a str,
+            stream: crate::event_store::StreamId,
+            data: bytes::Bytes,
+        ) -> crate::event_store::BoxFuture<'a, crate::event_store::EventId> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.append(session, stream, data).await
+            })
+        }
+
+        fn replay_after<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a crate::event_store::EventId,
+        ) -> crate::event_store::BoxFuture<
+            'a,
+            Result<
+                Vec<(crate::event_store::EventId, bytes::Bytes)>,
+                crate::event_store::ReplayError,
+            >,
+        > {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.replay_after(session, after).await
+            })
+        }
+
+        fn remove_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: crate::event_store::StreamId,
+        ) -> crate::event_store::BoxFuture<'a, ()> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.remove_stream(session, stream).await
+            })
+        }
+
+        fn remove_session<'a>(&'a self, session: &'a str) -> crate::event_store::BoxFuture<'a, ()> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.remove_session(session).await
+            })
+        }
+
+        fn sizes(&self) -> crate::event_store::BoxFuture<'_, crate::event_store::StoreSizes> {
+            self.inner.sizes()
+        }
+    }
+
+    fn response(id: i64) -> Message {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+        let Ok(Incoming::Single(message)) = modelctx_types::decode(text.as_bytes()) else {
+            panic!("not a response");
+        };
+        message
+    }
+
+    fn progress(n: usize) -> Message {
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":1,"progress":{n},"n":{n}}}}}"#
+        );
+        let Ok(Incoming::Single(message)) = modelctx_types::decode(text.as_bytes()) else {
+            panic!("not a notification");
+        };
+        message
+    }
+
+    /// Finding 17: the session's lock is not held across the event store's I/O. While the
+    /// store is stuck on an event of one request's stream, the session's other operations go
+    /// on (its tables are read, the sweep runs, another request is registered and answered);
+    /// and a resumption racing with stored-but-stuck events still gets each event exactly once.
+    #[tokio::test]
+    async fn finding_17_store_io_is_not_awaited_under_the_session_lock() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = |n: i64| modelctx_types::RequestId::from(n);
+        let post = |n: i64| {
+            let service = service.clone();
+            let call = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call"}}"#);
+            let request = on_session("POST", &id, &call);
+            tokio::spawn(async move { service.handle(request).await })
+        };
+        let seen = |wanted: String| {
+            let app = app.clone();
+            async move {
+                while !app
+                    .inputs
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(&wanted))
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        };
+        let five = post(5);
+        within(seen(r#""id":5,"#.into())).await;
+        // The store gets stuck on the first event of request 5's stream (its priming event).
+        store.set(false);
+        let sending = tokio::spawn({
+            let session = session.clone();
+            async move { session.send(progress(0), Some(rid(5))).await }
+        });
+        within(async {
+            while store.waiting.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        // Meanwhile: the session's tables, the sweep, another request and its answer.
+        assert_eq!(within(service.table_sizes()).await.requests, 1);
+        within(service.end_idle_sessions()).await;
+        let six = post(6);
+        within(seen(r#""id":6,"#.into())).await;
+        tokio::spawn({
+            let session = session.clone();
+            async move { session.send(response(6), Some(rid(6))).await }
+        });
+        let answered = within(six).await.unwrap();
+        assert_eq!(answered.status(), 200);
+        assert_eq!(answered.headers()["content-type"], "application/json");
+        // The store resumes: request 5's stream opens with its events.
+        store.set(true);
+        within(sending).await.unwrap();
+        let five = within(five).await.unwrap();
+        assert_eq!(five.headers()["content-type"], "text/event-stream");
+        let mut body = five.into_body();
+        let mut text = String::new();
+        while !text.contains(r#""n":0"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        let last = text
+            .split("\n\n")
+            .find(|e| e.contains(r#""n":0"#))
+            .and_then(|e| e.lines().find_map(|l| l.strip_prefix("id: ")))
+            .unwrap()
+            .to_owned();
+        // The client goes away, and resumes while events are stuck in the store, before and
+        // after its resumption is asked for.
+        drop(body);
+        store.set(false);
+        let mut sends = Vec::new();
+        for n in 1..=3 {
+            let session = session.clone();
+            sends.push(tokio::spawn(async move {
+                session.send(progress(n), Some(rid(5))).await
+            }));
+        }
+        let mut get = on_session("GET", &id, "");
+        get.headers_mut()
+            .insert("last-event-id", last.parse().unwrap());
+        let resumed = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(get).await }
+        });
+        for n in 4..=6 {
+            let session = session.clone();
+            sends.push(tokio::spawn(async move {
+                session.send(progress(n), Some(rid(5))).await
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        store.set(true);
+        for send in sends {
+            within(send).await.unwrap();
+        }
+        let resumed = within(resumed).await.unwrap();
+        assert_eq!(resumed.status(), 200);
+        within(session.send(response(5), Some(rid(5)))).await;
+        let got = events(resumed.into_body()).await;
+        let mut ns: Vec<usize> = got
+            .iter()
+            .filter_map(|(_, d)| {
+                let v: serde_json::Value = serde_json::from_str(d).ok()?;
+                v["params"]["n"].as_u64().map(|n| n as usize)
+            })
+            .collect();
+        assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
+        let ids: Vec<u64> = got
+            .iter()
+            .map(|(id, _)| {
+                id.as_ref()
+                    .unwrap()
+                    .split('-')
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        ns.sort_unstable();
+        assert_eq!(ns, [1, 2, 3, 4, 5, 6], "each event exactly once: {got:?}");
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+        assert!(
+            crate::event_store::EventStore::sizes(&store.inner)
+                .await
+                .is_empty()
+        );
     }
 }
