@@ -548,9 +548,10 @@ impl Session {
                 return;
             }
             if state.old_sse.is_some() {
-                return self.to_old_sse(&mut state, &[message]);
+                self.to_old_sse(&mut state, &[message]);
+            } else {
+                self.route(&mut state, message, related);
             }
-            self.route(&mut state, message, related);
         }
         self.drain().await;
     }
@@ -600,9 +601,10 @@ impl Session {
                 return;
             }
             if state.old_sse.is_some() {
-                return self.to_old_sse(&mut state, &messages);
+                self.to_old_sse(&mut state, &messages);
+            } else {
+                self.route_batch(&mut state, messages);
             }
-            self.route_batch(&mut state, messages);
         }
         self.drain().await;
     }
