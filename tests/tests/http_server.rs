@@ -551,17 +551,47 @@ async fn a_thousand_sessions_opened_and_closed_leave_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_session_cap_gives_503() {
+async fn the_session_cap_evicts_idle_sessions_and_gives_503_when_none_is_idle() {
     let mut config = ServerConfig::default();
     config.max_sessions = 2;
     let (server, _) = start(config).await;
     let addr = server.local_addr();
+    let first = open_session(addr, "2025-11-25").await;
     open_session(addr, "2025-11-25").await;
-    open_session(addr, "2025-11-25").await;
+    // Full of idle sessions: the least recently used one makes room.
+    let third = open_session(addr, "2025-11-25").await;
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let gone = post(addr, &post_headers(Some(&first), Some("2025-11-25")), &list).await;
+    assert_eq!(gone.status, 404);
+    assert_eq!(server.service().table_sizes().await.sessions, 2);
+    // Every session with an open stream: nothing to evict.
+    let fourth = open_session(addr, "2025-11-25").await;
+    let mut streams = Vec::new();
+    for session in [&third, &fourth] {
+        let stream = within(
+            "get",
+            raw_request(
+                addr,
+                "GET",
+                "/mcp",
+                &[
+                    ("Accept", "text/event-stream"),
+                    ("Mcp-Session-Id", session),
+                    ("MCP-Protocol-Version", "2025-11-25"),
+                ],
+                b"",
+            ),
+        )
+        .await;
+        assert_eq!(stream.status, 200);
+        streams.push(stream);
+    }
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}});
     let response = post(addr, &post_headers(None, None), &init).await;
     assert_eq!(response.status, 503);
+    assert!(response.header("retry-after").is_some());
+    drop(streams);
     server.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -12,7 +12,8 @@
 //! # Ids
 //!
 //! The server picks the [`StreamId`] (unique within its session); the store assigns the
-//! sequence number. An [`EventId`] is written `"{stream}-{seq}"` in decimal, which is visible
+//! sequence number ([`MemoryEventStore`]: one counter per session, so that ids say nothing of
+//! other sessions' traffic). An [`EventId`] is written `"{stream}-{seq}"` in decimal, which is visible
 //! ASCII and names the originating stream, as the specification asks. Parsing accepts only what
 //! [`Display`](fmt::Display) writes, so an id from the wire is either one we could have issued
 //! or an error.
@@ -156,7 +157,8 @@ pub enum ReplayError {
 /// How much a store holds, for metrics and for tests that check it returns to empty.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreSizes {
-    /// Sessions with at least one stream entry.
+    /// Sessions the store knows: those with a stream entry, and (in [`MemoryEventStore`])
+    /// those it keeps the sequence counter of until [`EventStore::remove_session`].
     pub sessions: usize,
     /// Stream entries, including streams whose events were all evicted but which are still
     /// remembered so that a resumption gets [`ReplayError::Gone`].
@@ -212,9 +214,11 @@ pub trait EventStore: Send + Sync + 'static {
 
 /// The retention rules of a [`MemoryEventStore`].
 ///
-/// Eviction always drops the oldest events first: the session's oldest for the per-session
-/// limits, the oldest across all sessions for the global one, and everything older than
-/// `max_age`. Sizes count event data only.
+/// Eviction always drops a session's oldest events first: for the per-session limits, the
+/// session's own; for the global one, those of the session holding the most bytes (the one
+/// most over its fair share of `max_total_bytes`), so that one busy session cannot evict the
+/// others' events while it holds more than they do; and everything older than `max_age`.
+/// Sizes count event data only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryEventStoreConfig {
     /// Most events kept per session (default 1024). Also bounds how many streams whose events
@@ -245,8 +249,11 @@ impl Default for MemoryEventStoreConfig {
 ///
 /// All work happens under one `std::sync::Mutex` when a method is called (the returned future
 /// is already complete); ages are checked lazily on every call using the store's clock.
-/// Sequence numbers come from one counter for the whole store, so an id is never issued twice
-/// even after a session or stream was dropped and comes back.
+/// Sequence numbers come from one counter per session, so that ids reveal nothing of other
+/// sessions' traffic. The store keeps that counter (a few bytes) until
+/// [`EventStore::remove_session`], even after all the session's events were evicted, so an id
+/// is never issued twice within a session; the server calls `remove_session` when a session
+/// ends.
 pub struct MemoryEventStore {
     inner: Mutex<Inner>,
     clock: Clock,
@@ -372,17 +379,20 @@ struct Loc {
     at: Instant,
     session: Arc<str>,
     stream: StreamId,
+    /// The event's sequence number in its session (unused for a remembered empty stream).
+    seq: u64,
 }
 
 /// The tables of a [`MemoryEventStore`].
 ///
 /// Invariants between operations:
-/// - `events` holds exactly the stored events of all sessions, keyed by sequence number (which
-///   is also their append order); `bytes` is the sum of their sizes.
+/// - `events` holds exactly the stored events of all sessions, keyed by their append order
+///   across the store (never shown to clients); `bytes` is the sum of their sizes.
 /// - `tombs` holds exactly the remembered streams without events, keyed by the order they
 ///   became empty.
-/// - every session in `sessions` has at least one stream entry; every stream entry has events
-///   or is remembered in `tombs`, never both.
+/// - every stream entry has events or is remembered in `tombs`, never both. A session entry
+///   stays, even without streams, until `remove_session`: it holds the session's sequence
+///   counter, so that an id is never issued twice within a session.
 #[derive(Debug)]
 struct Inner {
     config: MemoryEventStoreConfig,
@@ -390,8 +400,8 @@ struct Inner {
     events: BTreeMap<u64, Loc>,
     tombs: BTreeMap<u64, Loc>,
     bytes: usize,
-    /// The last sequence number issued.
-    last_seq: u64,
+    /// The last key issued in `events` (the append order across the store).
+    last_order: u64,
     /// The last key issued in `tombs`.
     last_tomb: u64,
 }
@@ -400,8 +410,12 @@ struct Inner {
 struct SessionEntry {
     key: Arc<str>,
     streams: HashMap<StreamId, StreamEntry>,
-    /// The session's stored events in append order: sequence number to stream.
-    events: BTreeMap<u64, StreamId>,
+    /// The last sequence number issued in this session (finding 26: one counter per session,
+    /// so that ids reveal nothing of other sessions' traffic).
+    last_seq: u64,
+    /// The session's stored events in append order: sequence number to stream and key in the
+    /// store-wide order.
+    events: BTreeMap<u64, (StreamId, u64)>,
     /// The session's remembered empty streams, oldest first.
     tombs: BTreeMap<u64, StreamId>,
     bytes: usize,
@@ -431,17 +445,17 @@ impl Inner {
             events: BTreeMap::new(),
             tombs: BTreeMap::new(),
             bytes: 0,
-            last_seq: 0,
+            last_order: 0,
             last_tomb: 0,
         }
     }
 
     fn append(&mut self, now: Instant, session: &str, stream: StreamId, data: Bytes) -> EventId {
         self.expire(now);
-        // One counter for the whole store: 2^64 events will not be reached, and saturating
-        // keeps this free of overflow panics regardless.
-        self.last_seq = self.last_seq.saturating_add(1);
-        let seq = self.last_seq;
+        // 2^64 events will not be reached, and saturating keeps this free of overflow panics
+        // regardless.
+        self.last_order = self.last_order.saturating_add(1);
+        let order = self.last_order;
         let len = data.len();
 
         let key = match self.sessions.get_key_value(session) {
@@ -454,10 +468,13 @@ impl Inner {
             .or_insert_with(|| SessionEntry {
                 key: Arc::clone(&key),
                 streams: HashMap::new(),
+                last_seq: 0,
                 events: BTreeMap::new(),
                 tombs: BTreeMap::new(),
                 bytes: 0,
             });
+        entry.last_seq = entry.last_seq.saturating_add(1);
+        let seq = entry.last_seq;
         let st = entry.streams.entry(stream).or_insert_with(|| StreamEntry {
             first_seq: seq,
             last_seq: seq,
@@ -471,14 +488,15 @@ impl Inner {
         }
         st.events.push_back((seq, data));
         st.last_seq = seq;
-        entry.events.insert(seq, stream);
+        entry.events.insert(seq, (stream, order));
         entry.bytes = entry.bytes.saturating_add(len);
         self.events.insert(
-            seq,
+            order,
             Loc {
                 at: now,
                 session: key,
                 stream,
+                seq,
             },
         );
         self.bytes = self.bytes.saturating_add(len);
@@ -490,20 +508,45 @@ impl Inner {
             {
                 break;
             }
-            let Some((&oldest, &oldest_stream)) = entry.events.first_key_value() else {
+            let Some((&oldest, &(oldest_stream, _))) = entry.events.first_key_value() else {
                 break;
             };
-            self.evict(session, oldest_stream, oldest, now);
+            if !self.evict(session, oldest_stream, oldest, now) {
+                break;
+            }
         }
-        // The global limit: drop the oldest events of any session.
+        // The global limit (finding 16): drop the oldest event of the session most over its
+        // fair share (the budget divided among the sessions holding events), i.e. the one
+        // holding the most bytes; ties go to the session whose oldest event is the oldest.
+        // A session within its share loses nothing while another holds more.
         while self.bytes > self.config.max_total_bytes {
-            let Some((&oldest, loc)) = self.events.first_key_value() else {
+            let Some((owner, owner_stream, oldest)) = self.largest_session_oldest() else {
                 break;
             };
-            let (owner, owner_stream) = (Arc::clone(&loc.session), loc.stream);
-            self.evict(&owner, owner_stream, oldest, now);
+            if !self.evict(&owner, owner_stream, oldest, now) {
+                break;
+            }
         }
         EventId::new(stream, seq)
+    }
+
+    /// The session holding the most bytes (ties: the oldest first event), with its oldest
+    /// event's stream and sequence number.
+    fn largest_session_oldest(&self) -> Option<(Arc<str>, StreamId, u64)> {
+        self.sessions
+            .values()
+            .filter_map(|entry| {
+                let (&seq, &(stream, order)) = entry.events.first_key_value()?;
+                Some((
+                    entry.bytes,
+                    std::cmp::Reverse(order),
+                    &entry.key,
+                    stream,
+                    seq,
+                ))
+            })
+            .max_by_key(|(bytes, order, ..)| (*bytes, *order))
+            .map(|(_, _, key, stream, seq)| (Arc::clone(key), stream, seq))
     }
 
     fn replay_after(
@@ -546,8 +589,9 @@ impl Inner {
         };
         if let Some(st) = entry.streams.remove(&stream) {
             for (seq, data) in st.events {
-                entry.events.remove(&seq);
-                self.events.remove(&seq);
+                if let Some((_, order)) = entry.events.remove(&seq) {
+                    self.events.remove(&order);
+                }
                 entry.bytes = entry.bytes.saturating_sub(data.len());
                 self.bytes = self.bytes.saturating_sub(data.len());
             }
@@ -557,14 +601,13 @@ impl Inner {
             }
         }
         shrink_map(&mut entry.streams);
-        self.drop_session_if_empty(session);
     }
 
     fn remove_session(&mut self, now: Instant, session: &str) {
         self.expire(now);
         if let Some(entry) = self.sessions.remove(session) {
-            for seq in entry.events.keys() {
-                self.events.remove(seq);
+            for (_, order) in entry.events.values() {
+                self.events.remove(order);
             }
             for tomb in entry.tombs.keys() {
                 self.tombs.remove(tomb);
@@ -587,12 +630,16 @@ impl Inner {
     /// Evicts everything whose age has reached `max_age`: events, then remembered streams.
     fn expire(&mut self, now: Instant) {
         let max_age = self.config.max_age;
-        while let Some((&seq, loc)) = self.events.first_key_value() {
+        while let Some((&order, loc)) = self.events.first_key_value() {
             if now.saturating_duration_since(loc.at) < max_age {
                 break;
             }
-            let (owner, stream) = (Arc::clone(&loc.session), loc.stream);
-            self.evict(&owner, stream, seq, now);
+            let (owner, stream, seq) = (Arc::clone(&loc.session), loc.stream, loc.seq);
+            if !self.evict(&owner, stream, seq, now) {
+                // Not where the order says (cannot happen): drop the order entry regardless,
+                // so that this loop progresses.
+                self.events.remove(&order);
+            }
         }
         while let Some((&tomb, loc)) = self.tombs.first_key_value() {
             if now.saturating_duration_since(loc.at) < max_age {
@@ -604,15 +651,17 @@ impl Inner {
     }
 
     /// Evicts event `seq` of `stream` of `session`, which is the stream's oldest stored event.
-    /// A stream left without events is remembered (see [`ReplayError::Gone`]).
-    fn evict(&mut self, session: &str, stream: StreamId, seq: u64, now: Instant) {
-        // Always removed from the global order first, so that every eviction loop progresses.
-        self.events.remove(&seq);
+    /// A stream left without events is remembered (see [`ReplayError::Gone`]). Whether the
+    /// event was found.
+    fn evict(&mut self, session: &str, stream: StreamId, seq: u64, now: Instant) -> bool {
         let tomb_cap = self.config.max_events_per_session;
         let Some(entry) = self.sessions.get_mut(session) else {
-            return;
+            return false;
         };
-        entry.events.remove(&seq);
+        let Some((_, order)) = entry.events.remove(&seq) else {
+            return false;
+        };
+        self.events.remove(&order);
         if let Some(st) = entry.streams.get_mut(&stream) {
             let removed = if st.events.front().is_some_and(|e| e.0 == seq) {
                 st.events.pop_front()
@@ -639,6 +688,7 @@ impl Inner {
                         at: now,
                         session: Arc::clone(&entry.key),
                         stream,
+                        seq: 0,
                     },
                 );
                 while entry.tombs.len() > tomb_cap {
@@ -653,7 +703,7 @@ impl Inner {
                 shrink_deque(&mut st.events);
             }
         }
-        self.drop_session_if_empty(session);
+        true
     }
 
     /// Forgets the remembered empty `stream` of `session` whose tomb key is `tomb`.
@@ -670,18 +720,6 @@ impl Inner {
         {
             entry.streams.remove(&stream);
             shrink_map(&mut entry.streams);
-        }
-        self.drop_session_if_empty(session);
-    }
-
-    fn drop_session_if_empty(&mut self, session: &str) {
-        if self
-            .sessions
-            .get(session)
-            .is_some_and(|entry| entry.streams.is_empty())
-        {
-            self.sessions.remove(session);
-            shrink_map(&mut self.sessions);
         }
     }
 }
@@ -755,7 +793,13 @@ mod tests {
         let mut tombs = 0;
         for (key, entry) in &inner.sessions {
             assert_eq!(key, &entry.key);
-            assert!(!entry.streams.is_empty(), "empty session kept");
+            assert!(
+                entry
+                    .streams
+                    .values()
+                    .all(|st| st.last_seq <= entry.last_seq),
+                "an id beyond the session's counter"
+            );
             assert!(entry.events.len() <= inner.config.max_events_per_session);
             assert!(entry.bytes <= inner.config.max_bytes_per_session);
             assert!(entry.tombs.len() <= inner.config.max_events_per_session);
@@ -777,9 +821,10 @@ mod tests {
                 for (seq, d) in &st.events {
                     assert!(*seq > prev);
                     prev = *seq;
-                    assert_eq!(entry.events.get(seq), Some(id));
-                    let loc = &inner.events[seq];
-                    assert_eq!((&*loc.session, loc.stream), (&**key, *id));
+                    let (stream, order) = entry.events[seq];
+                    assert_eq!(stream, *id);
+                    let loc = &inner.events[&order];
+                    assert_eq!((&*loc.session, loc.stream, loc.seq), (&**key, *id, *seq));
                     session_bytes += d.len();
                     session_events += 1;
                 }
@@ -1080,7 +1125,7 @@ mod tests {
         s.append_now("s", b, data("eeee"));
         assert_eq!(
             s.replay_now("s", &b1),
-            Ok(vec![(EventId::new(b, 6), data("eeee"))])
+            Ok(vec![(EventId::new(b, 5), data("eeee"))])
         );
         assert_eq!(s.sizes_now().bytes, 17);
         // One event bigger than the whole allowance evicts everything, itself included.
@@ -1103,22 +1148,76 @@ mod tests {
         let y1 = s.append_now("y", a, data("y1y1"));
         let x2 = s.append_now("x", a, data("x2x2"));
         assert_eq!(s.sizes_now().bytes, 12);
-        // The globally oldest event (x1) goes, even though the new one is y's.
+        // x and y hold 8 bytes each: the tie goes to the oldest event (x1).
         let y2 = s.append_now("y", a, data("y2y2"));
         assert_eq!(s.sizes_now().bytes, 12);
         assert_eq!(payloads(&s.replay_now("x", &x1).unwrap()), ["x2x2"]);
         assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
-        // Then y1, so resuming y after y1 is still exact but x's history is thinner.
+        // x grows past y: x pays for it, y keeps everything.
         s.append_now("x", a, data("x3x3"));
-        assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
         s.append_now("x", a, data("x4x4"));
         assert_eq!(s.replay_now("x", &x1), Err(ReplayError::Gone));
-        assert_eq!(payloads(&s.replay_now("x", &x2).unwrap()), ["x3x3", "x4x4"]);
         assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
-        // Then y2, which empties y's stream.
-        s.append_now("x", a, data("x5x5"));
-        assert_eq!(s.replay_now("y", &y1), Err(ReplayError::Gone));
         assert_eq!(s.replay_now("y", &y2), Ok(vec![]));
+        let _ = x2;
+        check(&s);
+    }
+
+    /// Finding 16, the audit's case scaled down: many sessions stream up to their own limit
+    /// while a quiet one holds a few events; the global budget is hit, and the quiet session
+    /// still resumes exactly (before, the globally oldest event went, whoever owned it).
+    #[test]
+    fn finding_16_global_eviction_takes_from_the_session_most_over_its_share() {
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_bytes_per_session: 4096,
+            max_total_bytes: 64 * 1024,
+            ..big()
+        });
+        let quiet = s.append_now("quiet", StreamId(0), data("q1"));
+        let quiet2 = s.append_now("quiet", StreamId(0), data("q2"));
+        let chunk = Bytes::from(vec![b'x'; 64]);
+        for round in 0..64 {
+            for i in 0..17 {
+                s.append_now(&format!("busy-{i}"), StreamId(round % 3), chunk.clone());
+            }
+        }
+        assert!(s.sizes_now().bytes <= 64 * 1024);
+        assert_eq!(payloads(&s.replay_now("quiet", &quiet).unwrap()), ["q2"]);
+        assert_eq!(s.replay_now("quiet", &quiet2), Ok(vec![]));
+        check(&s);
+        // One session alone over the whole budget evicts only its own events.
+        let (s, _) = store(MemoryEventStoreConfig {
+            max_total_bytes: 1024,
+            ..big()
+        });
+        let mut firsts = Vec::new();
+        for i in 0..8 {
+            firsts.push(s.append_now(&format!("small-{i}"), StreamId(0), data("s1")));
+            s.append_now(&format!("small-{i}"), StreamId(0), data("s2"));
+        }
+        for _ in 0..1000 {
+            s.append_now("flood", StreamId(5), chunk.clone());
+        }
+        for (i, first) in firsts.iter().enumerate() {
+            let got = s.replay_now(&format!("small-{i}"), first).unwrap();
+            assert_eq!(payloads(&got), ["s2"]);
+        }
+        check(&s);
+    }
+
+    /// Finding 26: sequence numbers are per session: another session's traffic between two of
+    /// a session's events does not show in their ids.
+    #[test]
+    fn finding_26_event_ids_do_not_reveal_other_sessions_volume() {
+        let (s, _) = store(big());
+        let first = s.append_now("mine", StreamId(0), data("one"));
+        for i in 0..500 {
+            s.append_now("other", StreamId(i % 4), data("traffic"));
+        }
+        let second = s.append_now("mine", StreamId(0), data("two"));
+        let third = s.append_now("mine", StreamId(1), data("three"));
+        assert_eq!((first.seq, second.seq, third.seq), (1, 2, 3));
+        assert_eq!(payloads(&s.replay_now("mine", &first).unwrap()), ["two"]);
         check(&s);
     }
 
@@ -1159,6 +1258,17 @@ mod tests {
         );
         set(840);
         assert_eq!(s.replay_now("s", &e3), Err(ReplayError::Unknown));
+        // Only the session's sequence counter is left, until the session is removed.
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1,
+                ..StoreSizes::default()
+            }
+        );
+        let next = s.append_now("s", a, data("e4"));
+        assert!(next.seq > e3.seq, "an id issued twice");
+        s.remove_session_now("s");
         assert!(s.sizes_now().is_empty());
         assert_eq!(s.lock().sessions.capacity(), 0);
     }
@@ -1187,6 +1297,19 @@ mod tests {
         );
         s.remove_stream_now("s", b);
         check(&s);
+        // "s" keeps its sequence counter until it is removed: a stream of it that comes back
+        // gets new ids.
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 2,
+                ..t_sizes
+            }
+        );
+        let back = s.append_now("s", a, data("back"));
+        assert_eq!(back.seq, 21);
+        s.remove_stream_now("s", a);
+        s.remove_session_now("s");
         assert_eq!(s.sizes_now(), t_sizes);
         // Removing what is not there is harmless.
         s.remove_stream_now("s", b);
@@ -1196,9 +1319,10 @@ mod tests {
         s.remove_session_now("t");
         assert!(s.sizes_now().is_empty());
         check(&s);
-        // A stream or session that comes back starts afresh, with new ids.
+        // A session that comes back after its removal (the server never reuses a session id)
+        // starts afresh; the old ids are unknown.
         let again = s.append_now("t", a, data("again"));
-        assert!(again.seq > 30);
+        assert_eq!(again.seq, 1);
         assert_eq!(
             s.replay_now("t", &EventId::new(a, 3)),
             Err(ReplayError::Unknown)
@@ -1298,6 +1422,8 @@ mod tests {
                 _ => {
                     s.remove_session_now(session);
                     history.retain(|(owner, _), _| *owner != session);
+                    // A removed session is gone: a new one of that name starts afresh.
+                    seen.retain(|(owner, _)| *owner != session);
                 }
             }
             if step % 64 == 0 {

@@ -95,7 +95,7 @@ pub struct LegacySession {
 impl std::fmt::Debug for LegacySession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LegacySession")
-            .field("id", &self.inner.id)
+            .field("id", &super::legacy::redact(&self.inner.id))
             .finish_non_exhaustive()
     }
 }

@@ -60,7 +60,9 @@ pub struct ServerConfig {
     /// made), leaving the other half for files, child processes and outgoing sockets, and at
     /// most 65 536; 1024 where there is no such limit (non-unix systems).
     pub max_connections: usize,
-    /// The most legacy sessions open at once (default 1024); `initialize` gets 503 beyond.
+    /// The most legacy sessions open at once (default 1024). When the table is full, the least
+    /// recently used idle session (no open stream, no request in flight) is ended to make room;
+    /// with none idle, `initialize` gets 503 with `Retry-After`.
     pub max_sessions: usize,
     /// A legacy session with no request and no open stream for this long is ended (default
     /// 30 minutes).
@@ -94,6 +96,19 @@ pub struct ServerConfig {
     /// not served).
     #[cfg(feature = "legacy-sse")]
     pub old_sse: Option<super::OldSsePaths>,
+    /// A legacy session still in its handshake (no request after `initialize`: only
+    /// notifications, responses or GET streams) is ended once it is this old, open streams or
+    /// not (default 60 s). It is checked when idle sessions are swept.
+    pub handshake_timeout: Duration,
+    /// The most legacy sessions one [`Principal`](super::Principal) may hold (default `None`:
+    /// no cap of its own). At the cap, that principal's least recently used idle session is
+    /// ended to make room; with none idle, `initialize` gets 503.
+    pub max_sessions_per_principal: Option<usize>,
+    /// The most legacy sessions one peer IP address may hold, from the
+    /// [`PeerAddr`](super::PeerAddr) extension (default `None`: no cap of its own). At the cap,
+    /// that address's least recently used idle session is ended to make room; with none idle,
+    /// `initialize` gets 503.
+    pub max_sessions_per_peer: Option<usize>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -116,6 +131,12 @@ impl std::fmt::Debug for ServerConfig {
             .field("modern_versions", &self.modern_versions)
             .field("allow_delete", &self.allow_delete)
             .field("sse_responses", &self.sse_responses)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field(
+                "max_sessions_per_principal",
+                &self.max_sessions_per_principal,
+            )
+            .field("max_sessions_per_peer", &self.max_sessions_per_peer)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +168,9 @@ impl Default for ServerConfig {
             event_store: Arc::new(MemoryEventStore::default()),
             #[cfg(feature = "legacy-sse")]
             old_sse: None,
+            handshake_timeout: Duration::from_secs(60),
+            max_sessions_per_principal: None,
+            max_sessions_per_peer: None,
         }
     }
 }

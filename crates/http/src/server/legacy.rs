@@ -2,15 +2,17 @@
 //! resumption, the standalone stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use modelctx_types::{Message, RequestId};
+use modelctx_types::{Incoming, Message, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacyHandler, Principal};
+use super::app::{LegacyHandler, Principal, RequestContext};
 use super::config::ServerConfig;
 use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
@@ -37,26 +39,114 @@ impl Shared {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Opens a session bound to `principal`, or `None` when the table is full.
-    pub(crate) fn open(self: &Arc<Self>, principal: Option<Principal>) -> Option<Arc<Session>> {
-        let mut sessions = self.sessions();
-        if sessions.len() >= self.config.max_sessions {
-            return None;
+    /// Opens a session bound to `principal` (and counted against `peer`), or `None` when the
+    /// table is full and no session can be ended to make room.
+    ///
+    /// Finding 2: when the table (or the principal's or the peer's share of it) is full, the
+    /// least recently used idle session of that scope is ended, as the idle sweep ends one;
+    /// only when none is idle is the caller refused.
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        principal: Option<Principal>,
+        peer: Option<IpAddr>,
+    ) -> Option<Arc<Session>> {
+        // Each round ends one session or succeeds; the scopes are three, and another opener
+        // may take a freed place meanwhile.
+        for _ in 0..4 {
+            let candidates = {
+                let mut sessions = self.sessions();
+                match self.full_scope(&sessions, principal.as_ref(), peer) {
+                    None => {
+                        let session = self.insert(&mut sessions, principal.clone(), peer)?;
+                        return Some(session);
+                    }
+                    Some(scope) => {
+                        let mut in_scope: Vec<(Instant, Arc<Session>)> = sessions
+                            .values()
+                            .filter(|s| match scope {
+                                Scope::Principal => s.principal == principal,
+                                Scope::Peer => s.peer.is_some() && s.peer == peer,
+                                Scope::All => true,
+                            })
+                            .map(|s| (s.last_seen(), s.clone()))
+                            .collect();
+                        in_scope.sort_by_key(|(seen, _)| *seen);
+                        in_scope
+                    }
+                }
+            };
+            let mut evicted = false;
+            for (_, candidate) in candidates {
+                candidate.reap_abandoned().await;
+                if candidate.evictable(self.config.handshake_timeout) {
+                    tracing::debug!(
+                        session = %redact(&candidate.id),
+                        "session table full: ended the least recently used idle session"
+                    );
+                    candidate.end().await;
+                    evicted = true;
+                    break;
+                }
+            }
+            if !evicted {
+                return None;
+            }
         }
+        None
+    }
+
+    /// The scope whose cap is reached for a new session of `principal` from `peer`, if any.
+    fn full_scope(
+        &self,
+        sessions: &HashMap<String, Arc<Session>>,
+        principal: Option<&Principal>,
+        peer: Option<IpAddr>,
+    ) -> Option<Scope> {
+        let config = &self.config;
+        if let (Some(cap), Some(principal)) = (config.max_sessions_per_principal, principal)
+            && sessions
+                .values()
+                .filter(|s| s.principal.as_ref() == Some(principal))
+                .count()
+                >= cap
+        {
+            return Some(Scope::Principal);
+        }
+        if let (Some(cap), Some(peer)) = (config.max_sessions_per_peer, peer)
+            && sessions.values().filter(|s| s.peer == Some(peer)).count() >= cap
+        {
+            return Some(Scope::Peer);
+        }
+        (sessions.len() >= config.max_sessions).then_some(Scope::All)
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        sessions: &mut HashMap<String, Arc<Session>>,
+        principal: Option<Principal>,
+        peer: Option<IpAddr>,
+    ) -> Option<Arc<Session>> {
         let id = loop {
             let id = new_session_id()?;
             if !sessions.contains_key(&id) {
                 break id;
             }
         };
-        let session = Arc::new(Session {
+        let now = Instant::now();
+        let session = Arc::new_cyclic(|me| Session {
             id: id.clone(),
             principal,
+            peer,
             handler: HandlerSlot::default(),
             state: tokio::sync::Mutex::new(State::default()),
-            last_seen: Mutex::new(Instant::now()),
+            last_seen: Mutex::new(now),
+            created: now,
+            handshaking: AtomicBool::new(true),
             ended: self.shutdown.child_token(),
             shared: Arc::downgrade(self),
+            old_transport: AtomicBool::new(false),
+            io: tokio::sync::Mutex::new(()),
+            me: me.clone(),
         });
         sessions.insert(id, session.clone());
         Some(session)
@@ -71,17 +161,22 @@ impl Shared {
         })
     }
 
-    /// Ends the sessions idle for longer than the timeout.
+    /// Ends the sessions idle for longer than the timeout, and those still in their handshake
+    /// after `handshake_timeout`. POSTs whose client went away are let go first (finding 3).
     pub(crate) async fn sweep(&self) {
         let timeout = self.config.session_idle_timeout;
+        let handshake = self.config.handshake_timeout;
         let candidates: Vec<Arc<Session>> = self
             .sessions()
             .values()
-            .filter(|s| s.idle_for() >= timeout)
+            .filter(|s| s.idle_for() >= timeout || s.handshake_expired(handshake))
             .cloned()
             .collect();
         for session in candidates {
-            if !session.has_live_stream().await && session.idle_for() >= timeout {
+            session.reap_abandoned().await;
+            if session.handshake_expired(handshake)
+                || (!session.has_live_stream().await && session.idle_for() >= timeout)
+            {
                 session.end().await;
             }
         }
@@ -107,6 +202,47 @@ impl Shared {
         }
         (all.len(), streams, requests, queued)
     }
+}
+
+/// A session id as logs may show it: 8 hex digits of a hash of the id, never the id itself
+/// (a session id is a bearer capability when no authentication layer binds it to a principal).
+/// The hash is stable across runs, so log lines of one session can be correlated.
+pub(crate) fn redact(id: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    id.hash(&mut hasher);
+    format!("{:08x}", hasher.finish() >> 32)
+}
+
+/// Gives memory back once a table is mostly empty (all of it once it is empty).
+fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    let len = map.len();
+    if len == 0 {
+        map.shrink_to_fit();
+    } else if map.capacity() > 64 && map.capacity() / 4 > len {
+        map.shrink_to(len.saturating_mul(2));
+    }
+}
+
+/// `notifications/cancelled` for `request`, as the handler gets it when the client of its POST
+/// went away.
+fn cancel_notification(request: &RequestId) -> Option<Message> {
+    let id = serde_json::to_string(request).ok()?;
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"the HTTP client went away"}}}}"#
+    );
+    match modelctx_types::decode(text.as_bytes()) {
+        Ok(Incoming::Single(message)) => Some(message),
+        _ => None,
+    }
+}
+
+/// Which cap a new session reaches.
+#[derive(Clone, Copy)]
+enum Scope {
+    Principal,
+    Peer,
+    All,
 }
 
 /// 128 bits from the operating system's CSPRNG, as 32 lowercase hex digits.
@@ -145,6 +281,19 @@ struct Stream {
     initialize: bool,
     /// The stream answers a batch.
     batch: bool,
+    /// The POST the stream answers, for the handler when its requests are cancelled.
+    context: Option<RequestContext>,
+}
+
+impl State {
+    /// A POST still waiting for its answer with its client there, an open SSE connection, or
+    /// the stream of an HTTP+SSE session.
+    fn has_live_stream(&self) -> bool {
+        self.streams.values().any(|s| {
+            s.decide.as_ref().is_some_and(|d| !d.is_closed())
+                || s.live.as_ref().is_some_and(|l| !l.is_closed())
+        }) || self.old_sse.as_ref().is_some_and(|s| !s.is_closed())
+    }
 }
 
 #[derive(Default)]
@@ -163,6 +312,40 @@ struct State {
     /// stream, as `message` events.
     old_sse: Option<mpsc::Sender<Bytes>>,
     ended: bool,
+    /// Store I/O (and what depends on its outcome) in the order it was decided, performed
+    /// outside this lock by `Session::drain`.
+    outbox: VecDeque<Effect>,
+}
+
+/// Store I/O of a session, decided under its state lock and performed after it in order.
+enum Effect {
+    /// Store the priming event of `stream` (when `prime`), then hand its first bytes to `reply`.
+    Open {
+        stream: StreamId,
+        prime: bool,
+        reply: OpenReply,
+    },
+    /// Store `data` as the next event of `stream`, then write it to the stream's connection.
+    Append { stream: StreamId, data: Bytes },
+    /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over.
+    Replay {
+        last: EventId,
+        live: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<Bytes, String>>,
+    },
+    /// The stream is complete: its connection ends (after the events before this).
+    Finish(StreamId),
+    /// The session ended: its events leave the store.
+    RemoveSession,
+}
+
+/// Who gets the first bytes of a stream that opens.
+enum OpenReply {
+    Nobody,
+    /// The waiting POST, and the channel of the stream's later events.
+    Decide(oneshot::Sender<Decision>, mpsc::Receiver<Bytes>),
+    /// A GET opening the standalone stream.
+    First(oneshot::Sender<Bytes>),
 }
 
 /// A session's handler: set once, taken when the session ends.
@@ -200,9 +383,21 @@ pub(crate) struct Session {
     pub(crate) handler: HandlerSlot,
     state: tokio::sync::Mutex<State>,
     last_seen: Mutex<Instant>,
+    /// The IP address of the peer that opened it, when known (for `max_sessions_per_peer`).
+    peer: Option<IpAddr>,
+    /// When it opened.
+    created: Instant,
+    /// No request came after `initialize` yet (see `handshake_timeout`).
+    handshaking: AtomicBool,
     /// Fired when the session ends (or the server shuts down): its streams end.
     pub(crate) ended: CancellationToken,
     shared: std::sync::Weak<Shared>,
+    /// A session of the deprecated HTTP+SSE transport (set once, before its id is given out).
+    old_transport: AtomicBool,
+    /// Held while the outbox is drained: one drainer at a time keeps the store I/O in order.
+    io: tokio::sync::Mutex<()>,
+    /// This session, for the task that drains its outbox.
+    me: std::sync::Weak<Session>,
 }
 
 /// Why a POST could not be registered.
@@ -218,19 +413,79 @@ impl Session {
         *self.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
-    fn idle_for(&self) -> std::time::Duration {
-        self.last_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
+    fn last_seen(&self) -> Instant {
+        *self.last_seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn idle_for(&self) -> Duration {
+        self.last_seen().elapsed()
+    }
+
+    /// Still in its handshake (no request after `initialize`) and older than `timeout`.
+    fn handshake_expired(&self, timeout: Duration) -> bool {
+        self.handshaking.load(Ordering::SeqCst) && self.created.elapsed() >= timeout
     }
 
     async fn has_live_stream(&self) -> bool {
-        let state = self.state.lock().await;
-        state
-            .streams
-            .values()
-            .any(|s| s.decide.is_some() || s.live.as_ref().is_some_and(|l| !l.is_closed()))
+        self.state.lock().await.has_live_stream()
+    }
+
+    /// Whether the session may be ended to make room for another: nothing in flight and no
+    /// open stream, or still in its handshake after `handshake_timeout`. A session busy right
+    /// now (its state locked) is not.
+    fn evictable(&self, handshake_timeout: Duration) -> bool {
+        if self.handshake_expired(handshake_timeout) {
+            return true;
+        }
+        self.state.try_lock().is_ok_and(|state| {
+            state.ended || (state.requests.is_empty() && !state.has_live_stream())
+        })
+    }
+
+    /// Finding 3: lets go of the POSTs whose HTTP client went away before any answer (the
+    /// receiver of their decision is gone): their requests leave the table and the handler gets
+    /// `notifications/cancelled` for each, as if the client had cancelled them. A session whose
+    /// `initialize` POST was abandoned ends (its client never learnt its id).
+    pub(crate) async fn reap_abandoned(&self) {
+        let mut cancelled = Vec::new();
+        let mut end = false;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return;
+            }
+            let gone: Vec<StreamId> = state
+                .streams
+                .iter()
+                .filter(|(_, s)| s.decide.as_ref().is_some_and(|d| d.is_closed()))
+                .map(|(id, _)| *id)
+                .collect();
+            for stream_id in gone {
+                let Some(stream) = state.streams.remove(&stream_id) else {
+                    continue;
+                };
+                end |= stream.initialize;
+                for request in stream.pending {
+                    state.requests.remove(&request);
+                    if let Some(context) = &stream.context {
+                        cancelled.push((request, context.clone()));
+                    }
+                }
+            }
+            shrink(&mut state.streams);
+            shrink(&mut state.requests);
+        }
+        if end {
+            return self.end().await;
+        }
+        let Some(handler) = self.handler.get() else {
+            return;
+        };
+        for (request, context) in cancelled {
+            if let Some(message) = cancel_notification(&request) {
+                handler.input(Incoming::Single(message), context);
+            }
+        }
     }
 
     /// The negotiated version, once known.
@@ -249,10 +504,15 @@ impl Session {
         requests: &[RequestId],
         initialize: bool,
         batch: bool,
+        context: RequestContext,
     ) -> Result<oneshot::Receiver<Decision>, Refused> {
         let mut state = self.state.lock().await;
         if state.ended {
             return Err(Refused::Ended);
+        }
+        if !initialize && !requests.is_empty() {
+            // A request after `initialize`: the handshake is over.
+            self.handshaking.store(false, Ordering::SeqCst);
         }
         let mut seen = HashSet::new();
         for id in requests {
@@ -273,6 +533,7 @@ impl Session {
                 decide: Some(tx),
                 initialize,
                 batch,
+                context: Some(context),
                 ..Stream::default()
             },
         );
@@ -281,25 +542,37 @@ impl Session {
 
     /// Routes one message of the application.
     pub(crate) async fn send(&self, message: Message, related: Option<RequestId>) {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return;
+            }
+            if state.old_sse.is_some() {
+                self.to_old_sse(&mut state, &[message]);
+            } else {
+                self.route(&mut state, message, related);
+            }
         }
-        if state.old_sse.is_some() {
-            return self.to_old_sse(&mut state, &[message]).await;
-        }
-        self.route(&mut state, message, related).await;
+        self.drain().await;
     }
 
     /// Makes this a session of the deprecated HTTP+SSE transport, writing to `stream`.
     #[cfg(feature = "legacy-sse")]
     pub(crate) async fn use_old_sse(&self, stream: mpsc::Sender<Bytes>) {
+        self.old_transport.store(true, Ordering::SeqCst);
         self.state.lock().await.old_sse = Some(stream);
+    }
+
+    /// Whether this is a session of the deprecated HTTP+SSE transport, which the Streamable
+    /// HTTP paths must not serve (its answers go on its one stream, so a Streamable POST would
+    /// wait forever).
+    pub(crate) fn is_old_transport(&self) -> bool {
+        self.old_transport.load(Ordering::SeqCst)
     }
 
     /// Writes messages on the one stream of an HTTP+SSE session; a reader too far behind (or
     /// gone) ends the session, as that transport cannot resume.
-    async fn to_old_sse(&self, state: &mut State, messages: &[Message]) {
+    fn to_old_sse(&self, state: &mut State, messages: &[Message]) {
         let Some(stream) = &state.old_sse else {
             return;
         };
@@ -313,7 +586,7 @@ impl Session {
             }
         }
         if failed {
-            self.end_locked(state).await;
+            self.end_locked(state);
         }
     }
 
@@ -322,13 +595,21 @@ impl Session {
     /// oldest batch POST still waiting with no request of its own (the application answers
     /// batches in the order they came).
     pub(crate) async fn send_batch(&self, messages: Vec<Message>) {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return;
+            }
+            if state.old_sse.is_some() {
+                self.to_old_sse(&mut state, &messages);
+            } else {
+                self.route_batch(&mut state, messages);
+            }
         }
-        if state.old_sse.is_some() {
-            return self.to_old_sse(&mut state, &messages).await;
-        }
+        self.drain().await;
+    }
+
+    fn route_batch(&self, state: &mut State, messages: Vec<Message>) {
         let by_member = messages
             .iter()
             .filter_map(final_id)
@@ -344,7 +625,7 @@ impl Session {
         let Some((stream_id, mut stream)) =
             stream_id.and_then(|id| Some((id, state.streams.remove(&id)?)))
         else {
-            tracing::debug!(session = %self.id, "dropped a batch reply to no batch in flight");
+            tracing::debug!(session = %redact(&self.id), "dropped a batch reply to no batch in flight");
             return;
         };
         for message in &messages {
@@ -362,20 +643,24 @@ impl Session {
             }
         } else {
             for message in &messages {
-                self.emit(&mut stream, stream_id, message).await;
+                self.emit(state, stream_id, message);
             }
         }
-        if stream.sse && !stream.pending.is_empty() {
-            state.streams.insert(stream_id, stream);
-        } else {
-            // Answered: the connection ends; SSE events stay in the store for resumption.
+        if !stream.sse || stream.pending.is_empty() {
+            // Answered: the connection ends (once its events are written); SSE events stay in
+            // the store for resumption.
             for id in stream.pending.drain() {
                 state.requests.remove(&id);
             }
+            if !stream.sse {
+                return;
+            }
+            state.outbox.push_back(Effect::Finish(stream_id));
         }
+        state.streams.insert(stream_id, stream);
     }
 
-    async fn route(&self, state: &mut State, message: Message, related: Option<RequestId>) {
+    fn route(&self, state: &mut State, message: Message, related: Option<RequestId>) {
         let answers = final_id(&message).cloned();
         let stream_id = related
             .as_ref()
@@ -385,10 +670,10 @@ impl Session {
             if answers.is_some() {
                 // A response for no request in flight here (the standalone stream never carries
                 // responses): nothing reads it.
-                tracing::debug!(session = %self.id, "dropped a response to no request in flight");
+                tracing::debug!(session = %redact(&self.id), "dropped a response to no request in flight");
                 return;
             }
-            return self.to_standalone(state, message).await;
+            return self.to_standalone(state, message);
         };
         let Some(mut stream) = state.streams.remove(&stream_id) else {
             return;
@@ -417,7 +702,7 @@ impl Session {
                         let _ = decide.send(Decision::Json(body));
                     }
                     if stream.initialize && !ok {
-                        self.end_locked(state).await;
+                        self.end_locked(state);
                     }
                 } else {
                     state.streams.insert(stream_id, stream);
@@ -426,23 +711,24 @@ impl Session {
             }
             // Something before the response: the answer is a stream.
             let collected = std::mem::take(&mut stream.collected);
-            let first = self.open_sse(state, &mut stream, stream_id).await;
             let (tx, rx) = mpsc::channel(self.buffer());
+            let reply = match stream.decide.take() {
+                Some(decide) => OpenReply::Decide(decide, rx),
+                None => OpenReply::Nobody,
+            };
+            self.open_sse(state, &mut stream, stream_id, reply);
             stream.live = Some(tx);
-            if let Some(decide) = stream.decide.take() {
-                let _ = decide.send(Decision::Sse { first, rx });
-            }
             for earlier in collected {
-                self.emit(&mut stream, stream_id, &earlier).await;
+                self.emit(state, stream_id, &earlier);
             }
         }
-        self.emit(&mut stream, stream_id, &message).await;
+        self.emit(state, stream_id, &message);
         if done {
-            // The stream is complete: its connection ends; its events stay for resumption.
-            stream.live = None;
-        } else {
-            state.streams.insert(stream_id, stream);
+            // The stream is complete: its connection ends once its events are written; they
+            // stay in the store for resumption.
+            state.outbox.push_back(Effect::Finish(stream_id));
         }
+        state.streams.insert(stream_id, stream);
     }
 
     /// Records the version `initialize` settled on.
@@ -467,61 +753,49 @@ impl Session {
         self.config().map_or(256, |s| s.config.stream_buffer).max(1)
     }
 
-    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before).
-    async fn open_sse(&self, state: &State, stream: &mut Stream, stream_id: StreamId) -> Bytes {
+    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before), which
+    /// `reply` gets (with the stream's first bytes) once stored.
+    fn open_sse(
+        &self,
+        state: &mut State,
+        stream: &mut Stream,
+        stream_id: StreamId,
+        reply: OpenReply,
+    ) {
         stream.sse = true;
-        let primes = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
-        if !primes {
-            return Bytes::new();
-        }
-        let Some(shared) = self.config() else {
-            return Bytes::new();
-        };
-        let id = shared
-            .config
-            .event_store
-            .append(&self.id, stream_id, Bytes::new())
-            .await;
-        sse::priming(&id.to_string(), shared.config.sse_retry)
+        let prime = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
+        state.outbox.push_back(Effect::Open {
+            stream: stream_id,
+            prime,
+            reply,
+        });
     }
 
-    /// Stores `message` as the next event of `stream` and writes it to its connection, if any.
-    /// A connection that is gone or too far behind is let go: the client resumes from the store.
-    async fn emit(&self, stream: &mut Stream, stream_id: StreamId, message: &Message) {
-        let data = encode(message);
-        let Some(shared) = self.config() else {
-            return;
-        };
-        let id = shared
-            .config
-            .event_store
-            .append(&self.id, stream_id, data.clone())
-            .await;
-        if let Some(live) = &stream.live
-            && live
-                .try_send(sse::event(Some(&id.to_string()), &data))
-                .is_err()
-        {
-            stream.live = None;
-        }
+    /// Has `message` stored as the next event of `stream` and written to its connection, if
+    /// any, when the outbox is drained. A connection that is gone or too far behind is let go:
+    /// the client resumes from the store.
+    fn emit(&self, state: &mut State, stream_id: StreamId, message: &Message) {
+        state.outbox.push_back(Effect::Append {
+            stream: stream_id,
+            data: encode(message),
+        });
     }
 
-    async fn to_standalone(&self, state: &mut State, message: Message) {
+    fn to_standalone(&self, state: &mut State, message: Message) {
         if let Some(stream_id) = state.standalone
-            && let Some(mut stream) = state.streams.remove(&stream_id)
+            && state
+                .streams
+                .get(&stream_id)
+                .and_then(|s| s.live.as_ref())
+                .is_some_and(|l| !l.is_closed())
         {
-            if stream.live.as_ref().is_some_and(|l| !l.is_closed()) {
-                self.emit(&mut stream, stream_id, &message).await;
-                state.streams.insert(stream_id, stream);
-                return;
-            }
-            state.streams.insert(stream_id, stream);
+            return self.emit(state, stream_id, &message);
         }
         let limit = self.config().map_or(256, |s| s.config.standalone_queue);
         if state.queue.len() >= limit {
             state.queue.pop_front();
             tracing::warn!(
-                session = %self.id,
+                session = %redact(&self.id),
                 "standalone queue full ({limit}): dropped its oldest message"
             );
         }
@@ -532,85 +806,198 @@ impl Session {
 
     /// Opens a standalone stream (GET without `Last-Event-ID`): `None` when one is open already.
     pub(crate) async fn open_standalone(&self) -> Option<(Bytes, mpsc::Receiver<Bytes>)> {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return None;
-        }
-        if let Some(old) = state.standalone {
-            if state
-                .streams
-                .get(&old)
-                .and_then(|s| s.live.as_ref())
-                .is_some_and(|l| !l.is_closed())
-            {
+        let (reply, first) = oneshot::channel();
+        let rx = {
+            let mut state = self.state.lock().await;
+            if state.ended {
                 return None;
             }
-            state.streams.remove(&old);
-        }
-        let stream_id = StreamId(state.next_stream);
-        state.next_stream += 1;
-        let mut stream = Stream::default();
-        let first = self.open_sse(&state, &mut stream, stream_id).await;
-        let (tx, rx) = mpsc::channel(self.buffer());
-        stream.live = Some(tx);
-        state.standalone = Some(stream_id);
-        self.flush_queue(&mut state, &mut stream, stream_id).await;
-        state.streams.insert(stream_id, stream);
-        Some((first, rx))
-    }
-
-    async fn flush_queue(&self, state: &mut State, stream: &mut Stream, stream_id: StreamId) {
-        let Some(shared) = self.config() else {
-            return;
-        };
-        while let Some(data) = state.queue.pop_front() {
-            let id = shared
-                .config
-                .event_store
-                .append(&self.id, stream_id, data.clone())
-                .await;
-            if let Some(live) = &stream.live {
-                let _ = live.try_send(sse::event(Some(&id.to_string()), &data));
+            if let Some(old) = state.standalone {
+                if state
+                    .streams
+                    .get(&old)
+                    .and_then(|s| s.live.as_ref())
+                    .is_some_and(|l| !l.is_closed())
+                {
+                    return None;
+                }
+                state.streams.remove(&old);
             }
-        }
+            let stream_id = StreamId(state.next_stream);
+            state.next_stream += 1;
+            let mut stream = Stream::default();
+            self.open_sse(&mut state, &mut stream, stream_id, OpenReply::First(reply));
+            let (tx, rx) = mpsc::channel(self.buffer());
+            stream.live = Some(tx);
+            state.standalone = Some(stream_id);
+            state.streams.insert(stream_id, stream);
+            // Queued messages follow the priming event, in order.
+            while let Some(data) = state.queue.pop_front() {
+                state.outbox.push_back(Effect::Append {
+                    stream: stream_id,
+                    data,
+                });
+            }
+            rx
+        };
+        self.drain().await;
+        let first = first.await.ok()?;
+        Some((first, rx))
     }
 
     /// Resumes a stream after `last` (GET with `Last-Event-ID`): the stored events after it, then
     /// the live stream when it is still going. `Err` with a reason when it cannot be resumed
     /// exactly.
+    ///
+    /// Exactly once (finding 17): the replay is an effect of the session's outbox, performed in
+    /// order with its appends and never under the session's lock. Every event appended before
+    /// the replay is in it; the connection takes over the stream right after the replay, before
+    /// the next append, so every later event goes to it.
     pub(crate) async fn resume(
         &self,
         last: &EventId,
     ) -> Result<(Bytes, mpsc::Receiver<Bytes>), String> {
-        let mut state = self.state.lock().await;
-        if state.ended {
-            return Err("the session has ended".into());
-        }
-        let shared = self.config().ok_or("the server is shutting down")?;
-        let events = shared
-            .config
-            .event_store
-            .replay_after(&self.id, last)
-            .await
-            .map_err(|e| format!("cannot resume after event {last}: {e}"))?;
-        let mut first = bytes::BytesMut::new();
-        for (id, data) in &events {
-            if !data.is_empty() {
-                first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
-            }
-        }
+        let (reply, result) = oneshot::channel();
         let (tx, rx) = mpsc::channel(self.buffer());
-        let stream_id = last.stream;
-        if let Some(mut stream) = state.streams.remove(&stream_id) {
-            // Still going: this connection takes over (a stream is read by one connection).
-            stream.live = Some(tx);
-            if state.standalone == Some(stream_id) {
-                self.flush_queue(&mut state, &mut stream, stream_id).await;
+        {
+            let mut state = self.state.lock().await;
+            if state.ended {
+                return Err("the session has ended".into());
             }
-            state.streams.insert(stream_id, stream);
+            state.outbox.push_back(Effect::Replay {
+                last: *last,
+                live: tx,
+                reply,
+            });
         }
-        // Otherwise the stream is complete: `tx` is dropped and the body ends after the replay.
-        Ok((first.freeze(), rx))
+        self.drain().await;
+        let first = result
+            .await
+            .map_err(|_| "the session has ended".to_owned())??;
+        Ok((first, rx))
+    }
+
+    /// Performs the outbox's effects in order, store I/O included, without holding the
+    /// session's state lock across any of it (finding 17): other operations of the session go
+    /// on meanwhile. Runs on its own task, so that a caller that goes away cannot leave an
+    /// event stored but not written.
+    async fn drain(&self) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let _ = tokio::spawn(async move { me.drain_now().await }).await;
+    }
+
+    async fn drain_now(&self) {
+        let Some(shared) = self.config() else {
+            self.state.lock().await.outbox.clear();
+            return;
+        };
+        let _io = self.io.lock().await;
+        loop {
+            let effect = {
+                let mut state = self.state.lock().await;
+                match state.outbox.pop_front() {
+                    Some(effect) => effect,
+                    None => {
+                        if state.outbox.capacity() > 64 {
+                            state.outbox.shrink_to_fit();
+                        }
+                        return;
+                    }
+                }
+            };
+            self.perform(&shared, effect).await;
+        }
+    }
+
+    /// Performs one effect: the store I/O with no lock held, then its outcome under the state
+    /// lock (no await there).
+    async fn perform(&self, shared: &Shared, effect: Effect) {
+        let store = &shared.config.event_store;
+        match effect {
+            Effect::Open {
+                stream,
+                prime,
+                reply,
+            } => {
+                let first = if prime {
+                    let id = store.append(&self.id, stream, Bytes::new()).await;
+                    sse::priming(&id.to_string(), shared.config.sse_retry)
+                } else {
+                    Bytes::new()
+                };
+                match reply {
+                    OpenReply::Nobody => {}
+                    OpenReply::Decide(decide, rx) => {
+                        let _ = decide.send(Decision::Sse { first, rx });
+                    }
+                    OpenReply::First(reply) => {
+                        let _ = reply.send(first);
+                    }
+                }
+            }
+            Effect::Append { stream, data } => {
+                let id = store.append(&self.id, stream, data.clone()).await;
+                let mut state = self.state.lock().await;
+                if let Some(stream) = state.streams.get_mut(&stream)
+                    && let Some(live) = &stream.live
+                    && live
+                        .try_send(sse::event(Some(&id.to_string()), &data))
+                        .is_err()
+                {
+                    // Gone or too far behind: let go; the client resumes from the store.
+                    stream.live = None;
+                }
+            }
+            Effect::Replay { last, live, reply } => {
+                let events = match store.replay_after(&self.id, &last).await {
+                    Ok(events) => events,
+                    Err(e) => {
+                        let _ = reply.send(Err(format!("cannot resume after event {last}: {e}")));
+                        return;
+                    }
+                };
+                let mut first = bytes::BytesMut::new();
+                for (id, data) in &events {
+                    if !data.is_empty() {
+                        first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
+                    }
+                }
+                let mut state = self.state.lock().await;
+                let state = &mut *state;
+                if !state.ended
+                    && let Some(stream) = state.streams.get_mut(&last.stream)
+                {
+                    // Still going: this connection takes over (a stream is read by one
+                    // connection), and the queued messages of a standalone stream follow.
+                    stream.live = Some(live);
+                    if state.standalone == Some(last.stream) {
+                        while let Some(data) = state.queue.pop_back() {
+                            state.outbox.push_front(Effect::Append {
+                                stream: last.stream,
+                                data,
+                            });
+                        }
+                    }
+                }
+                // Otherwise the stream is complete: `live` is dropped and the body ends after
+                // the replay.
+                let _ = reply.send(Ok(first.freeze()));
+            }
+            Effect::Finish(stream) => {
+                let mut state = self.state.lock().await;
+                if state
+                    .streams
+                    .get(&stream)
+                    .is_some_and(|s| s.pending.is_empty())
+                {
+                    state.streams.remove(&stream);
+                    shrink(&mut state.streams);
+                }
+            }
+            Effect::RemoveSession => store.remove_session(&self.id).await,
+        }
     }
 
     /// The client cancelled `request` (`notifications/cancelled`): the server will not answer it,
@@ -649,6 +1036,12 @@ impl Session {
     /// not answered yet becomes a stream of its priming event alone, which the client resumes
     /// from.
     pub(crate) async fn close_stream(&self, request: &RequestId) -> bool {
+        let closed = self.close_stream_locked(request).await;
+        self.drain().await;
+        closed
+    }
+
+    async fn close_stream_locked(&self, request: &RequestId) -> bool {
         let mut state = self.state.lock().await;
         if state.version.as_deref().is_some_and(|v| v < "2025-11-25") {
             return false;
@@ -665,11 +1058,15 @@ impl Session {
             // Nothing sent yet: SSE with the priming event (its id to resume from), and the
             // connection ends there.
             let collected = std::mem::take(&mut stream.collected);
-            let first = self.open_sse(&state, &mut stream, stream_id).await;
             let (_, rx) = mpsc::channel(1);
-            let _ = decide.send(Decision::Sse { first, rx });
+            self.open_sse(
+                &mut state,
+                &mut stream,
+                stream_id,
+                OpenReply::Decide(decide, rx),
+            );
             for earlier in collected {
-                self.emit(&mut stream, stream_id, &earlier).await;
+                self.emit(&mut state, stream_id, &earlier);
             }
             true
         } else {
@@ -681,11 +1078,13 @@ impl Session {
 
     /// Ends the session.
     pub(crate) async fn end(&self) {
-        let mut state = self.state.lock().await;
-        self.end_locked(&mut state).await;
+        self.end_locked(&mut *self.state.lock().await);
+        self.drain().await;
     }
 
-    async fn end_locked(&self, state: &mut State) {
+    /// Ends the session; its events leave the store when the outbox is next drained (after
+    /// the effects before it).
+    fn end_locked(&self, state: &mut State) {
         if state.ended {
             return;
         }
@@ -697,9 +1096,13 @@ impl Session {
         state.old_sse = None;
         self.ended.cancel();
         if let Some(shared) = self.config() {
-            shared.sessions().remove(&self.id);
-            shared.config.event_store.remove_session(&self.id).await;
+            {
+                let mut sessions = shared.sessions();
+                sessions.remove(&self.id);
+                shrink(&mut sessions);
+            }
         }
+        state.outbox.push_back(Effect::RemoveSession);
         // Taken, not borrowed: the handler holds this session (a cycle that kept every ended
         // session and its handler alive).
         if let Some(handler) = self.handler.take() {
@@ -718,6 +1121,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use http_body_util::BodyExt;
     use modelctx_types::{Incoming, Message};
 
     use super::super::{
@@ -725,14 +1129,20 @@ mod tests {
         ServerConfig,
     };
 
-    /// An application whose handler holds its session, as a real server's does.
+    /// An application whose handler holds its session, as a real server's does. It answers
+    /// `initialize` at once and nothing else (every other request waits forever); it records
+    /// every other input, and the sessions it opened.
+    #[derive(Default)]
     struct App {
         dropped: Arc<AtomicUsize>,
+        inputs: Arc<std::sync::Mutex<Vec<Message>>>,
+        sessions: Arc<std::sync::Mutex<Vec<LegacySession>>>,
     }
 
     struct Handler {
         session: LegacySession,
         dropped: Arc<AtomicUsize>,
+        inputs: Arc<std::sync::Mutex<Vec<Message>>>,
     }
 
     impl Drop for Handler {
@@ -743,8 +1153,12 @@ mod tests {
 
     impl LegacyHandler for Handler {
         fn input(&self, input: Incoming, _context: RequestContext) {
-            let Incoming::Single(Message::Request(request)) = input else {
-                return;
+            let request = match input {
+                Incoming::Single(Message::Request(request)) if request.method == "initialize" => {
+                    request
+                }
+                Incoming::Single(other) => return self.inputs.lock().unwrap().push(other),
+                _ => return,
             };
             let id = serde_json::to_string(&request.id).unwrap();
             let text = format!(
@@ -762,9 +1176,11 @@ mod tests {
 
     impl McpApp for App {
         fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+            self.sessions.lock().unwrap().push(session.clone());
             Arc::new(Handler {
                 session,
                 dropped: self.dropped.clone(),
+                inputs: self.inputs.clone(),
             })
         }
 
@@ -800,6 +1216,7 @@ mod tests {
             };
             let app = Arc::new(App {
                 dropped: dropped.clone(),
+                ..App::default()
             });
             let service = McpService::new(config, app).unwrap();
             let response = service.handle(initialize()).await;
@@ -817,6 +1234,7 @@ mod tests {
             ServerConfig::default(),
             Arc::new(App {
                 dropped: dropped.clone(),
+                ..App::default()
             }),
         )
         .unwrap();
@@ -836,5 +1254,706 @@ mod tests {
             assert!(service.table_sizes().await.is_empty());
             assert_eq!(dropped.load(Ordering::SeqCst), round);
         }
+    }
+
+    /// A request on session `session` (2025-11-25) with `body`.
+    fn on_session(method: &str, session: &str, body: &str) -> http::Request<String> {
+        http::Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_owned())
+            .unwrap()
+    }
+
+    /// Opens a session; returns its id.
+    async fn open(service: &McpService) -> String {
+        let response = service.handle(initialize()).await;
+        assert_eq!(response.status(), 200);
+        let id = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = response.into_body().collect().await;
+        id
+    }
+
+    /// The SSE events of a whole body: (id, data) of each.
+    async fn events(body: super::super::ResponseBody) -> Vec<(Option<String>, String)> {
+        let bytes = within(body.collect()).await.unwrap().to_bytes();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        text.split("\n\n")
+            .filter(|e| !e.trim().is_empty() && !e.starts_with(':'))
+            .map(|e| {
+                let mut id = None;
+                let mut data = String::new();
+                for line in e.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                (id, data)
+            })
+            .collect()
+    }
+
+    /// `future`, which must complete (a hang fails the test rather than stall it).
+    async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(std::time::Duration::from_secs(20), future)
+            .await
+            .expect("timed out")
+    }
+
+    fn notification(n: usize) -> Message {
+        let text =
+            format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{n}}}}}"#);
+        let Ok(Incoming::Single(message)) = modelctx_types::decode(text.as_bytes()) else {
+            panic!("not a notification");
+        };
+        message
+    }
+
+    /// Finding 27: logs name a session by a short hash, never by its id.
+    #[test]
+    fn finding_27_session_ids_are_redacted_in_logs() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let shown = super::redact(id);
+        assert_eq!(shown.len(), 8);
+        assert!(shown.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(!id.contains(&shown), "{shown} is part of the id");
+        assert_eq!(shown, super::redact(id), "stable, so log lines correlate");
+        assert_ne!(shown, super::redact("0123456789abcdef0123456789abcdee"));
+    }
+
+    /// Finding 18: queued standalone messages that do not fit the fresh stream's buffer are not
+    /// dropped silently: the connection is let go after what fits, and the client resumes the
+    /// rest from the store, exactly.
+    #[tokio::test]
+    async fn finding_18_a_flushed_queue_larger_than_the_buffer_resumes_exactly() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            standalone_queue: 1000,
+            stream_buffer: 10,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        for n in 0..50 {
+            session.send(notification(n), None).await;
+        }
+        let response = service.handle(on_session("GET", &id, "")).await;
+        assert_eq!(response.status(), 200);
+        let got = events(response.into_body()).await;
+        // The priming event, then what fits; then the connection ends.
+        let data: Vec<_> = got.iter().filter(|(_, d)| !d.is_empty()).collect();
+        assert_eq!(data.len(), 10, "{got:?}");
+        let last = data.last().unwrap().0.clone().unwrap();
+        let mut resume = on_session("GET", &id, "");
+        resume
+            .headers_mut()
+            .insert("last-event-id", last.parse().unwrap());
+        // The stream is still the session's standalone one: the resumption takes it over.
+        let response = service.handle(resume).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let text = String::from_utf8(first.to_vec()).unwrap();
+        let rest: Vec<_> = text.matches("\"n\":").collect();
+        assert_eq!(rest.len(), 40, "{text}");
+        for n in 10..50 {
+            assert!(text.contains(&format!("\"n\":{n}}}")), "{n} missing");
+        }
+    }
+
+    /// Finding 19: a Streamable HTTP request naming a session of the deprecated HTTP+SSE
+    /// transport is refused (it would wait forever: the answer goes on the old stream).
+    #[cfg(feature = "legacy-sse")]
+    #[tokio::test]
+    async fn finding_19_a_streamable_post_naming_an_old_sse_session_gets_404() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            old_sse: Some(super::super::OldSsePaths::default()),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let get = http::Request::get("/sse")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .body(String::new())
+            .unwrap();
+        let response = service.handle(get).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let text = String::from_utf8(first.to_vec()).unwrap();
+        let id = text.split("sessionId=").nth(1).unwrap().trim().to_owned();
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        for method in ["POST", "GET", "DELETE"] {
+            let response = within(service.handle(on_session(method, &id, call))).await;
+            assert_eq!(response.status(), 404, "{method}");
+        }
+        assert_eq!(service.table_sizes().await.requests, 0);
+        assert_eq!(service.table_sizes().await.sessions, 1);
+        drop(body);
+    }
+
+    /// `request` with `principal` and `peer` in its extensions, as a layer and `serve` put them.
+    fn from<B>(
+        mut request: http::Request<B>,
+        principal: Option<&str>,
+        peer: Option<&str>,
+    ) -> http::Request<B> {
+        if let Some(principal) = principal {
+            request
+                .extensions_mut()
+                .insert(super::super::Principal(principal.to_owned()));
+        }
+        if let Some(peer) = peer {
+            request
+                .extensions_mut()
+                .insert(super::super::PeerAddr(peer.parse().unwrap()));
+        }
+        request
+    }
+
+    /// Opens a session as `principal` from `peer`: its id, or the refusal's status.
+    async fn open_as(
+        service: &McpService,
+        principal: Option<&str>,
+        peer: Option<&str>,
+    ) -> Result<String, http::StatusCode> {
+        let response = service.handle(from(initialize(), principal, peer)).await;
+        if response.status() != 200 {
+            assert!(response.headers().contains_key("retry-after"));
+            return Err(response.status());
+        }
+        let id = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = response.into_body().collect().await;
+        // Distinct instants for the least-recently-used order.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        Ok(id)
+    }
+
+    /// The status of a notification POSTed on `session` (202 while it lasts, 404 after).
+    async fn poke(service: &McpService, session: &str, principal: Option<&str>) -> u16 {
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let request = from(on_session("POST", session, initialized), principal, None);
+        let status = service.handle(request).await.status().as_u16();
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        status
+    }
+
+    /// Starts a request that the application never answers on `session`, its client waiting;
+    /// returns once the application has it. Aborting the task is the client going away.
+    async fn hang(
+        service: &McpService,
+        app: &App,
+        session: &str,
+        principal: Option<&str>,
+        id: u32,
+    ) -> tokio::task::JoinHandle<()> {
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"forever"}}}}"#
+        );
+        let request = from(on_session("POST", session, &call), principal, None);
+        let service = service.clone();
+        let task = tokio::spawn(async move {
+            let _ = service.handle(request).await;
+        });
+        let wanted = format!(r#""id":{id},"#);
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(&wanted))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        task
+    }
+
+    /// Finding 3: a POST whose client went away before its answer no longer pins its session:
+    /// the handler is told its request is cancelled, the request leaves the table, and the
+    /// session is idle (swept, evictable).
+    #[tokio::test]
+    async fn finding_3_an_abandoned_post_is_cancelled_and_no_longer_pins_its_session() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let task = hang(&service, &app, &id, None, 7).await;
+        assert_eq!(service.table_sizes().await.requests, 1);
+        // While its client waits, the request keeps the session.
+        service.end_idle_sessions().await;
+        assert_eq!(service.table_sizes().await.sessions, 1);
+        task.abort();
+        let _ = task.await;
+        within(async {
+            while !app.inputs.lock().unwrap().iter().any(|m| {
+                let text = String::from_utf8_lossy(&super::encode(m)).into_owned();
+                text.contains("notifications/cancelled") && text.contains(r#""requestId":7"#)
+            }) {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.streams, sizes.requests), (1, 0, 0));
+        service.end_idle_sessions().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 3, without the prompt notice: the sweep itself lets go of an abandoned POST.
+    #[tokio::test]
+    async fn finding_3_the_sweep_lets_go_of_abandoned_posts() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = service.shared.sessions().get(&id).cloned().unwrap();
+        let context = super::RequestContext {
+            parts: Arc::new(on_session("POST", &id, "").into_parts().0),
+        };
+        let request = modelctx_types::RequestId::from(9);
+        let decision = session
+            .register(std::slice::from_ref(&request), false, false, context)
+            .await
+            .ok()
+            .unwrap();
+        service.end_idle_sessions().await;
+        assert_eq!(service.table_sizes().await.requests, 1, "its client waits");
+        drop(decision);
+        service.end_idle_sessions().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: a full table ends its least recently used idle session for a new one; with
+    /// none idle, `initialize` gets 503 and `Retry-After`.
+    #[tokio::test]
+    async fn finding_2_a_full_table_evicts_the_least_recently_used_idle_session() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            max_sessions: 2,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let a = open_as(&service, None, None).await.unwrap();
+        let b = open_as(&service, None, None).await.unwrap();
+        assert_eq!(poke(&service, &a, None).await, 202);
+        let c = open_as(&service, None, None).await.unwrap();
+        assert_eq!(
+            poke(&service, &b, None).await,
+            404,
+            "b was the least recently used"
+        );
+        assert_eq!(poke(&service, &a, None).await, 202);
+        assert_eq!(service.table_sizes().await.sessions, 2);
+        // Both busy: a request in flight each.
+        let on_a = hang(&service, &app, &a, None, 1).await;
+        let on_c = hang(&service, &app, &c, None, 2).await;
+        assert_eq!(
+            open_as(&service, None, None).await,
+            Err(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        // A client that goes away frees its session for eviction.
+        on_a.abort();
+        let _ = on_a.await;
+        within(async {
+            while service.table_sizes().await.requests != 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        open_as(&service, None, None).await.unwrap();
+        assert_eq!(poke(&service, &a, None).await, 404);
+        on_c.abort();
+        let _ = on_c.await;
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: a principal at its cap makes room among its own sessions only, and another
+    /// principal is not affected.
+    #[tokio::test]
+    async fn finding_2_sessions_are_capped_per_principal() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            max_sessions_per_principal: Some(1),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let alice = Some("alice");
+        let bob = Some("bob");
+        let a1 = open_as(&service, alice, None).await.unwrap();
+        let b1 = open_as(&service, bob, None).await.unwrap();
+        let a2 = open_as(&service, alice, None).await.unwrap();
+        assert_eq!(
+            poke(&service, &a1, alice).await,
+            404,
+            "alice's own idle one went"
+        );
+        assert_eq!(
+            poke(&service, &b1, bob).await,
+            202,
+            "bob's is not alice's to take"
+        );
+        let busy = hang(&service, &app, &a2, alice, 1).await;
+        assert_eq!(
+            open_as(&service, alice, None).await,
+            Err(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        assert_eq!(poke(&service, &b1, bob).await, 202);
+        open_as(&service, bob, None).await.unwrap();
+        assert_eq!(service.table_sizes().await.sessions, 2);
+        busy.abort();
+        let _ = busy.await;
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: sessions are capped per peer IP address (any port).
+    #[tokio::test]
+    async fn finding_2_sessions_are_capped_per_peer_address() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            max_sessions_per_peer: Some(2),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let p1 = open_as(&service, None, Some("10.0.0.1:1000"))
+            .await
+            .unwrap();
+        let p2 = open_as(&service, None, Some("10.0.0.1:2000"))
+            .await
+            .unwrap();
+        let q = open_as(&service, None, Some("10.0.0.2:1000"))
+            .await
+            .unwrap();
+        let busy1 = hang(&service, &app, &p2, None, 1).await;
+        let p3 = open_as(&service, None, Some("10.0.0.1:3000"))
+            .await
+            .unwrap();
+        assert_eq!(
+            poke(&service, &p1, None).await,
+            404,
+            "the peer's idle one went"
+        );
+        assert_eq!(poke(&service, &q, None).await, 202, "another peer's stays");
+        let busy2 = hang(&service, &app, &p3, None, 2).await;
+        assert_eq!(
+            open_as(&service, None, Some("10.0.0.1:4000")).await,
+            Err(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        open_as(&service, None, Some("10.0.0.3:1000"))
+            .await
+            .unwrap();
+        busy1.abort();
+        busy2.abort();
+        let _ = (busy1.await, busy2.await);
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Finding 2: a session that sent no request after `initialize` is ended after
+    /// `handshake_timeout`, even with a stream open; one that did is not.
+    #[tokio::test]
+    async fn finding_2_sessions_still_in_their_handshake_expire_fast() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            handshake_timeout: std::time::Duration::ZERO,
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let idle = open(&service).await;
+        assert_eq!(
+            poke(&service, &idle, None).await,
+            202,
+            "a notification is no request"
+        );
+        let stream = service.handle(on_session("GET", &idle, "")).await;
+        assert_eq!(stream.status(), 200);
+        let used = open(&service).await;
+        let call = hang(&service, &app, &used, None, 1).await;
+        call.abort();
+        let _ = call.await;
+        service.end_idle_sessions().await;
+        assert_eq!(poke(&service, &idle, None).await, 404);
+        assert_eq!(poke(&service, &used, None).await, 202);
+        // The stream of the ended session ends.
+        within(stream.into_body().collect()).await.unwrap();
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// An event store whose calls wait while its gate is closed (a store doing slow I/O).
+    struct GatedStore {
+        inner: crate::event_store::MemoryEventStore,
+        open: tokio::sync::watch::Sender<bool>,
+        waiting: AtomicUsize,
+    }
+
+    impl GatedStore {
+        fn new() -> Self {
+            GatedStore {
+                inner: crate::event_store::MemoryEventStore::new(),
+                open: tokio::sync::watch::Sender::new(true),
+                waiting: AtomicUsize::new(0),
+            }
+        }
+
+        fn set(&self, open: bool) {
+            self.open.send_replace(open);
+        }
+
+        async fn wait(&self) {
+            let mut open = self.open.subscribe();
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let _ = open.wait_for(|open| *open).await;
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl crate::event_store::EventStore for GatedStore {
+        fn append<'a>(
+            &'a self,
+            session: &'a str,
+            stream: crate::event_store::StreamId,
+            data: bytes::Bytes,
+        ) -> crate::event_store::BoxFuture<'a, crate::event_store::EventId> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.append(session, stream, data).await
+            })
+        }
+
+        fn replay_after<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a crate::event_store::EventId,
+        ) -> crate::event_store::BoxFuture<
+            'a,
+            Result<
+                Vec<(crate::event_store::EventId, bytes::Bytes)>,
+                crate::event_store::ReplayError,
+            >,
+        > {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.replay_after(session, after).await
+            })
+        }
+
+        fn remove_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: crate::event_store::StreamId,
+        ) -> crate::event_store::BoxFuture<'a, ()> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.remove_stream(session, stream).await
+            })
+        }
+
+        fn remove_session<'a>(&'a self, session: &'a str) -> crate::event_store::BoxFuture<'a, ()> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.remove_session(session).await
+            })
+        }
+
+        fn sizes(&self) -> crate::event_store::BoxFuture<'_, crate::event_store::StoreSizes> {
+            self.inner.sizes()
+        }
+    }
+
+    fn response(id: i64) -> Message {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+        let Ok(Incoming::Single(message)) = modelctx_types::decode(text.as_bytes()) else {
+            panic!("not a response");
+        };
+        message
+    }
+
+    fn progress(n: usize) -> Message {
+        let text = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":1,"progress":{n},"n":{n}}}}}"#
+        );
+        let Ok(Incoming::Single(message)) = modelctx_types::decode(text.as_bytes()) else {
+            panic!("not a notification");
+        };
+        message
+    }
+
+    /// Finding 17: the session's lock is not held across the event store's I/O. While the
+    /// store is stuck on an event of one request's stream, the session's other operations go
+    /// on (its tables are read, the sweep runs, another request is registered and answered);
+    /// and a resumption racing with stored-but-stuck events still gets each event exactly once.
+    #[tokio::test]
+    async fn finding_17_store_io_is_not_awaited_under_the_session_lock() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = |n: i64| modelctx_types::RequestId::from(n);
+        let post = |n: i64| {
+            let service = service.clone();
+            let call = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"tools/call"}}"#);
+            let request = on_session("POST", &id, &call);
+            tokio::spawn(async move { service.handle(request).await })
+        };
+        let seen = |wanted: String| {
+            let app = app.clone();
+            async move {
+                while !app
+                    .inputs
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(&wanted))
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            }
+        };
+        let five = post(5);
+        within(seen(r#""id":5,"#.into())).await;
+        // The store gets stuck on the first event of request 5's stream (its priming event).
+        store.set(false);
+        let sending = tokio::spawn({
+            let session = session.clone();
+            async move { session.send(progress(0), Some(rid(5))).await }
+        });
+        within(async {
+            while store.waiting.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        // Meanwhile: the session's tables, the sweep, another request and its answer.
+        assert_eq!(within(service.table_sizes()).await.requests, 1);
+        within(service.end_idle_sessions()).await;
+        let six = post(6);
+        within(seen(r#""id":6,"#.into())).await;
+        tokio::spawn({
+            let session = session.clone();
+            async move { session.send(response(6), Some(rid(6))).await }
+        });
+        let answered = within(six).await.unwrap();
+        assert_eq!(answered.status(), 200);
+        assert_eq!(answered.headers()["content-type"], "application/json");
+        // The store resumes: request 5's stream opens with its events.
+        store.set(true);
+        within(sending).await.unwrap();
+        let five = within(five).await.unwrap();
+        assert_eq!(five.headers()["content-type"], "text/event-stream");
+        let mut body = five.into_body();
+        let mut text = String::new();
+        while !text.contains(r#""n":0"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        let last = text
+            .split("\n\n")
+            .find(|e| e.contains(r#""n":0"#))
+            .and_then(|e| e.lines().find_map(|l| l.strip_prefix("id: ")))
+            .unwrap()
+            .to_owned();
+        // The client goes away, and resumes while events are stuck in the store, before and
+        // after its resumption is asked for.
+        drop(body);
+        store.set(false);
+        let mut sends = Vec::new();
+        for n in 1..=3 {
+            let session = session.clone();
+            sends.push(tokio::spawn(async move {
+                session.send(progress(n), Some(rid(5))).await
+            }));
+        }
+        let mut get = on_session("GET", &id, "");
+        get.headers_mut()
+            .insert("last-event-id", last.parse().unwrap());
+        let resumed = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(get).await }
+        });
+        for n in 4..=6 {
+            let session = session.clone();
+            sends.push(tokio::spawn(async move {
+                session.send(progress(n), Some(rid(5))).await
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        store.set(true);
+        for send in sends {
+            within(send).await.unwrap();
+        }
+        let resumed = within(resumed).await.unwrap();
+        assert_eq!(resumed.status(), 200);
+        within(session.send(response(5), Some(rid(5)))).await;
+        let got = events(resumed.into_body()).await;
+        let mut ns: Vec<usize> = got
+            .iter()
+            .filter_map(|(_, d)| {
+                let v: serde_json::Value = serde_json::from_str(d).ok()?;
+                v["params"]["n"].as_u64().map(|n| n as usize)
+            })
+            .collect();
+        assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
+        let ids: Vec<u64> = got
+            .iter()
+            .map(|(id, _)| {
+                id.as_ref()
+                    .unwrap()
+                    .split('-')
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        ns.sort_unstable();
+        assert_eq!(ns, [1, 2, 3, 4, 5, 6], "each event exactly once: {got:?}");
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+        assert!(
+            crate::event_store::EventStore::sizes(&store.inner)
+                .await
+                .is_empty()
+        );
     }
 }

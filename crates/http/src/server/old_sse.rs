@@ -12,7 +12,7 @@ use modelctx_types::ErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacySession, McpApp, Principal, RequestContext};
+use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::legacy::Shared;
 use super::respond::{self, sse_headers};
 use super::service::ResponseBody;
@@ -45,7 +45,8 @@ pub(crate) async fn open(
     paths: &OldSsePaths,
 ) -> Response<ResponseBody> {
     let principal = parts.extensions.get::<Principal>().cloned();
-    let Some(session) = shared.open(principal) else {
+    let peer = super::service::peer_of(&parts).map(|p| p.ip());
+    let Some(session) = shared.open(principal, peer).await else {
         return respond::error_code(
             StatusCode::SERVICE_UNAVAILABLE,
             None,

@@ -56,7 +56,7 @@ impl TableSizes {
 /// The MCP endpoint as a `tower::Service` (cheap to clone: clones share everything).
 #[derive(Clone)]
 pub struct McpService {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     app: Arc<dyn McpApp>,
     last_sweep: Arc<Mutex<Instant>>,
     in_flight: Arc<AtomicUsize>,
@@ -373,7 +373,8 @@ impl McpService {
             return refused;
         }
         let principal = parts.extensions.get::<Principal>().cloned();
-        let Some(session) = self.shared.open(principal) else {
+        let peer = peer_of(&parts).map(|p| p.ip());
+        let Some(session) = self.shared.open(principal, peer).await else {
             let mut response = respond::error_code(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Some(id),
@@ -390,7 +391,14 @@ impl McpService {
         });
         let _ = session.handler.set(handler.clone());
         let decision = match session
-            .register(std::slice::from_ref(&id), true, false)
+            .register(
+                std::slice::from_ref(&id),
+                true,
+                false,
+                RequestContext {
+                    parts: parts.clone(),
+                },
+            )
             .await
         {
             Ok(rx) => rx,
@@ -411,7 +419,12 @@ impl McpService {
         session: &Arc<Session>,
         decision: tokio::sync::oneshot::Receiver<Decision>,
     ) -> Response<ResponseBody> {
-        match decision.await {
+        // Finding 3: should the client go away before the answer (this future dropped), its
+        // requests are let go at once rather than pin the session.
+        let mut abandoned = Abandoned(Some(session.clone()));
+        let decision = decision.await;
+        abandoned.0 = None;
+        match decision {
             Ok(Decision::Json(body)) => respond::json(StatusCode::OK, body),
             Ok(Decision::Sse { first, rx }) => self.sse(session, first, rx),
             Err(_) => {
@@ -475,7 +488,13 @@ impl McpService {
             )));
         };
         let principal = parts.extensions.get::<Principal>();
-        self.shared.find(id, principal).ok_or_else(|| {
+        // A session of the deprecated HTTP+SSE transport is not one of these paths' sessions
+        // (finding 19): its answers go on its own stream, so a POST here would never complete.
+        let found = self
+            .shared
+            .find(id, principal)
+            .filter(|session| !session.is_old_transport());
+        found.ok_or_else(|| {
             Box::new(respond::error_code(
                 StatusCode::NOT_FOUND,
                 None,
@@ -560,7 +579,10 @@ impl McpService {
             handler.input(incoming, context);
             return respond::empty(StatusCode::ACCEPTED);
         }
-        let decision = match session.register(&requests, false, batch).await {
+        let decision = match session
+            .register(&requests, false, batch, context.clone())
+            .await
+        {
             Ok(rx) => rx,
             Err(Refused::Ended) => {
                 return respond::error_code(
@@ -678,6 +700,20 @@ pub(crate) fn peer_of(parts: &http::request::Parts) -> Option<SocketAddr> {
         return Some(*peer);
     }
     None
+}
+
+/// Armed while a POST waits for its answer: dropped armed (the client went away), it has the
+/// session let go of the POSTs nobody waits for.
+struct Abandoned(Option<Arc<Session>>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { session.reap_abandoned().await });
+        }
+    }
 }
 
 /// A header as text, when present and visible ASCII.
