@@ -12,7 +12,7 @@ use modelctx_types::ErrorCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
+use super::app::{LegacySession, McpApp, Principal, RequestContext};
 use super::legacy::Shared;
 use super::respond::{self, sse_headers};
 use super::service::ResponseBody;

@@ -168,11 +168,15 @@ pub(crate) struct ServerStats {
     pub(crate) sockets: u64,
     /// Tasks alive on the server's runtime.
     pub(crate) tasks: u64,
+    /// `RunningServer::open_connections`: connections open.
+    pub(crate) connections: u64,
+    /// `TableSizes::in_flight`: requests being processed across the endpoint.
+    pub(crate) in_flight: u64,
 }
 
 impl ServerStats {
     /// Every table, by name: these must return to their start.
-    pub(crate) fn tables(&self) -> [(&'static str, u64); 10] {
+    pub(crate) fn tables(&self) -> [(&'static str, u64); 12] {
         [
             ("sessions", self.sessions),
             ("streams", self.streams),
@@ -184,6 +188,8 @@ impl ServerStats {
             ("event store bytes", self.store_bytes),
             ("open sockets", self.sockets),
             ("runtime tasks", self.tasks),
+            ("open connections", self.connections),
+            ("requests being processed", self.in_flight),
         ]
     }
 

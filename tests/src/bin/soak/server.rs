@@ -16,22 +16,28 @@ use crate::figures::ServerStats;
 /// A legacy session left idle this long is ended (the default is 30 minutes): abandoned
 /// sessions (initialize floods, clients dropped mid-call) are reclaimed within the soak.
 pub(crate) const SESSION_IDLE: Duration = Duration::from_secs(4);
+/// A legacy session that sent no request after `initialize` is ended this long after it opened
+/// (default 60 s): the `initialize` floods' sessions.
+pub(crate) const HANDSHAKE: Duration = Duration::from_secs(2);
+/// How long a connection gets to send a request head (default 10 s): slowloris and idle sockets.
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most connections open at once (default: half the file limit): above the 200 fault
+/// sockets plus the clients, below the process's file limit.
+pub(crate) const MAX_CONNECTIONS: usize = 512;
 /// How long an SSE event is kept for resumption (default 5 minutes).
 pub(crate) const EVENT_AGE: Duration = Duration::from_secs(20);
 
 /// The server's settings for the soak: the defaults, with timeouts short enough that the
-/// tables can return to their start within the soak's settling time.
-///
-/// Once modelctx-http has them (the "Hardening for the open internet" work), also set here:
-/// `header_read_timeout` (2 s: slowloris and idle sockets are then closed by the server, and
-/// the report's "closed by the server" outcomes count them), `handshake_timeout` (2 s),
-/// `max_connections` (512: above the 200 fault sockets plus the clients, below the process's
-/// file limit), `max_requests_in_flight` (its default), and `max_sessions_per_peer` (above the
-/// initialize flood's peak, about 300: every soak peer is 127.0.0.1, so a lower cap would refuse
-/// the load clients too). Their counters of open connections then belong in `stats()`.
+/// tables can return to their start within the soak's settling time, and slowloris and idle
+/// sockets are closed by the server within the time an injector holds them (6 s).
+/// `max_sessions_per_peer` stays unset: every soak peer is 127.0.0.1, so a cap would refuse the
+/// load clients along with the floods (which the full table's eviction of idle sessions absorbs).
 pub(crate) fn soak_server_config(store: Arc<MemoryEventStore>) -> ServerConfig {
     let mut config = ServerConfig::default();
     config.session_idle_timeout = SESSION_IDLE;
+    config.handshake_timeout = HANDSHAKE;
+    config.header_timeout = HEADER_TIMEOUT;
+    config.max_connections = MAX_CONNECTIONS;
     config.keep_alive = Some(Duration::from_secs(2));
     config.event_store = store;
     config
@@ -128,6 +134,8 @@ async fn stats(running: &RunningServer, store: &MemoryEventStore) -> ServerStats
                 .metrics()
                 .num_alive_tasks(),
         ),
+        connections: count(running.open_connections()),
+        in_flight: count(tables.in_flight),
     }
 }
 
