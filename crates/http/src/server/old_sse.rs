@@ -45,7 +45,7 @@ pub(crate) async fn open(
     paths: &OldSsePaths,
 ) -> Response<ResponseBody> {
     let principal = parts.extensions.get::<Principal>().cloned();
-    let peer = super::service::peer_of(&parts).map(|p| p.ip());
+    let peer = super::service::peer_of(parts).map(|p| p.ip());
     let Some(session) = shared.open(principal, peer).await else {
         return respond::error_code(
             StatusCode::SERVICE_UNAVAILABLE,
