@@ -534,7 +534,7 @@ async fn sse_split_at_every_byte_is_read_whole() {
 }
 
 #[tokio::test]
-async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_out() {
+async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_allowed() {
     let server = ScriptServer::start(|seen, mut reply| async move {
         let id = seen.body["id"].clone();
         match seen.rpc_method() {
@@ -544,7 +544,7 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
                         200,
                         &[],
                         &json!({"jsonrpc": "2.0", "id": id, "result": {
-                    "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "resources": {}},
                     "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}}),
                     )
                     .await;
@@ -555,7 +555,7 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
                 reply.sse_head(&[]).await;
                 reply.raw(sse_message(None, &result).as_bytes()).await;
             }
-            Some("tools/call") => {
+            Some("tools/call" | "resources/read") => {
                 // The head, then the connection drops: the request is lost.
                 reply.sse_head(&[]).await;
             }
@@ -569,7 +569,29 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         ClientConfig::default(),
     );
     within("connect", client.connect()).await.unwrap();
+    let calls = |server: &ScriptServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call"))
+            .count()
+    };
+    // By default a tools/call is not sent again: the tool may have run.
     let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    let answer = within("not reissued by default", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("was not sent again")),
+        "{answer:?}"
+    );
+    assert_eq!(calls(&server), 1);
+    // Another method is.
+    let id = client.start("resources/read", json!({"uri": "file:///x"}));
+    let answer = within("a read", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("3 times")),
+        "{answer:?}"
+    );
+    let id = client.start_reissued("tools/call", json!({"name": "x", "arguments": {}}));
     let result = within("reissued", client.answer(&id)).await.unwrap();
     assert_eq!(text_of(&result), "second try");
     let ids: Vec<Value> = server
@@ -578,8 +600,8 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         .filter(|s| s.rpc_method() == Some("tools/call"))
         .map(|s| s.body["id"].clone())
         .collect();
-    assert_eq!(ids.len(), 2);
-    assert_ne!(ids[0], ids[1], "a re-issued request has a new id");
+    assert_eq!(ids.len(), 3);
+    assert_ne!(ids[1], ids[2], "a re-issued request has a new id");
 
     let id = client.start_once("tools/call", json!({"name": "x", "arguments": {}}));
     let answer = within("not reissued", client.answer(&id)).await;
@@ -587,14 +609,7 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         matches!(&answer, Err(RequestError::Transport(why)) if why.contains("ended before the answer")),
         "{answer:?}"
     );
-    assert_eq!(
-        server
-            .seen()
-            .iter()
-            .filter(|s| s.rpc_method() == Some("tools/call"))
-            .count(),
-        3
-    );
+    assert_eq!(calls(&server), 4);
 }
 
 fn modern_discover(id: &Value) -> Value {

@@ -86,13 +86,14 @@ pub(crate) fn send(
         let state = shared.state();
         (state.epoch, state.old_endpoint.clone())
     };
+    let reissue = options.reissues(method.as_deref());
     let exchange = Exchange {
         messages,
         batch,
         method,
         params,
         modern,
-        reissue: options.reissue,
+        reissue,
         epoch,
     };
     let registration = Registration {
@@ -398,7 +399,11 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             reopened = true;
             continue;
         }
-        if exchange.reissue && reissued < shared.config.max_reissues {
+        if !exchange.reissue {
+            let error = TransportError::NotReissued(Box::new(error));
+            return finish(&shared, &mut pending, error).await;
+        }
+        if reissued < shared.config.max_reissues {
             reissued += 1;
             renumber(&mut pending, &mut exchange, "reissue");
             continue;
