@@ -9,12 +9,14 @@ use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions}
 use modelctx_types::{JsonObject, model};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::driver::{Answer, Call, Command, MAX_TOOL_SCHEMAS, Shared};
+use crate::driver::{Answer, Call, Command, Shared};
 use crate::error::Error;
 use crate::input::Ask;
 use crate::notify::{Notifications, Progress, ProgressFn};
+use crate::output::OutputSchema;
 use crate::wire;
 
 /// The result of `method` as its model type (the `ServerResult` variant named), or
@@ -89,6 +91,7 @@ pub struct CallOptions {
     timeout: Option<Option<Duration>>,
     progress: Option<ProgressFn>,
     reset_on_progress: Option<Duration>,
+    reissue: Option<bool>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -97,6 +100,7 @@ impl std::fmt::Debug for CallOptions {
             .field("timeout", &self.timeout)
             .field("progress", &self.progress.is_some())
             .field("reset_on_progress", &self.reset_on_progress)
+            .field("reissue", &self.reissue)
             .finish()
     }
 }
@@ -123,6 +127,19 @@ impl CallOptions {
     /// Restart the timeout whenever progress arrives, but never wait longer than `max_total`.
     pub fn reset_timeout_on_progress(mut self, max_total: Duration) -> Self {
         self.reset_on_progress = Some(max_total);
+        self
+    }
+
+    /// Whether the request may be sent again (with a new id) when its response stream breaks
+    /// before the answer; only modern servers over HTTP lose requests that way.
+    ///
+    /// Default: a `tools/call` is sent again only when the server listed the tool with
+    /// `annotations.idempotentHint: true` (the client remembers the tools it listed); any other
+    /// request is. `reissue(true)` allows it for a tool that is not marked idempotent (at most
+    /// `max_reissues` times, a setting of the HTTP transport), `reissue(false)` forbids it. A
+    /// call that is not sent again fails with [`Error::Transport`].
+    pub fn reissue(mut self, reissue: bool) -> Self {
+        self.reissue = Some(reissue);
         self
     }
 }
@@ -298,12 +315,28 @@ impl Client {
         {
             request = request.with_progress_reset(max);
         }
+        let reissue = options.reissue.unwrap_or_else(|| {
+            method != "tools/call" || {
+                let name = params
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.inner
+                    .shared
+                    .tool_schemas
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(name)
+                    .is_some_and(|tool| tool.idempotent)
+            }
+        });
         let call = Call {
             token,
             method: method.to_owned(),
             params,
             options: request,
             progress: options.progress.clone(),
+            reissue,
             reply,
         };
         if self.inner.commands.send(Command::Call(call)).await.is_err() {
@@ -468,7 +501,7 @@ impl Client {
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
         let result = typed!(self, method, answer, ListTools);
-        self.remember_output_schemas(&answer);
+        self.remember_tools(&answer);
         Ok(result)
     }
 
@@ -481,38 +514,42 @@ impl Client {
         .await
     }
 
-    fn remember_output_schemas(&self, answer: &Answer) {
+    /// Remembers the output schema and the idempotence of each tool of a `tools/list` page.
+    fn remember_tools(&self, answer: &Answer) {
         #[derive(serde::Deserialize)]
-        struct Listed {
-            tools: Vec<ListedTool>,
+        struct Listed<'a> {
+            #[serde(borrow)]
+            tools: Vec<ListedTool<'a>>,
         }
         #[derive(serde::Deserialize)]
-        struct ListedTool {
+        struct ListedTool<'a> {
             name: String,
-            #[serde(rename = "outputSchema")]
-            output_schema: Option<JsonObject>,
+            #[serde(rename = "outputSchema", borrow)]
+            output_schema: Option<&'a RawValue>,
+            annotations: Option<Annotations>,
         }
-        let Ok(listed) = serde_json::from_str::<Listed>(answer.result.get()) else {
+        #[derive(serde::Deserialize)]
+        struct Annotations {
+            #[serde(rename = "idempotentHint")]
+            idempotent_hint: Option<bool>,
+        }
+        let Ok(listed) = serde_json::from_str::<Listed<'_>>(answer.result.get()) else {
             return;
         };
-        let mut schemas = self
+        let mut tools = self
             .inner
             .shared
             .tool_schemas
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for tool in listed.tools {
-            match tool.output_schema {
-                Some(schema)
-                    if schemas.len() < MAX_TOOL_SCHEMAS || schemas.contains_key(&tool.name) =>
-                {
-                    schemas.insert(tool.name, Arc::new(schema));
-                }
-                Some(_) => {}
-                None => {
-                    schemas.remove(&tool.name);
-                }
-            }
+            // `null` is no schema.
+            let output = tool.output_schema.filter(|raw| raw.get() != "null");
+            let idempotent = tool
+                .annotations
+                .and_then(|a| a.idempotent_hint)
+                .unwrap_or(false);
+            tools.record(tool.name, output, idempotent);
         }
     }
 
@@ -586,11 +623,18 @@ impl Client {
         }
         let answer = self.call(method, params, &options).await?;
         let result = typed!(self, method, answer, CallTool);
-        self.check_structured(name, &result)?;
+        self.check_structured(name, &result, answer.result.get().len())
+            .await?;
         Ok(result)
     }
 
-    fn check_structured(&self, tool: &str, result: &model::CallToolResult) -> Result<(), Error> {
+    /// Checks the `structuredContent` of a result of `tool` (`size`: bytes of the result's JSON).
+    async fn check_structured(
+        &self,
+        tool: &str,
+        result: &model::CallToolResult,
+        size: usize,
+    ) -> Result<(), Error> {
         if result.is_error == Some(true) {
             return Ok(());
         }
@@ -601,9 +645,18 @@ impl Client {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(tool)
-            .cloned();
-        let Some(schema) = schema else {
-            return Ok(());
+            .and_then(|t| t.output.clone());
+        let schema = match schema {
+            None => return Ok(()),
+            Some(OutputSchema::Schema(schema, _)) => schema,
+            Some(OutputSchema::NotStored(why)) => {
+                return Err(Error::StructuredContent {
+                    tool: tool.into(),
+                    reason: format!(
+                        "{why}: the client did not keep it, so it cannot check the result"
+                    ),
+                });
+            }
         };
         let Some(content) = &result.structured_content else {
             return Err(Error::StructuredContent {
@@ -612,12 +665,12 @@ impl Client {
                     .into(),
             });
         };
-        crate::output::check(&self.inner.shared, &schema, content).map_err(|reason| {
-            Error::StructuredContent {
+        crate::output::check(&self.inner.shared, &schema, content, size)
+            .await
+            .map_err(|reason| Error::StructuredContent {
                 tool: tool.into(),
                 reason,
-            }
-        })
+            })
     }
 
     // -- resources ------------------------------------------------------------------------------

@@ -104,12 +104,16 @@ impl Link {
     }
 
     /// Writes one transmit. An `Err` names the request that could not be sent, if it was one.
+    /// `reissue`: whether a modern HTTP request whose response stream breaks may be sent again.
     pub(crate) async fn send(
         &mut self,
         transmit: Transmit,
+        reissue: bool,
     ) -> Result<(), (Option<RequestId>, String)> {
         match self {
             Link::Channels(c) => {
+                // Nothing is sent again over channels: a message is either written or not.
+                let _ = reissue;
                 let incoming = match transmit {
                     Transmit::Message { message, .. } => Incoming::Single(message),
                     Transmit::Batch(messages) => {
@@ -133,7 +137,9 @@ impl Link {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
                     };
-                    t.send(message).map_err(|e| (id, e.to_string()))
+                    let options = modelctx_http::client::SendOptions::default().reissue(reissue);
+                    t.send_with(message, options)
+                        .map_err(|e| (id, e.to_string()))
                 }
                 Transmit::Batch(messages) => {
                     t.send_batch(messages).map_err(|e| (None, e.to_string()))

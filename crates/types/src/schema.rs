@@ -1326,9 +1326,11 @@ mod tests {
             SchemaError::Invalid(_)
         ));
         // The engine that backtracks is there for an application's own schemas.
-        let mut limits = SchemaLimits::default();
-        limits.patterns = PatternEngine::Backtracking {
-            backtrack_limit: 10_000,
+        let limits = SchemaLimits {
+            patterns: PatternEngine::Backtracking {
+                backtrack_limit: 10_000,
+            },
+            ..SchemaLimits::default()
         };
         let validator = SchemaCache::new(limits)
             .validator(&object(json!({"pattern": "^(a)\\1$"})))

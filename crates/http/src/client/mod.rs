@@ -266,8 +266,7 @@ impl SendOptions {
 
     /// Whether a request of `method` is re-issued with these options.
     pub(crate) fn reissues(&self, method: Option<&str>) -> bool {
-        self.reissue
-            .unwrap_or_else(|| method != Some("tools/call"))
+        self.reissue.unwrap_or_else(|| method != Some("tools/call"))
     }
 }
 
