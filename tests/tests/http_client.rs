@@ -1068,3 +1068,62 @@ async fn a_response_that_does_not_start_in_time_fails_its_request() {
     );
     assert_eq!(client.transport.table_sizes().tasks, 0);
 }
+
+/// Finding 13: a notification POST the server never answers, and an error head whose body never
+/// comes, are given up after `one_way_timeout` even without a `response_timeout`: their places in
+/// the transport's table are freed.
+#[tokio::test]
+async fn finding_13_unanswered_notification_posts_and_error_bodies_have_a_deadline() {
+    use modelctx_http::client::{HttpTransport, Inbound, TransportError};
+    use modelctx_types::{Message, Notification, Request, RequestId};
+
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match seen.rpc_method() {
+            // Never answered: no response head.
+            Some("notifications/initialized") => std::future::pending::<()>().await,
+            // An error head promising a body that never comes.
+            Some("ping") => {
+                reply
+                    .raw(b"HTTP/1.1 500 X\r\ncontent-length: 100\r\n\r\nhalf")
+                    .await;
+                std::future::pending::<()>().await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.one_way_timeout = Duration::from_millis(200);
+    config.standalone_stream = false;
+    assert_eq!(config.response_timeout, None);
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+
+    let notification = Notification::new("notifications/initialized", &json!({})).unwrap();
+    transport.send(Message::Notification(notification)).unwrap();
+    match within("the notification", transport.recv()).await {
+        Some(Inbound::Undelivered {
+            what,
+            error: TransportError::Timeout(limit),
+        }) => {
+            assert_eq!(what, "notifications/initialized");
+            assert_eq!(limit, Duration::from_millis(200));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(transport.table_sizes().tasks, 0);
+
+    let request = Request::new(RequestId::from(7), "ping", &json!({})).unwrap();
+    transport.send(Message::Request(request)).unwrap();
+    match within("the request", transport.recv()).await {
+        Some(Inbound::RequestFailed {
+            id,
+            error: TransportError::Status { status, body },
+        }) => {
+            assert_eq!(id, RequestId::from(7));
+            assert_eq!(status.as_u16(), 500);
+            assert_eq!(body, "", "the body that did not come is left unread");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(transport.table_sizes().tasks, 0);
+}

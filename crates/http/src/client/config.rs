@@ -27,6 +27,14 @@ pub struct ClientConfig {
     /// Time from sending a request to the response head (default none: a JSON response to a
     /// long tool call only comes when the call ends; the session's request timeouts bound it).
     pub response_timeout: Option<Duration>,
+    /// Time given to an exchange that awaits a status only (default 30 s, whatever
+    /// `response_timeout` is): the POST of a notification or of a response to the server's
+    /// request (and every POST of the 2024-11-05 transport) until its response head, and the
+    /// reading of any error body. One that takes longer is given up
+    /// ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
+    /// [`TransportError::Timeout`](super::TransportError::Timeout); an error body is left
+    /// unread), freeing its place under `max_in_flight`.
+    pub one_way_timeout: Duration,
     /// How long an idle pooled connection is kept (default 90 s).
     pub pool_idle_timeout: Duration,
     /// Time given to the `DELETE` that ends a legacy session on close (default 5 s).
@@ -59,6 +67,7 @@ impl Default for ClientConfig {
             max_tools: 10_000,
             connect_timeout: Duration::from_secs(10),
             response_timeout: None,
+            one_way_timeout: Duration::from_secs(30),
             pool_idle_timeout: Duration::from_secs(90),
             delete_timeout: Duration::from_secs(5),
             reconnect: Reconnect::default(),
