@@ -351,7 +351,7 @@ impl ClientBuilder {
         command: modelctx_stdio::ServerCommand,
     ) -> Result<Client, ConnectError> {
         let channels = crate::stdio::spawn(&command).map_err(ConnectError::Spawn)?;
-        let key = format!("stdio:{command:?}");
+        let key = crate::stdio::cache_key(&command);
         self.start(
             Link::Channels(Box::new(channels)),
             Remake::Spawn(Box::new(command)),

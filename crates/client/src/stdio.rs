@@ -49,6 +49,25 @@ impl Child {
     }
 }
 
+/// The server a command runs, as a [`ResultCache`](crate::ResultCache) knows it: its program,
+/// arguments and working directory, and a hash of its environment (under a key random to this
+/// process), so that no value given with `env` (a token, say) is held or shown in the key.
+pub(crate) fn cache_key(command: &ServerCommand) -> String {
+    use std::hash::BuildHasher;
+    use std::sync::OnceLock;
+    static KEY: OnceLock<std::hash::RandomState> = OnceLock::new();
+    let env = KEY
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(command.get_envs());
+    format!(
+        "stdio:{:?} {:?} in {:?} env {:016x}",
+        command.get_program(),
+        command.get_args(),
+        command.get_current_dir(),
+        env
+    )
+}
+
 /// Spawns `command` and runs its pipes.
 pub(crate) fn spawn(command: &ServerCommand) -> std::io::Result<Channels> {
     let child = command.spawn()?;
@@ -127,4 +146,25 @@ where
     let mut channels = Channels::new(out, inbox);
     channels.tasks.push(read);
     (channels, write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finding_22_the_cache_key_of_a_command_holds_no_environment_value() {
+        let command = ServerCommand::new("server")
+            .arg("--port")
+            .env("API_TOKEN", "s3cret-value");
+        let key = cache_key(&command);
+        assert!(!key.contains("s3cret-value"), "{key}");
+        assert!(key.contains("server") && key.contains("--port"), "{key}");
+        // Stable for the same command, different for another environment value.
+        assert_eq!(key, cache_key(&command.clone()));
+        let other = ServerCommand::new("server")
+            .arg("--port")
+            .env("API_TOKEN", "another");
+        assert_ne!(key, cache_key(&other));
+    }
 }

@@ -470,7 +470,8 @@ const INBOUND_QUEUE: usize = 256;
 impl HttpTransport {
     /// A transport to the endpoint `url` (`http://`, or `https://` with the feature `rustls`).
     /// Nothing is sent until the first [`send`](Self::send).
-    pub fn new(url: &str, config: ClientConfig) -> Result<Self, UrlError> {
+    pub fn new(url: &str, mut config: ClientConfig) -> Result<Self, UrlError> {
+        config::mark_credentials(&mut config.headers);
         let url: Uri = url.parse().map_err(|e| UrlError::Invalid(format!("{e}")))?;
         let scheme = url.scheme_str().unwrap_or_default().to_ascii_lowercase();
         match scheme.as_str() {
