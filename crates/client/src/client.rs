@@ -34,6 +34,10 @@ macro_rules! typed {
 const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 /// `list_all_*` follows at most this many pages.
 const MAX_PAGES: usize = 10_000;
+/// `list_all_*` reads at most this much JSON in all (the results of its pages as received).
+const MAX_LIST_BYTES: usize = 64 << 20;
+/// `list_all_*` refuses a longer cursor.
+const MAX_CURSOR_BYTES: usize = 8 << 10;
 
 /// A connection to one MCP server. Cheap to clone; every clone drives the same connection, which
 /// closes when [`close`](Self::close) is called or the last clone is dropped.
@@ -496,20 +500,30 @@ impl Client {
 
     /// One page of `tools/list`. Output schemas are remembered, to check `structuredContent`.
     pub async fn list_tools(&self, cursor: Option<&str>) -> Result<model::ListToolsResult, Error> {
+        Ok(self.tools_page(cursor).await?.0)
+    }
+
+    /// A page of `tools/list` and the size of its JSON.
+    async fn tools_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListToolsResult, usize), Error> {
         let method = "tools/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
+        let size = answer.result.get().len();
         let result = typed!(self, method, answer, ListTools);
         self.remember_tools(&answer);
-        Ok(result)
+        Ok((result, size))
     }
 
-    /// Every tool, following cursors.
+    /// Every tool, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_tools(&self) -> Result<Vec<model::Tool>, Error> {
         all_pages("tools/list", |cursor| async move {
-            let page = self.list_tools(cursor.as_deref()).await?;
-            Ok((page.tools, page.next_cursor))
+            let (page, size) = self.tools_page(cursor.as_deref()).await?;
+            Ok((page.tools, page.next_cursor, size))
         })
         .await
     }
@@ -680,18 +694,27 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<model::ListResourcesResult, Error> {
+        Ok(self.resources_page(cursor).await?.0)
+    }
+
+    async fn resources_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListResourcesResult, usize), Error> {
         let method = "resources/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        Ok(typed!(self, method, answer, ListResources))
+        let size = answer.result.get().len();
+        Ok((typed!(self, method, answer, ListResources), size))
     }
 
-    /// Every resource, following cursors.
+    /// Every resource, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resources(&self) -> Result<Vec<model::Resource>, Error> {
         all_pages("resources/list", |cursor| async move {
-            let page = self.list_resources(cursor.as_deref()).await?;
-            Ok((page.resources, page.next_cursor))
+            let (page, size) = self.resources_page(cursor.as_deref()).await?;
+            Ok((page.resources, page.next_cursor, size))
         })
         .await
     }
@@ -701,18 +724,27 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<model::ListResourceTemplatesResult, Error> {
+        Ok(self.templates_page(cursor).await?.0)
+    }
+
+    async fn templates_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListResourceTemplatesResult, usize), Error> {
         let method = "resources/templates/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        Ok(typed!(self, method, answer, ListResourceTemplates))
+        let size = answer.result.get().len();
+        Ok((typed!(self, method, answer, ListResourceTemplates), size))
     }
 
-    /// Every resource template, following cursors.
+    /// Every resource template, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resource_templates(&self) -> Result<Vec<model::ResourceTemplate>, Error> {
         all_pages("resources/templates/list", |cursor| async move {
-            let page = self.list_resource_templates(cursor.as_deref()).await?;
-            Ok((page.resource_templates, page.next_cursor))
+            let (page, size) = self.templates_page(cursor.as_deref()).await?;
+            Ok((page.resource_templates, page.next_cursor, size))
         })
         .await
     }
@@ -782,18 +814,27 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<model::ListPromptsResult, Error> {
+        Ok(self.prompts_page(cursor).await?.0)
+    }
+
+    async fn prompts_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListPromptsResult, usize), Error> {
         let method = "prompts/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        Ok(typed!(self, method, answer, ListPrompts))
+        let size = answer.result.get().len();
+        Ok((typed!(self, method, answer, ListPrompts), size))
     }
 
-    /// Every prompt, following cursors.
+    /// Every prompt, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_prompts(&self) -> Result<Vec<model::Prompt>, Error> {
         all_pages("prompts/list", |cursor| async move {
-            let page = self.list_prompts(cursor.as_deref()).await?;
-            Ok((page.prompts, page.next_cursor))
+            let (page, size) = self.prompts_page(cursor.as_deref()).await?;
+            Ok((page.prompts, page.next_cursor, size))
         })
         .await
     }
@@ -938,21 +979,39 @@ fn page(cursor: Option<&str>) -> JsonObject {
     params
 }
 
-/// Every item of a paginated list: `page(cursor)` gives one page's items and its next cursor.
-/// A cursor that came before is refused (a server that would loop forever), and so is a list of
-/// more than [`MAX_PAGES`] pages.
+/// Every item of a paginated list: `page(cursor)` gives one page's items, its next cursor and
+/// the size of its JSON. A cursor that came before is refused (a server that would loop
+/// forever), and so are a cursor longer than [`MAX_CURSOR_BYTES`], a list of more than
+/// [`MAX_PAGES`] pages, and pages of more than [`MAX_LIST_BYTES`] of JSON in all.
 async fn all_pages<T, F, Fut>(method: &str, mut page: F) -> Result<Vec<T>, Error>
 where
     F: FnMut(Option<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), Error>>,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, usize), Error>>,
 {
     let mut all = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut cursor = None;
+    let mut bytes = 0usize;
     for _ in 0..MAX_PAGES {
-        let (items, next) = page(cursor).await?;
+        let (items, next, size) = page(cursor).await?;
+        bytes = bytes.saturating_add(size);
+        if bytes > MAX_LIST_BYTES {
+            return Err(Error::invalid(
+                method,
+                format!("the pages take more than {MAX_LIST_BYTES} bytes of JSON in all"),
+            ));
+        }
         all.extend(items);
         match next {
+            Some(c) if c.len() > MAX_CURSOR_BYTES => {
+                return Err(Error::invalid(
+                    method,
+                    format!(
+                        "the cursor is {} bytes long, more than {MAX_CURSOR_BYTES}",
+                        c.len()
+                    ),
+                ));
+            }
             Some(c) if !seen.insert(c.clone()) => {
                 return Err(Error::invalid(method, format!("the cursor {c:?} repeats")));
             }
@@ -964,4 +1023,49 @@ where
         method,
         format!("more than {MAX_PAGES} pages"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list of `pages` pages of `size` bytes each, every one with a new cursor of `cursor`
+    /// bytes (the last one without).
+    async fn list(pages: usize, size: usize, cursor: usize) -> (Result<Vec<usize>, Error>, usize) {
+        let asked = std::cell::Cell::new(0);
+        let result = all_pages("tools/list", |_| {
+            let n = asked.get();
+            asked.set(n + 1);
+            async move {
+                let next = (n + 1 < pages).then(|| format!("{n:0cursor$}"));
+                Ok((vec![n], next, size))
+            }
+        })
+        .await;
+        (result, asked.get())
+    }
+
+    #[tokio::test]
+    async fn finding_9_list_all_stops_beyond_its_byte_budget() {
+        let (result, asked) = list(1000, 16 << 20, 10).await;
+        assert!(
+            matches!(&result, Err(Error::InvalidResult { reason, .. }) if reason.contains("bytes of JSON in all")),
+            "{result:?}"
+        );
+        assert_eq!(asked, 5, "64 MiB is four pages of 16 MiB");
+        let (result, _) = list(4, 16 << 20, 10).await;
+        assert_eq!(result.unwrap(), [0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn finding_9_list_all_refuses_a_cursor_longer_than_8_kib() {
+        let (result, asked) = list(3, 100, MAX_CURSOR_BYTES + 1).await;
+        assert!(
+            matches!(&result, Err(Error::InvalidResult { reason, .. }) if reason.contains("more than 8192")),
+            "{result:?}"
+        );
+        assert_eq!(asked, 1);
+        let (result, _) = list(3, 100, MAX_CURSOR_BYTES).await;
+        assert_eq!(result.unwrap(), [0, 1, 2]);
+    }
 }
