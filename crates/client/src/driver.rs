@@ -123,6 +123,9 @@ pub(crate) struct Shared {
     /// Output schemas and idempotence of the tools listed.
     pub(crate) tool_schemas: Mutex<crate::output::ListedTools>,
     pub(crate) handlers: Handlers,
+    /// How long a write to a stdio or in-memory server may wait (for a restarted server).
+    #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
+    pub(crate) write_timeout: Duration,
     /// The log level asked for: sent again to a legacy server after a reconnect.
     pub(crate) log_level: Mutex<Option<modelctx_session::LogLevel>>,
     /// Compiled output schemas.
@@ -709,7 +712,7 @@ impl Driver {
     fn reconnect_now(&mut self) {
         #[cfg(feature = "stdio")]
         if let Remake::Spawn(command) = &self.remake {
-            match crate::stdio::spawn(command) {
+            match crate::stdio::spawn(command, self.shared.write_timeout) {
                 Ok(channels) => {
                     if let Some(old) = self.link.replace(Link::Channels(Box::new(channels))) {
                         tokio::spawn(old.shut_down());

@@ -69,26 +69,28 @@ pub(crate) fn cache_key(command: &ServerCommand) -> String {
 }
 
 /// Spawns `command` and runs its pipes.
-pub(crate) fn spawn(command: &ServerCommand) -> std::io::Result<Channels> {
+pub(crate) fn spawn(command: &ServerCommand, write_timeout: Duration) -> std::io::Result<Channels> {
     let child = command.spawn()?;
     let (reader, writer, process) = (child.reader, child.writer, child.process);
-    let (mut channels, writer) = lines(reader, writer);
+    let (mut channels, writer) = lines(reader, writer, write_timeout);
     channels.child = Some(Child { process, writer });
     Ok(channels)
 }
 
 /// Runs a reader task and a writer task over a line-framed stream pair; the writer task hands the
-/// writer back when the channel to it closes.
+/// writer back when the channel to it closes. A write that waits longer than `write_timeout` (a
+/// server that stops reading its input) ends the connection.
 pub(crate) fn lines<R, W>(
     mut reader: LineReader<R>,
     mut writer: LineWriter<W>,
+    write_timeout: Duration,
 ) -> (Channels, JoinHandle<Option<LineWriter<W>>>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (events, inbox) = mpsc::channel(QUEUE);
-    let (out, mut outgoing) = mpsc::unbounded_channel::<Incoming>();
+    let (out, mut outgoing) = mpsc::channel::<Incoming>(QUEUE);
     let writer_events = events.clone();
     let read = tokio::spawn(async move {
         loop {
@@ -132,14 +134,15 @@ where
                     .await;
                 return None;
             }
-            if let Err(e) = writer.flush().await {
-                let _ = writer_events
-                    .send(LinkEvent::Closed(format!(
-                        "writing to the server failed: {e}"
-                    )))
-                    .await;
-                return None;
-            }
+            let why = match tokio::time::timeout(write_timeout, writer.flush()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => format!("writing to the server failed: {e}"),
+                Err(_) => format!(
+                    "the server read nothing of its input for {write_timeout:?}: the connection is taken for dead"
+                ),
+            };
+            let _ = writer_events.send(LinkEvent::Closed(why)).await;
+            return None;
         }
         Some(writer)
     });
