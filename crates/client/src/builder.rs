@@ -291,9 +291,9 @@ impl ClientBuilder {
 
     /// How long a message to a stdio or in-memory server may wait to be taken (default 30 s):
     /// a server that stops reading its input for longer is taken for dead, and the connection
-    /// ends ([`Error::Closed`](crate::Error::Closed) for the calls in flight). Up to 256
-    /// messages wait meanwhile; a call that finds them all waiting fails at once
-    /// ([`Error::Transport`](crate::Error::Transport)).
+    /// ends ([`Error::Closed`](crate::Error::Closed) for the calls in flight). Up to 2048
+    /// messages wait meanwhile (twice the requests in flight allowed); a call that finds them
+    /// all waiting fails at once ([`Error::Transport`](crate::Error::Transport)).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
         self.write_timeout = timeout;
         self

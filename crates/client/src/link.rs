@@ -10,6 +10,11 @@ use tokio::task::JoinHandle;
 
 /// The size of the queues between the driver and a transport's tasks.
 pub(crate) const QUEUE: usize = 256;
+/// The messages that may wait for a channel transport's writer: twice the session's requests in
+/// flight (1024 each way), so that a burst of calls and answers never finds it full while the
+/// server reads; a server that stops reading fills it only as calls time out (each leaves a
+/// cancellation behind and makes room for another call).
+pub(crate) const OUT_QUEUE: usize = 2048;
 /// How long a write to the server may wait before the connection is taken for dead (default of
 /// [`ClientBuilder::write_timeout`](crate::ClientBuilder::write_timeout)).
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,7 +52,7 @@ pub(crate) enum Link {
 
 /// The two directions of a channel transport, and the tasks that serve them.
 pub(crate) struct Channels {
-    /// Bounded ([`QUEUE`]) and never waited on: the driver must not wait on a writer (which
+    /// Bounded ([`OUT_QUEUE`]) and never waited on: the driver must not wait on a writer (which
     /// could wait on the driver reading), so a message that finds it full is not sent (a
     /// request fails at once). A writer that waits longer than the write timeout on a server
     /// that does not read ends the connection.
@@ -134,7 +139,7 @@ impl Link {
                     mpsc::error::TrySendError::Full(_) => (
                         id,
                         format!(
-                            "the server is not reading: {QUEUE} messages already wait to be written"
+                            "the server is not reading: {OUT_QUEUE} messages already wait to be written"
                         ),
                     ),
                     mpsc::error::TrySendError::Closed(_) => {
@@ -227,7 +232,7 @@ pub(crate) fn feed(
     events: mpsc::Sender<LinkEvent>,
     write_timeout: Duration,
 ) -> (mpsc::Sender<Incoming>, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel(QUEUE);
+    let (tx, mut rx) = mpsc::channel(OUT_QUEUE);
     let task = tokio::spawn(async move {
         while let Some(incoming) = rx.recv().await {
             match tokio::time::timeout(write_timeout, to.send(incoming)).await {

@@ -9,7 +9,7 @@ use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::link::{Channels, LinkEvent, QUEUE};
+use crate::link::{Channels, LinkEvent, OUT_QUEUE, QUEUE};
 
 /// A running server process and the task that writes its stdin.
 pub(crate) struct Child {
@@ -90,7 +90,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (events, inbox) = mpsc::channel(QUEUE);
-    let (out, mut outgoing) = mpsc::channel::<Incoming>(QUEUE);
+    let (out, mut outgoing) = mpsc::channel::<Incoming>(OUT_QUEUE);
     let writer_events = events.clone();
     let read = tokio::spawn(async move {
         loop {
