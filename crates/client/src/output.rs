@@ -19,6 +19,7 @@ pub(crate) const MAX_SCHEMA_BYTES: usize = 256 << 10;
 pub(crate) const MAX_SCHEMAS_BYTES: usize = 16 << 20;
 /// `structuredContent` larger than this (bytes of the result's JSON) is validated on a blocking
 /// thread rather than on the caller's async worker.
+#[cfg(feature = "validation")]
 pub(crate) const BLOCKING_ABOVE: usize = 64 << 10;
 
 /// What is known of one listed tool.

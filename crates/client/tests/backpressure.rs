@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use common::{Era, builder, connect, full_capabilities};
 use modelctx_client::{CallOptions, Client, Error};
+#[cfg(feature = "stdio")]
 use modelctx_stdio::{LineCodec, LineReader, LineWriter};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Starts `count` calls at once; their results as they end.
 fn start_calls(
@@ -106,6 +107,7 @@ async fn finding_11_a_peer_that_takes_nothing_for_the_write_timeout_is_dead() {
 
 /// Over a byte stream (as over a child's stdin): a server that answers the handshake, then
 /// reads nothing, blocks the writer's flush; after the write timeout the connection ends.
+#[cfg(feature = "stdio")]
 #[tokio::test]
 async fn finding_11_a_stdio_server_that_stops_reading_ends_the_connection() {
     let (client_out, server_in) = tokio::io::duplex(4096);
@@ -116,7 +118,7 @@ async fn finding_11_a_stdio_server_that_stops_reading_ends_the_connection() {
         // Answer `initialize`, take `notifications/initialized`, then read nothing more.
         loop {
             let line = reader.next_line().await.unwrap().unwrap().unwrap();
-            let message: Value = serde_json::from_str(line.as_str()).unwrap();
+            let message: serde_json::Value = serde_json::from_str(line.as_str()).unwrap();
             match message["method"].as_str() {
                 Some("initialize") => {
                     let answer = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
