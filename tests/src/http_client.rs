@@ -180,6 +180,14 @@ impl Driver {
         id
     }
 
+    /// Starts a request that is re-issued on a broken stream even if it is a `tools/call`.
+    pub fn start_reissued(&mut self, method: &str, params: Value) -> RequestId {
+        self.options = SendOptions::default().reissue(true);
+        let id = self.start(method, params);
+        self.options = SendOptions::default();
+        id
+    }
+
     /// Starts a request without re-issue on a broken stream.
     pub fn start_once(&mut self, method: &str, params: Value) -> RequestId {
         self.options = SendOptions::default().no_reissue();

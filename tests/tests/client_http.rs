@@ -212,3 +212,96 @@ async fn legacy_client(url: &str) -> Client {
     .await
     .unwrap()
 }
+
+/// Finding 5: a modern `tools/call` whose response stream breaks is sent again only for a tool
+/// listed as idempotent, or when the caller allows it; otherwise it fails once, clearly.
+#[tokio::test]
+async fn finding_5_a_broken_tool_call_is_sent_again_only_when_idempotent_or_allowed() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                let result = json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/list") => {
+                let schema = json!({"type": "object"});
+                let tools = json!([
+                    {"name": "charge", "inputSchema": schema,
+                        "annotations": {"idempotentHint": false, "destructiveHint": true}},
+                    {"name": "lookup", "inputSchema": schema,
+                        "annotations": {"idempotentHint": true}},
+                    {"name": "plain", "inputSchema": schema},
+                ]);
+                let result = json!({"tools": tools, "ttlMs": 0, "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/call") if id.as_str().is_some_and(|s| s.contains("~reissue-")) => {
+                let mut result = text_result(&id, "second try");
+                result["result"]["resultType"] = json!("complete");
+                reply.sse_head(&[]).await;
+                reply
+                    .raw(modelctx_tests::http_client::sse_message(None, &result).as_bytes())
+                    .await;
+            }
+            Some("tools/call") => {
+                // The head, then the connection drops before the answer: the tool may have run.
+                reply.sse_head(&[]).await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1").connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    within("list", client.list_all_tools()).await.unwrap();
+    let calls_of = |tool: &str| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call") && s.body["params"]["name"] == tool)
+            .count()
+    };
+
+    for tool in ["charge", "plain"] {
+        let error = within(tool, client.call_tool(tool, json!({})))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::Transport(why) if why.contains("was not sent again")),
+            "{error}"
+        );
+        assert_eq!(calls_of(tool), 1, "{tool} is called once");
+    }
+
+    let result = within("lookup", client.call_tool("lookup", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "second try");
+    assert_eq!(calls_of("lookup"), 2, "an idempotent tool is called again");
+
+    let options = modelctx_client::CallOptions::new().reissue(true);
+    let result = within(
+        "plain, allowed",
+        client.call_tool_with("plain", json!({}), options),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.text(), "second try");
+    assert_eq!(calls_of("plain"), 3);
+
+    let options = modelctx_client::CallOptions::new().reissue(false);
+    within(
+        "lookup, forbidden",
+        client.call_tool_with("lookup", json!({}), options),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(calls_of("lookup"), 3);
+    client.close().await;
+}

@@ -534,7 +534,7 @@ async fn sse_split_at_every_byte_is_read_whole() {
 }
 
 #[tokio::test]
-async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_out() {
+async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_allowed() {
     let server = ScriptServer::start(|seen, mut reply| async move {
         let id = seen.body["id"].clone();
         match seen.rpc_method() {
@@ -544,7 +544,7 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
                         200,
                         &[],
                         &json!({"jsonrpc": "2.0", "id": id, "result": {
-                    "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                    "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "resources": {}},
                     "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}}),
                     )
                     .await;
@@ -555,7 +555,7 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
                 reply.sse_head(&[]).await;
                 reply.raw(sse_message(None, &result).as_bytes()).await;
             }
-            Some("tools/call") => {
+            Some("tools/call" | "resources/read") => {
                 // The head, then the connection drops: the request is lost.
                 reply.sse_head(&[]).await;
             }
@@ -569,7 +569,29 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         ClientConfig::default(),
     );
     within("connect", client.connect()).await.unwrap();
+    let calls = |server: &ScriptServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call"))
+            .count()
+    };
+    // By default a tools/call is not sent again: the tool may have run.
     let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
+    let answer = within("not reissued by default", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("was not sent again")),
+        "{answer:?}"
+    );
+    assert_eq!(calls(&server), 1);
+    // Another method is.
+    let id = client.start("resources/read", json!({"uri": "file:///x"}));
+    let answer = within("a read", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("3 times")),
+        "{answer:?}"
+    );
+    let id = client.start_reissued("tools/call", json!({"name": "x", "arguments": {}}));
     let result = within("reissued", client.answer(&id)).await.unwrap();
     assert_eq!(text_of(&result), "second try");
     let ids: Vec<Value> = server
@@ -578,8 +600,8 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         .filter(|s| s.rpc_method() == Some("tools/call"))
         .map(|s| s.body["id"].clone())
         .collect();
-    assert_eq!(ids.len(), 2);
-    assert_ne!(ids[0], ids[1], "a re-issued request has a new id");
+    assert_eq!(ids.len(), 3);
+    assert_ne!(ids[1], ids[2], "a re-issued request has a new id");
 
     let id = client.start_once("tools/call", json!({"name": "x", "arguments": {}}));
     let answer = within("not reissued", client.answer(&id)).await;
@@ -587,14 +609,7 @@ async fn a_broken_modern_stream_is_reissued_with_a_new_id_unless_the_call_opts_o
         matches!(&answer, Err(RequestError::Transport(why)) if why.contains("ended before the answer")),
         "{answer:?}"
     );
-    assert_eq!(
-        server
-            .seen()
-            .iter()
-            .filter(|s| s.rpc_method() == Some("tools/call"))
-            .count(),
-        3
-    );
+    assert_eq!(calls(&server), 4);
 }
 
 fn modern_discover(id: &Value) -> Value {
@@ -1052,4 +1067,63 @@ async fn a_response_that_does_not_start_in_time_fails_its_request() {
         "{answer:?}"
     );
     assert_eq!(client.transport.table_sizes().tasks, 0);
+}
+
+/// Finding 13: a notification POST the server never answers, and an error head whose body never
+/// comes, are given up after `one_way_timeout` even without a `response_timeout`: their places in
+/// the transport's table are freed.
+#[tokio::test]
+async fn finding_13_unanswered_notification_posts_and_error_bodies_have_a_deadline() {
+    use modelctx_http::client::{HttpTransport, Inbound, TransportError};
+    use modelctx_types::{Message, Notification, Request, RequestId};
+
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        match seen.rpc_method() {
+            // Never answered: no response head.
+            Some("notifications/initialized") => std::future::pending::<()>().await,
+            // An error head promising a body that never comes.
+            Some("ping") => {
+                reply
+                    .raw(b"HTTP/1.1 500 X\r\ncontent-length: 100\r\n\r\nhalf")
+                    .await;
+                std::future::pending::<()>().await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.one_way_timeout = Duration::from_millis(200);
+    config.standalone_stream = false;
+    assert_eq!(config.response_timeout, None);
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+
+    let notification = Notification::new("notifications/initialized", &json!({})).unwrap();
+    transport.send(Message::Notification(notification)).unwrap();
+    match within("the notification", transport.recv()).await {
+        Some(Inbound::Undelivered {
+            what,
+            error: TransportError::Timeout(limit),
+        }) => {
+            assert_eq!(what, "notifications/initialized");
+            assert_eq!(limit, Duration::from_millis(200));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(transport.table_sizes().tasks, 0);
+
+    let request = Request::new(RequestId::from(7), "ping", &json!({})).unwrap();
+    transport.send(Message::Request(request)).unwrap();
+    match within("the request", transport.recv()).await {
+        Some(Inbound::RequestFailed {
+            id,
+            error: TransportError::Status { status, body },
+        }) => {
+            assert_eq!(id, RequestId::from(7));
+            assert_eq!(status.as_u16(), 500);
+            assert_eq!(body, "", "the body that did not come is left unread");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(transport.table_sizes().tasks, 0);
 }

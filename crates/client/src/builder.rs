@@ -40,6 +40,7 @@ pub struct ClientBuilder {
     reconnect: Option<Reconnect>,
     log_level: Option<LogLevel>,
     notification_queue: usize,
+    write_timeout: Duration,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -99,6 +100,7 @@ impl Client {
             reconnect: None,
             log_level: None,
             notification_queue: 256,
+            write_timeout: crate::link::WRITE_TIMEOUT,
         }
     }
 }
@@ -287,6 +289,16 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a message to a stdio or in-memory server may wait to be taken (default 30 s):
+    /// a server that stops reading its input for longer is taken for dead, and the connection
+    /// ends ([`Error::Closed`](crate::Error::Closed) for the calls in flight). Up to 2048
+    /// messages wait meanwhile (twice the requests in flight allowed); a call that finds them
+    /// all waiting fails at once ([`Error::Transport`](crate::Error::Transport)).
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
     /// The level of log messages wanted (see [`Client::set_log_level`]); set on connect.
     pub fn log_level(mut self, level: LogLevel) -> Self {
         self.log_level = Some(level);
@@ -303,8 +315,9 @@ impl ClientBuilder {
     where
         T: Into<Incoming> + Send + 'static,
     {
-        let (inbox, reader) = crate::link::forward(from_server);
-        let (out, writer) = crate::link::feed(to_server);
+        let (events, inbox) = mpsc::channel(crate::link::QUEUE);
+        let reader = crate::link::forward(from_server, events.clone());
+        let (out, writer) = crate::link::feed(to_server, events, self.write_timeout);
         let mut channels = Channels::new(out, inbox);
         channels.tasks.extend([reader, writer]);
         let key = format!("memory-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed));
@@ -323,7 +336,7 @@ impl ClientBuilder {
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let (mut channels, writer) = crate::stdio::lines(reader, writer);
+        let (mut channels, writer) = crate::stdio::lines(reader, writer, self.write_timeout);
         channels.tasks.push(tokio::spawn(async move {
             drop(writer.await);
         }));
@@ -350,8 +363,9 @@ impl ClientBuilder {
         self,
         command: modelctx_stdio::ServerCommand,
     ) -> Result<Client, ConnectError> {
-        let channels = crate::stdio::spawn(&command).map_err(ConnectError::Spawn)?;
-        let key = format!("stdio:{command:?}");
+        let channels =
+            crate::stdio::spawn(&command, self.write_timeout).map_err(ConnectError::Spawn)?;
+        let key = crate::stdio::cache_key(&command);
         self.start(
             Link::Channels(Box::new(channels)),
             Remake::Spawn(Box::new(command)),
@@ -435,6 +449,7 @@ impl ClientBuilder {
             tool_schemas: Mutex::new(Default::default()),
             handlers: self.handlers,
             log_level: Mutex::new(None),
+            write_timeout: self.write_timeout,
             #[cfg(feature = "validation")]
             schemas: modelctx_types::schema::SchemaCache::new(
                 modelctx_types::schema::SchemaLimits::default(),

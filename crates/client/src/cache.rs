@@ -28,17 +28,65 @@ pub(crate) const CACHEABLE: &[&str] = &[
 ///   is its own context).
 /// * A list-changed notification drops the cached pages of that list; a resource update drops
 ///   that resource. `input_required` results are never cached.
-/// * At most `capacity` entries: when full, expired entries go first, then the one closest to
-///   expiry.
-#[derive(Debug, Clone)]
+/// * At most `capacity` entries, and at most [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES)
+///   (64 MiB; [`max_bytes`](Self::max_bytes) changes it) of results and their params, measured on
+///   their JSON: when full, expired entries go first, then the ones closest to expiry. A result
+///   larger than the byte cap is not kept.
+/// * Its `Debug` shows its size, never what it holds (results and params may be private).
+#[derive(Clone)]
 pub struct ResultCache {
     inner: Arc<Mutex<Inner>>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for ResultCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("ResultCache")
+            .field("capacity", &inner.capacity)
+            .field("max_bytes", &inner.max_bytes)
+            .field("len", &inner.entries.len())
+            .field("bytes", &inner.bytes)
+            .finish()
+    }
+}
+
 struct Inner {
     capacity: usize,
+    max_bytes: usize,
+    /// The bytes of the entries: their results' and params' JSON.
+    bytes: usize,
     entries: HashMap<Key, Entry>,
+}
+
+impl Inner {
+    fn remove(&mut self, key: &Key) {
+        if let Some(entry) = self.entries.remove(key) {
+            self.bytes -= entry.size;
+        }
+    }
+
+    /// Drops expired entries, then those closest to expiry, until one of `size` bytes fits.
+    fn make_room(&mut self, size: usize, now: Instant) {
+        let full = |inner: &Inner| {
+            inner.entries.len() >= inner.capacity || inner.bytes + size > inner.max_bytes
+        };
+        if !full(self) {
+            return;
+        }
+        self.entries.retain(|_, e| e.expires > now);
+        self.bytes = self.entries.values().map(|e| e.size).sum();
+        while full(self) {
+            let Some(soonest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.expires)
+                .map(|(k, _)| k.clone())
+            else {
+                return;
+            };
+            self.remove(&soonest);
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -51,10 +99,11 @@ pub(crate) struct Key {
     params: String,
 }
 
-#[derive(Debug)]
 struct Entry {
     result: Arc<RawValue>,
     expires: Instant,
+    /// The bytes of its result's and params' JSON.
+    size: usize,
 }
 
 /// Where a client's entries live in a shared cache.
@@ -65,14 +114,35 @@ pub(crate) struct Scope {
 }
 
 impl ResultCache {
-    /// A cache of at most `capacity` results.
+    /// The default cap on the bytes a cache holds: 64 MiB.
+    pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
+
+    /// A cache of at most `capacity` results and [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES).
     pub fn new(capacity: usize) -> Self {
         ResultCache {
             inner: Arc::new(Mutex::new(Inner {
                 capacity,
+                max_bytes: Self::DEFAULT_MAX_BYTES,
+                bytes: 0,
                 entries: HashMap::new(),
             })),
         }
+    }
+
+    /// Caps the bytes held (results and their params, as JSON; default
+    /// [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES)), evicting what no longer fits.
+    pub fn max_bytes(self, max_bytes: usize) -> Self {
+        {
+            let mut inner = self.lock();
+            inner.max_bytes = max_bytes;
+            inner.make_room(0, Instant::now());
+        }
+        self
+    }
+
+    /// The bytes held: the JSON of the results and of their params.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// How many results are cached (expired ones included until they are evicted).
@@ -87,7 +157,9 @@ impl ResultCache {
 
     /// Drops everything.
     pub fn clear(&self) {
-        self.lock().entries.clear();
+        let mut inner = self.lock();
+        inner.entries.clear();
+        inner.bytes = 0;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -155,28 +227,21 @@ impl ResultCache {
         let Ok(result) = RawValue::from_string(result.get().to_owned()) else {
             return;
         };
+        let size = result.get().len() + key.params.len();
         let mut inner = self.lock();
-        if inner.capacity == 0 {
+        inner.remove(&key);
+        if inner.capacity == 0 || size > inner.max_bytes {
             return;
         }
-        if inner.entries.len() >= inner.capacity && !inner.entries.contains_key(&key) {
-            inner.entries.retain(|_, e| e.expires > now);
-            if inner.entries.len() >= inner.capacity
-                && let Some(soonest) = inner
-                    .entries
-                    .iter()
-                    .min_by_key(|(_, e)| e.expires)
-                    .map(|(k, _)| k.clone())
-            {
-                inner.entries.remove(&soonest);
-            }
-        }
+        inner.make_room(size, now);
         let expires = now + Duration::from_millis(u64::try_from(ttl).unwrap_or(0));
+        inner.bytes += size;
         inner.entries.insert(
             key,
             Entry {
                 result: Arc::from(result),
                 expires,
+                size,
             },
         );
     }
@@ -184,11 +249,13 @@ impl ResultCache {
     /// Drops the cached results of `method` from `server` (all params), or only those whose
     /// params contain `needle`.
     pub(crate) fn invalidate(&self, server: &str, method: &str, needle: Option<&str>) {
-        self.lock().entries.retain(|k, _| {
+        let mut inner = self.lock();
+        inner.entries.retain(|k, _| {
             !(&*k.server == server
                 && k.method == method
                 && needle.is_none_or(|n| k.params.contains(n)))
         });
+        inner.bytes = inner.entries.values().map(|e| e.size).sum();
     }
 }
 
@@ -259,5 +326,72 @@ mod tests {
         // The longest-lived ones stay.
         assert!(cache.get(&scope("a"), "resources/read", "9", now).is_some());
         assert!(cache.get(&scope("a"), "resources/read", "0", now).is_none());
+    }
+
+    #[test]
+    fn finding_9_the_byte_cap_holds_and_evicts_those_closest_to_expiry() {
+        let cache = ResultCache::new(100).max_bytes(1000);
+        let now = Instant::now();
+        let result = |i: usize| {
+            let padding = "x".repeat(200);
+            raw(&format!(
+                r#"{{"contents":[],"p":"{padding}","ttlMs":{}}}"#,
+                1000 + i
+            ))
+        };
+        for i in 0..10 {
+            cache.put(
+                &scope("a"),
+                "resources/read",
+                &i.to_string(),
+                &result(i),
+                now,
+            );
+            assert!(cache.bytes() <= 1000, "{}", cache.bytes());
+        }
+        assert_eq!(cache.len(), 4, "four of about 240 bytes fit in 1000");
+        assert!(cache.get(&scope("a"), "resources/read", "9", now).is_some());
+        assert!(cache.get(&scope("a"), "resources/read", "0", now).is_none());
+        // One larger than the cap is not kept, and evicts nothing.
+        let huge = raw(&format!(
+            r#"{{"contents":[],"p":"{}","ttlMs":5000}}"#,
+            "y".repeat(2000)
+        ));
+        cache.put(&scope("a"), "resources/read", "huge", &huge, now);
+        assert!(
+            cache
+                .get(&scope("a"), "resources/read", "huge", now)
+                .is_none()
+        );
+        assert_eq!(cache.len(), 4);
+        // Replacing an entry does not count it twice; invalidation and clear give bytes back.
+        cache.put(&scope("a"), "resources/read", "9", &result(9), now);
+        assert_eq!(cache.len(), 4);
+        let held = cache.bytes();
+        cache.invalidate("srv", "resources/read", Some("9"));
+        assert!(cache.bytes() < held);
+        cache.clear();
+        assert_eq!((cache.len(), cache.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn finding_22_the_debug_of_a_cache_shows_no_key_or_result() {
+        let cache = ResultCache::new(10);
+        let secret_scope = Scope {
+            server: "stdio:server API_TOKEN=s3cret".into(),
+            context: "s3cret-context".into(),
+        };
+        let result = raw(r#"{"contents":[{"text":"s3cret-text"}],"ttlMs":1000}"#);
+        cache.put(
+            &secret_scope,
+            "resources/read",
+            "{\"uri\":\"s3cret-uri\"}",
+            &result,
+            Instant::now(),
+        );
+        assert_eq!(cache.len(), 1);
+        let debug = format!("{cache:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains("len: 1"), "{debug}");
     }
 }

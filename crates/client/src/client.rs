@@ -9,12 +9,14 @@ use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions}
 use modelctx_types::{JsonObject, model};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::driver::{Answer, Call, Command, MAX_TOOL_SCHEMAS, Shared};
+use crate::driver::{Answer, Call, Command, Shared};
 use crate::error::Error;
 use crate::input::Ask;
 use crate::notify::{Notifications, Progress, ProgressFn};
+use crate::output::OutputSchema;
 use crate::wire;
 
 /// The result of `method` as its model type (the `ServerResult` variant named), or
@@ -32,6 +34,10 @@ macro_rules! typed {
 const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
 /// `list_all_*` follows at most this many pages.
 const MAX_PAGES: usize = 10_000;
+/// `list_all_*` reads at most this much JSON in all (the results of its pages as received).
+const MAX_LIST_BYTES: usize = 64 << 20;
+/// `list_all_*` refuses a longer cursor.
+const MAX_CURSOR_BYTES: usize = 8 << 10;
 
 /// A connection to one MCP server. Cheap to clone; every clone drives the same connection, which
 /// closes when [`close`](Self::close) is called or the last clone is dropped.
@@ -89,6 +95,7 @@ pub struct CallOptions {
     timeout: Option<Option<Duration>>,
     progress: Option<ProgressFn>,
     reset_on_progress: Option<Duration>,
+    reissue: Option<bool>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -97,6 +104,7 @@ impl std::fmt::Debug for CallOptions {
             .field("timeout", &self.timeout)
             .field("progress", &self.progress.is_some())
             .field("reset_on_progress", &self.reset_on_progress)
+            .field("reissue", &self.reissue)
             .finish()
     }
 }
@@ -123,6 +131,19 @@ impl CallOptions {
     /// Restart the timeout whenever progress arrives, but never wait longer than `max_total`.
     pub fn reset_timeout_on_progress(mut self, max_total: Duration) -> Self {
         self.reset_on_progress = Some(max_total);
+        self
+    }
+
+    /// Whether the request may be sent again (with a new id) when its response stream breaks
+    /// before the answer; only modern servers over HTTP lose requests that way.
+    ///
+    /// Default: a `tools/call` is sent again only when the server listed the tool with
+    /// `annotations.idempotentHint: true` (the client remembers the tools it listed); any other
+    /// request is. `reissue(true)` allows it for a tool that is not marked idempotent (at most
+    /// `max_reissues` times, a setting of the HTTP transport), `reissue(false)` forbids it. A
+    /// call that is not sent again fails with [`Error::Transport`].
+    pub fn reissue(mut self, reissue: bool) -> Self {
+        self.reissue = Some(reissue);
         self
     }
 }
@@ -298,12 +319,28 @@ impl Client {
         {
             request = request.with_progress_reset(max);
         }
+        let reissue = options.reissue.unwrap_or_else(|| {
+            method != "tools/call" || {
+                let name = params
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.inner
+                    .shared
+                    .tool_schemas
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(name)
+                    .is_some_and(|tool| tool.idempotent)
+            }
+        });
         let call = Call {
             token,
             method: method.to_owned(),
             params,
             options: request,
             progress: options.progress.clone(),
+            reissue,
             reply,
         };
         if self.inner.commands.send(Command::Call(call)).await.is_err() {
@@ -463,56 +500,70 @@ impl Client {
 
     /// One page of `tools/list`. Output schemas are remembered, to check `structuredContent`.
     pub async fn list_tools(&self, cursor: Option<&str>) -> Result<model::ListToolsResult, Error> {
+        Ok(self.tools_page(cursor).await?.0)
+    }
+
+    /// A page of `tools/list` and the size of its JSON.
+    async fn tools_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListToolsResult, usize), Error> {
         let method = "tools/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
+        let size = answer.result.get().len();
         let result = typed!(self, method, answer, ListTools);
-        self.remember_output_schemas(&answer);
-        Ok(result)
+        self.remember_tools(&answer);
+        Ok((result, size))
     }
 
-    /// Every tool, following cursors.
+    /// Every tool, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_tools(&self) -> Result<Vec<model::Tool>, Error> {
         all_pages("tools/list", |cursor| async move {
-            let page = self.list_tools(cursor.as_deref()).await?;
-            Ok((page.tools, page.next_cursor))
+            let (page, size) = self.tools_page(cursor.as_deref()).await?;
+            Ok((page.tools, page.next_cursor, size))
         })
         .await
     }
 
-    fn remember_output_schemas(&self, answer: &Answer) {
+    /// Remembers the output schema and the idempotence of each tool of a `tools/list` page.
+    fn remember_tools(&self, answer: &Answer) {
         #[derive(serde::Deserialize)]
-        struct Listed {
-            tools: Vec<ListedTool>,
+        struct Listed<'a> {
+            #[serde(borrow)]
+            tools: Vec<ListedTool<'a>>,
         }
         #[derive(serde::Deserialize)]
-        struct ListedTool {
+        struct ListedTool<'a> {
             name: String,
-            #[serde(rename = "outputSchema")]
-            output_schema: Option<JsonObject>,
+            #[serde(rename = "outputSchema", borrow)]
+            output_schema: Option<&'a RawValue>,
+            annotations: Option<Annotations>,
         }
-        let Ok(listed) = serde_json::from_str::<Listed>(answer.result.get()) else {
+        #[derive(serde::Deserialize)]
+        struct Annotations {
+            #[serde(rename = "idempotentHint")]
+            idempotent_hint: Option<bool>,
+        }
+        let Ok(listed) = serde_json::from_str::<Listed<'_>>(answer.result.get()) else {
             return;
         };
-        let mut schemas = self
+        let mut tools = self
             .inner
             .shared
             .tool_schemas
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for tool in listed.tools {
-            match tool.output_schema {
-                Some(schema)
-                    if schemas.len() < MAX_TOOL_SCHEMAS || schemas.contains_key(&tool.name) =>
-                {
-                    schemas.insert(tool.name, Arc::new(schema));
-                }
-                Some(_) => {}
-                None => {
-                    schemas.remove(&tool.name);
-                }
-            }
+            // `null` is no schema.
+            let output = tool.output_schema.filter(|raw| raw.get() != "null");
+            let idempotent = tool
+                .annotations
+                .and_then(|a| a.idempotent_hint)
+                .unwrap_or(false);
+            tools.record(tool.name, output, idempotent);
         }
     }
 
@@ -586,11 +637,18 @@ impl Client {
         }
         let answer = self.call(method, params, &options).await?;
         let result = typed!(self, method, answer, CallTool);
-        self.check_structured(name, &result)?;
+        self.check_structured(name, &result, answer.result.get().len())
+            .await?;
         Ok(result)
     }
 
-    fn check_structured(&self, tool: &str, result: &model::CallToolResult) -> Result<(), Error> {
+    /// Checks the `structuredContent` of a result of `tool` (`size`: bytes of the result's JSON).
+    async fn check_structured(
+        &self,
+        tool: &str,
+        result: &model::CallToolResult,
+        size: usize,
+    ) -> Result<(), Error> {
         if result.is_error == Some(true) {
             return Ok(());
         }
@@ -601,9 +659,18 @@ impl Client {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(tool)
-            .cloned();
-        let Some(schema) = schema else {
-            return Ok(());
+            .and_then(|t| t.output.clone());
+        let schema = match schema {
+            None => return Ok(()),
+            Some(OutputSchema::Schema(schema, _)) => schema,
+            Some(OutputSchema::NotStored(why)) => {
+                return Err(Error::StructuredContent {
+                    tool: tool.into(),
+                    reason: format!(
+                        "{why}: the client did not keep it, so it cannot check the result"
+                    ),
+                });
+            }
         };
         let Some(content) = &result.structured_content else {
             return Err(Error::StructuredContent {
@@ -612,12 +679,12 @@ impl Client {
                     .into(),
             });
         };
-        crate::output::check(&self.inner.shared, &schema, content).map_err(|reason| {
-            Error::StructuredContent {
+        crate::output::check(&self.inner.shared, &schema, content, size)
+            .await
+            .map_err(|reason| Error::StructuredContent {
                 tool: tool.into(),
                 reason,
-            }
-        })
+            })
     }
 
     // -- resources ------------------------------------------------------------------------------
@@ -627,18 +694,27 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<model::ListResourcesResult, Error> {
+        Ok(self.resources_page(cursor).await?.0)
+    }
+
+    async fn resources_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListResourcesResult, usize), Error> {
         let method = "resources/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        Ok(typed!(self, method, answer, ListResources))
+        let size = answer.result.get().len();
+        Ok((typed!(self, method, answer, ListResources), size))
     }
 
-    /// Every resource, following cursors.
+    /// Every resource, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resources(&self) -> Result<Vec<model::Resource>, Error> {
         all_pages("resources/list", |cursor| async move {
-            let page = self.list_resources(cursor.as_deref()).await?;
-            Ok((page.resources, page.next_cursor))
+            let (page, size) = self.resources_page(cursor.as_deref()).await?;
+            Ok((page.resources, page.next_cursor, size))
         })
         .await
     }
@@ -648,18 +724,27 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<model::ListResourceTemplatesResult, Error> {
+        Ok(self.templates_page(cursor).await?.0)
+    }
+
+    async fn templates_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListResourceTemplatesResult, usize), Error> {
         let method = "resources/templates/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        Ok(typed!(self, method, answer, ListResourceTemplates))
+        let size = answer.result.get().len();
+        Ok((typed!(self, method, answer, ListResourceTemplates), size))
     }
 
-    /// Every resource template, following cursors.
+    /// Every resource template, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resource_templates(&self) -> Result<Vec<model::ResourceTemplate>, Error> {
         all_pages("resources/templates/list", |cursor| async move {
-            let page = self.list_resource_templates(cursor.as_deref()).await?;
-            Ok((page.resource_templates, page.next_cursor))
+            let (page, size) = self.templates_page(cursor.as_deref()).await?;
+            Ok((page.resource_templates, page.next_cursor, size))
         })
         .await
     }
@@ -729,18 +814,27 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<model::ListPromptsResult, Error> {
+        Ok(self.prompts_page(cursor).await?.0)
+    }
+
+    async fn prompts_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(model::ListPromptsResult, usize), Error> {
         let method = "prompts/list";
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
-        Ok(typed!(self, method, answer, ListPrompts))
+        let size = answer.result.get().len();
+        Ok((typed!(self, method, answer, ListPrompts), size))
     }
 
-    /// Every prompt, following cursors.
+    /// Every prompt, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
+    /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_prompts(&self) -> Result<Vec<model::Prompt>, Error> {
         all_pages("prompts/list", |cursor| async move {
-            let page = self.list_prompts(cursor.as_deref()).await?;
-            Ok((page.prompts, page.next_cursor))
+            let (page, size) = self.prompts_page(cursor.as_deref()).await?;
+            Ok((page.prompts, page.next_cursor, size))
         })
         .await
     }
@@ -885,21 +979,39 @@ fn page(cursor: Option<&str>) -> JsonObject {
     params
 }
 
-/// Every item of a paginated list: `page(cursor)` gives one page's items and its next cursor.
-/// A cursor that came before is refused (a server that would loop forever), and so is a list of
-/// more than [`MAX_PAGES`] pages.
+/// Every item of a paginated list: `page(cursor)` gives one page's items, its next cursor and
+/// the size of its JSON. A cursor that came before is refused (a server that would loop
+/// forever), and so are a cursor longer than [`MAX_CURSOR_BYTES`], a list of more than
+/// [`MAX_PAGES`] pages, and pages of more than [`MAX_LIST_BYTES`] of JSON in all.
 async fn all_pages<T, F, Fut>(method: &str, mut page: F) -> Result<Vec<T>, Error>
 where
     F: FnMut(Option<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), Error>>,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, usize), Error>>,
 {
     let mut all = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut cursor = None;
+    let mut bytes = 0usize;
     for _ in 0..MAX_PAGES {
-        let (items, next) = page(cursor).await?;
+        let (items, next, size) = page(cursor).await?;
+        bytes = bytes.saturating_add(size);
+        if bytes > MAX_LIST_BYTES {
+            return Err(Error::invalid(
+                method,
+                format!("the pages take more than {MAX_LIST_BYTES} bytes of JSON in all"),
+            ));
+        }
         all.extend(items);
         match next {
+            Some(c) if c.len() > MAX_CURSOR_BYTES => {
+                return Err(Error::invalid(
+                    method,
+                    format!(
+                        "the cursor is {} bytes long, more than {MAX_CURSOR_BYTES}",
+                        c.len()
+                    ),
+                ));
+            }
             Some(c) if !seen.insert(c.clone()) => {
                 return Err(Error::invalid(method, format!("the cursor {c:?} repeats")));
             }
@@ -911,4 +1023,49 @@ where
         method,
         format!("more than {MAX_PAGES} pages"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list of `pages` pages of `size` bytes each, every one with a new cursor of `cursor`
+    /// bytes (the last one without).
+    async fn list(pages: usize, size: usize, cursor: usize) -> (Result<Vec<usize>, Error>, usize) {
+        let asked = std::cell::Cell::new(0);
+        let result = all_pages("tools/list", |_| {
+            let n = asked.get();
+            asked.set(n + 1);
+            async move {
+                let next = (n + 1 < pages).then(|| format!("{n:0cursor$}"));
+                Ok((vec![n], next, size))
+            }
+        })
+        .await;
+        (result, asked.get())
+    }
+
+    #[tokio::test]
+    async fn finding_9_list_all_stops_beyond_its_byte_budget() {
+        let (result, asked) = list(1000, 16 << 20, 10).await;
+        assert!(
+            matches!(&result, Err(Error::InvalidResult { reason, .. }) if reason.contains("bytes of JSON in all")),
+            "{result:?}"
+        );
+        assert_eq!(asked, 5, "64 MiB is four pages of 16 MiB");
+        let (result, _) = list(4, 16 << 20, 10).await;
+        assert_eq!(result.unwrap(), [0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn finding_9_list_all_refuses_a_cursor_longer_than_8_kib() {
+        let (result, asked) = list(3, 100, MAX_CURSOR_BYTES + 1).await;
+        assert!(
+            matches!(&result, Err(Error::InvalidResult { reason, .. }) if reason.contains("more than 8192")),
+            "{result:?}"
+        );
+        assert_eq!(asked, 1);
+        let (result, _) = list(3, 100, MAX_CURSOR_BYTES).await;
+        assert_eq!(result.unwrap(), [0, 1, 2]);
+    }
 }

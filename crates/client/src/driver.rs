@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use modelctx_session::{
     ClientConfig as SessionConfig, ClientSession, CloseReason, EraChoice, EraDecision, Event,
-    PeerInfo, ProtocolVersion, RequestError, RequestOptions,
+    PeerInfo, ProtocolVersion, RequestError, RequestOptions, Transmit,
 };
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject, Notification, RequestId};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -29,8 +29,6 @@ const MAX_WAITING: usize = 1024;
 /// The first wait before a listen stream that ended is opened again; doubled up to a minute.
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
-/// Output schemas remembered from `tools/list` (the newest listing wins).
-pub(crate) const MAX_TOOL_SCHEMAS: usize = 10_000;
 
 /// When a connection that ended is re-established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +67,8 @@ pub(crate) struct Call {
     pub(crate) params: JsonObject,
     pub(crate) options: RequestOptions,
     pub(crate) progress: Option<ProgressFn>,
+    /// Whether the transport may send it again when its response stream breaks (modern HTTP).
+    pub(crate) reissue: bool,
     pub(crate) reply: oneshot::Sender<Result<Answer, Error>>,
 }
 
@@ -120,8 +120,12 @@ pub(crate) struct Shared {
     pub(crate) notifications: Mutex<Option<broadcast::Sender<ServerNotification>>>,
     pub(crate) callbacks: Vec<NotificationFn>,
     pub(crate) cache: Option<(ResultCache, Scope)>,
-    pub(crate) tool_schemas: Mutex<HashMap<String, Arc<JsonObject>>>,
+    /// Output schemas and idempotence of the tools listed.
+    pub(crate) tool_schemas: Mutex<crate::output::ListedTools>,
     pub(crate) handlers: Handlers,
+    /// How long a write to a stdio or in-memory server may wait (for a restarted server).
+    #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
+    pub(crate) write_timeout: Duration,
     /// The log level asked for: sent again to a legacy server after a reconnect.
     pub(crate) log_level: Mutex<Option<modelctx_session::LogLevel>>,
     /// Compiled output schemas.
@@ -198,6 +202,7 @@ struct Pending {
     token: u64,
     reply: oneshot::Sender<Result<Answer, Error>>,
     progress: Option<ProgressFn>,
+    reissue: bool,
 }
 
 pub(crate) struct Driver {
@@ -374,6 +379,7 @@ impl Driver {
             params,
             options,
             progress,
+            reissue,
             reply,
         } = call;
         if reply.is_closed() {
@@ -391,6 +397,7 @@ impl Driver {
                         token,
                         reply,
                         progress,
+                        reissue,
                     },
                 );
             }
@@ -491,8 +498,16 @@ impl Driver {
             let mut busy = false;
             while let Some(transmit) = self.session.poll_transmit() {
                 busy = true;
+                // A call may be sent again by the transport only when its caller allows it.
+                let reissue = match &transmit {
+                    Transmit::Message {
+                        message: Message::Request(r),
+                        ..
+                    } => self.pending.get(&r.id).is_none_or(|p| p.reissue),
+                    _ => true,
+                };
                 let Some(link) = &mut self.link else { continue };
-                if let Err((id, why)) = link.send(transmit).await {
+                if let Err((id, why)) = link.send(transmit, reissue).await {
                     match id {
                         Some(id) => self.session.request_failed(Instant::now(), &id, why),
                         None => tracing::debug!(%why, "a message could not be sent"),
@@ -697,7 +712,7 @@ impl Driver {
     fn reconnect_now(&mut self) {
         #[cfg(feature = "stdio")]
         if let Remake::Spawn(command) = &self.remake {
-            match crate::stdio::spawn(command) {
+            match crate::stdio::spawn(command, self.shared.write_timeout) {
                 Ok(channels) => {
                     if let Some(old) = self.link.replace(Link::Channels(Box::new(channels))) {
                         tokio::spawn(old.shut_down());

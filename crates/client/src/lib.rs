@@ -35,13 +35,17 @@
 //!   a legacy server's requests and a modern server's `input_required` results alike; the modern
 //!   multi round-trip loop (retry with a new id, `inputResponses`, `requestState` echoed verbatim)
 //!   runs inside each call, for a bounded number of rounds.
+//! * **No silent repeats**: a modern `tools/call` whose HTTP response stream breaks is sent
+//!   again only for a tool the server listed with `idempotentHint: true`, or when
+//!   [`CallOptions::reissue`] allows it; otherwise it fails with [`Error::Transport`].
 //! * **Timeouts and cancellation**: every call times out (60 s by default, optionally reset by
 //!   progress up to a maximum) and is cancelled on the wire as its era defines it (legacy:
 //!   `notifications/cancelled`; modern over HTTP: the response stream is closed); dropping a
 //!   call's future cancels it the same way.
 //! * **Checks on what servers send**: `structuredContent` is validated against the output schema
 //!   the server listed for the tool (feature `validation`: a bounded cache of compiled schemas,
-//!   no network or file `$ref`, size and depth limits); on modern HTTP connections tools with
+//!   no network or file `$ref`, size and depth limits, patterns matched in linear time, large
+//!   results checked on a blocking thread); on modern HTTP connections tools with
 //!   invalid `x-mcp-header` declarations are left out of `tools/list` by the transport.
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server

@@ -1,6 +1,8 @@
 //! The transports a client runs on, behind one small interface for the driver: messages out,
 //! [`LinkEvent`]s in.
 
+use std::time::Duration;
+
 use modelctx_session::Transmit;
 use modelctx_types::{Incoming, Message, RequestId};
 use tokio::sync::mpsc;
@@ -8,6 +10,14 @@ use tokio::task::JoinHandle;
 
 /// The size of the queues between the driver and a transport's tasks.
 pub(crate) const QUEUE: usize = 256;
+/// The messages that may wait for a channel transport's writer: twice the session's requests in
+/// flight (1024 each way), so that a burst of calls and answers never finds it full while the
+/// server reads; a server that stops reading fills it only as calls time out (each leaves a
+/// cancellation behind and makes room for another call).
+pub(crate) const OUT_QUEUE: usize = 2048;
+/// How long a write to the server may wait before the connection is taken for dead (default of
+/// [`ClientBuilder::write_timeout`](crate::ClientBuilder::write_timeout)).
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a transport hands the driver.
 #[derive(Debug)]
@@ -42,10 +52,11 @@ pub(crate) enum Link {
 
 /// The two directions of a channel transport, and the tasks that serve them.
 pub(crate) struct Channels {
-    /// Unbounded so that the driver never waits on a writer (which could wait on the driver
-    /// reading): what it holds is bounded by the session's tables (requests in flight, answers
-    /// to the server's requests, one cancellation each).
-    pub(crate) out: Option<mpsc::UnboundedSender<Incoming>>,
+    /// Bounded ([`OUT_QUEUE`]) and never waited on: the driver must not wait on a writer (which
+    /// could wait on the driver reading), so a message that finds it full is not sent (a
+    /// request fails at once). A writer that waits longer than the write timeout on a server
+    /// that does not read ends the connection.
+    pub(crate) out: Option<mpsc::Sender<Incoming>>,
     pub(crate) inbox: mpsc::Receiver<LinkEvent>,
     pub(crate) tasks: Vec<JoinHandle<()>>,
     pub(crate) ended: bool,
@@ -63,10 +74,7 @@ impl Drop for Channels {
 
 impl Channels {
     /// Channels to a peer that takes `out` and yields into `inbox`.
-    pub(crate) fn new(
-        out: mpsc::UnboundedSender<Incoming>,
-        inbox: mpsc::Receiver<LinkEvent>,
-    ) -> Self {
+    pub(crate) fn new(out: mpsc::Sender<Incoming>, inbox: mpsc::Receiver<LinkEvent>) -> Self {
         Channels {
             out: Some(out),
             inbox,
@@ -104,12 +112,16 @@ impl Link {
     }
 
     /// Writes one transmit. An `Err` names the request that could not be sent, if it was one.
+    /// `reissue`: whether a modern HTTP request whose response stream breaks may be sent again.
     pub(crate) async fn send(
         &mut self,
         transmit: Transmit,
+        reissue: bool,
     ) -> Result<(), (Option<RequestId>, String)> {
         match self {
             Link::Channels(c) => {
+                // Nothing is sent again over channels: a message is either written or not.
+                let _ = reissue;
                 let incoming = match transmit {
                     Transmit::Message { message, .. } => Incoming::Single(message),
                     Transmit::Batch(messages) => {
@@ -123,8 +135,17 @@ impl Link {
                 let Some(out) = &c.out else {
                     return Err((id, "the connection is closed".into()));
                 };
-                out.send(incoming)
-                    .map_err(|_| (id, "the server's channel closed".into()))
+                out.try_send(incoming).map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => (
+                        id,
+                        format!(
+                            "the server is not reading: {OUT_QUEUE} messages already wait to be written"
+                        ),
+                    ),
+                    mpsc::error::TrySendError::Closed(_) => {
+                        (id, "the server's channel closed".into())
+                    }
+                })
             }
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
@@ -133,7 +154,9 @@ impl Link {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
                     };
-                    t.send(message).map_err(|e| (id, e.to_string()))
+                    let options = modelctx_http::client::SendOptions::default().reissue(reissue);
+                    t.send_with(message, options)
+                        .map_err(|e| (id, e.to_string()))
                 }
                 Transmit::Batch(messages) => {
                     t.send_batch(messages).map_err(|e| (None, e.to_string()))
@@ -201,36 +224,49 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
     }
 }
 
-/// Forwards what the driver writes to a peer's bounded input, waiting on it as needed.
+/// Forwards what the driver writes to a peer's bounded input, waiting on it at most
+/// `write_timeout` per message; beyond, the connection is taken for dead ([`LinkEvent::Closed`]
+/// on `events`).
 pub(crate) fn feed(
     to: mpsc::Sender<Incoming>,
-) -> (mpsc::UnboundedSender<Incoming>, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    events: mpsc::Sender<LinkEvent>,
+    write_timeout: Duration,
+) -> (mpsc::Sender<Incoming>, JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::channel(OUT_QUEUE);
     let task = tokio::spawn(async move {
         while let Some(incoming) = rx.recv().await {
-            if to.send(incoming).await.is_err() {
-                return;
+            match tokio::time::timeout(write_timeout, to.send(incoming)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    let why = format!(
+                        "the server took no message for {write_timeout:?}: the connection is taken for dead"
+                    );
+                    let _ = events.send(LinkEvent::Closed(why)).await;
+                    return;
+                }
             }
         }
     });
     (tx, task)
 }
 
-/// Forwards what a peer yields on `from` as link events (for in-memory transports).
-pub(crate) fn forward<T>(mut from: mpsc::Receiver<T>) -> (mpsc::Receiver<LinkEvent>, JoinHandle<()>)
+/// Forwards what a peer yields on `from` as link events on `events` (for in-memory transports).
+pub(crate) fn forward<T>(
+    mut from: mpsc::Receiver<T>,
+    events: mpsc::Sender<LinkEvent>,
+) -> JoinHandle<()>
 where
     T: Into<Incoming> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel(QUEUE);
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         while let Some(item) = from.recv().await {
-            if tx.send(LinkEvent::Message(item.into())).await.is_err() {
+            if events.send(LinkEvent::Message(item.into())).await.is_err() {
                 return;
             }
         }
-        let _ = tx
+        let _ = events
             .send(LinkEvent::Closed("the server's channel closed".into()))
             .await;
-    });
-    (rx, task)
+    })
 }

@@ -9,7 +9,7 @@ use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::link::{Channels, LinkEvent, QUEUE};
+use crate::link::{Channels, LinkEvent, OUT_QUEUE, QUEUE};
 
 /// A running server process and the task that writes its stdin.
 pub(crate) struct Child {
@@ -49,27 +49,48 @@ impl Child {
     }
 }
 
+/// The server a command runs, as a [`ResultCache`](crate::ResultCache) knows it: its program,
+/// arguments and working directory, and a hash of its environment (under a key random to this
+/// process), so that no value given with `env` (a token, say) is held or shown in the key.
+pub(crate) fn cache_key(command: &ServerCommand) -> String {
+    use std::hash::BuildHasher;
+    use std::sync::OnceLock;
+    static KEY: OnceLock<std::hash::RandomState> = OnceLock::new();
+    let env = KEY
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(command.get_envs());
+    format!(
+        "stdio:{:?} {:?} in {:?} env {:016x}",
+        command.get_program(),
+        command.get_args(),
+        command.get_current_dir(),
+        env
+    )
+}
+
 /// Spawns `command` and runs its pipes.
-pub(crate) fn spawn(command: &ServerCommand) -> std::io::Result<Channels> {
+pub(crate) fn spawn(command: &ServerCommand, write_timeout: Duration) -> std::io::Result<Channels> {
     let child = command.spawn()?;
     let (reader, writer, process) = (child.reader, child.writer, child.process);
-    let (mut channels, writer) = lines(reader, writer);
+    let (mut channels, writer) = lines(reader, writer, write_timeout);
     channels.child = Some(Child { process, writer });
     Ok(channels)
 }
 
 /// Runs a reader task and a writer task over a line-framed stream pair; the writer task hands the
-/// writer back when the channel to it closes.
+/// writer back when the channel to it closes. A write that waits longer than `write_timeout` (a
+/// server that stops reading its input) ends the connection.
 pub(crate) fn lines<R, W>(
     mut reader: LineReader<R>,
     mut writer: LineWriter<W>,
+    write_timeout: Duration,
 ) -> (Channels, JoinHandle<Option<LineWriter<W>>>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (events, inbox) = mpsc::channel(QUEUE);
-    let (out, mut outgoing) = mpsc::unbounded_channel::<Incoming>();
+    let (out, mut outgoing) = mpsc::channel::<Incoming>(OUT_QUEUE);
     let writer_events = events.clone();
     let read = tokio::spawn(async move {
         loop {
@@ -113,18 +134,40 @@ where
                     .await;
                 return None;
             }
-            if let Err(e) = writer.flush().await {
-                let _ = writer_events
-                    .send(LinkEvent::Closed(format!(
-                        "writing to the server failed: {e}"
-                    )))
-                    .await;
-                return None;
-            }
+            let why = match tokio::time::timeout(write_timeout, writer.flush()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => format!("writing to the server failed: {e}"),
+                Err(_) => format!(
+                    "the server read nothing of its input for {write_timeout:?}: the connection is taken for dead"
+                ),
+            };
+            let _ = writer_events.send(LinkEvent::Closed(why)).await;
+            return None;
         }
         Some(writer)
     });
     let mut channels = Channels::new(out, inbox);
     channels.tasks.push(read);
     (channels, write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finding_22_the_cache_key_of_a_command_holds_no_environment_value() {
+        let command = ServerCommand::new("server")
+            .arg("--port")
+            .env("API_TOKEN", "s3cret-value");
+        let key = cache_key(&command);
+        assert!(!key.contains("s3cret-value"), "{key}");
+        assert!(key.contains("server") && key.contains("--port"), "{key}");
+        // Stable for the same command, different for another environment value.
+        assert_eq!(key, cache_key(&command.clone()));
+        let other = ServerCommand::new("server")
+            .arg("--port")
+            .env("API_TOKEN", "another");
+        assert_ne!(key, cache_key(&other));
+    }
 }

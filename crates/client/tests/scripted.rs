@@ -124,6 +124,49 @@ async fn structured_content_is_checked_against_the_listed_output_schema() {
     );
 }
 
+/// Findings 8 and 9: output schemas a hostile server chooses. A pattern that needs backtracking
+/// is refused (the call fails, nothing is matched); patterns are matched in linear time, on large
+/// results off the caller's worker; a schema over 256 KiB is not stored and calls fail.
+#[tokio::test]
+async fn finding_8_and_9_hostile_output_schemas_have_documented_outcomes() {
+    let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
+    let strings = |pattern: &str| {
+        json!({"type": "object", "properties": {"v": {"type": "array", "items": {
+            "type": "string", "pattern": pattern}}}})
+    };
+    let huge = json!({"type": "object", "description": "x".repeat(300 << 10)});
+    let listing = json!({"tools": [
+        {"name": "backref", "inputSchema": {"type": "object"},
+            "outputSchema": strings("^(a|aa)+\\1$")},
+        {"name": "nested", "inputSchema": {"type": "object"}, "outputSchema": strings("^(a+)+$")},
+        {"name": "huge", "inputSchema": {"type": "object"}, "outputSchema": huge},
+    ]});
+    assert_eq!(fake.list_tools(&client, listing).await.tools.len(), 3);
+
+    // Over 64 KiB of almost-matching strings: checked on a blocking thread.
+    let almost: Vec<String> = (0..5000).map(|_| format!("{}!", "a".repeat(24))).collect();
+    let content = json!({"content": [], "structuredContent": {"v": almost}});
+    for (tool, expected) in [
+        ("backref", "needs backreferences or look-around"),
+        ("nested", "does not match"),
+        ("huge", "larger than 262144 bytes"),
+    ] {
+        let (result, _) = fake
+            .answer("tools/call", content.clone(), client.call_tool(tool, ()))
+            .await;
+        assert!(
+            matches!(&result, Err(Error::StructuredContent { reason, .. }) if reason.contains(expected)),
+            "{tool}: {result:?}"
+        );
+    }
+    let fine: Vec<String> = (0..5000).map(|_| "a".repeat(25)).collect();
+    let content = json!({"content": [], "structuredContent": {"v": fine}});
+    let (result, _) = fake
+        .answer("tools/call", content, client.call_tool("nested", ()))
+        .await;
+    assert!(result.is_ok(), "{result:?}");
+}
+
 #[tokio::test]
 async fn a_new_listing_replaces_the_output_schemas() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;

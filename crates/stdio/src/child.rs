@@ -585,6 +585,31 @@ async fn forward_stderr<R: AsyncRead + Unpin>(mut stderr: R, emit: impl Fn(&str)
     }
 }
 
+/// What a command runs, for telling commands apart (the client's result cache keys on it).
+impl ServerCommand {
+    /// The program run.
+    pub fn get_program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments.
+    pub fn get_args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The working directory set with [`current_dir`](Self::current_dir).
+    pub fn get_current_dir(&self) -> Option<&std::path::Path> {
+        self.current_dir.as_deref()
+    }
+
+    /// The variables set with [`env`](Self::env), names and values (values may be secrets),
+    /// then the names inherited with [`inherit_env`](Self::inherit_env), and whether the whole
+    /// environment is inherited.
+    pub fn get_envs(&self) -> (&[(OsString, OsString)], &[OsString], bool) {
+        (&self.env, &self.inherit, self.inherit_all)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,8 +20,12 @@
 //!
 //! `format` keeps jsonschema's defaults, which follow the specifications: an annotation only in
 //! 2020-12 and 2019-09, an assertion in draft-07, draft-06 and draft-04 (unknown formats are
-//! ignored). `pattern` uses jsonschema's default engine, fancy-regex with its default backtracking
-//! limit, so a pathological pattern fails instead of running away.
+//! ignored). `pattern` and `patternProperties` are matched by a linear-time engine (the `regex`
+//! crate) by default ([`PatternEngine::Linear`]): matching costs time proportional to the string,
+//! whatever the pattern. A schema whose patterns need backtracking (backreferences such as `\1`,
+//! look-around such as `(?=...)`) is refused with [`SchemaError::Pattern`]. An application that
+//! validates with schemas of its own and needs those features can choose
+//! [`PatternEngine::Backtracking`] in [`SchemaLimits::patterns`].
 //!
 //! # Example
 //!
@@ -82,6 +86,27 @@ pub struct SchemaLimits {
     pub max_depth: usize,
     /// How many compiled schemas the cache keeps (default 256); 0 disables caching.
     pub cache_entries: usize,
+    /// The engine that matches `pattern` and `patternProperties` (default
+    /// [`PatternEngine::Linear`]).
+    pub patterns: PatternEngine,
+}
+
+/// The regular expression engine of `pattern` and `patternProperties`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PatternEngine {
+    /// The `regex` crate: time linear in the length of the string whatever the pattern (the
+    /// default). Patterns with backreferences or look-around cannot be compiled by it: a schema
+    /// holding one is refused with [`SchemaError::Pattern`]. The choice for schemas from a peer.
+    #[default]
+    Linear,
+    /// fancy-regex: backreferences and look-around are supported, and a match gives up (a
+    /// violation) after `backtrack_limit` backtracking steps per string. A string can still cost
+    /// that many steps, so this is for schemas the application wrote itself.
+    Backtracking {
+        /// The backtracking steps allowed per string.
+        backtrack_limit: usize,
+    },
 }
 
 impl Default for SchemaLimits {
@@ -90,6 +115,7 @@ impl Default for SchemaLimits {
             max_bytes: 256 * 1024,
             max_depth: 64,
             cache_entries: 256,
+            patterns: PatternEngine::Linear,
         }
     }
 }
@@ -127,6 +153,18 @@ pub enum SchemaError {
     /// expression, an unresolvable local reference...).
     #[error("invalid schema: {0}")]
     Invalid(String),
+    /// A `pattern` or `patternProperties` needs backtracking (a backreference, look-around), which
+    /// the linear engine of [`PatternEngine::Linear`] does not do; holds where (a JSON pointer
+    /// into the schema) and the pattern.
+    #[error(
+        "the schema's pattern at {path:?} needs backreferences or look-around, which the linear-time pattern engine refuses: {pattern:?}"
+    )]
+    Pattern {
+        /// Where in the schema.
+        path: String,
+        /// The pattern, shortened.
+        pattern: String,
+    },
 }
 
 /// Where and why a value does not match its schema, in words a model can act on.
@@ -162,9 +200,11 @@ impl Validator {
     /// Up to `max` violations (empty: valid). At least one is reported for an invalid value,
     /// even when `max` is 0.
     ///
-    /// jsonschema collects every error of a value before the iterator yields the first one, so
-    /// `max` bounds the messages formatted and returned, not the work done; a valid value takes
-    /// the faster `is_valid` path only.
+    /// The value is walked once, stopping at the first violation; only when `max` is more than 1
+    /// and the value is invalid is it walked a second time for the other violations (jsonschema
+    /// collects every error of a value before yielding the first, so `max` bounds the messages
+    /// formatted and returned, not the work of that second walk). Ask for 1 to bound the work
+    /// to one walk.
     ///
     /// A value nesting objects and arrays deeper than [`MAX_VALUE_DEPTH`] is refused with a
     /// single violation before jsonschema sees it: its validation recurses with the value (through
@@ -179,14 +219,20 @@ impl Validator {
                 ),
             }];
         }
-        if self.inner.is_valid(value) {
-            return Vec::new();
+        let first = match self.inner.validate(value) {
+            Ok(()) => return Vec::new(),
+            Err(error) => violation(&error),
+        };
+        if max <= 1 {
+            return vec![first];
         }
-        self.inner
+        let more: Vec<Violation> = self
+            .inner
             .iter_errors(value)
-            .take(max.max(1))
+            .take(max)
             .map(|error| violation(&error))
-            .collect()
+            .collect();
+        if more.is_empty() { vec![first] } else { more }
     }
 }
 
@@ -350,7 +396,7 @@ impl SchemaCache {
         if let Some(validator) = self.state().get(hash, &canonical) {
             return Ok(validator);
         }
-        let validator = compile(schema)?;
+        let validator = compile(schema, limits.patterns)?;
         Ok(self
             .state()
             .insert(limits.cache_entries, hash, canonical, validator))
@@ -544,26 +590,52 @@ impl jsonschema::Retrieve for NoRetrieval {
     }
 }
 
-/// Compiles `schema`, whose size and depth were checked.
-fn compile(schema: &Map<String, Value>) -> Result<Validator, SchemaError> {
+/// Compiles `schema`, whose size and depth were checked, matching patterns with `engine`.
+fn compile(schema: &Map<String, Value>, engine: PatternEngine) -> Result<Validator, SchemaError> {
     let draft = check_dialect_and_refs(schema)?;
-    let validator = jsonschema::options()
-        .with_draft(draft)
-        .with_retriever(NoRetrieval)
-        .build(&Value::Object(schema.clone()))
-        .map_err(|error| {
-            // Against the meta-schema, the "instance" is the schema: say where, quote it short.
-            let path = error.instance_path().as_str();
-            let message = error.masked_with(shorten(error.instance()));
-            SchemaError::Invalid(if path.is_empty() {
-                message.to_string()
-            } else {
-                format!("{path}: {message}")
-            })
-        })?;
-    Ok(Validator {
-        inner: Arc::new(validator),
-    })
+    let schema = Value::Object(schema.clone());
+    let options = || {
+        jsonschema::options()
+            .with_draft(draft)
+            .with_retriever(NoRetrieval)
+    };
+    let built = match engine {
+        PatternEngine::Linear => options()
+            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .build(&schema),
+        PatternEngine::Backtracking { backtrack_limit } => options()
+            .with_pattern_options(
+                jsonschema::PatternOptions::fancy_regex().backtrack_limit(backtrack_limit),
+            )
+            .build(&schema),
+    };
+    let error = match built {
+        Ok(validator) => {
+            return Ok(Validator {
+                inner: Arc::new(validator),
+            });
+        }
+        Err(error) => error,
+    };
+    // A pattern the linear engine refused: if the backtracking engine compiles the schema (only
+    // compiles it, nothing is matched), the pattern needs backtracking rather than being wrong.
+    if engine == PatternEngine::Linear
+        && matches!(error.kind(), ValidationErrorKind::Format { format } if format == "regex")
+        && options().build(&schema).is_ok()
+    {
+        return Err(SchemaError::Pattern {
+            path: error.schema_path().as_str().to_owned(),
+            pattern: shorten(error.instance()),
+        });
+    }
+    // Against the meta-schema, the "instance" is the schema: say where, quote it short.
+    let path = error.instance_path().as_str();
+    let message = error.masked_with(shorten(error.instance()));
+    Err(SchemaError::Invalid(if path.is_empty() {
+        message.to_string()
+    } else {
+        format!("{path}: {message}")
+    }))
 }
 
 /// A violation from a jsonschema error; the offending value is shortened in the message.
@@ -1220,5 +1292,80 @@ mod tests {
         assert!(cache.is_empty());
         cache.validator(&object(json!({}))).unwrap();
         assert!(!cache.is_empty());
+    }
+
+    #[test]
+    fn finding_8_patterns_needing_backtracking_are_refused_by_the_default_linear_engine() {
+        // A backreference inside a repetition: fancy-regex would backtrack on it.
+        let backreference = json!({
+            "type": "object",
+            "properties": {"v": {"type": "array", "items": {
+                "type": "string", "pattern": "^(a|aa)+\\1$"
+            }}}
+        });
+        assert_eq!(SchemaLimits::default().patterns, PatternEngine::Linear);
+        match compile_err(backreference.clone()) {
+            SchemaError::Pattern { path, pattern } => {
+                assert_eq!(path, "/properties/v/items/pattern");
+                assert_eq!(pattern, r#""^(a|aa)+\\1$""#);
+            }
+            other => panic!("not a pattern error: {other:?}"),
+        }
+        // Look-around, in patternProperties too.
+        assert!(matches!(
+            compile_err(json!({"pattern": "^(?=a)a+$"})),
+            SchemaError::Pattern { .. }
+        ));
+        assert!(matches!(
+            compile_err(json!({"patternProperties": {"^(?!x)": {"type": "string"}}})),
+            SchemaError::Pattern { .. }
+        ));
+        // A pattern that is wrong for every engine stays an invalid schema.
+        assert!(matches!(
+            compile_err(json!({"pattern": "("})),
+            SchemaError::Invalid(_)
+        ));
+        // The engine that backtracks is there for an application's own schemas.
+        let limits = SchemaLimits {
+            patterns: PatternEngine::Backtracking {
+                backtrack_limit: 10_000,
+            },
+            ..SchemaLimits::default()
+        };
+        let validator = SchemaCache::new(limits)
+            .validator(&object(json!({"pattern": "^(a)\\1$"})))
+            .expect("compiles with backtracking");
+        assert!(validator.validate(&json!("aa"), 1).is_empty());
+        assert_eq!(validator.validate(&json!("ab"), 1).len(), 1);
+    }
+
+    #[test]
+    fn finding_8_the_validator_matches_with_the_linear_engine() {
+        // Catastrophic for a backtracking engine that does not delegate (nested quantifiers, a
+        // string that almost matches); the linear engine answers the same as any engine.
+        let validator = compile_ok(json!({
+            "type": "array",
+            "items": {"type": "string", "pattern": "^(a+)+$"}
+        }));
+        let almost = format!("{}!", "a".repeat(100_000));
+        let value = json!(["aaaa", almost]);
+        let violations = validator.validate(&value, 8);
+        assert_eq!(violations.len(), 1);
+        assert_eq!(violations[0].path, "/1");
+        // Look-ahead is refused by this validator's engine: it is the linear one.
+        assert!(matches!(
+            cache().validator(&object(json!({"pattern": "(?=a)"}))),
+            Err(SchemaError::Pattern { .. })
+        ));
+    }
+
+    #[test]
+    fn finding_8_one_violation_is_asked_for_with_one_walk() {
+        let validator = compile_ok(arguments_schema());
+        let value = json!({"name": 1, "count": 9, "tags": [1, 2]});
+        assert_eq!(validator.validate(&value, 1).len(), 1);
+        assert_eq!(validator.validate(&value, 0).len(), 1);
+        assert_eq!(validator.validate(&value, 8).len(), 4);
+        assert!(validator.validate(&json!({"name": "x"}), 1).is_empty());
     }
 }

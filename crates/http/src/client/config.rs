@@ -1,15 +1,21 @@
 //! What a client transport may do: limits, timeouts, reconnection.
 
+use std::fmt;
 use std::time::Duration;
 
 use http::HeaderMap;
 
 /// The settings of an [`HttpTransport`](super::HttpTransport).
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` shows the names of the headers but not the values of credentials
+/// (`Authorization`, `Proxy-Authorization`, `Cookie`, and any value marked sensitive).
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
     /// Headers sent on every request (say `Authorization`). `Mcp-*`, `Accept` and
-    /// `Content-Type` are the transport's own and override these.
+    /// `Content-Type` are the transport's own and override these. The values of
+    /// `Authorization`, `Proxy-Authorization` and `Cookie` are marked sensitive when sent (HTTP/2
+    /// compression does not index them) and are never shown by `Debug`.
     pub headers: HeaderMap,
     /// The largest JSON response body read, in bytes (default 16 MiB); a larger one fails its
     /// request.
@@ -27,6 +33,14 @@ pub struct ClientConfig {
     /// Time from sending a request to the response head (default none: a JSON response to a
     /// long tool call only comes when the call ends; the session's request timeouts bound it).
     pub response_timeout: Option<Duration>,
+    /// Time given to an exchange that awaits a status only (default 30 s, whatever
+    /// `response_timeout` is): the POST of a notification or of a response to the server's
+    /// request (and every POST of the 2024-11-05 transport) until its response head, and the
+    /// reading of any error body. One that takes longer is given up
+    /// ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
+    /// [`TransportError::Timeout`](super::TransportError::Timeout); an error body is left
+    /// unread), freeing its place under `max_in_flight`.
+    pub one_way_timeout: Duration,
     /// How long an idle pooled connection is kept (default 90 s).
     pub pool_idle_timeout: Duration,
     /// Time given to the `DELETE` that ends a legacy session on close (default 5 s).
@@ -34,8 +48,9 @@ pub struct ClientConfig {
     /// Reconnecting broken SSE streams.
     pub reconnect: Reconnect,
     /// How many times a modern request whose response stream broke is sent again with a new id
-    /// (default 2; per request, [`SendOptions::no_reissue`](super::SendOptions::no_reissue)
-    /// turns it off).
+    /// (default 2). `tools/call` is never sent again unless the request was sent with
+    /// [`SendOptions::reissue`](super::SendOptions::reissue)`(true)`; per request,
+    /// [`SendOptions::no_reissue`](super::SendOptions::no_reissue) turns it off for any method.
     pub max_reissues: u32,
     /// Open the legacy standalone GET stream once the session is initialized (default true).
     pub standalone_stream: bool,
@@ -48,6 +63,66 @@ pub struct ClientConfig {
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
+/// The headers whose values are credentials.
+const CREDENTIALS: [http::HeaderName; 3] = [
+    http::header::AUTHORIZATION,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::COOKIE,
+];
+
+/// Whether the value of header `name` must never be shown or indexed.
+pub(crate) fn is_credential(name: &http::HeaderName, value: &http::HeaderValue) -> bool {
+    value.is_sensitive() || CREDENTIALS.contains(name)
+}
+
+/// `headers` with the values of credentials marked sensitive.
+pub(crate) fn mark_credentials(headers: &mut HeaderMap) {
+    for (name, value) in headers.iter_mut() {
+        if CREDENTIALS.contains(name) {
+            value.set_sensitive(true);
+        }
+    }
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Headers<'a>(&'a HeaderMap);
+        impl fmt::Debug for Headers<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map()
+                    .entries(self.0.iter().map(|(name, value)| {
+                        let shown: &dyn fmt::Debug = if is_credential(name, value) {
+                            &"<redacted>"
+                        } else {
+                            value
+                        };
+                        (name, shown)
+                    }))
+                    .finish()
+            }
+        }
+        let mut debug = f.debug_struct("ClientConfig");
+        debug
+            .field("headers", &Headers(&self.headers))
+            .field("max_body", &self.max_body)
+            .field("max_event", &self.max_event)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_tools", &self.max_tools)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("one_way_timeout", &self.one_way_timeout)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("delete_timeout", &self.delete_timeout)
+            .field("reconnect", &self.reconnect)
+            .field("max_reissues", &self.max_reissues)
+            .field("standalone_stream", &self.standalone_stream)
+            .field("old_sse_fallback", &self.old_sse_fallback);
+        #[cfg(feature = "rustls")]
+        debug.field("tls", &self.tls.as_ref().map(|_| "custom"));
+        debug.finish()
+    }
+}
+
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
@@ -58,6 +133,7 @@ impl Default for ClientConfig {
             max_tools: 10_000,
             connect_timeout: Duration::from_secs(10),
             response_timeout: None,
+            one_way_timeout: Duration::from_secs(30),
             pool_idle_timeout: Duration::from_secs(90),
             delete_timeout: Duration::from_secs(5),
             reconnect: Reconnect::default(),
@@ -125,6 +201,40 @@ fn unit_random() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finding_22_the_debug_of_a_config_does_not_show_credentials() {
+        let mut config = ClientConfig::default();
+        let headers = [
+            ("authorization", "Bearer s3cret-token"),
+            ("proxy-authorization", "Basic s3cret-proxy"),
+            ("cookie", "session=s3cret-cookie"),
+            ("x-tenant", "acme"),
+        ];
+        for (name, value) in headers {
+            config.headers.insert(
+                http::HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            );
+        }
+        let mut marked = http::HeaderValue::from_static("s3cret-marked");
+        marked.set_sensitive(true);
+        config.headers.insert("x-api-key", marked);
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(
+            debug.contains("authorization") && debug.contains("<redacted>"),
+            "{debug}"
+        );
+        assert!(debug.contains("acme"), "other headers are shown: {debug}");
+        assert!(debug.contains("one_way_timeout"), "{debug}");
+
+        mark_credentials(&mut config.headers);
+        for name in ["authorization", "proxy-authorization", "cookie"] {
+            assert!(config.headers[name].is_sensitive(), "{name}");
+        }
+        assert!(!config.headers["x-tenant"].is_sensitive());
+    }
 
     #[test]
     fn the_first_reconnect_waits_exactly_retry_and_later_ones_back_off_with_jitter_to_the_cap() {

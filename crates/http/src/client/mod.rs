@@ -20,8 +20,9 @@
 //!   When `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
 //!   transport (a GET for the `endpoint` event, then POSTs there).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
-//!   that breaks loses the request, which is sent again with a new id (bounded; not for requests
-//!   sent with [`SendOptions::no_reissue`]); a broken `subscriptions/listen` stream is re-opened
+//!   that breaks loses the request, which is sent again with a new id (bounded; never for a
+//!   `tools/call` unless sent with [`SendOptions::reissue`]`(true)`, since a tool may not be
+//!   idempotent; not for requests sent with [`SendOptions::no_reissue`]); a broken `subscriptions/listen` stream is re-opened
 //!   and [`Inbound::ListenReopened`] says notifications may have been lost;
 //!   [`cancel`](HttpTransport::cancel) closes the request's stream, which is how the era
 //!   cancels.
@@ -180,6 +181,13 @@ pub enum TransportError {
         /// How many times the request was sent again.
         reissued: u32,
     },
+    /// The response stream of a modern request broke before the answer, and the request was not
+    /// sent again: it was sent without re-issue ([`SendOptions`]; by default a `tools/call`,
+    /// whose tool may have run already). Holds how the stream ended.
+    #[error(
+        "the response stream broke before the answer ({0}); the request was not sent again, since it may have taken effect (a tools/call is sent again only when the tool is idempotent or the caller allows it)"
+    )]
+    NotReissued(Box<TransportError>),
     /// The legacy HTTP session ended (404 for a known session id).
     #[error("the server ended the HTTP session")]
     SessionEnded,
@@ -228,24 +236,37 @@ pub enum UrlError {
 }
 
 /// How one message is sent.
-#[derive(Debug, Clone, Copy)]
+///
+/// By default a modern request whose response stream breaks before the answer is sent again
+/// with a new id (at most [`ClientConfig::max_reissues`] times), except `tools/call`: a tool may
+/// have side effects, and the server may have run it already, so a broken `tools/call` fails
+/// with [`TransportError::StreamEnded`] unless [`reissue(true)`](Self::reissue) says the tool is
+/// idempotent (its `annotations.idempotentHint` is true, or the caller knows better).
+#[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
 pub struct SendOptions {
-    pub(crate) reissue: bool,
-}
-
-impl Default for SendOptions {
-    fn default() -> Self {
-        SendOptions { reissue: true }
-    }
+    /// `None`: by method (every method but `tools/call`).
+    pub(crate) reissue: Option<bool>,
 }
 
 impl SendOptions {
-    /// A modern request whose response stream breaks is lost rather than sent again (for a tool
-    /// that is not idempotent); it fails with [`TransportError::StreamEnded`].
-    pub fn no_reissue(mut self) -> Self {
-        self.reissue = false;
+    /// Whether a modern request whose response stream breaks is sent again with a new id
+    /// (default: yes for every method but `tools/call`).
+    pub fn reissue(mut self, reissue: bool) -> Self {
+        self.reissue = Some(reissue);
         self
+    }
+
+    /// A modern request whose response stream breaks is lost rather than sent again (for a tool
+    /// that is not idempotent); it fails with [`TransportError::StreamEnded`]. The same as
+    /// [`reissue(false)`](Self::reissue).
+    pub fn no_reissue(self) -> Self {
+        self.reissue(false)
+    }
+
+    /// Whether a request of `method` is re-issued with these options.
+    pub(crate) fn reissues(&self, method: Option<&str>) -> bool {
+        self.reissue.unwrap_or_else(|| method != Some("tools/call"))
     }
 }
 
@@ -469,7 +490,8 @@ const INBOUND_QUEUE: usize = 256;
 impl HttpTransport {
     /// A transport to the endpoint `url` (`http://`, or `https://` with the feature `rustls`).
     /// Nothing is sent until the first [`send`](Self::send).
-    pub fn new(url: &str, config: ClientConfig) -> Result<Self, UrlError> {
+    pub fn new(url: &str, mut config: ClientConfig) -> Result<Self, UrlError> {
+        config::mark_credentials(&mut config.headers);
         let url: Uri = url.parse().map_err(|e| UrlError::Invalid(format!("{e}")))?;
         let scheme = url.scheme_str().unwrap_or_default().to_ascii_lowercase();
         match scheme.as_str() {

@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming as Body;
 use modelctx_types::{Message, RequestId};
 
-use super::request::{builder, describe, exchange_head};
+use super::request::{builder, describe, exchange_head, exchange_status};
 use super::sse_decode::{SseDecoder, SseEvent};
 use super::{Inbound, Registration, TaskGuard, TransportError};
 use crate::headers::escape;
@@ -204,7 +204,8 @@ pub(crate) async fn post(guard: TaskGuard, endpoint: Uri, messages: Vec<Message>
                 .body(Full::new(Bytes::from(body)));
             match request {
                 Err(e) => TransportError::Malformed(e.to_string()),
-                Ok(request) => match exchange_head(&shared, request).await {
+                // Answers come on the event stream: a POST awaits its status only.
+                Ok(request) => match exchange_status(&shared, request).await {
                     Ok(response) if response.status().is_success() => return,
                     Ok(response) => TransportError::Status {
                         status: response.status(),

@@ -86,13 +86,14 @@ pub(crate) fn send(
         let state = shared.state();
         (state.epoch, state.old_endpoint.clone())
     };
+    let reissue = options.reissues(method.as_deref());
     let exchange = Exchange {
         messages,
         batch,
         method,
         params,
         modern,
-        reissue: options.reissue,
+        reissue,
         epoch,
     };
     let registration = Registration {
@@ -319,7 +320,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
                 let request = exchange.messages.pop();
                 return super::old_sse::fall_back(guard, status, request).await;
             }
-            let body = read_error_body(response).await;
+            let body = read_error_body(&shared, response).await;
             let error = json_rpc_error(&body);
             if let Some(error) = error {
                 if exchange.modern
@@ -414,7 +415,11 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             reopened = true;
             continue;
         }
-        if exchange.reissue && reissued < shared.config.max_reissues {
+        if !exchange.reissue {
+            let error = TransportError::NotReissued(Box::new(error));
+            return finish(&shared, &mut pending, error).await;
+        }
+        if reissued < shared.config.max_reissues {
             reissued += 1;
             renumber(&mut pending, &mut exchange, "reissue");
             continue;
@@ -528,6 +533,18 @@ pub(crate) async fn exchange_head(
     result.map_err(|e| TransportError::Connection(describe(&e)))
 }
 
+/// [`exchange_head`] for an exchange that awaits a status only, within
+/// [`ClientConfig::one_way_timeout`](super::ClientConfig::one_way_timeout) as well.
+pub(crate) async fn exchange_status(
+    shared: &Shared,
+    request: http::Request<Full<Bytes>>,
+) -> Result<Response<Body>, TransportError> {
+    let limit = shared.config.one_way_timeout;
+    tokio::time::timeout(limit, exchange_head(shared, request))
+        .await
+        .unwrap_or(Err(TransportError::Timeout(limit)))
+}
+
 /// An error and its sources, on one line.
 pub(crate) fn describe(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -562,12 +579,16 @@ fn content_type(response: &Response<Body>) -> Kind {
     }
 }
 
-async fn read_error_body(response: Response<Body>) -> Bytes {
-    Limited::new(response.into_body(), ERROR_BODY_LIMIT)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default()
+/// The start of an error body, read within [`ClientConfig::one_way_timeout`] (empty when it does
+/// not come in time): a server that sends an error head and no body cannot hold the exchange.
+///
+/// [`ClientConfig::one_way_timeout`]: super::ClientConfig::one_way_timeout
+async fn read_error_body(shared: &Shared, response: Response<Body>) -> Bytes {
+    let read = Limited::new(response.into_body(), ERROR_BODY_LIMIT).collect();
+    match tokio::time::timeout(shared.config.one_way_timeout, read).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        _ => Bytes::new(),
+    }
 }
 
 fn shown(body: &[u8]) -> String {
@@ -707,7 +728,13 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
     let opens_standalone = !exchange.modern
         && exchange.method.as_deref() == Some(INITIALIZED)
         && shared.config.standalone_stream;
-    let error = match post(&shared, &exchange, session).await {
+    // Nothing but a status is awaited: bounded even when requests wait for their answers
+    // without a deadline, so that an unanswered POST frees its place in the table.
+    let limit = shared.config.one_way_timeout;
+    let posted = tokio::time::timeout(limit, post(&shared, &exchange, session))
+        .await
+        .unwrap_or(Err(TransportError::Timeout(limit)));
+    let error = match posted {
         Ok(response) if response.status().is_success() => {
             if opens_standalone {
                 let session = sent_session.clone();
@@ -731,7 +758,7 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
                 return session_ended(&guard, sent).await;
             }
             let status = response.status();
-            let body = read_error_body(response).await;
+            let body = read_error_body(&shared, response).await;
             TransportError::Status {
                 status,
                 body: shown(&body),
@@ -857,7 +884,7 @@ async fn follow(
             return;
         }
         if !status.is_success() || !matches!(content_type(&response), Kind::Sse) {
-            let body = read_error_body(response).await;
+            let body = read_error_body(&shared, response).await;
             error = TransportError::Status {
                 status,
                 body: shown(&body),
