@@ -1266,6 +1266,7 @@ mod tests {
             .header("accept", "application/json, text/event-stream")
             .header("mcp-session-id", session)
             .header("mcp-protocol-version", "2025-11-25")
+            .extension(LOOPBACK_PEER)
             .body(body.to_owned())
             .unwrap()
     }
@@ -1388,6 +1389,7 @@ mod tests {
         let get = http::Request::get("/sse")
             .header("host", "127.0.0.1")
             .header("accept", "text/event-stream")
+            .extension(LOOPBACK_PEER)
             .body(String::new())
             .unwrap();
         let response = service.handle(get).await;
@@ -1647,17 +1649,17 @@ mod tests {
             ..ServerConfig::default()
         };
         let service = McpService::new(config, app.clone()).unwrap();
-        let p1 = open_as(&service, None, Some("10.0.0.1:1000"))
+        let p1 = open_as(&service, None, Some("127.0.0.1:1000"))
             .await
             .unwrap();
-        let p2 = open_as(&service, None, Some("10.0.0.1:2000"))
+        let p2 = open_as(&service, None, Some("127.0.0.1:2000"))
             .await
             .unwrap();
-        let q = open_as(&service, None, Some("10.0.0.2:1000"))
+        let q = open_as(&service, None, Some("127.0.0.2:1000"))
             .await
             .unwrap();
         let busy1 = hang(&service, &app, &p2, None, 1).await;
-        let p3 = open_as(&service, None, Some("10.0.0.1:3000"))
+        let p3 = open_as(&service, None, Some("127.0.0.1:3000"))
             .await
             .unwrap();
         assert_eq!(
@@ -1668,10 +1670,10 @@ mod tests {
         assert_eq!(poke(&service, &q, None).await, 202, "another peer's stays");
         let busy2 = hang(&service, &app, &p3, None, 2).await;
         assert_eq!(
-            open_as(&service, None, Some("10.0.0.1:4000")).await,
+            open_as(&service, None, Some("127.0.0.1:4000")).await,
             Err(http::StatusCode::SERVICE_UNAVAILABLE)
         );
-        open_as(&service, None, Some("10.0.0.3:1000"))
+        open_as(&service, None, Some("127.0.0.3:1000"))
             .await
             .unwrap();
         busy1.abort();
