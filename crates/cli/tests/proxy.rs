@@ -355,8 +355,12 @@ async fn legacy_sessions_are_bounded_and_end_when_idle() {
     let two = client(true).connect_http(&proxy.url).await.expect("second");
     // A full table makes room by ending an idle session; sessions with their standalone GET
     // stream open are not idle, so the third is refused.
-    one.listening().await.expect("the first session's stream opens");
-    two.listening().await.expect("the second session's stream opens");
+    one.listening()
+        .await
+        .expect("the first session's stream opens");
+    two.listening()
+        .await
+        .expect("the second session's stream opens");
     let Err(refused) = client(true).connect_http(&proxy.url).await else {
         panic!("a third session is accepted");
     };

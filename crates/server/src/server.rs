@@ -46,6 +46,17 @@ pub struct Settings {
     /// JSON-RPC error -32000 (`data.reason` `"rate_limited"`), as [`Limits`](crate::Limits)
     /// refuse; a notification beyond is dropped.
     pub max_modern_requests: usize,
+    /// How tool schemas are compiled and bounded (default: [`SchemaLimits::default`]: at most
+    /// 256 KiB and 64 levels, 256 compiled schemas kept, `pattern`s matched in linear time, so
+    /// a schema whose pattern needs backreferences or look-around is refused by
+    /// [`Server::add_tool`], and a builder's tool with one logs an error at `build` and answers
+    /// its calls with -32603). A server whose own schemas need such patterns sets
+    /// `patterns: PatternEngine::Backtracking { .. }`: matching a client's argument can then
+    /// cost up to the backtracking limit per string.
+    ///
+    /// [`SchemaLimits::default`]: modelctx_types::schema::SchemaLimits::default
+    #[cfg(feature = "validation")]
+    pub schema_limits: modelctx_types::schema::SchemaLimits,
 }
 
 impl Default for Settings {
@@ -56,6 +67,8 @@ impl Default for Settings {
             list_cache: None,
             max_uri_len: 8 * 1024,
             max_modern_requests: 1024,
+            #[cfg(feature = "validation")]
+            schema_limits: modelctx_types::schema::SchemaLimits::default(),
         }
     }
 }
@@ -199,6 +212,21 @@ impl ServerBuilder {
         config.limits.max_uri_len = self.settings.max_uri_len;
         let (changes, _) = broadcast::channel(64);
         let key = self.state_key.unwrap_or_else(random_key);
+        #[cfg(feature = "validation")]
+        let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
+        // A tool given to the builder with a schema that cannot be used (`add_tool` refuses
+        // those) answers its calls with -32603; say so once, when the server is built.
+        #[cfg(feature = "validation")]
+        for tool in self.tools.values() {
+            for schema in std::iter::once(&tool.input_schema).chain(tool.output_schema.as_ref()) {
+                if let Err(e) = schemas.validator(schema) {
+                    tracing::error!(
+                        "tool {}: its schema is not usable, so its calls will fail: {e}",
+                        tool.name
+                    );
+                }
+            }
+        }
         Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
@@ -209,9 +237,7 @@ impl ServerBuilder {
                 subscribe_hook: self.subscribe_hook,
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
-                schemas: modelctx_types::schema::SchemaCache::new(
-                    modelctx_types::schema::SchemaLimits::default(),
-                ),
+                schemas,
                 config,
                 settings: self.settings,
                 registry: RwLock::new(Registry {

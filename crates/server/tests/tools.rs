@@ -768,3 +768,55 @@ async fn finding_25_modern_http_requests_are_capped() {
     })
     .await;
 }
+
+/// Finding 8 (the server side): a tool schema's patterns are matched in linear time by default,
+/// so a pattern with look-around is refused; `Settings::schema_limits` lets a server whose own
+/// schemas need one match them with the backtracking engine.
+#[cfg(feature = "validation")]
+#[tokio::test]
+async fn look_around_patterns_need_the_backtracking_engine() {
+    use modelctx_types::schema::{PatternEngine, SchemaLimits};
+    async fn any(args: Value) -> String {
+        args.to_string()
+    }
+    let schema: modelctx_types::JsonObject = serde_json::from_value(json!({
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "^(?=[A-Z])[A-Z0-9]+$"}}}))
+    .unwrap();
+    let linear = Server::builder("t", "1").declare_tools().build();
+    let refused = linear.add_tool(Tool::with_input_schema("code", schema.clone(), any));
+    assert!(
+        matches!(&refused, Err(modelctx_server::RegisterError::Schema(_))),
+        "{refused:?}"
+    );
+
+    let mut settings = Settings::default();
+    settings.schema_limits = SchemaLimits::default();
+    settings.schema_limits.patterns = PatternEngine::Backtracking {
+        backtrack_limit: 10_000,
+    };
+    let backtracking = Server::builder("t", "1")
+        .settings(settings)
+        .declare_tools()
+        .build();
+    backtracking
+        .add_tool(Tool::with_input_schema("code", schema, any))
+        .expect("the backtracking engine compiles look-around");
+    let mut client = Client::connect(&backtracking, eras().remove(0).1).await;
+    let good = client
+        .request(
+            "tools/call",
+            json!({"name": "code", "arguments": {"code": "A1"}}),
+        )
+        .await
+        .unwrap();
+    assert_ne!(good["isError"], true, "{good}");
+    let bad = client
+        .request(
+            "tools/call",
+            json!({"name": "code", "arguments": {"code": "1A"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad["isError"], true, "{bad}");
+}
