@@ -190,7 +190,8 @@ pub(crate) fn allows_input(method: &str) -> bool {
 /// The answers are the sealed ones of earlier rounds (which the client cannot change) and the
 /// retry's `inputResponses`, which may only answer the questions the last round asked: the keys
 /// the state was sealed with. `inputResponses` without a `requestState`, under a key that was not
-/// asked, or under the key of an answer the state already holds, is refused (-32602).
+/// asked, or under the key of an answer the state already holds, are ignored (the spec's "servers
+/// SHOULD ignore unrecognized information"): a question they meant to answer is asked again.
 pub(crate) fn prepare(
     sealer: &StateSealer,
     request: &IncomingRequest,
@@ -230,29 +231,19 @@ pub(crate) fn prepare(
         asked = opened.pending;
     }
     if let Some(responses) = responses {
-        if !responses.is_empty() && params.get("requestState").is_none() {
-            return Err(invalid_params(
-                "inputResponses without a requestState: answers are accepted only for the \
-                 questions of an input_required result, retried with its requestState",
-            ));
-        }
+        // Only answers to the questions the last round asked count. The spec has servers ignore
+        // what they do not recognise (and ask again for what is missing), so anything else is
+        // left out, never an error: answers without a `requestState` (no question was asked),
+        // under a key that was not asked, or under the key of an answer the state already holds
+        // (a sealed answer is never replaced).
         for (key, value) in responses {
             if answers.contains_key(key) {
-                return Err(invalid_params(format!(
-                    "inputResponses[{key:?}]: that question was answered in an earlier round"
-                )));
+                tracing::debug!("inputResponses[{key:?}] ignored: answered in an earlier round");
+            } else if !asked.iter().any(|k| k == key) {
+                tracing::debug!("inputResponses[{key:?}] ignored: no such question was asked");
+            } else {
+                answers.insert(key.clone(), value.clone());
             }
-            if !asked.iter().any(|k| k == key) {
-                return Err(invalid_params(format!(
-                    "inputResponses[{key:?}]: no such question was asked (asked: {})",
-                    if asked.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        asked.join(", ")
-                    }
-                )));
-            }
-            answers.insert(key.clone(), value.clone());
         }
     }
     Ok(Arc::new(Mrtr {

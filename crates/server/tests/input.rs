@@ -243,10 +243,21 @@ async fn questions_have_the_keys_handlers_give_them_and_questions_asked_at_once_
     retry["requestState"] = first["requestState"].clone();
     let done = modern.request("tools/call", retry.clone()).await.unwrap();
     assert_eq!(text(&done), "Ada hi 1", "{done}");
-    // An answer to a question that was not asked is refused (finding 14).
+    // An answer to a question that was not asked is ignored (finding 14; the spec: servers
+    // ignore what they do not recognise).
     retry["inputResponses"]["unasked"] = json!({"action": "cancel"});
-    let refused = modern.request("tools/call", retry).await;
-    assert_eq!(code(&refused), -32602, "{refused:?}");
+    let done = modern.request("tools/call", retry).await.unwrap();
+    assert_eq!(text(&done), "Ada hi 1", "{done}");
+    // Answers given before any question was asked (no `requestState`) are ignored: the
+    // questions are asked (finding 14).
+    let mut early = params.clone();
+    early["inputResponses"] = json!({
+        "user_name": {"action": "accept", "content": {"name": "Bo"}},
+        "greeting": {"role": "assistant", "content": {"type": "text", "text": "yo"}, "model": "m"},
+        "roots-3": {"roots": []},
+    });
+    let asked = modern.request("tools/call", early).await.unwrap();
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
     // Legacy clients get the same questions as requests: keys never reach them.
     let mut legacy = Client::connect(&server, eras().pop().unwrap().1).await;
     let id = legacy.start("tools/call", params).await;
@@ -313,12 +324,12 @@ async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
     // `inputResponses` is an object when present.
     let params = json!({"name": "name", "arguments": {}, "inputResponses": null});
     assert_eq!(code(&modern.request("tools/call", params).await), -32602);
-    // A key no question has is refused.
+    // A key no question has is ignored: the question is asked again.
     let mut params = json!({"name": "name", "arguments": {}});
     params["inputResponses"] = json!({"other": 1});
     params["requestState"] = state;
-    let refused = modern.request("tools/call", params).await;
-    assert_eq!(code(&refused), -32602, "{refused:?}");
+    let result = modern.request("tools/call", params).await.unwrap();
+    assert_eq!(result["resultType"], "input_required", "{result}");
 }
 
 /// Asks for a confirmation, then does what is confirmed (the demo's `confirm`).
@@ -333,7 +344,7 @@ async fn confirm(context: Context, _: NoArgs) -> Result<String, InputError> {
 }
 
 #[tokio::test]
-async fn finding_14_input_responses_without_request_state_are_refused() {
+async fn finding_14_input_responses_without_request_state_are_ignored() {
     let server = Server::builder("input", "1")
         .tool(Tool::new("confirm", confirm))
         .build();
@@ -341,11 +352,10 @@ async fn finding_14_input_responses_without_request_state_are_refused() {
     let mut params = json!({"name": "confirm", "arguments": {}});
     params["inputResponses"] =
         json!({"elicit-1": {"action": "accept", "content": {"confirm": true}}});
-    let refused = modern.request("tools/call", params).await;
+    let asked = modern.request("tools/call", params).await.unwrap();
     assert_eq!(
-        code(&refused),
-        -32602,
-        "not done without a round trip: {refused:?}"
+        asked["resultType"], "input_required",
+        "not done without a round trip: {asked}"
     );
     // An empty object is no answer: the question is asked.
     let params = json!({"name": "confirm", "arguments": {}, "inputResponses": {}});
@@ -367,12 +377,10 @@ async fn finding_14_input_responses_cannot_replace_a_sealed_answer() {
     params["requestState"] = first["requestState"].clone();
     let second = modern.request("tools/call", params.clone()).await.unwrap();
     assert_eq!(second["resultType"], "input_required", "{second}");
-    // The second round's state holds Ada's answer: the retry cannot change it.
+    // The second round's state holds Ada's answer: the retry cannot change it (its answer to
+    // elicit-1 is ignored).
     params["inputResponses"] = json!({"elicit-1": eve, "elicit-2": eve});
     params["requestState"] = second["requestState"].clone();
-    let refused = modern.request("tools/call", params.clone()).await;
-    assert_eq!(code(&refused), -32602, "{refused:?}");
-    params["inputResponses"] = json!({"elicit-2": eve});
     let done = modern.request("tools/call", params).await.unwrap();
     assert_eq!(text(&done), "Ada then Eve", "{done}");
 }
