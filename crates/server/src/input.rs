@@ -188,10 +188,11 @@ pub(crate) fn allows_input(method: &str) -> bool {
 /// brings (checked against the sealed state), or a -32602 error.
 ///
 /// The answers are the sealed ones of earlier rounds (which the client cannot change) and the
-/// retry's `inputResponses`, which may only answer the questions the last round asked: the keys
-/// the state was sealed with. `inputResponses` without a `requestState`, under a key that was not
-/// asked, or under the key of an answer the state already holds, are ignored (the spec's "servers
-/// SHOULD ignore unrecognized information"): a question they meant to answer is asked again.
+/// retry's `inputResponses`. With a `requestState`, a retry may only answer the questions the
+/// last round asked (the keys the state was sealed with): answers under other keys, or under the
+/// key of an answer the state already holds, are ignored (the spec's "servers SHOULD ignore
+/// unrecognized information"; a question still unanswered is asked again). Without one (the spec
+/// makes it optional), the answers are taken by the keys the handler asks.
 pub(crate) fn prepare(
     sealer: &StateSealer,
     request: &IncomingRequest,
@@ -231,16 +232,19 @@ pub(crate) fn prepare(
         asked = opened.pending;
     }
     if let Some(responses) = responses {
-        // Only answers to the questions the last round asked count. The spec has servers ignore
-        // what they do not recognise (and ask again for what is missing), so anything else is
-        // left out, never an error: answers without a `requestState` (no question was asked),
-        // under a key that was not asked, or under the key of an answer the state already holds
-        // (a sealed answer is never replaced).
+        let sealed = params.contains_key("requestState");
         for (key, value) in responses {
-            if answers.contains_key(key) {
+            if !sealed {
+                // A retry without state (the spec makes `requestState` optional, and the
+                // conformance suite answers a first call this way): the answers are taken by
+                // key, as the handler asks; keys it never asks are never looked at.
+                answers.insert(key.clone(), value.clone());
+            } else if answers.contains_key(key) {
+                // A sealed answer is never replaced (the spec has servers ignore what they do
+                // not recognise, so this is no error).
                 tracing::debug!("inputResponses[{key:?}] ignored: answered in an earlier round");
             } else if !asked.iter().any(|k| k == key) {
-                tracing::debug!("inputResponses[{key:?}] ignored: no such question was asked");
+                tracing::debug!("inputResponses[{key:?}] ignored: the last round did not ask it");
             } else {
                 answers.insert(key.clone(), value.clone());
             }

@@ -248,16 +248,16 @@ async fn questions_have_the_keys_handlers_give_them_and_questions_asked_at_once_
     retry["inputResponses"]["unasked"] = json!({"action": "cancel"});
     let done = modern.request("tools/call", retry).await.unwrap();
     assert_eq!(text(&done), "Ada hi 1", "{done}");
-    // Answers given before any question was asked (no `requestState`) are ignored: the
-    // questions are asked (finding 14).
+    // Answers given before any question was asked, without a `requestState` (which the spec
+    // makes optional), are taken by their keys.
     let mut early = params.clone();
     early["inputResponses"] = json!({
         "user_name": {"action": "accept", "content": {"name": "Bo"}},
         "greeting": {"role": "assistant", "content": {"type": "text", "text": "yo"}, "model": "m"},
         "roots-3": {"roots": []},
     });
-    let asked = modern.request("tools/call", early).await.unwrap();
-    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let done = modern.request("tools/call", early).await.unwrap();
+    assert_eq!(text(&done), "Bo yo 0", "{done}");
     // Legacy clients get the same questions as requests: keys never reach them.
     let mut legacy = Client::connect(&server, eras().pop().unwrap().1).await;
     let id = legacy.start("tools/call", params).await;
@@ -332,35 +332,27 @@ async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
     assert_eq!(result["resultType"], "input_required", "{result}");
 }
 
-/// Asks for a confirmation, then does what is confirmed (the demo's `confirm`).
-async fn confirm(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let schema = json!({"type": "object", "properties": {"confirm": {"type": "boolean"}}});
-    let answer = context.elicit("Really?", schema).await?;
-    Ok(if answer["content"]["confirm"] == true {
-        "done".into()
-    } else {
-        "not done".into()
-    })
-}
-
+/// Finding 14: with a `requestState`, only the questions its last round asked can be answered.
 #[tokio::test]
-async fn finding_14_input_responses_without_request_state_are_ignored() {
+async fn finding_14_with_state_only_the_questions_asked_can_be_answered() {
     let server = Server::builder("input", "1")
-        .tool(Tool::new("confirm", confirm))
+        .tool(Tool::new("ask", ask_twice))
         .build();
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
-    let mut params = json!({"name": "confirm", "arguments": {}});
-    params["inputResponses"] =
-        json!({"elicit-1": {"action": "accept", "content": {"confirm": true}}});
-    let asked = modern.request("tools/call", params).await.unwrap();
-    assert_eq!(
-        asked["resultType"], "input_required",
-        "not done without a round trip: {asked}"
-    );
-    // An empty object is no answer: the question is asked.
-    let params = json!({"name": "confirm", "arguments": {}, "inputResponses": {}});
-    let first = modern.request("tools/call", params).await.unwrap();
+    let eve = json!({"action": "accept", "content": {"name": "Eve"}});
+    let mut params = json!({"name": "ask", "arguments": {}});
+    let first = modern.request("tools/call", params.clone()).await.unwrap();
     assert_eq!(first["resultType"], "input_required", "{first}");
+    // The first round asked elicit-1 only: an answer to elicit-2 given now is not taken, so
+    // the second round still asks it.
+    params["inputResponses"] = json!({"elicit-1": eve, "elicit-2": {"action": "decline"}});
+    params["requestState"] = first["requestState"].clone();
+    let second = modern.request("tools/call", params.clone()).await.unwrap();
+    assert_eq!(second["resultType"], "input_required", "{second}");
+    assert!(
+        second["inputRequests"].get("elicit-2").is_some(),
+        "{second}"
+    );
 }
 
 #[tokio::test]
