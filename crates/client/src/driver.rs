@@ -72,6 +72,10 @@ pub(crate) struct Call {
     pub(crate) reply: oneshot::Sender<Result<Answer, Error>>,
 }
 
+/// A handler's answer to the server's request: its id, its generation (the session's
+/// `IncomingRequest::generation`) and the result or error to send.
+type ServerAnswer = (RequestId, u64, Result<Value, ErrorObject>);
+
 /// A result, with the version it is written in.
 pub(crate) struct Answer {
     pub(crate) version: ProtocolVersion,
@@ -221,9 +225,12 @@ pub(crate) struct Driver {
     pending: HashMap<RequestId, Pending>,
     tokens: HashMap<u64, RequestId>,
     waiting: VecDeque<Call>,
-    answers_tx: mpsc::UnboundedSender<(RequestId, Result<Value, ErrorObject>)>,
-    answers: mpsc::UnboundedReceiver<(RequestId, Result<Value, ErrorObject>)>,
-    inputs: HashMap<RequestId, AbortHandle>,
+    /// Handlers' answers, each naming its request by id and generation (finding 12).
+    answers_tx: mpsc::UnboundedSender<ServerAnswer>,
+    answers: mpsc::UnboundedReceiver<ServerAnswer>,
+    /// The server's requests being answered: the generation of each (which start of a request
+    /// with that id it is) and its handler's task.
+    inputs: HashMap<RequestId, (u64, AbortHandle)>,
     listen: Listen,
     ready: Option<oneshot::Sender<Result<PeerInfo, ConnectError>>>,
     /// Why the session last closed.
@@ -318,7 +325,9 @@ impl Driver {
                     None => self.start_closing(None),
                 },
                 Some(token) = self.dropped.recv() => self.drop_call(token),
-                Some((id, answer)) = self.answers.recv() => self.answer_server(id, answer),
+                Some((id, generation, answer)) = self.answers.recv() => {
+                    self.answer_server(id, generation, answer);
+                }
                 event = recv(&mut self.link) => self.link_event(event).await,
                 () = sleep => self.timers(),
             }
@@ -464,17 +473,29 @@ impl Driver {
         why
     }
 
-    fn answer_server(&mut self, id: RequestId, answer: Result<Value, ErrorObject>) {
-        self.inputs.remove(&id);
+    /// A handler answered the start `generation` of the server's request `id`. A cancelled
+    /// handler can finish after the server reused its id for a new request: its answer is for
+    /// a request that is gone, so it is dropped and the new request's entry is kept (finding 12).
+    fn answer_server(
+        &mut self,
+        id: RequestId,
+        generation: u64,
+        answer: Result<Value, ErrorObject>,
+    ) {
+        if self.inputs.get(&id).is_some_and(|(g, _)| *g == generation) {
+            self.inputs.remove(&id);
+        }
         let sent = match answer.and_then(|value| {
             serde_json::value::to_raw_value(&value)
                 .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string()))
         }) {
-            Ok(result) => self.session.respond(&id, result),
-            Err(error) => self.session.respond_error(&id, error),
+            Ok(result) => self.session.respond_to(&id, generation, result),
+            Err(error) => self.session.respond_error_to(&id, generation, error),
         };
         // Not in flight any more (cancelled, or the session closed): nothing to answer.
-        drop(sent);
+        if let Err(error) = sent {
+            tracing::debug!(%error, "an answer to the server's request was dropped");
+        }
     }
 
     fn timers(&mut self) {
@@ -570,16 +591,17 @@ impl Driver {
                 let handlers = self.shared.handlers.clone();
                 let answers = self.answers_tx.clone();
                 let id = request.id.clone();
+                let generation = request.generation;
                 let task = tokio::spawn(async move {
                     let answer = handlers
                         .answer_request(request.version, &request.method, request.params.as_deref())
                         .await;
-                    let _ = answers.send((request.id, answer));
+                    let _ = answers.send((request.id, generation, answer));
                 });
-                self.inputs.insert(id, task.abort_handle());
+                self.inputs.insert(id, (generation, task.abort_handle()));
             }
             Event::Cancelled { id, .. } => {
-                if let Some(task) = self.inputs.remove(&id) {
+                if let Some((_, task)) = self.inputs.remove(&id) {
                     task.abort();
                 }
             }
@@ -643,7 +665,7 @@ impl Driver {
 
     /// The session closed: re-establish the connection, or end.
     async fn closed(&mut self) {
-        for (_, task) in self.inputs.drain() {
+        for (_, (_, task)) in self.inputs.drain() {
             task.abort();
         }
         self.pending.clear();

@@ -610,6 +610,91 @@ async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
     assert_eq!(client.table_sizes().await.unwrap().inputs, 0);
 }
 
+/// Finding 12, the client's side: the server cancels its request 7 while the client's handler
+/// is busy and sends a new request 7. The first handler finishes late (it blocks its thread, so
+/// the cancellation cannot stop it): its answer is dropped, and the second request 7 gets the
+/// second handler's answer, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_12_a_cancelled_handler_never_answers_a_reused_request_id() {
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (release_first, first_gate) = std::sync::mpsc::channel::<()>();
+    let first_gate = Arc::new(std::sync::Mutex::new(first_gate));
+    let second_gate = Arc::new(tokio::sync::Notify::new());
+    let gate = second_gate.clone();
+    let builder = legacy().on_elicitation(move |elicitation| {
+        let started = started_tx.clone();
+        let first_gate = first_gate.clone();
+        let second_gate = gate.clone();
+        async move {
+            let Elicitation::Form { message, .. } = elicitation else {
+                return Err(InputError::new("only forms"));
+            };
+            let _ = started.send(message.clone());
+            if message == "first" {
+                // Work that never awaits: aborting the task cannot stop it.
+                tokio::task::block_in_place(|| {
+                    let _ = first_gate.lock().unwrap().recv();
+                });
+            } else {
+                second_gate.notified().await;
+            }
+            Ok(Elicited::accept(object(
+                json!({"name": format!("answer to {message}")}),
+            )))
+        }
+    });
+    let (client, mut fake) = connect(Era::Legacy, builder, full_capabilities()).await;
+    let elicit = |message: &str| {
+        json!({
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+        })
+    };
+    let next_start = async |started: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        tokio::time::timeout(common::WAIT, started.recv())
+            .await
+            .expect("a handler started")
+            .unwrap()
+    };
+    let answer_to_7 = |m: &Message| match m {
+        Message::Response(r) => id_json(&r.id) == json!(7),
+        Message::Error(e) => e.id.as_ref().is_some_and(|i| id_json(i) == json!(7)),
+        _ => false,
+    };
+
+    fake.request(json!(7), "elicitation/create", elicit("first"))
+        .await;
+    assert_eq!(next_start(&mut started).await, "first");
+    fake.notify("notifications/cancelled", json!({"requestId": 7}))
+        .await;
+    fake.request(json!(7), "elicitation/create", elicit("second"))
+        .await;
+    assert_eq!(next_start(&mut started).await, "second");
+
+    // The first handler answers late: that answer is for a request that is gone.
+    release_first.send(()).unwrap();
+    fake.expect_none(
+        Duration::from_millis(500),
+        "the cancelled handler's answer to request 7",
+        answer_to_7,
+    )
+    .await;
+
+    second_gate.notify_one();
+    assert_eq!(
+        fake.expect_response(&json!(7)).await,
+        Ok(json!({"action": "accept", "content": {"name": "answer to second"}}))
+    );
+    fake.expect_none(
+        Duration::from_millis(300),
+        "a second answer to request 7",
+        answer_to_7,
+    )
+    .await;
+    assert_eq!(client.table_sizes().await.unwrap().inputs, 0);
+}
+
 #[tokio::test]
 async fn a_modern_server_s_requests_are_refused() {
     let (client, mut fake) = connect(Era::Modern, eliciting_client(), full_capabilities()).await;

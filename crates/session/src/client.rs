@@ -689,14 +689,42 @@ impl ClientSession {
     }
 
     /// Answers the server's request `id` (legacy: sampling, elicitation, roots).
+    ///
+    /// This answers whichever request is in flight under `id`; a layer whose handlers can
+    /// outlive their request's cancellation answers with [`respond_to`](Self::respond_to), so
+    /// that a late answer never goes to a newer request that reused the id.
     pub fn respond(&mut self, id: &RequestId, result: Box<RawValue>) -> Result<(), SessionError> {
+        self.respond_generation(id, None, result)
+    }
+
+    /// Answers the start of the server's request `id` whose [`IncomingRequest::generation`] is
+    /// `generation`, as [`respond`](Self::respond) does; `Err(NotInFlight)`, and nothing sent,
+    /// when that request is no longer in flight, even if a newer request reused its id (audit
+    /// finding 12).
+    ///
+    /// [`IncomingRequest::generation`]: crate::IncomingRequest::generation
+    pub fn respond_to(
+        &mut self,
+        id: &RequestId,
+        generation: u64,
+        result: Box<RawValue>,
+    ) -> Result<(), SessionError> {
+        self.respond_generation(id, Some(generation), result)
+    }
+
+    fn respond_generation(
+        &mut self,
+        id: &RequestId,
+        generation: Option<u64>,
+        result: Box<RawValue>,
+    ) -> Result<(), SessionError> {
         if !result.get().trim_start().starts_with('{') {
             return Err(SessionError::Invalid(
                 "a result must be a JSON object".into(),
             ));
         }
         self.core
-            .finish_incoming(id, None, |_| {
+            .finish_incoming(id, generation, |_| {
                 Ok(modelctx_types::Response {
                     id: id.clone(),
                     result,
@@ -712,6 +740,29 @@ impl ClientSession {
         id: &RequestId,
         error: ErrorObject,
     ) -> Result<(), SessionError> {
+        self.respond_error_generation(id, None, error)
+    }
+
+    /// Answers the start of the server's request `id` whose [`IncomingRequest::generation`] is
+    /// `generation` with an error, as [`respond_error`](Self::respond_error) does; a stale
+    /// answer is refused as in [`respond_to`](Self::respond_to).
+    ///
+    /// [`IncomingRequest::generation`]: crate::IncomingRequest::generation
+    pub fn respond_error_to(
+        &mut self,
+        id: &RequestId,
+        generation: u64,
+        error: ErrorObject,
+    ) -> Result<(), SessionError> {
+        self.respond_error_generation(id, Some(generation), error)
+    }
+
+    fn respond_error_generation(
+        &mut self,
+        id: &RequestId,
+        generation: Option<u64>,
+        error: ErrorObject,
+    ) -> Result<(), SessionError> {
         if !error.code.is_sendable() {
             return Err(SessionError::Invalid(format!(
                 "error code {} is never sent",
@@ -719,7 +770,7 @@ impl ClientSession {
             )));
         }
         self.core
-            .finish_incoming(id, None, |_| {
+            .finish_incoming(id, generation, |_| {
                 Ok(ErrorResponse::new(Some(id.clone()), error).into())
             })
             .map(drop)

@@ -873,3 +873,70 @@ fn finding_15_listen_uris_are_length_capped() {
     assert!(out.iter().all(|m| m.get("error").is_none()), "{out:?}");
     assert_eq!(s.table_sizes().incoming, 1);
 }
+
+/// Finding 12, the client's side: the server cancels its request 7 while the client's handler
+/// runs and sends a new request 7; the old handler's late answer (through `respond_to` with its
+/// generation) is refused and sent nowhere, and the new request gets its own answer.
+#[test]
+fn finding_12_a_client_s_stale_answer_never_answers_a_reused_id() {
+    let mut pair = Pair::connected(&[ProtocolVersion::V2025_11_25]);
+    let now = pair.now;
+    let roots = json!({"jsonrpc": "2.0", "id": 7, "method": "roots/list"});
+    let take = |client: &mut modelctx_session::ClientSession| {
+        std::iter::from_fn(|| client.poll_event())
+            .find_map(|e| match e {
+                Event::Request(r) => Some(r),
+                _ => None,
+            })
+            .expect("a request")
+    };
+    pair.client.handle_bytes(now, roots.to_string().as_bytes());
+    let old = take(&mut pair.client);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 7}});
+    pair.client.handle_bytes(now, cancel.to_string().as_bytes());
+    assert!(
+        std::iter::from_fn(|| pair.client.poll_event())
+            .any(|e| matches!(e, Event::Cancelled { .. }))
+    );
+    pair.client.handle_bytes(now, roots.to_string().as_bytes());
+    let new = take(&mut pair.client);
+    assert_eq!(new.id, old.id);
+    assert_ne!(new.generation, old.generation);
+    while pair.client.poll_transmit().is_some() {}
+    // The cancelled handler's late answer is refused: nothing is written.
+    assert!(matches!(
+        pair.client.respond_to(
+            &old.id,
+            old.generation,
+            raw(json!({"roots": [], "old": true}))
+        ),
+        Err(SessionError::NotInFlight(_))
+    ));
+    assert!(matches!(
+        pair.client.respond_error_to(
+            &old.id,
+            old.generation,
+            ErrorObject::new(ErrorCode::INTERNAL_ERROR, "old")
+        ),
+        Err(SessionError::NotInFlight(_))
+    ));
+    assert!(
+        pair.client.poll_transmit().is_none(),
+        "the stale answer went nowhere"
+    );
+    assert_eq!(pair.client.table_sizes().incoming, 1);
+    // The new request is answered with its own generation, once.
+    pair.client
+        .respond_to(
+            &new.id,
+            new.generation,
+            raw(json!({"roots": [], "new": true})),
+        )
+        .unwrap();
+    let sent: Vec<modelctx_session::Transmit> =
+        std::iter::from_fn(|| pair.client.poll_transmit()).collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(format!("{sent:?}").contains("new"), "{sent:?}");
+    assert_eq!(pair.client.table_sizes().incoming, 0);
+}
