@@ -227,14 +227,11 @@ fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
 /// `notifications/cancelled` for `request`, as the handler gets it when the client of its POST
 /// went away.
 fn cancel_notification(request: &RequestId) -> Option<Message> {
-    let id = serde_json::to_string(request).ok()?;
-    let text = format!(
-        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"the HTTP client went away"}}}}"#
-    );
-    match modelctx_types::decode(text.as_bytes()) {
-        Ok(Incoming::Single(message)) => Some(message),
-        _ => None,
-    }
+    let params = serde_json::json!({"requestId": request, "reason": "the HTTP client went away"});
+    Some(Message::Notification(modelctx_types::Notification {
+        method: "notifications/cancelled".into(),
+        params: Some(serde_json::value::to_raw_value(&params).ok()?),
+    }))
 }
 
 /// Which cap a new session reaches.

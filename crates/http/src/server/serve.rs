@@ -411,25 +411,9 @@ impl Body for Tracked {
 mod tests {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    use modelctx_types::Incoming;
 
     use super::*;
-    use crate::server::{LegacyHandler, LegacySession, ModernRequest, RequestContext};
-
-    /// An application that is never reached (the requests here get 404).
-    struct Unreached;
-
-    impl LegacyHandler for Unreached {
-        fn input(&self, _input: Incoming, _context: RequestContext) {}
-        fn closed(&self) {}
-    }
-
-    impl McpApp for Unreached {
-        fn open_session(&self, _session: LegacySession) -> Arc<dyn LegacyHandler> {
-            Arc::new(Unreached)
-        }
-        fn modern(&self, _request: ModernRequest) {}
-    }
+    use crate::server::service::tests::Unreached;
 
     #[test]
     fn accept_errors_back_off_up_to_a_second() {

@@ -778,14 +778,14 @@ fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::security::AllowList;
     use crate::server::{LegacyHandler, ModernRequest};
 
-    /// An application that is never reached: every request here is refused or answered by the
-    /// transport before it.
-    struct Unreached;
+    /// An application that is never reached: every request here (and in `serve`'s tests) is
+    /// refused or answered by the transport before it.
+    pub(in crate::server) struct Unreached;
 
     impl LegacyHandler for Unreached {
         fn input(&self, _input: Incoming, _context: RequestContext) {}
