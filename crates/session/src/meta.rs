@@ -8,22 +8,10 @@ use serde_json::value::RawValue;
 use crate::event::{LogLevel, RequestMeta};
 use crate::version::ProtocolVersion;
 
-/// `_meta` key of the protocol version (2026-07-28).
-pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key of the client capabilities (2026-07-28).
-pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` key of the client info (2026-07-28).
-pub(crate) const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
-/// `_meta` key of the log level (2026-07-28).
-pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-/// `_meta` key of the server info on results (2026-07-28).
-pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-/// `_meta` key tagging listen-stream messages (2026-07-28).
-pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-/// `_meta` key of a modern request's log message naming the request it is about (its id as the
-/// client sent it). Not part of MCP: over stdio a notification names no request, and a proxy
-/// that shares one server among clients (`mcx proxy`) routes log messages by it.
-pub const RELATED_REQUEST_ID: &str = "dev.modelctx/relatedRequestId";
+pub use modelctx_types::meta_keys::RELATED_REQUEST_ID;
+pub(crate) use modelctx_types::meta_keys::{
+    CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROTOCOL_VERSION, SERVER_INFO, SUBSCRIPTION_ID,
+};
 
 /// The `_meta` members of a request's params the session reads.
 #[derive(Debug, Default, Deserialize)]

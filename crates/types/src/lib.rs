@@ -78,6 +78,11 @@
 mod jsonrpc;
 pub use jsonrpc::*;
 
+mod version;
+pub use version::{Era, ProtocolVersion};
+
+pub mod meta_keys;
+
 mod support;
 pub use support::{IntConst, JsonObject, ParamsDecodeError, ResultDecodeError, ResultType};
 
