@@ -285,7 +285,7 @@ impl Proxy {
         let mut child = Command::new(&mcx)
             // The suite opens a session (a server process) per scenario, back to back: the
             // proxy's limits on starting processes (2 a second after 8, 16 alive) would refuse
-            // most of them. They are the proxy's own tests' to check (crates/cli/tests/proxy.rs),
+            // most of them. They are the proxy's own tests' to check (crates/cli/tests/it/proxy.rs),
             // not the suite's, so they are lifted here to the session cap.
             .args(["proxy", "--stdio", &line, "--listen", "127.0.0.1:0"])
             .args(["--spawn-rate", "1000", "--max-children", "64"])

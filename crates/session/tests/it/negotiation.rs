@@ -1,6 +1,6 @@
 //! Version negotiation (client versions x server versions) and the client's era probe.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

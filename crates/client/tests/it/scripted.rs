@@ -1,7 +1,7 @@
 //! The client against scripted fake servers: each test plays the server step by step over
 //! `connect_channels`, reading what the client sends and writing the JSON-RPC it composes.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! A client and a server session on a virtual clock, for each of the five protocol versions.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

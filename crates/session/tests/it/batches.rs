@@ -1,6 +1,6 @@
 //! JSON-RPC batches: answered as batches on 2025-03-26 sessions only.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -1,7 +1,5 @@
 //! A client and a server session joined in memory, on a virtual clock.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::time::{Duration, Instant};
 
 use modelctx_session::{
@@ -11,16 +9,16 @@ use modelctx_session::{
 use modelctx_types::{JsonObject, Message};
 use serde_json::{Value, json};
 
-pub fn obj(v: Value) -> JsonObject {
+pub(crate) fn obj(v: Value) -> JsonObject {
     v.as_object().cloned().expect("an object")
 }
 
-pub fn raw(v: Value) -> Box<serde_json::value::RawValue> {
+pub(crate) fn raw(v: Value) -> Box<serde_json::value::RawValue> {
     serde_json::value::to_raw_value(&v).unwrap()
 }
 
 /// Every server capability, list changes and subscriptions included.
-pub fn full_server_caps() -> JsonObject {
+pub(crate) fn full_server_caps() -> JsonObject {
     obj(json!({
         "tools": {"listChanged": true},
         "prompts": {"listChanged": true},
@@ -31,7 +29,7 @@ pub fn full_server_caps() -> JsonObject {
 }
 
 /// Every client capability.
-pub fn full_client_caps() -> JsonObject {
+pub(crate) fn full_client_caps() -> JsonObject {
     obj(json!({
         "sampling": {},
         "roots": {"listChanged": true},
@@ -40,7 +38,7 @@ pub fn full_client_caps() -> JsonObject {
 }
 
 /// A message as the wire carries it.
-pub fn wire(message: &Message) -> Value {
+pub(crate) fn wire(message: &Message) -> Value {
     serde_json::to_value(message).unwrap()
 }
 
@@ -54,22 +52,22 @@ fn transmit_json(t: Transmit) -> Value {
 }
 
 /// The pair and everything that crossed the wire.
-pub struct Pair {
-    pub client: ClientSession,
-    pub server: ServerSession,
-    pub now: Instant,
-    pub client_events: Vec<Event>,
-    pub server_events: Vec<Event>,
+pub(crate) struct Pair {
+    pub(crate) client: ClientSession,
+    pub(crate) server: ServerSession,
+    pub(crate) now: Instant,
+    pub(crate) client_events: Vec<Event>,
+    pub(crate) server_events: Vec<Event>,
     /// Client to server, as JSON.
-    pub to_server: Vec<Value>,
+    pub(crate) to_server: Vec<Value>,
     /// Server to client, as JSON.
-    pub to_client: Vec<Value>,
+    pub(crate) to_client: Vec<Value>,
     /// How many `Transmit::Cancel` the client emitted (modern cancellations).
-    pub client_cancels: usize,
+    pub(crate) client_cancels: usize,
 }
 
 impl Pair {
-    pub fn new(client: ClientConfig, server: ServerConfig) -> Pair {
+    pub(crate) fn new(client: ClientConfig, server: ServerConfig) -> Pair {
         Pair {
             client: ClientSession::new(client),
             server: ServerSession::new(server),
@@ -84,7 +82,7 @@ impl Pair {
 
     /// A client speaking only `versions` (legacy ones by `initialize`, without a probe when it has
     /// no modern version) and a server with every capability, connected and settled.
-    pub fn connected(versions: &[ProtocolVersion]) -> Pair {
+    pub(crate) fn connected(versions: &[ProtocolVersion]) -> Pair {
         let mut client = ClientConfig::new("test-client", "1.0.0", full_client_caps());
         client.versions = versions.to_vec();
         let server = ServerConfig::new("test-server", "1.0.0", full_server_caps());
@@ -103,7 +101,7 @@ impl Pair {
         pair
     }
 
-    pub fn legacy_client(version: ProtocolVersion) -> ClientConfig {
+    pub(crate) fn legacy_client(version: ProtocolVersion) -> ClientConfig {
         let mut c = ClientConfig::new("test-client", "1.0.0", full_client_caps());
         c.versions = vec![version];
         c.era = EraChoice::Legacy;
@@ -111,7 +109,7 @@ impl Pair {
     }
 
     /// Moves every message across until both sides are quiet; collects events.
-    pub fn pump(&mut self) {
+    pub(crate) fn pump(&mut self) {
         loop {
             let mut moved = false;
             while let Some(t) = self.client.poll_transmit() {
@@ -144,7 +142,7 @@ impl Pair {
     }
 
     /// Advances the clock and fires both timers.
-    pub fn advance(&mut self, by: Duration) {
+    pub(crate) fn advance(&mut self, by: Duration) {
         self.now += by;
         self.client.handle_timeout(self.now);
         self.server.handle_timeout(self.now);
@@ -152,14 +150,14 @@ impl Pair {
     }
 
     /// Sends raw JSON to the server and returns what it wrote back (not delivered).
-    pub fn raw_to_server(&mut self, value: Value) -> Vec<Value> {
+    pub(crate) fn raw_to_server(&mut self, value: Value) -> Vec<Value> {
         self.server
             .handle_bytes(self.now, value.to_string().as_bytes());
         drain(&mut self.server)
     }
 
     /// The requests the server's layer above was handed, drained.
-    pub fn server_requests(&mut self) -> Vec<modelctx_session::IncomingRequest> {
+    pub(crate) fn server_requests(&mut self) -> Vec<modelctx_session::IncomingRequest> {
         let events = std::mem::take(&mut self.server_events);
         let mut out = Vec::new();
         for e in events {
@@ -172,7 +170,7 @@ impl Pair {
     }
 
     /// The requests the client's layer above was handed, drained.
-    pub fn client_requests(&mut self) -> Vec<modelctx_session::IncomingRequest> {
+    pub(crate) fn client_requests(&mut self) -> Vec<modelctx_session::IncomingRequest> {
         let events = std::mem::take(&mut self.client_events);
         let mut out = Vec::new();
         for e in events {
@@ -186,19 +184,19 @@ impl Pair {
 }
 
 /// What a server wrote, as JSON (batches as arrays), without delivering it.
-pub fn drain(server: &mut ServerSession) -> Vec<Value> {
+pub(crate) fn drain(server: &mut ServerSession) -> Vec<Value> {
     std::iter::from_fn(|| server.poll_transmit())
         .map(transmit_json)
         .collect()
 }
 
 /// The server's events, drained.
-pub fn server_events(server: &mut ServerSession) -> Vec<Event> {
+pub(crate) fn server_events(server: &mut ServerSession) -> Vec<Event> {
     std::iter::from_fn(|| server.poll_event()).collect()
 }
 
 /// A modern request's `_meta`.
-pub fn modern_meta(caps: Value) -> Value {
+pub(crate) fn modern_meta(caps: Value) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": caps,
@@ -206,7 +204,7 @@ pub fn modern_meta(caps: Value) -> Value {
 }
 
 /// A server with every capability, expecting initialize or modern requests.
-pub fn server() -> ServerSession {
+pub(crate) fn server() -> ServerSession {
     ServerSession::new(ServerConfig::new(
         "test-server",
         "1.0.0",
@@ -215,7 +213,7 @@ pub fn server() -> ServerSession {
 }
 
 /// A server initialized at `version` by raw messages.
-pub fn initialized_server(version: &str, client_caps: Value) -> ServerSession {
+pub(crate) fn initialized_server(version: &str, client_caps: Value) -> ServerSession {
     let mut s = server();
     let now = Instant::now();
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

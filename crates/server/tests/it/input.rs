@@ -1,6 +1,6 @@
 //! Input from the client (elicitation, sampling, roots) with one handler in both eras.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,6 +1,6 @@
 //! Resources, templates and subscriptions in every protocol version, in memory.
 
-mod common;
+use crate::common;
 
 use common::*;
 use modelctx_server::{

@@ -1,6 +1,6 @@
 //! Prompts and completions in every protocol version, over the in-memory transport.
 
-mod common;
+use crate::common;
 
 use common::*;
 use modelctx_server::{Prompt, PromptMessage, Server};

@@ -1,6 +1,6 @@
 //! The 2026-07-28 rules: per-request `_meta`, discover, result rules, MRTR, listen streams.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime};
 

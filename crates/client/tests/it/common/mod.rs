@@ -2,8 +2,6 @@
 //! [`ClientBuilder::connect_channels`], reads what the client sends and writes JSON-RPC it
 //! composes itself, step by step.
 
-#![allow(dead_code)] // each test binary uses part of it
-
 use std::collections::VecDeque;
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,7 +1,5 @@
 //! A client session over an in-memory connection, for the facade's tests.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -14,22 +12,22 @@ use modelctx_types::{Incoming, RequestId};
 use serde_json::{Value, json};
 
 /// A client connected to a server in memory.
-pub struct Client {
-    pub session: ClientSession,
-    pub conn: InMemory,
-    pub events: Vec<Event>,
+pub(crate) struct Client {
+    pub(crate) session: ClientSession,
+    pub(crate) conn: InMemory,
+    pub(crate) events: Vec<Event>,
     answers: HashMap<RequestId, Result<Value, RequestError>>,
 }
 
 /// Fails the test instead of hanging it.
-pub async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(20), future)
         .await
         .unwrap_or_else(|_| panic!("{what}: no outcome within 20 s"))
 }
 
 /// The eras the tests run in: modern (probe) and each legacy version.
-pub fn eras() -> Vec<(&'static str, ClientConfig)> {
+pub(crate) fn eras() -> Vec<(&'static str, ClientConfig)> {
     let mut out = Vec::new();
     let caps = json!({"elicitation": {}, "sampling": {}, "roots": {}});
     let caps = caps.as_object().cloned().unwrap();
@@ -50,7 +48,7 @@ pub fn eras() -> Vec<(&'static str, ClientConfig)> {
 
 impl Client {
     /// Connects to `server` with `config`.
-    pub async fn connect(server: &Server, config: ClientConfig) -> Client {
+    pub(crate) async fn connect(server: &Server, config: ClientConfig) -> Client {
         let mut client = Client {
             session: ClientSession::new(config),
             conn: server.in_memory(),
@@ -70,7 +68,7 @@ impl Client {
         client
     }
 
-    pub fn version(&self) -> ProtocolVersion {
+    pub(crate) fn version(&self) -> ProtocolVersion {
         self.session.version().unwrap()
     }
 
@@ -98,7 +96,7 @@ impl Client {
     }
 
     /// Handles one frame from the server (or a timer).
-    pub async fn step(&mut self) {
+    pub(crate) async fn step(&mut self) {
         self.flush().await;
         let frame = tokio::select! {
             frame = self.conn.recv() => frame,
@@ -120,12 +118,12 @@ impl Client {
         self.flush().await;
     }
 
-    pub async fn start(&mut self, method: &str, params: Value) -> RequestId {
+    pub(crate) async fn start(&mut self, method: &str, params: Value) -> RequestId {
         self.start_with(method, params, RequestOptions::default())
             .await
     }
 
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         &mut self,
         method: &str,
         params: Value,
@@ -139,7 +137,7 @@ impl Client {
         id
     }
 
-    pub async fn answer(&mut self, id: &RequestId) -> Result<Value, RequestError> {
+    pub(crate) async fn answer(&mut self, id: &RequestId) -> Result<Value, RequestError> {
         within("answer", async {
             loop {
                 if let Some(answer) = self.answers.remove(id) {
@@ -151,19 +149,23 @@ impl Client {
         .await
     }
 
-    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, RequestError> {
+    pub(crate) async fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RequestError> {
         let id = self.start(method, params).await;
         self.answer(&id).await
     }
 
-    pub async fn call(&mut self, name: &str, arguments: Value) -> Value {
+    pub(crate) async fn call(&mut self, name: &str, arguments: Value) -> Value {
         self.request("tools/call", json!({"name": name, "arguments": arguments}))
             .await
             .unwrap_or_else(|e| panic!("tools/call {name}: {e}"))
     }
 
     /// Steps until `done` holds of the events.
-    pub async fn until(&mut self, what: &str, done: impl Fn(&[Event]) -> bool) {
+    pub(crate) async fn until(&mut self, what: &str, done: impl Fn(&[Event]) -> bool) {
         within(what, async {
             while !done(&self.events) {
                 self.step().await;
@@ -174,12 +176,12 @@ impl Client {
 }
 
 /// The text of a tool result's first block.
-pub fn text(result: &Value) -> &str {
+pub(crate) fn text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
 /// The JSON-RPC error code of a failed request.
-pub fn code(answer: &Result<Value, RequestError>) -> i64 {
+pub(crate) fn code(answer: &Result<Value, RequestError>) -> i64 {
     match answer {
         Err(RequestError::Remote(e)) => e.code.0,
         other => panic!("expected a JSON-RPC error, got {other:?}"),
@@ -188,7 +190,7 @@ pub fn code(answer: &Result<Value, RequestError>) -> i64 {
 
 impl Client {
     /// Answers every request of the server's with `answer` (legacy), until `id` is answered.
-    pub async fn answer_asking(
+    pub(crate) async fn answer_asking(
         &mut self,
         id: &RequestId,
         answer: Value,
@@ -219,7 +221,7 @@ impl Client {
 
     /// Runs a modern multi round-trip request to its end, answering each input request with
     /// `answer`; returns the final result and the number of rounds.
-    pub async fn round_trips(
+    pub(crate) async fn round_trips(
         &mut self,
         method: &str,
         params: Value,

@@ -1,6 +1,6 @@
 //! Tools in every protocol version, over the in-memory transport.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! batches) never makes the client panic or hang, and never ends the connection: every call ends,
 //! soon, with `Ok` or an `Error` other than `Closed`, and the connection's tables drain.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

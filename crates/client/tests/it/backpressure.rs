@@ -2,7 +2,7 @@
 //! at most 2048 messages wait to be written (a call beyond fails at once), and a write that waits
 //! longer than the write timeout ends the connection.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,6 @@
+//! The `mcx` binary's integration tests.
+//!
+//! One binary (one link step) for all of them: each file of this folder is a module.
+
+mod cli;
+mod proxy;

@@ -1,0 +1,8 @@
+//! The client facade's integration tests, against scripted fake servers.
+//!
+//! One binary (one link step) for all of them: each file of this folder is a module.
+
+mod backpressure;
+mod common;
+mod junk;
+mod scripted;

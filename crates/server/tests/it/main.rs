@@ -1,0 +1,11 @@
+//! The server facade's integration tests.
+//!
+//! One binary (one link step) for all of them: each file of this folder is a module.
+
+mod common;
+mod compile_fail;
+mod input;
+mod prompts;
+mod resources;
+mod robustness;
+mod tools;

@@ -1,0 +1,23 @@
+//! The workspace's integration tests: cross-crate, end-to-end and interop.
+//!
+//! One binary (one link step) for all of them: each file of this folder is a module.
+
+mod client;
+mod client_everything;
+mod client_http;
+mod examples;
+mod http_client;
+mod http_client_robustness;
+mod http_client_ts;
+mod http_connections;
+mod http_musts;
+mod http_robustness;
+mod http_server;
+mod model;
+mod robustness;
+mod schema_validation;
+mod server_transports;
+mod server_ts_clients;
+mod sse_retry;
+mod stdio;
+mod traps;
