@@ -36,6 +36,10 @@ fn assert_invalid<T: std::fmt::Debug>(result: &Result<T, Error>, method: &str, c
     );
 }
 
+/// How long the tests that check the client sends nothing more wait, on a paused clock (so at
+/// once in real time): longer than any timer of the client's.
+const NO_MORE: Duration = Duration::from_secs(600);
+
 // -- 1. structuredContent -------------------------------------------------------------------------
 
 #[tokio::test]
@@ -300,7 +304,7 @@ async fn input_required_is_answered_and_retried_with_a_new_id() {
     assert_eq!(p["requestState"], json!("s3"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_that_always_asks_gets_too_many_rounds() {
     let (client, mut fake) = connect(
         Era::Modern,
@@ -316,8 +320,7 @@ async fn a_server_that_always_asks_gets_too_many_rounds() {
         .answer_each("tools/call", rounds, client.call_tool("loop", ()))
         .await;
     assert!(matches!(result, Err(Error::TooManyRounds(2))), "{result:?}");
-    let wait = Duration::from_millis(100);
-    fake.expect_no_request(wait, "a fourth try", "tools/call")
+    fake.expect_no_request(NO_MORE, "a fourth try", "tools/call")
         .await;
     // prompts/get and resources/read run the same loop.
     let rounds = std::iter::repeat_n(input_required(None, "again"), 3);
@@ -327,7 +330,7 @@ async fn a_server_that_always_asks_gets_too_many_rounds() {
     assert!(matches!(result, Err(Error::TooManyRounds(2))), "{result:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn input_the_client_cannot_give_fails_the_call() {
     // No elicitation handler.
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
@@ -337,7 +340,7 @@ async fn input_the_client_cannot_give_fails_the_call() {
         matches!(&result, Err(Error::Input { method, .. }) if method == "elicitation/create"),
         "{result:?}"
     );
-    fake.expect_no_request(Duration::from_millis(100), "a retry", "tools/call")
+    fake.expect_no_request(NO_MORE, "a retry", "tools/call")
         .await;
 
     // A handler that refuses.
@@ -422,7 +425,7 @@ async fn list_all_tools_follows_cursors() {
     assert_eq!(cursors, [None, Some(json!("c1")), Some(json!("c2"))]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_repeated_cursor_ends_the_listing() {
     for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), full_capabilities()).await;
@@ -435,7 +438,7 @@ async fn a_repeated_cursor_ends_the_listing() {
             matches!(&tools, Err(Error::InvalidResult { reason, .. }) if reason.contains("repeats")),
             "{era:?}: {tools:?}"
         );
-        fake.expect_no_request(Duration::from_millis(50), "another page", "tools/list")
+        fake.expect_no_request(NO_MORE, "another page", "tools/list")
             .await;
     }
 }
@@ -855,7 +858,7 @@ async fn notifications_of_other_streams_are_not_delivered_during_a_replacement()
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refused_listen_stream_is_not_asked_for_again() {
     let (client, mut fake) = connect(Era::Modern, builder(), full_capabilities()).await;
     let _notifications = client.notifications();
@@ -877,8 +880,7 @@ async fn a_refused_listen_stream_is_not_asked_for_again() {
         matches!(subscribed, Err(Error::NotAvailable(_))),
         "{subscribed:?}"
     );
-    let wait = Duration::from_millis(700);
-    fake.expect_no_request(wait, "another listen", "subscriptions/listen")
+    fake.expect_no_request(NO_MORE, "another listen", "subscriptions/listen")
         .await;
 }
 

@@ -4,12 +4,13 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use modelctx_client::{Client, ClientBuilder, Error, model};
 use modelctx_types::{Incoming, Message, Notification, Request, RequestId, decode_str};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// How long the fake server waits for a message it expects before failing the test.
 pub(crate) const WAIT: Duration = Duration::from_secs(5);
@@ -150,7 +151,7 @@ impl Fake {
         if self.ended {
             return false;
         }
-        match tokio::time::timeout_at(deadline.into(), self.from_client.recv()).await {
+        match tokio::time::timeout_at(deadline, self.from_client.recv()).await {
             Ok(Some(incoming)) => {
                 self.absorb(incoming);
                 true
@@ -256,11 +257,25 @@ impl Fake {
     }
 
     /// Fails the test if a request of `method` arrives within `wait`.
+    ///
+    /// Proves something only on a paused clock (`#[tokio::test(start_paused = true)]`): there
+    /// the wait ends when every task of the runtime is idle and the virtual clock has moved on by
+    /// `wait`, so whatever the client would send within `wait`, timers included, has been sent.
+    /// On the wall clock it would pass whenever the machine is slow.
+    ///
+    /// # Panics
+    ///
+    /// Also when the wait took `wait` of real time: the clock was not paused.
     pub(crate) async fn expect_no_request(&mut self, wait: Duration, what: &str, method: &str) {
+        let real = std::time::Instant::now();
         self.expect_none(wait, what, |m| {
             request_in(m).is_some_and(|r| r.method == method)
         })
         .await;
+        assert!(
+            real.elapsed() < wait,
+            "expect_no_request proves nothing on the wall clock: pause it"
+        );
     }
 
     /// Fails the test if a message that `unwanted` accepts arrives within `wait`.
