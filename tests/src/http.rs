@@ -23,6 +23,8 @@ use tokio::sync::{Notify, mpsc};
 pub struct Gates {
     /// `tools/call` of `slow` waits until this is notified.
     pub slow: Notify,
+    /// How many `tools/call` of `slow` have started (and wait on [`slow`](Self::slow)).
+    pub slow_started: std::sync::atomic::AtomicUsize,
 }
 
 /// The test application: tools `echo {text}`, `slow` (waits for [`Gates::slow`]), `progress
@@ -98,7 +100,11 @@ async fn run_tool(gates: Arc<Gates>, request: IncomingRequest, done: mpsc::Unbou
             match params["name"].as_str().unwrap_or_default() {
                 "echo" => Ok(text(args["text"].as_str().unwrap_or_default())),
                 "slow" => {
-                    gates.slow.notified().await;
+                    let notified = gates.slow.notified();
+                    gates
+                        .slow_started
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    notified.await;
                     Ok(text("slow done"))
                 }
                 "progress" => {

@@ -485,9 +485,19 @@ pub fn legacy_config() -> SessionConfig {
     config
 }
 
-/// Waits a little, for tests that check that nothing more happens.
-pub async fn settle() {
-    tokio::time::sleep(Duration::from_millis(100)).await;
+/// Waits (up to 20 s) until `done` holds, looking every 5 ms: for what ends on its own, such as
+/// a transport's tasks once their request has failed.
+///
+/// # Panics
+///
+/// When `done` still does not hold after 20 s, naming `what`.
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    crate::http::within(what, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
 }
 
 /// A front for `backend` on 127.0.0.1 (TLS when given an acceptor) that counts the

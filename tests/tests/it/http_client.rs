@@ -70,7 +70,13 @@ async fn a_client_probes_our_server_finds_the_modern_era_and_calls_tools_with_pa
 
     // Cancelling closes the stream, and the server takes that as the cancellation.
     let id = client.start("tools/call", json!({"name": "slow", "arguments": {}}));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually("the slow call started", || {
+        app.gates
+            .slow_started
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 1
+    })
+    .await;
     client
         .session
         .cancel(std::time::Instant::now(), &id, Some("changed my mind"))
@@ -239,8 +245,10 @@ async fn a_server_that_closes_streams_cleanly_forever_makes_the_client_give_up()
         "{:?}",
         client.notes
     );
-    settle().await;
-    assert_eq!(client.transport.table_sizes().tasks, 0);
+    eventually("the transport's tasks end", || {
+        client.transport.table_sizes().tasks == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -274,7 +282,13 @@ async fn a_404_for_a_known_session_ends_it_fails_what_was_in_flight_and_a_new_in
     let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
     within("connect", client.connect()).await.unwrap();
     let hanging = client.start("tools/call", json!({"name": "hang", "arguments": {}}));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    eventually("the hanging call reached the server", || {
+        server
+            .seen()
+            .iter()
+            .any(|s| s.rpc_method() == Some("tools/call") && s.body["params"]["name"] == "hang")
+    })
+    .await;
     let ended = client.start("tools/call", json!({"name": "x", "arguments": {}}));
     let answer = within("404", client.answer(&ended)).await;
     assert!(
@@ -292,12 +306,10 @@ async fn a_404_for_a_known_session_ends_it_fails_what_was_in_flight_and_a_new_in
             .count(),
         1
     );
-    settle().await;
-    assert_eq!(
-        client.transport.table_sizes().tasks,
-        0,
-        "the hanging stream was dropped"
-    );
+    eventually("the hanging stream is dropped", || {
+        client.transport.table_sizes().tasks == 0
+    })
+    .await;
 
     within("re-initialize", client.reconnect(legacy_config()))
         .await
@@ -366,14 +378,22 @@ async fn a_legacy_server_answering_everything_with_an_empty_object_gets_initiali
 async fn the_standalone_stream_is_reported_opening_then_open_or_unavailable() {
     use modelctx_http::client::StandaloneStream;
     for refuse in [false, true] {
-        let server = ScriptServer::start(move |seen, mut reply| async move {
-            if seen.method == "GET" && !refuse {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                reply.sse_head(&[]).await;
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                return;
+        // The stream's GET is answered (its head, or 405) once the test has seen it opening.
+        let seen_opening = std::sync::Arc::new(tokio::sync::Notify::new());
+        let head_gate = seen_opening.clone();
+        let server = ScriptServer::start(move |seen, mut reply| {
+            let head_gate = head_gate.clone();
+            async move {
+                if seen.method == "GET" {
+                    head_gate.notified().await;
+                }
+                if seen.method == "GET" && !refuse {
+                    reply.sse_head(&[]).await;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    return;
+                }
+                legacy_basics(&seen, &mut reply, Some("s")).await;
             }
-            legacy_basics(&seen, &mut reply, Some("s")).await;
         })
         .await;
         let mut client = Driver::new(&server.url(), legacy_config(), ClientConfig::default());
@@ -386,6 +406,7 @@ async fn the_standalone_stream_is_reported_opening_then_open_or_unavailable() {
             client.transport.standalone_stream(),
             StandaloneStream::Opening
         );
+        seen_opening.notify_one();
         let (note, state) = if refuse {
             ("NoStandaloneStream", StandaloneStream::Unavailable)
         } else {
@@ -926,8 +947,10 @@ async fn a_listen_stream_that_is_acknowledged_and_closed_forever_is_given_up() {
         "{:?}",
         client.notes
     );
-    settle().await;
-    assert_eq!(client.transport.table_sizes().tasks, 0);
+    eventually("the transport's tasks end", || {
+        client.transport.table_sizes().tasks == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -959,19 +982,24 @@ async fn sequential_requests_reuse_one_connection_in_json_and_sse_modes() {
 }
 
 /// A keep-alive HTTP/1.1 server whose every POST is answered with a chunked SSE stream: the
-/// answer, then, 30 ms later, the end of the stream. Counts connections.
+/// answer, then, 30 ms later, the end of the stream. Counts connections, and the streams it
+/// ended.
 async fn late_end_server() -> (
     std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let counter = count.clone();
+    let ends = ended.clone();
     tokio::spawn(async move {
         while let Ok((mut tcp, _)) = listener.accept().await {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let ends = ends.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -1019,27 +1047,36 @@ async fn late_end_server() -> (
                     if tcp.write_all(b"0\r\n\r\n").await.is_err() {
                         return;
                     }
+                    ends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             });
         }
     });
-    (addr, count)
+    (addr, count, ended)
 }
 
 #[tokio::test]
 async fn a_stream_that_ends_after_its_answer_is_read_to_its_end_and_its_connection_reused() {
-    let (addr, connections) = late_end_server().await;
+    let (addr, connections, ended) = late_end_server().await;
     let mut config = ClientConfig::default();
     config.standalone_stream = false;
     let mut client = Driver::new(&format!("http://{addr}/mcp"), legacy_config(), config);
     within("connect", client.connect()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    // The next request starts once the last stream has ended on the wire and the client has read
+    // it to its end.
+    let streams_ended = |client: &Driver, streams: usize| {
+        ended.load(std::sync::atomic::Ordering::SeqCst) == streams
+            && client.transport.table_sizes().tasks == 0
+    };
+    eventually("the initialize stream ends", || streams_ended(&client, 1)).await;
     let before = connections.load(std::sync::atomic::Ordering::SeqCst);
-    for _ in 0..5 {
+    for call in 0..5 {
         let result = client.call_tool("x", json!({})).await.unwrap();
         assert_eq!(text_of(&result), "late");
-        // The next call starts once this stream has ended on the wire.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        eventually("the call's stream ends", || {
+            streams_ended(&client, 2 + call)
+        })
+        .await;
     }
     let made = connections.load(std::sync::atomic::Ordering::SeqCst) - before;
     assert!(made <= 1, "{made} new connections for 5 sequential calls");
