@@ -117,7 +117,21 @@ pub fn roundtrip(
     registry(version).0(name, value)
 }
 
-/// The examples in the project's README.md, compiled and run as doctests so they stay true.
+/// The examples in the project's README.md, compiled and run as doctests so they stay true. The
+/// README and the guides are doctests of this crate, which has both facades, so that neither
+/// facade dev-depends on the other.
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The code of `docs/guide-server.md`, compiled and run as doctests here: it tests a server
+/// with the client.
+#[doc = include_str!("../../docs/guide-server.md")]
+#[cfg(doctest)]
+pub struct ServerGuideDoctests;
+
+/// The code of `docs/guide-client.md`, compiled and run as doctests here, where both the client
+/// and the servers it talks to are at hand.
+#[doc = include_str!("../../docs/guide-client.md")]
+#[cfg(doctest)]
+pub struct ClientGuideDoctests;

@@ -121,23 +121,6 @@ pub use tool::{
 };
 pub use transport::InMemory;
 
-/// The code of the README, compiled (and run, unless marked `no_run`) as doctests of this
-/// crate, so that it cannot go stale.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;
-
-/// The code of `docs/guide-server.md`, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/guide-server.md")]
-struct ServerGuideDoctests;
-
-/// The code of `docs/guide-client.md`, compiled and run as doctests here, where a server is at
-/// hand (`modelctx-client` is a dev-dependency).
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/guide-client.md")]
-struct ClientGuideDoctests;
-
 /// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and
 /// without the formats schemars invents for Rust's number types (`uint32`, `double`, ...),
 /// which JSON Schema does not define and validators warn about; the ranges stay as `minimum`

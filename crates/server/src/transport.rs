@@ -56,9 +56,13 @@ impl Server {
     /// A connection to this server in the same process, served on a new task: for tests and for
     /// hosts that embed a server.
     ///
+    /// The client end takes [`Message`]s and gives [`Frame`]s; `modelctx-client`'s
+    /// `connect_channels` takes both ends as they are. Here, a 2026-07-28 request, which needs no
+    /// handshake (its version rides in `_meta`):
+    ///
     /// ```
-    /// use modelctx_client::Client;
-    /// use modelctx_server::{NoArgs, Server, Tool};
+    /// use modelctx_server::{Frame, NoArgs, Server, Tool};
+    /// use modelctx_types::{Incoming, Message, consts, decode_str, meta_keys};
     ///
     /// async fn hello(_: NoArgs) -> &'static str {
     ///     "hello"
@@ -67,13 +71,25 @@ impl Server {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let server = Server::builder("s", "1.0.0").tool(Tool::new("hello", hello)).build();
-    /// let memory = server.in_memory();
-    /// let client = Client::builder("test", "1.0.0")
-    ///     .connect_channels(memory.to_server, memory.from_server)
-    ///     .await?;
-    /// let result = client.call_tool("hello", ()).await?;
-    /// assert_eq!(result.is_error, None);
-    /// client.close().await;
+    /// let mut memory = server.in_memory();
+    /// let call = serde_json::json!({
+    ///     "jsonrpc": "2.0",
+    ///     "id": 1,
+    ///     "method": consts::ToolsCall::VALUE,
+    ///     "params": {"name": "hello", "_meta": {
+    ///         meta_keys::PROTOCOL_VERSION: "2026-07-28",
+    ///         meta_keys::CLIENT_CAPABILITIES: {},
+    ///     }},
+    /// });
+    /// let Incoming::Single(call) = decode_str(&call.to_string())? else {
+    ///     unreachable!("one message")
+    /// };
+    /// assert!(memory.send(call).await);
+    /// let Some(Frame::Single(Message::Response(answer))) = memory.recv().await else {
+    ///     panic!("the answer")
+    /// };
+    /// let result: serde_json::Value = serde_json::from_str(answer.result.get())?;
+    /// assert_eq!(result["content"][0]["text"], "hello");
     /// # Ok(()) }
     /// ```
     pub fn in_memory(&self) -> InMemory {

@@ -16,6 +16,7 @@ mod http_server;
 mod model;
 mod robustness;
 mod schema_validation;
+mod server_http;
 mod server_transports;
 mod server_ts_clients;
 mod sse_retry;
