@@ -524,7 +524,7 @@ fn assert_method_not_found(answer: Result<Value, Value>) {
     assert_eq!(error["code"], json!(-32601), "{error}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
     let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
     let builder = legacy()
@@ -602,7 +602,7 @@ async fn a_legacy_server_s_requests_are_answered_by_the_handlers() {
         json!({"requestId": "s2", "reason": "no longer needed"}),
     )
     .await;
-    fake.expect_none(Duration::from_millis(400), "an answer to s2", |m| match m {
+    fake.expect_none(NO_MORE, "an answer to s2", |m| match m {
         Message::Response(r) => r.id == RequestId::from("s2"),
         Message::Error(e) => e.id == Some(RequestId::from("s2")),
         _ => false,
@@ -984,13 +984,12 @@ async fn the_server_closing_fails_calls_and_ends_notifications() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_every_handle_closes_the_transport() {
     let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
     let clone = client.clone();
     drop(client);
-    fake.expect_none(Duration::from_millis(50), "anything", |_| true)
-        .await;
+    fake.expect_none(NO_MORE, "anything", |_| true).await;
     drop(clone);
     // The client's side of the transport closes.
     fake.expect_end().await;
@@ -1026,7 +1025,7 @@ async fn the_probe_falls_back_to_initialize() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn undeclared_features_are_not_available_and_nothing_is_sent() {
     for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), json!({"tools": {}})).await;
@@ -1034,10 +1033,8 @@ async fn undeclared_features_are_not_available_and_nothing_is_sent() {
         assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
         let result = client.read_resource("file:///a").await;
         assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
-        fake.expect_none(Duration::from_millis(50), "a request", |m| {
-            matches!(m, Message::Request(_))
-        })
-        .await;
+        fake.expect_none(NO_MORE, "a request", |m| matches!(m, Message::Request(_)))
+            .await;
     }
 }
 

@@ -279,6 +279,10 @@ impl Fake {
     }
 
     /// Fails the test if a message that `unwanted` accepts arrives within `wait`.
+    ///
+    /// Like [`expect_no_request`](Self::expect_no_request), this proves something only on a
+    /// paused clock, or where the test has made sure by other means that what it waits for
+    /// would have come by then.
     pub(crate) async fn expect_none(
         &mut self,
         wait: Duration,
