@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use modelctx_client::model::EmbeddedResourceResource;
 use modelctx_http::client::ClientConfig as HttpClientConfig;
-use modelctx_session::{ClientConfig, EraChoice, Event, ProtocolVersion, RequestOptions};
-use modelctx_stdio::ServerCommand;
+use modelctx_session::{EraChoice, Event, ProtocolVersion, RequestOptions};
+use modelctx_stdio::{ChildTransport, ServerCommand};
 use modelctx_tests::http::within;
 use modelctx_tests::http_client::{Driver, legacy_config, text_of};
 use serde_json::json;
@@ -16,51 +17,54 @@ fn caps() -> modelctx_types::JsonObject {
     json!({"elicitation": {}}).as_object().cloned().unwrap()
 }
 
+/// Both facades, as they ship: the server's stdio transport in a child process, the client's
+/// line transport on the child's pipes (the test keeps the process, to see how it exits).
 #[tokio::test]
 async fn the_facade_serves_a_child_process_on_stdio_in_both_eras() {
     for era in [EraChoice::Probe, EraChoice::Legacy] {
-        let mut config = ClientConfig::new("stdio-test", "1", caps());
-        config.era = era;
-        let child = ServerCommand::new(STDIO_SERVER).spawn().unwrap();
+        let ChildTransport {
+            reader,
+            writer,
+            mut process,
+            ..
+        } = ServerCommand::new(STDIO_SERVER).spawn().unwrap();
         let client = within(
             "connect",
-            modelctx_tests::stdio::Client::connect(config, child),
+            modelctx_client::Client::builder("stdio-test", "1")
+                .era(era)
+                .connect_lines(reader, writer),
         )
         .await
         .unwrap();
+        let expected = match era {
+            EraChoice::Legacy => modelctx_client::Era::Legacy,
+            _ => modelctx_client::Era::Modern,
+        };
+        assert_eq!(client.era(), Some(expected));
         let result = within(
             "echo",
-            client.request(
-                "tools/call",
-                Some(json!({"name": "echo", "arguments": {"text": "over stdio"}})),
-            ),
+            client.call_tool("echo", json!({"text": "over stdio"})),
         )
         .await
         .unwrap();
-        assert_eq!(text_of(&result), "over stdio");
-        let listed = within("prompts", client.request("prompts/list", Some(json!({}))))
+        assert_eq!(result.text(), "over stdio");
+        let listed = within("prompts", client.list_prompts(None)).await.unwrap();
+        assert_eq!(listed.prompts[0].name, "greet");
+        let result = within("whoami", client.call_tool("whoami", json!({})))
             .await
             .unwrap();
-        assert_eq!(listed["prompts"][0]["name"], "greet");
-        let result = within(
-            "whoami",
-            client.request(
-                "tools/call",
-                Some(json!({"name": "whoami", "arguments": {}})),
-            ),
-        )
-        .await
-        .unwrap();
-        assert_eq!(text_of(&result), "nobody", "no HTTP request over stdio");
-        let read = within(
-            "read",
-            client.request("resources/read", Some(json!({"uri": "file:///readme.md"}))),
-        )
-        .await
-        .unwrap();
-        assert_eq!(read["contents"][0]["text"], "# facade");
-        let shutdown = within("shutdown", client.shutdown()).await.unwrap();
-        assert!(shutdown.status.success(), "{shutdown:?}");
+        assert_eq!(result.text(), "nobody", "no HTTP request over stdio");
+        let read = within("read", client.read_resource("file:///readme.md"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&read.contents[..], [EmbeddedResourceResource::TextResourceContents(c)] if c.text == "# facade"),
+            "{read:?}"
+        );
+        // Closing the client closes the server's stdin: the server ends on its own, cleanly.
+        within("close", client.close()).await;
+        let status = within("the server exits", process.wait()).await.unwrap();
+        assert!(status.success(), "{status}");
     }
 }
 
