@@ -74,6 +74,84 @@ async fn listed_tools_give_standard_headers_and_broken_ones_are_left_out() {
     client.close().await;
 }
 
+/// A -32020 (a `Mcp-Param-*` header missing or wrong) makes the client list the tools again,
+/// learn their header rules and retry the call once; a second mismatch is the answer.
+#[tokio::test]
+async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                let result = json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0,
+                    "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/list") => {
+                let tools = json!([
+                    {"name": "region", "inputSchema": {"type": "object", "properties": {
+                        "region": {"type": "string", "x-mcp-header": "Region"}}}},
+                    {"name": "broken", "inputSchema": {"type": "object", "properties": {
+                        "n": {"type": "number", "x-mcp-header": "N"}}}},
+                ]);
+                let result = json!({"tools": tools, "ttlMs": 0, "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/call") if seen.header("mcp-param-region") == Some("eu") => {
+                let mut result = text_result(&id, "with header");
+                result["result"]["resultType"] = json!("complete");
+                reply.json(200, &[], &result).await;
+            }
+            Some("tools/call") => {
+                reply.json(400, &[], &json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32020, "message": "Mcp-Param-Region is missing"}})).await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1").connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    // The client has not listed the tools: the first call goes without the header.
+    assert_eq!(
+        call_text(&client, "region", json!({"region": "eu"})).await,
+        "with header"
+    );
+    let methods: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.rpc_method().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        methods,
+        ["server/discover", "tools/call", "tools/list", "tools/call"]
+    );
+
+    // A mismatch after the retry is the server's answer: each call is retried once, no more.
+    let answer = within(
+        "a call that mismatches",
+        client.call_tool("region", json!({"region": "us"})),
+    )
+    .await;
+    assert!(
+        matches!(&answer, Err(Error::Remote(e)) if e.code.0 == -32020),
+        "{answer:?}"
+    );
+    let calls = |server: &ScriptServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call"))
+            .count()
+    };
+    assert_eq!(calls(&server), 4, "one retry after the listing, no more");
+    client.close().await;
+}
+
 /// A legacy HTTP session the server ends (here: it expired) is initialized again; the
 /// application hears it may have missed notifications, and calls go on.
 #[tokio::test]

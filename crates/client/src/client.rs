@@ -6,13 +6,17 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
-use modelctx_types::{JsonObject, model};
+#[cfg(feature = "http")]
+use modelctx_http::headers::ParamHeader;
+use modelctx_types::consts::{PromptsGet, ResourcesRead, ToolsCall, ToolsList};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, meta_keys, model};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::driver::{Answer, Call, Command, Shared};
+use crate::link::Hints;
 use crate::error::Error;
 use crate::input::Ask;
 use crate::notify::{Notifications, Progress, ProgressFn};
@@ -31,7 +35,7 @@ macro_rules! typed {
 }
 
 /// The methods a modern server may answer with `input_required`.
-const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+const MRTR_METHODS: &[&str] = &[ToolsCall::VALUE, PromptsGet::VALUE, ResourcesRead::VALUE];
 /// `list_all_*` follows at most this many pages.
 const MAX_PAGES: usize = 10_000;
 /// `list_all_*` reads at most this much JSON in all (the results of its pages as received).
@@ -319,28 +323,14 @@ impl Client {
         {
             request = request.with_progress_reset(max);
         }
-        let reissue = options.reissue.unwrap_or_else(|| {
-            method != "tools/call" || {
-                let name = params
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                self.inner
-                    .shared
-                    .tool_schemas
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(name)
-                    .is_some_and(|tool| tool.idempotent)
-            }
-        });
+        let hints = self.hints(method, &params, options);
         let call = Call {
             token,
             method: method.to_owned(),
             params,
             options: request,
             progress: options.progress.clone(),
-            reissue,
+            hints,
             reply,
         };
         if self.inner.commands.send(Command::Call(call)).await.is_err() {
@@ -354,6 +344,36 @@ impl Client {
         let answer = answer.await;
         guard.armed = false;
         answer.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    /// How the transport may carry a request: a `tools/call` is sent again when its stream
+    /// breaks only if the tool was listed idempotent (or the caller says so), and carries the
+    /// `Mcp-Param-*` headers of the tool's listed `x-mcp-header` parameters (modern HTTP).
+    fn hints(&self, method: &str, params: &JsonObject, options: &CallOptions) -> Hints {
+        if method != ToolsCall::VALUE {
+            return Hints {
+                reissue: options.reissue.unwrap_or(true),
+                ..Hints::default()
+            };
+        }
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let tools = self
+            .inner
+            .shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let tool = tools.get(name);
+        Hints {
+            reissue: options
+                .reissue
+                .unwrap_or_else(|| tool.is_some_and(|tool| tool.idempotent)),
+            #[cfg(feature = "http")]
+            param_headers: tool.and_then(|tool| tool.headers.clone()),
+        }
     }
 
     /// Sends a request and runs the modern multi round-trip loop: an `input_required` answer is
@@ -377,7 +397,7 @@ impl Client {
                 .or_insert_with(|| Value::Object(JsonObject::new()));
             if let Value::Object(meta) = meta {
                 meta.insert(
-                    "io.modelcontextprotocol/logLevel".into(),
+                    meta_keys::LOG_LEVEL.into(),
                     Value::from(level.as_str()),
                 );
             }
@@ -508,14 +528,78 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListToolsResult, usize), Error> {
-        let method = "tools/list";
+        let method = ToolsList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
         let size = answer.result.get().len();
+        #[cfg(feature = "http")]
+        let (answer, headers) = self.header_rules(answer);
         let result = typed!(self, method, answer, ListTools);
         self.remember_tools(&answer);
+        #[cfg(feature = "http")]
+        self.remember_headers(headers);
         Ok((result, size))
+    }
+
+    /// Over Streamable HTTP in the modern era: leaves out of a `tools/list` result the tools
+    /// whose `x-mcp-header` annotations break a rule (the specification requires it; a warning
+    /// names each tool and why), and remembers the others' parameters for the `Mcp-Param-*`
+    /// headers of their calls.
+    #[cfg(feature = "http")]
+    fn header_rules(&self, answer: Answer) -> (Answer, Vec<(String, Arc<[ParamHeader]>)>) {
+        if !self.inner.shared.over_http || answer.version.era() != Era::Modern {
+            return (answer, Vec::new());
+        }
+        let Some(filtered) = crate::params::filter_list(&answer.result) else {
+            return (answer, Vec::new());
+        };
+        for dropped in &filtered.dropped {
+            tracing::warn!(
+                tool = %dropped.tool,
+                reason = %dropped.reason,
+                "tool left out of tools/list: its x-mcp-header annotations break the rules"
+            );
+        }
+        let answer = Answer {
+            version: answer.version,
+            result: filtered.result,
+        };
+        (answer, filtered.headers)
+    }
+
+    /// Remembers the `x-mcp-header` parameters of listed tools (after
+    /// [`remember_tools`](Self::remember_tools), which replaces each tool's entry).
+    #[cfg(feature = "http")]
+    fn remember_headers(&self, headers: Vec<(String, Arc<[ParamHeader]>)>) {
+        let mut tools = self
+            .inner
+            .shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (name, headers) in headers {
+            tools.record_headers(&name, headers);
+        }
+    }
+
+    /// Lists the tools again (every page, not from the cache), for their `x-mcp-header`
+    /// parameters: after a -32020 the tool's schema may have changed since it was listed.
+    #[cfg(feature = "http")]
+    async fn relist_tools(&self) -> Result<(), Error> {
+        all_pages(ToolsList::VALUE, |cursor| async move {
+            let answer = self
+                .call(ToolsList::VALUE, page(cursor.as_deref()), &CallOptions::new())
+                .await?;
+            let size = answer.result.get().len();
+            let (answer, headers) = self.header_rules(answer);
+            let page = typed!(self, ToolsList::VALUE, answer, ListTools);
+            self.remember_tools(&answer);
+            self.remember_headers(headers);
+            Ok((page.tools, page.next_cursor, size))
+        })
+        .await
+        .map(drop)
     }
 
     /// Every tool, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
@@ -621,7 +705,7 @@ impl Client {
         arguments: impl Serialize,
         options: CallOptions,
     ) -> Result<model::CallToolResult, Error> {
-        let method = "tools/call";
+        let method = ToolsCall::VALUE;
         let mut params = JsonObject::new();
         params.insert("name".into(), Value::from(name));
         match serde_json::to_value(arguments).map_err(|e| Error::InvalidArguments(e.to_string()))? {
@@ -635,11 +719,29 @@ impl Client {
                 )));
             }
         }
-        let answer = self.call(method, params, &options).await?;
+        let answer = match self.call(method, params.clone(), &options).await {
+            #[cfg(feature = "http")]
+            Err(Error::Remote(e)) if self.header_mismatch(&e) => {
+                // The tool's schema may have changed since it was listed (or it was not
+                // listed): list again and retry once; a second mismatch is the answer.
+                self.relist_tools().await?;
+                self.call(method, params, &options).await?
+            }
+            answer => answer?,
+        };
         let result = typed!(self, method, answer, CallTool);
         self.check_structured(name, &result, answer.result.get().len())
             .await?;
         Ok(result)
+    }
+
+    /// A -32020 (a `Mcp-Param-*` header missing or not matching its argument) from a modern
+    /// server over Streamable HTTP.
+    #[cfg(feature = "http")]
+    fn header_mismatch(&self, error: &ErrorObject) -> bool {
+        error.code == ErrorCode::HEADER_MISMATCH
+            && self.inner.shared.over_http
+            && self.era() == Some(Era::Modern)
     }
 
     /// Checks the `structuredContent` of a result of `tool` (`size`: bytes of the result's JSON).

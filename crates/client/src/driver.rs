@@ -21,7 +21,7 @@ use tokio::task::AbortHandle;
 use crate::cache::{ResultCache, Scope};
 use crate::error::{ConnectError, Error};
 use crate::input::Handlers;
-use crate::link::{Link, LinkEvent};
+use crate::link::{Hints, Link, LinkEvent};
 use crate::notify::{NotificationFn, Progress, ProgressFn, ServerNotification};
 
 /// How many calls may wait while a connection is re-established.
@@ -67,8 +67,9 @@ pub(crate) struct Call {
     pub(crate) params: JsonObject,
     pub(crate) options: RequestOptions,
     pub(crate) progress: Option<ProgressFn>,
-    /// Whether the transport may send it again when its response stream breaks (modern HTTP).
-    pub(crate) reissue: bool,
+    /// How the transport may carry it (modern HTTP: sent again when its response stream
+    /// breaks, `Mcp-Param-*` headers).
+    pub(crate) hints: Hints,
     pub(crate) reply: oneshot::Sender<Result<Answer, Error>>,
 }
 
@@ -124,8 +125,11 @@ pub(crate) struct Shared {
     pub(crate) notifications: Mutex<Option<broadcast::Sender<ServerNotification>>>,
     pub(crate) callbacks: Vec<NotificationFn>,
     pub(crate) cache: Option<(ResultCache, Scope)>,
-    /// Output schemas and idempotence of the tools listed.
+    /// Output schemas, idempotence and `x-mcp-header` parameters of the tools listed.
     pub(crate) tool_schemas: Mutex<crate::output::ListedTools>,
+    /// Connected over Streamable HTTP, where modern tools carry `Mcp-Param-*` headers.
+    #[cfg(feature = "http")]
+    pub(crate) over_http: bool,
     pub(crate) handlers: Handlers,
     /// How long a write to a stdio or in-memory server may wait (for a restarted server).
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
@@ -206,7 +210,7 @@ struct Pending {
     token: u64,
     reply: oneshot::Sender<Result<Answer, Error>>,
     progress: Option<ProgressFn>,
-    reissue: bool,
+    hints: Hints,
 }
 
 pub(crate) struct Driver {
@@ -388,7 +392,7 @@ impl Driver {
             params,
             options,
             progress,
-            reissue,
+            hints,
             reply,
         } = call;
         if reply.is_closed() {
@@ -406,7 +410,7 @@ impl Driver {
                         token,
                         reply,
                         progress,
-                        reissue,
+                        hints,
                     },
                 );
             }
@@ -465,10 +469,10 @@ impl Driver {
 
     async fn describe_close(&mut self, why: String) -> String {
         #[cfg(feature = "stdio")]
-        if let Some(Link::Channels(c)) = &mut self.link
-            && let Some(child) = &mut c.child
+        if let Some(link) = &mut self.link
+            && let Some(exit) = link.describe_exit().await
         {
-            return child.describe_exit().await;
+            return exit;
         }
         why
     }
@@ -520,15 +524,19 @@ impl Driver {
             while let Some(transmit) = self.session.poll_transmit() {
                 busy = true;
                 // A call may be sent again by the transport only when its caller allows it.
-                let reissue = match &transmit {
+                let hints = match &transmit {
                     Transmit::Message {
                         message: Message::Request(r),
                         ..
-                    } => self.pending.get(&r.id).is_none_or(|p| p.reissue),
-                    _ => true,
+                    } => self
+                        .pending
+                        .get(&r.id)
+                        .map(|p| p.hints.clone())
+                        .unwrap_or_default(),
+                    _ => Hints::default(),
                 };
                 let Some(link) = &mut self.link else { continue };
-                if let Err((id, why)) = link.send(transmit, reissue).await {
+                if let Err((id, why)) = link.send(transmit, hints).await {
                     match id {
                         Some(id) => self.session.request_failed(Instant::now(), &id, why),
                         None => tracing::debug!(%why, "a message could not be sent"),
@@ -734,9 +742,9 @@ impl Driver {
     fn reconnect_now(&mut self) {
         #[cfg(feature = "stdio")]
         if let Remake::Spawn(command) = &self.remake {
-            match crate::stdio::spawn(command, self.shared.write_timeout) {
-                Ok(channels) => {
-                    if let Some(old) = self.link.replace(Link::Channels(Box::new(channels))) {
+            match Link::spawn(command, self.shared.write_timeout) {
+                Ok(link) => {
+                    if let Some(old) = self.link.replace(link) {
                         tokio::spawn(old.shut_down());
                     }
                 }
