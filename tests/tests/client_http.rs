@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use modelctx_client::{Client, ConnectError, Error, ProtocolVersion, ServerNotification};
+use modelctx_client::{
+    Client, ConnectError, Error, ProtocolVersion, ServerNotification, TransportError,
+};
+use modelctx_http::client::TransportError as HttpError;
 use modelctx_tests::client::{call_text, serve_http};
 use modelctx_tests::http::within;
 use modelctx_tests::http_client::{ScriptServer, text_result};
@@ -103,8 +106,14 @@ async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once(
                 reply.json(200, &[], &result).await;
             }
             Some("tools/call") => {
-                reply.json(400, &[], &json!({"jsonrpc": "2.0", "id": id, "error": {
-                    "code": -32020, "message": "Mcp-Param-Region is missing"}})).await;
+                reply
+                    .json(
+                        400,
+                        &[],
+                        &json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32020, "message": "Mcp-Param-Region is missing"}}),
+                    )
+                    .await;
             }
             _ => reply.full(404, &[], "").await,
         }
@@ -351,7 +360,10 @@ async fn finding_5_a_broken_tool_call_is_sent_again_only_when_idempotent_or_allo
             .await
             .unwrap_err();
         assert!(
-            matches!(&error, Error::Transport(why) if why.contains("was not sent again")),
+            matches!(
+                &error,
+                Error::Transport(TransportError::Http(HttpError::NotReissued(_)))
+            ),
             "{error}"
         );
         assert_eq!(calls_of(tool), 1, "{tool} is called once");

@@ -363,12 +363,8 @@ impl ClientBuilder {
     ) -> Result<Client, ConnectError> {
         let link = Link::spawn(&command, self.write_timeout).map_err(ConnectError::Spawn)?;
         let key = crate::stdio::cache_key(&command);
-        self.start(
-            link,
-            Remake::Spawn(Box::new(command)),
-            key,
-        )
-        .await
+        self.start(link, Remake::Spawn(Box::new(command)), key)
+            .await
     }
 
     /// Connects to the Streamable HTTP endpoint `url` with the default transport settings.
@@ -476,7 +472,7 @@ impl ClientBuilder {
         }
         if let Some(level) = self.log_level {
             let declared = client
-                .server_capabilities()
+                .server_capabilities_json()
                 .is_none_or(|c| c.contains_key("logging"));
             if declared && let Err(e) = client.set_log_level(level).await {
                 tracing::warn!(error = %e, "setting the log level failed");

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use modelctx_session::Transmit;
 use modelctx_types::{Incoming, Message, RequestId};
+
+use crate::error::TransportError;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -29,7 +31,10 @@ pub(crate) enum LinkEvent {
     Unreadable(String),
     /// Request `id` got no MCP answer and will get none.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    RequestFailed { id: RequestId, why: String },
+    RequestFailed {
+        id: RequestId,
+        error: TransportError,
+    },
     /// The server ended the legacy HTTP session.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     SessionEnded,
@@ -84,7 +89,10 @@ impl Channels {
 
     /// Queues one transmit for the writer, never waiting. An `Err` names the request that could
     /// not be sent, if it was one.
-    pub(crate) fn send(&mut self, transmit: Transmit) -> Result<(), (Option<RequestId>, String)> {
+    pub(crate) fn send(
+        &mut self,
+        transmit: Transmit,
+    ) -> Result<(), (Option<RequestId>, TransportError)> {
         let incoming = match transmit {
             Transmit::Message { message, .. } => Incoming::Single(message),
             Transmit::Batch(messages) => Incoming::Batch(messages.into_iter().map(Ok).collect()),
@@ -97,14 +105,13 @@ impl Channels {
             _ => None,
         };
         let Some(out) = &self.out else {
-            return Err((id, "the connection is closed".into()));
+            return Err((id, TransportError::Closed));
         };
         out.try_send(incoming).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => (
-                id,
-                format!("the server is not reading: {OUT_QUEUE} messages already wait to be written"),
-            ),
-            mpsc::error::TrySendError::Closed(_) => (id, "the server's channel closed".into()),
+            mpsc::error::TrySendError::Full(_) => {
+                (id, TransportError::NotReading { queued: OUT_QUEUE })
+            }
+            mpsc::error::TrySendError::Closed(_) => (id, TransportError::Closed),
         })
     }
 

@@ -5,20 +5,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
 #[cfg(feature = "http")]
 use modelctx_http::headers::ParamHeader;
+use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
 use modelctx_types::consts::{PromptsGet, ResourcesRead, ToolsCall, ToolsList};
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject, meta_keys, model};
+#[cfg(feature = "http")]
+use modelctx_types::{ErrorCode, ErrorObject};
+use modelctx_types::{JsonObject, meta_keys, model};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::driver::{Answer, Call, Command, Shared};
-use crate::link::Hints;
 use crate::error::Error;
 use crate::input::Ask;
+use crate::link::Hints;
 use crate::notify::{Notifications, Progress, ProgressFn};
 use crate::output::OutputSchema;
 use crate::wire;
@@ -201,13 +203,27 @@ impl Client {
     }
 
     /// The server's `serverInfo` (legacy `initialize`, or modern `server/discover` when it sent
-    /// one).
-    pub fn server_info(&self) -> Option<Value> {
+    /// one); `None` when unknown or not an `Implementation` (see
+    /// [`server_info_json`](Self::server_info_json)).
+    pub fn server_info(&self) -> Option<model::Implementation> {
+        let peer = self.peer()?;
+        wire::implementation(peer.version, peer.info?)
+    }
+
+    /// The server's `serverInfo` as it was sent.
+    pub fn server_info_json(&self) -> Option<Value> {
         self.peer().and_then(|p| p.info)
     }
 
-    /// The server's declared capabilities (`None` when unknown).
-    pub fn server_capabilities(&self) -> Option<JsonObject> {
+    /// The server's declared capabilities (`None` when unknown, or not valid capabilities: see
+    /// [`server_capabilities_json`](Self::server_capabilities_json)).
+    pub fn server_capabilities(&self) -> Option<model::ServerCapabilities> {
+        let peer = self.peer()?;
+        wire::server_capabilities(peer.version, Value::Object(peer.capabilities?))
+    }
+
+    /// The server's declared capabilities as they were sent (`None` when unknown).
+    pub fn server_capabilities_json(&self) -> Option<JsonObject> {
         self.peer().and_then(|p| p.capabilities)
     }
 
@@ -396,10 +412,7 @@ impl Client {
                 .entry("_meta")
                 .or_insert_with(|| Value::Object(JsonObject::new()));
             if let Value::Object(meta) = meta {
-                meta.insert(
-                    meta_keys::LOG_LEVEL.into(),
-                    Value::from(level.as_str()),
-                );
+                meta.insert(meta_keys::LOG_LEVEL.into(), Value::from(level.as_str()));
             }
         }
         let mut rounds = 0;
@@ -589,7 +602,11 @@ impl Client {
     async fn relist_tools(&self) -> Result<(), Error> {
         all_pages(ToolsList::VALUE, |cursor| async move {
             let answer = self
-                .call(ToolsList::VALUE, page(cursor.as_deref()), &CallOptions::new())
+                .call(
+                    ToolsList::VALUE,
+                    page(cursor.as_deref()),
+                    &CallOptions::new(),
+                )
                 .await?;
             let size = answer.result.get().len();
             let (answer, headers) = self.header_rules(answer);
@@ -1055,6 +1072,7 @@ impl Client {
     }
 
     /// The size of every table of the connection (`None` once it is closed).
+    #[doc(hidden)]
     pub async fn table_sizes(&self) -> Option<crate::TableSizes> {
         let (reply, sizes) = oneshot::channel();
         self.inner.commands.send(Command::Sizes(reply)).await.ok()?;

@@ -10,16 +10,19 @@ use std::time::{Duration, Instant};
 
 use modelctx_session::{
     ClientConfig as SessionConfig, ClientSession, CloseReason, EraChoice, EraDecision, Event,
-    PeerInfo, ProtocolVersion, RequestError, RequestOptions, Transmit,
+    PeerInfo, ProtocolVersion, RequestError, RequestOptions, SessionError, Transmit,
 };
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId};
+use modelctx_types::consts::SubscriptionsListen;
+use modelctx_types::{
+    ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId, meta_keys,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::cache::{ResultCache, Scope};
-use crate::error::{ConnectError, Error};
+use crate::error::{ConnectError, Error, TransportError};
 use crate::input::Handlers;
 use crate::link::{Hints, Link, LinkEvent};
 use crate::notify::{NotificationFn, Progress, ProgressFn, ServerNotification};
@@ -121,7 +124,7 @@ pub struct TableSizes {
 /// What the client handles share with the driver.
 pub(crate) struct Shared {
     pub(crate) peer: Mutex<Option<PeerInfo>>,
-    pub(crate) closed: Mutex<Option<String>>,
+    pub(crate) closed: Mutex<Option<CloseReason>>,
     pub(crate) notifications: Mutex<Option<broadcast::Sender<ServerNotification>>>,
     pub(crate) callbacks: Vec<NotificationFn>,
     pub(crate) cache: Option<(ResultCache, Scope)>,
@@ -149,12 +152,12 @@ impl Shared {
             .clone()
     }
 
-    pub(crate) fn closed_reason(&self) -> String {
+    pub(crate) fn closed_reason(&self) -> CloseReason {
         self.closed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-            .unwrap_or_else(|| "the connection is closed".into())
+            .unwrap_or_else(|| CloseReason::Transport("the connection is closed".into()))
     }
 }
 
@@ -227,6 +230,8 @@ pub(crate) struct Driver {
     commands: mpsc::Receiver<Command>,
     dropped: mpsc::UnboundedReceiver<u64>,
     pending: HashMap<RequestId, Pending>,
+    /// What the transport said when it lost a call, until the session fails the call.
+    lost: HashMap<RequestId, TransportError>,
     tokens: HashMap<u64, RequestId>,
     waiting: VecDeque<Call>,
     /// Handlers' answers, each naming its request by id and generation (finding 12).
@@ -275,6 +280,7 @@ impl Driver {
             commands,
             dropped,
             pending: HashMap::new(),
+            lost: HashMap::new(),
             tokens: HashMap::new(),
             waiting: VecDeque::new(),
             answers_tx,
@@ -300,7 +306,8 @@ impl Driver {
     /// good by the transport).
     pub(crate) async fn run(mut self) {
         if let Err(e) = self.session.connect(Instant::now()) {
-            self.finish(format!("connect failed: {e}")).await;
+            self.finish(CloseReason::Transport(format!("connect failed: {e}")))
+                .await;
             return;
         }
         while !self.done {
@@ -366,7 +373,7 @@ impl Driver {
                     _ => self
                         .session
                         .notify_roots_changed()
-                        .map_err(Error::from_session),
+                        .map_err(|e| Error::from_session(e, || self.close_reason())),
                 };
                 let _ = reply.send(result);
             }
@@ -415,7 +422,7 @@ impl Driver {
                 );
             }
             Err(e) => {
-                let _ = reply.send(Err(Error::from_session(e)));
+                let _ = reply.send(Err(Error::from_session(e, || self.close_reason())));
             }
         }
     }
@@ -449,7 +456,7 @@ impl Driver {
             LinkEvent::Unreadable(why) => {
                 tracing::warn!(%why, "the server sent something unreadable");
             }
-            LinkEvent::RequestFailed { id, why } => self.session.request_failed(now, &id, why),
+            LinkEvent::RequestFailed { id, error } => self.request_failed(now, id, error),
             LinkEvent::SessionEnded => {
                 self.session
                     .transport_closed("the server ended the HTTP session");
@@ -536,10 +543,10 @@ impl Driver {
                     _ => Hints::default(),
                 };
                 let Some(link) = &mut self.link else { continue };
-                if let Err((id, why)) = link.send(transmit, hints).await {
+                if let Err((id, error)) = link.send(transmit, hints).await {
                     match id {
-                        Some(id) => self.session.request_failed(Instant::now(), &id, why),
-                        None => tracing::debug!(%why, "a message could not be sent"),
+                        Some(id) => self.request_failed(Instant::now(), id, error),
+                        None => tracing::debug!(%error, "a message could not be sent"),
                     }
                 }
             }
@@ -563,6 +570,7 @@ impl Driver {
                 if self.is_listen(&id) {
                     return self.listen_ended(&id, None);
                 }
+                self.lost.remove(&id);
                 if let Some(p) = self.pending.remove(&id) {
                     self.tokens.remove(&p.token);
                     let version = self
@@ -576,9 +584,10 @@ impl Driver {
                 if self.is_listen(&id) {
                     return self.listen_ended(&id, Some(error));
                 }
+                let lost = self.lost.remove(&id);
                 if let Some(p) = self.pending.remove(&id) {
                     self.tokens.remove(&p.token);
-                    let _ = p.reply.send(Err(Error::from_request(error)));
+                    let _ = p.reply.send(Err(Error::from_request(error, lost)));
                 }
             }
             Event::Progress {
@@ -677,6 +686,7 @@ impl Driver {
             task.abort();
         }
         self.pending.clear();
+        self.lost.clear();
         self.tokens.clear();
         let listen = std::mem::take(&mut self.listen);
         self.listen = Listen {
@@ -685,12 +695,10 @@ impl Driver {
             retry_delay: LISTEN_RETRY,
             ..Listen::default()
         };
+        let reason = self.close_reason();
         for (_, _, waiter) in listen.waiters {
-            let _ = waiter.send(Err(Error::Closed("the connection ended".into())));
+            let _ = waiter.send(Err(Error::Closed(reason.clone())));
         }
-        let why = self
-            .session_close_reason()
-            .unwrap_or_else(|| "the connection ended".into());
         // A connection that stayed up long enough starts the count of attempts over; one whose
         // handshake never completed does not.
         if let Some(at) = self.connected_at.take()
@@ -700,7 +708,7 @@ impl Driver {
         }
         let local = self.closing.is_some();
         if !local && self.ready.is_none() && self.schedule_reconnect() {
-            tracing::info!(%why, attempt = self.attempts, "re-establishing the connection");
+            tracing::info!(%reason, attempt = self.attempts, "re-establishing the connection");
             *self
                 .shared
                 .peer
@@ -712,11 +720,11 @@ impl Driver {
             let error = match self.last_close.take() {
                 Some(CloseReason::Transport(why)) => ConnectError::Transport(why),
                 Some(reason) => ConnectError::Handshake(reason),
-                None => ConnectError::Transport(why.clone()),
+                None => ConnectError::Transport("the connection ended".into()),
             };
             let _ = ready.send(Err(error));
         }
-        self.finish(why).await;
+        self.finish(reason).await;
     }
 
     fn may_reconnect(&self) -> bool {
@@ -779,25 +787,37 @@ impl Driver {
         }
     }
 
-    fn session_close_reason(&self) -> Option<String> {
-        self.last_close.as_ref().map(ToString::to_string)
+    /// Why the session closed (the connection ended, when it did not say).
+    fn close_reason(&self) -> CloseReason {
+        self.last_close
+            .clone()
+            .unwrap_or_else(|| CloseReason::Transport("the connection ended".into()))
+    }
+
+    /// The transport lost request `id`: the session fails it, and its caller gets `error`.
+    fn request_failed(&mut self, now: Instant, id: RequestId, error: TransportError) {
+        if self.pending.contains_key(&id) {
+            self.lost.insert(id.clone(), error.clone());
+        }
+        // Kept until the session's `Failed` event for it (or the session's end).
+        self.session.request_failed(now, &id, error.to_string());
     }
 
     /// The connection is over: fail what waits, tell the handles, stop the transport.
-    async fn finish(&mut self, why: String) {
+    async fn finish(&mut self, reason: CloseReason) {
         self.done = true;
         *self
             .shared
             .closed
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(why.clone());
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
         *self
             .shared
             .peer
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         for call in self.waiting.drain(..) {
-            let _ = call.reply.send(Err(Error::Closed(why.clone())));
+            let _ = call.reply.send(Err(Error::Closed(reason.clone())));
         }
         // Dropping the only sender ends every notification stream.
         self.shared
@@ -806,7 +826,11 @@ impl Driver {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(ready) = self.ready.take() {
-            let _ = ready.send(Err(ConnectError::Transport(why)));
+            let error = match reason {
+                CloseReason::Transport(why) => ConnectError::Transport(why),
+                other => ConnectError::Handshake(other),
+            };
+            let _ = ready.send(Err(error));
         }
         if let Some(link) = self.link.take() {
             link.shut_down().await;
@@ -934,9 +958,14 @@ impl Driver {
 
     fn subscribe(&mut self, uri: String, on: bool, reply: oneshot::Sender<Result<(), Error>>) {
         if !self.modern() {
-            let _ = reply.send(Err(Error::NotAvailable(
-                "subscriptions/listen is for modern servers".into(),
-            )));
+            let error = match self.session.version() {
+                Some(version) => SessionError::MethodNotInVersion {
+                    method: SubscriptionsListen::VALUE.into(),
+                    version,
+                },
+                None => SessionError::NotReady,
+            };
+            let _ = reply.send(Err(Error::NotAvailable(error)));
             return;
         }
         if on {
@@ -1052,10 +1081,9 @@ impl Driver {
             let result = if uri.as_ref().is_none_or(|uri| uris.contains(uri) || !on) {
                 Ok(())
             } else {
-                Err(Error::NotAvailable(format!(
-                    "the server does not offer updates of {}",
-                    uri.unwrap_or_default()
-                )))
+                Err(Error::UpdatesNotOffered {
+                    uri: uri.unwrap_or_default(),
+                })
             };
             let _ = waiter.send(result);
         }
@@ -1141,5 +1169,5 @@ async fn recv(link: &mut Option<Link>) -> LinkEvent {
 
 fn subscription_id(notification: &Notification) -> Option<RequestId> {
     let params: Value = serde_json::from_str(notification.params.as_deref()?.get()).ok()?;
-    serde_json::from_value(params["_meta"]["io.modelcontextprotocol/subscriptionId"].clone()).ok()
+    serde_json::from_value(params["_meta"][meta_keys::SUBSCRIPTION_ID].clone()).ok()
 }

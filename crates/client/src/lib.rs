@@ -95,11 +95,11 @@ pub use builder::ClientBuilder;
 pub use cache::ResultCache;
 pub use client::{CallOptions, Client, CompletionRef};
 pub use driver::{Reconnect, TableSizes};
-pub use error::{ConnectError, Error};
+pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification};
 
-pub use modelctx_session::{Era, EraChoice, LogLevel, ProtocolVersion};
+pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;
 pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 

@@ -5,6 +5,10 @@ use modelctx_session::Transmit;
 #[cfg(feature = "http")]
 use modelctx_types::Message;
 use modelctx_types::RequestId;
+#[cfg(feature = "http")]
+use std::sync::Arc;
+
+use crate::error::TransportError;
 
 pub(crate) use crate::channels::{Channels, LinkEvent, QUEUE, WRITE_TIMEOUT, feed, forward};
 
@@ -12,6 +16,7 @@ pub(crate) use crate::channels::{Channels, LinkEvent, QUEUE, WRITE_TIMEOUT, feed
 #[derive(Debug, Clone)]
 pub(crate) struct Hints {
     /// Whether a modern request whose response stream breaks may be sent again.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) reissue: bool,
     /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls.
     #[cfg(feature = "http")]
@@ -75,11 +80,17 @@ impl Link {
         &mut self,
         transmit: Transmit,
         hints: Hints,
-    ) -> Result<(), (Option<RequestId>, String)> {
+    ) -> Result<(), (Option<RequestId>, TransportError)> {
         match self {
-            Link::Channels(c) => c.send(transmit),
+            Link::Channels(c) => {
+                let _ = hints;
+                c.send(transmit)
+            }
             #[cfg(feature = "stdio")]
-            Link::Stdio { channels, .. } => channels.send(transmit),
+            Link::Stdio { channels, .. } => {
+                let _ = hints;
+                channels.send(transmit)
+            }
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
                 Transmit::Message { message, .. } => {
@@ -93,11 +104,11 @@ impl Link {
                         options = options.param_headers(params);
                     }
                     t.send_with(message, options)
-                        .map_err(|e| (id, e.to_string()))
+                        .map_err(|e| (id, TransportError::Refused(Arc::new(e))))
                 }
-                Transmit::Batch(messages) => {
-                    t.send_batch(messages).map_err(|e| (None, e.to_string()))
-                }
+                Transmit::Batch(messages) => t
+                    .send_batch(messages)
+                    .map_err(|e| (None, TransportError::Refused(Arc::new(e)))),
                 Transmit::Cancel { request_id, .. } => {
                     t.cancel(&request_id);
                     Ok(())
@@ -156,7 +167,7 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
         Some(Inbound::Unreadable(e)) => LinkEvent::Unreadable(e.to_string()),
         Some(Inbound::RequestFailed { id, error }) => LinkEvent::RequestFailed {
             id,
-            why: error.to_string(),
+            error: TransportError::Http(error),
         },
         Some(Inbound::SessionEnded) => LinkEvent::SessionEnded,
         Some(Inbound::ListenReopened { .. }) => LinkEvent::ListenReopened,

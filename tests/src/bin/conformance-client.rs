@@ -171,7 +171,7 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             // The handshake is the scenario; list tools only when the server has some.
             if client
                 .server_capabilities()
-                .is_some_and(|c| c.contains_key("tools"))
+                .is_some_and(|c| c.tools.is_some())
             {
                 client.list_all_tools().await.map_err(e("tools/list"))?;
             }

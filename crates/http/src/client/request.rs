@@ -229,7 +229,10 @@ fn rename_subscription(
     let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else {
         return Some(raw);
     };
-    let Some(id) = value.pointer_mut(&format!("/_meta/{}", meta_keys::SUBSCRIPTION_ID.replace('/', "~1"))) else {
+    let Some(id) = value.pointer_mut(&format!(
+        "/_meta/{}",
+        meta_keys::SUBSCRIPTION_ID.replace('/', "~1")
+    )) else {
         return Some(raw);
     };
     if serde_json::from_value::<RequestId>(id.clone())
