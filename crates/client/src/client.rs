@@ -5,8 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "http")]
-use modelctx_http::headers::ParamHeader;
 use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
 use modelctx_types::consts::{PromptsGet, ResourcesRead, ToolsCall, ToolsList};
 #[cfg(feature = "http")]
@@ -23,6 +21,8 @@ use crate::input::Ask;
 use crate::link::Hints;
 use crate::notify::{Notifications, Progress, ProgressFn};
 use crate::output::OutputSchema;
+#[cfg(feature = "http")]
+use crate::params::ToolHeaders;
 use crate::wire;
 
 /// The result of `method` as its model type (the `ServerResult` variant named), or
@@ -560,7 +560,7 @@ impl Client {
     /// names each tool and why), and remembers the others' parameters for the `Mcp-Param-*`
     /// headers of their calls.
     #[cfg(feature = "http")]
-    fn header_rules(&self, answer: Answer) -> (Answer, Vec<(String, Arc<[ParamHeader]>)>) {
+    fn header_rules(&self, answer: Answer) -> (Answer, ToolHeaders) {
         if !self.inner.shared.over_http || answer.version.era() != Era::Modern {
             return (answer, Vec::new());
         }
@@ -584,7 +584,7 @@ impl Client {
     /// Remembers the `x-mcp-header` parameters of listed tools (after
     /// [`remember_tools`](Self::remember_tools), which replaces each tool's entry).
     #[cfg(feature = "http")]
-    fn remember_headers(&self, headers: Vec<(String, Arc<[ParamHeader]>)>) {
+    fn remember_headers(&self, headers: ToolHeaders) {
         let mut tools = self
             .inner
             .shared

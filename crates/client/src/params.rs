@@ -11,6 +11,9 @@ use modelctx_http::headers::{ParamHeader, SchemaHeaderError, param_headers};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+/// The `x-mcp-header` parameters of listed tools, by tool name.
+pub(crate) type ToolHeaders = Vec<(String, Arc<[ParamHeader]>)>;
+
 /// A tool left out of a `tools/list` result, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Dropped {
@@ -24,7 +27,7 @@ pub(crate) struct Filtered {
     /// The result without the tools that break a rule (the result as it came when none does).
     pub(crate) result: Box<RawValue>,
     /// The `x-mcp-header` parameters of each valid tool that has some.
-    pub(crate) headers: Vec<(String, Arc<[ParamHeader]>)>,
+    pub(crate) headers: ToolHeaders,
     /// The tools left out.
     pub(crate) dropped: Vec<Dropped>,
 }

@@ -302,16 +302,15 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
                 return super::old_sse::fall_back(guard, status, request).await;
             }
             let body = read_error_body(&shared, response).await;
-            let error = json_rpc_error(&body);
-            if let Some(mut error) = error {
-                if pending.ids.len() == 1 {
-                    error.id = Some(pending.ids.remove(0).1);
-                    if !shared
-                        .deliver(Inbound::Message(Incoming::Single(Message::Error(error))))
-                        .await
-                    {
-                        return;
-                    }
+            if let Some(mut error) = json_rpc_error(&body)
+                && pending.ids.len() == 1
+            {
+                error.id = Some(pending.ids.remove(0).1);
+                if !shared
+                    .deliver(Inbound::Message(Incoming::Single(Message::Error(error))))
+                    .await
+                {
+                    return;
                 }
             }
             let failure = TransportError::Status {
