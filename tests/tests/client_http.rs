@@ -11,7 +11,7 @@ use modelctx_client::{
 use modelctx_http::client::TransportError as HttpError;
 use modelctx_tests::client::{call_text, serve_http};
 use modelctx_tests::http::within;
-use modelctx_tests::http_client::{ScriptServer, text_result};
+use modelctx_tests::http_client::{ScriptServer, sse_message, text_result};
 use serde_json::{Value, json};
 
 fn modern(id: &Value, result: Value) -> Value {
@@ -158,6 +158,66 @@ async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once(
             .count()
     };
     assert_eq!(calls(&server), 4, "one retry after the listing, no more");
+    client.close().await;
+}
+
+/// A modern listen stream that breaks is opened again by the transport under a new id; the
+/// client takes the server's acknowledgement and notifications naming that id as its stream's,
+/// and tells the application it may have missed notifications.
+#[tokio::test]
+async fn notifications_on_a_listen_stream_opened_again_reach_the_application() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                let result = json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0,
+                    "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("subscriptions/listen") => {
+                reply.sse_head(&[]).await;
+                let meta = json!({"io.modelcontextprotocol/subscriptionId": id});
+                let ack = json!({"jsonrpc": "2.0",
+                    "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": meta, "notifications": {"toolsListChanged": true}}});
+                reply.raw(sse_message(None, &ack).as_bytes()).await;
+                if id.as_str().is_some_and(|s| s.contains("~listen-")) {
+                    let changed = json!({"jsonrpc": "2.0",
+                        "method": "notifications/tools/list_changed", "params": {"_meta": meta}});
+                    reply.raw(sse_message(None, &changed).as_bytes()).await;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                // The first stream ends after its acknowledgement.
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut transport = modelctx_client::HttpConfig::default();
+    transport.reconnect.initial_delay = Duration::from_millis(10);
+    let client = within(
+        "connect",
+        Client::builder("t", "1").connect_http_with(&server.url(), transport),
+    )
+    .await
+    .unwrap();
+    let mut notifications = client.notifications();
+    let mut resynced = false;
+    within("the list change on the stream opened again", async {
+        loop {
+            match notifications.recv().await.unwrap() {
+                ServerNotification::Resynced => resynced = true,
+                ServerNotification::ToolsListChanged => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        resynced,
+        "the application is told the stream was opened again"
+    );
     client.close().await;
 }
 

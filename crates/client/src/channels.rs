@@ -40,7 +40,7 @@ pub(crate) enum LinkEvent {
     SessionEnded,
     /// A listen stream broke and was opened again by the transport.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    ListenReopened,
+    ListenReopened { id: RequestId, wire: RequestId },
     /// Worth a log line, nothing more.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Note(String),

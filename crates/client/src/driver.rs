@@ -199,6 +199,9 @@ struct Listen {
     reopened: bool,
     /// The server refused to listen: do not ask again on this connection.
     refused: bool,
+    /// The ids a listen stream the HTTP transport opened again goes by (its `subscriptionId`
+    /// now), to the id of the listen request: one per stream.
+    aliases: HashMap<RequestId, RequestId>,
 }
 
 impl Listen {
@@ -461,7 +464,16 @@ impl Driver {
                 self.session
                     .transport_closed("the server ended the HTTP session");
             }
-            LinkEvent::ListenReopened => self.notify(ServerNotification::Resynced),
+            LinkEvent::ListenReopened { id, wire } => {
+                // The server names the new stream's id in its acknowledgement and notifications.
+                if self.is_listen(&id) {
+                    let mut aliases = std::mem::take(&mut self.listen.aliases);
+                    aliases.retain(|_, v| *v != id && self.is_listen(v));
+                    aliases.insert(wire, id);
+                    self.listen.aliases = aliases;
+                }
+                self.notify(ServerNotification::Resynced)
+            }
             LinkEvent::Note(note) => tracing::debug!(%note, "transport"),
             LinkEvent::Closed(why) => {
                 let why = self.describe_close(why).await;
@@ -857,7 +869,8 @@ impl Driver {
     }
 
     fn on_notification(&mut self, notification: Notification) {
-        let subscription = subscription_id(&notification);
+        let subscription = subscription_id(&notification)
+            .map(|id| self.listen.aliases.get(&id).cloned().unwrap_or(id));
         if notification.method == "notifications/subscriptions/acknowledged" {
             if let Some(id) = subscription {
                 self.listen_acknowledged(&id, &notification);

@@ -170,7 +170,7 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
             error: TransportError::Http(error),
         },
         Some(Inbound::SessionEnded) => LinkEvent::SessionEnded,
-        Some(Inbound::ListenReopened { .. }) => LinkEvent::ListenReopened,
+        Some(Inbound::ListenReopened { id, wire }) => LinkEvent::ListenReopened { id, wire },
         Some(Inbound::Closed(e)) => LinkEvent::Closed(e.to_string()),
         Some(other) => LinkEvent::Note(format!("{other:?}")),
     }

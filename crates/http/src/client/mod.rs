@@ -107,11 +107,16 @@ pub enum Inbound {
         /// The last failure.
         error: TransportError,
     },
-    /// The `subscriptions/listen` stream of request `id` broke and was opened again:
-    /// notifications sent meanwhile may have been lost, so refresh what they would have said.
+    /// The `subscriptions/listen` stream of request `id` broke and was opened again, as request
+    /// `wire`: notifications sent meanwhile may have been lost, so refresh what they would have
+    /// said. The server's acknowledgement and notifications on the new stream name `wire` as
+    /// their `subscriptionId` (the transport hands them up as they came, and renames only the
+    /// answer to the request).
     ListenReopened {
         /// The listen request, as the session knows it.
         id: RequestId,
+        /// The id the stream was opened again with.
+        wire: RequestId,
     },
     /// `initialize` got `status`; the transport now speaks the 2024-11-05 HTTP+SSE transport.
     FellBack {

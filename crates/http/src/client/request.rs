@@ -13,7 +13,7 @@ use modelctx_types::consts::{
     Initialize, NotificationsInitialized, NotificationsSubscriptionsAcknowledged,
     SubscriptionsListen,
 };
-use modelctx_types::{ErrorResponse, Incoming, Message, RequestId, decode, meta_keys};
+use modelctx_types::{ErrorResponse, Incoming, Message, RequestId, decode};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -177,18 +177,6 @@ impl Pending {
                 }
                 Message::Error(error)
             }
-            Message::Notification(mut notification)
-                if self.method.as_deref() == Some(SubscriptionsListen::VALUE) =>
-            {
-                // A re-opened listen stream names its new id; the session knows the first.
-                if let [(wire, original)] = &self.ids[..]
-                    && wire != original
-                {
-                    notification.params =
-                        rename_subscription(notification.params.take(), wire, original);
-                }
-                Message::Notification(notification)
-            }
             other => other,
         }
     }
@@ -218,31 +206,6 @@ impl Pending {
             })
             .collect()
     }
-}
-
-fn rename_subscription(
-    params: Option<Box<RawValue>>,
-    wire: &RequestId,
-    original: &RequestId,
-) -> Option<Box<RawValue>> {
-    let raw = params?;
-    let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else {
-        return Some(raw);
-    };
-    let Some(id) = value.pointer_mut(&format!(
-        "/_meta/{}",
-        meta_keys::SUBSCRIPTION_ID.replace('/', "~1")
-    )) else {
-        return Some(raw);
-    };
-    if serde_json::from_value::<RequestId>(id.clone())
-        .ok()
-        .as_ref()
-        == Some(wire)
-    {
-        *id = serde_json::to_value(original).unwrap_or(Value::Null);
-    }
-    serde_json::value::to_raw_value(&value).ok().or(Some(raw))
 }
 
 /// How reading a response ended.
@@ -327,9 +290,9 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
         }
         if reopened {
             reopened = false;
-            if let Some((_, original)) = pending.ids.first() {
-                let id = original.clone();
-                if !shared.deliver(Inbound::ListenReopened { id }).await {
+            if let Some((wire, original)) = pending.ids.first() {
+                let (id, wire) = (original.clone(), wire.clone());
+                if !shared.deliver(Inbound::ListenReopened { id, wire }).await {
                     return;
                 }
             }
