@@ -6,7 +6,11 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
-use modelctx_types::consts::{PromptsGet, ResourcesRead, ToolsCall, ToolsList};
+use modelctx_types::consts::{
+    CompletionComplete, LoggingSetLevel, PromptsGet, PromptsList, ResourcesList, ResourcesRead,
+    ResourcesSubscribe, ResourcesTemplatesList, ResourcesUnsubscribe, ServerDiscover, ToolsCall,
+    ToolsList,
+};
 #[cfg(feature = "http")]
 use modelctx_types::{ErrorCode, ErrorObject};
 use modelctx_types::{JsonObject, meta_keys, model};
@@ -622,7 +626,7 @@ impl Client {
     /// Every tool, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_tools(&self) -> Result<Vec<model::Tool>, Error> {
-        all_pages("tools/list", |cursor| async move {
+        all_pages(ToolsList::VALUE, |cursor| async move {
             let (page, size) = self.tools_page(cursor.as_deref()).await?;
             Ok((page.tools, page.next_cursor, size))
         })
@@ -820,7 +824,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListResourcesResult, usize), Error> {
-        let method = "resources/list";
+        let method = ResourcesList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
@@ -831,7 +835,7 @@ impl Client {
     /// Every resource, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resources(&self) -> Result<Vec<model::Resource>, Error> {
-        all_pages("resources/list", |cursor| async move {
+        all_pages(ResourcesList::VALUE, |cursor| async move {
             let (page, size) = self.resources_page(cursor.as_deref()).await?;
             Ok((page.resources, page.next_cursor, size))
         })
@@ -850,7 +854,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListResourceTemplatesResult, usize), Error> {
-        let method = "resources/templates/list";
+        let method = ResourcesTemplatesList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
@@ -861,7 +865,7 @@ impl Client {
     /// Every resource template, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resource_templates(&self) -> Result<Vec<model::ResourceTemplate>, Error> {
-        all_pages("resources/templates/list", |cursor| async move {
+        all_pages(ResourcesTemplatesList::VALUE, |cursor| async move {
             let (page, size) = self.templates_page(cursor.as_deref()).await?;
             Ok((page.resource_templates, page.next_cursor, size))
         })
@@ -879,7 +883,7 @@ impl Client {
         uri: &str,
         options: CallOptions,
     ) -> Result<model::ReadResourceResult, Error> {
-        let method = "resources/read";
+        let method = ResourcesRead::VALUE;
         let mut params = JsonObject::new();
         params.insert("uri".into(), Value::from(uri));
         let answer = self.cached(method, params, &options).await?;
@@ -915,9 +919,9 @@ impl Client {
             return self.acknowledged(done).await;
         }
         let method = if on {
-            "resources/subscribe"
+            ResourcesSubscribe::VALUE
         } else {
-            "resources/unsubscribe"
+            ResourcesUnsubscribe::VALUE
         };
         let mut params = JsonObject::new();
         params.insert("uri".into(), Value::from(uri));
@@ -940,7 +944,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListPromptsResult, usize), Error> {
-        let method = "prompts/list";
+        let method = PromptsList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
@@ -951,7 +955,7 @@ impl Client {
     /// Every prompt, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_prompts(&self) -> Result<Vec<model::Prompt>, Error> {
-        all_pages("prompts/list", |cursor| async move {
+        all_pages(PromptsList::VALUE, |cursor| async move {
             let (page, size) = self.prompts_page(cursor.as_deref()).await?;
             Ok((page.prompts, page.next_cursor, size))
         })
@@ -975,7 +979,7 @@ impl Client {
         arguments: &[(&str, &str)],
         options: CallOptions,
     ) -> Result<model::GetPromptResult, Error> {
-        let method = "prompts/get";
+        let method = PromptsGet::VALUE;
         let mut params = JsonObject::new();
         params.insert("name".into(), Value::from(name));
         if !arguments.is_empty() {
@@ -1000,7 +1004,7 @@ impl Client {
         value: &str,
         context: &HashMap<String, String>,
     ) -> Result<model::CompleteResultCompletion, Error> {
-        let method = "completion/complete";
+        let method = CompletionComplete::VALUE;
         let reference = match reference {
             CompletionRef::Prompt(name) => serde_json::json!({"type": "ref/prompt", "name": name}),
             CompletionRef::Resource(uri) => {
@@ -1032,7 +1036,7 @@ impl Client {
 
     /// `server/discover` (modern): the server's versions, capabilities and instructions now.
     pub async fn discover(&self) -> Result<model::DiscoverResult, Error> {
-        let method = "server/discover";
+        let method = ServerDiscover::VALUE;
         let answer = self
             .call(method, JsonObject::new(), &CallOptions::new())
             .await?;
@@ -1054,7 +1058,7 @@ impl Client {
         }
         let mut params = JsonObject::new();
         params.insert("level".into(), Value::from(level.as_str()));
-        self.call("logging/setLevel", params, &CallOptions::new())
+        self.call(LoggingSetLevel::VALUE, params, &CallOptions::new())
             .await
             .map(drop)
     }

@@ -12,7 +12,10 @@ use modelctx_session::{
     ClientConfig as SessionConfig, ClientSession, CloseReason, EraChoice, EraDecision, Event,
     PeerInfo, ProtocolVersion, RequestError, RequestOptions, SessionError, Transmit,
 };
-use modelctx_types::consts::SubscriptionsListen;
+use modelctx_types::consts::{
+    LoggingSetLevel, NotificationsSubscriptionsAcknowledged, PromptsList, ResourcesList,
+    ResourcesRead, ResourcesTemplatesList, SubscriptionsListen, ToolsList,
+};
 use modelctx_types::{
     ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId, meta_keys,
 };
@@ -685,7 +688,7 @@ impl Driver {
             params.insert("level".into(), Value::from(level.as_str()));
             if let Err(e) =
                 self.session
-                    .send_request(Instant::now(), "logging/setLevel", Some(params))
+                    .send_request(Instant::now(), LoggingSetLevel::VALUE, Some(params))
             {
                 tracing::debug!(error = %e, "the log level was not restored");
             }
@@ -871,7 +874,7 @@ impl Driver {
     fn on_notification(&mut self, notification: Notification) {
         let subscription = subscription_id(&notification)
             .map(|id| self.listen.aliases.get(&id).cloned().unwrap_or(id));
-        if notification.method == "notifications/subscriptions/acknowledged" {
+        if notification.method == NotificationsSubscriptionsAcknowledged::VALUE {
             if let Some(id) = subscription {
                 self.listen_acknowledged(&id, &notification);
             }
@@ -918,18 +921,18 @@ impl Driver {
         match notification {
             ServerNotification::ToolsListChanged => {
                 self.forget_tool_schemas();
-                cache.invalidate(server, "tools/list", None);
+                cache.invalidate(server, ToolsList::VALUE, None);
             }
             ServerNotification::PromptsListChanged => {
-                cache.invalidate(server, "prompts/list", None)
+                cache.invalidate(server, PromptsList::VALUE, None)
             }
             ServerNotification::ResourcesListChanged => {
-                cache.invalidate(server, "resources/list", None);
-                cache.invalidate(server, "resources/templates/list", None);
+                cache.invalidate(server, ResourcesList::VALUE, None);
+                cache.invalidate(server, ResourcesTemplatesList::VALUE, None);
             }
             ServerNotification::ResourceUpdated { uri } => {
                 let needle = Value::from(uri.as_str()).to_string();
-                cache.invalidate(server, "resources/read", Some(&needle));
+                cache.invalidate(server, ResourcesRead::VALUE, Some(&needle));
             }
             ServerNotification::Resynced => {
                 for method in crate::cache::CACHEABLE {
@@ -1060,7 +1063,7 @@ impl Driver {
         params.insert("notifications".into(), Value::Object(filter));
         match self.session.send_request_with(
             Instant::now(),
-            "subscriptions/listen",
+            SubscriptionsListen::VALUE,
             Some(params),
             RequestOptions::default().with_timeout(None),
         ) {

@@ -276,7 +276,7 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             Ok(())
         }
         "http-invalid-tool-headers" => {
-            // The transport leaves out the tools whose x-mcp-header declarations break the
+            // The client leaves out the tools whose x-mcp-header declarations break the
             // rules: every tool still listed is callable.
             call_every_tool(client).await
         }
