@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use modelctx_http::client::{ClientConfig, HttpTransport, Inbound, SendOptions};
+use modelctx_http::headers::{ParamHeader, param_headers};
 use modelctx_session::{
     ClientConfig as SessionConfig, ClientSession, Event, PeerInfo, RequestError, Transmit,
 };
@@ -30,6 +31,9 @@ pub struct Driver {
     answers: HashMap<RequestId, Result<Value, RequestError>>,
     /// What the client answers to the server's requests (elicitation and the like).
     pub answer_server: Value,
+    /// The `x-mcp-header` parameters of the tools listed with [`request`](Self::request), which
+    /// [`call_tool`](Self::call_tool) hands the transport (what the client facade does).
+    pub param_headers: HashMap<String, Arc<[ParamHeader]>>,
     options: SendOptions,
 }
 
@@ -43,6 +47,7 @@ impl Driver {
             events: Vec::new(),
             answers: HashMap::new(),
             answer_server: json!({"action": "accept", "content": {"answer": "yes"}}),
+            param_headers: HashMap::new(),
             options: SendOptions::default(),
         }
     }
@@ -60,7 +65,7 @@ impl Driver {
         while let Some(transmit) = self.session.poll_transmit() {
             let sent = match transmit {
                 Transmit::Message { message, .. } => {
-                    self.transport.send_with(message, self.options)
+                    self.transport.send_with(message, self.options.clone())
                 }
                 Transmit::Batch(messages) => self.transport.send_batch(messages),
                 Transmit::Cancel { request_id, .. } => {
@@ -208,16 +213,38 @@ impl Driver {
         }
     }
 
-    /// A request and its answer.
+    /// A request and its answer. The `x-mcp-header` parameters of the tools a `tools/list`
+    /// answer names are remembered.
     pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, RequestError> {
         let id = self.start(method, params);
-        self.answer(&id).await
+        let answer = self.answer(&id).await;
+        if method == "tools/list"
+            && let Ok(result) = &answer
+        {
+            for tool in result["tools"].as_array().into_iter().flatten() {
+                let (Some(name), Some(schema)) =
+                    (tool["name"].as_str(), tool["inputSchema"].as_object())
+                else {
+                    continue;
+                };
+                if let Ok(params) = param_headers(schema) {
+                    self.param_headers.insert(name.to_owned(), params.into());
+                }
+            }
+        }
+        answer
     }
 
-    /// Calls tool `name` and waits for its answer (at most 20 s).
+    /// Calls tool `name` with the `Mcp-Param-*` headers of its listed `x-mcp-header`
+    /// parameters, and waits for its answer (at most 20 s).
     pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Result<Value, RequestError> {
         let params = json!({"name": name, "arguments": arguments});
-        crate::http::within(name, self.request("tools/call", params)).await
+        if let Some(headers) = self.param_headers.get(name) {
+            self.options = SendOptions::default().param_headers(headers.clone());
+        }
+        let id = self.start("tools/call", params);
+        self.options = SendOptions::default();
+        crate::http::within(name, self.answer(&id)).await
     }
 
     /// Steps until `done` holds of the notes.

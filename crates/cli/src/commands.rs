@@ -223,16 +223,16 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
         ClientCommand::Discover => {
             let info = json!({
                 "protocolVersion": client.protocol_version().map(|v| v.to_string()),
-                "serverInfo": client.server_info(),
-                "capabilities": client.server_capabilities(),
+                "serverInfo": client.server_info_json(),
+                "capabilities": client.server_capabilities_json(),
                 "instructions": client.instructions(),
             });
             if json {
                 print_json(&info);
             } else {
-                let server = client.server_info().unwrap_or(Value::Null);
+                let server = client.server_info_json().unwrap_or(Value::Null);
                 let capabilities: Vec<String> = client
-                    .server_capabilities()
+                    .server_capabilities_json()
                     .map(|c| c.keys().cloned().collect())
                     .unwrap_or_default();
                 let rows = [

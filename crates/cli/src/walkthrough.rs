@@ -221,9 +221,9 @@ async fn walk(client: &Client) -> Result<(), String> {
         let what = what.to_owned();
         move |e: modelctx_client::Error| format!("{what}: {e}")
     };
-    let server = client.server_info().unwrap_or(Value::Null);
+    let server = client.server_info_json().unwrap_or(Value::Null);
     let capabilities: Vec<String> = client
-        .server_capabilities()
+        .server_capabilities_json()
         .map(|c| c.keys().cloned().collect())
         .unwrap_or_default();
     step(format_args!(

@@ -44,7 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "connected: {} ({:?})",
         client
             .server_info()
-            .and_then(|info| info.get("name")?.as_str().map(str::to_owned))
+            .map(|info| info.name)
             .unwrap_or_default(),
         client.protocol_version()
     );

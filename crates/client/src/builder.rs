@@ -56,27 +56,25 @@ impl std::fmt::Debug for ClientBuilder {
 impl Client {
     /// A client whose `clientInfo` is `{name, version}`.
     ///
-    /// ```
+    /// ```no_run
     /// use std::time::Duration;
     ///
-    /// use modelctx_client::{Client, Era};
-    /// use modelctx_server::{NoArgs, Server, Tool};
+    /// use modelctx_client::{Client, Era, ServerCommand};
     ///
-    /// # async fn hello(_: NoArgs) -> &'static str { "hello" }
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // A server in the same process; `connect_stdio` and `connect_http` reach others.
-    /// let server = Server::builder("hello-server", "1.0.0").tool(Tool::new("hello", hello)).build();
-    /// let memory = server.in_memory();
-    ///
+    /// // A server run as a child process; `connect_http` reaches one over the network, and
+    /// // `connect_channels` one in the same process.
     /// let client = Client::builder("my-host", "1.0.0")
     ///     .request_timeout(Some(Duration::from_secs(10)))
-    ///     .connect_channels(memory.to_server, memory.from_server)
+    ///     .connect_stdio(ServerCommand::new("my-mcp-server"))
     ///     .await?;
-    /// // The probe found a modern server (`server/discover`).
-    /// assert_eq!(client.era(), Some(Era::Modern));
+    /// // The probe found the server's era (`server/discover` for a modern one).
+    /// if client.era() == Some(Era::Modern) {
+    ///     println!("a 2026-07-28 server");
+    /// }
     /// let tools = client.list_all_tools().await?;
-    /// assert_eq!(tools[0].name, "hello");
+    /// println!("{} tools", tools.len());
     /// client.close().await;
     /// # Ok(()) }
     /// ```
@@ -363,15 +361,10 @@ impl ClientBuilder {
         self,
         command: modelctx_stdio::ServerCommand,
     ) -> Result<Client, ConnectError> {
-        let channels =
-            crate::stdio::spawn(&command, self.write_timeout).map_err(ConnectError::Spawn)?;
+        let link = Link::spawn(&command, self.write_timeout).map_err(ConnectError::Spawn)?;
         let key = crate::stdio::cache_key(&command);
-        self.start(
-            Link::Channels(Box::new(channels)),
-            Remake::Spawn(Box::new(command)),
-            key,
-        )
-        .await
+        self.start(link, Remake::Spawn(Box::new(command)), key)
+            .await
     }
 
     /// Connects to the Streamable HTTP endpoint `url` with the default transport settings.
@@ -432,6 +425,8 @@ impl ClientBuilder {
             .unwrap_or_else(|| format!("client-{}", CONNECTIONS.fetch_add(1, Ordering::Relaxed)));
         let (notifications, _) = broadcast::channel(self.notification_queue);
         let listen = !self.callbacks.is_empty();
+        #[cfg(feature = "http")]
+        let over_http = matches!(link, Link::Http(_));
         let shared = Arc::new(Shared {
             peer: Mutex::new(None),
             closed: Mutex::new(None),
@@ -447,6 +442,8 @@ impl ClientBuilder {
                 )
             }),
             tool_schemas: Mutex::new(Default::default()),
+            #[cfg(feature = "http")]
+            over_http,
             handlers: self.handlers,
             log_level: Mutex::new(None),
             write_timeout: self.write_timeout,
@@ -475,7 +472,7 @@ impl ClientBuilder {
         }
         if let Some(level) = self.log_level {
             let declared = client
-                .server_capabilities()
+                .server_capabilities_json()
                 .is_none_or(|c| c.contains_key("logging"));
             if declared && let Err(e) = client.set_log_level(level).await {
                 tracing::warn!(error = %e, "setting the log level failed");

@@ -6,15 +6,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use modelctx_types::consts::{
+    PromptsList, ResourcesList, ResourcesRead, ResourcesTemplatesList, ToolsList,
+};
 use serde_json::value::RawValue;
 
 /// The methods whose results may be cached.
 pub(crate) const CACHEABLE: &[&str] = &[
-    "tools/list",
-    "prompts/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
+    ToolsList::VALUE,
+    PromptsList::VALUE,
+    ResourcesList::VALUE,
+    ResourcesTemplatesList::VALUE,
+    ResourcesRead::VALUE,
 ];
 
 /// A cache of cacheable results, shareable between clients (clone it into several

@@ -6,7 +6,14 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
-use modelctx_types::{JsonObject, model};
+use modelctx_types::consts::{
+    CompletionComplete, LoggingSetLevel, PromptsGet, PromptsList, ResourcesList, ResourcesRead,
+    ResourcesSubscribe, ResourcesTemplatesList, ResourcesUnsubscribe, ServerDiscover, ToolsCall,
+    ToolsList,
+};
+#[cfg(feature = "http")]
+use modelctx_types::{ErrorCode, ErrorObject};
+use modelctx_types::{JsonObject, meta_keys, model};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -15,8 +22,11 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::driver::{Answer, Call, Command, Shared};
 use crate::error::Error;
 use crate::input::Ask;
+use crate::link::Hints;
 use crate::notify::{Notifications, Progress, ProgressFn};
 use crate::output::OutputSchema;
+#[cfg(feature = "http")]
+use crate::params::ToolHeaders;
 use crate::wire;
 
 /// The result of `method` as its model type (the `ServerResult` variant named), or
@@ -31,7 +41,7 @@ macro_rules! typed {
 }
 
 /// The methods a modern server may answer with `input_required`.
-const MRTR_METHODS: &[&str] = &["tools/call", "prompts/get", "resources/read"];
+const MRTR_METHODS: &[&str] = &[ToolsCall::VALUE, PromptsGet::VALUE, ResourcesRead::VALUE];
 /// `list_all_*` follows at most this many pages.
 const MAX_PAGES: usize = 10_000;
 /// `list_all_*` reads at most this much JSON in all (the results of its pages as received).
@@ -197,13 +207,27 @@ impl Client {
     }
 
     /// The server's `serverInfo` (legacy `initialize`, or modern `server/discover` when it sent
-    /// one).
-    pub fn server_info(&self) -> Option<Value> {
+    /// one); `None` when unknown or not an `Implementation` (see
+    /// [`server_info_json`](Self::server_info_json)).
+    pub fn server_info(&self) -> Option<model::Implementation> {
+        let peer = self.peer()?;
+        wire::implementation(peer.version, peer.info?)
+    }
+
+    /// The server's `serverInfo` as it was sent.
+    pub fn server_info_json(&self) -> Option<Value> {
         self.peer().and_then(|p| p.info)
     }
 
-    /// The server's declared capabilities (`None` when unknown).
-    pub fn server_capabilities(&self) -> Option<JsonObject> {
+    /// The server's declared capabilities (`None` when unknown, or not valid capabilities: see
+    /// [`server_capabilities_json`](Self::server_capabilities_json)).
+    pub fn server_capabilities(&self) -> Option<model::ServerCapabilities> {
+        let peer = self.peer()?;
+        wire::server_capabilities(peer.version, Value::Object(peer.capabilities?))
+    }
+
+    /// The server's declared capabilities as they were sent (`None` when unknown).
+    pub fn server_capabilities_json(&self) -> Option<JsonObject> {
         self.peer().and_then(|p| p.capabilities)
     }
 
@@ -319,28 +343,14 @@ impl Client {
         {
             request = request.with_progress_reset(max);
         }
-        let reissue = options.reissue.unwrap_or_else(|| {
-            method != "tools/call" || {
-                let name = params
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                self.inner
-                    .shared
-                    .tool_schemas
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(name)
-                    .is_some_and(|tool| tool.idempotent)
-            }
-        });
+        let hints = self.hints(method, &params, options);
         let call = Call {
             token,
             method: method.to_owned(),
             params,
             options: request,
             progress: options.progress.clone(),
-            reissue,
+            hints,
             reply,
         };
         if self.inner.commands.send(Command::Call(call)).await.is_err() {
@@ -354,6 +364,36 @@ impl Client {
         let answer = answer.await;
         guard.armed = false;
         answer.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    /// How the transport may carry a request: a `tools/call` is sent again when its stream
+    /// breaks only if the tool was listed idempotent (or the caller says so), and carries the
+    /// `Mcp-Param-*` headers of the tool's listed `x-mcp-header` parameters (modern HTTP).
+    fn hints(&self, method: &str, params: &JsonObject, options: &CallOptions) -> Hints {
+        if method != ToolsCall::VALUE {
+            return Hints {
+                reissue: options.reissue.unwrap_or(true),
+                ..Hints::default()
+            };
+        }
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let tools = self
+            .inner
+            .shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let tool = tools.get(name);
+        Hints {
+            reissue: options
+                .reissue
+                .unwrap_or_else(|| tool.is_some_and(|tool| tool.idempotent)),
+            #[cfg(feature = "http")]
+            param_headers: tool.and_then(|tool| tool.headers.clone()),
+        }
     }
 
     /// Sends a request and runs the modern multi round-trip loop: an `input_required` answer is
@@ -376,10 +416,7 @@ impl Client {
                 .entry("_meta")
                 .or_insert_with(|| Value::Object(JsonObject::new()));
             if let Value::Object(meta) = meta {
-                meta.insert(
-                    "io.modelcontextprotocol/logLevel".into(),
-                    Value::from(level.as_str()),
-                );
+                meta.insert(meta_keys::LOG_LEVEL.into(), Value::from(level.as_str()));
             }
         }
         let mut rounds = 0;
@@ -508,20 +545,88 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListToolsResult, usize), Error> {
-        let method = "tools/list";
+        let method = ToolsList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
         let size = answer.result.get().len();
+        #[cfg(feature = "http")]
+        let (answer, headers) = self.header_rules(answer);
         let result = typed!(self, method, answer, ListTools);
         self.remember_tools(&answer);
+        #[cfg(feature = "http")]
+        self.remember_headers(headers);
         Ok((result, size))
+    }
+
+    /// Over Streamable HTTP in the modern era: leaves out of a `tools/list` result the tools
+    /// whose `x-mcp-header` annotations break a rule (the specification requires it; a warning
+    /// names each tool and why), and remembers the others' parameters for the `Mcp-Param-*`
+    /// headers of their calls.
+    #[cfg(feature = "http")]
+    fn header_rules(&self, answer: Answer) -> (Answer, ToolHeaders) {
+        if !self.inner.shared.over_http || answer.version.era() != Era::Modern {
+            return (answer, Vec::new());
+        }
+        let Some(filtered) = crate::params::filter_list(&answer.result) else {
+            return (answer, Vec::new());
+        };
+        for dropped in &filtered.dropped {
+            tracing::warn!(
+                tool = %dropped.tool,
+                reason = %dropped.reason,
+                "tool left out of tools/list: its x-mcp-header annotations break the rules"
+            );
+        }
+        let answer = Answer {
+            version: answer.version,
+            result: filtered.result,
+        };
+        (answer, filtered.headers)
+    }
+
+    /// Remembers the `x-mcp-header` parameters of listed tools (after
+    /// [`remember_tools`](Self::remember_tools), which replaces each tool's entry).
+    #[cfg(feature = "http")]
+    fn remember_headers(&self, headers: ToolHeaders) {
+        let mut tools = self
+            .inner
+            .shared
+            .tool_schemas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (name, headers) in headers {
+            tools.record_headers(&name, headers);
+        }
+    }
+
+    /// Lists the tools again (every page, not from the cache), for their `x-mcp-header`
+    /// parameters: after a -32020 the tool's schema may have changed since it was listed.
+    #[cfg(feature = "http")]
+    async fn relist_tools(&self) -> Result<(), Error> {
+        all_pages(ToolsList::VALUE, |cursor| async move {
+            let answer = self
+                .call(
+                    ToolsList::VALUE,
+                    page(cursor.as_deref()),
+                    &CallOptions::new(),
+                )
+                .await?;
+            let size = answer.result.get().len();
+            let (answer, headers) = self.header_rules(answer);
+            let page = typed!(self, ToolsList::VALUE, answer, ListTools);
+            self.remember_tools(&answer);
+            self.remember_headers(headers);
+            Ok((page.tools, page.next_cursor, size))
+        })
+        .await
+        .map(drop)
     }
 
     /// Every tool, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_tools(&self) -> Result<Vec<model::Tool>, Error> {
-        all_pages("tools/list", |cursor| async move {
+        all_pages(ToolsList::VALUE, |cursor| async move {
             let (page, size) = self.tools_page(cursor.as_deref()).await?;
             Ok((page.tools, page.next_cursor, size))
         })
@@ -621,7 +726,7 @@ impl Client {
         arguments: impl Serialize,
         options: CallOptions,
     ) -> Result<model::CallToolResult, Error> {
-        let method = "tools/call";
+        let method = ToolsCall::VALUE;
         let mut params = JsonObject::new();
         params.insert("name".into(), Value::from(name));
         match serde_json::to_value(arguments).map_err(|e| Error::InvalidArguments(e.to_string()))? {
@@ -635,11 +740,29 @@ impl Client {
                 )));
             }
         }
-        let answer = self.call(method, params, &options).await?;
+        let answer = match self.call(method, params.clone(), &options).await {
+            #[cfg(feature = "http")]
+            Err(Error::Remote(e)) if self.header_mismatch(&e) => {
+                // The tool's schema may have changed since it was listed (or it was not
+                // listed): list again and retry once; a second mismatch is the answer.
+                self.relist_tools().await?;
+                self.call(method, params, &options).await?
+            }
+            answer => answer?,
+        };
         let result = typed!(self, method, answer, CallTool);
         self.check_structured(name, &result, answer.result.get().len())
             .await?;
         Ok(result)
+    }
+
+    /// A -32020 (a `Mcp-Param-*` header missing or not matching its argument) from a modern
+    /// server over Streamable HTTP.
+    #[cfg(feature = "http")]
+    fn header_mismatch(&self, error: &ErrorObject) -> bool {
+        error.code == ErrorCode::HEADER_MISMATCH
+            && self.inner.shared.over_http
+            && self.era() == Some(Era::Modern)
     }
 
     /// Checks the `structuredContent` of a result of `tool` (`size`: bytes of the result's JSON).
@@ -701,7 +824,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListResourcesResult, usize), Error> {
-        let method = "resources/list";
+        let method = ResourcesList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
@@ -712,7 +835,7 @@ impl Client {
     /// Every resource, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resources(&self) -> Result<Vec<model::Resource>, Error> {
-        all_pages("resources/list", |cursor| async move {
+        all_pages(ResourcesList::VALUE, |cursor| async move {
             let (page, size) = self.resources_page(cursor.as_deref()).await?;
             Ok((page.resources, page.next_cursor, size))
         })
@@ -731,7 +854,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListResourceTemplatesResult, usize), Error> {
-        let method = "resources/templates/list";
+        let method = ResourcesTemplatesList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
@@ -742,7 +865,7 @@ impl Client {
     /// Every resource template, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_resource_templates(&self) -> Result<Vec<model::ResourceTemplate>, Error> {
-        all_pages("resources/templates/list", |cursor| async move {
+        all_pages(ResourcesTemplatesList::VALUE, |cursor| async move {
             let (page, size) = self.templates_page(cursor.as_deref()).await?;
             Ok((page.resource_templates, page.next_cursor, size))
         })
@@ -760,7 +883,7 @@ impl Client {
         uri: &str,
         options: CallOptions,
     ) -> Result<model::ReadResourceResult, Error> {
-        let method = "resources/read";
+        let method = ResourcesRead::VALUE;
         let mut params = JsonObject::new();
         params.insert("uri".into(), Value::from(uri));
         let answer = self.cached(method, params, &options).await?;
@@ -796,9 +919,9 @@ impl Client {
             return self.acknowledged(done).await;
         }
         let method = if on {
-            "resources/subscribe"
+            ResourcesSubscribe::VALUE
         } else {
-            "resources/unsubscribe"
+            ResourcesUnsubscribe::VALUE
         };
         let mut params = JsonObject::new();
         params.insert("uri".into(), Value::from(uri));
@@ -821,7 +944,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<(model::ListPromptsResult, usize), Error> {
-        let method = "prompts/list";
+        let method = PromptsList::VALUE;
         let answer = self
             .cached(method, page(cursor), &CallOptions::new())
             .await?;
@@ -832,7 +955,7 @@ impl Client {
     /// Every prompt, following cursors: at most 10 000 pages and 64 MiB of JSON in all; a cursor
     /// longer than 8 KiB, or one that came before, is [`Error::InvalidResult`].
     pub async fn list_all_prompts(&self) -> Result<Vec<model::Prompt>, Error> {
-        all_pages("prompts/list", |cursor| async move {
+        all_pages(PromptsList::VALUE, |cursor| async move {
             let (page, size) = self.prompts_page(cursor.as_deref()).await?;
             Ok((page.prompts, page.next_cursor, size))
         })
@@ -856,7 +979,7 @@ impl Client {
         arguments: &[(&str, &str)],
         options: CallOptions,
     ) -> Result<model::GetPromptResult, Error> {
-        let method = "prompts/get";
+        let method = PromptsGet::VALUE;
         let mut params = JsonObject::new();
         params.insert("name".into(), Value::from(name));
         if !arguments.is_empty() {
@@ -881,7 +1004,7 @@ impl Client {
         value: &str,
         context: &HashMap<String, String>,
     ) -> Result<model::CompleteResultCompletion, Error> {
-        let method = "completion/complete";
+        let method = CompletionComplete::VALUE;
         let reference = match reference {
             CompletionRef::Prompt(name) => serde_json::json!({"type": "ref/prompt", "name": name}),
             CompletionRef::Resource(uri) => {
@@ -913,7 +1036,7 @@ impl Client {
 
     /// `server/discover` (modern): the server's versions, capabilities and instructions now.
     pub async fn discover(&self) -> Result<model::DiscoverResult, Error> {
-        let method = "server/discover";
+        let method = ServerDiscover::VALUE;
         let answer = self
             .call(method, JsonObject::new(), &CallOptions::new())
             .await?;
@@ -935,7 +1058,7 @@ impl Client {
         }
         let mut params = JsonObject::new();
         params.insert("level".into(), Value::from(level.as_str()));
-        self.call("logging/setLevel", params, &CallOptions::new())
+        self.call(LoggingSetLevel::VALUE, params, &CallOptions::new())
             .await
             .map(drop)
     }
@@ -953,6 +1076,7 @@ impl Client {
     }
 
     /// The size of every table of the connection (`None` once it is closed).
+    #[doc(hidden)]
     pub async fn table_sizes(&self) -> Option<crate::TableSizes> {
         let (reply, sizes) = oneshot::channel();
         self.inner.commands.send(Command::Sizes(reply)).await.ok()?;

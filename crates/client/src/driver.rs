@@ -10,18 +10,24 @@ use std::time::{Duration, Instant};
 
 use modelctx_session::{
     ClientConfig as SessionConfig, ClientSession, CloseReason, EraChoice, EraDecision, Event,
-    PeerInfo, ProtocolVersion, RequestError, RequestOptions, Transmit,
+    PeerInfo, ProtocolVersion, RequestError, RequestOptions, SessionError, Transmit,
 };
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId};
+use modelctx_types::consts::{
+    LoggingSetLevel, NotificationsSubscriptionsAcknowledged, PromptsList, ResourcesList,
+    ResourcesRead, ResourcesTemplatesList, SubscriptionsListen, ToolsList,
+};
+use modelctx_types::{
+    ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId, meta_keys,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::cache::{ResultCache, Scope};
-use crate::error::{ConnectError, Error};
+use crate::error::{ConnectError, Error, TransportError};
 use crate::input::Handlers;
-use crate::link::{Link, LinkEvent};
+use crate::link::{Hints, Link, LinkEvent};
 use crate::notify::{NotificationFn, Progress, ProgressFn, ServerNotification};
 
 /// How many calls may wait while a connection is re-established.
@@ -67,8 +73,9 @@ pub(crate) struct Call {
     pub(crate) params: JsonObject,
     pub(crate) options: RequestOptions,
     pub(crate) progress: Option<ProgressFn>,
-    /// Whether the transport may send it again when its response stream breaks (modern HTTP).
-    pub(crate) reissue: bool,
+    /// How the transport may carry it (modern HTTP: sent again when its response stream
+    /// breaks, `Mcp-Param-*` headers).
+    pub(crate) hints: Hints,
     pub(crate) reply: oneshot::Sender<Result<Answer, Error>>,
 }
 
@@ -120,12 +127,15 @@ pub struct TableSizes {
 /// What the client handles share with the driver.
 pub(crate) struct Shared {
     pub(crate) peer: Mutex<Option<PeerInfo>>,
-    pub(crate) closed: Mutex<Option<String>>,
+    pub(crate) closed: Mutex<Option<CloseReason>>,
     pub(crate) notifications: Mutex<Option<broadcast::Sender<ServerNotification>>>,
     pub(crate) callbacks: Vec<NotificationFn>,
     pub(crate) cache: Option<(ResultCache, Scope)>,
-    /// Output schemas and idempotence of the tools listed.
+    /// Output schemas, idempotence and `x-mcp-header` parameters of the tools listed.
     pub(crate) tool_schemas: Mutex<crate::output::ListedTools>,
+    /// Connected over Streamable HTTP, where modern tools carry `Mcp-Param-*` headers.
+    #[cfg(feature = "http")]
+    pub(crate) over_http: bool,
     pub(crate) handlers: Handlers,
     /// How long a write to a stdio or in-memory server may wait (for a restarted server).
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
@@ -145,12 +155,12 @@ impl Shared {
             .clone()
     }
 
-    pub(crate) fn closed_reason(&self) -> String {
+    pub(crate) fn closed_reason(&self) -> CloseReason {
         self.closed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-            .unwrap_or_else(|| "the connection is closed".into())
+            .unwrap_or_else(|| CloseReason::Transport("the connection is closed".into()))
     }
 }
 
@@ -192,6 +202,9 @@ struct Listen {
     reopened: bool,
     /// The server refused to listen: do not ask again on this connection.
     refused: bool,
+    /// The ids a listen stream the HTTP transport opened again goes by (its `subscriptionId`
+    /// now), to the id of the listen request: one per stream.
+    aliases: HashMap<RequestId, RequestId>,
 }
 
 impl Listen {
@@ -206,7 +219,7 @@ struct Pending {
     token: u64,
     reply: oneshot::Sender<Result<Answer, Error>>,
     progress: Option<ProgressFn>,
-    reissue: bool,
+    hints: Hints,
 }
 
 pub(crate) struct Driver {
@@ -223,6 +236,8 @@ pub(crate) struct Driver {
     commands: mpsc::Receiver<Command>,
     dropped: mpsc::UnboundedReceiver<u64>,
     pending: HashMap<RequestId, Pending>,
+    /// What the transport said when it lost a call, until the session fails the call.
+    lost: HashMap<RequestId, TransportError>,
     tokens: HashMap<u64, RequestId>,
     waiting: VecDeque<Call>,
     /// Handlers' answers, each naming its request by id and generation (finding 12).
@@ -271,6 +286,7 @@ impl Driver {
             commands,
             dropped,
             pending: HashMap::new(),
+            lost: HashMap::new(),
             tokens: HashMap::new(),
             waiting: VecDeque::new(),
             answers_tx,
@@ -296,7 +312,8 @@ impl Driver {
     /// good by the transport).
     pub(crate) async fn run(mut self) {
         if let Err(e) = self.session.connect(Instant::now()) {
-            self.finish(format!("connect failed: {e}")).await;
+            self.finish(CloseReason::Transport(format!("connect failed: {e}")))
+                .await;
             return;
         }
         while !self.done {
@@ -362,7 +379,7 @@ impl Driver {
                     _ => self
                         .session
                         .notify_roots_changed()
-                        .map_err(Error::from_session),
+                        .map_err(|e| Error::from_session(e, || self.close_reason())),
                 };
                 let _ = reply.send(result);
             }
@@ -388,7 +405,7 @@ impl Driver {
             params,
             options,
             progress,
-            reissue,
+            hints,
             reply,
         } = call;
         if reply.is_closed() {
@@ -406,12 +423,12 @@ impl Driver {
                         token,
                         reply,
                         progress,
-                        reissue,
+                        hints,
                     },
                 );
             }
             Err(e) => {
-                let _ = reply.send(Err(Error::from_session(e)));
+                let _ = reply.send(Err(Error::from_session(e, || self.close_reason())));
             }
         }
     }
@@ -445,12 +462,21 @@ impl Driver {
             LinkEvent::Unreadable(why) => {
                 tracing::warn!(%why, "the server sent something unreadable");
             }
-            LinkEvent::RequestFailed { id, why } => self.session.request_failed(now, &id, why),
+            LinkEvent::RequestFailed { id, error } => self.request_failed(now, id, error),
             LinkEvent::SessionEnded => {
                 self.session
                     .transport_closed("the server ended the HTTP session");
             }
-            LinkEvent::ListenReopened => self.notify(ServerNotification::Resynced),
+            LinkEvent::ListenReopened { id, wire } => {
+                // The server names the new stream's id in its acknowledgement and notifications.
+                if self.is_listen(&id) {
+                    let mut aliases = std::mem::take(&mut self.listen.aliases);
+                    aliases.retain(|_, v| *v != id && self.is_listen(v));
+                    aliases.insert(wire, id);
+                    self.listen.aliases = aliases;
+                }
+                self.notify(ServerNotification::Resynced)
+            }
             LinkEvent::Note(note) => tracing::debug!(%note, "transport"),
             LinkEvent::Closed(why) => {
                 let why = self.describe_close(why).await;
@@ -465,10 +491,10 @@ impl Driver {
 
     async fn describe_close(&mut self, why: String) -> String {
         #[cfg(feature = "stdio")]
-        if let Some(Link::Channels(c)) = &mut self.link
-            && let Some(child) = &mut c.child
+        if let Some(link) = &mut self.link
+            && let Some(exit) = link.describe_exit().await
         {
-            return child.describe_exit().await;
+            return exit;
         }
         why
     }
@@ -520,18 +546,22 @@ impl Driver {
             while let Some(transmit) = self.session.poll_transmit() {
                 busy = true;
                 // A call may be sent again by the transport only when its caller allows it.
-                let reissue = match &transmit {
+                let hints = match &transmit {
                     Transmit::Message {
                         message: Message::Request(r),
                         ..
-                    } => self.pending.get(&r.id).is_none_or(|p| p.reissue),
-                    _ => true,
+                    } => self
+                        .pending
+                        .get(&r.id)
+                        .map(|p| p.hints.clone())
+                        .unwrap_or_default(),
+                    _ => Hints::default(),
                 };
                 let Some(link) = &mut self.link else { continue };
-                if let Err((id, why)) = link.send(transmit, reissue).await {
+                if let Err((id, error)) = link.send(transmit, hints).await {
                     match id {
-                        Some(id) => self.session.request_failed(Instant::now(), &id, why),
-                        None => tracing::debug!(%why, "a message could not be sent"),
+                        Some(id) => self.request_failed(Instant::now(), id, error),
+                        None => tracing::debug!(%error, "a message could not be sent"),
                     }
                 }
             }
@@ -555,6 +585,7 @@ impl Driver {
                 if self.is_listen(&id) {
                     return self.listen_ended(&id, None);
                 }
+                self.lost.remove(&id);
                 if let Some(p) = self.pending.remove(&id) {
                     self.tokens.remove(&p.token);
                     let version = self
@@ -568,9 +599,10 @@ impl Driver {
                 if self.is_listen(&id) {
                     return self.listen_ended(&id, Some(error));
                 }
+                let lost = self.lost.remove(&id);
                 if let Some(p) = self.pending.remove(&id) {
                     self.tokens.remove(&p.token);
-                    let _ = p.reply.send(Err(Error::from_request(error)));
+                    let _ = p.reply.send(Err(Error::from_request(error, lost)));
                 }
             }
             Event::Progress {
@@ -656,7 +688,7 @@ impl Driver {
             params.insert("level".into(), Value::from(level.as_str()));
             if let Err(e) =
                 self.session
-                    .send_request(Instant::now(), "logging/setLevel", Some(params))
+                    .send_request(Instant::now(), LoggingSetLevel::VALUE, Some(params))
             {
                 tracing::debug!(error = %e, "the log level was not restored");
             }
@@ -669,6 +701,7 @@ impl Driver {
             task.abort();
         }
         self.pending.clear();
+        self.lost.clear();
         self.tokens.clear();
         let listen = std::mem::take(&mut self.listen);
         self.listen = Listen {
@@ -677,12 +710,10 @@ impl Driver {
             retry_delay: LISTEN_RETRY,
             ..Listen::default()
         };
+        let reason = self.close_reason();
         for (_, _, waiter) in listen.waiters {
-            let _ = waiter.send(Err(Error::Closed("the connection ended".into())));
+            let _ = waiter.send(Err(Error::Closed(reason.clone())));
         }
-        let why = self
-            .session_close_reason()
-            .unwrap_or_else(|| "the connection ended".into());
         // A connection that stayed up long enough starts the count of attempts over; one whose
         // handshake never completed does not.
         if let Some(at) = self.connected_at.take()
@@ -692,7 +723,7 @@ impl Driver {
         }
         let local = self.closing.is_some();
         if !local && self.ready.is_none() && self.schedule_reconnect() {
-            tracing::info!(%why, attempt = self.attempts, "re-establishing the connection");
+            tracing::info!(%reason, attempt = self.attempts, "re-establishing the connection");
             *self
                 .shared
                 .peer
@@ -704,11 +735,11 @@ impl Driver {
             let error = match self.last_close.take() {
                 Some(CloseReason::Transport(why)) => ConnectError::Transport(why),
                 Some(reason) => ConnectError::Handshake(reason),
-                None => ConnectError::Transport(why.clone()),
+                None => ConnectError::Transport("the connection ended".into()),
             };
             let _ = ready.send(Err(error));
         }
-        self.finish(why).await;
+        self.finish(reason).await;
     }
 
     fn may_reconnect(&self) -> bool {
@@ -734,9 +765,9 @@ impl Driver {
     fn reconnect_now(&mut self) {
         #[cfg(feature = "stdio")]
         if let Remake::Spawn(command) = &self.remake {
-            match crate::stdio::spawn(command, self.shared.write_timeout) {
-                Ok(channels) => {
-                    if let Some(old) = self.link.replace(Link::Channels(Box::new(channels))) {
+            match Link::spawn(command, self.shared.write_timeout) {
+                Ok(link) => {
+                    if let Some(old) = self.link.replace(link) {
                         tokio::spawn(old.shut_down());
                     }
                 }
@@ -771,25 +802,37 @@ impl Driver {
         }
     }
 
-    fn session_close_reason(&self) -> Option<String> {
-        self.last_close.as_ref().map(ToString::to_string)
+    /// Why the session closed (the connection ended, when it did not say).
+    fn close_reason(&self) -> CloseReason {
+        self.last_close
+            .clone()
+            .unwrap_or_else(|| CloseReason::Transport("the connection ended".into()))
+    }
+
+    /// The transport lost request `id`: the session fails it, and its caller gets `error`.
+    fn request_failed(&mut self, now: Instant, id: RequestId, error: TransportError) {
+        if self.pending.contains_key(&id) {
+            self.lost.insert(id.clone(), error.clone());
+        }
+        // Kept until the session's `Failed` event for it (or the session's end).
+        self.session.request_failed(now, &id, error.to_string());
     }
 
     /// The connection is over: fail what waits, tell the handles, stop the transport.
-    async fn finish(&mut self, why: String) {
+    async fn finish(&mut self, reason: CloseReason) {
         self.done = true;
         *self
             .shared
             .closed
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(why.clone());
+            .unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
         *self
             .shared
             .peer
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         for call in self.waiting.drain(..) {
-            let _ = call.reply.send(Err(Error::Closed(why.clone())));
+            let _ = call.reply.send(Err(Error::Closed(reason.clone())));
         }
         // Dropping the only sender ends every notification stream.
         self.shared
@@ -798,7 +841,11 @@ impl Driver {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(ready) = self.ready.take() {
-            let _ = ready.send(Err(ConnectError::Transport(why)));
+            let error = match reason {
+                CloseReason::Transport(why) => ConnectError::Transport(why),
+                other => ConnectError::Handshake(other),
+            };
+            let _ = ready.send(Err(error));
         }
         if let Some(link) = self.link.take() {
             link.shut_down().await;
@@ -825,8 +872,9 @@ impl Driver {
     }
 
     fn on_notification(&mut self, notification: Notification) {
-        let subscription = subscription_id(&notification);
-        if notification.method == "notifications/subscriptions/acknowledged" {
+        let subscription = subscription_id(&notification)
+            .map(|id| self.listen.aliases.get(&id).cloned().unwrap_or(id));
+        if notification.method == NotificationsSubscriptionsAcknowledged::VALUE {
             if let Some(id) = subscription {
                 self.listen_acknowledged(&id, &notification);
             }
@@ -873,18 +921,18 @@ impl Driver {
         match notification {
             ServerNotification::ToolsListChanged => {
                 self.forget_tool_schemas();
-                cache.invalidate(server, "tools/list", None);
+                cache.invalidate(server, ToolsList::VALUE, None);
             }
             ServerNotification::PromptsListChanged => {
-                cache.invalidate(server, "prompts/list", None)
+                cache.invalidate(server, PromptsList::VALUE, None)
             }
             ServerNotification::ResourcesListChanged => {
-                cache.invalidate(server, "resources/list", None);
-                cache.invalidate(server, "resources/templates/list", None);
+                cache.invalidate(server, ResourcesList::VALUE, None);
+                cache.invalidate(server, ResourcesTemplatesList::VALUE, None);
             }
             ServerNotification::ResourceUpdated { uri } => {
                 let needle = Value::from(uri.as_str()).to_string();
-                cache.invalidate(server, "resources/read", Some(&needle));
+                cache.invalidate(server, ResourcesRead::VALUE, Some(&needle));
             }
             ServerNotification::Resynced => {
                 for method in crate::cache::CACHEABLE {
@@ -926,9 +974,14 @@ impl Driver {
 
     fn subscribe(&mut self, uri: String, on: bool, reply: oneshot::Sender<Result<(), Error>>) {
         if !self.modern() {
-            let _ = reply.send(Err(Error::NotAvailable(
-                "subscriptions/listen is for modern servers".into(),
-            )));
+            let error = match self.session.version() {
+                Some(version) => SessionError::MethodNotInVersion {
+                    method: SubscriptionsListen::VALUE.into(),
+                    version,
+                },
+                None => SessionError::NotReady,
+            };
+            let _ = reply.send(Err(Error::NotAvailable(error)));
             return;
         }
         if on {
@@ -1010,7 +1063,7 @@ impl Driver {
         params.insert("notifications".into(), Value::Object(filter));
         match self.session.send_request_with(
             Instant::now(),
-            "subscriptions/listen",
+            SubscriptionsListen::VALUE,
             Some(params),
             RequestOptions::default().with_timeout(None),
         ) {
@@ -1044,10 +1097,9 @@ impl Driver {
             let result = if uri.as_ref().is_none_or(|uri| uris.contains(uri) || !on) {
                 Ok(())
             } else {
-                Err(Error::NotAvailable(format!(
-                    "the server does not offer updates of {}",
-                    uri.unwrap_or_default()
-                )))
+                Err(Error::UpdatesNotOffered {
+                    uri: uri.unwrap_or_default(),
+                })
             };
             let _ = waiter.send(result);
         }
@@ -1133,5 +1185,5 @@ async fn recv(link: &mut Option<Link>) -> LinkEvent {
 
 fn subscription_id(notification: &Notification) -> Option<RequestId> {
     let params: Value = serde_json::from_str(notification.params.as_deref()?.get()).ok()?;
-    serde_json::from_value(params["_meta"]["io.modelcontextprotocol/subscriptionId"].clone()).ok()
+    serde_json::from_value(params["_meta"][meta_keys::SUBSCRIPTION_ID].clone()).ok()
 }

@@ -1,5 +1,7 @@
 //! What can go wrong: connecting, and each call.
 
+#[cfg(feature = "http")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use modelctx_session::{CloseReason, RequestError, SessionError};
@@ -18,17 +20,29 @@ pub enum Error {
     /// The server ended the request itself.
     #[error("the server cancelled the request{}", .0.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
     CancelledByServer(Option<String>),
-    /// The connection ended before an answer came (or had ended before the call); holds why.
+    /// The connection ended before an answer came (or had ended before the call): why its
+    /// session closed. A server process that exited, or a connection that broke, is
+    /// [`CloseReason::Transport`] with the transport's description (the exit status of a
+    /// process).
     #[error("the connection is closed: {0}")]
-    Closed(String),
+    Closed(CloseReason),
     /// The transport lost the request (a broken stream that could not be resumed, an HTTP status
-    /// without an MCP answer); the connection lives on.
+    /// without an MCP answer, a server that reads nothing); the connection lives on.
     #[error("the transport lost the request: {0}")]
-    Transport(String),
-    /// The call is not available: the method does not exist in the protocol version spoken, or
-    /// the server did not declare the capability it needs. Nothing was sent.
+    Transport(TransportError),
+    /// The call is not available, and nothing was sent: the method does not exist in the
+    /// protocol version spoken ([`SessionError::MethodNotInVersion`]), the server did not
+    /// declare the capability it needs ([`SessionError::NotDeclared`]), or the connection is
+    /// being established again ([`SessionError::NotReady`]).
     #[error("not available: {0}")]
-    NotAvailable(String),
+    NotAvailable(SessionError),
+    /// The server does not send updates of this resource: its acknowledgement of the modern
+    /// `subscriptions/listen` stream left the URI out.
+    #[error("the server does not offer updates of {uri}")]
+    UpdatesNotOffered {
+        /// The resource.
+        uri: String,
+    },
     /// Too many calls are in flight.
     #[error("too many requests in flight (limit {0})")]
     TooManyInFlight(usize),
@@ -66,23 +80,55 @@ pub enum Error {
     InvalidArguments(String),
 }
 
+/// Why the transport lost a request.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The Streamable HTTP transport's error: an HTTP status without an MCP answer, a response
+    /// stream that broke and was neither resumed nor sent again, no response in time, ...
+    #[cfg(feature = "http")]
+    #[error(transparent)]
+    Http(modelctx_http::client::TransportError),
+    /// The Streamable HTTP transport refused to send the request (too many exchanges under way,
+    /// a method or name that no header can carry).
+    #[cfg(feature = "http")]
+    #[error(transparent)]
+    Refused(Arc<modelctx_http::client::SendError>),
+    /// The server reads nothing of its input: this many messages already wait to be written.
+    #[error("the server is not reading: {queued} messages already wait to be written")]
+    NotReading {
+        /// The messages waiting (the bound of the queue).
+        queued: usize,
+    },
+    /// The connection to the server is closed for writing.
+    #[error("the connection is closed")]
+    Closed,
+    /// The transport failed the request with this description (not one of the causes above).
+    #[error("{0}")]
+    Other(String),
+}
+
 impl Error {
-    pub(crate) fn from_request(error: RequestError) -> Error {
+    /// `error` from the session; `lost`: the transport's error when it failed the request.
+    pub(crate) fn from_request(error: RequestError, lost: Option<TransportError>) -> Error {
         match error {
             RequestError::Remote(e) => Error::Remote(e),
             RequestError::Timeout(d) => Error::Timeout(d),
             RequestError::CancelledByPeer(why) => Error::CancelledByServer(why),
-            RequestError::Closed(reason) => Error::Closed(reason.to_string()),
-            RequestError::Transport(why) => Error::Transport(why),
-            other => Error::Transport(other.to_string()),
+            RequestError::Closed(reason) => Error::Closed(reason),
+            RequestError::Transport(why) => {
+                Error::Transport(lost.unwrap_or(TransportError::Other(why)))
+            }
+            other => Error::Transport(TransportError::Other(other.to_string())),
         }
     }
 
-    pub(crate) fn from_session(error: SessionError) -> Error {
+    /// `error` from the session; `closed`: why it closed, for [`SessionError::Closed`].
+    pub(crate) fn from_session(error: SessionError, closed: impl FnOnce() -> CloseReason) -> Error {
         match error {
-            SessionError::Closed => Error::Closed("the session is closed".into()),
+            SessionError::Closed => Error::Closed(closed()),
             SessionError::TooManyInFlight { limit } => Error::TooManyInFlight(limit),
-            other => Error::NotAvailable(other.to_string()),
+            other => Error::NotAvailable(other),
         }
     }
 
@@ -110,4 +156,40 @@ pub enum ConnectError {
     /// The transport ended before the handshake completed.
     #[error("the connection ended during the handshake: {0}")]
     Transport(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_request_keeps_the_transport_s_own_error() {
+        let lost = TransportError::NotReading { queued: 7 };
+        let error = Error::from_request(RequestError::Transport("text".into()), Some(lost));
+        assert!(matches!(
+            error,
+            Error::Transport(TransportError::NotReading { queued: 7 })
+        ));
+        // Without it, what the session was told.
+        let error = Error::from_request(RequestError::Transport("text".into()), None);
+        assert!(matches!(error, Error::Transport(TransportError::Other(t)) if t == "text"));
+    }
+
+    #[test]
+    fn a_closed_session_gives_its_reason_and_session_errors_stay_typed() {
+        let reason = CloseReason::Transport("exit status: 3".into());
+        let error = Error::from_request(RequestError::Closed(reason.clone()), None);
+        assert!(
+            matches!(error, Error::Closed(CloseReason::Transport(ref why)) if why == "exit status: 3")
+        );
+        let error = Error::from_session(SessionError::Closed, || reason.clone());
+        assert!(matches!(error, Error::Closed(CloseReason::Transport(_))));
+        let error = Error::from_session(SessionError::NotReady, || unreachable!());
+        assert!(matches!(error, Error::NotAvailable(SessionError::NotReady)));
+        let error = Error::from_session(
+            SessionError::TooManyInFlight { limit: 3 },
+            || unreachable!(),
+        );
+        assert!(matches!(error, Error::TooManyInFlight(3)));
+    }
 }

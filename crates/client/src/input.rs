@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use modelctx_session::ProtocolVersion;
+use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage};
 use modelctx_types::model;
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde_json::Value;
@@ -151,9 +152,9 @@ pub(crate) enum Ask {
 impl Ask {
     pub(crate) fn method(&self) -> &'static str {
         match self {
-            Ask::Sample(_) => "sampling/createMessage",
-            Ask::Elicit(_) => "elicitation/create",
-            Ask::Roots => "roots/list",
+            Ask::Sample(_) => SamplingCreateMessage::VALUE,
+            Ask::Elicit(_) => ElicitationCreate::VALUE,
+            Ask::Roots => RootsList::VALUE,
         }
     }
 

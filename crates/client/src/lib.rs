@@ -46,7 +46,11 @@
 //!   the server listed for the tool (feature `validation`: a bounded cache of compiled schemas,
 //!   no network or file `$ref`, size and depth limits, patterns matched in linear time, large
 //!   results checked on a blocking thread); on modern HTTP connections tools with
-//!   invalid `x-mcp-header` declarations are left out of `tools/list` by the transport.
+//!   invalid `x-mcp-header` declarations are left out of `tools/list` (with a warning).
+//! * **Standard headers** on modern HTTP connections: a call to a listed tool carries its
+//!   `x-mcp-header` arguments as `Mcp-Param-{Name}` headers (the client hands the transport the
+//!   tool's rules); a -32020 answer makes the client list the tools again and retry the call
+//!   once.
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
@@ -73,6 +77,7 @@
 
 mod builder;
 mod cache;
+mod channels;
 mod client;
 mod driver;
 mod error;
@@ -80,6 +85,8 @@ mod input;
 mod link;
 mod notify;
 mod output;
+#[cfg(feature = "http")]
+mod params;
 #[cfg(feature = "stdio")]
 mod stdio;
 mod wire;
@@ -88,11 +95,11 @@ pub use builder::ClientBuilder;
 pub use cache::ResultCache;
 pub use client::{CallOptions, Client, CompletionRef};
 pub use driver::{Reconnect, TableSizes};
-pub use error::{ConnectError, Error};
+pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification};
 
-pub use modelctx_session::{Era, EraChoice, LogLevel, ProtocolVersion};
+pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;
 pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 

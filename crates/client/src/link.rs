@@ -1,151 +1,95 @@
 //! The transports a client runs on, behind one small interface for the driver: messages out,
 //! [`LinkEvent`]s in.
 
-use std::time::Duration;
-
 use modelctx_session::Transmit;
-use modelctx_types::{Incoming, Message, RequestId};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+#[cfg(feature = "http")]
+use modelctx_types::Message;
+use modelctx_types::RequestId;
+#[cfg(feature = "http")]
+use std::sync::Arc;
 
-/// The size of the queues between the driver and a transport's tasks.
-pub(crate) const QUEUE: usize = 256;
-/// The messages that may wait for a channel transport's writer: twice the session's requests in
-/// flight (1024 each way), so that a burst of calls and answers never finds it full while the
-/// server reads; a server that stops reading fills it only as calls time out (each leaves a
-/// cancellation behind and makes room for another call).
-pub(crate) const OUT_QUEUE: usize = 2048;
-/// How long a write to the server may wait before the connection is taken for dead (default of
-/// [`ClientBuilder::write_timeout`](crate::ClientBuilder::write_timeout)).
-pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::error::TransportError;
 
-/// What a transport hands the driver.
-#[derive(Debug)]
-pub(crate) enum LinkEvent {
-    /// A message (or a 2025-03-26 batch).
-    Message(Incoming),
-    /// Something that is not JSON-RPC, or a line that could not be read.
-    #[cfg_attr(not(any(feature = "http", feature = "stdio")), allow(dead_code))]
-    Unreadable(String),
-    /// Request `id` got no MCP answer and will get none.
+pub(crate) use crate::channels::{Channels, LinkEvent, QUEUE, WRITE_TIMEOUT, feed, forward};
+
+/// How the transport may carry one request; only Streamable HTTP uses them.
+#[derive(Debug, Clone)]
+pub(crate) struct Hints {
+    /// Whether a modern request whose response stream breaks may be sent again.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    RequestFailed { id: RequestId, why: String },
-    /// The server ended the legacy HTTP session.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    SessionEnded,
-    /// A listen stream broke and was opened again by the transport.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    ListenReopened,
-    /// Worth a log line, nothing more.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    Note(String),
-    /// The transport ended; holds why.
-    Closed(String),
+    pub(crate) reissue: bool,
+    /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls.
+    #[cfg(feature = "http")]
+    pub(crate) param_headers: Option<std::sync::Arc<[modelctx_http::headers::ParamHeader]>>,
 }
 
-/// A message-level transport: channels (in memory, or the tasks of a line-framed stream), or HTTP.
+impl Default for Hints {
+    /// Sent again when its stream breaks; no `Mcp-Param-*` headers.
+    fn default() -> Self {
+        Hints {
+            reissue: true,
+            #[cfg(feature = "http")]
+            param_headers: None,
+        }
+    }
+}
+
+/// A message-level transport: channels (in memory, or the tasks of a line-framed stream), a
+/// child process's pipes, or HTTP.
 pub(crate) enum Link {
     Channels(Box<Channels>),
+    /// A server run as a child process: its pipes, and the process.
+    #[cfg(feature = "stdio")]
+    Stdio {
+        channels: Box<Channels>,
+        child: Box<crate::stdio::Child>,
+    },
     #[cfg(feature = "http")]
     Http(Box<modelctx_http::client::HttpTransport>),
 }
 
-/// The two directions of a channel transport, and the tasks that serve them.
-pub(crate) struct Channels {
-    /// Bounded ([`OUT_QUEUE`]) and never waited on: the driver must not wait on a writer (which
-    /// could wait on the driver reading), so a message that finds it full is not sent (a
-    /// request fails at once). A writer that waits longer than the write timeout on a server
-    /// that does not read ends the connection.
-    pub(crate) out: Option<mpsc::Sender<Incoming>>,
-    pub(crate) inbox: mpsc::Receiver<LinkEvent>,
-    pub(crate) tasks: Vec<JoinHandle<()>>,
-    pub(crate) ended: bool,
-    #[cfg(feature = "stdio")]
-    pub(crate) child: Option<crate::stdio::Child>,
-}
-
-impl Drop for Channels {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
-}
-
-impl Channels {
-    /// Channels to a peer that takes `out` and yields into `inbox`.
-    pub(crate) fn new(out: mpsc::Sender<Incoming>, inbox: mpsc::Receiver<LinkEvent>) -> Self {
-        Channels {
-            out: Some(out),
-            inbox,
-            tasks: Vec::new(),
-            ended: false,
-            #[cfg(feature = "stdio")]
-            child: None,
-        }
-    }
-}
-
 impl Link {
+    /// Starts `command` as a child process, and a link over its pipes.
+    #[cfg(feature = "stdio")]
+    pub(crate) fn spawn(
+        command: &modelctx_stdio::ServerCommand,
+        write_timeout: std::time::Duration,
+    ) -> std::io::Result<Link> {
+        let (channels, child) = crate::stdio::spawn(command, write_timeout)?;
+        Ok(Link::Stdio {
+            channels: Box::new(channels),
+            child: Box::new(child),
+        })
+    }
+
     /// The next event; after [`LinkEvent::Closed`], never returns.
     pub(crate) async fn recv(&mut self) -> LinkEvent {
         match self {
-            Link::Channels(c) => {
-                if c.ended {
-                    return std::future::pending().await;
-                }
-                match c.inbox.recv().await {
-                    Some(LinkEvent::Closed(why)) => {
-                        c.ended = true;
-                        LinkEvent::Closed(why)
-                    }
-                    Some(event) => event,
-                    None => {
-                        c.ended = true;
-                        LinkEvent::Closed("the server's channel closed".into())
-                    }
-                }
-            }
+            Link::Channels(c) => c.recv().await,
+            #[cfg(feature = "stdio")]
+            Link::Stdio { channels, .. } => channels.recv().await,
             #[cfg(feature = "http")]
             Link::Http(t) => http_event(t.recv().await),
         }
     }
 
     /// Writes one transmit. An `Err` names the request that could not be sent, if it was one.
-    /// `reissue`: whether a modern HTTP request whose response stream breaks may be sent again.
+    /// `hints`: how a modern HTTP request is carried (nothing is sent again over channels, and
+    /// there are no headers).
     pub(crate) async fn send(
         &mut self,
         transmit: Transmit,
-        reissue: bool,
-    ) -> Result<(), (Option<RequestId>, String)> {
+        hints: Hints,
+    ) -> Result<(), (Option<RequestId>, TransportError)> {
         match self {
             Link::Channels(c) => {
-                // Nothing is sent again over channels: a message is either written or not.
-                let _ = reissue;
-                let incoming = match transmit {
-                    Transmit::Message { message, .. } => Incoming::Single(message),
-                    Transmit::Batch(messages) => {
-                        Incoming::Batch(messages.into_iter().map(Ok).collect())
-                    }
-                    // Without streams to close, the modern cancellation is the notification.
-                    Transmit::Cancel { notification, .. } => Incoming::Single(notification.into()),
-                    _ => return Ok(()),
-                };
-                let id = request_id(&incoming);
-                let Some(out) = &c.out else {
-                    return Err((id, "the connection is closed".into()));
-                };
-                out.try_send(incoming).map_err(|e| match e {
-                    mpsc::error::TrySendError::Full(_) => (
-                        id,
-                        format!(
-                            "the server is not reading: {OUT_QUEUE} messages already wait to be written"
-                        ),
-                    ),
-                    mpsc::error::TrySendError::Closed(_) => {
-                        (id, "the server's channel closed".into())
-                    }
-                })
+                let _ = hints;
+                c.send(transmit)
+            }
+            #[cfg(feature = "stdio")]
+            Link::Stdio { channels, .. } => {
+                let _ = hints;
+                channels.send(transmit)
             }
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
@@ -154,13 +98,17 @@ impl Link {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
                     };
-                    let options = modelctx_http::client::SendOptions::default().reissue(reissue);
+                    let mut options =
+                        modelctx_http::client::SendOptions::default().reissue(hints.reissue);
+                    if let Some(params) = hints.param_headers {
+                        options = options.param_headers(params);
+                    }
                     t.send_with(message, options)
-                        .map_err(|e| (id, e.to_string()))
+                        .map_err(|e| (id, TransportError::Refused(Arc::new(e))))
                 }
-                Transmit::Batch(messages) => {
-                    t.send_batch(messages).map_err(|e| (None, e.to_string()))
-                }
+                Transmit::Batch(messages) => t
+                    .send_batch(messages)
+                    .map_err(|e| (None, TransportError::Refused(Arc::new(e)))),
                 Transmit::Cancel { request_id, .. } => {
                     t.cancel(&request_id);
                     Ok(())
@@ -174,11 +122,20 @@ impl Link {
     /// sends outside of requests does not reach the client yet.
     pub(crate) fn standalone_opening(&self) -> bool {
         match self {
-            Link::Channels(_) => false,
             #[cfg(feature = "http")]
             Link::Http(t) => {
                 t.standalone_stream() == modelctx_http::client::StandaloneStream::Opening
             }
+            _ => false,
+        }
+    }
+
+    /// How the server process ended, when the link is one to a child process.
+    #[cfg(feature = "stdio")]
+    pub(crate) async fn describe_exit(&mut self) -> Option<String> {
+        match self {
+            Link::Stdio { child, .. } => Some(child.describe_exit().await),
+            _ => None,
         }
     }
 
@@ -186,23 +143,18 @@ impl Link {
     /// as the specification asks); over HTTP, ends a legacy session with `DELETE`.
     pub(crate) async fn shut_down(self) {
         match self {
-            Link::Channels(mut c) => {
-                c.out = None;
-                #[cfg(feature = "stdio")]
-                if let Some(child) = c.child.take() {
-                    child.shut_down().await;
-                }
+            Link::Channels(mut c) => c.out = None,
+            #[cfg(feature = "stdio")]
+            Link::Stdio {
+                mut channels,
+                child,
+            } => {
+                channels.out = None;
+                child.shut_down().await;
             }
             #[cfg(feature = "http")]
             Link::Http(t) => t.close().await,
         }
-    }
-}
-
-fn request_id(incoming: &Incoming) -> Option<RequestId> {
-    match incoming {
-        Incoming::Single(Message::Request(r)) => Some(r.id.clone()),
-        _ => None,
     }
 }
 
@@ -215,58 +167,11 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
         Some(Inbound::Unreadable(e)) => LinkEvent::Unreadable(e.to_string()),
         Some(Inbound::RequestFailed { id, error }) => LinkEvent::RequestFailed {
             id,
-            why: error.to_string(),
+            error: TransportError::Http(error),
         },
         Some(Inbound::SessionEnded) => LinkEvent::SessionEnded,
-        Some(Inbound::ListenReopened { .. }) => LinkEvent::ListenReopened,
+        Some(Inbound::ListenReopened { id, wire }) => LinkEvent::ListenReopened { id, wire },
         Some(Inbound::Closed(e)) => LinkEvent::Closed(e.to_string()),
         Some(other) => LinkEvent::Note(format!("{other:?}")),
     }
-}
-
-/// Forwards what the driver writes to a peer's bounded input, waiting on it at most
-/// `write_timeout` per message; beyond, the connection is taken for dead ([`LinkEvent::Closed`]
-/// on `events`).
-pub(crate) fn feed(
-    to: mpsc::Sender<Incoming>,
-    events: mpsc::Sender<LinkEvent>,
-    write_timeout: Duration,
-) -> (mpsc::Sender<Incoming>, JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::channel(OUT_QUEUE);
-    let task = tokio::spawn(async move {
-        while let Some(incoming) = rx.recv().await {
-            match tokio::time::timeout(write_timeout, to.send(incoming)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return,
-                Err(_) => {
-                    let why = format!(
-                        "the server took no message for {write_timeout:?}: the connection is taken for dead"
-                    );
-                    let _ = events.send(LinkEvent::Closed(why)).await;
-                    return;
-                }
-            }
-        }
-    });
-    (tx, task)
-}
-
-/// Forwards what a peer yields on `from` as link events on `events` (for in-memory transports).
-pub(crate) fn forward<T>(
-    mut from: mpsc::Receiver<T>,
-    events: mpsc::Sender<LinkEvent>,
-) -> JoinHandle<()>
-where
-    T: Into<Incoming> + Send + 'static,
-{
-    tokio::spawn(async move {
-        while let Some(item) = from.recv().await {
-            if events.send(LinkEvent::Message(item.into())).await.is_err() {
-                return;
-            }
-        }
-        let _ = events
-            .send(LinkEvent::Closed("the server's channel closed".into()))
-            .await;
-    })
 }

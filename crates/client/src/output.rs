@@ -29,6 +29,10 @@ pub(crate) struct ListedTool {
     pub(crate) output: Option<OutputSchema>,
     /// `annotations.idempotentHint: true`: a call may be sent again when its stream breaks.
     pub(crate) idempotent: bool,
+    /// The `x-mcp-header` parameters of its `inputSchema`, listed by a modern server over
+    /// Streamable HTTP: its calls carry them as `Mcp-Param-{Name}` headers.
+    #[cfg(feature = "http")]
+    pub(crate) headers: Option<Arc<[modelctx_http::headers::ParamHeader]>>,
 }
 
 /// An output schema as stored.
@@ -96,7 +100,38 @@ impl ListedTools {
         if let Some(OutputSchema::Schema(_, size)) = &output {
             self.bytes += size;
         }
-        self.tools.insert(name, ListedTool { output, idempotent });
+        self.tools.insert(
+            name,
+            ListedTool {
+                output,
+                idempotent,
+                #[cfg(feature = "http")]
+                headers: None,
+            },
+        );
+    }
+
+    /// Records the `x-mcp-header` parameters of tool `name` (after [`record`](Self::record)).
+    #[cfg(feature = "http")]
+    pub(crate) fn record_headers(
+        &mut self,
+        name: &str,
+        headers: Arc<[modelctx_http::headers::ParamHeader]>,
+    ) {
+        if let Some(tool) = self.tools.get_mut(name) {
+            tool.headers = Some(headers);
+        } else if self.tools.len() < MAX_TOOLS {
+            let tool = ListedTool {
+                headers: Some(headers),
+                ..ListedTool::default()
+            };
+            self.tools.insert(name.to_owned(), tool);
+        } else {
+            tracing::warn!(
+                tool = %name,
+                "more than {MAX_TOOLS} tools listed: the x-mcp-header parameters of this one are not remembered"
+            );
+        }
     }
 
     fn stored(&self, name: &str, raw: &RawValue) -> OutputSchema {

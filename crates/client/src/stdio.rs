@@ -9,7 +9,7 @@ use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::link::{Channels, LinkEvent, OUT_QUEUE, QUEUE};
+use crate::channels::{Channels, LinkEvent, OUT_QUEUE, QUEUE};
 
 /// A running server process and the task that writes its stdin.
 pub(crate) struct Child {
@@ -69,12 +69,14 @@ pub(crate) fn cache_key(command: &ServerCommand) -> String {
 }
 
 /// Spawns `command` and runs its pipes.
-pub(crate) fn spawn(command: &ServerCommand, write_timeout: Duration) -> std::io::Result<Channels> {
+pub(crate) fn spawn(
+    command: &ServerCommand,
+    write_timeout: Duration,
+) -> std::io::Result<(Channels, Child)> {
     let child = command.spawn()?;
     let (reader, writer, process) = (child.reader, child.writer, child.process);
-    let (mut channels, writer) = lines(reader, writer, write_timeout);
-    channels.child = Some(Child { process, writer });
-    Ok(channels)
+    let (channels, writer) = lines(reader, writer, write_timeout);
+    Ok((channels, Child { process, writer }))
 }
 
 /// Runs a reader task and a writer task over a line-framed stream pair; the writer task hands the

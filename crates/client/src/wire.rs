@@ -130,3 +130,42 @@ pub(crate) fn result_type(raw: &RawValue) -> String {
         .and_then(|p| p.result_type)
         .unwrap_or_else(|| "complete".into())
 }
+
+/// A wire value of `version` decoded into its model type; `None` when it does not fit.
+macro_rules! decode_in {
+    ($version:expr, $value:expr, $ty:ident) => {
+        match $version {
+            V::V2024_11_05 => serde_json::from_value::<v2024_11_05::$ty>($value)
+                .ok()
+                .map(Into::into),
+            V::V2025_03_26 => serde_json::from_value::<v2025_03_26::$ty>($value)
+                .ok()
+                .map(Into::into),
+            V::V2025_06_18 => serde_json::from_value::<v2025_06_18::$ty>($value)
+                .ok()
+                .map(Into::into),
+            V::V2025_11_25 => serde_json::from_value::<v2025_11_25::$ty>($value)
+                .ok()
+                .map(Into::into),
+            _ => serde_json::from_value::<v2026_07_28::$ty>($value)
+                .ok()
+                .map(Into::into),
+        }
+    };
+}
+
+/// A server's `serverInfo`, as `version` defines it.
+pub(crate) fn implementation(
+    version: ProtocolVersion,
+    info: Value,
+) -> Option<model::Implementation> {
+    decode_in!(version, info, Implementation)
+}
+
+/// A server's `capabilities`, as `version` defines them.
+pub(crate) fn server_capabilities(
+    version: ProtocolVersion,
+    capabilities: Value,
+) -> Option<model::ServerCapabilities> {
+    decode_in!(version, capabilities, ServerCapabilities)
+}

@@ -171,7 +171,7 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             // The handshake is the scenario; list tools only when the server has some.
             if client
                 .server_capabilities()
-                .is_some_and(|c| c.contains_key("tools"))
+                .is_some_and(|c| c.tools.is_some())
             {
                 client.list_all_tools().await.map_err(e("tools/list"))?;
             }
@@ -276,7 +276,7 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             Ok(())
         }
         "http-invalid-tool-headers" => {
-            // The transport leaves out the tools whose x-mcp-header declarations break the
+            // The client leaves out the tools whose x-mcp-header declarations break the
             // rules: every tool still listed is callable.
             call_every_tool(client).await
         }

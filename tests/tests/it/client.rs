@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use modelctx_client::{
-    CallOptions, Client, ClientBuilder, CompletionRef, Elicitation, Elicited, Era, Error, LogLevel,
-    ProtocolVersion, ServerCommand, ServerNotification, model,
+    CallOptions, Client, ClientBuilder, CloseReason, CompletionRef, Elicitation, Elicited, Era,
+    Error, LogLevel, ProtocolVersion, ServerCommand, ServerNotification, SessionError, model,
 };
 use modelctx_tests::client::{
     call_text, completions, connect_in_memory, expect_notification, sampled, serve_http,
@@ -137,7 +137,7 @@ async fn every_feature(transport: Transport, pin: Pin) {
     if let Pin::Legacy(version) = pin {
         assert_eq!(client.protocol_version(), Some(version));
     }
-    assert_eq!(client.server_info().unwrap()["name"], "facade");
+    assert_eq!(client.server_info().unwrap().name, "facade");
     assert_eq!(client.instructions().as_deref(), Some("A server for tests"));
     let mut notifications = client.notifications();
 
@@ -270,12 +270,15 @@ async fn every_feature(transport: Transport, pin: Pin) {
                 .supported_versions
                 .contains(&"2026-07-28".to_owned())
         );
-        assert!(matches!(client.ping().await, Err(Error::NotAvailable(_))));
+        assert!(matches!(
+            client.ping().await,
+            Err(Error::NotAvailable(SessionError::MethodNotInVersion { .. }))
+        ));
     } else {
         client.ping().await.unwrap();
         assert!(matches!(
             client.discover().await,
-            Err(Error::NotAvailable(_))
+            Err(Error::NotAvailable(SessionError::MethodNotInVersion { .. }))
         ));
     }
 
@@ -423,7 +426,9 @@ async fn a_crashed_stdio_server_is_restarted() {
         client.listening().await.unwrap();
         let crashed = within("crash", client.call_tool("crash", json!({}))).await;
         match crashed {
-            Err(Error::Closed(why)) => assert!(why.contains("exit status: 3"), "{why}"),
+            Err(Error::Closed(CloseReason::Transport(exit))) => {
+                assert!(exit.contains("exit status: 3"), "{exit}")
+            }
             other => panic!("{other:?}"),
         }
         let echoed = within(
@@ -473,7 +478,9 @@ async fn a_crashed_stdio_server_ends_the_client_by_default() {
     assert!(matches!(crashed, Err(Error::Closed(_))), "{crashed:?}");
     let after = client.call_tool("echo", json!({"text": "x"})).await;
     match after {
-        Err(Error::Closed(why)) => assert!(why.contains("exit status: 3"), "{why}"),
+        Err(Error::Closed(CloseReason::Transport(exit))) => {
+            assert!(exit.contains("exit status: 3"), "{exit}")
+        }
         other => panic!("{other:?}"),
     }
 }

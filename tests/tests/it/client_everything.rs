@@ -389,13 +389,21 @@ async fn everything(transport: Transport) {
         Some(ProtocolVersion::V2025_11_25)
     );
     let info = client.server_info().expect("serverInfo");
-    assert_eq!(info["name"], "mcp-servers/everything", "{info}");
+    assert_eq!(info.name, "mcp-servers/everything", "{info:?}");
     let instructions = client.instructions().expect("instructions");
     assert!(instructions.contains("Everything Server"), "{instructions}");
     let capabilities = client.server_capabilities().expect("capabilities");
-    assert_eq!(capabilities["resources"]["subscribe"], true);
+    assert_eq!(
+        capabilities.resources.as_ref().and_then(|r| r.subscribe),
+        Some(true)
+    );
+    assert!(capabilities.tools.is_some() && capabilities.prompts.is_some());
+    assert!(capabilities.logging.is_some() && capabilities.completions.is_some());
+    let raw = client
+        .server_capabilities_json()
+        .expect("capabilities as sent");
     for feature in ["tools", "prompts", "logging", "completions"] {
-        assert!(capabilities.contains_key(feature), "{feature}");
+        assert!(raw.contains_key(feature), "{feature}");
     }
     let mut notifications = client.notifications();
     let session = match &http {

@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use modelctx_client::{Client, ConnectError, Error, ProtocolVersion, ServerNotification};
+use modelctx_client::{
+    Client, ConnectError, Error, ProtocolVersion, ServerNotification, TransportError,
+};
+use modelctx_http::client::TransportError as HttpError;
 use modelctx_tests::client::{call_text, serve_http};
 use modelctx_tests::http::within;
-use modelctx_tests::http_client::{ScriptServer, text_result};
+use modelctx_tests::http_client::{ScriptServer, sse_message, text_result};
 use serde_json::{Value, json};
 
 fn modern(id: &Value, result: Value) -> Value {
@@ -71,6 +74,150 @@ async fn listed_tools_give_standard_headers_and_broken_ones_are_left_out() {
         .unwrap();
     assert_eq!(call.header("mcp-method"), Some("tools/call"));
     assert_eq!(call.header("mcp-name"), Some("region"));
+    client.close().await;
+}
+
+/// A -32020 (a `Mcp-Param-*` header missing or wrong) makes the client list the tools again,
+/// learn their header rules and retry the call once; a second mismatch is the answer.
+#[tokio::test]
+async fn a_header_mismatch_makes_the_client_list_the_tools_again_and_retry_once() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                let result = json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0,
+                    "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/list") => {
+                let tools = json!([
+                    {"name": "region", "inputSchema": {"type": "object", "properties": {
+                        "region": {"type": "string", "x-mcp-header": "Region"}}}},
+                    {"name": "broken", "inputSchema": {"type": "object", "properties": {
+                        "n": {"type": "number", "x-mcp-header": "N"}}}},
+                ]);
+                let result = json!({"tools": tools, "ttlMs": 0, "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("tools/call") if seen.header("mcp-param-region") == Some("eu") => {
+                let mut result = text_result(&id, "with header");
+                result["result"]["resultType"] = json!("complete");
+                reply.json(200, &[], &result).await;
+            }
+            Some("tools/call") => {
+                reply
+                    .json(
+                        400,
+                        &[],
+                        &json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32020, "message": "Mcp-Param-Region is missing"}}),
+                    )
+                    .await;
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1").connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    // The client has not listed the tools: the first call goes without the header.
+    assert_eq!(
+        call_text(&client, "region", json!({"region": "eu"})).await,
+        "with header"
+    );
+    let methods: Vec<String> = server
+        .seen()
+        .iter()
+        .filter_map(|s| s.rpc_method().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        methods,
+        ["server/discover", "tools/call", "tools/list", "tools/call"]
+    );
+
+    // A mismatch after the retry is the server's answer: each call is retried once, no more.
+    let answer = within(
+        "a call that mismatches",
+        client.call_tool("region", json!({"region": "us"})),
+    )
+    .await;
+    assert!(
+        matches!(&answer, Err(Error::Remote(e)) if e.code.0 == -32020),
+        "{answer:?}"
+    );
+    let calls = |server: &ScriptServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("tools/call"))
+            .count()
+    };
+    assert_eq!(calls(&server), 4, "one retry after the listing, no more");
+    client.close().await;
+}
+
+/// A modern listen stream that breaks is opened again by the transport under a new id; the
+/// client takes the server's acknowledgement and notifications naming that id as its stream's,
+/// and tells the application it may have missed notifications.
+#[tokio::test]
+async fn notifications_on_a_listen_stream_opened_again_reach_the_application() {
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let id = seen.body["id"].clone();
+        match seen.rpc_method() {
+            Some("server/discover") => {
+                let result = json!({"supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0,
+                    "cacheScope": "private"});
+                reply.json(200, &[], &modern(&id, result)).await;
+            }
+            Some("subscriptions/listen") => {
+                reply.sse_head(&[]).await;
+                let meta = json!({"io.modelcontextprotocol/subscriptionId": id});
+                let ack = json!({"jsonrpc": "2.0",
+                    "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": meta, "notifications": {"toolsListChanged": true}}});
+                reply.raw(sse_message(None, &ack).as_bytes()).await;
+                if id.as_str().is_some_and(|s| s.contains("~listen-")) {
+                    let changed = json!({"jsonrpc": "2.0",
+                        "method": "notifications/tools/list_changed", "params": {"_meta": meta}});
+                    reply.raw(sse_message(None, &changed).as_bytes()).await;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                // The first stream ends after its acknowledgement.
+            }
+            _ => reply.full(404, &[], "").await,
+        }
+    })
+    .await;
+    let mut transport = modelctx_client::HttpConfig::default();
+    transport.reconnect.initial_delay = Duration::from_millis(10);
+    let client = within(
+        "connect",
+        Client::builder("t", "1").connect_http_with(&server.url(), transport),
+    )
+    .await
+    .unwrap();
+    let mut notifications = client.notifications();
+    let mut resynced = false;
+    within("the list change on the stream opened again", async {
+        loop {
+            match notifications.recv().await.unwrap() {
+                ServerNotification::Resynced => resynced = true,
+                ServerNotification::ToolsListChanged => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        resynced,
+        "the application is told the stream was opened again"
+    );
     client.close().await;
 }
 
@@ -273,7 +420,10 @@ async fn finding_5_a_broken_tool_call_is_sent_again_only_when_idempotent_or_allo
             .await
             .unwrap_err();
         assert!(
-            matches!(&error, Error::Transport(why) if why.contains("was not sent again")),
+            matches!(
+                &error,
+                Error::Transport(TransportError::Http(HttpError::NotReissued(_)))
+            ),
             "{error}"
         );
         assert_eq!(calls_of(tool), 1, "{tool} is called once");

@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Era, builder, connect, full_capabilities};
-use modelctx_client::{CallOptions, Client, Error};
+use modelctx_client::{CallOptions, Client, CloseReason, Error, TransportError};
 #[cfg(feature = "stdio")]
 use modelctx_stdio::{LineCodec, LineReader, LineWriter};
 use serde_json::json;
@@ -66,8 +66,8 @@ async fn finding_11_a_call_beyond_the_bounded_queue_fails_at_once() {
         for result in ended {
             match result.expect_err("the server reads nothing") {
                 Error::Timeout(_) => {}
-                Error::Transport(why) => {
-                    assert!(why.contains("not reading"), "{why}");
+                Error::Transport(TransportError::NotReading { queued }) => {
+                    assert_eq!(queued, 2048);
                     refused += 1;
                 }
                 other => panic!("{other}"),
@@ -96,9 +96,11 @@ async fn finding_11_a_peer_that_takes_nothing_for_the_write_timeout_is_dead() {
     let mut results = start_calls(&client, 300);
     for _ in 0..300 {
         match next(&mut results).await {
-            Error::Closed(why) => assert!(why.contains("took no message"), "{why}"),
+            Error::Closed(CloseReason::Transport(why)) => {
+                assert!(why.contains("took no message"), "{why}")
+            }
             // Those that found the queue full, if any, before the connection ended.
-            Error::Transport(why) => assert!(why.contains("not reading"), "{why}"),
+            Error::Transport(TransportError::NotReading { .. }) => {}
             other => panic!("{other}"),
         }
     }
@@ -156,7 +158,9 @@ async fn finding_11_a_stdio_server_that_stops_reading_ends_the_connection() {
     let mut results = start_calls(&client, 50);
     for _ in 0..50 {
         match next(&mut results).await {
-            Error::Closed(why) => assert!(why.contains("read nothing"), "{why}"),
+            Error::Closed(CloseReason::Transport(why)) => {
+                assert!(why.contains("read nothing"), "{why}")
+            }
             other => panic!("{other}"),
         }
     }

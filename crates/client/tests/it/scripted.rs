@@ -14,7 +14,7 @@ use common::{
 };
 use modelctx_client::{
     CallOptions, Elicitation, Elicited, Error, InputError, ProtocolVersion, RecvError,
-    ServerNotification, model,
+    ServerNotification, SessionError, model,
 };
 use modelctx_types::{Message, Request, RequestId};
 use serde_json::{Value, json};
@@ -815,7 +815,7 @@ async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
     let subscribe = client.subscribe_resource("file:///b");
     let (refused, ()) = fake.serve("subscriptions/listen", subscribe, serve).await;
     assert!(
-        matches!(refused, Err(Error::NotAvailable(_))),
+        matches!(&refused, Err(Error::UpdatesNotOffered { uri }) if uri == "file:///b"),
         "{refused:?}"
     );
     fake.expect_cancelled(&fourth.id).await;
@@ -877,7 +877,7 @@ async fn a_refused_listen_stream_is_not_asked_for_again() {
     // Subscriptions ride on the stream: not available, and nothing is asked again.
     let subscribed = client.subscribe_resource("file:///a").await;
     assert!(
-        matches!(subscribed, Err(Error::NotAvailable(_))),
+        matches!(&subscribed, Err(Error::UpdatesNotOffered { uri }) if uri == "file:///a"),
         "{subscribed:?}"
     );
     fake.expect_no_request(NO_MORE, "another listen", "subscriptions/listen")
@@ -1019,8 +1019,13 @@ async fn the_probe_falls_back_to_initialize() {
         let (client, _fake) = connect(era, builder(), full_capabilities()).await;
         assert_eq!(client.era(), Some(found));
         assert_eq!(
-            client.server_info(),
+            client.server_info_json(),
             Some(json!({"name": "scripted", "version": "0.0.1"}))
+        );
+        let info = client.server_info().expect("a typed serverInfo");
+        assert_eq!(
+            (info.name.as_str(), info.version.as_str()),
+            ("scripted", "0.0.1")
         );
     }
 }
@@ -1030,9 +1035,17 @@ async fn undeclared_features_are_not_available_and_nothing_is_sent() {
     for era in Era::BOTH {
         let (client, mut fake) = connect(era, builder(), json!({"tools": {}})).await;
         let result = client.list_prompts(None).await;
-        assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
+        assert!(
+            matches!(&result, Err(Error::NotAvailable(SessionError::NotDeclared { capability, .. }))
+                if capability == "prompts"),
+            "{result:?}"
+        );
         let result = client.read_resource("file:///a").await;
-        assert!(matches!(result, Err(Error::NotAvailable(_))), "{result:?}");
+        assert!(
+            matches!(&result, Err(Error::NotAvailable(SessionError::NotDeclared { capability, .. }))
+                if capability == "resources"),
+            "{result:?}"
+        );
         fake.expect_none(NO_MORE, "a request", |m| matches!(m, Message::Request(_)))
             .await;
     }

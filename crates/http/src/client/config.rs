@@ -25,9 +25,6 @@ pub struct ClientConfig {
     /// How many requests, notifications and streams may be under way at once (default 1024);
     /// [`send`](super::HttpTransport::send) refuses more.
     pub max_in_flight: usize,
-    /// How many tool definitions of modern servers are kept for their `x-mcp-header` schemas
-    /// (default 10 000).
-    pub max_tools: usize,
     /// Time to open a TCP connection (default 10 s).
     pub connect_timeout: Duration,
     /// Time from sending a request to the response head (default none: a JSON response to a
@@ -107,7 +104,6 @@ impl fmt::Debug for ClientConfig {
             .field("max_body", &self.max_body)
             .field("max_event", &self.max_event)
             .field("max_in_flight", &self.max_in_flight)
-            .field("max_tools", &self.max_tools)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("one_way_timeout", &self.one_way_timeout)
@@ -130,7 +126,6 @@ impl Default for ClientConfig {
             max_body: 16 << 20,
             max_event: 16 << 20,
             max_in_flight: 1024,
-            max_tools: 10_000,
             connect_timeout: Duration::from_secs(10),
             response_timeout: None,
             one_way_timeout: Duration::from_secs(30),

@@ -6,10 +6,9 @@
 //!
 //! * **Every message is a POST** with `Accept: application/json, text/event-stream`, and the
 //!   standard headers: `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, and on modern requests
-//!   `Mcp-Param-{Name}` for the arguments that the tool's schema marks with `x-mcp-header`.
-//!   The transport remembers the tools a modern server listed to know those schemas, leaves out
-//!   of `tools/list` results the tools whose annotations break the rules (with a warning naming
-//!   the tool and the reason), and after a -32020 lists the tools again and retries once.
+//!   `Mcp-Param-{Name}` for the arguments named by the `x-mcp-header` parameters the caller
+//!   gives with [`SendOptions::param_headers`] (the client facade, which lists the tools, knows
+//!   them; the transport lists nothing itself).
 //! * **Legacy requests** (no `io.modelcontextprotocol/protocolVersion` in `_meta`): the session id
 //!   from the `initialize` response is sent on every later request; a 404 to a request that
 //!   carried it means the session ended ([`Inbound::SessionEnded`]); a broken SSE response is
@@ -29,7 +28,9 @@
 //!
 //! # What it does not do
 //!
-//! It keeps no protocol state and never answers anything itself: what comes back is handed up
+//! It keeps no protocol state, never answers anything itself and sends no request of its own
+//! (it does not list tools, filter `tools/list` results or retry after a -32020: the client
+//! facade does, see `modelctx-client`): what comes back is handed up
 //! as [`Inbound`] items for the session (`handle_incoming`, `request_failed`,
 //! `transport_closed`). It does not probe for the era (the session does, and hears through
 //! [`Inbound::RequestFailed`] when the probe got no MCP answer), does not re-initialize after a
@@ -44,10 +45,10 @@
 //! stops the reading of responses.
 
 mod config;
+mod exchange;
 mod old_sse;
 mod request;
 mod sse_decode;
-mod tools;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,7 +67,6 @@ use tokio::task::AbortHandle;
 pub use config::{ClientConfig, Reconnect};
 
 use crate::headers::{ParamHeader, RequestHeaderError};
-use tools::ToolHeaders;
 
 /// Something the transport hands up.
 #[derive(Debug)]
@@ -107,11 +107,16 @@ pub enum Inbound {
         /// The last failure.
         error: TransportError,
     },
-    /// The `subscriptions/listen` stream of request `id` broke and was opened again:
-    /// notifications sent meanwhile may have been lost, so refresh what they would have said.
+    /// The `subscriptions/listen` stream of request `id` broke and was opened again, as request
+    /// `wire`: notifications sent meanwhile may have been lost, so refresh what they would have
+    /// said. The server's acknowledgement and notifications on the new stream name `wire` as
+    /// their `subscriptionId` (the transport hands them up as they came, and renames only the
+    /// answer to the request).
     ListenReopened {
         /// The listen request, as the session knows it.
         id: RequestId,
+        /// The id the stream was opened again with.
+        wire: RequestId,
     },
     /// `initialize` got `status`; the transport now speaks the 2024-11-05 HTTP+SSE transport.
     FellBack {
@@ -242,11 +247,13 @@ pub enum UrlError {
 /// have side effects, and the server may have run it already, so a broken `tools/call` fails
 /// with [`TransportError::StreamEnded`] unless [`reissue(true)`](Self::reissue) says the tool is
 /// idempotent (its `annotations.idempotentHint` is true, or the caller knows better).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct SendOptions {
     /// `None`: by method (every method but `tools/call`).
     pub(crate) reissue: Option<bool>,
+    /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls.
+    pub(crate) param_headers: Option<Arc<[ParamHeader]>>,
 }
 
 impl SendOptions {
@@ -264,9 +271,21 @@ impl SendOptions {
         self.reissue(false)
     }
 
+    /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls, as
+    /// [`param_headers`](crate::headers::param_headers) reads them from the `inputSchema` the
+    /// server listed: each argument they name is sent in an `Mcp-Param-{Name}` header too
+    /// (default: none, so no `Mcp-Param-*` header). Ignored on legacy requests, which carry no
+    /// such headers. An argument that no header can carry fails the request
+    /// ([`TransportError::Malformed`]).
+    pub fn param_headers(mut self, params: Arc<[ParamHeader]>) -> Self {
+        self.param_headers = Some(params);
+        self
+    }
+
     /// Whether a request of `method` is re-issued with these options.
     pub(crate) fn reissues(&self, method: Option<&str>) -> bool {
-        self.reissue.unwrap_or_else(|| method != Some("tools/call"))
+        self.reissue
+            .unwrap_or_else(|| method != Some(modelctx_types::consts::ToolsCall::VALUE))
     }
 }
 
@@ -278,8 +297,6 @@ pub struct TableSizes {
     pub tasks: usize,
     /// Requests under way by id.
     pub requests: usize,
-    /// Tools whose `x-mcp-header` schemas are known.
-    pub tools: usize,
 }
 
 #[cfg(not(feature = "rustls"))]
@@ -311,7 +328,6 @@ pub(crate) struct State {
     tasks: HashMap<u64, Task>,
     by_request: HashMap<RequestId, u64>,
     next_key: u64,
-    pub(crate) tools: ToolHeaders,
     pub(crate) closed: bool,
     /// The legacy session's standalone GET stream.
     pub(crate) standalone: StandaloneStream,
@@ -584,19 +600,14 @@ impl HttpTransport {
         self.shared.state().standalone
     }
 
-    /// The size of every internal table.
+    /// The size of every internal table (a test hook).
+    #[doc(hidden)]
     pub fn table_sizes(&self) -> TableSizes {
         let state = self.shared.state();
         TableSizes {
             tasks: state.tasks.len(),
             requests: state.by_request.len(),
-            tools: state.tools.len(),
         }
-    }
-
-    /// The `x-mcp-header` parameters known for a modern server's tool.
-    pub fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
-        self.shared.state().tools.get(tool)
     }
 
     /// Closes the transport: stops every exchange, and ends the legacy HTTP session with
@@ -619,7 +630,7 @@ impl HttpTransport {
             }
         };
         if let Some((id, version)) = session {
-            let mut builder = request::builder(&self.shared, Method::DELETE, &self.shared.url)
+            let mut builder = exchange::builder(&self.shared, Method::DELETE, &self.shared.url)
                 .header(crate::headers::MCP_SESSION_ID, id);
             if let Some(version) = version {
                 builder = builder.header(crate::headers::MCP_PROTOCOL_VERSION, version);

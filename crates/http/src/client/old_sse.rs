@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming as Body;
 use modelctx_types::{Message, RequestId};
 
-use super::request::{builder, describe, exchange_head, exchange_status};
+use super::exchange::{builder, describe, exchange_head, exchange_status};
 use super::sse_decode::{SseDecoder, SseEvent};
 use super::{Inbound, Registration, TaskGuard, TransportError};
 use crate::headers::escape;

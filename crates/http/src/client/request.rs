@@ -6,40 +6,33 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
-use http::{HeaderValue, Method, Response, StatusCode, Uri};
+use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming as Body;
-use modelctx_types::{ErrorCode, ErrorResponse, Incoming, Message, Request, RequestId, decode};
+use modelctx_types::consts::{
+    Initialize, NotificationsInitialized, NotificationsSubscriptionsAcknowledged,
+    SubscriptionsListen,
+};
+use modelctx_types::{ErrorResponse, Incoming, Message, RequestId, decode};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::exchange::{builder, describe, exchange_head};
 use super::sse_decode::SseDecoder;
-use super::tools::filter_list;
 use super::{
     Inbound, Registration, SendError, SendOptions, Shared, StandaloneStream, TaskGuard,
     TransportError,
 };
 use crate::headers::{
-    LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, escape, meta_protocol_version,
-    request_headers,
+    LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, ParamHeader, escape,
+    meta_protocol_version, request_headers,
 };
 
 /// At most this much of an error body is read, and this much of it shown.
 const ERROR_BODY_LIMIT: usize = 64 << 10;
 const ERROR_BODY_SHOWN: usize = 200;
 /// The notification after which a legacy session's standalone stream is opened.
-const INITIALIZED: &str = "notifications/initialized";
-/// Pages of `tools/list` read when the client lists again after a -32020.
-const MAX_TOOL_PAGES: usize = 100;
-
-/// A request builder with the configured headers.
-pub(crate) fn builder(shared: &Shared, method: Method, uri: &Uri) -> http::request::Builder {
-    let mut builder = http::Request::builder().method(method).uri(uri.clone());
-    if let Some(headers) = builder.headers_mut() {
-        headers.extend(shared.config.headers.clone());
-    }
-    builder
-}
+const INITIALIZED: &str = NotificationsInitialized::VALUE;
 
 /// What one POST carries.
 struct Exchange {
@@ -51,6 +44,8 @@ struct Exchange {
     params: Option<Value>,
     modern: bool,
     reissue: bool,
+    /// The `x-mcp-header` parameters the caller gave ([`SendOptions::param_headers`]).
+    param_headers: Option<Arc<[ParamHeader]>>,
     /// The legacy session epoch it belongs to.
     epoch: u64,
 }
@@ -94,6 +89,7 @@ pub(crate) fn send(
         params,
         modern,
         reissue,
+        param_headers: options.param_headers,
         epoch,
     };
     let registration = Registration {
@@ -134,7 +130,6 @@ struct Pending {
     key: u64,
     ids: Vec<(RequestId, RequestId)>,
     method: Option<String>,
-    modern: bool,
     /// A message was handed up since the last [`Pending::take_progress`].
     progress: bool,
 }
@@ -164,7 +159,7 @@ impl Pending {
                 if let Some(at) = self.ids.iter().position(|(wire, _)| *wire == response.id) {
                     let (_, original) = self.ids.swap_remove(at);
                     response.id = original;
-                    self.on_result(shared, &mut response.result);
+                    self.on_result(shared, &response.result);
                 } else {
                     shared.answered_elsewhere(&response.id, self.key);
                 }
@@ -182,49 +177,23 @@ impl Pending {
                 }
                 Message::Error(error)
             }
-            Message::Notification(mut notification)
-                if self.method.as_deref() == Some("subscriptions/listen") =>
-            {
-                // A re-opened listen stream names its new id; the session knows the first.
-                if let [(wire, original)] = &self.ids[..]
-                    && wire != original
-                {
-                    notification.params =
-                        rename_subscription(notification.params.take(), wire, original);
-                }
-                Message::Notification(notification)
-            }
             other => other,
         }
     }
 
-    fn on_result(&self, shared: &Shared, result: &mut Box<RawValue>) {
-        match self.method.as_deref() {
-            Some("tools/list") if self.modern => {
-                let mut state = shared.state();
-                let max = shared.config.max_tools;
-                if let Some((kept, dropped)) = filter_list(result, &mut state.tools, max) {
-                    for dropped in dropped {
-                        tracing::warn!(
-                            tool = %dropped.tool,
-                            reason = %dropped.reason,
-                            "tool left out of tools/list: its x-mcp-header annotations break the rules"
-                        );
-                    }
-                    *result = kept;
-                }
-            }
-            Some("initialize") => {
-                #[derive(serde::Deserialize)]
-                struct Init {
-                    #[serde(rename = "protocolVersion")]
-                    protocol_version: String,
-                }
-                if let Ok(init) = serde_json::from_str::<Init>(result.get()) {
-                    shared.state().version = HeaderValue::from_str(&init.protocol_version).ok();
-                }
-            }
-            _ => {}
+    /// Notes the protocol version a legacy `initialize` result names, for the
+    /// `MCP-Protocol-Version` header of the session's later requests.
+    fn on_result(&self, shared: &Shared, result: &RawValue) {
+        if self.method.as_deref() != Some(Initialize::VALUE) {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        struct Init {
+            #[serde(rename = "protocolVersion")]
+            protocol_version: String,
+        }
+        if let Ok(init) = serde_json::from_str::<Init>(result.get()) {
+            shared.state().version = HeaderValue::from_str(&init.protocol_version).ok();
         }
     }
 
@@ -237,29 +206,6 @@ impl Pending {
             })
             .collect()
     }
-}
-
-fn rename_subscription(
-    params: Option<Box<RawValue>>,
-    wire: &RequestId,
-    original: &RequestId,
-) -> Option<Box<RawValue>> {
-    const KEY: &str = "io.modelcontextprotocol/subscriptionId";
-    let raw = params?;
-    let Ok(mut value) = serde_json::from_str::<Value>(raw.get()) else {
-        return Some(raw);
-    };
-    let Some(id) = value.pointer_mut(&format!("/_meta/{}", KEY.replace('/', "~1"))) else {
-        return Some(raw);
-    };
-    if serde_json::from_value::<RequestId>(id.clone())
-        .ok()
-        .as_ref()
-        == Some(wire)
-    {
-        *id = serde_json::to_value(original).unwrap_or(Value::Null);
-    }
-    serde_json::value::to_raw_value(&value).ok().or(Some(raw))
 }
 
 /// How reading a response ended.
@@ -281,12 +227,10 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
         key: guard.key(),
         ids: requests.iter().map(|id| (id.clone(), id.clone())).collect(),
         method: exchange.method.clone(),
-        modern: exchange.modern,
         progress: false,
     };
-    let listen = exchange.method.as_deref() == Some("subscriptions/listen");
+    let listen = exchange.method.as_deref() == Some(SubscriptionsListen::VALUE);
     let mut reissued = 0u32;
-    let mut header_retry = false;
     let mut listen_attempts = 0u32;
     let mut reopened = false;
 
@@ -313,7 +257,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             return session_ended(&guard, sent).await;
         }
         if !status.is_success() {
-            if exchange.method.as_deref() == Some("initialize")
+            if exchange.method.as_deref() == Some(Initialize::VALUE)
                 && matches!(status.as_u16(), 400 | 404 | 405)
                 && shared.config.old_sse_fallback
             {
@@ -321,29 +265,15 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
                 return super::old_sse::fall_back(guard, status, request).await;
             }
             let body = read_error_body(&shared, response).await;
-            let error = json_rpc_error(&body);
-            if let Some(error) = error {
-                if exchange.modern
-                    && exchange.method.as_deref() == Some("tools/call")
-                    && error.error.code == ErrorCode::HEADER_MISMATCH
-                    && !header_retry
+            if let Some(mut error) = json_rpc_error(&body)
+                && pending.ids.len() == 1
+            {
+                error.id = Some(pending.ids.remove(0).1);
+                if !shared
+                    .deliver(Inbound::Message(Incoming::Single(Message::Error(error))))
+                    .await
                 {
-                    // The tool's schema may have changed since it was listed: list again and
-                    // retry once, with a new id.
-                    header_retry = true;
-                    refresh_tools(&shared, &exchange).await;
-                    renumber(&mut pending, &mut exchange, "retry");
-                    continue;
-                }
-                let mut error = error;
-                if pending.ids.len() == 1 {
-                    error.id = Some(pending.ids.remove(0).1);
-                    if !shared
-                        .deliver(Inbound::Message(Incoming::Single(Message::Error(error))))
-                        .await
-                    {
-                        return;
-                    }
+                    return;
                 }
             }
             let failure = TransportError::Status {
@@ -353,16 +283,16 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             return finish(&shared, &mut pending, failure).await;
         }
 
-        if exchange.method.as_deref() == Some("initialize") {
+        if exchange.method.as_deref() == Some(Initialize::VALUE) {
             let mut state = shared.state();
             state.session_id = response.headers().get(MCP_SESSION_ID).cloned();
             state.version = None;
         }
         if reopened {
             reopened = false;
-            if let Some((_, original)) = pending.ids.first() {
-                let id = original.clone();
-                if !shared.deliver(Inbound::ListenReopened { id }).await {
+            if let Some((wire, original)) = pending.ids.first() {
+                let (id, wire) = (original.clone(), wire.clone());
+                if !shared.deliver(Inbound::ListenReopened { id, wire }).await {
                     return;
                 }
             }
@@ -488,16 +418,12 @@ async fn post(
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "application/json, text/event-stream");
     if let Some(method) = &exchange.method {
-        let tool = exchange
-            .params
-            .as_ref()
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str);
-        let params = match (exchange.modern, method.as_str(), tool) {
-            (true, "tools/call", Some(tool)) => shared.state().tools.get(tool),
-            _ => None,
-        };
-        let headers = request_headers(method, exchange.params.as_ref(), params.as_deref())
+        // `Mcp-Param-*` headers are a modern rule; the caller names their sources.
+        let params = exchange
+            .param_headers
+            .as_deref()
+            .filter(|_| exchange.modern);
+        let headers = request_headers(method, exchange.params.as_ref(), params)
             .map_err(|e| TransportError::Malformed(e.to_string()))?;
         for (name, value) in headers {
             builder = builder.header(name, value);
@@ -515,46 +441,6 @@ async fn post(
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| TransportError::Malformed(e.to_string()))?;
     exchange_head(shared, request).await
-}
-
-/// Sends a request and waits for the response head, within the configured time.
-pub(crate) async fn exchange_head(
-    shared: &Shared,
-    request: http::Request<Full<Bytes>>,
-) -> Result<Response<Body>, TransportError> {
-    let call = shared.http.request(request);
-    let result = match shared.config.response_timeout {
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(r) => r,
-            Err(_) => return Err(TransportError::Timeout(limit)),
-        },
-        None => call.await,
-    };
-    result.map_err(|e| TransportError::Connection(describe(&e)))
-}
-
-/// [`exchange_head`] for an exchange that awaits a status only, within
-/// [`ClientConfig::one_way_timeout`](super::ClientConfig::one_way_timeout) as well.
-pub(crate) async fn exchange_status(
-    shared: &Shared,
-    request: http::Request<Full<Bytes>>,
-) -> Result<Response<Body>, TransportError> {
-    let limit = shared.config.one_way_timeout;
-    tokio::time::timeout(limit, exchange_head(shared, request))
-        .await
-        .unwrap_or(Err(TransportError::Timeout(limit)))
-}
-
-/// An error and its sources, on one line.
-pub(crate) fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }
 
 enum Kind {
@@ -647,7 +533,7 @@ async fn hand_up(shared: &Shared, pending: &mut Pending, incoming: Incoming) -> 
     // stream lives, so a server that acknowledges and closes forever still makes the client give
     // up.
     let ack = matches!(&incoming, Incoming::Single(Message::Notification(n))
-        if n.method == "notifications/subscriptions/acknowledged");
+        if n.method == NotificationsSubscriptionsAcknowledged::VALUE);
     pending.progress |= !ack;
     shared.deliver(Inbound::Message(incoming)).await
 }
@@ -789,7 +675,6 @@ async fn follow(
         key: guard.key(),
         ids: Vec::new(),
         method: None,
-        modern: false,
         progress: false,
     });
     let policy = shared.config.reconnect;
@@ -936,101 +821,5 @@ async fn follow(
             }
             End::Broke(e) => error = e,
         }
-    }
-}
-
-/// Lists a modern server's tools again (every page), to learn their `x-mcp-header` schemas.
-async fn refresh_tools(shared: &Shared, exchange: &Exchange) {
-    let meta = exchange
-        .params
-        .as_ref()
-        .and_then(|p| p.get("_meta"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let mut cursor: Option<String> = None;
-    for page in 0..MAX_TOOL_PAGES {
-        let mut params = serde_json::json!({ "_meta": meta });
-        if let Some(cursor) = &cursor {
-            params["cursor"] = Value::from(cursor.as_str());
-        }
-        let id = RequestId::String(format!("modelctx-http-tools-list-{page}"));
-        let Ok(request) = Request::new(id.clone(), "tools/list", &params) else {
-            return;
-        };
-        let lister = Exchange {
-            messages: vec![Message::Request(request)],
-            batch: false,
-            method: Some("tools/list".into()),
-            params: Some(params),
-            modern: true,
-            reissue: false,
-            epoch: exchange.epoch,
-        };
-        let pending = Pending {
-            key: u64::MAX, // only for its on_result
-            ids: Vec::new(),
-            method: Some("tools/list".into()),
-            modern: true,
-            progress: false,
-        };
-        let Ok(response) = post(shared, &lister, None).await else {
-            return;
-        };
-        if !response.status().is_success() {
-            return;
-        }
-        let Some(result) = answer(shared, response, &id).await else {
-            return;
-        };
-        pending.on_result(shared, &mut result.clone());
-        #[derive(serde::Deserialize)]
-        struct Page {
-            #[serde(rename = "nextCursor")]
-            next_cursor: Option<String>,
-        }
-        cursor = serde_json::from_str::<Page>(result.get())
-            .ok()
-            .and_then(|p| p.next_cursor);
-        if cursor.is_none() {
-            return;
-        }
-    }
-}
-
-/// The result for `id` in a response of the transport's own (JSON or SSE); other messages on
-/// it are dropped, since no session asked for them.
-async fn answer(
-    shared: &Shared,
-    response: Response<Body>,
-    id: &RequestId,
-) -> Option<Box<RawValue>> {
-    let pick = |incoming: Incoming| match incoming {
-        Incoming::Single(Message::Response(r)) if r.id == *id => Some(r.result),
-        _ => None,
-    };
-    match content_type(&response) {
-        Kind::Json => {
-            let body = Limited::new(response.into_body(), shared.config.max_body)
-                .collect()
-                .await
-                .ok()?
-                .to_bytes();
-            pick(decode(&body).ok()?)
-        }
-        Kind::Sse => {
-            let mut decoder = SseDecoder::new(shared.config.max_event);
-            let mut body = response.into_body();
-            let mut events = Vec::new();
-            loop {
-                let data = body.frame().await?.ok()?.into_data().ok()?;
-                decoder.feed(&data, &mut events).ok()?;
-                for event in events.drain(..) {
-                    if let Some(result) = event.message().and_then(Result::ok).and_then(pick) {
-                        return Some(result);
-                    }
-                }
-            }
-        }
-        Kind::Other(_) => None,
     }
 }

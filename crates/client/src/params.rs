@@ -1,12 +1,18 @@
-//! The tools a modern server listed, for the `Mcp-Param-{Name}` headers of later calls.
+//! The `x-mcp-header` rules of the tools a modern server lists over Streamable HTTP: the
+//! tools that break one are left out of the client's view, and the others' parameters are
+//! remembered for the `Mcp-Param-{Name}` headers of their calls (handed to the transport with
+//! each call, see [`SendOptions::param_headers`]).
+//!
+//! [`SendOptions::param_headers`]: modelctx_http::client::SendOptions::param_headers
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use modelctx_http::headers::{ParamHeader, SchemaHeaderError, param_headers};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::headers::{ParamHeader, SchemaHeaderError, param_headers};
+/// The `x-mcp-header` parameters of listed tools, by tool name.
+pub(crate) type ToolHeaders = Vec<(String, Arc<[ParamHeader]>)>;
 
 /// A tool left out of a `tools/list` result, and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,55 +21,38 @@ pub(crate) struct Dropped {
     pub(crate) reason: SchemaHeaderError,
 }
 
-/// The `x-mcp-header` parameters of each tool listed, bounded.
-#[derive(Debug, Default)]
-pub(crate) struct ToolHeaders {
-    tools: HashMap<String, Arc<[ParamHeader]>>,
+/// A `tools/list` result read for its `x-mcp-header` rules.
+#[derive(Debug)]
+pub(crate) struct Filtered {
+    /// The result without the tools that break a rule (the result as it came when none does).
+    pub(crate) result: Box<RawValue>,
+    /// The `x-mcp-header` parameters of each valid tool that has some.
+    pub(crate) headers: ToolHeaders,
+    /// The tools left out.
+    pub(crate) dropped: Vec<Dropped>,
 }
 
-impl ToolHeaders {
-    pub(crate) fn get(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
-        self.tools.get(tool).cloned()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.tools.len()
-    }
-
-    /// Remembers a tool's parameters; a new tool past `max` is not remembered (its calls go
-    /// without `Mcp-Param-*` headers until a -32020 makes the client list again).
-    fn insert(&mut self, name: &str, params: Vec<ParamHeader>, max: usize) {
-        if let Some(entry) = self.tools.get_mut(name) {
-            *entry = params.into();
-        } else if self.tools.len() < max {
-            self.tools.insert(name.to_owned(), params.into());
-        }
-    }
-}
-
-/// Reads a `tools/list` result: remembers the parameters of every valid tool and returns the
-/// result without the tools whose `x-mcp-header` annotations break a rule (the spec requires a
-/// client on Streamable HTTP to drop them), the dropped ones listed. `None` when the result
-/// does not have the shape of a `tools/list` result: it is passed on as it is, for the session
-/// to judge.
-pub(crate) fn filter_list(
-    result: &RawValue,
-    cache: &mut ToolHeaders,
-    max: usize,
-) -> Option<(Box<RawValue>, Vec<Dropped>)> {
+/// Reads a `tools/list` result: the parameters of every valid tool, and the result without the
+/// tools whose `x-mcp-header` annotations break a rule (the specification requires a client on
+/// Streamable HTTP to drop them). `None` when the result does not have the shape of a
+/// `tools/list` result: it is left as it is, for the typed decoding to judge.
+pub(crate) fn filter_list(result: &RawValue) -> Option<Filtered> {
     let mut value: Value = serde_json::from_str(result.get()).ok()?;
     let tools = value.get_mut("tools")?.as_array_mut()?;
     let mut dropped = Vec::new();
+    let mut headers = Vec::new();
     tools.retain(|tool| {
         let Some(name) = tool.get("name").and_then(Value::as_str) else {
-            return true; // not a tool: the session's typed decoding will say so
+            return true; // not a tool: the typed decoding will say so
         };
         let Some(schema) = tool.get("inputSchema").and_then(Value::as_object) else {
             return true;
         };
         match param_headers(schema) {
             Ok(params) => {
-                cache.insert(name, params, max);
+                if !params.is_empty() {
+                    headers.push((name.to_owned(), params.into()));
+                }
                 true
             }
             Err(reason) => {
@@ -75,11 +64,16 @@ pub(crate) fn filter_list(
             }
         }
     });
-    if dropped.is_empty() {
-        return Some((result.to_owned(), dropped));
-    }
-    let raw = serde_json::value::to_raw_value(&value).ok()?;
-    Some((raw, dropped))
+    let result = if dropped.is_empty() {
+        result.to_owned()
+    } else {
+        serde_json::value::to_raw_value(&value).ok()?
+    };
+    Some(Filtered {
+        result,
+        headers,
+        dropped,
+    })
 }
 
 #[cfg(test)]
@@ -91,11 +85,16 @@ mod tests {
         json!({"name": name, "inputSchema": {"type": "object", "properties": properties}})
     }
 
-    fn run(tools: Vec<Value>) -> (Vec<String>, Vec<(String, String)>, ToolHeaders) {
+    type Run = (
+        Vec<String>,
+        Vec<(String, String)>,
+        Vec<(String, Arc<[ParamHeader]>)>,
+    );
+
+    fn run(tools: Vec<Value>) -> Run {
         let raw = serde_json::value::to_raw_value(&json!({"tools": tools, "ttlMs": 0})).unwrap();
-        let mut cache = ToolHeaders::default();
-        let (kept, dropped) = filter_list(&raw, &mut cache, 100).unwrap();
-        let kept: Value = serde_json::from_str(kept.get()).unwrap();
+        let filtered = filter_list(&raw).unwrap();
+        let kept: Value = serde_json::from_str(filtered.result.get()).unwrap();
         assert_eq!(kept["ttlMs"], 0, "the rest of the result is kept");
         let names = kept["tools"]
             .as_array()
@@ -103,11 +102,12 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap().to_owned())
             .collect();
-        let dropped = dropped
+        let dropped = filtered
+            .dropped
             .into_iter()
             .map(|d| (d.tool, d.reason.to_string()))
             .collect();
-        (names, dropped, cache)
+        (names, dropped, filtered.headers)
     }
 
     /// The constraint table: each row a property schema, and whether the tool survives.
@@ -192,7 +192,7 @@ mod tests {
             ),
         ];
         let tools = rows.iter().map(|(n, p, _)| tool(n, p.clone())).collect();
-        let (kept, dropped, cache) = run(tools);
+        let (kept, dropped, headers) = run(tools);
         for (name, _, valid) in &rows {
             assert_eq!(kept.contains(&name.to_string()), *valid, "{name}");
             assert_eq!(
@@ -200,31 +200,26 @@ mod tests {
                 !*valid,
                 "{name} is named among the dropped"
             );
-            assert_eq!(cache.get(name).is_some(), *valid, "{name} in the cache");
         }
         assert!(dropped.iter().all(|(_, reason)| !reason.is_empty()));
-        let region = cache.get("string").unwrap();
-        assert_eq!(region[0].name(), "Region");
-        assert_eq!(cache.get("plain").unwrap().len(), 0);
+        let known: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(known, ["string", "integer", "boolean", "nested"]);
+        assert_eq!(headers[0].1[0].name(), "Region");
+        assert_eq!(headers[3].1[0].path(), ["o", "a"]);
     }
 
     #[test]
-    fn the_cache_is_bounded_and_updated_in_place() {
-        let raw =
-            |tools: Vec<Value>| serde_json::value::to_raw_value(&json!({"tools": tools})).unwrap();
-        let mut cache = ToolHeaders::default();
-        let many: Vec<Value> = (0..5).map(|i| tool(&format!("t{i}"), json!({}))).collect();
-        filter_list(&raw(many), &mut cache, 3).unwrap();
-        assert_eq!(cache.len(), 3);
-        let changed = tool("t0", json!({"a": {"type": "string", "x-mcp-header": "A"}}));
-        filter_list(&raw(vec![changed]), &mut cache, 3).unwrap();
-        assert_eq!(cache.get("t0").unwrap().len(), 1);
-        assert_eq!(cache.len(), 3);
+    fn a_valid_listing_is_passed_on_as_it_came() {
+        let text = r#"{"tools": [{"name": "t", "inputSchema": {"type": "object"}}],  "x": 1}"#;
+        let raw = RawValue::from_string(text.into()).unwrap();
+        let filtered = filter_list(&raw).unwrap();
+        assert_eq!(filtered.result.get(), text);
+        assert!(filtered.headers.is_empty() && filtered.dropped.is_empty());
     }
 
     #[test]
     fn a_result_of_another_shape_is_left_alone() {
         let raw = serde_json::value::to_raw_value(&json!({"nothing": 1})).unwrap();
-        assert!(filter_list(&raw, &mut ToolHeaders::default(), 10).is_none());
+        assert!(filter_list(&raw).is_none());
     }
 }

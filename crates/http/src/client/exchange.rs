@@ -1,0 +1,59 @@
+//! One HTTP exchange's head: the request builder with the configured headers, and the wait for
+//! the response head within the configured times. Shared by the Streamable HTTP exchanges
+//! (`request.rs`) and the 2024-11-05 fallback (`old_sse.rs`).
+
+use bytes::Bytes;
+use http::{Method, Response, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming as Body;
+
+use super::{Shared, TransportError};
+
+/// A request builder with the configured headers.
+pub(crate) fn builder(shared: &Shared, method: Method, uri: &Uri) -> http::request::Builder {
+    let mut builder = http::Request::builder().method(method).uri(uri.clone());
+    if let Some(headers) = builder.headers_mut() {
+        headers.extend(shared.config.headers.clone());
+    }
+    builder
+}
+
+/// Sends a request and waits for the response head, within the configured time.
+pub(crate) async fn exchange_head(
+    shared: &Shared,
+    request: http::Request<Full<Bytes>>,
+) -> Result<Response<Body>, TransportError> {
+    let call = shared.http.request(request);
+    let result = match shared.config.response_timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(r) => r,
+            Err(_) => return Err(TransportError::Timeout(limit)),
+        },
+        None => call.await,
+    };
+    result.map_err(|e| TransportError::Connection(describe(&e)))
+}
+
+/// [`exchange_head`] for an exchange that awaits a status only, within
+/// [`ClientConfig::one_way_timeout`](super::ClientConfig::one_way_timeout) as well.
+pub(crate) async fn exchange_status(
+    shared: &Shared,
+    request: http::Request<Full<Bytes>>,
+) -> Result<Response<Body>, TransportError> {
+    let limit = shared.config.one_way_timeout;
+    tokio::time::timeout(limit, exchange_head(shared, request))
+        .await
+        .unwrap_or(Err(TransportError::Timeout(limit)))
+}
+
+/// An error and its sources, on one line.
+pub(crate) fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
