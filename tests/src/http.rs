@@ -305,7 +305,7 @@ impl McpApp for TestApp {
         let cancelled = self.cancelled.clone();
         tokio::spawn(async move {
             let ModernRequest { message, reply, .. } = request;
-            let mut session = ServerSession::new(ServerConfig::new(
+            let mut session = ServerSession::for_request(ServerConfig::new(
                 "http-test-server",
                 "1.0.0",
                 capabilities(),
@@ -325,9 +325,12 @@ impl McpApp for TestApp {
                     }
                 }
                 while let Some(transmit) = session.poll_transmit() {
-                    if let Transmit::Message { message, .. } = transmit
-                        && reply.send(message).await.is_err()
-                    {
+                    let sent = match transmit {
+                        Transmit::Message { message, .. } => reply.send(message).await,
+                        Transmit::Refusal(error) => reply.refuse(error).await,
+                        _ => Ok(()),
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }

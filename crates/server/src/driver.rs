@@ -130,6 +130,8 @@ impl Output {
             (Output::Modern(reply), Transmit::Message { message, .. }) => {
                 reply.send(message).await.is_ok()
             }
+            #[cfg(feature = "http")]
+            (Output::Modern(reply), Transmit::Refusal(error)) => reply.refuse(error).await.is_ok(),
             // A server sends no batches or cancellations of its own requests on these.
             #[allow(unreachable_patterns)]
             _ => true,
@@ -311,7 +313,12 @@ pub(crate) async fn run(
         Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
     };
     let _connection = crate::server::Counted::new(&shared.load.connections);
-    let mut session = ServerSession::new(shared.config.clone());
+    // A modern HTTP request is checked by its own session's rules (`_meta`, version).
+    let mut session = if until_idle {
+        ServerSession::for_request(shared.config.clone())
+    } else {
+        ServerSession::new(shared.config.clone())
+    };
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let mut changes = shared.changes.subscribe();
     let mut book = Book::default();
