@@ -245,7 +245,14 @@ impl McpApp for TestApp {
             loop {
                 tokio::select! {
                     input = input_rx.recv() => match input {
-                        Some(Some(input)) => session.handle_incoming(Instant::now(), input),
+                        Some(Some(input)) => {
+                            session.handle_incoming(Instant::now(), input);
+                            // The transport's wire rules follow the version `initialize`
+                            // settled on: told before the answer is written.
+                            if let Some(version) = session.version() {
+                                transport.set_version(version).await;
+                            }
+                        }
                         _ => break,
                     },
                     Some(done) = done_rx.recv() => {

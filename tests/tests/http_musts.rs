@@ -72,7 +72,9 @@ const BAD_ORIGINS: [&str; 3] = [
 
 fn modern_only() -> ServerConfig {
     let mut config = ServerConfig::default();
-    config.legacy_versions.clear();
+    config
+        .versions
+        .retain(|v| v.era() == modelctx_types::Era::Modern);
     config
 }
 

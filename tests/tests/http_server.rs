@@ -520,7 +520,9 @@ async fn modern_requests_are_stateless_and_checked_before_they_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_modern_stream_has_no_event_ids_and_a_modern_only_server_refuses_get() {
     let mut config = ServerConfig::default();
-    config.legacy_versions.clear();
+    config
+        .versions
+        .retain(|v| v.era() == modelctx_types::Era::Modern);
     let (server, _) = start(config).await;
     let addr = server.local_addr();
     let mut body = modern_call(1, "progress", json!({"count": 2}));

@@ -328,6 +328,9 @@ pub(crate) async fn run(
         .map(|(_, t)| t.clone())
         .unwrap_or_default();
     let mut stream_open = cancelled.is_some();
+    // Whether the legacy HTTP transport was told the negotiated version.
+    #[cfg(feature = "http")]
+    let mut version_told = false;
     // Whether `origin` is the HTTP request of the last input (legacy HTTP sessions).
     let mut origin_from_input = false;
     // Whether the line stream (`Output::Lines`) still takes writes.
@@ -424,6 +427,16 @@ pub(crate) async fn run(
                             origin_from_input = true;
                         }
                         session.handle_incoming(now, incoming);
+                        // The transport learns the version `initialize` settled on before the
+                        // answer is written (its wire rules depend on it).
+                        #[cfg(feature = "http")]
+                        if let Output::Legacy(legacy) = &output
+                            && !version_told
+                            && let Some(version) = session.version()
+                        {
+                            legacy.set_version(version).await;
+                            version_told = true;
+                        }
                     }
                     Some(Input::Unreadable(bytes)) => session.handle_bytes(now, &bytes),
                     #[cfg(feature = "stdio")]

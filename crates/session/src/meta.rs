@@ -132,6 +132,19 @@ pub(crate) fn classify_modern(
     }
 }
 
+/// Checks the `_meta` of a modern (2026-07-28) request or notification that came on its own, by
+/// the rules [`ServerSession::for_request`](crate::ServerSession::for_request) applies first:
+/// `_meta` names a version (-32602 otherwise), a modern one in `served` (-32022 otherwise, with
+/// `data.supported` naming the modern versions served), and declares client capabilities
+/// (-32602 otherwise). For an application that passes modern requests on without a session of
+/// its own (a proxy), so that they are refused as a server's session would refuse them.
+pub fn check_modern_meta(
+    params: Option<&RawValue>,
+    served: &[ProtocolVersion],
+) -> Result<(), ErrorObject> {
+    classify_modern(&probe(params)?, served).map(|_| ())
+}
+
 /// The -32022 error of a modern request: `data` names the modern versions served (the ones the
 /// request could name instead) and the one requested.
 fn unsupported_modern_version(requested: &str, supported: &[ProtocolVersion]) -> ErrorObject {

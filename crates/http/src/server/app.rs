@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use modelctx_types::{ErrorResponse, Incoming, Message, RequestId};
+use modelctx_types::{ErrorResponse, Incoming, Message, ProtocolVersion, RequestId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -119,6 +119,16 @@ impl LegacySession {
     /// messages in the event store for resumption.
     pub async fn send(&self, message: Message, related: Option<RequestId>) {
         self.inner.send(message, related).await;
+    }
+
+    /// Tells the transport the protocol version the session's `initialize` settled on, as the
+    /// protocol session decided it. Call it once the handshake is done and before the
+    /// `initialize` response is sent (the server facade does it when its session has answered
+    /// `initialize`). The transport makes its wire decisions by it: batches only at 2025-03-26,
+    /// priming events and streams closed for resumption from 2025-11-25 on. Until told, it
+    /// follows the rules of 2025-11-25 and refuses batches.
+    pub async fn set_version(&self, version: ProtocolVersion) {
+        self.inner.set_version(version).await;
     }
 
     /// Sends a batch reply (2025-03-26 sessions) on the stream of the batch it answers.

@@ -14,7 +14,9 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
-use modelctx_types::{DecodeError, ErrorCode, ErrorObject, Incoming, Message, RequestId};
+use modelctx_types::{
+    DecodeError, Era, ErrorCode, ErrorObject, Incoming, Message, ProtocolVersion, RequestId,
+};
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
@@ -263,7 +265,7 @@ impl McpService {
         let header_version = header_str(&parts.headers, MCP_PROTOCOL_VERSION);
         let modern = match &incoming {
             Incoming::Single(message) => {
-                header_version.is_some_and(|v| config.modern_versions.iter().any(|m| m == v))
+                header_version.is_some_and(|v| config.serves(v, Era::Modern))
                     || modern::meta_version(message).is_some()
             }
             _ => false,
@@ -361,7 +363,7 @@ impl McpService {
                 "this server serves only protocol 2026-07-28, which has no initialize",
             )
             .with_data(&serde_json::json!({
-                "supported": config.modern_versions,
+                "supported": config.served(Era::Modern),
                 "requested": requested,
             }))
             .unwrap_or_else(|_| {
@@ -460,7 +462,7 @@ impl McpService {
     ) -> Option<Response<ResponseBody>> {
         let version = header_str(&parts.headers, MCP_PROTOCOL_VERSION)?;
         let config = &self.shared.config;
-        if config.legacy_versions.iter().any(|v| v == version) {
+        if config.serves(version, Era::Legacy) {
             return None;
         }
         Some(respond::error_code(
@@ -469,7 +471,7 @@ impl McpService {
             ErrorCode::INVALID_REQUEST,
             format!(
                 "unsupported MCP-Protocol-Version; supported: {}",
-                config.legacy_versions.join(", ")
+                config.served(Era::Legacy).join(", ")
             ),
         ))
     }
@@ -522,7 +524,7 @@ impl McpService {
                 ErrorCode::HEADER_MISMATCH,
                 format!(
                     "missing MCP-Protocol-Version header and params._meta version; this server serves {}",
-                    self.shared.config.modern_versions.join(", ")
+                    self.shared.config.served(Era::Modern).join(", ")
                 ),
             );
         }
@@ -539,7 +541,11 @@ impl McpService {
             Incoming::Single(Message::Request(r)) => (vec![r.id.clone()], false, true),
             Incoming::Single(_) => (Vec::new(), false, false),
             Incoming::Batch(elements) => {
-                if session.version().await.as_deref() != Some("2025-03-26") {
+                if !session
+                    .version()
+                    .await
+                    .is_some_and(ProtocolVersion::allows_batches)
+                {
                     return respond::error_code(
                         StatusCode::BAD_REQUEST,
                         None,
