@@ -145,6 +145,36 @@ pub fn check_modern_meta(
     classify_modern(&probe(params)?, served).map(|_| ())
 }
 
+/// The -32022 error of a legacy `initialize` that came as a request on its own (which opens no
+/// session): `data` names the modern versions served and the `protocolVersion` asked for.
+pub(crate) fn initialize_on_its_own(
+    params: Option<&RawValue>,
+    supported: &[ProtocolVersion],
+) -> ErrorObject {
+    #[derive(Deserialize)]
+    struct Asked {
+        #[serde(rename = "protocolVersion")]
+        version: Option<Value>,
+    }
+    let requested = params
+        .and_then(|p| serde_json::from_str::<Asked>(p.get()).ok())
+        .and_then(|a| a.version)
+        .unwrap_or_default();
+    let modern: Vec<&str> = supported
+        .iter()
+        .filter(|v| v.era() == crate::Era::Modern)
+        .map(|v| v.as_str())
+        .collect();
+    let message = if supported.iter().all(|v| v.era() == crate::Era::Modern) {
+        "this server serves only protocol 2026-07-28, which has no initialize"
+    } else {
+        "initialize opens no session on a 2026-07-28 request, which names its version in _meta"
+    };
+    ErrorObject::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, message)
+        .with_data(&serde_json::json!({ "supported": modern, "requested": requested }))
+        .expect("JSON serializes")
+}
+
 /// The -32022 error of a modern request: `data` names the modern versions served (the ones the
 /// request could name instead) and the one requested.
 fn unsupported_modern_version(requested: &str, supported: &[ProtocolVersion]) -> ErrorObject {

@@ -151,7 +151,8 @@ impl ServerSession {
     /// It differs from [`new`](Self::new) in two ways:
     /// * a request whose `_meta` names no version is refused with -32602 (not served as legacy
     ///   traffic before `initialize`), one that names a legacy or unknown version with -32022
-    ///   (`data.supported`: the modern versions served), and `initialize` is no handshake;
+    ///   (`data.supported`: the modern versions served), and `initialize` is no handshake: it is
+    ///   refused with -32022 (which is how an endpoint that serves no legacy version answers it);
     /// * every request the protocol rules refuse before the layer above sees it is a
     ///   [`Transmit::Refusal`], which the transport answers with an HTTP error status.
     pub fn for_request(config: ServerConfig) -> Self {
@@ -317,6 +318,10 @@ impl ServerSession {
                 );
             }
             return self.on_initialize(id, params.as_deref());
+        }
+        if method == consts::Initialize::VALUE && self.for_request && !names_modern() {
+            let error = meta::initialize_on_its_own(params.as_deref(), &self.config.versions);
+            return reply_error(&mut self.core, error);
         }
         let probe = match meta::probe(params.as_deref()) {
             Ok(probe) => probe,

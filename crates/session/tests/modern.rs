@@ -598,7 +598,8 @@ fn a_request_on_its_own_is_refused_by_the_session_rules() {
         }
         assert!(server_events(&mut s).is_empty(), "{what}");
     }
-    // `initialize` is no handshake here: it names no modern version, so it is refused.
+    // `initialize` is no handshake here: it opens no session, and is refused with -32022
+    // naming the modern versions served and the one asked for.
     let mut s = request_session();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
@@ -606,8 +607,13 @@ fn a_request_on_its_own_is_refused_by_the_session_rules() {
     s.handle_bytes(now, init.to_string().as_bytes());
     let out = refusals(&mut s);
     assert!(out[0].0);
-    assert_eq!(out[0].1["error"]["code"], -32602, "{out:?}");
+    assert_eq!(out[0].1["error"]["code"], -32022, "{out:?}");
+    assert_eq!(
+        out[0].1["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2025-11-25"})
+    );
     assert!(s.version().is_none());
+    assert!(server_events(&mut s).is_empty());
     // A method that does not exist in the version: a refusal (-32601).
     let mut s = request_session();
     let unknown = request(2, "no/such", json!({"_meta": modern_meta(json!({}))}));

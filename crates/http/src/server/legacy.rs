@@ -229,7 +229,7 @@ fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
 fn cancel_notification(request: &RequestId) -> Option<Message> {
     let params = serde_json::json!({"requestId": request, "reason": "the HTTP client went away"});
     Some(Message::Notification(modelctx_types::Notification {
-        method: "notifications/cancelled".into(),
+        method: modelctx_types::consts::NotificationsCancelled::VALUE.into(),
         params: Some(serde_json::value::to_raw_value(&params).ok()?),
     }))
 }

@@ -40,7 +40,6 @@ pub(crate) async fn handle(
     parts: Arc<http::request::Parts>,
     message: Message,
 ) -> Response<ResponseBody> {
-    let config = &shared.config;
     let (id, method, params) = match &message {
         Message::Request(r) => (Some(r.id.clone()), r.method.as_str(), r.params.as_deref()),
         Message::Notification(n) => (None, n.method.as_str(), n.params.as_deref()),
@@ -72,6 +71,24 @@ pub(crate) async fn handle(
         );
     }
     drop(fields);
+    dispatch(shared, app, parts, message).await
+}
+
+/// Hands a request or notification to the application as a modern one, without header checks,
+/// and answers from what it sends: `handle` once the headers agree, and the service for a
+/// legacy `initialize` on an endpoint that serves no legacy version (the application's session
+/// refuses it).
+pub(crate) async fn dispatch(
+    shared: &Arc<Shared>,
+    app: &Arc<dyn McpApp>,
+    parts: Arc<http::request::Parts>,
+    message: Message,
+) -> Response<ResponseBody> {
+    let config = &shared.config;
+    let id = match &message {
+        Message::Request(r) => Some(r.id.clone()),
+        _ => None,
+    };
     let context = RequestContext { parts };
     let cancelled = CancellationToken::new();
     let Some(id) = id else {
