@@ -2423,7 +2423,9 @@ mod tests {
     #[test]
     fn fields_read_from_raw_params_check_like_the_value_ones() {
         let tool = tool_headers();
-        let cases: Vec<(&str, Value, Vec<(&str, &str)>)> = vec![
+        /// A method, its params and the request's headers.
+        type Case = (&'static str, Value, Vec<(&'static str, &'static str)>);
+        let cases: Vec<Case> = vec![
             (
                 "tools/list",
                 json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
