@@ -251,7 +251,14 @@ impl McpApp for TestApp {
             loop {
                 tokio::select! {
                     input = input_rx.recv() => match input {
-                        Some(Some(input)) => session.handle_incoming(Instant::now(), input),
+                        Some(Some(input)) => {
+                            session.handle_incoming(Instant::now(), input);
+                            // The transport's wire rules follow the version `initialize`
+                            // settled on: told before the answer is written.
+                            if let Some(version) = session.version() {
+                                transport.set_version(version).await;
+                            }
+                        }
                         _ => break,
                     },
                     Some(done) = done_rx.recv() => {
@@ -311,7 +318,7 @@ impl McpApp for TestApp {
         let cancelled = self.cancelled.clone();
         tokio::spawn(async move {
             let ModernRequest { message, reply, .. } = request;
-            let mut session = ServerSession::new(ServerConfig::new(
+            let mut session = ServerSession::for_request(ServerConfig::new(
                 "http-test-server",
                 "1.0.0",
                 capabilities(),
@@ -331,9 +338,12 @@ impl McpApp for TestApp {
                     }
                 }
                 while let Some(transmit) = session.poll_transmit() {
-                    if let Transmit::Message { message, .. } = transmit
-                        && reply.send(message).await.is_err()
-                    {
+                    let sent = match transmit {
+                        Transmit::Message { message, .. } => reply.send(message).await,
+                        Transmit::Refusal(error) => reply.refuse(error).await,
+                        _ => Ok(()),
+                    };
+                    if sent.is_err() {
                         return;
                     }
                 }

@@ -161,6 +161,7 @@ pub(crate) async fn run(options: Options) -> ExitCode {
             Instant::now(),
         )),
         modern: modern.clone(),
+        versions: ServerConfig::default().versions,
     };
     let mut config = ServerConfig::default();
     config.max_sessions = options.max_sessions;
@@ -486,6 +487,8 @@ struct Proxy {
     /// The rate of legacy children started.
     spawns: Mutex<TokenBucket>,
     modern: Arc<Modern>,
+    /// The versions the endpoint serves (its `ServerConfig::versions`).
+    versions: Vec<modelctx_types::ProtocolVersion>,
 }
 
 impl Proxy {
@@ -563,6 +566,22 @@ impl McpApp for Proxy {
 
     fn modern(&self, request: ModernRequest) {
         let ModernRequest { message, reply, .. } = request;
+        // What `_meta` must carry and the versions served are the session's rules: a request
+        // they refuse is refused here (an HTTP error), as a server's session would, before it
+        // reaches the child.
+        let (id, params) = match &message {
+            Message::Request(r) => (Some(r.id.clone()), r.params.as_deref()),
+            Message::Notification(n) => (None, n.params.as_deref()),
+            _ => (None, None),
+        };
+        if let Err(error) = modelctx_session::check_modern_meta(params, &self.versions) {
+            tokio::spawn(async move {
+                let _ = reply
+                    .refuse(modelctx_types::ErrorResponse::new(id, error))
+                    .await;
+            });
+            return;
+        }
         match message {
             Message::Request(request) => Modern::request(&self.modern, request, reply),
             Message::Notification(notification) => self.modern.notification(notification),
@@ -699,6 +718,8 @@ async fn legacy_output(
     live: Arc<AtomicUsize>,
     what: String,
 ) {
+    // Whether the transport was told the version the child's `initialize` result settled on.
+    let mut version_told = false;
     loop {
         let incoming = tokio::select! {
             incoming = output.next() => incoming,
@@ -706,6 +727,19 @@ async fn legacy_output(
         };
         match incoming {
             None => break,
+            Some(Incoming::Single(Message::Response(response)))
+                if !version_told && negotiated(&response).is_some() =>
+            {
+                // The child answered `initialize`: the transport's wire rules (batches, priming
+                // events) follow the version it chose, told before the answer is sent.
+                if let Some(version) = negotiated(&response) {
+                    session.set_version(version).await;
+                }
+                version_told = true;
+                let message = Message::Response(response);
+                let related = legacy_related(&in_flight, &message);
+                session.send(message, related).await;
+            }
             Some(Incoming::Batch(items)) => {
                 let messages: Vec<Message> = items.into_iter().filter_map(Result::ok).collect();
                 {
@@ -731,6 +765,20 @@ async fn legacy_output(
     stop.cancel();
     let live = live.fetch_sub(1, Ordering::SeqCst) - 1;
     note(format_args!("{what}: closed ({live} legacy children)"));
+}
+
+/// The version an `initialize` result settled on (`result.protocolVersion`), if the response is
+/// one.
+fn negotiated(response: &modelctx_types::Response) -> Option<modelctx_types::ProtocolVersion> {
+    #[derive(serde::Deserialize)]
+    struct Initialized {
+        #[serde(rename = "protocolVersion")]
+        version: String,
+        #[serde(rename = "serverInfo")]
+        _server_info: Value,
+    }
+    let result: Initialized = serde_json::from_str(response.result.get()).ok()?;
+    modelctx_types::ProtocolVersion::parse(&result.version)
 }
 
 /// The client request a message of a legacy child belongs to (see the module's comment).

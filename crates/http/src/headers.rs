@@ -18,17 +18,20 @@
 //! * the client checks each tool's schema with [`param_headers`] when it lists tools (a tool whose
 //!   annotations break a rule is dropped, with a warning naming the tool and the
 //!   [`SchemaHeaderError`]), then builds the headers of each request with [`request_headers`];
-//! * the server checks an incoming request with [`check_request`]. A failure is a
+//! * the server checks an incoming request with [`check_request`] (or, without parsing the whole
+//!   params, [`RequestFields`] and [`check_request_fields`]). A failure is a
 //!   [`HeaderMismatch`]: HTTP `400 Bad Request` with JSON-RPC error `-32020`.
 //!
 //! Nothing here does I/O or depends on the `server` feature.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use modelctx_types::ErrorCode;
+use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 /// `MCP-Protocol-Version`: the protocol version of the request, on every POST.
@@ -51,7 +54,7 @@ pub const X_MCP_HEADER: &str = "x-mcp-header";
 
 const SENTINEL_PREFIX: &str = "=?base64?";
 const SENTINEL_SUFFIX: &str = "?=";
-const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+use modelctx_types::meta_keys::PROTOCOL_VERSION as META_PROTOCOL_VERSION;
 const META_PROTOCOL_VERSION_FIELD: &str =
     "params._meta[\"io.modelcontextprotocol/protocolVersion\"]";
 /// Escaped text in error messages is cut after this many characters.
@@ -657,7 +660,12 @@ pub(crate) fn meta_protocol_version(params: Option<&Value>) -> Option<&str> {
 }
 
 fn argument<'a>(params: Option<&'a Value>, path: &[String]) -> Option<&'a Value> {
-    let mut current = params?.get("arguments")?;
+    argument_in(params?.get("arguments"), path)
+}
+
+/// The argument at `path` inside `arguments`, unless absent or `null`.
+fn argument_in<'a>(arguments: Option<&'a Value>, path: &[String]) -> Option<&'a Value> {
+    let mut current = arguments?;
     for segment in path {
         current = current.as_object()?.get(segment)?;
     }
@@ -975,18 +983,153 @@ pub fn check_request(
     params: Option<&Value>,
     param_headers: Option<&[ParamHeader]>,
 ) -> Result<(), HeaderMismatch> {
-    if let Some(version) = meta_protocol_version(params) {
-        check_plain(
+    let name = name_source(method)
+        .and_then(|(key, _)| params.and_then(|p| p.get(key)).and_then(Value::as_str));
+    check_fields(
+        headers,
+        method,
+        meta_protocol_version(params),
+        name,
+        params.and_then(|p| p.get("arguments")),
+        param_headers,
+    )
+}
+
+/// The members of a request's `params` that the header rules read, taken from the raw params
+/// in one pass without building the rest: the `_meta` protocol version, `name`, `uri`, `taskId`,
+/// and the `arguments`, left unparsed until a tool's `Mcp-Param-*` rules need them.
+///
+/// Params that are not a JSON object, and members of the wrong type, read as absent: whether such
+/// params are valid is not a header rule (the protocol session answers them).
+#[derive(Debug, Default)]
+pub struct RequestFields<'a> {
+    version: Option<Cow<'a, str>>,
+    name: Option<Cow<'a, str>>,
+    uri: Option<Cow<'a, str>>,
+    task_id: Option<Cow<'a, str>>,
+    arguments: Option<&'a RawValue>,
+}
+
+impl<'a> RequestFields<'a> {
+    /// Reads the fields of `params` (a request's raw params, if any).
+    pub fn parse(params: Option<&'a RawValue>) -> RequestFields<'a> {
+        #[derive(serde::Deserialize)]
+        struct Members<'a> {
+            #[serde(rename = "_meta", borrow)]
+            meta: Option<&'a RawValue>,
+            #[serde(borrow)]
+            name: Option<&'a RawValue>,
+            #[serde(borrow)]
+            uri: Option<&'a RawValue>,
+            #[serde(rename = "taskId", borrow)]
+            task_id: Option<&'a RawValue>,
+            #[serde(borrow)]
+            arguments: Option<&'a RawValue>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta<'a> {
+            #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
+            version: Option<&'a RawValue>,
+        }
+        fn text(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
+            serde_json::from_str::<Cow<'_, str>>(raw?.get()).ok()
+        }
+        let Some(members) = params.and_then(|p| serde_json::from_str::<Members<'a>>(p.get()).ok())
+        else {
+            return RequestFields::default();
+        };
+        let version = members
+            .meta
+            .and_then(|m| serde_json::from_str::<Meta<'a>>(m.get()).ok())
+            .and_then(|m| text(m.version));
+        RequestFields {
+            version,
+            name: text(members.name),
+            uri: text(members.uri),
+            task_id: text(members.task_id),
+            arguments: members.arguments,
+        }
+    }
+
+    /// `params._meta["io.modelcontextprotocol/protocolVersion"]`, when a string.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    /// `params.name`, when a string (the tool of a `tools/call`).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The tool a `tools/call` names (`params.name`); `None` for other methods.
+    pub fn tool(&self, method: &str) -> Option<&str> {
+        (method == modelctx_types::consts::ToolsCall::VALUE)
+            .then_some(self.name.as_deref())
+            .flatten()
+    }
+
+    /// The body string `Mcp-Name` mirrors for `method`, if the method has one.
+    fn name_for(&self, method: &str) -> Option<&str> {
+        match name_source(method)?.0 {
+            "name" => self.name.as_deref(),
+            "uri" => self.uri.as_deref(),
+            _ => self.task_id.as_deref(),
+        }
+    }
+}
+
+/// [`check_request`] on the fields read by [`RequestFields::parse`]: the same rules, without a
+/// parse of the whole params. The arguments are parsed only when `param_headers` names some.
+pub fn check_request_fields(
+    headers: &HeaderMap,
+    method: &str,
+    fields: &RequestFields<'_>,
+    param_headers: Option<&[ParamHeader]>,
+) -> Result<(), HeaderMismatch> {
+    let arguments: Option<Value> = param_headers
+        .filter(|p| !p.is_empty())
+        .and(fields.arguments)
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    check_fields(
+        headers,
+        method,
+        fields.version(),
+        fields.name_for(method),
+        arguments.as_ref(),
+        param_headers,
+    )
+}
+
+/// Only the version rule of [`check_request`], for a notification: when its body names a
+/// version, `MCP-Protocol-Version` must be present and equal it.
+pub fn check_version(
+    headers: &HeaderMap,
+    body_version: Option<&str>,
+) -> Result<(), HeaderMismatch> {
+    match body_version {
+        Some(version) => check_plain(
             headers,
             MCP_PROTOCOL_VERSION,
             META_PROTOCOL_VERSION_FIELD,
             version,
-        )?;
+        ),
+        None => Ok(()),
     }
+}
+
+fn check_fields(
+    headers: &HeaderMap,
+    method: &str,
+    version: Option<&str>,
+    name: Option<&str>,
+    arguments: Option<&Value>,
+    param_headers: Option<&[ParamHeader]>,
+) -> Result<(), HeaderMismatch> {
+    check_version(headers, version)?;
     check_plain(headers, MCP_METHOD, "method", method)?;
 
-    if let Some((key, field)) = name_source(method) {
-        let body = params.and_then(|p| p.get(key)).and_then(Value::as_str);
+    if let Some((_, field)) = name_source(method) {
+        let body = name;
         let header = single_header(headers, MCP_NAME, MCP_NAME)?;
         match (header, body) {
             (None, None) => {}
@@ -1018,19 +1161,19 @@ pub fn check_request(
     }
 
     for param in param_headers.unwrap_or_default() {
-        check_param(headers, params, param)?;
+        check_param(headers, arguments, param)?;
     }
     Ok(())
 }
 
 fn check_param(
     headers: &HeaderMap,
-    params: Option<&Value>,
+    arguments: Option<&Value>,
     param: &ParamHeader,
 ) -> Result<(), HeaderMismatch> {
     let label = param.display_header();
     let header = single_header(headers, param.header.as_str(), &label)?;
-    let body = argument(params, &param.path);
+    let body = argument_in(arguments, &param.path);
     let (raw, body) = match (header, body) {
         (None, None) => return Ok(()),
         (Some(_), None) => {
@@ -2274,6 +2417,159 @@ mod tests {
             check_request(&missing, "tools/list", Some(&json!({})), None),
             Ok(())
         );
+    }
+
+    /// The raw-params check gives the answers of the `Value` one, reading the fields once.
+    #[test]
+    fn fields_read_from_raw_params_check_like_the_value_ones() {
+        let tool = tool_headers();
+        /// A method, its params and the request's headers.
+        type Case = (&'static str, Value, Vec<(&'static str, &'static str)>);
+        let cases: Vec<Case> = vec![
+            (
+                "tools/list",
+                json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+                vec![("Mcp-Method", "tools/list")],
+            ),
+            (
+                "tools/list",
+                json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+                vec![
+                    ("Mcp-Method", "tools/list"),
+                    ("MCP-Protocol-Version", "2026-07-28"),
+                ],
+            ),
+            ("tools/list", json!({}), vec![("Mcp-Method", "tools/list")]),
+            (
+                "tools/list",
+                json!({"_meta": "not an object"}),
+                vec![("Mcp-Method", "tools/list")],
+            ),
+            (
+                "tools/call",
+                json!({"name": "t", "arguments": {}}),
+                vec![("Mcp-Method", "tools/call"), ("Mcp-Name", "t")],
+            ),
+            (
+                "tools/call",
+                json!({"name": "t"}),
+                vec![
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", "=?base64?dA==?="),
+                ],
+            ),
+            (
+                "tools/call",
+                json!({"name": 5}),
+                vec![("Mcp-Method", "tools/call"), ("Mcp-Name", "5")],
+            ),
+            (
+                "tools/call",
+                json!({"name": "u"}),
+                vec![("Mcp-Method", "tools/call"), ("Mcp-Name", "t")],
+            ),
+            (
+                "resources/read",
+                json!({"uri": "file:///a"}),
+                vec![("Mcp-Method", "resources/read"), ("Mcp-Name", "file:///a")],
+            ),
+            (
+                "resources/read",
+                json!({"uri": "file:///a"}),
+                vec![("Mcp-Method", "resources/read")],
+            ),
+            (
+                "tasks/get",
+                json!({"taskId": "x\"y"}),
+                vec![("Mcp-Method", "tasks/get"), ("Mcp-Name", "x\"y")],
+            ),
+            (
+                "tools/call",
+                json!({"name": "t", "arguments": {"region": "eu"}}),
+                vec![
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", "t"),
+                    ("Mcp-Param-Region", "eu"),
+                ],
+            ),
+            (
+                "tools/call",
+                json!({"name": "t", "arguments": {"region": "eu"}}),
+                vec![("Mcp-Method", "tools/call"), ("Mcp-Name", "t")],
+            ),
+            (
+                "tools/call",
+                json!({"name": "t", "arguments": {"region": "eu"}}),
+                vec![
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", "t"),
+                    ("Mcp-Param-Region", "us"),
+                ],
+            ),
+            (
+                "tools/call",
+                json!([1, 2]),
+                vec![("Mcp-Method", "tools/call"), ("Mcp-Name", "t")],
+            ),
+        ];
+        for (method, params, pairs) in cases {
+            let headers = headers_of(&pairs);
+            let raw = RawValue::from_string(params.to_string()).unwrap();
+            let fields = RequestFields::parse(Some(&raw));
+            for rules in [None, Some(&tool[..])] {
+                assert_eq!(
+                    check_request_fields(&headers, method, &fields, rules),
+                    check_request(&headers, method, Some(&params), rules),
+                    "{method} {params} {pairs:?}"
+                );
+            }
+        }
+        let raw = RawValue::from_string(r#"{"name":"t\u0021","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#.into()).unwrap();
+        let fields = RequestFields::parse(Some(&raw));
+        assert_eq!(fields.tool("tools/call"), Some("t!"));
+        assert_eq!(fields.tool("prompts/get"), None);
+        assert_eq!(fields.version(), Some("2026-07-28"));
+        assert_eq!(RequestFields::parse(None).version(), None);
+    }
+
+    /// Arguments are not read unless a tool's `Mcp-Param-*` rules need them.
+    #[test]
+    fn arguments_are_read_only_for_param_headers() {
+        let raw =
+            RawValue::from_string(r#"{"name":"t","arguments":{"region":"eu"}}"#.into()).unwrap();
+        let fields = RequestFields::parse(Some(&raw));
+        let headers = tool_call_headers(&[("Mcp-Param-Region", "us")]);
+        // No rules: the header is not one of the tool's, and the arguments are not consulted.
+        assert_eq!(
+            check_request_fields(&headers, "tools/call", &fields, None),
+            Ok(())
+        );
+        assert_eq!(
+            check_request_fields(&headers, "tools/call", &fields, Some(&[])),
+            Ok(())
+        );
+        assert!(matches!(
+            check_request_fields(&headers, "tools/call", &fields, Some(&tool_headers())),
+            Err(HeaderMismatch::Differs { .. })
+        ));
+    }
+
+    /// A notification's headers: only the version must agree with the body.
+    #[test]
+    fn a_notification_checks_the_version_only() {
+        let none = headers_of(&[]);
+        assert_eq!(check_version(&none, None), Ok(()));
+        assert!(matches!(
+            check_version(&none, Some("2026-07-28")),
+            Err(HeaderMismatch::Missing { .. })
+        ));
+        let other = headers_of(&[("MCP-Protocol-Version", "2025-11-25")]);
+        assert!(matches!(
+            check_version(&other, Some("2026-07-28")),
+            Err(HeaderMismatch::Differs { .. })
+        ));
+        let same = headers_of(&[("MCP-Protocol-Version", "2026-07-28")]);
+        assert_eq!(check_version(&same, Some("2026-07-28")), Ok(()));
     }
 
     fn tool_call_headers(extra: &[(&str, &str)]) -> HeaderMap {

@@ -4,7 +4,9 @@
 //!
 //! * `server` (feature `server`, on by default): one MCP endpoint that serves both eras.
 //!   Every POST is classified first: a 2026-07-28 request (by `MCP-Protocol-Version` or its
-//!   `_meta` version) takes the stateless path; `initialize` opens a legacy session; the rest
+//!   `_meta` version) takes the stateless path, where the transport checks that the headers
+//!   agree with the body (-32020) and turns the application's refusals into HTTP errors;
+//!   `initialize` opens a legacy session; the rest
 //!   follows the legacy session rules (`Mcp-Session-Id`, per-request JSON or SSE, event ids,
 //!   resumption with `Last-Event-ID` from a bounded [`event_store`], the standalone GET stream,
 //!   DELETE). Status codes are decided before the response head: an answer is JSON when the
@@ -22,11 +24,15 @@
 //!
 //! # What it does not do
 //!
-//! It knows no protocol state: which request may come when, what answers it, capabilities,
-//! timeouts. The application behind the endpoint (the server facade, through
-//! `server::McpApp`) runs a protocol session per legacy HTTP session and per modern request,
-//! and hands the transport its output with the request it belongs to; the transport picks the
-//! stream. It does not authenticate: an authentication layer in front puts a
+//! It decides no protocol rule: which request may come when, what answers it, what a modern
+//! request's `_meta` must carry, which versions are served, capabilities, timeouts. The
+//! application behind the endpoint (the server facade, through `server::McpApp`) runs a
+//! protocol session per legacy HTTP session and per modern request, and hands the transport its
+//! output with the request it belongs to (and the refusals of modern requests, and the version a
+//! legacy session negotiated); the transport picks the stream and the HTTP status. Not yet
+//! true of every rule: it still refuses batches on sessions not at 2025-03-26 and `initialize` in
+//! a batch, and reads the `notifications/cancelled` it passes on (see `docs/ARCHITECTURE.md`,
+//! "Who owns which rule"). It does not authenticate: an authentication layer in front puts a
 //! `server::Principal` in the request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the client session
 //! decides, it carries.
 

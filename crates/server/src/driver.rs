@@ -130,6 +130,8 @@ impl Output {
             (Output::Modern(reply), Transmit::Message { message, .. }) => {
                 reply.send(message).await.is_ok()
             }
+            #[cfg(feature = "http")]
+            (Output::Modern(reply), Transmit::Refusal(error)) => reply.refuse(error).await.is_ok(),
             // A server sends no batches or cancellations of its own requests on these.
             #[allow(unreachable_patterns)]
             _ => true,
@@ -311,7 +313,12 @@ pub(crate) async fn run(
         Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
     };
     let _connection = crate::server::Counted::new(&shared.load.connections);
-    let mut session = ServerSession::new(shared.config.clone());
+    // A modern HTTP request is checked by its own session's rules (`_meta`, version).
+    let mut session = if until_idle {
+        ServerSession::for_request(shared.config.clone())
+    } else {
+        ServerSession::new(shared.config.clone())
+    };
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let mut changes = shared.changes.subscribe();
     let mut book = Book::default();
@@ -321,6 +328,9 @@ pub(crate) async fn run(
         .map(|(_, t)| t.clone())
         .unwrap_or_default();
     let mut stream_open = cancelled.is_some();
+    // Whether the legacy HTTP transport was told the negotiated version.
+    #[cfg(feature = "http")]
+    let mut version_told = false;
     // Whether `origin` is the HTTP request of the last input (legacy HTTP sessions).
     let mut origin_from_input = false;
     // Whether the line stream (`Output::Lines`) still takes writes.
@@ -417,6 +427,16 @@ pub(crate) async fn run(
                             origin_from_input = true;
                         }
                         session.handle_incoming(now, incoming);
+                        // The transport learns the version `initialize` settled on before the
+                        // answer is written (its wire rules depend on it).
+                        #[cfg(feature = "http")]
+                        if let Output::Legacy(legacy) = &output
+                            && !version_told
+                            && let Some(version) = session.version()
+                        {
+                            legacy.set_version(version).await;
+                            version_told = true;
+                        }
                     }
                     Some(Input::Unreadable(bytes)) => session.handle_bytes(now, &bytes),
                     #[cfg(feature = "stdio")]

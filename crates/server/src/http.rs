@@ -42,8 +42,11 @@ impl Server {
     /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// The endpoint serves the server's versions (`ServerBuilder::versions`): they replace
+    /// `config.versions`.
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
-        McpService::new(config, Arc::new(self.clone()))
+        McpService::new(self.with_versions(config), Arc::new(self.clone()))
     }
 
     /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security
@@ -53,7 +56,13 @@ impl Server {
         addr: SocketAddr,
         config: ServerConfig,
     ) -> std::io::Result<RunningServer> {
-        modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
+        modelctx_http::server::serve(addr, self.with_versions(config), Arc::new(self.clone())).await
+    }
+
+    /// `config` serving the versions of the server's protocol sessions: one list for both.
+    fn with_versions(&self, mut config: ServerConfig) -> ServerConfig {
+        config.versions = self.shared.config.versions.clone();
+        config
     }
 }
 

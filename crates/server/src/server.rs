@@ -89,9 +89,30 @@ pub struct ServerBuilder {
     declare_resources: bool,
     state_key: Option<modelctx_session::state::StateKey>,
     subscribe_hook: Option<crate::resource::SubscribeHook>,
+    versions: Option<Vec<ProtocolVersion>>,
 }
 
 impl ServerBuilder {
+    /// The protocol versions the server serves, on every transport (default: every version,
+    /// [`ProtocolVersion::ALL`]). A legacy `initialize` gets the client's version when it is
+    /// served, else the newest legacy version served (none: -32022); a modern request naming a
+    /// version not served gets -32022, whose `data.supported` names the modern ones served.
+    /// Over Streamable HTTP the endpoint serves exactly these (they replace the versions of the
+    /// `ServerConfig` given to `http_service` or `serve_http`), so a modern-only server is:
+    ///
+    /// ```
+    /// use modelctx_server::{ProtocolVersion, Server};
+    ///
+    /// let server = Server::builder("modern", "1.0.0")
+    ///     .versions([ProtocolVersion::V2026_07_28])
+    ///     .build();
+    /// # let _ = server;
+    /// ```
+    pub fn versions(mut self, versions: impl IntoIterator<Item = ProtocolVersion>) -> Self {
+        self.versions = Some(versions.into_iter().collect());
+        self
+    }
+
     /// Decides which resources a connection may hear of changes to (default: any resource,
     /// for every connection). `check` gets the URI and the connection's principal; when it
     /// says no, a legacy `resources/subscribe` is refused with -32602, and no
@@ -208,6 +229,9 @@ impl ServerBuilder {
             capabilities.insert("completions".into(), json!({}));
         }
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
+        if let Some(versions) = self.versions {
+            config.versions = versions;
+        }
         config.instructions = self.instructions;
         config.limits.max_uri_len = self.settings.max_uri_len;
         let (changes, _) = broadcast::channel(64);
@@ -412,6 +436,7 @@ impl Server {
             declare_resources: false,
             state_key: None,
             subscribe_hook: None,
+            versions: None,
         }
     }
 

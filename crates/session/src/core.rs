@@ -278,6 +278,13 @@ impl Core {
         });
     }
 
+    /// Refuses request `id` (or a notification: `None`) before the layer above saw it
+    /// ([`Transmit::Refusal`]).
+    pub(crate) fn refuse(&mut self, id: Option<RequestId>, error: ErrorObject) {
+        self.transmits
+            .push_back(Transmit::Refusal(ErrorResponse::new(id, error)));
+    }
+
     pub(crate) fn event(&mut self, event: Event) {
         self.events.push_back(event);
     }

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use modelctx_types::{ErrorObject, JsonObject, Message, Notification, ProgressToken, RequestId};
+use modelctx_types::{
+    ErrorObject, ErrorResponse, JsonObject, Message, Notification, ProgressToken, RequestId,
+};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -25,6 +27,14 @@ pub enum Transmit {
     },
     /// A batch reply (sessions at 2025-03-26 only): write it as one JSON array.
     Batch(Vec<Message>),
+    /// The answer to a request the protocol rules refused before the layer above saw it: params
+    /// or `_meta` malformed or missing (-32602), a version not served (-32022), a method that
+    /// does not exist or is not offered (-32601), ... For a refused notification, the error
+    /// names no id (nothing is written on stdio; over HTTP the POST gets it). Only a session made with
+    /// [`ServerSession::for_request`](crate::ServerSession::for_request) emits it (other
+    /// sessions write refusals as [`Transmit::Message`]). Write it as a message; a Streamable HTTP
+    /// transport answers it with an HTTP error status (404 for -32601, 400 otherwise).
+    Refusal(ErrorResponse),
     /// Cancel our request `request_id` the way the modern era does: over HTTP, close that
     /// request's response stream; over stdio, write `notification` (`notifications/cancelled`).
     /// Legacy sessions cancel with a plain [`Transmit::Message`] instead.

@@ -64,7 +64,12 @@
 //!   own requests other than `ping` wait for it.
 //! * **Modern** (2026-07-28): each request carries its version and client capabilities in
 //!   `_meta`. A [`ServerSession`] serves both on one connection: `initialize` selects legacy
-//!   semantics, a request whose `_meta` names a modern version selects modern semantics.
+//!   semantics, a request whose `_meta` names a modern version selects modern semantics. A
+//!   modern request that comes on its own (a Streamable HTTP POST) gets a session of its own,
+//!   [`ServerSession::for_request`]: its `_meta` must name a served modern version, and what the
+//!   protocol rules refuse comes out as [`Transmit::Refusal`], which an HTTP transport answers
+//!   with an HTTP error status. The session owns these rules; transports check only that their
+//!   headers agree with the body.
 //! * A [`ClientSession`] finds the era by probing with `server/discover` and falls back to
 //!   `initialize` on anything but a usable answer (see [`EraChoice`]).
 //!
@@ -109,7 +114,7 @@ pub use event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
     SessionError, Transmit,
 };
-pub use meta::{RELATED_REQUEST_ID, missing_capability_error};
+pub use meta::{RELATED_REQUEST_ID, check_modern_meta, missing_capability_error};
 pub use server::{ListKind, ServerSession};
 pub use version::{Era, ProtocolVersion};
 

@@ -78,7 +78,7 @@ pub(crate) fn classify(
     let version = match ProtocolVersion::parse(text) {
         Some(v) if v.era() == crate::Era::Legacy => return Ok(Classified::Legacy),
         Some(v) if supported.contains(&v) => v,
-        _ => return Err(unsupported_version(text, supported)),
+        _ => return Err(unsupported_modern_version(text, supported)),
     };
     let client_capabilities = match &probe.client_capabilities {
         Some(Value::Object(caps)) => caps.clone(),
@@ -107,6 +107,83 @@ pub(crate) fn classify(
             log_level,
         },
     ))
+}
+
+/// Classifies a request that came as a modern one on its own (a Streamable HTTP request the
+/// transport routed by its `MCP-Protocol-Version` header or `_meta`): its `_meta` must name a
+/// version (-32602 otherwise), a modern one that is served (-32022 otherwise, also for a legacy
+/// version), with the members [`classify`] requires.
+pub(crate) fn classify_modern(
+    probe: &MetaProbe,
+    supported: &[ProtocolVersion],
+) -> Result<(ProtocolVersion, RequestMeta), ErrorObject> {
+    let Some(version) = &probe.protocol_version else {
+        return Err(invalid_params(format!(
+            "missing params._meta[\"{PROTOCOL_VERSION}\"]: a 2026-07-28 request names its version"
+        )));
+    };
+    match classify(probe, supported)? {
+        Classified::Modern(version, meta) => Ok((version, meta)),
+        // A legacy version in `_meta`: not one this request can be served in.
+        Classified::Legacy => Err(unsupported_modern_version(
+            version.as_str().unwrap_or_default(),
+            supported,
+        )),
+    }
+}
+
+/// Checks the `_meta` of a modern (2026-07-28) request or notification that came on its own, by
+/// the rules [`ServerSession::for_request`](crate::ServerSession::for_request) applies first:
+/// `_meta` names a version (-32602 otherwise), a modern one in `served` (-32022 otherwise, with
+/// `data.supported` naming the modern versions served), and declares client capabilities
+/// (-32602 otherwise). For an application that passes modern requests on without a session of
+/// its own (a proxy), so that they are refused as a server's session would refuse them.
+pub fn check_modern_meta(
+    params: Option<&RawValue>,
+    served: &[ProtocolVersion],
+) -> Result<(), ErrorObject> {
+    classify_modern(&probe(params)?, served).map(|_| ())
+}
+
+/// The -32022 error of a legacy `initialize` that came as a request on its own (which opens no
+/// session): `data` names the modern versions served and the `protocolVersion` asked for.
+pub(crate) fn initialize_on_its_own(
+    params: Option<&RawValue>,
+    supported: &[ProtocolVersion],
+) -> ErrorObject {
+    #[derive(Deserialize)]
+    struct Asked {
+        #[serde(rename = "protocolVersion")]
+        version: Option<Value>,
+    }
+    let requested = params
+        .and_then(|p| serde_json::from_str::<Asked>(p.get()).ok())
+        .and_then(|a| a.version)
+        .unwrap_or_default();
+    let modern: Vec<&str> = supported
+        .iter()
+        .filter(|v| v.era() == crate::Era::Modern)
+        .map(|v| v.as_str())
+        .collect();
+    let message = if supported.iter().all(|v| v.era() == crate::Era::Modern) {
+        "this server serves only protocol 2026-07-28, which has no initialize"
+    } else {
+        "initialize opens no session on a 2026-07-28 request, which names its version in _meta"
+    };
+    ErrorObject::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, message)
+        .with_data(&serde_json::json!({ "supported": modern, "requested": requested }))
+        .expect("JSON serializes")
+}
+
+/// The -32022 error of a modern request: `data` names the modern versions served (the ones the
+/// request could name instead) and the one requested.
+fn unsupported_modern_version(requested: &str, supported: &[ProtocolVersion]) -> ErrorObject {
+    let modern: Vec<ProtocolVersion> = supported
+        .iter()
+        .copied()
+        .filter(|v| v.era() == crate::Era::Modern)
+        .collect();
+    unsupported_version(requested, &modern)
 }
 
 /// The -32022 error: `data` names the versions served and the one requested.
@@ -222,7 +299,8 @@ mod tests {
         assert_eq!(e.code, ErrorCode::UNSUPPORTED_PROTOCOL_VERSION);
         let data: Value = e.data_as().unwrap().unwrap();
         assert_eq!(data["requested"], "2099-01-01");
-        assert_eq!(data["supported"][4], "2026-07-28");
+        // Only the versions a modern request could name instead.
+        assert_eq!(data["supported"], serde_json::json!(["2026-07-28"]));
         let e = classify(
             &p(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#),
             supported,

@@ -11,6 +11,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use modelctx_types::consts;
+
 use crate::caps::{self, declared};
 use crate::config::{RequestOptions, ServerConfig};
 use crate::core::{Core, InFlight, Role, TableSizes};
@@ -124,6 +126,8 @@ pub struct ServerSession {
     subscriptions: BTreeMap<RequestId, Subscription>,
     /// Our requests waiting for `notifications/initialized`.
     queued: VecDeque<Request>,
+    /// Made with [`for_request`](Self::for_request): one modern request on its own.
+    for_request: bool,
 }
 
 impl ServerSession {
@@ -136,6 +140,25 @@ impl ServerSession {
             log_level: None,
             subscriptions: BTreeMap::new(),
             queued: VecDeque::new(),
+            for_request: false,
+        }
+    }
+
+    /// A session for one modern (2026-07-28) request that came on its own, as a Streamable HTTP
+    /// request does: the transport routed it by its `MCP-Protocol-Version` header or its `_meta`,
+    /// and it is the session's to check.
+    ///
+    /// It differs from [`new`](Self::new) in two ways:
+    /// * a request whose `_meta` names no version is refused with -32602 (not served as legacy
+    ///   traffic before `initialize`), one that names a legacy or unknown version with -32022
+    ///   (`data.supported`: the modern versions served), and `initialize` is no handshake: it is
+    ///   refused with -32022 (which is how an endpoint that serves no legacy version answers it);
+    /// * every request the protocol rules refuse before the layer above sees it is a
+    ///   [`Transmit::Refusal`], which the transport answers with an HTTP error status.
+    pub fn for_request(config: ServerConfig) -> Self {
+        ServerSession {
+            for_request: true,
+            ..ServerSession::new(config)
         }
     }
 
@@ -263,8 +286,14 @@ impl ServerSession {
 
     fn on_request(&mut self, request: Request, batch: Option<u64>) {
         let Request { id, method, params } = request;
-        let reply_error =
-            |core: &mut Core, error: ErrorObject| core.reply_error(Some(id.clone()), batch, error);
+        let refusal = self.for_request && batch.is_none();
+        let reply_error = |core: &mut Core, error: ErrorObject| {
+            if refusal {
+                core.refuse(Some(id.clone()), error);
+            } else {
+                core.reply_error(Some(id.clone()), batch, error);
+            }
+        };
         // An `initialize` whose `_meta` names a modern version is a 2026-07-28 request, where
         // the method does not exist (-32601 below), not a handshake.
         let names_modern = || {
@@ -278,7 +307,7 @@ impl ServerSession {
                     })
             })
         };
-        if method == "initialize" && !names_modern() {
+        if method == consts::Initialize::VALUE && !self.for_request && !names_modern() {
             if batch.is_some() {
                 return reply_error(
                     &mut self.core,
@@ -290,11 +319,21 @@ impl ServerSession {
             }
             return self.on_initialize(id, params.as_deref());
         }
+        if method == consts::Initialize::VALUE && self.for_request && !names_modern() {
+            let error = meta::initialize_on_its_own(params.as_deref(), &self.config.versions);
+            return reply_error(&mut self.core, error);
+        }
         let probe = match meta::probe(params.as_deref()) {
             Ok(probe) => probe,
             Err(error) => return reply_error(&mut self.core, error),
         };
-        let classified = match meta::classify(&probe, &self.config.versions) {
+        let classified = if self.for_request {
+            meta::classify_modern(&probe, &self.config.versions)
+                .map(|(version, meta)| Classified::Modern(version, meta))
+        } else {
+            meta::classify(&probe, &self.config.versions)
+        };
+        let classified = match classified {
             Ok(c) => c,
             Err(error) => return reply_error(&mut self.core, error),
         };
@@ -589,6 +628,15 @@ impl ServerSession {
     }
 
     fn on_notification(&mut self, now: Instant, notification: Notification) {
+        if self.for_request {
+            // A modern notification on its own must name a served version like a request; it has
+            // no id to answer, so the refusal names none.
+            let checked = meta::probe(notification.params.as_deref())
+                .and_then(|probe| meta::classify_modern(&probe, &self.config.versions));
+            if let Err(error) = checked {
+                return self.core.refuse(None, error);
+            }
+        }
         match notification.method.as_str() {
             "notifications/initialized" => {
                 // Only the first one, after `initialize`, moves the session on; a repeated or

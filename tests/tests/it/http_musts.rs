@@ -72,7 +72,9 @@ const BAD_ORIGINS: [&str; 3] = [
 
 fn modern_only() -> ServerConfig {
     let mut config = ServerConfig::default();
-    config.legacy_versions.clear();
+    config
+        .versions
+        .retain(|v| v.era() == modelctx_types::Era::Modern);
     config
 }
 
@@ -963,12 +965,16 @@ async fn modern_stream_notifications_belong_to_their_request() {
     server.shutdown(Duration::from_secs(1)).await;
 }
 
-/// "The server MUST NOT send independent JSON-RPC requests on this stream" (2026-07-28): a
-/// tool that would ask the client (elicitation) puts no request on its modern stream, even for a
-/// client that declares elicitation.
+/// "The server MUST NOT send independent JSON-RPC requests on this stream" (2026-07-28). The rule
+/// is the server facade's: a tool that asks the client (elicitation), called by a client that
+/// declares elicitation, answers with an `input_required` result naming its question, and nothing
+/// on the stream is a request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modern_streams_carry_no_server_requests() {
-    let (server, _) = start(ServerConfig::default()).await;
+    let server = modelctx_tests::facade::server()
+        .serve_http("127.0.0.1:0".parse().unwrap(), ServerConfig::default())
+        .await
+        .unwrap();
     let addr = server.local_addr();
     let mut body = modern_call(1, "ask", json!({}));
     body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
@@ -982,7 +988,16 @@ async fn modern_streams_carry_no_server_requests() {
             "a request on a modern stream: {message}"
         );
     }
-    assert_eq!(messages.last().unwrap()["id"], 1, "{messages:?}");
+    let answer = messages.last().unwrap();
+    assert_eq!(answer["id"], 1, "{messages:?}");
+    assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
+    let asked = answer["result"]["inputRequests"]
+        .as_object()
+        .expect("inputRequests");
+    assert!(
+        asked.values().any(|r| r["method"] == "elicitation/create"),
+        "{answer}"
+    );
     server.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -1329,8 +1344,10 @@ impl modelctx_http::server::McpApp for RequestingApp {
     }
 }
 
-/// 2026-07-28: the server never sends independent requests on a request's stream; the transport
-/// drops any the application tries to send.
+/// 2026-07-28: the server never sends independent requests on a request's stream. An application
+/// that tries anyway has a bug the transport does not hide: the request is not written, and the
+/// client's request fails with an internal error (-32603) in its place; the application's later
+/// answer is not written either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_server_requests_on_a_modern_stream() {
     let server = modelctx_http::server::serve(
@@ -1350,6 +1367,8 @@ async fn no_server_requests_on_a_modern_stream() {
     assert_eq!(response.status, 200);
     assert_eq!(media_type(&response).as_deref(), Some("application/json"));
     let body = response.json().await;
-    assert_eq!(body["id"], 1, "only the response: {body}");
+    assert_eq!(body["id"], 1, "only the error: {body}");
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert!(body.get("result").is_none(), "{body}");
     server.shutdown(Duration::from_secs(1)).await;
 }

@@ -461,7 +461,9 @@ async fn modern_requests_are_stateless_and_checked_before_they_run() {
     let reply = response.json().await;
     assert_eq!(reply["error"]["code"], -32020, "{reply}");
     assert_eq!(reply["id"], 51);
-    // What `_meta` must carry is checked before the header: -32602, not -32020.
+    // Whether the headers agree with the body is the transport's (wire) rule, checked before
+    // the protocol session sees the request and its `_meta`: a request that breaks both gets
+    // -32020, not -32602.
     let mut body = modern_call(52, "echo", json!({}));
     body["params"]["_meta"]
         .as_object_mut()
@@ -471,7 +473,19 @@ async fn modern_requests_are_stateless_and_checked_before_they_run() {
     headers[2] = ("MCP-Protocol-Version", "2025-11-25");
     let response = post(addr, &headers, &body).await;
     assert_eq!(response.status, 400);
-    assert_eq!(response.json().await["error"]["code"], -32602);
+    assert_eq!(response.json().await["error"]["code"], -32020);
+    // A body that names no version, under a 2026-07-28 header: the session's -32602 (the header
+    // has nothing to disagree with).
+    let mut body = modern_call(53, "echo", json!({}));
+    body["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/protocolVersion");
+    let response = post(addr, &modern_headers("tools/call", Some("echo")), &body).await;
+    assert_eq!(response.status, 400);
+    let reply = response.json().await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert_eq!(reply["id"], 53);
     // Missing client capabilities: 400 with -32602.
     let mut body = modern_call(6, "echo", json!({}));
     body["params"]["_meta"]
@@ -506,7 +520,9 @@ async fn modern_requests_are_stateless_and_checked_before_they_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_modern_stream_has_no_event_ids_and_a_modern_only_server_refuses_get() {
     let mut config = ServerConfig::default();
-    config.legacy_versions.clear();
+    config
+        .versions
+        .retain(|v| v.era() == modelctx_types::Era::Modern);
     let (server, _) = start(config).await;
     let addr = server.local_addr();
     let mut body = modern_call(1, "progress", json!({"count": 2}));

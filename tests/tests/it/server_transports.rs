@@ -248,3 +248,39 @@ async fn a_handler_closes_its_event_stream_and_the_client_resumes_it() {
     assert_eq!(body["result"]["content"][0]["text"], "closed: false");
     running.shutdown(Duration::from_secs(1)).await;
 }
+
+/// One list of versions: `ServerBuilder::versions` narrows what the protocol sessions serve and
+/// what the HTTP endpoint serves alike (the endpoint's own list, here every version, is replaced).
+#[tokio::test]
+async fn the_builders_versions_are_the_ones_served_over_http() {
+    use modelctx_tests::http::{modern_headers, modern_meta, post, post_headers};
+    let server = modelctx_server::Server::builder("modern-only", "1.0.0")
+        .versions([ProtocolVersion::V2026_07_28])
+        .build();
+    let running = server
+        .serve_http(
+            ([127, 0, 0, 1], 0).into(),
+            modelctx_http::server::ServerConfig::default(),
+        )
+        .await
+        .unwrap();
+    let addr = running.local_addr();
+    // The session: `server/discover` names the one version.
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+        "params": {"_meta": modern_meta()}});
+    let response = post(addr, &modern_headers("server/discover", None), &discover).await;
+    assert_eq!(response.status, 200);
+    let reply = within("discover", response.json()).await;
+    assert_eq!(reply["result"]["supportedVersions"], json!(["2026-07-28"]));
+    // The endpoint: no legacy session opens.
+    let initialize = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let response = post(addr, &post_headers(None, None), &initialize).await;
+    assert_eq!(response.status, 400);
+    assert!(response.header("mcp-session-id").is_none());
+    let reply = within("initialize", response.json()).await;
+    assert_eq!(reply["error"]["code"], -32022, "{reply}");
+    assert_eq!(reply["error"]["data"]["supported"], json!(["2026-07-28"]));
+    running.shutdown(Duration::from_secs(1)).await;
+}

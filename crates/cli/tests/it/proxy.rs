@@ -794,3 +794,53 @@ async fn finding_10_a_legacy_child_that_stops_reading_gets_no_more_than_the_queu
     }
     assert!(refused >= 5, "{refused} refused");
 }
+
+/// The session's `_meta` rules hold through the proxy: a modern request whose `_meta` names no
+/// version, or lacks client capabilities, gets 400 and -32602; one naming a version not served
+/// gets 400 and -32022; a notification naming one gets 400 too. None reaches the child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_requests_are_refused_by_the_sessions_meta_rules() {
+    let proxy = Proxy::start(&[]);
+    let headers = "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: server/discover\r\n";
+    let wait = Duration::from_secs(10);
+    let cases = [
+        (json!({}), -32602),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}),
+            -32602,
+        ),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+            -32602,
+        ),
+    ];
+    for (params, code) in cases {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 4, "method": "server/discover", "params": params});
+        let (status, response) = raw_post_with(&proxy.url, headers, &body.to_string(), wait);
+        assert_eq!(status, 400, "{params}: {response}");
+        assert!(
+            response.contains(&format!(r#""code":{code}"#)),
+            "{response}"
+        );
+        assert!(response.contains(r#""id":4"#), "{response}");
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2099-01-01",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers_2099 = "MCP-Protocol-Version: 2099-01-01\r\nMcp-Method: server/discover\r\n";
+    let (status, response) = raw_post_with(&proxy.url, headers_2099, &body.to_string(), wait);
+    assert_eq!(status, 400, "{response}");
+    assert!(response.contains(r#""code":-32022"#), "{response}");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}});
+    let (status, response) = raw_post_with(&proxy.url, headers_2099, &note.to_string(), wait);
+    assert_eq!(status, 400, "{response}");
+    // A good one is served.
+    let body = json!({"jsonrpc": "2.0", "id": 6, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let (status, response) = raw_post_with(&proxy.url, headers, &body.to_string(), wait);
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("supportedVersions"), "{response}");
+}

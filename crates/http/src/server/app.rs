@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use modelctx_types::{Incoming, Message, RequestId};
+use modelctx_types::{ErrorResponse, Incoming, Message, ProtocolVersion, RequestId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -19,8 +19,10 @@ pub trait McpApp: Send + Sync + 'static {
     /// (the first input is that `initialize` request, through [`LegacyHandler::input`]).
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler>;
 
-    /// A modern (2026-07-28) request or notification, validated: version, `_meta`, standard
-    /// headers. Answer through [`ModernRequest::reply`].
+    /// A modern (2026-07-28) request or notification whose headers agree with its body
+    /// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`). Its `_meta` and version
+    /// are not checked: that is the protocol session's to do (answer a refused request with
+    /// [`ModernReply::refuse`]). Answer through [`ModernRequest::reply`].
     fn modern(&self, request: ModernRequest);
 
     /// The `x-mcp-header` parameters of a tool's input schema, for the `Mcp-Param-*` checks of
@@ -119,6 +121,16 @@ impl LegacySession {
         self.inner.send(message, related).await;
     }
 
+    /// Tells the transport the protocol version the session's `initialize` settled on, as the
+    /// protocol session decided it. Call it once the handshake is done and before the
+    /// `initialize` response is sent (the server facade does it when its session has answered
+    /// `initialize`). The transport makes its wire decisions by it: batches only at 2025-03-26,
+    /// priming events and streams closed for resumption from 2025-11-25 on. Until told, it
+    /// follows the rules of 2025-11-25 and refuses batches.
+    pub async fn set_version(&self, version: ProtocolVersion) {
+        self.inner.set_version(version).await;
+    }
+
     /// Sends a batch reply (2025-03-26 sessions) on the stream of the batch it answers.
     pub async fn send_batch(&self, messages: Vec<Message>) {
         self.inner.send_batch(messages).await;
@@ -146,7 +158,9 @@ pub struct ModernRequest {
     pub message: Message,
     /// The HTTP request it came in.
     pub context: RequestContext,
-    /// Where its answer goes (for a notification, nowhere: it was accepted with 202).
+    /// Where its answer goes. For a notification, only a refusal
+    /// ([`ModernReply::refuse`], an error without id): the POST gets 202 once the reply is
+    /// dropped without one.
     pub reply: ModernReply,
 }
 
@@ -154,8 +168,15 @@ pub struct ModernRequest {
 /// notifications) and then its response, which ends it.
 #[derive(Debug, Clone)]
 pub struct ModernReply {
-    pub(crate) tx: Option<mpsc::Sender<Message>>,
+    pub(crate) tx: Option<mpsc::Sender<Sent>>,
     pub(crate) cancelled: CancellationToken,
+}
+
+/// A message for a modern request's stream, and whether it refuses the request.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    pub(crate) message: Message,
+    pub(crate) refusal: bool,
 }
 
 /// The client closed the stream (which cancels the request), or the response was already sent.
@@ -166,9 +187,27 @@ pub struct StreamClosed;
 impl ModernReply {
     /// Sends a message on the request's stream; the response (a result or error with the
     /// request's id) ends it. Waits while the client is slow to read.
+    ///
+    /// An error response sent here gets HTTP status 200, except for the codes that are HTTP
+    /// errors whoever answers them: -32020, -32021 and -32022 (400), -32601 (404).
     pub async fn send(&self, message: Message) -> Result<(), StreamClosed> {
+        self.put(message, false).await
+    }
+
+    /// Answers the request with the error response the protocol rules refused it with before
+    /// it ran (params or `_meta` malformed, -32602; a version not served, -32022; a method that
+    /// does not exist, -32601): the HTTP response is that JSON body with an error status, 404
+    /// for -32601 and 400 for every other code. Send it first and alone.
+    pub async fn refuse(&self, error: ErrorResponse) -> Result<(), StreamClosed> {
+        self.put(error.into(), true).await
+    }
+
+    async fn put(&self, message: Message, refusal: bool) -> Result<(), StreamClosed> {
         match &self.tx {
-            Some(tx) => tx.send(message).await.map_err(|_| StreamClosed),
+            Some(tx) => tx
+                .send(Sent { message, refusal })
+                .await
+                .map_err(|_| StreamClosed),
             None => Err(StreamClosed),
         }
     }

@@ -4,14 +4,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use modelctx_types::{Era, ProtocolVersion};
+
 use crate::event_store::{EventStore, MemoryEventStore};
 use crate::security::{AllowList, is_loopback};
-
-/// Legacy (initialize-based) versions served by default.
-pub(crate) const LEGACY_VERSIONS: &[&str] =
-    &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-/// Modern versions served by default.
-pub(crate) const MODERN_VERSIONS: &[&str] = &["2026-07-28"];
 
 /// How the server behaves. Every default is the safe one; `docs/security.md` lists them.
 #[derive(Clone)]
@@ -67,11 +63,13 @@ pub struct ServerConfig {
     /// A legacy session with no request and no open stream for this long is ended (default
     /// 30 minutes).
     pub session_idle_timeout: Duration,
-    /// The legacy versions accepted in `MCP-Protocol-Version` (default: all four). Empty: a
-    /// modern-only server, which answers GET and DELETE with 405.
-    pub legacy_versions: Vec<String>,
-    /// The modern versions served (default: 2026-07-28). Empty: a legacy-only server.
-    pub modern_versions: Vec<String>,
+    /// The protocol versions served, of both eras (default: every version,
+    /// [`ProtocolVersion::ALL`]). Its legacy ones are those accepted in `MCP-Protocol-Version`
+    /// on a legacy session; none: a modern-only server, which answers GET and DELETE with 405.
+    /// Its modern ones take the stateless path; none: a legacy-only server. The protocol
+    /// session has the same list (its `ServerConfig::versions`): modelctx-server sets this one
+    /// from `ServerBuilder::versions`, so the two cannot disagree.
+    pub versions: Vec<ProtocolVersion>,
     /// Whether a client may end its legacy session with DELETE (default true; else 405).
     pub allow_delete: bool,
     /// The `retry` (reconnection delay) sent in the priming event of 2025-11-25 streams
@@ -127,8 +125,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_connections", &self.max_connections)
             .field("max_sessions", &self.max_sessions)
             .field("session_idle_timeout", &self.session_idle_timeout)
-            .field("legacy_versions", &self.legacy_versions)
-            .field("modern_versions", &self.modern_versions)
+            .field("versions", &self.versions)
             .field("allow_delete", &self.allow_delete)
             .field("sse_responses", &self.sse_responses)
             .field("handshake_timeout", &self.handshake_timeout)
@@ -157,8 +154,7 @@ impl Default for ServerConfig {
             max_connections: default_max_connections(),
             max_sessions: 1024,
             session_idle_timeout: Duration::from_secs(30 * 60),
-            legacy_versions: LEGACY_VERSIONS.iter().map(|v| (*v).to_owned()).collect(),
-            modern_versions: MODERN_VERSIONS.iter().map(|v| (*v).to_owned()).collect(),
+            versions: ProtocolVersion::ALL.to_vec(),
             allow_delete: true,
             sse_retry: Duration::from_secs(1),
             keep_alive: Some(Duration::from_secs(15)),
@@ -186,7 +182,7 @@ pub enum ConfigError {
     )]
     PublicBindNeedsAllowLists(SocketAddr),
     /// Neither era is served.
-    #[error("no protocol version to serve: legacy_versions and modern_versions are both empty")]
+    #[error("no protocol version to serve: versions is empty")]
     NoVersions,
     /// A limit or timeout that would refuse every request (zero).
     #[error("{0} must be above zero")]
@@ -221,7 +217,7 @@ fn connections_for_fd_limit(soft_limit: Option<u64>) -> usize {
 impl ServerConfig {
     /// Checks that the configuration can serve on `addr`.
     pub fn check(&self, addr: Option<SocketAddr>) -> Result<(), ConfigError> {
-        if self.legacy_versions.is_empty() && self.modern_versions.is_empty() {
+        if self.versions.is_empty() {
             return Err(ConfigError::NoVersions);
         }
         let zero = [
@@ -253,11 +249,30 @@ impl ServerConfig {
     }
 
     pub(crate) fn serves_legacy(&self) -> bool {
-        !self.legacy_versions.is_empty()
+        self.versions.iter().any(|v| v.era() == Era::Legacy)
     }
 
     pub(crate) fn serves_modern(&self) -> bool {
-        !self.modern_versions.is_empty()
+        self.versions.iter().any(|v| v.era() == Era::Modern)
+    }
+
+    /// Whether `version` (as a header names it) is served, in era `era`.
+    pub(crate) fn serves(&self, version: &str, era: Era) -> bool {
+        ProtocolVersion::parse(version)
+            .is_some_and(|v| v.era() == era && self.versions.contains(&v))
+    }
+
+    /// The versions served in era `era`, newest first, as the wire names them.
+    pub(crate) fn served(&self, era: Era) -> Vec<&'static str> {
+        let mut served: Vec<ProtocolVersion> = self
+            .versions
+            .iter()
+            .copied()
+            .filter(|v| v.era() == era)
+            .collect();
+        served.sort_unstable_by(|a, b| b.cmp(a));
+        served.dedup();
+        served.into_iter().map(ProtocolVersion::as_str).collect()
     }
 }
 
@@ -281,8 +296,7 @@ mod tests {
         };
         assert_eq!(named.check(Some(public)), Ok(()));
         let mut none = ServerConfig::default();
-        none.legacy_versions.clear();
-        none.modern_versions.clear();
+        none.versions.clear();
         assert_eq!(none.check(None), Err(ConfigError::NoVersions));
     }
 

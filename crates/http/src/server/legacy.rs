@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use modelctx_types::{Incoming, Message, RequestId};
+use modelctx_types::{Incoming, Message, ProtocolVersion, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -229,7 +229,7 @@ fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
 fn cancel_notification(request: &RequestId) -> Option<Message> {
     let params = serde_json::json!({"requestId": request, "reason": "the HTTP client went away"});
     Some(Message::Notification(modelctx_types::Notification {
-        method: "notifications/cancelled".into(),
+        method: modelctx_types::consts::NotificationsCancelled::VALUE.into(),
         params: Some(serde_json::value::to_raw_value(&params).ok()?),
     }))
 }
@@ -295,8 +295,8 @@ impl State {
 
 #[derive(Default)]
 struct State {
-    /// The negotiated version, once `initialize` was answered.
-    version: Option<String>,
+    /// The negotiated version, as the application reported it ([`Session::set_version`]).
+    version: Option<ProtocolVersion>,
     next_stream: u64,
     /// The stream each request in flight belongs to.
     requests: HashMap<RequestId, StreamId>,
@@ -485,9 +485,15 @@ impl Session {
         }
     }
 
-    /// The negotiated version, once known.
-    pub(crate) async fn version(&self) -> Option<String> {
-        self.state.lock().await.version.clone()
+    /// The negotiated version, once the application reported it.
+    pub(crate) async fn version(&self) -> Option<ProtocolVersion> {
+        self.state.lock().await.version
+    }
+
+    /// Records the version the session's `initialize` settled on, as the application's protocol
+    /// session reports it.
+    pub(crate) async fn set_version(&self, version: ProtocolVersion) {
+        self.state.lock().await.version = Some(version);
     }
 
     fn config(&self) -> Option<Arc<Shared>> {
@@ -679,9 +685,6 @@ impl Session {
         if completes && let Some(id) = &answers {
             state.requests.remove(id);
         }
-        if stream.initialize && completes {
-            self.initialize_answered(state, &message);
-        }
         let done = completes && stream.pending.is_empty();
         if !stream.sse {
             if completes && !stream.batch && self.sse_responses() {
@@ -728,20 +731,6 @@ impl Session {
         state.streams.insert(stream_id, stream);
     }
 
-    /// Records the version `initialize` settled on.
-    fn initialize_answered(&self, state: &mut State, message: &Message) {
-        if let Message::Response(response) = message {
-            #[derive(serde::Deserialize)]
-            struct Result {
-                #[serde(rename = "protocolVersion")]
-                version: String,
-            }
-            if let Ok(result) = serde_json::from_str::<Result>(response.result.get()) {
-                state.version = Some(result.version);
-            }
-        }
-    }
-
     fn sse_responses(&self) -> bool {
         self.config().is_some_and(|s| s.config.sse_responses)
     }
@@ -750,7 +739,8 @@ impl Session {
         self.config().map_or(256, |s| s.config.stream_buffer).max(1)
     }
 
-    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before), which
+    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before; a session
+    /// whose version the application has not reported yet follows 2025-11-25), which
     /// `reply` gets (with the stream's first bytes) once stored.
     fn open_sse(
         &self,
@@ -760,7 +750,9 @@ impl Session {
         reply: OpenReply,
     ) {
         stream.sse = true;
-        let prime = state.version.as_deref().is_none_or(|v| v >= "2025-11-25");
+        let prime = state
+            .version
+            .is_none_or(|v| v >= ProtocolVersion::V2025_11_25);
         state.outbox.push_back(Effect::Open {
             stream: stream_id,
             prime,
@@ -1040,7 +1032,10 @@ impl Session {
 
     async fn close_stream_locked(&self, request: &RequestId) -> bool {
         let mut state = self.state.lock().await;
-        if state.version.as_deref().is_some_and(|v| v < "2025-11-25") {
+        if state
+            .version
+            .is_some_and(|v| v < ProtocolVersion::V2025_11_25)
+        {
             return false;
         }
         let Some(stream_id) = state.requests.get(request).copied() else {
@@ -1266,6 +1261,33 @@ mod tests {
             .extension(LOOPBACK_PEER)
             .body(body.to_owned())
             .unwrap()
+    }
+
+    /// The negotiated version is the one the application reports ([`LegacySession::set_version`]),
+    /// compared as a version: the transport reads nothing from the `initialize` result (which
+    /// said 2025-11-25 here).
+    #[tokio::test]
+    async fn the_version_is_the_one_the_application_reports() {
+        let app = Arc::new(App::default());
+        let service = McpService::new(ServerConfig::default(), app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        assert_eq!(session.inner.version().await, None);
+        let _call = hang(&service, &app, &id, None, 5).await;
+        let call = modelctx_types::RequestId::from(5);
+        session
+            .set_version(modelctx_types::ProtocolVersion::V2025_06_18)
+            .await;
+        assert_eq!(
+            session.inner.version().await,
+            Some(modelctx_types::ProtocolVersion::V2025_06_18)
+        );
+        // Before 2025-11-25 a stream is not closed for resumption.
+        assert!(!session.close_stream(&call).await);
+        session
+            .set_version(modelctx_types::ProtocolVersion::V2025_11_25)
+            .await;
+        assert!(session.close_stream(&call).await);
     }
 
     /// Opens a session; returns its id.

@@ -5,57 +5,44 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
-use modelctx_types::{ErrorCode, ErrorObject, Message};
-use serde_json::Value;
+use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Message, RequestId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::app::{McpApp, ModernReply, ModernRequest, RequestContext};
+use super::app::{McpApp, ModernReply, ModernRequest, RequestContext, Sent};
 use super::legacy::Shared;
 use super::respond::{self, encode, modern_status, sse_headers};
 use super::service::ResponseBody;
-use crate::headers::{self, MCP_PROTOCOL_VERSION};
+use crate::headers::{self, RequestFields};
 use crate::sse::{self, StreamBody};
 
-/// `_meta` keys of a modern request.
-const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-
-/// The protocol version a message's `_meta` names, if any.
+/// The protocol version a message's `_meta` names, if any (for routing: a POST whose body names
+/// a version takes this path).
 pub(crate) fn meta_version(message: &Message) -> Option<String> {
     let params = match message {
         Message::Request(r) => r.params.as_deref(),
         Message::Notification(n) => n.params.as_deref(),
         _ => None,
-    }?;
-    #[derive(serde::Deserialize)]
-    struct Params {
-        #[serde(rename = "_meta")]
-        meta: Option<Meta>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
-        version: Option<Value>,
-    }
-    let params: Params = serde_json::from_str(params.get()).ok()?;
-    match params.meta?.version? {
-        Value::String(v) => Some(v),
-        other => Some(other.to_string()),
-    }
+    };
+    RequestFields::parse(params).version().map(str::to_owned)
 }
 
 /// Handles one modern message.
+///
+/// The transport checks the wire only: that the headers agree with the body (`MCP-Protocol-Version`,
+/// `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`: -32020, by [`headers`]). What `_meta` must carry
+/// (-32602) and which versions are served (-32022) are the protocol session's rules: the
+/// application answers them, with [`ModernReply::refuse`], which the transport turns into an HTTP
+/// error status.
 pub(crate) async fn handle(
     shared: &Arc<Shared>,
     app: &Arc<dyn McpApp>,
     parts: Arc<http::request::Parts>,
     message: Message,
 ) -> Response<ResponseBody> {
-    let config = &shared.config;
     let (id, method, params) = match &message {
-        Message::Request(r) => (Some(r.id.clone()), r.method.clone(), r.params.as_deref()),
-        Message::Notification(n) => (None, n.method.clone(), n.params.as_deref()),
+        Message::Request(r) => (Some(r.id.clone()), r.method.as_str(), r.params.as_deref()),
+        Message::Notification(n) => (None, n.method.as_str(), n.params.as_deref()),
         _ => {
             return respond::error_code(
                 StatusCode::BAD_REQUEST,
@@ -65,115 +52,65 @@ pub(crate) async fn handle(
             );
         }
     };
-    let params: Option<Value> = params.and_then(|p| serde_json::from_str(p.get()).ok());
-    let meta = params.as_ref().and_then(|p| p.get("_meta"));
-    let body_version = meta
-        .and_then(|m| m.get(META_VERSION))
-        .and_then(Value::as_str);
-    let header_version = parts
-        .headers
-        .get(MCP_PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok());
-    // What the request must carry comes first (-32602), then whether the header agrees with
-    // it (-32020), and only then whether its version is served (-32022): a request whose
-    // header and body disagree is malformed whatever the versions.
-    let Some(body_version) = body_version else {
-        return respond::error_code(
-            StatusCode::BAD_REQUEST,
-            id,
-            ErrorCode::INVALID_PARAMS,
-            format!(
-                "missing params._meta[\"{META_VERSION}\"]: a 2026-07-28 request names its version"
-            ),
-        );
-    };
-    if id.is_some() && !meta.is_some_and(|m| m.get(META_CAPABILITIES).is_some_and(Value::is_object))
-    {
-        return respond::error_code(
-            StatusCode::BAD_REQUEST,
-            id,
-            ErrorCode::INVALID_PARAMS,
-            format!(
-                "missing params._meta[\"{META_CAPABILITIES}\"]: a 2026-07-28 request declares its client capabilities"
-            ),
-        );
-    }
-    match header_version {
-        Some(h) if h == body_version => {}
+    let fields = RequestFields::parse(params);
+    let agreed = match &id {
         Some(_) => {
-            return respond::error_code(
-                StatusCode::BAD_REQUEST,
-                id,
-                ErrorCode::HEADER_MISMATCH,
-                format!(
-                    "the MCP-Protocol-Version header does not match params._meta[\"{META_VERSION}\"] ({body_version})"
-                ),
-            );
+            let tool_headers = fields
+                .tool(method)
+                .and_then(|tool| app.tool_param_headers(tool));
+            headers::check_request_fields(&parts.headers, method, &fields, tool_headers.as_deref())
         }
-        None => {
-            return respond::error_code(
-                StatusCode::BAD_REQUEST,
-                id,
-                ErrorCode::HEADER_MISMATCH,
-                format!("missing MCP-Protocol-Version header (must be {body_version})"),
-            );
-        }
+        None => headers::check_version(&parts.headers, fields.version()),
+    };
+    if let Err(mismatch) = agreed {
+        return respond::error_code(
+            StatusCode::BAD_REQUEST,
+            id,
+            ErrorCode::HEADER_MISMATCH,
+            mismatch.to_string(),
+        );
     }
-    if !config.modern_versions.iter().any(|v| v == body_version) {
-        let error = ErrorObject::new(
-            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-            format!("unsupported protocol version {body_version:?}"),
-        )
-        .with_data(&serde_json::json!({
-            "supported": config.modern_versions,
-            "requested": body_version,
-        }))
-        .unwrap_or_else(|_| {
-            ErrorObject::new(
-                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-                "unsupported protocol version",
-            )
-        });
-        return respond::error(StatusCode::BAD_REQUEST, id, error);
-    }
-    if id.is_some() {
-        let tool_headers = (method == "tools/call")
-            .then(|| {
-                params
-                    .as_ref()
-                    .and_then(|p| p.get("name"))
-                    .and_then(Value::as_str)
-                    .and_then(|name| app.tool_param_headers(name))
-            })
-            .flatten();
-        if let Err(mismatch) = headers::check_request(
-            &parts.headers,
-            &method,
-            params.as_ref(),
-            tool_headers.as_deref(),
-        ) {
-            return respond::error_code(
-                StatusCode::BAD_REQUEST,
-                id,
-                ErrorCode::HEADER_MISMATCH,
-                mismatch.to_string(),
-            );
-        }
-    }
+    drop(fields);
+    dispatch(shared, app, parts, message).await
+}
+
+/// Hands a request or notification to the application as a modern one, without header checks,
+/// and answers from what it sends: `handle` once the headers agree, and the service for a
+/// legacy `initialize` on an endpoint that serves no legacy version (the application's session
+/// refuses it).
+pub(crate) async fn dispatch(
+    shared: &Arc<Shared>,
+    app: &Arc<dyn McpApp>,
+    parts: Arc<http::request::Parts>,
+    message: Message,
+) -> Response<ResponseBody> {
+    let config = &shared.config;
+    let id = match &message {
+        Message::Request(r) => Some(r.id.clone()),
+        _ => None,
+    };
     let context = RequestContext { parts };
     let cancelled = CancellationToken::new();
     let Some(id) = id else {
+        // A notification is accepted (202) unless the application refuses it (its version or
+        // `_meta`), which it does before letting go of the reply.
+        let (tx, mut rx) = mpsc::channel::<Sent>(1);
         app.modern(ModernRequest {
             message,
             context,
             reply: ModernReply {
-                tx: None,
+                tx: Some(tx),
                 cancelled,
             },
         });
+        while let Some(sent) = rx.recv().await {
+            if sent.refusal {
+                return respond::json(modern_status(&sent), encode(&sent.message));
+            }
+        }
         return respond::empty(StatusCode::ACCEPTED);
     };
-    let (tx, mut rx) = mpsc::channel::<Message>(config.stream_buffer.max(1));
+    let (tx, mut rx) = mpsc::channel::<Sent>(config.stream_buffer.max(1));
     // Dropped before the answer (the client went away): the request is cancelled.
     let guard = cancelled.clone().drop_guard();
     app.modern(ModernRequest {
@@ -184,7 +121,7 @@ pub(crate) async fn handle(
             cancelled: cancelled.clone(),
         },
     });
-    let Some(first) = next_on_stream(&mut rx).await else {
+    let Some(first) = next_on_stream(&mut rx, &id).await else {
         drop(guard.disarm());
         return respond::error_code(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -193,10 +130,11 @@ pub(crate) async fn handle(
             "the server ended the request without a response",
         );
     };
-    let complete = answers(&first, &id);
-    if complete && !config.sse_responses {
+    let complete = answers(&first.message, &id);
+    if complete && (first.refusal || !config.sse_responses) {
+        // A refusal is an HTTP error: always a JSON body with its status.
         drop(guard.disarm());
-        return respond::json(modern_status(&first), encode(&first));
+        return respond::json(modern_status(&first), encode(&first.message));
     }
     // Something before the response (or SSE configured): a stream, with no event ids (no
     // resumption in this era).
@@ -210,10 +148,12 @@ pub(crate) async fn handle(
         tokio::spawn(async move {
             loop {
                 let message = tokio::select! {
-                    m = next_on_stream(&mut rx) => m,
+                    m = next_on_stream(&mut rx, &id) => m,
                     () = stop.cancelled() => None,
                 };
-                let Some(message) = message else { break };
+                let Some(Sent { message, .. }) = message else {
+                    break;
+                };
                 let last = answers(&message, &id);
                 if frames
                     .send(sse::event(None, &encode(&message)))
@@ -229,7 +169,7 @@ pub(crate) async fn handle(
         });
     }
     let body = StreamBody::new(
-        Some(sse::event(None, &encode(&first))),
+        Some(sse::event(None, &encode(&first.message))),
         frames_rx,
         config.keep_alive,
         shared.shutdown.clone(),
@@ -240,23 +180,33 @@ pub(crate) async fn handle(
     response
 }
 
-/// The next message the application sends for the stream; requests are dropped (a 2026-07-28
-/// server never sends independent requests on a request's stream: it asks with
-/// `input_required` results).
-async fn next_on_stream(rx: &mut mpsc::Receiver<Message>) -> Option<Message> {
-    loop {
-        match rx.recv().await? {
-            Message::Request(request) => {
-                tracing::warn!(
-                    method = %request.method,
-                    "dropped a server request on a 2026-07-28 stream"
-                );
-            }
-            message => return Some(message),
-        }
-    }
+/// The next message the application sends for request `id`'s stream. A 2026-07-28 server
+/// never sends independent requests on a request's stream (it asks with `input_required`
+/// results): a request here is the application's bug. It is not written; it is logged as an
+/// error, and the request is answered with an internal error (-32603) in its place, which ends
+/// the stream.
+async fn next_on_stream(rx: &mut mpsc::Receiver<Sent>, id: &RequestId) -> Option<Sent> {
+    let sent = rx.recv().await?;
+    let Message::Request(request) = &sent.message else {
+        return Some(sent);
+    };
+    tracing::error!(
+        method = %request.method,
+        "the application sent a request on a 2026-07-28 request's stream; the request fails"
+    );
+    let error = ErrorObject::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!(
+            "the server sent a request (`{}`) on this request's stream, which 2026-07-28 forbids",
+            request.method
+        ),
+    );
+    Some(Sent {
+        message: ErrorResponse::new(Some(id.clone()), error).into(),
+        refusal: false,
+    })
 }
 
-fn answers(message: &Message, id: &modelctx_types::RequestId) -> bool {
+fn answers(message: &Message, id: &RequestId) -> bool {
     respond::final_id(message) == Some(id)
 }

@@ -6,6 +6,7 @@ use http_body_util::BodyExt;
 use http_body_util::Full;
 use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Message, RequestId};
 
+use super::app::Sent;
 use super::service::ResponseBody;
 
 /// A JSON response.
@@ -80,9 +81,14 @@ pub(crate) fn encode(message: &Message) -> Bytes {
 }
 
 /// The HTTP status of a modern request's JSON answer: the one table of error codes that are
-/// HTTP errors too.
-pub(crate) fn modern_status(message: &Message) -> StatusCode {
-    match message {
+/// HTTP errors too. A refusal (the protocol rules refused the request before it ran) is an HTTP
+/// error whatever its code: 404 for -32601, else 400.
+pub(crate) fn modern_status(sent: &Sent) -> StatusCode {
+    match &sent.message {
+        Message::Error(e) if sent.refusal => match e.error.code {
+            ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_REQUEST,
+        },
         Message::Error(e) => match e.error.code {
             ErrorCode::HEADER_MISMATCH
             | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY

@@ -14,7 +14,9 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
-use modelctx_types::{DecodeError, ErrorCode, ErrorObject, Incoming, Message, RequestId};
+use modelctx_types::{
+    DecodeError, Era, ErrorCode, Incoming, Message, ProtocolVersion, RequestId, consts,
+};
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
@@ -263,7 +265,7 @@ impl McpService {
         let header_version = header_str(&parts.headers, MCP_PROTOCOL_VERSION);
         let modern = match &incoming {
             Incoming::Single(message) => {
-                header_version.is_some_and(|v| config.modern_versions.iter().any(|m| m == v))
+                header_version.is_some_and(|v| config.serves(v, Era::Modern))
                     || modern::meta_version(message).is_some()
             }
             _ => false,
@@ -272,7 +274,9 @@ impl McpService {
             Incoming::Single(message) if modern && config.serves_modern() => {
                 modern::handle(&self.shared, &self.app, parts, message).await
             }
-            Incoming::Single(Message::Request(request)) if request.method == "initialize" => {
+            Incoming::Single(Message::Request(request))
+                if request.method == consts::Initialize::VALUE =>
+            {
                 self.initialize(parts, Message::Request(request)).await
             }
             incoming => self.legacy_post(parts, incoming).await,
@@ -350,24 +354,10 @@ impl McpService {
         };
         let id = request.id.clone();
         if !config.serves_legacy() {
-            let requested = request
-                .params
-                .as_deref()
-                .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
-                .and_then(|p| p.get("protocolVersion").cloned())
-                .unwrap_or_default();
-            let error = ErrorObject::new(
-                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-                "this server serves only protocol 2026-07-28, which has no initialize",
-            )
-            .with_data(&serde_json::json!({
-                "supported": config.modern_versions,
-                "requested": requested,
-            }))
-            .unwrap_or_else(|_| {
-                ErrorObject::new(ErrorCode::UNSUPPORTED_PROTOCOL_VERSION, "unsupported")
-            });
-            return respond::error(StatusCode::BAD_REQUEST, Some(id), error);
+            // No legacy session opens here: the application's session for a request on its own
+            // refuses it (-32022, naming the versions served). It is no modern request, so no
+            // header rules apply.
+            return modern::dispatch(&self.shared, &self.app, parts, message).await;
         }
         if let Some(refused) = self.check_legacy_version(&parts, Some(&id)) {
             return refused;
@@ -460,7 +450,7 @@ impl McpService {
     ) -> Option<Response<ResponseBody>> {
         let version = header_str(&parts.headers, MCP_PROTOCOL_VERSION)?;
         let config = &self.shared.config;
-        if config.legacy_versions.iter().any(|v| v == version) {
+        if config.serves(version, Era::Legacy) {
             return None;
         }
         Some(respond::error_code(
@@ -469,7 +459,7 @@ impl McpService {
             ErrorCode::INVALID_REQUEST,
             format!(
                 "unsupported MCP-Protocol-Version; supported: {}",
-                config.legacy_versions.join(", ")
+                config.served(Era::Legacy).join(", ")
             ),
         ))
     }
@@ -522,7 +512,7 @@ impl McpService {
                 ErrorCode::HEADER_MISMATCH,
                 format!(
                     "missing MCP-Protocol-Version header and params._meta version; this server serves {}",
-                    self.shared.config.modern_versions.join(", ")
+                    self.shared.config.served(Era::Modern).join(", ")
                 ),
             );
         }
@@ -539,7 +529,11 @@ impl McpService {
             Incoming::Single(Message::Request(r)) => (vec![r.id.clone()], false, true),
             Incoming::Single(_) => (Vec::new(), false, false),
             Incoming::Batch(elements) => {
-                if session.version().await.as_deref() != Some("2025-03-26") {
+                if !session
+                    .version()
+                    .await
+                    .is_some_and(ProtocolVersion::allows_batches)
+                {
                     return respond::error_code(
                         StatusCode::BAD_REQUEST,
                         None,
@@ -550,7 +544,7 @@ impl McpService {
                 let mut ids = Vec::new();
                 for element in elements {
                     match element {
-                        Ok(Message::Request(r)) if r.method == "initialize" => {
+                        Ok(Message::Request(r)) if r.method == consts::Initialize::VALUE => {
                             return respond::error_code(
                                 StatusCode::BAD_REQUEST,
                                 None,
@@ -764,7 +758,9 @@ fn decode_error(error: &DecodeError) -> Response<ResponseBody> {
 /// The ids of the requests that `notifications/cancelled` messages in `incoming` cancel.
 fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
     let cancelled = |message: &Message| match message {
-        Message::Notification(n) if n.method == "notifications/cancelled" => crate::cancelled_id(n),
+        Message::Notification(n) if n.method == consts::NotificationsCancelled::VALUE => {
+            crate::cancelled_id(n)
+        }
         _ => None,
     };
     match incoming {

@@ -534,3 +534,141 @@ fn one_connection_serves_both_eras() {
         ]
     );
 }
+
+/// A session made with `for_request` (one Streamable HTTP request on its own).
+fn request_session() -> modelctx_session::ServerSession {
+    modelctx_session::ServerSession::for_request(modelctx_session::ServerConfig::new(
+        "test-server",
+        "1.0.0",
+        full_server_caps(),
+    ))
+}
+
+/// What a request session wrote: each refusal as its error response, and whether it was one.
+fn refusals(s: &mut modelctx_session::ServerSession) -> Vec<(bool, Value)> {
+    std::iter::from_fn(|| s.poll_transmit())
+        .map(|t| match t {
+            modelctx_session::Transmit::Refusal(error) => (true, wire(&error.into())),
+            modelctx_session::Transmit::Message { message, .. } => (false, wire(&message)),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}
+
+/// The `_meta` rules of a modern request on its own are the session's: what `_meta` must carry
+/// (-32602), the versions served (-32022, naming the modern ones only), and every such answer is
+/// a refusal, which an HTTP transport turns into an HTTP error status.
+#[test]
+fn a_request_on_its_own_is_refused_by_the_session_rules() {
+    let now = Instant::now();
+    let cases = [
+        (json!({}), -32602, "no _meta"),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}),
+            -32602,
+            "no version",
+        ),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+            -32602,
+            "no capabilities",
+        ),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01",
+                "io.modelcontextprotocol/clientCapabilities": {}}}),
+            -32022,
+            "unknown version",
+        ),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2025-11-25",
+                "io.modelcontextprotocol/clientCapabilities": {}}}),
+            -32022,
+            "a legacy version",
+        ),
+        (json!([1]), -32602, "params not an object"),
+    ];
+    for (params, code, what) in cases {
+        let mut s = request_session();
+        s.handle_bytes(now, request(7, "tools/list", params).to_string().as_bytes());
+        let out = refusals(&mut s);
+        assert_eq!(out.len(), 1, "{what}: {out:?}");
+        assert!(out[0].0, "{what}: not a refusal");
+        assert_eq!(out[0].1["id"], 7, "{what}");
+        assert_eq!(out[0].1["error"]["code"], code, "{what}: {out:?}");
+        if code == -32022 {
+            assert_eq!(
+                out[0].1["error"]["data"]["supported"],
+                json!(["2026-07-28"]),
+                "{what}"
+            );
+        }
+        assert!(server_events(&mut s).is_empty(), "{what}");
+    }
+    // `initialize` is no handshake here: it opens no session, and is refused with -32022
+    // naming the modern versions served and the one asked for.
+    let mut s = request_session();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "c", "version": "1"}}});
+    s.handle_bytes(now, init.to_string().as_bytes());
+    let out = refusals(&mut s);
+    assert!(out[0].0);
+    assert_eq!(out[0].1["error"]["code"], -32022, "{out:?}");
+    assert_eq!(
+        out[0].1["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2025-11-25"})
+    );
+    assert!(s.version().is_none());
+    assert!(server_events(&mut s).is_empty());
+    // A method that does not exist in the version: a refusal (-32601).
+    let mut s = request_session();
+    let unknown = request(2, "no/such", json!({"_meta": modern_meta(json!({}))}));
+    s.handle_bytes(now, unknown.to_string().as_bytes());
+    let out = refusals(&mut s);
+    assert!(out[0].0);
+    assert_eq!(out[0].1["error"]["code"], -32601);
+    // A valid request reaches the layer above, and its answer is no refusal.
+    let mut s = request_session();
+    let list = request(3, "tools/list", json!({"_meta": modern_meta(json!({}))}));
+    s.handle_bytes(now, list.to_string().as_bytes());
+    let request = take_request(&mut s);
+    s.respond(&request.id, raw(json!({"tools": []}))).unwrap();
+    let out = refusals(&mut s);
+    assert_eq!(out.len(), 1);
+    assert!(!out[0].0, "{out:?}");
+    assert_eq!(out[0].1["id"], 3);
+}
+
+/// A modern notification on its own must name a served version too; its refusal names no id.
+#[test]
+fn a_notification_on_its_own_is_refused_without_an_id() {
+    let now = Instant::now();
+    let mut s = request_session();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}});
+    s.handle_bytes(now, note.to_string().as_bytes());
+    let out = refusals(&mut s);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].0);
+    assert_eq!(out[0].1["id"], Value::Null);
+    assert_eq!(out[0].1["error"]["code"], -32022);
+    let mut s = request_session();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed",
+        "params": {"_meta": modern_meta(json!({}))}});
+    s.handle_bytes(now, note.to_string().as_bytes());
+    assert!(refusals(&mut s).is_empty());
+}
+
+/// A session made with `new` keeps the connection rules: a request without a modern `_meta` is
+/// legacy traffic (-32600 before `initialize`), written as a plain message.
+#[test]
+fn a_connection_session_writes_no_refusals() {
+    let mut s = server();
+    s.handle_bytes(
+        Instant::now(),
+        request(1, "tools/list", json!({})).to_string().as_bytes(),
+    );
+    let out = refusals(&mut s);
+    assert!(!out[0].0);
+    assert_eq!(out[0].1["error"]["code"], -32600);
+}
