@@ -21,7 +21,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, Inner};
-use crate::server::{Change, Route, Shared, route};
+use crate::registry::{Change, Shared};
+use crate::route::{Route, route};
 
 /// What the transport hands the driver.
 #[derive(Debug)]
@@ -310,7 +311,7 @@ pub(crate) async fn run(
         Lifetime::Connection { ended } => (false, None, ended),
         Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
     };
-    let _connection = crate::server::Counted::new(&shared.load.connections);
+    let _connection = crate::registry::Counted::new(&shared.load.connections);
     let mut session = ServerSession::new(shared.config.clone());
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let mut changes = shared.changes.subscribe();
@@ -459,7 +460,7 @@ pub(crate) async fn run(
                     // A legacy subscription was allowed when it was made; the URIs of listen
                     // streams are checked against the hook here.
                     let legacy = book.subscriptions.contains(&uri);
-                    if legacy || crate::resource::may_subscribe(&shared, &uri, principal_of(&origin)) {
+                    if legacy || crate::registry::may_subscribe(&shared, &uri, principal_of(&origin)) {
                         let _ = session.notify_resource_updated(&uri, legacy);
                     }
                 }
@@ -692,13 +693,13 @@ fn subscription(
         .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
         .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_owned));
     let Some(uri) = uri else {
-        return Some(Err(crate::server::invalid_params("a uri is needed")));
+        return Some(Err(crate::wire::invalid_params("a uri is needed")));
     };
-    if let Err(error) = crate::resource::check_uri_len(shared, "the uri", &uri) {
+    if let Err(error) = crate::registry::check_uri_len(shared, "the uri", &uri) {
         return Some(Err(error));
     }
-    if subscribe && !crate::resource::may_subscribe(shared, &uri, principal_of(origin)) {
-        return Some(Err(crate::server::invalid_params(format!(
+    if subscribe && !crate::registry::may_subscribe(shared, &uri, principal_of(origin)) {
+        return Some(Err(crate::wire::invalid_params(format!(
             "subscribing to {uri} is not allowed"
         ))));
     }
@@ -825,7 +826,7 @@ fn start(
     let id = request.id;
     let counted = shared.clone();
     let mut handler = Box::pin(async move {
-        let _running = crate::server::Counted::new(&counted.load.handlers);
+        let _running = crate::registry::Counted::new(&counted.load.handlers);
         runner(context).await
     });
     // The handler's first step runs here: a handler that finishes without waiting (most do)

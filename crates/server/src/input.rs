@@ -26,7 +26,8 @@ use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::server::{Runner, invalid_params};
+use crate::handler::Runner;
+use crate::wire::invalid_params;
 
 /// Why input from the client is not available.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,18 +1,17 @@
 //! Tools: a definition and an async function with typed arguments.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use modelctx_types::JsonObject;
+use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::context::Context;
-
-/// A boxed future, as the registry stores handlers.
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+use crate::handler::BoxFuture;
+use crate::handler::markers::{ArgsOnly, WithContext};
 
 /// One content block of a result (text, image, audio, a resource link or an embedded
 /// resource), as JSON.
@@ -218,7 +217,7 @@ impl<T: Serialize + schemars::JsonSchema + Send + 'static> IntoToolOutput for Js
     }
 
     fn output_schema() -> Option<JsonObject> {
-        Some(crate::schema_of::<T>())
+        Some(crate::handler::schema_of::<T>())
     }
 }
 
@@ -257,16 +256,6 @@ pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// Runs the tool.
     fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
 }
-
-/// The marker of `async fn(Args) -> R`.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct ArgsOnly;
-
-/// The marker of `async fn(Context, Args) -> R`.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct WithContext;
 
 impl<F, Fut, A, R> ToolHandler<(ArgsOnly, A)> for F
 where
@@ -312,6 +301,94 @@ where
             Ok(handler.call(context, args).await.into_output())
         })
     })
+}
+
+/// `tools/list`: one page of the tools, written for `version`.
+pub(crate) fn list(
+    tools: &BTreeMap<String, Tool>,
+    version: ProtocolVersion,
+    params: &JsonObject,
+    page_size: usize,
+) -> Result<Value, ErrorObject> {
+    let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .map(|t| crate::wire::write::tool(t, version))
+        .collect();
+    let mut result = json!({ "tools": tools });
+    if let Some(next) = next {
+        result["nextCursor"] = Value::from(next);
+    }
+    Ok(result)
+}
+
+/// The most violations shown to the model for one call.
+#[cfg(feature = "validation")]
+const MAX_VIOLATIONS: usize = 8;
+
+/// Runs a tool call: arguments checked, the handler run, its result checked and written for
+/// `version`.
+pub(crate) async fn call(
+    tool: Tool,
+    arguments: Value,
+    context: Context,
+    #[cfg(feature = "validation")] schemas: &modelctx_types::schema::SchemaCache,
+) -> Result<Value, ErrorObject> {
+    let version = context.protocol_version();
+    let modern = context.inner.modern;
+    if !arguments.is_object() {
+        return Ok(crate::wire::write::tool_output(
+            &ToolOutput::error("invalid arguments: the arguments must be a JSON object"),
+            version,
+        ));
+    }
+    #[cfg(feature = "validation")]
+    {
+        let validator = schemas.validator(&tool.input_schema).map_err(|e| {
+            crate::wire::internal(format!(
+                "the input schema of tool {} is not usable: {e}",
+                tool.name
+            ))
+        })?;
+        let violations = validator.validate(&arguments, MAX_VIOLATIONS);
+        if !violations.is_empty() {
+            // A tool execution error: the model can read it and try again.
+            let text = crate::wire::schema::describe(&violations);
+            return Ok(crate::wire::write::tool_output(
+                &ToolOutput::error(text),
+                version,
+            ));
+        }
+    }
+    let output = match (tool.handler)(context, arguments).await {
+        Ok(output) => output,
+        Err(text) => ToolOutput::error(text),
+    };
+    if let (true, Some(capability)) = (modern, &output.missing_capability) {
+        return Err(crate::input::missing_capability(capability));
+    }
+    #[cfg(feature = "validation")]
+    if let (Some(schema), Some(structured), false) =
+        (&tool.output_schema, &output.structured, output.is_error)
+    {
+        let validator = schemas.validator(schema).map_err(|e| {
+            crate::wire::internal(format!(
+                "the output schema of tool {} is not usable: {e}",
+                tool.name
+            ))
+        })?;
+        let violations = validator.validate(structured, MAX_VIOLATIONS);
+        if !violations.is_empty() {
+            let text = crate::wire::schema::describe(&violations);
+            return Err(crate::wire::internal(format!(
+                "the result of tool {} does not match its output schema: {}",
+                tool.name,
+                text.trim_start_matches("invalid arguments")
+                    .trim_start_matches(": ")
+            )));
+        }
+    }
+    Ok(crate::wire::write::tool_output(&output, version))
 }
 
 /// A tool: its definition (name, schemas, description, ...) and its handler.
@@ -383,7 +460,7 @@ impl Tool {
         H: ToolHandler<M>,
         H::Args: schemars::JsonSchema,
     {
-        let schema = crate::schema_of::<H::Args>();
+        let schema = crate::handler::schema_of::<H::Args>();
         Tool::with_input_schema(name, schema, handler)
     }
 
