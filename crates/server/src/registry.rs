@@ -13,7 +13,7 @@ use crate::complete::Completer;
 use crate::prompt::Prompt;
 use crate::resource::{Resource, ResourceTemplate, Subscribe, SubscribeHook};
 use crate::settings::Settings;
-use crate::tool::Tool;
+use crate::tool::Registered;
 
 /// A change that live connections announce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub(crate) enum Change {
 /// What the server offers.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    pub(crate) tools: BTreeMap<String, Tool>,
+    pub(crate) tools: BTreeMap<String, Arc<Registered>>,
     pub(crate) prompts: BTreeMap<String, Prompt>,
     pub(crate) resources: BTreeMap<String, Resource>,
     pub(crate) templates: BTreeMap<String, ResourceTemplate>,

@@ -1,6 +1,7 @@
 //! Routing: which handler answers a request, and whether it is answered at once or by a
 //! handler on its own task.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use modelctx_session::IncomingRequest;
@@ -11,9 +12,11 @@ use modelctx_types::consts::{
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 pub(crate) use crate::handler::Runner;
 use crate::registry::Shared;
+use crate::tool::Arguments;
 use crate::wire::invalid_params;
 
 /// How one request is answered.
@@ -42,9 +45,13 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
     if request.method == ToolsCall::VALUE
         && let Some(raw) = request.params.as_deref()
         && raw.get().trim_start().starts_with('{')
-        && let Ok(call) = serde_json::from_str::<Call>(raw.get())
+        && let Ok(call) = serde_json::from_str::<Call<'_>>(raw.get())
     {
-        return call_tool(shared, call).into();
+        let arguments = match call.arguments {
+            Some(raw) if raw.get() != "null" => Arguments::Raw(raw.to_owned()),
+            _ => Arguments::Parsed(Value::Object(JsonObject::new())),
+        };
+        return call_tool(shared, &call.name, arguments).into();
     }
     let params: JsonObject = match request.params.as_deref() {
         Some(raw) => match serde_json::from_str(raw.get()) {
@@ -62,8 +69,11 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             &params,
             page_size,
         )),
-        ToolsCall::VALUE => match serde_json::from_value(Value::Object(params)) {
-            Ok(call) => call_tool(shared, call).into(),
+        ToolsCall::VALUE => match serde_json::from_value::<ParsedCall>(Value::Object(params)) {
+            Ok(ParsedCall { name, arguments }) => {
+                let arguments = arguments.unwrap_or_else(|| Value::Object(JsonObject::new()));
+                call_tool(shared, &name, Arguments::Parsed(arguments)).into()
+            }
             Err(e) => Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
         },
         ResourcesList::VALUE => Route::Now(crate::resource::list(
@@ -102,35 +112,31 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
     }
 }
 
-/// The params of `tools/call` that routing reads.
+/// The params of `tools/call` that routing reads, borrowed from the message: the name, and the
+/// text of the arguments, which the tool decodes once into what it needs.
 #[derive(Deserialize)]
-struct Call {
+struct Call<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// The params of `tools/call` when they had to be parsed whole first.
+#[derive(Deserialize)]
+struct ParsedCall {
     name: String,
     #[serde(default)]
     arguments: Option<Value>,
 }
 
 /// `tools/call`: the tool, and the work of calling it.
-fn call_tool(shared: &Arc<Shared>, call: Call) -> Result<Runner, ErrorObject> {
-    let Some(tool) = shared.registry().tools.get(&call.name).cloned() else {
-        return Err(invalid_params(format!("unknown tool: {}", call.name)));
+fn call_tool(shared: &Shared, name: &str, arguments: Arguments) -> Result<Runner, ErrorObject> {
+    let Some(tool) = shared.registry().tools.get(name).cloned() else {
+        return Err(invalid_params(format!("unknown tool: {name}")));
     };
-    let arguments = call
-        .arguments
-        .unwrap_or_else(|| Value::Object(JsonObject::new()));
-    #[cfg(feature = "validation")]
-    let shared = shared.clone();
     Ok(Box::new(move |context| {
-        Box::pin(async move {
-            crate::tool::call(
-                tool,
-                arguments,
-                context,
-                #[cfg(feature = "validation")]
-                &shared.schemas,
-            )
-            .await
-        })
+        Box::pin(crate::tool::call(tool, arguments, context))
     }))
 }
 
@@ -176,4 +182,38 @@ fn complete(shared: &Shared, params: JsonObject) -> Result<Runner, ErrorObject> 
     };
     drop(registry);
     Ok(crate::complete::run(completer, partial.to_owned(), others))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NoArgs, Server, Tool};
+
+    #[test]
+    fn a_call_shares_the_registered_tool_instead_of_cloning_it() {
+        async fn noop(_: NoArgs) -> &'static str {
+            ""
+        }
+        let server = Server::builder("s", "1")
+            .tool(Tool::with_input_schema("t", JsonObject::new(), noop))
+            .build();
+        let shared = &server.shared;
+        let registered = shared.registry().tools["t"].clone();
+        assert_eq!(Arc::strong_count(&registered), 2);
+        let runner = call_tool(
+            shared,
+            "t",
+            Arguments::Parsed(Value::Object(JsonObject::new())),
+        );
+        // The runner holds the one registered tool (its schemas compiled once), not a copy.
+        assert!(runner.is_ok());
+        assert_eq!(Arc::strong_count(&registered), 3);
+        drop(runner);
+        assert_eq!(Arc::strong_count(&registered), 2);
+        let unknown = call_tool(shared, "u", Arguments::Parsed(Value::Null));
+        assert_eq!(
+            unknown.err().map(|e| (e.code, e.message)),
+            Some((ErrorCode::INVALID_PARAMS, "unknown tool: u".to_owned()))
+        );
+    }
 }

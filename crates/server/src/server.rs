@@ -13,7 +13,7 @@ use crate::prompt::Prompt;
 use crate::registry::{Change, LoadCounters, Registry, Shared};
 use crate::resource::{Resource, ResourceTemplate};
 use crate::settings::Settings;
-use crate::tool::Tool;
+use crate::tool::{Registered, Tool};
 
 /// Builds a [`Server`].
 #[derive(Debug)]
@@ -128,8 +128,49 @@ impl ServerBuilder {
         self
     }
 
-    /// The server.
+    /// The server. A tool whose schema cannot be used (an unsupported dialect, an external
+    /// `$ref`, too large or too deep for [`Settings::schema_limits`], a pattern the linear
+    /// engine cannot match) is kept, logged as an error here, and answers its calls with
+    /// -32603; [`ServerBuilder::try_build`] refuses such a server instead.
     pub fn build(self) -> Server {
+        let (server, _unusable) = self.assemble();
+        #[cfg(feature = "validation")]
+        for (tool, error) in _unusable {
+            tracing::error!(
+                "tool {tool}: its schema is not usable, so its calls will fail: {error}"
+            );
+        }
+        server
+    }
+
+    /// The server, or [`RegisterError::Schema`] for the first tool (by name) whose input or
+    /// output schema cannot be used, as [`Server::add_tool`] refuses it.
+    ///
+    /// ```
+    /// use modelctx_server::{NoArgs, RegisterError, Server, Tool};
+    ///
+    /// async fn noop(_: NoArgs) -> &'static str {
+    ///     ""
+    /// }
+    ///
+    /// let mut schema = serde_json::Map::new();
+    /// schema.insert("$ref".into(), "https://example.com/elsewhere.json".into());
+    /// let result = Server::builder("s", "1.0.0")
+    ///     .tool(Tool::with_input_schema("remote", schema, noop))
+    ///     .try_build();
+    /// assert!(matches!(result, Err(RegisterError::Schema { tool, .. }) if tool == "remote"));
+    /// ```
+    #[cfg(feature = "validation")]
+    pub fn try_build(self) -> Result<Server, RegisterError> {
+        let (server, unusable) = self.assemble();
+        match unusable.into_iter().next() {
+            Some((tool, source)) => Err(RegisterError::Schema { tool, source }),
+            None => Ok(server),
+        }
+    }
+
+    /// The server, and the tools whose schemas cannot be used, with why.
+    fn assemble(self) -> (Server, Vec<(String, Unusable)>) {
         let mut capabilities = JsonObject::new();
         capabilities.insert("logging".into(), json!({}));
         if self.declare_tools {
@@ -156,20 +197,28 @@ impl ServerBuilder {
         let key = self.state_key.unwrap_or_else(random_key);
         #[cfg(feature = "validation")]
         let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
-        // A tool given to the builder with a schema that cannot be used (`add_tool` refuses
-        // those) answers its calls with -32603; say so once, when the server is built.
-        #[cfg(feature = "validation")]
-        for tool in self.tools.values() {
-            for schema in std::iter::once(&tool.input_schema).chain(tool.output_schema.as_ref()) {
-                if let Err(e) = schemas.validator(schema) {
-                    tracing::error!(
-                        "tool {}: its schema is not usable, so its calls will fail: {e}",
-                        tool.name
-                    );
+        // Every tool registered once: its schemas compiled, its header rules derived. A tool
+        // with a schema that cannot be used (`add_tool` refuses those) is kept, and answers its
+        // calls with -32603.
+        #[cfg_attr(not(feature = "validation"), allow(unused_mut))]
+        let mut unusable = Vec::new();
+        let tools: BTreeMap<String, Arc<Registered>> = self
+            .tools
+            .into_iter()
+            .map(|(name, tool)| {
+                let registered = Registered::new(
+                    tool,
+                    #[cfg(feature = "validation")]
+                    &schemas,
+                );
+                #[cfg(feature = "validation")]
+                if let Some(error) = registered.unusable() {
+                    unusable.push((name.clone(), error.clone()));
                 }
-            }
-        }
-        Server {
+                (name, Arc::new(registered))
+            })
+            .collect();
+        let server = Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
@@ -183,16 +232,24 @@ impl ServerBuilder {
                 config,
                 settings: self.settings,
                 registry: RwLock::new(Registry {
-                    tools: self.tools,
+                    tools,
                     prompts: self.prompts,
                     resources: self.resources,
                     templates: self.templates,
                 }),
                 changes,
             }),
-        }
+        };
+        (server, unusable)
     }
 }
+
+/// Why a tool's schema cannot be used.
+#[cfg(feature = "validation")]
+type Unusable = modelctx_types::schema::SchemaError;
+/// Without validation no schema is compiled, and none is found unusable.
+#[cfg(not(feature = "validation"))]
+type Unusable = std::convert::Infallible;
 
 /// A random key for this process's round trips.
 fn random_key() -> modelctx_session::state::StateKey {
@@ -221,9 +278,15 @@ pub enum RegisterError {
     #[error("the server did not declare the {0} capability")]
     NotDeclared(&'static str),
     /// A tool's input or output schema cannot be used (an unsupported dialect, an external
-    /// `$ref`, too large or too deep).
-    #[error("unusable schema: {0}")]
-    Schema(String),
+    /// `$ref`, too large or too deep, a pattern the engine cannot match).
+    #[cfg(feature = "validation")]
+    #[error("tool {tool}: unusable schema: {source}")]
+    Schema {
+        /// The tool's name.
+        tool: String,
+        /// Why its schema cannot be used.
+        source: modelctx_types::schema::SchemaError,
+    },
 }
 
 /// An MCP server: what it offers, served on any number of connections at once.
@@ -326,14 +389,21 @@ impl Server {
     /// ```
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegisterError> {
         self.declared("tools")?;
+        let registered = Registered::new(
+            tool,
+            #[cfg(feature = "validation")]
+            &self.shared.schemas,
+        );
         #[cfg(feature = "validation")]
-        for schema in std::iter::once(&tool.input_schema).chain(tool.output_schema.as_ref()) {
-            self.shared
-                .schemas
-                .validator(schema)
-                .map_err(|e| RegisterError::Schema(e.to_string()))?;
+        if let Some(source) = registered.unusable().cloned() {
+            return Err(RegisterError::Schema {
+                tool: registered.tool.name,
+                source,
+            });
         }
-        self.registry_mut().tools.insert(tool.name.clone(), tool);
+        self.registry_mut()
+            .tools
+            .insert(registered.tool.name.clone(), Arc::new(registered));
         let _ = self.shared.changes.send(Change::List(ListKind::Tools));
         Ok(())
     }

@@ -27,7 +27,7 @@ pub struct Settings {
     /// 256 KiB and 64 levels, 256 compiled schemas kept, `pattern`s matched in linear time, so
     /// a schema whose pattern needs backreferences or look-around is refused by
     /// [`Server::add_tool`](crate::Server::add_tool), and a builder's tool with one logs an error at `build` and answers
-    /// its calls with -32603). A server whose own schemas need such patterns sets
+    /// its calls with -32603, or makes `try_build` fail). A server whose own schemas need such patterns sets
     /// `patterns: PatternEngine::Backtracking { .. }`: matching a client's argument can then
     /// cost up to the backtracking limit per string.
     ///

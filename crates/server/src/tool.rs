@@ -4,9 +4,12 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
+#[cfg(feature = "validation")]
+use modelctx_types::schema::{SchemaError, Validator};
 use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::context::Context;
@@ -285,9 +288,31 @@ where
     }
 }
 
-/// A handler with its types erased: takes the arguments as JSON.
+/// The arguments of one call, as routing found them: the raw text of `arguments` when the params
+/// were read straight from the message, or a value when they had to be parsed whole first.
+#[derive(Debug)]
+pub(crate) enum Arguments {
+    /// The text of `arguments`, not parsed yet.
+    Raw(Box<RawValue>),
+    /// `arguments` parsed (`{}` when the call gave none).
+    Parsed(Value),
+}
+
+impl Arguments {
+    /// Whether the arguments are a JSON object (the text of one, for [`Arguments::Raw`]).
+    #[cfg(not(feature = "validation"))]
+    fn is_object(&self) -> bool {
+        match self {
+            Arguments::Raw(raw) => raw.get().trim_start().starts_with('{'),
+            Arguments::Parsed(value) => value.is_object(),
+        }
+    }
+}
+
+/// A handler with its types erased: takes the arguments as JSON, decoded into its own type
+/// once, from their text when it is at hand.
 pub(crate) type ErasedTool =
-    Arc<dyn Fn(Context, Value) -> BoxFuture<Result<ToolOutput, String>> + Send + Sync>;
+    Arc<dyn Fn(Context, Arguments) -> BoxFuture<Result<ToolOutput, String>> + Send + Sync>;
 
 fn erase<H, M>(handler: H) -> ErasedTool
 where
@@ -296,16 +321,72 @@ where
     Arc::new(move |context, args| {
         let handler = handler.clone();
         Box::pin(async move {
-            let args: H::Args =
-                serde_json::from_value(args).map_err(|e| format!("invalid arguments: {e}"))?;
+            let args: Result<H::Args, _> = match args {
+                Arguments::Raw(raw) => serde_json::from_str(raw.get()),
+                Arguments::Parsed(value) => serde_json::from_value(value),
+            };
+            let args = args.map_err(|e| format!("invalid arguments: {e}"))?;
             Ok(handler.call(context, args).await.into_output())
         })
     })
 }
 
+/// A tool as the registry holds it: registered once, behind an `Arc`, with its schemas
+/// compiled and its `Mcp-Param-*` header rules derived, so that a call clones neither the
+/// tool nor does any of that again.
+pub(crate) struct Registered {
+    pub(crate) tool: Tool,
+    /// The compiled input schema, or why it cannot be used.
+    #[cfg(feature = "validation")]
+    input: Result<Validator, SchemaError>,
+    /// The compiled output schema, if the tool has one, or why it cannot be used.
+    #[cfg(feature = "validation")]
+    output: Option<Result<Validator, SchemaError>>,
+    /// The `x-mcp-header` parameters of the input schema (`None` when the schema's
+    /// annotations are not usable, and the calls are then not checked against headers).
+    #[cfg(feature = "http")]
+    pub(crate) param_headers: Option<Vec<modelctx_http::headers::ParamHeader>>,
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registered {
+    /// Registers `tool`: its schemas compiled through `schemas` (bounded by its limits), its
+    /// header rules derived.
+    pub(crate) fn new(
+        tool: Tool,
+        #[cfg(feature = "validation")] schemas: &modelctx_types::schema::SchemaCache,
+    ) -> Self {
+        Registered {
+            #[cfg(feature = "validation")]
+            input: schemas.validator(&tool.input_schema),
+            #[cfg(feature = "validation")]
+            output: tool.output_schema.as_ref().map(|s| schemas.validator(s)),
+            #[cfg(feature = "http")]
+            param_headers: modelctx_http::headers::param_headers(&tool.input_schema).ok(),
+            tool,
+        }
+    }
+
+    /// Why one of the tool's schemas cannot be used, if one cannot.
+    #[cfg(feature = "validation")]
+    pub(crate) fn unusable(&self) -> Option<&SchemaError> {
+        self.input
+            .as_ref()
+            .err()
+            .or_else(|| self.output.as_ref().and_then(|o| o.as_ref().err()))
+    }
+}
+
 /// `tools/list`: one page of the tools, written for `version`.
 pub(crate) fn list(
-    tools: &BTreeMap<String, Tool>,
+    tools: &BTreeMap<String, Arc<Registered>>,
     version: ProtocolVersion,
     params: &JsonObject,
     page_size: usize,
@@ -313,7 +394,7 @@ pub(crate) fn list(
     let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
     let tools: Vec<Value> = tools
         .into_iter()
-        .map(|t| crate::wire::write::tool(t, version))
+        .map(|t| crate::wire::write::tool(&t.tool, version))
         .collect();
     let mut result = json!({ "tools": tools });
     if let Some(next) = next {
@@ -329,36 +410,44 @@ const MAX_VIOLATIONS: usize = 8;
 /// Runs a tool call: arguments checked, the handler run, its result checked and written for
 /// `version`.
 pub(crate) async fn call(
-    tool: Tool,
-    arguments: Value,
+    registered: Arc<Registered>,
+    arguments: Arguments,
     context: Context,
-    #[cfg(feature = "validation")] schemas: &modelctx_types::schema::SchemaCache,
 ) -> Result<Value, ErrorObject> {
+    use crate::wire::write::tool_output;
     let version = context.protocol_version();
     let modern = context.inner.modern;
-    if !arguments.is_object() {
-        return Ok(crate::wire::write::tool_output(
-            &ToolOutput::error("invalid arguments: the arguments must be a JSON object"),
-            version,
-        ));
-    }
+    let tool = &registered.tool;
+    // Validation reads a value: the arguments are parsed here, once, and the handler's type is
+    // then decoded from that value. Without validation the handler decodes its type from the
+    // text straight away.
     #[cfg(feature = "validation")]
-    {
-        let validator = schemas.validator(&tool.input_schema).map_err(|e| {
+    let arguments = {
+        let value = match arguments {
+            Arguments::Raw(raw) => serde_json::from_str::<Value>(raw.get())
+                .map_err(|e| crate::wire::invalid_params(format!("invalid params: {e}")))?,
+            Arguments::Parsed(value) => value,
+        };
+        if !value.is_object() {
+            return Ok(tool_output(&not_an_object(), version));
+        }
+        let validator = registered.input.as_ref().map_err(|e| {
             crate::wire::internal(format!(
                 "the input schema of tool {} is not usable: {e}",
                 tool.name
             ))
         })?;
-        let violations = validator.validate(&arguments, MAX_VIOLATIONS);
+        let violations = validator.validate(&value, MAX_VIOLATIONS);
         if !violations.is_empty() {
             // A tool execution error: the model can read it and try again.
             let text = crate::wire::schema::describe(&violations);
-            return Ok(crate::wire::write::tool_output(
-                &ToolOutput::error(text),
-                version,
-            ));
+            return Ok(tool_output(&ToolOutput::error(text), version));
         }
+        Arguments::Parsed(value)
+    };
+    #[cfg(not(feature = "validation"))]
+    if !arguments.is_object() {
+        return Ok(tool_output(&not_an_object(), version));
     }
     let output = match (tool.handler)(context, arguments).await {
         Ok(output) => output,
@@ -368,10 +457,10 @@ pub(crate) async fn call(
         return Err(crate::input::missing_capability(capability));
     }
     #[cfg(feature = "validation")]
-    if let (Some(schema), Some(structured), false) =
-        (&tool.output_schema, &output.structured, output.is_error)
+    if let (Some(validator), Some(structured), false) =
+        (&registered.output, &output.structured, output.is_error)
     {
-        let validator = schemas.validator(schema).map_err(|e| {
+        let validator = validator.as_ref().map_err(|e| {
             crate::wire::internal(format!(
                 "the output schema of tool {} is not usable: {e}",
                 tool.name
@@ -388,7 +477,12 @@ pub(crate) async fn call(
             )));
         }
     }
-    Ok(crate::wire::write::tool_output(&output, version))
+    Ok(tool_output(&output, version))
+}
+
+/// The failed call of arguments that are not an object.
+fn not_an_object() -> ToolOutput {
+    ToolOutput::error("invalid arguments: the arguments must be a JSON object")
 }
 
 /// A tool: its definition (name, schemas, description, ...) and its handler.
@@ -550,5 +644,68 @@ impl Tool {
     /// The name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn noop(_: Value) -> &'static str {
+        ""
+    }
+
+    fn object(value: Value) -> JsonObject {
+        match value {
+            Value::Object(object) => object,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn registered_tools_hold_their_header_rules() {
+        let schema = object(json!({
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+        }));
+        let registered = Registered::new(
+            Tool::with_input_schema("t", schema, noop),
+            #[cfg(feature = "validation")]
+            &modelctx_types::schema::SchemaCache::new(Default::default()),
+        );
+        let headers = registered.param_headers.expect("usable header rules");
+        assert_eq!(
+            headers.iter().map(|h| h.name()).collect::<Vec<_>>(),
+            ["Region"]
+        );
+    }
+
+    #[cfg(feature = "validation")]
+    #[test]
+    fn registered_tools_hold_their_compiled_schemas_or_why_not() {
+        use modelctx_types::schema::{SchemaCache, SchemaError, SchemaLimits};
+        // A cache that keeps nothing: what a call validates with is what registration compiled.
+        let mut limits = SchemaLimits::default();
+        limits.cache_entries = 0;
+        let cache = SchemaCache::new(limits);
+        let schema = object(json!({"type": "object", "required": ["a"]}));
+        let registered = Registered::new(Tool::with_input_schema("t", schema, noop), &cache);
+        assert!(registered.unusable().is_none());
+        let input = registered.input.as_ref().expect("compiled");
+        assert_eq!(input.validate(&json!({}), 8).len(), 1);
+        assert!(input.validate(&json!({"a": 1}), 8).is_empty());
+
+        let remote = object(json!({"$ref": "https://example.com/a.json"}));
+        let output = object(json!({"type": "object"}));
+        let broken = Registered::new(
+            Tool::with_input_schema("r", output, noop).output_schema(remote),
+            &cache,
+        );
+        assert!(matches!(
+            broken.unusable(),
+            Some(SchemaError::ExternalRef(uri)) if uri.contains("example.com")
+        ));
+        assert!(broken.input.is_ok());
     }
 }

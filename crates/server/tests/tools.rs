@@ -540,7 +540,13 @@ async fn schemas_name_their_dialect_only_when_asked_and_unusable_ones_are_refuse
     .unwrap();
     let refused = server.add_tool(Tool::with_input_schema("future", future, any));
     assert!(
-        matches!(&refused, Err(modelctx_server::RegisterError::Schema(why)) if why.contains("dialect")),
+        matches!(
+            &refused,
+            Err(modelctx_server::RegisterError::Schema {
+                tool,
+                source: modelctx_types::schema::SchemaError::Dialect(dialect),
+            }) if tool == "future" && dialect.contains("2099-01")
+        ),
         "{refused:?}"
     );
     let remote: modelctx_types::JsonObject = serde_json::from_value(json!({
@@ -786,7 +792,13 @@ async fn look_around_patterns_need_the_backtracking_engine() {
     let linear = Server::builder("t", "1").declare_tools().build();
     let refused = linear.add_tool(Tool::with_input_schema("code", schema.clone(), any));
     assert!(
-        matches!(&refused, Err(modelctx_server::RegisterError::Schema(_))),
+        matches!(
+            &refused,
+            Err(modelctx_server::RegisterError::Schema {
+                source: modelctx_types::schema::SchemaError::Pattern { .. },
+                ..
+            })
+        ),
         "{refused:?}"
     );
 
@@ -819,4 +831,115 @@ async fn look_around_patterns_need_the_backtracking_engine() {
         .await
         .unwrap();
     assert_eq!(bad["isError"], true, "{bad}");
+}
+
+/// One message from its text, as a client wrote it (escapes and all).
+fn raw_message(text: &str) -> modelctx_types::Message {
+    match modelctx_types::decode(text.as_bytes()).unwrap() {
+        modelctx_types::Incoming::Single(message) => message,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `tools/call` params are read once, straight from the message: a name with escapes (which
+/// cannot be borrowed from the text), `null` or absent arguments (`{}`), arguments that are not
+/// an object (a failed call the model can read), and the general path for params a direct
+/// read refuses (a field twice: the last one counts, as for any object).
+#[tokio::test]
+async fn tool_calls_read_their_params_from_the_message_in_every_form() {
+    let server = Server::builder("params", "1")
+        .tool(Tool::new("echo", echo))
+        .tool(Tool::new("none", |_: NoArgs| async { "nothing" }))
+        .build();
+    let mut conn = server.in_memory();
+    conn.send(message(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "c", "version": "1"}}}),
+    ))
+    .await;
+    until_response(&mut conn, 0).await;
+    conn.send(message(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ))
+    .await;
+    let cases: [(&str, Result<&str, &str>); 6] = [
+        (
+            r#"{"name": "\u0065cho", "arguments": {"text": "escaped \"hi\""}}"#,
+            Ok(r#"escaped "hi""#),
+        ),
+        (r#"{"name": "none", "arguments": null}"#, Ok("nothing")),
+        (r#"{"name": "none"}"#, Ok("nothing")),
+        (
+            r#"{"name": "echo", "arguments": "text"}"#,
+            Err("invalid arguments: the arguments must be a JSON object"),
+        ),
+        (
+            r#"{"name": "echo", "arguments": {"text": 1}}"#,
+            Err("invalid arguments: /text: 1 is not of type \"string\""),
+        ),
+        (
+            r#"{"name": "none", "name": "echo", "arguments": {"text": "last"}}"#,
+            Ok("last"),
+        ),
+    ];
+    for (id, (params, expected)) in (1..).zip(cases) {
+        conn.send(raw_message(&format!(
+            r#"{{"jsonrpc": "2.0", "id": {id}, "method": "tools/call", "params": {params}}}"#
+        )))
+        .await;
+        let (answer, _) = until_response(&mut conn, id).await;
+        let result = &answer["result"];
+        let is_error = result["isError"] == true;
+        match expected {
+            Ok(text) => assert!(
+                !is_error && result["content"][0]["text"] == text,
+                "{answer}"
+            ),
+            Err(text) => assert!(is_error && result["content"][0]["text"] == text, "{answer}"),
+        }
+    }
+}
+
+/// A builder's tool with a schema that cannot be used: `try_build` refuses the server, naming
+/// the tool and keeping the cause; `build` keeps the tool, whose calls are then -32603.
+#[cfg(feature = "validation")]
+#[tokio::test]
+async fn builder_tools_have_their_schemas_checked_when_registered() {
+    use modelctx_types::schema::SchemaError;
+    let remote: modelctx_types::JsonObject =
+        serde_json::from_value(json!({"type": "object", "$ref": "https://example.com/a.json"}))
+            .unwrap();
+    let builder = || {
+        Server::builder("t", "1")
+            .tool(Tool::new("echo", echo))
+            .tool(Tool::with_input_schema(
+                "remote",
+                remote.clone(),
+                |_: Value| async { "unreachable" },
+            ))
+    };
+    let refused = builder().try_build();
+    assert!(
+        matches!(
+            &refused,
+            Err(modelctx_server::RegisterError::Schema {
+                tool,
+                source: SchemaError::ExternalRef(_),
+            }) if tool == "remote"
+        ),
+        "{:?}",
+        refused.err()
+    );
+    let built = Server::builder("t", "1")
+        .tool(Tool::new("echo", echo))
+        .try_build();
+    assert!(built.is_ok());
+
+    let server = builder().build();
+    let mut client = Client::connect(&server, eras().remove(1).1).await;
+    let answer = client
+        .request("tools/call", json!({"name": "remote", "arguments": {}}))
+        .await;
+    assert_eq!(code(&answer), -32603, "{answer:?}");
 }
