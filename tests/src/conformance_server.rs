@@ -91,6 +91,7 @@ async fn embedded_resource(_: NoArgs) -> Content {
         "mimeType": "text/plain",
         "text": "This is an embedded resource content.",
     }}))
+    .expect("a content block")
 }
 
 async fn multiple_content(_: NoArgs) -> Vec<Content> {
@@ -101,7 +102,8 @@ async fn multiple_content(_: NoArgs) -> Vec<Content> {
             "uri": "test://mixed-content-resource",
             "mimeType": "application/json",
             "text": "{\"test\":\"data\",\"value\":123}",
-        }})),
+        }}))
+        .expect("a content block"),
     ]
 }
 
@@ -626,11 +628,14 @@ struct ResourceArg {
 
 async fn with_embedded_resource(args: ResourceArg) -> Vec<PromptMessage> {
     vec![
-        PromptMessage::user(Content::from_json(json!({"type": "resource", "resource": {
-            "uri": args.resource_uri,
-            "mimeType": "text/plain",
-            "text": "Embedded resource content for testing.",
-        }}))),
+        PromptMessage::user(
+            Content::from_json(json!({"type": "resource", "resource": {
+                "uri": args.resource_uri,
+                "mimeType": "text/plain",
+                "text": "Embedded resource content for testing.",
+            }}))
+            .expect("a content block"),
+        ),
         PromptMessage::user("Please process the embedded resource above."),
     ]
 }

@@ -179,10 +179,7 @@ async fn crash(_: NoArgs) -> &'static str {
 pub fn client_server() -> Server {
     let mut settings = modelctx_server::Settings::default();
     settings.page_size = 2;
-    settings.list_cache = Some(modelctx_server::CacheHint {
-        ttl_ms: 60_000,
-        scope: "public",
-    });
+    settings.list_cache = Some(modelctx_server::CacheHint::public(60_000));
     let server = Server::builder("facade", "1.0.0")
         .instructions("A server for tests")
         .settings(settings)

@@ -740,7 +740,7 @@ fn start(
             let answer = answer.map(|mut result| {
                 if let (true, true, Some(hint)) = (modern, list, &shared.settings.list_cache) {
                     result["ttlMs"] = Value::from(hint.ttl_ms);
-                    result["cacheScope"] = Value::from(hint.scope);
+                    result["cacheScope"] = Value::from(hint.scope.as_str());
                 }
                 with_server_info(shared, result, modern)
             });

@@ -120,9 +120,12 @@ pub use driver::Frame;
 pub use input::InputError;
 pub use limits::Limits;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
+/// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
+/// and gives (content blocks, tool annotations, icons, ...).
+pub use modelctx_types::model;
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{
-    CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
+    CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceTemplate, Subscribe,
 };
 pub use server::{Load, RegisterError, Server, ServerBuilder};

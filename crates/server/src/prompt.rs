@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use modelctx_session::ProtocolVersion;
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -21,7 +21,7 @@ use crate::wire::write;
 /// One message of a prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptMessage {
-    role: &'static str,
+    role: model::Role,
     content: Content,
 }
 
@@ -29,7 +29,7 @@ impl PromptMessage {
     /// A message from the user.
     pub fn user(content: impl Into<Content>) -> Self {
         PromptMessage {
-            role: "user",
+            role: model::Role::User,
             content: content.into(),
         }
     }
@@ -37,7 +37,7 @@ impl PromptMessage {
     /// A message from the assistant.
     pub fn assistant(content: impl Into<Content>) -> Self {
         PromptMessage {
-            role: "assistant",
+            role: model::Role::Assistant,
             content: content.into(),
         }
     }
@@ -362,15 +362,19 @@ pub(crate) fn get(
                         error
                     }
                 })?;
-            let messages: Vec<Value> = messages
-                .iter()
-                .map(|m| json!({"role": m.role, "content": write::content_block(&m.content, version)}))
+            let description = prompt
+                .definition
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let messages = messages
+                .into_iter()
+                .map(|m| model::PromptMessage {
+                    content: m.content.0,
+                    role: m.role,
+                })
                 .collect();
-            let mut result = json!({ "messages": messages });
-            if let Some(description) = prompt.definition.get("description") {
-                result["description"] = description.clone();
-            }
-            Ok(result)
+            write::prompt_result(description, messages, version)
         })
     }))
 }

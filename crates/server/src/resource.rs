@@ -143,12 +143,57 @@ where
 }
 
 /// How long and for whom a client may cache a result (2026-07-28 `ttlMs` and `cacheScope`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use modelctx_server::{CacheHint, CacheScope};
+///
+/// let hint = CacheHint::public(60_000);
+/// assert_eq!((hint.ttl_ms, hint.scope), (60_000, CacheScope::Public));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CacheHint {
     /// How long, in milliseconds.
     pub ttl_ms: u64,
-    /// `"private"` (this user) or `"public"`.
-    pub scope: &'static str,
+    /// Who may share a cached result.
+    pub scope: CacheScope,
+}
+
+impl CacheHint {
+    /// A hint of `ttl_ms` milliseconds for `scope`.
+    pub fn new(ttl_ms: u64, scope: CacheScope) -> Self {
+        CacheHint { ttl_ms, scope }
+    }
+
+    /// A hint of `ttl_ms` milliseconds for this user only ([`CacheScope::Private`]).
+    pub fn private(ttl_ms: u64) -> Self {
+        CacheHint::new(ttl_ms, CacheScope::Private)
+    }
+
+    /// A hint of `ttl_ms` milliseconds that any user may share ([`CacheScope::Public`]).
+    pub fn public(ttl_ms: u64) -> Self {
+        CacheHint::new(ttl_ms, CacheScope::Public)
+    }
+}
+
+/// Who may share a cached result (`cacheScope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CacheScope {
+    /// Only the user (the authorization context) that got it: `"private"`.
+    Private,
+    /// Anyone: `"public"`.
+    Public,
+}
+
+impl CacheScope {
+    /// The wire string: `"private"` or `"public"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheScope::Private => "private",
+            CacheScope::Public => "public",
+        }
+    }
 }
 
 /// A resource at a fixed URI.
@@ -386,16 +431,12 @@ pub(crate) fn read(
     };
     check_uri_len(max_uri_len, "the uri", uri)?;
     let found = if let Some(resource) = resources.get(uri) {
-        Some((
-            resource.read.clone(),
-            BTreeMap::new(),
-            resource.cache.clone(),
-        ))
+        Some((resource.read.clone(), BTreeMap::new(), resource.cache))
     } else {
         templates.values().find_map(|t| {
             t.template
                 .matches(uri)
-                .map(|variables| (t.read.clone(), variables, t.cache.clone()))
+                .map(|variables| (t.read.clone(), variables, t.cache))
         })
     };
     let Some((read, variables, cache)) = found else {
@@ -417,7 +458,7 @@ pub(crate) fn read(
                         && version.era() == Era::Modern
                     {
                         result["ttlMs"] = Value::from(hint.ttl_ms);
-                        result["cacheScope"] = Value::from(hint.scope);
+                        result["cacheScope"] = Value::from(hint.scope.as_str());
                     }
                     Ok(result)
                 }

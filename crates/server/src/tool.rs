@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "validation")]
 use modelctx_types::schema::{SchemaError, Validator};
-use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion};
+use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion, model};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -17,44 +17,97 @@ use crate::handler::BoxFuture;
 use crate::handler::markers::{ArgsOnly, WithContext};
 
 /// One content block of a result (text, image, audio, a resource link or an embedded
-/// resource), as JSON.
+/// resource): the model's [`ContentBlock`](model::ContentBlock), written for each client's
+/// protocol version (blocks a version lacks become text that says what they were).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Content(pub(crate) Value);
+pub struct Content(pub(crate) model::ContentBlock);
 
 impl Content {
     /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
-        Content(json!({"type": "text", "text": text.into()}))
+        Content(crate::wire::write::text(text.into()))
     }
 
     /// An image block: base64 `data` of type `mime_type`.
     pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        Content(json!({"type": "image", "data": data.into(), "mimeType": mime_type.into()}))
+        Content(model::ContentBlock::ImageContent(model::ImageContent {
+            meta: None,
+            annotations: None,
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }))
     }
 
     /// An audio block (2025-03-26 and later; older clients get a text note instead).
     pub fn audio(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        Content(json!({"type": "audio", "data": data.into(), "mimeType": mime_type.into()}))
+        Content(model::ContentBlock::AudioContent(model::AudioContent {
+            meta: None,
+            annotations: None,
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }))
     }
 
     /// A link to a resource (2025-06-18 and later; older clients get its URI as text).
     pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
-        Content(json!({"type": "resource_link", "uri": uri.into(), "name": name.into()}))
+        Content(model::ContentBlock::ResourceLink(model::ResourceLink {
+            meta: None,
+            annotations: None,
+            description: None,
+            icons: None,
+            mime_type: None,
+            name: name.into(),
+            size: None,
+            title: None,
+            uri: uri.into(),
+        }))
     }
 
     /// An embedded text resource.
     pub fn embedded_text(uri: impl Into<String>, text: impl Into<String>) -> Self {
-        Content(json!({"type": "resource", "resource": {"uri": uri.into(), "text": text.into()}}))
+        Content(model::ContentBlock::EmbeddedResource(
+            model::EmbeddedResource {
+                meta: None,
+                annotations: None,
+                resource: model::EmbeddedResourceResource::TextResourceContents(
+                    model::TextResourceContents {
+                        meta: None,
+                        mime_type: None,
+                        text: text.into(),
+                        uri: uri.into(),
+                    },
+                ),
+            },
+        ))
     }
 
-    /// Any block, as JSON (it must have the shape of a `ContentBlock`).
-    pub fn from_json(block: Value) -> Self {
+    /// A block from its JSON, as the newest protocol version (2026-07-28) defines a
+    /// `ContentBlock`: the escape hatch for JSON at hand. Prefer the constructors, or a
+    /// [`model::ContentBlock`] (`Content::from`), which the compiler checks.
+    ///
+    /// # Errors
+    ///
+    /// The JSON is not a content block.
+    pub fn from_json(block: Value) -> Result<Self, serde_json::Error> {
+        let block: modelctx_types::v2026_07_28::ContentBlock = serde_json::from_value(block)?;
+        Ok(Content(block.into()))
+    }
+
+    /// The block.
+    pub fn block(&self) -> &model::ContentBlock {
+        &self.0
+    }
+}
+
+impl From<model::ContentBlock> for Content {
+    fn from(block: model::ContentBlock) -> Self {
         Content(block)
     }
+}
 
-    /// The block as JSON.
-    pub fn as_json(&self) -> &Value {
-        &self.0
+impl From<Content> for model::ContentBlock {
+    fn from(content: Content) -> Self {
+        content.0
     }
 }
 
@@ -395,7 +448,7 @@ pub(crate) fn list(
     let tools: Vec<Value> = tools
         .into_iter()
         .map(|t| crate::wire::write::tool(&t.tool, version))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let mut result = json!({ "tools": tools });
     if let Some(next) = next {
         result["nextCursor"] = Value::from(next);
@@ -429,7 +482,7 @@ pub(crate) async fn call(
             Arguments::Parsed(value) => value,
         };
         if !value.is_object() {
-            return Ok(tool_output(&not_an_object(), version));
+            return tool_output(&not_an_object(), version);
         }
         let validator = registered.input.as_ref().map_err(|e| {
             crate::wire::internal(format!(
@@ -441,13 +494,13 @@ pub(crate) async fn call(
         if !violations.is_empty() {
             // A tool execution error: the model can read it and try again.
             let text = crate::wire::schema::describe(&violations);
-            return Ok(tool_output(&ToolOutput::error(text), version));
+            return tool_output(&ToolOutput::error(text), version);
         }
         Arguments::Parsed(value)
     };
     #[cfg(not(feature = "validation"))]
     if !arguments.is_object() {
-        return Ok(tool_output(&not_an_object(), version));
+        return tool_output(&not_an_object(), version);
     }
     let output = match (tool.handler)(context, arguments).await {
         Ok(output) => output,
@@ -477,7 +530,7 @@ pub(crate) async fn call(
             )));
         }
     }
-    Ok(tool_output(&output, version))
+    tool_output(&output, version)
 }
 
 /// The failed call of arguments that are not an object.
@@ -490,6 +543,8 @@ fn not_an_object() -> ToolOutput {
 pub struct Tool {
     pub(crate) name: String,
     pub(crate) definition: JsonObject,
+    pub(crate) annotations: Option<model::ToolAnnotations>,
+    pub(crate) icons: Option<Vec<model::Icon>>,
     pub(crate) input_schema: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
     pub(crate) handler: ErasedTool,
@@ -538,7 +593,13 @@ impl Tool {
     /// let tool = Tool::new("weather", weather)
     ///     .title("Weather")
     ///     .description("The weather in a city")
-    ///     .annotations(serde_json::json!({"readOnlyHint": true, "openWorldHint": true}));
+    ///     .annotations(modelctx_server::model::ToolAnnotations {
+    ///         destructive_hint: None,
+    ///         idempotent_hint: None,
+    ///         open_world_hint: Some(true),
+    ///         read_only_hint: Some(true),
+    ///         title: None,
+    ///     });
     ///
     /// // State is captured by a closure.
     /// let greeting = std::sync::Arc::new(String::from("hello"));
@@ -585,6 +646,8 @@ impl Tool {
         let name = name.into();
         Tool {
             definition: JsonObject::new(),
+            annotations: None,
+            icons: None,
             input_schema,
             output_schema: <H::Output as IntoToolOutput>::output_schema(),
             handler: erase(handler),
@@ -608,14 +671,16 @@ impl Tool {
     }
 
     /// The annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`,
-    /// `title`), as JSON.
-    pub fn annotations(self, annotations: Value) -> Self {
-        self.set("annotations", annotations)
+    /// `title`; 2025-03-26 and later, each version given what it defines).
+    pub fn annotations(mut self, annotations: model::ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
+        self
     }
 
-    /// Icons (2025-11-25 and later), as JSON `Icon` objects.
-    pub fn icons(self, icons: Vec<Value>) -> Self {
-        self.set("icons", Value::from(icons))
+    /// Icons (2025-11-25 and later).
+    pub fn icons(mut self, icons: Vec<model::Icon>) -> Self {
+        self.icons = Some(icons);
+        self
     }
 
     /// Replaces the output schema (a JSON Schema; an object schema for clients before
@@ -660,6 +725,17 @@ mod tests {
             Value::Object(object) => object,
             other => panic!("not an object: {other}"),
         }
+    }
+
+    #[test]
+    fn content_is_the_models_block_and_its_json_is_checked() {
+        assert!(Content::from_json(json!({"type": "video", "data": ""})).is_err());
+        assert!(Content::from_json(json!({"type": "text"})).is_err());
+        let text = Content::from_json(json!({"type": "text", "text": "hi"})).unwrap();
+        assert_eq!(text, Content::text("hi"));
+        assert!(matches!(text.block(), model::ContentBlock::TextContent(t) if t.text == "hi"));
+        let link = Content::resource_link("file:///a", "a");
+        assert_eq!(Content::from(model::ContentBlock::from(link.clone())), link);
     }
 
     #[cfg(feature = "http")]

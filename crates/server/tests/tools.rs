@@ -441,10 +441,7 @@ async fn tool_calls_over_a_limit_are_refused_with_a_defined_error() {
 #[tokio::test]
 async fn modern_results_carry_the_server_info_and_list_cache_hints() {
     let mut settings = Settings::default();
-    settings.list_cache = Some(modelctx_server::CacheHint {
-        ttl_ms: 5000,
-        scope: "shared",
-    });
+    settings.list_cache = Some(modelctx_server::CacheHint::public(5000));
     let server = Server::builder("hints", "2.0.0")
         .settings(settings)
         .tool(Tool::new("echo", echo))
@@ -452,7 +449,7 @@ async fn modern_results_carry_the_server_info_and_list_cache_hints() {
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
     let listed = modern.request("tools/list", json!({})).await.unwrap();
     assert_eq!(listed["ttlMs"], 5000);
-    assert_eq!(listed["cacheScope"], "shared");
+    assert_eq!(listed["cacheScope"], "public");
     assert_eq!(
         listed["_meta"]["io.modelcontextprotocol/serverInfo"]["version"],
         "2.0.0"

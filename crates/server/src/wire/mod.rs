@@ -15,7 +15,6 @@ pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
 }
 
 /// An internal error (-32603).
-#[cfg(feature = "validation")]
 pub(crate) fn internal(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }

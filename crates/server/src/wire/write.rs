@@ -2,10 +2,15 @@
 //! model becomes each version's wire shape.
 
 use modelctx_session::ProtocolVersion;
-use modelctx_types::JsonObject;
+use modelctx_types::model::{self, ContentBlock, ConvertError};
+use modelctx_types::{
+    ErrorObject, JsonObject, ResultType, v2024_11_05, v2025_03_26, v2025_06_18, v2025_11_25,
+    v2026_07_28,
+};
 use serde_json::{Value, json};
 
-use crate::tool::{Content, Tool, ToolOutput};
+use super::internal;
+use crate::tool::{Tool, ToolOutput};
 
 use ProtocolVersion as V;
 
@@ -20,20 +25,38 @@ fn object_only(version: V) -> bool {
 }
 
 /// A tool definition for `tools/list` in `version`.
-pub(crate) fn tool(tool: &Tool, version: V) -> Value {
+pub(crate) fn tool(tool: &Tool, version: V) -> Result<Value, ErrorObject> {
     let mut out = JsonObject::new();
     out.insert("name".into(), Value::from(tool.name.as_str()));
     for (key, value) in &tool.definition {
-        let known = match key.as_str() {
-            "description" => true,
-            "annotations" => version >= V::V2025_03_26,
-            "title" => version >= V::V2025_06_18,
-            "icons" => version >= V::V2025_11_25,
-            _ => true,
-        };
-        if known {
+        if key != "title" || version >= V::V2025_06_18 {
             out.insert(key.clone(), value.clone());
         }
+    }
+    if let Some(annotations) = &tool.annotations {
+        let annotations = annotations.clone();
+        let written = match version {
+            V::V2024_11_05 => None,
+            V::V2025_03_26 => Some(encode(v2025_03_26::ToolAnnotations::try_from(annotations))),
+            V::V2025_06_18 => Some(encode(v2025_06_18::ToolAnnotations::try_from(annotations))),
+            V::V2025_11_25 => Some(encode(v2025_11_25::ToolAnnotations::try_from(annotations))),
+            _ => Some(encode(v2026_07_28::ToolAnnotations::try_from(annotations))),
+        };
+        if let Some(written) = written {
+            out.insert("annotations".into(), written?);
+        }
+    }
+    if let Some(icons) = &tool.icons
+        && version >= V::V2025_11_25
+    {
+        let icons = icons
+            .iter()
+            .map(|icon| match version {
+                V::V2025_11_25 => encode(v2025_11_25::Icon::try_from(icon.clone())),
+                _ => encode(v2026_07_28::Icon::try_from(icon.clone())),
+            })
+            .collect::<Result<Vec<Value>, ErrorObject>>()?;
+        out.insert("icons".into(), Value::from(icons));
     }
     out.insert(
         "inputSchema".into(),
@@ -47,7 +70,7 @@ pub(crate) fn tool(tool: &Tool, version: V) -> Value {
             Value::Object(output_schema(schema, version)),
         );
     }
-    Value::Object(out)
+    Ok(Value::Object(out))
 }
 
 /// The output schema as `version` may carry it: an object schema stays; another one is wrapped
@@ -77,53 +100,113 @@ fn is_object_schema(schema: &JsonObject) -> bool {
     schema.get("type").and_then(Value::as_str) == Some("object")
 }
 
-/// A `tools/call` result in `version`.
-pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Value {
-    let content: Vec<Value> = output
-        .content
-        .iter()
-        .map(|block| content_block(block, version))
-        .collect();
-    let mut result = json!({ "content": content });
-    if output.is_error {
-        result["isError"] = Value::Bool(true);
-    }
-    if let Some(structured) = &output.structured
-        && has_structured(version)
-    {
-        result["structuredContent"] = if object_only(version) && !structured.is_object() {
-            json!({ "result": structured })
-        } else {
-            structured.clone()
-        };
-    }
-    result
+/// Writes a model value as the wire type `version` has for it: the generated types check the
+/// shape, and drop what the version does not define.
+macro_rules! encode_in {
+    ($version:expr, $value:expr, $ty:ident) => {
+        match $version {
+            V::V2024_11_05 => encode(v2024_11_05::$ty::try_from($value)),
+            V::V2025_03_26 => encode(v2025_03_26::$ty::try_from($value)),
+            V::V2025_06_18 => encode(v2025_06_18::$ty::try_from($value)),
+            V::V2025_11_25 => encode(v2025_11_25::$ty::try_from($value)),
+            _ => encode(v2026_07_28::$ty::try_from($value)),
+        }
+    };
 }
 
-/// A content block in `version`: blocks the version does not know become text that says what
-/// they were.
-pub(crate) fn content_block(block: &Content, version: V) -> Value {
-    let value = block.as_json();
-    match value.get("type").and_then(Value::as_str) {
-        Some("audio") if version < V::V2025_03_26 => {
-            let mime = value
-                .get("mimeType")
-                .and_then(Value::as_str)
-                .unwrap_or("audio");
-            json!({"type": "text", "text": format!("[{mime} audio, not shown in this protocol version]")})
+/// The JSON of a wire value, or an internal error (-32603) saying why the value has no form in
+/// the version.
+fn encode<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<Value, ErrorObject> {
+    let wire = wire.map_err(|e| internal(format!("the result cannot be written: {e}")))?;
+    serde_json::to_value(wire).map_err(|e| internal(format!("the result cannot be written: {e}")))
+}
+
+/// A `tools/call` result in `version`.
+pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Value, ErrorObject> {
+    let structured_content = match &output.structured {
+        Some(structured) if has_structured(version) => {
+            Some(if object_only(version) && !structured.is_object() {
+                json!({ "result": structured })
+            } else {
+                structured.clone()
+            })
         }
-        Some("resource_link") if version < V::V2025_06_18 => {
-            let uri = value.get("uri").and_then(Value::as_str).unwrap_or_default();
-            json!({"type": "text", "text": uri})
-        }
-        _ => value.clone(),
+        _ => None,
+    };
+    let result = model::CallToolResult {
+        meta: None,
+        content: output
+            .content
+            .iter()
+            .map(|block| content_block(&block.0, version))
+            .collect(),
+        is_error: output.is_error.then_some(true),
+        result_type: Some(ResultType::Complete),
+        structured_content,
+        extra: JsonObject::new(),
+    };
+    encode_in!(version, result, CallToolResult)
+}
+
+/// A `prompts/get` result in `version`.
+pub(crate) fn prompt_result(
+    description: Option<String>,
+    messages: Vec<model::PromptMessage>,
+    version: V,
+) -> Result<Value, ErrorObject> {
+    let result = model::GetPromptResult {
+        meta: None,
+        description,
+        messages: messages
+            .into_iter()
+            .map(|message| model::PromptMessage {
+                content: content_block(&message.content, version),
+                role: message.role,
+            })
+            .collect(),
+        result_type: Some(ResultType::Complete),
+        extra: JsonObject::new(),
+    };
+    encode_in!(version, result, GetPromptResult)
+}
+
+/// A content block as `version` can carry it: the one place content is downgraded. Blocks the
+/// version does not know become text that says what they were (audio before 2025-03-26, a
+/// resource link before 2025-06-18); fields it does not know are dropped when the block is
+/// written in its types.
+pub(crate) fn content_block(block: &ContentBlock, version: V) -> ContentBlock {
+    match block {
+        ContentBlock::AudioContent(audio) if version < V::V2025_03_26 => text(format!(
+            "[{} audio, not shown in this protocol version]",
+            audio.mime_type
+        )),
+        ContentBlock::ResourceLink(link) if version < V::V2025_06_18 => text(link.uri.clone()),
+        other => other.clone(),
     }
+}
+
+/// A text block.
+pub(crate) fn text(text: String) -> ContentBlock {
+    ContentBlock::TextContent(model::TextContent {
+        meta: None,
+        annotations: None,
+        text,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::NoArgs;
+    use crate::tool::{Content, NoArgs};
+
+    fn tool_output(output: &ToolOutput, version: V) -> Value {
+        super::tool_output(output, version).expect("a result every version can carry")
+    }
+
+    fn content_block(block: &Content, version: V) -> Value {
+        let result = super::tool_output(&ToolOutput::new(vec![block.clone()]), version).unwrap();
+        result["content"][0].clone()
+    }
 
     fn output(structured: Value) -> ToolOutput {
         ToolOutput::structured(structured)
@@ -176,15 +259,35 @@ mod tests {
         let t = Tool::with_input_schema("t", JsonObject::new(), noop)
             .title("T")
             .description("d")
-            .icons(vec![json!({"src": "https://x/i.png"})])
+            .icons(vec![model::Icon {
+                mime_type: None,
+                sizes: None,
+                src: "https://x/i.png".into(),
+                theme: None,
+            }])
+            .annotations(model::ToolAnnotations {
+                destructive_hint: None,
+                idempotent_hint: None,
+                open_world_hint: Some(false),
+                read_only_hint: Some(true),
+                title: None,
+            })
             .output_schema(JsonObject::new());
-        let old = tool(&t, V::V2024_11_05);
+        let old = tool(&t, V::V2024_11_05).unwrap();
         assert!(old.get("title").is_none() && old.get("icons").is_none());
         assert!(old.get("outputSchema").is_none());
         assert_eq!(old["description"], "d");
-        let new = tool(&t, V::V2026_07_28);
+        assert!(old.get("annotations").is_none());
+        let middle = tool(&t, V::V2025_03_26).unwrap();
+        assert_eq!(
+            middle["annotations"],
+            json!({"readOnlyHint": true, "openWorldHint": false})
+        );
+        assert!(middle.get("icons").is_none());
+        let new = tool(&t, V::V2026_07_28).unwrap();
         assert_eq!(new["title"], "T");
-        assert!(new.get("icons").is_some() && new.get("outputSchema").is_some());
+        assert_eq!(new["icons"], json!([{"src": "https://x/i.png"}]));
+        assert!(new.get("outputSchema").is_some());
     }
 
     #[test]
