@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) modern: bool,
     #[cfg(feature = "http")]
     pub(crate) http: Option<modelctx_http::server::RequestContext>,
+    /// The server's state ([`ServerBuilder::state`](crate::ServerBuilder::state)).
+    pub(crate) state: Arc<crate::handler::States>,
 }
 
 impl std::fmt::Debug for Context {
@@ -114,6 +116,18 @@ impl Context {
     /// and logs, not for decisions).
     pub fn client_info(&self) -> Option<&Value> {
         self.inner.client_info.as_ref()
+    }
+
+    /// A clone of the server's state of type `S` ([`ServerBuilder::state`]), as the
+    /// [`State`](crate::State) argument gives it.
+    ///
+    /// # Errors
+    ///
+    /// [`MissingState`](crate::MissingState) when the server was not given state of type `S`.
+    ///
+    /// [`ServerBuilder::state`]: crate::ServerBuilder::state
+    pub fn state<S: Clone + 'static>(&self) -> Result<S, crate::MissingState> {
+        self.inner.state.get::<S>()
     }
 
     /// The client's capabilities: the session's (legacy) or the request's (modern).

@@ -813,6 +813,7 @@ fn start(
             modern,
             #[cfg(feature = "http")]
             http: origin.http.clone(),
+            state: shared.state.clone(),
         }),
     };
     book.running.insert(

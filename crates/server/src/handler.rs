@@ -1,6 +1,8 @@
 //! What handlers are made of: the boxed future the registry stores, the erased work of one
 //! request, the markers that tell handler shapes apart, and the schemas derived from types.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -16,6 +18,94 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 pub(crate) type Runner =
     Box<dyn FnOnce(Context) -> BoxFuture<Result<Value, ErrorObject>> + Send + 'static>;
 
+/// State the application gave the server ([`ServerBuilder::state`]), as a handler argument:
+/// `async fn(State<S>, Args)` or `async fn(Context, State<S>, Args)`. Each call gets a clone
+/// of the value (put what is shared in an `Arc`, a pool, a channel), as with axum's `State`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use modelctx_server::{NoArgs, Server, State, Tool};
+///
+/// #[derive(Clone, Default)]
+/// struct App {
+///     hits: Arc<AtomicU64>,
+/// }
+///
+/// async fn hit(State(app): State<App>, _: NoArgs) -> String {
+///     (app.hits.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+/// }
+///
+/// let server = Server::builder("counter", "1.0.0")
+///     .state(App::default())
+///     .tool(Tool::new("hit", hit))
+///     .try_build()
+///     .expect("the state the tools take is there");
+/// # drop(server);
+/// ```
+///
+/// [`ServerBuilder::state`]: crate::ServerBuilder::state
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct State<S>(pub S);
+
+impl<S> std::ops::Deref for State<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.0
+    }
+}
+
+impl<S> std::ops::DerefMut for State<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.0
+    }
+}
+
+/// A handler asked for state of a type the server was not given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the server has no state of type {type_name} (give it with ServerBuilder::state)")]
+#[non_exhaustive]
+pub struct MissingState {
+    /// The type asked for.
+    pub type_name: &'static str,
+}
+
+/// The state of a server, one value per type.
+#[derive(Default)]
+pub(crate) struct States(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for States {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("States")
+            .field("types", &self.0.len())
+            .finish()
+    }
+}
+
+impl States {
+    /// Keeps `state`, replacing any earlier one of its type.
+    pub(crate) fn insert<S: Clone + Send + Sync + 'static>(&mut self, state: S) {
+        self.0.insert(TypeId::of::<S>(), Box::new(state));
+    }
+
+    /// A clone of the state of type `S`.
+    pub(crate) fn get<S: Clone + 'static>(&self) -> Result<S, MissingState> {
+        self.0
+            .get(&TypeId::of::<S>())
+            .and_then(|state| state.downcast_ref::<S>())
+            .cloned()
+            .ok_or(MissingState {
+                type_name: std::any::type_name::<S>(),
+            })
+    }
+
+    /// Whether there is state of the type `id`.
+    pub(crate) fn has(&self, id: TypeId) -> bool {
+        self.0.contains_key(&id)
+    }
+}
+
 /// The markers that tell the handler shapes apart (`async fn(Args)` and
 /// `async fn(Context, Args)`). They are in a private module: nothing outside this crate can
 /// name them, so no one else can implement the handler traits for a shape of their own, and
@@ -30,6 +120,16 @@ pub(crate) mod markers {
     #[derive(Debug)]
     #[non_exhaustive]
     pub struct WithContext;
+
+    /// The marker of `async fn(State<S>, Args) -> R`.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub struct WithState;
+
+    /// The marker of `async fn(Context, State<S>, Args) -> R`.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub struct WithContextAndState;
 }
 
 /// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and

@@ -117,6 +117,7 @@ mod wire;
 
 pub use context::{Context, ProgressError, Question};
 pub use driver::Frame;
+pub use handler::{MissingState, State};
 pub use input::InputError;
 pub use limits::Limits;
 pub use modelctx_session::{LogLevel, ProtocolVersion};

@@ -10,6 +10,7 @@ use modelctx_types::ErrorObject;
 use tokio::sync::broadcast;
 
 use crate::complete::Completer;
+use crate::handler::States;
 use crate::prompt::Prompt;
 use crate::resource::{Resource, ResourceTemplate, Subscribe, SubscribeHook};
 use crate::settings::Settings;
@@ -62,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) settings: Settings,
     pub(crate) registry: RwLock<Registry>,
     pub(crate) changes: broadcast::Sender<Change>,
+    /// The state handlers take ([`State`](crate::State)).
+    pub(crate) state: Arc<States>,
 }
 
 /// Counters of what is under way.

@@ -9,6 +9,7 @@ use modelctx_types::JsonObject;
 use serde_json::json;
 use tokio::sync::broadcast;
 
+use crate::handler::States;
 use crate::prompt::Prompt;
 use crate::registry::{Change, LoadCounters, Registry, Shared};
 use crate::resource::{Resource, ResourceTemplate};
@@ -30,6 +31,7 @@ pub struct ServerBuilder {
     declare_prompts: bool,
     declare_resources: bool,
     state_key: Option<modelctx_session::state::StateKey>,
+    states: States,
     subscribe_hook: Option<crate::resource::SubscribeHook>,
 }
 
@@ -128,23 +130,31 @@ impl ServerBuilder {
         self
     }
 
+    /// Gives handlers `state`: a handler that takes [`State<S>`](crate::State) gets a clone of
+    /// it on each call (a later state of the same type replaces an earlier one). See
+    /// [`State`](crate::State).
+    pub fn state<S: Clone + Send + Sync + 'static>(mut self, state: S) -> Self {
+        self.states.insert(state);
+        self
+    }
+
     /// The server. A tool whose schema cannot be used (an unsupported dialect, an external
     /// `$ref`, too large or too deep for [`Settings::schema_limits`], a pattern the linear
-    /// engine cannot match) is kept, logged as an error here, and answers its calls with
-    /// -32603; [`ServerBuilder::try_build`] refuses such a server instead.
+    /// engine cannot match), or that takes state of a type the builder was not given, is kept,
+    /// logged as an error here, and answers its calls with -32603;
+    /// [`ServerBuilder::try_build`] refuses such a server instead.
     pub fn build(self) -> Server {
-        let (server, _unusable) = self.assemble();
-        #[cfg(feature = "validation")]
-        for (tool, error) in _unusable {
-            tracing::error!(
-                "tool {tool}: its schema is not usable, so its calls will fail: {error}"
-            );
+        let (server, refused) = self.assemble();
+        for error in refused {
+            tracing::error!("{error}; its calls will fail");
         }
         server
     }
 
-    /// The server, or [`RegisterError::Schema`] for the first tool (by name) whose input or
-    /// output schema cannot be used, as [`Server::add_tool`] refuses it.
+    /// The server, or the first reason (by tool name) [`Server::add_tool`] would refuse one of
+    /// the builder's tools: [`RegisterError::Schema`] for a tool whose input or output schema
+    /// cannot be used, [`RegisterError::MissingState`] for one that takes state of a type the
+    /// builder was not given.
     ///
     /// ```
     /// use modelctx_server::{NoArgs, RegisterError, Server, Tool};
@@ -160,17 +170,16 @@ impl ServerBuilder {
     ///     .try_build();
     /// assert!(matches!(result, Err(RegisterError::Schema { tool, .. }) if tool == "remote"));
     /// ```
-    #[cfg(feature = "validation")]
     pub fn try_build(self) -> Result<Server, RegisterError> {
-        let (server, unusable) = self.assemble();
-        match unusable.into_iter().next() {
-            Some((tool, source)) => Err(RegisterError::Schema { tool, source }),
+        let (server, refused) = self.assemble();
+        match refused.into_iter().next() {
+            Some(error) => Err(error),
             None => Ok(server),
         }
     }
 
-    /// The server, and the tools whose schemas cannot be used, with why.
-    fn assemble(self) -> (Server, Vec<(String, Unusable)>) {
+    /// The server, and what `add_tool` would have refused of its tools.
+    fn assemble(self) -> (Server, Vec<RegisterError>) {
         let mut capabilities = JsonObject::new();
         capabilities.insert("logging".into(), json!({}));
         if self.declare_tools {
@@ -198,10 +207,8 @@ impl ServerBuilder {
         #[cfg(feature = "validation")]
         let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
         // Every tool registered once: its schemas compiled, its header rules derived. A tool
-        // with a schema that cannot be used (`add_tool` refuses those) is kept, and answers its
-        // calls with -32603.
-        #[cfg_attr(not(feature = "validation"), allow(unused_mut))]
-        let mut unusable = Vec::new();
+        // `add_tool` would refuse is kept, and answers its calls with -32603.
+        let mut refused = Vec::new();
         let tools: BTreeMap<String, Arc<Registered>> = self
             .tools
             .into_iter()
@@ -211,9 +218,8 @@ impl ServerBuilder {
                     #[cfg(feature = "validation")]
                     &schemas,
                 );
-                #[cfg(feature = "validation")]
-                if let Some(error) = registered.unusable() {
-                    unusable.push((name.clone(), error.clone()));
+                if let Some(error) = refusal(&registered, &self.states) {
+                    refused.push(error);
                 }
                 (name, Arc::new(registered))
             })
@@ -238,18 +244,31 @@ impl ServerBuilder {
                     templates: self.templates,
                 }),
                 changes,
+                state: Arc::new(self.states),
             }),
         };
-        (server, unusable)
+        (server, refused)
     }
 }
 
-/// Why a tool's schema cannot be used.
-#[cfg(feature = "validation")]
-type Unusable = modelctx_types::schema::SchemaError;
-/// Without validation no schema is compiled, and none is found unusable.
-#[cfg(not(feature = "validation"))]
-type Unusable = std::convert::Infallible;
+/// Why a registered tool cannot be served: a schema that cannot be used, or state of a type the
+/// server does not have.
+fn refusal(registered: &Registered, states: &States) -> Option<RegisterError> {
+    #[cfg(feature = "validation")]
+    if let Some(source) = registered.unusable() {
+        return Some(RegisterError::Schema {
+            tool: registered.tool.name.clone(),
+            source: source.clone(),
+        });
+    }
+    match registered.tool.state {
+        Some((id, type_name)) if !states.has(id) => Some(RegisterError::MissingState {
+            tool: registered.tool.name.clone(),
+            type_name,
+        }),
+        _ => None,
+    }
+}
 
 /// A random key for this process's round trips.
 fn random_key() -> modelctx_session::state::StateKey {
@@ -286,6 +305,15 @@ pub enum RegisterError {
         tool: String,
         /// Why its schema cannot be used.
         source: modelctx_types::schema::SchemaError,
+    },
+    /// A tool's handler takes [`State`](crate::State) of a type the server was not given
+    /// ([`ServerBuilder::state`]).
+    #[error("tool {tool} takes state of type {type_name}, which the server was not given")]
+    MissingState {
+        /// The tool's name.
+        tool: String,
+        /// The type of the state.
+        type_name: &'static str,
     },
 }
 
@@ -351,6 +379,7 @@ impl Server {
             declare_prompts: false,
             declare_resources: false,
             state_key: None,
+            states: States::default(),
             subscribe_hook: None,
         }
     }
@@ -394,12 +423,8 @@ impl Server {
             #[cfg(feature = "validation")]
             &self.shared.schemas,
         );
-        #[cfg(feature = "validation")]
-        if let Some(source) = registered.unusable().cloned() {
-            return Err(RegisterError::Schema {
-                tool: registered.tool.name,
-                source,
-            });
+        if let Some(error) = refusal(&registered, &self.shared.state) {
+            return Err(error);
         }
         self.registry_mut()
             .tools

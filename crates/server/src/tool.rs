@@ -1,5 +1,6 @@
 //! Tools: a definition and an async function with typed arguments.
 
+use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -13,8 +14,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::context::Context;
-use crate::handler::BoxFuture;
-use crate::handler::markers::{ArgsOnly, WithContext};
+use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
+use crate::handler::{BoxFuture, MissingState, State};
 
 /// One content block of a result (text, image, audio, a resource link or an embedded
 /// resource): the model's [`ContentBlock`](model::ContentBlock), written for each client's
@@ -296,13 +297,15 @@ fn structured<T: Serialize>(value: &T) -> ToolOutput {
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct NoArgs {}
 
-/// An async function that can handle a tool call: `async fn(A) -> R` or
-/// `async fn(Context, A) -> R`, where `A` is the arguments (a `Deserialize` type, an object)
-/// and `R` implements [`IntoToolOutput`]. `M` only tells the two shapes apart.
+/// An async function that can handle a tool call: `async fn(A) -> R`,
+/// `async fn(Context, A) -> R`, `async fn(State<S>, A) -> R` or
+/// `async fn(Context, State<S>, A) -> R`, where `A` is the arguments (a `Deserialize` type, an
+/// object), `S` state given with [`ServerBuilder::state`](crate::ServerBuilder::state), and `R`
+/// implements [`IntoToolOutput`]. `M` only tells the shapes apart.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tool handler",
     label = "not a tool handler",
-    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none) and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
+    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none), `S: Clone + Send + Sync + 'static` and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
 )]
 pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.
@@ -310,7 +313,21 @@ pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The result.
     type Output: IntoToolOutput;
     /// Runs the tool.
-    fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
+    ///
+    /// # Errors
+    ///
+    /// [`MissingState`] when the handler takes state of a type the server was not given.
+    fn call(
+        &self,
+        context: Context,
+        args: Self::Args,
+    ) -> Result<BoxFuture<Self::Output>, MissingState>;
+
+    /// The type of the state the handler takes, if it takes any: checked when the tool is
+    /// registered (default: none).
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        None
+    }
 }
 
 impl<F, Fut, A, R> ToolHandler<(ArgsOnly, A)> for F
@@ -322,8 +339,8 @@ where
 {
     type Args = A;
     type Output = R;
-    fn call(&self, _context: Context, args: A) -> BoxFuture<R> {
-        Box::pin((self)(args))
+    fn call(&self, _context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        Ok(Box::pin((self)(args)))
     }
 }
 
@@ -336,8 +353,48 @@ where
 {
     type Args = A;
     type Output = R;
-    fn call(&self, context: Context, args: A) -> BoxFuture<R> {
-        Box::pin((self)(context, args))
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        Ok(Box::pin((self)(context, args)))
+    }
+}
+
+impl<F, Fut, S, A, R> ToolHandler<(WithState, S, A)> for F
+where
+    F: Fn(State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoToolOutput,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        let state = context.inner.state.get::<S>()?;
+        Ok(Box::pin((self)(State(state), args)))
+    }
+
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
+    }
+}
+
+impl<F, Fut, S, A, R> ToolHandler<(WithContextAndState, S, A)> for F
+where
+    F: Fn(Context, State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoToolOutput,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        let state = context.inner.state.get::<S>()?;
+        Ok(Box::pin((self)(context, State(state), args)))
+    }
+
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
     }
 }
 
@@ -363,9 +420,10 @@ impl Arguments {
 }
 
 /// A handler with its types erased: takes the arguments as JSON, decoded into its own type
-/// once, from their text when it is at hand.
+/// once, from their text when it is at hand. Arguments that do not decode are a failed call
+/// the model can read; missing state is the server's fault (-32603).
 pub(crate) type ErasedTool =
-    Arc<dyn Fn(Context, Arguments) -> BoxFuture<Result<ToolOutput, String>> + Send + Sync>;
+    Arc<dyn Fn(Context, Arguments) -> BoxFuture<Result<ToolOutput, ErrorObject>> + Send + Sync>;
 
 fn erase<H, M>(handler: H) -> ErasedTool
 where
@@ -378,8 +436,14 @@ where
                 Arguments::Raw(raw) => serde_json::from_str(raw.get()),
                 Arguments::Parsed(value) => serde_json::from_value(value),
             };
-            let args = args.map_err(|e| format!("invalid arguments: {e}"))?;
-            Ok(handler.call(context, args).await.into_output())
+            let args = match args {
+                Ok(args) => args,
+                Err(e) => return Ok(ToolOutput::error(format!("invalid arguments: {e}"))),
+            };
+            let running = handler
+                .call(context, args)
+                .map_err(|e| crate::wire::internal(e.to_string()))?;
+            Ok(running.await.into_output())
         })
     })
 }
@@ -502,10 +566,7 @@ pub(crate) async fn call(
     if !arguments.is_object() {
         return tool_output(&not_an_object(), version);
     }
-    let output = match (tool.handler)(context, arguments).await {
-        Ok(output) => output,
-        Err(text) => ToolOutput::error(text),
-    };
+    let output = (tool.handler)(context, arguments).await?;
     if let (true, Some(capability)) = (modern, &output.missing_capability) {
         return Err(crate::input::missing_capability(capability));
     }
@@ -545,6 +606,8 @@ pub struct Tool {
     pub(crate) definition: JsonObject,
     pub(crate) annotations: Option<model::ToolAnnotations>,
     pub(crate) icons: Option<Vec<model::Icon>>,
+    /// The type of the state the handler takes, if any.
+    pub(crate) state: Option<(TypeId, &'static str)>,
     pub(crate) input_schema: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
     pub(crate) handler: ErasedTool,
@@ -648,6 +711,7 @@ impl Tool {
             definition: JsonObject::new(),
             annotations: None,
             icons: None,
+            state: H::state_type(),
             input_schema,
             output_schema: <H::Output as IntoToolOutput>::output_schema(),
             handler: erase(handler),

@@ -940,3 +940,80 @@ async fn builder_tools_have_their_schemas_checked_when_registered() {
         .await;
     assert_eq!(code(&answer), -32603, "{answer:?}");
 }
+
+/// Shared state: `ServerBuilder::state` and a `State<S>` argument, in both shapes, one value
+/// shared by every call (a clone of it per call); `Context::state` gives the same. A tool that
+/// takes state the server was not given is refused by `try_build` and `add_tool`, and a
+/// server built anyway answers its calls with -32603.
+#[tokio::test]
+async fn handlers_take_the_state_the_server_was_given() {
+    use modelctx_server::{RegisterError, State};
+
+    #[derive(Clone, Default)]
+    struct Hits(Arc<AtomicUsize>);
+    #[derive(Clone)]
+    struct Greeting(&'static str);
+
+    async fn hit(State(hits): State<Hits>, _: NoArgs) -> String {
+        (hits.0.fetch_add(1, Ordering::SeqCst) + 1).to_string()
+    }
+    async fn greet(context: Context, greeting: State<Greeting>, args: Echo) -> String {
+        let hits: Hits = context.state().expect("the server has Hits");
+        let missing = context.state::<String>();
+        assert_eq!(
+            missing.err().map(|e| e.type_name),
+            Some(std::any::type_name::<String>())
+        );
+        format!(
+            "{} {} ({})",
+            greeting.0.0,
+            args.text,
+            hits.0.load(Ordering::SeqCst)
+        )
+    }
+
+    let hits = Hits::default();
+    let server = Server::builder("state", "1")
+        .state(hits.clone())
+        .state(Greeting("hello"))
+        .tool(Tool::new("hit", hit))
+        .tool(Tool::new("greet", greet))
+        .try_build()
+        .expect("every state the tools take is there");
+    for (_, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let before = hits.0.load(Ordering::SeqCst);
+        let answer = client.call("hit", json!({})).await;
+        assert_eq!(text(&answer), (before + 1).to_string());
+        let answer = client.call("greet", json!({"text": "you"})).await;
+        assert_eq!(text(&answer), format!("hello you ({})", before + 1));
+    }
+    assert_eq!(hits.0.load(Ordering::SeqCst), eras().len());
+
+    // Without the state.
+    let refused = Server::builder("state", "1")
+        .tool(Tool::new("hit", hit))
+        .try_build();
+    assert!(
+        matches!(
+            &refused,
+            Err(RegisterError::MissingState { tool, type_name })
+                if tool == "hit" && type_name.ends_with("Hits")
+        ),
+        "{:?}",
+        refused.err()
+    );
+    let bare = Server::builder("state", "1").declare_tools().build();
+    assert!(matches!(
+        bare.add_tool(Tool::new("hit", hit)),
+        Err(RegisterError::MissingState { .. })
+    ));
+    let server = Server::builder("state", "1")
+        .tool(Tool::new("hit", hit))
+        .build();
+    let mut client = Client::connect(&server, eras().remove(0).1).await;
+    let answer = client
+        .request("tools/call", json!({"name": "hit", "arguments": {}}))
+        .await;
+    assert_eq!(code(&answer), -32603, "{answer:?}");
+}
