@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::Command;
-use crate::input::{Asked, InputError};
+use crate::input::{Asked, InputError, NoAnswer};
 
 /// The context of one request: handed to every handler that asks for it.
 ///
@@ -395,11 +395,11 @@ impl Context {
             })
             .await;
         if asked.is_err() {
-            return Err(InputError::NoAnswer("the connection ended".into()));
+            return Err(InputError::NoAnswer(NoAnswer::ConnectionEnded));
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(InputError::NoAnswer("the connection ended".into())))
+            .unwrap_or_else(|_| Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)))
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::input::InputError;
+use crate::input::{InputError, NoAnswer};
 use std::time::Instant;
 
 use modelctx_session::{
@@ -240,7 +240,7 @@ impl Book {
         for (_, question) in self.questions.drain() {
             let _ = question
                 .reply
-                .send(Err(InputError::NoAnswer("the connection ended".into())));
+                .send(Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)));
         }
     }
 }
@@ -549,7 +549,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             reply,
         } => {
             if book.running(&id, generation).is_none() {
-                let _ = reply.send(Err(InputError::NoAnswer("the request has ended".into())));
+                let _ = reply.send(Err(InputError::NoAnswer(NoAnswer::RequestEnded)));
                 return;
             }
             match session.send_request(
@@ -576,7 +576,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
                     let _ = reply.send(Err(InputError::NotSupported(capability.to_owned())));
                 }
                 Err(e) => {
-                    let _ = reply.send(Err(InputError::NoAnswer(e.to_string())));
+                    let _ = reply.send(Err(InputError::NoAnswer(NoAnswer::NotSent(e))));
                 }
             }
         }
@@ -633,15 +633,15 @@ fn on_event(
         Event::Response { id, result, .. } => {
             if let Some(question) = book.questions.remove(&id) {
                 let answer = serde_json::from_str(result.get())
-                    .map_err(|e| InputError::Refused(format!("unreadable answer: {e}")));
+                    .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))));
                 let _ = question.reply.send(answer);
             }
         }
         Event::Failed { id, error, .. } => {
             if let Some(question) = book.questions.remove(&id) {
                 let error = match error {
-                    RequestError::Remote(e) => InputError::Refused(e.message),
-                    other => InputError::NoAnswer(other.to_string()),
+                    RequestError::Remote(e) => InputError::Refused(e),
+                    other => InputError::NoAnswer(NoAnswer::Failed(other)),
                 };
                 let _ = question.reply.send(Err(error));
             }

@@ -30,7 +30,7 @@ use crate::handler::Runner;
 use crate::wire::invalid_params;
 
 /// Why input from the client is not available.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum InputError {
     /// The client did not declare the capability this needs (a dotted path such as
@@ -42,17 +42,38 @@ pub enum InputError {
         "only tool calls, prompts and resource reads can ask the client for input in protocol 2026-07-28"
     )]
     NotAllowed,
-    /// The client answered the request with an error.
-    #[error("the client refused: {0}")]
-    Refused(String),
-    /// The request could not be sent or got no answer (timeout, connection ended).
+    /// The client answered the request with an error: the error it sent.
+    #[error("the client refused: {}", .0.message)]
+    Refused(ErrorObject),
+    /// The request could not be sent or got no usable answer.
     #[error("no answer from the client: {0}")]
-    NoAnswer(String),
+    NoAnswer(#[source] NoAnswer),
     /// Two questions of one request were given the same key ([`Context::keyed`]).
     ///
     /// [`Context::keyed`]: crate::Context::keyed
     #[error("two questions of one request have the key {0:?}")]
     DuplicateKey(String),
+}
+
+/// Why a question to the client got no usable answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NoAnswer {
+    /// The connection ended first.
+    #[error("the connection ended")]
+    ConnectionEnded,
+    /// The request the question was asked for ended first.
+    #[error("the request has ended")]
+    RequestEnded,
+    /// The session could not send the question.
+    #[error(transparent)]
+    NotSent(#[from] modelctx_session::SessionError),
+    /// The question timed out, was cancelled by the client, or its connection closed.
+    #[error(transparent)]
+    Failed(#[from] modelctx_session::RequestError),
+    /// The client's answer is not JSON.
+    #[error("unreadable answer: {0}")]
+    Unreadable(Arc<serde_json::Error>),
 }
 
 /// The `requiredCapabilities` of a -32021 error for a capability path such as `sampling` or

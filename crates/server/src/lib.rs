@@ -118,7 +118,7 @@ mod wire;
 pub use context::{Context, ProgressError, Question};
 pub use driver::Frame;
 pub use handler::{MissingState, State};
-pub use input::InputError;
+pub use input::{InputError, NoAnswer};
 pub use limits::Limits;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
