@@ -399,7 +399,7 @@ impl Context {
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)))
+            .unwrap_or(Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)))
     }
 }
 
