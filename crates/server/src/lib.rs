@@ -26,7 +26,9 @@
 //!
 //! # Handlers
 //!
-//! * **Tools**: `async fn(Args) -> R` or `async fn(Context, Args) -> R`. `Args` is any
+//! * **Tools**: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, and with state given
+//!   to [`ServerBuilder::state`], `async fn(State<S>, Args) -> R` or
+//!   `async fn(Context, State<S>, Args) -> R` ([`State`]). `Args` is any
 //!   `Deserialize` type (its JSON Schema, derived with `schemars`, is the tool's input schema;
 //!   [`Tool::with_input_schema`] takes one by hand); arguments are validated against the schema
 //!   first, and a mismatch is a failed call (`isError`) the model can read. `R` is text,
@@ -83,10 +85,17 @@
 //!
 //! # What it does not do
 //!
-//! It holds no protocol rules (those are `modelctx-session`'s) and no wire rules (those are the
-//! transports'): it routes requests to handlers, runs each on its own task, and writes what
-//! they return for the client's protocol version. It does not authenticate (an HTTP layer in
-//! front does) and does not implement the tasks extension yet.
+//! It routes requests to handlers, runs each on its own task, and writes what they return for
+//! the client's protocol version: tool and prompt results are built as `model` values and
+//! converted into that version's generated types, content being downgraded in one place
+//! (`wire::write::content_block`). Tools are registered once, with their schemas compiled and
+//! their `Mcp-Param-*` rules derived; a call reads its params once. It holds no wire rules
+//! (those are the transports'). Some protocol rules still live here rather than in
+//! `modelctx-session`: the `serverInfo` and list cache fields of modern results and legacy
+//! subscriptions (in the runtime, `driver.rs`), the resource-not-found code per era
+//! (`resource.rs`), and resource contents and definitions are still written as JSON. It does
+//! not authenticate (an HTTP layer in front does) and does not implement the tasks extension
+//! yet.
 
 // The modules in the order they import each other: each uses only those below it (the
 // runtime, `driver`/`context`/`input`, and the handlers' `Context` aside).
