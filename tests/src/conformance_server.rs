@@ -355,10 +355,7 @@ async fn mrtr_sampling(context: Context, _: NoArgs) -> Result<String, InputError
 
 async fn mrtr_list_roots(context: Context, _: NoArgs) -> Result<String, InputError> {
     let answer = context.keyed("client_roots").list_roots().await?;
-    let uris: Vec<&str> = answer["roots"]
-        .as_array()
-        .map(|roots| roots.iter().filter_map(|r| r["uri"].as_str()).collect())
-        .unwrap_or_default();
+    let uris: Vec<&str> = answer.roots.iter().map(|r| r.uri.as_str()).collect();
     Ok(format!("Roots: {}", uris.join(", ")))
 }
 
@@ -389,7 +386,7 @@ async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError
         "name={}, greeting={}, roots={}",
         name["content"]["name"],
         greeting["content"]["text"],
-        roots["roots"].as_array().map_or(0, Vec::len)
+        roots.roots.len()
     ))
 }
 

@@ -149,10 +149,7 @@ async fn sample(context: Context, args: Echo) -> Result<String, InputError> {
 /// Lists the client's roots.
 async fn roots(context: Context, _: NoArgs) -> Result<String, InputError> {
     let answer = context.list_roots().await?;
-    let uris: Vec<&str> = answer["roots"]
-        .as_array()
-        .map(|r| r.iter().filter_map(|r| r["uri"].as_str()).collect())
-        .unwrap_or_default();
+    let uris: Vec<&str> = answer.roots.iter().map(|r| r.uri.as_str()).collect();
     Ok(uris.join(","))
 }
 

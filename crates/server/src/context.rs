@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use modelctx_session::{LogLevel, ProtocolVersion};
+use modelctx_types::consts::RootsList;
 use modelctx_types::{JsonObject, ProgressToken, RequestId};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -38,7 +39,8 @@ use crate::input::{Asked, InputError, NoAnswer};
 ///             .log(LogLevel::Info, Some("fetch"), serde_json::json!({"url": url}))
 ///             .await;
 ///     }
-///     format!("fetched {} pages for {:?}", args.urls.len(), context.client_info())
+///     let client = context.client_info().map(|info| info.name).unwrap_or_default();
+///     format!("fetched {} pages for {client}", args.urls.len())
 /// }
 ///
 /// let tool = Tool::new("fetch", fetch);
@@ -112,9 +114,19 @@ impl Context {
         self.inner.version
     }
 
-    /// The client's `Implementation` (`clientInfo`), when it gave one (self-reported: for display
-    /// and logs, not for decisions).
-    pub fn client_info(&self) -> Option<&Value> {
+    /// The client's `Implementation` (`clientInfo`), when it gave a readable one
+    /// (self-reported: for display and logs, not for decisions).
+    pub fn client_info(&self) -> Option<modelctx_types::model::Implementation> {
+        let info = self.client_info_json()?;
+        // The newest version's type reads every version's: its additions are optional.
+        serde_json::from_value::<modelctx_types::v2026_07_28::Implementation>(info.clone())
+            .ok()
+            .map(Into::into)
+    }
+
+    /// The client's `clientInfo` as it sent it, as JSON: the escape hatch for members no
+    /// version defines.
+    pub fn client_info_json(&self) -> Option<&Value> {
         self.inner.client_info.as_ref()
     }
 
@@ -318,17 +330,18 @@ impl Context {
         self.keyed_ask(None).sample(params).await
     }
 
-    /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
+    /// The client's roots (`roots/list`): the answer is the model's `ListRootsResult` (an
+    /// answer that is not one is [`InputError::NoAnswer`]).
     ///
     /// ```
     /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
     /// let roots = context.list_roots().await?;
-    /// for root in roots["roots"].as_array().into_iter().flatten() {
-    ///     println!("{}", root["uri"]);
+    /// for root in &roots.roots {
+    ///     println!("{}", root.uri);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn list_roots(&self) -> Result<Value, InputError> {
+    pub async fn list_roots(&self) -> Result<modelctx_types::model::ListRootsResult, InputError> {
         self.keyed_ask(None).list_roots().await
     }
 
@@ -450,9 +463,14 @@ impl Question<'_> {
     }
 
     /// [`Context::list_roots`] under this key.
-    pub async fn list_roots(self) -> Result<Value, InputError> {
-        self.context
-            .ask("roots/list", JsonObject::new(), self.key)
-            .await
+    pub async fn list_roots(self) -> Result<modelctx_types::model::ListRootsResult, InputError> {
+        let answer = self
+            .context
+            .ask(RootsList::VALUE, JsonObject::new(), self.key)
+            .await?;
+        // The newest version's type reads every version's answer: its additions are optional.
+        serde_json::from_value::<modelctx_types::v2026_07_28::ListRootsResult>(answer)
+            .map(Into::into)
+            .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))))
     }
 }

@@ -30,7 +30,7 @@ async fn the_same_handler_asks_for_input_in_both_eras() {
         async move {
             counted.fetch_add(1, Ordering::SeqCst);
             match context.list_roots().await {
-                Ok(roots) => format!("{} roots", roots["roots"].as_array().map_or(0, Vec::len)),
+                Ok(roots) => format!("{} roots", roots.roots.len()),
                 Err(e) => format!("no roots: {e}"),
             }
         }
@@ -214,7 +214,7 @@ async fn ask_at_once(context: Context, _: NoArgs) -> Result<String, InputError> 
         "{} {} {}",
         name["content"]["name"].as_str().unwrap_or("?"),
         greeting["content"]["text"].as_str().unwrap_or("?"),
-        roots["roots"].as_array().map_or(0, Vec::len)
+        roots.roots.len()
     ))
 }
 

@@ -1017,3 +1017,23 @@ async fn handlers_take_the_state_the_server_was_given() {
         .await;
     assert_eq!(code(&answer), -32603, "{answer:?}");
 }
+
+/// `Context::client_info` is the model's `Implementation`, in both eras (the session's
+/// `clientInfo` for legacy clients, the request's `_meta` for modern ones).
+#[tokio::test]
+async fn the_client_info_is_typed_in_both_eras() {
+    async fn who(context: Context, _: NoArgs) -> String {
+        match context.client_info() {
+            Some(info) => format!("{} {}", info.name, info.version),
+            None => format!("unknown: {:?}", context.client_info_json()),
+        }
+    }
+    let server = Server::builder("who", "1")
+        .tool(Tool::new("who", who))
+        .build();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let answer = client.call("who", json!({})).await;
+        assert_eq!(text(&answer), "test 1", "{name}");
+    }
+}
