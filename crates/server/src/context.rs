@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use modelctx_session::{LogLevel, ProtocolVersion};
-use modelctx_types::consts::RootsList;
+use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage};
 use modelctx_types::{JsonObject, ProgressToken, RequestId};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -434,7 +434,7 @@ impl Question<'_> {
             params.insert("mode".into(), Value::from("form"));
         }
         self.context
-            .ask("elicitation/create", params, self.key)
+            .ask(ElicitationCreate::VALUE, params, self.key)
             .await
     }
 
@@ -451,14 +451,14 @@ impl Question<'_> {
         params.insert("url".into(), Value::from(url));
         params.insert("elicitationId".into(), Value::from(elicitation_id));
         self.context
-            .ask("elicitation/create", params, self.key)
+            .ask(ElicitationCreate::VALUE, params, self.key)
             .await
     }
 
     /// [`Context::sample`] under this key.
     pub async fn sample(self, params: JsonObject) -> Result<Value, InputError> {
         self.context
-            .ask("sampling/createMessage", params, self.key)
+            .ask(SamplingCreateMessage::VALUE, params, self.key)
             .await
     }
 

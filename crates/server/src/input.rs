@@ -22,6 +22,9 @@ use std::time::SystemTime;
 
 use modelctx_session::IncomingRequest;
 use modelctx_session::state::{Binding, StateSealer};
+use modelctx_types::consts::{
+    ElicitationCreate, PromptsGet, ResourcesRead, RootsList, SamplingCreateMessage, ToolsCall,
+};
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -167,12 +170,12 @@ fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObje
         T::deserialize(answer).map(drop).map_err(|e| e.to_string())
     }
     let (expected, fitted) = match method {
-        "elicitation/create" => ("an ElicitResult", fits::<wire::ElicitResult>(answer)),
-        "sampling/createMessage" => (
+        ElicitationCreate::VALUE => ("an ElicitResult", fits::<wire::ElicitResult>(answer)),
+        SamplingCreateMessage::VALUE => (
             "a CreateMessageResult",
             fits::<wire::CreateMessageResult>(answer),
         ),
-        "roots/list" => ("a ListRootsResult", fits::<wire::ListRootsResult>(answer)),
+        RootsList::VALUE => ("a ListRootsResult", fits::<wire::ListRootsResult>(answer)),
         _ => return Ok(()),
     };
     fitted.map_err(|why| {
@@ -184,9 +187,9 @@ fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObje
 
 fn short(method: &str) -> &'static str {
     match method {
-        "elicitation/create" => "elicit",
-        "sampling/createMessage" => "sample",
-        "roots/list" => "roots",
+        ElicitationCreate::VALUE => "elicit",
+        SamplingCreateMessage::VALUE => "sample",
+        RootsList::VALUE => "roots",
         _ => "input",
     }
 }
@@ -194,16 +197,19 @@ fn short(method: &str) -> &'static str {
 /// The client capability a question needs.
 pub(crate) fn capability_of(method: &str) -> &'static str {
     match method {
-        "elicitation/create" => "elicitation",
-        "sampling/createMessage" => "sampling",
-        "roots/list" => "roots",
+        ElicitationCreate::VALUE => "elicitation",
+        SamplingCreateMessage::VALUE => "sampling",
+        RootsList::VALUE => "roots",
         _ => "input",
     }
 }
 
 /// Whether `method` may end `input_required`.
 pub(crate) fn allows_input(method: &str) -> bool {
-    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+    matches!(
+        method,
+        ToolsCall::VALUE | PromptsGet::VALUE | ResourcesRead::VALUE
+    )
 }
 
 /// The round-trip state of a modern request that may ask for input: the answers its retry
