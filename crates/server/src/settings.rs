@@ -26,12 +26,15 @@ pub struct Settings {
     /// How tool schemas are compiled and bounded (default: [`SchemaLimits::default`]: at most
     /// 256 KiB and 64 levels, 256 compiled schemas kept, `pattern`s matched in linear time, so
     /// a schema whose pattern needs backreferences or look-around is refused by
-    /// [`Server::add_tool`](crate::Server::add_tool), and a builder's tool with one logs an error at `build` and answers
-    /// its calls with -32603, or makes `try_build` fail). A server whose own schemas need such patterns sets
-    /// `patterns: PatternEngine::Backtracking { .. }`: matching a client's argument can then
-    /// cost up to the backtracking limit per string.
+    /// [`Server::add_tool`] and [`ServerBuilder::try_build`], and a builder's tool with one
+    /// logs an error at `build` and answers its calls with -32603). Each tool's schemas are
+    /// compiled once, when it is registered. A server whose own schemas need such patterns
+    /// sets `patterns: PatternEngine::Backtracking { .. }`: matching a client's argument can
+    /// then cost up to the backtracking limit per string.
     ///
     /// [`SchemaLimits::default`]: modelctx_types::schema::SchemaLimits::default
+    /// [`Server::add_tool`]: crate::Server::add_tool
+    /// [`ServerBuilder::try_build`]: crate::ServerBuilder::try_build
     #[cfg(feature = "validation")]
     pub schema_limits: modelctx_types::schema::SchemaLimits,
 }
