@@ -91,6 +91,7 @@ async fn embedded_resource(_: NoArgs) -> Content {
         "mimeType": "text/plain",
         "text": "This is an embedded resource content.",
     }}))
+    .expect("a content block")
 }
 
 async fn multiple_content(_: NoArgs) -> Vec<Content> {
@@ -101,7 +102,8 @@ async fn multiple_content(_: NoArgs) -> Vec<Content> {
             "uri": "test://mixed-content-resource",
             "mimeType": "application/json",
             "text": "{\"test\":\"data\",\"value\":123}",
-        }})),
+        }}))
+        .expect("a content block"),
     ]
 }
 
@@ -353,10 +355,7 @@ async fn mrtr_sampling(context: Context, _: NoArgs) -> Result<String, InputError
 
 async fn mrtr_list_roots(context: Context, _: NoArgs) -> Result<String, InputError> {
     let answer = context.keyed("client_roots").list_roots().await?;
-    let uris: Vec<&str> = answer["roots"]
-        .as_array()
-        .map(|roots| roots.iter().filter_map(|r| r["uri"].as_str()).collect())
-        .unwrap_or_default();
+    let uris: Vec<&str> = answer.roots.iter().map(|r| r.uri.as_str()).collect();
     Ok(format!("Roots: {}", uris.join(", ")))
 }
 
@@ -387,7 +386,7 @@ async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError
         "name={}, greeting={}, roots={}",
         name["content"]["name"],
         greeting["content"]["text"],
-        roots["roots"].as_array().map_or(0, Vec::len)
+        roots.roots.len()
     ))
 }
 
@@ -626,11 +625,14 @@ struct ResourceArg {
 
 async fn with_embedded_resource(args: ResourceArg) -> Vec<PromptMessage> {
     vec![
-        PromptMessage::user(Content::from_json(json!({"type": "resource", "resource": {
-            "uri": args.resource_uri,
-            "mimeType": "text/plain",
-            "text": "Embedded resource content for testing.",
-        }}))),
+        PromptMessage::user(
+            Content::from_json(json!({"type": "resource", "resource": {
+                "uri": args.resource_uri,
+                "mimeType": "text/plain",
+                "text": "Embedded resource content for testing.",
+            }}))
+            .expect("a content block"),
+        ),
         PromptMessage::user("Please process the embedded resource above."),
     ]
 }

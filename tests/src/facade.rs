@@ -149,10 +149,7 @@ async fn sample(context: Context, args: Echo) -> Result<String, InputError> {
 /// Lists the client's roots.
 async fn roots(context: Context, _: NoArgs) -> Result<String, InputError> {
     let answer = context.list_roots().await?;
-    let uris: Vec<&str> = answer["roots"]
-        .as_array()
-        .map(|r| r.iter().filter_map(|r| r["uri"].as_str()).collect())
-        .unwrap_or_default();
+    let uris: Vec<&str> = answer.roots.iter().map(|r| r.uri.as_str()).collect();
     Ok(uris.join(","))
 }
 
@@ -179,10 +176,7 @@ async fn crash(_: NoArgs) -> &'static str {
 pub fn client_server() -> Server {
     let mut settings = modelctx_server::Settings::default();
     settings.page_size = 2;
-    settings.list_cache = Some(modelctx_server::CacheHint {
-        ttl_ms: 60_000,
-        scope: "public",
-    });
+    settings.list_cache = Some(modelctx_server::CacheHint::public(60_000));
     let server = Server::builder("facade", "1.0.0")
         .instructions("A server for tests")
         .settings(settings)

@@ -250,10 +250,7 @@ pub(crate) fn server() -> Server {
             Resource::new("demo://config", "config", config)
                 .description("Settings, as JSON")
                 .mime_type("application/json")
-                .cache(CacheHint {
-                    ttl_ms: 60_000,
-                    scope: "public",
-                }),
+                .cache(CacheHint::public(60_000)),
         )
         .resource_template(
             ResourceTemplate::new("demo://notes/{name}", "notes", note)

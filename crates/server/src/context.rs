@@ -4,13 +4,14 @@
 use std::sync::{Arc, Mutex};
 
 use modelctx_session::{LogLevel, ProtocolVersion};
+use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage};
 use modelctx_types::{JsonObject, ProgressToken, RequestId};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::Command;
-use crate::input::{Asked, InputError};
+use crate::input::{Asked, InputError, NoAnswer};
 
 /// The context of one request: handed to every handler that asks for it.
 ///
@@ -38,7 +39,8 @@ use crate::input::{Asked, InputError};
 ///             .log(LogLevel::Info, Some("fetch"), serde_json::json!({"url": url}))
 ///             .await;
 ///     }
-///     format!("fetched {} pages for {:?}", args.urls.len(), context.client_info())
+///     let client = context.client_info().map(|info| info.name).unwrap_or_default();
+///     format!("fetched {} pages for {client}", args.urls.len())
 /// }
 ///
 /// let tool = Tool::new("fetch", fetch);
@@ -68,6 +70,8 @@ pub(crate) struct Inner {
     pub(crate) modern: bool,
     #[cfg(feature = "http")]
     pub(crate) http: Option<modelctx_http::server::RequestContext>,
+    /// The server's state ([`ServerBuilder::state`](crate::ServerBuilder::state)).
+    pub(crate) state: Arc<crate::handler::States>,
 }
 
 impl std::fmt::Debug for Context {
@@ -110,10 +114,32 @@ impl Context {
         self.inner.version
     }
 
-    /// The client's `Implementation` (`clientInfo`), when it gave one (self-reported: for display
-    /// and logs, not for decisions).
-    pub fn client_info(&self) -> Option<&Value> {
+    /// The client's `Implementation` (`clientInfo`), when it gave a readable one
+    /// (self-reported: for display and logs, not for decisions).
+    pub fn client_info(&self) -> Option<modelctx_types::model::Implementation> {
+        let info = self.client_info_json()?;
+        // The newest version's type reads every version's: its additions are optional.
+        serde_json::from_value::<modelctx_types::v2026_07_28::Implementation>(info.clone())
+            .ok()
+            .map(Into::into)
+    }
+
+    /// The client's `clientInfo` as it sent it, as JSON: the escape hatch for members no
+    /// version defines.
+    pub fn client_info_json(&self) -> Option<&Value> {
         self.inner.client_info.as_ref()
+    }
+
+    /// A clone of the server's state of type `S` ([`ServerBuilder::state`]), as the
+    /// [`State`](crate::State) argument gives it.
+    ///
+    /// # Errors
+    ///
+    /// [`MissingState`](crate::MissingState) when the server was not given state of type `S`.
+    ///
+    /// [`ServerBuilder::state`]: crate::ServerBuilder::state
+    pub fn state<S: Clone + 'static>(&self) -> Result<S, crate::MissingState> {
+        self.inner.state.get::<S>()
     }
 
     /// The client's capabilities: the session's (legacy) or the request's (modern).
@@ -304,17 +330,18 @@ impl Context {
         self.keyed_ask(None).sample(params).await
     }
 
-    /// The client's roots (`roots/list`): the answer is the `ListRootsResult`.
+    /// The client's roots (`roots/list`): the answer is the model's `ListRootsResult` (an
+    /// answer that is not one is [`InputError::NoAnswer`]).
     ///
     /// ```
     /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
     /// let roots = context.list_roots().await?;
-    /// for root in roots["roots"].as_array().into_iter().flatten() {
-    ///     println!("{}", root["uri"]);
+    /// for root in &roots.roots {
+    ///     println!("{}", root.uri);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn list_roots(&self) -> Result<Value, InputError> {
+    pub async fn list_roots(&self) -> Result<modelctx_types::model::ListRootsResult, InputError> {
         self.keyed_ask(None).list_roots().await
     }
 
@@ -381,11 +408,11 @@ impl Context {
             })
             .await;
         if asked.is_err() {
-            return Err(InputError::NoAnswer("the connection ended".into()));
+            return Err(InputError::NoAnswer(NoAnswer::ConnectionEnded));
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(InputError::NoAnswer("the connection ended".into())))
+            .unwrap_or(Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)))
     }
 }
 
@@ -407,7 +434,7 @@ impl Question<'_> {
             params.insert("mode".into(), Value::from("form"));
         }
         self.context
-            .ask("elicitation/create", params, self.key)
+            .ask(ElicitationCreate::VALUE, params, self.key)
             .await
     }
 
@@ -424,21 +451,26 @@ impl Question<'_> {
         params.insert("url".into(), Value::from(url));
         params.insert("elicitationId".into(), Value::from(elicitation_id));
         self.context
-            .ask("elicitation/create", params, self.key)
+            .ask(ElicitationCreate::VALUE, params, self.key)
             .await
     }
 
     /// [`Context::sample`] under this key.
     pub async fn sample(self, params: JsonObject) -> Result<Value, InputError> {
         self.context
-            .ask("sampling/createMessage", params, self.key)
+            .ask(SamplingCreateMessage::VALUE, params, self.key)
             .await
     }
 
     /// [`Context::list_roots`] under this key.
-    pub async fn list_roots(self) -> Result<Value, InputError> {
-        self.context
-            .ask("roots/list", JsonObject::new(), self.key)
-            .await
+    pub async fn list_roots(self) -> Result<modelctx_types::model::ListRootsResult, InputError> {
+        let answer = self
+            .context
+            .ask(RootsList::VALUE, JsonObject::new(), self.key)
+            .await?;
+        // The newest version's type reads every version's answer: its additions are optional.
+        serde_json::from_value::<modelctx_types::v2026_07_28::ListRootsResult>(answer)
+            .map(Into::into)
+            .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))))
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::input::InputError;
+use crate::input::{InputError, NoAnswer};
 use std::time::Instant;
 
 use modelctx_session::{
@@ -21,7 +21,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, Inner};
-use crate::server::{Change, Route, Shared, route};
+use crate::registry::{Change, Shared};
+use crate::route::{Route, route};
 
 /// What the transport hands the driver.
 #[derive(Debug)]
@@ -241,7 +242,7 @@ impl Book {
         for (_, question) in self.questions.drain() {
             let _ = question
                 .reply
-                .send(Err(InputError::NoAnswer("the connection ended".into())));
+                .send(Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)));
         }
     }
 }
@@ -312,7 +313,7 @@ pub(crate) async fn run(
         Lifetime::Connection { ended } => (false, None, ended),
         Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
     };
-    let _connection = crate::server::Counted::new(&shared.load.connections);
+    let _connection = crate::registry::Counted::new(&shared.load.connections);
     // A modern HTTP request is checked by its own session's rules (`_meta`, version).
     let mut session = if until_idle {
         ServerSession::for_request(shared.config.clone())
@@ -479,7 +480,7 @@ pub(crate) async fn run(
                     // A legacy subscription was allowed when it was made; the URIs of listen
                     // streams are checked against the hook here.
                     let legacy = book.subscriptions.contains(&uri);
-                    if legacy || crate::resource::may_subscribe(&shared, &uri, principal_of(&origin)) {
+                    if legacy || crate::registry::may_subscribe(&shared, &uri, principal_of(&origin)) {
                         let _ = session.notify_resource_updated(&uri, legacy);
                     }
                 }
@@ -568,7 +569,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             reply,
         } => {
             if book.running(&id, generation).is_none() {
-                let _ = reply.send(Err(InputError::NoAnswer("the request has ended".into())));
+                let _ = reply.send(Err(InputError::NoAnswer(NoAnswer::RequestEnded)));
                 return;
             }
             match session.send_request(
@@ -595,7 +596,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
                     let _ = reply.send(Err(InputError::NotSupported(capability.to_owned())));
                 }
                 Err(e) => {
-                    let _ = reply.send(Err(InputError::NoAnswer(e.to_string())));
+                    let _ = reply.send(Err(InputError::NoAnswer(NoAnswer::NotSent(e))));
                 }
             }
         }
@@ -652,15 +653,15 @@ fn on_event(
         Event::Response { id, result, .. } => {
             if let Some(question) = book.questions.remove(&id) {
                 let answer = serde_json::from_str(result.get())
-                    .map_err(|e| InputError::Refused(format!("unreadable answer: {e}")));
+                    .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))));
                 let _ = question.reply.send(answer);
             }
         }
         Event::Failed { id, error, .. } => {
             if let Some(question) = book.questions.remove(&id) {
                 let error = match error {
-                    RequestError::Remote(e) => InputError::Refused(e.message),
-                    other => InputError::NoAnswer(other.to_string()),
+                    RequestError::Remote(e) => InputError::Refused(e),
+                    other => InputError::NoAnswer(NoAnswer::Failed(other)),
                 };
                 let _ = question.reply.send(Err(error));
             }
@@ -712,13 +713,13 @@ fn subscription(
         .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
         .and_then(|p| p.get("uri").and_then(Value::as_str).map(str::to_owned));
     let Some(uri) = uri else {
-        return Some(Err(crate::server::invalid_params("a uri is needed")));
+        return Some(Err(crate::wire::invalid_params("a uri is needed")));
     };
-    if let Err(error) = crate::resource::check_uri_len(shared, "the uri", &uri) {
+    if let Err(error) = crate::registry::check_uri_len(shared, "the uri", &uri) {
         return Some(Err(error));
     }
-    if subscribe && !crate::resource::may_subscribe(shared, &uri, principal_of(origin)) {
-        return Some(Err(crate::server::invalid_params(format!(
+    if subscribe && !crate::registry::may_subscribe(shared, &uri, principal_of(origin)) {
+        return Some(Err(crate::wire::invalid_params(format!(
             "subscribing to {uri} is not allowed"
         ))));
     }
@@ -759,7 +760,7 @@ fn start(
             let answer = answer.map(|mut result| {
                 if let (true, true, Some(hint)) = (modern, list, &shared.settings.list_cache) {
                     result["ttlMs"] = Value::from(hint.ttl_ms);
-                    result["cacheScope"] = Value::from(hint.scope);
+                    result["cacheScope"] = Value::from(hint.scope.as_str());
                 }
                 with_server_info(shared, result, modern)
             });
@@ -832,6 +833,7 @@ fn start(
             modern,
             #[cfg(feature = "http")]
             http: origin.http.clone(),
+            state: shared.state.clone(),
         }),
     };
     book.running.insert(
@@ -845,7 +847,7 @@ fn start(
     let id = request.id;
     let counted = shared.clone();
     let mut handler = Box::pin(async move {
-        let _running = crate::server::Counted::new(&counted.load.handlers);
+        let _running = crate::registry::Counted::new(&counted.load.handlers);
         runner(context).await
     });
     // The handler's first step runs here: a handler that finishes without waiting (most do)

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use modelctx_http::headers::{ParamHeader, param_headers};
+use modelctx_http::headers::ParamHeader;
 use modelctx_http::server::{
     ConfigError, LegacyHandler, LegacySession, McpApp, McpService, ModernRequest, RequestContext,
     RunningServer, ServerConfig,
@@ -125,8 +125,7 @@ impl McpApp for Server {
 
     fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
         let registry = self.shared.registry();
-        let tool = registry.tools.get(tool)?;
-        param_headers(&tool.input_schema).ok()
+        registry.tools.get(tool)?.param_headers.clone()
     }
 }
 

@@ -22,14 +22,18 @@ use std::time::SystemTime;
 
 use modelctx_session::IncomingRequest;
 use modelctx_session::state::{Binding, StateSealer};
+use modelctx_types::consts::{
+    ElicitationCreate, PromptsGet, ResourcesRead, RootsList, SamplingCreateMessage, ToolsCall,
+};
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::server::{Runner, invalid_params};
+use crate::handler::Runner;
+use crate::wire::invalid_params;
 
 /// Why input from the client is not available.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum InputError {
     /// The client did not declare the capability this needs (a dotted path such as
@@ -41,17 +45,38 @@ pub enum InputError {
         "only tool calls, prompts and resource reads can ask the client for input in protocol 2026-07-28"
     )]
     NotAllowed,
-    /// The client answered the request with an error.
-    #[error("the client refused: {0}")]
-    Refused(String),
-    /// The request could not be sent or got no answer (timeout, connection ended).
+    /// The client answered the request with an error: the error it sent.
+    #[error("the client refused: {}", .0.message)]
+    Refused(ErrorObject),
+    /// The request could not be sent or got no usable answer.
     #[error("no answer from the client: {0}")]
-    NoAnswer(String),
+    NoAnswer(#[source] NoAnswer),
     /// Two questions of one request were given the same key ([`Context::keyed`]).
     ///
     /// [`Context::keyed`]: crate::Context::keyed
     #[error("two questions of one request have the key {0:?}")]
     DuplicateKey(String),
+}
+
+/// Why a question to the client got no usable answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NoAnswer {
+    /// The connection ended first.
+    #[error("the connection ended")]
+    ConnectionEnded,
+    /// The request the question was asked for ended first.
+    #[error("the request has ended")]
+    RequestEnded,
+    /// The session could not send the question.
+    #[error(transparent)]
+    NotSent(#[from] modelctx_session::SessionError),
+    /// The question timed out, was cancelled by the client, or its connection closed.
+    #[error(transparent)]
+    Failed(#[from] modelctx_session::RequestError),
+    /// The client's answer is not JSON.
+    #[error("unreadable answer: {0}")]
+    Unreadable(Arc<serde_json::Error>),
 }
 
 /// The `requiredCapabilities` of a -32021 error for a capability path such as `sampling` or
@@ -145,12 +170,12 @@ fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObje
         T::deserialize(answer).map(drop).map_err(|e| e.to_string())
     }
     let (expected, fitted) = match method {
-        "elicitation/create" => ("an ElicitResult", fits::<wire::ElicitResult>(answer)),
-        "sampling/createMessage" => (
+        ElicitationCreate::VALUE => ("an ElicitResult", fits::<wire::ElicitResult>(answer)),
+        SamplingCreateMessage::VALUE => (
             "a CreateMessageResult",
             fits::<wire::CreateMessageResult>(answer),
         ),
-        "roots/list" => ("a ListRootsResult", fits::<wire::ListRootsResult>(answer)),
+        RootsList::VALUE => ("a ListRootsResult", fits::<wire::ListRootsResult>(answer)),
         _ => return Ok(()),
     };
     fitted.map_err(|why| {
@@ -162,9 +187,9 @@ fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObje
 
 fn short(method: &str) -> &'static str {
     match method {
-        "elicitation/create" => "elicit",
-        "sampling/createMessage" => "sample",
-        "roots/list" => "roots",
+        ElicitationCreate::VALUE => "elicit",
+        SamplingCreateMessage::VALUE => "sample",
+        RootsList::VALUE => "roots",
         _ => "input",
     }
 }
@@ -172,16 +197,19 @@ fn short(method: &str) -> &'static str {
 /// The client capability a question needs.
 pub(crate) fn capability_of(method: &str) -> &'static str {
     match method {
-        "elicitation/create" => "elicitation",
-        "sampling/createMessage" => "sampling",
-        "roots/list" => "roots",
+        ElicitationCreate::VALUE => "elicitation",
+        SamplingCreateMessage::VALUE => "sampling",
+        RootsList::VALUE => "roots",
         _ => "input",
     }
 }
 
 /// Whether `method` may end `input_required`.
 pub(crate) fn allows_input(method: &str) -> bool {
-    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+    matches!(
+        method,
+        ToolsCall::VALUE | PromptsGet::VALUE | ResourcesRead::VALUE
+    )
 }
 
 /// The round-trip state of a modern request that may ask for input: the answers its retry

@@ -26,7 +26,9 @@
 //!
 //! # Handlers
 //!
-//! * **Tools**: `async fn(Args) -> R` or `async fn(Context, Args) -> R`. `Args` is any
+//! * **Tools**: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, and with state given
+//!   to [`ServerBuilder::state`], `async fn(State<S>, Args) -> R` or
+//!   `async fn(Context, State<S>, Args) -> R` ([`State`]). `Args` is any
 //!   `Deserialize` type (its JSON Schema, derived with `schemars`, is the tool's input schema;
 //!   [`Tool::with_input_schema`] takes one by hand); arguments are validated against the schema
 //!   first, and a mismatch is a failed call (`isError`) the model can read. `R` is text,
@@ -83,156 +85,60 @@
 //!
 //! # What it does not do
 //!
-//! It holds no protocol rules (those are `modelctx-session`'s) and no wire rules (those are the
-//! transports'): it routes requests to handlers, runs each on its own task, and writes what
-//! they return for the client's protocol version. It does not authenticate (an HTTP layer in
-//! front does) and does not implement the tasks extension yet.
+//! It routes requests to handlers, runs each on its own task, and writes what they return for
+//! the client's protocol version: tool and prompt results are built as `model` values and
+//! converted into that version's generated types, content being downgraded in one place
+//! (`wire::write::content_block`). Tools are registered once, with their schemas compiled and
+//! their `Mcp-Param-*` rules derived; a call reads its params once. It holds no wire rules
+//! (those are the transports'). Some protocol rules still live here rather than in
+//! `modelctx-session`: the `serverInfo` and list cache fields of modern results and legacy
+//! subscriptions (in the runtime, `driver.rs`), the resource-not-found code per era
+//! (`resource.rs`), and resource contents and definitions are still written as JSON. It does
+//! not authenticate (an HTTP layer in front does) and does not implement the tasks extension
+//! yet.
 
-mod context;
-mod cursor;
-mod driver;
+// The modules in the order they import each other: each uses only those below it (the
+// runtime, `driver`/`context`/`input`, and the handlers' `Context` aside).
 #[cfg(feature = "http")]
 mod http;
+mod transport;
+
+mod context;
+mod driver;
 mod input;
 mod limits;
+
+mod server;
+
+mod route;
+
+mod registry;
+
 mod prompt;
 mod resource;
-#[cfg(feature = "validation")]
-mod schema;
-mod server;
 mod tool;
-mod transport;
+
+mod complete;
+mod handler;
+mod settings;
 mod uri_template;
-mod write;
+mod wire;
 
 pub use context::{Context, ProgressError, Question};
 pub use driver::Frame;
-pub use input::InputError;
+pub use handler::{MissingState, State};
+pub use input::{InputError, NoAnswer};
 pub use limits::Limits;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
+/// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
+/// and gives (content blocks, tool annotations, icons, ...).
+pub use modelctx_types::model;
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{
-    CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
+    CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceTemplate, Subscribe,
 };
-pub use server::{Load, RegisterError, Server, ServerBuilder, Settings};
-pub use tool::{
-    ArgsOnly, Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput, WithContext,
-};
+pub use server::{Load, RegisterError, Server, ServerBuilder};
+pub use settings::Settings;
+pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
-
-/// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and
-/// without the formats schemars invents for Rust's number types (`uint32`, `double`, ...),
-/// which JSON Schema does not define and validators warn about; the ranges stay as `minimum`
-/// and `maximum`.
-#[cfg(feature = "schemars")]
-pub(crate) fn schema_of<T: schemars::JsonSchema>() -> modelctx_types::JsonObject {
-    let schema = schemars::schema_for!(T);
-    let mut value = serde_json::to_value(schema).unwrap_or_default();
-    drop_unknown_formats(&mut value);
-    let mut object = match value {
-        serde_json::Value::Object(object) => object,
-        _ => modelctx_types::JsonObject::new(),
-    };
-    object.remove("$schema");
-    object
-}
-
-/// The formats JSON Schema 2020-12 defines.
-#[cfg(feature = "schemars")]
-const FORMATS: &[&str] = &[
-    "date-time",
-    "date",
-    "time",
-    "duration",
-    "email",
-    "idn-email",
-    "hostname",
-    "idn-hostname",
-    "ipv4",
-    "ipv6",
-    "uri",
-    "uri-reference",
-    "iri",
-    "iri-reference",
-    "uuid",
-    "uri-template",
-    "json-pointer",
-    "relative-json-pointer",
-    "regex",
-];
-
-/// Removes `format` keywords with values JSON Schema does not define, from every subschema
-/// (never from a map of names to subschemas, where `format` would be a property's name).
-#[cfg(feature = "schemars")]
-fn drop_unknown_formats(schema: &mut serde_json::Value) {
-    use serde_json::Value;
-    // (value, whether it is a schema rather than a map of names to schemas)
-    let mut stack: Vec<(&mut Value, bool)> = vec![(schema, true)];
-    while let Some((value, is_schema)) = stack.pop() {
-        match value {
-            Value::Object(object) => {
-                if is_schema
-                    && object
-                        .get("format")
-                        .and_then(Value::as_str)
-                        .is_some_and(|f| !FORMATS.contains(&f))
-                {
-                    object.remove("format");
-                }
-                for (key, child) in object.iter_mut() {
-                    let child_is_schema = !(is_schema
-                        && matches!(
-                            key.as_str(),
-                            "properties"
-                                | "$defs"
-                                | "definitions"
-                                | "patternProperties"
-                                | "dependentSchemas"
-                        ));
-                    let data = is_schema
-                        && matches!(key.as_str(), "const" | "enum" | "default" | "examples");
-                    if !data {
-                        stack.push((child, child_is_schema));
-                    }
-                }
-            }
-            Value::Array(items) => {
-                for item in items {
-                    stack.push((item, true));
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-#[cfg(all(test, feature = "schemars"))]
-mod tests {
-    #[test]
-    fn derived_schemas_lose_invented_formats_and_keep_properties_named_format() {
-        #[derive(schemars::JsonSchema)]
-        #[allow(dead_code)]
-        struct Args {
-            count: u32,
-            ratio: f64,
-            format: String,
-            when: Option<String>,
-            nested: Vec<Inner>,
-        }
-        #[derive(schemars::JsonSchema)]
-        #[allow(dead_code)]
-        struct Inner {
-            size: i64,
-        }
-        let schema = serde_json::Value::Object(super::schema_of::<Args>());
-        let text = schema.to_string();
-        assert!(
-            !text.contains("uint32") && !text.contains("int64") && !text.contains("double"),
-            "{text}"
-        );
-        assert!(schema["properties"]["format"].is_object(), "{text}");
-        assert_eq!(schema["properties"]["count"]["minimum"], 0);
-        assert!(schema.get("$schema").is_none());
-    }
-}

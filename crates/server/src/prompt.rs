@@ -5,19 +5,23 @@ use std::future::Future;
 use std::sync::Arc;
 
 use modelctx_session::ProtocolVersion;
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::complete::{Completer, completer};
 use crate::context::Context;
-use crate::server::{Route, Shared, invalid_params, page};
-use crate::tool::{BoxFuture, Content};
-use crate::write;
+use crate::handler::markers::{ArgsOnly, WithContext};
+use crate::handler::{BoxFuture, Runner};
+use crate::tool::Content;
+use crate::wire::cursor::page;
+use crate::wire::invalid_params;
+use crate::wire::write;
 
 /// One message of a prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptMessage {
-    role: &'static str,
+    role: model::Role,
     content: Content,
 }
 
@@ -25,7 +29,7 @@ impl PromptMessage {
     /// A message from the user.
     pub fn user(content: impl Into<Content>) -> Self {
         PromptMessage {
-            role: "user",
+            role: model::Role::User,
             content: content.into(),
         }
     }
@@ -33,7 +37,7 @@ impl PromptMessage {
     /// A message from the assistant.
     pub fn assistant(content: impl Into<Content>) -> Self {
         PromptMessage {
-            role: "assistant",
+            role: model::Role::Assistant,
             content: content.into(),
         }
     }
@@ -113,7 +117,7 @@ pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
 }
 
-impl<F, Fut, A, R> PromptHandler<(crate::tool::ArgsOnly, A)> for F
+impl<F, Fut, A, R> PromptHandler<(ArgsOnly, A)> for F
 where
     F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = R> + Send + 'static,
@@ -127,7 +131,7 @@ where
     }
 }
 
-impl<F, Fut, A, R> PromptHandler<(crate::tool::WithContext, A)> for F
+impl<F, Fut, A, R> PromptHandler<(WithContext, A)> for F
 where
     F: Fn(Context, A) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = R> + Send + 'static,
@@ -143,23 +147,6 @@ where
 
 type ErasedPrompt =
     Arc<dyn Fn(Context, Value) -> BoxFuture<Result<Vec<PromptMessage>, ErrorObject>> + Send + Sync>;
-
-/// A completion provider: given the argument's partial value (and the other arguments already
-/// given), the candidate values.
-pub(crate) type Completer = Arc<dyn Fn(String, JsonObject) -> BoxFuture<Vec<String>> + Send + Sync>;
-
-/// A completion provider from an async function.
-pub(crate) fn completer<F, Fut>(complete: F) -> Completer
-where
-    F: Fn(String, JsonObject) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Vec<String>> + Send + 'static,
-{
-    let complete = Arc::new(complete);
-    Arc::new(move |partial, others| {
-        let complete = complete.clone();
-        Box::pin(async move { complete(partial, others).await })
-    })
-}
 
 /// A prompt: its name, arguments and handler.
 #[derive(Clone)]
@@ -214,7 +201,7 @@ impl Prompt {
         H: PromptHandler<M>,
         H::Args: schemars::JsonSchema,
     {
-        let schema = crate::schema_of::<H::Args>();
+        let schema = crate::handler::schema_of::<H::Args>();
         let required: Vec<&str> = schema
             .get("required")
             .and_then(Value::as_array)
@@ -323,12 +310,12 @@ fn definition(prompt: &Prompt, version: ProtocolVersion) -> Value {
 
 /// `prompts/list`.
 pub(crate) fn list(
-    shared: &Shared,
+    prompts: &BTreeMap<String, Prompt>,
     version: ProtocolVersion,
     params: &JsonObject,
+    page_size: usize,
 ) -> Result<Value, ErrorObject> {
-    let registry = shared.registry();
-    let (prompts, next) = page(&registry.prompts, params, shared.settings.page_size)?;
+    let (prompts, next) = page(prompts, params, page_size)?;
     let prompts: Vec<Value> = prompts
         .into_iter()
         .map(|p| definition(p, version))
@@ -341,26 +328,27 @@ pub(crate) fn list(
 }
 
 /// `prompts/get`.
-pub(crate) fn get(shared: &Shared, params: JsonObject) -> Route {
+pub(crate) fn get(
+    prompts: &BTreeMap<String, Prompt>,
+    params: JsonObject,
+) -> Result<Runner, ErrorObject> {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
-        return Route::Now(Err(invalid_params("prompts/get needs a name")));
+        return Err(invalid_params("prompts/get needs a name"));
     };
-    let Some(prompt) = shared.registry().prompts.get(name).cloned() else {
-        return Route::Now(Err(invalid_params(format!("unknown prompt: {name}"))));
+    let Some(prompt) = prompts.get(name).cloned() else {
+        return Err(invalid_params(format!("unknown prompt: {name}")));
     };
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => JsonObject::new(),
         Some(Value::Object(arguments)) => arguments.clone(),
-        Some(_) => return Route::Now(Err(invalid_params("the arguments must be an object"))),
+        Some(_) => return Err(invalid_params("the arguments must be an object")),
     };
     for (name, _, required) in &prompt.arguments {
         if *required && !arguments.contains_key(name) {
-            return Route::Now(Err(invalid_params(format!(
-                "missing required argument: {name}"
-            ))));
+            return Err(invalid_params(format!("missing required argument: {name}")));
         }
     }
-    Route::Run(Box::new(move |context| {
+    Ok(Box::new(move |context| {
         Box::pin(async move {
             let version = context.protocol_version();
             let modern = context.inner.modern;
@@ -374,86 +362,19 @@ pub(crate) fn get(shared: &Shared, params: JsonObject) -> Route {
                         error
                     }
                 })?;
-            let messages: Vec<Value> = messages
-                .iter()
-                .map(|m| json!({"role": m.role, "content": write::content_block(&m.content, version)}))
+            let description = prompt
+                .definition
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let messages = messages
+                .into_iter()
+                .map(|m| model::PromptMessage {
+                    content: m.content.0,
+                    role: m.role,
+                })
                 .collect();
-            let mut result = json!({ "messages": messages });
-            if let Some(description) = prompt.definition.get("description") {
-                result["description"] = description.clone();
-            }
-            Ok(result)
-        })
-    }))
-}
-
-/// The most values one completion answer carries.
-const MAX_COMPLETIONS: usize = 100;
-
-/// `completion/complete`.
-pub(crate) fn complete(shared: &Shared, params: JsonObject) -> Route {
-    let reference = params.get("ref").cloned().unwrap_or(Value::Null);
-    let argument = params.get("argument").cloned().unwrap_or(Value::Null);
-    let (Some(arg_name), Some(partial)) = (
-        argument.get("name").and_then(Value::as_str),
-        argument.get("value").and_then(Value::as_str),
-    ) else {
-        return Route::Now(Err(invalid_params(
-            "completion/complete needs argument.name and argument.value",
-        )));
-    };
-    let others = params
-        .get("context")
-        .and_then(|c| c.get("arguments"))
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let registry = shared.registry();
-    let completer = match reference.get("type").and_then(Value::as_str) {
-        Some("ref/prompt") => {
-            let name = reference
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let Some(prompt) = registry.prompts.get(name) else {
-                return Route::Now(Err(invalid_params(format!("unknown prompt: {name}"))));
-            };
-            prompt.completers.get(arg_name).cloned()
-        }
-        Some("ref/resource") => {
-            let uri = reference
-                .get("uri")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if let Err(error) = crate::resource::check_uri_len(shared, "ref.uri", uri) {
-                return Route::Now(Err(error));
-            }
-            match registry.template_completer(uri, arg_name) {
-                Ok(completer) => completer,
-                Err(error) => return Route::Now(Err(error)),
-            }
-        }
-        _ => {
-            return Route::Now(Err(invalid_params(
-                "ref must be ref/prompt or ref/resource",
-            )));
-        }
-    };
-    drop(registry);
-    let partial = partial.to_owned();
-    Route::Run(Box::new(move |_context| {
-        Box::pin(async move {
-            let mut values = match completer {
-                Some(completer) => completer(partial, others).await,
-                None => Vec::new(),
-            };
-            let total = values.len();
-            values.truncate(MAX_COMPLETIONS);
-            Ok(json!({"completion": {
-                "values": values,
-                "total": total,
-                "hasMore": total > MAX_COMPLETIONS,
-            }}))
+            write::prompt_result(description, messages, version)
         })
     }))
 }

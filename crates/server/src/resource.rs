@@ -9,11 +9,12 @@ use modelctx_session::{Era, ProtocolVersion};
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde_json::{Value, json};
 
+use crate::complete::Completer;
 use crate::context::Context;
-use crate::prompt::Completer;
-use crate::server::{Route, Shared, invalid_params, page};
-use crate::tool::BoxFuture;
+use crate::handler::{BoxFuture, Runner};
 use crate::uri_template::{TemplateError, UriTemplate, VarValue};
+use crate::wire::cursor::page;
+use crate::wire::invalid_params;
 
 /// The contents of a resource: text or binary, with its URI and MIME type.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,12 +143,57 @@ where
 }
 
 /// How long and for whom a client may cache a result (2026-07-28 `ttlMs` and `cacheScope`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use modelctx_server::{CacheHint, CacheScope};
+///
+/// let hint = CacheHint::public(60_000);
+/// assert_eq!((hint.ttl_ms, hint.scope), (60_000, CacheScope::Public));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CacheHint {
     /// How long, in milliseconds.
     pub ttl_ms: u64,
-    /// `"private"` (this user) or `"public"`.
-    pub scope: &'static str,
+    /// Who may share a cached result.
+    pub scope: CacheScope,
+}
+
+impl CacheHint {
+    /// A hint of `ttl_ms` milliseconds for `scope`.
+    pub fn new(ttl_ms: u64, scope: CacheScope) -> Self {
+        CacheHint { ttl_ms, scope }
+    }
+
+    /// A hint of `ttl_ms` milliseconds for this user only ([`CacheScope::Private`]).
+    pub fn private(ttl_ms: u64) -> Self {
+        CacheHint::new(ttl_ms, CacheScope::Private)
+    }
+
+    /// A hint of `ttl_ms` milliseconds that any user may share ([`CacheScope::Public`]).
+    pub fn public(ttl_ms: u64) -> Self {
+        CacheHint::new(ttl_ms, CacheScope::Public)
+    }
+}
+
+/// Who may share a cached result (`cacheScope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CacheScope {
+    /// Only the user (the authorization context) that got it: `"private"`.
+    Private,
+    /// Anyone: `"public"`.
+    Public,
+}
+
+impl CacheScope {
+    /// The wire string: `"private"` or `"public"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheScope::Private => "private",
+            CacheScope::Public => "public",
+        }
+    }
 }
 
 /// A resource at a fixed URI.
@@ -313,7 +359,7 @@ impl ResourceTemplate {
         Fut: Future<Output = Vec<String>> + Send + 'static,
     {
         self.completers
-            .insert(variable.into(), crate::prompt::completer(complete));
+            .insert(variable.into(), crate::complete::completer(complete));
         self
     }
 
@@ -325,9 +371,12 @@ impl ResourceTemplate {
 }
 
 /// `resources/list`.
-pub(crate) fn list(shared: &Shared, params: &JsonObject) -> Result<Value, ErrorObject> {
-    let registry = shared.registry();
-    let (items, next) = page(&registry.resources, params, shared.settings.page_size)?;
+pub(crate) fn list(
+    resources: &BTreeMap<String, Resource>,
+    params: &JsonObject,
+    page_size: usize,
+) -> Result<Value, ErrorObject> {
+    let (items, next) = page(resources, params, page_size)?;
     let items: Vec<Value> = items
         .into_iter()
         .map(|r| Value::Object(r.definition.clone()))
@@ -340,9 +389,12 @@ pub(crate) fn list(shared: &Shared, params: &JsonObject) -> Result<Value, ErrorO
 }
 
 /// `resources/templates/list`.
-pub(crate) fn list_templates(shared: &Shared, params: &JsonObject) -> Result<Value, ErrorObject> {
-    let registry = shared.registry();
-    let (items, next) = page(&registry.templates, params, shared.settings.page_size)?;
+pub(crate) fn list_templates(
+    templates: &BTreeMap<String, ResourceTemplate>,
+    params: &JsonObject,
+    page_size: usize,
+) -> Result<Value, ErrorObject> {
+    let (items, next) = page(templates, params, page_size)?;
     let items: Vec<Value> = items
         .into_iter()
         .map(|t| Value::Object(t.definition.clone()))
@@ -367,36 +419,34 @@ pub(crate) fn not_found(uri: &str, version: ProtocolVersion) -> ErrorObject {
 }
 
 /// `resources/read`.
-pub(crate) fn read(shared: &Shared, params: &JsonObject, version: ProtocolVersion) -> Route {
+pub(crate) fn read(
+    resources: &BTreeMap<String, Resource>,
+    templates: &BTreeMap<String, ResourceTemplate>,
+    params: &JsonObject,
+    version: ProtocolVersion,
+    max_uri_len: usize,
+) -> Result<Runner, ErrorObject> {
     let Some(uri) = params.get("uri").and_then(Value::as_str) else {
-        return Route::Now(Err(invalid_params("resources/read needs a uri")));
+        return Err(invalid_params("resources/read needs a uri"));
     };
-    if let Err(error) = check_uri_len(shared, "the uri", uri) {
-        return Route::Now(Err(error));
-    }
-    let registry = shared.registry();
-    let found = if let Some(resource) = registry.resources.get(uri) {
-        Some((
-            resource.read.clone(),
-            BTreeMap::new(),
-            resource.cache.clone(),
-        ))
+    check_uri_len(max_uri_len, "the uri", uri)?;
+    let found = if let Some(resource) = resources.get(uri) {
+        Some((resource.read.clone(), BTreeMap::new(), resource.cache))
     } else {
-        registry.templates.values().find_map(|t| {
+        templates.values().find_map(|t| {
             t.template
                 .matches(uri)
-                .map(|variables| (t.read.clone(), variables, t.cache.clone()))
+                .map(|variables| (t.read.clone(), variables, t.cache))
         })
     };
-    drop(registry);
     let Some((read, variables, cache)) = found else {
-        return Route::Now(Err(not_found(uri, version)));
+        return Err(not_found(uri, version));
     };
     let request = ReadRequest {
         uri: uri.to_owned(),
         variables,
     };
-    Route::Run(Box::new(move |context| {
+    Ok(Box::new(move |context| {
         Box::pin(async move {
             let version = context.protocol_version();
             let uri = request.uri.clone();
@@ -408,7 +458,7 @@ pub(crate) fn read(shared: &Shared, params: &JsonObject, version: ProtocolVersio
                         && version.era() == Era::Modern
                     {
                         result["ttlMs"] = Value::from(hint.ttl_ms);
-                        result["cacheScope"] = Value::from(hint.scope);
+                        result["cacheScope"] = Value::from(hint.scope.as_str());
                     }
                     Ok(result)
                 }
@@ -464,10 +514,10 @@ impl std::fmt::Debug for SubscribeHook {
     }
 }
 
-/// Refuses a URI longer than [`Settings::max_uri_len`](crate::Settings::max_uri_len) with
-/// -32602 (`what` names where it came from).
-pub(crate) fn check_uri_len(shared: &Shared, what: &str, uri: &str) -> Result<(), ErrorObject> {
-    let max = shared.settings.max_uri_len;
+/// Refuses a URI longer than `max` bytes
+/// ([`Settings::max_uri_len`](crate::Settings::max_uri_len)) with -32602 (`what` names where it
+/// came from).
+pub(crate) fn check_uri_len(max: usize, what: &str, uri: &str) -> Result<(), ErrorObject> {
     if uri.len() > max {
         return Err(invalid_params(format!(
             "{what} is {} bytes long; at most {max}",
@@ -475,16 +525,6 @@ pub(crate) fn check_uri_len(shared: &Shared, what: &str, uri: &str) -> Result<()
         )));
     }
     Ok(())
-}
-
-/// Whether a connection of `principal` may hear of changes to `uri`: the
-/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say, yes without
-/// one.
-pub(crate) fn may_subscribe(shared: &Shared, uri: &str, principal: Option<&str>) -> bool {
-    shared
-        .subscribe_hook
-        .as_ref()
-        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }))
 }
 
 /// The legacy subscriptions of one connection, bounded.

@@ -4,74 +4,17 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use modelctx_session::{IncomingRequest, ListKind, ProtocolVersion, ServerConfig};
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use modelctx_session::{ListKind, ServerConfig};
+use modelctx_types::JsonObject;
+use serde_json::json;
 use tokio::sync::broadcast;
 
-use crate::context::Context;
+use crate::handler::States;
 use crate::prompt::Prompt;
+use crate::registry::{Change, LoadCounters, Registry, Shared};
 use crate::resource::{Resource, ResourceTemplate};
-use crate::tool::{BoxFuture, Tool, ToolOutput};
-use crate::write;
-
-/// A change that live connections announce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Change {
-    List(ListKind),
-    Updated(Arc<str>),
-}
-
-/// Settings of a [`Server`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Settings {
-    /// Items per page of `tools/list` and the other lists (default 100).
-    pub page_size: usize,
-    /// Limits on the requests handlers answer (default: none, counting every request a handler
-    /// answers: [`Limits::HANDLER_METHODS`](crate::Limits::HANDLER_METHODS)).
-    pub limits: crate::limits::Limits,
-    /// How long modern clients may cache list results (`ttlMs`, `cacheScope`; default: not at
-    /// all, `ttlMs: 0`, `"private"`).
-    pub list_cache: Option<crate::resource::CacheHint>,
-    /// The longest resource URI accepted, in bytes (default 8192, 8 KiB): a longer `uri` of
-    /// `resources/read`, `resources/subscribe` or `resources/unsubscribe`, `ref.uri` of
-    /// `completion/complete`, or URI in a listen stream's `resourceSubscriptions` is refused
-    /// with -32602.
-    pub max_uri_len: usize,
-    /// The most 2026-07-28 requests the HTTP app (`http_service`, `serve_http`) handles at once,
-    /// over all clients, open `subscriptions/listen` streams included (default 1024): each has a
-    /// task of its own until it is answered. A request beyond is answered at once with the
-    /// JSON-RPC error -32000 (`data.reason` `"rate_limited"`), as [`Limits`](crate::Limits)
-    /// refuse; a notification beyond is dropped.
-    pub max_modern_requests: usize,
-    /// How tool schemas are compiled and bounded (default: [`SchemaLimits::default`]: at most
-    /// 256 KiB and 64 levels, 256 compiled schemas kept, `pattern`s matched in linear time, so
-    /// a schema whose pattern needs backreferences or look-around is refused by
-    /// [`Server::add_tool`], and a builder's tool with one logs an error at `build` and answers
-    /// its calls with -32603). A server whose own schemas need such patterns sets
-    /// `patterns: PatternEngine::Backtracking { .. }`: matching a client's argument can then
-    /// cost up to the backtracking limit per string.
-    ///
-    /// [`SchemaLimits::default`]: modelctx_types::schema::SchemaLimits::default
-    #[cfg(feature = "validation")]
-    pub schema_limits: modelctx_types::schema::SchemaLimits,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            page_size: 100,
-            limits: crate::limits::Limits::default(),
-            list_cache: None,
-            max_uri_len: 8 * 1024,
-            max_modern_requests: 1024,
-            #[cfg(feature = "validation")]
-            schema_limits: modelctx_types::schema::SchemaLimits::default(),
-        }
-    }
-}
+use crate::settings::Settings;
+use crate::tool::{Registered, Tool};
 
 /// Builds a [`Server`].
 #[derive(Debug)]
@@ -88,6 +31,7 @@ pub struct ServerBuilder {
     declare_prompts: bool,
     declare_resources: bool,
     state_key: Option<modelctx_session::state::StateKey>,
+    states: States,
     subscribe_hook: Option<crate::resource::SubscribeHook>,
     versions: Option<Vec<ProtocolVersion>>,
 }
@@ -207,8 +151,56 @@ impl ServerBuilder {
         self
     }
 
-    /// The server.
+    /// Gives handlers `state`: a handler that takes [`State<S>`](crate::State) gets a clone of
+    /// it on each call (a later state of the same type replaces an earlier one). See
+    /// [`State`](crate::State).
+    pub fn state<S: Clone + Send + Sync + 'static>(mut self, state: S) -> Self {
+        self.states.insert(state);
+        self
+    }
+
+    /// The server. A tool whose schema cannot be used (an unsupported dialect, an external
+    /// `$ref`, too large or too deep for [`Settings::schema_limits`], a pattern the linear
+    /// engine cannot match), or that takes state of a type the builder was not given, is kept,
+    /// logged as an error here, and answers its calls with -32603;
+    /// [`ServerBuilder::try_build`] refuses such a server instead.
     pub fn build(self) -> Server {
+        let (server, refused) = self.assemble();
+        for error in refused {
+            tracing::error!("{error}; its calls will fail");
+        }
+        server
+    }
+
+    /// The server, or the first reason (by tool name) [`Server::add_tool`] would refuse one of
+    /// the builder's tools: [`RegisterError::Schema`] for a tool whose input or output schema
+    /// cannot be used, [`RegisterError::MissingState`] for one that takes state of a type the
+    /// builder was not given.
+    ///
+    /// ```
+    /// use modelctx_server::{NoArgs, RegisterError, Server, Tool};
+    ///
+    /// async fn noop(_: NoArgs) -> &'static str {
+    ///     ""
+    /// }
+    ///
+    /// let mut schema = serde_json::Map::new();
+    /// schema.insert("$ref".into(), "https://example.com/elsewhere.json".into());
+    /// let result = Server::builder("s", "1.0.0")
+    ///     .tool(Tool::with_input_schema("remote", schema, noop))
+    ///     .try_build();
+    /// assert!(matches!(result, Err(RegisterError::Schema { tool, .. }) if tool == "remote"));
+    /// ```
+    pub fn try_build(self) -> Result<Server, RegisterError> {
+        let (server, refused) = self.assemble();
+        match refused.into_iter().next() {
+            Some(error) => Err(error),
+            None => Ok(server),
+        }
+    }
+
+    /// The server, and what `add_tool` would have refused of its tools.
+    fn assemble(self) -> (Server, Vec<RegisterError>) {
         let mut capabilities = JsonObject::new();
         capabilities.insert("logging".into(), json!({}));
         if self.declare_tools {
@@ -238,20 +230,25 @@ impl ServerBuilder {
         let key = self.state_key.unwrap_or_else(random_key);
         #[cfg(feature = "validation")]
         let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
-        // A tool given to the builder with a schema that cannot be used (`add_tool` refuses
-        // those) answers its calls with -32603; say so once, when the server is built.
-        #[cfg(feature = "validation")]
-        for tool in self.tools.values() {
-            for schema in std::iter::once(&tool.input_schema).chain(tool.output_schema.as_ref()) {
-                if let Err(e) = schemas.validator(schema) {
-                    tracing::error!(
-                        "tool {}: its schema is not usable, so its calls will fail: {e}",
-                        tool.name
-                    );
+        // Every tool registered once: its schemas compiled, its header rules derived. A tool
+        // `add_tool` would refuse is kept, and answers its calls with -32603.
+        let mut refused = Vec::new();
+        let tools: BTreeMap<String, Arc<Registered>> = self
+            .tools
+            .into_iter()
+            .map(|(name, tool)| {
+                let registered = Registered::new(
+                    tool,
+                    #[cfg(feature = "validation")]
+                    &schemas,
+                );
+                if let Some(error) = refusal(&registered, &self.states) {
+                    refused.push(error);
                 }
-            }
-        }
-        Server {
+                (name, Arc::new(registered))
+            })
+            .collect();
+        let server = Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
@@ -265,14 +262,35 @@ impl ServerBuilder {
                 config,
                 settings: self.settings,
                 registry: RwLock::new(Registry {
-                    tools: self.tools,
+                    tools,
                     prompts: self.prompts,
                     resources: self.resources,
                     templates: self.templates,
                 }),
                 changes,
+                state: Arc::new(self.states),
             }),
-        }
+        };
+        (server, refused)
+    }
+}
+
+/// Why a registered tool cannot be served: a schema that cannot be used, or state of a type the
+/// server does not have.
+fn refusal(registered: &Registered, states: &States) -> Option<RegisterError> {
+    #[cfg(feature = "validation")]
+    if let Some(source) = registered.unusable() {
+        return Some(RegisterError::Schema {
+            tool: registered.tool.name.clone(),
+            source: source.clone(),
+        });
+    }
+    match registered.tool.state {
+        Some((id, type_name)) if !states.has(id) => Some(RegisterError::MissingState {
+            tool: registered.tool.name.clone(),
+            type_name,
+        }),
+        _ => None,
     }
 }
 
@@ -283,71 +301,6 @@ fn random_key() -> modelctx_session::state::StateKey {
     getrandom::fill(&mut secret).expect("the operating system's random number generator works");
     modelctx_session::state::StateKey::new("local", secret.to_vec())
         .expect("a valid id and a 32-byte secret")
-}
-
-/// What the server offers.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    pub(crate) tools: BTreeMap<String, Tool>,
-    pub(crate) prompts: BTreeMap<String, Prompt>,
-    pub(crate) resources: BTreeMap<String, Resource>,
-    pub(crate) templates: BTreeMap<String, ResourceTemplate>,
-}
-
-impl Registry {
-    /// The completer of variable `variable` of the template `uri_template`.
-    pub(crate) fn template_completer(
-        &self,
-        uri_template: &str,
-        variable: &str,
-    ) -> Result<Option<crate::prompt::Completer>, ErrorObject> {
-        crate::resource::template_completer(&self.templates, uri_template, variable)
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
-    /// Compiled tool schemas.
-    #[cfg(feature = "validation")]
-    pub(crate) schemas: modelctx_types::schema::SchemaCache,
-    /// Connections and handlers under way.
-    pub(crate) load: LoadCounters,
-    /// Counts requests against the limits.
-    pub(crate) limiter: Arc<crate::limits::Limiter>,
-    /// Places for modern HTTP requests being handled (`Settings::max_modern_requests`).
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) modern_requests: Arc<tokio::sync::Semaphore>,
-    /// Decides which resources a connection may hear of changes to.
-    pub(crate) subscribe_hook: Option<crate::resource::SubscribeHook>,
-    /// Seals the `requestState` of modern round trips.
-    pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
-    pub(crate) settings: Settings,
-    pub(crate) registry: RwLock<Registry>,
-    pub(crate) changes: broadcast::Sender<Change>,
-}
-
-/// Counters of what is under way.
-#[derive(Debug, Default)]
-pub(crate) struct LoadCounters {
-    pub(crate) connections: std::sync::atomic::AtomicUsize,
-    pub(crate) handlers: std::sync::atomic::AtomicUsize,
-}
-
-/// One unit of load, counted while it lives.
-pub(crate) struct Counted<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Counted<'a> {
-    pub(crate) fn new(counter: &'a std::sync::atomic::AtomicUsize) -> Self {
-        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Counted(counter)
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 /// What a server has under way: every count returns to zero when the work ends.
@@ -368,9 +321,24 @@ pub enum RegisterError {
     #[error("the server did not declare the {0} capability")]
     NotDeclared(&'static str),
     /// A tool's input or output schema cannot be used (an unsupported dialect, an external
-    /// `$ref`, too large or too deep).
-    #[error("unusable schema: {0}")]
-    Schema(String),
+    /// `$ref`, too large or too deep, a pattern the engine cannot match).
+    #[cfg(feature = "validation")]
+    #[error("tool {tool}: unusable schema: {source}")]
+    Schema {
+        /// The tool's name.
+        tool: String,
+        /// Why its schema cannot be used.
+        source: modelctx_types::schema::SchemaError,
+    },
+    /// A tool's handler takes [`State`](crate::State) of a type the server was not given
+    /// ([`ServerBuilder::state`]).
+    #[error("tool {tool} takes state of type {type_name}, which the server was not given")]
+    MissingState {
+        /// The tool's name.
+        tool: String,
+        /// The type of the state.
+        type_name: &'static str,
+    },
 }
 
 /// An MCP server: what it offers, served on any number of connections at once.
@@ -435,6 +403,7 @@ impl Server {
             declare_prompts: false,
             declare_resources: false,
             state_key: None,
+            states: States::default(),
             subscribe_hook: None,
             versions: None,
         }
@@ -474,14 +443,17 @@ impl Server {
     /// ```
     pub fn add_tool(&self, tool: Tool) -> Result<(), RegisterError> {
         self.declared("tools")?;
-        #[cfg(feature = "validation")]
-        for schema in std::iter::once(&tool.input_schema).chain(tool.output_schema.as_ref()) {
-            self.shared
-                .schemas
-                .validator(schema)
-                .map_err(|e| RegisterError::Schema(e.to_string()))?;
+        let registered = Registered::new(
+            tool,
+            #[cfg(feature = "validation")]
+            &self.shared.schemas,
+        );
+        if let Some(error) = refusal(&registered, &self.shared.state) {
+            return Err(error);
         }
-        self.registry_mut().tools.insert(tool.name.clone(), tool);
+        self.registry_mut()
+            .tools
+            .insert(registered.tool.name.clone(), Arc::new(registered));
         let _ = self.shared.changes.send(Change::List(ListKind::Tools));
         Ok(())
     }
@@ -565,201 +537,4 @@ impl Server {
             .write()
             .unwrap_or_else(|e| e.into_inner())
     }
-}
-
-impl Shared {
-    pub(crate) fn registry(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
-        self.registry.read().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The work of a request that runs on its own task, given its context.
-pub(crate) type Runner =
-    Box<dyn FnOnce(Context) -> BoxFuture<Result<Value, ErrorObject>> + Send + 'static>;
-
-/// How one request is answered.
-pub(crate) enum Route {
-    /// Answered at once.
-    Now(Result<Value, ErrorObject>),
-    /// Answered by a handler, on its own task.
-    Run(Runner),
-}
-
-/// Decides how to answer `request`.
-pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
-    // `tools/call`, the hot path: its two fields straight from the raw params, without building
-    // the whole object first and converting it (and a modern call's `_meta` with it). Anything
-    // unusual (not an object, no name, a field twice) takes the general path below, which words
-    // the error as before.
-    if request.method == "tools/call"
-        && let Some(raw) = request.params.as_deref()
-        && raw.get().trim_start().starts_with('{')
-        && let Ok(call) = serde_json::from_str::<Call>(raw.get())
-    {
-        return call_route(shared, call);
-    }
-    let params: JsonObject = match request.params.as_deref() {
-        Some(raw) => match serde_json::from_str(raw.get()) {
-            Ok(p) => p,
-            Err(e) => return Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
-        },
-        None => JsonObject::new(),
-    };
-    let version = request.version;
-    match request.method.as_str() {
-        "tools/list" => Route::Now(list_tools(shared, version, &params)),
-        "tools/call" => match serde_json::from_value(Value::Object(params)) {
-            Ok(call) => call_route(shared, call),
-            Err(e) => Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
-        },
-        "resources/list" => Route::Now(crate::resource::list(shared, &params)),
-        "resources/templates/list" => Route::Now(crate::resource::list_templates(shared, &params)),
-        "resources/read" => crate::resource::read(shared, &params, version),
-        "prompts/list" => Route::Now(crate::prompt::list(shared, version, &params)),
-        "prompts/get" => crate::prompt::get(shared, params),
-        "completion/complete" => crate::prompt::complete(shared, params),
-        other => Route::Now(Err(ErrorObject::new(
-            ErrorCode::METHOD_NOT_FOUND,
-            format!("method not found: {other}"),
-        ))),
-    }
-}
-
-/// The params of `tools/call` that routing reads.
-#[derive(Deserialize)]
-struct Call {
-    name: String,
-    #[serde(default)]
-    arguments: Option<Value>,
-}
-
-fn call_route(shared: &Arc<Shared>, call: Call) -> Route {
-    let Some(tool) = shared.registry().tools.get(&call.name).cloned() else {
-        return Route::Now(Err(invalid_params(format!("unknown tool: {}", call.name))));
-    };
-    let arguments = call.arguments.unwrap_or_else(|| json!({}));
-    let shared = shared.clone();
-    Route::Run(Box::new(move |context| {
-        Box::pin(call_tool(shared, tool, arguments, context))
-    }))
-}
-
-pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
-}
-
-/// One page of a list sorted by key: the items after the cursor's key, and the next cursor.
-pub(crate) fn page<'a, T>(
-    items: &'a BTreeMap<String, T>,
-    params: &JsonObject,
-    size: usize,
-) -> Result<(Vec<&'a T>, Option<String>), ErrorObject> {
-    let after = match params.get("cursor") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(cursor)) => Some(
-            crate::cursor::decode(cursor)
-                .ok_or_else(|| invalid_params(format!("invalid cursor: {cursor:?}")))?,
-        ),
-        Some(_) => return Err(invalid_params("the cursor must be a string")),
-    };
-    let range = match &after {
-        Some(key) => {
-            items.range::<String, _>((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
-        }
-        None => items.range::<String, _>(..),
-    };
-    let mut page: Vec<(&String, &T)> = range.take(size.max(1) + 1).collect();
-    let next = (page.len() > size.max(1)).then(|| {
-        page.truncate(size.max(1));
-        crate::cursor::encode(page.last().map(|(k, _)| k.as_str()).unwrap_or_default())
-    });
-    Ok((page.into_iter().map(|(_, v)| v).collect(), next))
-}
-
-fn list_tools(
-    shared: &Shared,
-    version: ProtocolVersion,
-    params: &JsonObject,
-) -> Result<Value, ErrorObject> {
-    let registry = shared.registry();
-    let (tools, next) = page(&registry.tools, params, shared.settings.page_size)?;
-    let tools: Vec<Value> = tools.into_iter().map(|t| write::tool(t, version)).collect();
-    let mut result = json!({ "tools": tools });
-    if let Some(next) = next {
-        result["nextCursor"] = Value::from(next);
-    }
-    Ok(result)
-}
-
-/// The most violations shown to the model for one call.
-#[cfg(feature = "validation")]
-const MAX_VIOLATIONS: usize = 8;
-
-/// Runs a tool call: arguments checked, the handler run, its result checked and written for
-/// `version`.
-pub(crate) async fn call_tool(
-    shared: Arc<Shared>,
-    tool: Tool,
-    arguments: Value,
-    context: Context,
-) -> Result<Value, ErrorObject> {
-    let version = context.protocol_version();
-    let modern = context.inner.modern;
-    if !arguments.is_object() {
-        return Ok(write::tool_output(
-            &ToolOutput::error("invalid arguments: the arguments must be a JSON object"),
-            version,
-        ));
-    }
-    #[cfg(feature = "validation")]
-    {
-        let validator = shared.schemas.validator(&tool.input_schema).map_err(|e| {
-            internal(format!(
-                "the input schema of tool {} is not usable: {e}",
-                tool.name
-            ))
-        })?;
-        let violations = validator.validate(&arguments, MAX_VIOLATIONS);
-        if !violations.is_empty() {
-            // A tool execution error: the model can read it and try again.
-            let text = crate::schema::describe(&violations);
-            return Ok(write::tool_output(&ToolOutput::error(text), version));
-        }
-    }
-    let output = match (tool.handler)(context, arguments).await {
-        Ok(output) => output,
-        Err(text) => ToolOutput::error(text),
-    };
-    if let (true, Some(capability)) = (modern, &output.missing_capability) {
-        return Err(crate::input::missing_capability(capability));
-    }
-    #[cfg(feature = "validation")]
-    if let (Some(schema), Some(structured), false) =
-        (&tool.output_schema, &output.structured, output.is_error)
-    {
-        let validator = shared.schemas.validator(schema).map_err(|e| {
-            internal(format!(
-                "the output schema of tool {} is not usable: {e}",
-                tool.name
-            ))
-        })?;
-        let violations = validator.validate(structured, MAX_VIOLATIONS);
-        if !violations.is_empty() {
-            let text = crate::schema::describe(&violations);
-            return Err(internal(format!(
-                "the result of tool {} does not match its output schema: {}",
-                tool.name,
-                text.trim_start_matches("invalid arguments")
-                    .trim_start_matches(": ")
-            )));
-        }
-    }
-    #[cfg(not(feature = "validation"))]
-    let _ = shared;
-    Ok(write::tool_output(&output, version))
-}
-
-#[cfg(feature = "validation")]
-fn internal(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }

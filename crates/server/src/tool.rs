@@ -1,58 +1,114 @@
 //! Tools: a definition and an async function with typed arguments.
 
+use std::any::TypeId;
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use modelctx_types::JsonObject;
+#[cfg(feature = "validation")]
+use modelctx_types::schema::{SchemaError, Validator};
+use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion, model};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::context::Context;
-
-/// A boxed future, as the registry stores handlers.
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
+use crate::handler::{BoxFuture, MissingState, State};
 
 /// One content block of a result (text, image, audio, a resource link or an embedded
-/// resource), as JSON.
+/// resource): the model's [`ContentBlock`](model::ContentBlock), written for each client's
+/// protocol version (blocks a version lacks become text that says what they were).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Content(pub(crate) Value);
+pub struct Content(pub(crate) model::ContentBlock);
 
 impl Content {
     /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
-        Content(json!({"type": "text", "text": text.into()}))
+        Content(crate::wire::write::text(text.into()))
     }
 
     /// An image block: base64 `data` of type `mime_type`.
     pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        Content(json!({"type": "image", "data": data.into(), "mimeType": mime_type.into()}))
+        Content(model::ContentBlock::ImageContent(model::ImageContent {
+            meta: None,
+            annotations: None,
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }))
     }
 
     /// An audio block (2025-03-26 and later; older clients get a text note instead).
     pub fn audio(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
-        Content(json!({"type": "audio", "data": data.into(), "mimeType": mime_type.into()}))
+        Content(model::ContentBlock::AudioContent(model::AudioContent {
+            meta: None,
+            annotations: None,
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }))
     }
 
     /// A link to a resource (2025-06-18 and later; older clients get its URI as text).
     pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
-        Content(json!({"type": "resource_link", "uri": uri.into(), "name": name.into()}))
+        Content(model::ContentBlock::ResourceLink(model::ResourceLink {
+            meta: None,
+            annotations: None,
+            description: None,
+            icons: None,
+            mime_type: None,
+            name: name.into(),
+            size: None,
+            title: None,
+            uri: uri.into(),
+        }))
     }
 
     /// An embedded text resource.
     pub fn embedded_text(uri: impl Into<String>, text: impl Into<String>) -> Self {
-        Content(json!({"type": "resource", "resource": {"uri": uri.into(), "text": text.into()}}))
+        Content(model::ContentBlock::EmbeddedResource(
+            model::EmbeddedResource {
+                meta: None,
+                annotations: None,
+                resource: model::EmbeddedResourceResource::TextResourceContents(
+                    model::TextResourceContents {
+                        meta: None,
+                        mime_type: None,
+                        text: text.into(),
+                        uri: uri.into(),
+                    },
+                ),
+            },
+        ))
     }
 
-    /// Any block, as JSON (it must have the shape of a `ContentBlock`).
-    pub fn from_json(block: Value) -> Self {
+    /// A block from its JSON, as the newest protocol version (2026-07-28) defines a
+    /// `ContentBlock`: the escape hatch for JSON at hand. Prefer the constructors, or a
+    /// [`model::ContentBlock`] (`Content::from`), which the compiler checks.
+    ///
+    /// # Errors
+    ///
+    /// The JSON is not a content block.
+    pub fn from_json(block: Value) -> Result<Self, serde_json::Error> {
+        let block: modelctx_types::v2026_07_28::ContentBlock = serde_json::from_value(block)?;
+        Ok(Content(block.into()))
+    }
+
+    /// The block.
+    pub fn block(&self) -> &model::ContentBlock {
+        &self.0
+    }
+}
+
+impl From<model::ContentBlock> for Content {
+    fn from(block: model::ContentBlock) -> Self {
         Content(block)
     }
+}
 
-    /// The block as JSON.
-    pub fn as_json(&self) -> &Value {
-        &self.0
+impl From<Content> for model::ContentBlock {
+    fn from(content: Content) -> Self {
+        content.0
     }
 }
 
@@ -218,7 +274,7 @@ impl<T: Serialize + schemars::JsonSchema + Send + 'static> IntoToolOutput for Js
     }
 
     fn output_schema() -> Option<JsonObject> {
-        Some(crate::schema_of::<T>())
+        Some(crate::handler::schema_of::<T>())
     }
 }
 
@@ -241,13 +297,15 @@ fn structured<T: Serialize>(value: &T) -> ToolOutput {
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct NoArgs {}
 
-/// An async function that can handle a tool call: `async fn(A) -> R` or
-/// `async fn(Context, A) -> R`, where `A` is the arguments (a `Deserialize` type, an object)
-/// and `R` implements [`IntoToolOutput`]. `M` only tells the two shapes apart.
+/// An async function that can handle a tool call: `async fn(A) -> R`,
+/// `async fn(Context, A) -> R`, `async fn(State<S>, A) -> R` or
+/// `async fn(Context, State<S>, A) -> R`, where `A` is the arguments (a `Deserialize` type, an
+/// object), `S` state given with [`ServerBuilder::state`](crate::ServerBuilder::state), and `R`
+/// implements [`IntoToolOutput`]. `M` only tells the shapes apart.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tool handler",
     label = "not a tool handler",
-    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none) and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
+    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none), `S: Clone + Send + Sync + 'static` and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
 )]
 pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.
@@ -255,18 +313,22 @@ pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The result.
     type Output: IntoToolOutput;
     /// Runs the tool.
-    fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
+    ///
+    /// # Errors
+    ///
+    /// [`MissingState`] when the handler takes state of a type the server was not given.
+    fn call(
+        &self,
+        context: Context,
+        args: Self::Args,
+    ) -> Result<BoxFuture<Self::Output>, MissingState>;
+
+    /// The type of the state the handler takes, if it takes any: checked when the tool is
+    /// registered (default: none).
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        None
+    }
 }
-
-/// The marker of `async fn(Args) -> R`.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct ArgsOnly;
-
-/// The marker of `async fn(Context, Args) -> R`.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct WithContext;
 
 impl<F, Fut, A, R> ToolHandler<(ArgsOnly, A)> for F
 where
@@ -277,8 +339,8 @@ where
 {
     type Args = A;
     type Output = R;
-    fn call(&self, _context: Context, args: A) -> BoxFuture<R> {
-        Box::pin((self)(args))
+    fn call(&self, _context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        Ok(Box::pin((self)(args)))
     }
 }
 
@@ -291,14 +353,77 @@ where
 {
     type Args = A;
     type Output = R;
-    fn call(&self, context: Context, args: A) -> BoxFuture<R> {
-        Box::pin((self)(context, args))
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        Ok(Box::pin((self)(context, args)))
     }
 }
 
-/// A handler with its types erased: takes the arguments as JSON.
+impl<F, Fut, S, A, R> ToolHandler<(WithState, S, A)> for F
+where
+    F: Fn(State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoToolOutput,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        let state = context.inner.state.get::<S>()?;
+        Ok(Box::pin((self)(State(state), args)))
+    }
+
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
+    }
+}
+
+impl<F, Fut, S, A, R> ToolHandler<(WithContextAndState, S, A)> for F
+where
+    F: Fn(Context, State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoToolOutput,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        let state = context.inner.state.get::<S>()?;
+        Ok(Box::pin((self)(context, State(state), args)))
+    }
+
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
+    }
+}
+
+/// The arguments of one call, as routing found them: the raw text of `arguments` when the params
+/// were read straight from the message, or a value when they had to be parsed whole first.
+#[derive(Debug)]
+pub(crate) enum Arguments {
+    /// The text of `arguments`, not parsed yet.
+    Raw(Box<RawValue>),
+    /// `arguments` parsed (`{}` when the call gave none).
+    Parsed(Value),
+}
+
+impl Arguments {
+    /// Whether the arguments are a JSON object (the text of one, for [`Arguments::Raw`]).
+    #[cfg(not(feature = "validation"))]
+    fn is_object(&self) -> bool {
+        match self {
+            Arguments::Raw(raw) => raw.get().trim_start().starts_with('{'),
+            Arguments::Parsed(value) => value.is_object(),
+        }
+    }
+}
+
+/// A handler with its types erased: takes the arguments as JSON, decoded into its own type
+/// once, from their text when it is at hand. Arguments that do not decode are a failed call
+/// the model can read; missing state is the server's fault (-32603).
 pub(crate) type ErasedTool =
-    Arc<dyn Fn(Context, Value) -> BoxFuture<Result<ToolOutput, String>> + Send + Sync>;
+    Arc<dyn Fn(Context, Arguments) -> BoxFuture<Result<ToolOutput, ErrorObject>> + Send + Sync>;
 
 fn erase<H, M>(handler: H) -> ErasedTool
 where
@@ -307,11 +432,171 @@ where
     Arc::new(move |context, args| {
         let handler = handler.clone();
         Box::pin(async move {
-            let args: H::Args =
-                serde_json::from_value(args).map_err(|e| format!("invalid arguments: {e}"))?;
-            Ok(handler.call(context, args).await.into_output())
+            let args: Result<H::Args, _> = match args {
+                Arguments::Raw(raw) => serde_json::from_str(raw.get()),
+                Arguments::Parsed(value) => serde_json::from_value(value),
+            };
+            let args = match args {
+                Ok(args) => args,
+                Err(e) => return Ok(ToolOutput::error(format!("invalid arguments: {e}"))),
+            };
+            let running = handler
+                .call(context, args)
+                .map_err(|e| crate::wire::internal(e.to_string()))?;
+            Ok(running.await.into_output())
         })
     })
+}
+
+/// A tool as the registry holds it: registered once, behind an `Arc`, with its schemas
+/// compiled and its `Mcp-Param-*` header rules derived, so that a call clones neither the
+/// tool nor does any of that again.
+pub(crate) struct Registered {
+    pub(crate) tool: Tool,
+    /// The compiled input schema, or why it cannot be used.
+    #[cfg(feature = "validation")]
+    input: Result<Validator, SchemaError>,
+    /// The compiled output schema, if the tool has one, or why it cannot be used.
+    #[cfg(feature = "validation")]
+    output: Option<Result<Validator, SchemaError>>,
+    /// The `x-mcp-header` parameters of the input schema (`None` when the schema's
+    /// annotations are not usable, and the calls are then not checked against headers).
+    #[cfg(feature = "http")]
+    pub(crate) param_headers: Option<Vec<modelctx_http::headers::ParamHeader>>,
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registered {
+    /// Registers `tool`: its schemas compiled through `schemas` (bounded by its limits), its
+    /// header rules derived.
+    pub(crate) fn new(
+        tool: Tool,
+        #[cfg(feature = "validation")] schemas: &modelctx_types::schema::SchemaCache,
+    ) -> Self {
+        Registered {
+            #[cfg(feature = "validation")]
+            input: schemas.validator(&tool.input_schema),
+            #[cfg(feature = "validation")]
+            output: tool.output_schema.as_ref().map(|s| schemas.validator(s)),
+            #[cfg(feature = "http")]
+            param_headers: modelctx_http::headers::param_headers(&tool.input_schema).ok(),
+            tool,
+        }
+    }
+
+    /// Why one of the tool's schemas cannot be used, if one cannot.
+    #[cfg(feature = "validation")]
+    pub(crate) fn unusable(&self) -> Option<&SchemaError> {
+        self.input
+            .as_ref()
+            .err()
+            .or_else(|| self.output.as_ref().and_then(|o| o.as_ref().err()))
+    }
+}
+
+/// `tools/list`: one page of the tools, written for `version`.
+pub(crate) fn list(
+    tools: &BTreeMap<String, Arc<Registered>>,
+    version: ProtocolVersion,
+    params: &JsonObject,
+    page_size: usize,
+) -> Result<Value, ErrorObject> {
+    let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .map(|t| crate::wire::write::tool(&t.tool, version))
+        .collect::<Result<_, _>>()?;
+    let mut result = json!({ "tools": tools });
+    if let Some(next) = next {
+        result["nextCursor"] = Value::from(next);
+    }
+    Ok(result)
+}
+
+/// The most violations shown to the model for one call.
+#[cfg(feature = "validation")]
+const MAX_VIOLATIONS: usize = 8;
+
+/// Runs a tool call: arguments checked, the handler run, its result checked and written for
+/// `version`.
+pub(crate) async fn call(
+    registered: Arc<Registered>,
+    arguments: Arguments,
+    context: Context,
+) -> Result<Value, ErrorObject> {
+    use crate::wire::write::tool_output;
+    let version = context.protocol_version();
+    let modern = context.inner.modern;
+    let tool = &registered.tool;
+    // Validation reads a value: the arguments are parsed here, once, and the handler's type is
+    // then decoded from that value. Without validation the handler decodes its type from the
+    // text straight away.
+    #[cfg(feature = "validation")]
+    let arguments = {
+        let value = match arguments {
+            Arguments::Raw(raw) => serde_json::from_str::<Value>(raw.get())
+                .map_err(|e| crate::wire::invalid_params(format!("invalid params: {e}")))?,
+            Arguments::Parsed(value) => value,
+        };
+        if !value.is_object() {
+            return tool_output(&not_an_object(), version);
+        }
+        let validator = registered.input.as_ref().map_err(|e| {
+            crate::wire::internal(format!(
+                "the input schema of tool {} is not usable: {e}",
+                tool.name
+            ))
+        })?;
+        let violations = validator.validate(&value, MAX_VIOLATIONS);
+        if !violations.is_empty() {
+            // A tool execution error: the model can read it and try again.
+            let text = crate::wire::schema::describe(&violations);
+            return tool_output(&ToolOutput::error(text), version);
+        }
+        Arguments::Parsed(value)
+    };
+    #[cfg(not(feature = "validation"))]
+    if !arguments.is_object() {
+        return tool_output(&not_an_object(), version);
+    }
+    let output = (tool.handler)(context, arguments).await?;
+    if let (true, Some(capability)) = (modern, &output.missing_capability) {
+        return Err(crate::input::missing_capability(capability));
+    }
+    #[cfg(feature = "validation")]
+    if let (Some(validator), Some(structured), false) =
+        (&registered.output, &output.structured, output.is_error)
+    {
+        let validator = validator.as_ref().map_err(|e| {
+            crate::wire::internal(format!(
+                "the output schema of tool {} is not usable: {e}",
+                tool.name
+            ))
+        })?;
+        let violations = validator.validate(structured, MAX_VIOLATIONS);
+        if !violations.is_empty() {
+            let text = crate::wire::schema::describe(&violations);
+            return Err(crate::wire::internal(format!(
+                "the result of tool {} does not match its output schema: {}",
+                tool.name,
+                text.trim_start_matches("invalid arguments")
+                    .trim_start_matches(": ")
+            )));
+        }
+    }
+    tool_output(&output, version)
+}
+
+/// The failed call of arguments that are not an object.
+fn not_an_object() -> ToolOutput {
+    ToolOutput::error("invalid arguments: the arguments must be a JSON object")
 }
 
 /// A tool: its definition (name, schemas, description, ...) and its handler.
@@ -319,6 +604,10 @@ where
 pub struct Tool {
     pub(crate) name: String,
     pub(crate) definition: JsonObject,
+    pub(crate) annotations: Option<model::ToolAnnotations>,
+    pub(crate) icons: Option<Vec<model::Icon>>,
+    /// The type of the state the handler takes, if any.
+    pub(crate) state: Option<(TypeId, &'static str)>,
     pub(crate) input_schema: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
     pub(crate) handler: ErasedTool,
@@ -367,7 +656,13 @@ impl Tool {
     /// let tool = Tool::new("weather", weather)
     ///     .title("Weather")
     ///     .description("The weather in a city")
-    ///     .annotations(serde_json::json!({"readOnlyHint": true, "openWorldHint": true}));
+    ///     .annotations(modelctx_server::model::ToolAnnotations {
+    ///         destructive_hint: None,
+    ///         idempotent_hint: None,
+    ///         open_world_hint: Some(true),
+    ///         read_only_hint: Some(true),
+    ///         title: None,
+    ///     });
     ///
     /// // State is captured by a closure.
     /// let greeting = std::sync::Arc::new(String::from("hello"));
@@ -383,7 +678,7 @@ impl Tool {
         H: ToolHandler<M>,
         H::Args: schemars::JsonSchema,
     {
-        let schema = crate::schema_of::<H::Args>();
+        let schema = crate::handler::schema_of::<H::Args>();
         Tool::with_input_schema(name, schema, handler)
     }
 
@@ -414,6 +709,9 @@ impl Tool {
         let name = name.into();
         Tool {
             definition: JsonObject::new(),
+            annotations: None,
+            icons: None,
+            state: H::state_type(),
             input_schema,
             output_schema: <H::Output as IntoToolOutput>::output_schema(),
             handler: erase(handler),
@@ -437,14 +735,16 @@ impl Tool {
     }
 
     /// The annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`,
-    /// `title`), as JSON.
-    pub fn annotations(self, annotations: Value) -> Self {
-        self.set("annotations", annotations)
+    /// `title`; 2025-03-26 and later, each version given what it defines).
+    pub fn annotations(mut self, annotations: model::ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
+        self
     }
 
-    /// Icons (2025-11-25 and later), as JSON `Icon` objects.
-    pub fn icons(self, icons: Vec<Value>) -> Self {
-        self.set("icons", Value::from(icons))
+    /// Icons (2025-11-25 and later).
+    pub fn icons(mut self, icons: Vec<model::Icon>) -> Self {
+        self.icons = Some(icons);
+        self
     }
 
     /// Replaces the output schema (a JSON Schema; an object schema for clients before
@@ -473,5 +773,79 @@ impl Tool {
     /// The name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn noop(_: Value) -> &'static str {
+        ""
+    }
+
+    fn object(value: Value) -> JsonObject {
+        match value {
+            Value::Object(object) => object,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn content_is_the_models_block_and_its_json_is_checked() {
+        assert!(Content::from_json(json!({"type": "video", "data": ""})).is_err());
+        assert!(Content::from_json(json!({"type": "text"})).is_err());
+        let text = Content::from_json(json!({"type": "text", "text": "hi"})).unwrap();
+        assert_eq!(text, Content::text("hi"));
+        assert!(matches!(text.block(), model::ContentBlock::TextContent(t) if t.text == "hi"));
+        let link = Content::resource_link("file:///a", "a");
+        assert_eq!(Content::from(model::ContentBlock::from(link.clone())), link);
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn registered_tools_hold_their_header_rules() {
+        let schema = object(json!({
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+        }));
+        let registered = Registered::new(
+            Tool::with_input_schema("t", schema, noop),
+            #[cfg(feature = "validation")]
+            &modelctx_types::schema::SchemaCache::new(Default::default()),
+        );
+        let headers = registered.param_headers.expect("usable header rules");
+        assert_eq!(
+            headers.iter().map(|h| h.name()).collect::<Vec<_>>(),
+            ["Region"]
+        );
+    }
+
+    #[cfg(feature = "validation")]
+    #[test]
+    fn registered_tools_hold_their_compiled_schemas_or_why_not() {
+        use modelctx_types::schema::{SchemaCache, SchemaError, SchemaLimits};
+        // A cache that keeps nothing: what a call validates with is what registration compiled.
+        let mut limits = SchemaLimits::default();
+        limits.cache_entries = 0;
+        let cache = SchemaCache::new(limits);
+        let schema = object(json!({"type": "object", "required": ["a"]}));
+        let registered = Registered::new(Tool::with_input_schema("t", schema, noop), &cache);
+        assert!(registered.unusable().is_none());
+        let input = registered.input.as_ref().expect("compiled");
+        assert_eq!(input.validate(&json!({}), 8).len(), 1);
+        assert!(input.validate(&json!({"a": 1}), 8).is_empty());
+
+        let remote = object(json!({"$ref": "https://example.com/a.json"}));
+        let output = object(json!({"type": "object"}));
+        let broken = Registered::new(
+            Tool::with_input_schema("r", output, noop).output_schema(remote),
+            &cache,
+        );
+        assert!(matches!(
+            broken.unusable(),
+            Some(SchemaError::ExternalRef(uri)) if uri.contains("example.com")
+        ));
+        assert!(broken.input.is_ok());
     }
 }

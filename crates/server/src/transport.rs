@@ -12,6 +12,7 @@ const QUEUE: usize = 256;
 
 /// The client end of an in-memory connection to a server (see [`Server::in_memory`]).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct InMemory {
     /// Messages to the server.
     pub to_server: mpsc::Sender<Incoming>,

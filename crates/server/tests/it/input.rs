@@ -30,7 +30,7 @@ async fn the_same_handler_asks_for_input_in_both_eras() {
         async move {
             counted.fetch_add(1, Ordering::SeqCst);
             match context.list_roots().await {
-                Ok(roots) => format!("{} roots", roots["roots"].as_array().map_or(0, Vec::len)),
+                Ok(roots) => format!("{} roots", roots.roots.len()),
                 Err(e) => format!("no roots: {e}"),
             }
         }
@@ -214,7 +214,7 @@ async fn ask_at_once(context: Context, _: NoArgs) -> Result<String, InputError> 
         "{} {} {}",
         name["content"]["name"].as_str().unwrap_or("?"),
         greeting["content"]["text"].as_str().unwrap_or("?"),
-        roots["roots"].as_array().map_or(0, Vec::len)
+        roots.roots.len()
     ))
 }
 
@@ -438,4 +438,50 @@ async fn a_handler_failing_for_lack_of_a_capability_gets_the_modern_error() {
         .request("prompts/get", json!({"name": "needs_url"}))
         .await;
     assert_eq!(code(&answer), -32603);
+}
+
+/// A legacy client that answers a question with an error: the handler gets that error whole
+/// (`InputError::Refused` keeps the client's `ErrorObject`, code and data included).
+#[tokio::test]
+async fn a_refusal_keeps_the_clients_error() {
+    async fn ask(context: Context, _: NoArgs) -> String {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        match context.elicit("Your name?", schema).await {
+            Err(InputError::Refused(e)) => {
+                let data = e.data.map(|d| d.get().to_owned()).unwrap_or_default();
+                format!("refused {} {} {data}", e.code.0, e.message)
+            }
+            other => format!("unexpected {other:?}"),
+        }
+    }
+    let server = Server::builder("refuse", "1")
+        .tool(Tool::new("ask", ask))
+        .build();
+    let config = eras()
+        .into_iter()
+        .find(|(name, _)| *name == "2025-06-18")
+        .unwrap()
+        .1;
+    let mut client = Client::connect(&server, config).await;
+    let id = client
+        .start("tools/call", json!({"name": "ask", "arguments": {}}))
+        .await;
+    let asked = within("the question", async {
+        loop {
+            if let Some(asked) = client.events.iter().find_map(|e| match e {
+                modelctx_session::Event::Request(r) => Some(r.id.clone()),
+                _ => None,
+            }) {
+                return asked;
+            }
+            client.step().await;
+        }
+    })
+    .await;
+    let error = modelctx_types::ErrorObject::new(modelctx_types::ErrorCode(-32042), "not now")
+        .with_data(&json!({"retry": false}))
+        .unwrap();
+    client.session.respond_error(&asked, error).unwrap();
+    let result = client.answer(&id).await.unwrap();
+    assert_eq!(text(&result), r#"refused -32042 not now {"retry":false}"#);
 }

@@ -33,12 +33,7 @@ async fn issue(_: Context, request: ReadRequest) -> Result<ResourceContents, Res
 fn server() -> Server {
     Server::builder("resources", "1")
         .resource(Resource::new("file:///readme.md", "readme", readme).description("The readme"))
-        .resource(
-            Resource::new("file:///logo.png", "logo", logo).cache(CacheHint {
-                ttl_ms: 60_000,
-                scope: "shared",
-            }),
-        )
+        .resource(Resource::new("file:///logo.png", "logo", logo).cache(CacheHint::private(60_000)))
         .resource_template(
             ResourceTemplate::new("repo://{owner}/{repo}/issues/{number}", "issues", issue)
                 .unwrap()
@@ -90,7 +85,7 @@ async fn resources_and_templates_are_listed_and_read_in_every_version() {
         if modern {
             assert_eq!(
                 (read["ttlMs"].as_u64(), read["cacheScope"].as_str()),
-                (Some(60_000), Some("shared"))
+                (Some(60_000), Some("private"))
             );
         }
 

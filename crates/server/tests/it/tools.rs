@@ -441,10 +441,7 @@ async fn tool_calls_over_a_limit_are_refused_with_a_defined_error() {
 #[tokio::test]
 async fn modern_results_carry_the_server_info_and_list_cache_hints() {
     let mut settings = Settings::default();
-    settings.list_cache = Some(modelctx_server::CacheHint {
-        ttl_ms: 5000,
-        scope: "shared",
-    });
+    settings.list_cache = Some(modelctx_server::CacheHint::public(5000));
     let server = Server::builder("hints", "2.0.0")
         .settings(settings)
         .tool(Tool::new("echo", echo))
@@ -452,7 +449,7 @@ async fn modern_results_carry_the_server_info_and_list_cache_hints() {
     let mut modern = Client::connect(&server, eras().remove(0).1).await;
     let listed = modern.request("tools/list", json!({})).await.unwrap();
     assert_eq!(listed["ttlMs"], 5000);
-    assert_eq!(listed["cacheScope"], "shared");
+    assert_eq!(listed["cacheScope"], "public");
     assert_eq!(
         listed["_meta"]["io.modelcontextprotocol/serverInfo"]["version"],
         "2.0.0"
@@ -540,7 +537,13 @@ async fn schemas_name_their_dialect_only_when_asked_and_unusable_ones_are_refuse
     .unwrap();
     let refused = server.add_tool(Tool::with_input_schema("future", future, any));
     assert!(
-        matches!(&refused, Err(modelctx_server::RegisterError::Schema(why)) if why.contains("dialect")),
+        matches!(
+            &refused,
+            Err(modelctx_server::RegisterError::Schema {
+                tool,
+                source: modelctx_types::schema::SchemaError::Dialect(dialect),
+            }) if tool == "future" && dialect.contains("2099-01")
+        ),
         "{refused:?}"
     );
     let remote: modelctx_types::JsonObject = serde_json::from_value(json!({
@@ -712,7 +715,13 @@ async fn look_around_patterns_need_the_backtracking_engine() {
     let linear = Server::builder("t", "1").declare_tools().build();
     let refused = linear.add_tool(Tool::with_input_schema("code", schema.clone(), any));
     assert!(
-        matches!(&refused, Err(modelctx_server::RegisterError::Schema(_))),
+        matches!(
+            &refused,
+            Err(modelctx_server::RegisterError::Schema {
+                source: modelctx_types::schema::SchemaError::Pattern { .. },
+                ..
+            })
+        ),
         "{refused:?}"
     );
 
@@ -745,4 +754,212 @@ async fn look_around_patterns_need_the_backtracking_engine() {
         .await
         .unwrap();
     assert_eq!(bad["isError"], true, "{bad}");
+}
+
+/// One message from its text, as a client wrote it (escapes and all).
+fn raw_message(text: &str) -> modelctx_types::Message {
+    match modelctx_types::decode(text.as_bytes()).unwrap() {
+        modelctx_types::Incoming::Single(message) => message,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `tools/call` params are read once, straight from the message: a name with escapes (which
+/// cannot be borrowed from the text), `null` or absent arguments (`{}`), arguments that are not
+/// an object (a failed call the model can read), and the general path for params a direct
+/// read refuses (a field twice: the last one counts, as for any object).
+#[tokio::test]
+async fn tool_calls_read_their_params_from_the_message_in_every_form() {
+    let server = Server::builder("params", "1")
+        .tool(Tool::new("echo", echo))
+        .tool(Tool::new("none", |_: NoArgs| async { "nothing" }))
+        .build();
+    let mut conn = server.in_memory();
+    conn.send(message(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "c", "version": "1"}}}),
+    ))
+    .await;
+    until_response(&mut conn, 0).await;
+    conn.send(message(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ))
+    .await;
+    let cases: [(&str, Result<&str, &str>); 6] = [
+        (
+            r#"{"name": "\u0065cho", "arguments": {"text": "escaped \"hi\""}}"#,
+            Ok(r#"escaped "hi""#),
+        ),
+        (r#"{"name": "none", "arguments": null}"#, Ok("nothing")),
+        (r#"{"name": "none"}"#, Ok("nothing")),
+        (
+            r#"{"name": "echo", "arguments": "text"}"#,
+            Err("invalid arguments: the arguments must be a JSON object"),
+        ),
+        (
+            r#"{"name": "echo", "arguments": {"text": 1}}"#,
+            Err("invalid arguments: /text: 1 is not of type \"string\""),
+        ),
+        (
+            r#"{"name": "none", "name": "echo", "arguments": {"text": "last"}}"#,
+            Ok("last"),
+        ),
+    ];
+    for (id, (params, expected)) in (1..).zip(cases) {
+        conn.send(raw_message(&format!(
+            r#"{{"jsonrpc": "2.0", "id": {id}, "method": "tools/call", "params": {params}}}"#
+        )))
+        .await;
+        let (answer, _) = until_response(&mut conn, id).await;
+        let result = &answer["result"];
+        let is_error = result["isError"] == true;
+        match expected {
+            Ok(text) => assert!(
+                !is_error && result["content"][0]["text"] == text,
+                "{answer}"
+            ),
+            Err(text) => assert!(is_error && result["content"][0]["text"] == text, "{answer}"),
+        }
+    }
+}
+
+/// A builder's tool with a schema that cannot be used: `try_build` refuses the server, naming
+/// the tool and keeping the cause; `build` keeps the tool, whose calls are then -32603.
+#[cfg(feature = "validation")]
+#[tokio::test]
+async fn builder_tools_have_their_schemas_checked_when_registered() {
+    use modelctx_types::schema::SchemaError;
+    let remote: modelctx_types::JsonObject =
+        serde_json::from_value(json!({"type": "object", "$ref": "https://example.com/a.json"}))
+            .unwrap();
+    let builder = || {
+        Server::builder("t", "1")
+            .tool(Tool::new("echo", echo))
+            .tool(Tool::with_input_schema(
+                "remote",
+                remote.clone(),
+                |_: Value| async { "unreachable" },
+            ))
+    };
+    let refused = builder().try_build();
+    assert!(
+        matches!(
+            &refused,
+            Err(modelctx_server::RegisterError::Schema {
+                tool,
+                source: SchemaError::ExternalRef(_),
+            }) if tool == "remote"
+        ),
+        "{:?}",
+        refused.err()
+    );
+    let built = Server::builder("t", "1")
+        .tool(Tool::new("echo", echo))
+        .try_build();
+    assert!(built.is_ok());
+
+    let server = builder().build();
+    let mut client = Client::connect(&server, eras().remove(1).1).await;
+    let answer = client
+        .request("tools/call", json!({"name": "remote", "arguments": {}}))
+        .await;
+    assert_eq!(code(&answer), -32603, "{answer:?}");
+}
+
+/// Shared state: `ServerBuilder::state` and a `State<S>` argument, in both shapes, one value
+/// shared by every call (a clone of it per call); `Context::state` gives the same. A tool that
+/// takes state the server was not given is refused by `try_build` and `add_tool`, and a
+/// server built anyway answers its calls with -32603.
+#[tokio::test]
+async fn handlers_take_the_state_the_server_was_given() {
+    use modelctx_server::{RegisterError, State};
+
+    #[derive(Clone, Default)]
+    struct Hits(Arc<AtomicUsize>);
+    #[derive(Clone)]
+    struct Greeting(&'static str);
+
+    async fn hit(State(hits): State<Hits>, _: NoArgs) -> String {
+        (hits.0.fetch_add(1, Ordering::SeqCst) + 1).to_string()
+    }
+    async fn greet(context: Context, greeting: State<Greeting>, args: Echo) -> String {
+        let hits: Hits = context.state().expect("the server has Hits");
+        let missing = context.state::<String>();
+        assert_eq!(
+            missing.err().map(|e| e.type_name),
+            Some(std::any::type_name::<String>())
+        );
+        format!(
+            "{} {} ({})",
+            greeting.0.0,
+            args.text,
+            hits.0.load(Ordering::SeqCst)
+        )
+    }
+
+    let hits = Hits::default();
+    let server = Server::builder("state", "1")
+        .state(hits.clone())
+        .state(Greeting("hello"))
+        .tool(Tool::new("hit", hit))
+        .tool(Tool::new("greet", greet))
+        .try_build()
+        .expect("every state the tools take is there");
+    for (_, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let before = hits.0.load(Ordering::SeqCst);
+        let answer = client.call("hit", json!({})).await;
+        assert_eq!(text(&answer), (before + 1).to_string());
+        let answer = client.call("greet", json!({"text": "you"})).await;
+        assert_eq!(text(&answer), format!("hello you ({})", before + 1));
+    }
+    assert_eq!(hits.0.load(Ordering::SeqCst), eras().len());
+
+    // Without the state.
+    let refused = Server::builder("state", "1")
+        .tool(Tool::new("hit", hit))
+        .try_build();
+    assert!(
+        matches!(
+            &refused,
+            Err(RegisterError::MissingState { tool, type_name })
+                if tool == "hit" && type_name.ends_with("Hits")
+        ),
+        "{:?}",
+        refused.err()
+    );
+    let bare = Server::builder("state", "1").declare_tools().build();
+    assert!(matches!(
+        bare.add_tool(Tool::new("hit", hit)),
+        Err(RegisterError::MissingState { .. })
+    ));
+    let server = Server::builder("state", "1")
+        .tool(Tool::new("hit", hit))
+        .build();
+    let mut client = Client::connect(&server, eras().remove(0).1).await;
+    let answer = client
+        .request("tools/call", json!({"name": "hit", "arguments": {}}))
+        .await;
+    assert_eq!(code(&answer), -32603, "{answer:?}");
+}
+
+/// `Context::client_info` is the model's `Implementation`, in both eras (the session's
+/// `clientInfo` for legacy clients, the request's `_meta` for modern ones).
+#[tokio::test]
+async fn the_client_info_is_typed_in_both_eras() {
+    async fn who(context: Context, _: NoArgs) -> String {
+        match context.client_info() {
+            Some(info) => format!("{} {}", info.name, info.version),
+            None => format!("unknown: {:?}", context.client_info_json()),
+        }
+    }
+    let server = Server::builder("who", "1")
+        .tool(Tool::new("who", who))
+        .build();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let answer = client.call("who", json!({})).await;
+        assert_eq!(text(&answer), "test 1", "{name}");
+    }
 }

@@ -3,6 +3,12 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use modelctx_types::{ErrorObject, JsonObject};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::invalid_params;
 
 /// What every cursor of this server starts with (a version, should the format change).
 const PREFIX: &str = "c1";
@@ -21,6 +27,32 @@ pub(crate) fn decode(cursor: &str) -> Option<String> {
     }
     let bytes = URL_SAFE_NO_PAD.decode(cursor.strip_prefix(PREFIX)?).ok()?;
     String::from_utf8(bytes).ok()
+}
+
+/// One page of a list sorted by key: the items after the cursor's key (`params.cursor`), and
+/// the next cursor.
+pub(crate) fn page<'a, T>(
+    items: &'a BTreeMap<String, T>,
+    params: &JsonObject,
+    size: usize,
+) -> Result<(Vec<&'a T>, Option<String>), ErrorObject> {
+    let after = match params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cursor)) => Some(
+            decode(cursor).ok_or_else(|| invalid_params(format!("invalid cursor: {cursor:?}")))?,
+        ),
+        Some(_) => return Err(invalid_params("the cursor must be a string")),
+    };
+    let range = match &after {
+        Some(key) => items.range::<String, _>((Bound::Excluded(key), Bound::Unbounded)),
+        None => items.range::<String, _>(..),
+    };
+    let mut page: Vec<(&String, &T)> = range.take(size.max(1) + 1).collect();
+    let next = (page.len() > size.max(1)).then(|| {
+        page.truncate(size.max(1));
+        encode(page.last().map(|(k, _)| k.as_str()).unwrap_or_default())
+    });
+    Ok((page.into_iter().map(|(_, v)| v).collect(), next))
 }
 
 #[cfg(test)]

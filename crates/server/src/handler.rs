@@ -1,0 +1,249 @@
+//! What handlers are made of: the boxed future the registry stores, the erased work of one
+//! request, the markers that tell handler shapes apart, and the schemas derived from types.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use modelctx_types::ErrorObject;
+use serde_json::Value;
+
+use crate::context::Context;
+
+/// A boxed future, as the registry stores handlers.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The work of a request that runs on its own task, given its context.
+pub(crate) type Runner =
+    Box<dyn FnOnce(Context) -> BoxFuture<Result<Value, ErrorObject>> + Send + 'static>;
+
+/// State the application gave the server ([`ServerBuilder::state`]), as a handler argument:
+/// `async fn(State<S>, Args)` or `async fn(Context, State<S>, Args)`. Each call gets a clone
+/// of the value (put what is shared in an `Arc`, a pool, a channel), as with axum's `State`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use modelctx_server::{NoArgs, Server, State, Tool};
+///
+/// #[derive(Clone, Default)]
+/// struct App {
+///     hits: Arc<AtomicU64>,
+/// }
+///
+/// async fn hit(State(app): State<App>, _: NoArgs) -> String {
+///     (app.hits.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+/// }
+///
+/// let server = Server::builder("counter", "1.0.0")
+///     .state(App::default())
+///     .tool(Tool::new("hit", hit))
+///     .try_build()
+///     .expect("the state the tools take is there");
+/// # drop(server);
+/// ```
+///
+/// [`ServerBuilder::state`]: crate::ServerBuilder::state
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct State<S>(pub S);
+
+impl<S> std::ops::Deref for State<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.0
+    }
+}
+
+impl<S> std::ops::DerefMut for State<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.0
+    }
+}
+
+/// A handler asked for state of a type the server was not given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the server has no state of type {type_name} (give it with ServerBuilder::state)")]
+#[non_exhaustive]
+pub struct MissingState {
+    /// The type asked for.
+    pub type_name: &'static str,
+}
+
+/// The state of a server, one value per type.
+#[derive(Default)]
+pub(crate) struct States(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for States {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("States")
+            .field("types", &self.0.len())
+            .finish()
+    }
+}
+
+impl States {
+    /// Keeps `state`, replacing any earlier one of its type.
+    pub(crate) fn insert<S: Clone + Send + Sync + 'static>(&mut self, state: S) {
+        self.0.insert(TypeId::of::<S>(), Box::new(state));
+    }
+
+    /// A clone of the state of type `S`.
+    pub(crate) fn get<S: Clone + 'static>(&self) -> Result<S, MissingState> {
+        self.0
+            .get(&TypeId::of::<S>())
+            .and_then(|state| state.downcast_ref::<S>())
+            .cloned()
+            .ok_or(MissingState {
+                type_name: std::any::type_name::<S>(),
+            })
+    }
+
+    /// Whether there is state of the type `id`.
+    pub(crate) fn has(&self, id: TypeId) -> bool {
+        self.0.contains_key(&id)
+    }
+}
+
+/// The markers that tell the handler shapes apart (`async fn(Args)` and
+/// `async fn(Context, Args)`). They are in a private module: nothing outside this crate can
+/// name them, so no one else can implement the handler traits for a shape of their own, and
+/// the shapes may grow without breaking anyone (like axum's `T` of `Handler<T, S>`).
+pub(crate) mod markers {
+    /// The marker of `async fn(Args) -> R`.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub struct ArgsOnly;
+
+    /// The marker of `async fn(Context, Args) -> R`.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub struct WithContext;
+
+    /// The marker of `async fn(State<S>, Args) -> R`.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub struct WithState;
+
+    /// The marker of `async fn(Context, State<S>, Args) -> R`.
+    #[derive(Debug)]
+    #[non_exhaustive]
+    pub struct WithContextAndState;
+}
+
+/// The JSON Schema of `T`, as a tool schema: without `$schema` (some clients reject it), and
+/// without the formats schemars invents for Rust's number types (`uint32`, `double`, ...),
+/// which JSON Schema does not define and validators warn about; the ranges stay as `minimum`
+/// and `maximum`.
+#[cfg(feature = "schemars")]
+pub(crate) fn schema_of<T: schemars::JsonSchema>() -> modelctx_types::JsonObject {
+    let schema = schemars::schema_for!(T);
+    let mut value = serde_json::to_value(schema).unwrap_or_default();
+    drop_unknown_formats(&mut value);
+    let mut object = match value {
+        serde_json::Value::Object(object) => object,
+        _ => modelctx_types::JsonObject::new(),
+    };
+    object.remove("$schema");
+    object
+}
+
+/// The formats JSON Schema 2020-12 defines.
+#[cfg(feature = "schemars")]
+const FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Removes `format` keywords with values JSON Schema does not define, from every subschema
+/// (never from a map of names to subschemas, where `format` would be a property's name).
+#[cfg(feature = "schemars")]
+fn drop_unknown_formats(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    // (value, whether it is a schema rather than a map of names to schemas)
+    let mut stack: Vec<(&mut Value, bool)> = vec![(schema, true)];
+    while let Some((value, is_schema)) = stack.pop() {
+        match value {
+            Value::Object(object) => {
+                if is_schema
+                    && object
+                        .get("format")
+                        .and_then(Value::as_str)
+                        .is_some_and(|f| !FORMATS.contains(&f))
+                {
+                    object.remove("format");
+                }
+                for (key, child) in object.iter_mut() {
+                    let child_is_schema = !(is_schema
+                        && matches!(
+                            key.as_str(),
+                            "properties"
+                                | "$defs"
+                                | "definitions"
+                                | "patternProperties"
+                                | "dependentSchemas"
+                        ));
+                    let data = is_schema
+                        && matches!(key.as_str(), "const" | "enum" | "default" | "examples");
+                    if !data {
+                        stack.push((child, child_is_schema));
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    stack.push((item, true));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(all(test, feature = "schemars"))]
+mod tests {
+    #[test]
+    fn derived_schemas_lose_invented_formats_and_keep_properties_named_format() {
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Args {
+            count: u32,
+            ratio: f64,
+            format: String,
+            when: Option<String>,
+            nested: Vec<Inner>,
+        }
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Inner {
+            size: i64,
+        }
+        let schema = serde_json::Value::Object(super::schema_of::<Args>());
+        let text = schema.to_string();
+        assert!(
+            !text.contains("uint32") && !text.contains("int64") && !text.contains("double"),
+            "{text}"
+        );
+        assert!(schema["properties"]["format"].is_object(), "{text}");
+        assert_eq!(schema["properties"]["count"]["minimum"], 0);
+        assert!(schema.get("$schema").is_none());
+    }
+}

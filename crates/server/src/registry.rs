@@ -1,0 +1,113 @@
+//! What the server holds while it runs: the registry of what it offers (which may change), and
+//! the state every connection shares (settings, compiled schemas, load counters, the change
+//! broadcast).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use modelctx_session::{ListKind, ServerConfig};
+use modelctx_types::ErrorObject;
+use tokio::sync::broadcast;
+
+use crate::complete::Completer;
+use crate::handler::States;
+use crate::prompt::Prompt;
+use crate::resource::{Resource, ResourceTemplate, Subscribe, SubscribeHook};
+use crate::settings::Settings;
+use crate::tool::Registered;
+
+/// A change that live connections announce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    List(ListKind),
+    Updated(Arc<str>),
+}
+
+/// What the server offers.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    pub(crate) tools: BTreeMap<String, Arc<Registered>>,
+    pub(crate) prompts: BTreeMap<String, Prompt>,
+    pub(crate) resources: BTreeMap<String, Resource>,
+    pub(crate) templates: BTreeMap<String, ResourceTemplate>,
+}
+
+impl Registry {
+    /// The completer of variable `variable` of the template `uri_template`.
+    pub(crate) fn template_completer(
+        &self,
+        uri_template: &str,
+        variable: &str,
+    ) -> Result<Option<Completer>, ErrorObject> {
+        crate::resource::template_completer(&self.templates, uri_template, variable)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    /// Compiled tool schemas.
+    #[cfg(feature = "validation")]
+    pub(crate) schemas: modelctx_types::schema::SchemaCache,
+    /// Connections and handlers under way.
+    pub(crate) load: LoadCounters,
+    /// Counts requests against the limits.
+    pub(crate) limiter: Arc<crate::limits::Limiter>,
+    /// Places for modern HTTP requests being handled (`Settings::max_modern_requests`).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) modern_requests: Arc<tokio::sync::Semaphore>,
+    /// Decides which resources a connection may hear of changes to.
+    pub(crate) subscribe_hook: Option<SubscribeHook>,
+    /// Seals the `requestState` of modern round trips.
+    pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
+    pub(crate) settings: Settings,
+    pub(crate) registry: RwLock<Registry>,
+    pub(crate) changes: broadcast::Sender<Change>,
+    /// The state handlers take ([`State`](crate::State)).
+    pub(crate) state: Arc<States>,
+}
+
+/// Counters of what is under way.
+#[derive(Debug, Default)]
+pub(crate) struct LoadCounters {
+    pub(crate) connections: std::sync::atomic::AtomicUsize,
+    pub(crate) handlers: std::sync::atomic::AtomicUsize,
+}
+
+/// One unit of load, counted while it lives.
+pub(crate) struct Counted<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Counted<'a> {
+    pub(crate) fn new(counter: &'a std::sync::atomic::AtomicUsize) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Counted(counter)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    pub(crate) fn registry(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        self.registry.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Refuses a URI longer than [`Settings::max_uri_len`](crate::Settings::max_uri_len) with
+/// -32602 (`what` names where it came from).
+pub(crate) fn check_uri_len(shared: &Shared, what: &str, uri: &str) -> Result<(), ErrorObject> {
+    crate::resource::check_uri_len(shared.settings.max_uri_len, what, uri)
+}
+
+/// Whether a connection of `principal` may hear of changes to `uri`: the
+/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say, yes without
+/// one.
+pub(crate) fn may_subscribe(shared: &Shared, uri: &str, principal: Option<&str>) -> bool {
+    shared
+        .subscribe_hook
+        .as_ref()
+        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }))
+}

@@ -1,0 +1,20 @@
+//! The edge where what handlers produce becomes JSON-RPC: results written for the client's
+//! version, list cursors, the text of schema violations, and the errors every route words the
+//! same way.
+
+pub(crate) mod cursor;
+#[cfg(feature = "validation")]
+pub(crate) mod schema;
+pub(crate) mod write;
+
+use modelctx_types::{ErrorCode, ErrorObject};
+
+/// An invalid-params error (-32602).
+pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
+}
+
+/// An internal error (-32603).
+pub(crate) fn internal(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
+}

@@ -1,0 +1,305 @@
+//! Writing what handlers produce for the protocol version of the client: the edge where one
+//! model becomes each version's wire shape.
+
+use modelctx_session::ProtocolVersion;
+use modelctx_types::model::{self, ContentBlock, ConvertError};
+use modelctx_types::{
+    ErrorObject, JsonObject, ResultType, v2024_11_05, v2025_03_26, v2025_06_18, v2025_11_25,
+    v2026_07_28,
+};
+use serde_json::{Value, json};
+
+use super::internal;
+use crate::tool::{Tool, ToolOutput};
+
+use ProtocolVersion as V;
+
+/// Whether `version` has structured tool output (`outputSchema`, `structuredContent`).
+fn has_structured(version: V) -> bool {
+    version >= V::V2025_06_18
+}
+
+/// Whether structured output must be a JSON object in `version` (2025-06-18 and 2025-11-25).
+fn object_only(version: V) -> bool {
+    has_structured(version) && version < V::V2026_07_28
+}
+
+/// A tool definition for `tools/list` in `version`.
+pub(crate) fn tool(tool: &Tool, version: V) -> Result<Value, ErrorObject> {
+    let mut out = JsonObject::new();
+    out.insert("name".into(), Value::from(tool.name.as_str()));
+    for (key, value) in &tool.definition {
+        if key != "title" || version >= V::V2025_06_18 {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    if let Some(annotations) = &tool.annotations {
+        let annotations = annotations.clone();
+        let written = match version {
+            V::V2024_11_05 => None,
+            V::V2025_03_26 => Some(encode(v2025_03_26::ToolAnnotations::try_from(annotations))),
+            V::V2025_06_18 => Some(encode(v2025_06_18::ToolAnnotations::try_from(annotations))),
+            V::V2025_11_25 => Some(encode(v2025_11_25::ToolAnnotations::try_from(annotations))),
+            _ => Some(encode(v2026_07_28::ToolAnnotations::try_from(annotations))),
+        };
+        if let Some(written) = written {
+            out.insert("annotations".into(), written?);
+        }
+    }
+    if let Some(icons) = &tool.icons
+        && version >= V::V2025_11_25
+    {
+        let icons = icons
+            .iter()
+            .map(|icon| match version {
+                V::V2025_11_25 => encode(v2025_11_25::Icon::try_from(icon.clone())),
+                _ => encode(v2026_07_28::Icon::try_from(icon.clone())),
+            })
+            .collect::<Result<Vec<Value>, ErrorObject>>()?;
+        out.insert("icons".into(), Value::from(icons));
+    }
+    out.insert(
+        "inputSchema".into(),
+        Value::Object(tool.input_schema.clone()),
+    );
+    if let Some(schema) = &tool.output_schema
+        && has_structured(version)
+    {
+        out.insert(
+            "outputSchema".into(),
+            Value::Object(output_schema(schema, version)),
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+/// The output schema as `version` may carry it: an object schema stays; another one is wrapped
+/// as the `result` member of an object for 2025-06-18 and 2025-11-25, whose structured output
+/// must be an object.
+pub(crate) fn output_schema(schema: &JsonObject, version: V) -> JsonObject {
+    if !object_only(version) || is_object_schema(schema) {
+        return schema.clone();
+    }
+    let mut inner = schema.clone();
+    inner.remove("$schema");
+    let mut wrapped = json!({
+        "type": "object",
+        "properties": {"result": Value::Object(inner)},
+        "required": ["result"],
+    });
+    if let Some(dialect) = schema.get("$schema") {
+        wrapped["$schema"] = dialect.clone();
+    }
+    match wrapped {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn is_object_schema(schema: &JsonObject) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+/// Writes a model value as the wire type `version` has for it: the generated types check the
+/// shape, and drop what the version does not define.
+macro_rules! encode_in {
+    ($version:expr, $value:expr, $ty:ident) => {
+        match $version {
+            V::V2024_11_05 => encode(v2024_11_05::$ty::try_from($value)),
+            V::V2025_03_26 => encode(v2025_03_26::$ty::try_from($value)),
+            V::V2025_06_18 => encode(v2025_06_18::$ty::try_from($value)),
+            V::V2025_11_25 => encode(v2025_11_25::$ty::try_from($value)),
+            _ => encode(v2026_07_28::$ty::try_from($value)),
+        }
+    };
+}
+
+/// The JSON of a wire value, or an internal error (-32603) saying why the value has no form in
+/// the version.
+fn encode<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<Value, ErrorObject> {
+    let wire = wire.map_err(|e| internal(format!("the result cannot be written: {e}")))?;
+    serde_json::to_value(wire).map_err(|e| internal(format!("the result cannot be written: {e}")))
+}
+
+/// A `tools/call` result in `version`.
+pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Value, ErrorObject> {
+    let structured_content = match &output.structured {
+        Some(structured) if has_structured(version) => {
+            Some(if object_only(version) && !structured.is_object() {
+                json!({ "result": structured })
+            } else {
+                structured.clone()
+            })
+        }
+        _ => None,
+    };
+    let result = model::CallToolResult {
+        meta: None,
+        content: output
+            .content
+            .iter()
+            .map(|block| content_block(&block.0, version))
+            .collect(),
+        is_error: output.is_error.then_some(true),
+        result_type: Some(ResultType::Complete),
+        structured_content,
+        extra: JsonObject::new(),
+    };
+    encode_in!(version, result, CallToolResult)
+}
+
+/// A `prompts/get` result in `version`.
+pub(crate) fn prompt_result(
+    description: Option<String>,
+    messages: Vec<model::PromptMessage>,
+    version: V,
+) -> Result<Value, ErrorObject> {
+    let result = model::GetPromptResult {
+        meta: None,
+        description,
+        messages: messages
+            .into_iter()
+            .map(|message| model::PromptMessage {
+                content: content_block(&message.content, version),
+                role: message.role,
+            })
+            .collect(),
+        result_type: Some(ResultType::Complete),
+        extra: JsonObject::new(),
+    };
+    encode_in!(version, result, GetPromptResult)
+}
+
+/// A content block as `version` can carry it: the one place content is downgraded. Blocks the
+/// version does not know become text that says what they were (audio before 2025-03-26, a
+/// resource link before 2025-06-18); fields it does not know are dropped when the block is
+/// written in its types.
+pub(crate) fn content_block(block: &ContentBlock, version: V) -> ContentBlock {
+    match block {
+        ContentBlock::AudioContent(audio) if version < V::V2025_03_26 => text(format!(
+            "[{} audio, not shown in this protocol version]",
+            audio.mime_type
+        )),
+        ContentBlock::ResourceLink(link) if version < V::V2025_06_18 => text(link.uri.clone()),
+        other => other.clone(),
+    }
+}
+
+/// A text block.
+pub(crate) fn text(text: String) -> ContentBlock {
+    ContentBlock::TextContent(model::TextContent {
+        meta: None,
+        annotations: None,
+        text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::{Content, NoArgs};
+
+    fn tool_output(output: &ToolOutput, version: V) -> Value {
+        super::tool_output(output, version).expect("a result every version can carry")
+    }
+
+    fn content_block(block: &Content, version: V) -> Value {
+        let result = super::tool_output(&ToolOutput::new(vec![block.clone()]), version).unwrap();
+        result["content"][0].clone()
+    }
+
+    fn output(structured: Value) -> ToolOutput {
+        ToolOutput::structured(structured)
+    }
+
+    #[test]
+    fn structured_output_is_written_per_version() {
+        let object = output(json!({"a": 1}));
+        let number = output(json!(42));
+        for v in [V::V2024_11_05, V::V2025_03_26] {
+            assert!(tool_output(&object, v).get("structuredContent").is_none());
+            assert_eq!(tool_output(&object, v)["content"][0]["text"], r#"{"a":1}"#);
+        }
+        for v in [V::V2025_06_18, V::V2025_11_25] {
+            assert_eq!(
+                tool_output(&object, v)["structuredContent"],
+                json!({"a": 1})
+            );
+            assert_eq!(
+                tool_output(&number, v)["structuredContent"],
+                json!({"result": 42})
+            );
+        }
+        assert_eq!(
+            tool_output(&number, V::V2026_07_28)["structuredContent"],
+            json!(42)
+        );
+        assert_eq!(
+            tool_output(&ToolOutput::error("no"), V::V2026_07_28)["isError"],
+            true
+        );
+    }
+
+    #[test]
+    fn output_schemas_follow_the_same_wrapping() {
+        let integer: JsonObject = serde_json::from_value(json!({"type": "integer"})).unwrap();
+        let wrapped = output_schema(&integer, V::V2025_11_25);
+        assert_eq!(wrapped["properties"]["result"], json!({"type": "integer"}));
+        assert_eq!(wrapped["required"], json!(["result"]));
+        assert_eq!(output_schema(&integer, V::V2026_07_28), integer);
+        let object: JsonObject = serde_json::from_value(json!({"type": "object"})).unwrap();
+        assert_eq!(output_schema(&object, V::V2025_06_18), object);
+    }
+
+    #[test]
+    fn definitions_carry_only_what_the_version_knows() {
+        async fn noop(_: NoArgs) -> &'static str {
+            ""
+        }
+        let t = Tool::with_input_schema("t", JsonObject::new(), noop)
+            .title("T")
+            .description("d")
+            .icons(vec![model::Icon {
+                mime_type: None,
+                sizes: None,
+                src: "https://x/i.png".into(),
+                theme: None,
+            }])
+            .annotations(model::ToolAnnotations {
+                destructive_hint: None,
+                idempotent_hint: None,
+                open_world_hint: Some(false),
+                read_only_hint: Some(true),
+                title: None,
+            })
+            .output_schema(JsonObject::new());
+        let old = tool(&t, V::V2024_11_05).unwrap();
+        assert!(old.get("title").is_none() && old.get("icons").is_none());
+        assert!(old.get("outputSchema").is_none());
+        assert_eq!(old["description"], "d");
+        assert!(old.get("annotations").is_none());
+        let middle = tool(&t, V::V2025_03_26).unwrap();
+        assert_eq!(
+            middle["annotations"],
+            json!({"readOnlyHint": true, "openWorldHint": false})
+        );
+        assert!(middle.get("icons").is_none());
+        let new = tool(&t, V::V2026_07_28).unwrap();
+        assert_eq!(new["title"], "T");
+        assert_eq!(new["icons"], json!([{"src": "https://x/i.png"}]));
+        assert!(new.get("outputSchema").is_some());
+    }
+
+    #[test]
+    fn blocks_older_versions_lack_become_text() {
+        let audio = Content::audio("AAAA", "audio/wav");
+        assert_eq!(content_block(&audio, V::V2024_11_05)["type"], "text");
+        assert_eq!(content_block(&audio, V::V2025_03_26)["type"], "audio");
+        let link = Content::resource_link("file:///a", "a");
+        assert_eq!(content_block(&link, V::V2025_03_26)["text"], "file:///a");
+        assert_eq!(
+            content_block(&link, V::V2025_06_18)["type"],
+            "resource_link"
+        );
+    }
+}
