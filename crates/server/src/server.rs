@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use modelctx_session::{ListKind, ServerConfig};
+use modelctx_session::{ListKind, ProtocolVersion, ServerConfig};
 use modelctx_types::JsonObject;
 use serde_json::json;
 use tokio::sync::broadcast;
