@@ -47,4 +47,7 @@ pub(crate) struct ModuleIr {
     pub(crate) types: BTreeMap<String, TypeIr>,
     /// Names re-exported from the base module, with that module's name.
     pub(crate) reexports: BTreeMap<String, String>,
+    /// The unions dispatched on `method` (requests, notifications): name -> methods, in the
+    /// schema's order.
+    pub(crate) method_unions: BTreeMap<String, Vec<String>>,
 }

@@ -16,15 +16,17 @@
 //! * results: an enum per direction decoded by correlating with the request's method and then the
 //!   value of `resultType` (the schema's own result unions cannot be told apart structurally).
 //!
-//! The modules, imports running one way (this file > `wire`, `model` > `ir`, `names`):
+//! The modules, imports running one way (this file > `wire`, `model`, `methods` > `ir`, `names`):
 //!
 //! * `wire`: the wire types of one schema file (`wire/methods.rs`: unions dispatched on `method`
 //!   and their result enums; `wire/unions.rs`: every other union);
 //! * `model`: the version-neutral model and its conversions, from the `ir` of every version;
+//! * `methods`: the table of the methods each side may send in each version, from the `ir`;
 //! * `ir`: what `wire` tells `model` about each generated type;
 //! * `names`: Rust names, string literals and doc comments.
 
 mod ir;
+mod methods;
 mod model;
 mod names;
 mod wire;
@@ -145,12 +147,16 @@ pub fn generate(root: &Path, schema_dir: &Path) -> Result<Generated, Error> {
     }
     mod_rs.push_str(&model_mods);
     files.push((
+        PathBuf::from(OUT_DIR).join("methods.rs"),
+        format_rust(&methods::generate(&irs)?)?,
+    ));
+    files.push((
         PathBuf::from(OUT_DIR).join("consts.rs"),
         format_rust(&consts.render())?,
     ));
     let mod_rs = format!(
         "{PREAMBLE}\n//! The generated wire types, one module per protocol version.\n\n\
-         #[allow(missing_docs)]\npub mod consts;\n{mod_rs}"
+         #[allow(missing_docs)]\npub mod consts;\npub mod methods;\n{mod_rs}"
     );
     files.push((PathBuf::from(OUT_DIR).join("mod.rs"), format_rust(&mod_rs)?));
     files.sort();

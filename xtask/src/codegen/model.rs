@@ -1073,6 +1073,7 @@ mod tests {
                     (name.to_owned(), ir)
                 })
                 .collect(),
+            method_unions: BTreeMap::new(),
             reexports: BTreeMap::new(),
         }
     }

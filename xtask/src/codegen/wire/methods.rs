@@ -180,6 +180,10 @@ impl Module<'_> {
         );
         self.items.insert(name.to_owned(), out);
         self.registry.insert(name.to_owned());
+        self.method_unions.insert(
+            name.to_owned(),
+            members.iter().map(|m| m.method.clone()).collect(),
+        );
         if name.ends_with("Request") {
             self.gen_result_enum(name, &members)?;
         }

@@ -125,6 +125,8 @@ struct Module<'a> {
     reexports: BTreeMap<String, String>,
     /// What the model generator needs, by type name.
     ir: BTreeMap<String, (Shape, String)>,
+    /// Method-dispatched unions: name -> methods, in the schema's order.
+    method_unions: BTreeMap<String, Vec<String>>,
     /// Types that have a usable `Default`.
     defaultable: BTreeSet<String>,
 }
@@ -150,6 +152,7 @@ pub(super) fn generate_module(
         reexports: BTreeMap::new(),
         defaultable: BTreeSet::new(),
         ir: BTreeMap::new(),
+        method_unions: BTreeMap::new(),
     };
     if let Some((base_file, base_schema)) = base {
         let (base_defs, _) = defs_of(base_schema)?;
@@ -268,6 +271,7 @@ pub(super) fn generate_module(
         feature: file.feature.clone(),
         types,
         reexports,
+        method_unions: m.method_unions,
     };
     Ok((out, count, ir))
 }
