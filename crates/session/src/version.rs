@@ -1,7 +1,16 @@
-//! Which methods exist in which version. The versions themselves ([`ProtocolVersion`], [`Era`])
-//! are vocabulary and live in `modelctx-types`.
+//! Which methods exist in which version: the table generated from each version's schema
+//! ([`modelctx_types::methods`]) and, written out here, the rules of extensions (the 2026-07-28
+//! tasks extension) and the method groups of 2026-07-28 results. The versions themselves
+//! ([`ProtocolVersion`], [`Era`]) are vocabulary and live in `modelctx-types`.
 
 pub use modelctx_types::{Era, ProtocolVersion};
+
+use modelctx_types::consts::{
+    NotificationsTasks, PromptsGet, PromptsList, ResourcesList, ResourcesRead,
+    ResourcesTemplatesList, ServerDiscover, TasksCancel, TasksGet, TasksUpdate, ToolsCall,
+    ToolsList,
+};
+use modelctx_types::methods;
 
 /// Who sends a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,13 +20,6 @@ pub(crate) enum Direction {
     /// Server to client.
     ToClient,
 }
-
-use modelctx_types::consts::{
-    NotificationsTasks, PromptsGet, PromptsList, ResourcesList, ResourcesRead,
-    ResourcesTemplatesList, ServerDiscover, TasksCancel, TasksGet, TasksUpdate, ToolsCall,
-    ToolsList,
-};
-use modelctx_types::methods;
 
 use ProtocolVersion as V;
 
@@ -141,5 +143,48 @@ mod tests {
             "notifications/elicitation/complete",
             ToClient
         ));
+    }
+
+    #[test]
+    fn extension_methods_are_rules_of_their_own() {
+        use Direction::*;
+        // Not in any version's table...
+        assert!(!request_exists(V::V2026_07_28, "tasks/update", ToServer));
+        assert!(
+            !modelctx_types::methods::of(V::V2026_07_28)
+                .server_notifications
+                .contains(&"notifications/tasks")
+        );
+        // ...but allowed by the extension rules, from 2026-07-28 on only.
+        assert!(is_tasks_extension_request(V::V2026_07_28, "tasks/update"));
+        assert!(is_tasks_extension_request(V::V2026_07_28, "tasks/get"));
+        assert!(!is_tasks_extension_request(V::V2026_07_28, "tasks/list"));
+        assert!(!is_tasks_extension_request(V::V2025_11_25, "tasks/update"));
+        assert!(notification_exists(
+            V::V2026_07_28,
+            "notifications/tasks",
+            ToClient
+        ));
+        assert!(!notification_exists(
+            V::V2026_07_28,
+            "notifications/tasks",
+            ToServer
+        ));
+        assert!(!notification_exists(
+            V::V2025_11_25,
+            "notifications/tasks",
+            ToClient
+        ));
+        // 2025-11-25's tasks are part of the version itself.
+        assert!(request_exists(V::V2025_11_25, "tasks/list", ToClient));
+    }
+
+    #[test]
+    fn method_groups_of_modern_results() {
+        assert!(is_cacheable("server/discover"));
+        assert!(is_cacheable("resources/templates/list"));
+        assert!(!is_cacheable("tools/call"));
+        assert!(allows_input_required("prompts/get"));
+        assert!(!allows_input_required("tools/list"));
     }
 }

@@ -9,6 +9,10 @@
 //! type of the same name. The envelope ([`Message`], [`RequestId`], [`ErrorCode`], ...) is written
 //! by hand.
 //!
+//! [`methods`] lists, for each [`ProtocolVersion`], the requests and notifications each side may
+//! send (generated from the same schemas, and compiled whichever version features are on): the
+//! table the session checks methods against.
+//!
 //! With the `validation` feature, [`schema`] validates values against JSON Schemas: a tool's
 //! arguments against its `inputSchema`, its `structuredContent` against its `outputSchema`. The
 //! schemas may come from an untrusted peer, so compiled schemas are kept in a bounded cache, a
