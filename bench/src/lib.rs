@@ -1,9 +1,7 @@
-//! Shared pieces of the benchmark binaries: the echo tool's schema, the modelctx echo server, the
-//! runtime every server uses, and the `LISTENING <port>` line of the HTTP servers.
+//! Shared pieces of the benchmark binaries: the echo tool's schema, the modelctx echo server, the runtime every server
+//! uses, and the `LISTENING <port>` line of the HTTP servers.
 
-use std::net::SocketAddr;
-
-/// The input schema of the `echo` tool: `{"text": string}`.
+/// The input schema of the `echo` tool, `{"text": string}`, written by hand (the rmcp server's).
 pub fn echo_schema() -> serde_json::Map<String, serde_json::Value> {
     match serde_json::json!({
         "type": "object",
@@ -15,8 +13,8 @@ pub fn echo_schema() -> serde_json::Map<String, serde_json::Value> {
     }
 }
 
-/// The arguments of `echo`.
-#[derive(serde::Deserialize)]
+/// The arguments of `echo`: `{"text": string}`, its input schema derived by schemars.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Echo {
     text: String,
 }
@@ -25,41 +23,17 @@ async fn echo(args: Echo) -> String {
     args.text
 }
 
-/// The modelctx server of the benchmarks: the tool `echo` alone (served over stdio by `mc_stdio`,
-/// over Streamable HTTP by `mc_http`).
+/// The modelctx server of the benchmarks, written as the README shows (default features, the
+/// input schema derived): the tool `echo` alone (served over stdio by `mc_stdio`, over
+/// Streamable HTTP by `mc_http`). The lean build of the same server is `lean/`.
 pub fn modelctx_server() -> modelctx_server::Server {
     modelctx_server::Server::builder("modelctx-bench", "0.0.0")
-        .tool(
-            modelctx_server::Tool::with_input_schema("echo", echo_schema(), echo)
-                .description("Says the text back"),
-        )
+        .tool(modelctx_server::Tool::new("echo", echo).description("Says the text back"))
         .build()
 }
 
-/// The tokio runtime of every server: multi-threaded (what `#[tokio::main]` gives), or
-/// current-thread with `BENCH_RT=current`.
-pub fn runtime() -> tokio::runtime::Runtime {
-    let current = std::env::var("BENCH_RT").is_ok_and(|v| v == "current");
-    let mut builder = if current {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
-    builder.enable_all().build().expect("a tokio runtime")
-}
-
-/// The address every HTTP server binds: loopback, a port the system picks.
-pub fn loopback() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
-/// Tells the load generator where to connect (the only line an HTTP server prints on stdout).
-pub fn announce(addr: SocketAddr) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "LISTENING {}", addr.port());
-    let _ = out.flush();
-}
+mod common;
+pub use common::{announce, loopback, runtime};
 
 /// Serves a hyper service on every accepted connection (HTTP/1.1, `TCP_NODELAY`), forever.
 pub async fn serve_hyper<S>(listener: tokio::net::TcpListener, service: S) -> std::io::Result<()>

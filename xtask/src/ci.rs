@@ -289,7 +289,13 @@ pub(crate) fn run() -> Result<(), Error> {
         // facades; `--locked`: with the versions of the committed `bench/Cargo.lock`.
         (
             "bench: compiles",
-            Cargo(&["check", "--manifest-path", "bench/Cargo.toml", "--locked"]),
+            Cargo(&[
+                "check",
+                "--manifest-path",
+                "bench/Cargo.toml",
+                "--locked",
+                "--workspace",
+            ]),
             BENCH_ENV,
         ),
         (

@@ -2,5 +2,4 @@
 //! loading (manifest, hashes, corrections) with the generator.
 
 pub mod codegen;
-mod model;
 pub mod schema;

@@ -21,7 +21,8 @@ commands:
       (read from DIR, else $MCP_SCHEMA_DIR, else ../shared/mcp-schema);
       --check fails if the committed code is stale
   bench
-      builds bench/ (its own workspace: modelctx, rmcp 3.9, the TypeScript SDK (bench/ts, on
+      builds bench/ (its own workspace: modelctx as the README builds it and lean (bench/lean,
+      built on its own), rmcp 3.11, the TypeScript SDK (bench/ts, on
       the Node 22 of `node`) and the raw limits behind one echo tool, and the load generator)
       in release mode into bench/target, runs every workload against every implementation,
       interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also

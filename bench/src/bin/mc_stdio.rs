@@ -1,4 +1,4 @@
-//! modelctx over stdio (default features off: `stdio` only in the minimal build), tool `echo`.
+//! modelctx over stdio, built as the README shows (default features), tool `echo`.
 
 fn main() -> std::io::Result<()> {
     let server = modelctx_bench::modelctx_server();

@@ -1,4 +1,4 @@
-//! rmcp 3.9 over Streamable HTTP, tool `echo`, served with hyper (HTTP/1.1, TCP_NODELAY):
+//! rmcp 3.11 over Streamable HTTP, tool `echo`, served with hyper (HTTP/1.1, TCP_NODELAY):
 //! `rmcp_http session` keeps legacy sessions (rmcp's default: SSE responses);
 //! `rmcp_http stateless` serves without sessions, with JSON responses.
 

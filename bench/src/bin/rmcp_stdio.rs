@@ -1,4 +1,4 @@
-//! rmcp 3.9 over stdio, tool `echo`: `rmcp_stdio pipes` uses `stdio_pipes()`, anything else
+//! rmcp 3.11 over stdio, tool `echo`: `rmcp_stdio pipes` uses `stdio_pipes()`, anything else
 //! (or nothing) the README's `stdio()`.
 
 use modelctx_bench::rmcp_echo::Echo;

@@ -1,7 +1,16 @@
-//! Which methods exist in which version. The versions themselves ([`ProtocolVersion`], [`Era`])
-//! are vocabulary and live in `modelctx-types`.
+//! Which methods exist in which version: the table generated from each version's schema
+//! ([`modelctx_types::methods`]) and, written out here, the rules of extensions (the 2026-07-28
+//! tasks extension) and the method groups of 2026-07-28 results. The versions themselves
+//! ([`ProtocolVersion`], [`Era`]) are vocabulary and live in `modelctx-types`.
 
 pub use modelctx_types::{Era, ProtocolVersion};
+
+use modelctx_types::consts::{
+    NotificationsTasks, PromptsGet, PromptsList, ResourcesList, ResourcesRead,
+    ResourcesTemplatesList, ServerDiscover, TasksCancel, TasksGet, TasksUpdate, ToolsCall,
+    ToolsList,
+};
+use modelctx_types::methods;
 
 /// Who sends a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,94 +24,56 @@ pub(crate) enum Direction {
 use ProtocolVersion as V;
 
 /// Whether `method` is a request the sender may send in `version` (JSON-RPC requests only: the
-/// 2026-07-28 input requests embedded in results are not requests).
+/// 2026-07-28 input requests embedded in results are not requests). The table is generated from
+/// each version's schema; extension methods are not in it (see [`is_tasks_extension_request`]).
 pub(crate) fn request_exists(version: V, method: &str, direction: Direction) -> bool {
-    let legacy = version <= V::V2025_11_25;
-    let modern = version >= V::V2026_07_28;
-    match direction {
-        Direction::ToServer => match method {
-            "initialize"
-            | "ping"
-            | "logging/setLevel"
-            | "resources/subscribe"
-            | "resources/unsubscribe" => legacy,
-            "server/discover" | "subscriptions/listen" => modern,
-            "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-            | "prompts/list"
-            | "prompts/get"
-            | "tools/list"
-            | "tools/call"
-            | "completion/complete" => true,
-            "tasks/get" | "tasks/cancel" | "tasks/result" | "tasks/list" => {
-                version == V::V2025_11_25
-            }
-            _ => false,
-        },
-        Direction::ToClient => match method {
-            "ping" | "sampling/createMessage" | "roots/list" => legacy,
-            "elicitation/create" => legacy && version >= V::V2025_06_18,
-            "tasks/get" | "tasks/cancel" | "tasks/result" | "tasks/list" => {
-                version == V::V2025_11_25
-            }
-            _ => false,
-        },
-    }
+    let table = methods::of(version);
+    let sent = match direction {
+        Direction::ToServer => table.client_requests,
+        Direction::ToClient => table.server_requests,
+    };
+    sent.contains(&method)
 }
 
-/// Whether `method` is a notification the sender may send in `version`.
+/// Whether `method` is a notification the sender may send in `version`: the generated table of
+/// the version and, from 2026-07-28 on, the tasks extension's `notifications/tasks` from the
+/// server (an extension rule, kept here by hand; it does not check that the extension was
+/// declared).
 pub(crate) fn notification_exists(version: V, method: &str, direction: Direction) -> bool {
-    let legacy = version <= V::V2025_11_25;
-    let modern = version >= V::V2026_07_28;
+    let table = methods::of(version);
     match direction {
-        Direction::ToServer => match method {
-            "notifications/initialized" | "notifications/roots/list_changed" => legacy,
-            "notifications/cancelled" => true,
-            "notifications/progress" => legacy,
-            "notifications/tasks/status" => version == V::V2025_11_25,
-            _ => false,
-        },
-        Direction::ToClient => match method {
-            "notifications/cancelled"
-            | "notifications/progress"
-            | "notifications/message"
-            | "notifications/resources/list_changed"
-            | "notifications/resources/updated"
-            | "notifications/prompts/list_changed"
-            | "notifications/tools/list_changed" => true,
-            "notifications/elicitation/complete" | "notifications/tasks/status" => {
-                version == V::V2025_11_25
-            }
-            "notifications/subscriptions/acknowledged" | "notifications/tasks" => modern,
-            _ => false,
-        },
+        Direction::ToServer => table.client_notifications.contains(&method),
+        Direction::ToClient => {
+            table.server_notifications.contains(&method)
+                || (version >= V::V2026_07_28 && method == NotificationsTasks::VALUE)
+        }
     }
 }
 
 /// The requests of the `io.modelcontextprotocol/tasks` extension (2026-07-28 and later), which
 /// exist only when the server declared the extension.
 pub(crate) fn is_tasks_extension_request(version: V, method: &str) -> bool {
-    version >= V::V2026_07_28 && matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
+    version >= V::V2026_07_28
+        && [TasksGet::VALUE, TasksUpdate::VALUE, TasksCancel::VALUE].contains(&method)
 }
 
 /// The six methods whose 2026-07-28 results are cacheable and must carry `ttlMs` and
 /// `cacheScope`.
 pub(crate) fn is_cacheable(method: &str) -> bool {
-    matches!(
-        method,
-        "server/discover"
-            | "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-    )
+    [
+        ServerDiscover::VALUE,
+        ToolsList::VALUE,
+        PromptsList::VALUE,
+        ResourcesList::VALUE,
+        ResourcesTemplatesList::VALUE,
+        ResourcesRead::VALUE,
+    ]
+    .contains(&method)
 }
 
 /// The methods that may answer with an `input_required` result (2026-07-28).
 pub(crate) fn allows_input_required(method: &str) -> bool {
-    matches!(method, "tools/call" | "prompts/get" | "resources/read")
+    [ToolsCall::VALUE, PromptsGet::VALUE, ResourcesRead::VALUE].contains(&method)
 }
 
 #[cfg(test)]
@@ -172,5 +143,48 @@ mod tests {
             "notifications/elicitation/complete",
             ToClient
         ));
+    }
+
+    #[test]
+    fn extension_methods_are_rules_of_their_own() {
+        use Direction::*;
+        // Not in any version's table...
+        assert!(!request_exists(V::V2026_07_28, "tasks/update", ToServer));
+        assert!(
+            !modelctx_types::methods::of(V::V2026_07_28)
+                .server_notifications
+                .contains(&"notifications/tasks")
+        );
+        // ...but allowed by the extension rules, from 2026-07-28 on only.
+        assert!(is_tasks_extension_request(V::V2026_07_28, "tasks/update"));
+        assert!(is_tasks_extension_request(V::V2026_07_28, "tasks/get"));
+        assert!(!is_tasks_extension_request(V::V2026_07_28, "tasks/list"));
+        assert!(!is_tasks_extension_request(V::V2025_11_25, "tasks/update"));
+        assert!(notification_exists(
+            V::V2026_07_28,
+            "notifications/tasks",
+            ToClient
+        ));
+        assert!(!notification_exists(
+            V::V2026_07_28,
+            "notifications/tasks",
+            ToServer
+        ));
+        assert!(!notification_exists(
+            V::V2025_11_25,
+            "notifications/tasks",
+            ToClient
+        ));
+        // 2025-11-25's tasks are part of the version itself.
+        assert!(request_exists(V::V2025_11_25, "tasks/list", ToClient));
+    }
+
+    #[test]
+    fn method_groups_of_modern_results() {
+        assert!(is_cacheable("server/discover"));
+        assert!(is_cacheable("resources/templates/list"));
+        assert!(!is_cacheable("tools/call"));
+        assert!(allows_input_required("prompts/get"));
+        assert!(!allows_input_required("tools/list"));
     }
 }

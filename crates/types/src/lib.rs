@@ -9,6 +9,10 @@
 //! type of the same name. The envelope ([`Message`], [`RequestId`], [`ErrorCode`], ...) is written
 //! by hand.
 //!
+//! [`methods`] lists, for each [`ProtocolVersion`], the requests and notifications each side may
+//! send (generated from the same schemas, and compiled whichever version features are on): the
+//! table the session checks methods against.
+//!
 //! With the `validation` feature, [`schema`] validates values against JSON Schemas: a tool's
 //! arguments against its `inputSchema`, its `structuredContent` against its `outputSchema`. The
 //! schemas may come from an untrusted peer, so compiled schemas are kept in a bounded cache, a
@@ -94,3 +98,97 @@ pub mod model;
 #[cfg(feature = "validation")]
 #[cfg_attr(docsrs, doc(cfg(feature = "validation")))]
 pub mod schema;
+
+#[cfg(all(
+    test,
+    feature = "v2024-11-05",
+    feature = "v2025-03-26",
+    feature = "v2025-06-18",
+    feature = "v2025-11-25",
+    feature = "v2026-07-28"
+))]
+mod tests {
+    use super::*;
+
+    /// The always-compiled table lists exactly what the dispatch enums of each version decode.
+    #[test]
+    fn method_table_matches_the_dispatch_enums() {
+        macro_rules! check {
+            ($v:ident, $module:ident) => {
+                let m = methods::of(ProtocolVersion::$v);
+                assert_eq!(m, &methods::$v);
+                assert_eq!(m.client_requests, $module::ClientRequest::METHODS);
+                assert_eq!(m.client_notifications, $module::ClientNotification::METHODS);
+                assert_eq!(m.server_notifications, $module::ServerNotification::METHODS);
+            };
+        }
+        check!(V2024_11_05, v2024_11_05);
+        check!(V2025_03_26, v2025_03_26);
+        check!(V2025_06_18, v2025_06_18);
+        check!(V2025_11_25, v2025_11_25);
+        check!(V2026_07_28, v2026_07_28);
+        let legacy = [
+            (
+                ProtocolVersion::V2024_11_05,
+                v2024_11_05::ServerRequest::METHODS,
+            ),
+            (
+                ProtocolVersion::V2025_03_26,
+                v2025_03_26::ServerRequest::METHODS,
+            ),
+            (
+                ProtocolVersion::V2025_06_18,
+                v2025_06_18::ServerRequest::METHODS,
+            ),
+            (
+                ProtocolVersion::V2025_11_25,
+                v2025_11_25::ServerRequest::METHODS,
+            ),
+        ];
+        for (v, server_requests) in legacy {
+            assert_eq!(methods::of(v).server_requests, server_requests, "{v}");
+        }
+        // 2026-07-28 servers send no JSON-RPC requests: `InputRequest`s travel inside results.
+        assert!(
+            methods::of(ProtocolVersion::V2026_07_28)
+                .server_requests
+                .is_empty()
+        );
+    }
+
+    /// The method counts of the spec (`spec/NOTES.md`), both directions counted once.
+    #[test]
+    fn methods_per_version_follow_the_spec() {
+        let requests: Vec<usize> = ProtocolVersion::ALL
+            .iter()
+            .map(|v| {
+                let m = methods::of(*v);
+                let mut all: Vec<&str> = m.client_requests.to_vec();
+                all.extend(m.server_requests);
+                all.sort_unstable();
+                all.dedup();
+                all.len()
+            })
+            .collect();
+        assert_eq!(requests, [15, 15, 16, 20, 10]);
+        let modern = methods::of(ProtocolVersion::V2026_07_28);
+        assert_eq!(
+            modern.client_notifications,
+            [consts::NotificationsCancelled::VALUE]
+        );
+        assert!(!modern.client_requests.contains(&consts::Ping::VALUE));
+        assert!(
+            modern
+                .client_requests
+                .contains(&consts::ServerDiscover::VALUE)
+        );
+        // The tasks extension's methods are not part of any version.
+        assert!(ProtocolVersion::ALL.iter().all(|v| {
+            let m = methods::of(*v);
+            !m.client_requests.contains(&consts::TasksUpdate::VALUE)
+                && !m
+                    .server_notifications
+                    .contains(&consts::NotificationsTasks::VALUE)
+        }));
+    }
+}

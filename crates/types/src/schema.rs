@@ -58,7 +58,7 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -197,6 +197,22 @@ pub struct Validator {
 }
 
 impl Validator {
+    /// Compiles `schema` within `limits`, without a cache: for a caller that keeps the validator
+    /// itself, such as a server compiling each tool's schema once, at registration, and calling
+    /// [`validate`](Self::validate) on every call (which neither re-reads nor hashes the schema).
+    ///
+    /// The checks and errors are those of [`SchemaCache::validator`]: size and depth
+    /// ([`SchemaLimits::max_bytes`], [`SchemaLimits::max_depth`]), dialect, references, then
+    /// compilation with [`SchemaLimits::patterns`]; [`SchemaLimits::cache_entries`] is not used.
+    ///
+    /// # Errors
+    ///
+    /// [`SchemaError`], as for [`SchemaCache::validator`].
+    pub fn compile(schema: &Map<String, Value>, limits: SchemaLimits) -> Result<Self, SchemaError> {
+        check_size_and_depth(schema, limits)?;
+        build(schema, limits.patterns)
+    }
+
     /// Up to `max` violations (empty: valid). At least one is reported for an invalid value,
     /// even when `max` is 0.
     ///
@@ -387,16 +403,17 @@ impl SchemaCache {
     /// schema.
     ///
     /// Size and depth are checked on every call (the cache key is computed from the schema's
-    /// canonical JSON); dialect, references and compilation only on a miss.
+    /// canonical JSON); dialect, references and compilation only on a miss. A caller validating
+    /// against the same schema many times keeps the returned [`Validator`] (or compiles it with
+    /// [`Validator::compile`]) rather than asking again per value.
     pub fn validator(&self, schema: &Map<String, Value>) -> Result<Validator, SchemaError> {
         let limits = self.inner.limits;
-        check_depth(schema, limits.max_depth)?;
-        let canonical = canonical_json(schema, limits.max_bytes)?;
+        let canonical = check_size_and_depth(schema, limits)?;
         let hash = self.inner.hasher.hash_one(canonical.as_str());
         if let Some(validator) = self.state().get(hash, &canonical) {
             return Ok(validator);
         }
-        let validator = compile(schema, limits.patterns)?;
+        let validator = build(schema, limits.patterns)?;
         Ok(self
             .state()
             .insert(limits.cache_entries, hash, canonical, validator))
@@ -430,6 +447,15 @@ impl fmt::Debug for SchemaCache {
     }
 }
 
+/// The canonical JSON of `schema` (see [`canonical_json`]) after checking its depth and size.
+fn check_size_and_depth(
+    schema: &Map<String, Value>,
+    limits: SchemaLimits,
+) -> Result<String, SchemaError> {
+    check_depth(schema, limits.max_depth)?;
+    canonical_json(schema, limits.max_bytes)
+}
+
 /// Fails if `schema` nests objects and arrays deeper than `max_depth`, the schema object being
 /// level 1.
 fn check_depth(schema: &Map<String, Value>, max_depth: usize) -> Result<(), SchemaError> {
@@ -442,63 +468,45 @@ fn check_depth(schema: &Map<String, Value>, max_depth: usize) -> Result<(), Sche
 }
 
 /// The compact JSON of `schema` with object keys sorted, or `TooLarge` once it exceeds
-/// `max_bytes`. Recursive: call it after [`check_depth`].
+/// `max_bytes` (writing stops there). serde_json's `Map` is a `BTreeMap` (its `preserve_order`
+/// feature is off in this workspace; `canonical_json_sorts_keys_and_is_compact` fails if it gets
+/// turned on), so its own compact writer sorts the keys. Recursive: call it after
+/// [`check_depth`].
 fn canonical_json(schema: &Map<String, Value>, max_bytes: usize) -> Result<String, SchemaError> {
-    fn object(map: &Map<String, Value>, out: &mut String, limit: usize) -> Result<(), ()> {
-        let mut keys: Vec<&String> = map.keys().collect();
-        keys.sort_unstable();
-        out.push('{');
-        for (i, key) in keys.into_iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            string(key, out, limit)?;
-            out.push(':');
-            value(&map[key], out, limit)?;
-        }
-        out.push('}');
-        fits(out, limit)
-    }
-    fn value(value_: &Value, out: &mut String, limit: usize) -> Result<(), ()> {
-        match value_ {
-            Value::Null => out.push_str("null"),
-            Value::Bool(true) => out.push_str("true"),
-            Value::Bool(false) => out.push_str("false"),
-            Value::Number(number) => {
-                let _ = write!(out, "{number}");
-            }
-            Value::String(text) => string(text, out, limit)?,
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    value(item, out, limit)?;
-                }
-                out.push(']');
-            }
-            Value::Object(map) => object(map, out, limit)?,
-        }
-        fits(out, limit)
-    }
-    fn string(text: &str, out: &mut String, limit: usize) -> Result<(), ()> {
-        // Escaped, a string takes at least its length plus the quotes: refuse before escaping.
-        if out.len() + text.len() + 2 > limit {
-            return Err(());
-        }
-        // Serializing a `str` cannot fail.
-        out.push_str(&serde_json::to_string(text).unwrap_or_default());
-        fits(out, limit)
-    }
-    fn fits(out: &str, limit: usize) -> Result<(), ()> {
-        if out.len() > limit { Err(()) } else { Ok(()) }
-    }
+    let mut out = Bounded::new(max_bytes);
+    serde_json::to_writer(&mut out, schema)
+        .map_err(|_| SchemaError::TooLarge { limit: max_bytes })?;
+    // serde_json writes UTF-8 only.
+    Ok(String::from_utf8(out.bytes).expect("serde_json writes UTF-8"))
+}
 
-    let mut out = String::new();
-    object(schema, &mut out, max_bytes)
-        .map(|()| out)
-        .map_err(|()| SchemaError::TooLarge { limit: max_bytes })
+/// An in-memory writer that fails rather than hold more than `limit` bytes, so serializing a huge
+/// value stops at the limit instead of copying all of it.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl Bounded {
+    fn new(limit: usize) -> Self {
+        Self {
+            bytes: Vec::new(),
+            limit,
+        }
+    }
+}
+
+impl io::Write for Bounded {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        if self.bytes.len() + bytes.len() > self.limit {
+            return Err(io::Error::other("over the limit"));
+        }
+        self.bytes.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The draft a `$schema` URI names: the usual URIs, http or https, with or without the empty
@@ -591,7 +599,7 @@ impl jsonschema::Retrieve for NoRetrieval {
 }
 
 /// Compiles `schema`, whose size and depth were checked, matching patterns with `engine`.
-fn compile(schema: &Map<String, Value>, engine: PatternEngine) -> Result<Validator, SchemaError> {
+fn build(schema: &Map<String, Value>, engine: PatternEngine) -> Result<Validator, SchemaError> {
     let draft = check_dialect_and_refs(schema)?;
     let schema = Value::Object(schema.clone());
     let options = || {
@@ -664,25 +672,10 @@ const QUOTED_BYTES: usize = 60;
 
 /// `value` as compact JSON if short, else a short description of it.
 fn shorten(value: &Value) -> String {
-    /// A writer that fails once `QUOTED_BYTES` would be exceeded, so a huge (or deeply nested)
-    /// value is not serialized beyond that.
-    struct Bounded(Vec<u8>);
-    impl io::Write for Bounded {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            if self.0.len() + bytes.len() > QUOTED_BYTES {
-                return Err(io::Error::other("too long to quote"));
-            }
-            self.0.extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let mut out = Bounded(Vec::new());
+    // A huge (or deeply nested) value is not serialized beyond `QUOTED_BYTES`.
+    let mut out = Bounded::new(QUOTED_BYTES);
     if serde_json::to_writer(&mut out, value).is_ok() {
-        return String::from_utf8_lossy(&out.0).into_owned();
+        return String::from_utf8_lossy(&out.bytes).into_owned();
     }
     match value {
         Value::String(text) => {
@@ -903,6 +896,56 @@ mod tests {
             canonical_json(&schema, 1000).unwrap(),
             r#"{"a":true,"b":[1,{"c":"x\"y","d":null}]}"#
         );
+    }
+
+    #[test]
+    fn canonical_json_stops_at_the_limit() {
+        let schema = object(json!({"a": "x".repeat(100)}));
+        let exact = canonical_json(&schema, 1000).unwrap().len();
+        assert_eq!(canonical_json(&schema, exact).unwrap().len(), exact);
+        assert_eq!(
+            canonical_json(&schema, exact - 1).unwrap_err(),
+            SchemaError::TooLarge { limit: exact - 1 }
+        );
+    }
+
+    #[test]
+    fn a_validator_compiled_without_a_cache_checks_like_the_cache() {
+        let limits = SchemaLimits {
+            max_bytes: 100,
+            max_depth: 4,
+            ..SchemaLimits::default()
+        };
+        let validator =
+            Validator::compile(&object(arguments_schema()), SchemaLimits::default()).unwrap();
+        // Compiled once, validated many times.
+        for n in 0..3 {
+            assert_eq!(
+                validator.validate(&json!({"name": "Paris", "count": n}), 1),
+                vec![]
+            );
+        }
+        assert_eq!(validator.validate(&json!({"count": 1}), 1).len(), 1);
+        assert_eq!(
+            Validator::compile(&object(json!({"description": "x".repeat(200)})), limits)
+                .unwrap_err(),
+            SchemaError::TooLarge { limit: 100 }
+        );
+        assert_eq!(
+            Validator::compile(&object(nested(10)), limits).unwrap_err(),
+            SchemaError::TooDeep { limit: 4 }
+        );
+        assert!(matches!(
+            Validator::compile(
+                &object(json!({"$ref": "https://example.com/s.json"})),
+                limits
+            ),
+            Err(SchemaError::ExternalRef(_))
+        ));
+        assert!(matches!(
+            Validator::compile(&object(json!({"pattern": "(a)\\1"})), limits),
+            Err(SchemaError::Pattern { .. })
+        ));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! B1: the smallest rmcp 3.9 stdio server: the `echo` tool, with a hand-written handler.
+//! B1: the smallest rmcp 3.11 stdio server: the `echo` tool, with a hand-written handler.
 
 use std::sync::Arc;
 

@@ -7,6 +7,7 @@ pub mod consts;
 #[cfg(feature = "ext-tasks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ext-tasks")))]
 pub mod ext_tasks;
+pub mod methods;
 #[cfg(feature = "ext-tasks")]
 mod model_ext_tasks;
 #[cfg(feature = "v2024-11-05")]

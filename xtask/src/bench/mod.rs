@@ -1,0 +1,274 @@
+//! `cargo xtask bench`: builds `bench/` in release mode, runs every workload against every
+//! implementation with the one load generator (`bench/src/bin/load.rs`), interleaved over
+//! several rounds, and writes `docs/benchmarks.md`.
+//!
+//! B1 (the clean build of a minimal stdio server) takes minutes, so it runs only with
+//! `MODELCTX_BENCH_BUILD=1`; its last result is kept in `bench/minimal/b1.json` and reported
+//! with its date otherwise.
+
+mod report;
+mod runner;
+mod stats;
+
+pub(crate) use runner::run;
+
+/// Rounds over every cell; a cell reports its median round.
+const ROUNDS: usize = 3;
+/// Measured seconds per run, after `WARMUP` seconds of the same load.
+const SECS: &str = "1.5";
+const WARMUP: &str = "0.3";
+/// Sessions held open by M1, and opened and ended by M2.
+const IDLE_SESSIONS: &str = "1000";
+const CHURNED_SESSIONS: &str = "10000";
+/// Server starts per round in C1.
+const COLD_RUNS: &str = "5";
+
+/// The target folder of the bench build: the bench workspace's own (as `cd bench && cargo build`).
+const TARGET_DIR: &str = "bench/target";
+/// Where B1's last result is kept.
+const B1_RECORD: &str = "bench/minimal/b1.json";
+/// The environment variable that makes the run include B1.
+const B1_ENV: &str = "MODELCTX_BENCH_BUILD";
+
+/// How a server is started.
+#[derive(Clone, Copy)]
+enum Program {
+    /// A binary of `bench/`, with its arguments.
+    Bin(&'static [&'static str]),
+    /// `node bench/ts/echo.mjs`, with these arguments.
+    Node(&'static [&'static str]),
+}
+
+/// An implementation: its name in the tables and how to start it.
+#[derive(Clone, Copy)]
+struct Implementation {
+    name: &'static str,
+    program: Program,
+    /// A limit (not an MCP implementation): what the others are measured against.
+    limit: bool,
+}
+
+const fn implementation(name: &'static str, program: Program) -> Implementation {
+    Implementation {
+        name,
+        program,
+        limit: false,
+    }
+}
+
+const fn limit(name: &'static str, program: Program) -> Implementation {
+    Implementation {
+        name,
+        program,
+        limit: true,
+    }
+}
+
+const MODELCTX_STDIO: Implementation = implementation("modelctx", Program::Bin(&["mc_stdio"]));
+const MODELCTX_STDIO_LEAN: Implementation =
+    implementation("modelctx (lean)", Program::Bin(&["mc_stdio_lean"]));
+const RMCP_STDIO: Implementation =
+    implementation("rmcp 3.11 `stdio()`", Program::Bin(&["rmcp_stdio"]));
+const RMCP_PIPES: Implementation = implementation(
+    "rmcp 3.11 `stdio_pipes()`",
+    Program::Bin(&["rmcp_stdio", "pipes"]),
+);
+const TS_STDIO: Implementation = implementation("TypeScript SDK 1.32", Program::Node(&["stdio"]));
+const RAW_STDIO: Implementation = limit(
+    "limit: raw serde_json line echo",
+    Program::Bin(&["raw_stdio"]),
+);
+const MODELCTX_HTTP: Implementation = implementation("modelctx (JSON)", Program::Bin(&["mc_http"]));
+const MODELCTX_HTTP_LEAN: Implementation =
+    implementation("modelctx (lean, JSON)", Program::Bin(&["mc_http_lean"]));
+const MODELCTX_SSE: Implementation = implementation(
+    "modelctx (`sse_responses`)",
+    Program::Bin(&["mc_http", "sse"]),
+);
+const RMCP_SESSION: Implementation = implementation(
+    "rmcp 3.11 (sessions, SSE)",
+    Program::Bin(&["rmcp_http", "session"]),
+);
+const RMCP_STATELESS: Implementation = implementation(
+    "rmcp 3.11 (stateless, JSON)",
+    Program::Bin(&["rmcp_http", "stateless"]),
+);
+const TS_HTTP: Implementation = implementation(
+    "TypeScript SDK 1.32 (sessions, JSON)",
+    Program::Node(&["http", "json"]),
+);
+const TS_SSE: Implementation = implementation(
+    "TypeScript SDK 1.32 (sessions, SSE)",
+    Program::Node(&["http", "sse"]),
+);
+const RAW_HTTP: Implementation = limit("limit: bare hyper", Program::Bin(&["raw_http"]));
+const RAW_SSE: Implementation = limit(
+    "limit: bare hyper (SSE)",
+    Program::Bin(&["raw_http", "sse"]),
+);
+
+// The first row of a table is modelctx as the README builds it (the ratios are against it); the
+// lean build is the second.
+const STDIO: &[Implementation] = &[
+    MODELCTX_STDIO,
+    MODELCTX_STDIO_LEAN,
+    RMCP_STDIO,
+    RMCP_PIPES,
+    TS_STDIO,
+    RAW_STDIO,
+];
+const HTTP_JSON: &[Implementation] = &[
+    MODELCTX_HTTP,
+    MODELCTX_HTTP_LEAN,
+    RMCP_STATELESS,
+    TS_HTTP,
+    RAW_HTTP,
+];
+const HTTP_SSE: &[Implementation] = &[MODELCTX_SSE, RMCP_SESSION, TS_SSE, RAW_SSE];
+const HTTP: &[Implementation] = &[
+    MODELCTX_HTTP,
+    MODELCTX_HTTP_LEAN,
+    RMCP_SESSION,
+    RMCP_STATELESS,
+    TS_HTTP,
+    RAW_HTTP,
+];
+const HTTP_MODERN: &[Implementation] =
+    &[MODELCTX_HTTP, MODELCTX_HTTP_LEAN, RMCP_STATELESS, RAW_HTTP];
+const SESSIONS: &[Implementation] = &[MODELCTX_HTTP, MODELCTX_HTTP_LEAN, RMCP_SESSION, TS_HTTP];
+const COLD: &[Implementation] = &[
+    MODELCTX_STDIO,
+    MODELCTX_STDIO_LEAN,
+    RMCP_STDIO,
+    TS_STDIO,
+    RAW_STDIO,
+];
+
+/// What a workload measures, and so how its table looks.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Throughput,
+    IdleSessions,
+    Churn,
+    Cold,
+}
+
+/// A workload: name, what it is, the load generator's arguments.
+struct Workload {
+    name: &'static str,
+    what: &'static str,
+    kind: Kind,
+    load: &'static [&'static str],
+    implementations: &'static [Implementation],
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "S1",
+        what: "stdio, sequential round trips (legacy handshake, then `tools/call`)",
+        kind: Kind::Throughput,
+        load: &["stdio-seq"],
+        implementations: STDIO,
+    },
+    Workload {
+        name: "S2",
+        what: "stdio, pipelined, 64 requests in flight",
+        kind: Kind::Throughput,
+        load: &["stdio-pipe", "--inflight", "64"],
+        implementations: STDIO,
+    },
+    Workload {
+        name: "H1",
+        what: "Streamable HTTP, one client, sequential, JSON responses (one legacy session; rmcp answers JSON only without sessions)",
+        kind: Kind::Throughput,
+        load: &["http", "--clients", "1"],
+        implementations: HTTP_JSON,
+    },
+    Workload {
+        name: "H2",
+        what: "Streamable HTTP, one legacy session, sequential, SSE responses (each server configured to answer with an event stream)",
+        kind: Kind::Throughput,
+        load: &["http", "--clients", "1"],
+        implementations: HTTP_SSE,
+    },
+    Workload {
+        name: "H3-16",
+        what: "Streamable HTTP, 16 concurrent legacy sessions, one connection each",
+        kind: Kind::Throughput,
+        load: &["http", "--clients", "16"],
+        implementations: HTTP,
+    },
+    Workload {
+        name: "H3",
+        what: "Streamable HTTP, 64 concurrent legacy sessions, one connection each",
+        kind: Kind::Throughput,
+        load: &["http", "--clients", "64"],
+        implementations: HTTP,
+    },
+    Workload {
+        name: "H4-16",
+        what: "Streamable HTTP, 16 concurrent modern (2026-07-28, stateless) clients (the TypeScript SDK 1.x does not speak 2026-07-28)",
+        kind: Kind::Throughput,
+        load: &["http", "--clients", "16", "--modern"],
+        implementations: HTTP_MODERN,
+    },
+    Workload {
+        name: "H4",
+        what: "Streamable HTTP, 64 concurrent modern (2026-07-28, stateless) clients",
+        kind: Kind::Throughput,
+        load: &["http", "--clients", "64", "--modern"],
+        implementations: HTTP_MODERN,
+    },
+    Workload {
+        name: "M1",
+        what: "memory per idle legacy session, 1000 open (initialized; no open connection, no stream)",
+        kind: Kind::IdleSessions,
+        load: &["sessions", "--count", IDLE_SESSIONS],
+        implementations: SESSIONS,
+    },
+    Workload {
+        name: "M2",
+        what: "RSS after 10 000 legacy sessions opened and ended (DELETE), over 4 connections, against before",
+        kind: Kind::Churn,
+        load: &["churn", "--count", CHURNED_SESSIONS, "--clients", "4"],
+        implementations: SESSIONS,
+    },
+    Workload {
+        name: "C1",
+        what: "cold start: from spawning the stdio server to the result of its first `tools/call` (after the handshake)",
+        kind: Kind::Cold,
+        load: &["cold", "--runs", COLD_RUNS],
+        implementations: COLD,
+    },
+];
+
+/// B1's programs: the name in the table, the folder under `bench/minimal/`, and what its build
+/// enables. modelctx as the README shows it first (the one the targets are about), then the lean
+/// build, rmcp, and the floor (no MCP at all).
+const MINIMAL: &[(&str, &str, &str)] = &[
+    (
+        "modelctx",
+        B1_MODELCTX,
+        "`modelctx-server` with its default features (stdio, http, schemars, validation), the input schema derived by schemars, as the README shows",
+    ),
+    (
+        "modelctx (lean)",
+        "modelctx-stdio-min",
+        "`modelctx-server` with default features off and `stdio` only (no HTTP, no schemars, no validation)",
+    ),
+    (
+        "rmcp 3.11",
+        B1_RMCP,
+        "`rmcp` with default features off and `server`, `transport-io` (no macros, no schemars)",
+    ),
+    (
+        "floor",
+        B1_FLOOR,
+        "no MCP: stdin to stdout through serde_json, with the tokio, serde and serde_json features of the lean modelctx server's tree",
+    ),
+];
+
+/// The folders of the B1 programs the targets compare.
+const B1_MODELCTX: &str = "modelctx-stdio-default";
+const B1_RMCP: &str = "rmcp-stdio-min";
+const B1_FLOOR: &str = "floor-stdio-min";

@@ -1,0 +1,266 @@
+//! `docs/benchmarks.md`: the targets, one table per workload, and B1.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::runner::machine;
+use super::stats::{medians, num, verdicts};
+use super::*;
+
+pub(super) fn report(
+    results: &[Vec<Vec<Value>>],
+    build: Option<(Value, bool)>,
+    secs: f64,
+) -> String {
+    let m = medians(results);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Benchmarks\n\n\
+         Written by `cargo xtask bench` (issue 10); do not edit by hand. Every server exposes the \
+         same `echo` tool (`{{\"text\": string}}` in, the text back as one text block; the text is \
+         16 bytes), and one load generator of ours (`bench/src/bin/load.rs`) drives them all, so \
+         the servers' own cost is what differs. Each throughput cell is the median (by \
+         throughput) of {ROUNDS} rounds of {SECS} s after {WARMUP} s of warm-up; the rounds run \
+         every workload against every implementation in turn (interleaved). The server's CPU \
+         time per call (utime+stime of the server process over the measured window) is the \
+         steadiest figure on a noisy machine; throughput and latency include the load \
+         generator, which shares the cores. Peak RSS is the server's VmHWM. Ratio: throughput \
+         against modelctx's; % of limit: throughput against the limit's of the same table.\n"
+    );
+    let _ = writeln!(out, "- **Machine**: {}", machine());
+    let _ = writeln!(
+        out,
+        "- **Command**: `cargo xtask bench` (from the repository root; it ran {secs:.0} s; \
+         `{B1_ENV}=1 cargo xtask bench` also runs B1, a few minutes more)"
+    );
+    let _ = writeln!(
+        out,
+        "- **Servers**: `bench/src/bin/`, `bench/lean/` and `bench/ts/echo.mjs`: modelctx as the \
+         README shows it (default features: stdio, http, schemars and validation; the tool's \
+         input schema derived by schemars), the first row of each table and the one the targets \
+         are about; modelctx (lean), the same server with default features off (`stdio`, `http`; \
+         the input schema given by hand), built on its own so that cargo does not unify the \
+         features of the two; rmcp 3.11 with default features off (`server`, `transport-io`, \
+         `transport-streamable-http-server`; a hand-written `ServerHandler`, served with hyper \
+         HTTP/1.1), the TypeScript SDK `@modelcontextprotocol/sdk` 1.32.2 on Node 22 (`McpServer` \
+         with a zod schema; `bench/ts/package-lock.json`), and the limits. Every Rust server \
+         runs on tokio's multi-threaded runtime; every TCP connection has `TCP_NODELAY`.\n"
+    );
+
+    let build_record = build.as_ref().map(|(record, _)| record);
+    let _ = writeln!(
+        out,
+        "## Targets\n\nMeasured, not asserted: each against this run's figures.\n"
+    );
+    let _ = writeln!(out, "| target | measured | holds |");
+    let _ = writeln!(out, "|---|---:|:---:|");
+    let verdicts = verdicts(&m, build_record);
+    for v in &verdicts {
+        let holds = match v.holds {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "—",
+        };
+        let _ = writeln!(out, "| {} | {} | {holds} |", v.target, v.measured);
+    }
+    // Each bound once, after every missed target it explains.
+    let mut bounds: Vec<(&str, Vec<&str>)> = Vec::new();
+    for v in verdicts.iter().filter(|v| v.holds == Some(false)) {
+        match bounds.iter_mut().find(|(bound, _)| *bound == v.bound) {
+            Some((_, targets)) => targets.push(v.target),
+            None => bounds.push((v.bound, vec![v.target])),
+        }
+    }
+    if !bounds.is_empty() {
+        let _ = writeln!(out, "\nWhat bounds the targets that do not hold:\n");
+        for (bound, targets) in &bounds {
+            let _ = writeln!(out, "- **{}**: {}", targets.join("; "), bound_text(bound));
+        }
+    }
+    let _ = writeln!(out);
+
+    for (workload, figures) in WORKLOADS.iter().zip(&m) {
+        let _ = writeln!(out, "## {}: {}\n", workload.name, workload.what);
+        match workload.kind {
+            Kind::Throughput => throughput_table(&mut out, workload, figures),
+            Kind::IdleSessions => {
+                let _ = writeln!(
+                    out,
+                    "| implementation | RSS before MiB | RSS with 1000 idle sessions MiB | per idle session KiB |"
+                );
+                let _ = writeln!(out, "|---|---:|---:|---:|");
+                for (i, f) in workload.implementations.iter().zip(figures) {
+                    let _ = writeln!(
+                        out,
+                        "| {} | {:.1} | {:.1} | {:.1} |",
+                        i.name,
+                        num(f, "rss_before_kib") / 1024.0,
+                        num(f, "rss_after_kib") / 1024.0,
+                        num(f, "bytes_per_session") / 1024.0
+                    );
+                }
+            }
+            Kind::Churn => {
+                let _ = writeln!(
+                    out,
+                    "| implementation | RSS before MiB | RSS after 10 000 sessions MiB | growth MiB |"
+                );
+                let _ = writeln!(out, "|---|---:|---:|---:|");
+                for (i, f) in workload.implementations.iter().zip(figures) {
+                    let (before, after) = (num(f, "rss_before_kib"), num(f, "rss_after_kib"));
+                    let _ = writeln!(
+                        out,
+                        "| {} | {:.1} | {:.1} | {:.1} |",
+                        i.name,
+                        before / 1024.0,
+                        after / 1024.0,
+                        (after - before) / 1024.0
+                    );
+                }
+            }
+            Kind::Cold => {
+                let _ = writeln!(
+                    out,
+                    "| implementation | median ms ({COLD_RUNS} starts, median round) | slowest ms |"
+                );
+                let _ = writeln!(out, "|---|---:|---:|");
+                for (i, f) in workload.implementations.iter().zip(figures) {
+                    let _ = writeln!(
+                        out,
+                        "| {} | {:.1} | {:.1} |",
+                        i.name,
+                        num(f, "median_us") / 1000.0,
+                        num(f, "max_us") / 1000.0
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out);
+    }
+
+    let _ = writeln!(
+        out,
+        "## B1: clean release build of a minimal stdio server (the echo tool)\n"
+    );
+    match &build {
+        Some((record, fresh)) => {
+            let when = record["date"].as_str().unwrap_or("?");
+            let _ = writeln!(
+                out,
+                "Each server is its own crate with its own lockfile under `bench/minimal/`, built \
+                 with `cargo build --release --locked` in a fresh target folder, one after the \
+                 other; crates compiled counts cargo's `Compiling` lines, crates in the tree the \
+                 distinct packages of `cargo tree -e normal,build` (the server itself included). \
+                 {} on {}.\n",
+                if *fresh {
+                    format!("Measured in this run ({when})")
+                } else {
+                    format!(
+                        "Not re-measured in this run: the last `{B1_ENV}=1 cargo xtask bench`, \
+                         {when}"
+                    )
+                },
+                record["machine"].as_str().unwrap_or("?")
+            );
+            let _ = writeln!(
+                out,
+                "| implementation | features | clean build s | crates compiled | crates in the tree |"
+            );
+            let _ = writeln!(out, "|---|---|---:|---:|---:|");
+            for s in record["servers"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "| {} (`bench/minimal/{}`) | {} | {:.1} | {:.0} | {:.0} |",
+                    s["name"].as_str().unwrap_or("?"),
+                    s["folder"].as_str().unwrap_or("?"),
+                    s["features"].as_str().unwrap_or("?"),
+                    num(s, "secs"),
+                    num(s, "compiled"),
+                    num(s, "crates")
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(out, "Not measured yet: run `{B1_ENV}=1 cargo xtask bench`.");
+        }
+    }
+    out
+}
+
+fn throughput_table(out: &mut String, workload: &Workload, figures: &[Value]) {
+    let _ = writeln!(
+        out,
+        "| implementation | calls/s | p50 µs | p99 µs | peak RSS MiB | server CPU µs/call | ratio to modelctx | % of limit |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let base = figures.first().map_or(0.0, |f| num(f, "calls_per_s"));
+    let limit = workload
+        .implementations
+        .iter()
+        .zip(figures)
+        .find(|(i, _)| i.limit)
+        .map_or(0.0, |(_, f)| num(f, "calls_per_s"));
+    for (i, f) in workload.implementations.iter().zip(figures) {
+        let calls = num(f, "calls_per_s");
+        let ratio = if base > 0.0 { calls / base } else { 0.0 };
+        let of_limit = if limit > 0.0 {
+            format!("{:.0}%", calls / limit * 100.0)
+        } else {
+            "—".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {ratio:.2} | {of_limit} |",
+            i.name,
+            calls,
+            num(f, "p50_us"),
+            num(f, "p99_us"),
+            num(f, "peak_rss_kib") / 1024.0,
+            num(f, "cpu_us_per_call")
+        );
+    }
+}
+
+/// What bounds a target, by its key: the section `## key` of `bounds.md`, its lines joined.
+fn bound_text(key: &str) -> String {
+    section(include_str!("bounds.md"), key)
+        .unwrap_or_else(|| format!("(no section `{key}` in xtask/src/bench/bounds.md)"))
+}
+
+/// The text of the section `## key` of a template, its lines joined by spaces.
+fn section(template: &str, key: &str) -> Option<String> {
+    let start = template.split("\n## ").skip(1).find_map(|s| {
+        let (heading, body) = s.split_once('\n')?;
+        (heading.trim() == key).then_some(body)
+    })?;
+    Some(start.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bound_a_target_names_has_a_section() {
+        let verdicts = verdicts(&Vec::new(), None);
+        assert!(!verdicts.is_empty());
+        for v in &verdicts {
+            let text = section(include_str!("bounds.md"), v.bound);
+            assert!(
+                text.as_ref().is_some_and(|t| !t.is_empty()),
+                "no section {} in bounds.md",
+                v.bound
+            );
+        }
+    }
+
+    #[test]
+    fn a_section_is_its_lines_joined_up_to_the_next_heading() {
+        let template = "<!-- note -->\n\n## A\n\none\ntwo\n\n## B\n\nthree\n";
+        assert_eq!(section(template, "A").as_deref(), Some("one two"));
+        assert_eq!(section(template, "B").as_deref(), Some("three"));
+        assert_eq!(section(template, "C"), None);
+    }
+}
