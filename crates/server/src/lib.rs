@@ -84,19 +84,21 @@
 //! # What it does not do
 //!
 //! It holds no protocol rules (those are `modelctx-session`'s) and no wire rules (those are the
-//! transports'): it routes requests to handlers, runs each on its own task, and writes what
-//! they return for the client's protocol version. It does not authenticate (an HTTP layer in
+//! transports'): it routes requests to handlers, runs each where its request is served (a
+//! handler that waits goes on on a task of its own), and writes what they return for the
+//! client's protocol version. It keeps no task per request: a modern HTTP request that does not
+//! wait is answered on its HTTP connection's task. It does not authenticate (an HTTP layer in
 //! front does) and does not implement the tasks extension yet.
 
 mod context;
 mod cursor;
-mod driver;
 #[cfg(feature = "http")]
 mod http;
 mod input;
 mod limits;
 mod prompt;
 mod resource;
+mod run;
 #[cfg(feature = "validation")]
 mod schema;
 mod server;
@@ -106,7 +108,6 @@ mod uri_template;
 mod write;
 
 pub use context::{Context, ProgressError, Question};
-pub use driver::Frame;
 pub use input::InputError;
 pub use limits::Limits;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
@@ -115,6 +116,7 @@ pub use resource::{
     CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceTemplate, Subscribe,
 };
+pub use run::Frame;
 pub use server::{Load, RegisterError, Server, ServerBuilder, Settings};
 pub use tool::{
     ArgsOnly, Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput, WithContext,

@@ -238,7 +238,7 @@ impl ServerBuilder {
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas,
-                config,
+                config: Arc::new(config),
                 settings: self.settings,
                 registry: RwLock::new(Registry {
                     tools: self.tools,
@@ -283,7 +283,8 @@ impl Registry {
 
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
+    /// Shared by every session of the server (a session takes no copy of it).
+    pub(crate) config: Arc<ServerConfig>,
     /// Compiled tool schemas.
     #[cfg(feature = "validation")]
     pub(crate) schemas: modelctx_types::schema::SchemaCache,

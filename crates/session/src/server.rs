@@ -1,6 +1,7 @@
 //! The server side of a connection: both eras.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use modelctx_types::{
@@ -118,7 +119,7 @@ struct InitializeParams {
 #[derive(Debug)]
 pub struct ServerSession {
     core: Core,
-    config: ServerConfig,
+    config: Arc<ServerConfig>,
     state: State,
     log_level: Option<LogLevel>,
     subscriptions: BTreeMap<RequestId, Subscription>,
@@ -128,7 +129,12 @@ pub struct ServerSession {
 
 impl ServerSession {
     /// A new session, expecting `initialize` or a modern request.
-    pub fn new(config: ServerConfig) -> Self {
+    ///
+    /// Takes a [`ServerConfig`] or an `Arc` of one: sessions of one server share their
+    /// configuration (capabilities, serverInfo) instead of copying it, so a session costs no
+    /// deep clone of it.
+    pub fn new(config: impl Into<Arc<ServerConfig>>) -> Self {
+        let config = config.into();
         ServerSession {
             core: Core::new(config.limits.clone()),
             config,
