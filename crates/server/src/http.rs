@@ -120,7 +120,7 @@ impl McpApp for Server {
         conn.session
             .handle_message(std::time::Instant::now(), message);
         let said = run_inline(&mut conn, &origin);
-        if !conn.has_running() && conn.is_idle() {
+        if conn.is_idle() {
             drop(conn);
             drop(place);
             send_all(reply, said);

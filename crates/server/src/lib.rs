@@ -116,7 +116,7 @@ pub use resource::{
     CacheHint, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceTemplate, Subscribe,
 };
-pub use run::Frame;
+pub use run::{Frame, InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};
 pub use server::{Load, RegisterError, Server, ServerBuilder, Settings};
 pub use tool::{
     ArgsOnly, Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput, WithContext,

@@ -185,12 +185,6 @@ impl Conn {
         self.session.table_sizes().incoming == 0 && self.book.running.is_empty()
     }
 
-    /// Whether a request is being handled.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn has_running(&self) -> bool {
-        !self.book.running.is_empty()
-    }
-
     /// A change to what the server offers, for the session's listeners.
     pub(crate) fn on_change(
         &mut self,
