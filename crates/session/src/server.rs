@@ -699,10 +699,13 @@ impl ServerSession {
                 "a listen stream is ended with end_subscription, not respond".into(),
             ));
         }
+        let server_info = &self.config.server_info;
         self.core
             .finish_incoming(id, generation, |entry| {
                 let result = match &entry.meta {
-                    Some(request_meta) => modern_result(&entry.method, request_meta, result)?,
+                    Some(request_meta) => {
+                        modern_result(&entry.method, request_meta, server_info, result)?
+                    }
                     None => result,
                 };
                 Ok(Response {
@@ -1094,6 +1097,7 @@ fn log_message(
 fn modern_result(
     method: &str,
     request_meta: &RequestMeta,
+    server_info: &Value,
     result: Box<RawValue>,
 ) -> Result<Box<RawValue>, SessionError> {
     let probe: meta::ResultProbe = serde_json::from_str(result.get())
@@ -1163,6 +1167,28 @@ fn modern_result(
             }
         }
         _ => {}
+    }
+    // Every modern result names the server in `_meta` (a `serverInfo` the handler put there is
+    // kept).
+    match &probe.meta {
+        None => add.push((
+            "_meta",
+            serde_json::json!({ meta::SERVER_INFO: server_info }),
+        )),
+        Some(Value::Object(m)) if !m.contains_key(meta::SERVER_INFO) => {
+            // The handler's own `_meta`: the result is rewritten (rare, not the hot path).
+            let mut object: JsonObject = serde_json::from_str(result.get())
+                .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")))?;
+            if let Some(Value::Object(m)) = object.get_mut("_meta") {
+                m.insert(meta::SERVER_INFO.into(), server_info.clone());
+            }
+            for (key, value) in add {
+                object.insert(key.into(), value);
+            }
+            return serde_json::value::to_raw_value(&object)
+                .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")));
+        }
+        Some(_) => {}
     }
     Ok(meta::insert_members(&result, &add))
 }

@@ -57,8 +57,10 @@ impl Source for mpsc::Receiver<Input> {
 }
 
 /// No input at all: the rest of one modern request, whose message was handled already.
+#[cfg(feature = "http")]
 pub(crate) struct NoInput;
 
+#[cfg(feature = "http")]
 impl Source for NoInput {
     fn next(&mut self) -> impl Future<Output = Option<Input>> + Send {
         std::future::ready(None)

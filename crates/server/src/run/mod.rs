@@ -16,6 +16,7 @@ pub(crate) mod store;
 pub(crate) use command::Command;
 pub(crate) use driver::{Input, Lifetime};
 pub use output::Frame;
+#[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
 pub(crate) use output::Output;
 pub(crate) use runner::{Conn, Origin};
 pub use store::{InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};

@@ -17,7 +17,7 @@ use modelctx_session::{
     Event, IncomingRequest, ListKind, RequestError, RequestOptions, ServerSession, Transmit,
 };
 use modelctx_types::consts::{ResourcesSubscribe, ResourcesUnsubscribe};
-use modelctx_types::{ErrorCode, ErrorObject, Message, RequestId, meta_keys};
+use modelctx_types::{ErrorCode, ErrorObject, Message, RequestId};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -164,6 +164,7 @@ impl Conn {
     }
 
     /// A command queued already, if any.
+    #[cfg(feature = "http")]
     pub(crate) fn try_command(&mut self) -> Option<Command> {
         self.commands.try_recv().ok()
     }
@@ -450,7 +451,7 @@ fn start(
                     result["ttlMs"] = Value::from(hint.ttl_ms);
                     result["cacheScope"] = Value::from(hint.scope);
                 }
-                with_server_info(shared, result, modern)
+                result
             });
             let respond = Command::Respond {
                 id,
@@ -548,9 +549,7 @@ fn start(
     }));
     let done = match first {
         Ok(std::task::Poll::Pending) => None,
-        Ok(std::task::Poll::Ready(answer)) => {
-            Some(answer.map(|result| with_server_info(shared, result, modern)))
-        }
+        Ok(std::task::Poll::Ready(answer)) => Some(answer),
         Err(_) => Some(Err(internal(
             "the handler failed unexpectedly (it panicked)",
         ))),
@@ -575,7 +574,6 @@ fn start(
         return;
     }
     let commands = commands.clone();
-    let shared = shared.clone();
     // One task per request that waits: the handler, its panic caught where it runs.
     tokio::spawn(async move {
         let outcome = std::future::poll_fn(|cx| {
@@ -589,7 +587,7 @@ fn start(
         })
         .await;
         let answer = match outcome {
-            Some(answer) => answer.map(|result| with_server_info(&shared, result, modern)),
+            Some(answer) => answer,
             None => Err(internal("the handler failed unexpectedly (it panicked)")),
         };
         drop(permit);
@@ -619,18 +617,4 @@ fn refuse(
         },
         book,
     );
-}
-
-/// A modern result carries the server's `Implementation` in `_meta`.
-fn with_server_info(shared: &Shared, mut result: Value, modern: bool) -> Value {
-    if modern && let Value::Object(object) = &mut result {
-        let meta = object
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(serde_json::Map::new()));
-        if let Value::Object(meta) = meta {
-            meta.entry(meta_keys::SERVER_INFO)
-                .or_insert_with(|| shared.config.server_info.clone());
-        }
-    }
-    result
 }
