@@ -99,7 +99,11 @@ impl McpApp for Server {
                     ),
                     None,
                 );
-                send_all(reply, vec![ErrorResponse::new(Some(r.id), error).into()]);
+                send_all(
+                    reply,
+                    vec![ErrorResponse::new(Some(r.id), error).into()],
+                    None,
+                );
             }
             return;
         };
@@ -122,8 +126,7 @@ impl McpApp for Server {
         let said = run_inline(&mut conn, &origin);
         if conn.is_idle() {
             drop(conn);
-            drop(place);
-            send_all(reply, said);
+            send_all(reply, said, Some(place));
             return;
         }
         let lifetime = Lifetime::Request { cancelled };
@@ -173,15 +176,21 @@ fn run_inline(conn: &mut Conn, origin: &Origin) -> Vec<Message> {
 }
 
 /// Sends messages on a modern request's stream: at once while it has room (the response of a
-/// handler that did not wait goes out on the caller's task), else on a task of its own.
-fn send_all(reply: ModernReply, messages: Vec<Message>) {
+/// handler that did not wait goes out on the caller's task), else on a task of its own. The
+/// request's `place` is given back once all are sent.
+fn send_all(
+    reply: ModernReply,
+    messages: Vec<Message>,
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
     let mut send = Box::pin(async move {
         for message in messages {
             // An error: the client is gone (or, for a notification, there is no stream).
             if reply.send(message).await.is_err() {
-                return;
+                break;
             }
         }
+        drop(place);
     });
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     if send.as_mut().poll(&mut cx).is_pending() {

@@ -252,4 +252,43 @@ mod stdio {
             let _ = self.record(shut);
         }
     }
+
+    #[cfg(test)]
+    mod tests {
+        use modelctx_stdio::{LineCodec, LineReader, LineWriter};
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+        use crate::{NoArgs, Server, Tool};
+
+        /// The driver reads the line stream itself: a line connection runs on the driver's
+        /// task alone (next to its caller's), with no reader task handing it lines.
+        #[tokio::test(flavor = "current_thread")]
+        async fn the_driver_reads_the_lines_itself() {
+            let hi = |_: NoArgs| std::future::ready("hi");
+            let server = Server::builder("s", "1").tool(Tool::new("hi", hi)).build();
+            let (client, server_end) = tokio::io::duplex(64 * 1024);
+            let (server_read, server_write) = tokio::io::split(server_end);
+            let serving = tokio::spawn(async move {
+                let reader = LineReader::new(server_read, LineCodec::new());
+                server
+                    .serve_lines(reader, LineWriter::new(server_write))
+                    .await
+            });
+            let (client_read, mut client_write) = tokio::io::split(client);
+            let mut lines = BufReader::new(client_read).lines();
+            client_write
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+                .await
+                .unwrap();
+            let line = lines.next_line().await.unwrap().unwrap();
+            assert!(line.contains(r#""id":1"#), "{line}");
+            // `serving` and the driver's task.
+            let tasks = tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks();
+            assert_eq!(tasks, 2);
+            client_write.shutdown().await.unwrap();
+            serving.await.unwrap().unwrap();
+        }
+    }
 }
