@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::driver::Command;
 use crate::input::{Asked, InputError, NoAnswer};
+use crate::run::Command;
 
 /// The context of one request: handed to every handler that asks for it.
 ///

@@ -6,13 +6,16 @@ use std::sync::Arc;
 
 use modelctx_http::headers::ParamHeader;
 use modelctx_http::server::{
-    ConfigError, LegacyHandler, LegacySession, McpApp, McpService, ModernRequest, RequestContext,
-    RunningServer, ServerConfig,
+    ConfigError, LegacyHandler, LegacySession, McpApp, McpService, ModernReply, ModernRequest,
+    RequestContext, RunningServer, ServerConfig,
 };
-use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Incoming, Message};
+use modelctx_session::Transmit;
+use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Incoming, Message, RequestId};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use crate::driver::{self, Input, Lifetime, Origin, Output};
+use crate::run::driver::{self, NoInput};
+use crate::run::{Conn, Input, Lifetime, Origin, Output};
 use crate::server::Server;
 
 /// Messages of one legacy session waiting for its driver.
@@ -69,16 +72,24 @@ impl Server {
 impl McpApp for Server {
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
         let (tx, rx) = mpsc::channel(SESSION_QUEUE);
-        let shared = self.shared.clone();
-        let output = Output::Legacy(session.clone());
-        let ended = tokio_util::sync::CancellationToken::new();
+        let conn = Conn::new(self.shared.clone());
+        let changes = Some(self.shared.changes.subscribe());
+        let output = session.clone();
+        let ended = CancellationToken::new();
         let lifetime = Lifetime::Connection {
             ended: ended.clone(),
         };
-        tokio::spawn(driver::run(shared, rx, output, Origin::default(), lifetime));
+        let origin = Origin::default();
+        tokio::spawn(driver::run(conn, rx, output, origin, lifetime, changes));
         Arc::new(Session { tx, session, ended })
     }
 
+    /// A modern request is served by a request runner on the caller's task (the HTTP
+    /// connection's): its session shares the server's configuration, and a handler that
+    /// finishes without waiting is answered before this returns, with no task, no input channel
+    /// and no subscription to the server's changes. Only a request that waits (a handler that
+    /// awaits, a `subscriptions/listen` stream) goes on on a task of its own, driven until it
+    /// is answered.
     fn modern(&self, request: ModernRequest) {
         let ModernRequest {
             message,
@@ -97,11 +108,9 @@ impl McpApp for Server {
                     ),
                     None,
                 );
-                tokio::spawn(async move {
-                    let _ = reply
-                        .send(ErrorResponse::new(Some(r.id), error).into())
-                        .await;
-                });
+                let message = ErrorResponse::new(Some(r.id), error).into();
+                let related = None;
+                send_all(reply, vec![Transmit::Message { message, related }], None);
             }
             return;
         };
@@ -109,16 +118,33 @@ impl McpApp for Server {
             Message::Request(r) => Some((r.id.clone(), reply.cancelled().clone())),
             _ => None,
         };
-        let (tx, rx) = mpsc::channel(1);
+        // A listen stream hears of every change made from its start on.
+        let listens = matches!(
+            &message,
+            Message::Request(r) if r.method == modelctx_types::consts::SubscriptionsListen::VALUE
+        );
+        let changes = listens.then(|| self.shared.changes.subscribe());
         let origin = Origin {
             http: Some(context),
         };
-        let _ = tx.try_send(Input::Incoming(Incoming::Single(message), None));
-        drop(tx);
-        let shared = self.shared.clone();
+        let mut conn = Conn::for_request(self.shared.clone());
+        conn.session
+            .handle_message(std::time::Instant::now(), message);
+        let said = run_inline(&mut conn, &origin);
+        if conn.is_idle() {
+            drop(conn);
+            send_all(reply, said, Some(place));
+            return;
+        }
         let lifetime = Lifetime::Request { cancelled };
         tokio::spawn(async move {
-            driver::run(shared, rx, Output::Modern(reply), origin, lifetime).await;
+            let mut output = reply;
+            for transmit in said {
+                if !output.write(transmit).await {
+                    conn.session.transport_closed("the transport is gone");
+                }
+            }
+            driver::run(conn, NoInput, output, origin, lifetime, changes).await;
             drop(place);
         });
     }
@@ -129,11 +155,94 @@ impl McpApp for Server {
     }
 }
 
+/// Runs what a modern request's session and handler do without waiting: routes the request,
+/// polls its handler once, applies what the handler queued, and returns the messages to send
+/// in order (a refusal of the protocol rules is the only one, and first).
+fn run_inline(conn: &mut Conn, origin: &Origin) -> Vec<Transmit> {
+    let mut said = Vec::new();
+    loop {
+        let mut busy = false;
+        while let Some(transmit) = conn.next_transmit() {
+            busy = true;
+            // A server sends no batches or cancellations of its own on a modern request.
+            if let Transmit::Message { .. } | Transmit::Refusal(_) = transmit {
+                said.push(transmit);
+            }
+        }
+        busy |= conn.handle_events(origin);
+        while let Some(command) = conn.try_command() {
+            busy = true;
+            conn.apply(command);
+        }
+        if !busy {
+            return said;
+        }
+    }
+}
+
+/// Sends messages on a modern request's stream: at once while it has room (the response of a
+/// handler that did not wait goes out on the caller's task), else on a task of its own. The
+/// request's `place` is given back once all are sent.
+fn send_all(
+    mut reply: ModernReply,
+    transmits: Vec<Transmit>,
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
+    let mut send = Box::pin(async move {
+        for transmit in transmits {
+            // False: the client is gone (or, for a notification, there is no stream).
+            if !reply.write(transmit).await {
+                break;
+            }
+        }
+        drop(place);
+    });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if send.as_mut().poll(&mut cx).is_pending() {
+        // The stream is full: the rest waits on a task, whose first poll registers its waker
+        // (the no-op one of this poll is never kept).
+        tokio::spawn(send);
+    }
+}
+
+/// A legacy session's output: each message on the stream of its request.
+impl Output for LegacySession {
+    async fn write(&mut self, transmit: Transmit) -> bool {
+        match transmit {
+            Transmit::Message { message, related } => self.send(message, related).await,
+            Transmit::Batch(messages) => self.send_batch(messages).await,
+            // A legacy session cancels with a plain message, never with `Cancel`.
+            _ => {}
+        }
+        true
+    }
+
+    async fn close_stream(&mut self, id: &RequestId) -> bool {
+        LegacySession::close_stream(self, id).await
+    }
+
+    async fn negotiated(&mut self, version: modelctx_session::ProtocolVersion) {
+        self.set_version(version).await;
+    }
+}
+
+/// A modern request's output: its own response stream.
+impl Output for ModernReply {
+    async fn write(&mut self, transmit: Transmit) -> bool {
+        match transmit {
+            Transmit::Message { message, .. } => self.send(message).await.is_ok(),
+            Transmit::Refusal(error) => self.refuse(error).await.is_ok(),
+            // A server sends no batches or cancellations of its own requests on these.
+            _ => true,
+        }
+    }
+}
+
 /// The input of one legacy session.
 struct Session {
     tx: mpsc::Sender<Input>,
     session: LegacySession,
-    ended: tokio_util::sync::CancellationToken,
+    ended: CancellationToken,
 }
 
 impl LegacyHandler for Session {
@@ -175,5 +284,116 @@ impl LegacyHandler for Session {
 
     fn closed(&self) {
         self.ended.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::http::{Request, StatusCode};
+    use modelctx_http::server::PeerAddr;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::{NoArgs, Tool};
+
+    /// A 2026-07-28 `tools/call` of `name`, from this machine.
+    fn modern_call(name: &str) -> Request<String> {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": name, "arguments": {}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}});
+        let mut request = Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name)
+            .body(body.to_string())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        request
+    }
+
+    async fn answer(service: &McpService, request: Request<String>) -> Value {
+        let response = service.handle(request).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = axum::body::Body::new(response.into_body());
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A modern request whose handler does not wait is answered on the task that handles the
+    /// HTTP request (the connection's): no driver task, no hand-off.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_modern_call_that_does_not_wait_runs_on_the_connections_task() {
+        let ran_on = Arc::new(Mutex::new(None));
+        let record = ran_on.clone();
+        let here = move |_: NoArgs| {
+            *record.lock().unwrap() = tokio::task::try_id();
+            std::future::ready("here")
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("here", here))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        // The HTTP connection's task.
+        let (task, reply) = tokio::spawn(async move {
+            let reply = answer(&service, modern_call("here")).await;
+            (tokio::task::id(), reply)
+        })
+        .await
+        .unwrap();
+        assert_eq!(reply["id"], 7, "{reply}");
+        assert_eq!(reply["result"]["content"][0]["text"], "here", "{reply}");
+        assert_eq!(
+            reply["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "s",
+            "{reply}"
+        );
+        let ran_on = *ran_on.lock().unwrap();
+        assert_eq!(ran_on, Some(task));
+        assert_eq!(server.load().connections, 0);
+        assert_eq!(server.load().handlers, 0);
+    }
+
+    /// A modern request whose handler waits goes on on a task of its own and is answered
+    /// when the handler finishes; its progress comes first, on the same stream.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_modern_call_that_waits_is_answered_from_its_task() {
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let gate = Arc::new(tokio::sync::Mutex::new(Some(gate)));
+        let wait = move |_: NoArgs| {
+            let gate = gate.clone();
+            async move {
+                if let Some(gate) = gate.lock().await.take() {
+                    let _ = gate.await;
+                }
+                "waited"
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("wait", wait))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let call = tokio::spawn({
+            let service = service.clone();
+            async move { answer(&service, modern_call("wait")).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.load().connections, 1);
+        open.send(()).unwrap();
+        let reply = call.await.unwrap();
+        assert_eq!(reply["result"]["content"][0]["text"], "waited", "{reply}");
+        while server.load().connections > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.load().handlers, 0);
     }
 }

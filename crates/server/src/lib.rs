@@ -85,28 +85,29 @@
 //!
 //! # What it does not do
 //!
-//! It routes requests to handlers, runs each on its own task, and writes what they return for
-//! the client's protocol version: tool and prompt results are built as `model` values and
-//! converted into that version's generated types, content being downgraded in one place
-//! (`wire::write::content_block`). Tools are registered once, with their schemas compiled and
-//! their `Mcp-Param-*` rules derived; a call reads its params once. It holds no wire rules
-//! (those are the transports'). Some protocol rules still live here rather than in
-//! `modelctx-session`: the `serverInfo` and list cache fields of modern results and legacy
-//! subscriptions (in the runtime, `driver.rs`), the resource-not-found code per era
-//! (`resource.rs`), and resource contents and definitions are still written as JSON. It does
-//! not authenticate (an HTTP layer in front does) and does not implement the tasks extension
-//! yet.
+//! It routes requests to handlers, runs each where its request is served (a handler that waits
+//! goes on on a task of its own; a modern HTTP request that does not wait is answered on its HTTP
+//! connection's task, with no task of its own), and writes what they return for the client's
+//! protocol version: tool and prompt results are built as `model` values and converted into that
+//! version's generated types, content being downgraded in one place (`wire::write::content_block`).
+//! Tools are registered once, with their schemas compiled and their `Mcp-Param-*` rules derived;
+//! a call reads its params once. It holds no wire rules (those are the transports'). Some
+//! protocol rules still live here rather than in `modelctx-session`: the list cache fields of
+//! modern results and legacy subscriptions (in the runtime, `run/`), the resource-not-found code
+//! per era (`resource.rs`), and resource contents and definitions are still written as JSON. It
+//! does not authenticate (an HTTP layer in front does) and does not implement the tasks
+//! extension yet.
 
 // The modules in the order they import each other: each uses only those below it (the
-// runtime, `driver`/`context`/`input`, and the handlers' `Context` aside).
+// runtime, `run`/`context`/`input`, and the handlers' `Context` aside).
 #[cfg(feature = "http")]
 mod http;
 mod transport;
 
 mod context;
-mod driver;
 mod input;
 mod limits;
+mod run;
 
 mod server;
 
@@ -125,7 +126,6 @@ mod uri_template;
 mod wire;
 
 pub use context::{Context, ProgressError, Question};
-pub use driver::Frame;
 pub use handler::{MissingState, State};
 pub use input::{InputError, NoAnswer};
 pub use limits::Limits;
@@ -138,6 +138,7 @@ pub use resource::{
     CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceTemplate, Subscribe,
 };
+pub use run::{Frame, InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};

@@ -45,7 +45,8 @@ impl Registry {
 
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
+    /// Shared by every session of the server (a session takes no copy of it).
+    pub(crate) config: Arc<ServerConfig>,
     /// Compiled tool schemas.
     #[cfg(feature = "validation")]
     pub(crate) schemas: modelctx_types::schema::SchemaCache,

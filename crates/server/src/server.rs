@@ -259,7 +259,7 @@ impl ServerBuilder {
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas,
-                config,
+                config: Arc::new(config),
                 settings: self.settings,
                 registry: RwLock::new(Registry {
                     tools,

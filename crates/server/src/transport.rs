@@ -4,7 +4,9 @@
 use modelctx_types::{Incoming, Message};
 use tokio::sync::mpsc;
 
-use crate::driver::{self, Frame, Input};
+use tokio_util::sync::CancellationToken;
+
+use crate::run::{Conn, Frame, Input, Lifetime, Origin, driver};
 use crate::server::Server;
 
 /// The size of the queues between a transport and its connection's driver.
@@ -50,7 +52,12 @@ impl Server {
                 }
             }
         });
-        driver::run_channel(self.shared.clone(), rx, output).await;
+        let conn = Conn::new(self.shared.clone());
+        let changes = Some(self.shared.changes.subscribe());
+        let lifetime = Lifetime::Connection {
+            ended: CancellationToken::new(),
+        };
+        driver::run(conn, rx, output, Origin::default(), lifetime, changes).await;
         forward.abort();
     }
 
@@ -109,16 +116,15 @@ impl Server {
 mod stdio {
     use std::io;
 
-    use std::future::Future;
-    use std::pin::Pin;
     use std::sync::{Arc, Mutex};
 
-    use modelctx_stdio::{LineReader, LineWriter};
+    use modelctx_session::Transmit;
+    use modelctx_stdio::{Line, LineError, LineReader, LineWriter};
     use tokio::io::{AsyncRead, AsyncWrite};
-    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
 
-    use super::QUEUE;
-    use crate::driver::{self, Frame, Input, Sink};
+    use crate::run::driver::Source;
+    use crate::run::{Conn, Frame, Input, Lifetime, Origin, Output, driver};
     use crate::server::Server;
 
     impl Server {
@@ -133,58 +139,88 @@ mod stdio {
         /// duplex) until the reader ends.
         pub async fn serve_lines<R, W>(
             &self,
-            mut reader: LineReader<R>,
+            reader: LineReader<R>,
             writer: LineWriter<W>,
         ) -> io::Result<()>
         where
             R: AsyncRead + Unpin + Send + 'static,
             W: AsyncWrite + Unpin + Send + 'static,
         {
-            let (input_tx, input) = mpsc::channel(QUEUE);
-            let read = tokio::spawn(async move {
-                loop {
-                    let line = match reader.next_line().await {
-                        Ok(Some(line)) => line,
-                        Ok(None) => return Ok(()),
-                        Err(e) if modelctx_stdio::is_closed(&e) => return Ok(()),
-                        Err(e) => return Err(e),
-                    };
-                    let input = match line {
-                        Ok(line) => match modelctx_types::decode(line.as_bytes()) {
-                            Ok(incoming) => Input::Incoming(incoming, None),
-                            Err(_) => Input::Unreadable(line.as_bytes().to_vec()),
-                        },
-                        // An over-long or non-UTF-8 line: its error answer, and on to the next.
-                        Err(error) => Input::Reply(error.to_error_response().into()),
-                    };
-                    if input_tx.send(input).await.is_err() {
-                        return Ok(());
-                    }
-                }
-            });
-            // The driver writes the stream itself (no writer task between them), on a task of
-            // its own: the future this returns is often `block_on`'s, and a driver on that
-            // thread would wake a worker thread for every message it hands the reader or a
-            // handler (and be woken by them).
+            let read_failed = Arc::new(Mutex::new(None));
+            let input = LineInput {
+                reader,
+                peeked: None,
+                failed: read_failed.clone(),
+            };
+            // The driver reads and writes the stream itself (no reader or writer task between
+            // them, no hand-off per message), on a task of its own: the future this returns is
+            // often `block_on`'s, and a driver on that thread would wake a worker thread for
+            // every message it hands a handler (and be woken by them).
             let failed = Arc::new(Mutex::new(None));
             let sink = Lines {
                 writer,
                 failed: failed.clone(),
             };
-            driver::run_on_task(driver::run_lines(
-                self.shared.clone(),
-                input,
-                Box::new(sink),
-            ))
-            .await;
-            // The connection is over; a reader still waiting for input is not needed.
-            read.abort();
-            let read = read.await.unwrap_or(Ok(()));
+            let conn = Conn::new(self.shared.clone());
+            let changes = Some(self.shared.changes.subscribe());
+            let lifetime = Lifetime::Connection {
+                ended: CancellationToken::new(),
+            };
+            let origin = Origin::default();
+            driver::run_on_task(driver::run(conn, input, sink, origin, lifetime, changes)).await;
+            let read = read_failed.lock().unwrap_or_else(|e| e.into_inner()).take();
             let written = failed.lock().unwrap_or_else(|e| e.into_inner()).take();
             match (read, written) {
-                (Err(e), _) | (_, Some(e)) if !modelctx_stdio::is_closed(&e) => Err(e),
+                (Some(e), _) | (_, Some(e)) if !modelctx_stdio::is_closed(&e) => Err(e),
                 _ => Ok(()),
             }
+        }
+    }
+
+    /// The driver's input from a line stream: each line is decoded on the driver's task as it
+    /// is read (one parse into envelopes whose params stay raw), with no reader task and no
+    /// channel between. The read error that ends it is kept for `serve_lines`.
+    struct LineInput<R> {
+        reader: LineReader<R>,
+        /// A line taken from the read buffer by `has_ready`, handed out next.
+        peeked: Option<Input>,
+        failed: Arc<Mutex<Option<io::Error>>>,
+    }
+
+    /// What the driver makes of one line: a message or batch; bytes that are not JSON-RPC
+    /// (the session answers them as its rules say); or, for an over-long or non-UTF-8 line,
+    /// its error answer as it is, and on to the next line.
+    fn input_of(line: Result<Line, LineError>) -> Input {
+        match line {
+            Ok(line) => match modelctx_types::decode(line.as_bytes()) {
+                Ok(incoming) => Input::Incoming(incoming, None),
+                Err(_) => Input::Unreadable(line.as_bytes().to_vec()),
+            },
+            Err(error) => Input::Reply(error.to_error_response().into()),
+        }
+    }
+
+    impl<R: AsyncRead + Unpin + Send> Source for LineInput<R> {
+        async fn next(&mut self) -> Option<Input> {
+            if let Some(input) = self.peeked.take() {
+                return Some(input);
+            }
+            // Cancel-safe: `next_line` loses no line when dropped.
+            match self.reader.next_line().await {
+                Ok(Some(line)) => Some(input_of(line)),
+                Ok(None) => None,
+                Err(e) => {
+                    *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    None
+                }
+            }
+        }
+
+        fn has_ready(&mut self) -> bool {
+            if self.peeked.is_none() {
+                self.peeked = self.reader.next_buffered().map(input_of);
+            }
+            self.peeked.is_some()
         }
     }
 
@@ -206,31 +242,70 @@ mod stdio {
         }
     }
 
-    impl<W: AsyncWrite + Unpin + Send> Sink for Lines<W> {
-        fn feed(&mut self, frame: &Frame) -> io::Result<()> {
-            let fed = match frame {
-                Frame::Single(message) => self.writer.feed(message),
-                Frame::Batch(messages) => self.writer.feed(messages),
+    /// Messages are encoded into the writer's buffer as they come (no I/O) and written when
+    /// the driver flushes: a call crosses no writer task, and many messages go out with one
+    /// system call under load.
+    impl<W: AsyncWrite + Unpin + Send> Output for Lines<W> {
+        async fn write(&mut self, transmit: Transmit) -> bool {
+            let fed = match Frame::of(transmit) {
+                Some(Frame::Single(message)) => self.writer.feed(&message),
+                Some(Frame::Batch(messages)) => self.writer.feed(&messages),
+                None => return true,
             };
-            self.record(fed)
+            self.record(fed).is_ok()
         }
 
         fn buffered(&self) -> usize {
             self.writer.buffered()
         }
 
-        fn flush(&mut self) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send + '_>> {
-            Box::pin(async move {
-                let flushed = self.writer.flush().await;
-                self.record(flushed)
-            })
+        async fn flush(&mut self) -> io::Result<()> {
+            let flushed = self.writer.flush().await;
+            self.record(flushed)
         }
 
-        fn shutdown(&mut self) -> Pin<Box<dyn Future<Output = io::Result<()>> + Send + '_>> {
-            Box::pin(async move {
-                let shut = self.writer.shutdown().await;
-                self.record(shut)
-            })
+        async fn shutdown(&mut self) {
+            let shut = self.writer.shutdown().await;
+            let _ = self.record(shut);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use modelctx_stdio::{LineCodec, LineReader, LineWriter};
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+        use crate::{NoArgs, Server, Tool};
+
+        /// The driver reads the line stream itself: a line connection runs on the driver's
+        /// task alone (next to its caller's), with no reader task handing it lines.
+        #[tokio::test(flavor = "current_thread")]
+        async fn the_driver_reads_the_lines_itself() {
+            let hi = |_: NoArgs| std::future::ready("hi");
+            let server = Server::builder("s", "1").tool(Tool::new("hi", hi)).build();
+            let (client, server_end) = tokio::io::duplex(64 * 1024);
+            let (server_read, server_write) = tokio::io::split(server_end);
+            let serving = tokio::spawn(async move {
+                let reader = LineReader::new(server_read, LineCodec::new());
+                server
+                    .serve_lines(reader, LineWriter::new(server_write))
+                    .await
+            });
+            let (client_read, mut client_write) = tokio::io::split(client);
+            let mut lines = BufReader::new(client_read).lines();
+            client_write
+                .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+                .await
+                .unwrap();
+            let line = lines.next_line().await.unwrap().unwrap();
+            assert!(line.contains(r#""id":1"#), "{line}");
+            // `serving` and the driver's task.
+            let tasks = tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks();
+            assert_eq!(tasks, 2);
+            client_write.shutdown().await.unwrap();
+            serving.await.unwrap().unwrap();
         }
     }
 }

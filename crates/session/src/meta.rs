@@ -224,6 +224,8 @@ pub(crate) struct ResultProbe {
     pub(crate) input_requests: Option<JsonObject>,
     #[serde(rename = "requestState")]
     pub(crate) request_state: Option<Value>,
+    #[serde(rename = "_meta")]
+    pub(crate) meta: Option<Value>,
 }
 
 /// Inserts members at the start of a JSON object's text (the object is known to be valid).

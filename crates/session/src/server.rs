@@ -1,6 +1,7 @@
 //! The server side of a connection: both eras.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use modelctx_types::{
@@ -120,7 +121,7 @@ struct InitializeParams {
 #[derive(Debug)]
 pub struct ServerSession {
     core: Core,
-    config: ServerConfig,
+    config: Arc<ServerConfig>,
     state: State,
     log_level: Option<LogLevel>,
     subscriptions: BTreeMap<RequestId, Subscription>,
@@ -132,7 +133,12 @@ pub struct ServerSession {
 
 impl ServerSession {
     /// A new session, expecting `initialize` or a modern request.
-    pub fn new(config: ServerConfig) -> Self {
+    ///
+    /// Takes a [`ServerConfig`] or an `Arc` of one: sessions of one server share their
+    /// configuration (capabilities, serverInfo) instead of copying it, so a session costs no
+    /// deep clone of it.
+    pub fn new(config: impl Into<Arc<ServerConfig>>) -> Self {
+        let config = config.into();
         ServerSession {
             core: Core::new(config.limits.clone()),
             config,
@@ -155,7 +161,7 @@ impl ServerSession {
     ///   refused with -32022 (which is how an endpoint that serves no legacy version answers it);
     /// * every request the protocol rules refuse before the layer above sees it is a
     ///   [`Transmit::Refusal`], which the transport answers with an HTTP error status.
-    pub fn for_request(config: ServerConfig) -> Self {
+    pub fn for_request(config: impl Into<Arc<ServerConfig>>) -> Self {
         ServerSession {
             for_request: true,
             ..ServerSession::new(config)
@@ -741,10 +747,13 @@ impl ServerSession {
                 "a listen stream is ended with end_subscription, not respond".into(),
             ));
         }
+        let server_info = &self.config.server_info;
         self.core
             .finish_incoming(id, generation, |entry| {
                 let result = match &entry.meta {
-                    Some(request_meta) => modern_result(&entry.method, request_meta, result)?,
+                    Some(request_meta) => {
+                        modern_result(&entry.method, request_meta, server_info, result)?
+                    }
                     None => result,
                 };
                 Ok(Response {
@@ -1136,6 +1145,7 @@ fn log_message(
 fn modern_result(
     method: &str,
     request_meta: &RequestMeta,
+    server_info: &Value,
     result: Box<RawValue>,
 ) -> Result<Box<RawValue>, SessionError> {
     let probe: meta::ResultProbe = serde_json::from_str(result.get())
@@ -1205,6 +1215,28 @@ fn modern_result(
             }
         }
         _ => {}
+    }
+    // Every modern result names the server in `_meta` (a `serverInfo` the handler put there is
+    // kept).
+    match &probe.meta {
+        None => add.push((
+            "_meta",
+            serde_json::json!({ meta::SERVER_INFO: server_info }),
+        )),
+        Some(Value::Object(m)) if !m.contains_key(meta::SERVER_INFO) => {
+            // The handler's own `_meta`: the result is rewritten (rare, not the hot path).
+            let mut object: JsonObject = serde_json::from_str(result.get())
+                .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")))?;
+            if let Some(Value::Object(m)) = object.get_mut("_meta") {
+                m.insert(meta::SERVER_INFO.into(), server_info.clone());
+            }
+            for (key, value) in add {
+                object.insert(key.into(), value);
+            }
+            return serde_json::value::to_raw_value(&object)
+                .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")));
+        }
+        Some(_) => {}
     }
     Ok(meta::insert_members(&result, &add))
 }

@@ -117,6 +117,36 @@ fn discover_answers_with_versions_capabilities_and_cache_fields() {
     assert!(s.table_sizes().is_empty());
 }
 
+/// Every modern result names the server in `_meta`: added to the handler's own `_meta`, and a
+/// `serverInfo` the handler gave is kept; a legacy result gets none.
+#[test]
+fn modern_results_carry_server_info_in_meta() {
+    let info = json!({"name": "test-server", "version": "1.0.0"});
+    let mut s = server();
+    send(
+        &mut s,
+        request(1, "tools/call", with_meta(json!({"name": "x"}), json!({}))),
+    );
+    let r = take_request(&mut s);
+    s.respond(&r.id, raw(json!({"content": [], "_meta": {"a/b": 1}})))
+        .unwrap();
+    assert_eq!(
+        drain(&mut s)[0]["result"],
+        json!({"resultType": "complete", "content": [],
+            "_meta": {"a/b": 1, "io.modelcontextprotocol/serverInfo": info}})
+    );
+    send(
+        &mut s,
+        request(2, "tools/call", with_meta(json!({"name": "x"}), json!({}))),
+    );
+    let r = take_request(&mut s);
+    let own = json!({"io.modelcontextprotocol/serverInfo": {"name": "own", "version": "2"}});
+    s.respond(&r.id, raw(json!({"content": [], "_meta": own})))
+        .unwrap();
+    assert_eq!(drain(&mut s)[0]["result"]["_meta"], own);
+    assert!(s.table_sizes().is_empty());
+}
+
 #[test]
 fn results_get_result_type_and_cache_fields() {
     let mut s = server();
@@ -129,7 +159,8 @@ fn results_get_result_type_and_cache_fields() {
     let out = drain(&mut s);
     assert_eq!(
         out[0]["result"],
-        json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "tools": []})
+        json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "tools": [],
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "test-server", "version": "1.0.0"}}})
     );
     // Values the handler gave are kept.
     send(
@@ -158,7 +189,8 @@ fn results_get_result_type_and_cache_fields() {
     s.respond(&r.id, raw(json!({"content": []}))).unwrap();
     assert_eq!(
         drain(&mut s)[0]["result"],
-        json!({"resultType": "complete", "content": []})
+        json!({"resultType": "complete", "content": [],
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "test-server", "version": "1.0.0"}}})
     );
     // -32002 must not be emitted in 2026.
     send(

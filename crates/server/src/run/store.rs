@@ -1,0 +1,338 @@
+//! What a legacy HTTP session must keep between its requests, as plain data: a
+//! [`SessionState`] behind a [`SessionStore`] ([`InMemoryStore`] by default), so that a store
+//! elsewhere (Redis) can keep it for a server of many processes.
+//!
+//! A state is what a new runner needs to go on with a session: the version `initialize`
+//! negotiated, the client's `clientInfo` and capabilities, the log level it set, its resource
+//! subscriptions, the principal it is bound to, and when it was opened and last used. It holds
+//! nothing in flight: requests under way, questions to the client and their streams belong to
+//! the request that made them.
+//!
+//! What it does not do yet: the HTTP runtime does not use it. A legacy session is still served
+//! by a connection driver on a task of its own (`crate::http`), which keeps this state in its
+//! `ServerSession`. Serving each request of a legacy session from its stored state needs a
+//! `ServerSession` that resumes from a `SessionState` (a session change), and a place for what a
+//! request leaves in flight across POSTs (a question to the client answered by a later POST).
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use modelctx_session::{LogLevel, ProtocolVersion, ServerSession};
+use modelctx_types::JsonObject;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A future a [`SessionStore`] returns.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The state of one legacy (`initialize`-based) session, as plain, serializable data.
+///
+/// Serialized with serde as a JSON object: the version and the log level as their protocol
+/// strings (`"2025-11-25"`, `"info"`), the timestamps as milliseconds since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SessionState {
+    /// The version `initialize` negotiated; `None` before it did.
+    #[serde(with = "version_str")]
+    pub version: Option<ProtocolVersion>,
+    /// The client's `clientInfo`, as sent.
+    pub client_info: Option<Value>,
+    /// The client's declared capabilities.
+    pub client_capabilities: Option<JsonObject>,
+    /// The level `logging/setLevel` set; `None` (the default) logs nothing to the client.
+    #[serde(with = "level_str")]
+    pub log_level: Option<LogLevel>,
+    /// The resources the client subscribed to (`resources/subscribe`).
+    pub subscriptions: BTreeSet<String>,
+    /// The principal the session is bound to, if any.
+    pub principal: Option<String>,
+    /// When the session was opened, in milliseconds since the Unix epoch.
+    pub opened_ms: u64,
+    /// When the session was last used, in milliseconds since the Unix epoch.
+    pub last_used_ms: u64,
+}
+
+impl SessionState {
+    /// The state of a session opened at `now` by `principal`: nothing negotiated yet.
+    pub fn opened(principal: Option<String>, now: SystemTime) -> SessionState {
+        let now = millis(now);
+        SessionState {
+            version: None,
+            client_info: None,
+            client_capabilities: None,
+            log_level: None,
+            subscriptions: BTreeSet::new(),
+            principal,
+            opened_ms: now,
+            last_used_ms: now,
+        }
+    }
+
+    /// Takes what `session` negotiated (version, client, log level) and marks the state used
+    /// at `now`; the subscriptions and the principal are the caller's to keep.
+    pub fn record(&mut self, session: &ServerSession, now: SystemTime) {
+        if let Some(peer) = session.peer() {
+            self.version = Some(peer.version);
+            self.client_info = peer.info;
+            self.client_capabilities = peer.capabilities;
+        }
+        self.log_level = session.log_level();
+        self.last_used_ms = millis(now).max(self.last_used_ms);
+    }
+
+    /// How long the session has been unused at `now`.
+    pub fn idle_for(&self, now: SystemTime) -> Duration {
+        Duration::from_millis(millis(now).saturating_sub(self.last_used_ms))
+    }
+}
+
+fn millis(at: SystemTime) -> u64 {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A store failed: its cause, kept.
+#[derive(Debug, thiserror::Error)]
+#[error("the session store failed: {source}")]
+#[non_exhaustive]
+pub struct StoreError {
+    /// What went wrong in the store.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl StoreError {
+    /// A store error caused by `source`.
+    pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+        StoreError {
+            source: source.into(),
+        }
+    }
+}
+
+/// Where the states of legacy sessions live, by session id (`Mcp-Session-Id`).
+///
+/// A request on a legacy session loads its state, runs, and saves it when it changed; the end
+/// of a session (DELETE, idle timeout) removes it. Implementations must be safe to call from
+/// many tasks at once; [`InMemoryStore`] is the default.
+pub trait SessionStore: Send + Sync + 'static {
+    /// The state of session `id`; `None` when there is none (never opened, or removed).
+    fn load<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionState>>;
+
+    /// Keeps `state` as session `id`'s, replacing what was there.
+    fn save<'a>(&'a self, id: &'a str, state: &'a SessionState) -> StoreFuture<'a, ()>;
+
+    /// Forgets session `id` (nothing happens when there is none).
+    fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+}
+
+/// The default [`SessionStore`]: a map in this process's memory. Its futures never wait.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct InMemoryStore {
+    states: Mutex<HashMap<String, SessionState>>,
+}
+
+impl InMemoryStore {
+    /// An empty store.
+    pub fn new() -> InMemoryStore {
+        InMemoryStore::default()
+    }
+
+    /// How many sessions it keeps.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether it keeps no session.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionState>> {
+        self.states.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl SessionStore for InMemoryStore {
+    fn load<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionState>> {
+        let state = self.lock().get(id).cloned();
+        Box::pin(std::future::ready(Ok(state)))
+    }
+
+    fn save<'a>(&'a self, id: &'a str, state: &'a SessionState) -> StoreFuture<'a, ()> {
+        self.lock().insert(id.to_owned(), state.clone());
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
+        self.lock().remove(id);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// `Option<ProtocolVersion>` as its protocol string.
+mod version_str {
+    use modelctx_session::ProtocolVersion;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<S: Serializer>(
+        version: &Option<ProtocolVersion>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match version {
+            Some(v) => serializer.serialize_some(v.as_str()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<ProtocolVersion>, D::Error> {
+        match Option::<String>::deserialize(deserializer)? {
+            Some(s) => ProtocolVersion::parse(&s)
+                .map(Some)
+                .ok_or_else(|| D::Error::custom(format!("unknown protocol version {s:?}"))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// `Option<LogLevel>` as its protocol string.
+mod level_str {
+    use modelctx_session::LogLevel;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub(super) fn serialize<S: Serializer>(
+        level: &Option<LogLevel>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match level {
+            Some(l) => serializer.serialize_some(l.as_str()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<LogLevel>, D::Error> {
+        match Option::<String>::deserialize(deserializer)? {
+            Some(s) => LogLevel::parse(&s)
+                .map(Some)
+                .ok_or_else(|| D::Error::custom(format!("unknown log level {s:?}"))),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use modelctx_session::ServerConfig;
+    use modelctx_types::{Message, Request, RequestId};
+    use serde_json::json;
+
+    use super::*;
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    fn request(id: i64, method: &str, params: Value) -> Message {
+        let params: JsonObject = serde_json::from_value(params).unwrap();
+        Request::new(RequestId::Number(id), method, &params)
+            .unwrap()
+            .into()
+    }
+
+    /// What `initialize` and `logging/setLevel` negotiated is recorded, and survives a trip
+    /// through JSON (what a store elsewhere keeps).
+    #[test]
+    fn a_sessions_state_is_recorded_and_round_trips_as_json() {
+        let mut capabilities = JsonObject::new();
+        capabilities.insert("logging".into(), json!({}));
+        let mut session = ServerSession::new(ServerConfig::new("s", "1", capabilities));
+        let now = Instant::now();
+        session.handle_message(
+            now,
+            request(
+                1,
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {"roots": {}},
+                    "clientInfo": {"name": "c", "version": "2"}}),
+            ),
+        );
+        session.handle_message(
+            now,
+            modelctx_types::Notification::new("notifications/initialized", &JsonObject::new())
+                .unwrap()
+                .into(),
+        );
+        session.handle_message(
+            now,
+            request(2, "logging/setLevel", json!({"level": "warning"})),
+        );
+        while session.poll_event().is_some() {}
+
+        let mut state = SessionState::opened(Some("alice".into()), at(1_000));
+        state.subscriptions.insert("file:///a".into());
+        state.record(&session, at(5_000));
+        assert_eq!(state.version, Some(ProtocolVersion::V2025_06_18));
+        assert_eq!(
+            state.client_info,
+            Some(json!({"name": "c", "version": "2"}))
+        );
+        assert_eq!(
+            state
+                .client_capabilities
+                .as_ref()
+                .and_then(|c| c.get("roots")),
+            Some(&json!({}))
+        );
+        assert_eq!(state.log_level, Some(LogLevel::Warning));
+        assert_eq!((state.opened_ms, state.last_used_ms), (1_000, 5_000));
+        assert_eq!(state.idle_for(at(7_500)), Duration::from_millis(2_500));
+
+        let text = serde_json::to_value(&state).unwrap();
+        assert_eq!(text["version"], "2025-06-18");
+        assert_eq!(text["logLevel"], "warning");
+        assert_eq!(text["subscriptions"], json!(["file:///a"]));
+        let back: SessionState = serde_json::from_value(text).unwrap();
+        assert_eq!(back, state);
+    }
+
+    #[test]
+    fn an_unknown_version_or_level_is_not_read() {
+        let mut text = serde_json::to_value(SessionState::opened(None, at(0))).unwrap();
+        text["version"] = json!("1999-01-01");
+        assert!(serde_json::from_value::<SessionState>(text.clone()).is_err());
+        text["version"] = Value::Null;
+        text["logLevel"] = json!("loud");
+        assert!(serde_json::from_value::<SessionState>(text).is_err());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_in_memory_store_keeps_replaces_and_forgets() {
+        let store = InMemoryStore::new();
+        assert_eq!(store.load("a").await.unwrap(), None);
+        let mut state = SessionState::opened(None, at(10));
+        store.save("a", &state).await.unwrap();
+        store.save("b", &state).await.unwrap();
+        state.log_level = Some(LogLevel::Debug);
+        store.save("a", &state).await.unwrap();
+        assert_eq!(store.load("a").await.unwrap(), Some(state.clone()));
+        assert_eq!(store.len(), 2);
+        store.remove("a").await.unwrap();
+        store.remove("a").await.unwrap();
+        assert_eq!(store.load("a").await.unwrap(), None);
+        assert_eq!(store.len(), 1);
+        // Usable as a trait object, as a server keeps it.
+        let store: std::sync::Arc<dyn SessionStore> = std::sync::Arc::new(store);
+        assert!(store.load("b").await.unwrap().is_some());
+    }
+}
