@@ -1,9 +1,7 @@
 //! The `tower::Service`: every request checked, classified and dispatched.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -23,7 +21,7 @@ use super::endpoint::{Shared, TableSizes};
 use super::legacy::{Decision, Refused, Session};
 use super::modern;
 use super::respond::{self, ResponseBody, sse_headers};
-use crate::event_store::EventId;
+use crate::event_store::{BoxFuture, EventId};
 use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::security;
 use crate::sse::StreamBody;
@@ -637,7 +635,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -744,6 +742,8 @@ fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
 
 #[cfg(test)]
 pub(super) mod tests {
+    use std::pin::Pin;
+
     use super::*;
     use crate::security::AllowList;
     use crate::server::{LegacyHandler, ModernRequest};
