@@ -46,7 +46,7 @@ pub mod headers;
 pub mod security;
 #[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "server")]
+#[cfg(any(feature = "client", feature = "server"))]
 mod sse;
 
 /// The request a `notifications/cancelled` names (`params.requestId`), if it names one.
