@@ -1,5 +1,8 @@
 //! The header names, and the body fields the headers mirror.
 
+use modelctx_types::consts::{
+    PromptsGet, ResourcesRead, TasksCancel, TasksGet, TasksUpdate, ToolsCall,
+};
 use serde_json::Value;
 
 /// `MCP-Protocol-Version`: the protocol version of the request, on every POST.
@@ -19,6 +22,7 @@ pub const LAST_EVENT_ID: &str = "Last-Event-ID";
 /// `x-mcp-header`: the `inputSchema` keyword that names the `Mcp-Param-{Name}` header of a
 /// property.
 pub const X_MCP_HEADER: &str = "x-mcp-header";
+/// The `_meta` key of a request's protocol version.
 pub(crate) use modelctx_types::meta_keys::PROTOCOL_VERSION as META_PROTOCOL_VERSION;
 /// The body field `MCP-Protocol-Version` mirrors, as error messages name it.
 pub(crate) const META_PROTOCOL_VERSION_FIELD: &str =
@@ -27,10 +31,12 @@ pub(crate) const META_PROTOCOL_VERSION_FIELD: &str =
 /// The body field `Mcp-Name` mirrors for `method`: the key in `params` and its label.
 pub(super) fn name_source(method: &str) -> Option<(&'static str, &'static str)> {
     match method {
-        "tools/call" | "prompts/get" => Some(("name", "params.name")),
-        "resources/read" => Some(("uri", "params.uri")),
+        ToolsCall::VALUE | PromptsGet::VALUE => Some(("name", "params.name")),
+        ResourcesRead::VALUE => Some(("uri", "params.uri")),
         // The tasks extension (io.modelcontextprotocol/tasks) routes these by task id.
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some(("taskId", "params.taskId")),
+        TasksGet::VALUE | TasksUpdate::VALUE | TasksCancel::VALUE => {
+            Some(("taskId", "params.taskId"))
+        }
         _ => None,
     }
 }
@@ -77,6 +83,28 @@ mod tests {
             LAST_EVENT_ID,
         ] {
             assert!(HeaderName::from_bytes(name.as_bytes()).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_version_field_label_names_the_meta_key() {
+        assert_eq!(
+            META_PROTOCOL_VERSION_FIELD,
+            format!("params._meta[{META_PROTOCOL_VERSION:?}]")
+        );
+    }
+
+    #[test]
+    fn mcp_name_mirrors_the_routing_field_of_its_methods() {
+        for method in ["tools/call", "prompts/get"] {
+            assert_eq!(name_source(method), Some(("name", "params.name")));
+        }
+        assert_eq!(name_source("resources/read"), Some(("uri", "params.uri")));
+        for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            assert_eq!(name_source(method), Some(("taskId", "params.taskId")));
+        }
+        for method in ["tools/list", "tasks/list", "Tools/Call", "initialize", ""] {
+            assert_eq!(name_source(method), None, "{method}");
         }
     }
 }
