@@ -229,3 +229,44 @@ fn new_session_id() -> Option<String> {
     getrandom::fill(&mut bytes).ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str) -> Principal {
+        Principal(name.to_owned())
+    }
+
+    /// The table counts its sessions, finds one only for the principal it is bound to, forgets
+    /// a session once it ends, and is empty after shutdown.
+    #[tokio::test]
+    async fn the_table_opens_finds_and_forgets_sessions() {
+        let shared = Arc::new(Shared::new(ServerConfig::default()));
+        let alice = shared.open(Some(principal("alice")), None).await.unwrap();
+        let anonymous = shared.open(None, None).await.unwrap();
+        assert_ne!(alice.id, anonymous.id);
+        assert_eq!(
+            shared.sizes().await,
+            TableSizes {
+                sessions: 2,
+                ..TableSizes::default()
+            }
+        );
+        assert!(shared.find(&alice.id, Some(&principal("alice"))).is_some());
+        assert!(
+            shared.find(&alice.id, None).is_none(),
+            "bound to its principal"
+        );
+        assert!(shared.find(&alice.id, Some(&principal("bob"))).is_none());
+        assert!(shared.find(&anonymous.id, None).is_some());
+
+        alice.end().await;
+        assert!(shared.find(&alice.id, Some(&principal("alice"))).is_none());
+        assert_eq!(shared.sizes().await.sessions, 1);
+
+        shared.end_all().await;
+        assert!(shared.find(&anonymous.id, None).is_none());
+        assert!(shared.sizes().await.is_empty());
+    }
+}
