@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-/// A boxed, sendable future, the return type of every [`EventStore`] method.
+/// A boxed, sendable future, the return type of every [`EventStore`] method (and the crate's
+/// one alias for it: `McpService`'s `tower::Service::Future` is one too).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The time source of a [`MemoryEventStore`] (injectable so that tests control time).

@@ -20,7 +20,8 @@
 //!   2024-11-05 HTTP+SSE transport.
 //! * [`headers`]: the standard `Mcp-*` request headers of 2026-07-28 and the `x-mcp-header`
 //!   rules, one checker for the server's validation and the client's requests.
-//! * [`event_store`]: where legacy SSE events wait for resumption; pluggable.
+//! * [`event_store`] (feature `server`): where legacy SSE events wait for resumption;
+//!   pluggable.
 //!
 //! # What it does not do
 //!
@@ -38,13 +39,14 @@
 
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "server")]
 pub mod event_store;
 pub mod headers;
 #[cfg(feature = "server")]
 pub mod security;
 #[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "server")]
+#[cfg(any(feature = "client", feature = "server"))]
 mod sse;
 
 /// The request a `notifications/cancelled` names (`params.requestId`), if it names one.

@@ -48,7 +48,6 @@ mod config;
 mod exchange;
 mod old_sse;
 mod request;
-mod sse_decode;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,6 +66,7 @@ use tokio::task::AbortHandle;
 pub use config::{ClientConfig, Reconnect};
 
 use crate::headers::{ParamHeader, RequestHeaderError};
+use crate::sse::SseError;
 
 /// Something the transport hands up.
 #[derive(Debug)]
@@ -205,6 +205,15 @@ pub enum TransportError {
     /// The transport was closed.
     #[error("the transport is closed")]
     Closed,
+}
+
+impl From<SseError> for TransportError {
+    fn from(error: SseError) -> Self {
+        match error {
+            SseError::TooLarge { limit } => TransportError::TooLarge { limit },
+            SseError::InvalidUtf8 => TransportError::Malformed(error.to_string()),
+        }
+    }
 }
 
 /// Why [`HttpTransport::send`] refused a message.

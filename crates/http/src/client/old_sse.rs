@@ -11,9 +11,9 @@ use hyper::body::Incoming as Body;
 use modelctx_types::{Message, RequestId};
 
 use super::exchange::{builder, describe, exchange_head, exchange_status};
-use super::sse_decode::{SseDecoder, SseEvent};
 use super::{Inbound, Registration, TaskGuard, TransportError};
 use crate::headers::escape;
+use crate::sse::{SseDecoder, SseEvent};
 
 /// How long the server gets to send the `endpoint` event.
 const ENDPOINT_WAIT: Duration = Duration::from_secs(10);

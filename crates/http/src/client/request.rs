@@ -18,7 +18,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::exchange::{builder, describe, exchange_head};
-use super::sse_decode::SseDecoder;
 use super::{
     Inbound, Registration, SendError, SendOptions, Shared, StandaloneStream, TaskGuard,
     TransportError,
@@ -27,6 +26,7 @@ use crate::headers::{
     LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, ParamHeader, escape,
     meta_protocol_version, request_headers,
 };
+use crate::sse::SseDecoder;
 
 /// At most this much of an error body is read, and this much of it shown.
 const ERROR_BODY_LIMIT: usize = 64 << 10;

@@ -13,196 +13,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::app::{LegacyHandler, Principal, RequestContext};
-use super::config::ServerConfig;
+use super::endpoint::{Shared, TableSizes};
 use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
 use crate::sse;
-
-/// What the server shares with every session.
-pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
-    pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
-    /// Fired at shutdown: every stream ends.
-    pub(crate) shutdown: CancellationToken,
-}
-
-impl Shared {
-    pub(crate) fn new(config: ServerConfig) -> Self {
-        Shared {
-            config,
-            sessions: Mutex::new(HashMap::new()),
-            shutdown: CancellationToken::new(),
-        }
-    }
-
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Opens a session bound to `principal` (and counted against `peer`), or `None` when the
-    /// table is full and no session can be ended to make room.
-    ///
-    /// Finding 2: when the table (or the principal's or the peer's share of it) is full, the
-    /// least recently used idle session of that scope is ended, as the idle sweep ends one;
-    /// only when none is idle is the caller refused.
-    pub(crate) async fn open(
-        self: &Arc<Self>,
-        principal: Option<Principal>,
-        peer: Option<IpAddr>,
-    ) -> Option<Arc<Session>> {
-        // Each round ends one session or succeeds; the scopes are three, and another opener
-        // may take a freed place meanwhile.
-        for _ in 0..4 {
-            let candidates = {
-                let mut sessions = self.sessions();
-                match self.full_scope(&sessions, principal.as_ref(), peer) {
-                    None => {
-                        let session = self.insert(&mut sessions, principal.clone(), peer)?;
-                        return Some(session);
-                    }
-                    Some(scope) => {
-                        let mut in_scope: Vec<(Instant, Arc<Session>)> = sessions
-                            .values()
-                            .filter(|s| match scope {
-                                Scope::Principal => s.principal == principal,
-                                Scope::Peer => s.peer.is_some() && s.peer == peer,
-                                Scope::All => true,
-                            })
-                            .map(|s| (s.last_seen(), s.clone()))
-                            .collect();
-                        in_scope.sort_by_key(|(seen, _)| *seen);
-                        in_scope
-                    }
-                }
-            };
-            let mut evicted = false;
-            for (_, candidate) in candidates {
-                candidate.reap_abandoned().await;
-                if candidate.evictable(self.config.handshake_timeout) {
-                    tracing::debug!(
-                        session = %redact(&candidate.id),
-                        "session table full: ended the least recently used idle session"
-                    );
-                    candidate.end().await;
-                    evicted = true;
-                    break;
-                }
-            }
-            if !evicted {
-                return None;
-            }
-        }
-        None
-    }
-
-    /// The scope whose cap is reached for a new session of `principal` from `peer`, if any.
-    fn full_scope(
-        &self,
-        sessions: &HashMap<String, Arc<Session>>,
-        principal: Option<&Principal>,
-        peer: Option<IpAddr>,
-    ) -> Option<Scope> {
-        let config = &self.config;
-        if let (Some(cap), Some(principal)) = (config.max_sessions_per_principal, principal)
-            && sessions
-                .values()
-                .filter(|s| s.principal.as_ref() == Some(principal))
-                .count()
-                >= cap
-        {
-            return Some(Scope::Principal);
-        }
-        if let (Some(cap), Some(peer)) = (config.max_sessions_per_peer, peer)
-            && sessions.values().filter(|s| s.peer == Some(peer)).count() >= cap
-        {
-            return Some(Scope::Peer);
-        }
-        (sessions.len() >= config.max_sessions).then_some(Scope::All)
-    }
-
-    fn insert(
-        self: &Arc<Self>,
-        sessions: &mut HashMap<String, Arc<Session>>,
-        principal: Option<Principal>,
-        peer: Option<IpAddr>,
-    ) -> Option<Arc<Session>> {
-        let id = loop {
-            let id = new_session_id()?;
-            if !sessions.contains_key(&id) {
-                break id;
-            }
-        };
-        let now = Instant::now();
-        let session = Arc::new_cyclic(|me| Session {
-            id: id.clone(),
-            principal,
-            peer,
-            handler: HandlerSlot::default(),
-            state: tokio::sync::Mutex::new(State::default()),
-            last_seen: Mutex::new(now),
-            created: now,
-            handshaking: AtomicBool::new(true),
-            ended: self.shutdown.child_token(),
-            shared: Arc::downgrade(self),
-            old_transport: AtomicBool::new(false),
-            io: tokio::sync::Mutex::new(()),
-            me: me.clone(),
-        });
-        sessions.insert(id, session.clone());
-        Some(session)
-    }
-
-    /// The session `id`, if open and bound to the same principal.
-    pub(crate) fn find(&self, id: &str, principal: Option<&Principal>) -> Option<Arc<Session>> {
-        let session = self.sessions().get(id).cloned()?;
-        (session.principal.as_ref() == principal).then(|| {
-            session.touch();
-            session
-        })
-    }
-
-    /// Ends the sessions idle for longer than the timeout, and those still in their handshake
-    /// after `handshake_timeout`. POSTs whose client went away are let go first (finding 3).
-    pub(crate) async fn sweep(&self) {
-        let timeout = self.config.session_idle_timeout;
-        let handshake = self.config.handshake_timeout;
-        let candidates: Vec<Arc<Session>> = self
-            .sessions()
-            .values()
-            .filter(|s| s.idle_for() >= timeout || s.handshake_expired(handshake))
-            .cloned()
-            .collect();
-        for session in candidates {
-            session.reap_abandoned().await;
-            if session.handshake_expired(handshake)
-                || (!session.has_live_stream().await && session.idle_for() >= timeout)
-            {
-                session.end().await;
-            }
-        }
-    }
-
-    /// Ends every session (shutdown).
-    pub(crate) async fn end_all(&self) {
-        let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
-        for session in all {
-            session.end().await;
-        }
-    }
-
-    /// Sizes of the tables, for tests.
-    pub(crate) async fn sizes(&self) -> (usize, usize, usize, usize) {
-        let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
-        let (mut streams, mut requests, mut queued) = (0, 0, 0);
-        for session in &all {
-            let state = session.state.lock().await;
-            streams += state.streams.len();
-            requests += state.requests.len();
-            queued += state.queue.len();
-        }
-        (all.len(), streams, requests, queued)
-    }
-}
 
 /// A session id as logs may show it: 8 hex digits of a hash of the id, never the id itself
 /// (a session id is a bearer capability when no authentication layer binds it to a principal).
@@ -215,7 +29,7 @@ pub(crate) fn redact(id: &str) -> String {
 }
 
 /// Gives memory back once a table is mostly empty (all of it once it is empty).
-fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+pub(super) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
     let len = map.len();
     if len == 0 {
         map.shrink_to_fit();
@@ -232,21 +46,6 @@ fn cancel_notification(request: &RequestId) -> Option<Message> {
         method: modelctx_types::consts::NotificationsCancelled::VALUE.into(),
         params: Some(serde_json::value::to_raw_value(&params).ok()?),
     }))
-}
-
-/// Which cap a new session reaches.
-#[derive(Clone, Copy)]
-enum Scope {
-    Principal,
-    Peer,
-    All,
-}
-
-/// 128 bits from the operating system's CSPRNG, as 32 lowercase hex digits.
-fn new_session_id() -> Option<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// How a waiting POST is answered.
@@ -381,7 +180,7 @@ pub(crate) struct Session {
     state: tokio::sync::Mutex<State>,
     last_seen: Mutex<Instant>,
     /// The IP address of the peer that opened it, when known (for `max_sessions_per_peer`).
-    peer: Option<IpAddr>,
+    pub(super) peer: Option<IpAddr>,
     /// When it opened.
     created: Instant,
     /// No request came after `initialize` yet (see `handshake_timeout`).
@@ -406,31 +205,64 @@ pub(crate) enum Refused {
 }
 
 impl Session {
-    fn touch(&self) {
+    /// A session of `shared`'s table (the caller inserts it), in its handshake.
+    pub(super) fn new(
+        id: String,
+        principal: Option<Principal>,
+        peer: Option<IpAddr>,
+        shared: &Arc<Shared>,
+    ) -> Arc<Session> {
+        let now = Instant::now();
+        Arc::new_cyclic(|me| Session {
+            id,
+            principal,
+            peer,
+            handler: HandlerSlot::default(),
+            state: tokio::sync::Mutex::new(State::default()),
+            last_seen: Mutex::new(now),
+            created: now,
+            handshaking: AtomicBool::new(true),
+            ended: shared.shutdown.child_token(),
+            shared: Arc::downgrade(shared),
+            old_transport: AtomicBool::new(false),
+            io: tokio::sync::Mutex::new(()),
+            me: me.clone(),
+        })
+    }
+
+    /// Adds this session's streams, requests in flight and queued messages to `sizes`.
+    pub(super) async fn add_sizes(&self, sizes: &mut TableSizes) {
+        let state = self.state.lock().await;
+        sizes.streams += state.streams.len();
+        sizes.requests += state.requests.len();
+        sizes.queued += state.queue.len();
+    }
+
+    pub(super) fn touch(&self) {
         *self.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
-    fn last_seen(&self) -> Instant {
+    pub(super) fn last_seen(&self) -> Instant {
         *self.last_seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn idle_for(&self) -> Duration {
+    pub(super) fn idle_for(&self) -> Duration {
         self.last_seen().elapsed()
     }
 
     /// Still in its handshake (no request after `initialize`) and older than `timeout`.
-    fn handshake_expired(&self, timeout: Duration) -> bool {
+    pub(super) fn handshake_expired(&self, timeout: Duration) -> bool {
         self.handshaking.load(Ordering::SeqCst) && self.created.elapsed() >= timeout
     }
 
-    async fn has_live_stream(&self) -> bool {
+    pub(super) async fn has_live_stream(&self) -> bool {
         self.state.lock().await.has_live_stream()
     }
 
     /// Whether the session may be ended to make room for another: nothing in flight and no
     /// open stream, or still in its handshake after `handshake_timeout`. A session busy right
     /// now (its state locked) is not.
-    fn evictable(&self, handshake_timeout: Duration) -> bool {
+    pub(super) fn evictable(&self, handshake_timeout: Duration) -> bool {
         if self.handshake_expired(handshake_timeout) {
             return true;
         }
@@ -1088,11 +920,7 @@ impl Session {
         state.old_sse = None;
         self.ended.cancel();
         if let Some(shared) = self.config() {
-            {
-                let mut sessions = shared.sessions();
-                sessions.remove(&self.id);
-                shrink(&mut sessions);
-            }
+            shared.remove(&self.id);
         }
         state.outbox.push_back(Effect::RemoveSession);
         // Taken, not borrowed: the handler holds this session (a cycle that kept every ended

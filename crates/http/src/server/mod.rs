@@ -7,6 +7,7 @@
 
 mod app;
 mod config;
+mod endpoint;
 mod legacy;
 mod modern;
 #[cfg(feature = "legacy-sse")]
@@ -20,7 +21,9 @@ pub use app::{
     RequestContext, StreamClosed,
 };
 pub use config::{ConfigError, ServerConfig};
+pub use endpoint::TableSizes;
 #[cfg(feature = "legacy-sse")]
 pub use old_sse::OldSsePaths;
+pub use respond::ResponseBody;
 pub use serve::{RunningServer, serve};
-pub use service::{McpService, ResponseBody, TableSizes};
+pub use service::McpService;

@@ -10,9 +10,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::app::{McpApp, ModernReply, ModernRequest, RequestContext, Sent};
-use super::legacy::Shared;
-use super::respond::{self, encode, modern_status, sse_headers};
-use super::service::ResponseBody;
+use super::endpoint::Shared;
+use super::respond::{self, ResponseBody, encode, modern_status, sse_headers};
 use crate::headers::{self, RequestFields};
 use crate::sse::{self, StreamBody};
 

@@ -13,9 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::app::{LegacySession, McpApp, Principal, RequestContext};
-use super::legacy::Shared;
-use super::respond::{self, sse_headers};
-use super::service::ResponseBody;
+use super::endpoint::Shared;
+use super::respond::{self, ResponseBody, sse_headers};
 use crate::sse::StreamBody;
 
 /// Where the deprecated transport is served.

@@ -1,13 +1,17 @@
 //! Building responses: JSON bodies, SSE heads, and errors with their status codes.
 
+use std::convert::Infallible;
+
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use http_body_util::BodyExt;
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Message, RequestId};
 
 use super::app::Sent;
-use super::service::ResponseBody;
+
+/// The body of every response: a whole JSON body or an SSE stream.
+pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// A JSON response.
 pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ResponseBody> {

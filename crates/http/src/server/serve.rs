@@ -27,7 +27,8 @@ use tokio_util::task::TaskTracker;
 
 use super::app::{McpApp, PeerAddr};
 use super::config::{ConfigError, ServerConfig};
-use super::service::{McpService, ResponseBody};
+use super::respond::ResponseBody;
+use super::service::McpService;
 
 /// A server started by [`serve`].
 #[derive(Debug)]

@@ -1,9 +1,7 @@
 //! The `tower::Service`: every request checked, classified and dispatched.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -11,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
 use modelctx_types::{
@@ -20,40 +17,14 @@ use modelctx_types::{
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
-use super::legacy::{Decision, Refused, Session, Shared};
+use super::endpoint::{Shared, TableSizes};
+use super::legacy::{Decision, Refused, Session};
 use super::modern;
-use super::respond::{self, sse_headers};
-use crate::event_store::EventId;
+use super::respond::{self, ResponseBody, sse_headers};
+use crate::event_store::{BoxFuture, EventId};
 use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::security;
 use crate::sse::StreamBody;
-
-/// The body of every response: a whole JSON body or an SSE stream.
-pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
-
-/// The sizes of the server's tables, for tests that check they return to empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct TableSizes {
-    /// Open legacy sessions.
-    pub sessions: usize,
-    /// Their streams.
-    pub streams: usize,
-    /// Requests in flight on them.
-    pub requests: usize,
-    /// Messages waiting for a standalone stream.
-    pub queued: usize,
-    /// HTTP requests being processed across the endpoint (bounded by
-    /// [`ServerConfig::max_requests_in_flight`]).
-    pub in_flight: usize,
-}
-
-impl TableSizes {
-    /// Whether every table is empty.
-    pub fn is_empty(&self) -> bool {
-        *self == TableSizes::default()
-    }
-}
 
 /// The MCP endpoint as a `tower::Service` (cheap to clone: clones share everything).
 #[derive(Clone)]
@@ -115,13 +86,9 @@ impl McpService {
 
     /// The sizes of the session table and the event store.
     pub async fn table_sizes(&self) -> TableSizes {
-        let (sessions, streams, requests, queued) = self.shared.sizes().await;
         TableSizes {
-            sessions,
-            streams,
-            requests,
-            queued,
             in_flight: self.in_flight.load(Ordering::Acquire),
+            ..self.shared.sizes().await
         }
     }
 
@@ -668,7 +635,7 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
@@ -775,6 +742,8 @@ fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
 
 #[cfg(test)]
 pub(super) mod tests {
+    use std::pin::Pin;
+
     use super::*;
     use crate::security::AllowList;
     use crate::server::{LegacyHandler, ModernRequest};

@@ -231,15 +231,6 @@ impl SseEvent {
     }
 }
 
-impl From<SseError> for super::TransportError {
-    fn from(error: SseError) -> Self {
-        match error {
-            SseError::TooLarge { limit } => super::TransportError::TooLarge { limit },
-            SseError::InvalidUtf8 => super::TransportError::Malformed(error.to_string()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! Server-sent events: the framing of one event, and the response body that streams them.
+//! Server-sent events, written: the framing of one event, and the response body that streams them.
 
 use std::convert::Infallible;
 use std::future::Future;
