@@ -124,7 +124,7 @@ mod settings;
 mod uri_template;
 mod wire;
 
-pub use context::{Context, ProgressError, Question};
+pub use context::{Context, ProgressError, Question, sampling_request};
 pub use driver::Frame;
 pub use handler::{MissingState, State};
 pub use input::{InputError, NoAnswer};

@@ -121,6 +121,38 @@ fn encode<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<Value, E
     serde_json::to_value(wire).map_err(|e| internal(format!("the result cannot be written: {e}")))
 }
 
+/// A `sampling/createMessage` request's params as `version` writes them (fields it does not
+/// define are dropped), or why it cannot.
+pub(crate) fn sampling_request(
+    params: model::CreateMessageRequestParams,
+    version: V,
+) -> Result<JsonObject, ConvertError> {
+    match version {
+        V::V2024_11_05 => object(v2024_11_05::CreateMessageRequestParams::try_from(params)),
+        V::V2025_03_26 => object(v2025_03_26::CreateMessageRequestParams::try_from(params)),
+        V::V2025_06_18 => object(v2025_06_18::CreateMessageRequestParams::try_from(params)),
+        V::V2025_11_25 => object(v2025_11_25::CreateMessageRequestParams::try_from(params)),
+        _ => object(v2026_07_28::CreateMessageRequestParams::try_from(params)),
+    }
+}
+
+/// The JSON object of a wire value that is one.
+fn object<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<JsonObject, ConvertError> {
+    match serde_json::to_value(wire?) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(ConvertError::Json {
+            version: "any",
+            what: "request params",
+            reason: format!("written as {other}, not an object"),
+        }),
+        Err(e) => Err(ConvertError::Json {
+            version: "any",
+            what: "request params",
+            reason: e.to_string(),
+        }),
+    }
+}
+
 /// A `tools/call` result in `version`.
 pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Value, ErrorObject> {
     let structured_content = match &output.structured {
@@ -301,5 +333,38 @@ mod tests {
             content_block(&link, V::V2025_06_18)["type"],
             "resource_link"
         );
+    }
+
+    #[test]
+    fn sampling_requests_carry_only_what_the_version_knows() {
+        let params = model::CreateMessageRequestParams {
+            tools: Some(Vec::new()),
+            system_prompt: Some("p".into()),
+            ..crate::sampling_request("hi", 5)
+        };
+        let old = sampling_request(params.clone(), V::V2025_06_18).unwrap();
+        assert!(old.get("tools").is_none(), "{old:?}");
+        assert_eq!(old["systemPrompt"], "p");
+        assert_eq!(
+            old["messages"],
+            json!([{"role": "user", "content": {"type": "text", "text": "hi"}}])
+        );
+        assert_eq!(old["maxTokens"], 5);
+        let new = sampling_request(params, V::V2025_11_25).unwrap();
+        assert_eq!(new["tools"], json!([]));
+    }
+
+    #[test]
+    fn a_sampling_request_a_version_cannot_express_fails() {
+        let mut params = crate::sampling_request("", 5);
+        params.messages[0].content =
+            model::CreateMessageResultContent::AudioContent(model::AudioContent {
+                meta: None,
+                annotations: None,
+                data: "AAAA".into(),
+                mime_type: "audio/wav".into(),
+            });
+        assert!(sampling_request(params.clone(), V::V2024_11_05).is_err());
+        assert!(sampling_request(params, V::V2025_03_26).is_ok());
     }
 }
