@@ -43,7 +43,7 @@ fn sampled_text(answer: &CreateMessageResult) -> Option<&str> {
 
 /// The action of an elicitation answer, as the wire spells it.
 fn action(answer: &ElicitResult) -> String {
-    modelctx_types::v2026_07_28::ElicitResultAction::try_from(answer.action.clone())
+    modelctx_types::v2026_07_28::ElicitResultAction::try_from(answer.action)
         .ok()
         .and_then(|action| serde_json::to_value(action).ok())
         .and_then(|action| action.as_str().map(str::to_owned))
