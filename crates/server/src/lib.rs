@@ -86,16 +86,19 @@
 //! # What it does not do
 //!
 //! It routes requests to handlers, runs each on its own task, and writes what they return for
-//! the client's protocol version: tool and prompt results are built as `model` values and
-//! converted into that version's generated types, content being downgraded in one place
-//! (`wire::write::content_block`). Tools are registered once, with their schemas compiled and
-//! their `Mcp-Param-*` rules derived; a call reads its params once. It holds no wire rules
-//! (those are the transports'). Some protocol rules still live here rather than in
+//! the client's protocol version: tool, prompt and resource-read results, resource contents,
+//! and resource, template and prompt definitions are built as `model` values and converted into
+//! that version's generated types (`wire::write`), content being downgraded in one place
+//! (`wire::write::content_block`); the questions handlers ask (sampling, elicitation, roots)
+//! and their answers are model values too, raw JSON only through the `*_json` variants. Tool
+//! definitions are still assembled as JSON around their schemas (their annotations and icons
+//! written through the generated types). Tools are registered once, with their schemas
+//! compiled and their `Mcp-Param-*` rules derived; a call reads its params once. It holds no
+//! wire rules (those are the transports'). Some protocol rules still live here rather than in
 //! `modelctx-session`: the `serverInfo` and list cache fields of modern results and legacy
-//! subscriptions (in the runtime, `driver.rs`), the resource-not-found code per era
-//! (`resource.rs`), and resource contents and definitions are still written as JSON. It does
-//! not authenticate (an HTTP layer in front does) and does not implement the tasks extension
-//! yet.
+//! subscriptions (in the runtime, `driver.rs`) and the resource-not-found code per era
+//! (`resource.rs`). It does not authenticate (an HTTP layer in front does) and does not
+//! implement the tasks extension yet.
 
 // The modules in the order they import each other: each uses only those below it (the
 // runtime, `driver`/`context`/`input`, and the handlers' `Context` aside).
