@@ -7,9 +7,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use modelctx_server::model::{CreateMessageResult, CreateMessageResultContent, ElicitResult};
 use modelctx_server::{
     Content, Context, InputError, LogLevel, NoArgs, Prompt, PromptMessage, ReadRequest, Resource,
-    ResourceContents, ResourceTemplate, Server, Tool, ToolOutput,
+    ResourceContents, ResourceTemplate, Server, Tool, ToolOutput, sampling_request,
 };
 use modelctx_types::JsonObject;
 use serde_json::{Value, json};
@@ -31,6 +32,33 @@ const JSON_SCHEMA_2020_12: &str = r##"{"$schema":"https://json-schema.org/draft/
 
 /// The server itself, for the tools that change what it offers.
 static SERVER: OnceLock<Server> = OnceLock::new();
+
+/// The text of a sampling answer that is text.
+fn sampled_text(answer: &CreateMessageResult) -> Option<&str> {
+    match &answer.content {
+        CreateMessageResultContent::TextContent(text) => Some(&text.text),
+        _ => None,
+    }
+}
+
+/// The action of an elicitation answer, as the wire spells it.
+fn action(answer: &ElicitResult) -> String {
+    modelctx_types::v2026_07_28::ElicitResultAction::try_from(answer.action)
+        .ok()
+        .and_then(|action| serde_json::to_value(action).ok())
+        .and_then(|action| action.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The answer's form content (`null` when there is none).
+fn content(answer: &ElicitResult) -> Value {
+    answer.content.clone().unwrap_or(Value::Null)
+}
+
+/// A field of the answer's form content (`null` when it has none).
+fn field(answer: &ElicitResult, name: &str) -> Value {
+    content(answer)[name].clone()
+}
 
 fn object(value: Value) -> JsonObject {
     match value {
@@ -144,12 +172,8 @@ struct SamplingArgs {
 }
 
 async fn sampling(context: Context, args: SamplingArgs) -> Result<String, InputError> {
-    let params = object(json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": args.prompt}}],
-        "maxTokens": 100,
-    }));
-    let answer = context.sample(params).await?;
-    let text = answer["content"]["text"].as_str().unwrap_or_default();
+    let answer = context.sample(sampling_request(args.prompt, 100)).await?;
+    let text = sampled_text(&answer).unwrap_or_default();
     Ok(format!("LLM response: {text}"))
 }
 
@@ -170,8 +194,8 @@ async fn elicitation(context: Context, args: ElicitationArgs) -> Result<String, 
     let answer = context.elicit(&args.message, schema).await?;
     Ok(format!(
         "User response: action={}, content={}",
-        answer["action"].as_str().unwrap_or_default(),
-        answer.get("content").cloned().unwrap_or(Value::Null)
+        action(&answer),
+        content(&answer)
     ))
 }
 
@@ -200,8 +224,8 @@ async fn elicitation_defaults(context: Context, _: NoArgs) -> Result<String, Inp
         .await?;
     Ok(format!(
         "Elicitation completed: action={}, content={}",
-        answer["action"].as_str().unwrap_or_default(),
-        answer.get("content").cloned().unwrap_or(Value::Null)
+        action(&answer),
+        content(&answer)
     ))
 }
 
@@ -255,8 +279,8 @@ async fn elicitation_enums(context: Context, _: NoArgs) -> Result<String, InputE
         .await?;
     Ok(format!(
         "Elicitation completed: action={}, content={}",
-        answer["action"].as_str().unwrap_or_default(),
-        answer.get("content").cloned().unwrap_or(Value::Null)
+        action(&answer),
+        content(&answer)
     ))
 }
 
@@ -275,21 +299,16 @@ async fn reconnection(context: Context, _: NoArgs) -> &'static str {
 
 /// Needs sampling: a client that did not declare it gets the -32021 error.
 async fn missing_capability(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let params = object(json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": "Say something"}}],
-        "maxTokens": 10,
-    }));
-    let answer = context.sample(params).await?;
-    Ok(answer["content"]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
+    let answer = context
+        .sample(sampling_request("Say something", 10))
+        .await?;
+    Ok(sampled_text(&answer).unwrap_or_default().to_owned())
 }
 
 async fn streaming_elicitation(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema = one_field("ok", "boolean");
     let answer = context.elicit("Please confirm", schema).await?;
-    Ok(format!("confirmed: {}", answer["content"]["ok"]))
+    Ok(format!("confirmed: {}", field(&answer, "ok")))
 }
 
 async fn logging_tool(context: Context, _: NoArgs) -> &'static str {
@@ -337,19 +356,16 @@ async fn mrtr_elicitation(context: Context, _: NoArgs) -> Result<String, InputEr
         .await?;
     Ok(format!(
         "Hello, {}!",
-        answer["content"]["name"].as_str().unwrap_or("stranger")
+        field(&answer, "name").as_str().unwrap_or("stranger")
     ))
 }
 
 async fn mrtr_sampling(context: Context, _: NoArgs) -> Result<String, InputError> {
-    let params = object(json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
-        "maxTokens": 100,
-    }));
+    let params = sampling_request("What is the capital of France?", 100);
     let answer = context.keyed("capital_question").sample(params).await?;
     Ok(format!(
         "The model said: {}",
-        answer["content"]["text"].as_str().unwrap_or_default()
+        sampled_text(&answer).unwrap_or_default()
     ))
 }
 
@@ -365,15 +381,12 @@ async fn mrtr_request_state(context: Context, _: NoArgs) -> Result<String, Input
         .keyed("confirm")
         .elicit("Please confirm", schema)
         .await?;
-    Ok(format!("state-ok: confirmed={}", answer["content"]["ok"]))
+    Ok(format!("state-ok: confirmed={}", field(&answer, "ok")))
 }
 
 async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError> {
     let name_schema = one_field("name", "string");
-    let greeting = object(json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}],
-        "maxTokens": 50,
-    }));
+    let greeting = sampling_request("Generate a greeting", 50);
     let (name, greeting, roots) = tokio::join!(
         context
             .keyed("user_name")
@@ -384,8 +397,8 @@ async fn mrtr_multiple(context: Context, _: NoArgs) -> Result<String, InputError
     let (name, greeting, roots) = (name?, greeting?, roots?);
     Ok(format!(
         "name={}, greeting={}, roots={}",
-        name["content"]["name"],
-        greeting["content"]["text"],
+        field(&name, "name"),
+        sampled_text(&greeting).map_or(Value::Null, Value::from),
         roots.roots.len()
     ))
 }
@@ -404,8 +417,8 @@ async fn mrtr_multi_round(context: Context, _: NoArgs) -> Result<String, InputEr
         .await?;
     Ok(format!(
         "{} likes {}",
-        name["content"]["name"].as_str().unwrap_or_default(),
-        color["content"]["color"].as_str().unwrap_or_default()
+        field(&name, "name").as_str().unwrap_or_default(),
+        field(&color, "color").as_str().unwrap_or_default()
     ))
 }
 
@@ -413,14 +426,13 @@ async fn mrtr_multi_round(context: Context, _: NoArgs) -> Result<String, InputEr
 async fn mrtr_capabilities(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema = one_field("name", "string");
     match context.elicit("What is your name?", schema).await {
-        Ok(answer) => Ok(format!("Hello, {}!", answer["content"]["name"])),
+        Ok(answer) => Ok(format!("Hello, {}!", field(&answer, "name"))),
         Err(InputError::NotSupported(_)) => {
-            let params = object(json!({
-                "messages": [{"role": "user", "content": {"type": "text", "text": "Suggest a name"}}],
-                "maxTokens": 20,
-            }));
-            let answer = context.sample(params).await?;
-            Ok(format!("The model suggests {}", answer["content"]["text"]))
+            let answer = context
+                .sample(sampling_request("Suggest a name", 20))
+                .await?;
+            let text = sampled_text(&answer).map_or(Value::Null, Value::from);
+            Ok(format!("The model suggests {text}"))
         }
         Err(e) => Err(e),
     }
@@ -652,7 +664,7 @@ async fn mrtr_prompt(context: Context, _: JsonObject) -> Result<PromptMessage, I
         .await?;
     Ok(PromptMessage::user(format!(
         "Use this context: {}",
-        answer["content"]["context"].as_str().unwrap_or_default()
+        field(&answer, "context").as_str().unwrap_or_default()
     )))
 }
 

@@ -5,7 +5,7 @@ use modelctx_server::{
     Context, InputError, Json, NoArgs, Prompt, PromptMessage, ReadRequest, Resource,
     ResourceContents, Server, Tool,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// `echo` arguments.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -51,9 +51,10 @@ async fn steps(context: Context, args: Steps) -> Json<Done> {
 async fn ask(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}}});
     let answer = context.elicit("Well?", schema).await?;
+    let content = answer.content.unwrap_or_default();
     Ok(format!(
         "answered {}",
-        answer["content"]["answer"].as_str().unwrap_or("nothing")
+        content["answer"].as_str().unwrap_or("nothing")
     ))
 }
 
@@ -133,17 +134,14 @@ async fn add(args: Add) -> Json<Sum> {
 
 /// Asks the client's model; says what it answered.
 async fn sample(context: Context, args: Echo) -> Result<String, InputError> {
-    let params = json!({
-        "messages": [{"role": "user", "content": {"type": "text", "text": args.text}}],
-        "maxTokens": 10,
-    });
-    let params = params.as_object().cloned().unwrap_or_default();
-    let answer = context.sample(params).await?;
-    Ok(format!(
-        "{} said {}",
-        answer["model"].as_str().unwrap_or("?"),
-        answer["content"]["text"].as_str().unwrap_or("?")
-    ))
+    let answer = context
+        .sample(modelctx_server::sampling_request(args.text, 10))
+        .await?;
+    let text = match &answer.content {
+        modelctx_server::model::CreateMessageResultContent::TextContent(text) => &text.text,
+        _ => "?",
+    };
+    Ok(format!("{} said {text}", answer.model))
 }
 
 /// Lists the client's roots.
@@ -161,7 +159,15 @@ async fn form(context: Context, _: NoArgs) -> Result<String, InputError> {
         "age": {"type": "integer", "default": 36},
     }});
     let answer = context.elicit("Who?", schema).await?;
-    Ok(format!("{} {}", answer["action"], answer["content"]))
+    use modelctx_server::model::ElicitResultAction as Action;
+    let action = match answer.action {
+        Action::Accept => "accept",
+        Action::Decline => "decline",
+        Action::Cancel => "cancel",
+        _ => "?",
+    };
+    let content = answer.content.unwrap_or(Value::Null);
+    Ok(format!("{} {content}", Value::from(action)))
 }
 
 /// Ends the server process with status 3 (for the restart tests over stdio).

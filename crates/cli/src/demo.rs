@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
+use modelctx_server::model::{
+    CreateMessageRequestParams, CreateMessageResultContent, ElicitResultAction,
+};
 use modelctx_server::{
     CacheHint, Context, InputError, Json, LogLevel, NoArgs, Prompt, PromptMessage, ReadRequest,
-    Resource, ResourceContents, ResourceTemplate, Server, Tool,
+    Resource, ResourceContents, ResourceTemplate, Server, Tool, sampling_request,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// `echo` arguments.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -101,16 +104,23 @@ async fn confirm(context: Context, args: Confirm) -> Result<String, InputError> 
     let answer = context
         .elicit(&format!("Really {}?", args.action), schema)
         .await?;
-    let accepted = answer["action"] == "accept" && answer["content"]["confirm"] == true;
+    let content = answer.content.unwrap_or_default();
+    let action = match answer.action {
+        ElicitResultAction::Accept => "accept",
+        ElicitResultAction::Decline => "decline",
+        ElicitResultAction::Cancel => "cancel",
+        _ => "unknown",
+    };
+    let accepted = action == "accept" && content["confirm"] == true;
     Ok(if accepted {
-        let note = answer["content"]["note"].as_str().unwrap_or("");
+        let note = content["note"].as_str().unwrap_or("");
         if note.is_empty() {
             format!("{}: done", args.action)
         } else {
             format!("{}: done ({note})", args.action)
         }
     } else {
-        format!("{}: not done ({})", args.action, answer["action"])
+        format!("{}: not done ({})", args.action, Value::from(action))
     })
 }
 
@@ -123,21 +133,16 @@ struct Haiku {
 
 /// Asks the client's model (sampling) for a haiku.
 async fn haiku(context: Context, args: Haiku) -> Result<String, InputError> {
-    let params = json!({
-        "messages": [{
-            "role": "user",
-            "content": {"type": "text", "text": format!("Write a haiku about {}", args.topic)},
-        }],
-        "maxTokens": 60,
-        "systemPrompt": "You are a poet.",
-    });
-    let params = params.as_object().cloned().unwrap_or_default();
+    let params = CreateMessageRequestParams {
+        system_prompt: Some("You are a poet.".into()),
+        ..sampling_request(format!("Write a haiku about {}", args.topic), 60)
+    };
     let answer = context.sample(params).await?;
-    Ok(format!(
-        "{} wrote: {}",
-        answer["model"].as_str().unwrap_or("?"),
-        answer["content"]["text"].as_str().unwrap_or("?")
-    ))
+    let text = match &answer.content {
+        CreateMessageResultContent::TextContent(text) => &text.text,
+        _ => "?",
+    };
+    Ok(format!("{} wrote: {text}", answer.model))
 }
 
 /// `secret`: only listed after `unlock`.

@@ -5,13 +5,14 @@ use std::sync::{Arc, Mutex};
 
 use modelctx_session::{LogLevel, ProtocolVersion};
 use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage};
-use modelctx_types::{JsonObject, ProgressToken, RequestId};
+use modelctx_types::{JsonObject, ProgressToken, RequestId, model, v2026_07_28 as wire};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::input::{Asked, InputError, NoAnswer};
 use crate::run::Command;
+use crate::wire::write;
 
 /// The context of one request: handed to every handler that asks for it.
 ///
@@ -116,10 +117,10 @@ impl Context {
 
     /// The client's `Implementation` (`clientInfo`), when it gave a readable one
     /// (self-reported: for display and logs, not for decisions).
-    pub fn client_info(&self) -> Option<modelctx_types::model::Implementation> {
+    pub fn client_info(&self) -> Option<model::Implementation> {
         let info = self.client_info_json()?;
         // The newest version's type reads every version's: its additions are optional.
-        serde_json::from_value::<modelctx_types::v2026_07_28::Implementation>(info.clone())
+        serde_json::from_value::<wire::Implementation>(info.clone())
             .ok()
             .map(Into::into)
     }
@@ -257,8 +258,10 @@ impl Context {
     }
 
     /// Asks the user for information through the client (elicitation, form mode): `message`
-    /// says what and why, `requested_schema` is a flat object schema of primitive fields. The
-    /// answer is the `ElicitResult` (`action`: `accept`, `decline` or `cancel`; `content`).
+    /// says what and why, `requested_schema` is a flat object schema of primitive fields (JSON
+    /// Schema, kept as JSON as the model keeps `ElicitRequestParams`). The answer is the model's
+    /// `ElicitResult` (`action`: accept, decline or cancel; `content`); an answer that is not
+    /// one is [`InputError::NoAnswer`] ([`NoAnswer::Unreadable`]).
     ///
     /// Legacy clients get a request; modern ones an `input_required` round trip, which runs the
     /// handler again from the start (see the crate docs on handlers that ask for input).
@@ -270,6 +273,7 @@ impl Context {
     ///
     /// ```
     /// use modelctx_server::{Context, InputError};
+    /// use modelctx_server::model::ElicitResultAction;
     ///
     /// #[derive(serde::Deserialize, schemars::JsonSchema)]
     /// struct Book {
@@ -284,11 +288,12 @@ impl Context {
     ///     });
     ///     // Ask first: in the modern era this handler runs again from here with the answer.
     ///     let answer = context.elicit("How many nights?", schema).await?;
-    ///     if answer["action"] != "accept" {
+    ///     if answer.action != ElicitResultAction::Accept {
     ///         return Ok("not booked".into());
     ///     }
     ///     // Act after.
-    ///     Ok(format!("booked {} for {} nights", args.room, answer["content"]["nights"]))
+    ///     let nights = answer.content.unwrap_or_default()["nights"].clone();
+    ///     Ok(format!("booked {} for {nights} nights", args.room))
     /// }
     /// # let _ = modelctx_server::Tool::new("book", book);
     /// ```
@@ -296,38 +301,80 @@ impl Context {
         &self,
         message: &str,
         requested_schema: Value,
-    ) -> Result<Value, InputError> {
+    ) -> Result<model::ElicitResult, InputError> {
         self.keyed_ask(None).elicit(message, requested_schema).await
     }
 
-    /// Asks the user to visit `url` (elicitation, URL mode; 2025-11-25 and later).
+    /// [`Context::elicit`] with the client's answer as it came, as JSON: the escape hatch for
+    /// members no version defines (the model keeps them in `extra` too).
+    pub async fn elicit_json(
+        &self,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Value, InputError> {
+        self.keyed_ask(None)
+            .elicit_json(message, requested_schema)
+            .await
+    }
+
+    /// Asks the user to visit `url` (elicitation, URL mode; 2025-11-25 and later). The answer
+    /// is the model's `ElicitResult` (no `content` in this mode).
     pub async fn elicit_url(
+        &self,
+        message: &str,
+        url: &str,
+        elicitation_id: &str,
+    ) -> Result<model::ElicitResult, InputError> {
+        self.keyed_ask(None)
+            .elicit_url(message, url, elicitation_id)
+            .await
+    }
+
+    /// [`Context::elicit_url`] with the client's answer as it came, as JSON.
+    pub async fn elicit_url_json(
         &self,
         message: &str,
         url: &str,
         elicitation_id: &str,
     ) -> Result<Value, InputError> {
         self.keyed_ask(None)
-            .elicit_url(message, url, elicitation_id)
+            .elicit_url_json(message, url, elicitation_id)
             .await
     }
 
-    /// Asks the client's model for a completion (`sampling/createMessage`): `params` is a
-    /// `CreateMessageRequestParams` (messages, `maxTokens`, and optionally tools). The answer
-    /// is the `CreateMessageResult`.
+    /// Asks the client's model for a completion (`sampling/createMessage`). The request is the
+    /// model's `CreateMessageRequestParams` ([`sampling_request`] makes the common one), written
+    /// for the client's protocol version: fields the version does not define are dropped, and a
+    /// value it cannot express is [`InputError::Unwritable`]. The capability check sees every
+    /// field (tools need `sampling.tools`). The answer is the model's `CreateMessageResult`; an
+    /// answer that is not one is [`InputError::NoAnswer`] ([`NoAnswer::Unreadable`]).
     ///
     /// ```
     /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
-    /// let params = serde_json::json!({
-    ///     "messages": [{"role": "user", "content": {"type": "text", "text": "A haiku, please"}}],
-    ///     "maxTokens": 60,
-    /// });
-    /// let answer = context.sample(params.as_object().cloned().unwrap_or_default()).await?;
-    /// let text = answer["content"]["text"].as_str().unwrap_or_default();
-    /// # let _ = text; Ok(()) }
+    /// use modelctx_server::model::{CreateMessageRequestParams, CreateMessageResultContent};
+    /// use modelctx_server::sampling_request;
+    ///
+    /// let params = CreateMessageRequestParams {
+    ///     system_prompt: Some("You are a poet.".into()),
+    ///     ..sampling_request("A haiku, please", 60)
+    /// };
+    /// let answer = context.sample(params).await?;
+    /// if let CreateMessageResultContent::TextContent(text) = &answer.content {
+    ///     println!("{} wrote {}", answer.model, text.text);
+    /// }
+    /// # Ok(()) }
     /// ```
-    pub async fn sample(&self, params: JsonObject) -> Result<Value, InputError> {
+    pub async fn sample(
+        &self,
+        params: model::CreateMessageRequestParams,
+    ) -> Result<model::CreateMessageResult, InputError> {
         self.keyed_ask(None).sample(params).await
+    }
+
+    /// [`Context::sample`] with the request and the answer as JSON, sent as given: the escape
+    /// hatch for members no version defines.
+    pub async fn sample_json(&self, params: JsonObject) -> Result<Value, InputError> {
+        self.keyed_ask(None).sample_json(params).await
     }
 
     /// The client's roots (`roots/list`): the answer is the model's `ListRootsResult` (an
@@ -341,7 +388,7 @@ impl Context {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn list_roots(&self) -> Result<modelctx_types::model::ListRootsResult, InputError> {
+    pub async fn list_roots(&self) -> Result<model::ListRootsResult, InputError> {
         self.keyed_ask(None).list_roots().await
     }
 
@@ -369,16 +416,22 @@ impl Context {
         Question { context: self, key }
     }
 
+    /// Asks `method` with `params`; the capability check sees `checked` (every field the
+    /// handler set, before the version's types dropped some), or `params` without one.
     async fn ask(
         &self,
         method: &str,
         params: JsonObject,
+        checked: Option<&JsonObject>,
         key: Option<String>,
     ) -> Result<Value, InputError> {
         let allowed = match &self.inner.client_capabilities {
-            Some(caps) => {
-                modelctx_session::client_can_answer(self.inner.version, method, Some(&params), caps)
-            }
+            Some(caps) => modelctx_session::client_can_answer(
+                self.inner.version,
+                method,
+                Some(checked.unwrap_or(&params)),
+                caps,
+            ),
             None => Err(crate::input::capability_of(method).to_owned()),
         };
         if let Err(capability) = allowed {
@@ -426,7 +479,21 @@ pub struct Question<'a> {
 
 impl Question<'_> {
     /// [`Context::elicit`] under this key.
-    pub async fn elicit(self, message: &str, requested_schema: Value) -> Result<Value, InputError> {
+    pub async fn elicit(
+        self,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<model::ElicitResult, InputError> {
+        let answer = self.elicit_json(message, requested_schema).await?;
+        read::<wire::ElicitResult, _>(answer)
+    }
+
+    /// [`Context::elicit_json`] under this key.
+    pub async fn elicit_json(
+        self,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Value, InputError> {
         let mut params = JsonObject::new();
         params.insert("message".into(), Value::from(message));
         params.insert("requestedSchema".into(), requested_schema);
@@ -434,12 +501,23 @@ impl Question<'_> {
             params.insert("mode".into(), Value::from("form"));
         }
         self.context
-            .ask(ElicitationCreate::VALUE, params, self.key)
+            .ask(ElicitationCreate::VALUE, params, None, self.key)
             .await
     }
 
     /// [`Context::elicit_url`] under this key.
     pub async fn elicit_url(
+        self,
+        message: &str,
+        url: &str,
+        elicitation_id: &str,
+    ) -> Result<model::ElicitResult, InputError> {
+        let answer = self.elicit_url_json(message, url, elicitation_id).await?;
+        read::<wire::ElicitResult, _>(answer)
+    }
+
+    /// [`Context::elicit_url_json`] under this key.
+    pub async fn elicit_url_json(
         self,
         message: &str,
         url: &str,
@@ -451,26 +529,83 @@ impl Question<'_> {
         params.insert("url".into(), Value::from(url));
         params.insert("elicitationId".into(), Value::from(elicitation_id));
         self.context
-            .ask(ElicitationCreate::VALUE, params, self.key)
+            .ask(ElicitationCreate::VALUE, params, None, self.key)
             .await
     }
 
     /// [`Context::sample`] under this key.
-    pub async fn sample(self, params: JsonObject) -> Result<Value, InputError> {
+    pub async fn sample(
+        self,
+        params: model::CreateMessageRequestParams,
+    ) -> Result<model::CreateMessageResult, InputError> {
+        let version = self.context.inner.version;
+        // The newest version's types keep every field: what the capability check looks at.
+        let every = write::sampling_request(params.clone(), ProtocolVersion::V2026_07_28)
+            .map_err(InputError::Unwritable)?;
+        let sent = write::sampling_request(params, version).map_err(InputError::Unwritable)?;
+        let answer = self
+            .context
+            .ask(SamplingCreateMessage::VALUE, sent, Some(&every), self.key)
+            .await?;
+        read::<wire::CreateMessageResult, _>(answer)
+    }
+
+    /// [`Context::sample_json`] under this key.
+    pub async fn sample_json(self, params: JsonObject) -> Result<Value, InputError> {
         self.context
-            .ask(SamplingCreateMessage::VALUE, params, self.key)
+            .ask(SamplingCreateMessage::VALUE, params, None, self.key)
             .await
     }
 
     /// [`Context::list_roots`] under this key.
-    pub async fn list_roots(self) -> Result<modelctx_types::model::ListRootsResult, InputError> {
+    pub async fn list_roots(self) -> Result<model::ListRootsResult, InputError> {
         let answer = self
             .context
-            .ask(RootsList::VALUE, JsonObject::new(), self.key)
+            .ask(RootsList::VALUE, JsonObject::new(), None, self.key)
             .await?;
-        // The newest version's type reads every version's answer: its additions are optional.
-        serde_json::from_value::<modelctx_types::v2026_07_28::ListRootsResult>(answer)
-            .map(Into::into)
-            .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))))
+        read::<wire::ListRootsResult, _>(answer)
+    }
+}
+
+/// The client's answer as the model's type: read with the newest version's wire type `W`,
+/// which reads every version's answer (its additions are optional); an answer that is not one
+/// is [`NoAnswer::Unreadable`].
+fn read<W, M>(answer: Value) -> Result<M, InputError>
+where
+    W: serde::de::DeserializeOwned + Into<M>,
+{
+    serde_json::from_value::<W>(answer)
+        .map(Into::into)
+        .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))))
+}
+
+/// A `sampling/createMessage` request of one user message of text, for at most `max_tokens`
+/// tokens; every other field unset (the client's defaults). Set others with struct update
+/// syntax: `CreateMessageRequestParams { system_prompt: Some(..), ..sampling_request(..) }`.
+pub fn sampling_request(
+    text: impl Into<String>,
+    max_tokens: i64,
+) -> model::CreateMessageRequestParams {
+    model::CreateMessageRequestParams {
+        include_context: None,
+        max_tokens,
+        messages: vec![model::SamplingMessage {
+            meta: None,
+            content: model::CreateMessageResultContent::TextContent(model::TextContent {
+                meta: None,
+                annotations: None,
+                text: text.into(),
+            }),
+            role: model::Role::User,
+        }],
+        metadata: None,
+        model_preferences: None,
+        stop_sequences: None,
+        system_prompt: None,
+        temperature: None,
+        tool_choice: None,
+        tools: None,
+        meta: None,
+        task: None,
     }
 }

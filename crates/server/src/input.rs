@@ -56,6 +56,10 @@ pub enum InputError {
     /// [`Context::keyed`]: crate::Context::keyed
     #[error("two questions of one request have the key {0:?}")]
     DuplicateKey(String),
+    /// The question cannot be written in the client's protocol version (a sampling message
+    /// with content the version lacks, say); nothing was sent.
+    #[error("the question cannot be written: {0}")]
+    Unwritable(#[source] modelctx_types::model::ConvertError),
 }
 
 /// Why a question to the client got no usable answer.
@@ -74,7 +78,8 @@ pub enum NoAnswer {
     /// The question timed out, was cancelled by the client, or its connection closed.
     #[error(transparent)]
     Failed(#[from] modelctx_session::RequestError),
-    /// The client's answer is not JSON.
+    /// The client's answer is not JSON, or not the result its question asks for (an
+    /// `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`).
     #[error("unreadable answer: {0}")]
     Unreadable(Arc<serde_json::Error>),
 }

@@ -85,18 +85,22 @@
 //!
 //! # What it does not do
 //!
-//! It routes requests to handlers, runs each where its request is served (a handler that waits
-//! goes on on a task of its own; a modern HTTP request that does not wait is answered on its HTTP
-//! connection's task, with no task of its own), and writes what they return for the client's
-//! protocol version: tool and prompt results are built as `model` values and converted into that
-//! version's generated types, content being downgraded in one place (`wire::write::content_block`).
-//! Tools are registered once, with their schemas compiled and their `Mcp-Param-*` rules derived;
-//! a call reads its params once. It holds no wire rules (those are the transports'). Some
-//! protocol rules still live here rather than in `modelctx-session`: the list cache fields of
-//! modern results and legacy subscriptions (in the runtime, `run/`), the resource-not-found code
-//! per era (`resource.rs`), and resource contents and definitions are still written as JSON. It
-//! does not authenticate (an HTTP layer in front does) and does not implement the tasks
-//! extension yet.
+//! It routes requests to handlers, runs each where its request is served (a handler that
+//! waits goes on on a task of its own; a request that does not wait is answered on the task that
+//! read it), and writes what they return for
+//! the client's protocol version: tool, prompt and resource-read results, resource contents,
+//! and resource, template and prompt definitions are built as `model` values and converted into
+//! that version's generated types (`wire::write`), content being downgraded in one place
+//! (`wire::write::content_block`); the questions handlers ask (sampling, elicitation, roots)
+//! and their answers are model values too, raw JSON only through the `*_json` variants. Tool
+//! definitions are still assembled as JSON around their schemas (their annotations and icons
+//! written through the generated types). Tools are registered once, with their schemas
+//! compiled and their `Mcp-Param-*` rules derived; a call reads its params once. It holds no
+//! wire rules (those are the transports'). Some protocol rules still live here rather than in
+//! `modelctx-session`: the list cache fields of modern results and legacy subscriptions (in
+//! the runtime, `run/`) and the resource-not-found code per era
+//! (`resource.rs`). It does not authenticate (an HTTP layer in front does) and does not
+//! implement the tasks extension yet.
 
 // The modules in the order they import each other: each uses only those below it (the
 // runtime, `run`/`context`/`input`, and the handlers' `Context` aside).
@@ -125,7 +129,7 @@ mod settings;
 mod uri_template;
 mod wire;
 
-pub use context::{Context, ProgressError, Question};
+pub use context::{Context, ProgressError, Question, sampling_request};
 pub use handler::{MissingState, State};
 pub use input::{InputError, NoAnswer};
 pub use limits::Limits;

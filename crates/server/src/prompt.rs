@@ -1,5 +1,6 @@
 //! Prompts with arguments, and completions of prompt arguments and template variables.
 
+use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -11,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::complete::{Completer, completer};
 use crate::context::Context;
-use crate::handler::markers::{ArgsOnly, WithContext};
-use crate::handler::{BoxFuture, Runner};
+use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
+use crate::handler::{BoxFuture, MissingState, Runner, State};
 use crate::tool::Content;
 use crate::wire::cursor::page;
 use crate::wire::invalid_params;
@@ -101,12 +102,14 @@ impl<T: IntoPromptResult, E: std::fmt::Display + Send + 'static> IntoPromptResul
     }
 }
 
-/// An async function that renders a prompt: `async fn(Args) -> R` or
-/// `async fn(Context, Args) -> R`, where `Args` deserializes from the prompt's arguments (an
-/// object of strings) and `R: IntoPromptResult`.
+/// An async function that renders a prompt: `async fn(Args) -> R`,
+/// `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or
+/// `async fn(Context, State<S>, Args) -> R`, where `Args` deserializes from the prompt's
+/// arguments (an object of strings), `S` is state given with
+/// [`ServerBuilder::state`](crate::ServerBuilder::state), and `R: IntoPromptResult`.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a prompt handler",
-    note = "a prompt handler is an async fn of one of these shapes: `async fn(Args) -> R` or `async fn(Context, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments) and `R: IntoPromptResult`"
+    note = "a prompt handler is an async fn of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments), `S: Clone + Send + Sync + 'static` and `R: IntoPromptResult`"
 )]
 pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.
@@ -114,7 +117,21 @@ pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     /// The result.
     type Output: IntoPromptResult;
     /// Renders the prompt.
-    fn call(&self, context: Context, args: Self::Args) -> BoxFuture<Self::Output>;
+    ///
+    /// # Errors
+    ///
+    /// [`MissingState`] when the handler takes state of a type the server was not given.
+    fn call(
+        &self,
+        context: Context,
+        args: Self::Args,
+    ) -> Result<BoxFuture<Self::Output>, MissingState>;
+
+    /// The type of the state the handler takes, if it takes any: checked when the server is
+    /// built (default: none).
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        None
+    }
 }
 
 impl<F, Fut, A, R> PromptHandler<(ArgsOnly, A)> for F
@@ -126,8 +143,8 @@ where
 {
     type Args = A;
     type Output = R;
-    fn call(&self, _context: Context, args: A) -> BoxFuture<R> {
-        Box::pin((self)(args))
+    fn call(&self, _context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        Ok(Box::pin((self)(args)))
     }
 }
 
@@ -140,8 +157,48 @@ where
 {
     type Args = A;
     type Output = R;
-    fn call(&self, context: Context, args: A) -> BoxFuture<R> {
-        Box::pin((self)(context, args))
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        Ok(Box::pin((self)(context, args)))
+    }
+}
+
+impl<F, Fut, S, A, R> PromptHandler<(WithState, S, A)> for F
+where
+    F: Fn(State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoPromptResult,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        let state = context.inner.state.get::<S>()?;
+        Ok(Box::pin((self)(State(state), args)))
+    }
+
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
+    }
+}
+
+impl<F, Fut, S, A, R> PromptHandler<(WithContextAndState, S, A)> for F
+where
+    F: Fn(Context, State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: IntoPromptResult,
+{
+    type Args = A;
+    type Output = R;
+    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
+        let state = context.inner.state.get::<S>()?;
+        Ok(Box::pin((self)(context, State(state), args)))
+    }
+
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
     }
 }
 
@@ -152,11 +209,15 @@ type ErasedPrompt =
 #[derive(Clone)]
 pub struct Prompt {
     pub(crate) name: String,
-    pub(crate) definition: JsonObject,
+    /// The description and title (`meta`, `icons` and `arguments` unset: the arguments are
+    /// written from `arguments`).
+    pub(crate) definition: model::Prompt,
     /// `(name, description, required)` of each argument.
     pub(crate) arguments: Vec<(String, Option<String>, bool)>,
     handler: ErasedPrompt,
     pub(crate) completers: BTreeMap<String, Completer>,
+    /// The type of the state the handler takes, if any.
+    pub(crate) state: Option<(TypeId, &'static str)>,
 }
 
 impl std::fmt::Debug for Prompt {
@@ -240,29 +301,40 @@ impl Prompt {
             Box::pin(async move {
                 let args: H::Args = serde_json::from_value(args)
                     .map_err(|e| invalid_params(format!("invalid prompt arguments: {e}")))?;
-                handler.call(context, args).await.into_messages()
+                // Missing state is the server's fault (-32603).
+                let rendered = handler
+                    .call(context, args)
+                    .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
+                rendered.await.into_messages()
             })
         });
+        let name = name.into();
         Prompt {
-            name: name.into(),
-            definition: JsonObject::new(),
+            definition: model::Prompt {
+                meta: None,
+                arguments: None,
+                description: None,
+                icons: None,
+                name: name.clone(),
+                title: None,
+            },
+            name,
             arguments,
             handler,
             completers: BTreeMap::new(),
+            state: H::state_type(),
         }
     }
 
     /// The description.
     pub fn description(mut self, text: impl Into<String>) -> Self {
-        self.definition
-            .insert("description".into(), Value::from(text.into()));
+        self.definition.description = Some(text.into());
         self
     }
 
     /// The title, for people (2025-06-18 and later).
     pub fn title(mut self, text: impl Into<String>) -> Self {
-        self.definition
-            .insert("title".into(), Value::from(text.into()));
+        self.definition.title = Some(text.into());
         self
     }
 
@@ -283,29 +355,22 @@ impl Prompt {
     }
 }
 
-fn definition(prompt: &Prompt, version: ProtocolVersion) -> Value {
-    let mut out = JsonObject::new();
-    out.insert("name".into(), Value::from(prompt.name.as_str()));
-    for (key, value) in &prompt.definition {
-        if key != "title" || version >= ProtocolVersion::V2025_06_18 {
-            out.insert(key.clone(), value.clone());
-        }
-    }
-    let arguments: Vec<Value> = prompt
+/// The model's definition of `prompt`, its arguments included.
+fn definition(prompt: &Prompt) -> model::Prompt {
+    let arguments: Vec<model::PromptArgument> = prompt
         .arguments
         .iter()
-        .map(|(name, description, required)| {
-            let mut argument = json!({"name": name, "required": required});
-            if let Some(description) = description {
-                argument["description"] = Value::from(description.as_str());
-            }
-            argument
+        .map(|(name, description, required)| model::PromptArgument {
+            description: description.clone(),
+            name: name.clone(),
+            required: Some(*required),
+            title: None,
         })
         .collect();
-    if !arguments.is_empty() {
-        out.insert("arguments".into(), Value::from(arguments));
+    model::Prompt {
+        arguments: (!arguments.is_empty()).then_some(arguments),
+        ..prompt.definition.clone()
     }
-    Value::Object(out)
 }
 
 /// `prompts/list`.
@@ -316,10 +381,10 @@ pub(crate) fn list(
     page_size: usize,
 ) -> Result<Value, ErrorObject> {
     let (prompts, next) = page(prompts, params, page_size)?;
-    let prompts: Vec<Value> = prompts
+    let prompts = prompts
         .into_iter()
-        .map(|p| definition(p, version))
-        .collect();
+        .map(|p| write::prompt(definition(p), version))
+        .collect::<Result<Vec<Value>, ErrorObject>>()?;
     let mut result = json!({ "prompts": prompts });
     if let Some(next) = next {
         result["nextCursor"] = Value::from(next);
@@ -362,11 +427,7 @@ pub(crate) fn get(
                         error
                     }
                 })?;
-            let description = prompt
-                .definition
-                .get("description")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            let description = prompt.definition.description.clone();
             let messages = messages
                 .into_iter()
                 .map(|m| model::PromptMessage {

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use modelctx_session::{Era, ProtocolVersion};
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model};
 use serde_json::{Value, json};
 
 use crate::complete::Completer;
@@ -15,26 +15,64 @@ use crate::handler::{BoxFuture, Runner};
 use crate::uri_template::{TemplateError, UriTemplate, VarValue};
 use crate::wire::cursor::page;
 use crate::wire::invalid_params;
+use crate::wire::write;
 
-/// The contents of a resource: text or binary, with its URI and MIME type.
+/// The contents of a resource: text or binary, with its URI and MIME type (the model's
+/// `TextResourceContents` or `BlobResourceContents`, written in the client's version).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResourceContents(pub(crate) Value);
+pub struct ResourceContents(pub(crate) model::EmbeddedResourceResource);
 
 impl ResourceContents {
-    /// Text contents of `uri`.
+    /// Text contents of `uri` (no MIME type).
     pub fn text(uri: impl Into<String>, text: impl Into<String>) -> Self {
-        ResourceContents(json!({"uri": uri.into(), "text": text.into()}))
+        ResourceContents(model::EmbeddedResourceResource::TextResourceContents(
+            model::TextResourceContents {
+                meta: None,
+                mime_type: None,
+                text: text.into(),
+                uri: uri.into(),
+            },
+        ))
     }
 
-    /// Binary contents of `uri`.
+    /// Binary contents of `uri`, base64-encoded on the wire (no MIME type).
     pub fn blob(uri: impl Into<String>, bytes: &[u8]) -> Self {
-        ResourceContents(json!({"uri": uri.into(), "blob": base64(bytes)}))
+        ResourceContents(model::EmbeddedResourceResource::BlobResourceContents(
+            model::BlobResourceContents {
+                meta: None,
+                blob: base64(bytes),
+                mime_type: None,
+                uri: uri.into(),
+            },
+        ))
     }
 
     /// The MIME type.
     pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.0["mimeType"] = Value::from(mime_type.into());
+        let mime_type = Some(mime_type.into());
+        match &mut self.0 {
+            model::EmbeddedResourceResource::TextResourceContents(text) => {
+                text.mime_type = mime_type;
+            }
+            model::EmbeddedResourceResource::BlobResourceContents(blob) => {
+                blob.mime_type = mime_type;
+            }
+            // A kind of contents a later model adds: built from the model, it has its type.
+            _ => {}
+        }
         self
+    }
+}
+
+impl From<model::EmbeddedResourceResource> for ResourceContents {
+    fn from(contents: model::EmbeddedResourceResource) -> Self {
+        ResourceContents(contents)
+    }
+}
+
+impl From<ResourceContents> for model::EmbeddedResourceResource {
+    fn from(contents: ResourceContents) -> Self {
+        contents.0
     }
 }
 
@@ -200,7 +238,7 @@ impl CacheScope {
 #[derive(Clone)]
 pub struct Resource {
     pub(crate) uri: String,
-    pub(crate) definition: JsonObject,
+    pub(crate) definition: model::Resource,
     read: ErasedRead,
     pub(crate) cache: Option<CacheHint>,
 }
@@ -235,9 +273,17 @@ impl Resource {
         R: IntoContents,
     {
         let uri = uri.into();
-        let mut definition = JsonObject::new();
-        definition.insert("uri".into(), Value::from(uri.as_str()));
-        definition.insert("name".into(), Value::from(name.into()));
+        let definition = model::Resource {
+            meta: None,
+            annotations: None,
+            description: None,
+            icons: None,
+            mime_type: None,
+            name: name.into(),
+            size: None,
+            title: None,
+            uri: uri.clone(),
+        };
         Resource {
             uri,
             definition,
@@ -248,15 +294,13 @@ impl Resource {
 
     /// The description.
     pub fn description(mut self, text: impl Into<String>) -> Self {
-        self.definition
-            .insert("description".into(), Value::from(text.into()));
+        self.definition.description = Some(text.into());
         self
     }
 
     /// The MIME type.
     pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.definition
-            .insert("mimeType".into(), Value::from(mime_type.into()));
+        self.definition.mime_type = Some(mime_type.into());
         self
     }
 
@@ -271,7 +315,7 @@ impl Resource {
 #[derive(Clone)]
 pub struct ResourceTemplate {
     pub(crate) template: UriTemplate,
-    pub(crate) definition: JsonObject,
+    pub(crate) definition: model::ResourceTemplate,
     read: ErasedRead,
     pub(crate) completers: BTreeMap<String, Completer>,
     pub(crate) cache: Option<CacheHint>,
@@ -326,9 +370,16 @@ impl ResourceTemplate {
         R: IntoContents,
     {
         let template = UriTemplate::parse(uri_template)?;
-        let mut definition = JsonObject::new();
-        definition.insert("uriTemplate".into(), Value::from(uri_template));
-        definition.insert("name".into(), Value::from(name.into()));
+        let definition = model::ResourceTemplate {
+            meta: None,
+            annotations: None,
+            description: None,
+            icons: None,
+            mime_type: None,
+            name: name.into(),
+            title: None,
+            uri_template: uri_template.to_owned(),
+        };
         Ok(ResourceTemplate {
             template,
             definition,
@@ -340,15 +391,13 @@ impl ResourceTemplate {
 
     /// The description.
     pub fn description(mut self, text: impl Into<String>) -> Self {
-        self.definition
-            .insert("description".into(), Value::from(text.into()));
+        self.definition.description = Some(text.into());
         self
     }
 
     /// The MIME type of its resources.
     pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.definition
-            .insert("mimeType".into(), Value::from(mime_type.into()));
+        self.definition.mime_type = Some(mime_type.into());
         self
     }
 
@@ -370,17 +419,18 @@ impl ResourceTemplate {
     }
 }
 
-/// `resources/list`.
+/// `resources/list` in `version`.
 pub(crate) fn list(
     resources: &BTreeMap<String, Resource>,
+    version: ProtocolVersion,
     params: &JsonObject,
     page_size: usize,
 ) -> Result<Value, ErrorObject> {
     let (items, next) = page(resources, params, page_size)?;
-    let items: Vec<Value> = items
+    let items = items
         .into_iter()
-        .map(|r| Value::Object(r.definition.clone()))
-        .collect();
+        .map(|r| write::resource(&r.definition, version))
+        .collect::<Result<Vec<Value>, ErrorObject>>()?;
     let mut result = json!({ "resources": items });
     if let Some(next) = next {
         result["nextCursor"] = Value::from(next);
@@ -388,17 +438,18 @@ pub(crate) fn list(
     Ok(result)
 }
 
-/// `resources/templates/list`.
+/// `resources/templates/list` in `version`.
 pub(crate) fn list_templates(
     templates: &BTreeMap<String, ResourceTemplate>,
+    version: ProtocolVersion,
     params: &JsonObject,
     page_size: usize,
 ) -> Result<Value, ErrorObject> {
     let (items, next) = page(templates, params, page_size)?;
-    let items: Vec<Value> = items
+    let items = items
         .into_iter()
-        .map(|t| Value::Object(t.definition.clone()))
-        .collect();
+        .map(|t| write::resource_template(&t.definition, version))
+        .collect::<Result<Vec<Value>, ErrorObject>>()?;
     let mut result = json!({ "resourceTemplates": items });
     if let Some(next) = next {
         result["nextCursor"] = Value::from(next);
@@ -452,15 +503,8 @@ pub(crate) fn read(
             let uri = request.uri.clone();
             match read(context, request).await {
                 Ok(contents) => {
-                    let contents: Vec<Value> = contents.into_iter().map(|c| c.0).collect();
-                    let mut result = json!({ "contents": contents });
-                    if let Some(hint) = cache
-                        && version.era() == Era::Modern
-                    {
-                        result["ttlMs"] = Value::from(hint.ttl_ms);
-                        result["cacheScope"] = Value::from(hint.scope.as_str());
-                    }
-                    Ok(result)
+                    let contents = contents.into_iter().map(|c| c.0).collect();
+                    write::read_result(contents, cache, version)
                 }
                 Err(ResourceError::NotFound(_)) => Err(not_found(&uri, version)),
                 Err(ResourceError::Failed(why)) => {

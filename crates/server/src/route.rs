@@ -78,11 +78,13 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
         },
         ResourcesList::VALUE => Route::Now(crate::resource::list(
             &shared.registry().resources,
+            version,
             &params,
             page_size,
         )),
         ResourcesTemplatesList::VALUE => Route::Now(crate::resource::list_templates(
             &shared.registry().templates,
+            version,
             &params,
             page_size,
         )),

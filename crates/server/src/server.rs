@@ -175,7 +175,7 @@ impl ServerBuilder {
     /// The server, or the first reason (by tool name) [`Server::add_tool`] would refuse one of
     /// the builder's tools: [`RegisterError::Schema`] for a tool whose input or output schema
     /// cannot be used, [`RegisterError::MissingState`] for one that takes state of a type the
-    /// builder was not given.
+    /// builder was not given; then [`RegisterError::PromptMissingState`] for a prompt that does.
     ///
     /// ```
     /// use modelctx_server::{NoArgs, RegisterError, Server, Tool};
@@ -248,6 +248,17 @@ impl ServerBuilder {
                 (name, Arc::new(registered))
             })
             .collect();
+        // A prompt taking state the server lacks is kept too, and answers with -32603.
+        for prompt in self.prompts.values() {
+            if let Some((id, type_name)) = prompt.state
+                && !self.states.has(id)
+            {
+                refused.push(RegisterError::PromptMissingState {
+                    prompt: prompt.name.clone(),
+                    type_name,
+                });
+            }
+        }
         let server = Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
@@ -336,6 +347,15 @@ pub enum RegisterError {
     MissingState {
         /// The tool's name.
         tool: String,
+        /// The type of the state.
+        type_name: &'static str,
+    },
+    /// A prompt's handler takes [`State`](crate::State) of a type the server was not given
+    /// ([`ServerBuilder::state`]).
+    #[error("prompt {prompt} takes state of type {type_name}, which the server was not given")]
+    PromptMissingState {
+        /// The prompt's name.
+        prompt: String,
         /// The type of the state.
         type_name: &'static str,
     },
@@ -467,9 +487,19 @@ impl Server {
         removed
     }
 
-    /// Adds (or replaces) a prompt while the server runs; connected clients are told.
+    /// Adds (or replaces) a prompt while the server runs; connected clients are told. Refused
+    /// ([`RegisterError::PromptMissingState`]) when its handler takes state of a type the
+    /// server was not given.
     pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegisterError> {
         self.declared("prompts")?;
+        if let Some((id, type_name)) = prompt.state
+            && !self.shared.state.has(id)
+        {
+            return Err(RegisterError::PromptMissingState {
+                prompt: prompt.name.clone(),
+                type_name,
+            });
+        }
         self.registry_mut()
             .prompts
             .insert(prompt.name.clone(), prompt);

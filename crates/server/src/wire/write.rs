@@ -10,6 +10,7 @@ use modelctx_types::{
 use serde_json::{Value, json};
 
 use super::internal;
+use crate::resource::{CacheHint, CacheScope};
 use crate::tool::{Tool, ToolOutput};
 
 use ProtocolVersion as V;
@@ -119,6 +120,77 @@ macro_rules! encode_in {
 fn encode<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<Value, ErrorObject> {
     let wire = wire.map_err(|e| internal(format!("the result cannot be written: {e}")))?;
     serde_json::to_value(wire).map_err(|e| internal(format!("the result cannot be written: {e}")))
+}
+
+/// A resource definition for `resources/list` in `version`.
+pub(crate) fn resource(resource: &model::Resource, version: V) -> Result<Value, ErrorObject> {
+    encode_in!(version, resource.clone(), Resource)
+}
+
+/// A resource template definition for `resources/templates/list` in `version`.
+pub(crate) fn resource_template(
+    template: &model::ResourceTemplate,
+    version: V,
+) -> Result<Value, ErrorObject> {
+    encode_in!(version, template.clone(), ResourceTemplate)
+}
+
+/// A prompt definition for `prompts/list` in `version`.
+pub(crate) fn prompt(prompt: model::Prompt, version: V) -> Result<Value, ErrorObject> {
+    encode_in!(version, prompt, Prompt)
+}
+
+/// A `resources/read` result in `version`; the cache hint goes only where the version has it
+/// (`ttlMs`, `cacheScope`: 2026-07-28).
+pub(crate) fn read_result(
+    contents: Vec<model::EmbeddedResourceResource>,
+    cache: Option<CacheHint>,
+    version: V,
+) -> Result<Value, ErrorObject> {
+    let result = model::ReadResourceResult {
+        meta: None,
+        cache_scope: cache.map(|hint| match hint.scope {
+            CacheScope::Public => model::CacheableResultCacheScope::Public,
+            CacheScope::Private => model::CacheableResultCacheScope::Private,
+        }),
+        contents,
+        result_type: Some(ResultType::Complete),
+        ttl_ms: cache.map(|hint| i64::try_from(hint.ttl_ms).unwrap_or(i64::MAX)),
+        extra: JsonObject::new(),
+    };
+    encode_in!(version, result, ReadResourceResult)
+}
+
+/// A `sampling/createMessage` request's params as `version` writes them (fields it does not
+/// define are dropped), or why it cannot.
+pub(crate) fn sampling_request(
+    params: model::CreateMessageRequestParams,
+    version: V,
+) -> Result<JsonObject, ConvertError> {
+    match version {
+        V::V2024_11_05 => object(v2024_11_05::CreateMessageRequestParams::try_from(params)),
+        V::V2025_03_26 => object(v2025_03_26::CreateMessageRequestParams::try_from(params)),
+        V::V2025_06_18 => object(v2025_06_18::CreateMessageRequestParams::try_from(params)),
+        V::V2025_11_25 => object(v2025_11_25::CreateMessageRequestParams::try_from(params)),
+        _ => object(v2026_07_28::CreateMessageRequestParams::try_from(params)),
+    }
+}
+
+/// The JSON object of a wire value that is one.
+fn object<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<JsonObject, ConvertError> {
+    match serde_json::to_value(wire?) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(ConvertError::Json {
+            version: "any",
+            what: "request params",
+            reason: format!("written as {other}, not an object"),
+        }),
+        Err(e) => Err(ConvertError::Json {
+            version: "any",
+            what: "request params",
+            reason: e.to_string(),
+        }),
+    }
 }
 
 /// A `tools/call` result in `version`.
@@ -301,5 +373,132 @@ mod tests {
             content_block(&link, V::V2025_06_18)["type"],
             "resource_link"
         );
+    }
+
+    #[test]
+    fn sampling_requests_carry_only_what_the_version_knows() {
+        let params = model::CreateMessageRequestParams {
+            tools: Some(Vec::new()),
+            system_prompt: Some("p".into()),
+            ..crate::sampling_request("hi", 5)
+        };
+        let old = sampling_request(params.clone(), V::V2025_06_18).unwrap();
+        assert!(old.get("tools").is_none(), "{old:?}");
+        assert_eq!(old["systemPrompt"], "p");
+        assert_eq!(
+            old["messages"],
+            json!([{"role": "user", "content": {"type": "text", "text": "hi"}}])
+        );
+        assert_eq!(old["maxTokens"], 5);
+        let new = sampling_request(params, V::V2025_11_25).unwrap();
+        assert_eq!(new["tools"], json!([]));
+    }
+
+    #[test]
+    fn a_sampling_request_a_version_cannot_express_fails() {
+        let mut params = crate::sampling_request("", 5);
+        params.messages[0].content =
+            model::CreateMessageResultContent::AudioContent(model::AudioContent {
+                meta: None,
+                annotations: None,
+                data: "AAAA".into(),
+                mime_type: "audio/wav".into(),
+            });
+        assert!(sampling_request(params.clone(), V::V2024_11_05).is_err());
+        assert!(sampling_request(params, V::V2025_03_26).is_ok());
+    }
+
+    #[test]
+    fn resource_definitions_carry_only_what_the_version_knows() {
+        let resource = model::Resource {
+            meta: None,
+            annotations: None,
+            description: Some("d".into()),
+            icons: Some(vec![model::Icon {
+                mime_type: None,
+                sizes: None,
+                src: "https://x/i.png".into(),
+                theme: None,
+            }]),
+            mime_type: Some("text/plain".into()),
+            name: "r".into(),
+            size: None,
+            title: Some("R".into()),
+            uri: "file:///r".into(),
+        };
+        let old = resource_definition(&resource, V::V2025_03_26);
+        assert_eq!(
+            old,
+            json!({"uri": "file:///r", "name": "r", "description": "d", "mimeType": "text/plain"})
+        );
+        let titled = resource_definition(&resource, V::V2025_06_18);
+        assert_eq!(titled["title"], "R");
+        assert!(titled.get("icons").is_none());
+        let new = resource_definition(&resource, V::V2026_07_28);
+        assert_eq!(new["icons"], json!([{"src": "https://x/i.png"}]));
+        let template = model::ResourceTemplate {
+            meta: None,
+            annotations: None,
+            description: None,
+            icons: None,
+            mime_type: None,
+            name: "t".into(),
+            title: Some("T".into()),
+            uri_template: "file:///{name}".into(),
+        };
+        assert_eq!(
+            resource_template(&template, V::V2024_11_05).unwrap(),
+            json!({"uriTemplate": "file:///{name}", "name": "t"})
+        );
+    }
+
+    fn resource_definition(resource: &model::Resource, version: V) -> Value {
+        super::resource(resource, version).expect("a definition every version can carry")
+    }
+
+    #[test]
+    fn prompt_definitions_carry_only_what_the_version_knows() {
+        let definition = model::Prompt {
+            meta: None,
+            arguments: Some(vec![model::PromptArgument {
+                description: None,
+                name: "a".into(),
+                required: Some(false),
+                title: None,
+            }]),
+            description: None,
+            icons: None,
+            name: "p".into(),
+            title: Some("P".into()),
+        };
+        assert_eq!(
+            prompt(definition.clone(), V::V2025_03_26).unwrap(),
+            json!({"name": "p", "arguments": [{"name": "a", "required": false}]})
+        );
+        assert_eq!(prompt(definition, V::V2025_06_18).unwrap()["title"], "P");
+    }
+
+    #[test]
+    fn read_results_carry_the_cache_hint_only_where_the_version_has_it() {
+        let contents = vec![
+            crate::ResourceContents::text("file:///a", "A").0,
+            crate::ResourceContents::blob("file:///b", b"\x00\x01")
+                .mime_type("application/octet-stream")
+                .0,
+        ];
+        let hint = Some(CacheHint::public(60_000));
+        let old = read_result(contents.clone(), hint, V::V2025_11_25).unwrap();
+        assert_eq!(
+            old,
+            json!({"contents": [
+                {"uri": "file:///a", "text": "A"},
+                {"uri": "file:///b", "blob": "AAE=", "mimeType": "application/octet-stream"},
+            ]})
+        );
+        let new = read_result(contents, hint, V::V2026_07_28).unwrap();
+        assert_eq!(new["ttlMs"], 60_000);
+        assert_eq!(new["cacheScope"], "public");
+        assert_eq!(new["resultType"], "complete");
+        assert_eq!(new["contents"], old["contents"]);
     }
 }

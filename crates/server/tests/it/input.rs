@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
-use modelctx_server::{Context, InputError, NoArgs, Prompt, PromptMessage, Server, Tool};
+use modelctx_server::model::{self, CreateMessageResultContent, ElicitResultAction};
+use modelctx_server::{
+    Context, InputError, NoAnswer, NoArgs, Prompt, PromptMessage, Server, Tool, sampling_request,
+};
 use modelctx_session::Era;
 use serde_json::json;
 
@@ -16,9 +19,23 @@ async fn ask_twice(context: Context, _: NoArgs) -> Result<String, InputError> {
     let second = context.elicit("Your name again?", schema).await?;
     Ok(format!(
         "{} then {}",
-        first["content"]["name"].as_str().unwrap_or("?"),
-        second["content"]["name"].as_str().unwrap_or("?")
+        name_of(&first).as_deref().unwrap_or("?"),
+        name_of(&second).as_deref().unwrap_or("?")
     ))
+}
+
+/// The `name` field of an elicitation answer's content.
+fn name_of(answer: &model::ElicitResult) -> Option<String> {
+    let content = answer.content.as_ref()?;
+    content["name"].as_str().map(str::to_owned)
+}
+
+/// The text of a sampling answer that is text.
+fn text_of(answer: &model::CreateMessageResult) -> Option<&str> {
+    match &answer.content {
+        CreateMessageResultContent::TextContent(text) => Some(&text.text),
+        _ => None,
+    }
 }
 
 #[tokio::test]
@@ -138,7 +155,7 @@ async fn a_prompt_asks_for_input_in_the_modern_era_too() {
         topic: String,
     }
     async fn prompt(context: Context, args: Topic) -> String {
-        match context.sample(serde_json::Map::new()).await {
+        match context.sample(sampling_request("", 10)).await {
             Ok(_) => format!("sampled {}", args.topic),
             Err(e) => format!("{e}"),
         }
@@ -161,8 +178,11 @@ async fn a_prompt_asks_for_input_in_the_modern_era_too() {
 #[tokio::test]
 async fn sampling_with_tools_and_url_elicitation_need_their_capabilities() {
     async fn sample_tools(context: Context, _: NoArgs) -> String {
-        let params = json!({"messages": [], "maxTokens": 10, "tools": []});
-        match context.sample(params.as_object().cloned().unwrap()).await {
+        let params = model::CreateMessageRequestParams {
+            tools: Some(Vec::new()),
+            ..sampling_request("", 10)
+        };
+        match context.sample(params).await {
             Ok(_) => "sampled".into(),
             Err(e) => e.to_string(),
         }
@@ -201,19 +221,18 @@ async fn sampling_with_tools_and_url_elicitation_need_their_capabilities() {
 /// Asks three questions at once, under keys of its own.
 async fn ask_at_once(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
-    let sampling = json!({"messages": [], "maxTokens": 10});
     let (name, greeting, roots) = tokio::join!(
         context.keyed("user_name").elicit("Your name?", schema),
         context
             .keyed("greeting")
-            .sample(sampling.as_object().cloned().unwrap()),
+            .sample(sampling_request("Hello", 10)),
         context.list_roots(),
     );
     let (name, greeting, roots) = (name?, greeting?, roots?);
     Ok(format!(
         "{} {} {}",
-        name["content"]["name"].as_str().unwrap_or("?"),
-        greeting["content"]["text"].as_str().unwrap_or("?"),
+        name_of(&name).as_deref().unwrap_or("?"),
+        text_of(&greeting).unwrap_or("?"),
         roots.roots.len()
     ))
 }
@@ -258,13 +277,14 @@ async fn questions_have_the_keys_handlers_give_them_and_questions_asked_at_once_
     });
     let done = modern.request("tools/call", early).await.unwrap();
     assert_eq!(text(&done), "Bo yo 0", "{done}");
-    // Legacy clients get the same questions as requests: keys never reach them.
+    // Legacy clients get the same questions as requests: keys never reach them. One answer
+    // for all three that reads as each (an `ElicitResult` whose content is also a text block).
     let mut legacy = Client::connect(&server, eras().pop().unwrap().1).await;
     let id = legacy.start("tools/call", params).await;
-    let answer = json!({"action": "accept", "content": {"name": "Cy"}, "role": "assistant",
-        "model": "m", "roots": []});
+    let answer = json!({"action": "accept", "content": {"name": "Cy", "type": "text",
+        "text": "hey"}, "role": "assistant", "model": "m", "roots": []});
     let result = legacy.answer_asking(&id, answer).await.unwrap();
-    assert_eq!(text(&result), "Cy ? 0", "{result}");
+    assert_eq!(text(&result), "Cy hey 0", "{result}");
 }
 
 #[tokio::test]
@@ -297,7 +317,8 @@ async fn an_answer_that_does_not_answer_its_question_fails_the_request() {
     async fn name(context: Context, _: NoArgs) -> Result<String, InputError> {
         let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
         let answer = context.keyed("user_name").elicit("Name?", schema).await?;
-        Ok(format!("Hello, {}", answer["content"]["name"]))
+        let name = answer.content.unwrap_or_default()["name"].clone();
+        Ok(format!("Hello, {name}"))
     }
     let server = Server::builder("input", "1")
         .tool(Tool::new("name", name))
@@ -380,8 +401,7 @@ async fn finding_14_input_responses_cannot_replace_a_sealed_answer() {
 #[tokio::test]
 async fn a_handler_failing_for_lack_of_a_capability_gets_the_modern_error() {
     async fn needs_sampling(context: Context, _: NoArgs) -> Result<String, InputError> {
-        let params = json!({"messages": [], "maxTokens": 10});
-        context.sample(params.as_object().cloned().unwrap()).await?;
+        context.sample(sampling_request("", 10)).await?;
         Ok("sampled".into())
     }
     async fn needs_url(context: Context, _: NoArgs) -> Result<PromptMessage, InputError> {
@@ -484,4 +504,137 @@ async fn a_refusal_keeps_the_clients_error() {
     client.session.respond_error(&asked, error).unwrap();
     let result = client.answer(&id).await.unwrap();
     assert_eq!(text(&result), r#"refused -32042 not now {"retry":false}"#);
+}
+
+/// A legacy client's answer that is not the result its question asks for is a typed error the
+/// handler sees (`NoAnswer::Unreadable`), for sampling and elicitation alike; the `_json`
+/// variants hand the same answer over as it came.
+#[tokio::test]
+async fn a_legacy_answer_that_is_not_the_result_asked_for_is_an_input_error() {
+    async fn sample(context: Context, _: NoArgs) -> String {
+        match context.sample(sampling_request("Hi", 10)).await {
+            Err(InputError::NoAnswer(NoAnswer::Unreadable(_))) => "unreadable".into(),
+            other => format!("unexpected {other:?}"),
+        }
+    }
+    async fn elicit(context: Context, _: NoArgs) -> String {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        match context.elicit("Name?", schema).await {
+            Err(InputError::NoAnswer(NoAnswer::Unreadable(_))) => "unreadable".into(),
+            other => format!("unexpected {other:?}"),
+        }
+    }
+    async fn raw(context: Context, _: NoArgs) -> Result<String, InputError> {
+        let sampled = context.sample_json(serde_json::Map::new()).await?;
+        let schema = json!({"type": "object"});
+        let elicited = context.elicit_json("Name?", schema).await?;
+        Ok(format!("{sampled} {elicited}"))
+    }
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("sample", sample))
+        .tool(Tool::new("elicit", elicit))
+        .tool(Tool::new("raw", raw))
+        .build();
+    let config = eras()
+        .into_iter()
+        .find(|(name, _)| *name == "2025-06-18")
+        .unwrap()
+        .1;
+    let mut client = Client::connect(&server, config).await;
+    let malformed = json!({"action": "maybe", "model": 7});
+    for tool in ["sample", "elicit"] {
+        let id = client
+            .start("tools/call", json!({"name": tool, "arguments": {}}))
+            .await;
+        let result = client.answer_asking(&id, malformed.clone()).await.unwrap();
+        assert_eq!(text(&result), "unreadable", "{tool}: {result}");
+    }
+    let id = client
+        .start("tools/call", json!({"name": "raw", "arguments": {}}))
+        .await;
+    let result = client.answer_asking(&id, malformed.clone()).await.unwrap();
+    assert_eq!(text(&result), format!("{malformed} {malformed}"));
+}
+
+/// Typed answers: the model's `CreateMessageResult` and `ElicitResult`, read from a legacy
+/// client's answers, with what no version defines kept in `extra`.
+#[tokio::test]
+async fn legacy_answers_are_read_into_the_model() {
+    async fn sample(context: Context, _: NoArgs) -> Result<String, InputError> {
+        let answer = context.sample(sampling_request("Hi", 10)).await?;
+        Ok(format!(
+            "{} {:?} {} {}",
+            answer.model,
+            answer.role,
+            text_of(&answer).unwrap_or("?"),
+            answer.extra["vendor"]
+        ))
+    }
+    async fn elicit(context: Context, _: NoArgs) -> Result<String, InputError> {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        let answer = context.elicit("Name?", schema).await?;
+        assert_eq!(answer.action, ElicitResultAction::Accept);
+        Ok(name_of(&answer).unwrap_or_default())
+    }
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("sample", sample))
+        .tool(Tool::new("elicit", elicit))
+        .build();
+    let config = eras()
+        .into_iter()
+        .find(|(name, _)| *name == "2025-06-18")
+        .unwrap()
+        .1;
+    let mut client = Client::connect(&server, config).await;
+    let id = client
+        .start("tools/call", json!({"name": "sample", "arguments": {}}))
+        .await;
+    let answer = json!({"role": "assistant", "model": "m", "vendor": "x",
+        "content": {"type": "text", "text": "hello"}});
+    let result = client.answer_asking(&id, answer).await.unwrap();
+    assert_eq!(text(&result), r#"m Assistant hello "x""#, "{result}");
+    let id = client
+        .start("tools/call", json!({"name": "elicit", "arguments": {}}))
+        .await;
+    let answer = json!({"action": "accept", "content": {"name": "Ada"}});
+    let result = client.answer_asking(&id, answer).await.unwrap();
+    assert_eq!(text(&result), "Ada", "{result}");
+}
+
+/// A sampling request is written in the client's version: one it cannot carry (audio before
+/// 2025-03-26) is `InputError::Unwritable` and nothing is sent.
+#[tokio::test]
+async fn a_sampling_request_the_version_cannot_carry_is_not_sent() {
+    async fn hear(context: Context, _: NoArgs) -> String {
+        let mut params = sampling_request("", 10);
+        params.messages[0].content =
+            CreateMessageResultContent::AudioContent(model::AudioContent {
+                meta: None,
+                annotations: None,
+                data: "AAAA".into(),
+                mime_type: "audio/wav".into(),
+            });
+        match context.sample(params).await {
+            Err(InputError::Unwritable(e)) => format!("unwritable: {e}"),
+            other => format!("unexpected {other:?}"),
+        }
+    }
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("hear", hear))
+        .build();
+    let config = eras()
+        .into_iter()
+        .find(|(name, _)| *name == "2024-11-05")
+        .unwrap()
+        .1;
+    let mut client = Client::connect(&server, config).await;
+    let result = client.call("hear", json!({})).await;
+    assert!(text(&result).starts_with("unwritable: "), "{result}");
+    assert!(
+        !client
+            .events
+            .iter()
+            .any(|e| matches!(e, modelctx_session::Event::Request(_))),
+        "nothing was asked"
+    );
 }

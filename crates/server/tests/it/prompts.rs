@@ -140,3 +140,100 @@ async fn completions_give_at_most_100_values_with_the_total() {
         assert_eq!(code(&unknown), -32602);
     }
 }
+
+/// Prompts take state like tools: `async fn(State<S>, Args)` and
+/// `async fn(Context, State<S>, Args)`, a clone of the server's value per call, in every
+/// version. A prompt that takes state the server was not given is refused by `try_build` and
+/// `add_prompt`, and a server built anyway answers `prompts/get` with -32603.
+#[tokio::test]
+async fn prompts_take_the_state_the_server_was_given() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use modelctx_server::{Context, RegisterError, State};
+
+    #[derive(Clone, Default)]
+    struct Renders(Arc<AtomicUsize>);
+    #[derive(Clone)]
+    struct Style(&'static str);
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Topic {
+        topic: String,
+    }
+
+    async fn count(State(renders): State<Renders>, args: Topic) -> String {
+        let n = renders.0.fetch_add(1, Ordering::SeqCst) + 1;
+        format!("render {n} of {}", args.topic)
+    }
+    async fn styled(context: Context, style: State<Style>, args: Topic) -> String {
+        format!("{} {} in {}", style.0.0, args.topic, context.method())
+    }
+
+    let renders = Renders::default();
+    let server = Server::builder("state", "1")
+        .state(renders.clone())
+        .state(Style("haiku"))
+        .prompt(Prompt::new("count", count))
+        .prompt(Prompt::new("styled", styled))
+        .try_build()
+        .expect("every state the prompts take is there");
+    for (n, (name, config)) in eras().into_iter().enumerate() {
+        let mut client = Client::connect(&server, config).await;
+        let counted = client
+            .request(
+                "prompts/get",
+                json!({"name": "count", "arguments": {"topic": "rain"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            counted["messages"][0]["content"]["text"],
+            format!("render {} of rain", n + 1),
+            "{name}: {counted}"
+        );
+        let styled = client
+            .request(
+                "prompts/get",
+                json!({"name": "styled", "arguments": {"topic": "snow"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            styled["messages"][0]["content"]["text"], "haiku snow in prompts/get",
+            "{name}: {styled}"
+        );
+    }
+    assert_eq!(renders.0.load(Ordering::SeqCst), eras().len());
+
+    // Without the state.
+    let refused = Server::builder("state", "1")
+        .prompt(Prompt::new("count", count))
+        .try_build();
+    assert!(
+        matches!(
+            &refused,
+            Err(RegisterError::PromptMissingState { prompt, type_name })
+                if prompt == "count" && type_name.ends_with("Renders")
+        ),
+        "{:?}",
+        refused.err()
+    );
+    let bare = Server::builder("state", "1").declare_prompts().build();
+    assert!(matches!(
+        bare.add_prompt(Prompt::new("count", count)),
+        Err(RegisterError::PromptMissingState { .. })
+    ));
+    let server = Server::builder("state", "1")
+        .prompt(Prompt::new("count", count))
+        .build();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let answer = client
+            .request(
+                "prompts/get",
+                json!({"name": "count", "arguments": {"topic": "rain"}}),
+            )
+            .await;
+        assert_eq!(code(&answer), -32603, "{name}: {answer:?}");
+    }
+}
