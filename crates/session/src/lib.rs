@@ -110,7 +110,7 @@ pub use event::{
     SessionError, Transmit,
 };
 pub use meta::{RELATED_REQUEST_ID, missing_capability_error};
-pub use server::{ListKind, ServerSession};
+pub use server::{ListKind, Resume, ServerSession};
 pub use version::{Era, ProtocolVersion};
 
 pub mod state;
