@@ -89,6 +89,7 @@ pub struct ServerBuilder {
     declare_resources: bool,
     state_key: Option<modelctx_session::state::StateKey>,
     subscribe_hook: Option<crate::resource::SubscribeHook>,
+    session_store: Option<Arc<dyn crate::run::SessionStore>>,
 }
 
 impl ServerBuilder {
@@ -115,6 +116,13 @@ impl ServerBuilder {
         F: Fn(&crate::resource::Subscribe<'_>) -> bool + Send + Sync + 'static,
     {
         self.subscribe_hook = Some(crate::resource::SubscribeHook(Arc::new(check)));
+        self
+    }
+
+    /// Where the states of legacy HTTP sessions live (default: an
+    /// [`InMemoryStore`](crate::InMemoryStore) of this process). Used with feature `http`.
+    pub fn session_store(mut self, store: Arc<dyn crate::run::SessionStore>) -> Self {
+        self.session_store = Some(store);
         self
     }
 
@@ -235,6 +243,11 @@ impl ServerBuilder {
                     self.settings.max_modern_requests,
                 )),
                 subscribe_hook: self.subscribe_hook,
+                #[cfg(feature = "http")]
+                legacy: crate::http::Legacy::new(
+                    self.session_store
+                        .unwrap_or_else(|| Arc::new(crate::run::InMemoryStore::new())),
+                ),
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas,
@@ -302,6 +315,9 @@ pub(crate) struct Shared {
     pub(crate) settings: Settings,
     pub(crate) registry: RwLock<Registry>,
     pub(crate) changes: broadcast::Sender<Change>,
+    /// Legacy HTTP sessions: their store, and their requests still running.
+    #[cfg(feature = "http")]
+    pub(crate) legacy: crate::http::Legacy,
 }
 
 /// Counters of what is under way.
@@ -331,7 +347,8 @@ impl Drop for Counted<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Load {
-    /// Connections served (stdio, legacy HTTP sessions, modern HTTP requests, in-memory).
+    /// Connections served (stdio, in-memory), and requests being served on their own
+    /// (a legacy HTTP session's POST, a modern HTTP request): an idle legacy session counts none.
     pub connections: usize,
     /// Handlers running.
     pub handlers: usize,
@@ -413,6 +430,7 @@ impl Server {
             declare_resources: false,
             state_key: None,
             subscribe_hook: None,
+            session_store: None,
         }
     }
 

@@ -83,6 +83,12 @@ pub(crate) enum Lifetime {
     Request {
         cancelled: Option<(modelctx_types::RequestId, CancellationToken)>,
     },
+    /// Until the requests it runs are answered (those of one POST on a legacy HTTP session
+    /// whose handlers wait), reading the input meanwhile: the client's answers to questions
+    /// asked for them and their cancellations, which come in later POSTs. `ended` (the end
+    /// of the session) cancels them.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Requests { ended: CancellationToken },
 }
 
 /// Runs `future` on a task of its own, on the runtime's workers, until it ends; aborted if the
@@ -136,13 +142,14 @@ pub(crate) async fn run<I: Source, O: Output>(
     lifetime: Lifetime,
     changes: Option<broadcast::Receiver<Change>>,
 ) {
-    let (until_idle, cancelled, ended) = match lifetime {
-        Lifetime::Connection { ended } => (false, None, ended),
-        Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
+    let (until_idle, reads, cancelled, ended) = match lifetime {
+        Lifetime::Connection { ended } => (false, true, None, ended),
+        Lifetime::Request { cancelled } => (true, false, cancelled, CancellationToken::new()),
+        Lifetime::Requests { ended } => (true, true, None, ended),
     };
     let listening = changes.is_some();
     let mut changes = changes;
-    let mut input_open = !until_idle;
+    let mut input_open = reads;
     let stream_cancel = cancelled
         .as_ref()
         .map(|(_, t)| t.clone())

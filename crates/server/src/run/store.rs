@@ -17,10 +17,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use modelctx_session::{LogLevel, ProtocolVersion, ServerSession};
+use modelctx_session::{LogLevel, ProtocolVersion, Resume, ServerConfig, ServerSession};
 use modelctx_types::JsonObject;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,6 +43,9 @@ pub struct SessionState {
     pub client_info: Option<Value>,
     /// The client's declared capabilities.
     pub client_capabilities: Option<JsonObject>,
+    /// Whether `notifications/initialized` arrived.
+    #[serde(default)]
+    pub initialized: bool,
     /// The level `logging/setLevel` set; `None` (the default) logs nothing to the client.
     #[serde(with = "level_str")]
     pub log_level: Option<LogLevel>,
@@ -64,6 +67,7 @@ impl SessionState {
             version: None,
             client_info: None,
             client_capabilities: None,
+            initialized: false,
             log_level: None,
             subscriptions: BTreeSet::new(),
             principal,
@@ -72,16 +76,43 @@ impl SessionState {
         }
     }
 
-    /// Takes what `session` negotiated (version, client, log level) and marks the state used
-    /// at `now`; the subscriptions and the principal are the caller's to keep.
+    /// Takes what `session` negotiated (version, client, `initialized`, log level) and marks
+    /// the state used at `now`; the subscriptions and the principal are the caller's to keep.
     pub fn record(&mut self, session: &ServerSession, now: SystemTime) {
         if let Some(peer) = session.peer() {
             self.version = Some(peer.version);
             self.client_info = peer.info;
             self.client_capabilities = peer.capabilities;
         }
+        self.initialized = session.is_initialized();
         self.log_level = session.log_level();
         self.last_used_ms = millis(now).max(self.last_used_ms);
+    }
+
+    /// A session that goes on from this state: one that expects `initialize` when none was
+    /// answered yet, else one resumed past it (`ServerSession::resume`), whose own requests
+    /// get ids after `ids_after`.
+    pub fn resume(&self, config: Arc<ServerConfig>, ids_after: i64) -> ServerSession {
+        let Some(version) = self.version else {
+            return ServerSession::new(config);
+        };
+        let mut resume = Resume::new(
+            version,
+            self.client_capabilities.clone().unwrap_or_default(),
+            self.client_info.clone().unwrap_or(Value::Null),
+        );
+        resume.initialized = self.initialized;
+        resume.log_level = self.log_level;
+        resume.ids_after = ids_after;
+        // A state holds legacy versions only (`record` takes them from `initialize`).
+        ServerSession::resume(config.clone(), resume).unwrap_or_else(|| ServerSession::new(config))
+    }
+
+    /// Whether `other` differs from this state in more than when it was last used.
+    pub fn differs_from(&self, other: &SessionState) -> bool {
+        let mut other = other.clone();
+        other.last_used_ms = self.last_used_ms;
+        *self != other
     }
 
     /// How long the session has been unused at `now`.
@@ -119,7 +150,7 @@ impl StoreError {
 /// A request on a legacy session loads its state, runs, and saves it when it changed; the end
 /// of a session (DELETE, idle timeout) removes it. Implementations must be safe to call from
 /// many tasks at once; [`InMemoryStore`] is the default.
-pub trait SessionStore: Send + Sync + 'static {
+pub trait SessionStore: Send + Sync + std::fmt::Debug + 'static {
     /// The state of session `id`; `None` when there is none (never opened, or removed).
     fn load<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionState>>;
 
@@ -233,7 +264,6 @@ mod level_str {
 mod tests {
     use std::time::Instant;
 
-    use modelctx_session::ServerConfig;
     use modelctx_types::{Message, Request, RequestId};
     use serde_json::json;
 
@@ -295,6 +325,7 @@ mod tests {
             Some(&json!({}))
         );
         assert_eq!(state.log_level, Some(LogLevel::Warning));
+        assert!(state.initialized);
         assert_eq!((state.opened_ms, state.last_used_ms), (1_000, 5_000));
         assert_eq!(state.idle_for(at(7_500)), Duration::from_millis(2_500));
 
