@@ -87,8 +87,14 @@
 //! transports'): it routes requests to handlers, runs each where its request is served (a
 //! handler that waits goes on on a task of its own), and writes what they return for the
 //! client's protocol version. It keeps no task per request: a modern HTTP request that does not
-//! wait is answered on its HTTP connection's task. It does not authenticate (an HTTP layer in
-//! front does) and does not implement the tasks extension yet.
+//! wait is answered on its HTTP connection's task. It keeps no task and no channel per legacy
+//! HTTP session: between requests a session is a [`SessionState`] in the server's
+//! [`SessionStore`] (an [`InMemoryStore`] by default, set with
+//! [`ServerBuilder::session_store`]); what a request leaves in flight (a question to the client,
+//! a handler that waits) lives only as long as that request, in this process: a store shared by
+//! several processes carries the sessions, not the requests under way (a client's answer must
+//! reach the process that asked). It does not authenticate (an HTTP layer in front does) and does
+//! not implement the tasks extension yet.
 
 mod context;
 mod cursor;

@@ -8,11 +8,19 @@
 //! nothing in flight: requests under way, questions to the client and their streams belong to
 //! the request that made them.
 //!
-//! What it does not do yet: the HTTP runtime does not use it. A legacy session is still served
-//! by a connection driver on a task of its own (`crate::http`), which keeps this state in its
-//! `ServerSession`. Serving each request of a legacy session from its stored state needs a
-//! `ServerSession` that resumes from a `SessionState` (a session change), and a place for what a
-//! request leaves in flight across POSTs (a question to the client answered by a later POST).
+//! How the HTTP runtime uses it (`crate::http`): each POST of a legacy session loads its state
+//! (a session with none is one just opened), resumes a `ServerSession` from it
+//! ([`SessionState::resume`]), runs what came, and saves the state when it changed (`initialize`,
+//! `notifications/initialized`, `logging/setLevel`, `resources/subscribe`, checked with
+//! [`SessionState::differs_from`]), before anything is said to the client. The end of the session
+//! (DELETE, the transport's idle timeout or cap) removes it. The server's changes are fanned out
+//! to open sessions from their loaded states.
+//!
+//! What it does not do: `last_used_ms` is the time of the last save, not of the last request
+//! (the transport keeps the idle timeout); requests of one session running at once each work
+//! from the state they loaded (a `logging/setLevel` reaches the requests that start after it);
+//! and a store shared by processes does not make the requests under way shared: the client's
+//! answer to a question must reach the process that asked.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -55,7 +63,7 @@ pub struct SessionState {
     pub principal: Option<String>,
     /// When the session was opened, in milliseconds since the Unix epoch.
     pub opened_ms: u64,
-    /// When the session was last used, in milliseconds since the Unix epoch.
+    /// When the session was last used (saved), in milliseconds since the Unix epoch.
     pub last_used_ms: u64,
 }
 
