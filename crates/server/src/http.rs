@@ -156,7 +156,7 @@ impl Legacy {
                                 .expect("an empty object is valid params");
                         let _ = waiter
                             .tx
-                            .try_send(Input::Incoming(Incoming::Single(initialized.into()), None));
+                            .try_send(Input::Incoming(Incoming::Single(initialized.into())));
                     }
                 }
                 None
@@ -166,7 +166,7 @@ impl Legacy {
         let Some(to) = to else {
             return Some(incoming);
         };
-        if to.tx.try_send(Input::Incoming(incoming, None)).is_err() {
+        if to.tx.try_send(Input::Incoming(incoming)).is_err() {
             tracing::debug!("a message for a running request was dropped: its queue is full");
         }
         None

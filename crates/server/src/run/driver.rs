@@ -23,8 +23,8 @@ use crate::server::Change;
 /// What the transport hands the driver.
 #[derive(Debug)]
 pub(crate) enum Input {
-    /// A message or batch, and the HTTP request it came in (legacy HTTP sessions).
-    Incoming(Incoming, Option<Origin>),
+    /// A message or batch.
+    Incoming(Incoming),
     /// Bytes that are not JSON-RPC.
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     Unreadable(Vec<u8>),
@@ -45,7 +45,8 @@ pub(crate) trait Source: Send {
     fn has_ready(&mut self) -> bool;
 }
 
-/// Input handed over by another task (in-memory channels, a legacy HTTP session).
+/// Input handed over by another task (in-memory channels; later POSTs of a legacy HTTP session
+/// for its requests that wait).
 impl Source for mpsc::Receiver<Input> {
     fn next(&mut self) -> impl Future<Output = Option<Input>> + Send {
         self.recv()
@@ -138,7 +139,7 @@ pub(crate) async fn run<I: Source, O: Output>(
     mut conn: Conn,
     mut input: I,
     mut output: O,
-    mut origin: Origin,
+    origin: Origin,
     lifetime: Lifetime,
     changes: Option<broadcast::Receiver<Change>>,
 ) {
@@ -155,8 +156,6 @@ pub(crate) async fn run<I: Source, O: Output>(
         .map(|(_, t)| t.clone())
         .unwrap_or_default();
     let mut stream_open = cancelled.is_some();
-    // Whether `origin` is the HTTP request of the last input (legacy HTTP sessions).
-    let mut origin_from_input = false;
     // Whether a buffering output still takes writes.
     let mut writable = true;
 
@@ -175,13 +174,6 @@ pub(crate) async fn run<I: Source, O: Output>(
             conn.session.transport_closed("the transport is gone");
             continue;
         }
-        if origin_from_input {
-            // The HTTP request an input came in served its events (above): let it go. Kept, it
-            // pinned the connection's whole read buffer (its header values point into it) for
-            // as long as the session stayed idle: ~16 KiB per idle legacy session.
-            origin = Origin::default();
-            origin_from_input = false;
-        }
         if conn.session.is_closed() {
             break;
         }
@@ -199,13 +191,7 @@ pub(crate) async fn run<I: Source, O: Output>(
             item = input.next(), if input_open => {
                 let now = Instant::now();
                 match item {
-                    Some(Input::Incoming(incoming, from)) => {
-                        if let Some(from) = from {
-                            origin = from;
-                            origin_from_input = true;
-                        }
-                        conn.session.handle_incoming(now, incoming);
-                    }
+                    Some(Input::Incoming(incoming)) => conn.session.handle_incoming(now, incoming),
                     Some(Input::Unreadable(bytes)) => conn.session.handle_bytes(now, &bytes),
                     Some(Input::Reply(message)) => {
                         let reply = Transmit::Message { message, related: None };
