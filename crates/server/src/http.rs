@@ -1081,6 +1081,61 @@ mod tests {
         assert_eq!(server.load().handlers, 0);
     }
 
+    /// The end of a legacy session (DELETE) cancels its requests that wait, forgets its state
+    /// and leaves the tables as they were before it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_end_of_a_legacy_session_cancels_its_waiting_requests_and_forgets_it() {
+        let (stopped, was_stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopped = Arc::new(Mutex::new(Some(stopped)));
+        let hang = move |context: crate::Context, _: NoArgs| {
+            let stopped = stopped.clone();
+            async move {
+                context.cancelled().cancelled().await;
+                if let Some(stopped) = stopped.lock().unwrap().take() {
+                    let _ = stopped.send(());
+                }
+                "stopped"
+            }
+        };
+        let store = Arc::new(crate::InMemoryStore::new());
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("hang", hang))
+            .session_store(store.clone())
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let start = sizes(&server);
+        let sid = open_legacy(&service).await;
+        assert_eq!(store.len(), 1);
+        let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}});
+        let post = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), call)).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sizes(&server).requests, 1);
+        let mut delete = Request::delete("/mcp")
+            .header("host", "127.0.0.1")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &sid)
+            .body(String::new())
+            .unwrap();
+        delete
+            .extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        let response = service.handle(delete).await;
+        assert!(response.status().is_success(), "{}", response.status());
+        was_stopped.await.unwrap();
+        drop(post);
+        while sizes(&server) != start || server.load().connections > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(store.is_empty());
+    }
+
     /// The server's changes reach every open legacy session with no task of its own: on the
     /// standalone stream, from the one fan-out task.
     #[tokio::test(flavor = "current_thread")]

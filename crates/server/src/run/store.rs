@@ -345,6 +345,34 @@ mod tests {
         assert_eq!(back, state);
     }
 
+    /// A state resumes the session it describes: a fresh one expects `initialize`, a
+    /// negotiated one is past it with its client and level; only more than the time of use
+    /// makes a state differ.
+    #[test]
+    fn a_state_resumes_its_session_and_differs_only_in_what_was_negotiated() {
+        let config = std::sync::Arc::new(ServerConfig::new("s", "1", JsonObject::new()));
+        let fresh = SessionState::opened(None, at(0));
+        let session = fresh.resume(config.clone(), 0);
+        assert_eq!(session.version(), None);
+        assert!(!session.is_initialized());
+
+        let mut state = fresh.clone();
+        state.version = Some(ProtocolVersion::V2025_03_26);
+        state.client_info = Some(json!({"name": "c", "version": "1"}));
+        state.initialized = true;
+        state.log_level = Some(LogLevel::Error);
+        let session = state.resume(config, 0);
+        assert_eq!(session.version(), Some(ProtocolVersion::V2025_03_26));
+        assert!(session.is_initialized());
+        assert_eq!(session.log_level(), Some(LogLevel::Error));
+        assert_eq!(session.peer().unwrap().info, state.client_info);
+
+        let mut later = fresh.clone();
+        later.last_used_ms = 99;
+        assert!(!later.differs_from(&fresh));
+        assert!(state.differs_from(&fresh));
+    }
+
     #[test]
     fn an_unknown_version_or_level_is_not_read() {
         let mut text = serde_json::to_value(SessionState::opened(None, at(0))).unwrap();
