@@ -8,7 +8,8 @@
 //! `resources/subscribe`), and drops the rest. Only requests whose handlers wait go on, on a
 //! task of their own until they are answered, entered in a bounded table (by session id and
 //! request id, and by the ids of the questions asked for them) so that later POSTs reach them:
-//! the client's answers, `notifications/cancelled`, `notifications/initialized`. The server's
+//! the client's answers, `notifications/cancelled`, `notifications/initialized`, and the level
+//! a `logging/setLevel` set. The server's
 //! changes reach open sessions through one task per server, which fans each out to the
 //! sessions that should hear it. An idle session costs its stored state, its entry in the
 //! transport, and an entry here; no task and no channel.
@@ -147,19 +148,14 @@ impl Legacy {
                 }
             }
             Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
-                let mut told: Vec<&Waiter> = Vec::new();
-                for ((of, _), waiter) in &waiting.requests {
-                    if of == sid && !told.iter().any(|w| w.tx.same_channel(&waiter.tx)) {
-                        told.push(waiter);
-                        let initialized =
-                            Notification::new(NotificationsInitialized::VALUE, &JsonObject::new())
-                                .expect("an empty object is valid params");
-                        let _ = waiter
-                            .tx
-                            .try_send(Input::Incoming(Incoming::Single(initialized.into())));
-                    }
-                }
-                None
+                drop(waiting);
+                self.tell_waiting(sid, || {
+                    let initialized =
+                        Notification::new(NotificationsInitialized::VALUE, &JsonObject::new())
+                            .expect("an empty object is valid params");
+                    Input::Incoming(Incoming::Single(initialized.into()))
+                });
+                return Some(incoming);
             }
             _ => None,
         };
@@ -170,6 +166,22 @@ impl Legacy {
             tracing::debug!("a message for a running request was dropped: its queue is full");
         }
         None
+    }
+
+    /// Gives `input()` to each runner of session `sid`'s requests that wait (once per POST).
+    fn tell_waiting(&self, sid: &str, input: impl Fn() -> Input) {
+        let waiting = self.waiting();
+        let mut told: Vec<&Waiter> = Vec::new();
+        for ((of, _), waiter) in &waiting.requests {
+            if of == sid && !told.iter().any(|w| w.tx.same_channel(&waiter.tx)) {
+                told.push(waiter);
+                if waiter.tx.try_send(input()).is_err() {
+                    tracing::debug!(
+                        "a message for a running request was dropped: its queue is full"
+                    );
+                }
+            }
+        }
     }
 
     /// Enters `ids` (requests of session `sid` still running) for `waiter`; `None` when the
@@ -490,6 +502,9 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
         && let Err(e) = legacy.store.save(&sid, &saved).await
     {
         tracing::error!(error = %e, "a legacy session's state could not be saved");
+    }
+    if saved.log_level != state.log_level {
+        legacy.tell_waiting(&sid, || Input::LogLevel(saved.log_level));
     }
     if held.is_none() && conn.is_idle() {
         drop(conn);
@@ -1079,6 +1094,55 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(server.load().handlers, 0);
+    }
+
+    /// A `logging/setLevel` of a later POST reaches the requests of the session that wait, as
+    /// when one runner served the whole session.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_later_set_level_reaches_a_waiting_legacy_request() {
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let gate = Arc::new(tokio::sync::Mutex::new(Some(gate)));
+        let late = move |context: crate::Context, _: NoArgs| {
+            let gate = gate.clone();
+            async move {
+                if let Some(gate) = gate.lock().await.take() {
+                    let _ = gate.await;
+                }
+                let level = modelctx_session::LogLevel::Warning;
+                context.log(level, None, json!("late")).await;
+                "logged"
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("late", late))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let sid = open_legacy(&service).await;
+        let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "late", "arguments": {}}});
+        let post = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), call)).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        let set_level = json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
+            "params": {"level": "info"}});
+        let reply = legacy_request(&service, &sid, set_level)
+            .await
+            .next()
+            .await
+            .unwrap();
+        assert_eq!(reply["id"], 5, "{reply}");
+        open.send(()).unwrap();
+        let mut stream = Messages::of(post.await.unwrap());
+        let log = stream.next().await.unwrap();
+        assert_eq!(log["method"], "notifications/message", "{log}");
+        assert_eq!(log["params"]["data"], "late", "{log}");
+        let reply = stream.next().await.unwrap();
+        assert_eq!(reply["id"], 4, "{reply}");
     }
 
     /// The end of a legacy session (DELETE) cancels its requests that wait, forgets its state

@@ -238,6 +238,12 @@ impl ServerSession {
         self.log_level
     }
 
+    /// Sets the level a `logging/setLevel` set, when another session of the same legacy
+    /// session handled it (a session resumed for a request that waits goes on with it).
+    pub fn set_log_level(&mut self, level: Option<LogLevel>) {
+        self.log_level = level;
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.config

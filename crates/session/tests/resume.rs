@@ -60,6 +60,8 @@ fn a_resumed_session_serves_requests_without_initialize() {
     assert!(session.is_initialized());
     assert_eq!(session.version(), Some(ProtocolVersion::V2025_06_18));
     assert_eq!(session.log_level(), Some(LogLevel::Warning));
+    session.set_log_level(Some(LogLevel::Debug));
+    assert_eq!(session.log_level(), Some(LogLevel::Debug));
     let peer = session.peer().unwrap();
     assert_eq!(peer.info, Some(json!({"name": "c", "version": "2"})));
     assert!(peer.capabilities.unwrap().contains_key("roots"));

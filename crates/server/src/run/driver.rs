@@ -25,6 +25,10 @@ use crate::server::Change;
 pub(crate) enum Input {
     /// A message or batch.
     Incoming(Incoming),
+    /// The log level a later POST of a legacy session set (`logging/setLevel`), for its
+    /// requests that wait.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    LogLevel(Option<modelctx_session::LogLevel>),
     /// Bytes that are not JSON-RPC.
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     Unreadable(Vec<u8>),
@@ -192,6 +196,7 @@ pub(crate) async fn run<I: Source, O: Output>(
                 let now = Instant::now();
                 match item {
                     Some(Input::Incoming(incoming)) => conn.session.handle_incoming(now, incoming),
+                    Some(Input::LogLevel(level)) => conn.session.set_log_level(level),
                     Some(Input::Unreadable(bytes)) => conn.session.handle_bytes(now, &bytes),
                     Some(Input::Reply(message)) => {
                         let reply = Transmit::Message { message, related: None };

@@ -17,8 +17,8 @@
 //! to open sessions from their loaded states.
 //!
 //! What it does not do: `last_used_ms` is the time of the last save, not of the last request
-//! (the transport keeps the idle timeout); requests of one session running at once each work
-//! from the state they loaded (a `logging/setLevel` reaches the requests that start after it);
+//! (the transport keeps the idle timeout); a request that waits goes on with the state it
+//! loaded, but for the log level (a later `logging/setLevel` is passed to it in this process);
 //! and a store shared by processes does not make the requests under way shared: the client's
 //! answer to a question must reach the process that asked.
 
