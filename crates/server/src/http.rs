@@ -1,8 +1,26 @@
 //! Serving a [`Server`] over Streamable HTTP with `modelctx-http` (feature `http`): both eras on
 //! one endpoint.
+//!
+//! A legacy (`initialize`-based) session is plain data between its requests: its
+//! [`SessionState`] in the server's [`SessionStore`]. Each POST loads it, resumes a
+//! `ServerSession` from it, runs what came with the request runner on the caller's task, saves
+//! the state when it changed (`initialize`, `notifications/initialized`, `logging/setLevel`,
+//! `resources/subscribe`), and drops the rest. Only requests whose handlers wait go on, on a
+//! task of their own until they are answered, entered in a bounded table (by session id and
+//! request id, and by the ids of the questions asked for them) so that later POSTs reach them:
+//! the client's answers, `notifications/cancelled`, `notifications/initialized`, and the level
+//! a `logging/setLevel` set. The server's
+//! changes reach open sessions through one task per server, which fans each out to the
+//! sessions that should hear it. An idle session costs its stored state, its entry in the
+//! transport, and an entry here; no task and no channel.
 
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Instant, SystemTime};
 
 use modelctx_http::headers::ParamHeader;
 use modelctx_http::server::{
@@ -10,16 +28,251 @@ use modelctx_http::server::{
     RequestContext, RunningServer, ServerConfig,
 };
 use modelctx_session::Transmit;
-use modelctx_types::{ErrorCode, ErrorObject, ErrorResponse, Incoming, Message, RequestId};
-use tokio::sync::mpsc;
+use modelctx_types::consts::{NotificationsCancelled, NotificationsInitialized};
+use modelctx_types::{
+    ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message, Notification, RequestId,
+};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::registry::{Change, Shared};
 use crate::run::driver::{self, NoInput};
-use crate::run::{Conn, Input, Lifetime, Origin, Output};
+use crate::run::{Command, Conn, Input, Lifetime, Origin, Output, SessionState, SessionStore};
 use crate::server::Server;
 
-/// Messages of one legacy session waiting for its driver.
-const SESSION_QUEUE: usize = 256;
+/// The most requests of legacy sessions whose handlers wait, at once, per server; beyond, a
+/// request that would wait is refused (its handler cancelled). The same bound holds for the
+/// questions asked for them.
+const MAX_WAITING: usize = 4096;
+
+/// Messages for one waiting POST's requests (answers, cancellations) its runner has not read
+/// yet; beyond, they are dropped.
+const WAITING_QUEUE: usize = 16;
+
+/// How many ids of its own requests each resumed session has (their ids must differ from
+/// those of any other request of the session still waiting for an answer).
+const ID_RANGE: i64 = 1 << 16;
+
+/// What a server keeps of its legacy HTTP sessions: their states (in the store), where their
+/// output goes, and the requests still running for them.
+pub(crate) struct Legacy {
+    store: Arc<dyn SessionStore>,
+    /// Open sessions by id: where the server's changes go.
+    sessions: Mutex<HashMap<String, LegacySession>>,
+    /// Requests still running, and the questions asked for them.
+    waiting: Mutex<Waiting>,
+    /// The start of the next resumed session's range of ids.
+    next_ids: AtomicI64,
+    /// Whether the task that fans the server's changes out to the sessions runs.
+    fanning_out: AtomicBool,
+}
+
+impl fmt::Debug for Legacy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Legacy")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where later POSTs reach the requests of one POST still running.
+#[derive(Clone)]
+struct Waiter {
+    tx: mpsc::Sender<Input>,
+    ended: CancellationToken,
+}
+
+#[derive(Default)]
+struct Waiting {
+    /// By session id and the client's request id.
+    requests: HashMap<(String, RequestId), Waiter>,
+    /// By session id and the id of our question.
+    questions: HashMap<(String, RequestId), Waiter>,
+}
+
+/// The sizes of a server's tables of legacy sessions.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LegacySizes {
+    sessions: usize,
+    requests: usize,
+    questions: usize,
+}
+
+impl Legacy {
+    pub(crate) fn new(store: Arc<dyn SessionStore>) -> Legacy {
+        Legacy {
+            store,
+            sessions: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(Waiting::default()),
+            next_ids: AtomicI64::new(0),
+            fanning_out: AtomicBool::new(false),
+        }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, LegacySession>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cfg(test)]
+    fn sizes(&self) -> LegacySizes {
+        let waiting = self.waiting();
+        LegacySizes {
+            sessions: self.sessions().len(),
+            requests: waiting.requests.len(),
+            questions: waiting.questions.len(),
+        }
+    }
+
+    /// Hands what belongs to requests still running to them: the client's answer to a
+    /// question, the cancellation of a request, and (to all of the session's)
+    /// `notifications/initialized`, which lets the questions they queued go. Returns what is
+    /// left to serve.
+    fn hand_over(&self, sid: &str, incoming: Incoming) -> Option<Incoming> {
+        let Incoming::Single(message) = &incoming else {
+            return Some(incoming);
+        };
+        let waiting = self.waiting();
+        let key = |id: &RequestId| (sid.to_owned(), id.clone());
+        let to = match message {
+            Message::Response(r) => waiting.questions.get(&key(&r.id)),
+            Message::Error(ErrorResponse { id: Some(id), .. }) => waiting.questions.get(&key(id)),
+            Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
+                match cancelled_id(n) {
+                    Some(id) => waiting.requests.get(&key(&id)),
+                    None => None,
+                }
+            }
+            Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
+                drop(waiting);
+                self.tell_waiting(sid, || {
+                    let initialized =
+                        Notification::new(NotificationsInitialized::VALUE, &JsonObject::new())
+                            .expect("an empty object is valid params");
+                    Input::Incoming(Incoming::Single(initialized.into()))
+                });
+                return Some(incoming);
+            }
+            _ => None,
+        };
+        let Some(to) = to else {
+            return Some(incoming);
+        };
+        if to.tx.try_send(Input::Incoming(incoming)).is_err() {
+            tracing::debug!("a message for a running request was dropped: its queue is full");
+        }
+        None
+    }
+
+    /// Gives `input()` to each runner of session `sid`'s requests that wait (once per POST).
+    fn tell_waiting(&self, sid: &str, input: impl Fn() -> Input) {
+        let waiting = self.waiting();
+        let mut told: Vec<&Waiter> = Vec::new();
+        for ((of, _), waiter) in &waiting.requests {
+            if of == sid && !told.iter().any(|w| w.tx.same_channel(&waiter.tx)) {
+                told.push(waiter);
+                if waiter.tx.try_send(input()).is_err() {
+                    tracing::debug!(
+                        "a message for a running request was dropped: its queue is full"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Enters `ids` (requests of session `sid` still running) for `waiter`; `None` when the
+    /// table is full.
+    fn enter(
+        shared: &Arc<Shared>,
+        sid: &str,
+        ids: Vec<RequestId>,
+        waiter: &Waiter,
+    ) -> Option<Entered> {
+        let mut waiting = shared.legacy.waiting();
+        if waiting.requests.len() + ids.len() > MAX_WAITING {
+            return None;
+        }
+        for id in &ids {
+            let key = (sid.to_owned(), id.clone());
+            waiting.requests.insert(key, waiter.clone());
+        }
+        Some(Entered {
+            shared: shared.clone(),
+            sid: sid.to_owned(),
+            requests: ids,
+            questions: Vec::new(),
+            waiter: waiter.clone(),
+        })
+    }
+}
+
+/// The id a `notifications/cancelled` names.
+fn cancelled_id(notification: &Notification) -> Option<RequestId> {
+    let params: Value = serde_json::from_str(notification.params.as_deref()?.get()).ok()?;
+    serde_json::from_value(params.get("requestId")?.clone()).ok()
+}
+
+/// The entries of one waiting POST's requests and questions; removed when dropped (when its
+/// requests are answered or cancelled).
+struct Entered {
+    shared: Arc<Shared>,
+    sid: String,
+    requests: Vec<RequestId>,
+    questions: Vec<RequestId>,
+    waiter: Waiter,
+}
+
+impl Entered {
+    /// A question asked for one of the requests.
+    fn asked(&mut self, id: RequestId) {
+        let mut waiting = self.shared.legacy.waiting();
+        if waiting.questions.len() >= MAX_WAITING {
+            tracing::warn!("too many questions wait for an answer: this one's answer is not heard");
+            return;
+        }
+        waiting
+            .questions
+            .insert((self.sid.clone(), id.clone()), self.waiter.clone());
+        self.questions.push(id);
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let mut waiting = self.shared.legacy.waiting();
+        let tx = &self.waiter.tx;
+        for id in self.requests.drain(..) {
+            let key = (self.sid.clone(), id);
+            // Only ours: a newer request with the same id keeps its entry.
+            if waiting
+                .requests
+                .get(&key)
+                .is_some_and(|w| w.tx.same_channel(tx))
+            {
+                waiting.requests.remove(&key);
+            }
+        }
+        for id in self.questions.drain(..) {
+            waiting.questions.remove(&(self.sid.clone(), id));
+        }
+    }
+}
+
+/// Runs `future` to its end at once when it does not wait, else on a task of its own.
+fn now_or_later(future: impl Future<Output = ()> + Send + 'static) {
+    let mut future = Box::pin(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if future.as_mut().poll(&mut cx).is_pending() {
+        // The rest waits on a task, whose first poll registers its waker (the no-op one of
+        // this poll is never kept).
+        tokio::spawn(future);
+    }
+}
 
 impl Server {
     /// The server as a `tower::Service` for hyper or axum, serving both eras on one endpoint.
@@ -70,18 +323,21 @@ impl Server {
 }
 
 impl McpApp for Server {
+    /// A legacy session opened: it gets an entry where the server's changes reach it (and
+    /// its state in the store with its first input); no task and no channel.
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
-        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
-        let conn = Conn::new(self.shared.clone());
-        let changes = Some(self.shared.changes.subscribe());
-        let output = session.clone();
-        let ended = CancellationToken::new();
-        let lifetime = Lifetime::Connection {
-            ended: ended.clone(),
-        };
-        let origin = Origin::default();
-        tokio::spawn(driver::run(conn, rx, output, origin, lifetime, changes));
-        Arc::new(Session { tx, session, ended })
+        let legacy = &self.shared.legacy;
+        legacy
+            .sessions()
+            .insert(session.id().to_owned(), session.clone());
+        if !legacy.fanning_out.swap(true, Ordering::SeqCst) {
+            let changes = self.shared.changes.subscribe();
+            tokio::spawn(fan_out(Arc::downgrade(&self.shared), changes));
+        }
+        Arc::new(Session {
+            shared: self.shared.clone(),
+            session,
+        })
     }
 
     /// A modern request is served by a request runner on the caller's task (the HTTP
@@ -130,7 +386,13 @@ impl McpApp for Server {
         let mut conn = Conn::for_request(self.shared.clone());
         conn.session
             .handle_message(std::time::Instant::now(), message);
-        let said = run_inline(&mut conn, &origin);
+        // A server sends no batches or cancellations of its own on a modern request: its
+        // messages, and the refusal of the protocol rules if any.
+        let said: Vec<Transmit> = run_inline(&mut conn, &origin, false)
+            .0
+            .into_iter()
+            .filter(|transmit| matches!(transmit, Transmit::Message { .. } | Transmit::Refusal(_)))
+            .collect();
         if conn.is_idle() {
             drop(conn);
             send_all(reply, said, Some(place));
@@ -155,27 +417,35 @@ impl McpApp for Server {
     }
 }
 
-/// Runs what a modern request's session and handler do without waiting: routes the request,
-/// polls its handler once, applies what the handler queued, and returns the messages to send
-/// in order (a refusal of the protocol rules is the only one, and first).
-fn run_inline(conn: &mut Conn, origin: &Origin) -> Vec<Transmit> {
+/// Runs what a request's session and handler do without waiting: routes the requests,
+/// polls their handlers once, applies what the handlers queued, and returns what to send, in
+/// order (for a modern request, a refusal of the protocol rules is the only one, and first).
+///
+/// With `hold_close`, it stops at a handler's [`Command::CloseStream`] and returns it: that
+/// needs the output, once what was said before is written (legacy sessions). Else the stream
+/// is not closed (a modern request's cannot be).
+fn run_inline(
+    conn: &mut Conn,
+    origin: &Origin,
+    hold_close: bool,
+) -> (Vec<Transmit>, Option<Command>) {
     let mut said = Vec::new();
     loop {
         let mut busy = false;
         while let Some(transmit) = conn.next_transmit() {
             busy = true;
-            // A server sends no batches or cancellations of its own on a modern request.
-            if let Transmit::Message { .. } | Transmit::Refusal(_) = transmit {
-                said.push(transmit);
-            }
+            said.push(transmit);
         }
         busy |= conn.handle_events(origin);
         while let Some(command) = conn.try_command() {
             busy = true;
+            if hold_close && matches!(command, Command::CloseStream { .. }) {
+                return (said, Some(command));
+            }
             conn.apply(command);
         }
         if !busy {
-            return said;
+            return (said, None);
         }
     }
 }
@@ -188,7 +458,7 @@ fn send_all(
     transmits: Vec<Transmit>,
     place: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
-    let mut send = Box::pin(async move {
+    now_or_later(async move {
         for transmit in transmits {
             // False: the client is gone (or, for a notification, there is no stream).
             if !reply.write(transmit).await {
@@ -197,11 +467,212 @@ fn send_all(
         }
         drop(place);
     });
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    if send.as_mut().poll(&mut cx).is_pending() {
-        // The stream is full: the rest waits on a task, whose first poll registers its waker
-        // (the no-op one of this poll is never kept).
-        tokio::spawn(send);
+}
+
+/// Serves one POST of legacy session `output`: hands what belongs to requests still running
+/// to them; runs the rest on a session resumed from the stored state, saving the state when
+/// it changed; and keeps the runner (on a task) only while requests of it wait.
+async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, origin: Origin) {
+    let legacy = &shared.legacy;
+    let sid = output.id().to_owned();
+    let Some(incoming) = legacy.hand_over(&sid, incoming) else {
+        return;
+    };
+    let requests = request_ids(&incoming);
+    let now = SystemTime::now();
+    let state = match legacy.store.load(&sid).await {
+        Ok(Some(state)) => state,
+        Ok(None) => SessionState::opened(output.principal().map(|p| p.0.clone()), now),
+        Err(e) => {
+            tracing::error!(error = %e, "a legacy session's state could not be loaded");
+            let error = ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                "the session's state could not be loaded",
+            );
+            refuse(&output, requests, error).await;
+            return;
+        }
+    };
+    let ids_after = legacy.next_ids.fetch_add(ID_RANGE, Ordering::Relaxed);
+    let session = state.resume(shared.config.clone(), ids_after);
+    let mut conn = Conn::resumed(shared.clone(), session, &state.subscriptions);
+    conn.session.handle_incoming(Instant::now(), incoming);
+    let (said, held) = run_inline(&mut conn, &origin, true);
+    let mut saved = state.clone();
+    saved.record(&conn.session, now);
+    saved.subscriptions = conn.subscriptions();
+    // Saved before anything is said: the client's next POST, sent once it heard, finds it.
+    if saved.differs_from(&state)
+        && let Err(e) = legacy.store.save(&sid, &saved).await
+    {
+        tracing::error!(error = %e, "a legacy session's state could not be saved");
+    }
+    // The transport learns the version `initialize` settled on before the answer is written
+    // (its wire rules depend on it).
+    if state.version.is_none()
+        && let Some(version) = saved.version
+    {
+        output.set_version(version).await;
+    }
+    if saved.log_level != state.log_level {
+        legacy.tell_waiting(&sid, || Input::LogLevel(saved.log_level));
+    }
+    if held.is_none() && conn.is_idle() {
+        drop(conn);
+        write_all(output, said).await;
+        return;
+    }
+    let answered = answered_ids(&said);
+    let running: Vec<RequestId> = requests
+        .into_iter()
+        .filter(|id| !answered.contains(id))
+        .collect();
+    let (tx, rx) = mpsc::channel(WAITING_QUEUE);
+    let ended = CancellationToken::new();
+    let waiter = Waiter {
+        tx,
+        ended: ended.clone(),
+    };
+    let Some(entered) = Legacy::enter(&shared, &sid, running.clone(), &waiter) else {
+        // Its handlers are cancelled with the runner.
+        drop(conn);
+        write_all(output.clone(), said).await;
+        let error = crate::limits::busy(
+            format!("at most {MAX_WAITING} requests of legacy sessions may wait at once"),
+            None,
+        );
+        refuse(&output, running, error).await;
+        return;
+    };
+    drop(waiter);
+    let mut output = WaitingOutput {
+        session: output,
+        entered,
+    };
+    tokio::spawn(async move {
+        for transmit in said {
+            if !output.write(transmit).await {
+                conn.session.transport_closed("the transport is gone");
+            }
+        }
+        if let Some(Command::CloseStream {
+            id,
+            generation,
+            reply,
+        }) = held
+        {
+            let legacy = conn.close_stream_allowed(&id, generation);
+            let _ = reply.send(legacy && output.close_stream(&id).await);
+        }
+        let lifetime = Lifetime::Requests { ended };
+        driver::run(conn, rx, output, origin, lifetime, None).await;
+    });
+}
+
+/// Writes `said` on a legacy session.
+async fn write_all(mut output: LegacySession, said: Vec<Transmit>) {
+    for transmit in said {
+        output.write(transmit).await;
+    }
+}
+
+/// Answers requests `ids` with `error`.
+async fn refuse(output: &LegacySession, ids: Vec<RequestId>, error: ErrorObject) {
+    for id in ids {
+        let message = ErrorResponse::new(Some(id.clone()), error.clone()).into();
+        output.send(message, Some(id)).await;
+    }
+}
+
+/// The ids of the requests in `incoming`.
+fn request_ids(incoming: &Incoming) -> Vec<RequestId> {
+    match incoming {
+        Incoming::Single(Message::Request(r)) => vec![r.id.clone()],
+        Incoming::Batch(items) => items
+            .iter()
+            .filter_map(|m| match m {
+                Ok(Message::Request(r)) => Some(r.id.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The ids of the requests `said` answers.
+fn answered_ids(said: &[Transmit]) -> HashSet<RequestId> {
+    let answer = |m: &Message| match m {
+        Message::Response(r) => Some(r.id.clone()),
+        Message::Error(e) => e.id.clone(),
+        _ => None,
+    };
+    let mut ids = HashSet::new();
+    for transmit in said {
+        match transmit {
+            Transmit::Message { message, .. } => ids.extend(answer(message)),
+            Transmit::Batch(messages) => ids.extend(messages.iter().filter_map(answer)),
+            _ => {}
+        }
+    }
+    ids
+}
+
+/// Fans each change to what the server offers out to the legacy sessions that should hear it
+/// (list changes to all, `notifications/resources/updated` to subscribers), each on a session
+/// resumed from its stored state. One task per server; it ends with the server.
+async fn fan_out(shared: Weak<Shared>, mut changes: broadcast::Receiver<Change>) {
+    loop {
+        let change = changes.recv().await;
+        if matches!(change, Err(broadcast::error::RecvError::Closed)) {
+            return;
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let sessions: Vec<LegacySession> = shared.legacy.sessions().values().cloned().collect();
+        for output in sessions {
+            let state = match shared.legacy.store.load(output.id()).await {
+                Ok(Some(state)) => state,
+                Ok(None) => continue, // nothing negotiated yet
+                Err(e) => {
+                    tracing::error!(error = %e, "a legacy session's state could not be loaded");
+                    continue;
+                }
+            };
+            let session = state.resume(shared.config.clone(), 0);
+            let mut conn = Conn::resumed(shared.clone(), session, &state.subscriptions);
+            conn.on_change(change.clone(), &Origin::default());
+            let said: Vec<Transmit> = std::iter::from_fn(|| conn.next_transmit()).collect();
+            drop(conn);
+            if !said.is_empty() {
+                // A session whose queue is full waits on its own, not the others.
+                now_or_later(write_all(output, said));
+            }
+        }
+    }
+}
+
+/// The output of a legacy POST's requests that wait: the session's, entering the questions
+/// asked for them so that the client's answers (later POSTs) reach them.
+struct WaitingOutput {
+    session: LegacySession,
+    entered: Entered,
+}
+
+impl Output for WaitingOutput {
+    async fn write(&mut self, transmit: Transmit) -> bool {
+        if let Transmit::Message {
+            message: Message::Request(r),
+            ..
+        } = &transmit
+        {
+            self.entered.asked(r.id.clone());
+        }
+        self.session.write(transmit).await
+    }
+
+    async fn close_stream(&mut self, id: &RequestId) -> bool {
+        LegacySession::close_stream(&self.session, id).await
     }
 }
 
@@ -220,10 +691,6 @@ impl Output for LegacySession {
     async fn close_stream(&mut self, id: &RequestId) -> bool {
         LegacySession::close_stream(self, id).await
     }
-
-    async fn negotiated(&mut self, version: modelctx_session::ProtocolVersion) {
-        self.set_version(version).await;
-    }
 }
 
 /// A modern request's output: its own response stream.
@@ -240,9 +707,8 @@ impl Output for ModernReply {
 
 /// The input of one legacy session.
 struct Session {
-    tx: mpsc::Sender<Input>,
+    shared: Arc<Shared>,
     session: LegacySession,
-    ended: CancellationToken,
 }
 
 impl LegacyHandler for Session {
@@ -250,40 +716,30 @@ impl LegacyHandler for Session {
         let origin = Origin {
             http: Some(context),
         };
-        let refused = match self.tx.try_send(Input::Incoming(input, Some(origin))) {
-            Ok(()) => return,
-            Err(mpsc::error::TrySendError::Full(Input::Incoming(input, _))) => input,
-            Err(_) => return, // the session's driver has ended
-        };
-        // Too much queued: requests get an error rather than wait without bound.
-        let ids: Vec<_> = match refused {
-            Incoming::Single(Message::Request(r)) => vec![r.id],
-            Incoming::Batch(items) => items
-                .into_iter()
-                .filter_map(|m| match m {
-                    Ok(Message::Request(r)) => Some(r.id),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let session = self.session.clone();
-        tokio::spawn(async move {
-            for id in ids {
-                let error = ErrorObject::new(
-                    ErrorCode::INTERNAL_ERROR,
-                    format!(
-                        "the server is busy: {SESSION_QUEUE} messages are waiting in this session"
-                    ),
-                );
-                let message = ErrorResponse::new(Some(id.clone()), error).into();
-                session.send(message, Some(id)).await;
-            }
-        });
+        // In order: with a store that does not wait (the default), served before this returns.
+        now_or_later(serve(
+            self.shared.clone(),
+            self.session.clone(),
+            input,
+            origin,
+        ));
     }
 
     fn closed(&self) {
-        self.ended.cancel();
+        let legacy = &self.shared.legacy;
+        let sid = self.session.id().to_owned();
+        legacy.sessions().remove(&sid);
+        for ((of, _), waiter) in &legacy.waiting().requests {
+            if *of == sid {
+                waiter.ended.cancel();
+            }
+        }
+        let shared = self.shared.clone();
+        now_or_later(async move {
+            if let Err(e) = shared.legacy.store.remove(&sid).await {
+                tracing::error!(error = %e, "a legacy session's state could not be removed");
+            }
+        });
     }
 }
 
@@ -395,5 +851,390 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(server.load().handlers, 0);
+    }
+
+    // -- legacy sessions ------------------------------------------------------------------------
+
+    /// A POST of legacy session `sid` (none for `initialize`), from this machine.
+    fn legacy_post(sid: Option<&str>, body: Value) -> Request<String> {
+        let mut request = Request::post("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(sid) = sid {
+            request = request.header("mcp-session-id", sid);
+        }
+        let mut request = request.body(body.to_string()).unwrap();
+        request
+            .extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        request
+    }
+
+    /// The JSON messages of a response body, read as they come (SSE `data:` lines, or one
+    /// JSON body).
+    struct Messages {
+        body: axum::body::Body,
+        text: String,
+        json: bool,
+    }
+
+    impl Messages {
+        fn of(response: axum::http::Response<modelctx_http::server::ResponseBody>) -> Messages {
+            let json = response
+                .headers()
+                .get("content-type")
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+            Messages {
+                body: axum::body::Body::new(response.into_body()),
+                text: String::new(),
+                json,
+            }
+        }
+
+        async fn next(&mut self) -> Option<Value> {
+            use axum::body::HttpBody as _;
+            loop {
+                if !self.json
+                    && let Some(end) = self.text.find("\n\n")
+                {
+                    let event: String = self.text.drain(..end + 2).collect();
+                    let data: String = event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim_start)
+                        .collect();
+                    if !data.is_empty() {
+                        return Some(serde_json::from_str(&data).unwrap());
+                    }
+                    continue;
+                }
+                let frame =
+                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut self.body).poll_frame(cx))
+                        .await;
+                match frame {
+                    Some(frame) => {
+                        if let Ok(data) = frame.unwrap().into_data() {
+                            self.text.push_str(std::str::from_utf8(&data).unwrap());
+                        }
+                    }
+                    None if self.json && !self.text.is_empty() => {
+                        let text = std::mem::take(&mut self.text);
+                        return Some(serde_json::from_str(&text).unwrap());
+                    }
+                    None => return None,
+                }
+            }
+        }
+    }
+
+    /// Opens a legacy session (`initialize`, `notifications/initialized`) declaring `roots`;
+    /// returns its id.
+    async fn open_legacy(service: &McpService) -> String {
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"roots": {}},
+            "clientInfo": {"name": "c", "version": "1"}}});
+        let response = service.handle(legacy_post(None, initialize)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let sid = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let reply = Messages::of(response).next().await.unwrap();
+        assert_eq!(reply["result"]["protocolVersion"], "2025-06-18", "{reply}");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let response = service.handle(legacy_post(Some(&sid), initialized)).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        sid
+    }
+
+    /// Sends request `body` on session `sid`; the stream of its messages.
+    async fn legacy_request(service: &McpService, sid: &str, body: Value) -> Messages {
+        let response = service.handle(legacy_post(Some(sid), body)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        Messages::of(response)
+    }
+
+    fn sizes(server: &Server) -> LegacySizes {
+        server.shared.legacy.sizes()
+    }
+
+    /// A legacy session's state is plain data in the store, saved when it changes; between
+    /// requests a session has no runner, no task and no channel: N idle sessions add no task.
+    #[tokio::test(flavor = "current_thread")]
+    async fn legacy_sessions_are_stored_state_and_idle_ones_spawn_no_tasks() {
+        let store = Arc::new(crate::InMemoryStore::new());
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("echo", |_: NoArgs| std::future::ready("echo")))
+            .session_store(store.clone())
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let first = open_legacy(&service).await;
+        let set_level = json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel",
+            "params": {"level": "warning"}});
+        let reply = legacy_request(&service, &first, set_level)
+            .await
+            .next()
+            .await
+            .unwrap();
+        assert_eq!(reply["id"], 2, "{reply}");
+        let state = store.load(&first).await.unwrap().unwrap();
+        assert_eq!(
+            state.version,
+            Some(modelctx_session::ProtocolVersion::V2025_06_18)
+        );
+        assert!(state.initialized);
+        assert_eq!(state.log_level, Some(modelctx_session::LogLevel::Warning));
+        assert_eq!(
+            state.client_info,
+            Some(json!({"name": "c", "version": "1"}))
+        );
+
+        // The first session started the one task that fans changes out to all sessions. The
+        // transport's short-lived tasks (writing out what was sent) are let finish first.
+        let settled = async || {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let tasks = settled().await;
+        const N: usize = 50;
+        for i in 0..N {
+            let sid = open_legacy(&service).await;
+            let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {}}});
+            let reply = legacy_request(&service, &sid, call)
+                .await
+                .next()
+                .await
+                .unwrap();
+            assert_eq!(
+                reply["result"]["content"][0]["text"], "echo",
+                "{i}: {reply}"
+            );
+        }
+        let alive = settled().await;
+        assert_eq!(alive, tasks, "{N} idle legacy sessions spawned tasks");
+        assert_eq!(server.load().connections, 0);
+        assert_eq!(store.len(), N + 1);
+        let idle = LegacySizes {
+            sessions: N + 1,
+            requests: 0,
+            questions: 0,
+        };
+        assert_eq!(sizes(&server), idle);
+        // What one idle session keeps in the store, serialized.
+        let bytes = serde_json::to_vec(&state).unwrap().len();
+        assert!(bytes < 512, "{bytes} bytes");
+    }
+
+    /// A request whose handler waits lives in the table of requests running: the client's
+    /// answer to its question (a later POST) reaches it, a later `notifications/cancelled`
+    /// cancels it, and the tables return to their start sizes when it ends.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_waiting_legacy_request_hears_later_posts_and_leaves_nothing_behind() {
+        let roots = |context: crate::Context, _: NoArgs| async move {
+            let answer = context.list_roots().await.unwrap();
+            answer.roots[0].uri.clone()
+        };
+        let (stopped, was_stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopped = Arc::new(Mutex::new(Some(stopped)));
+        let hang = move |context: crate::Context, _: NoArgs| {
+            let stopped = stopped.clone();
+            async move {
+                context.cancelled().cancelled().await;
+                if let Some(stopped) = stopped.lock().unwrap().take() {
+                    let _ = stopped.send(());
+                }
+                "stopped"
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("roots", roots))
+            .tool(Tool::new("hang", hang))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let sid = open_legacy(&service).await;
+        let start = sizes(&server);
+
+        let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "roots", "arguments": {}}});
+        let mut stream = legacy_request(&service, &sid, call).await;
+        let ask = stream.next().await.unwrap();
+        assert_eq!(ask["method"], "roots/list", "{ask}");
+        let grown = LegacySizes {
+            requests: 1,
+            questions: 1,
+            ..start
+        };
+        assert_eq!(sizes(&server), grown);
+        let answer = json!({"jsonrpc": "2.0", "id": ask["id"],
+            "result": {"roots": [{"uri": "file:///r"}]}});
+        let response = service.handle(legacy_post(Some(&sid), answer)).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let reply = stream.next().await.unwrap();
+        assert_eq!(reply["id"], 5, "{reply}");
+        assert_eq!(
+            reply["result"]["content"][0]["text"], "file:///r",
+            "{reply}"
+        );
+        while sizes(&server) != start || server.load().connections > 0 {
+            tokio::task::yield_now().await;
+        }
+
+        let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}});
+        // Its POST's response starts with its first message: it waits on a task.
+        let post = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), call)).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sizes(&server).requests, 1);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 6}});
+        let response = service.handle(legacy_post(Some(&sid), cancel)).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        was_stopped.await.unwrap();
+        drop(post);
+        while sizes(&server) != start || server.load().connections > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.load().handlers, 0);
+    }
+
+    /// A `logging/setLevel` of a later POST reaches the requests of the session that wait, as
+    /// when one runner served the whole session.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_later_set_level_reaches_a_waiting_legacy_request() {
+        let (open, gate) = tokio::sync::oneshot::channel::<()>();
+        let gate = Arc::new(tokio::sync::Mutex::new(Some(gate)));
+        let late = move |context: crate::Context, _: NoArgs| {
+            let gate = gate.clone();
+            async move {
+                if let Some(gate) = gate.lock().await.take() {
+                    let _ = gate.await;
+                }
+                let level = modelctx_session::LogLevel::Warning;
+                context.log(level, None, json!("late")).await;
+                "logged"
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("late", late))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let sid = open_legacy(&service).await;
+        let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "late", "arguments": {}}});
+        let post = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), call)).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        let set_level = json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
+            "params": {"level": "info"}});
+        let reply = legacy_request(&service, &sid, set_level)
+            .await
+            .next()
+            .await
+            .unwrap();
+        assert_eq!(reply["id"], 5, "{reply}");
+        open.send(()).unwrap();
+        let mut stream = Messages::of(post.await.unwrap());
+        let log = stream.next().await.unwrap();
+        assert_eq!(log["method"], "notifications/message", "{log}");
+        assert_eq!(log["params"]["data"], "late", "{log}");
+        let reply = stream.next().await.unwrap();
+        assert_eq!(reply["id"], 4, "{reply}");
+    }
+
+    /// The end of a legacy session (DELETE) cancels its requests that wait, forgets its state
+    /// and leaves the tables as they were before it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_end_of_a_legacy_session_cancels_its_waiting_requests_and_forgets_it() {
+        let (stopped, was_stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopped = Arc::new(Mutex::new(Some(stopped)));
+        let hang = move |context: crate::Context, _: NoArgs| {
+            let stopped = stopped.clone();
+            async move {
+                context.cancelled().cancelled().await;
+                if let Some(stopped) = stopped.lock().unwrap().take() {
+                    let _ = stopped.send(());
+                }
+                "stopped"
+            }
+        };
+        let store = Arc::new(crate::InMemoryStore::new());
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("hang", hang))
+            .session_store(store.clone())
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let start = sizes(&server);
+        let sid = open_legacy(&service).await;
+        assert_eq!(store.len(), 1);
+        let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}});
+        let post = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), call)).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(sizes(&server).requests, 1);
+        let mut delete = Request::delete("/mcp")
+            .header("host", "127.0.0.1")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &sid)
+            .body(String::new())
+            .unwrap();
+        delete
+            .extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        let response = service.handle(delete).await;
+        assert!(response.status().is_success(), "{}", response.status());
+        was_stopped.await.unwrap();
+        drop(post);
+        while sizes(&server) != start || server.load().connections > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(store.is_empty());
+    }
+
+    /// The server's changes reach every open legacy session with no task of its own: on the
+    /// standalone stream, from the one fan-out task.
+    #[tokio::test(flavor = "current_thread")]
+    async fn list_changes_reach_idle_legacy_sessions() {
+        let server = Server::builder("s", "1").declare_tools().build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let sid = open_legacy(&service).await;
+        let mut get = Request::get("/mcp")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &sid)
+            .body(String::new())
+            .unwrap();
+        get.extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        let response = service.handle(get).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut standalone = Messages::of(response);
+        server
+            .add_tool(Tool::new("late", |_: NoArgs| std::future::ready("late")))
+            .unwrap();
+        let note = standalone.next().await.unwrap();
+        assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
     }
 }

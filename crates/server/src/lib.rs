@@ -87,8 +87,7 @@
 //!
 //! It routes requests to handlers, runs each where its request is served (a handler that
 //! waits goes on on a task of its own; a request that does not wait is answered on the task that
-//! read it), and writes what they return for
-//! the client's protocol version: tool, prompt and resource-read results, resource contents,
+//! read it), and writes what they return for the client's protocol version: tool, prompt and resource-read results, resource contents,
 //! and resource, template and prompt definitions are built as `model` values and converted into
 //! that version's generated types (`wire::write`), content being downgraded in one place
 //! (`wire::write::content_block`); the questions handlers ask (sampling, elicitation, roots)
@@ -101,6 +100,13 @@
 //! the runtime, `run/`) and the resource-not-found code per era
 //! (`resource.rs`). It does not authenticate (an HTTP layer in front does) and does not
 //! implement the tasks extension yet.
+//!
+//! It keeps no task and no channel per legacy HTTP session: between requests a session is a
+//! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
+//! with [`ServerBuilder::session_store`]); what a request leaves in flight (a question to the
+//! client, a handler that waits) lives only as long as that request, in this process: a store
+//! shared by several processes carries the sessions, not the requests under way (a client's
+//! answer must reach the process that asked).
 
 // The modules in the order they import each other: each uses only those below it (the
 // runtime, `run`/`context`/`input`, and the handlers' `Context` aside).

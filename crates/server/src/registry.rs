@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     pub(crate) changes: broadcast::Sender<Change>,
     /// The state handlers take ([`State`](crate::State)).
     pub(crate) state: Arc<States>,
+    /// Legacy HTTP sessions: their store, and their requests still running.
+    #[cfg(feature = "http")]
+    pub(crate) legacy: crate::http::Legacy,
 }
 
 /// Counters of what is under way.

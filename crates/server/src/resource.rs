@@ -598,6 +598,12 @@ impl Subscriptions {
     pub(crate) fn contains(&self, uri: &str) -> bool {
         self.uris.contains_key(uri)
     }
+
+    /// The URIs subscribed to.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn uris(&self) -> impl Iterator<Item = &str> {
+        self.uris.keys().map(String::as_str)
+    }
 }
 
 fn base64(bytes: &[u8]) -> String {

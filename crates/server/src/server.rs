@@ -34,6 +34,7 @@ pub struct ServerBuilder {
     states: States,
     subscribe_hook: Option<crate::resource::SubscribeHook>,
     versions: Option<Vec<ProtocolVersion>>,
+    session_store: Option<Arc<dyn crate::run::SessionStore>>,
 }
 
 impl ServerBuilder {
@@ -80,6 +81,13 @@ impl ServerBuilder {
         F: Fn(&crate::resource::Subscribe<'_>) -> bool + Send + Sync + 'static,
     {
         self.subscribe_hook = Some(crate::resource::SubscribeHook(Arc::new(check)));
+        self
+    }
+
+    /// Where the states of legacy HTTP sessions live (default: an
+    /// [`InMemoryStore`](crate::InMemoryStore) of this process). Used with feature `http`.
+    pub fn session_store(mut self, store: Arc<dyn crate::run::SessionStore>) -> Self {
+        self.session_store = Some(store);
         self
     }
 
@@ -267,6 +275,11 @@ impl ServerBuilder {
                     self.settings.max_modern_requests,
                 )),
                 subscribe_hook: self.subscribe_hook,
+                #[cfg(feature = "http")]
+                legacy: crate::http::Legacy::new(
+                    self.session_store
+                        .unwrap_or_else(|| Arc::new(crate::run::InMemoryStore::new())),
+                ),
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas,
@@ -318,7 +331,8 @@ fn random_key() -> modelctx_session::state::StateKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Load {
-    /// Connections served (stdio, legacy HTTP sessions, modern HTTP requests, in-memory).
+    /// Connections served (stdio, in-memory), and requests being served on their own
+    /// (a legacy HTTP session's POST, a modern HTTP request): an idle legacy session counts none.
     pub connections: usize,
     /// Handlers running.
     pub handlers: usize,
@@ -426,6 +440,7 @@ impl Server {
             states: States::default(),
             subscribe_hook: None,
             versions: None,
+            session_store: None,
         }
     }
 

@@ -47,7 +47,7 @@ impl Server {
         let (tx, rx) = mpsc::channel(QUEUE);
         let forward = tokio::spawn(async move {
             while let Some(incoming) = input.recv().await {
-                if tx.send(Input::Incoming(incoming, None)).await.is_err() {
+                if tx.send(Input::Incoming(incoming)).await.is_err() {
                     return;
                 }
             }
@@ -193,7 +193,7 @@ mod stdio {
     fn input_of(line: Result<Line, LineError>) -> Input {
         match line {
             Ok(line) => match modelctx_types::decode(line.as_bytes()) {
-                Ok(incoming) => Input::Incoming(incoming, None),
+                Ok(incoming) => Input::Incoming(incoming),
                 Err(_) => Input::Unreadable(line.as_bytes().to_vec()),
             },
             Err(error) => Input::Reply(error.to_error_response().into()),

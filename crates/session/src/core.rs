@@ -235,6 +235,12 @@ impl TableSizes {
 }
 
 impl Core {
+    /// The ids and progress tokens of our requests start after `after`.
+    pub(crate) fn start_ids_after(&mut self, after: i64) {
+        self.next_id = after;
+        self.next_token = after;
+    }
+
     pub(crate) fn new(limits: Limits) -> Self {
         Core {
             limits,

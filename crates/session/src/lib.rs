@@ -115,7 +115,7 @@ pub use event::{
     SessionError, Transmit,
 };
 pub use meta::{RELATED_REQUEST_ID, check_modern_meta, missing_capability_error};
-pub use server::{ListKind, ServerSession};
+pub use server::{ListKind, Resume, ServerSession};
 pub use version::{Era, ProtocolVersion};
 
 pub mod state;

@@ -98,6 +98,41 @@ struct InitializeParams {
     client_info: Value,
 }
 
+/// What a legacy session negotiated, for [`ServerSession::resume`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Resume {
+    /// The version `initialize` negotiated (a legacy one).
+    pub version: ProtocolVersion,
+    /// The client's declared capabilities.
+    pub capabilities: JsonObject,
+    /// The client's `clientInfo`.
+    pub info: Value,
+    /// Whether `notifications/initialized` arrived. Default: false.
+    pub initialized: bool,
+    /// The level `logging/setLevel` set. Default: none.
+    pub log_level: Option<LogLevel>,
+    /// The ids (and progress tokens) of the requests the session sends start after this one.
+    /// Default: 0 (the first is 1). Sessions resumed side by side for one client take
+    /// ranges of their own, so that the client's answers can be told apart.
+    pub ids_after: i64,
+}
+
+impl Resume {
+    /// What `initialize` negotiated: `version`, and the client's `capabilities` and `info`;
+    /// not initialized yet, no log level, ids from 1.
+    pub fn new(version: ProtocolVersion, capabilities: JsonObject, info: Value) -> Resume {
+        Resume {
+            version,
+            capabilities,
+            info,
+            initialized: false,
+            log_level: None,
+            ids_after: 0,
+        }
+    }
+}
+
 /// The protocol state machine of one server connection: a stdio server, one legacy HTTP session,
 /// or a modern request handled on its own.
 ///
@@ -168,6 +203,32 @@ impl ServerSession {
         }
     }
 
+    /// A session that goes on with a legacy session negotiated before (by another
+    /// `ServerSession`, maybe in another process): `initialize` is behind it, and it serves the
+    /// client's requests at once. Nothing in flight is resumed: a resumed session has no
+    /// requests under way in either direction.
+    ///
+    /// Returns `None` when `resume.version` is not a legacy (`initialize`-based) version.
+    pub fn resume(config: impl Into<Arc<ServerConfig>>, resume: Resume) -> Option<Self> {
+        if resume.version.era() != Era::Legacy {
+            return None;
+        }
+        let mut session = ServerSession::new(config);
+        let client = Client {
+            version: resume.version,
+            capabilities: resume.capabilities,
+            info: resume.info,
+        };
+        session.state = if resume.initialized {
+            State::Operating(client)
+        } else {
+            State::ExpectInitialized(client)
+        };
+        session.log_level = resume.log_level;
+        session.core.start_ids_after(resume.ids_after);
+        Some(session)
+    }
+
     // -- getters --------------------------------------------------------------------------------
 
     /// The legacy version negotiated by `initialize`, if any.
@@ -198,6 +259,12 @@ impl ServerSession {
     /// The level set by `logging/setLevel` (legacy), if any.
     pub fn log_level(&self) -> Option<LogLevel> {
         self.log_level
+    }
+
+    /// Sets the level a `logging/setLevel` set, when another session of the same legacy
+    /// session handled it (a session resumed for a request that waits goes on with it).
+    pub fn set_log_level(&mut self, level: Option<LogLevel>) {
+        self.log_level = level;
     }
 
     /// The configuration.

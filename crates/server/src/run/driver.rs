@@ -23,8 +23,12 @@ use crate::registry::Change;
 /// What the transport hands the driver.
 #[derive(Debug)]
 pub(crate) enum Input {
-    /// A message or batch, and the HTTP request it came in (legacy HTTP sessions).
-    Incoming(Incoming, Option<Origin>),
+    /// A message or batch.
+    Incoming(Incoming),
+    /// The log level a later POST of a legacy session set (`logging/setLevel`), for its
+    /// requests that wait.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    LogLevel(Option<modelctx_session::LogLevel>),
     /// Bytes that are not JSON-RPC.
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     Unreadable(Vec<u8>),
@@ -45,7 +49,8 @@ pub(crate) trait Source: Send {
     fn has_ready(&mut self) -> bool;
 }
 
-/// Input handed over by another task (in-memory channels, a legacy HTTP session).
+/// Input handed over by another task (in-memory channels; later POSTs of a legacy HTTP session
+/// for its requests that wait).
 impl Source for mpsc::Receiver<Input> {
     fn next(&mut self) -> impl Future<Output = Option<Input>> + Send {
         self.recv()
@@ -83,6 +88,12 @@ pub(crate) enum Lifetime {
     Request {
         cancelled: Option<(modelctx_types::RequestId, CancellationToken)>,
     },
+    /// Until the requests it runs are answered (those of one POST on a legacy HTTP session
+    /// whose handlers wait), reading the input meanwhile: the client's answers to questions
+    /// asked for them and their cancellations, which come in later POSTs. `ended` (the end
+    /// of the session) cancels them.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Requests { ended: CancellationToken },
 }
 
 /// Runs `future` on a task of its own, on the runtime's workers, until it ends; aborted if the
@@ -132,26 +143,23 @@ pub(crate) async fn run<I: Source, O: Output>(
     mut conn: Conn,
     mut input: I,
     mut output: O,
-    mut origin: Origin,
+    origin: Origin,
     lifetime: Lifetime,
     changes: Option<broadcast::Receiver<Change>>,
 ) {
-    let (until_idle, cancelled, ended) = match lifetime {
-        Lifetime::Connection { ended } => (false, None, ended),
-        Lifetime::Request { cancelled } => (true, cancelled, CancellationToken::new()),
+    let (until_idle, reads, cancelled, ended) = match lifetime {
+        Lifetime::Connection { ended } => (false, true, None, ended),
+        Lifetime::Request { cancelled } => (true, false, cancelled, CancellationToken::new()),
+        Lifetime::Requests { ended } => (true, true, None, ended),
     };
     let listening = changes.is_some();
     let mut changes = changes;
-    let mut input_open = !until_idle;
+    let mut input_open = reads;
     let stream_cancel = cancelled
         .as_ref()
         .map(|(_, t)| t.clone())
         .unwrap_or_default();
     let mut stream_open = cancelled.is_some();
-    // Whether `origin` is the HTTP request of the last input (legacy HTTP sessions).
-    let mut origin_from_input = false;
-    // Whether the output was told the version `initialize` negotiated.
-    let mut version_told = false;
     // Whether a buffering output still takes writes.
     let mut writable = true;
 
@@ -170,13 +178,6 @@ pub(crate) async fn run<I: Source, O: Output>(
             conn.session.transport_closed("the transport is gone");
             continue;
         }
-        if origin_from_input {
-            // The HTTP request an input came in served its events (above): let it go. Kept, it
-            // pinned the connection's whole read buffer (its header values point into it) for
-            // as long as the session stayed idle: ~16 KiB per idle legacy session.
-            origin = Origin::default();
-            origin_from_input = false;
-        }
         if conn.session.is_closed() {
             break;
         }
@@ -194,17 +195,8 @@ pub(crate) async fn run<I: Source, O: Output>(
             item = input.next(), if input_open => {
                 let now = Instant::now();
                 match item {
-                    Some(Input::Incoming(incoming, from)) => {
-                        if let Some(from) = from {
-                            origin = from;
-                            origin_from_input = true;
-                        }
-                        conn.session.handle_incoming(now, incoming);
-                        if !version_told && let Some(version) = conn.session.version() {
-                            output.negotiated(version).await;
-                            version_told = true;
-                        }
-                    }
+                    Some(Input::Incoming(incoming)) => conn.session.handle_incoming(now, incoming),
+                    Some(Input::LogLevel(level)) => conn.session.set_log_level(level),
                     Some(Input::Unreadable(bytes)) => conn.session.handle_bytes(now, &bytes),
                     Some(Input::Reply(message)) => {
                         let reply = Transmit::Message { message, related: None };

@@ -58,17 +58,6 @@ pub(crate) trait Output: Send {
         std::future::ready(false)
     }
 
-    /// Tells the transport the version the session negotiated with `initialize`, as soon as it
-    /// did and before the answer is written (a legacy HTTP transport's wire rules depend on it).
-    /// Default: nothing to tell.
-    fn negotiated(
-        &mut self,
-        version: modelctx_session::ProtocolVersion,
-    ) -> impl Future<Output = ()> + Send {
-        let _ = version;
-        std::future::ready(())
-    }
-
     /// How many bytes are encoded and not yet written. Default: none (nothing is buffered).
     fn buffered(&self) -> usize {
         0

@@ -112,6 +112,8 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn new(shared: Arc<Shared>) -> Conn {
+        // The configuration is shared, not copied: a modern request's session costs no deep
+        // clone of the capabilities and serverInfo.
         let session = ServerSession::new(shared.config.clone());
         Conn::with_session(shared, session)
     }
@@ -124,10 +126,30 @@ impl Conn {
         Conn::with_session(shared, session)
     }
 
+    /// A runner for `session`, resumed from a legacy session's stored state, with the
+    /// resources that session subscribed to.
+    #[cfg(feature = "http")]
+    pub(crate) fn resumed<'a>(
+        shared: Arc<Shared>,
+        session: ServerSession,
+        subscriptions: impl IntoIterator<Item = &'a String>,
+    ) -> Conn {
+        let mut conn = Conn::with_session(shared, session);
+        for uri in subscriptions {
+            // The state was saved from a runner that allowed it: within the bound.
+            let _ = conn.book.subscriptions.subscribe(uri);
+        }
+        conn
+    }
+
+    /// The resources the session subscribed to (legacy `resources/subscribe`).
+    #[cfg(feature = "http")]
+    pub(crate) fn subscriptions(&self) -> std::collections::BTreeSet<String> {
+        self.book.subscriptions.uris().map(str::to_owned).collect()
+    }
+
     fn with_session(shared: Arc<Shared>, session: ServerSession) -> Conn {
         shared.load.connections.fetch_add(1, Ordering::SeqCst);
-        // The configuration is shared, not copied: a modern request's session costs no deep
-        // clone of the capabilities and serverInfo.
         let (commands_tx, commands) = mpsc::channel(COMMANDS);
         Conn {
             shared,

@@ -8,19 +8,27 @@
 //! nothing in flight: requests under way, questions to the client and their streams belong to
 //! the request that made them.
 //!
-//! What it does not do yet: the HTTP runtime does not use it. A legacy session is still served
-//! by a connection driver on a task of its own (`crate::http`), which keeps this state in its
-//! `ServerSession`. Serving each request of a legacy session from its stored state needs a
-//! `ServerSession` that resumes from a `SessionState` (a session change), and a place for what a
-//! request leaves in flight across POSTs (a question to the client answered by a later POST).
+//! How the HTTP runtime uses it (`crate::http`): each POST of a legacy session loads its state
+//! (a session with none is one just opened), resumes a `ServerSession` from it
+//! ([`SessionState::resume`]), runs what came, and saves the state when it changed (`initialize`,
+//! `notifications/initialized`, `logging/setLevel`, `resources/subscribe`, checked with
+//! [`SessionState::differs_from`]), before anything is said to the client. The end of the session
+//! (DELETE, the transport's idle timeout or cap) removes it. The server's changes are fanned out
+//! to open sessions from their loaded states.
+//!
+//! What it does not do: `last_used_ms` is the time of the last save, not of the last request
+//! (the transport keeps the idle timeout); a request that waits goes on with the state it
+//! loaded, but for the log level (a later `logging/setLevel` is passed to it in this process);
+//! and a store shared by processes does not make the requests under way shared: the client's
+//! answer to a question must reach the process that asked.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use modelctx_session::{LogLevel, ProtocolVersion, ServerSession};
+use modelctx_session::{LogLevel, ProtocolVersion, Resume, ServerConfig, ServerSession};
 use modelctx_types::JsonObject;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,6 +51,9 @@ pub struct SessionState {
     pub client_info: Option<Value>,
     /// The client's declared capabilities.
     pub client_capabilities: Option<JsonObject>,
+    /// Whether `notifications/initialized` arrived.
+    #[serde(default)]
+    pub initialized: bool,
     /// The level `logging/setLevel` set; `None` (the default) logs nothing to the client.
     #[serde(with = "level_str")]
     pub log_level: Option<LogLevel>,
@@ -52,7 +63,7 @@ pub struct SessionState {
     pub principal: Option<String>,
     /// When the session was opened, in milliseconds since the Unix epoch.
     pub opened_ms: u64,
-    /// When the session was last used, in milliseconds since the Unix epoch.
+    /// When the session was last used (saved), in milliseconds since the Unix epoch.
     pub last_used_ms: u64,
 }
 
@@ -64,6 +75,7 @@ impl SessionState {
             version: None,
             client_info: None,
             client_capabilities: None,
+            initialized: false,
             log_level: None,
             subscriptions: BTreeSet::new(),
             principal,
@@ -72,16 +84,43 @@ impl SessionState {
         }
     }
 
-    /// Takes what `session` negotiated (version, client, log level) and marks the state used
-    /// at `now`; the subscriptions and the principal are the caller's to keep.
+    /// Takes what `session` negotiated (version, client, `initialized`, log level) and marks
+    /// the state used at `now`; the subscriptions and the principal are the caller's to keep.
     pub fn record(&mut self, session: &ServerSession, now: SystemTime) {
         if let Some(peer) = session.peer() {
             self.version = Some(peer.version);
             self.client_info = peer.info;
             self.client_capabilities = peer.capabilities;
         }
+        self.initialized = session.is_initialized();
         self.log_level = session.log_level();
         self.last_used_ms = millis(now).max(self.last_used_ms);
+    }
+
+    /// A session that goes on from this state: one that expects `initialize` when none was
+    /// answered yet, else one resumed past it (`ServerSession::resume`), whose own requests
+    /// get ids after `ids_after`.
+    pub fn resume(&self, config: Arc<ServerConfig>, ids_after: i64) -> ServerSession {
+        let Some(version) = self.version else {
+            return ServerSession::new(config);
+        };
+        let mut resume = Resume::new(
+            version,
+            self.client_capabilities.clone().unwrap_or_default(),
+            self.client_info.clone().unwrap_or(Value::Null),
+        );
+        resume.initialized = self.initialized;
+        resume.log_level = self.log_level;
+        resume.ids_after = ids_after;
+        // A state holds legacy versions only (`record` takes them from `initialize`).
+        ServerSession::resume(config.clone(), resume).unwrap_or_else(|| ServerSession::new(config))
+    }
+
+    /// Whether `other` differs from this state in more than when it was last used.
+    pub fn differs_from(&self, other: &SessionState) -> bool {
+        let mut other = other.clone();
+        other.last_used_ms = self.last_used_ms;
+        *self != other
     }
 
     /// How long the session has been unused at `now`.
@@ -119,7 +158,7 @@ impl StoreError {
 /// A request on a legacy session loads its state, runs, and saves it when it changed; the end
 /// of a session (DELETE, idle timeout) removes it. Implementations must be safe to call from
 /// many tasks at once; [`InMemoryStore`] is the default.
-pub trait SessionStore: Send + Sync + 'static {
+pub trait SessionStore: Send + Sync + std::fmt::Debug + 'static {
     /// The state of session `id`; `None` when there is none (never opened, or removed).
     fn load<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionState>>;
 
@@ -233,7 +272,6 @@ mod level_str {
 mod tests {
     use std::time::Instant;
 
-    use modelctx_session::ServerConfig;
     use modelctx_types::{Message, Request, RequestId};
     use serde_json::json;
 
@@ -295,6 +333,7 @@ mod tests {
             Some(&json!({}))
         );
         assert_eq!(state.log_level, Some(LogLevel::Warning));
+        assert!(state.initialized);
         assert_eq!((state.opened_ms, state.last_used_ms), (1_000, 5_000));
         assert_eq!(state.idle_for(at(7_500)), Duration::from_millis(2_500));
 
@@ -304,6 +343,34 @@ mod tests {
         assert_eq!(text["subscriptions"], json!(["file:///a"]));
         let back: SessionState = serde_json::from_value(text).unwrap();
         assert_eq!(back, state);
+    }
+
+    /// A state resumes the session it describes: a fresh one expects `initialize`, a
+    /// negotiated one is past it with its client and level; only more than the time of use
+    /// makes a state differ.
+    #[test]
+    fn a_state_resumes_its_session_and_differs_only_in_what_was_negotiated() {
+        let config = std::sync::Arc::new(ServerConfig::new("s", "1", JsonObject::new()));
+        let fresh = SessionState::opened(None, at(0));
+        let session = fresh.resume(config.clone(), 0);
+        assert_eq!(session.version(), None);
+        assert!(!session.is_initialized());
+
+        let mut state = fresh.clone();
+        state.version = Some(ProtocolVersion::V2025_03_26);
+        state.client_info = Some(json!({"name": "c", "version": "1"}));
+        state.initialized = true;
+        state.log_level = Some(LogLevel::Error);
+        let session = state.resume(config, 0);
+        assert_eq!(session.version(), Some(ProtocolVersion::V2025_03_26));
+        assert!(session.is_initialized());
+        assert_eq!(session.log_level(), Some(LogLevel::Error));
+        assert_eq!(session.peer().unwrap().info, state.client_info);
+
+        let mut later = fresh.clone();
+        later.last_used_ms = 99;
+        assert!(!later.differs_from(&fresh));
+        assert!(state.differs_from(&fresh));
     }
 
     #[test]

@@ -8,3 +8,4 @@ mod interleavings;
 mod modern;
 mod negotiation;
 mod pair;
+mod resume;
