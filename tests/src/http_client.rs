@@ -62,6 +62,8 @@ impl Driver {
     }
 
     fn flush(&mut self) {
+        // What the client facade does: the transport hears the version from the session.
+        self.transport.set_version(self.session.version());
         while let Some(transmit) = self.session.poll_transmit() {
             let sent = match transmit {
                 Transmit::Message { message, .. } => {

@@ -543,6 +543,14 @@ impl Driver {
     async fn pump(&mut self) {
         loop {
             let mut busy = false;
+            // The transport learns the negotiated version from the session, before the first
+            // message sent under it (`notifications/initialized`), never from the wire; a new
+            // session has none yet. A closed session's stays, for the `DELETE` that ends it.
+            if let Some(link) = &self.link
+                && !self.session.is_closed()
+            {
+                link.set_version(self.session.version());
+            }
             while let Some(transmit) = self.session.poll_transmit() {
                 busy = true;
                 // A call may be sent again by the transport only when its caller allows it.

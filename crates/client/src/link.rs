@@ -118,6 +118,18 @@ impl Link {
         }
     }
 
+    /// Tells the transport the version the session speaks (only Streamable HTTP uses it, for
+    /// the `MCP-Protocol-Version` header of legacy requests).
+    pub(crate) fn set_version(&self, version: Option<modelctx_session::ProtocolVersion>) {
+        match self {
+            #[cfg(feature = "http")]
+            Link::Http(t) => t.set_version(version),
+            _ => {
+                let _ = version;
+            }
+        }
+    }
+
     /// Whether the legacy session's standalone stream (HTTP) is being opened: what the server
     /// sends outside of requests does not reach the client yet.
     pub(crate) fn standalone_opening(&self) -> bool {

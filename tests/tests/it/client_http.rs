@@ -455,3 +455,87 @@ async fn finding_5_a_broken_tool_call_is_sent_again_only_when_idempotent_or_allo
     assert_eq!(calls_of("lookup"), 3);
     client.close().await;
 }
+
+/// The client facade tells the HTTP transport the version its session negotiated: the legacy
+/// session's `notifications/initialized` and later requests carry it in `MCP-Protocol-Version`,
+/// and the `initialize` of a new session after the server ended the old one carries none.
+#[tokio::test]
+async fn the_facade_tells_the_transport_the_negotiated_version_for_each_session() {
+    let sessions = Arc::new(AtomicUsize::new(0));
+    let counter = sessions.clone();
+    let server = ScriptServer::start(move |seen, mut reply| {
+        let counter = counter.clone();
+        async move {
+            let id = seen.body["id"].clone();
+            match (seen.method.as_str(), seen.rpc_method()) {
+                ("POST", Some("initialize")) => {
+                    let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    let session = format!("s{n}");
+                    let result = json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "script", "version": "1"},
+                    }});
+                    reply
+                        .json(200, &[("mcp-session-id", &session)], &result)
+                        .await;
+                }
+                ("POST", _) if seen.body.get("id").is_none() => reply.full(202, &[], "").await,
+                ("POST", Some("ping")) if seen.header("mcp-session-id") == Some("s1") => {
+                    reply.full(404, &[], "").await;
+                }
+                ("POST", Some("ping")) => {
+                    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+                    reply.json(200, &[], &answer).await;
+                }
+                ("DELETE", _) => reply.full(200, &[], "").await,
+                _ => reply.full(405, &[], "").await,
+            }
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_06_18)
+            .connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        client.protocol_version(),
+        Some(ProtocolVersion::V2025_06_18)
+    );
+    // Session s1 has ended: the ping that finds out fails, the next one runs in session s2.
+    let _ = within("a ping in the ended session", client.ping()).await;
+    within("a ping in the new session", async {
+        while client.ping().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    client.close().await;
+
+    let seen = server.seen();
+    let posts = |method: &str| -> Vec<(Option<String>, Option<String>)> {
+        seen.iter()
+            .filter(|s| s.rpc_method() == Some(method))
+            .map(|s| {
+                let header = |name| s.header(name).map(str::to_owned);
+                (header("mcp-session-id"), header("mcp-protocol-version"))
+            })
+            .collect()
+    };
+    let v = Some("2025-06-18".to_owned());
+    let (s1, s2) = (Some("s1".to_owned()), Some("s2".to_owned()));
+    assert_eq!(posts("initialize"), [(None, None), (None, None)]);
+    assert_eq!(
+        posts("notifications/initialized"),
+        [(s1.clone(), v.clone()), (s2.clone(), v.clone())]
+    );
+    let pings = posts("ping");
+    assert_eq!(pings.first(), Some(&(s1, v.clone())));
+    assert_eq!(pings.last(), Some(&(s2, v.clone())));
+    let delete = seen.iter().find(|s| s.method == "DELETE").unwrap();
+    assert_eq!(delete.header("mcp-protocol-version"), v.as_deref());
+}

@@ -1168,3 +1168,63 @@ async fn finding_13_unanswered_notification_posts_and_error_bodies_have_a_deadli
     }
     assert_eq!(transport.table_sizes().tasks, 0);
 }
+
+/// The transport reads no protocol version from the `initialize` result: the legacy session's
+/// `MCP-Protocol-Version` header is the version the layer above tells it
+/// ([`HttpTransport::set_version`](modelctx_http::client::HttpTransport::set_version)), on
+/// requests and on the closing `DELETE`; a new `None` takes it away again.
+#[tokio::test]
+async fn the_legacy_version_header_is_the_version_the_session_tells_not_the_initialize_result() {
+    use modelctx_http::client::{HttpTransport, Inbound};
+    use modelctx_types::{Incoming, Message, ProtocolVersion, Request, RequestId};
+
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, Some("s1")).await {
+            return;
+        }
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("ping")) => {
+                let answer = json!({"jsonrpc": "2.0", "id": seen.body["id"], "result": {}});
+                reply.json(200, &[], &answer).await;
+            }
+            ("DELETE", _) => reply.full(200, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+    let ask = async |transport: &mut HttpTransport, id: i64, method: &str| {
+        let request = Request::new(RequestId::from(id), method, &json!({})).unwrap();
+        transport.send(Message::Request(request)).unwrap();
+        match within(method, transport.recv()).await {
+            Some(Inbound::Message(Incoming::Single(Message::Response(r)))) => {
+                assert_eq!(r.id, RequestId::from(id));
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    // The result names 2025-11-25; nothing is told yet.
+    ask(&mut transport, 1, "initialize").await;
+    ask(&mut transport, 2, "ping").await;
+    transport.set_version(Some(ProtocolVersion::V2025_06_18));
+    ask(&mut transport, 3, "ping").await;
+    transport.set_version(None);
+    ask(&mut transport, 4, "ping").await;
+    transport.set_version(Some(ProtocolVersion::V2025_03_26));
+    transport.close().await;
+
+    let seen = server.seen();
+    let version_of = |id: i64| {
+        let seen = seen.iter().find(|s| s.body["id"] == json!(id)).unwrap();
+        assert_eq!(seen.header("mcp-session-id"), (id > 1).then_some("s1"));
+        seen.header("mcp-protocol-version").map(str::to_owned)
+    };
+    assert_eq!(version_of(1), None);
+    assert_eq!(version_of(2), None, "not read from the initialize result");
+    assert_eq!(version_of(3).as_deref(), Some("2025-06-18"));
+    assert_eq!(version_of(4), None);
+    let delete = seen.iter().find(|s| s.method == "DELETE").unwrap();
+    assert_eq!(delete.header("mcp-protocol-version"), Some("2025-03-26"));
+}

@@ -10,7 +10,8 @@
 //!   gives with [`SendOptions::param_headers`] (the client facade, which lists the tools, knows
 //!   them; the transport lists nothing itself).
 //! * **Legacy requests** (no `io.modelcontextprotocol/protocolVersion` in `_meta`): the session id
-//!   from the `initialize` response is sent on every later request; a 404 to a request that
+//!   from the `initialize` response is sent on every later request, with the negotiated version
+//!   the client facade tells [`set_version`](HttpTransport::set_version); a 404 to a request that
 //!   carried it means the session ended ([`Inbound::SessionEnded`]); a broken SSE response is
 //!   resumed with `GET` and `Last-Event-ID` (see [`Reconnect`]); the standalone GET stream is
 //!   opened once the session is initialized (where it stands:
@@ -60,7 +61,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use modelctx_types::{DecodeError, Incoming, Message, RequestId};
+use modelctx_types::{DecodeError, Incoming, Message, ProtocolVersion, RequestId};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -319,8 +320,9 @@ pub(crate) struct Shared {
 pub(crate) struct State {
     /// The legacy HTTP session id.
     pub(crate) session_id: Option<HeaderValue>,
-    /// The legacy protocol version negotiated by `initialize`.
-    pub(crate) version: Option<HeaderValue>,
+    /// The legacy protocol version the session negotiated, as told by
+    /// [`HttpTransport::set_version`].
+    pub(crate) version: Option<ProtocolVersion>,
     /// Bumped when a legacy session ends: older legacy exchanges are gone.
     pub(crate) epoch: u64,
     /// The 2024-11-05 transport's POST endpoint, once fallen back.
@@ -331,6 +333,13 @@ pub(crate) struct State {
     pub(crate) closed: bool,
     /// The legacy session's standalone GET stream.
     pub(crate) standalone: StandaloneStream,
+}
+
+impl State {
+    /// The `MCP-Protocol-Version` header of the legacy session's requests, once told.
+    pub(crate) fn version_header(&self) -> Option<HeaderValue> {
+        self.version.map(|v| HeaderValue::from_static(v.as_str()))
+    }
 }
 
 struct Task {
@@ -552,6 +561,19 @@ impl HttpTransport {
         request::send(&self.shared, vec![message], false, options)
     }
 
+    /// Tells the transport the protocol version the legacy session settled on, as the protocol
+    /// session decided it (`None`: no session, or not settled yet). The transport does not read
+    /// it from the `initialize` result itself: the client facade tells it once its session has
+    /// handled that result, before `notifications/initialized` is sent, and tells it `None`
+    /// before a new session's `initialize`. From then on every legacy request, resumption GET,
+    /// standalone GET and the closing `DELETE` carry it in `MCP-Protocol-Version`; until told,
+    /// they carry no such header. Forgotten with the session id when the server ends the
+    /// session ([`Inbound::SessionEnded`]). Modern requests are not concerned: their version
+    /// is in their own `_meta`.
+    pub fn set_version(&self, version: Option<ProtocolVersion>) {
+        self.shared.state().version = version;
+    }
+
     /// Sends a batch (legacy 2025-03-26 sessions only) in one POST.
     pub fn send_batch(&self, messages: Vec<Message>) -> Result<(), SendError> {
         if messages.is_empty() {
@@ -626,7 +648,7 @@ impl HttpTransport {
                 state
                     .session_id
                     .take()
-                    .map(|id| (id, state.version.clone()))
+                    .map(|id| (id, state.version_header()))
             }
         };
         if let Some((id, version)) = session {

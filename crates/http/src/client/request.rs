@@ -159,7 +159,6 @@ impl Pending {
                 if let Some(at) = self.ids.iter().position(|(wire, _)| *wire == response.id) {
                     let (_, original) = self.ids.swap_remove(at);
                     response.id = original;
-                    self.on_result(shared, &response.result);
                 } else {
                     shared.answered_elsewhere(&response.id, self.key);
                 }
@@ -178,22 +177,6 @@ impl Pending {
                 Message::Error(error)
             }
             other => other,
-        }
-    }
-
-    /// Notes the protocol version a legacy `initialize` result names, for the
-    /// `MCP-Protocol-Version` header of the session's later requests.
-    fn on_result(&self, shared: &Shared, result: &RawValue) {
-        if self.method.as_deref() != Some(Initialize::VALUE) {
-            return;
-        }
-        #[derive(serde::Deserialize)]
-        struct Init {
-            #[serde(rename = "protocolVersion")]
-            protocol_version: String,
-        }
-        if let Ok(init) = serde_json::from_str::<Init>(result.get()) {
-            shared.state().version = HeaderValue::from_str(&init.protocol_version).ok();
         }
     }
 
@@ -242,7 +225,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             if state.epoch != exchange.epoch {
                 return; // its session ended; the session layer failed it
             }
-            Some((state.session_id.clone(), state.version.clone()))
+            Some((state.session_id.clone(), state.version_header()))
         };
         let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
         let response = match post(&shared, &exchange, session).await {
@@ -284,9 +267,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
         }
 
         if exchange.method.as_deref() == Some(Initialize::VALUE) {
-            let mut state = shared.state();
-            state.session_id = response.headers().get(MCP_SESSION_ID).cloned();
-            state.version = None;
+            shared.state().session_id = response.headers().get(MCP_SESSION_ID).cloned();
         }
         if reopened {
             reopened = false;
@@ -608,7 +589,7 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
         if state.epoch != exchange.epoch {
             return;
         }
-        Some((state.session_id.clone(), state.version.clone()))
+        Some((state.session_id.clone(), state.version_header()))
     };
     let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
     let opens_standalone = !exchange.modern
@@ -717,7 +698,7 @@ async fn follow(
             if state.session_id != session {
                 return; // the session ended meanwhile
             }
-            state.version.clone()
+            state.version_header()
         };
         let mut builder =
             builder(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
