@@ -323,6 +323,12 @@ impl Reply {
         let _ = self.stream.flush().await;
     }
 
+    /// Writes an SSE comment: false once the client has closed the connection (a write fails;
+    /// the first write after the close may still succeed).
+    pub async fn alive(&mut self) -> bool {
+        self.stream.write_all(b": alive\n\n").await.is_ok() && self.stream.flush().await.is_ok()
+    }
+
     /// A complete response with a body and `Connection: close`.
     pub async fn full(&mut self, status: u16, headers: &[(&str, &str)], body: &str) {
         let mut head = format!(

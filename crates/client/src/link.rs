@@ -94,6 +94,11 @@ impl Link {
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
                 Transmit::Message { message, .. } => {
+                    if let Some(id) = legacy_cancellation(&message) {
+                        // The answer is not wanted any more: its response stream is closed too
+                        // (the notification tells the server; the transport reads no methods).
+                        t.cancel(&id);
+                    }
                     let id = match &message {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
@@ -167,6 +172,22 @@ impl Link {
             #[cfg(feature = "http")]
             Link::Http(t) => t.close().await,
         }
+    }
+}
+
+/// The request a legacy `notifications/cancelled` of the session names. (A modern cancellation
+/// comes as [`Transmit::Cancel`].)
+#[cfg(feature = "http")]
+fn legacy_cancellation(message: &Message) -> Option<RequestId> {
+    use modelctx_types::consts::NotificationsCancelled;
+    use modelctx_types::v2025_11_25::CancelledNotificationParams;
+    match message {
+        Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
+            n.params_as::<CancelledNotificationParams>()
+                .ok()?
+                .request_id
+        }
+        _ => None,
     }
 }
 

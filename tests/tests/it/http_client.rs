@@ -599,7 +599,8 @@ async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_al
             .filter(|s| s.rpc_method() == Some("tools/call"))
             .count()
     };
-    // By default a tools/call is not sent again: the tool may have run.
+    // By default nothing is sent again, whatever its method: the transport cannot know what is
+    // safe to repeat (the client facade tells it; see client_http's finding 5).
     let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
     let answer = within("not reissued by default", client.answer(&id)).await;
     assert!(
@@ -607,13 +608,28 @@ async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_al
         "{answer:?}"
     );
     assert_eq!(calls(&server), 1);
-    // Another method is.
+    let reads = |server: &ScriptServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("resources/read"))
+            .count()
+    };
     let id = client.start("resources/read", json!({"uri": "file:///x"}));
+    let answer = within("a read, not reissued by default", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("was not sent again")),
+        "{answer:?}"
+    );
+    assert_eq!(reads(&server), 1);
+    // Allowed, it is sent again, up to max_reissues times.
+    let id = client.start_reissued("resources/read", json!({"uri": "file:///x"}));
     let answer = within("a read", client.answer(&id)).await;
     assert!(
         matches!(&answer, Err(RequestError::Transport(why)) if why.contains("3 times")),
         "{answer:?}"
     );
+    assert_eq!(reads(&server), 4, "the first try and max_reissues (2) more");
     let id = client.start_reissued("tools/call", json!({"name": "x", "arguments": {}}));
     let result = within("reissued", client.answer(&id)).await.unwrap();
     assert_eq!(text_of(&result), "second try");

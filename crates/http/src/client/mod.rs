@@ -20,9 +20,10 @@
 //!   When `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
 //!   transport (a GET for the `endpoint` event, then POSTs there).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
-//!   that breaks loses the request, which is sent again with a new id (bounded; never for a
-//!   `tools/call` unless sent with [`SendOptions::reissue`]`(true)`, since a tool may not be
-//!   idempotent; not for requests sent with [`SendOptions::no_reissue`]); a broken `subscriptions/listen` stream is re-opened
+//!   that breaks loses the request, which is sent again with a new id when the caller allows it
+//!   ([`SendOptions::reissue`]`(true)`, bounded; the client facade allows it for every request
+//!   but a `tools/call` of a tool not marked idempotent); a broken `subscriptions/listen` stream
+//!   is re-opened
 //!   and [`Inbound::ListenReopened`] says notifications may have been lost;
 //!   [`cancel`](HttpTransport::cancel) closes the request's stream, which is how the era
 //!   cancels.
@@ -188,8 +189,9 @@ pub enum TransportError {
         reissued: u32,
     },
     /// The response stream of a modern request broke before the answer, and the request was not
-    /// sent again: it was sent without re-issue ([`SendOptions`]; by default a `tools/call`,
-    /// whose tool may have run already). Holds how the stream ended.
+    /// sent again: it was sent without re-issue ([`SendOptions::reissue`], default no; the
+    /// client facade says no for a `tools/call` whose tool may have run already). Holds how the
+    /// stream ended.
     #[error(
         "the response stream broke before the answer ({0}); the request was not sent again, since it may have taken effect (a tools/call is sent again only when the tool is idempotent or the caller allows it)"
     )]
@@ -243,25 +245,28 @@ pub enum UrlError {
 
 /// How one message is sent.
 ///
-/// By default a modern request whose response stream breaks before the answer is sent again
-/// with a new id (at most [`ClientConfig::max_reissues`] times), except `tools/call`: a tool may
-/// have side effects, and the server may have run it already, so a broken `tools/call` fails
-/// with [`TransportError::StreamEnded`] unless [`reissue(true)`](Self::reissue) says the tool is
-/// idempotent (its `annotations.idempotentHint` is true, or the caller knows better).
+/// A modern request whose response stream breaks before the answer is sent again with a new id
+/// (at most [`ClientConfig::max_reissues`] times) only when [`reissue(true)`](Self::reissue)
+/// says it is safe to repeat; by default it fails ([`TransportError::NotReissued`]). The
+/// transport does not judge requests by their method: the client facade allows it for every
+/// request but a `tools/call` of a tool not marked idempotent (a tool may have side effects,
+/// and the server may have run it already).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct SendOptions {
-    /// `None`: by method (every method but `tools/call`).
-    pub(crate) reissue: Option<bool>,
+    /// Whether a broken modern request is sent again (default: no).
+    pub(crate) reissue: bool,
     /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls.
     pub(crate) param_headers: Option<Arc<[ParamHeader]>>,
 }
 
 impl SendOptions {
-    /// Whether a modern request whose response stream breaks is sent again with a new id
-    /// (default: yes for every method but `tools/call`).
+    /// Whether a modern request whose response stream breaks is sent again with a new id, at
+    /// most [`ClientConfig::max_reissues`] times (default: no, since the transport cannot know
+    /// whether a request is safe to repeat; the client facade says yes for every request but a
+    /// `tools/call` of a tool not marked idempotent).
     pub fn reissue(mut self, reissue: bool) -> Self {
-        self.reissue = Some(reissue);
+        self.reissue = reissue;
         self
     }
 
@@ -281,12 +286,6 @@ impl SendOptions {
     pub fn param_headers(mut self, params: Arc<[ParamHeader]>) -> Self {
         self.param_headers = Some(params);
         self
-    }
-
-    /// Whether a request of `method` is re-issued with these options.
-    pub(crate) fn reissues(&self, method: Option<&str>) -> bool {
-        self.reissue
-            .unwrap_or_else(|| method != Some(modelctx_types::consts::ToolsCall::VALUE))
     }
 }
 
@@ -549,15 +548,6 @@ impl HttpTransport {
 
     /// Sends one message with options.
     pub fn send_with(&self, message: Message, options: SendOptions) -> Result<(), SendError> {
-        if let Message::Notification(n) = &message
-            && n.method == "notifications/cancelled"
-        {
-            // A legacy cancellation: the answer is not wanted any more, so its stream is closed
-            // too (the notification itself tells the server).
-            if let Some(id) = crate::cancelled_id(n) {
-                self.stop_request(&id);
-            }
-        }
         request::send(&self.shared, vec![message], false, options)
     }
 
@@ -582,13 +572,13 @@ impl HttpTransport {
         request::send(&self.shared, messages, true, SendOptions::default())
     }
 
-    /// Cancels request `id` the modern way: its response stream is closed, which the server
-    /// takes as the cancellation. Nothing more comes for it. Unknown ids are ignored.
+    /// Closes the response stream of request `id`: nothing more comes for it. Unknown ids are
+    /// ignored. In the modern era this is how a request is cancelled (the server takes the
+    /// closed stream as the cancellation). A legacy session cancels with a
+    /// `notifications/cancelled` message, sent like any other; its request's stream is not
+    /// closed by that message (the transport reads no method names): the layer above calls
+    /// this too, since the answer is not wanted any more (the client facade does).
     pub fn cancel(&self, id: &RequestId) {
-        self.stop_request(id);
-    }
-
-    fn stop_request(&self, id: &RequestId) {
         let mut state = self.shared.state();
         if let Some(key) = state.by_request.remove(id)
             && let Some(task) = state.tasks.remove(&key)

@@ -81,7 +81,7 @@ pub(crate) fn send(
         let state = shared.state();
         (state.epoch, state.old_endpoint.clone())
     };
-    let reissue = options.reissues(method.as_deref());
+    let reissue = options.reissue;
     let exchange = Exchange {
         messages,
         batch,
