@@ -103,8 +103,7 @@ impl Link {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
                     };
-                    let mut options =
-                        modelctx_http::client::SendOptions::default().reissue(hints.reissue);
+                    let mut options = send_options(&message).reissue(hints.reissue);
                     if let Some(params) = hints.param_headers {
                         options = options.param_headers(params);
                     }
@@ -172,6 +171,23 @@ impl Link {
             #[cfg(feature = "http")]
             Link::Http(t) => t.close().await,
         }
+    }
+}
+
+/// What the HTTP transport must know of a message that it does not read itself: which request
+/// starts a legacy session, which notification completes its handshake, which request is a
+/// listen stream.
+#[cfg(feature = "http")]
+fn send_options(message: &Message) -> modelctx_http::client::SendOptions {
+    use modelctx_types::consts::{Initialize, NotificationsInitialized, SubscriptionsListen};
+    let options = modelctx_http::client::SendOptions::default();
+    match message {
+        Message::Request(r) if r.method == Initialize::VALUE => options.starts_session(),
+        Message::Request(r) if r.method == SubscriptionsListen::VALUE => options.listen(),
+        Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
+            options.opens_standalone()
+        }
+        _ => options,
     }
 }
 

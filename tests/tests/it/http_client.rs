@@ -1213,7 +1213,9 @@ async fn the_legacy_version_header_is_the_version_the_session_tells_not_the_init
     let mut transport = HttpTransport::new(&server.url(), config).unwrap();
     let ask = async |transport: &mut HttpTransport, id: i64, method: &str| {
         let request = Request::new(RequestId::from(id), method, &json!({})).unwrap();
-        transport.send(Message::Request(request)).unwrap();
+        let message = Message::Request(request);
+        let options = roles(&message, modelctx_http::client::SendOptions::default());
+        transport.send_with(message, options).unwrap();
         match within(method, transport.recv()).await {
             Some(Inbound::Message(Incoming::Single(Message::Response(r)))) => {
                 assert_eq!(r.id, RequestId::from(id));
@@ -1243,4 +1245,36 @@ async fn the_legacy_version_header_is_the_version_the_session_tells_not_the_init
     assert_eq!(version_of(4), None);
     let delete = seen.iter().find(|s| s.method == "DELETE").unwrap();
     assert_eq!(delete.header("mcp-protocol-version"), Some("2025-03-26"));
+}
+
+/// The transport reads no method names: what starts a legacy session is the request the layer
+/// above marks with `SendOptions::starts_session`, not one named `initialize`.
+#[tokio::test]
+async fn the_session_id_comes_from_the_request_marked_as_starting_the_session() {
+    use modelctx_http::client::{HttpTransport, Inbound, SendOptions};
+    use modelctx_types::{Incoming, Message, Request, RequestId};
+
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let answer = json!({"jsonrpc": "2.0", "id": seen.body["id"], "result": {}});
+        reply.json(200, &[("mcp-session-id", "s9")], &answer).await;
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+    for (id, method, options) in [
+        (1, "initialize", SendOptions::default()),
+        (2, "x/start", SendOptions::default().starts_session()),
+    ] {
+        let request = Request::new(RequestId::from(id), method, &json!({})).unwrap();
+        transport
+            .send_with(Message::Request(request), options)
+            .unwrap();
+        match within(method, transport.recv()).await {
+            Some(Inbound::Message(Incoming::Single(Message::Response(_)))) => {}
+            other => panic!("{other:?}"),
+        }
+        let expected = (id == 2).then(|| "s9".to_owned());
+        assert_eq!(transport.session_id(), expected, "after {method}");
+    }
 }

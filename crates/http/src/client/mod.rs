@@ -10,27 +10,32 @@
 //!   gives with [`SendOptions::param_headers`] (the client facade, which lists the tools, knows
 //!   them; the transport lists nothing itself).
 //! * **Legacy requests** (no `io.modelcontextprotocol/protocolVersion` in `_meta`): the session id
-//!   from the `initialize` response is sent on every later request, with the negotiated version
+//!   from the response to the request sent with [`SendOptions::starts_session`] (the
+//!   `initialize`) is sent on every later request, with the negotiated version
 //!   the client facade tells [`set_version`](HttpTransport::set_version); a 404 to a request that
 //!   carried it means the session ended ([`Inbound::SessionEnded`]); a broken SSE response is
 //!   resumed with `GET` and `Last-Event-ID` (see [`Reconnect`]); the standalone GET stream is
-//!   opened once the session is initialized (where it stands:
+//!   opened once the server accepted the notification sent with
+//!   [`SendOptions::opens_standalone`] (`notifications/initialized`; where it stands:
 //!   [`standalone_stream`](HttpTransport::standalone_stream)); `DELETE` on
 //!   [`close`](HttpTransport::close).
-//!   When `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
+//!   When the `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
 //!   transport (a GET for the `endpoint` event, then POSTs there).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
 //!   that breaks loses the request, which is sent again with a new id when the caller allows it
 //!   ([`SendOptions::reissue`]`(true)`, bounded; the client facade allows it for every request
-//!   but a `tools/call` of a tool not marked idempotent); a broken `subscriptions/listen` stream
-//!   is re-opened
-//!   and [`Inbound::ListenReopened`] says notifications may have been lost;
+//!   but a `tools/call` of a tool not marked idempotent); a broken listen stream (a request sent
+//!   with [`SendOptions::listen`]) is re-opened and [`Inbound::ListenReopened`] says notifications may have been lost;
 //!   [`cancel`](HttpTransport::cancel) closes the request's stream, which is how the era
 //!   cancels.
 //!
 //! # What it does not do
 //!
-//! It keeps no protocol state, never answers anything itself and sends no request of its own
+//! It reads no method names (the layer above says what it must know of a message with
+//! [`SendOptions`]; `headers.rs` writes the `Mcp-Method`/`Mcp-Name` headers; one exception: a
+//! listen stream's `notifications/subscriptions/acknowledged` is recognised so that it does not
+//! count as a sign of life), keeps no protocol state, never answers anything itself and sends
+//! no request of its own
 //! (it does not list tools, filter `tools/list` results or retry after a -32020: the client
 //! facade does, see `modelctx-client`): what comes back is handed up
 //! as [`Inbound`] items for the session (`handle_incoming`, `request_failed`,
@@ -258,6 +263,9 @@ pub struct SendOptions {
     pub(crate) reissue: bool,
     /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls.
     pub(crate) param_headers: Option<Arc<[ParamHeader]>>,
+    pub(crate) starts_session: bool,
+    pub(crate) listen: bool,
+    pub(crate) opens_standalone: bool,
 }
 
 impl SendOptions {
@@ -275,6 +283,31 @@ impl SendOptions {
     /// [`reissue(false)`](Self::reissue).
     pub fn no_reissue(self) -> Self {
         self.reissue(false)
+    }
+
+    /// The request starts a legacy session (it is the `initialize`; default no): the
+    /// `Mcp-Session-Id` of its response becomes the session's, and a 400, 404 or 405 to it
+    /// falls back to the 2024-11-05 HTTP+SSE transport ([`ClientConfig::old_sse_fallback`]).
+    /// The transport reads no method names: the layer above says which request it is.
+    pub fn starts_session(mut self) -> Self {
+        self.starts_session = true;
+        self
+    }
+
+    /// The notification completes the legacy handshake (it is `notifications/initialized`;
+    /// default no): once the server accepted it, the session's standalone GET stream is opened
+    /// ([`ClientConfig::standalone_stream`]).
+    pub fn opens_standalone(mut self) -> Self {
+        self.opens_standalone = true;
+        self
+    }
+
+    /// The modern request is a `subscriptions/listen` (default no): its stream, which has no
+    /// end, is opened again when it breaks ([`Inbound::ListenReopened`]) rather than re-issued
+    /// or failed.
+    pub fn listen(mut self) -> Self {
+        self.listen = true;
+        self
     }
 
     /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls, as
