@@ -12,6 +12,12 @@ use crate::error::TransportError;
 
 pub(crate) use crate::channels::{Channels, LinkEvent, QUEUE, WRITE_TIMEOUT, feed, forward};
 
+#[cfg(feature = "stdio")]
+use crate::stdio::ServerExit;
+/// No child process without the feature `stdio`.
+#[cfg(not(feature = "stdio"))]
+pub(crate) type ServerExit = std::convert::Infallible;
+
 /// How the transport may carry one request; only Streamable HTTP uses them.
 #[derive(Debug, Clone)]
 pub(crate) struct Hints {
@@ -156,8 +162,9 @@ impl Link {
     }
 
     /// Ends the transport: closes the server's input (and, for a child process, shuts it down
-    /// as the specification asks); over HTTP, ends a legacy session with `DELETE`.
-    pub(crate) async fn shut_down(self) {
+    /// as the specification asks); over HTTP, ends a legacy session with `DELETE`. How a child
+    /// process stopped, for a link to one.
+    pub(crate) async fn shut_down(self) -> Option<ServerExit> {
         match self {
             Link::Channels(mut c) => c.out = None,
             #[cfg(feature = "stdio")]
@@ -166,11 +173,12 @@ impl Link {
                 child,
             } => {
                 channels.out = None;
-                child.shut_down().await;
+                return child.shut_down().await;
             }
             #[cfg(feature = "http")]
             Link::Http(t) => t.close().await,
         }
+        None
     }
 }
 

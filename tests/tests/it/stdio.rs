@@ -440,3 +440,45 @@ async fn a_closed_stdout_ends_the_server_cleanly() {
     );
     assert!(!stderr.contains("panicked"), "{:?}", stderr.lines());
 }
+
+/// The client facade says how its server process stopped once the connection is closed: on
+/// its own after stdin closed (the facade's stdio server), or by SIGTERM (a server that keeps
+/// running after stdin closes), with its exit status.
+#[tokio::test]
+async fn the_client_facade_reports_how_the_server_process_stopped() {
+    use modelctx_client::{Client, StoppedBy};
+    const FACADE_SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
+
+    let facade = ServerCommand::new(FACADE_SERVER)
+        .shutdown_waits(Duration::from_secs(5), Duration::from_secs(5));
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_stdio(facade),
+    )
+    .await
+    .unwrap();
+    within("ping", client.ping()).await.unwrap();
+    assert_eq!(client.server_exit(), None, "still running");
+    within("close", client.close()).await;
+    let exit = client.server_exit().expect("reaped");
+    assert_eq!(exit.by, StoppedBy::Exit);
+    assert!(exit.status.success(), "{:?}", exit.status);
+
+    let stderr = Captured::default();
+    let stubborn = command(&["--ignore-stdin-close"], &stderr);
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_stdio(stubborn),
+    )
+    .await
+    .unwrap();
+    within("ping", client.ping()).await.unwrap();
+    within("close", client.close()).await;
+    let exit = client.server_exit().expect("reaped");
+    assert_eq!(exit.by, StoppedBy::Terminate);
+    assert!(!exit.status.success(), "{:?}", exit.status);
+}
