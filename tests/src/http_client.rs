@@ -13,10 +13,23 @@ use modelctx_http::headers::{ParamHeader, param_headers};
 use modelctx_session::{
     ClientConfig as SessionConfig, ClientSession, Event, PeerInfo, RequestError, Transmit,
 };
-use modelctx_types::{JsonObject, RequestId};
+use modelctx_types::{JsonObject, Message, RequestId};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// What the client facade tells the transport of a message (`client/src/link.rs`): the
+/// transport reads no method names.
+pub fn roles(message: &Message, options: SendOptions) -> SendOptions {
+    match message {
+        Message::Request(r) if r.method == "initialize" => options.starts_session(),
+        Message::Request(r) if r.method == "subscriptions/listen" => options.listen(),
+        Message::Notification(n) if n.method == "notifications/initialized" => {
+            options.opens_standalone()
+        }
+        _ => options,
+    }
+}
 
 /// A client session carried by an [`HttpTransport`]: the smallest facade, for tests.
 pub struct Driver {
@@ -62,10 +75,13 @@ impl Driver {
     }
 
     fn flush(&mut self) {
+        // What the client facade does: the transport hears the version from the session.
+        self.transport.set_version(self.session.version());
         while let Some(transmit) = self.session.poll_transmit() {
             let sent = match transmit {
                 Transmit::Message { message, .. } => {
-                    self.transport.send_with(message, self.options.clone())
+                    let options = roles(&message, self.options.clone());
+                    self.transport.send_with(message, options)
                 }
                 Transmit::Batch(messages) => self.transport.send_batch(messages),
                 Transmit::Cancel { request_id, .. } => {
@@ -319,6 +335,12 @@ impl Reply {
     pub async fn raw(&mut self, bytes: &[u8]) {
         let _ = self.stream.write_all(bytes).await;
         let _ = self.stream.flush().await;
+    }
+
+    /// Writes an SSE comment: false once the client has closed the connection (a write fails;
+    /// the first write after the close may still succeed).
+    pub async fn alive(&mut self) -> bool {
+        self.stream.write_all(b": alive\n\n").await.is_ok() && self.stream.flush().await.is_ok()
     }
 
     /// A complete response with a body and `Connection: close`.

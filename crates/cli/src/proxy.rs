@@ -32,6 +32,16 @@
 //! about. Server-to-client requests are refused (a 2026-07-28 server asks with
 //! `input_required` results).
 //!
+//! What a relay reads of the protocol itself, and why: the proxy is no party to either session
+//! (the client and the child are; it runs no `modelctx-session` session, which would answer
+//! and refuse in their place), yet it relates the child's messages to the client requests
+//! they belong to. So it reads a few things, with the generated method constants and `_meta`
+//! keys: the version in the child's `initialize` result (the facade's part: it tells
+//! `LegacySession::set_version`); a client's `notifications/cancelled` (the request no longer
+//! waits for an answer; passed on unchanged); progress tokens, `subscriptionId`s and the
+//! related-request id of log messages (to route); list changes and resource updates (to the
+//! standalone stream). Modern `_meta` is checked by the session's `check_modern_meta`.
+//!
 //! Memory: the queue to a child's stdin holds at most 16 MiB (and 1024 lines); its writer takes
 //! at most about 64 KiB before it flushes. A request that does not fit is answered with an
 //! error; a modern notification is passed on only while less than 8 MiB is queued, and dropped
@@ -49,6 +59,14 @@ use modelctx_http::server::{
     LegacyHandler, LegacySession, McpApp, ModernReply, ModernRequest, RequestContext, ServerConfig,
 };
 use modelctx_stdio::{LineReader, ServerCommand, Stderr};
+use modelctx_types::consts::{
+    NotificationsCancelled, NotificationsMessage, NotificationsProgress,
+    NotificationsResourcesUpdated, NotificationsToolsListChanged, SubscriptionsListen, ToolsList,
+};
+use modelctx_types::meta_keys::{
+    CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROGRESS_TOKEN, PROTOCOL_VERSION,
+    RELATED_REQUEST_ID, SUBSCRIPTION_ID,
+};
 use modelctx_types::{
     ErrorCode, ErrorObject, ErrorResponse, Incoming, Message, Notification, Request, RequestId,
 };
@@ -75,17 +93,10 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A shared child that ran this long before it exited is restarted at once.
 const BACKOFF_RESET: Duration = Duration::from_secs(10);
-/// The `_meta` key of a modelctx server's log message naming the request it is about
-/// (`modelctx_session::RELATED_REQUEST_ID`).
-const RELATED_REQUEST_ID: &str = "dev.modelctx/relatedRequestId";
 /// Messages waiting for one modern request's HTTP stream.
 const STREAM_QUEUE: usize = 256;
 /// Requests in flight on one legacy session.
 const SESSION_REQUESTS: usize = 1024;
-/// The `_meta` key of a listen notification's subscription id.
-const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-/// The `_meta` key of a modern request's log level.
-const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// The most tools whose headers the proxy keeps.
 const MAX_TOOLS: usize = 10_000;
 /// The modern version the proxy speaks to its shared child.
@@ -636,12 +647,7 @@ impl LegacyHandler for LegacyChild {
     fn input(&self, input: Incoming, _: RequestContext) {
         let (line, requests) = match input {
             Incoming::Single(message) => {
-                if let Message::Notification(n) = &message
-                    && n.method == "notifications/cancelled"
-                    && let Some(id) = params_of(&message).and_then(|p| {
-                        serde_json::from_value::<RequestId>(p.get("requestId")?.clone()).ok()
-                    })
-                {
+                if let Some(id) = legacy_cancellation(&message) {
                     // The server will not answer it: it is no longer in flight.
                     lock(&self.in_flight).retain(|(i, _)| *i != id);
                 }
@@ -692,6 +698,25 @@ impl LegacyHandler for LegacyChild {
     }
 }
 
+/// The request a client's legacy `notifications/cancelled` names.
+///
+/// A relay reads it itself: the proxy is no party to the session (the client and the child
+/// are; `LegacySession` carries it over HTTP without a protocol session of its own), yet it
+/// must know which requests still wait for an answer, to relate the child's messages to one
+/// (see [`legacy_related`]). So it reads this one notification, with the generated params
+/// type, and passes it on unchanged; the child's session decides what it means.
+fn legacy_cancellation(message: &Message) -> Option<RequestId> {
+    use modelctx_types::v2025_11_25::CancelledNotificationParams;
+    match message {
+        Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
+            n.params_as::<CancelledNotificationParams>()
+                .ok()?
+                .request_id
+        }
+        _ => None,
+    }
+}
+
 /// The requests among client messages, with their progress tokens; a client's cancellation of
 /// one of its requests is not a request.
 fn legacy_requests(messages: &[Message]) -> Vec<(RequestId, Option<Value>)> {
@@ -699,8 +724,7 @@ fn legacy_requests(messages: &[Message]) -> Vec<(RequestId, Option<Value>)> {
         .iter()
         .filter_map(|m| match m {
             Message::Request(r) => {
-                let token =
-                    params_of(m).and_then(|p| p.get("_meta")?.get("progressToken").cloned());
+                let token = params_of(m).and_then(|p| p.get("_meta")?.get(PROGRESS_TOKEN).cloned());
                 Some((r.id.clone(), token))
             }
             _ => None,
@@ -790,8 +814,8 @@ fn legacy_related(in_flight: &InFlight, message: &Message) -> Option<RequestId> 
     }
     let newest = || in_flight.last().map(|(id, _)| id.clone());
     match message {
-        Message::Notification(n) if n.method == "notifications/progress" => {
-            let token = params_of(message).and_then(|p| p.get("progressToken").cloned());
+        Message::Notification(n) if n.method == NotificationsProgress::VALUE => {
+            let token = params_of(message).and_then(|p| p.get(PROGRESS_TOKEN).cloned());
             in_flight
                 .iter()
                 .find(|(_, t)| t.is_some() && *t == token)
@@ -799,7 +823,7 @@ fn legacy_related(in_flight: &InFlight, message: &Message) -> Option<RequestId> 
         }
         Message::Notification(n)
             if n.method.ends_with("/list_changed")
-                || n.method == "notifications/resources/updated" =>
+                || n.method == NotificationsResourcesUpdated::VALUE =>
         {
             None
         }
@@ -907,8 +931,8 @@ impl Modern {
         let id = state.next_id;
         // The client's token becomes the child-side id: tokens of different clients can't clash.
         let token = meta
-            .filter(|m| m.contains_key("progressToken"))
-            .and_then(|m| m.insert("progressToken".into(), json!(id)));
+            .filter(|m| m.contains_key(PROGRESS_TOKEN))
+            .and_then(|m| m.insert(PROGRESS_TOKEN.into(), json!(id)));
         let forwarded = Request {
             id: RequestId::Number(id),
             method: request.method.clone(),
@@ -923,7 +947,7 @@ impl Modern {
             return fail("mcx proxy: the server is gone or too far behind".into());
         }
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        let listen = request.method == "subscriptions/listen";
+        let listen = request.method == SubscriptionsListen::VALUE;
         state.pending.insert(
             id,
             Pending {
@@ -1002,8 +1026,13 @@ impl Modern {
         state.child = Some((generation, link.clone()));
         tokio::spawn(modern_output(this.clone(), generation, output));
         let listen = json!({"notifications": {"toolsListChanged": true}});
-        Self::ask(&mut state, "subscriptions/listen", listen, Internal::Listen);
-        Self::ask(&mut state, "tools/list", json!({}), Internal::ToolsList);
+        Self::ask(
+            &mut state,
+            SubscriptionsListen::VALUE,
+            listen,
+            Internal::Listen,
+        );
+        Self::ask(&mut state, ToolsList::VALUE, json!({}), Internal::ToolsList);
         Ok((generation, link))
     }
 
@@ -1016,9 +1045,9 @@ impl Modern {
             params.insert(
                 "_meta".into(),
                 json!({
-                    "io.modelcontextprotocol/protocolVersion": MODERN,
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                    "io.modelcontextprotocol/clientInfo": {"name": "mcx-proxy", "version": env!("CARGO_PKG_VERSION")},
+                    PROTOCOL_VERSION: MODERN,
+                    CLIENT_CAPABILITIES: {},
+                    CLIENT_INFO: {"name": "mcx-proxy", "version": env!("CARGO_PKG_VERSION")},
                 }),
             );
         }
@@ -1066,7 +1095,7 @@ impl Modern {
             Some(cursor) => {
                 Self::ask(
                     state,
-                    "tools/list",
+                    ToolsList::VALUE,
                     json!({"cursor": cursor}),
                     Internal::ToolsList,
                 );
@@ -1083,7 +1112,7 @@ impl Modern {
     /// is a closed stream, not a message), while its queue holds less than
     /// [`NOTIFICATION_QUEUE_BYTES`]; dropped otherwise (it was accepted with 202 already).
     fn notification(&self, notification: Notification) {
-        if notification.method == "notifications/cancelled" {
+        if notification.method == NotificationsCancelled::VALUE {
             return;
         }
         let mut state = lock(&self.state);
@@ -1113,9 +1142,9 @@ impl Modern {
             let params = json!({
                 "requestId": id,
                 "reason": reason,
-                "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN},
+                "_meta": {PROTOCOL_VERSION: MODERN},
             });
-            if let Ok(cancel) = Notification::new("notifications/cancelled", &params) {
+            if let Ok(cancel) = Notification::new(NotificationsCancelled::VALUE, &params) {
                 link.send(&cancel.into());
             }
         }
@@ -1147,9 +1176,9 @@ impl Modern {
                 params_of(&message).and_then(|p| p.get("_meta")?.get(SUBSCRIPTION_ID)?.as_i64())
             && state.internal.contains_key(&id)
         {
-            if n.method == "notifications/tools/list_changed" {
+            if n.method == NotificationsToolsListChanged::VALUE {
                 state.tool_pages.clear();
-                Self::ask(&mut state, "tools/list", json!({}), Internal::ToolsList);
+                Self::ask(&mut state, ToolsList::VALUE, json!({}), Internal::ToolsList);
             }
             return;
         }
@@ -1230,14 +1259,14 @@ impl Modern {
                         }
                         id
                     })
-                } else if notification.method == "notifications/progress" {
-                    let id = params.get("progressToken").and_then(Value::as_i64);
+                } else if notification.method == NotificationsProgress::VALUE {
+                    let id = params.get(PROGRESS_TOKEN).and_then(Value::as_i64);
                     id.and_then(|id| {
                         let pending = state.pending.get(&id)?;
-                        params.insert("progressToken".into(), pending.token.clone()?);
+                        params.insert(PROGRESS_TOKEN.into(), pending.token.clone()?);
                         Some(id)
                     })
-                } else if notification.method == "notifications/cancelled" {
+                } else if notification.method == NotificationsCancelled::VALUE {
                     // The server ends a request (a listen stream): its stream ends.
                     if let Some(id) = params.get("requestId").and_then(Value::as_i64)
                         && state.pending.remove(&id).is_some()
@@ -1245,7 +1274,7 @@ impl Modern {
                         note(format_args!("the child ended request {id}"));
                     }
                     return;
-                } else if notification.method == "notifications/message" {
+                } else if notification.method == NotificationsMessage::VALUE {
                     let target = log_target(&state.pending, &mut params);
                     if target.is_none() {
                         state.dropped_logs += 1;
@@ -1409,6 +1438,32 @@ async fn modern_output(modern: Arc<Modern>, generation: u64, mut output: ChildOu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one client notification a legacy relay reads: its request no longer waits (number and
+    /// string ids); anything else, or one naming no request, is not a cancellation.
+    #[test]
+    fn a_legacy_cancellation_names_its_request() {
+        let message = |method: &str, params: Value| -> Message {
+            Notification::new(method, &params).unwrap().into()
+        };
+        let cancelled = NotificationsCancelled::VALUE;
+        assert_eq!(
+            legacy_cancellation(&message(cancelled, json!({"requestId": 7, "reason": "x"}))),
+            Some(RequestId::Number(7))
+        );
+        assert_eq!(
+            legacy_cancellation(&message(cancelled, json!({"requestId": "a"}))),
+            Some(RequestId::from("a"))
+        );
+        assert_eq!(legacy_cancellation(&message(cancelled, json!({}))), None);
+        let progress = json!({"requestId": 7, "progressToken": 1, "progress": 1});
+        assert_eq!(
+            legacy_cancellation(&message(NotificationsProgress::VALUE, progress)),
+            None
+        );
+        let request = Request::new(RequestId::Number(7), cancelled, &json!({"requestId": 7}));
+        assert_eq!(legacy_cancellation(&request.unwrap().into()), None);
+    }
 
     #[test]
     fn finding_2_spawns_follow_a_token_bucket() {

@@ -430,6 +430,8 @@ impl ClientBuilder {
         let shared = Arc::new(Shared {
             peer: Mutex::new(None),
             closed: Mutex::new(None),
+            #[cfg(feature = "stdio")]
+            server_exit: Mutex::new(None),
             notifications: Mutex::new(Some(notifications)),
             callbacks: self.callbacks,
             cache: self.cache.map(|cache| {

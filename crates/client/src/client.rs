@@ -1083,6 +1083,22 @@ impl Client {
         sizes.await.ok()
     }
 
+    /// How the server process stopped, for a connection to a child process
+    /// ([`ClientBuilder::connect_stdio`](crate::ClientBuilder::connect_stdio) and the like) once
+    /// the connection has ended and the process has been reaped: after [`close`](Self::close)
+    /// returns, or once [`is_closed`](Self::is_closed) and the child has been stopped. `None`
+    /// before, for other transports, and when its exit status could not be read. A process
+    /// restarted by a reconnect reports only the last one.
+    #[cfg(feature = "stdio")]
+    pub fn server_exit(&self) -> Option<crate::ServerExit> {
+        *self
+            .inner
+            .shared
+            .server_exit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Closes the connection: calls in flight fail with [`Error::Closed`]; a child process is
     /// shut down (stdin closed, then SIGTERM, then SIGKILL); a legacy HTTP session is ended with
     /// `DELETE`. Returns when that is done.

@@ -128,6 +128,9 @@ pub struct TableSizes {
 pub(crate) struct Shared {
     pub(crate) peer: Mutex<Option<PeerInfo>>,
     pub(crate) closed: Mutex<Option<CloseReason>>,
+    /// How the server process stopped, once the connection to it ended.
+    #[cfg(feature = "stdio")]
+    pub(crate) server_exit: Mutex<Option<crate::stdio::ServerExit>>,
     pub(crate) notifications: Mutex<Option<broadcast::Sender<ServerNotification>>>,
     pub(crate) callbacks: Vec<NotificationFn>,
     pub(crate) cache: Option<(ResultCache, Scope)>,
@@ -543,6 +546,14 @@ impl Driver {
     async fn pump(&mut self) {
         loop {
             let mut busy = false;
+            // The transport learns the negotiated version from the session, before the first
+            // message sent under it (`notifications/initialized`), never from the wire; a new
+            // session has none yet. A closed session's stays, for the `DELETE` that ends it.
+            if let Some(link) = &self.link
+                && !self.session.is_closed()
+            {
+                link.set_version(self.session.version());
+            }
             while let Some(transmit) = self.session.poll_transmit() {
                 busy = true;
                 // A call may be sent again by the transport only when its caller allows it.
@@ -848,7 +859,17 @@ impl Driver {
             let _ = ready.send(Err(error));
         }
         if let Some(link) = self.link.take() {
-            link.shut_down().await;
+            let exit = link.shut_down().await;
+            #[cfg(feature = "stdio")]
+            {
+                *self
+                    .shared
+                    .server_exit
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = exit;
+            }
+            #[cfg(not(feature = "stdio"))]
+            let _ = exit;
         }
         for done in self.closing.take().unwrap_or_default() {
             let _ = done.send(());

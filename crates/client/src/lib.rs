@@ -107,3 +107,7 @@ pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 pub use modelctx_http::client::ClientConfig as HttpConfig;
 #[cfg(feature = "stdio")]
 pub use modelctx_stdio::ServerCommand;
+#[cfg(feature = "stdio")]
+pub use modelctx_stdio::StoppedBy;
+#[cfg(feature = "stdio")]
+pub use stdio::ServerExit;

@@ -12,6 +12,12 @@ use crate::error::TransportError;
 
 pub(crate) use crate::channels::{Channels, LinkEvent, QUEUE, WRITE_TIMEOUT, feed, forward};
 
+#[cfg(feature = "stdio")]
+use crate::stdio::ServerExit;
+/// No child process without the feature `stdio`.
+#[cfg(not(feature = "stdio"))]
+pub(crate) type ServerExit = std::convert::Infallible;
+
 /// How the transport may carry one request; only Streamable HTTP uses them.
 #[derive(Debug, Clone)]
 pub(crate) struct Hints {
@@ -94,12 +100,16 @@ impl Link {
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
                 Transmit::Message { message, .. } => {
+                    if let Some(id) = legacy_cancellation(&message) {
+                        // The answer is not wanted any more: its response stream is closed too
+                        // (the notification tells the server; the transport reads no methods).
+                        t.cancel(&id);
+                    }
                     let id = match &message {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
                     };
-                    let mut options =
-                        modelctx_http::client::SendOptions::default().reissue(hints.reissue);
+                    let mut options = send_options(&message).reissue(hints.reissue);
                     if let Some(params) = hints.param_headers {
                         options = options.param_headers(params);
                     }
@@ -115,6 +125,18 @@ impl Link {
                 }
                 _ => Ok(()),
             },
+        }
+    }
+
+    /// Tells the transport the version the session speaks (only Streamable HTTP uses it, for
+    /// the `MCP-Protocol-Version` header of legacy requests).
+    pub(crate) fn set_version(&self, version: Option<modelctx_session::ProtocolVersion>) {
+        match self {
+            #[cfg(feature = "http")]
+            Link::Http(t) => t.set_version(version),
+            _ => {
+                let _ = version;
+            }
         }
     }
 
@@ -140,8 +162,9 @@ impl Link {
     }
 
     /// Ends the transport: closes the server's input (and, for a child process, shuts it down
-    /// as the specification asks); over HTTP, ends a legacy session with `DELETE`.
-    pub(crate) async fn shut_down(self) {
+    /// as the specification asks); over HTTP, ends a legacy session with `DELETE`. How a child
+    /// process stopped, for a link to one.
+    pub(crate) async fn shut_down(self) -> Option<ServerExit> {
         match self {
             Link::Channels(mut c) => c.out = None,
             #[cfg(feature = "stdio")]
@@ -150,11 +173,45 @@ impl Link {
                 child,
             } => {
                 channels.out = None;
-                child.shut_down().await;
+                return child.shut_down().await;
             }
             #[cfg(feature = "http")]
             Link::Http(t) => t.close().await,
         }
+        None
+    }
+}
+
+/// What the HTTP transport must know of a message that it does not read itself: which request
+/// starts a legacy session, which notification completes its handshake, which request is a
+/// listen stream.
+#[cfg(feature = "http")]
+fn send_options(message: &Message) -> modelctx_http::client::SendOptions {
+    use modelctx_types::consts::{Initialize, NotificationsInitialized, SubscriptionsListen};
+    let options = modelctx_http::client::SendOptions::default();
+    match message {
+        Message::Request(r) if r.method == Initialize::VALUE => options.starts_session(),
+        Message::Request(r) if r.method == SubscriptionsListen::VALUE => options.listen(),
+        Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
+            options.opens_standalone()
+        }
+        _ => options,
+    }
+}
+
+/// The request a legacy `notifications/cancelled` of the session names. (A modern cancellation
+/// comes as [`Transmit::Cancel`].)
+#[cfg(feature = "http")]
+fn legacy_cancellation(message: &Message) -> Option<RequestId> {
+    use modelctx_types::consts::NotificationsCancelled;
+    use modelctx_types::v2025_11_25::CancelledNotificationParams;
+    match message {
+        Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
+            n.params_as::<CancelledNotificationParams>()
+                .ok()?
+                .request_id
+        }
+        _ => None,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use modelctx_stdio::{LineReader, LineWriter, ServerCommand, ServerProcess};
+use modelctx_stdio::{LineReader, LineWriter, ServerCommand, ServerProcess, StoppedBy};
 use modelctx_types::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::process::ChildStdin;
@@ -10,6 +10,18 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::channels::{Channels, LinkEvent, OUT_QUEUE, QUEUE};
+
+/// How the server process of a stdio connection stopped: see [`Client::server_exit`].
+///
+/// [`Client::server_exit`]: crate::Client::server_exit
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerExit {
+    /// Its exit status.
+    pub status: std::process::ExitStatus,
+    /// What made it exit: on its own (before or after its stdin closed), SIGTERM or SIGKILL.
+    pub by: StoppedBy,
+}
 
 /// A running server process and the task that writes its stdin.
 pub(crate) struct Child {
@@ -24,8 +36,9 @@ impl Child {
         self.process.describe_exit()
     }
 
-    /// Closes stdin, waits, SIGTERM, waits, SIGKILL; always reaps.
-    pub(crate) async fn shut_down(mut self) {
+    /// Closes stdin, waits, SIGTERM, waits, SIGKILL; always reaps. How it stopped, when its
+    /// exit status could be read.
+    pub(crate) async fn shut_down(mut self) -> Option<ServerExit> {
         // The channel to the writer is closed by now: it hands the writer back when done.
         let writer = match tokio::time::timeout(Duration::from_secs(2), &mut self.writer).await {
             Ok(Ok(writer)) => writer,
@@ -35,17 +48,28 @@ impl Child {
             }
         };
         let result = match writer {
-            Some(writer) => self.process.shutdown(writer).await.map(drop),
+            Some(writer) => self.process.shutdown(writer).await.map(|s| {
+                Some(ServerExit {
+                    status: s.status,
+                    by: s.by,
+                })
+            }),
             None => {
                 // Its stdin is closed already (the writer failed): give it the same wait to exit;
                 // a process dropped while running is killed and reaped.
                 let _ = tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await;
-                self.process.try_wait().map(drop)
+                self.process.try_wait().map(|status| {
+                    status.map(|status| ServerExit {
+                        status,
+                        by: StoppedBy::Exit,
+                    })
+                })
             }
         };
-        if let Err(error) = result {
+        result.unwrap_or_else(|error| {
             tracing::warn!(%error, "stopping the server process failed");
-        }
+            None
+        })
     }
 }
 

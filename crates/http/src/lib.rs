@@ -50,7 +50,7 @@ pub mod server;
 mod sse;
 
 /// The request a `notifications/cancelled` names (`params.requestId`), if it names one.
-#[cfg(any(feature = "client", feature = "server"))]
+#[cfg(feature = "server")]
 fn cancelled_id(notification: &modelctx_types::Notification) -> Option<modelctx_types::RequestId> {
     #[derive(serde::Deserialize)]
     struct Params {

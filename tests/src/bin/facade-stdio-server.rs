@@ -1,6 +1,6 @@
 //! The facade's test server: on stdin and stdout, or with `--http`, on 127.0.0.1 (a free port,
 //! printed as `LISTENING <port>`) until stdin closes. `--client-tests` serves the richer server
-//! of the client tests.
+//! of the client tests; `--max-line BYTES` bounds the lines read on stdin.
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
@@ -21,5 +21,16 @@ async fn main() -> std::io::Result<()> {
         running.shutdown(std::time::Duration::from_secs(1)).await;
         return Ok(());
     }
-    server.serve_stdio().await
+    // `--max-line BYTES`: the longest line read (default: the transport's 4 MiB).
+    let args: Vec<String> = std::env::args().collect();
+    let max_line = args
+        .iter()
+        .position(|a| a == "--max-line")
+        .and_then(|i| args.get(i + 1)?.parse::<usize>().ok());
+    let codec = max_line.map_or_else(
+        modelctx_stdio::LineCodec::new,
+        modelctx_stdio::LineCodec::with_max_line_length,
+    );
+    let (reader, writer) = modelctx_stdio::stdio_with_codec(codec)?;
+    server.serve_lines(reader, writer).await
 }

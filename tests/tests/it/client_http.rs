@@ -369,9 +369,17 @@ async fn finding_5_a_broken_tool_call_is_sent_again_only_when_idempotent_or_allo
         match seen.rpc_method() {
             Some("server/discover") => {
                 let result = json!({"supportedVersions": ["2026-07-28"],
-                    "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "private"});
+                    "capabilities": {"tools": {}, "resources": {}}, "ttlMs": 0, "cacheScope": "private"});
                 reply.json(200, &[], &modern(&id, result)).await;
             }
+            Some("resources/read") if id.as_str().is_some_and(|s| s.contains("~reissue-")) => {
+                let contents = json!([{"uri": "file:///x", "text": "read again"}]);
+                let result = json!({"contents": contents, "ttlMs": 0, "cacheScope": "private"});
+                reply.sse_head(&[]).await;
+                let event = modelctx_tests::http_client::sse_message(None, &modern(&id, result));
+                reply.raw(event.as_bytes()).await;
+            }
+            Some("resources/read") => reply.sse_head(&[]).await,
             Some("tools/list") => {
                 let schema = json!({"type": "object"});
                 let tools = json!([
@@ -453,5 +461,157 @@ async fn finding_5_a_broken_tool_call_is_sent_again_only_when_idempotent_or_allo
     .await
     .unwrap_err();
     assert_eq!(calls_of("lookup"), 3);
+
+    // Any other request is sent again: the facade tells the transport so (it decides nothing
+    // by method itself).
+    let read = within("a read", client.read_resource("file:///x"))
+        .await
+        .unwrap();
+    assert_eq!(read.contents.len(), 1);
+    let reads = server
+        .seen()
+        .iter()
+        .filter(|s| s.rpc_method() == Some("resources/read"))
+        .count();
+    assert_eq!(reads, 2);
+    client.close().await;
+}
+
+/// The client facade tells the HTTP transport the version its session negotiated: the legacy
+/// session's `notifications/initialized` and later requests carry it in `MCP-Protocol-Version`,
+/// and the `initialize` of a new session after the server ended the old one carries none.
+#[tokio::test]
+async fn the_facade_tells_the_transport_the_negotiated_version_for_each_session() {
+    let sessions = Arc::new(AtomicUsize::new(0));
+    let counter = sessions.clone();
+    let server = ScriptServer::start(move |seen, mut reply| {
+        let counter = counter.clone();
+        async move {
+            let id = seen.body["id"].clone();
+            match (seen.method.as_str(), seen.rpc_method()) {
+                ("POST", Some("initialize")) => {
+                    let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    let session = format!("s{n}");
+                    let result = json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "script", "version": "1"},
+                    }});
+                    reply
+                        .json(200, &[("mcp-session-id", &session)], &result)
+                        .await;
+                }
+                ("POST", _) if seen.body.get("id").is_none() => reply.full(202, &[], "").await,
+                ("POST", Some("ping")) if seen.header("mcp-session-id") == Some("s1") => {
+                    reply.full(404, &[], "").await;
+                }
+                ("POST", Some("ping")) => {
+                    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+                    reply.json(200, &[], &answer).await;
+                }
+                ("DELETE", _) => reply.full(200, &[], "").await,
+                _ => reply.full(405, &[], "").await,
+            }
+        }
+    })
+    .await;
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_06_18)
+            .connect_http(&server.url()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        client.protocol_version(),
+        Some(ProtocolVersion::V2025_06_18)
+    );
+    // Session s1 has ended: the ping that finds out fails, the next one runs in session s2.
+    let _ = within("a ping in the ended session", client.ping()).await;
+    within("a ping in the new session", async {
+        while client.ping().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    client.close().await;
+
+    let seen = server.seen();
+    let posts = |method: &str| -> Vec<(Option<String>, Option<String>)> {
+        seen.iter()
+            .filter(|s| s.rpc_method() == Some(method))
+            .map(|s| {
+                let header = |name| s.header(name).map(str::to_owned);
+                (header("mcp-session-id"), header("mcp-protocol-version"))
+            })
+            .collect()
+    };
+    let v = Some("2025-06-18".to_owned());
+    let (s1, s2) = (Some("s1".to_owned()), Some("s2".to_owned()));
+    assert_eq!(posts("initialize"), [(None, None), (None, None)]);
+    assert_eq!(
+        posts("notifications/initialized"),
+        [(s1.clone(), v.clone()), (s2.clone(), v.clone())]
+    );
+    let pings = posts("ping");
+    assert_eq!(pings.first(), Some(&(s1, v.clone())));
+    assert_eq!(pings.last(), Some(&(s2, v.clone())));
+    let delete = seen.iter().find(|s| s.method == "DELETE").unwrap();
+    assert_eq!(delete.header("mcp-protocol-version"), v.as_deref());
+}
+
+/// A legacy call the client gives up on is cancelled with `notifications/cancelled`, and its
+/// response stream is closed too: the client facade tells the HTTP transport, which reads no
+/// method names itself.
+#[tokio::test]
+async fn a_cancelled_legacy_call_closes_its_response_stream() {
+    let closed = Arc::new(AtomicUsize::new(0));
+    let seen_closed = closed.clone();
+    let server = ScriptServer::start(move |seen, mut reply| {
+        let closed = seen_closed.clone();
+        async move {
+            if modelctx_tests::http_client::legacy_basics(&seen, &mut reply, Some("s1")).await {
+                return;
+            }
+            match seen.rpc_method() {
+                Some("tools/call") => {
+                    // Never answered: the stream stays open until the client closes it.
+                    reply.sse_head(&[]).await;
+                    while reply.alive().await {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    closed.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => reply.full(404, &[], "").await,
+            }
+        }
+    })
+    .await;
+    let client = legacy_client(&server.url()).await;
+    let options = modelctx_client::CallOptions::new().timeout(Some(Duration::from_millis(200)));
+    within(
+        "a call that times out",
+        client.call_tool_with("slow", json!({}), options),
+    )
+    .await
+    .unwrap_err();
+    within("the call's stream closed", async {
+        while closed.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let cancelled = server
+        .seen()
+        .into_iter()
+        .find(|s| s.rpc_method() == Some("notifications/cancelled"))
+        .expect("the server is told");
+    let call = server
+        .seen()
+        .into_iter()
+        .find(|s| s.rpc_method() == Some("tools/call"))
+        .unwrap();
+    assert_eq!(cancelled.body["params"]["requestId"], call.body["id"]);
     client.close().await;
 }

@@ -599,7 +599,8 @@ async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_al
             .filter(|s| s.rpc_method() == Some("tools/call"))
             .count()
     };
-    // By default a tools/call is not sent again: the tool may have run.
+    // By default nothing is sent again, whatever its method: the transport cannot know what is
+    // safe to repeat (the client facade tells it; see client_http's finding 5).
     let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
     let answer = within("not reissued by default", client.answer(&id)).await;
     assert!(
@@ -607,13 +608,28 @@ async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_al
         "{answer:?}"
     );
     assert_eq!(calls(&server), 1);
-    // Another method is.
+    let reads = |server: &ScriptServer| {
+        server
+            .seen()
+            .iter()
+            .filter(|s| s.rpc_method() == Some("resources/read"))
+            .count()
+    };
     let id = client.start("resources/read", json!({"uri": "file:///x"}));
+    let answer = within("a read, not reissued by default", client.answer(&id)).await;
+    assert!(
+        matches!(&answer, Err(RequestError::Transport(why)) if why.contains("was not sent again")),
+        "{answer:?}"
+    );
+    assert_eq!(reads(&server), 1);
+    // Allowed, it is sent again, up to max_reissues times.
+    let id = client.start_reissued("resources/read", json!({"uri": "file:///x"}));
     let answer = within("a read", client.answer(&id)).await;
     assert!(
         matches!(&answer, Err(RequestError::Transport(why)) if why.contains("3 times")),
         "{answer:?}"
     );
+    assert_eq!(reads(&server), 4, "the first try and max_reissues (2) more");
     let id = client.start_reissued("tools/call", json!({"name": "x", "arguments": {}}));
     let result = within("reissued", client.answer(&id)).await.unwrap();
     assert_eq!(text_of(&result), "second try");
@@ -1167,4 +1183,98 @@ async fn finding_13_unanswered_notification_posts_and_error_bodies_have_a_deadli
         other => panic!("{other:?}"),
     }
     assert_eq!(transport.table_sizes().tasks, 0);
+}
+
+/// The transport reads no protocol version from the `initialize` result: the legacy session's
+/// `MCP-Protocol-Version` header is the version the layer above tells it
+/// ([`HttpTransport::set_version`](modelctx_http::client::HttpTransport::set_version)), on
+/// requests and on the closing `DELETE`; a new `None` takes it away again.
+#[tokio::test]
+async fn the_legacy_version_header_is_the_version_the_session_tells_not_the_initialize_result() {
+    use modelctx_http::client::{HttpTransport, Inbound};
+    use modelctx_types::{Incoming, Message, ProtocolVersion, Request, RequestId};
+
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        if legacy_basics(&seen, &mut reply, Some("s1")).await {
+            return;
+        }
+        match (seen.method.as_str(), seen.rpc_method()) {
+            ("POST", Some("ping")) => {
+                let answer = json!({"jsonrpc": "2.0", "id": seen.body["id"], "result": {}});
+                reply.json(200, &[], &answer).await;
+            }
+            ("DELETE", _) => reply.full(200, &[], "").await,
+            _ => reply.full(405, &[], "").await,
+        }
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+    let ask = async |transport: &mut HttpTransport, id: i64, method: &str| {
+        let request = Request::new(RequestId::from(id), method, &json!({})).unwrap();
+        let message = Message::Request(request);
+        let options = roles(&message, modelctx_http::client::SendOptions::default());
+        transport.send_with(message, options).unwrap();
+        match within(method, transport.recv()).await {
+            Some(Inbound::Message(Incoming::Single(Message::Response(r)))) => {
+                assert_eq!(r.id, RequestId::from(id));
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    // The result names 2025-11-25; nothing is told yet.
+    ask(&mut transport, 1, "initialize").await;
+    ask(&mut transport, 2, "ping").await;
+    transport.set_version(Some(ProtocolVersion::V2025_06_18));
+    ask(&mut transport, 3, "ping").await;
+    transport.set_version(None);
+    ask(&mut transport, 4, "ping").await;
+    transport.set_version(Some(ProtocolVersion::V2025_03_26));
+    transport.close().await;
+
+    let seen = server.seen();
+    let version_of = |id: i64| {
+        let seen = seen.iter().find(|s| s.body["id"] == json!(id)).unwrap();
+        assert_eq!(seen.header("mcp-session-id"), (id > 1).then_some("s1"));
+        seen.header("mcp-protocol-version").map(str::to_owned)
+    };
+    assert_eq!(version_of(1), None);
+    assert_eq!(version_of(2), None, "not read from the initialize result");
+    assert_eq!(version_of(3).as_deref(), Some("2025-06-18"));
+    assert_eq!(version_of(4), None);
+    let delete = seen.iter().find(|s| s.method == "DELETE").unwrap();
+    assert_eq!(delete.header("mcp-protocol-version"), Some("2025-03-26"));
+}
+
+/// The transport reads no method names: what starts a legacy session is the request the layer
+/// above marks with `SendOptions::starts_session`, not one named `initialize`.
+#[tokio::test]
+async fn the_session_id_comes_from_the_request_marked_as_starting_the_session() {
+    use modelctx_http::client::{HttpTransport, Inbound, SendOptions};
+    use modelctx_types::{Incoming, Message, Request, RequestId};
+
+    let server = ScriptServer::start(|seen, mut reply| async move {
+        let answer = json!({"jsonrpc": "2.0", "id": seen.body["id"], "result": {}});
+        reply.json(200, &[("mcp-session-id", "s9")], &answer).await;
+    })
+    .await;
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+    for (id, method, options) in [
+        (1, "initialize", SendOptions::default()),
+        (2, "x/start", SendOptions::default().starts_session()),
+    ] {
+        let request = Request::new(RequestId::from(id), method, &json!({})).unwrap();
+        transport
+            .send_with(Message::Request(request), options)
+            .unwrap();
+        match within(method, transport.recv()).await {
+            Some(Inbound::Message(Incoming::Single(Message::Response(_)))) => {}
+            other => panic!("{other:?}"),
+        }
+        let expected = (id == 2).then(|| "s9".to_owned());
+        assert_eq!(transport.session_id(), expected, "after {method}");
+    }
 }

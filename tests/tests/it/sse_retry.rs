@@ -324,13 +324,17 @@ async fn initialized_transport(url: &str) -> HttpTransport {
         "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"},
     });
-    transport.send(request(1, "initialize", init)).unwrap();
+    let options = modelctx_http::client::SendOptions::default().starts_session();
+    transport
+        .send_with(request(1, "initialize", init), options)
+        .unwrap();
     loop {
         match within("initialize", transport.recv()).await {
             Some(Inbound::Message(Incoming::Single(Message::Response(_)))) => {
                 let initialized = Notification::new("notifications/initialized", &json!({}));
+                let options = modelctx_http::client::SendOptions::default().opens_standalone();
                 transport
-                    .send(Message::Notification(initialized.unwrap()))
+                    .send_with(Message::Notification(initialized.unwrap()), options)
                     .unwrap();
             }
             Some(Inbound::StandaloneOpened) => return transport,

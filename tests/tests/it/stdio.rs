@@ -138,7 +138,38 @@ async fn a_conversation_in_each_era_over_a_child_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_megabyte_message_gets_an_error_and_the_session_goes_on() {
     let stderr = Captured::default();
-    let mut child = command(&[], &stderr).spawn().unwrap();
+    let child = command(&[], &stderr).spawn().unwrap();
+    ten_megabytes_against(child).await;
+    // The same rule of the shipped transport under the server facade.
+    let facade = ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server"))
+        .shutdown_waits(Duration::from_secs(2), Duration::from_millis(300));
+    ten_megabytes_against(facade.spawn().unwrap()).await;
+
+    // The other way: the client reads a 10 MB answer as an over-long line, drops it, and goes on.
+    let child = command(&[], &Captured::default()).spawn().unwrap();
+    let mut config = legacy();
+    config.request_options.timeout = Some(Duration::from_secs(2));
+    let client = within("connect", Client::connect(config, child))
+        .await
+        .unwrap();
+    let big = within(
+        "big",
+        client.request("tools/call", call("big", json!({"bytes": 10 << 20}))),
+    )
+    .await;
+    assert!(matches!(big, Err(RequestError::Timeout(_))), "{big:?}");
+    let echoed = within(
+        "echo",
+        client.request("tools/call", call("echo", json!({"text": "after"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(text_of(&echoed), "after");
+    within("shutdown", client.shutdown()).await.unwrap();
+}
+
+/// A 10 MB line gets a -32600 naming the 4 MiB limit, and the next message its answer.
+async fn ten_megabytes_against(mut child: ChildTransport) {
     raw_initialized(&mut child).await;
     let huge = "a".repeat(10 << 20);
     child
@@ -169,34 +200,29 @@ async fn a_ten_megabyte_message_gets_an_error_and_the_session_goes_on() {
     );
     let report = within("shutdown", child.shutdown()).await.unwrap();
     assert_eq!(report.by, StoppedBy::Exit);
-
-    // The other way: the client reads a 10 MB answer as an over-long line, drops it, and goes on.
-    let child = command(&[], &Captured::default()).spawn().unwrap();
-    let mut config = legacy();
-    config.request_options.timeout = Some(Duration::from_secs(2));
-    let client = within("connect", Client::connect(config, child))
-        .await
-        .unwrap();
-    let big = within(
-        "big",
-        client.request("tools/call", call("big", json!({"bytes": 10 << 20}))),
-    )
-    .await;
-    assert!(matches!(big, Err(RequestError::Timeout(_))), "{big:?}");
-    let echoed = within(
-        "echo",
-        client.request("tools/call", call("echo", json!({"text": "after"}))),
-    )
-    .await
-    .unwrap();
-    assert_eq!(text_of(&echoed), "after");
-    within("shutdown", client.shutdown()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_gets_error_responses_and_the_session_goes_on() {
     let stderr = Captured::default();
-    let mut child = command(&["--max-line", "4096"], &stderr).spawn().unwrap();
+    garbage_against(command(&["--max-line", "4096"], &stderr), &stderr).await;
+}
+
+/// The garbage and line-length rules of the shipped stdio transport, under the server facade
+/// (`Server::serve_lines` over `stdio_with_codec`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_gets_error_responses_from_the_facade_server_and_the_session_goes_on() {
+    let stderr = Captured::default();
+    let facade = ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server"))
+        .args(["--max-line", "4096"])
+        .stderr(stderr.sink())
+        .shutdown_waits(Duration::from_secs(2), Duration::from_millis(300));
+    garbage_against(facade, &stderr).await;
+}
+
+/// `command` writes its stderr to `stderr`.
+async fn garbage_against(command: ServerCommand, stderr: &Captured) {
+    let mut child = command.spawn().unwrap();
     raw_initialized(&mut child).await;
     // (line, expected code, expected id)
     let garbage: &[(&[u8], i64, Value)] = &[
@@ -439,4 +465,46 @@ async fn a_closed_stdout_ends_the_server_cleanly() {
         stderr.lines()
     );
     assert!(!stderr.contains("panicked"), "{:?}", stderr.lines());
+}
+
+/// The client facade says how its server process stopped once the connection is closed: on
+/// its own after stdin closed (the facade's stdio server), or by SIGTERM (a server that keeps
+/// running after stdin closes), with its exit status.
+#[tokio::test]
+async fn the_client_facade_reports_how_the_server_process_stopped() {
+    use modelctx_client::{Client, StoppedBy};
+    const FACADE_SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
+
+    let facade = ServerCommand::new(FACADE_SERVER)
+        .shutdown_waits(Duration::from_secs(5), Duration::from_secs(5));
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_stdio(facade),
+    )
+    .await
+    .unwrap();
+    within("ping", client.ping()).await.unwrap();
+    assert_eq!(client.server_exit(), None, "still running");
+    within("close", client.close()).await;
+    let exit = client.server_exit().expect("reaped");
+    assert_eq!(exit.by, StoppedBy::Exit);
+    assert!(exit.status.success(), "{:?}", exit.status);
+
+    let stderr = Captured::default();
+    let stubborn = command(&["--ignore-stdin-close"], &stderr);
+    let client = within(
+        "connect",
+        Client::builder("t", "1")
+            .protocol_version(ProtocolVersion::V2025_11_25)
+            .connect_stdio(stubborn),
+    )
+    .await
+    .unwrap();
+    within("ping", client.ping()).await.unwrap();
+    within("close", client.close()).await;
+    let exit = client.server_exit().expect("reaped");
+    assert_eq!(exit.by, StoppedBy::Terminate);
+    assert!(!exit.status.success(), "{:?}", exit.status);
 }

@@ -45,9 +45,9 @@ pub struct ClientConfig {
     /// Reconnecting broken SSE streams.
     pub reconnect: Reconnect,
     /// How many times a modern request whose response stream broke is sent again with a new id
-    /// (default 2). `tools/call` is never sent again unless the request was sent with
-    /// [`SendOptions::reissue`](super::SendOptions::reissue)`(true)`; per request,
-    /// [`SendOptions::no_reissue`](super::SendOptions::no_reissue) turns it off for any method.
+    /// (default 2), when it was sent with
+    /// [`SendOptions::reissue`](super::SendOptions::reissue)`(true)`; nothing is sent again
+    /// otherwise.
     pub max_reissues: u32,
     /// Open the legacy standalone GET stream once the session is initialized (default true).
     pub standalone_stream: bool,

@@ -10,25 +10,32 @@
 //!   gives with [`SendOptions::param_headers`] (the client facade, which lists the tools, knows
 //!   them; the transport lists nothing itself).
 //! * **Legacy requests** (no `io.modelcontextprotocol/protocolVersion` in `_meta`): the session id
-//!   from the `initialize` response is sent on every later request; a 404 to a request that
+//!   from the response to the request sent with [`SendOptions::starts_session`] (the
+//!   `initialize`) is sent on every later request, with the negotiated version
+//!   the client facade tells [`set_version`](HttpTransport::set_version); a 404 to a request that
 //!   carried it means the session ended ([`Inbound::SessionEnded`]); a broken SSE response is
 //!   resumed with `GET` and `Last-Event-ID` (see [`Reconnect`]); the standalone GET stream is
-//!   opened once the session is initialized (where it stands:
+//!   opened once the server accepted the notification sent with
+//!   [`SendOptions::opens_standalone`] (`notifications/initialized`; where it stands:
 //!   [`standalone_stream`](HttpTransport::standalone_stream)); `DELETE` on
 //!   [`close`](HttpTransport::close).
-//!   When `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
+//!   When the `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
 //!   transport (a GET for the `endpoint` event, then POSTs there).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
-//!   that breaks loses the request, which is sent again with a new id (bounded; never for a
-//!   `tools/call` unless sent with [`SendOptions::reissue`]`(true)`, since a tool may not be
-//!   idempotent; not for requests sent with [`SendOptions::no_reissue`]); a broken `subscriptions/listen` stream is re-opened
-//!   and [`Inbound::ListenReopened`] says notifications may have been lost;
+//!   that breaks loses the request, which is sent again with a new id when the caller allows it
+//!   ([`SendOptions::reissue`]`(true)`, bounded; the client facade allows it for every request
+//!   but a `tools/call` of a tool not marked idempotent); a broken listen stream (a request sent
+//!   with [`SendOptions::listen`]) is re-opened and [`Inbound::ListenReopened`] says notifications may have been lost;
 //!   [`cancel`](HttpTransport::cancel) closes the request's stream, which is how the era
 //!   cancels.
 //!
 //! # What it does not do
 //!
-//! It keeps no protocol state, never answers anything itself and sends no request of its own
+//! It reads no method names (the layer above says what it must know of a message with
+//! [`SendOptions`]; `headers.rs` writes the `Mcp-Method`/`Mcp-Name` headers; one exception: a
+//! listen stream's `notifications/subscriptions/acknowledged` is recognised so that it does not
+//! count as a sign of life), keeps no protocol state, never answers anything itself and sends
+//! no request of its own
 //! (it does not list tools, filter `tools/list` results or retry after a -32020: the client
 //! facade does, see `modelctx-client`): what comes back is handed up
 //! as [`Inbound`] items for the session (`handle_incoming`, `request_failed`,
@@ -59,7 +66,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use modelctx_types::{DecodeError, Incoming, Message, RequestId};
+use modelctx_types::{DecodeError, Incoming, Message, ProtocolVersion, RequestId};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
@@ -187,8 +194,9 @@ pub enum TransportError {
         reissued: u32,
     },
     /// The response stream of a modern request broke before the answer, and the request was not
-    /// sent again: it was sent without re-issue ([`SendOptions`]; by default a `tools/call`,
-    /// whose tool may have run already). Holds how the stream ended.
+    /// sent again: it was sent without re-issue ([`SendOptions::reissue`], default no; the
+    /// client facade says no for a `tools/call` whose tool may have run already). Holds how the
+    /// stream ended.
     #[error(
         "the response stream broke before the answer ({0}); the request was not sent again, since it may have taken effect (a tools/call is sent again only when the tool is idempotent or the caller allows it)"
     )]
@@ -251,25 +259,31 @@ pub enum UrlError {
 
 /// How one message is sent.
 ///
-/// By default a modern request whose response stream breaks before the answer is sent again
-/// with a new id (at most [`ClientConfig::max_reissues`] times), except `tools/call`: a tool may
-/// have side effects, and the server may have run it already, so a broken `tools/call` fails
-/// with [`TransportError::StreamEnded`] unless [`reissue(true)`](Self::reissue) says the tool is
-/// idempotent (its `annotations.idempotentHint` is true, or the caller knows better).
+/// A modern request whose response stream breaks before the answer is sent again with a new id
+/// (at most [`ClientConfig::max_reissues`] times) only when [`reissue(true)`](Self::reissue)
+/// says it is safe to repeat; by default it fails ([`TransportError::NotReissued`]). The
+/// transport does not judge requests by their method: the client facade allows it for every
+/// request but a `tools/call` of a tool not marked idempotent (a tool may have side effects,
+/// and the server may have run it already).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct SendOptions {
-    /// `None`: by method (every method but `tools/call`).
-    pub(crate) reissue: Option<bool>,
+    /// Whether a broken modern request is sent again (default: no).
+    pub(crate) reissue: bool,
     /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls.
     pub(crate) param_headers: Option<Arc<[ParamHeader]>>,
+    pub(crate) starts_session: bool,
+    pub(crate) listen: bool,
+    pub(crate) opens_standalone: bool,
 }
 
 impl SendOptions {
-    /// Whether a modern request whose response stream breaks is sent again with a new id
-    /// (default: yes for every method but `tools/call`).
+    /// Whether a modern request whose response stream breaks is sent again with a new id, at
+    /// most [`ClientConfig::max_reissues`] times (default: no, since the transport cannot know
+    /// whether a request is safe to repeat; the client facade says yes for every request but a
+    /// `tools/call` of a tool not marked idempotent).
     pub fn reissue(mut self, reissue: bool) -> Self {
-        self.reissue = Some(reissue);
+        self.reissue = reissue;
         self
     }
 
@@ -278,6 +292,31 @@ impl SendOptions {
     /// [`reissue(false)`](Self::reissue).
     pub fn no_reissue(self) -> Self {
         self.reissue(false)
+    }
+
+    /// The request starts a legacy session (it is the `initialize`; default no): the
+    /// `Mcp-Session-Id` of its response becomes the session's, and a 400, 404 or 405 to it
+    /// falls back to the 2024-11-05 HTTP+SSE transport ([`ClientConfig::old_sse_fallback`]).
+    /// The transport reads no method names: the layer above says which request it is.
+    pub fn starts_session(mut self) -> Self {
+        self.starts_session = true;
+        self
+    }
+
+    /// The notification completes the legacy handshake (it is `notifications/initialized`;
+    /// default no): once the server accepted it, the session's standalone GET stream is opened
+    /// ([`ClientConfig::standalone_stream`]).
+    pub fn opens_standalone(mut self) -> Self {
+        self.opens_standalone = true;
+        self
+    }
+
+    /// The modern request is a `subscriptions/listen` (default no): its stream, which has no
+    /// end, is opened again when it breaks ([`Inbound::ListenReopened`]) rather than re-issued
+    /// or failed.
+    pub fn listen(mut self) -> Self {
+        self.listen = true;
+        self
     }
 
     /// The `x-mcp-header` parameters of the tool a modern `tools/call` calls, as
@@ -289,12 +328,6 @@ impl SendOptions {
     pub fn param_headers(mut self, params: Arc<[ParamHeader]>) -> Self {
         self.param_headers = Some(params);
         self
-    }
-
-    /// Whether a request of `method` is re-issued with these options.
-    pub(crate) fn reissues(&self, method: Option<&str>) -> bool {
-        self.reissue
-            .unwrap_or_else(|| method != Some(modelctx_types::consts::ToolsCall::VALUE))
     }
 }
 
@@ -328,8 +361,9 @@ pub(crate) struct Shared {
 pub(crate) struct State {
     /// The legacy HTTP session id.
     pub(crate) session_id: Option<HeaderValue>,
-    /// The legacy protocol version negotiated by `initialize`.
-    pub(crate) version: Option<HeaderValue>,
+    /// The legacy protocol version the session negotiated, as told by
+    /// [`HttpTransport::set_version`].
+    pub(crate) version: Option<ProtocolVersion>,
     /// Bumped when a legacy session ends: older legacy exchanges are gone.
     pub(crate) epoch: u64,
     /// The 2024-11-05 transport's POST endpoint, once fallen back.
@@ -340,6 +374,13 @@ pub(crate) struct State {
     pub(crate) closed: bool,
     /// The legacy session's standalone GET stream.
     pub(crate) standalone: StandaloneStream,
+}
+
+impl State {
+    /// The `MCP-Protocol-Version` header of the legacy session's requests, once told.
+    pub(crate) fn version_header(&self) -> Option<HeaderValue> {
+        self.version.map(|v| HeaderValue::from_static(v.as_str()))
+    }
 }
 
 struct Task {
@@ -549,16 +590,20 @@ impl HttpTransport {
 
     /// Sends one message with options.
     pub fn send_with(&self, message: Message, options: SendOptions) -> Result<(), SendError> {
-        if let Message::Notification(n) = &message
-            && n.method == "notifications/cancelled"
-        {
-            // A legacy cancellation: the answer is not wanted any more, so its stream is closed
-            // too (the notification itself tells the server).
-            if let Some(id) = crate::cancelled_id(n) {
-                self.stop_request(&id);
-            }
-        }
         request::send(&self.shared, vec![message], false, options)
+    }
+
+    /// Tells the transport the protocol version the legacy session settled on, as the protocol
+    /// session decided it (`None`: no session, or not settled yet). The transport does not read
+    /// it from the `initialize` result itself: the client facade tells it once its session has
+    /// handled that result, before `notifications/initialized` is sent, and tells it `None`
+    /// before a new session's `initialize`. From then on every legacy request, resumption GET,
+    /// standalone GET and the closing `DELETE` carry it in `MCP-Protocol-Version`; until told,
+    /// they carry no such header. Forgotten with the session id when the server ends the
+    /// session ([`Inbound::SessionEnded`]). Modern requests are not concerned: their version
+    /// is in their own `_meta`.
+    pub fn set_version(&self, version: Option<ProtocolVersion>) {
+        self.shared.state().version = version;
     }
 
     /// Sends a batch (legacy 2025-03-26 sessions only) in one POST.
@@ -569,13 +614,13 @@ impl HttpTransport {
         request::send(&self.shared, messages, true, SendOptions::default())
     }
 
-    /// Cancels request `id` the modern way: its response stream is closed, which the server
-    /// takes as the cancellation. Nothing more comes for it. Unknown ids are ignored.
+    /// Closes the response stream of request `id`: nothing more comes for it. Unknown ids are
+    /// ignored. In the modern era this is how a request is cancelled (the server takes the
+    /// closed stream as the cancellation). A legacy session cancels with a
+    /// `notifications/cancelled` message, sent like any other; its request's stream is not
+    /// closed by that message (the transport reads no method names): the layer above calls
+    /// this too, since the answer is not wanted any more (the client facade does).
     pub fn cancel(&self, id: &RequestId) {
-        self.stop_request(id);
-    }
-
-    fn stop_request(&self, id: &RequestId) {
         let mut state = self.shared.state();
         if let Some(key) = state.by_request.remove(id)
             && let Some(task) = state.tasks.remove(&key)
@@ -635,7 +680,7 @@ impl HttpTransport {
                 state
                     .session_id
                     .take()
-                    .map(|id| (id, state.version.clone()))
+                    .map(|id| (id, state.version_header()))
             }
         };
         if let Some((id, version)) = session {

@@ -9,10 +9,7 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming as Body;
-use modelctx_types::consts::{
-    Initialize, NotificationsInitialized, NotificationsSubscriptionsAcknowledged,
-    SubscriptionsListen,
-};
+use modelctx_types::consts::NotificationsSubscriptionsAcknowledged;
 use modelctx_types::{ErrorResponse, Incoming, Message, RequestId, decode};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -31,8 +28,6 @@ use crate::sse::SseDecoder;
 /// At most this much of an error body is read, and this much of it shown.
 const ERROR_BODY_LIMIT: usize = 64 << 10;
 const ERROR_BODY_SHOWN: usize = 200;
-/// The notification after which a legacy session's standalone stream is opened.
-const INITIALIZED: &str = NotificationsInitialized::VALUE;
 
 /// What one POST carries.
 struct Exchange {
@@ -44,6 +39,12 @@ struct Exchange {
     params: Option<Value>,
     modern: bool,
     reissue: bool,
+    /// It starts a legacy session ([`SendOptions::starts_session`]).
+    starts_session: bool,
+    /// It is a listen request ([`SendOptions::listen`]).
+    listen: bool,
+    /// It completes the legacy handshake ([`SendOptions::opens_standalone`]).
+    opens_standalone: bool,
     /// The `x-mcp-header` parameters the caller gave ([`SendOptions::param_headers`]).
     param_headers: Option<Arc<[ParamHeader]>>,
     /// The legacy session epoch it belongs to.
@@ -81,7 +82,7 @@ pub(crate) fn send(
         let state = shared.state();
         (state.epoch, state.old_endpoint.clone())
     };
-    let reissue = options.reissues(method.as_deref());
+    let reissue = options.reissue;
     let exchange = Exchange {
         messages,
         batch,
@@ -89,6 +90,9 @@ pub(crate) fn send(
         params,
         modern,
         reissue,
+        starts_session: options.starts_session,
+        listen: options.listen,
+        opens_standalone: options.opens_standalone,
         param_headers: options.param_headers,
         epoch,
     };
@@ -102,9 +106,8 @@ pub(crate) fn send(
         });
     }
     if requests.is_empty() {
-        let opens_standalone = !exchange.modern
-            && exchange.method.as_deref() == Some(INITIALIZED)
-            && shared.config.standalone_stream;
+        let opens_standalone =
+            !exchange.modern && exchange.opens_standalone && shared.config.standalone_stream;
         let session = opens_standalone.then(|| shared.state().session_id.clone());
         if let Some(session) = &session {
             // Known at once, so that a client asking right after the handshake waits for it.
@@ -159,7 +162,6 @@ impl Pending {
                 if let Some(at) = self.ids.iter().position(|(wire, _)| *wire == response.id) {
                     let (_, original) = self.ids.swap_remove(at);
                     response.id = original;
-                    self.on_result(shared, &response.result);
                 } else {
                     shared.answered_elsewhere(&response.id, self.key);
                 }
@@ -178,22 +180,6 @@ impl Pending {
                 Message::Error(error)
             }
             other => other,
-        }
-    }
-
-    /// Notes the protocol version a legacy `initialize` result names, for the
-    /// `MCP-Protocol-Version` header of the session's later requests.
-    fn on_result(&self, shared: &Shared, result: &RawValue) {
-        if self.method.as_deref() != Some(Initialize::VALUE) {
-            return;
-        }
-        #[derive(serde::Deserialize)]
-        struct Init {
-            #[serde(rename = "protocolVersion")]
-            protocol_version: String,
-        }
-        if let Ok(init) = serde_json::from_str::<Init>(result.get()) {
-            shared.state().version = HeaderValue::from_str(&init.protocol_version).ok();
         }
     }
 
@@ -229,7 +215,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
         method: exchange.method.clone(),
         progress: false,
     };
-    let listen = exchange.method.as_deref() == Some(SubscriptionsListen::VALUE);
+    let listen = exchange.listen;
     let mut reissued = 0u32;
     let mut listen_attempts = 0u32;
     let mut reopened = false;
@@ -242,7 +228,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             if state.epoch != exchange.epoch {
                 return; // its session ended; the session layer failed it
             }
-            Some((state.session_id.clone(), state.version.clone()))
+            Some((state.session_id.clone(), state.version_header()))
         };
         let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
         let response = match post(&shared, &exchange, session).await {
@@ -257,7 +243,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             return session_ended(&guard, sent).await;
         }
         if !status.is_success() {
-            if exchange.method.as_deref() == Some(Initialize::VALUE)
+            if exchange.starts_session
                 && matches!(status.as_u16(), 400 | 404 | 405)
                 && shared.config.old_sse_fallback
             {
@@ -283,10 +269,8 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             return finish(&shared, &mut pending, failure).await;
         }
 
-        if exchange.method.as_deref() == Some(Initialize::VALUE) {
-            let mut state = shared.state();
-            state.session_id = response.headers().get(MCP_SESSION_ID).cloned();
-            state.version = None;
+        if exchange.starts_session {
+            shared.state().session_id = response.headers().get(MCP_SESSION_ID).cloned();
         }
         if reopened {
             reopened = false;
@@ -608,12 +592,11 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
         if state.epoch != exchange.epoch {
             return;
         }
-        Some((state.session_id.clone(), state.version.clone()))
+        Some((state.session_id.clone(), state.version_header()))
     };
     let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
-    let opens_standalone = !exchange.modern
-        && exchange.method.as_deref() == Some(INITIALIZED)
-        && shared.config.standalone_stream;
+    let opens_standalone =
+        !exchange.modern && exchange.opens_standalone && shared.config.standalone_stream;
     // Nothing but a status is awaited: bounded even when requests wait for their answers
     // without a deadline, so that an unanswered POST frees its place in the table.
     let limit = shared.config.one_way_timeout;
@@ -717,7 +700,7 @@ async fn follow(
             if state.session_id != session {
                 return; // the session ended meanwhile
             }
-            state.version.clone()
+            state.version_header()
         };
         let mut builder =
             builder(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
