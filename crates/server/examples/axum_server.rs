@@ -25,8 +25,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::routing::get;
 use axum::serve::ListenerExt;
-use modelctx_http::server::ServerConfig;
-use modelctx_server::{Server, Tool};
+use modelctx_server::{HttpConfig, Server, Tool};
 
 /// `echo`'s arguments.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -48,9 +47,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = Server::builder("axum-example", env!("CARGO_PKG_VERSION"))
         .tool(Tool::new("echo", echo).description("Says the text back"))
         .build();
-    // A `tower::Service`; it answers on its configured path, `/mcp` by default, and axum's
-    // `route_service` hands it the request with the path unchanged.
-    let mcp = server.http_service(ServerConfig::default())?;
+    // A `tower::Service`; the router owns the path (`nest_service` works too).
+    let mcp = server.http_service(HttpConfig::default())?;
 
     let app = Router::new()
         .route("/health", get(|| async { "ok" }))

@@ -277,22 +277,23 @@ fn now_or_later(future: impl Future<Output = ()> + Send + 'static) {
 impl Server {
     /// The server as a `tower::Service` for hyper or axum, serving both eras on one endpoint.
     ///
-    /// The service answers on `config.path` (`/mcp` by default; `None` for any path) and
-    /// applies `config`'s security defaults (loopback `Host` and `Origin` only, and with them
-    /// loopback peers only; bounded bodies, body deadline, requests in flight and sessions).
-    /// The peer's address comes from the request's `PeerAddr` extension or, with feature
-    /// `axum`, axum's `ConnectInfo<SocketAddr>`: with the loopback lists, a request whose peer
-    /// is unknown gets 403. Mounted in axum (`crates/server/examples/axum_server.rs` is a whole
-    /// program):
+    /// The router owns the path: the service answers on whatever path it is mounted at, so
+    /// axum's `route_service("/mcp", ..)` and `nest_service("/mcp", ..)` both work
+    /// (`config.path` is set to `None`; it is [`serve_http`](Self::serve_http)'s, which routes
+    /// by itself). The service applies `config`'s security defaults (loopback `Host` and
+    /// `Origin` only, and with them loopback peers only; bounded bodies, body deadline, requests
+    /// in flight and sessions). The peer's address comes from the request's `PeerAddr`
+    /// extension or, with feature `axum`, axum's `ConnectInfo<SocketAddr>`: with the loopback
+    /// lists, a request whose peer is unknown gets 403. Mounted in axum
+    /// (`crates/server/examples/axum_server.rs` is a whole program):
     ///
     /// ```no_run
     /// use std::net::SocketAddr;
     ///
-    /// use modelctx_http::server::ServerConfig;
-    /// use modelctx_server::Server;
+    /// use modelctx_server::{HttpConfig, Server};
     ///
     /// # async fn run(server: Server) -> Result<(), Box<dyn std::error::Error>> {
-    /// let mcp = server.http_service(ServerConfig::default())?;
+    /// let mcp = server.http_service(HttpConfig::default())?;
     /// let app = axum::Router::new().route_service("/mcp", mcp);
     /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     /// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
@@ -302,7 +303,9 @@ impl Server {
     /// The endpoint serves the server's versions (`ServerBuilder::versions`): they replace
     /// `config.versions`.
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
-        McpService::new(self.with_versions(config), Arc::new(self.clone()))
+        let mut config = self.with_versions(config);
+        config.path = None;
+        McpService::new(config, Arc::new(self.clone()))
     }
 
     /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security

@@ -139,6 +139,10 @@ pub use context::{Context, ProgressError, Question, sampling_request};
 pub use handler::{MissingState, State};
 pub use input::{InputError, NoAnswer};
 pub use limits::Limits;
+/// The HTTP transport's configuration (`modelctx_http::server::ServerConfig`), for
+/// [`Server::http_service`] and [`Server::serve_http`]: security defaults, limits, timeouts.
+#[cfg(feature = "http")]
+pub use modelctx_http::server::ServerConfig as HttpConfig;
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
 /// and gives (content blocks, tool annotations, icons, ...).

@@ -5,6 +5,7 @@
 mod common;
 mod compile_fail;
 mod input;
+mod mounted;
 mod prompts;
 mod resources;
 mod robustness;
