@@ -31,6 +31,20 @@ pub fn roles(message: &Message, options: SendOptions) -> SendOptions {
     }
 }
 
+/// The request a legacy `notifications/cancelled` names, as the client facade reads it
+/// (`client/src/link.rs`).
+fn legacy_cancellation(message: &Message) -> Option<RequestId> {
+    use modelctx_types::v2025_11_25::CancelledNotificationParams;
+    match message {
+        Message::Notification(n) if n.method == "notifications/cancelled" => {
+            n.params_as::<CancelledNotificationParams>()
+                .ok()?
+                .request_id
+        }
+        _ => None,
+    }
+}
+
 /// A client session carried by an [`HttpTransport`]: the smallest facade, for tests.
 pub struct Driver {
     /// The protocol state.
@@ -81,7 +95,14 @@ impl Driver {
             let sent = match transmit {
                 Transmit::Message { message, .. } => {
                     let options = roles(&message, self.options.clone());
-                    self.transport.send_with(message, options)
+                    let cancelled = legacy_cancellation(&message);
+                    let sent = self.transport.send_with(message, options);
+                    // What the client facade does: a legacy cancellation also lets the
+                    // request's stream go (the transport reads no method names).
+                    if let Some(id) = cancelled {
+                        self.transport.cancel(&id);
+                    }
+                    sent
                 }
                 Transmit::Batch(messages) => self.transport.send_batch(messages),
                 Transmit::Cancel { request_id, .. } => {
