@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Instant, SystemTime};
 
@@ -64,8 +64,9 @@ pub(crate) struct Legacy {
     waiting: Mutex<Waiting>,
     /// The start of the next resumed session's range of ids.
     next_ids: AtomicI64,
-    /// Whether the task that fans the server's changes out to the sessions runs.
-    fanning_out: AtomicBool,
+    /// Stops the task that fans the server's changes out to the sessions: it runs while there
+    /// are sessions (always locked after `sessions`).
+    fan_out: Mutex<Option<CancellationToken>>,
 }
 
 impl fmt::Debug for Legacy {
@@ -107,12 +108,16 @@ impl Legacy {
             sessions: Mutex::new(HashMap::new()),
             waiting: Mutex::new(Waiting::default()),
             next_ids: AtomicI64::new(0),
-            fanning_out: AtomicBool::new(false),
+            fan_out: Mutex::new(None),
         }
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, LegacySession>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fan_out(&self) -> MutexGuard<'_, Option<CancellationToken>> {
+        self.fan_out.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn waiting(&self) -> MutexGuard<'_, Waiting> {
@@ -330,13 +335,17 @@ impl McpApp for Server {
     /// its state in the store with its first input); no task and no channel.
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
         let legacy = &self.shared.legacy;
-        legacy
-            .sessions()
-            .insert(session.id().to_owned(), session.clone());
-        if !legacy.fanning_out.swap(true, Ordering::SeqCst) {
+        let mut sessions = legacy.sessions();
+        sessions.insert(session.id().to_owned(), session.clone());
+        let mut fanning_out = legacy.fan_out();
+        if fanning_out.is_none() {
+            let stop = CancellationToken::new();
             let changes = self.shared.changes.subscribe();
-            tokio::spawn(fan_out(Arc::downgrade(&self.shared), changes));
+            tokio::spawn(fan_out(Arc::downgrade(&self.shared), changes, stop.clone()));
+            *fanning_out = Some(stop);
         }
+        drop(fanning_out);
+        drop(sessions);
         Arc::new(Session {
             shared: self.shared.clone(),
             session,
@@ -622,10 +631,18 @@ fn answered_ids(said: &[Transmit]) -> HashSet<RequestId> {
 
 /// Fans each change to what the server offers out to the legacy sessions that should hear it
 /// (list changes to all, `notifications/resources/updated` to subscribers), each on a session
-/// resumed from its stored state. One task per server; it ends with the server.
-async fn fan_out(shared: Weak<Shared>, mut changes: broadcast::Receiver<Change>) {
+/// resumed from its stored state. One task per server while it has legacy sessions; it ends
+/// with the last of them (`stop`), or with the server.
+async fn fan_out(
+    shared: Weak<Shared>,
+    mut changes: broadcast::Receiver<Change>,
+    stop: CancellationToken,
+) {
     loop {
-        let change = changes.recv().await;
+        let change = tokio::select! {
+            change = changes.recv() => change,
+            () = stop.cancelled() => return,
+        };
         if matches!(change, Err(broadcast::error::RecvError::Closed)) {
             return;
         }
@@ -731,7 +748,16 @@ impl LegacyHandler for Session {
     fn closed(&self) {
         let legacy = &self.shared.legacy;
         let sid = self.session.id().to_owned();
-        legacy.sessions().remove(&sid);
+        let mut sessions = legacy.sessions();
+        sessions.remove(&sid);
+        // No session left to hear of changes: the fan-out task ends (the next session starts
+        // another), so an idle server keeps no task of it.
+        if sessions.is_empty()
+            && let Some(stop) = legacy.fan_out().take()
+        {
+            stop.cancel();
+        }
+        drop(sessions);
         for ((of, _), waiter) in &legacy.waiting().requests {
             if *of == sid {
                 waiter.ended.cancel();
@@ -1213,6 +1239,48 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(store.is_empty());
+    }
+
+    /// The fan-out task runs only while there are legacy sessions: once the last one ends, the
+    /// server is back to the tasks it had before its first session.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_fan_out_task_ends_with_the_last_legacy_session() {
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("echo", |_: NoArgs| std::future::ready("echo")))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        let mut sids = Vec::new();
+        for _ in 0..3 {
+            sids.push(open_legacy(&service).await);
+        }
+        for sid in sids {
+            let mut delete = Request::delete("/mcp")
+                .header("host", "127.0.0.1")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("mcp-session-id", &sid)
+                .body(String::new())
+                .unwrap();
+            delete
+                .extensions_mut()
+                .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+            let response = service.handle(delete).await;
+            assert!(response.status().is_success(), "{}", response.status());
+        }
+        // The transport's short-lived tasks and the fan-out task wind down.
+        let settled = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while tasks() > before {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(settled.is_ok(), "{} tasks, {before} before", tasks());
+        assert_eq!(server.load().connections, 0);
     }
 
     /// The server's changes reach every open legacy session with no task of its own: on the
