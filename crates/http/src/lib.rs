@@ -26,16 +26,16 @@
 //! # What it does not do
 //!
 //! It decides no protocol rule: which request may come when, what answers it, what a modern
-//! request's `_meta` must carry, which versions are served, capabilities, timeouts. The
-//! application behind the endpoint (the server facade, through `server::McpApp`) runs a
-//! protocol session per legacy HTTP session and per modern request, and hands the transport its
-//! output with the request it belongs to (and the refusals of modern requests, and the version a
-//! legacy session negotiated); the transport picks the stream and the HTTP status. Not yet
-//! true of every rule: it still refuses batches on sessions not at 2025-03-26 and `initialize` in
-//! a batch, and reads the `notifications/cancelled` it passes on (see `docs/ARCHITECTURE.md`,
-//! "Who owns which rule"). It does not authenticate: an authentication layer in front puts a
-//! `server::Principal` in the request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the client session
-//! decides, it carries.
+//! request's `_meta` must carry, which versions are served, capabilities, timeouts. The application
+//! behind the endpoint (the server facade, through `server::McpApp`) runs the protocol session of
+//! each legacy HTTP session and of each modern request, and hands the transport its output with the
+//! request it belongs to (and the refusals of modern requests, and the version a legacy session
+//! negotiated); the transport picks the stream and the HTTP status. Not yet true of every rule: it
+//! still refuses batches on sessions not at 2025-03-26 and `initialize` in a batch, and reads the
+//! `notifications/cancelled` it passes on (see `docs/ARCHITECTURE.md`, "Who owns which rule"). It
+//! does not authenticate: an authentication layer in front puts a `server::Principal` in the
+//! request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the
+//! client session decides, it carries.
 
 #[cfg(feature = "client")]
 pub mod client;

@@ -92,10 +92,13 @@
 //!
 //! # What this crate does not do
 //!
-//! It does not read or write bytes, frame messages, speak HTTP, call handlers, decode typed
+//! It does no I/O (it is handed decoded messages, or the bytes of an unreadable line to answer,
+//! and hands back what to send), does not frame messages, speak HTTP, call handlers, decode typed
 //! params or results (that is the facades' job, with `modelctx-types`), validate tool arguments
-//! against schemas, or keep anything across connections: caching a client's era decision or
-//! sharing `requestState` keys across processes is for the layer above (see [`state`]).
+//! against schemas, or store anything across connections: a legacy session resumed from stored
+//! state ([`ServerSession::resume`]) is given what it negotiated by the layer above, which keeps
+//! it; caching a client's era decision or sharing `requestState` keys across processes is for
+//! the layer above too (see [`state`]).
 
 mod caps;
 mod client;
