@@ -31,20 +31,6 @@ pub fn roles(message: &Message, options: SendOptions) -> SendOptions {
     }
 }
 
-/// The request a legacy `notifications/cancelled` names, as the client facade reads it
-/// (`client/src/link.rs`).
-fn legacy_cancellation(message: &Message) -> Option<RequestId> {
-    use modelctx_types::v2025_11_25::CancelledNotificationParams;
-    match message {
-        Message::Notification(n) if n.method == "notifications/cancelled" => {
-            n.params_as::<CancelledNotificationParams>()
-                .ok()?
-                .request_id
-        }
-        _ => None,
-    }
-}
-
 /// A client session carried by an [`HttpTransport`]: the smallest facade, for tests.
 pub struct Driver {
     /// The protocol state.
@@ -95,7 +81,7 @@ impl Driver {
             let sent = match transmit {
                 Transmit::Message { message, .. } => {
                     let options = roles(&message, self.options.clone());
-                    let cancelled = legacy_cancellation(&message);
+                    let cancelled = modelctx_session::cancelled_request(&message);
                     let sent = self.transport.send_with(message, options);
                     // What the client facade does: a legacy cancellation also lets the
                     // request's stream go (the transport reads no method names).

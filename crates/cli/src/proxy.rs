@@ -647,7 +647,11 @@ impl LegacyHandler for LegacyChild {
     fn input(&self, input: Incoming, _: RequestContext) {
         let (line, requests) = match input {
             Incoming::Single(message) => {
-                if let Some(id) = legacy_cancellation(&message) {
+                // A relay reads this one notification itself: the proxy is no party to the
+                // session (the client and the child are), yet it must know which requests
+                // still wait for an answer, to relate the child's messages to one
+                // (`legacy_related`). It passes it on unchanged; the child decides what it means.
+                if let Some(id) = modelctx_session::cancelled_request(&message) {
                     // The server will not answer it: it is no longer in flight.
                     lock(&self.in_flight).retain(|(i, _)| *i != id);
                 }
@@ -695,25 +699,6 @@ impl LegacyHandler for LegacyChild {
         ));
         lock(&self.in_flight).clear();
         self.link.stop.cancel();
-    }
-}
-
-/// The request a client's legacy `notifications/cancelled` names.
-///
-/// A relay reads it itself: the proxy is no party to the session (the client and the child
-/// are; `LegacySession` carries it over HTTP without a protocol session of its own), yet it
-/// must know which requests still wait for an answer, to relate the child's messages to one
-/// (see [`legacy_related`]). So it reads this one notification, with the generated params
-/// type, and passes it on unchanged; the child's session decides what it means.
-fn legacy_cancellation(message: &Message) -> Option<RequestId> {
-    use modelctx_types::v2025_11_25::CancelledNotificationParams;
-    match message {
-        Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
-            n.params_as::<CancelledNotificationParams>()
-                .ok()?
-                .request_id
-        }
-        _ => None,
     }
 }
 
@@ -1438,32 +1423,6 @@ async fn modern_output(modern: Arc<Modern>, generation: u64, mut output: ChildOu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The one client notification a legacy relay reads: its request no longer waits (number and
-    /// string ids); anything else, or one naming no request, is not a cancellation.
-    #[test]
-    fn a_legacy_cancellation_names_its_request() {
-        let message = |method: &str, params: Value| -> Message {
-            Notification::new(method, &params).unwrap().into()
-        };
-        let cancelled = NotificationsCancelled::VALUE;
-        assert_eq!(
-            legacy_cancellation(&message(cancelled, json!({"requestId": 7, "reason": "x"}))),
-            Some(RequestId::Number(7))
-        );
-        assert_eq!(
-            legacy_cancellation(&message(cancelled, json!({"requestId": "a"}))),
-            Some(RequestId::from("a"))
-        );
-        assert_eq!(legacy_cancellation(&message(cancelled, json!({}))), None);
-        let progress = json!({"requestId": 7, "progressToken": 1, "progress": 1});
-        assert_eq!(
-            legacy_cancellation(&message(NotificationsProgress::VALUE, progress)),
-            None
-        );
-        let request = Request::new(RequestId::Number(7), cancelled, &json!({"requestId": 7}));
-        assert_eq!(legacy_cancellation(&request.unwrap().into()), None);
-    }
 
     #[test]
     fn finding_2_spawns_follow_a_token_bucket() {

@@ -100,7 +100,7 @@ impl Link {
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
                 Transmit::Message { message, .. } => {
-                    if let Some(id) = legacy_cancellation(&message) {
+                    if let Some(id) = modelctx_session::cancelled_request(&message) {
                         // The answer is not wanted any more: its response stream is closed too
                         // (the notification tells the server; the transport reads no methods).
                         t.cancel(&id);
@@ -196,22 +196,6 @@ fn send_options(message: &Message) -> modelctx_http::client::SendOptions {
             options.opens_standalone()
         }
         _ => options,
-    }
-}
-
-/// The request a legacy `notifications/cancelled` of the session names. (A modern cancellation
-/// comes as [`Transmit::Cancel`].)
-#[cfg(feature = "http")]
-fn legacy_cancellation(message: &Message) -> Option<RequestId> {
-    use modelctx_types::consts::NotificationsCancelled;
-    use modelctx_types::v2025_11_25::CancelledNotificationParams;
-    match message {
-        Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
-            n.params_as::<CancelledNotificationParams>()
-                .ok()?
-                .request_id
-        }
-        _ => None,
     }
 }
 

@@ -32,7 +32,6 @@ use modelctx_types::consts::{NotificationsCancelled, NotificationsInitialized};
 use modelctx_types::{
     ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message, Notification, RequestId,
 };
-use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -148,7 +147,7 @@ impl Legacy {
             Message::Response(r) => waiting.questions.get(&key(&r.id)),
             Message::Error(ErrorResponse { id: Some(id), .. }) => waiting.questions.get(&key(id)),
             Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
-                match cancelled_id(n) {
+                match modelctx_session::cancelled_request(message) {
                     Some(id) => waiting.requests.get(&key(&id)),
                     None => None,
                 }
@@ -214,12 +213,6 @@ impl Legacy {
             waiter: waiter.clone(),
         })
     }
-}
-
-/// The id a `notifications/cancelled` names.
-fn cancelled_id(notification: &Notification) -> Option<RequestId> {
-    let params: Value = serde_json::from_str(notification.params.as_deref()?.get()).ok()?;
-    serde_json::from_value(params.get("requestId")?.clone()).ok()
 }
 
 /// The entries of one waiting POST's requests and questions; removed when dropped (when its

@@ -183,6 +183,26 @@ struct CancelledParams {
     reason: Option<String>,
 }
 
+/// The request a `notifications/cancelled` names (either era); `None` for any other message, or
+/// params without a readable `requestId`.
+///
+/// For the layers that relate a cancellation to a request without being a party to the session:
+/// a client facade letting the request's response stream go, a relay keeping track of what still
+/// waits for an answer, a server that routes a later POST to the request it cancels. What the
+/// cancellation means is still the session's to decide.
+pub fn cancelled_request(message: &Message) -> Option<RequestId> {
+    let Message::Notification(notification) = message else {
+        return None;
+    };
+    if notification.method != modelctx_types::consts::NotificationsCancelled::VALUE {
+        return None;
+    }
+    let params = notification.params.as_deref()?;
+    serde_json::from_str::<CancelledParams>(params.get())
+        .ok()?
+        .request_id
+}
+
 /// `notifications/progress` params.
 #[derive(Deserialize)]
 struct ProgressParams {
@@ -804,5 +824,33 @@ impl Core {
                 self.transmits.push_back(Transmit::Batch(b.replies));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use modelctx_types::{Message, Notification, Request, RequestId};
+    use serde_json::{Value, json};
+
+    use super::cancelled_request;
+
+    /// The request a cancellation names (number and string ids); anything else, or one naming
+    /// no request, is not a cancellation.
+    #[test]
+    fn a_cancellation_names_its_request() {
+        let message = |method: &str, params: Value| -> Message {
+            Notification::new(method, &params).unwrap().into()
+        };
+        let cancelled = "notifications/cancelled";
+        let named = message(cancelled, json!({"requestId": 7, "reason": "x"}));
+        assert_eq!(cancelled_request(&named), Some(RequestId::Number(7)));
+        let named = message(cancelled, json!({"requestId": "a"}));
+        assert_eq!(cancelled_request(&named), Some(RequestId::from("a")));
+        assert_eq!(cancelled_request(&message(cancelled, json!({}))), None);
+        let progress = json!({"requestId": 7, "progressToken": 1, "progress": 1});
+        let progress = message("notifications/progress", progress);
+        assert_eq!(cancelled_request(&progress), None);
+        let request = Request::new(RequestId::Number(7), cancelled, &json!({"requestId": 7}));
+        assert_eq!(cancelled_request(&request.unwrap().into()), None);
     }
 }
