@@ -669,8 +669,9 @@ impl ClientSession {
         Ok(id)
     }
 
-    /// Cancels a request we sent (its late answer is ignored): `notifications/cancelled` in the
-    /// legacy era, [`Transmit::Cancel`] in the modern era. `initialize` is never cancelled.
+    /// Cancels a request we sent (its late answer is ignored): a [`Transmit::Cancel`] of the
+    /// request's era, which the transport writes as `notifications/cancelled` or maps to closing
+    /// the request's stream. `initialize` is never cancelled.
     pub fn cancel(
         &mut self,
         now: Instant,

@@ -35,14 +35,20 @@ pub enum Transmit {
     /// sessions write refusals as [`Transmit::Message`]). Write it as a message; a Streamable HTTP
     /// transport answers it with an HTTP error status (404 for -32601, 400 otherwise).
     Refusal(ErrorResponse),
-    /// Cancel our request `request_id` the way the modern era does: over HTTP, close that
-    /// request's response stream; over stdio, write `notification` (`notifications/cancelled`).
-    /// Legacy sessions cancel with a plain [`Transmit::Message`] instead.
+    /// Cancel our request `request_id` (either era; the session forgets it and ignores its late
+    /// answer). The transport decides how, by `era`:
+    ///
+    /// * [`Era::Legacy`]: write `notification` (`notifications/cancelled`) on any transport;
+    ///   over Streamable HTTP the client also stops reading the request's response stream.
+    /// * [`Era::Modern`]: over HTTP, close the request's response stream (nothing is written);
+    ///   over stdio, write `notification`.
     Cancel {
         /// The request to cancel.
         request_id: RequestId,
-        /// The `notifications/cancelled` to write where the transport has no stream to close.
+        /// The `notifications/cancelled` to write where the era or transport needs one.
         notification: Notification,
+        /// The era of the request cancelled.
+        era: Era,
     },
 }
 

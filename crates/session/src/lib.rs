@@ -75,11 +75,21 @@
 //!
 //! # Cancellation
 //!
-//! Cancellation is an abstract output: a legacy session writes `notifications/cancelled`
-//! ([`Transmit::Message`]); a modern client emits [`Transmit::Cancel`], which an HTTP transport
-//! maps to closing the request's stream and a stdio transport to the notification. A request that
-//! timed out is cancelled the same way and fails locally with [`RequestError::Timeout`], never a
-//! wire error.
+//! Cancellation is abstract, in both directions and both eras. Our request cancelled comes out
+//! as [`Transmit::Cancel`] with the request's era: the transport writes its
+//! `notifications/cancelled` (legacy, and modern over stdio) or closes the request's stream
+//! (modern over HTTP). A request that timed out is cancelled the same way and fails locally with
+//! [`RequestError::Timeout`], never a wire error. The peer's request cancelled (its
+//! `notifications/cancelled`, or [`ServerSession::stream_closed`] when the transport lost its
+//! stream or its POST) comes out as [`Event::Cancelled`], in both eras: the layer above stops the
+//! handler and tells a transport that waits for the answer to let it go.
+//!
+//! # Batches
+//!
+//! [`check_batch`] is the one statement of the batch rules (2025-03-26 only, never with
+//! `initialize`): a session refuses a batch it reads by it, and a transport that must answer a
+//! batch before the session reads it asks it first. [`opens_session`] says which message opens
+//! a legacy session, for a transport that keeps sessions of its own.
 //!
 //! # Bounds
 //!
@@ -112,7 +122,7 @@ mod version;
 pub use caps::client_can_answer;
 pub use client::{ClientSession, EraDecision};
 pub use config::{ClientConfig, EraChoice, Limits, RequestOptions, ServerConfig};
-pub use core::{TableSizes, cancelled_request};
+pub use core::{BatchRefused, TableSizes, cancelled_request, check_batch, opens_session};
 pub use event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
     SessionError, Transmit,

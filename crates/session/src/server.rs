@@ -380,16 +380,8 @@ impl ServerSession {
                     })
             })
         };
+        // Never in a batch: `check_batch` refused the batch before its members were read.
         if method == consts::Initialize::VALUE && !self.for_request && !names_modern() {
-            if batch.is_some() {
-                return reply_error(
-                    &mut self.core,
-                    ErrorObject::new(
-                        ErrorCode::INVALID_REQUEST,
-                        "initialize must not be sent in a batch",
-                    ),
-                );
-            }
             return self.on_initialize(id, params.as_deref());
         }
         if method == consts::Initialize::VALUE && self.for_request && !names_modern() {
@@ -935,7 +927,8 @@ impl ServerSession {
         Ok(id)
     }
 
-    /// Cancels a request we sent: `notifications/cancelled` goes out, its late answer is ignored.
+    /// Cancels a request we sent: a [`Transmit::Cancel`] goes out (of the legacy era: the
+    /// transport writes its `notifications/cancelled`), its late answer is ignored.
     pub fn cancel(
         &mut self,
         now: Instant,
@@ -1129,8 +1122,10 @@ impl ServerSession {
     }
 
     /// The transport closed the response stream of the peer's request `id` (a modern HTTP
-    /// request or listen stream): the request is cancelled, as if the peer had sent
-    /// `notifications/cancelled`. Returns whether it was in flight.
+    /// request or listen stream), or the client of the HTTP POST that carried it went away
+    /// before its answer (a legacy request; the transport tells the application with
+    /// `LegacyHandler::abandoned`): the request is cancelled, as if the peer had sent
+    /// `notifications/cancelled` ([`Event::Cancelled`]). Returns whether it was in flight.
     pub fn stream_closed(&mut self, id: &RequestId) -> bool {
         self.subscriptions.remove(id);
         let present = self.core.remove_incoming(id).is_some();

@@ -551,7 +551,6 @@ fn inspect(
     peer: &Side,
     message: &Message,
     related: Option<&RequestId>,
-    modern: bool,
 ) -> Result<(), String> {
     let name = me.name;
     match message {
@@ -568,13 +567,9 @@ fn inspect(
         }
         Message::Notification(n) => match n.method.as_str() {
             "notifications/cancelled" => {
-                if modern && name == "client" {
-                    return Err("client: a modern cancel must be a Transmit::Cancel".into());
-                }
-                let value: Value = n.params_as().map_err(|e| e.to_string())?;
-                let id: RequestId = serde_json::from_value(value["requestId"].clone())
-                    .map_err(|e| format!("{name}: cancelled without requestId: {e}"))?;
-                me.seen_cancels.push(id);
+                return Err(format!(
+                    "{name}: a cancellation of our request must be a Transmit::Cancel, in either era"
+                ));
             }
             "notifications/subscriptions/acknowledged" => {
                 let id = related
@@ -628,9 +623,10 @@ fn inspect(
     Ok(())
 }
 
-/// Checks one transmit of `me` against the model. `Some(id)`: a modern cancellation that the
-/// transport carries out by closing the stream of request `id` (when `coin` says so, for HTTP;
-/// otherwise the notification is written, as over stdio).
+/// Checks one transmit of `me` against the model. `Some(id)`: a modern client's cancellation
+/// that the transport carries out by closing the stream of request `id` (when `coin` says so,
+/// for HTTP; otherwise the notification is written, as over stdio, and as every legacy
+/// cancellation is).
 fn take(
     me: &mut Side,
     peer: &Side,
@@ -642,7 +638,7 @@ fn take(
     let modern = version.era() == modelctx_session::Era::Modern;
     match t {
         Transmit::Message { message, related } => {
-            inspect(me, peer, &message, related.as_ref(), modern)?;
+            inspect(me, peer, &message, related.as_ref())?;
             Ok(None)
         }
         Transmit::Batch(messages) => {
@@ -650,17 +646,18 @@ fn take(
                 return Err(format!("{}: a batch reply outside 2025-03-26", me.name));
             }
             for message in &messages {
-                inspect(me, peer, message, None, modern)?;
+                inspect(me, peer, message, None)?;
             }
             Ok(None)
         }
         Transmit::Cancel {
             request_id,
             notification,
+            era,
         } => {
-            if !(client && modern) {
+            if era != version.era() {
                 return Err(format!(
-                    "{}: Transmit::Cancel from a legacy session or a server",
+                    "{}: Transmit::Cancel of the {era:?} era on a {version} session",
                     me.name
                 ));
             }
@@ -672,7 +669,8 @@ fn take(
                 ));
             }
             me.seen_cancels.push(request_id.clone());
-            Ok(coin.then_some(request_id))
+            // Only a modern client's may close a stream (HTTP); the rest are written.
+            Ok((client && modern && coin).then_some(request_id))
         }
         other => Err(format!("unknown transmit {other:?}")),
     }
