@@ -210,14 +210,25 @@ fn apply(
     }
 }
 
+/// What one legacy session's driver task is handed.
+enum SessionInput {
+    Incoming(Incoming),
+    /// The client of the POST that carried this request went away.
+    Abandoned(RequestId),
+}
+
 /// The input of one legacy session: forwarded to its driver task.
 struct Handler {
-    input: mpsc::UnboundedSender<Option<Incoming>>,
+    input: mpsc::UnboundedSender<Option<SessionInput>>,
 }
 
 impl LegacyHandler for Handler {
     fn input(&self, input: Incoming, _context: RequestContext) {
-        let _ = self.input.send(Some(input));
+        let _ = self.input.send(Some(SessionInput::Incoming(input)));
+    }
+
+    fn abandoned(&self, id: RequestId) {
+        let _ = self.input.send(Some(SessionInput::Abandoned(id)));
     }
 
     fn closed(&self) {
@@ -226,15 +237,19 @@ impl LegacyHandler for Handler {
 }
 
 impl McpApp for TestApp {
-    fn tool_param_headers(&self, tool: &str) -> Option<Vec<modelctx_http::headers::ParamHeader>> {
+    fn tool_param_headers(
+        &self,
+        tool: &str,
+    ) -> Option<Arc<[modelctx_http::headers::ParamHeader]>> {
         let schema = region_schema();
         (tool == "region")
             .then(|| modelctx_http::headers::param_headers(schema.as_object()?).ok())
             .flatten()
+            .map(Arc::from)
     }
 
     fn open_session(&self, transport: LegacySession) -> Arc<dyn LegacyHandler> {
-        let (input, mut input_rx) = mpsc::unbounded_channel::<Option<Incoming>>();
+        let (input, mut input_rx) = mpsc::unbounded_channel::<Option<SessionInput>>();
         let gates = self.gates.clone();
         let open = self.open.clone();
         *open.lock().unwrap() += 1;
@@ -251,7 +266,12 @@ impl McpApp for TestApp {
             loop {
                 tokio::select! {
                     input = input_rx.recv() => match input {
-                        Some(Some(input)) => {
+                        // As the server facade does: an abandoned POST's request is cancelled
+                        // as if its stream closed.
+                        Some(Some(SessionInput::Abandoned(id))) => {
+                            session.stream_closed(&id);
+                        }
+                        Some(Some(SessionInput::Incoming(input))) => {
                             session.handle_incoming(Instant::now(), input);
                             // The transport's wire rules follow the version `initialize`
                             // settled on: told before the answer is written.
@@ -286,6 +306,8 @@ impl McpApp for TestApp {
                                 let _ = answer.send(value);
                             }
                         }
+                        // As the server facade does: the transport stops waiting for it.
+                        Event::Cancelled { id, .. } => transport.release(&id).await,
                         _ => {}
                     }
                 }

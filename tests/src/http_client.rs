@@ -81,19 +81,24 @@ impl Driver {
             let sent = match transmit {
                 Transmit::Message { message, .. } => {
                     let options = roles(&message, self.options.clone());
-                    let cancelled = modelctx_session::cancelled_request(&message);
-                    let sent = self.transport.send_with(message, options);
-                    // What the client facade does: a legacy cancellation also lets the
-                    // request's stream go (the transport reads no method names).
-                    if let Some(id) = cancelled {
-                        self.transport.cancel(&id);
-                    }
-                    sent
+                    self.transport.send_with(message, options)
                 }
                 Transmit::Batch(messages) => self.transport.send_batch(messages),
-                Transmit::Cancel { request_id, .. } => {
+                // What the client facade does: the request's stream goes (the modern
+                // cancellation), and a legacy server is told with the notification.
+                Transmit::Cancel {
+                    request_id,
+                    notification,
+                    era,
+                } => {
                     self.transport.cancel(&request_id);
-                    Ok(())
+                    if era == modelctx_session::Era::Legacy {
+                        let message = Message::from(notification);
+                        let options = roles(&message, self.options.clone());
+                        self.transport.send_with(message, options)
+                    } else {
+                        Ok(())
+                    }
                 }
                 other => panic!("unexpected transmit {other:?}"),
             };

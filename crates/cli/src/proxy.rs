@@ -38,7 +38,8 @@
 //! they belong to. So it reads a few things, with the generated method constants and `_meta`
 //! keys: the version in the child's `initialize` result (the facade's part: it tells
 //! `LegacySession::set_version`); a client's `notifications/cancelled` (the request no longer
-//! waits for an answer; passed on unchanged); progress tokens, `subscriptionId`s and the
+//! waits for an answer: `LegacySession::release`; passed on unchanged; an abandoned POST's
+//! request is cancelled on the child the same way); progress tokens, `subscriptionId`s and the
 //! related-request id of log messages (to route); list changes and resource updates (to the
 //! standalone stream). Modern `_meta` is checked by the session's `check_modern_meta`.
 //!
@@ -571,7 +572,7 @@ impl McpApp for Proxy {
         })
     }
 
-    fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
+    fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         lock(&self.modern.tools).get(tool).cloned()
     }
 
@@ -633,6 +634,8 @@ impl LegacyHandler for Unstarted {
         });
     }
 
+    fn abandoned(&self, _id: RequestId) {}
+
     fn closed(&self) {}
 }
 
@@ -652,14 +655,30 @@ impl LegacyHandler for LegacyChild {
                 // still wait for an answer, to relate the child's messages to one
                 // (`legacy_related`). It passes it on unchanged; the child decides what it means.
                 if let Some(id) = modelctx_session::cancelled_request(&message) {
-                    // The server will not answer it: it is no longer in flight.
+                    // The server will not answer it: it is no longer in flight, and its
+                    // POST's stream stops waiting for it (the transport reads no cancellation).
                     lock(&self.in_flight).retain(|(i, _)| *i != id);
+                    let session = self.session.clone();
+                    tokio::spawn(async move { session.release(&id).await });
                 }
                 let requests = legacy_requests(std::slice::from_ref(&message));
                 (modelctx_types::encode(&message), requests)
             }
             Incoming::Batch(items) => {
                 let items: Vec<Message> = items.into_iter().filter_map(Result::ok).collect();
+                let cancelled: Vec<RequestId> = items
+                    .iter()
+                    .filter_map(modelctx_session::cancelled_request)
+                    .collect();
+                if !cancelled.is_empty() {
+                    lock(&self.in_flight).retain(|(i, _)| !cancelled.contains(i));
+                    let session = self.session.clone();
+                    tokio::spawn(async move {
+                        for id in cancelled {
+                            session.release(&id).await;
+                        }
+                    });
+                }
                 (
                     modelctx_types::encode_batch(&items),
                     legacy_requests(&items),
@@ -688,6 +707,17 @@ impl LegacyHandler for LegacyChild {
                     session.send(message, Some(id)).await;
                 }
             });
+        }
+    }
+
+    /// The child is told, as the client's cancellation would tell it: the proxy is the
+    /// child's client, and nobody waits for the answer any more.
+    fn abandoned(&self, id: RequestId) {
+        lock(&self.in_flight).retain(|(i, _)| *i != id);
+        let params = json!({"requestId": id, "reason": "the HTTP client went away"});
+        if let Ok(cancel) = Notification::new(NotificationsCancelled::VALUE, &params) {
+            let line = modelctx_types::encode(&cancel.into());
+            let _ = self.link.send_line(line, CHILD_QUEUE_BYTES);
         }
     }
 
@@ -829,7 +859,7 @@ struct Modern {
     spawns: AtomicU64,
     /// The `Mcp-Param-*` headers of the shared child's tools, by tool name, as its `tools/list`
     /// says (fetched when it starts and when its tool list changes).
-    tools: Mutex<HashMap<String, Vec<ParamHeader>>>,
+    tools: Mutex<HashMap<String, Arc<[ParamHeader]>>>,
 }
 
 /// What the proxy asks the shared child for itself.
@@ -851,7 +881,7 @@ struct ModernState {
     /// The proxy's own requests in flight on the child.
     internal: BTreeMap<i64, Internal>,
     /// The tools' headers gathered from the pages of `tools/list` so far.
-    tool_pages: HashMap<String, Vec<ParamHeader>>,
+    tool_pages: HashMap<String, Arc<[ParamHeader]>>,
     /// When the next child may start.
     backoff: Backoff,
     /// Log messages of the child dropped because no request could be named as theirs.
@@ -1073,7 +1103,7 @@ impl Modern {
             if let Ok(headers) = param_headers(schema)
                 && state.tool_pages.len() < MAX_TOOLS
             {
-                state.tool_pages.insert(name.to_owned(), headers);
+                state.tool_pages.insert(name.to_owned(), headers.into());
             }
         }
         match page.next_cursor {

@@ -100,11 +100,6 @@ impl Link {
             #[cfg(feature = "http")]
             Link::Http(t) => match transmit {
                 Transmit::Message { message, .. } => {
-                    if let Some(id) = modelctx_session::cancelled_request(&message) {
-                        // The answer is not wanted any more: its response stream is closed too
-                        // (the notification tells the server; the transport reads no methods).
-                        t.cancel(&id);
-                    }
                     let id = match &message {
                         Message::Request(r) => Some(r.id.clone()),
                         _ => None,
@@ -119,9 +114,22 @@ impl Link {
                 Transmit::Batch(messages) => t
                     .send_batch(messages)
                     .map_err(|e| (None, TransportError::Refused(Arc::new(e)))),
-                Transmit::Cancel { request_id, .. } => {
+                Transmit::Cancel {
+                    request_id,
+                    notification,
+                    era,
+                } => {
+                    // The answer is not wanted any more: its response stream is closed (the
+                    // modern era's cancellation itself)...
                     t.cancel(&request_id);
-                    Ok(())
+                    if era == modelctx_session::Era::Modern {
+                        return Ok(());
+                    }
+                    // ...and a legacy server is told with the notification.
+                    let message = Message::from(notification);
+                    let options = send_options(&message);
+                    t.send_with(message, options)
+                        .map_err(|e| (None, TransportError::Refused(Arc::new(e))))
                 }
                 _ => Ok(()),
             },

@@ -30,10 +30,13 @@
 //! behind the endpoint (the server facade, through `server::McpApp`) runs the protocol session of
 //! each legacy HTTP session and of each modern request, and hands the transport its output with the
 //! request it belongs to (and the refusals of modern requests, and the version a legacy session
-//! negotiated); the transport picks the stream and the HTTP status. Not yet true of every rule: it
-//! still refuses batches on sessions not at 2025-03-26 and `initialize` in a batch, and reads the
-//! `notifications/cancelled` it passes on (see `docs/ARCHITECTURE.md`, "Who owns which rule"). It
-//! does not authenticate: an authentication layer in front puts a `server::Principal` in the
+//! negotiated); the transport picks the stream and the HTTP status. It matches no method name
+//! outside [`headers`]: which message opens a legacy session and whether a batch may come are
+//! asked of `modelctx-session`'s pure rule functions (`opens_session`, `check_batch`, with the
+//! version the application reported), never its state machine. It reads no cancellation: the
+//! application says which request it will not answer (`server::LegacySession::release`), and
+//! the transport says which request lost its client (`server::LegacyHandler::abandoned`) and
+//! makes up no message for it. It does not authenticate: an authentication layer in front puts a `server::Principal` in the
 //! request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the
 //! client session decides, it carries.
 
@@ -48,17 +51,3 @@ pub mod security;
 pub mod server;
 #[cfg(any(feature = "client", feature = "server"))]
 mod sse;
-
-/// The request a `notifications/cancelled` names (`params.requestId`), if it names one.
-#[cfg(feature = "server")]
-fn cancelled_id(notification: &modelctx_types::Notification) -> Option<modelctx_types::RequestId> {
-    #[derive(serde::Deserialize)]
-    struct Params {
-        #[serde(rename = "requestId")]
-        request_id: modelctx_types::RequestId,
-    }
-    notification
-        .params_as::<Params>()
-        .ok()
-        .map(|p| p.request_id)
-}

@@ -134,24 +134,35 @@ impl Legacy {
     }
 
     /// Hands what belongs to requests still running to them: the client's answer to a
-    /// question, the cancellation of a request, and (to all of the session's)
-    /// `notifications/initialized`, which lets the questions they queued go. Returns what is
-    /// left to serve.
+    /// question, and (to all of the session's) its cancellations, which their sessions read
+    /// (the one running the request cancelled acts on it), and `notifications/initialized`,
+    /// which lets the questions they queued go. Returns what is left to serve.
     fn hand_over(&self, sid: &str, incoming: Incoming) -> Option<Incoming> {
-        let Incoming::Single(message) = &incoming else {
-            return Some(incoming);
+        let is_cancel = |message: &Message| {
+            matches!(message, Message::Notification(n) if n.method == NotificationsCancelled::VALUE)
         };
+        let message = match &incoming {
+            Incoming::Single(message) => message,
+            Incoming::Batch(items) => {
+                // A cancellation in a batch (2025-03-26) may name a request of an earlier POST.
+                for cancel in items.iter().flatten().filter(|m| is_cancel(m)) {
+                    self.tell_waiting(sid, || Input::Incoming(Incoming::Single(cancel.clone())));
+                }
+                return Some(incoming);
+            }
+            _ => return Some(incoming),
+        };
+        if is_cancel(message) {
+            // The request it names, if one still runs, is one of these: a session resumed for
+            // it alone would have nothing to cancel.
+            self.tell_waiting(sid, || Input::Incoming(Incoming::Single(message.clone())));
+            return None;
+        }
         let waiting = self.waiting();
         let key = |id: &RequestId| (sid.to_owned(), id.clone());
         let to = match message {
             Message::Response(r) => waiting.questions.get(&key(&r.id)),
             Message::Error(ErrorResponse { id: Some(id), .. }) => waiting.questions.get(&key(id)),
-            Message::Notification(n) if n.method == NotificationsCancelled::VALUE => {
-                match modelctx_session::cancelled_request(message) {
-                    Some(id) => waiting.requests.get(&key(&id)),
-                    None => None,
-                }
-            }
             Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
                 drop(waiting);
                 self.tell_waiting(sid, || {
@@ -416,7 +427,8 @@ impl McpApp for Server {
         });
     }
 
-    fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
+    /// The tool's header rules, derived once when it was registered: an `Arc` clone.
+    fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         let registry = self.shared.registry();
         registry.tools.get(tool)?.param_headers.clone()
     }
@@ -503,6 +515,9 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
     let mut conn = Conn::resumed(shared.clone(), session, &state.subscriptions);
     conn.session.handle_incoming(Instant::now(), incoming);
     let (said, held) = run_inline(&mut conn, &origin, true);
+    // Requests this POST cancelled (of its own batch): their streams stop waiting, once what
+    // was said before is written.
+    let released = conn.take_released();
     let mut saved = state.clone();
     saved.record(&conn.session, now);
     saved.subscriptions = conn.subscriptions();
@@ -524,7 +539,8 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
     }
     if held.is_none() && conn.is_idle() {
         drop(conn);
-        write_all(output, said).await;
+        write_all(output.clone(), said).await;
+        release_all(&output, released).await;
         return;
     }
     let answered = answered_ids(&said);
@@ -542,6 +558,7 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
         // Its handlers are cancelled with the runner.
         drop(conn);
         write_all(output.clone(), said).await;
+        release_all(&output, released).await;
         let error = crate::limits::busy(
             format!("at most {MAX_WAITING} requests of legacy sessions may wait at once"),
             None,
@@ -559,6 +576,9 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
             if !output.write(transmit).await {
                 conn.session.transport_closed("the transport is gone");
             }
+        }
+        for id in released {
+            output.release(&id).await;
         }
         if let Some(Command::CloseStream {
             id,
@@ -578,6 +598,13 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
 async fn write_all(mut output: LegacySession, said: Vec<Transmit>) {
     for transmit in said {
         output.write(transmit).await;
+    }
+}
+
+/// Lets go of requests `ids` of legacy session `output`, which the client cancelled.
+async fn release_all(output: &LegacySession, ids: Vec<RequestId>) {
+    for id in ids {
+        output.release(&id).await;
     }
 }
 
@@ -687,6 +714,10 @@ impl Output for WaitingOutput {
     async fn close_stream(&mut self, id: &RequestId) -> bool {
         LegacySession::close_stream(&self.session, id).await
     }
+
+    async fn release(&mut self, id: &RequestId) {
+        LegacySession::release(&self.session, id).await;
+    }
 }
 
 /// A legacy session's output: each message on the stream of its request.
@@ -695,7 +726,9 @@ impl Output for LegacySession {
         match transmit {
             Transmit::Message { message, related } => self.send(message, related).await,
             Transmit::Batch(messages) => self.send_batch(messages).await,
-            // A legacy session cancels with a plain message, never with `Cancel`.
+            // Our request cancelled (a question to the client): its notification, on the
+            // standalone stream like the rest of the session's own messages.
+            Transmit::Cancel { notification, .. } => self.send(notification.into(), None).await,
             _ => {}
         }
         true
@@ -703,6 +736,10 @@ impl Output for LegacySession {
 
     async fn close_stream(&mut self, id: &RequestId) -> bool {
         LegacySession::close_stream(self, id).await
+    }
+
+    async fn release(&mut self, id: &RequestId) {
+        LegacySession::release(self, id).await;
     }
 }
 
@@ -736,6 +773,20 @@ impl LegacyHandler for Session {
             input,
             origin,
         ));
+    }
+
+    /// The request's handler, if it waits, is cancelled as the client's
+    /// `notifications/cancelled` would cancel it (its session reads the request's stream as
+    /// closed: `Event::Cancelled`); nothing is written.
+    fn abandoned(&self, id: RequestId) {
+        let legacy = &self.shared.legacy;
+        let key = (self.session.id().to_owned(), id);
+        let waiting = legacy.waiting();
+        if let Some(waiter) = waiting.requests.get(&key)
+            && waiter.tx.try_send(Input::Abandoned(key.1.clone())).is_err()
+        {
+            tracing::debug!("an abandoned request's notice was dropped: its queue is full");
+        }
     }
 
     fn closed(&self) {
@@ -1123,11 +1174,62 @@ mod tests {
         let response = service.handle(legacy_post(Some(&sid), cancel)).await;
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         was_stopped.await.unwrap();
-        drop(post);
+        // Its session read the cancellation, and the facade let the transport know: the POST
+        // waits no more, and ends with nothing in it (the handler's answer is not written).
+        let mut cancelled = Messages::of(post.await.unwrap());
+        assert_eq!(cancelled.next().await, None);
+        assert_eq!(service.table_sizes().await.requests, 0);
         while sizes(&server) != start || server.load().connections > 0 {
             tokio::task::yield_now().await;
         }
         assert_eq!(server.load().handlers, 0);
+    }
+
+    /// A POST whose client goes away before its answer (`LegacyHandler::abandoned`): the
+    /// request's handler is cancelled as the client's cancellation would cancel it, nothing is
+    /// written for it, and the tables return to their start sizes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_abandoned_legacy_post_cancels_its_handler() {
+        let (stopped, was_stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopped = Arc::new(Mutex::new(Some(stopped)));
+        let hang = move |context: crate::Context, _: NoArgs| {
+            let stopped = stopped.clone();
+            async move {
+                context.cancelled().cancelled().await;
+                if let Some(stopped) = stopped.lock().unwrap().take() {
+                    let _ = stopped.send(());
+                }
+                "stopped"
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("hang", hang))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let sid = open_legacy(&service).await;
+        let start = sizes(&server);
+        let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}});
+        let post = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), call)).await }
+        });
+        while server.load().handlers == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The client goes away.
+        post.abort();
+        let _ = post.await;
+        was_stopped.await.unwrap();
+        while sizes(&server) != start || server.load().connections > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.load().handlers, 0);
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.streams, sizes.requests), (1, 0, 0));
+        // Nothing was written for it: no event waits for the session's standalone stream.
+        assert_eq!(sizes.queued, 0);
     }
 
     /// A `logging/setLevel` of a later POST reaches the requests of the session that wait, as

@@ -461,8 +461,9 @@ pub(crate) struct Registered {
     output: Option<Result<Validator, SchemaError>>,
     /// The `x-mcp-header` parameters of the input schema (`None` when the schema's
     /// annotations are not usable, and the calls are then not checked against headers).
+    /// Shared: the HTTP endpoint's check of each modern call clones the `Arc`.
     #[cfg(feature = "http")]
-    pub(crate) param_headers: Option<Vec<modelctx_http::headers::ParamHeader>>,
+    pub(crate) param_headers: Option<Arc<[modelctx_http::headers::ParamHeader]>>,
 }
 
 impl std::fmt::Debug for Registered {
@@ -486,7 +487,9 @@ impl Registered {
             #[cfg(feature = "validation")]
             output: tool.output_schema.as_ref().map(|s| schemas.validator(s)),
             #[cfg(feature = "http")]
-            param_headers: modelctx_http::headers::param_headers(&tool.input_schema).ok(),
+            param_headers: modelctx_http::headers::param_headers(&tool.input_schema)
+                .ok()
+                .map(Arc::from),
             tool,
         }
     }

@@ -1012,6 +1012,7 @@ struct NoLegacy;
 
 impl LegacyHandler for NoLegacy {
     fn input(&self, _input: Incoming, _context: RequestContext) {}
+    fn abandoned(&self, _id: modelctx_types::RequestId) {}
     fn closed(&self) {}
 }
 

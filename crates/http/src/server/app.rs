@@ -27,8 +27,9 @@ pub trait McpApp: Send + Sync + 'static {
 
     /// The `x-mcp-header` parameters of a tool's input schema, for the `Mcp-Param-*` checks of
     /// modern `tools/call` requests. `None` for an unknown tool (the call then goes through, and
-    /// the application answers it).
-    fn tool_param_headers(&self, tool: &str) -> Option<Vec<ParamHeader>> {
+    /// the application answers it). Asked on every modern `tools/call`: hand out a value kept
+    /// since the tool was registered (an `Arc` clone), not one built per call. Default: `None`.
+    fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         let _ = tool;
         None
     }
@@ -39,6 +40,16 @@ pub trait LegacyHandler: Send + Sync + 'static {
     /// A message (or, on 2025-03-26 sessions, a batch) from the client. Requests are answered
     /// through [`LegacySession::send`] with the request's id as `related`.
     fn input(&self, input: Incoming, context: RequestContext);
+
+    /// The HTTP client of the POST that carried request `id` went away before any answer: the
+    /// transport has let go of the request (nothing more is written for it, and it no longer
+    /// keeps the session alive). Stop its handler as a client's cancellation would; write
+    /// nothing to the client (it is not there to read it). The transport makes up no message
+    /// for this: the application's protocol session decides what it means.
+    ///
+    /// Required: a handler left running here would outlive the request nobody waits for. Not
+    /// called for `initialize` (its session ends instead: see [`closed`](Self::closed)).
+    fn abandoned(&self, id: RequestId);
 
     /// The session ended (DELETE, idle timeout, [`LegacySession::close`], shutdown): drop its
     /// state. Nothing sent after this is delivered.
@@ -129,6 +140,16 @@ impl LegacySession {
     /// follows the rules of 2025-11-25 and refuses batches.
     pub async fn set_version(&self, version: ProtocolVersion) {
         self.inner.set_version(version).await;
+    }
+
+    /// The application will not answer request `request`: the client cancelled it (call it
+    /// when the protocol session reads the client's `notifications/cancelled`). Its stream
+    /// stops waiting for it: a POST waiting for nothing else ends (with the answers gathered
+    /// for its batch, if any), an SSE stream with nothing else pending closes. The transport
+    /// reads no cancellation itself: until told, the POST waits for the answer. Does nothing for
+    /// a request not in flight.
+    pub async fn release(&self, request: &RequestId) {
+        self.inner.release(request).await;
     }
 
     /// Sends a batch reply (2025-03-26 sessions) on the stream of the batch it answers.

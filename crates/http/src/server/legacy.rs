@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use modelctx_types::{Incoming, Message, ProtocolVersion, RequestId};
+use modelctx_types::{Message, ProtocolVersion, RequestId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacyHandler, Principal, RequestContext};
+use super::app::{LegacyHandler, Principal};
 use super::endpoint::{Shared, TableSizes};
 use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
@@ -36,16 +36,6 @@ pub(super) fn shrink<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
     } else if map.capacity() > 64 && map.capacity() / 4 > len {
         map.shrink_to(len.saturating_mul(2));
     }
-}
-
-/// `notifications/cancelled` for `request`, as the handler gets it when the client of its POST
-/// went away.
-fn cancel_notification(request: &RequestId) -> Option<Message> {
-    let params = serde_json::json!({"requestId": request, "reason": "the HTTP client went away"});
-    Some(Message::Notification(modelctx_types::Notification {
-        method: modelctx_types::consts::NotificationsCancelled::VALUE.into(),
-        params: Some(serde_json::value::to_raw_value(&params).ok()?),
-    }))
 }
 
 /// How a waiting POST is answered.
@@ -77,8 +67,6 @@ struct Stream {
     initialize: bool,
     /// The stream answers a batch.
     batch: bool,
-    /// The POST the stream answers, for the handler when its requests are cancelled.
-    context: Option<RequestContext>,
 }
 
 impl State {
@@ -272,11 +260,12 @@ impl Session {
     }
 
     /// Finding 3: lets go of the POSTs whose HTTP client went away before any answer (the
-    /// receiver of their decision is gone): their requests leave the table and the handler gets
-    /// `notifications/cancelled` for each, as if the client had cancelled them. A session whose
-    /// `initialize` POST was abandoned ends (its client never learnt its id).
+    /// receiver of their decision is gone): their requests leave the table and the handler is
+    /// told of each ([`LegacyHandler::abandoned`]), so that the application stops it as if the
+    /// client had cancelled it. A session whose `initialize` POST was abandoned ends (its client
+    /// never learnt its id).
     pub(crate) async fn reap_abandoned(&self) {
-        let mut cancelled = Vec::new();
+        let mut abandoned = Vec::new();
         let mut end = false;
         {
             let mut state = self.state.lock().await;
@@ -296,9 +285,7 @@ impl Session {
                 end |= stream.initialize;
                 for request in stream.pending {
                     state.requests.remove(&request);
-                    if let Some(context) = &stream.context {
-                        cancelled.push((request, context.clone()));
-                    }
+                    abandoned.push(request);
                 }
             }
             shrink(&mut state.streams);
@@ -310,10 +297,8 @@ impl Session {
         let Some(handler) = self.handler.get() else {
             return;
         };
-        for (request, context) in cancelled {
-            if let Some(message) = cancel_notification(&request) {
-                handler.input(Incoming::Single(message), context);
-            }
+        for request in abandoned {
+            handler.abandoned(request);
         }
     }
 
@@ -339,7 +324,6 @@ impl Session {
         requests: &[RequestId],
         initialize: bool,
         batch: bool,
-        context: RequestContext,
     ) -> Result<oneshot::Receiver<Decision>, Refused> {
         let mut state = self.state.lock().await;
         if state.ended {
@@ -368,7 +352,6 @@ impl Session {
                 decide: Some(tx),
                 initialize,
                 batch,
-                context: Some(context),
                 ..Stream::default()
             },
         );
@@ -821,11 +804,11 @@ impl Session {
         }
     }
 
-    /// The client cancelled `request` (`notifications/cancelled`): the server will not answer it,
-    /// so it is no longer in flight. Its stream ends when nothing else is pending on it: an SSE
-    /// connection closes (its events stay in the store), a POST still waiting gets the answers
-    /// gathered for its batch, or an event stream with nothing in it.
-    pub(crate) async fn forget(&self, request: &RequestId) {
+    /// The application will not answer `request` (its client cancelled it): it is no longer in
+    /// flight. Its stream ends when nothing else is pending on it: an SSE connection closes (its
+    /// events stay in the store), a POST still waiting gets the answers gathered for its batch,
+    /// or an event stream with nothing in it.
+    pub(crate) async fn release(&self, request: &RequestId) {
         let mut state = self.state.lock().await;
         let Some(stream_id) = state.requests.remove(request) else {
             return;
@@ -951,11 +934,12 @@ mod tests {
 
     /// An application whose handler holds its session, as a real server's does. It answers
     /// `initialize` at once and nothing else (every other request waits forever); it records
-    /// every other input, and the sessions it opened.
+    /// every other input, the requests it was told were abandoned, and the sessions it opened.
     #[derive(Default)]
     struct App {
         dropped: Arc<AtomicUsize>,
         inputs: Arc<std::sync::Mutex<Vec<Message>>>,
+        abandoned: Arc<std::sync::Mutex<Vec<modelctx_types::RequestId>>>,
         sessions: Arc<std::sync::Mutex<Vec<LegacySession>>>,
     }
 
@@ -963,6 +947,7 @@ mod tests {
         session: LegacySession,
         dropped: Arc<AtomicUsize>,
         inputs: Arc<std::sync::Mutex<Vec<Message>>>,
+        abandoned: Arc<std::sync::Mutex<Vec<modelctx_types::RequestId>>>,
     }
 
     impl Drop for Handler {
@@ -991,6 +976,10 @@ mod tests {
             tokio::spawn(async move { session.send(response, Some(request.id)).await });
         }
 
+        fn abandoned(&self, request: modelctx_types::RequestId) {
+            self.abandoned.lock().unwrap().push(request);
+        }
+
         fn closed(&self) {}
     }
 
@@ -1001,6 +990,7 @@ mod tests {
                 session,
                 dropped: self.dropped.clone(),
                 inputs: self.inputs.clone(),
+                abandoned: self.abandoned.clone(),
             })
         }
 
@@ -1116,6 +1106,47 @@ mod tests {
             .set_version(modelctx_types::ProtocolVersion::V2025_11_25)
             .await;
         assert!(session.close_stream(&call).await);
+    }
+
+    /// `LegacySession::release`: a request the application will not answer (its client
+    /// cancelled it) no longer keeps its POST waiting: the POST ends, with nothing in it, and
+    /// the request leaves the table.
+    #[tokio::test]
+    async fn a_released_request_no_longer_keeps_its_post_waiting() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let call = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"forever"}}"#;
+        let post = tokio::spawn({
+            let service = service.clone();
+            let request = on_session("POST", &id, call);
+            async move { service.handle(request).await }
+        });
+        within(async {
+            while service.table_sizes().await.requests == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        // Another id changes nothing.
+        session.release(&modelctx_types::RequestId::from(5)).await;
+        assert_eq!(service.table_sizes().await.requests, 1);
+        assert!(!post.is_finished());
+        session.release(&modelctx_types::RequestId::from(4)).await;
+        let response = within(post).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(events(response.into_body()).await.is_empty());
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.streams, sizes.requests), (1, 0, 0));
+        // Releasing it again changes nothing; the application was told of no abandoned POST.
+        session.release(&modelctx_types::RequestId::from(4)).await;
+        assert_eq!(service.table_sizes().await.requests, 0);
+        assert!(app.abandoned.lock().unwrap().is_empty());
     }
 
     /// Opens a session; returns its id.
@@ -1358,14 +1389,20 @@ mod tests {
         task.abort();
         let _ = task.await;
         within(async {
-            while !app.inputs.lock().unwrap().iter().any(|m| {
-                let text = String::from_utf8_lossy(&super::encode(m)).into_owned();
-                text.contains("notifications/cancelled") && text.contains(r#""requestId":7"#)
-            }) {
+            while app.abandoned.lock().unwrap().is_empty() {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             }
         })
         .await;
+        // The handler is told which request lost its client; the transport makes up no
+        // `notifications/cancelled` for it (its input is the call alone).
+        assert_eq!(
+            *app.abandoned.lock().unwrap(),
+            [modelctx_types::RequestId::from(7)]
+        );
+        let inputs = app.inputs.lock().unwrap().clone();
+        assert_eq!(inputs.len(), 1, "{inputs:?}");
+        assert_eq!(inputs[0].method(), Some("tools/call"));
         let sizes = service.table_sizes().await;
         assert_eq!((sizes.sessions, sizes.streams, sizes.requests), (1, 0, 0));
         service.end_idle_sessions().await;
@@ -1384,12 +1421,9 @@ mod tests {
         let service = McpService::new(config, app.clone()).unwrap();
         let id = open(&service).await;
         let session = service.shared.sessions().get(&id).cloned().unwrap();
-        let context = super::RequestContext {
-            parts: Arc::new(on_session("POST", &id, "").into_parts().0),
-        };
         let request = modelctx_types::RequestId::from(9);
         let decision = session
-            .register(std::slice::from_ref(&request), false, false, context)
+            .register(std::slice::from_ref(&request), false, false)
             .await
             .ok()
             .unwrap();

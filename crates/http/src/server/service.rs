@@ -11,9 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
-use modelctx_types::{
-    DecodeError, Era, ErrorCode, Incoming, Message, ProtocolVersion, RequestId, consts,
-};
+use modelctx_types::{DecodeError, Era, ErrorCode, Incoming, Message, RequestId};
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
@@ -241,10 +239,9 @@ impl McpService {
             Incoming::Single(message) if modern && config.serves_modern() => {
                 modern::handle(&self.shared, &self.app, parts, message).await
             }
-            Incoming::Single(Message::Request(request))
-                if request.method == consts::Initialize::VALUE =>
-            {
-                self.initialize(parts, Message::Request(request)).await
+            // Which message opens a session is the protocol's rule: the session's to say.
+            Incoming::Single(message) if modelctx_session::opens_session(&message) => {
+                self.initialize(parts, message).await
             }
             incoming => self.legacy_post(parts, incoming).await,
         }
@@ -348,14 +345,7 @@ impl McpService {
         });
         let _ = session.handler.set(handler.clone());
         let decision = match session
-            .register(
-                std::slice::from_ref(&id),
-                true,
-                false,
-                RequestContext {
-                    parts: parts.clone(),
-                },
-            )
+            .register(std::slice::from_ref(&id), true, false)
             .await
         {
             Ok(rx) => rx,
@@ -496,33 +486,20 @@ impl McpService {
             Incoming::Single(Message::Request(r)) => (vec![r.id.clone()], false, true),
             Incoming::Single(_) => (Vec::new(), false, false),
             Incoming::Batch(elements) => {
-                if !session
-                    .version()
-                    .await
-                    .is_some_and(ProtocolVersion::allows_batches)
+                // The batch rules are the session's (with the version it negotiated); asked
+                // here because a batch of notifications is answered (202) before the session
+                // reads it.
+                if let Err(refused) = modelctx_session::check_batch(session.version().await, elements)
                 {
-                    return respond::error_code(
-                        StatusCode::BAD_REQUEST,
-                        None,
-                        ErrorCode::INVALID_REQUEST,
-                        "batches are allowed only on protocol 2025-03-26 sessions",
-                    );
+                    return respond::error(StatusCode::BAD_REQUEST, None, refused.to_error_object());
                 }
-                let mut ids = Vec::new();
-                for element in elements {
-                    match element {
-                        Ok(Message::Request(r)) if r.method == consts::Initialize::VALUE => {
-                            return respond::error_code(
-                                StatusCode::BAD_REQUEST,
-                                None,
-                                ErrorCode::INVALID_REQUEST,
-                                "initialize must not be part of a batch",
-                            );
-                        }
-                        Ok(Message::Request(r)) => ids.push(r.id.clone()),
-                        _ => {}
-                    }
-                }
+                let ids: Vec<RequestId> = elements
+                    .iter()
+                    .filter_map(|element| match element {
+                        Ok(Message::Request(r)) => Some(r.id.clone()),
+                        _ => None,
+                    })
+                    .collect();
                 let awaits_reply = !ids.is_empty() || elements.iter().any(Result::is_err);
                 (ids, true, awaits_reply)
             }
@@ -531,18 +508,12 @@ impl McpService {
         let Some(handler) = session.handler.get() else {
             return respond::empty(StatusCode::NOT_FOUND);
         };
-        // A request the client cancels will not be answered: its stream must not wait for it.
-        for id in cancelled_requests(&incoming) {
-            session.forget(&id).await;
-        }
         let context = RequestContext { parts };
         if !awaits_reply {
             handler.input(incoming, context);
             return respond::empty(StatusCode::ACCEPTED);
         }
-        let decision = match session
-            .register(&requests, false, batch, context.clone())
-            .await
+        let decision = match session.register(&requests, false, batch).await
         {
             Ok(rx) => rx,
             Err(Refused::Ended) => {
@@ -722,24 +693,6 @@ fn decode_error(error: &DecodeError) -> Response<ResponseBody> {
     respond::error(StatusCode::BAD_REQUEST, reply.id, reply.error)
 }
 
-/// The ids of the requests that `notifications/cancelled` messages in `incoming` cancel.
-fn cancelled_requests(incoming: &Incoming) -> Vec<RequestId> {
-    let cancelled = |message: &Message| match message {
-        Message::Notification(n) if n.method == consts::NotificationsCancelled::VALUE => {
-            crate::cancelled_id(n)
-        }
-        _ => None,
-    };
-    match incoming {
-        Incoming::Single(message) => cancelled(message).into_iter().collect(),
-        Incoming::Batch(elements) => elements
-            .iter()
-            .filter_map(|e| e.as_ref().ok().and_then(cancelled))
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 #[cfg(test)]
 pub(super) mod tests {
     use std::pin::Pin;
@@ -754,6 +707,7 @@ pub(super) mod tests {
 
     impl LegacyHandler for Unreached {
         fn input(&self, _input: Incoming, _context: RequestContext) {}
+        fn abandoned(&self, _id: RequestId) {}
         fn closed(&self) {}
     }
 

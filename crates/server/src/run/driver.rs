@@ -29,6 +29,10 @@ pub(crate) enum Input {
     /// requests that wait.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     LogLevel(Option<modelctx_session::LogLevel>),
+    /// The HTTP client of the POST that carried this request of a legacy session went away
+    /// (`LegacyHandler::abandoned`): it is cancelled as the client's cancellation would.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Abandoned(modelctx_types::RequestId),
     /// Bytes that are not JSON-RPC.
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     Unreadable(Vec<u8>),
@@ -130,6 +134,9 @@ async fn drain<O: Output>(conn: &mut Conn, output: &mut O, origin: &Origin) {
             }
         }
         busy |= conn.handle_events(origin);
+        for id in conn.take_released() {
+            output.release(&id).await;
+        }
         if !busy {
             return;
         }
@@ -197,6 +204,9 @@ pub(crate) async fn run<I: Source, O: Output>(
                 match item {
                     Some(Input::Incoming(incoming)) => conn.session.handle_incoming(now, incoming),
                     Some(Input::LogLevel(level)) => conn.session.set_log_level(level),
+                    Some(Input::Abandoned(id)) => {
+                        conn.session.stream_closed(&id);
+                    }
                     Some(Input::Unreadable(bytes)) => conn.session.handle_bytes(now, &bytes),
                     Some(Input::Reply(message)) => {
                         let reply = Transmit::Message { message, related: None };

@@ -58,6 +58,14 @@ pub(crate) trait Output: Send {
         std::future::ready(false)
     }
 
+    /// The session read the peer's cancellation of request `id` (it will not be answered): a
+    /// transport that waits for its answer lets it go (legacy HTTP:
+    /// `LegacySession::release`). Default: nothing waits.
+    fn release(&mut self, id: &RequestId) -> impl Future<Output = ()> + Send {
+        let _ = id;
+        std::future::ready(())
+    }
+
     /// How many bytes are encoded and not yet written. Default: none (nothing is buffered).
     fn buffered(&self) -> usize {
         0

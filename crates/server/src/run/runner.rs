@@ -108,6 +108,9 @@ pub(crate) struct Conn {
     book: Book,
     commands_tx: mpsc::Sender<Command>,
     commands: mpsc::Receiver<Command>,
+    /// Requests the peer cancelled ([`Event::Cancelled`], either era), for the output to let
+    /// go of ([`Conn::take_released`]).
+    released: Vec<RequestId>,
 }
 
 impl Conn {
@@ -157,6 +160,7 @@ impl Conn {
             book: Book::default(),
             commands_tx,
             commands,
+            released: Vec::new(),
         }
     }
 
@@ -191,6 +195,12 @@ impl Conn {
             self.on_event(event, origin);
         }
         any
+    }
+
+    /// The requests the peer cancelled since last asked: the output lets go of them
+    /// (`Output::release`).
+    pub(crate) fn take_released(&mut self) -> Vec<RequestId> {
+        std::mem::take(&mut self.released)
     }
 
     /// The next command of a handler that did not answer at once.
@@ -282,10 +292,13 @@ impl Conn {
                     let _ = question.reply.send(Err(error));
                 }
             }
+            // Either era, however the peer cancelled (its notification, its stream closed, its
+            // POST abandoned): the handler stops, and the output lets go of the request.
             Event::Cancelled { id, .. } => {
                 if let Some(request) = book.running.remove(&id) {
                     request.cancelled.cancel();
                 }
+                self.released.push(id);
             }
             Event::Closed(_) => book.end(),
             _ => {}
