@@ -237,10 +237,7 @@ impl LegacyHandler for Handler {
 }
 
 impl McpApp for TestApp {
-    fn tool_param_headers(
-        &self,
-        tool: &str,
-    ) -> Option<Arc<[modelctx_http::headers::ParamHeader]>> {
+    fn tool_param_headers(&self, tool: &str) -> Option<Arc<[modelctx_http::headers::ParamHeader]>> {
         let schema = region_schema();
         (tool == "region")
             .then(|| modelctx_http::headers::param_headers(schema.as_object()?).ok())

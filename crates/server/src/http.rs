@@ -138,9 +138,7 @@ impl Legacy {
     /// (the one running the request cancelled acts on it), and `notifications/initialized`,
     /// which lets the questions they queued go. Returns what is left to serve.
     fn hand_over(&self, sid: &str, incoming: Incoming) -> Option<Incoming> {
-        let is_cancel = |message: &Message| {
-            matches!(message, Message::Notification(n) if n.method == NotificationsCancelled::VALUE)
-        };
+        let is_cancel = |message: &Message| matches!(message, Message::Notification(n) if n.method == NotificationsCancelled::VALUE);
         let message = match &incoming {
             Incoming::Single(message) => message,
             Incoming::Batch(items) => {
@@ -1176,7 +1174,10 @@ mod tests {
         was_stopped.await.unwrap();
         // Its session read the cancellation, and the facade let the transport know: the POST
         // waits no more, and ends with nothing in it (the handler's answer is not written).
-        let mut cancelled = Messages::of(post.await.unwrap());
+        let post = tokio::time::timeout(std::time::Duration::from_secs(10), post)
+            .await
+            .expect("the POST waits no more");
+        let mut cancelled = Messages::of(post.unwrap());
         assert_eq!(cancelled.next().await, None);
         assert_eq!(service.table_sizes().await.requests, 0);
         while sizes(&server) != start || server.load().connections > 0 {
@@ -1221,7 +1222,10 @@ mod tests {
         // The client goes away.
         post.abort();
         let _ = post.await;
-        was_stopped.await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), was_stopped)
+            .await
+            .expect("the handler is cancelled")
+            .unwrap();
         while sizes(&server) != start || server.load().connections > 0 {
             tokio::task::yield_now().await;
         }

@@ -239,10 +239,11 @@ struct CancelledParams {
 /// The request a `notifications/cancelled` names (either era); `None` for any other message, or
 /// params without a readable `requestId`.
 ///
-/// For the layers that relate a cancellation to a request without being a party to the session:
-/// a client facade letting the request's response stream go, a relay keeping track of what still
-/// waits for an answer, a server that routes a later POST to the request it cancels. What the
-/// cancellation means is still the session's to decide.
+/// For a layer that relates a cancellation to a request without being a party to the session: a
+/// relay (`mcx proxy`) keeping track of what still waits for an answer. A party to the session
+/// learns of the peer's cancellations from [`Event::Cancelled`] (either era) and cancels its own
+/// requests with the session's [`Transmit::Cancel`]; what a cancellation means is the session's
+/// to decide.
 pub fn cancelled_request(message: &Message) -> Option<RequestId> {
     let Message::Notification(notification) = message else {
         return None;

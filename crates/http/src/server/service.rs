@@ -489,9 +489,14 @@ impl McpService {
                 // The batch rules are the session's (with the version it negotiated); asked
                 // here because a batch of notifications is answered (202) before the session
                 // reads it.
-                if let Err(refused) = modelctx_session::check_batch(session.version().await, elements)
+                if let Err(refused) =
+                    modelctx_session::check_batch(session.version().await, elements)
                 {
-                    return respond::error(StatusCode::BAD_REQUEST, None, refused.to_error_object());
+                    return respond::error(
+                        StatusCode::BAD_REQUEST,
+                        None,
+                        refused.to_error_object(),
+                    );
                 }
                 let ids: Vec<RequestId> = elements
                     .iter()
@@ -513,8 +518,7 @@ impl McpService {
             handler.input(incoming, context);
             return respond::empty(StatusCode::ACCEPTED);
         }
-        let decision = match session.register(&requests, false, batch).await
-        {
+        let decision = match session.register(&requests, false, batch).await {
             Ok(rx) => rx,
             Err(Refused::Ended) => {
                 return respond::error_code(
