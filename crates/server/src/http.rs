@@ -1186,6 +1186,50 @@ mod tests {
         assert_eq!(server.load().handlers, 0);
     }
 
+    /// Our question cancelled on a legacy session (the handler answered without waiting for
+    /// the client's answer): the session's `Transmit::Cancel` is written as
+    /// `notifications/cancelled`, on the standalone stream like the session's own messages.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_cancelled_question_is_written_as_its_notification() {
+        let impatient = |context: crate::Context, _: NoArgs| async move {
+            let roots = context.list_roots();
+            match tokio::time::timeout(std::time::Duration::from_millis(20), roots).await {
+                Ok(_) => "answered",
+                Err(_) => "gave up",
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("impatient", impatient))
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let sid = open_legacy(&service).await;
+        let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "impatient", "arguments": {}}});
+        let mut stream = legacy_request(&service, &sid, call).await;
+        let ask = stream.next().await.unwrap();
+        assert_eq!(ask["method"], "roots/list", "{ask}");
+        let reply = stream.next().await.unwrap();
+        assert_eq!(reply["result"]["content"][0]["text"], "gave up", "{reply}");
+        let mut get = Request::get("/mcp")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &sid)
+            .body(String::new())
+            .unwrap();
+        get.extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        let response = service.handle(get).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut standalone = Messages::of(response);
+        let cancel = tokio::time::timeout(std::time::Duration::from_secs(10), standalone.next())
+            .await
+            .expect("the cancellation is written")
+            .unwrap();
+        assert_eq!(cancel["method"], "notifications/cancelled", "{cancel}");
+        assert_eq!(cancel["params"]["requestId"], ask["id"], "{cancel}");
+    }
+
     /// A POST whose client goes away before its answer (`LegacyHandler::abandoned`): the
     /// request's handler is cancelled as the client's cancellation would cancel it, nothing is
     /// written for it, and the tables return to their start sizes.
