@@ -1108,6 +1108,41 @@ mod tests {
         assert!(session.close_stream(&call).await);
     }
 
+    /// The batch rules are the session's (`modelctx_session::check_batch`), asked with the
+    /// version the application reported: before 2025-03-26 is told (or at another version) a
+    /// batch gets 400, even one of notifications; at 2025-03-26 it is accepted, unless it
+    /// carries `initialize`.
+    #[tokio::test]
+    async fn batches_are_judged_by_the_sessions_rules() {
+        let app = Arc::new(App::default());
+        let service = McpService::new(ServerConfig::default(), app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let post = |body: &str| service.handle(on_session("POST", &id, body));
+        let refusal = |response: http::Response<super::super::ResponseBody>| async move {
+            assert_eq!(response.status(), 400);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(value["error"]["code"], -32600, "{value}");
+            value["error"]["message"].as_str().unwrap().to_owned()
+        };
+        let notes = r#"[{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]"#;
+        let message = refusal(post(notes).await).await;
+        assert!(message.contains("2025-03-26"), "{message}");
+        session
+            .set_version(modelctx_types::ProtocolVersion::V2025_11_25)
+            .await;
+        let message = refusal(post(notes).await).await;
+        assert!(message.contains("2025-11-25"), "{message}");
+        session
+            .set_version(modelctx_types::ProtocolVersion::V2025_03_26)
+            .await;
+        assert_eq!(post(notes).await.status(), 202);
+        let initialize = r#"[{"jsonrpc":"2.0","id":9,"method":"initialize","params":{}}]"#;
+        let message = refusal(post(initialize).await).await;
+        assert!(message.contains("initialize"), "{message}");
+    }
+
     /// `LegacySession::release`: a request the application will not answer (its client
     /// cancelled it) no longer keeps its POST waiting: the POST ends, with nothing in it, and
     /// the request leaves the table.
