@@ -503,6 +503,48 @@ fn a_closed_stream_cancels_the_request() {
     assert!(s.table_sizes().is_empty());
 }
 
+/// Either era, the same event: a legacy request whose POST was abandoned (the transport's
+/// `stream_closed`) and one the client cancelled with `notifications/cancelled` both come out
+/// as `Event::Cancelled`, and neither is answered.
+#[test]
+fn a_legacy_request_is_cancelled_by_its_closed_stream_or_its_notification() {
+    let mut s = initialized_server("2025-06-18", json!({}));
+    let now = Instant::now();
+    for id in [1, 2] {
+        let call =
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "x"}});
+        s.handle_bytes(now, call.to_string().as_bytes());
+    }
+    let requests: Vec<_> = server_events(&mut s)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Request(r) => Some(r.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests.len(), 2);
+    assert!(s.stream_closed(&requests[0]));
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2}});
+    s.handle_bytes(now, cancel.to_string().as_bytes());
+    let cancelled: Vec<_> = server_events(&mut s)
+        .into_iter()
+        .map(|e| match e {
+            Event::Cancelled { id, .. } => id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(cancelled, requests);
+    for id in &requests {
+        assert!(matches!(
+            s.respond(id, raw(json!({"content": []}))),
+            Err(SessionError::NotInFlight(_))
+        ));
+    }
+    assert!(drain(&mut s).is_empty());
+    assert!(s.table_sizes().is_idle());
+}
+
 #[test]
 fn log_messages_follow_the_request_level() {
     let mut s = server();
