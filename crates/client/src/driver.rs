@@ -704,9 +704,9 @@ impl Driver {
         {
             let mut params = JsonObject::new();
             params.insert("level".into(), Value::from(level.as_str()));
-            if let Err(e) =
-                self.session
-                    .send_request(now(), LoggingSetLevel::VALUE, Some(params))
+            if let Err(e) = self
+                .session
+                .send_request(now(), LoggingSetLevel::VALUE, Some(params))
             {
                 tracing::debug!(error = %e, "the log level was not restored");
             }
