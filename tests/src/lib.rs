@@ -7,7 +7,6 @@ pub mod facade;
 pub mod http;
 pub mod http_client;
 pub mod node;
-pub mod stdio;
 
 use std::path::PathBuf;
 

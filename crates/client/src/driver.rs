@@ -36,6 +36,13 @@ const MAX_WAITING: usize = 1024;
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// Now, read from tokio's clock and handed over as the `std::time::Instant` the session takes:
+/// every deadline of the driver and the session (timeouts, the listen stream's retry,
+/// re-connection) follows the runtime's clock, which a test can pause and advance.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// When a connection that ended is re-established.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -314,7 +321,7 @@ impl Driver {
     /// Runs the connection until it is closed (by a handle, by every handle being dropped, or for
     /// good by the transport).
     pub(crate) async fn run(mut self) {
-        if let Err(e) = self.session.connect(Instant::now()) {
+        if let Err(e) = self.session.connect(now()) {
             self.finish(CloseReason::Transport(format!("connect failed: {e}")))
                 .await;
             return;
@@ -416,7 +423,7 @@ impl Driver {
         }
         match self
             .session
-            .send_request_with(Instant::now(), &method, Some(params), options)
+            .send_request_with(now(), &method, Some(params), options)
         {
             Ok(id) => {
                 self.tokens.insert(token, id.clone());
@@ -440,7 +447,7 @@ impl Driver {
         if let Some(id) = self.tokens.remove(&token) {
             self.pending.remove(&id);
             let _ = self.session.cancel(
-                Instant::now(),
+                now(),
                 &id,
                 Some("the caller no longer waits for the result"),
             );
@@ -459,7 +466,7 @@ impl Driver {
     // -- what the transport brings ----------------------------------------------------------------
 
     async fn link_event(&mut self, event: LinkEvent) {
-        let now = Instant::now();
+        let now = now();
         match event {
             LinkEvent::Message(incoming) => self.session.handle_incoming(now, incoming),
             LinkEvent::Unreadable(why) => {
@@ -528,7 +535,7 @@ impl Driver {
     }
 
     fn timers(&mut self) {
-        let now = Instant::now();
+        let now = now();
         self.session.handle_timeout(now);
         if self.listen.retry_at.is_some_and(|at| at <= now) {
             self.listen.retry_at = None;
@@ -571,7 +578,7 @@ impl Driver {
                 let Some(link) = &mut self.link else { continue };
                 if let Err((id, error)) = link.send(transmit, hints).await {
                     match id {
-                        Some(id) => self.request_failed(Instant::now(), id, error),
+                        Some(id) => self.request_failed(now(), id, error),
                         None => tracing::debug!(%error, "a message could not be sent"),
                     }
                 }
@@ -669,7 +676,7 @@ impl Driver {
             .peer
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(peer.clone());
-        self.connected_at = Some(Instant::now());
+        self.connected_at = Some(now());
         let again = self.ready.is_none();
         if let Some(ready) = self.ready.take() {
             let _ = ready.send(Ok(peer));
@@ -697,9 +704,9 @@ impl Driver {
         {
             let mut params = JsonObject::new();
             params.insert("level".into(), Value::from(level.as_str()));
-            if let Err(e) =
-                self.session
-                    .send_request(Instant::now(), LoggingSetLevel::VALUE, Some(params))
+            if let Err(e) = self
+                .session
+                .send_request(now(), LoggingSetLevel::VALUE, Some(params))
             {
                 tracing::debug!(error = %e, "the log level was not restored");
             }
@@ -728,7 +735,7 @@ impl Driver {
         // A connection that stayed up long enough starts the count of attempts over; one whose
         // handshake never completed does not.
         if let Some(at) = self.connected_at.take()
-            && at.elapsed() >= self.reconnect.stable_after
+            && now().saturating_duration_since(at) >= self.reconnect.stable_after
         {
             self.attempts = 0;
         }
@@ -769,7 +776,7 @@ impl Driver {
             .delay
             .saturating_mul(1 << self.attempts.min(10));
         self.attempts += 1;
-        self.reconnect_at = Some(Instant::now() + delay);
+        self.reconnect_at = Some(now() + delay);
         true
     }
 
@@ -800,7 +807,7 @@ impl Driver {
         };
         self.session = ClientSession::new(config);
         self.last_close = None;
-        if let Err(e) = self.session.connect(Instant::now()) {
+        if let Err(e) = self.session.connect(now()) {
             tracing::warn!(error = %e, "reconnecting failed");
         }
     }
@@ -1036,7 +1043,7 @@ impl Driver {
         }
         if !wanted.lists && wanted.uris.is_empty() {
             if let Some((id, _)) = self.listen.open.take() {
-                let _ = self.session.cancel(Instant::now(), &id, None);
+                let _ = self.session.cancel(now(), &id, None);
             }
             self.answer_waiters_if_idle();
             return;
@@ -1083,7 +1090,7 @@ impl Driver {
         let mut params = JsonObject::new();
         params.insert("notifications".into(), Value::Object(filter));
         match self.session.send_request_with(
-            Instant::now(),
+            now(),
             SubscriptionsListen::VALUE,
             Some(params),
             RequestOptions::default().with_timeout(None),
@@ -1152,7 +1159,7 @@ impl Driver {
         self.listen.acked = true;
         self.listen.retry_delay = LISTEN_RETRY;
         for old in std::mem::take(&mut self.listen.retiring) {
-            let _ = self.session.cancel(Instant::now(), &old, None);
+            let _ = self.session.cancel(now(), &old, None);
         }
         self.answer_waiters_if_idle();
         // Keep asking for what is wanted; a URI the server refused is not asked for again.
@@ -1190,7 +1197,7 @@ impl Driver {
             _ => {
                 // Ended by the server, or lost: open it again, after a growing wait.
                 self.listen.reopened = true;
-                self.listen.retry_at = Some(Instant::now() + self.listen.retry_delay);
+                self.listen.retry_at = Some(now() + self.listen.retry_delay);
                 self.listen.retry_delay = (self.listen.retry_delay * 2).min(LISTEN_RETRY_MAX);
             }
         }

@@ -285,7 +285,7 @@ async fn every_feature(transport: Transport, pin: Pin) {
     // Timeouts and dropped calls cancel on the wire: the handler sees it.
     let before = modelctx_tests::facade::CANCELLED.load(Ordering::SeqCst);
     let options = CallOptions::new().timeout(Some(Duration::from_millis(200)));
-    let timed_out = client.call_tool_with("wait", json!({}), options).await;
+    let timed_out = within("timeout", client.call_tool_with("wait", json!({}), options)).await;
     assert!(matches!(timed_out, Err(Error::Timeout(_))), "{timed_out:?}");
     let dropped = tokio::time::timeout(
         Duration::from_millis(200),
@@ -316,9 +316,11 @@ async fn every_feature(transport: Transport, pin: Pin) {
 }
 
 /// A test of [`every_feature`] per transport and pin.
+/// In memory on a paused clock (nothing but the runtime's own tasks: the timeouts cost no real
+/// time), over a child process or sockets on the wall clock.
 macro_rules! every_feature {
-    ($($name:ident: $transport:ident, $pin:expr;)*) => {$(
-        #[tokio::test]
+    ($($name:ident: $transport:ident, $pin:expr, $($paused:ident)?;)*) => {$(
+        #[tokio::test$((start_paused = $paused))?]
         async fn $name() {
             every_feature(Transport::$transport, $pin).await;
         }
@@ -326,13 +328,13 @@ macro_rules! every_feature {
 }
 
 every_feature! {
-    every_feature_in_memory_modern: Memory, Pin::Probe;
-    every_feature_in_memory_legacy: Memory, Pin::LEGACY;
-    every_feature_in_memory_2025_06_18: Memory, Pin::Legacy(ProtocolVersion::V2025_06_18);
-    every_feature_over_stdio_modern: Stdio, Pin::Probe;
-    every_feature_over_stdio_legacy: Stdio, Pin::LEGACY;
-    every_feature_over_http_modern: Http, Pin::Probe;
-    every_feature_over_http_legacy: Http, Pin::LEGACY;
+    every_feature_in_memory_modern: Memory, Pin::Probe, true;
+    every_feature_in_memory_legacy: Memory, Pin::LEGACY, true;
+    every_feature_in_memory_2025_06_18: Memory, Pin::Legacy(ProtocolVersion::V2025_06_18), true;
+    every_feature_over_stdio_modern: Stdio, Pin::Probe,;
+    every_feature_over_stdio_legacy: Stdio, Pin::LEGACY,;
+    every_feature_over_http_modern: Http, Pin::Probe,;
+    every_feature_over_http_legacy: Http, Pin::LEGACY,;
 }
 
 /// The oldest version: no elicitation, no structured output, no titles.

@@ -227,7 +227,7 @@ async fn notifications_on_a_listen_stream_opened_again_reach_the_application() {
 async fn an_ended_legacy_session_is_initialized_again() {
     let mut config = modelctx_http::server::ServerConfig::default();
     config.session_idle_timeout = Duration::from_millis(300);
-    let (_running, url) = serve_http(&modelctx_tests::facade::client_server(), config).await;
+    let (running, url) = serve_http(&modelctx_tests::facade::client_server(), config).await;
     let mut transport = modelctx_client::HttpConfig::default();
     // Without a standing GET stream the session is idle between calls.
     transport.standalone_stream = false;
@@ -247,7 +247,13 @@ async fn an_ended_legacy_session_is_initialized_again() {
         call_text(&client, "echo", json!({"text": "one"})).await,
         "one"
     );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Waits until the server has ended the idle session (polled, not a fixed time).
+    within("the session expires", async {
+        while running.service().table_sizes().await.sessions != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     // The call that finds the session gone fails; the client starts a new session at once.
     let lost = within(
         "a call after expiry",

@@ -161,8 +161,14 @@ proptest! {
             // Ends with an answer or a typed error; a session ended by a 404 fails it too.
             let answer = tokio::time::timeout(Duration::from_secs(10), client.answer(&id)).await;
             assert!(answer.is_ok(), "no outcome in 10 s; notes {:?}", client.notes);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let sizes = client.transport.table_sizes();
+            // The transport's tasks end on their own after the outcome: waited for (polled, at
+            // most 10 s), not given a fixed time.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            let mut sizes = client.transport.table_sizes();
+            while (sizes.tasks, sizes.requests) != (0, 0) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                sizes = client.transport.table_sizes();
+            }
             assert_eq!((sizes.tasks, sizes.requests), (0, 0), "notes {:?}", client.notes);
             assert_eq!(client.session.table_sizes().outgoing, 0);
         });

@@ -156,8 +156,21 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
         // Cancelling: the handler's token fires (modern: the stream closes; legacy:
         // notifications/cancelled).
         let before = modelctx_tests::facade::CANCELLED.load(std::sync::atomic::Ordering::SeqCst);
+        let open = running.service().table_sizes().await.in_flight;
         let id = client.start("tools/call", json!({"name": "wait", "arguments": {}}));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Cancelled once the server has it (a cancellation that overtook the call would find
+        // nothing to cancel): a legacy request in its session's table, a modern one as an HTTP
+        // request in flight.
+        within("the server gets the call", async {
+            loop {
+                let sizes = running.service().table_sizes().await;
+                if (modern && sizes.in_flight > open) || (!modern && sizes.requests > 0) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
         client
             .session
             .cancel(std::time::Instant::now(), &id, None)

@@ -1,16 +1,20 @@
-//! End to end over real child processes: `modelctx-stdio` carrying `modelctx-session` both ways,
-//! with a test server (`src/bin/stdio-test-server.rs`) that misbehaves on request.
+//! End to end over real child processes: the client facade (`modelctx-client`) and the server
+//! facade's stdio server (`src/bin/facade-stdio-server.rs`, which can also misbehave as a
+//! process: ignore stdin closing or SIGTERM, flood stderr), and raw lines where a test plays
+//! the client or needs a peer that does what no server does (`src/bin/stdio-peer.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use modelctx_session::{ClientConfig, CloseReason, EraChoice, ProtocolVersion, RequestError};
+use modelctx_client::{Client, ClientBuilder, CloseReason, Error, ProtocolVersion};
 use modelctx_stdio::child::MAX_STDERR_LINE;
 use modelctx_stdio::{ChildTransport, ServerCommand, Stderr, StoppedBy};
-use modelctx_tests::stdio::Client;
 use serde_json::{Value, json};
 
-const SERVER: &str = env!("CARGO_BIN_EXE_stdio-test-server");
+/// The server facade over stdio.
+const SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
+/// The scripted peer.
+const PEER: &str = env!("CARGO_BIN_EXE_stdio-peer");
 
 /// Everything the child wrote to stderr, line by line.
 #[derive(Clone, Default)]
@@ -31,13 +35,29 @@ impl Captured {
     fn contains(&self, text: &str) -> bool {
         self.lines().iter().any(|l| l.contains(text))
     }
+
+    /// The server's `ended: ...` line, once the stderr reader has passed it on (it may come
+    /// after the process has been reaped).
+    async fn ended(&self) -> String {
+        within("the `ended:` line on stderr", async {
+            loop {
+                if let Some(line) = self.lines().into_iter().find(|l| l.starts_with("ended:")) {
+                    return line;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
 }
 
+/// The facade's stdio server with `args`, its stderr written to `stderr`; shutdown waits 2 s
+/// for it to exit after stdin closes, then 300 ms after SIGTERM.
 fn command(args: &[&str], stderr: &Captured) -> ServerCommand {
     ServerCommand::new(SERVER)
         .args(args)
         .stderr(stderr.sink())
-        .shutdown_waits(Duration::from_millis(300), Duration::from_millis(300))
+        .shutdown_waits(Duration::from_secs(2), Duration::from_millis(300))
 }
 
 /// Fails the test instead of hanging it.
@@ -47,22 +67,26 @@ async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> 
         .unwrap_or_else(|_| panic!("{what}: no outcome within 30 s"))
 }
 
-fn legacy() -> ClientConfig {
-    let mut config = ClientConfig::new("stdio-test-client", "1.0.0", Default::default());
-    config.era = EraChoice::Legacy;
-    config.versions = vec![ProtocolVersion::V2025_11_25];
-    config
+/// A client pinned to 2025-11-25 (no probe).
+fn legacy() -> ClientBuilder {
+    modern().protocol_version(ProtocolVersion::V2025_11_25)
 }
 
-fn modern() -> ClientConfig {
-    ClientConfig::new("stdio-test-client", "1.0.0", Default::default())
+/// A client that probes (the facade's server speaks both eras: the modern one is found).
+fn modern() -> ClientBuilder {
+    Client::builder("stdio-test-client", "1.0.0")
 }
 
-fn call(name: &str, arguments: Value) -> Option<Value> {
-    Some(json!({"name": name, "arguments": arguments}))
+/// The text of a `tools/call` result's first block.
+fn text_of(result: &modelctx_client::model::CallToolResult) -> &str {
+    match result.content.first() {
+        Some(modelctx_client::model::ContentBlock::TextContent(t)) => &t.text,
+        other => panic!("not a text block: {other:?}"),
+    }
 }
 
-fn text_of(result: &Value) -> &str {
+/// The text of a raw `tools/call` result's first block.
+fn raw_text_of(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
@@ -98,34 +122,25 @@ async fn raw_initialized(child: &mut ChildTransport) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_in_each_era_over_a_child_process() {
-    for config in [legacy(), modern()] {
+    for builder in [legacy(), modern()] {
         let stderr = Captured::default();
-        let child = command(&[], &stderr).spawn().unwrap();
-        let client = within("connect", Client::connect(config, child))
+        let client = within("connect", builder.connect_stdio(command(&[], &stderr)))
             .await
             .unwrap();
-        let tools = within("list", client.request("tools/list", None))
-            .await
-            .unwrap();
-        assert_eq!(tools["tools"].as_array().map(Vec::len), Some(5));
+        let tools = within("list", client.list_tools(None)).await.unwrap();
+        assert_eq!(tools.tools.len(), 5, "{tools:?}");
         let echoed = within(
             "echo",
-            client.request(
-                "tools/call",
-                call("echo", json!({"text": "h\u{e9}llo\nworld"})),
-            ),
+            client.call_tool("echo", json!({"text": "h\u{e9}llo\nworld"})),
         )
         .await
         .unwrap();
         assert_eq!(text_of(&echoed), "h\u{e9}llo\nworld");
-        let report = within("shutdown", client.shutdown()).await.unwrap();
+        within("close", client.close()).await;
+        let report = client.server_exit().expect("reaped");
         assert_eq!(report.by, StoppedBy::Exit);
         assert!(report.status.success(), "{report:?}");
-        assert!(
-            stderr.contains("ended: Ok(InputClosed)"),
-            "{:?}",
-            stderr.lines()
-        );
+        assert_eq!(stderr.ended().await, "ended: Ok(())");
         // Pipes are read and written through the reactor, not the blocking pool.
         assert!(
             stderr.contains("direct: stdin true, stdout true"),
@@ -138,34 +153,26 @@ async fn a_conversation_in_each_era_over_a_child_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_megabyte_message_gets_an_error_and_the_session_goes_on() {
     let stderr = Captured::default();
-    let child = command(&[], &stderr).spawn().unwrap();
-    ten_megabytes_against(child).await;
-    // The same rule of the shipped transport under the server facade.
-    let facade = ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server"))
-        .shutdown_waits(Duration::from_secs(2), Duration::from_millis(300));
-    ten_megabytes_against(facade.spawn().unwrap()).await;
+    ten_megabytes_against(command(&[], &stderr).spawn().unwrap()).await;
 
-    // The other way: the client reads a 10 MB answer as an over-long line, drops it, and goes on.
-    let child = command(&[], &Captured::default()).spawn().unwrap();
-    let mut config = legacy();
-    config.request_options.timeout = Some(Duration::from_secs(2));
-    let client = within("connect", Client::connect(config, child))
-        .await
-        .unwrap();
-    let big = within(
-        "big",
-        client.request("tools/call", call("big", json!({"bytes": 10 << 20}))),
-    )
-    .await;
-    assert!(matches!(big, Err(RequestError::Timeout(_))), "{big:?}");
-    let echoed = within(
-        "echo",
-        client.request("tools/call", call("echo", json!({"text": "after"}))),
+    // The other way: the client reads a 10 MB answer (from a peer that sends one) as an
+    // over-long line, drops it, and goes on.
+    let peer = ServerCommand::new(PEER).stderr(Captured::default().sink());
+    let client = within(
+        "connect",
+        legacy()
+            .request_timeout(Some(Duration::from_secs(2)))
+            .connect_stdio(peer),
     )
     .await
     .unwrap();
+    let big = within("big", client.call_tool("big", json!({"bytes": 10 << 20}))).await;
+    assert!(matches!(big, Err(Error::Timeout(_))), "{big:?}");
+    let echoed = within("echo", client.call_tool("echo", json!({"text": "after"})))
+        .await
+        .unwrap();
     assert_eq!(text_of(&echoed), "after");
-    within("shutdown", client.shutdown()).await.unwrap();
+    within("close", client.close()).await;
 }
 
 /// A 10 MB line gets a -32600 naming the 4 MiB limit, and the next message its answer.
@@ -202,22 +209,12 @@ async fn ten_megabytes_against(mut child: ChildTransport) {
     assert_eq!(report.by, StoppedBy::Exit);
 }
 
+/// The garbage and line-length rules of the shipped stdio transport, under the server facade
+/// (`Server::serve_lines` over `stdio_with_codec`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_gets_error_responses_and_the_session_goes_on() {
     let stderr = Captured::default();
     garbage_against(command(&["--max-line", "4096"], &stderr), &stderr).await;
-}
-
-/// The garbage and line-length rules of the shipped stdio transport, under the server facade
-/// (`Server::serve_lines` over `stdio_with_codec`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_gets_error_responses_from_the_facade_server_and_the_session_goes_on() {
-    let stderr = Captured::default();
-    let facade = ServerCommand::new(env!("CARGO_BIN_EXE_facade-stdio-server"))
-        .args(["--max-line", "4096"])
-        .stderr(stderr.sink())
-        .shutdown_waits(Duration::from_secs(2), Duration::from_millis(300));
-    garbage_against(facade, &stderr).await;
 }
 
 /// `command` writes its stderr to `stderr`.
@@ -277,41 +274,29 @@ async fn garbage_against(command: ServerCommand, stderr: &Captured) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_exits_mid_request_fails_every_pending_request_at_once() {
-    let child = command(&[], &Captured::default()).spawn().unwrap();
-    let client = Arc::new(
-        within("connect", Client::connect(legacy(), child))
-            .await
-            .unwrap(),
-    );
-    let slow: Vec<_> = (0..3)
+    let server = command(&["--client-tests"], &Captured::default());
+    let client = within("connect", legacy().connect_stdio(server))
+        .await
+        .unwrap();
+    // Calls that wait until they are cancelled.
+    let waiting: Vec<_> = (0..3)
         .map(|_| {
             let client = client.clone();
-            tokio::spawn(async move {
-                client
-                    .request("tools/call", call("slow", json!({"ms": 60_000})))
-                    .await
-            })
+            tokio::spawn(async move { client.call_tool("wait", json!({})).await })
         })
         .collect();
-    // Let the slow calls reach the server before it dies.
-    within(
-        "echo",
-        client.request("tools/call", call("echo", json!({"text": "x"}))),
-    )
-    .await
-    .unwrap();
-    let exit = within(
-        "exit",
-        client.request("tools/call", call("exit", json!({"code": 3}))),
-    )
-    .await;
+    // Let the waiting calls reach the server before it dies.
+    within("echo", client.call_tool("echo", json!({"text": "x"})))
+        .await
+        .unwrap();
+    let exit = within("exit", client.call_tool("crash", json!({}))).await;
     let mut outcomes = vec![exit];
-    for task in slow {
-        outcomes.push(within("slow", task).await.unwrap());
+    for task in waiting {
+        outcomes.push(within("wait", task).await.unwrap());
     }
     for outcome in &outcomes {
         match outcome {
-            Err(RequestError::Closed(CloseReason::Transport(why))) => {
+            Err(Error::Closed(CloseReason::Transport(why))) => {
                 assert!(why.contains("exit status: 3"), "{why}")
             }
             other => panic!("expected a transport close, got {other:?}"),
@@ -319,7 +304,7 @@ async fn a_child_that_exits_mid_request_fails_every_pending_request_at_once() {
     }
     // The message says what happened.
     let message = outcomes[0].as_ref().unwrap_err().to_string();
-    assert!(message.contains("stdio-test-server"), "{message}");
+    assert!(message.contains("facade-stdio-server"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,7 +317,10 @@ async fn shutdown_escalates_to_sigterm_then_sigkill_and_leaves_no_zombie() {
         ),
     ] {
         let stderr = Captured::default();
-        let mut child = command(args, &stderr).spawn().unwrap();
+        let mut child = command(args, &stderr)
+            .shutdown_waits(Duration::from_millis(300), Duration::from_millis(300))
+            .spawn()
+            .unwrap();
         raw_initialized(&mut child).await;
         let pid = child.process.id().unwrap();
         let report = within("shutdown", child.shutdown()).await.unwrap();
@@ -357,7 +345,7 @@ async fn shutdown_escalates_to_sigterm_then_sigkill_and_leaves_no_zombie() {
 async fn a_child_flooding_stderr_neither_blocks_nor_grows_memory() {
     let count = Arc::new(Mutex::new((0usize, 0usize, false)));
     let seen = count.clone();
-    let child = ServerCommand::new(SERVER)
+    let server = ServerCommand::new(SERVER)
         .args(["--stderr-flood", "20"])
         .stderr(Stderr::Callback(Arc::new(move |line: &str| {
             let mut seen = seen.lock().unwrap();
@@ -365,48 +353,56 @@ async fn a_child_flooding_stderr_neither_blocks_nor_grows_memory() {
             seen.1 = seen.1.max(line.len());
             seen.2 |= line == "flood done";
         })))
-        .spawn()
-        .unwrap();
-    let client = within("connect", Client::connect(legacy(), child))
+        .shutdown_waits(Duration::from_secs(2), Duration::from_millis(300));
+    let client = within("connect", legacy().connect_stdio(server))
         .await
         .unwrap();
     for i in 0..200 {
         let text = format!("call {i}");
-        let echoed = within(
-            "echo",
-            client.request("tools/call", call("echo", json!({"text": text}))),
-        )
-        .await
-        .unwrap();
+        let echoed = within("echo", client.call_tool("echo", json!({"text": text})))
+            .await
+            .unwrap();
         assert_eq!(text_of(&echoed), text);
     }
-    // Wait for the whole flood to be read.
+    // Wait for the whole flood to be read (polled: the callback runs on the stderr reader).
     within("flood", async {
         while !count.lock().unwrap().2 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
-    within("shutdown", client.shutdown()).await.unwrap();
+    within("close", client.close()).await;
     let (lines, longest, done) = *count.lock().unwrap();
     assert!(done);
     assert!(lines > 1000, "{lines}");
     assert_eq!(longest, MAX_STDERR_LINE);
 }
 
+/// Closing stdin is how a client shuts a stdio server down: the facade's server ends the
+/// connection (the calls still running are cancelled, not answered), writes what it had to
+/// say before, and exits 0 at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdin_eof_ends_the_server_after_in_flight_responses_are_flushed() {
+async fn stdin_eof_ends_the_server_at_once_and_cancels_the_calls_still_running() {
     let stderr = Captured::default();
     let mut child = command(&[], &stderr).spawn().unwrap();
     raw_initialized(&mut child).await;
-    for id in 1..=3 {
+    // Answered before stdin ends, then calls that run until they are cancelled.
+    child
+        .writer
+        .feed(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "first"}}}))
+        .unwrap();
+    for id in 2..=4 {
         child
             .writer
             .feed(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "slow", "arguments": {"ms": 200 * id}}}))
+                "params": {"name": "wait", "arguments": {}}}))
             .unwrap();
     }
     child.writer.flush().await.unwrap();
+    let first = next_json(&mut child).await;
+    assert_eq!(first["id"], json!(1), "{first}");
+    assert_eq!(raw_text_of(&first["result"]), "first", "{first}");
     let ChildTransport {
         mut reader,
         writer,
@@ -414,20 +410,14 @@ async fn stdin_eof_ends_the_server_after_in_flight_responses_are_flushed() {
         ..
     } = child;
     drop(writer);
-    let mut ids = Vec::new();
-    while let Some(line) = within("a line", reader.next_line()).await.unwrap() {
-        let reply: Value = serde_json::from_str(line.unwrap().as_str()).unwrap();
-        assert_eq!(text_of(&reply["result"]), "slept", "{reply}");
-        ids.push(reply["id"].as_i64().unwrap());
-    }
-    assert_eq!(ids, [1, 2, 3]);
+    // Nothing more, then the end of stdout: no answer to a call that was cancelled.
+    let rest = within("the end of stdout", reader.next_line())
+        .await
+        .unwrap();
+    assert!(rest.is_none(), "{rest:?}");
     let status = within("exit", process.wait()).await.unwrap();
     assert!(status.success());
-    assert!(
-        stderr.contains("ended: Ok(InputClosed)"),
-        "{:?}",
-        stderr.lines()
-    );
+    assert_eq!(stderr.ended().await, "ended: Ok(())");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -450,21 +440,12 @@ async fn a_closed_stdout_ends_the_server_cleanly() {
         )
         .await
         .unwrap();
+    // It exits while its stdin is still open: closed stdout ended it.
     let status = within("exit", process.wait()).await.unwrap();
     assert!(status.success(), "{status:?}");
-    // Give the stderr reader a moment to pass the last line on.
-    within("stderr", async {
-        while !stderr.contains("ended:") {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(
-        stderr.contains("ended: Ok(OutputClosed)"),
-        "{:?}",
-        stderr.lines()
-    );
+    assert_eq!(stderr.ended().await, "ended: Ok(())");
     assert!(!stderr.contains("panicked"), "{:?}", stderr.lines());
+    drop(writer);
 }
 
 /// The client facade says how its server process stopped once the connection is closed: on
@@ -472,19 +453,13 @@ async fn a_closed_stdout_ends_the_server_cleanly() {
 /// running after stdin closes), with its exit status.
 #[tokio::test]
 async fn the_client_facade_reports_how_the_server_process_stopped() {
-    use modelctx_client::{Client, StoppedBy};
-    const FACADE_SERVER: &str = env!("CARGO_BIN_EXE_facade-stdio-server");
+    use modelctx_client::StoppedBy;
 
-    let facade = ServerCommand::new(FACADE_SERVER)
-        .shutdown_waits(Duration::from_secs(5), Duration::from_secs(5));
-    let client = within(
-        "connect",
-        Client::builder("t", "1")
-            .protocol_version(ProtocolVersion::V2025_11_25)
-            .connect_stdio(facade),
-    )
-    .await
-    .unwrap();
+    let facade =
+        ServerCommand::new(SERVER).shutdown_waits(Duration::from_secs(5), Duration::from_secs(5));
+    let client = within("connect", legacy().connect_stdio(facade))
+        .await
+        .unwrap();
     within("ping", client.ping()).await.unwrap();
     assert_eq!(client.server_exit(), None, "still running");
     within("close", client.close()).await;
@@ -493,15 +468,11 @@ async fn the_client_facade_reports_how_the_server_process_stopped() {
     assert!(exit.status.success(), "{:?}", exit.status);
 
     let stderr = Captured::default();
-    let stubborn = command(&["--ignore-stdin-close"], &stderr);
-    let client = within(
-        "connect",
-        Client::builder("t", "1")
-            .protocol_version(ProtocolVersion::V2025_11_25)
-            .connect_stdio(stubborn),
-    )
-    .await
-    .unwrap();
+    let stubborn = command(&["--ignore-stdin-close"], &stderr)
+        .shutdown_waits(Duration::from_millis(300), Duration::from_millis(300));
+    let client = within("connect", legacy().connect_stdio(stubborn))
+        .await
+        .unwrap();
     within("ping", client.ping()).await.unwrap();
     within("close", client.close()).await;
     let exit = client.server_exit().expect("reaped");

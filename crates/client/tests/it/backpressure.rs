@@ -38,7 +38,7 @@ async fn next(results: &mut tokio::sync::mpsc::UnboundedReceiver<Result<(), Erro
         .expect_err("no call can succeed: the server reads nothing")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn finding_11_a_call_beyond_the_bounded_queue_fails_at_once() {
     let (client, _fake) = connect(
         Era::Legacy,
@@ -85,7 +85,7 @@ async fn finding_11_a_call_beyond_the_bounded_queue_fails_at_once() {
     client.close().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn finding_11_a_peer_that_takes_nothing_for_the_write_timeout_is_dead() {
     let (client, _fake) = connect(
         Era::Legacy,

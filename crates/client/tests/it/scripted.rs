@@ -6,7 +6,9 @@ use crate::common;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::{
     Era, Fake, MODERN, PROTOCOL_VERSION_KEY, SUBSCRIPTION_ID_KEY, builder, cacheable, complete,
@@ -362,7 +364,7 @@ async fn cancellation_on_the_wire(era: Era) {
     let options = CallOptions::new().timeout(Some(Duration::from_millis(50)));
     let started = Instant::now();
     let (result, request) = tokio::join!(
-        client.call_tool_with("slow", (), options),
+        common::returns("slow", client.call_tool_with("slow", (), options)),
         fake.expect_request("tools/call")
     );
     assert!(matches!(result, Err(Error::Timeout(_))), "{result:?}");
@@ -389,12 +391,12 @@ async fn cancellation_on_the_wire(era: Era) {
     assert_eq!(sizes.calls, 0, "{sizes:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn legacy_calls_are_cancelled_on_timeout_and_drop() {
     cancellation_on_the_wire(Era::Legacy).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn modern_calls_over_channels_are_cancelled_by_notification() {
     cancellation_on_the_wire(Era::Modern).await;
 }
@@ -466,7 +468,7 @@ async fn report_progress(fake: &mut Fake, request: &Request, steps: u32, total: 
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn progress_restarts_the_timeout_up_to_the_maximum() {
     let (client, mut fake) = connect(Era::Legacy, legacy(), full_capabilities()).await;
     let seen = Arc::new(AtomicUsize::new(0));
@@ -714,7 +716,7 @@ async fn recv(notifications: &mut modelctx_client::Notifications) -> ServerNotif
         .expect("a notification")
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_listen_stream_is_opened_acknowledged_and_reopened() {
     let capabilities = json!({
         "tools": {"listChanged": true},
@@ -901,7 +903,7 @@ async fn a_modern_server_may_cancel_a_call() {
     fake.check_call(&client, Era::Modern, "ok").await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_that_never_acknowledges_does_not_hold_the_caller() {
     let timeout = Duration::from_millis(100);
     let (client, mut fake) = connect(

@@ -427,7 +427,7 @@ impl Fake {
             let request = self.expect_request(method).await;
             then(self, request).await
         };
-        tokio::join!(call, serve)
+        tokio::join!(returns(method, call), serve)
     }
 
     /// Runs `call` while the server answers the next `method` request with `result`; returns
@@ -477,7 +477,7 @@ impl Fake {
             }
             requests
         };
-        tokio::join!(call, serve)
+        tokio::join!(returns(method, call), serve)
     }
 
     /// `client.call_tool(name, ())` while the server answers it with `result`.
@@ -565,6 +565,14 @@ impl Fake {
 /// The `serverInfo` of the fake server.
 pub(crate) fn server_info() -> Value {
     json!({"name": "scripted", "version": "0.0.1"})
+}
+
+/// `call`'s output; fails the test if it takes longer than [`WAIT`] (on a paused clock, a call
+/// that would never return fails at once instead of hanging the test).
+pub(crate) async fn returns<T>(what: &str, call: impl Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, call)
+        .await
+        .unwrap_or_else(|_| panic!("the call ({what}) never returned"))
 }
 
 /// Which era the fake server plays.
