@@ -32,8 +32,8 @@
 //! request it belongs to (and the refusals of modern requests, and the version a legacy session
 //! negotiated); the transport picks the stream and the HTTP status. It matches no method name
 //! outside [`headers`]: which message opens a legacy session and whether a batch may come are
-//! asked of `modelctx-session`'s pure rule functions (`opens_session`, `check_batch`, with the
-//! version the application reported), never its state machine. It reads no cancellation: the
+//! asked of the protocol's rule functions in modelctx-types (`opens_session`, `check_batch`,
+//! with the version the application reported, the same ones the session applies). It reads no cancellation: the
 //! application says which request it will not answer (`server::LegacySession::release`), and
 //! the transport says which request lost its client (`server::LegacyHandler::abandoned`) and
 //! makes up no message for it. It does not authenticate: an authentication layer in front puts a `server::Principal` in the

@@ -86,7 +86,7 @@
 //!
 //! # Batches
 //!
-//! [`check_batch`] is the one statement of the batch rules (2025-03-26 only, never with
+//! [`check_batch`] (re-exported from modelctx-types, where it is written) is the one statement of the batch rules (2025-03-26 only, never with
 //! `initialize`): a session refuses a batch it reads by it, and a transport that must answer a
 //! batch before the session reads it asks it first. [`opens_session`] says which message opens
 //! a legacy session, for a transport that keeps sessions of its own.
@@ -122,12 +122,13 @@ mod version;
 pub use caps::client_can_answer;
 pub use client::{ClientSession, EraDecision};
 pub use config::{ClientConfig, EraChoice, Limits, RequestOptions, ServerConfig};
-pub use core::{BatchRefused, TableSizes, cancelled_request, check_batch, opens_session};
+pub use core::{TableSizes, cancelled_request};
 pub use event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
     SessionError, Transmit,
 };
 pub use meta::{RELATED_REQUEST_ID, check_modern_meta, missing_capability_error};
+pub use modelctx_types::{BatchRefused, check_batch, opens_session};
 pub use server::{ListKind, Resume, ServerSession};
 pub use version::{Era, ProtocolVersion};
 

@@ -87,6 +87,9 @@ pub use version::{Era, ProtocolVersion};
 
 pub mod meta_keys;
 
+mod rules;
+pub use rules::{BatchRefused, check_batch, opens_session};
+
 mod support;
 pub use support::{IntConst, JsonObject, ParamsDecodeError, ResultDecodeError, ResultType};
 

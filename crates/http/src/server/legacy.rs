@@ -1108,7 +1108,7 @@ mod tests {
         assert!(session.close_stream(&call).await);
     }
 
-    /// The batch rules are the session's (`modelctx_session::check_batch`), asked with the
+    /// The batch rules are the session's (`modelctx_types::check_batch`), asked with the
     /// version the application reported: before 2025-03-26 is told (or at another version) a
     /// batch gets 400, even one of notifications; at 2025-03-26 it is accepted, unless it
     /// carries `initialize`.

@@ -240,7 +240,7 @@ impl McpService {
                 modern::handle(&self.shared, &self.app, parts, message).await
             }
             // Which message opens a session is the protocol's rule: the session's to say.
-            Incoming::Single(message) if modelctx_session::opens_session(&message) => {
+            Incoming::Single(message) if modelctx_types::opens_session(&message) => {
                 self.initialize(parts, message).await
             }
             incoming => self.legacy_post(parts, incoming).await,
@@ -489,8 +489,7 @@ impl McpService {
                 // The batch rules are the session's (with the version it negotiated); asked
                 // here because a batch of notifications is answered (202) before the session
                 // reads it.
-                if let Err(refused) =
-                    modelctx_session::check_batch(session.version().await, elements)
+                if let Err(refused) = modelctx_types::check_batch(session.version().await, elements)
                 {
                     return respond::error(
                         StatusCode::BAD_REQUEST,
