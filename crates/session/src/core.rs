@@ -823,15 +823,7 @@ mod tests {
     use modelctx_types::{Message, Notification, Request, RequestId};
     use serde_json::{Value, json};
 
-    use modelctx_types::{DecodeError, ProtocolVersion};
-
     use super::cancelled_request;
-
-    fn request(id: i64, method: &str) -> Result<Message, DecodeError> {
-        Ok(Request::new(RequestId::Number(id), method, &json!({}))
-            .unwrap()
-            .into())
-    }
 
     /// The request a cancellation names (number and string ids); anything else, or one naming
     /// no request, is not a cancellation.
