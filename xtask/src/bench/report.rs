@@ -186,8 +186,16 @@ pub(super) fn report(
             let _ = writeln!(out, "Not measured yet: run `{B1_ENV}=1 cargo xtask bench`.");
         }
     }
+    // Hand-written: where the time and the memory go, and how to profile again.
+    let profiles = verbatim_section(include_str!("bounds.md"), PROFILES)
+        .unwrap_or_else(|| format!("(no section `{PROFILES}` in xtask/src/bench/bounds.md)"));
+    let _ = writeln!(out, "\n## Profiles\n\n{profiles}");
     out
 }
+
+/// The section of `bounds.md` the report ends with, kept as written (lists, tables and command
+/// blocks), unlike the bounds, whose lines are joined into one paragraph.
+const PROFILES: &str = "PROFILES";
 
 fn throughput_table(out: &mut String, workload: &Workload, figures: &[Value]) {
     let _ = writeln!(
@@ -231,11 +239,22 @@ fn bound_text(key: &str) -> String {
 
 /// The text of the section `## key` of a template, its lines joined by spaces.
 fn section(template: &str, key: &str) -> Option<String> {
-    let start = template.split("\n## ").skip(1).find_map(|s| {
+    let body = section_body(template, key)?;
+    Some(body.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// The text of the section `## key` of a template as written, its line breaks kept (blank lines
+/// around it trimmed).
+fn verbatim_section(template: &str, key: &str) -> Option<String> {
+    section_body(template, key).map(|body| body.trim().to_owned())
+}
+
+/// What follows the heading `## key` up to the next `## ` heading.
+fn section_body<'a>(template: &'a str, key: &str) -> Option<&'a str> {
+    template.split("\n## ").skip(1).find_map(|s| {
         let (heading, body) = s.split_once('\n')?;
         (heading.trim() == key).then_some(body)
-    })?;
-    Some(start.split_whitespace().collect::<Vec<_>>().join(" "))
+    })
 }
 
 #[cfg(test)]
@@ -254,6 +273,20 @@ mod tests {
                 v.bound
             );
         }
+    }
+
+    #[test]
+    fn the_profiles_section_is_kept_as_written() {
+        let template = "## A\n\none\n\n## PROFILES\n\n- a list\n\n```sh\nperf record\n```\n\n### Sub\n\ntext\n\n## B\n\nx\n";
+        assert_eq!(
+            verbatim_section(template, PROFILES).as_deref(),
+            Some("- a list\n\n```sh\nperf record\n```\n\n### Sub\n\ntext")
+        );
+        let text = verbatim_section(include_str!("bounds.md"), PROFILES);
+        assert!(
+            text.as_ref().is_some_and(|t| t.contains("```")),
+            "bounds.md has no {PROFILES} section with the commands"
+        );
     }
 
     #[test]
