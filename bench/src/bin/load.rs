@@ -1,6 +1,8 @@
 //! The one load generator: drives any echo server over stdio or Streamable HTTP and prints one
 //! JSON line: calls/s, p50/p99 latency (from per-call timings), the server's CPU time per call
-//! (utime+stime from /proc/<pid>/stat around the measured window) and its peak RSS (VmHWM).
+//! (utime+stime from /proc/<pid>/stat around the measured window), its peak RSS (VmHWM) and its
+//! anonymous (private) RSS at the end of the window (RssAnon: the peak RSS also counts the pages
+//! of the server's binary and libraries that it ran).
 //!
 //! ```text
 //! load stdio-seq  [--secs S] [--warmup S] [--modern] -- <server command...>
@@ -127,6 +129,7 @@ fn main() -> Result<(), Error> {
         other => Err(format!("unknown workload {other}").into()),
     };
     let peak_rss_kib = peak_rss_kib(pid).unwrap_or(0);
+    let anon_rss_kib = status_kib(pid, "RssAnon:").unwrap_or(0);
     stop(&mut child);
     let (window, cpu_ticks) = result?;
     let calls = window.latencies_ns.len() as u64;
@@ -149,6 +152,7 @@ fn main() -> Result<(), Error> {
         "p99_us": quantile(0.99),
         "cpu_us_per_call": if calls == 0 { 0.0 } else { cpu_us / calls as f64 },
         "peak_rss_kib": peak_rss_kib,
+        "anon_rss_kib": anon_rss_kib,
     });
     println!("{line}");
     if window.errors > 0 {

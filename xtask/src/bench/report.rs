@@ -26,7 +26,9 @@ pub(super) fn report(
          every workload against every implementation in turn (interleaved). The server's CPU \
          time per call (utime+stime of the server process over the measured window) is the \
          steadiest figure on a noisy machine; throughput and latency include the load \
-         generator, which shares the cores. Peak RSS is the server's VmHWM. Ratio: throughput \
+         generator, which shares the cores. Peak RSS is the server's VmHWM, which \
+         also counts the pages of its binary and libraries that it ran (see Profiles); anon is \
+         its private memory (RssAnon) at the end of the window. Ratio: throughput \
          against modelctx's; % of limit: throughput against the limit's of the same table.\n"
     );
     let _ = writeln!(out, "- **Machine**: {}", machine());
@@ -186,15 +188,23 @@ pub(super) fn report(
             let _ = writeln!(out, "Not measured yet: run `{B1_ENV}=1 cargo xtask bench`.");
         }
     }
+    // Hand-written: where the time and the memory go, and how to profile again.
+    let profiles = verbatim_section(include_str!("bounds.md"), PROFILES)
+        .unwrap_or_else(|| format!("(no section `{PROFILES}` in xtask/src/bench/bounds.md)"));
+    let _ = writeln!(out, "\n## Profiles\n\n{profiles}");
     out
 }
+
+/// The section of `bounds.md` the report ends with, kept as written (lists, tables and command
+/// blocks), unlike the bounds, whose lines are joined into one paragraph.
+const PROFILES: &str = "PROFILES";
 
 fn throughput_table(out: &mut String, workload: &Workload, figures: &[Value]) {
     let _ = writeln!(
         out,
-        "| implementation | calls/s | p50 µs | p99 µs | peak RSS MiB | server CPU µs/call | ratio to modelctx | % of limit |"
+        "| implementation | calls/s | p50 µs | p99 µs | peak RSS MiB | of it anon MiB | server CPU µs/call | ratio to modelctx | % of limit |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let base = figures.first().map_or(0.0, |f| num(f, "calls_per_s"));
     let limit = workload
         .implementations
@@ -212,14 +222,24 @@ fn throughput_table(out: &mut String, workload: &Workload, figures: &[Value]) {
         };
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {ratio:.2} | {of_limit} |",
+            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {:.1} | {ratio:.2} | {of_limit} |",
             i.name,
             calls,
             num(f, "p50_us"),
             num(f, "p99_us"),
             num(f, "peak_rss_kib") / 1024.0,
+            anon_mib(f),
             num(f, "cpu_us_per_call")
         );
+    }
+}
+
+/// The server's anonymous RSS at the end of the window in MiB, or `—` for figures of a load
+/// generator that did not report it (a server that reports none has at least its stack).
+fn anon_mib(figures: &Value) -> String {
+    match figures["anon_rss_kib"].as_f64() {
+        Some(kib) if kib > 0.0 => format!("{:.1}", kib / 1024.0),
+        _ => "—".into(),
     }
 }
 
@@ -231,11 +251,22 @@ fn bound_text(key: &str) -> String {
 
 /// The text of the section `## key` of a template, its lines joined by spaces.
 fn section(template: &str, key: &str) -> Option<String> {
-    let start = template.split("\n## ").skip(1).find_map(|s| {
+    let body = section_body(template, key)?;
+    Some(body.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// The text of the section `## key` of a template as written, its line breaks kept (blank lines
+/// around it trimmed).
+fn verbatim_section(template: &str, key: &str) -> Option<String> {
+    section_body(template, key).map(|body| body.trim().to_owned())
+}
+
+/// What follows the heading `## key` up to the next `## ` heading.
+fn section_body<'a>(template: &'a str, key: &str) -> Option<&'a str> {
+    template.split("\n## ").skip(1).find_map(|s| {
         let (heading, body) = s.split_once('\n')?;
         (heading.trim() == key).then_some(body)
-    })?;
-    Some(start.split_whitespace().collect::<Vec<_>>().join(" "))
+    })
 }
 
 #[cfg(test)]
@@ -254,6 +285,27 @@ mod tests {
                 v.bound
             );
         }
+    }
+
+    #[test]
+    fn the_anonymous_rss_is_shown_when_reported() {
+        assert_eq!(anon_mib(&serde_json::json!({"anon_rss_kib": 1536})), "1.5");
+        assert_eq!(anon_mib(&serde_json::json!({"peak_rss_kib": 9000})), "—");
+        assert_eq!(anon_mib(&serde_json::json!({"anon_rss_kib": 0})), "—");
+    }
+
+    #[test]
+    fn the_profiles_section_is_kept_as_written() {
+        let template = "## A\n\none\n\n## PROFILES\n\n- a list\n\n```sh\nperf record\n```\n\n### Sub\n\ntext\n\n## B\n\nx\n";
+        assert_eq!(
+            verbatim_section(template, PROFILES).as_deref(),
+            Some("- a list\n\n```sh\nperf record\n```\n\n### Sub\n\ntext")
+        );
+        let text = verbatim_section(include_str!("bounds.md"), PROFILES);
+        assert!(
+            text.as_ref().is_some_and(|t| t.contains("```")),
+            "bounds.md has no {PROFILES} section with the commands"
+        );
     }
 
     #[test]
