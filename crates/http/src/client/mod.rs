@@ -32,9 +32,9 @@
 //! # What it does not do
 //!
 //! It reads no method names (the layer above says what it must know of a message with
-//! [`SendOptions`]; `headers.rs` writes the `Mcp-Method`/`Mcp-Name` headers; one exception: a
-//! listen stream's `notifications/subscriptions/acknowledged` is recognised so that it does not
-//! count as a sign of life), keeps no protocol state, never answers anything itself and sends
+//! [`SendOptions`]; `headers.rs` writes the `Mcp-Method`/`Mcp-Name` headers; a listen stream's
+//! first message, its acknowledgement, is known by its place, not its name, and does not count as
+//! a sign of life), keeps no protocol state, never answers anything itself and sends
 //! no request of its own
 //! (it does not list tools, filter `tools/list` results or retry after a -32020: the client
 //! facade does, see `modelctx-client`): what comes back is handed up

@@ -9,7 +9,6 @@ use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming as Body;
-use modelctx_types::consts::NotificationsSubscriptionsAcknowledged;
 use modelctx_types::{ErrorResponse, Incoming, Message, RequestId, decode};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -135,6 +134,9 @@ struct Pending {
     method: Option<String>,
     /// A message was handed up since the last [`Pending::take_progress`].
     progress: bool,
+    /// The next message is a listen stream's first, its acknowledgement: no sign that the
+    /// stream lives (set when each stream of a listen request opens).
+    acknowledgement_next: bool,
 }
 
 impl Pending {
@@ -214,6 +216,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
         ids: requests.iter().map(|id| (id.clone(), id.clone())).collect(),
         method: exchange.method.clone(),
         progress: false,
+        acknowledgement_next: false,
     };
     let listen = exchange.listen;
     let mut reissued = 0u32;
@@ -221,6 +224,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
     let mut reopened = false;
 
     loop {
+        pending.acknowledgement_next = listen;
         let session = if exchange.modern {
             None
         } else {
@@ -513,12 +517,15 @@ async fn hand_up(shared: &Shared, pending: &mut Pending, incoming: Incoming) -> 
         ),
         other => other,
     };
-    // A listen stream's acknowledgement comes first on every stream: it is no sign that the
-    // stream lives, so a server that acknowledges and closes forever still makes the client give
-    // up.
-    let ack = matches!(&incoming, Incoming::Single(Message::Notification(n))
-        if n.method == NotificationsSubscriptionsAcknowledged::VALUE);
-    pending.progress |= !ack;
+    // A listen stream's first message, on every stream, is its acknowledgement: it is no sign
+    // that the stream lives, so a server that acknowledges and closes forever still makes the
+    // client give up. (Which message it is is the session's business; the position is enough.)
+    if std::mem::take(&mut pending.acknowledgement_next)
+        && matches!(&incoming, Incoming::Single(Message::Notification(_)))
+    {
+        return shared.deliver(Inbound::Message(incoming)).await;
+    }
+    pending.progress = true;
     shared.deliver(Inbound::Message(incoming)).await
 }
 
@@ -659,6 +666,7 @@ async fn follow(
         ids: Vec::new(),
         method: None,
         progress: false,
+        acknowledgement_next: false,
     });
     let policy = shared.config.reconnect;
     // The standalone stream's first GET is not a reconnect.
