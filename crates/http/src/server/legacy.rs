@@ -2,9 +2,12 @@
 //! resumption, the standalone stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -182,6 +185,34 @@ pub(crate) struct Session {
     io: tokio::sync::Mutex<()>,
     /// This session, for the task that drains its outbox.
     me: std::sync::Weak<Session>,
+}
+
+/// A drain of a session's outbox, polled on its caller's task. Dropped before it completed (its
+/// caller went away), it finishes on a task of its own: an effect is never left half done.
+/// Outside a runtime (the runtime is shutting down) there is no task to finish it on, and it is
+/// dropped, as a spawned drain would be.
+struct Finish(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Future for Finish {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(drain) = self.0.as_mut() {
+            std::task::ready!(drain.as_mut().poll(cx));
+            self.0 = None;
+        }
+        Poll::Ready(())
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some(drain) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(drain);
+        }
+    }
 }
 
 /// Why a POST could not be registered.
@@ -683,13 +714,16 @@ impl Session {
 
     /// Performs the outbox's effects in order, store I/O included, without holding the
     /// session's state lock across any of it (finding 17): other operations of the session go
-    /// on meanwhile. Runs on its own task, so that a caller that goes away cannot leave an
-    /// event stored but not written.
+    /// on meanwhile. Runs on the caller's task (a plain send with a store that does not wait
+    /// completes inline, with no task spawned); a caller that goes away mid-way hands the
+    /// unfinished drain to a task of its own ([`Finish`]), so that it cannot leave an effect
+    /// taken from the outbox but not performed (an event stored but not written, a stream
+    /// never opened).
     async fn drain(&self) {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        let _ = tokio::spawn(async move { me.drain_now().await }).await;
+        Finish(Some(Box::pin(async move { me.drain_now().await }))).await;
     }
 
     async fn drain_now(&self) {
@@ -1728,6 +1762,68 @@ mod tests {
             panic!("not a notification");
         };
         message
+    }
+
+    /// A send runs its drain on the caller's task; a caller that goes away while its event is
+    /// stuck in the store (its effect taken from the outbox, half performed) loses nothing: the
+    /// drain finishes on a task of its own and the event reaches the stream, in order.
+    #[tokio::test]
+    async fn a_send_whose_caller_goes_away_mid_drain_still_delivers_its_event() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = modelctx_types::RequestId::from(5);
+        let call = on_session(
+            "POST",
+            &id,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
+        );
+        let five = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(call).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":5,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        within(session.send(progress(0), Some(rid.clone()))).await;
+        // The store gets stuck on the next event; its sender stops waiting and goes away.
+        store.set(false);
+        let gone = tokio::time::timeout(
+            std::time::Duration::from_millis(20),
+            session.send(progress(1), Some(rid.clone())),
+        )
+        .await;
+        assert!(gone.is_err(), "the send completed with the store stuck");
+        assert_eq!(store.waiting.load(Ordering::SeqCst), 1);
+        store.set(true);
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(within(five).await.unwrap().into_body()).await;
+        let ns: Vec<u64> = got
+            .iter()
+            .filter_map(|(_, d)| {
+                let v: serde_json::Value = serde_json::from_str(d).ok()?;
+                v["params"]["n"].as_u64()
+            })
+            .collect();
+        assert_eq!(ns, [0, 1], "{got:?}");
+        assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
+        service.close_all().await;
     }
 
     /// Finding 17: the session's lock is not held across the event store's I/O. While the
