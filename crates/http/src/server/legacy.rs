@@ -364,22 +364,24 @@ impl Session {
             // A request after `initialize`: the handshake is over.
             self.handshaking.store(false, Ordering::SeqCst);
         }
-        let mut seen = HashSet::new();
+        // The stream's own set of pending ids finds the repeats within the POST: no second set.
+        let mut pending = HashSet::with_capacity(requests.len());
         for id in requests {
-            if state.requests.contains_key(id) || !seen.insert(id) {
+            if state.requests.contains_key(id) || !pending.insert(id.clone()) {
                 return Err(Refused::DuplicateId(id.clone()));
             }
         }
         let stream = StreamId(state.next_stream);
         state.next_stream += 1;
         let (tx, rx) = oneshot::channel();
+        state.requests.reserve(requests.len());
         for id in requests {
             state.requests.insert(id.clone(), stream);
         }
         state.streams.insert(
             stream,
             Stream {
-                pending: requests.iter().cloned().collect(),
+                pending,
                 decide: Some(tx),
                 initialize,
                 batch,
@@ -535,6 +537,15 @@ impl Session {
         if !stream.sse {
             if completes && !stream.batch && self.sse_responses() {
                 // Configured to answer with SSE: the stream opens for the response alone.
+            } else if done && !stream.batch {
+                // The one response of a single request: its body, with nothing gathered.
+                if let Some(decide) = stream.decide.take() {
+                    let _ = decide.send(Decision::Json(encode(&message)));
+                }
+                if stream.initialize && matches!(message, Message::Error(_)) {
+                    self.end_locked(state);
+                }
+                return;
             } else if completes {
                 stream.collected.push(message);
                 if done {
@@ -1175,6 +1186,68 @@ mod tests {
         let initialize = r#"[{"jsonrpc":"2.0","id":9,"method":"initialize","params":{}}]"#;
         let message = refusal(post(initialize).await).await;
         assert!(message.contains("initialize"), "{message}");
+    }
+
+    /// An id already in flight on the session, or repeated within one batch, is refused with
+    /// an error response naming it; the first request with it is untouched and still answered.
+    #[tokio::test]
+    async fn a_request_id_in_flight_or_repeated_in_a_batch_is_refused() {
+        let app = Arc::new(App::default());
+        let service = McpService::new(ServerConfig::default(), app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        session
+            .set_version(modelctx_types::ProtocolVersion::V2025_03_26)
+            .await;
+        let refused = |reply: http::Response<super::super::ResponseBody>| async move {
+            assert_eq!(reply.status(), 200);
+            let body = within(reply.into_body().collect())
+                .await
+                .unwrap()
+                .to_bytes();
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(value["error"]["code"], -32600, "{value}");
+            assert!(
+                value["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("already in flight"),
+                "{value}"
+            );
+            value["id"].clone()
+        };
+        let batch = r#"[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":4,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"ping"}]"#;
+        let reply = within(service.handle(on_session("POST", &id, batch))).await;
+        assert_eq!(refused(reply).await, 3);
+        let first = tokio::spawn({
+            let service = service.clone();
+            let request = on_session("POST", &id, r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#);
+            async move { service.handle(request).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":7,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        let again = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
+        let reply = within(service.handle(on_session("POST", &id, again))).await;
+        assert_eq!(refused(reply).await, 7);
+        within(session.send(response(7), Some(modelctx_types::RequestId::from(7)))).await;
+        let answered = within(first).await.unwrap();
+        assert_eq!(answered.headers()["content-type"], "application/json");
+        let body = within(answered.into_body().collect())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], &super::encode(&response(7))[..]);
+        assert_eq!(within(service.table_sizes()).await.requests, 0);
     }
 
     /// `LegacySession::release`: a request the application will not answer (its client
