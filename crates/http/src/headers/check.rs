@@ -128,7 +128,7 @@ fn plain_text<'a>(raw: &'a HeaderValue, label: &str) -> Result<&'a str, HeaderMi
 }
 
 /// The value without surrounding whitespace, decoded from `=?base64?…?=` when in that form.
-fn decoded_text(raw: &HeaderValue, label: &str) -> Result<String, HeaderMismatch> {
+fn decoded_text<'a>(raw: &'a HeaderValue, label: &str) -> Result<Cow<'a, str>, HeaderMismatch> {
     let malformed = |reason| HeaderMismatch::Malformed {
         header: label.to_owned(),
         reason,
@@ -242,8 +242,17 @@ impl<'a> RequestFields<'a> {
             #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
             version: Option<&'a RawValue>,
         }
+        /// A string member, borrowed from the params unless it has escapes (serde reads a
+        /// `Cow<str>` as an owned `String` always).
         fn text(raw: Option<&RawValue>) -> Option<Cow<'_, str>> {
-            serde_json::from_str::<Cow<'_, str>>(raw?.get()).ok()
+            let raw = raw?.get();
+            if !raw.starts_with('"') {
+                return None;
+            }
+            match serde_json::from_str::<&str>(raw) {
+                Ok(text) => Some(Cow::Borrowed(text)),
+                Err(_) => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
+            }
         }
         let Some(members) = params.and_then(|p| serde_json::from_str::<Members<'a>>(p.get()).ok())
         else {
@@ -795,6 +804,38 @@ mod tests {
         assert_eq!(fields.tool("prompts/get"), None);
         assert_eq!(fields.version(), Some("2026-07-28"));
         assert_eq!(RequestFields::parse(None).version(), None);
+    }
+
+    /// The fields are borrowed from the params (no copy per request) unless they carry
+    /// escapes; members that are not strings read as absent.
+    #[test]
+    fn request_fields_borrow_plain_strings() {
+        let raw = RawValue::from_string(
+            r#"{"name":"get_weather","uri":"a\/b","taskId":7,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#
+                .into(),
+        )
+        .unwrap();
+        let fields = RequestFields::parse(Some(&raw));
+        assert!(matches!(fields.name, Some(Cow::Borrowed("get_weather"))));
+        assert!(matches!(fields.version, Some(Cow::Borrowed("2026-07-28"))));
+        assert!(matches!(&fields.uri, Some(Cow::Owned(uri)) if uri == "a/b"));
+        assert!(fields.task_id.is_none());
+    }
+
+    /// A header value not in the base64 form is compared where it lies; the base64 form is
+    /// decoded.
+    #[test]
+    fn decoded_text_borrows_plain_values() {
+        let plain = HeaderValue::from_static("  get_weather ");
+        assert!(matches!(
+            decoded_text(&plain, MCP_NAME),
+            Ok(Cow::Borrowed("get_weather"))
+        ));
+        let encoded = HeaderValue::from_static("=?base64?aMOpbGxv?=");
+        assert!(matches!(
+            decoded_text(&encoded, MCP_NAME),
+            Ok(Cow::Owned(text)) if text == "héllo"
+        ));
     }
 
     /// Arguments are not read unless a tool's `Mcp-Param-*` rules need them.

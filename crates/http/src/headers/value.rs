@@ -1,6 +1,8 @@
 //! The header form of `Mcp-Name` and `Mcp-Param-{Name}` values: plain or `=?base64?…?=`, and
 //! text from a peer made safe to show.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
@@ -42,7 +44,7 @@ pub fn encode_value(value: &str) -> String {
 /// The value is taken as received: trim optional whitespace around it first, as an HTTP parser
 /// does ([`check_request`](super::check_request) does).
 pub fn decode_value(value: &str) -> Result<String, ValueDecodeError> {
-    decode_bytes(value.as_bytes())
+    decode_bytes(value.as_bytes()).map(Cow::into_owned)
 }
 
 /// Why a header value could not be read.
@@ -105,10 +107,10 @@ pub(super) fn field_text(raw: &[u8]) -> Result<&str, ValueDecodeError> {
     })
 }
 
-pub(super) fn decode_bytes(raw: &[u8]) -> Result<String, ValueDecodeError> {
+pub(super) fn decode_bytes(raw: &[u8]) -> Result<Cow<'_, str>, ValueDecodeError> {
     let text = field_text(raw)?;
     if !looks_like_sentinel(text) {
-        return Ok(text.to_owned());
+        return Ok(Cow::Borrowed(text));
     }
     // `=?base64?=` starts and ends with the markers, overlapping: no payload fits between them.
     if text.len() < SENTINEL_PREFIX.len() + SENTINEL_SUFFIX.len() {
@@ -122,7 +124,9 @@ pub(super) fn decode_bytes(raw: &[u8]) -> Result<String, ValueDecodeError> {
         .map_err(|e| ValueDecodeError::InvalidBase64 {
             detail: e.to_string(),
         })?;
-    String::from_utf8(bytes).map_err(|_| ValueDecodeError::NotUtf8)
+    String::from_utf8(bytes)
+        .map(Cow::Owned)
+        .map_err(|_| ValueDecodeError::NotUtf8)
 }
 
 /// Trims the optional whitespace (SP, HTAB) an HTTP parser strips around a field value.

@@ -2,9 +2,12 @@
 //! resumption, the standalone stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -184,6 +187,34 @@ pub(crate) struct Session {
     me: std::sync::Weak<Session>,
 }
 
+/// A drain of a session's outbox, polled on its caller's task. Dropped before it completed (its
+/// caller went away), it finishes on a task of its own: an effect is never left half done.
+/// Outside a runtime (the runtime is shutting down) there is no task to finish it on, and it is
+/// dropped, as a spawned drain would be.
+struct Finish(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Future for Finish {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(drain) = self.0.as_mut() {
+            std::task::ready!(drain.as_mut().poll(cx));
+            self.0 = None;
+        }
+        Poll::Ready(())
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some(drain) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(drain);
+        }
+    }
+}
+
 /// Why a POST could not be registered.
 pub(crate) enum Refused {
     /// The session has ended.
@@ -333,22 +364,24 @@ impl Session {
             // A request after `initialize`: the handshake is over.
             self.handshaking.store(false, Ordering::SeqCst);
         }
-        let mut seen = HashSet::new();
+        // The stream's own set of pending ids finds the repeats within the POST: no second set.
+        let mut pending = HashSet::with_capacity(requests.len());
         for id in requests {
-            if state.requests.contains_key(id) || !seen.insert(id) {
+            if state.requests.contains_key(id) || !pending.insert(id.clone()) {
                 return Err(Refused::DuplicateId(id.clone()));
             }
         }
         let stream = StreamId(state.next_stream);
         state.next_stream += 1;
         let (tx, rx) = oneshot::channel();
+        state.requests.reserve(requests.len());
         for id in requests {
             state.requests.insert(id.clone(), stream);
         }
         state.streams.insert(
             stream,
             Stream {
-                pending: requests.iter().cloned().collect(),
+                pending,
                 decide: Some(tx),
                 initialize,
                 batch,
@@ -504,6 +537,15 @@ impl Session {
         if !stream.sse {
             if completes && !stream.batch && self.sse_responses() {
                 // Configured to answer with SSE: the stream opens for the response alone.
+            } else if done && !stream.batch {
+                // The one response of a single request: its body, with nothing gathered.
+                if let Some(decide) = stream.decide.take() {
+                    let _ = decide.send(Decision::Json(encode(&message)));
+                }
+                if stream.initialize && matches!(message, Message::Error(_)) {
+                    self.end_locked(state);
+                }
+                return;
             } else if completes {
                 stream.collected.push(message);
                 if done {
@@ -683,13 +725,16 @@ impl Session {
 
     /// Performs the outbox's effects in order, store I/O included, without holding the
     /// session's state lock across any of it (finding 17): other operations of the session go
-    /// on meanwhile. Runs on its own task, so that a caller that goes away cannot leave an
-    /// event stored but not written.
+    /// on meanwhile. Runs on the caller's task (a plain send with a store that does not wait
+    /// completes inline, with no task spawned); a caller that goes away mid-way hands the
+    /// unfinished drain to a task of its own ([`Finish`]), so that it cannot leave an effect
+    /// taken from the outbox but not performed (an event stored but not written, a stream
+    /// never opened).
     async fn drain(&self) {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        let _ = tokio::spawn(async move { me.drain_now().await }).await;
+        Finish(Some(Box::pin(async move { me.drain_now().await }))).await;
     }
 
     async fn drain_now(&self) {
@@ -1141,6 +1186,68 @@ mod tests {
         let initialize = r#"[{"jsonrpc":"2.0","id":9,"method":"initialize","params":{}}]"#;
         let message = refusal(post(initialize).await).await;
         assert!(message.contains("initialize"), "{message}");
+    }
+
+    /// An id already in flight on the session, or repeated within one batch, is refused with
+    /// an error response naming it; the first request with it is untouched and still answered.
+    #[tokio::test]
+    async fn a_request_id_in_flight_or_repeated_in_a_batch_is_refused() {
+        let app = Arc::new(App::default());
+        let service = McpService::new(ServerConfig::default(), app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        session
+            .set_version(modelctx_types::ProtocolVersion::V2025_03_26)
+            .await;
+        let refused = |reply: http::Response<super::super::ResponseBody>| async move {
+            assert_eq!(reply.status(), 200);
+            let body = within(reply.into_body().collect())
+                .await
+                .unwrap()
+                .to_bytes();
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(value["error"]["code"], -32600, "{value}");
+            assert!(
+                value["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("already in flight"),
+                "{value}"
+            );
+            value["id"].clone()
+        };
+        let batch = r#"[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":4,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"ping"}]"#;
+        let reply = within(service.handle(on_session("POST", &id, batch))).await;
+        assert_eq!(refused(reply).await, 3);
+        let first = tokio::spawn({
+            let service = service.clone();
+            let request = on_session("POST", &id, r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#);
+            async move { service.handle(request).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":7,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        let again = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
+        let reply = within(service.handle(on_session("POST", &id, again))).await;
+        assert_eq!(refused(reply).await, 7);
+        within(session.send(response(7), Some(modelctx_types::RequestId::from(7)))).await;
+        let answered = within(first).await.unwrap();
+        assert_eq!(answered.headers()["content-type"], "application/json");
+        let body = within(answered.into_body().collect())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], &super::encode(&response(7))[..]);
+        assert_eq!(within(service.table_sizes()).await.requests, 0);
     }
 
     /// `LegacySession::release`: a request the application will not answer (its client
@@ -1728,6 +1835,68 @@ mod tests {
             panic!("not a notification");
         };
         message
+    }
+
+    /// A send runs its drain on the caller's task; a caller that goes away while its event is
+    /// stuck in the store (its effect taken from the outbox, half performed) loses nothing: the
+    /// drain finishes on a task of its own and the event reaches the stream, in order.
+    #[tokio::test]
+    async fn a_send_whose_caller_goes_away_mid_drain_still_delivers_its_event() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = modelctx_types::RequestId::from(5);
+        let call = on_session(
+            "POST",
+            &id,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
+        );
+        let five = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(call).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":5,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        within(session.send(progress(0), Some(rid.clone()))).await;
+        // The store gets stuck on the next event; its sender stops waiting and goes away.
+        store.set(false);
+        let gone = tokio::time::timeout(
+            std::time::Duration::from_millis(20),
+            session.send(progress(1), Some(rid.clone())),
+        )
+        .await;
+        assert!(gone.is_err(), "the send completed with the store stuck");
+        assert_eq!(store.waiting.load(Ordering::SeqCst), 1);
+        store.set(true);
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(within(five).await.unwrap().into_body()).await;
+        let ns: Vec<u64> = got
+            .iter()
+            .filter_map(|(_, d)| {
+                let v: serde_json::Value = serde_json::from_str(d).ok()?;
+                v["params"]["n"].as_u64()
+            })
+            .collect();
+        assert_eq!(ns, [0, 1], "{got:?}");
+        assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
+        service.close_all().await;
     }
 
     /// Finding 17: the session's lock is not held across the event store's I/O. While the

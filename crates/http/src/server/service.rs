@@ -668,26 +668,32 @@ fn is_json(headers: &http::HeaderMap) -> bool {
 }
 
 /// Whether `Accept` (absent: anything) lists every one of `types` (or a wildcard covering it).
+/// Media ranges compare without regard to ASCII case; their parameters (`;q=..`) are ignored.
+/// Allocation-free: it runs on every POST and GET.
 fn accepts(headers: &http::HeaderMap, types: &[&str]) -> bool {
-    let values: Vec<&str> = headers
+    let ranges = || {
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|r| r.split(';').next().unwrap_or(r).trim())
+    };
+    if !headers
         .get_all(header::ACCEPT)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if values.is_empty() {
+        .any(|v| v.to_str().is_ok())
+    {
         return true;
     }
-    let ranges: Vec<String> = values
-        .iter()
-        .flat_map(|v| v.split(','))
-        .filter_map(|r| r.split(';').next())
-        .map(|r| r.trim().to_ascii_lowercase())
-        .collect();
     types.iter().all(|wanted| {
         let main = wanted.split('/').next().unwrap_or_default();
-        ranges
-            .iter()
-            .any(|r| r == wanted || r == "*/*" || *r == format!("{main}/*"))
+        ranges().any(|r| {
+            r.eq_ignore_ascii_case(wanted)
+                || r == "*/*"
+                || r.strip_suffix("/*")
+                    .is_some_and(|m| m.eq_ignore_ascii_case(main))
+        })
     })
 }
 
@@ -703,6 +709,109 @@ pub(super) mod tests {
     use super::*;
     use crate::security::AllowList;
     use crate::server::{LegacyHandler, ModernRequest};
+
+    fn accept(values: &[&str]) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        for v in values {
+            headers.append(header::ACCEPT, v.parse().unwrap());
+        }
+        headers
+    }
+
+    const BOTH: &[&str] = &["application/json", "text/event-stream"];
+
+    #[test]
+    fn accepts_without_an_accept_header_takes_anything() {
+        assert!(accepts(&accept(&[]), BOTH));
+        assert!(accepts(&accept(&[]), &["text/event-stream"]));
+    }
+
+    #[test]
+    fn accepts_wants_every_type_listed() {
+        assert!(accepts(
+            &accept(&["application/json, text/event-stream"]),
+            BOTH
+        ));
+        assert!(accepts(
+            &accept(&["text/event-stream,application/json"]),
+            BOTH
+        ));
+        assert!(!accepts(&accept(&["application/json"]), BOTH));
+        assert!(!accepts(&accept(&["text/event-stream"]), BOTH));
+        assert!(accepts(
+            &accept(&["text/event-stream"]),
+            &["text/event-stream"]
+        ));
+        assert!(!accepts(&accept(&["text/html"]), &["text/event-stream"]));
+        assert!(!accepts(
+            &accept(&["text/event-streams"]),
+            &["text/event-stream"]
+        ));
+        assert!(!accepts(&accept(&["text/event"]), &["text/event-stream"]));
+        assert!(!accepts(&accept(&[""]), &["text/event-stream"]));
+    }
+
+    #[test]
+    fn accepts_ignores_case_parameters_and_spaces() {
+        assert!(accepts(
+            &accept(&["Application/JSON;q=0.9 ,  TEXT/Event-Stream ; q=1"]),
+            BOTH
+        ));
+        assert!(accepts(
+            &accept(&["text/event-stream;charset=utf-8"]),
+            &["text/event-stream"]
+        ));
+        assert!(!accepts(
+            &accept(&["text/plain;x=text/event-stream"]),
+            &["text/event-stream"]
+        ));
+    }
+
+    #[test]
+    fn accepts_wildcards() {
+        assert!(accepts(&accept(&["*/*"]), BOTH));
+        assert!(accepts(&accept(&["application/*, text/*"]), BOTH));
+        assert!(accepts(
+            &accept(&["APPLICATION/*;q=0.5, text/event-stream"]),
+            BOTH
+        ));
+        assert!(!accepts(&accept(&["application/*"]), BOTH));
+        assert!(!accepts(&accept(&["image/*"]), &["text/event-stream"]));
+        assert!(!accepts(&accept(&["*/json"]), &["application/json"]));
+        assert!(!accepts(
+            &accept(&["text/event-stream/*"]),
+            &["text/event-stream"]
+        ));
+    }
+
+    #[test]
+    fn accepts_reads_every_accept_header() {
+        assert!(accepts(
+            &accept(&["application/json", "text/event-stream"]),
+            BOTH
+        ));
+        assert!(accepts(
+            &accept(&["text/event-stream", "application/json;q=0.1"]),
+            BOTH
+        ));
+        assert!(!accepts(&accept(&["application/json", "text/html"]), BOTH));
+        // A value that is not visible ASCII is skipped; the others still count.
+        let mut headers = accept(&["application/json, text/event-stream"]);
+        headers.append(
+            header::ACCEPT,
+            http::HeaderValue::from_bytes(b"text/\xffhtml").unwrap(),
+        );
+        assert!(accepts(&headers, BOTH));
+        let mut only = http::HeaderMap::new();
+        only.append(
+            header::ACCEPT,
+            http::HeaderValue::from_bytes(b"text/\xffhtml").unwrap(),
+        );
+        assert!(
+            accepts(&only, BOTH),
+            "no readable value is no Accept header"
+        );
+    }
 
     /// An application that is never reached: every request here (and in `serve`'s tests) is
     /// refused or answered by the transport before it.
