@@ -22,14 +22,20 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::command::Command;
+use super::command::{Command, CommandQueue, Commands, commands};
 use crate::context::{Context, Inner};
 use crate::input::{InputError, NoAnswer};
 use crate::registry::{Change, Shared};
 use crate::route::{Route, route};
 
-/// The size of the command channel between a connection's handlers and its runner.
-const COMMANDS: usize = 256;
+/// The places in the command channel between a connection's handlers and its runner (stdio,
+/// in-memory: every handler of the connection shares it).
+const CONNECTION_COMMANDS: usize = 256;
+
+/// The places in the command channel of a runner that lives for one modern request or one
+/// legacy POST: its few handlers' progress and logs. A handler that sends more waits for room
+/// (the runner applies them as they come); nothing is dropped.
+const REQUEST_COMMANDS: usize = 16;
 
 /// How the connection came, for handlers' contexts.
 #[derive(Debug, Clone, Default)]
@@ -106,8 +112,10 @@ pub(crate) struct Conn {
     pub(crate) shared: Arc<Shared>,
     pub(crate) session: ServerSession,
     book: Book,
-    commands_tx: mpsc::Sender<Command>,
-    commands: mpsc::Receiver<Command>,
+    /// What the handlers send through: the channel is made on the first command (most requests
+    /// send none) and goes with the runner.
+    commands_tx: Commands,
+    commands: CommandQueue,
 }
 
 impl Conn {
@@ -115,7 +123,7 @@ impl Conn {
         // The configuration is shared, not copied: a modern request's session costs no deep
         // clone of the capabilities and serverInfo.
         let session = ServerSession::new(shared.config.clone());
-        Conn::with_session(shared, session)
+        Conn::with_session(shared, session, CONNECTION_COMMANDS)
     }
 
     /// The connection of one modern HTTP request, checked by its session's rules (`_meta`, the
@@ -123,7 +131,7 @@ impl Conn {
     #[cfg(feature = "http")]
     pub(crate) fn for_request(shared: Arc<Shared>) -> Conn {
         let session = ServerSession::for_request(shared.config.clone());
-        Conn::with_session(shared, session)
+        Conn::with_session(shared, session, REQUEST_COMMANDS)
     }
 
     /// A runner for `session`, resumed from a legacy session's stored state, with the
@@ -134,7 +142,7 @@ impl Conn {
         session: ServerSession,
         subscriptions: impl IntoIterator<Item = &'a String>,
     ) -> Conn {
-        let mut conn = Conn::with_session(shared, session);
+        let mut conn = Conn::with_session(shared, session, REQUEST_COMMANDS);
         for uri in subscriptions {
             // The state was saved from a runner that allowed it: within the bound.
             let _ = conn.book.subscriptions.subscribe(uri);
@@ -148,9 +156,9 @@ impl Conn {
         self.book.subscriptions.uris().map(str::to_owned).collect()
     }
 
-    fn with_session(shared: Arc<Shared>, session: ServerSession) -> Conn {
+    fn with_session(shared: Arc<Shared>, session: ServerSession, bound: usize) -> Conn {
         shared.load.connections.fetch_add(1, Ordering::SeqCst);
-        let (commands_tx, commands) = mpsc::channel(COMMANDS);
+        let (commands_tx, commands) = commands(bound);
         Conn {
             shared,
             session,
@@ -201,7 +209,7 @@ impl Conn {
     /// A command queued already, if any.
     #[cfg(feature = "http")]
     pub(crate) fn try_command(&mut self) -> Option<Command> {
-        self.commands.try_recv().ok()
+        self.commands.try_recv()
     }
 
     /// Applies a handler's command (all but [`Command::CloseStream`], which needs the output:
@@ -463,7 +471,7 @@ fn start(
     session: &mut ServerSession,
     request: IncomingRequest,
     book: &mut Book,
-    commands: &mpsc::Sender<Command>,
+    commands: &Commands,
     origin: &Origin,
 ) {
     let generation = request.generation;
@@ -597,14 +605,16 @@ fn start(
             generation,
             answer,
         };
-        if commands.capacity() == commands.max_capacity() {
+        if commands.is_quiet() {
             apply(session, respond, book);
         } else {
             // The handler queued messages (progress, logs) before its answer: the answer goes
             // after them, through the same queue.
-            let commands = commands.clone();
             if let Err(mpsc::error::TrySendError::Full(respond)) = commands.try_send(respond) {
-                tokio::spawn(async move { commands.send(respond).await });
+                let commands = commands.clone();
+                tokio::spawn(async move {
+                    let _ = commands.send(respond).await;
+                });
             }
         }
         return;
