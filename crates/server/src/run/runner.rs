@@ -487,15 +487,8 @@ fn start(
     let modern = request.meta.is_some();
     let mut runner = match route(shared, &request) {
         Route::Now(answer) => {
+            // (The session completes modern list results with `Settings::list_cache`.)
             let id = request.id.clone();
-            let list = request.method.ends_with("/list");
-            let answer = answer.map(|mut result| {
-                if let (true, true, Some(hint)) = (modern, list, &shared.settings.list_cache) {
-                    result["ttlMs"] = Value::from(hint.ttl_ms);
-                    result["cacheScope"] = Value::from(hint.scope.as_str());
-                }
-                result
-            });
             let respond = Command::Respond {
                 id,
                 generation,

@@ -151,7 +151,9 @@ pub(crate) fn read_result(
         meta: None,
         cache_scope: cache.map(|hint| match hint.scope {
             CacheScope::Public => model::CacheableResultCacheScope::Public,
-            CacheScope::Private => model::CacheableResultCacheScope::Private,
+            // (`CacheScope` is the session's, non-exhaustive: a scope added later is not
+            // shared until written here.)
+            _ => model::CacheableResultCacheScope::Private,
         }),
         contents,
         result_type: Some(ResultType::Complete),
