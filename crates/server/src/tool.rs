@@ -10,8 +10,10 @@ use modelctx_types::schema::{SchemaError, Validator};
 use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion, model};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
@@ -463,6 +465,10 @@ pub(crate) struct Registered {
     /// annotations are not usable, and the calls are then not checked against headers).
     #[cfg(feature = "http")]
     pub(crate) param_headers: Option<Vec<modelctx_http::headers::ParamHeader>>,
+    /// The definition `tools/list` gives, written once per version when the tool is registered
+    /// (in the order of [`ProtocolVersion::ALL`]), or why it cannot be written in that version.
+    /// A tool changes only by being registered again, which writes them again.
+    definitions: Vec<Result<Box<RawValue>, ErrorObject>>,
 }
 
 impl std::fmt::Debug for Registered {
@@ -480,7 +486,14 @@ impl Registered {
         tool: Tool,
         #[cfg(feature = "validation")] schemas: &modelctx_types::schema::SchemaCache,
     ) -> Self {
+        let definitions = ProtocolVersion::ALL
+            .iter()
+            .map(|&version| {
+                crate::wire::write::tool(&tool, version).and_then(|d| crate::wire::raw(&d))
+            })
+            .collect();
         Registered {
+            definitions,
             #[cfg(feature = "validation")]
             input: schemas.validator(&tool.input_schema),
             #[cfg(feature = "validation")]
@@ -488,6 +501,19 @@ impl Registered {
             #[cfg(feature = "http")]
             param_headers: modelctx_http::headers::param_headers(&tool.input_schema).ok(),
             tool,
+        }
+    }
+
+    /// The tool's definition in `version`, as written when it was registered.
+    pub(crate) fn definition(&self, version: ProtocolVersion) -> Result<&RawValue, ErrorObject> {
+        let at = ProtocolVersion::ALL.iter().position(|v| *v == version);
+        match at.and_then(|at| self.definitions.get(at)) {
+            Some(Ok(definition)) => Ok(definition),
+            Some(Err(error)) => Err(error.clone()),
+            None => Err(crate::wire::internal(format!(
+                "no tool definition for {}",
+                version.as_str()
+            ))),
         }
     }
 
@@ -507,17 +533,23 @@ pub(crate) fn list(
     version: ProtocolVersion,
     params: &JsonObject,
     page_size: usize,
-) -> Result<Value, ErrorObject> {
-    let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
-    let tools: Vec<Value> = tools
-        .into_iter()
-        .map(|t| crate::wire::write::tool(&t.tool, version))
-        .collect::<Result<_, _>>()?;
-    let mut result = json!({ "tools": tools });
-    if let Some(next) = next {
-        result["nextCursor"] = Value::from(next);
+) -> Result<Box<RawValue>, ErrorObject> {
+    /// A page of `tools/list`: the definitions' text is copied as it was written.
+    #[derive(serde::Serialize)]
+    struct Page<'a> {
+        tools: Vec<&'a RawValue>,
+        #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
+        next_cursor: Option<String>,
     }
-    Ok(result)
+    let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
+    let tools = tools
+        .into_iter()
+        .map(|t| t.definition(version))
+        .collect::<Result<_, _>>()?;
+    crate::wire::raw(&Page {
+        tools,
+        next_cursor: next,
+    })
 }
 
 /// The most violations shown to the model for one call.
@@ -788,6 +820,51 @@ mod tests {
         match value {
             Value::Object(object) => object,
             other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn tools_list_pages_are_the_definitions_written_at_registration() {
+        #[cfg(feature = "validation")]
+        let cache = modelctx_types::schema::SchemaCache::new(Default::default());
+        let mut output = JsonObject::new();
+        output.insert("type".into(), json!("integer"));
+        let tools: BTreeMap<String, Arc<Registered>> = ["a", "b", "c"]
+            .into_iter()
+            .map(|name| {
+                let tool = Tool::with_input_schema(name, JsonObject::new(), noop)
+                    .title("T")
+                    .description("d")
+                    .annotations(model::ToolAnnotations {
+                        destructive_hint: None,
+                        idempotent_hint: None,
+                        open_world_hint: None,
+                        read_only_hint: Some(true),
+                        title: None,
+                    })
+                    .output_schema(output.clone());
+                let registered = Registered::new(
+                    tool,
+                    #[cfg(feature = "validation")]
+                    &cache,
+                );
+                (name.to_owned(), Arc::new(registered))
+            })
+            .collect();
+        for &version in ProtocolVersion::ALL {
+            // What every page was before: each definition written for the version per list.
+            let expected: Vec<Value> = tools
+                .values()
+                .map(|t| crate::wire::write::tool(&t.tool, version).unwrap())
+                .collect();
+            let first = list(&tools, version, &JsonObject::new(), 2).unwrap();
+            let first: Value = serde_json::from_str(first.get()).unwrap();
+            assert_eq!(first["tools"], json!(expected[..2]), "{version:?}");
+            let mut params = JsonObject::new();
+            params.insert("cursor".into(), first["nextCursor"].clone());
+            let second = list(&tools, version, &params, 2).unwrap();
+            let second: Value = serde_json::from_str(second.get()).unwrap();
+            assert_eq!(second, json!({"tools": expected[2..]}), "{version:?}");
         }
     }
 

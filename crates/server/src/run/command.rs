@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use modelctx_session::LogLevel;
 use modelctx_types::{ErrorObject, JsonObject, RequestId};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Notify, mpsc, oneshot};
 
@@ -19,11 +20,12 @@ use crate::input::InputError;
 /// new one (finding 12).
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// A handler finished.
+    /// A handler finished: its result written as JSON text (on the handler's side, so that the
+    /// runner only passes it on).
     Respond {
         id: RequestId,
         generation: u64,
-        answer: Result<Value, ErrorObject>,
+        answer: Result<Box<RawValue>, ErrorObject>,
     },
     /// Progress on a request.
     Progress {
@@ -188,6 +190,7 @@ impl CommandQueue {
     }
 
     /// A command queued already, if any.
+    #[cfg(any(feature = "http", test))]
     pub(crate) fn try_recv(&mut self) -> Option<Command> {
         self.receiver()?.try_recv().ok()
     }

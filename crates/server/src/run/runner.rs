@@ -19,6 +19,7 @@ use modelctx_session::{
 use modelctx_types::consts::{ResourcesSubscribe, ResourcesUnsubscribe};
 use modelctx_types::{ErrorCode, ErrorObject, Message, RequestId};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +36,7 @@ const CONNECTION_COMMANDS: usize = 256;
 /// The places in the command channel of a runner that lives for one modern request or one
 /// legacy POST: its few handlers' progress and logs. A handler that sends more waits for room
 /// (the runner applies them as they come); nothing is dropped.
+#[cfg(feature = "http")]
 const REQUEST_COMMANDS: usize = 16;
 
 /// How the connection came, for handlers' contexts.
@@ -331,14 +333,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
                 let _ = session.cancel(Instant::now(), &ask, Some("the request was answered"));
             }
             let sent = match answer {
-                Ok(result) => match serde_json::value::to_raw_value(&result) {
-                    Ok(raw) => session.respond_to(&id, generation, raw),
-                    Err(e) => session.respond_error_to(
-                        &id,
-                        generation,
-                        internal(format!("unserializable result: {e}")),
-                    ),
-                },
+                Ok(result) => session.respond_to(&id, generation, result),
                 Err(error) => session.respond_error_to(&id, generation, error),
             };
             if let Err(e) = sent {
@@ -425,6 +420,11 @@ fn internal(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }
 
+/// A handler's answer written as JSON text, where the handler ran.
+fn written(answer: Result<Value, ErrorObject>) -> Result<Box<RawValue>, ErrorObject> {
+    crate::wire::raw(&answer?)
+}
+
 /// Legacy `resources/subscribe` and `resources/unsubscribe`, which belong to the connection:
 /// URIs of at most `Settings::max_uri_len` bytes, subscriptions as the `on_subscribe` hook
 /// allows.
@@ -480,7 +480,7 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer,
+            answer: written(answer),
         };
         return apply(session, respond, book);
     }
@@ -596,7 +596,7 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer,
+            answer: written(answer),
         };
         if commands.is_quiet() {
             apply(session, respond, book);
@@ -633,7 +633,7 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer,
+            answer: written(answer),
         };
         let _ = commands.send(respond).await;
     });
