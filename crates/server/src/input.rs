@@ -317,7 +317,7 @@ pub(crate) fn wrap(
                     let state = sealer
                         .seal(SystemTime::now(), &binding, &keys, &payload)
                         .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, format!("cannot seal requestState: {e}")))?;
-                    Ok(json!({
+                    crate::wire::raw(&json!({
                         "resultType": "input_required",
                         "inputRequests": pending,
                         "requestState": state,

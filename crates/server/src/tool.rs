@@ -562,7 +562,7 @@ pub(crate) async fn call(
     registered: Arc<Registered>,
     arguments: Arguments,
     context: Context,
-) -> Result<Value, ErrorObject> {
+) -> Result<Box<RawValue>, ErrorObject> {
     use crate::wire::write::tool_output;
     let version = context.protocol_version();
     let modern = context.inner.modern;

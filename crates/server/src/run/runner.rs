@@ -19,7 +19,6 @@ use modelctx_session::{
 use modelctx_types::consts::{ResourcesSubscribe, ResourcesUnsubscribe};
 use modelctx_types::{ErrorCode, ErrorObject, Message, RequestId};
 use serde_json::Value;
-use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -420,11 +419,6 @@ fn internal(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }
 
-/// A handler's answer written as JSON text, where the handler ran.
-fn written(answer: Result<Value, ErrorObject>) -> Result<Box<RawValue>, ErrorObject> {
-    crate::wire::raw(&answer?)
-}
-
 /// Legacy `resources/subscribe` and `resources/unsubscribe`, which belong to the connection:
 /// URIs of at most `Settings::max_uri_len` bytes, subscriptions as the `on_subscribe` hook
 /// allows.
@@ -480,7 +474,7 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer: written(answer),
+            answer: answer.and_then(|v| crate::wire::raw(&v)),
         };
         return apply(session, respond, book);
     }
@@ -529,30 +523,41 @@ fn start(
         }
     }
     let cancelled = CancellationToken::new();
-    let (client_info, client_capabilities) = match &request.meta {
-        Some(meta) => (
-            meta.client_info.clone(),
-            Some(meta.client_capabilities.clone()),
-        ),
-        None => {
-            let peer = session.peer();
-            (
-                peer.as_ref().and_then(|p| p.info.clone()),
-                peer.and_then(|p| p.capabilities),
-            )
-        }
+    // What the context needs is moved out of the request, not copied (the request ends here).
+    let IncomingRequest {
+        id,
+        method,
+        version,
+        progress_token,
+        meta,
+        ..
+    } = request;
+    let (client_info, client_capabilities) = match meta {
+        Some(meta) => (meta.client_info, Some(meta.client_capabilities)),
+        None => match session.peer() {
+            Some(peer) => (peer.info, peer.capabilities),
+            None => (None, None),
+        },
     };
+    book.running.insert(
+        id.clone(),
+        Running {
+            cancelled: cancelled.clone(),
+            modern,
+            generation,
+        },
+    );
     let context = Context {
         inner: Arc::new(Inner {
-            id: request.id.clone(),
+            id: id.clone(),
             generation,
-            method: request.method.clone(),
-            version: request.version,
+            method,
+            version,
             client_info,
             client_capabilities,
-            progress_token: request.progress_token.clone(),
+            progress_token,
             last_progress: Mutex::new(None),
-            cancelled: cancelled.clone(),
+            cancelled,
             commands: commands.clone(),
             mrtr,
             modern,
@@ -561,15 +566,6 @@ fn start(
             state: shared.state.clone(),
         }),
     };
-    book.running.insert(
-        request.id.clone(),
-        Running {
-            cancelled,
-            modern,
-            generation,
-        },
-    );
-    let id = request.id;
     let counted = shared.clone();
     let mut handler = Box::pin(async move {
         let _running = crate::registry::Counted::new(&counted.load.handlers);
@@ -596,7 +592,7 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer: written(answer),
+            answer,
         };
         if commands.is_quiet() {
             apply(session, respond, book);
@@ -633,7 +629,7 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer: written(answer),
+            answer,
         };
         let _ = commands.send(respond).await;
     });
