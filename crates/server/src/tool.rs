@@ -567,15 +567,19 @@ pub(crate) async fn call(
     let version = context.protocol_version();
     let modern = context.inner.modern;
     let tool = &registered.tool;
-    // Validation reads a value: the arguments are parsed here, once, and the handler's type is
-    // then decoded from that value. Without validation the handler decodes its type from the
-    // text straight away.
+    // Validation reads a value: the arguments are parsed into one here, and the handler's type
+    // is then decoded from their text (from the value only when there is no text: params that
+    // had to be parsed whole). Without validation the handler decodes its type from the text
+    // straight away.
     #[cfg(feature = "validation")]
     let arguments = {
-        let value = match arguments {
-            Arguments::Raw(raw) => serde_json::from_str::<Value>(raw.get())
-                .map_err(|e| crate::wire::invalid_params(format!("invalid params: {e}")))?,
-            Arguments::Parsed(value) => value,
+        let (value, raw) = match arguments {
+            Arguments::Raw(raw) => (
+                serde_json::from_str::<Value>(raw.get())
+                    .map_err(|e| crate::wire::invalid_params(format!("invalid params: {e}")))?,
+                Some(raw),
+            ),
+            Arguments::Parsed(value) => (value, None),
         };
         if !value.is_object() {
             return tool_output(&not_an_object(), version);
@@ -592,7 +596,12 @@ pub(crate) async fn call(
             let text = crate::wire::schema::describe(&violations);
             return tool_output(&ToolOutput::error(text), version);
         }
-        Arguments::Parsed(value)
+        // The handler's type is decoded from the text when there is one (borrowing from it),
+        // not from the value: cheaper than taking the value's tree apart.
+        match raw {
+            Some(raw) => Arguments::Raw(raw),
+            None => Arguments::Parsed(value),
+        }
     };
     #[cfg(not(feature = "validation"))]
     if !arguments.is_object() {

@@ -316,9 +316,12 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             generation,
             answer,
         } => {
-            // Only this start's entry: a newer request with the same id keeps its own.
-            if book.running(&id, generation).is_some() {
-                book.running.remove(&id);
+            // Only this start's entry: a newer request with the same id keeps its own (one
+            // lookup: the entry is taken, and put back when it is a newer start's).
+            if let Some(running) = book.running.remove(&id)
+                && running.generation != generation
+            {
+                book.running.insert(id.clone(), running);
             }
             // Questions still open for it are not wanted any more.
             let open: Vec<RequestId> = book
