@@ -3,7 +3,7 @@
 use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "validation")]
 use modelctx_types::schema::{SchemaError, Validator};
@@ -465,10 +465,12 @@ pub(crate) struct Registered {
     /// annotations are not usable, and the calls are then not checked against headers).
     #[cfg(feature = "http")]
     pub(crate) param_headers: Option<Vec<modelctx_http::headers::ParamHeader>>,
-    /// The definition `tools/list` gives, written once per version when the tool is registered
-    /// (in the order of [`ProtocolVersion::ALL`]), or why it cannot be written in that version.
-    /// A tool changes only by being registered again, which writes them again.
-    definitions: Vec<Result<Box<RawValue>, ErrorObject>>,
+    /// The definition `tools/list` gives in each version (in the order of
+    /// [`ProtocolVersion::ALL`]), or why it cannot be written in that version: written once,
+    /// by the first list in that version (a server that never serves a version never runs its
+    /// writing code, whose pages would count in its memory). A tool changes only by being
+    /// registered again, which starts these afresh.
+    definitions: Vec<OnceLock<Result<Box<RawValue>, ErrorObject>>>,
 }
 
 impl std::fmt::Debug for Registered {
@@ -488,9 +490,7 @@ impl Registered {
     ) -> Self {
         let definitions = ProtocolVersion::ALL
             .iter()
-            .map(|&version| {
-                crate::wire::write::tool(&tool, version).and_then(|d| crate::wire::raw(&d))
-            })
+            .map(|_| OnceLock::new())
             .collect();
         Registered {
             definitions,
@@ -504,16 +504,21 @@ impl Registered {
         }
     }
 
-    /// The tool's definition in `version`, as written when it was registered.
+    /// The tool's definition in `version`, written the first time it is asked for.
     pub(crate) fn definition(&self, version: ProtocolVersion) -> Result<&RawValue, ErrorObject> {
         let at = ProtocolVersion::ALL.iter().position(|v| *v == version);
-        match at.and_then(|at| self.definitions.get(at)) {
-            Some(Ok(definition)) => Ok(definition),
-            Some(Err(error)) => Err(error.clone()),
-            None => Err(crate::wire::internal(format!(
+        let Some(slot) = at.and_then(|at| self.definitions.get(at)) else {
+            return Err(crate::wire::internal(format!(
                 "no tool definition for {}",
                 version.as_str()
-            ))),
+            )));
+        };
+        let written = slot.get_or_init(|| {
+            crate::wire::write::tool(&self.tool, version).and_then(|d| crate::wire::raw(&d))
+        });
+        match written {
+            Ok(definition) => Ok(definition),
+            Err(error) => Err(error.clone()),
         }
     }
 
@@ -833,7 +838,7 @@ mod tests {
     }
 
     #[test]
-    fn tools_list_pages_are_the_definitions_written_at_registration() {
+    fn tools_list_pages_are_the_definitions_written_once_per_version() {
         #[cfg(feature = "validation")]
         let cache = modelctx_types::schema::SchemaCache::new(Default::default());
         let mut output = JsonObject::new();
@@ -874,6 +879,10 @@ mod tests {
             let second = list(&tools, version, &params, 2).unwrap();
             let second: Value = serde_json::from_str(second.get()).unwrap();
             assert_eq!(second, json!({"tools": expected[2..]}), "{version:?}");
+            // Written by the first list, then only copied.
+            let a = &tools["a"];
+            let first = a.definition(version).unwrap();
+            assert!(std::ptr::eq(first, a.definition(version).unwrap()));
         }
     }
 
