@@ -40,7 +40,7 @@ pub(crate) fn run(completer: Option<Completer>, partial: String, others: JsonObj
             };
             let total = values.len();
             values.truncate(MAX_COMPLETIONS);
-            Ok(json!({"completion": {
+            crate::wire::raw(&json!({"completion": {
                 "values": values,
                 "total": total,
                 "hasMore": total > MAX_COMPLETIONS,

@@ -7,7 +7,6 @@ use modelctx_session::{LogLevel, ProtocolVersion};
 use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage};
 use modelctx_types::{JsonObject, ProgressToken, RequestId, model, v2026_07_28 as wire};
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::input::{Asked, InputError, NoAnswer};
@@ -64,7 +63,7 @@ pub(crate) struct Inner {
     pub(crate) progress_token: Option<ProgressToken>,
     pub(crate) last_progress: Mutex<Option<f64>>,
     pub(crate) cancelled: CancellationToken,
-    pub(crate) commands: mpsc::Sender<Command>,
+    pub(crate) commands: crate::run::Commands,
     /// Modern requests: the round trips that bring the client's input.
     pub(crate) mrtr: Option<Arc<crate::input::Mrtr>>,
     /// Whether the request is a modern one.

@@ -7,7 +7,6 @@ use std::future::Future;
 use std::pin::Pin;
 
 use modelctx_types::ErrorObject;
-use serde_json::Value;
 
 use crate::context::Context;
 
@@ -15,8 +14,11 @@ use crate::context::Context;
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The work of a request that runs on its own task, given its context.
-pub(crate) type Runner =
-    Box<dyn FnOnce(Context) -> BoxFuture<Result<Value, ErrorObject>> + Send + 'static>;
+pub(crate) type Runner = Box<
+    dyn FnOnce(Context) -> BoxFuture<Result<Box<serde_json::value::RawValue>, ErrorObject>>
+        + Send
+        + 'static,
+>;
 
 /// State the application gave the server ([`ServerBuilder::state`]), as a handler argument:
 /// `async fn(State<S>, Args)` or `async fn(Context, State<S>, Args)`. Each call gets a clone

@@ -26,6 +26,7 @@ use modelctx_types::consts::{
     ElicitationCreate, PromptsGet, ResourcesRead, RootsList, SamplingCreateMessage, ToolsCall,
 };
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -231,26 +232,44 @@ pub(crate) fn prepare(
     request: &IncomingRequest,
     principal: Option<&str>,
 ) -> Result<Arc<Mrtr>, ErrorObject> {
-    let params: JsonObject = request
-        .params
-        .as_deref()
+    prepare_params(
+        sealer,
+        &request.method,
+        request.params.as_deref(),
+        principal,
+    )
+}
+
+/// [`prepare`] for a request of `method` with `params`.
+fn prepare_params(
+    sealer: &StateSealer,
+    method: &str,
+    params: Option<&RawValue>,
+    principal: Option<&str>,
+) -> Result<Arc<Mrtr>, ErrorObject> {
+    // Only the two members MRTR reads, borrowed from the params' text (a tool call's arguments
+    // are not parsed here).
+    let probe: InputProbe<'_> = params
         .and_then(|p| serde_json::from_str(p.get()).ok())
         .unwrap_or_default();
-    let responses = match params.get("inputResponses") {
+    let responses: Option<JsonObject> = match probe.input_responses {
         None => None,
-        Some(Value::Object(responses)) => Some(responses),
-        Some(_) => return Err(invalid_params("inputResponses must be an object")),
+        Some(raw) => match serde_json::from_str(raw.get()) {
+            Ok(responses) => Some(responses),
+            Err(_) => return Err(invalid_params("inputResponses must be an object")),
+        },
     };
     let mut answers = JsonObject::new();
     let mut asked: Vec<String> = Vec::new();
-    if let Some(state) = params.get("requestState") {
-        let Some(state) = state.as_str() else {
+    if let Some(state) = probe.request_state {
+        let Ok(state) = serde_json::from_str::<std::borrow::Cow<'_, str>>(state.get()) else {
             return Err(invalid_params("requestState must be a string"));
         };
+        let state = &*state;
         let binding = Binding {
             principal,
-            method: &request.method,
-            params: request.params.as_deref(),
+            method,
+            params,
         };
         let opened = sealer
             .open(SystemTime::now(), &binding, state)
@@ -264,8 +283,8 @@ pub(crate) fn prepare(
         // handling says a server SHOULD.
         asked = opened.pending;
     }
-    if let Some(responses) = responses {
-        let sealed = params.contains_key("requestState");
+    if let Some(responses) = &responses {
+        let sealed = probe.request_state.is_some();
         for (key, value) in responses {
             if !sealed {
                 // A retry without state (the spec makes `requestState` optional, and the
@@ -287,6 +306,28 @@ pub(crate) fn prepare(
         answers,
         ..Mrtr::default()
     }))
+}
+
+/// The members of a request's params that MRTR reads; each present one is kept as its text,
+/// `null` included (which is then refused as not an object or not a string).
+#[derive(Default, serde::Deserialize)]
+struct InputProbe<'a> {
+    #[serde(
+        rename = "inputResponses",
+        borrow,
+        default,
+        deserialize_with = "present"
+    )]
+    input_responses: Option<&'a RawValue>,
+    #[serde(rename = "requestState", borrow, default, deserialize_with = "present")]
+    request_state: Option<&'a RawValue>,
+}
+
+/// A member that is there, whatever its value.
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue as serde::Deserialize>::deserialize(deserializer).map(Some)
 }
 
 /// Runs `runner`, or answers `input_required` when it asks a question that has no answer yet.
@@ -317,7 +358,7 @@ pub(crate) fn wrap(
                     let state = sealer
                         .seal(SystemTime::now(), &binding, &keys, &payload)
                         .map_err(|e| ErrorObject::new(ErrorCode::INTERNAL_ERROR, format!("cannot seal requestState: {e}")))?;
-                    Ok(json!({
+                    crate::wire::raw(&json!({
                         "resultType": "input_required",
                         "inputRequests": pending,
                         "requestState": state,
@@ -326,4 +367,39 @@ pub(crate) fn wrap(
             }
         })
     })
+}
+
+#[cfg(test)]
+mod prepare_tests {
+    use super::*;
+    use modelctx_session::state::StateKey;
+
+    fn prepare(params: &str) -> Result<Arc<Mrtr>, ErrorObject> {
+        let key = StateKey::new("k1", vec![7u8; 32]).unwrap();
+        let sealer = StateSealer::new(key);
+        let params = RawValue::from_string(params.to_owned()).unwrap();
+        prepare_params(&sealer, "tools/call", Some(&params), None)
+    }
+
+    #[test]
+    fn only_the_members_mrtr_reads_are_read_and_checked() {
+        // A first call: nothing to read, the arguments are left alone.
+        let mrtr = prepare(r#"{"name":"t","arguments":{"a":[1,2,{"b":null}]}}"#).unwrap();
+        assert!(mrtr.answers.is_empty());
+        // Answers without a state are taken by key.
+        let mrtr = prepare(r#"{"name":"t","inputResponses":{"q":{"action":"accept"}}}"#).unwrap();
+        assert_eq!(mrtr.answers["q"], json!({"action": "accept"}));
+        // Present but of the wrong type, `null` included: -32602.
+        for bad in [
+            r#"{"inputResponses":null}"#,
+            r#"{"inputResponses":[1]}"#,
+            r#"{"requestState":null}"#,
+            r#"{"requestState":5}"#,
+        ] {
+            let error = prepare(bad).err().unwrap();
+            assert_eq!(error.code, ErrorCode::INVALID_PARAMS, "{bad}");
+        }
+        // A state this server did not seal is refused.
+        assert!(prepare(r#"{"requestState":"not-sealed"}"#).is_err());
+    }
 }

@@ -91,13 +91,15 @@
 //! and resource, template and prompt definitions are built as `model` values and converted into
 //! that version's generated types (`wire::write`), content being downgraded in one place
 //! (`wire::write::content_block`); the questions handlers ask (sampling, elicitation, roots)
-//! and their answers are model values too, raw JSON only through the `*_json` variants. Tool
-//! definitions are still assembled as JSON around their schemas (their annotations and icons
-//! written through the generated types). Tools are registered once, with their schemas
-//! compiled and their `Mcp-Param-*` rules derived; a call reads its params once. It holds no
-//! wire rules (those are the transports'). Some protocol rules still live here rather than in
-//! `modelctx-session`: the list cache fields of modern results and legacy subscriptions (in
-//! the runtime, `run/`) and the resource-not-found code per era
+//! and their answers are model values too, raw JSON only through the `*_json` variants; results
+//! are written from those types straight to JSON text. Tool definitions are assembled as JSON
+//! around their schemas (their annotations and icons written through the generated types), once
+//! per tool and version, by the first `tools/list` in that version. Tools are registered once,
+//! with their schemas compiled and their `Mcp-Param-*` rules derived; a call reads its params
+//! once. It holds no wire rules (those are the transports'). It only configures the list cache
+//! hint of modern results (`Settings::list_cache`); the session writes it. Some protocol rules
+//! still live here rather than in `modelctx-session`: legacy subscriptions (in the runtime,
+//! `run/`) and the resource-not-found code per era
 //! (`resource.rs`). It does not authenticate (an HTTP layer in front does) and does not
 //! implement the tasks extension yet.
 //!

@@ -180,59 +180,8 @@ where
     })
 }
 
-/// How long and for whom a client may cache a result (2026-07-28 `ttlMs` and `cacheScope`).
-///
-/// ```
-/// use modelctx_server::{CacheHint, CacheScope};
-///
-/// let hint = CacheHint::public(60_000);
-/// assert_eq!((hint.ttl_ms, hint.scope), (60_000, CacheScope::Public));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CacheHint {
-    /// How long, in milliseconds.
-    pub ttl_ms: u64,
-    /// Who may share a cached result.
-    pub scope: CacheScope,
-}
-
-impl CacheHint {
-    /// A hint of `ttl_ms` milliseconds for `scope`.
-    pub fn new(ttl_ms: u64, scope: CacheScope) -> Self {
-        CacheHint { ttl_ms, scope }
-    }
-
-    /// A hint of `ttl_ms` milliseconds for this user only ([`CacheScope::Private`]).
-    pub fn private(ttl_ms: u64) -> Self {
-        CacheHint::new(ttl_ms, CacheScope::Private)
-    }
-
-    /// A hint of `ttl_ms` milliseconds that any user may share ([`CacheScope::Public`]).
-    pub fn public(ttl_ms: u64) -> Self {
-        CacheHint::new(ttl_ms, CacheScope::Public)
-    }
-}
-
-/// Who may share a cached result (`cacheScope`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CacheScope {
-    /// Only the user (the authorization context) that got it: `"private"`.
-    Private,
-    /// Anyone: `"public"`.
-    Public,
-}
-
-impl CacheScope {
-    /// The wire string: `"private"` or `"public"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheScope::Private => "private",
-            CacheScope::Public => "public",
-        }
-    }
-}
+/// The cache hint of results (its home is the session, which writes it).
+pub use modelctx_session::{CacheHint, CacheScope};
 
 /// A resource at a fixed URI.
 #[derive(Clone)]

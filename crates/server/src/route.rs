@@ -21,8 +21,8 @@ use crate::wire::invalid_params;
 
 /// How one request is answered.
 pub(crate) enum Route {
-    /// Answered at once.
-    Now(Result<Value, ErrorObject>),
+    /// Answered at once, with the result written as JSON text.
+    Now(Result<Box<RawValue>, ErrorObject>),
     /// Answered by a handler, on its own task.
     Run(Runner),
 }
@@ -76,18 +76,19 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             }
             Err(e) => Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
         },
-        ResourcesList::VALUE => Route::Now(crate::resource::list(
-            &shared.registry().resources,
-            version,
-            &params,
-            page_size,
-        )),
-        ResourcesTemplatesList::VALUE => Route::Now(crate::resource::list_templates(
-            &shared.registry().templates,
-            version,
-            &params,
-            page_size,
-        )),
+        ResourcesList::VALUE => Route::Now(
+            crate::resource::list(&shared.registry().resources, version, &params, page_size)
+                .and_then(|v| crate::wire::raw(&v)),
+        ),
+        ResourcesTemplatesList::VALUE => Route::Now(
+            crate::resource::list_templates(
+                &shared.registry().templates,
+                version,
+                &params,
+                page_size,
+            )
+            .and_then(|v| crate::wire::raw(&v)),
+        ),
         ResourcesRead::VALUE => {
             let registry = shared.registry();
             crate::resource::read(
@@ -99,12 +100,10 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             )
             .into()
         }
-        PromptsList::VALUE => Route::Now(crate::prompt::list(
-            &shared.registry().prompts,
-            version,
-            &params,
-            page_size,
-        )),
+        PromptsList::VALUE => Route::Now(
+            crate::prompt::list(&shared.registry().prompts, version, &params, page_size)
+                .and_then(|v| crate::wire::raw(&v)),
+        ),
         PromptsGet::VALUE => crate::prompt::get(&shared.registry().prompts, params).into(),
         CompletionComplete::VALUE => complete(shared, params).into(),
         other => Route::Now(Err(ErrorObject::new(

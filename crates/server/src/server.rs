@@ -234,6 +234,7 @@ impl ServerBuilder {
         }
         config.instructions = self.instructions;
         config.limits.max_uri_len = self.settings.max_uri_len;
+        config.list_cache = self.settings.list_cache;
         let (changes, _) = broadcast::channel(64);
         let key = self.state_key.unwrap_or_else(random_key);
         #[cfg(feature = "validation")]

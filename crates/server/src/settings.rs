@@ -10,7 +10,9 @@ pub struct Settings {
     /// answers: [`Limits::HANDLER_METHODS`](crate::Limits::HANDLER_METHODS)).
     pub limits: crate::limits::Limits,
     /// How long modern clients may cache list results (`ttlMs`, `cacheScope`; default: not at
-    /// all, `ttlMs: 0`, `"private"`).
+    /// all, `ttlMs: 0`, `"private"`). The session writes it into the results of `tools/list`,
+    /// `prompts/list`, `resources/list` and `resources/templates/list`
+    /// (`modelctx_session::ServerConfig::list_cache`).
     pub list_cache: Option<crate::resource::CacheHint>,
     /// The longest resource URI accepted, in bytes (default 8192, 8 KiB): a longer `uri` of
     /// `resources/read`, `resources/subscribe` or `resources/unsubscribe`, `ref.uri` of

@@ -3,15 +3,17 @@
 use std::any::TypeId;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "validation")]
 use modelctx_types::schema::{SchemaError, Validator};
 use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion, model};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::context::Context;
 use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
@@ -464,6 +466,12 @@ pub(crate) struct Registered {
     /// Shared: the HTTP endpoint's check of each modern call clones the `Arc`.
     #[cfg(feature = "http")]
     pub(crate) param_headers: Option<Arc<[modelctx_http::headers::ParamHeader]>>,
+    /// The definition `tools/list` gives in each version (in the order of
+    /// [`ProtocolVersion::ALL`]), or why it cannot be written in that version: written once,
+    /// by the first list in that version (a server that never serves a version never runs its
+    /// writing code, whose pages would count in its memory). A tool changes only by being
+    /// registered again, which starts these afresh.
+    definitions: Vec<OnceLock<Result<Box<RawValue>, ErrorObject>>>,
 }
 
 impl std::fmt::Debug for Registered {
@@ -481,7 +489,12 @@ impl Registered {
         tool: Tool,
         #[cfg(feature = "validation")] schemas: &modelctx_types::schema::SchemaCache,
     ) -> Self {
+        let definitions = ProtocolVersion::ALL
+            .iter()
+            .map(|_| OnceLock::new())
+            .collect();
         Registered {
+            definitions,
             #[cfg(feature = "validation")]
             input: schemas.validator(&tool.input_schema),
             #[cfg(feature = "validation")]
@@ -491,6 +504,24 @@ impl Registered {
                 .ok()
                 .map(Arc::from),
             tool,
+        }
+    }
+
+    /// The tool's definition in `version`, written the first time it is asked for.
+    pub(crate) fn definition(&self, version: ProtocolVersion) -> Result<&RawValue, ErrorObject> {
+        let at = ProtocolVersion::ALL.iter().position(|v| *v == version);
+        let Some(slot) = at.and_then(|at| self.definitions.get(at)) else {
+            return Err(crate::wire::internal(format!(
+                "no tool definition for {}",
+                version.as_str()
+            )));
+        };
+        let written = slot.get_or_init(|| {
+            crate::wire::write::tool(&self.tool, version).and_then(|d| crate::wire::raw(&d))
+        });
+        match written {
+            Ok(definition) => Ok(definition),
+            Err(error) => Err(error.clone()),
         }
     }
 
@@ -510,17 +541,23 @@ pub(crate) fn list(
     version: ProtocolVersion,
     params: &JsonObject,
     page_size: usize,
-) -> Result<Value, ErrorObject> {
-    let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
-    let tools: Vec<Value> = tools
-        .into_iter()
-        .map(|t| crate::wire::write::tool(&t.tool, version))
-        .collect::<Result<_, _>>()?;
-    let mut result = json!({ "tools": tools });
-    if let Some(next) = next {
-        result["nextCursor"] = Value::from(next);
+) -> Result<Box<RawValue>, ErrorObject> {
+    /// A page of `tools/list`: the definitions' text is copied as it was written.
+    #[derive(serde::Serialize)]
+    struct Page<'a> {
+        tools: Vec<&'a RawValue>,
+        #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
+        next_cursor: Option<String>,
     }
-    Ok(result)
+    let (tools, next) = crate::wire::cursor::page(tools, params, page_size)?;
+    let tools = tools
+        .into_iter()
+        .map(|t| t.definition(version))
+        .collect::<Result<_, _>>()?;
+    crate::wire::raw(&Page {
+        tools,
+        next_cursor: next,
+    })
 }
 
 /// The most violations shown to the model for one call.
@@ -533,20 +570,24 @@ pub(crate) async fn call(
     registered: Arc<Registered>,
     arguments: Arguments,
     context: Context,
-) -> Result<Value, ErrorObject> {
+) -> Result<Box<RawValue>, ErrorObject> {
     use crate::wire::write::tool_output;
     let version = context.protocol_version();
     let modern = context.inner.modern;
     let tool = &registered.tool;
-    // Validation reads a value: the arguments are parsed here, once, and the handler's type is
-    // then decoded from that value. Without validation the handler decodes its type from the
-    // text straight away.
+    // Validation reads a value: the arguments are parsed into one here, and the handler's type
+    // is then decoded from their text (from the value only when there is no text: params that
+    // had to be parsed whole). Without validation the handler decodes its type from the text
+    // straight away.
     #[cfg(feature = "validation")]
     let arguments = {
-        let value = match arguments {
-            Arguments::Raw(raw) => serde_json::from_str::<Value>(raw.get())
-                .map_err(|e| crate::wire::invalid_params(format!("invalid params: {e}")))?,
-            Arguments::Parsed(value) => value,
+        let (value, raw) = match arguments {
+            Arguments::Raw(raw) => (
+                serde_json::from_str::<Value>(raw.get())
+                    .map_err(|e| crate::wire::invalid_params(format!("invalid params: {e}")))?,
+                Some(raw),
+            ),
+            Arguments::Parsed(value) => (value, None),
         };
         if !value.is_object() {
             return tool_output(&not_an_object(), version);
@@ -563,7 +604,12 @@ pub(crate) async fn call(
             let text = crate::wire::schema::describe(&violations);
             return tool_output(&ToolOutput::error(text), version);
         }
-        Arguments::Parsed(value)
+        // The handler's type is decoded from the text when there is one (borrowing from it),
+        // not from the value: cheaper than taking the value's tree apart.
+        match raw {
+            Some(raw) => Arguments::Raw(raw),
+            None => Arguments::Parsed(value),
+        }
     };
     #[cfg(not(feature = "validation"))]
     if !arguments.is_object() {
@@ -791,6 +837,55 @@ mod tests {
         match value {
             Value::Object(object) => object,
             other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn tools_list_pages_are_the_definitions_written_once_per_version() {
+        #[cfg(feature = "validation")]
+        let cache = modelctx_types::schema::SchemaCache::new(Default::default());
+        let mut output = JsonObject::new();
+        output.insert("type".into(), json!("integer"));
+        let tools: BTreeMap<String, Arc<Registered>> = ["a", "b", "c"]
+            .into_iter()
+            .map(|name| {
+                let tool = Tool::with_input_schema(name, JsonObject::new(), noop)
+                    .title("T")
+                    .description("d")
+                    .annotations(model::ToolAnnotations {
+                        destructive_hint: None,
+                        idempotent_hint: None,
+                        open_world_hint: None,
+                        read_only_hint: Some(true),
+                        title: None,
+                    })
+                    .output_schema(output.clone());
+                let registered = Registered::new(
+                    tool,
+                    #[cfg(feature = "validation")]
+                    &cache,
+                );
+                (name.to_owned(), Arc::new(registered))
+            })
+            .collect();
+        for &version in ProtocolVersion::ALL {
+            // What every page was before: each definition written for the version per list.
+            let expected: Vec<Value> = tools
+                .values()
+                .map(|t| crate::wire::write::tool(&t.tool, version).unwrap())
+                .collect();
+            let first = list(&tools, version, &JsonObject::new(), 2).unwrap();
+            let first: Value = serde_json::from_str(first.get()).unwrap();
+            assert_eq!(first["tools"], json!(expected[..2]), "{version:?}");
+            let mut params = JsonObject::new();
+            params.insert("cursor".into(), first["nextCursor"].clone());
+            let second = list(&tools, version, &params, 2).unwrap();
+            let second: Value = serde_json::from_str(second.get()).unwrap();
+            assert_eq!(second, json!({"tools": expected[2..]}), "{version:?}");
+            // Written by the first list, then only copied.
+            let a = &tools["a"];
+            let first = a.definition(version).unwrap();
+            assert!(std::ptr::eq(first, a.definition(version).unwrap()));
         }
     }
 

@@ -91,6 +91,60 @@ impl RequestOptions {
     }
 }
 
+/// How long and for whom a client may cache a result (2026-07-28 `ttlMs` and `cacheScope`).
+///
+/// ```
+/// use modelctx_session::{CacheHint, CacheScope};
+///
+/// let hint = CacheHint::public(60_000);
+/// assert_eq!((hint.ttl_ms, hint.scope), (60_000, CacheScope::Public));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheHint {
+    /// How long, in milliseconds.
+    pub ttl_ms: u64,
+    /// Who may share a cached result.
+    pub scope: CacheScope,
+}
+
+impl CacheHint {
+    /// A hint of `ttl_ms` milliseconds for `scope`.
+    pub fn new(ttl_ms: u64, scope: CacheScope) -> Self {
+        CacheHint { ttl_ms, scope }
+    }
+
+    /// A hint of `ttl_ms` milliseconds for this user only ([`CacheScope::Private`]).
+    pub fn private(ttl_ms: u64) -> Self {
+        CacheHint::new(ttl_ms, CacheScope::Private)
+    }
+
+    /// A hint of `ttl_ms` milliseconds that any user may share ([`CacheScope::Public`]).
+    pub fn public(ttl_ms: u64) -> Self {
+        CacheHint::new(ttl_ms, CacheScope::Public)
+    }
+}
+
+/// Who may share a cached result (`cacheScope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CacheScope {
+    /// Only the user (the authorization context) that got it: `"private"`.
+    Private,
+    /// Anyone: `"public"`.
+    Public,
+}
+
+impl CacheScope {
+    /// The wire string: `"private"` or `"public"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheScope::Private => "private",
+            CacheScope::Public => "public",
+        }
+    }
+}
+
 /// What a server session declares and accepts.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -105,6 +159,11 @@ pub struct ServerConfig {
     pub instructions: Option<String>,
     /// How `server/discover` results may be cached: `ttlMs` (default 0).
     pub discover_ttl: Duration,
+    /// How modern clients may cache the complete results of `tools/list`, `prompts/list`,
+    /// `resources/list` and `resources/templates/list`: written as `ttlMs` and `cacheScope`
+    /// into each such result that does not carry its own. Default `None`: `ttlMs: 0` and
+    /// `"private"`, as every cacheable result without a hint of its own.
+    pub list_cache: Option<CacheHint>,
     /// Table bounds.
     pub limits: Limits,
 }
@@ -118,6 +177,7 @@ impl ServerConfig {
             server_info: serde_json::json!({"name": name, "version": version}),
             instructions: None,
             discover_ttl: Duration::ZERO,
+            list_cache: None,
             limits: Limits::default(),
         }
     }

@@ -121,7 +121,9 @@ mod version;
 
 pub use caps::client_can_answer;
 pub use client::{ClientSession, EraDecision};
-pub use config::{ClientConfig, EraChoice, Limits, RequestOptions, ServerConfig};
+pub use config::{
+    CacheHint, CacheScope, ClientConfig, EraChoice, Limits, RequestOptions, ServerConfig,
+};
 pub use core::{TableSizes, cancelled_request};
 pub use event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,

@@ -1,5 +1,7 @@
 //! Reading the few members of params and results the session needs, without decoding the rest.
 
+use std::borrow::Cow;
+
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject, ProgressToken};
 use serde::Deserialize;
 use serde_json::Value;
@@ -211,46 +213,152 @@ pub fn missing_capability_error(required: &JsonObject) -> ErrorObject {
     .expect("JSON serializes")
 }
 
-/// The members of a result the session checks on modern answers.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ResultProbe {
-    #[serde(rename = "resultType")]
-    pub(crate) result_type: Option<Value>,
-    #[serde(rename = "ttlMs")]
-    pub(crate) ttl_ms: Option<Value>,
-    #[serde(rename = "cacheScope")]
-    pub(crate) cache_scope: Option<Value>,
-    #[serde(rename = "inputRequests")]
-    pub(crate) input_requests: Option<JsonObject>,
-    #[serde(rename = "requestState")]
-    pub(crate) request_state: Option<Value>,
-    #[serde(rename = "_meta")]
-    pub(crate) meta: Option<Value>,
+/// A result object read as its members, each value kept as its text: what the session reads
+/// of a modern answer, and what it writes the answer from (the members it adds in front, then
+/// the result's own), with no tree of the result built.
+#[derive(Debug)]
+pub(crate) struct ResultMembers<'a> {
+    members: Vec<(Cow<'a, str>, &'a RawValue)>,
 }
 
-/// Inserts members at the start of a JSON object's text (the object is known to be valid).
-pub(crate) fn insert_members(object: &RawValue, members: &[(&str, Value)]) -> Box<RawValue> {
-    if members.is_empty() {
-        return object.to_owned();
+impl<'a> ResultMembers<'a> {
+    /// Reads `result`, which must be an object.
+    pub(crate) fn read(result: &'a RawValue) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(result.get())
     }
-    let text = object.get().trim_start();
-    let rest = &text[1..]; // after `{`
-    let empty = rest.trim_start().starts_with('}');
-    let mut out = String::with_capacity(text.len() + 64);
-    out.push('{');
-    for (i, (key, value)) in members.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
+
+    /// The value of member `key`; `None` when it is absent or `null`. A member the session reads
+    /// that is given twice is refused (its reading would be ambiguous).
+    pub(crate) fn get(&self, key: &str) -> Result<Option<&'a RawValue>, String> {
+        let mut found = self.members.iter().filter(|(k, _)| k == key);
+        let first = found.next().map(|(_, v)| *v);
+        if found.next().is_some() {
+            return Err(format!("duplicate field `{key}`"));
         }
-        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
-        out.push(':');
-        out.push_str(&serde_json::to_string(value).expect("a value serializes"));
+        Ok(first.filter(|v| v.get() != "null"))
     }
-    if !empty {
-        out.push(',');
+
+    /// Member `key`, read as `T` (absent or `null`: `None`).
+    pub(crate) fn parse<T: Deserialize<'a>>(&self, key: &str) -> Result<Option<T>, String> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some(raw) => serde_json::from_str(raw.get())
+                .map(Some)
+                .map_err(|e| format!("`{key}`: {e}")),
+        }
     }
-    out.push_str(rest);
-    RawValue::from_string(out).expect("inserting members keeps the object valid")
+
+    /// Replaces the value of member `key` (which is there).
+    pub(crate) fn replace(&mut self, key: &str, value: &'a RawValue) {
+        for (k, v) in &mut self.members {
+            if k == key {
+                *v = value;
+            }
+        }
+    }
+
+    /// The result with `added` in front of its own members (an own member that is `null` and
+    /// named in `added` is left out, so that no member is written twice).
+    pub(crate) fn write(&self, added: &[(&str, Added<'_>)]) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&Written {
+            added,
+            members: &self.members,
+        })
+        .expect("JSON text and plain values serialize")
+    }
+}
+
+/// A member the session adds to a modern result.
+#[derive(Debug)]
+pub(crate) enum Added<'a> {
+    /// A string.
+    Str(&'a str),
+    /// A number.
+    U64(u64),
+    /// `{"io.modelcontextprotocol/serverInfo": ...}`, for `_meta`.
+    ServerInfo(&'a Value),
+}
+
+impl serde::Serialize for Added<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Added::Str(s) => serializer.serialize_str(s),
+            Added::U64(n) => serializer.serialize_u64(*n),
+            Added::ServerInfo(info) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry(SERVER_INFO, info)?;
+                map.end()
+            }
+        }
+    }
+}
+
+struct Written<'w, 'a> {
+    added: &'w [(&'w str, Added<'w>)],
+    members: &'w [(Cow<'a, str>, &'a RawValue)],
+}
+
+impl serde::Serialize for Written<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.added {
+            map.serialize_entry(key, value)?;
+        }
+        for (key, value) in self.members {
+            let replaced = value.get() == "null" && self.added.iter().any(|(k, _)| k == key);
+            if !replaced {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ResultMembers<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ResultMembers<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some((Key(key), value)) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                    members.push((key, value));
+                }
+                Ok(ResultMembers { members })
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
+/// A member name, borrowed from the text unless it has escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(Visit)
+    }
 }
 
 #[cfg(test)]
@@ -262,19 +370,53 @@ mod tests {
     }
 
     #[test]
-    fn members_are_inserted_into_empty_and_full_objects() {
-        let add = [("resultType", Value::from("complete"))];
+    fn members_are_written_in_front_of_a_result_s_own() {
+        let add = [("resultType", Added::Str("complete"))];
+        let write = |text: &str| {
+            let result = raw(text);
+            let members = ResultMembers::read(&result).unwrap();
+            members.write(&add).get().to_owned()
+        };
+        assert_eq!(write("{}"), r#"{"resultType":"complete"}"#);
+        assert_eq!(write(" { } "), r#"{"resultType":"complete"}"#);
         assert_eq!(
-            insert_members(&raw("{}"), &add).get(),
-            r#"{"resultType":"complete"}"#
+            write(r#"{"a": [1, {"b":"\u00e9"}], "k\"q": null}"#),
+            r#"{"resultType":"complete","a":[1, {"b":"\u00e9"}],"k\"q":null}"#,
+            "own members' text is kept as it is, names escaped again"
         );
-        let spaced: Value =
-            serde_json::from_str(insert_members(&raw(" { } "), &add).get()).unwrap();
-        assert_eq!(spaced, serde_json::json!({"resultType": "complete"}));
+        // A `null` the session replaces is not written twice.
         assert_eq!(
-            insert_members(&raw(r#"{"a":1}"#), &add).get(),
-            r#"{"resultType":"complete","a":1}"#
+            write(r#"{"resultType":null,"x":1}"#),
+            r#"{"resultType":"complete","x":1}"#
         );
+        let info = serde_json::json!({"name": "s", "version": "1"});
+        let result = raw(r#"{"tools":[]}"#);
+        let members = ResultMembers::read(&result).unwrap();
+        assert_eq!(
+            members
+                .write(&[
+                    ("ttlMs", Added::U64(5)),
+                    ("_meta", Added::ServerInfo(&info))
+                ])
+                .get(),
+            r#"{"ttlMs":5,"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","version":"1"}},"tools":[]}"#
+        );
+    }
+
+    #[test]
+    fn members_the_session_reads_are_read_once_and_not_twice() {
+        let result = raw(r#"{"ttlMs":null,"cacheScope":"public","x":{"ttlMs":1}}"#);
+        let members = ResultMembers::read(&result).unwrap();
+        assert!(matches!(members.get("ttlMs"), Ok(None)), "null is absent");
+        assert_eq!(
+            members.parse::<String>("cacheScope"),
+            Ok(Some("public".into()))
+        );
+        assert!(members.parse::<u64>("cacheScope").is_err());
+        let twice = raw(r#"{"ttlMs":1,"ttlMs":2}"#);
+        let members = ResultMembers::read(&twice).unwrap();
+        assert!(members.get("ttlMs").is_err());
+        assert!(ResultMembers::read(&raw("[1]")).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The server side of a connection: both eras.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +16,7 @@ use serde_json::value::RawValue;
 use modelctx_types::consts;
 
 use crate::caps::{self, declared};
-use crate::config::{RequestOptions, ServerConfig};
+use crate::config::{CacheHint, RequestOptions, ServerConfig};
 use crate::core::{Core, InFlight, Role, TableSizes};
 use crate::event::{
     CloseReason, Event, IncomingRequest, LogLevel, PeerInfo, RequestError, RequestMeta,
@@ -760,8 +761,9 @@ impl ServerSession {
 
     /// Answers the peer's request `id` with `result` (a JSON object). For modern requests the
     /// 2026-07-28 result rules are applied: `resultType` is added when absent (`complete`);
-    /// complete results of the six cacheable methods get `ttlMs: 0` and `cacheScope: "private"`
-    /// when absent; an `input_required` result is allowed only on `tools/call`, `prompts/get` and
+    /// complete results of the six cacheable methods get `ttlMs` and `cacheScope` when absent
+    /// (those of the four list methods [`ServerConfig::list_cache`], the others `ttlMs: 0` and
+    /// `"private"`); an `input_required` result is allowed only on `tools/call`, `prompts/get` and
     /// `resources/read`, must carry `inputRequests` or `requestState`, and may only ask for input
     /// the request's client capabilities declare.
     ///
@@ -806,12 +808,12 @@ impl ServerSession {
                 "a listen stream is ended with end_subscription, not respond".into(),
             ));
         }
-        let server_info = &self.config.server_info;
+        let config = &self.config;
         self.core
             .finish_incoming(id, generation, |entry| {
                 let result = match &entry.meta {
                     Some(request_meta) => {
-                        modern_result(&entry.method, request_meta, server_info, result)?
+                        modern_result(&entry.method, request_meta, config, result)?
                     }
                     None => result,
                 };
@@ -1203,48 +1205,75 @@ fn log_message(
     Notification::new("notifications/message", &params).expect("an object")
 }
 
+/// Whether `method` is one of the four list methods whose results take
+/// [`ServerConfig::list_cache`].
+fn is_list(method: &str) -> bool {
+    [
+        consts::ToolsList::VALUE,
+        consts::PromptsList::VALUE,
+        consts::ResourcesList::VALUE,
+        consts::ResourcesTemplatesList::VALUE,
+    ]
+    .contains(&method)
+}
+
 /// Applies the 2026-07-28 result rules to a modern answer (see [`ServerSession::respond`]).
+///
+/// The result is read once, for the few members the rules look at (borrowed from its text, the
+/// rest skipped), and the missing members are spliced in front of its text: no tree of the
+/// result is built, and `serverInfo` is written straight from the configuration.
 fn modern_result(
     method: &str,
     request_meta: &RequestMeta,
-    server_info: &Value,
+    config: &ServerConfig,
     result: Box<RawValue>,
 ) -> Result<Box<RawValue>, SessionError> {
-    let probe: meta::ResultProbe = serde_json::from_str(result.get())
-        .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")))?;
-    let mut add: Vec<(&str, Value)> = Vec::new();
-    let result_type = match &probe.result_type {
+    let invalid = |e: String| SessionError::Invalid(format!("invalid result: {e}"));
+    let mut members = meta::ResultMembers::read(&result).map_err(|e| invalid(e.to_string()))?;
+    let mut add: Vec<(&str, meta::Added<'_>)> = Vec::new();
+    let result_type = match members.get("resultType").map_err(invalid)? {
         None => {
-            add.push(("resultType", Value::from("complete")));
-            "complete"
+            add.push(("resultType", meta::Added::Str("complete")));
+            Cow::Borrowed("complete")
         }
-        Some(Value::String(t)) => t.as_str(),
-        Some(_) => {
-            return Err(SessionError::Invalid(
-                "`resultType` must be a string".into(),
-            ));
-        }
-    };
-    match result_type {
-        "complete" if version::is_cacheable(method) => {
-            if probe.ttl_ms.is_none() {
-                add.push(("ttlMs", Value::from(0)));
+        Some(raw) => match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+            Ok(t) => t,
+            Err(_) => {
+                return Err(SessionError::Invalid(
+                    "`resultType` must be a string".into(),
+                ));
             }
-            if probe.cache_scope.is_none() {
-                add.push(("cacheScope", Value::from("private")));
+        },
+    };
+    match &*result_type {
+        "complete" if version::is_cacheable(method) => {
+            // The list methods take the configured hint; every other cacheable result without
+            // its own may not be cached (`server/discover` writes its own).
+            let hint = config
+                .list_cache
+                .filter(|_| is_list(method))
+                .unwrap_or(CacheHint::private(0));
+            if members.get("ttlMs").map_err(invalid)?.is_none() {
+                add.push(("ttlMs", meta::Added::U64(hint.ttl_ms)));
+            }
+            if members.get("cacheScope").map_err(invalid)?.is_none() {
+                add.push(("cacheScope", meta::Added::Str(hint.scope.as_str())));
             }
         }
         "input_required" => {
             if !version::allows_input_required(method) {
                 return Err(SessionError::InputRequiredNotAllowed(method.into()));
             }
-            if probe.input_requests.is_none() && probe.request_state.is_none() {
+            let input_requests: Option<JsonObject> =
+                members.parse("inputRequests").map_err(invalid)?;
+            let request_state = members.get("requestState").map_err(invalid)?;
+            if input_requests.is_none() && request_state.is_none() {
                 return Err(SessionError::Invalid(
                     "an input_required result needs `inputRequests` or `requestState`".into(),
                 ));
             }
             let mut required = JsonObject::new();
-            for request in probe.input_requests.iter().flat_map(|r| r.values()) {
+            for request in input_requests.iter().flat_map(|r| r.values()) {
                 let method = request
                     .get("method")
                     .and_then(Value::as_str)
@@ -1280,27 +1309,22 @@ fn modern_result(
     }
     // Every modern result names the server in `_meta` (a `serverInfo` the handler put there is
     // kept).
-    match &probe.meta {
-        None => add.push((
-            "_meta",
-            serde_json::json!({ meta::SERVER_INFO: server_info }),
-        )),
-        Some(Value::Object(m)) if !m.contains_key(meta::SERVER_INFO) => {
-            // The handler's own `_meta`: the result is rewritten (rare, not the hot path).
-            let mut object: JsonObject = serde_json::from_str(result.get())
-                .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")))?;
-            if let Some(Value::Object(m)) = object.get_mut("_meta") {
-                m.insert(meta::SERVER_INFO.into(), server_info.clone());
+    let own_meta;
+    match members.get("_meta").map_err(invalid)? {
+        None => add.push(("_meta", meta::Added::ServerInfo(&config.server_info))),
+        Some(raw) => {
+            if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(raw.get())
+                && !m.contains_key(meta::SERVER_INFO)
+            {
+                // The handler's own `_meta` (rare): only that member is rewritten.
+                m.insert(meta::SERVER_INFO.into(), config.server_info.clone());
+                own_meta =
+                    serde_json::value::to_raw_value(&m).map_err(|e| invalid(e.to_string()))?;
+                members.replace("_meta", &own_meta);
             }
-            for (key, value) in add {
-                object.insert(key.into(), value);
-            }
-            return serde_json::value::to_raw_value(&object)
-                .map_err(|e| SessionError::Invalid(format!("invalid result: {e}")));
         }
-        Some(_) => {}
     }
-    Ok(meta::insert_members(&result, &add))
+    Ok(members.write(&add))
 }
 
 fn merge(into: &mut JsonObject, from: JsonObject) {

@@ -91,3 +91,62 @@ async fn finding_25_modern_http_requests_are_capped() {
     })
     .await;
 }
+
+/// A modern request's handler that reports more progress than its runner's command channel
+/// holds (16 places) waits for room: every notification reaches the client, in order and
+/// before the result, and nothing of the request is left once it is answered.
+#[tokio::test]
+async fn a_modern_handler_sending_past_its_command_bound_loses_nothing() {
+    const STEPS: u32 = 100;
+    let steps = |context: modelctx_server::Context, _: NoArgs| async move {
+        for i in 1..=STEPS {
+            context
+                .progress(f64::from(i), Some(f64::from(STEPS)), None)
+                .await
+                .unwrap();
+        }
+        "done"
+    };
+    let server = Server::builder("bound", "1")
+        .tool(Tool::new("steps", steps))
+        .build();
+    let running = server
+        .serve_http(
+            ([127, 0, 0, 1], 0).into(),
+            modelctx_http::server::ServerConfig::default(),
+        )
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", running.local_addr());
+    let client = within(
+        "connect",
+        modelctx_client::Client::builder("t", "1")
+            .era(modelctx_client::EraChoice::Modern)
+            .connect_http(&url),
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let options = modelctx_client::CallOptions::new().on_progress({
+            let seen = seen.clone();
+            move |p| seen.lock().unwrap().push(p.progress)
+        });
+        let result = within(
+            "the call",
+            client.call_tool_with("steps", json!({}), options),
+        )
+        .await
+        .unwrap();
+        assert_eq!(result.text(), "done");
+        let expected: Vec<f64> = (1..=STEPS).map(f64::from).collect();
+        assert_eq!(*seen.lock().unwrap(), expected);
+        // The request's runner, its channel and its handler are gone with it.
+        within("the request's runner ends", async {
+            while server.load() != modelctx_server::Load::default() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+}

@@ -13,7 +13,7 @@ pub(crate) mod output;
 pub(crate) mod runner;
 pub(crate) mod store;
 
-pub(crate) use command::Command;
+pub(crate) use command::{Command, Commands};
 pub(crate) use driver::{Input, Lifetime};
 pub use output::Frame;
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]

@@ -22,14 +22,21 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::command::Command;
+use super::command::{Command, CommandQueue, Commands, commands};
 use crate::context::{Context, Inner};
 use crate::input::{InputError, NoAnswer};
 use crate::registry::{Change, Shared};
 use crate::route::{Route, route};
 
-/// The size of the command channel between a connection's handlers and its runner.
-const COMMANDS: usize = 256;
+/// The places in the command channel between a connection's handlers and its runner (stdio,
+/// in-memory: every handler of the connection shares it).
+const CONNECTION_COMMANDS: usize = 256;
+
+/// The places in the command channel of a runner that lives for one modern request or one
+/// legacy POST: its few handlers' progress and logs. A handler that sends more waits for room
+/// (the runner applies them as they come); nothing is dropped.
+#[cfg(feature = "http")]
+const REQUEST_COMMANDS: usize = 16;
 
 /// How the connection came, for handlers' contexts.
 #[derive(Debug, Clone, Default)]
@@ -106,8 +113,10 @@ pub(crate) struct Conn {
     pub(crate) shared: Arc<Shared>,
     pub(crate) session: ServerSession,
     book: Book,
-    commands_tx: mpsc::Sender<Command>,
-    commands: mpsc::Receiver<Command>,
+    /// What the handlers send through: the channel is made on the first command (most requests
+    /// send none) and goes with the runner.
+    commands_tx: Commands,
+    commands: CommandQueue,
     /// Requests the peer cancelled ([`Event::Cancelled`], either era), for the output to let
     /// go of ([`Conn::take_released`]).
     released: Vec<RequestId>,
@@ -118,7 +127,7 @@ impl Conn {
         // The configuration is shared, not copied: a modern request's session costs no deep
         // clone of the capabilities and serverInfo.
         let session = ServerSession::new(shared.config.clone());
-        Conn::with_session(shared, session)
+        Conn::with_session(shared, session, CONNECTION_COMMANDS)
     }
 
     /// The connection of one modern HTTP request, checked by its session's rules (`_meta`, the
@@ -126,7 +135,7 @@ impl Conn {
     #[cfg(feature = "http")]
     pub(crate) fn for_request(shared: Arc<Shared>) -> Conn {
         let session = ServerSession::for_request(shared.config.clone());
-        Conn::with_session(shared, session)
+        Conn::with_session(shared, session, REQUEST_COMMANDS)
     }
 
     /// A runner for `session`, resumed from a legacy session's stored state, with the
@@ -137,7 +146,7 @@ impl Conn {
         session: ServerSession,
         subscriptions: impl IntoIterator<Item = &'a String>,
     ) -> Conn {
-        let mut conn = Conn::with_session(shared, session);
+        let mut conn = Conn::with_session(shared, session, REQUEST_COMMANDS);
         for uri in subscriptions {
             // The state was saved from a runner that allowed it: within the bound.
             let _ = conn.book.subscriptions.subscribe(uri);
@@ -151,9 +160,9 @@ impl Conn {
         self.book.subscriptions.uris().map(str::to_owned).collect()
     }
 
-    fn with_session(shared: Arc<Shared>, session: ServerSession) -> Conn {
+    fn with_session(shared: Arc<Shared>, session: ServerSession, bound: usize) -> Conn {
         shared.load.connections.fetch_add(1, Ordering::SeqCst);
-        let (commands_tx, commands) = mpsc::channel(COMMANDS);
+        let (commands_tx, commands) = commands(bound);
         Conn {
             shared,
             session,
@@ -211,7 +220,7 @@ impl Conn {
     /// A command queued already, if any.
     #[cfg(feature = "http")]
     pub(crate) fn try_command(&mut self) -> Option<Command> {
-        self.commands.try_recv().ok()
+        self.commands.try_recv()
     }
 
     /// Applies a handler's command (all but [`Command::CloseStream`], which needs the output:
@@ -320,9 +329,12 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
             generation,
             answer,
         } => {
-            // Only this start's entry: a newer request with the same id keeps its own.
-            if book.running(&id, generation).is_some() {
-                book.running.remove(&id);
+            // Only this start's entry: a newer request with the same id keeps its own (one
+            // lookup: the entry is taken, and put back when it is a newer start's).
+            if let Some(running) = book.running.remove(&id)
+                && running.generation != generation
+            {
+                book.running.insert(id.clone(), running);
             }
             // Questions still open for it are not wanted any more.
             let open: Vec<RequestId> = book
@@ -336,14 +348,7 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
                 let _ = session.cancel(Instant::now(), &ask, Some("the request was answered"));
             }
             let sent = match answer {
-                Ok(result) => match serde_json::value::to_raw_value(&result) {
-                    Ok(raw) => session.respond_to(&id, generation, raw),
-                    Err(e) => session.respond_error_to(
-                        &id,
-                        generation,
-                        internal(format!("unserializable result: {e}")),
-                    ),
-                },
+                Ok(result) => session.respond_to(&id, generation, result),
                 Err(error) => session.respond_error_to(&id, generation, error),
             };
             if let Err(e) = sent {
@@ -476,7 +481,7 @@ fn start(
     session: &mut ServerSession,
     request: IncomingRequest,
     book: &mut Book,
-    commands: &mpsc::Sender<Command>,
+    commands: &Commands,
     origin: &Origin,
 ) {
     let generation = request.generation;
@@ -485,22 +490,15 @@ fn start(
         let respond = Command::Respond {
             id,
             generation,
-            answer,
+            answer: answer.and_then(|v| crate::wire::raw(&v)),
         };
         return apply(session, respond, book);
     }
     let modern = request.meta.is_some();
     let mut runner = match route(shared, &request) {
         Route::Now(answer) => {
+            // (The session completes modern list results with `Settings::list_cache`.)
             let id = request.id.clone();
-            let list = request.method.ends_with("/list");
-            let answer = answer.map(|mut result| {
-                if let (true, true, Some(hint)) = (modern, list, &shared.settings.list_cache) {
-                    result["ttlMs"] = Value::from(hint.ttl_ms);
-                    result["cacheScope"] = Value::from(hint.scope.as_str());
-                }
-                result
-            });
             let respond = Command::Respond {
                 id,
                 generation,
@@ -541,30 +539,41 @@ fn start(
         }
     }
     let cancelled = CancellationToken::new();
-    let (client_info, client_capabilities) = match &request.meta {
-        Some(meta) => (
-            meta.client_info.clone(),
-            Some(meta.client_capabilities.clone()),
-        ),
-        None => {
-            let peer = session.peer();
-            (
-                peer.as_ref().and_then(|p| p.info.clone()),
-                peer.and_then(|p| p.capabilities),
-            )
-        }
+    // What the context needs is moved out of the request, not copied (the request ends here).
+    let IncomingRequest {
+        id,
+        method,
+        version,
+        progress_token,
+        meta,
+        ..
+    } = request;
+    let (client_info, client_capabilities) = match meta {
+        Some(meta) => (meta.client_info, Some(meta.client_capabilities)),
+        None => match session.peer() {
+            Some(peer) => (peer.info, peer.capabilities),
+            None => (None, None),
+        },
     };
+    book.running.insert(
+        id.clone(),
+        Running {
+            cancelled: cancelled.clone(),
+            modern,
+            generation,
+        },
+    );
     let context = Context {
         inner: Arc::new(Inner {
-            id: request.id.clone(),
+            id: id.clone(),
             generation,
-            method: request.method.clone(),
-            version: request.version,
+            method,
+            version,
             client_info,
             client_capabilities,
-            progress_token: request.progress_token.clone(),
+            progress_token,
             last_progress: Mutex::new(None),
-            cancelled: cancelled.clone(),
+            cancelled,
             commands: commands.clone(),
             mrtr,
             modern,
@@ -573,15 +582,6 @@ fn start(
             state: shared.state.clone(),
         }),
     };
-    book.running.insert(
-        request.id.clone(),
-        Running {
-            cancelled,
-            modern,
-            generation,
-        },
-    );
-    let id = request.id;
     let counted = shared.clone();
     let mut handler = Box::pin(async move {
         let _running = crate::registry::Counted::new(&counted.load.handlers);
@@ -610,14 +610,16 @@ fn start(
             generation,
             answer,
         };
-        if commands.capacity() == commands.max_capacity() {
+        if commands.is_quiet() {
             apply(session, respond, book);
         } else {
             // The handler queued messages (progress, logs) before its answer: the answer goes
             // after them, through the same queue.
-            let commands = commands.clone();
             if let Err(mpsc::error::TrySendError::Full(respond)) = commands.try_send(respond) {
-                tokio::spawn(async move { commands.send(respond).await });
+                let commands = commands.clone();
+                tokio::spawn(async move {
+                    let _ = commands.send(respond).await;
+                });
             }
         }
         return;

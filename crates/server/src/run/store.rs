@@ -86,8 +86,14 @@ impl SessionState {
 
     /// Takes what `session` negotiated (version, client, `initialized`, log level) and marks
     /// the state used at `now`; the subscriptions and the principal are the caller's to keep.
+    ///
+    /// The client (`clientInfo`, capabilities) is taken when the state has no version yet or
+    /// another one than the session's: a session resumed from this state has the client it
+    /// was given, which `initialize` fixed, and it is not copied again on every request.
     pub fn record(&mut self, session: &ServerSession, now: SystemTime) {
-        if let Some(peer) = session.peer() {
+        if (self.version.is_none() || self.version != session.version())
+            && let Some(peer) = session.peer()
+        {
             self.version = Some(peer.version);
             self.client_info = peer.info;
             self.client_capabilities = peer.capabilities;
@@ -118,9 +124,26 @@ impl SessionState {
 
     /// Whether `other` differs from this state in more than when it was last used.
     pub fn differs_from(&self, other: &SessionState) -> bool {
-        let mut other = other.clone();
-        other.last_used_ms = self.last_used_ms;
-        *self != other
+        // Field by field, without a copy of either (every legacy POST asks).
+        let SessionState {
+            version,
+            client_info,
+            client_capabilities,
+            initialized,
+            log_level,
+            subscriptions,
+            principal,
+            opened_ms,
+            last_used_ms: _,
+        } = self;
+        *version != other.version
+            || *initialized != other.initialized
+            || *log_level != other.log_level
+            || *opened_ms != other.opened_ms
+            || *principal != other.principal
+            || *subscriptions != other.subscriptions
+            || *client_info != other.client_info
+            || *client_capabilities != other.client_capabilities
     }
 
     /// How long the session has been unused at `now`.
@@ -371,6 +394,31 @@ mod tests {
         later.last_used_ms = 99;
         assert!(!later.differs_from(&fresh));
         assert!(state.differs_from(&fresh));
+        // Every other field makes a difference, each on its own.
+        let changes: [fn(&mut SessionState); 8] = [
+            |s| s.version = Some(ProtocolVersion::V2025_11_25),
+            |s| s.client_info = Some(json!({})),
+            |s| s.client_capabilities = Some(JsonObject::new()),
+            |s| s.initialized = true,
+            |s| s.log_level = Some(LogLevel::Debug),
+            |s| {
+                s.subscriptions.insert("a://b".into());
+            },
+            |s| s.principal = Some("p".into()),
+            |s| s.opened_ms = 7,
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut changed = fresh.clone();
+            change(&mut changed);
+            assert!(changed.differs_from(&fresh), "field {i}");
+            assert!(fresh.differs_from(&changed), "field {i}");
+        }
+
+        // Recording the session resumed from a state changes only the time of use.
+        let mut recorded = state.clone();
+        recorded.record(&session, at(9_000));
+        assert!(!recorded.differs_from(&state));
+        assert_eq!(recorded.last_used_ms, 9_000);
     }
 
     #[test]

@@ -18,3 +18,12 @@ pub(crate) fn invalid_params(message: impl Into<String>) -> ErrorObject {
 pub(crate) fn internal(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
 }
+
+/// `value` written as JSON text; an internal error (-32603) when it cannot be (a map with keys
+/// that are not strings).
+pub(crate) fn raw<T: serde::Serialize + ?Sized>(
+    value: &T,
+) -> Result<Box<serde_json::value::RawValue>, ErrorObject> {
+    serde_json::value::to_raw_value(value)
+        .map_err(|e| internal(format!("unserializable result: {e}")))
+}

@@ -7,6 +7,7 @@ use modelctx_types::{
     ErrorObject, JsonObject, ResultType, v2024_11_05, v2025_03_26, v2025_06_18, v2025_11_25,
     v2026_07_28,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::internal;
@@ -103,14 +104,21 @@ fn is_object_schema(schema: &JsonObject) -> bool {
 
 /// Writes a model value as the wire type `version` has for it: the generated types check the
 /// shape, and drop what the version does not define.
+/// With `text`, the value is written straight to JSON text (a result: no tree of it is built).
 macro_rules! encode_in {
     ($version:expr, $value:expr, $ty:ident) => {
+        encode_in!($version, $value, $ty, encode)
+    };
+    ($version:expr, $value:expr, $ty:ident, text) => {
+        encode_in!($version, $value, $ty, encode_text)
+    };
+    ($version:expr, $value:expr, $ty:ident, $encode:ident) => {
         match $version {
-            V::V2024_11_05 => encode(v2024_11_05::$ty::try_from($value)),
-            V::V2025_03_26 => encode(v2025_03_26::$ty::try_from($value)),
-            V::V2025_06_18 => encode(v2025_06_18::$ty::try_from($value)),
-            V::V2025_11_25 => encode(v2025_11_25::$ty::try_from($value)),
-            _ => encode(v2026_07_28::$ty::try_from($value)),
+            V::V2024_11_05 => $encode(v2024_11_05::$ty::try_from($value)),
+            V::V2025_03_26 => $encode(v2025_03_26::$ty::try_from($value)),
+            V::V2025_06_18 => $encode(v2025_06_18::$ty::try_from($value)),
+            V::V2025_11_25 => $encode(v2025_11_25::$ty::try_from($value)),
+            _ => $encode(v2026_07_28::$ty::try_from($value)),
         }
     };
 }
@@ -120,6 +128,16 @@ macro_rules! encode_in {
 fn encode<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<Value, ErrorObject> {
     let wire = wire.map_err(|e| internal(format!("the result cannot be written: {e}")))?;
     serde_json::to_value(wire).map_err(|e| internal(format!("the result cannot be written: {e}")))
+}
+
+/// The JSON text of a wire value, or an internal error (-32603) saying why the value has no
+/// form in the version.
+fn encode_text<T: serde::Serialize>(
+    wire: Result<T, ConvertError>,
+) -> Result<Box<RawValue>, ErrorObject> {
+    let wire = wire.map_err(|e| internal(format!("the result cannot be written: {e}")))?;
+    serde_json::value::to_raw_value(&wire)
+        .map_err(|e| internal(format!("the result cannot be written: {e}")))
 }
 
 /// A resource definition for `resources/list` in `version`.
@@ -146,19 +164,21 @@ pub(crate) fn read_result(
     contents: Vec<model::EmbeddedResourceResource>,
     cache: Option<CacheHint>,
     version: V,
-) -> Result<Value, ErrorObject> {
+) -> Result<Box<RawValue>, ErrorObject> {
     let result = model::ReadResourceResult {
         meta: None,
         cache_scope: cache.map(|hint| match hint.scope {
             CacheScope::Public => model::CacheableResultCacheScope::Public,
-            CacheScope::Private => model::CacheableResultCacheScope::Private,
+            // (`CacheScope` is the session's, non-exhaustive: a scope added later is not
+            // shared until written here.)
+            _ => model::CacheableResultCacheScope::Private,
         }),
         contents,
         result_type: Some(ResultType::Complete),
         ttl_ms: cache.map(|hint| i64::try_from(hint.ttl_ms).unwrap_or(i64::MAX)),
         extra: JsonObject::new(),
     };
-    encode_in!(version, result, ReadResourceResult)
+    encode_in!(version, result, ReadResourceResult, text)
 }
 
 /// A `sampling/createMessage` request's params as `version` writes them (fields it does not
@@ -194,7 +214,7 @@ fn object<T: serde::Serialize>(wire: Result<T, ConvertError>) -> Result<JsonObje
 }
 
 /// A `tools/call` result in `version`.
-pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Value, ErrorObject> {
+pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Box<RawValue>, ErrorObject> {
     let structured_content = match &output.structured {
         Some(structured) if has_structured(version) => {
             Some(if object_only(version) && !structured.is_object() {
@@ -217,7 +237,7 @@ pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Value, Erro
         structured_content,
         extra: JsonObject::new(),
     };
-    encode_in!(version, result, CallToolResult)
+    encode_in!(version, result, CallToolResult, text)
 }
 
 /// A `prompts/get` result in `version`.
@@ -225,7 +245,7 @@ pub(crate) fn prompt_result(
     description: Option<String>,
     messages: Vec<model::PromptMessage>,
     version: V,
-) -> Result<Value, ErrorObject> {
+) -> Result<Box<RawValue>, ErrorObject> {
     let result = model::GetPromptResult {
         meta: None,
         description,
@@ -239,7 +259,7 @@ pub(crate) fn prompt_result(
         result_type: Some(ResultType::Complete),
         extra: JsonObject::new(),
     };
-    encode_in!(version, result, GetPromptResult)
+    encode_in!(version, result, GetPromptResult, text)
 }
 
 /// A content block as `version` can carry it: the one place content is downgraded. Blocks the
@@ -272,12 +292,21 @@ mod tests {
     use crate::tool::{Content, NoArgs};
 
     fn tool_output(output: &ToolOutput, version: V) -> Value {
-        super::tool_output(output, version).expect("a result every version can carry")
+        let text = super::tool_output(output, version).expect("a result every version can carry");
+        serde_json::from_str(text.get()).unwrap()
     }
 
     fn content_block(block: &Content, version: V) -> Value {
-        let result = super::tool_output(&ToolOutput::new(vec![block.clone()]), version).unwrap();
-        result["content"][0].clone()
+        tool_output(&ToolOutput::new(vec![block.clone()]), version)["content"][0].clone()
+    }
+
+    fn read_result(
+        contents: Vec<model::EmbeddedResourceResource>,
+        cache: Option<CacheHint>,
+        version: V,
+    ) -> Result<Value, ErrorObject> {
+        let text = super::read_result(contents, cache, version)?;
+        Ok(serde_json::from_str(text.get()).unwrap())
     }
 
     fn output(structured: Value) -> ToolOutput {

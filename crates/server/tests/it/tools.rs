@@ -276,6 +276,40 @@ async fn tools_added_or_removed_at_run_time_announce_the_change() {
         .await;
 }
 
+/// `tools/list` gives the definitions written when each tool was registered: a tool added,
+/// registered again under its name with another description, or removed shows at once, in
+/// every version.
+#[tokio::test]
+async fn tools_list_follows_add_replace_and_remove() {
+    let server = server();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let described = |listed: &Value| -> Option<String> {
+            listed["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == "late")
+                .map(|t| t["description"].as_str().unwrap_or_default().to_owned())
+        };
+        let listed = client.request("tools/list", json!({})).await.unwrap();
+        assert_eq!(described(&listed), None, "{name}");
+        server
+            .add_tool(Tool::new("late", echo).description("first"))
+            .unwrap();
+        let listed = client.request("tools/list", json!({})).await.unwrap();
+        assert_eq!(described(&listed).as_deref(), Some("first"), "{name}");
+        server
+            .add_tool(Tool::new("late", echo).description("second"))
+            .unwrap();
+        let listed = client.request("tools/list", json!({})).await.unwrap();
+        assert_eq!(described(&listed).as_deref(), Some("second"), "{name}");
+        assert!(server.remove_tool("late"));
+        let listed = client.request("tools/list", json!({})).await.unwrap();
+        assert_eq!(described(&listed), None, "{name}");
+    }
+}
+
 #[tokio::test]
 async fn a_slow_tool_never_delays_the_others() {
     let released = Arc::new(tokio::sync::Notify::new());

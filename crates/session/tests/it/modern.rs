@@ -221,6 +221,56 @@ fn results_get_result_type_and_cache_fields() {
 }
 
 #[test]
+fn list_results_take_the_configured_cache_hint() {
+    let mut config =
+        modelctx_session::ServerConfig::new("test-server", "1.0.0", full_server_caps());
+    config.list_cache = Some(modelctx_session::CacheHint::public(5000));
+    let mut s = modelctx_session::ServerSession::new(config);
+    let mut answer = |id: i64, method: &str, params: Value, result: Value| {
+        send(&mut s, request(id, method, with_meta(params, json!({}))));
+        let r = take_request(&mut s);
+        s.respond(&r.id, raw(result)).unwrap();
+        drain(&mut s).remove(0)["result"].take()
+    };
+    for (id, method) in [
+        (1, "tools/list"),
+        (2, "prompts/list"),
+        (3, "resources/list"),
+        (4, "resources/templates/list"),
+    ] {
+        let result = answer(id, method, json!({}), json!({"items": []}));
+        assert_eq!(result["ttlMs"], 5000, "{method}");
+        assert_eq!(result["cacheScope"], "public", "{method}");
+    }
+    // A hint the result carries is kept.
+    let result = answer(5, "tools/list", json!({}), json!({"tools": [], "ttlMs": 7}));
+    assert_eq!(
+        (&result["ttlMs"], &result["cacheScope"]),
+        (&json!(7), &json!("public"))
+    );
+    // Other cacheable results are not list results: no hint unless their own.
+    let result = answer(
+        6,
+        "resources/read",
+        json!({"uri": "a://b"}),
+        json!({"contents": []}),
+    );
+    assert_eq!(
+        (&result["ttlMs"], &result["cacheScope"]),
+        (&json!(0), &json!("private"))
+    );
+    // tools/call is not cacheable.
+    let result = answer(
+        7,
+        "tools/call",
+        json!({"name": "x"}),
+        json!({"content": []}),
+    );
+    assert!(result.get("ttlMs").is_none());
+    assert!(s.table_sizes().is_empty());
+}
+
+#[test]
 fn input_required_is_checked() {
     let mut s = server();
     // Only on tools/call, prompts/get and resources/read.
