@@ -1384,6 +1384,100 @@ mod tests {
         assert!(store.is_empty());
     }
 
+    /// At most `MAX_WAITING` requests of legacy sessions wait at once: with the table full, the
+    /// next request that would wait is refused with the busy error (its handler cancelled, the
+    /// table unchanged), and the table empties once the waiting requests end.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_table_of_waiting_requests_refuses_the_next_one() {
+        let hang = |context: crate::Context, _: NoArgs| async move {
+            context.cancelled().cancelled().await;
+            "stopped"
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("hang", hang))
+            .build();
+        // A waiting request's POST counts as in flight until its first message.
+        let mut config = ServerConfig::default();
+        config.max_requests_in_flight = MAX_WAITING + 16;
+        let service = server.http_service(config).unwrap();
+        let start = sizes(&server);
+        let sid = open_legacy(&service).await;
+        let call = |id: Value| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "hang", "arguments": {}}})
+        };
+        async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+            tokio::time::timeout(std::time::Duration::from_secs(60), future)
+                .await
+                .unwrap_or_else(|_| panic!("{what}: not within 60 s"))
+        }
+
+        let mut posts = Vec::with_capacity(MAX_WAITING);
+        for id in 0..MAX_WAITING {
+            posts.push(tokio::spawn({
+                let service = service.clone();
+                let post = legacy_post(Some(&sid), call(json!(id)));
+                async move { service.handle(post).await }
+            }));
+        }
+        let full = async {
+            while sizes(&server).requests < MAX_WAITING || server.load().handlers < MAX_WAITING {
+                tokio::task::yield_now().await;
+            }
+        };
+        bounded("the table fills", full).await;
+
+        let refused = bounded("the refusal", async {
+            legacy_request(&service, &sid, call(json!("over")))
+                .await
+                .next()
+                .await
+        })
+        .await;
+        let limit = format!("at most {MAX_WAITING} requests of legacy sessions may wait at once");
+        let error = json!({"code": -32000, "message": format!("the server is busy: {limit}"),
+            "data": {"reason": "rate_limited", "limit": limit}});
+        assert_eq!(
+            refused,
+            Some(json!({"jsonrpc": "2.0", "id": "over", "error": error}))
+        );
+        let settled = async {
+            while server.load().handlers > MAX_WAITING {
+                tokio::task::yield_now().await;
+            }
+        };
+        bounded("the refused handler ends", settled).await;
+        assert_eq!(sizes(&server).requests, MAX_WAITING);
+        assert_eq!(sizes(&server).questions, 0);
+
+        // The end of the session cancels the waiting requests: their POSTs end, the tables
+        // return to their start sizes.
+        let mut delete = Request::delete("/mcp")
+            .header("host", "127.0.0.1")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &sid)
+            .body(String::new())
+            .unwrap();
+        delete
+            .extensions_mut()
+            .insert(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))));
+        let response = service.handle(delete).await;
+        assert!(response.status().is_success(), "{}", response.status());
+        let ended = async {
+            for post in posts {
+                drop(post.await.unwrap());
+            }
+            while sizes(&server) != start
+                || server.load().handlers > 0
+                || server.load().connections > 0
+            {
+                tokio::task::yield_now().await;
+            }
+        };
+        bounded("the waiting requests end", ended).await;
+        assert_eq!(service.table_sizes().await.requests, 0);
+    }
+
     /// The fan-out task runs only while there are legacy sessions: once the last one ends, the
     /// server is back to the tasks it had before its first session.
     #[tokio::test(flavor = "current_thread")]
