@@ -23,8 +23,9 @@ pub(crate) const CACHEABLE: &[&str] = &[
 /// A cache of cacheable results, shareable between clients (clone it into several
 /// [`ClientBuilder::cache`](crate::ClientBuilder::cache) calls).
 ///
-/// * A result is kept for its `ttlMs` (absent, zero or negative: not kept). Results of servers that
-///   send no `ttlMs` (every legacy server) are never cached.
+/// * A result is kept for its `ttlMs` (absent, zero or negative: not kept), measured on the tokio
+///   runtime's clock (so a paused test clock holds it, and advancing it expires it). Results of
+///   servers that send no `ttlMs` (every legacy server) are never cached.
 /// * `cacheScope: "public"` results are shared by every client of the same server using this
 ///   cache; `"private"` ones only within the same authorization context
 ///   ([`ClientBuilder::cache_context`](crate::ClientBuilder::cache_context); by default each client
@@ -138,7 +139,7 @@ impl ResultCache {
         {
             let mut inner = self.lock();
             inner.max_bytes = max_bytes;
-            inner.make_room(0, Instant::now());
+            inner.make_room(0, crate::driver::now());
         }
         self
     }

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use modelctx_session::{Era, LogLevel, PeerInfo, ProtocolVersion, RequestOptions};
 use modelctx_types::consts::{
@@ -521,7 +521,7 @@ impl Client {
         };
         let key = Value::Object(params.clone()).to_string();
         if let (Some(result), Some(version)) = (
-            cache.get(scope, method, &key, Instant::now()),
+            cache.get(scope, method, &key, crate::driver::now()),
             self.protocol_version(),
         ) {
             let result = serde_json::value::RawValue::from_string(result.get().to_owned())
@@ -529,7 +529,7 @@ impl Client {
             return Ok(Answer { version, result });
         }
         let answer = self.call(method, params, options).await?;
-        cache.put(scope, method, &key, &answer.result, Instant::now());
+        cache.put(scope, method, &key, &answer.result, crate::driver::now());
         Ok(answer)
     }
 

@@ -38,8 +38,9 @@ const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Now, read from tokio's clock and handed over as the `std::time::Instant` the session takes:
 /// every deadline of the driver and the session (timeouts, the listen stream's retry,
-/// re-connection) follows the runtime's clock, which a test can pause and advance.
-fn now() -> Instant {
+/// re-connection) and the result cache's expiry (`ttlMs`) follows the runtime's clock, which a
+/// test can pause and advance.
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 

@@ -1091,3 +1091,42 @@ async fn answers_to_unknown_ids_are_ignored() {
         .await;
     assert_eq!(text(&result.unwrap()), "real");
 }
+
+// -- the result cache -----------------------------------------------------------------------------
+
+/// A cached result is served until its `ttlMs` has passed on the runtime's clock (paused here:
+/// only `advance` moves it), then asked for again.
+#[tokio::test(start_paused = true)]
+async fn a_cached_result_expires_after_its_ttl_on_the_runtime_clock() {
+    let cache = modelctx_client::ResultCache::new(64);
+    let (client, mut fake) = connect(
+        Era::Modern,
+        builder().cache(cache.clone()),
+        full_capabilities(),
+    )
+    .await;
+    let page = |name: &str| {
+        json!({"tools": [tool(name)], "resultType": "complete", "ttlMs": 1000,
+            "cacheScope": "public"})
+    };
+    let names = |listed: Result<model::ListToolsResult, Error>| -> Vec<String> {
+        listed.unwrap().tools.into_iter().map(|t| t.name).collect()
+    };
+    let (first, _) = fake
+        .answer("tools/list", page("a"), client.list_tools(None))
+        .await;
+    assert_eq!(names(first), ["a"]);
+    assert!(!cache.is_empty());
+
+    // Within its ttlMs: from the cache, at once (a request would get no answer from the fake,
+    // and the call would fail when its timeout passes on the paused clock).
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert_eq!(names(client.list_tools(None).await), ["a"]);
+
+    // Past it: asked again.
+    tokio::time::advance(Duration::from_millis(2)).await;
+    let (fresh, _) = fake
+        .answer("tools/list", page("b"), client.list_tools(None))
+        .await;
+    assert_eq!(names(fresh), ["b"]);
+}
