@@ -13,8 +13,10 @@
 // Tools: echo {text} -> the text; progress {steps} -> `steps` progress notifications when the
 // request has a progressToken, then "done"; slow {ms} -> waits ms (less if cancelled), then "slept".
 //
-// Listens on 127.0.0.1, a free port; prints one line `LISTENING <port>` on stdout once ready
-// (nothing else goes to stdout); exits when its standard input closes.
+// Listens on 127.0.0.1, a free port; prints one line `LISTENING <port>` on stdout once ready;
+// exits when its standard input closes. Its other stdout lines tell the test what the slow tool's
+// handler does, so the test can wait for it rather than sleep: `HOLDING slow` once it holds a
+// call, `CANCELLED slow` when that call is cancelled (nothing else goes to stdout).
 //
 // Usage: node http-server-v1.mjs
 
@@ -26,15 +28,20 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 
-// stdout carries the LISTENING line only.
+// stdout carries the LISTENING line and the slow tool's lines only.
 console.log = console.error;
 console.info = console.error;
+const say = (line) => process.stdout.write(`${line}\n`);
 
 const text = (value) => ({ content: [{ type: 'text', text: value }] });
 
 /** Waits `ms` milliseconds, or less if `signal` aborts. */
 const sleep = (ms, signal) =>
     new Promise((resolve) => {
+        if (signal?.aborted) {
+            resolve();
+            return;
+        }
         const timer = setTimeout(resolve, ms);
         signal?.addEventListener('abort', () => {
             clearTimeout(timer);
@@ -75,7 +82,9 @@ function newServer() {
             inputSchema: { ms: z.number().int().min(0) },
         },
         async ({ ms }, extra) => {
+            say('HOLDING slow');
             await sleep(ms, extra.signal);
+            if (extra.signal.aborted) say('CANCELLED slow');
             return text('slept');
         },
     );

@@ -24,8 +24,10 @@
 // Tools: echo {text} -> the text; progress {steps} -> `steps` progress notifications when the
 // request has a progressToken, then "done"; slow {ms} -> waits ms (less if cancelled), then "slept".
 //
-// Listens on 127.0.0.1, a free port; prints one line `LISTENING <port>` on stdout once ready
-// (nothing else goes to stdout); exits when its standard input closes.
+// Listens on 127.0.0.1, a free port; prints one line `LISTENING <port>` on stdout once ready;
+// exits when its standard input closes. Its other stdout lines tell the test what the slow tool's
+// handler does, so the test can wait for it rather than sleep: `HOLDING slow` once it holds a
+// call, `CANCELLED slow` when that call is cancelled (nothing else goes to stdout).
 //
 // Usage: node http-server-v2.mjs [--legacy=stateless|sessions|reject]
 
@@ -41,9 +43,10 @@ import {
 } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 
-// stdout carries the LISTENING line only.
+// stdout carries the LISTENING line and the slow tool's lines only.
 console.log = console.error;
 console.info = console.error;
+const say = (line) => process.stdout.write(`${line}\n`);
 
 const LEGACY_MODES = ['stateless', 'sessions', 'reject'];
 let legacy = 'stateless';
@@ -61,6 +64,10 @@ const text = (value) => ({ content: [{ type: 'text', text: value }] });
 /** Waits `ms` milliseconds, or less if `signal` aborts. */
 const sleep = (ms, signal) =>
     new Promise((resolve) => {
+        if (signal?.aborted) {
+            resolve();
+            return;
+        }
         const timer = setTimeout(resolve, ms);
         signal?.addEventListener('abort', () => {
             clearTimeout(timer);
@@ -102,7 +109,9 @@ function newServer() {
             inputSchema: z.object({ ms: z.number().int().min(0) }),
         },
         async ({ ms }, ctx) => {
+            say('HOLDING slow');
             await sleep(ms, ctx.mcpReq.signal);
+            if (ctx.mcpReq.signal.aborted) say('CANCELLED slow');
             return text('slept');
         },
     );

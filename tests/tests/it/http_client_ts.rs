@@ -5,7 +5,6 @@
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, these tests say they are skipped.
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use modelctx_http::client::ClientConfig;
 use modelctx_session::{EraDecision, Event};
@@ -13,13 +12,27 @@ use modelctx_tests::http::within;
 use modelctx_tests::http_client::*;
 use modelctx_tests::node;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
 
 /// A TypeScript server process; it exits when dropped (its stdin closes, and it is killed).
 struct TsServer {
     url: String,
+    /// Its stdout after the `LISTENING` line: what its slow tool's handler does.
+    said: Lines<BufReader<ChildStdout>>,
     _child: Child,
+}
+
+impl TsServer {
+    /// Waits (at most 20 s) for the server's next stdout line, which must be `expected`
+    /// (`HOLDING slow`: its handler holds the call; `CANCELLED slow`: the call was cancelled).
+    async fn said(&mut self, expected: &str) {
+        let line = within(expected, self.said.next_line())
+            .await
+            .expect("its stdout")
+            .unwrap_or_else(|| panic!("the server's stdout ended before {expected:?}"));
+        assert_eq!(line, expected);
+    }
 }
 
 /// Starts `script` with `args`, or says why it cannot (then the test is skipped, unless
@@ -47,6 +60,7 @@ async fn ts_server(script: &str, args: &[&str]) -> Option<TsServer> {
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
     Some(TsServer {
         url: format!("http://127.0.0.1:{port}/mcp"),
+        said: lines,
         _child: child,
     })
 }
@@ -78,7 +92,7 @@ async fn echo_and_progress(client: &mut Driver) {
 
 #[tokio::test]
 async fn the_typescript_sdk_1_server_gets_a_legacy_session() {
-    let Some(server) = ts_server("http-server-v1.mjs", &[]).await else {
+    let Some(mut server) = ts_server("http-server-v1.mjs", &[]).await else {
         return;
     };
     // Probing first: the 1.x server knows no server/discover, and the client falls back.
@@ -93,24 +107,26 @@ async fn the_typescript_sdk_1_server_gets_a_legacy_session() {
     assert!(client.transport.session_id().is_some());
     echo_and_progress(&mut client).await;
 
-    // Cancelling a legacy call: notifications/cancelled, and the call's stream is let go.
+    // Cancelling a legacy call, once the server's handler holds it: notifications/cancelled
+    // stops the handler, and the call's stream is let go.
     let id = client.start(
         "tools/call",
         json!({"name": "slow", "arguments": {"ms": 10000}}),
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.said("HOLDING slow").await;
     client
         .session
         .cancel(std::time::Instant::now(), &id, Some("no longer needed"))
         .unwrap();
     client.step_until_idle().await;
+    server.said("CANCELLED slow").await;
     assert_eq!(client.transport.table_sizes().requests, 0);
     client.transport.close().await;
 }
 
 #[tokio::test]
 async fn the_typescript_sdk_2_server_is_spoken_to_in_both_eras() {
-    let Some(server) = ts_server("http-server-v2.mjs", &["--legacy=sessions"]).await else {
+    let Some(mut server) = ts_server("http-server-v2.mjs", &["--legacy=sessions"]).await else {
         return;
     };
     let mut modern = Driver::new(
@@ -123,17 +139,19 @@ async fn the_typescript_sdk_2_server_is_spoken_to_in_both_eras() {
     assert_eq!(modern.transport.session_id(), None);
     echo_and_progress(&mut modern).await;
 
-    // A modern cancellation closes the stream: the slow call ends early on the server.
+    // A modern cancellation, once the server's handler holds the call, closes the stream: the
+    // slow call ends early on the server.
     let id = modern.start(
         "tools/call",
         json!({"name": "slow", "arguments": {"ms": 10000}}),
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.said("HOLDING slow").await;
     modern
         .session
         .cancel(std::time::Instant::now(), &id, None)
         .unwrap();
     modern.step_until_idle().await;
+    server.said("CANCELLED slow").await;
     assert_eq!(modern.transport.table_sizes().tasks, 0);
 
     let mut legacy = Driver::new(&server.url, legacy_config(), ClientConfig::default());
