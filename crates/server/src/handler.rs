@@ -108,6 +108,106 @@ impl States {
     }
 }
 
+/// Implements a handler trait (`ToolHandler`, `PromptHandler`) for the four shapes of async
+/// function the markers name; `$output` is the bound on what the function returns. One body
+/// for every handler trait, so the shapes cannot drift apart.
+macro_rules! handler_shapes {
+    ($handler:ident, $output:path) => {
+        impl<F, Fut, A, R> $handler<($crate::handler::markers::ArgsOnly, A)> for F
+        where
+            F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
+            Fut: ::std::future::Future<Output = R> + Send + 'static,
+            A: ::serde::de::DeserializeOwned + Send + 'static,
+            R: $output,
+        {
+            type Args = A;
+            type Output = R;
+            fn call(
+                &self,
+                _context: $crate::context::Context,
+                args: A,
+            ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
+                Ok(Box::pin((self)(args)))
+            }
+        }
+
+        impl<F, Fut, A, R> $handler<($crate::handler::markers::WithContext, A)> for F
+        where
+            F: Fn($crate::context::Context, A) -> Fut + Clone + Send + Sync + 'static,
+            Fut: ::std::future::Future<Output = R> + Send + 'static,
+            A: ::serde::de::DeserializeOwned + Send + 'static,
+            R: $output,
+        {
+            type Args = A;
+            type Output = R;
+            fn call(
+                &self,
+                context: $crate::context::Context,
+                args: A,
+            ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
+                Ok(Box::pin((self)(context, args)))
+            }
+        }
+
+        impl<F, Fut, S, A, R> $handler<($crate::handler::markers::WithState, S, A)> for F
+        where
+            F: Fn($crate::handler::State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+            Fut: ::std::future::Future<Output = R> + Send + 'static,
+            S: Clone + Send + Sync + 'static,
+            A: ::serde::de::DeserializeOwned + Send + 'static,
+            R: $output,
+        {
+            type Args = A;
+            type Output = R;
+            fn call(
+                &self,
+                context: $crate::context::Context,
+                args: A,
+            ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
+                let state = context.inner.state.get::<S>()?;
+                Ok(Box::pin((self)($crate::handler::State(state), args)))
+            }
+
+            fn state_type() -> Option<(::std::any::TypeId, &'static str)> {
+                Some((::std::any::TypeId::of::<S>(), ::std::any::type_name::<S>()))
+            }
+        }
+
+        impl<F, Fut, S, A, R> $handler<($crate::handler::markers::WithContextAndState, S, A)> for F
+        where
+            F: Fn($crate::context::Context, $crate::handler::State<S>, A) -> Fut
+                + Clone
+                + Send
+                + Sync
+                + 'static,
+            Fut: ::std::future::Future<Output = R> + Send + 'static,
+            S: Clone + Send + Sync + 'static,
+            A: ::serde::de::DeserializeOwned + Send + 'static,
+            R: $output,
+        {
+            type Args = A;
+            type Output = R;
+            fn call(
+                &self,
+                context: $crate::context::Context,
+                args: A,
+            ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
+                let state = context.inner.state.get::<S>()?;
+                Ok(Box::pin((self)(
+                    context,
+                    $crate::handler::State(state),
+                    args,
+                )))
+            }
+
+            fn state_type() -> Option<(::std::any::TypeId, &'static str)> {
+                Some((::std::any::TypeId::of::<S>(), ::std::any::type_name::<S>()))
+            }
+        }
+    };
+}
+pub(crate) use handler_shapes;
+
 /// The markers that tell the handler shapes apart (`async fn(Args)` and
 /// `async fn(Context, Args)`). They are in a private module: nothing outside this crate can
 /// name them, so no one else can implement the handler traits for a shape of their own, and

@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 
 use crate::complete::{Completer, completer};
 use crate::context::Context;
-use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
-use crate::handler::{BoxFuture, MissingState, Runner, State};
+use crate::handler::{BoxFuture, MissingState, Runner};
 use crate::tool::Content;
 use crate::wire::cursor::page;
 use crate::wire::invalid_params;
@@ -134,73 +133,7 @@ pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     }
 }
 
-impl<F, Fut, A, R> PromptHandler<(ArgsOnly, A)> for F
-where
-    F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoPromptResult,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, _context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        Ok(Box::pin((self)(args)))
-    }
-}
-
-impl<F, Fut, A, R> PromptHandler<(WithContext, A)> for F
-where
-    F: Fn(Context, A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoPromptResult,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        Ok(Box::pin((self)(context, args)))
-    }
-}
-
-impl<F, Fut, S, A, R> PromptHandler<(WithState, S, A)> for F
-where
-    F: Fn(State<S>, A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    S: Clone + Send + Sync + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoPromptResult,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        let state = context.inner.state.get::<S>()?;
-        Ok(Box::pin((self)(State(state), args)))
-    }
-
-    fn state_type() -> Option<(TypeId, &'static str)> {
-        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
-    }
-}
-
-impl<F, Fut, S, A, R> PromptHandler<(WithContextAndState, S, A)> for F
-where
-    F: Fn(Context, State<S>, A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    S: Clone + Send + Sync + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoPromptResult,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        let state = context.inner.state.get::<S>()?;
-        Ok(Box::pin((self)(context, State(state), args)))
-    }
-
-    fn state_type() -> Option<(TypeId, &'static str)> {
-        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
-    }
-}
+crate::handler::handler_shapes!(PromptHandler, IntoPromptResult);
 
 type ErasedPrompt =
     Arc<dyn Fn(Context, Value) -> BoxFuture<Result<Vec<PromptMessage>, ErrorObject>> + Send + Sync>;

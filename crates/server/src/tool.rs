@@ -2,7 +2,6 @@
 
 use std::any::TypeId;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "validation")]
@@ -16,8 +15,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use crate::context::Context;
-use crate::handler::markers::{ArgsOnly, WithContext, WithContextAndState, WithState};
-use crate::handler::{BoxFuture, MissingState, State};
+use crate::handler::{BoxFuture, MissingState};
 
 /// One content block of a result (text, image, audio, a resource link or an embedded
 /// resource): the model's [`ContentBlock`](model::ContentBlock), written for each client's
@@ -332,73 +330,7 @@ pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     }
 }
 
-impl<F, Fut, A, R> ToolHandler<(ArgsOnly, A)> for F
-where
-    F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoToolOutput,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, _context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        Ok(Box::pin((self)(args)))
-    }
-}
-
-impl<F, Fut, A, R> ToolHandler<(WithContext, A)> for F
-where
-    F: Fn(Context, A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoToolOutput,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        Ok(Box::pin((self)(context, args)))
-    }
-}
-
-impl<F, Fut, S, A, R> ToolHandler<(WithState, S, A)> for F
-where
-    F: Fn(State<S>, A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    S: Clone + Send + Sync + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoToolOutput,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        let state = context.inner.state.get::<S>()?;
-        Ok(Box::pin((self)(State(state), args)))
-    }
-
-    fn state_type() -> Option<(TypeId, &'static str)> {
-        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
-    }
-}
-
-impl<F, Fut, S, A, R> ToolHandler<(WithContextAndState, S, A)> for F
-where
-    F: Fn(Context, State<S>, A) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    S: Clone + Send + Sync + 'static,
-    A: DeserializeOwned + Send + 'static,
-    R: IntoToolOutput,
-{
-    type Args = A;
-    type Output = R;
-    fn call(&self, context: Context, args: A) -> Result<BoxFuture<R>, MissingState> {
-        let state = context.inner.state.get::<S>()?;
-        Ok(Box::pin((self)(context, State(state), args)))
-    }
-
-    fn state_type() -> Option<(TypeId, &'static str)> {
-        Some((TypeId::of::<S>(), std::any::type_name::<S>()))
-    }
-}
+crate::handler::handler_shapes!(ToolHandler, IntoToolOutput);
 
 /// The arguments of one call, as routing found them: the raw text of `arguments` when the params
 /// were read straight from the message, or a value when they had to be parsed whole first.
