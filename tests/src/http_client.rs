@@ -221,14 +221,6 @@ impl Driver {
         id
     }
 
-    /// Starts a request without re-issue on a broken stream.
-    pub fn start_once(&mut self, method: &str, params: Value) -> RequestId {
-        self.options = SendOptions::default().no_reissue();
-        let id = self.start(method, params);
-        self.options = SendOptions::default();
-        id
-    }
-
     /// Waits for the answer to `id`.
     pub async fn answer(&mut self, id: &RequestId) -> Result<Value, RequestError> {
         loop {

@@ -195,10 +195,10 @@ impl Link {
 /// listen stream.
 #[cfg(feature = "http")]
 fn send_options(message: &Message) -> modelctx_http::client::SendOptions {
-    use modelctx_types::consts::{Initialize, NotificationsInitialized, SubscriptionsListen};
+    use modelctx_types::consts::{NotificationsInitialized, SubscriptionsListen};
     let options = modelctx_http::client::SendOptions::default();
     match message {
-        Message::Request(r) if r.method == Initialize::VALUE => options.starts_session(),
+        message if modelctx_types::opens_session(message) => options.starts_session(),
         Message::Request(r) if r.method == SubscriptionsListen::VALUE => options.listen(),
         Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
             options.opens_standalone()

@@ -400,13 +400,9 @@ impl McpApp for Server {
         let mut conn = Conn::for_request(self.shared.clone());
         conn.session
             .handle_message(std::time::Instant::now(), message);
-        // A server sends no batches or cancellations of its own on a modern request: its
-        // messages, and the refusal of the protocol rules if any.
-        let said: Vec<Transmit> = run_inline(&mut conn, &origin, false)
-            .0
-            .into_iter()
-            .filter(|transmit| matches!(transmit, Transmit::Message { .. } | Transmit::Refusal(_)))
-            .collect();
+        // Its messages, and the refusal of the protocol rules if any (the reply's `Output`
+        // writes nothing else: a server sends no batches or cancellations on a modern request).
+        let said = run_inline(&mut conn, &origin, false).0;
         if conn.is_idle() {
             drop(conn);
             send_all(reply, said, Some(place));
@@ -631,10 +627,10 @@ fn request_ids(incoming: &Incoming) -> Vec<RequestId> {
 
 /// The ids of the requests `said` answers.
 fn answered_ids(said: &[Transmit]) -> HashSet<RequestId> {
+    // An answer's id: `Message::id` of anything but a request.
     let answer = |m: &Message| match m {
-        Message::Response(r) => Some(r.id.clone()),
-        Message::Error(e) => e.id.clone(),
-        _ => None,
+        Message::Request(_) => None,
+        answer => answer.id().cloned(),
     };
     let mut ids = HashSet::new();
     for transmit in said {

@@ -1205,18 +1205,6 @@ fn log_message(
     Notification::new("notifications/message", &params).expect("an object")
 }
 
-/// Whether `method` is one of the four list methods whose results take
-/// [`ServerConfig::list_cache`].
-fn is_list(method: &str) -> bool {
-    [
-        consts::ToolsList::VALUE,
-        consts::PromptsList::VALUE,
-        consts::ResourcesList::VALUE,
-        consts::ResourcesTemplatesList::VALUE,
-    ]
-    .contains(&method)
-}
-
 /// Applies the 2026-07-28 result rules to a modern answer (see [`ServerSession::respond`]).
 ///
 /// The result is read once, for the few members the rules look at (borrowed from its text, the
@@ -1251,7 +1239,7 @@ fn modern_result(
             // its own may not be cached (`server/discover` writes its own).
             let hint = config
                 .list_cache
-                .filter(|_| is_list(method))
+                .filter(|_| version::is_list(method))
                 .unwrap_or(CacheHint::private(0));
             if members.get("ttlMs").map_err(invalid)?.is_none() {
                 add.push(("ttlMs", meta::Added::U64(hint.ttl_ms)));

@@ -71,6 +71,18 @@ pub(crate) fn is_cacheable(method: &str) -> bool {
     .contains(&method)
 }
 
+/// The four list methods (of the cacheable six) whose results take
+/// [`ServerConfig::list_cache`](crate::ServerConfig::list_cache).
+pub(crate) fn is_list(method: &str) -> bool {
+    [
+        ToolsList::VALUE,
+        PromptsList::VALUE,
+        ResourcesList::VALUE,
+        ResourcesTemplatesList::VALUE,
+    ]
+    .contains(&method)
+}
+
 /// The methods that may answer with an `input_required` result (2026-07-28).
 pub(crate) fn allows_input_required(method: &str) -> bool {
     [ToolsCall::VALUE, PromptsGet::VALUE, ResourcesRead::VALUE].contains(&method)

@@ -642,7 +642,7 @@ async fn finding_5_a_broken_modern_stream_is_reissued_with_a_new_id_only_when_al
     assert_eq!(ids.len(), 3);
     assert_ne!(ids[1], ids[2], "a re-issued request has a new id");
 
-    let id = client.start_once("tools/call", json!({"name": "x", "arguments": {}}));
+    let id = client.start("tools/call", json!({"name": "x", "arguments": {}}));
     let answer = within("not reissued", client.answer(&id)).await;
     assert!(
         matches!(&answer, Err(RequestError::Transport(why)) if why.contains("ended before the answer")),

@@ -287,13 +287,6 @@ impl SendOptions {
         self
     }
 
-    /// A modern request whose response stream breaks is lost rather than sent again (for a tool
-    /// that is not idempotent); it fails with [`TransportError::StreamEnded`]. The same as
-    /// [`reissue(false)`](Self::reissue).
-    pub fn no_reissue(self) -> Self {
-        self.reissue(false)
-    }
-
     /// The request starts a legacy session (it is the `initialize`; default no): the
     /// `Mcp-Session-Id` of its response becomes the session's, and a 400, 404 or 405 to it
     /// falls back to the 2024-11-05 HTTP+SSE transport ([`ClientConfig::old_sse_fallback`]).

@@ -17,7 +17,7 @@ use modelctx_session::{
     Event, IncomingRequest, ListKind, RequestError, RequestOptions, ServerSession, Transmit,
 };
 use modelctx_types::consts::{ResourcesSubscribe, ResourcesUnsubscribe};
-use modelctx_types::{ErrorCode, ErrorObject, Message, RequestId};
+use modelctx_types::{ErrorObject, Message, RequestId};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -431,10 +431,6 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
     }
 }
 
-fn internal(message: impl Into<String>) -> ErrorObject {
-    ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
-}
-
 /// Legacy `resources/subscribe` and `resources/unsubscribe`, which belong to the connection:
 /// URIs of at most `Settings::max_uri_len` bytes, subscriptions as the `on_subscribe` hook
 /// allows.
@@ -599,7 +595,7 @@ fn start(
     let done = match first {
         Ok(std::task::Poll::Pending) => None,
         Ok(std::task::Poll::Ready(answer)) => Some(answer),
-        Err(_) => Some(Err(internal(
+        Err(_) => Some(Err(crate::wire::internal(
             "the handler failed unexpectedly (it panicked)",
         ))),
     };
@@ -639,7 +635,9 @@ fn start(
         .await;
         let answer = match outcome {
             Some(answer) => answer,
-            None => Err(internal("the handler failed unexpectedly (it panicked)")),
+            None => Err(crate::wire::internal(
+                "the handler failed unexpectedly (it panicked)",
+            )),
         };
         drop(permit);
         let respond = Command::Respond {

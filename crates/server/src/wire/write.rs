@@ -187,13 +187,7 @@ pub(crate) fn sampling_request(
     params: model::CreateMessageRequestParams,
     version: V,
 ) -> Result<JsonObject, ConvertError> {
-    match version {
-        V::V2024_11_05 => object(v2024_11_05::CreateMessageRequestParams::try_from(params)),
-        V::V2025_03_26 => object(v2025_03_26::CreateMessageRequestParams::try_from(params)),
-        V::V2025_06_18 => object(v2025_06_18::CreateMessageRequestParams::try_from(params)),
-        V::V2025_11_25 => object(v2025_11_25::CreateMessageRequestParams::try_from(params)),
-        _ => object(v2026_07_28::CreateMessageRequestParams::try_from(params)),
-    }
+    encode_in!(version, params, CreateMessageRequestParams, object)
 }
 
 /// The JSON object of a wire value that is one.

@@ -5,6 +5,7 @@
 mod common;
 mod compile_fail;
 mod input;
+#[cfg(feature = "axum")]
 mod mounted;
 mod prompts;
 mod resources;

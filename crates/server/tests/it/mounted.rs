@@ -28,7 +28,6 @@ async fn call(addr: SocketAddr, path: &str) -> String {
     response
 }
 
-#[cfg(feature = "axum")]
 #[tokio::test]
 async fn a_service_nested_in_axum_answers_under_its_prefix() {
     let server = Server::builder("s", "1")
