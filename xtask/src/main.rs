@@ -7,6 +7,7 @@ use std::time::Instant;
 mod bench;
 mod ci;
 mod conformance;
+mod method_names;
 mod node;
 mod soak;
 
