@@ -258,16 +258,11 @@ impl ServerBuilder {
             })
             .collect();
         // A prompt taking state the server lacks is kept too, and answers with -32603.
-        for prompt in self.prompts.values() {
-            if let Some((id, type_name)) = prompt.state
-                && !self.states.has(id)
-            {
-                refused.push(RegisterError::PromptMissingState {
-                    prompt: prompt.name.clone(),
-                    type_name,
-                });
-            }
-        }
+        refused.extend(
+            self.prompts
+                .values()
+                .filter_map(|prompt| prompt_refusal(prompt, &self.states)),
+        );
         let server = Server {
             shared: Arc::new(Shared {
                 sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
@@ -313,6 +308,17 @@ fn refusal(registered: &Registered, states: &States) -> Option<RegisterError> {
     match registered.tool.state {
         Some((id, type_name)) if !states.has(id) => Some(RegisterError::MissingState {
             tool: registered.tool.name.clone(),
+            type_name,
+        }),
+        _ => None,
+    }
+}
+
+/// Why a prompt cannot be served: its handler takes state of a type the server does not have.
+fn prompt_refusal(prompt: &Prompt, states: &States) -> Option<RegisterError> {
+    match prompt.state {
+        Some((id, type_name)) if !states.has(id) => Some(RegisterError::PromptMissingState {
+            prompt: prompt.name.clone(),
             type_name,
         }),
         _ => None,
@@ -508,13 +514,8 @@ impl Server {
     /// server was not given.
     pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegisterError> {
         self.declared("prompts")?;
-        if let Some((id, type_name)) = prompt.state
-            && !self.shared.state.has(id)
-        {
-            return Err(RegisterError::PromptMissingState {
-                prompt: prompt.name.clone(),
-                type_name,
-            });
+        if let Some(refused) = prompt_refusal(&prompt, &self.shared.state) {
+            return Err(refused);
         }
         self.registry_mut()
             .prompts
