@@ -203,9 +203,14 @@ impl ClientSession {
     ) -> Result<(), SessionError> {
         let options = RequestOptions::default().with_timeout(Some(self.config.handshake_timeout));
         let meta = self.modern_meta(version);
-        let request =
-            self.core
-                .start_request(now, "server/discover", None, Some(meta), options, true)?;
+        let request = self.core.start_request(
+            now,
+            "server/discover",
+            None,
+            Some(meta),
+            options,
+            Era::Modern,
+        )?;
         self.state = State::ExpectDiscover {
             id: request.id.clone(),
             version,
@@ -233,7 +238,7 @@ impl ClientSession {
         let options = RequestOptions::default().with_timeout(Some(self.config.handshake_timeout));
         let request =
             self.core
-                .start_request(now, "initialize", Some(params), None, options, false)?;
+                .start_request(now, "initialize", Some(params), None, options, Era::Legacy)?;
         self.state = State::ExpectInitializeResult {
             id: request.id.clone(),
         };
@@ -656,14 +661,14 @@ impl ClientSession {
                 capability: path.join("."),
             });
         }
-        let modern = version.era() == Era::Modern;
-        let meta = modern.then(|| self.modern_meta(version));
+        let era = version.era();
+        let meta = (era == Era::Modern).then(|| self.modern_meta(version));
         if method == "subscriptions/listen" {
             options.timeout = None;
         }
         let request = self
             .core
-            .start_request(now, method, params, meta, options, modern)?;
+            .start_request(now, method, params, meta, options, era)?;
         let id = request.id.clone();
         self.core.send_request(request);
         Ok(id)

@@ -29,8 +29,8 @@ pub(crate) struct Outgoing {
     max_total: Option<Duration>,
     token: Option<ProgressToken>,
     last_progress: Option<f64>,
-    /// A modern request: its cancellation is a [`Transmit::Cancel`] of [`Era::Modern`].
-    modern: bool,
+    /// The era the request was sent in: its cancellation is a [`Transmit::Cancel`] of it.
+    era: Era,
 }
 
 /// A request from the peer that we have not answered yet.
@@ -347,7 +347,7 @@ impl Core {
         params: Option<JsonObject>,
         meta: Option<JsonObject>,
         options: RequestOptions,
-        modern: bool,
+        era: Era,
     ) -> Result<Request, SessionError> {
         if self.outgoing.len() >= self.limits.max_outgoing {
             return Err(SessionError::TooManyInFlight {
@@ -401,7 +401,7 @@ impl Core {
                 max_total: options.max_total_timeout,
                 token,
                 last_progress: None,
-                modern,
+                era,
             },
         );
         Ok(request)
@@ -449,15 +449,10 @@ impl Core {
         }
         let notification = Notification::new("notifications/cancelled", &params)
             .expect("cancel params are an object");
-        let era = if entry.modern {
-            Era::Modern
-        } else {
-            Era::Legacy
-        };
         self.transmits.push_back(Transmit::Cancel {
             request_id: id.clone(),
             notification,
-            era,
+            era: entry.era,
         });
         Some(entry)
     }

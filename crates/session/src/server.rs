@@ -919,7 +919,7 @@ impl ServerSession {
         let wait = matches!(self.state, State::ExpectInitialized(_)) && method != "ping";
         let request = self
             .core
-            .start_request(now, method, params, None, options, false)?;
+            .start_request(now, method, params, None, options, Era::Legacy)?;
         let id = request.id.clone();
         if wait {
             self.queued.push_back(request);
