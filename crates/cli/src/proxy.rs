@@ -646,39 +646,42 @@ struct LegacyChild {
     in_flight: InFlight,
 }
 
+impl LegacyChild {
+    /// A relay reads `notifications/cancelled` itself: the proxy is no party to the session
+    /// (the client and the child are), yet it must know which requests still wait for an
+    /// answer, to relate the child's messages to one (`legacy_related`). It passes the
+    /// notification on unchanged (the child decides what it means); the requests it names are
+    /// no longer in flight, and their POSTs' streams stop waiting for them (the transport reads
+    /// no cancellation).
+    fn release_cancelled(&self, messages: &[Message]) {
+        let cancelled: Vec<RequestId> = messages
+            .iter()
+            .filter_map(modelctx_session::cancelled_request)
+            .collect();
+        if cancelled.is_empty() {
+            return;
+        }
+        lock(&self.in_flight).retain(|(i, _)| !cancelled.contains(i));
+        let session = self.session.clone();
+        tokio::spawn(async move {
+            for id in cancelled {
+                session.release(&id).await;
+            }
+        });
+    }
+}
+
 impl LegacyHandler for LegacyChild {
     fn input(&self, input: Incoming, _: RequestContext) {
         let (line, requests) = match input {
             Incoming::Single(message) => {
-                // A relay reads this one notification itself: the proxy is no party to the
-                // session (the client and the child are), yet it must know which requests
-                // still wait for an answer, to relate the child's messages to one
-                // (`legacy_related`). It passes it on unchanged; the child decides what it means.
-                if let Some(id) = modelctx_session::cancelled_request(&message) {
-                    // The server will not answer it: it is no longer in flight, and its
-                    // POST's stream stops waiting for it (the transport reads no cancellation).
-                    lock(&self.in_flight).retain(|(i, _)| *i != id);
-                    let session = self.session.clone();
-                    tokio::spawn(async move { session.release(&id).await });
-                }
-                let requests = legacy_requests(std::slice::from_ref(&message));
-                (modelctx_types::encode(&message), requests)
+                let messages = std::slice::from_ref(&message);
+                self.release_cancelled(messages);
+                (modelctx_types::encode(&message), legacy_requests(messages))
             }
             Incoming::Batch(items) => {
                 let items: Vec<Message> = items.into_iter().filter_map(Result::ok).collect();
-                let cancelled: Vec<RequestId> = items
-                    .iter()
-                    .filter_map(modelctx_session::cancelled_request)
-                    .collect();
-                if !cancelled.is_empty() {
-                    lock(&self.in_flight).retain(|(i, _)| !cancelled.contains(i));
-                    let session = self.session.clone();
-                    tokio::spawn(async move {
-                        for id in cancelled {
-                            session.release(&id).await;
-                        }
-                    });
-                }
+                self.release_cancelled(&items);
                 (
                     modelctx_types::encode_batch(&items),
                     legacy_requests(&items),
