@@ -547,19 +547,13 @@ impl Session {
                 }
                 return;
             } else if completes {
+                // A batch (a single request's stream completes when it is done, above; an
+                // `initialize` is never in a batch): its responses gathered into one array.
                 stream.collected.push(message);
                 if done {
-                    let ok = !matches!(stream.collected.first(), Some(Message::Error(_)));
-                    let body = if stream.batch {
-                        Bytes::from(modelctx_types::encode_batch(&stream.collected))
-                    } else {
-                        stream.collected.first().map(encode).unwrap_or_default()
-                    };
+                    let body = Bytes::from(modelctx_types::encode_batch(&stream.collected));
                     if let Some(decide) = stream.decide.take() {
                         let _ = decide.send(Decision::Json(body));
-                    }
-                    if stream.initialize && !ok {
-                        self.end_locked(state);
                     }
                 } else {
                     state.streams.insert(stream_id, stream);
