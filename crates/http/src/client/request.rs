@@ -131,7 +131,9 @@ struct Pending {
     /// The exchange reading the stream (its key in the transport's table).
     key: u64,
     ids: Vec<(RequestId, RequestId)>,
-    method: Option<String>,
+    /// It reads the response to a POST of one message, which ends once answered (a batch's
+    /// stream and a standalone stream are read to their end).
+    answers: bool,
     /// A message was handed up since the last [`Pending::take_progress`].
     progress: bool,
     /// The next message is a listen stream's first, its acknowledgement: no sign that the
@@ -214,7 +216,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
     let mut pending = Pending {
         key: guard.key(),
         ids: requests.iter().map(|id| (id.clone(), id.clone())).collect(),
-        method: exchange.method.clone(),
+        answers: exchange.method.is_some(),
         progress: false,
         acknowledgement_next: false,
     };
@@ -559,7 +561,7 @@ async fn read_sse(
                 return End::Gone;
             }
         }
-        if pending.is_empty() && pending.method.is_some() {
+        if pending.is_empty() && pending.answers {
             drain(body).await;
             return End::Answered;
         }
@@ -664,7 +666,7 @@ async fn follow(
     let mut pending = pending.unwrap_or(Pending {
         key: guard.key(),
         ids: Vec::new(),
-        method: None,
+        answers: false,
         progress: false,
         acknowledgement_next: false,
     });
