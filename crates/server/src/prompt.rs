@@ -142,11 +142,8 @@ type ErasedPrompt =
 #[derive(Clone)]
 pub struct Prompt {
     pub(crate) name: String,
-    /// The description and title (`meta`, `icons` and `arguments` unset: the arguments are
-    /// written from `arguments`).
+    /// The definition `prompts/list` gives: name, arguments, description and title.
     pub(crate) definition: model::Prompt,
-    /// `(name, description, required)` of each argument.
-    pub(crate) arguments: Vec<(String, Option<String>, bool)>,
     handler: ErasedPrompt,
     pub(crate) completers: BTreeMap<String, Completer>,
     /// The type of the state the handler takes, if any.
@@ -157,7 +154,7 @@ impl std::fmt::Debug for Prompt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prompt")
             .field("name", &self.name)
-            .field("arguments", &self.arguments)
+            .field("arguments", &self.definition.arguments)
             .finish_non_exhaustive()
     }
 }
@@ -242,17 +239,25 @@ impl Prompt {
             })
         });
         let name = name.into();
+        let arguments: Vec<model::PromptArgument> = arguments
+            .into_iter()
+            .map(|(name, description, required)| model::PromptArgument {
+                description,
+                name,
+                required: Some(required),
+                title: None,
+            })
+            .collect();
         Prompt {
             definition: model::Prompt {
                 meta: None,
-                arguments: None,
+                arguments: (!arguments.is_empty()).then_some(arguments),
                 description: None,
                 icons: None,
                 name: name.clone(),
                 title: None,
             },
             name,
-            arguments,
             handler,
             completers: BTreeMap::new(),
             state: H::state_type(),
@@ -288,24 +293,6 @@ impl Prompt {
     }
 }
 
-/// The model's definition of `prompt`, its arguments included.
-fn definition(prompt: &Prompt) -> model::Prompt {
-    let arguments: Vec<model::PromptArgument> = prompt
-        .arguments
-        .iter()
-        .map(|(name, description, required)| model::PromptArgument {
-            description: description.clone(),
-            name: name.clone(),
-            required: Some(*required),
-            title: None,
-        })
-        .collect();
-    model::Prompt {
-        arguments: (!arguments.is_empty()).then_some(arguments),
-        ..prompt.definition.clone()
-    }
-}
-
 /// `prompts/list`.
 pub(crate) fn list(
     prompts: &BTreeMap<String, Prompt>,
@@ -316,7 +303,7 @@ pub(crate) fn list(
     let (prompts, next) = page(prompts, params, page_size)?;
     let prompts = prompts
         .into_iter()
-        .map(|p| write::prompt(definition(p), version))
+        .map(|p| write::prompt(p.definition.clone(), version))
         .collect::<Result<Vec<Value>, ErrorObject>>()?;
     let mut result = json!({ "prompts": prompts });
     if let Some(next) = next {
@@ -341,9 +328,12 @@ pub(crate) fn get(
         Some(Value::Object(arguments)) => arguments.clone(),
         Some(_) => return Err(invalid_params("the arguments must be an object")),
     };
-    for (name, _, required) in &prompt.arguments {
-        if *required && !arguments.contains_key(name) {
-            return Err(invalid_params(format!("missing required argument: {name}")));
+    for argument in prompt.definition.arguments.iter().flatten() {
+        if argument.required == Some(true) && !arguments.contains_key(&argument.name) {
+            return Err(invalid_params(format!(
+                "missing required argument: {}",
+                argument.name
+            )));
         }
     }
     Ok(Box::new(move |context| {
