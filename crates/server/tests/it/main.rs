@@ -10,4 +10,7 @@ mod mounted;
 mod prompts;
 mod resources;
 mod robustness;
+#[cfg(feature = "http")]
+mod store;
 mod tools;
+mod versions;
