@@ -1301,9 +1301,10 @@ fn modern_result(
     match members.get("_meta").map_err(invalid)? {
         None => add.push(("_meta", meta::Added::ServerInfo(&config.server_info))),
         Some(raw) => {
-            if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(raw.get())
-                && !m.contains_key(meta::SERVER_INFO)
-            {
+            let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(raw.get()) else {
+                return Err(invalid("`_meta` must be an object".into()));
+            };
+            if !m.contains_key(meta::SERVER_INFO) {
                 // The handler's own `_meta` (rare): only that member is rewritten.
                 m.insert(meta::SERVER_INFO.into(), config.server_info.clone());
                 own_meta =

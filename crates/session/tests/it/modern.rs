@@ -140,6 +140,12 @@ fn modern_results_carry_server_info_in_meta() {
         request(2, "tools/call", with_meta(json!({"name": "x"}), json!({}))),
     );
     let r = take_request(&mut s);
+    // A `_meta` that is no object is refused, as every malformed member is (not left without
+    // serverInfo); the request is still there to answer.
+    assert!(matches!(
+        s.respond(&r.id, raw(json!({"content": [], "_meta": 5}))),
+        Err(SessionError::Invalid(why)) if why.contains("`_meta` must be an object")
+    ));
     let own = json!({"io.modelcontextprotocol/serverInfo": {"name": "own", "version": "2"}});
     s.respond(&r.id, raw(json!({"content": [], "_meta": own})))
         .unwrap();
