@@ -86,9 +86,19 @@ async fn whoami(context: Context, _: NoArgs) -> String {
 /// Calls of `wait` that saw their cancellation.
 pub static CANCELLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// When set, each call of `wait` that sees its cancellation also writes `CANCELLED wait` to
+/// stderr (the facade's test server sets it, so that a test of the process can count them).
+/// Default: unset.
+pub static SAY_CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs until its call is cancelled.
 async fn wait(context: Context, _: NoArgs) -> &'static str {
     context.cancelled().cancelled().await;
     CANCELLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if SAY_CANCELLED.load(std::sync::atomic::Ordering::SeqCst) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "CANCELLED wait");
+    }
     "cancelled"
 }
 

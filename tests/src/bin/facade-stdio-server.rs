@@ -4,7 +4,8 @@
 //!
 //! Over stdio it writes `direct: stdin <bool>, stdout <bool>` (whether the pipes are driven by
 //! the reactor) to stderr when it starts and `ended: <what serve_lines returned>` when the
-//! connection ends. Misbehaviour of the process, for the tests of a client's shutdown:
+//! connection ends, and `CANCELLED wait` each time a call of the `wait` tool sees its
+//! cancellation. Misbehaviour of the process, for the tests of a client's shutdown:
 //! `--ignore-stdin-close` (keeps running after the connection ended), `--ignore-sigterm`,
 //! `--stderr-flood MIB` (writes that much to stderr while serving, lines of every length, then
 //! `flood done`).
@@ -14,6 +15,7 @@ use std::io::Write;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    modelctx_tests::facade::SAY_CANCELLED.store(true, std::sync::atomic::Ordering::SeqCst);
     let flag = |name: &str| args.iter().any(|a| a == name);
     let value = |name: &str| {
         args.iter()

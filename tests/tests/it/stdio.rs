@@ -418,6 +418,13 @@ async fn stdin_eof_ends_the_server_at_once_and_cancels_the_calls_still_running()
     let status = within("exit", process.wait()).await.unwrap();
     assert!(status.success());
     assert_eq!(stderr.ended().await, "ended: Ok(())");
+    // Each of the three calls still running saw its cancellation (dropped handlers would not
+    // have said so), before the server said it ended.
+    let lines = stderr.lines();
+    let ended = lines.iter().position(|l| l.starts_with("ended:")).unwrap();
+    let cancelled = |lines: &[String]| lines.iter().filter(|l| *l == "CANCELLED wait").count();
+    assert_eq!(cancelled(&lines[..ended]), 3, "{lines:?}");
+    assert_eq!(cancelled(&lines), 3, "{lines:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
