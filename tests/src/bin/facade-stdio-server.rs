@@ -63,6 +63,13 @@ async fn main() -> std::io::Result<()> {
         writer.get_ref().is_direct()
     );
     let ended = server.serve_lines(reader, writer).await;
+    // The handlers still running were cancelled when the connection ended; they finish on
+    // their own tasks: let them (bounded), so what they say comes before `ended:` and before
+    // the runtime, dropped at exit, drops them unfinished.
+    let settle = std::time::Instant::now();
+    while server.load().handlers > 0 && settle.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
     let _ = writeln!(std::io::stderr(), "ended: {ended:?}");
     if flag("--ignore-stdin-close") {
         loop {
