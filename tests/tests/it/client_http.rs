@@ -226,7 +226,8 @@ async fn notifications_on_a_listen_stream_opened_again_reach_the_application() {
 #[tokio::test]
 async fn an_ended_legacy_session_is_initialized_again() {
     let mut config = modelctx_http::server::ServerConfig::default();
-    config.session_idle_timeout = Duration::from_millis(300);
+    // Long enough that no stall between connecting and the first call ends the session.
+    config.session_idle_timeout = Duration::from_secs(1);
     let (running, url) = serve_http(&modelctx_tests::facade::client_server(), config).await;
     let mut transport = modelctx_client::HttpConfig::default();
     // Without a standing GET stream the session is idle between calls.

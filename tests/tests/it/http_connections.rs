@@ -416,7 +416,21 @@ async fn finding_17_a_slow_sweep_does_not_stop_accept() {
     config.event_store = store.clone();
     let (server, _) = start(config).await;
     let addr = server.local_addr();
-    open_session(addr, "2025-11-25").await;
+    // Only `initialize`: the session is idle from its first response on, so no second request
+    // of the test races the sweep (a 1 ms timeout would end the session between them).
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let response = raw_request(
+        addr,
+        "POST",
+        "/mcp",
+        &post_headers(None, None),
+        init.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    assert!(response.header("mcp-session-id").is_some());
     // The sweep (every second) finds the idle session and waits in `remove_session`.
     within("the sweep in the store", store.entered.notified()).await;
     for _ in 0..3 {
