@@ -33,6 +33,16 @@ pub trait McpApp: Send + Sync + 'static {
         let _ = tool;
         None
     }
+
+    /// The scopes a request needs beyond authentication: `method` is the JSON-RPC method,
+    /// `name` the tool or prompt name or the resource URI it names (`params.name` or
+    /// `params.uri`), when it has one. Asked only when a [`Guard`](super::Guard) is set, for
+    /// every JSON-RPC request before it reaches the application; the guard refuses a caller
+    /// without them (403). Hand out a value kept since registration. Default: `None` (none).
+    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
+        let _ = (method, name);
+        None
+    }
 }
 
 /// The input of one legacy session.
@@ -96,6 +106,15 @@ impl RequestContext {
     /// The authenticated principal, when an authentication layer supplied one.
     pub fn principal(&self) -> Option<&Principal> {
         self.parts.extensions.get::<Principal>()
+    }
+
+    /// What the [`Guard`](super::Guard) found out about the caller, when one is set: subject,
+    /// client, scopes, claims. The request's credentials themselves are not kept.
+    pub fn grant(&self) -> Option<&super::Grant> {
+        self.parts
+            .extensions
+            .get::<Arc<super::Grant>>()
+            .map(|grant| &**grant)
     }
 }
 

@@ -107,6 +107,10 @@ pub struct ServerConfig {
     /// that address's least recently used idle session is ended to make room; with none idle,
     /// `initialize` gets 503.
     pub max_sessions_per_peer: Option<usize>,
+    /// Who may call (default `None`: anyone the other checks let through). With a guard, every
+    /// request to the endpoint is authenticated before it is read, and the guard's protected
+    /// resource metadata is served at its well-known paths; see [`Guard`](super::Guard).
+    pub guard: Option<Arc<dyn super::Guard>>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -134,6 +138,7 @@ impl std::fmt::Debug for ServerConfig {
                 &self.max_sessions_per_principal,
             )
             .field("max_sessions_per_peer", &self.max_sessions_per_peer)
+            .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +172,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(60),
             max_sessions_per_principal: None,
             max_sessions_per_peer: None,
+            guard: None,
         }
     }
 }

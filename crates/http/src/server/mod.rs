@@ -8,6 +8,7 @@
 mod app;
 mod config;
 mod endpoint;
+mod guard;
 mod legacy;
 mod modern;
 #[cfg(feature = "legacy-sse")]
@@ -22,6 +23,7 @@ pub use app::{
 };
 pub use config::{ConfigError, ServerConfig};
 pub use endpoint::TableSizes;
+pub use guard::{Challenge, Grant, Guard, Metadata};
 #[cfg(feature = "legacy-sse")]
 pub use old_sse::OldSsePaths;
 pub use respond::ResponseBody;
