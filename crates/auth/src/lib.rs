@@ -15,6 +15,26 @@
 //! What it does not do: issue tokens, run an authorization server, or protect stdio servers
 //! (the spec leaves stdio to the environment). It never passes a caller's token on: handlers
 //! see a [`Grant`](modelctx_http::server::Grant), not the token.
+//!
+//! ```
+//! use modelctx_auth::Auth;
+//!
+//! let auth = Auth::resource("https://mcp.example.com/mcp")
+//!     .issuer("https://id.example.com")
+//!     .scopes_supported(["mcp"])
+//!     .build()?;
+//! assert_eq!(auth.well_known_paths()[0], "/.well-known/oauth-protected-resource/mcp");
+//! # Ok::<(), modelctx_auth::ConfigError>(())
+//! ```
+//!
+//! [`Auth::build`] checks the configuration and returns an [`AuthConfig`]; other schemes
+//! (API keys, one static secret) plug in as a [`TokenVerifier`] such as [`StaticToken`].
+//!
+//! More it does not do: accept tokens in a query string or a form body (only the
+//! `Authorization` header, `bearer_methods_supported: ["header"]`); accept tokens signed with a
+//! shared secret (HMAC) or unsigned; normalise a resource URI beyond lower-casing scheme and
+//! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
+//! normalisation); say in a refusal which check a token failed (only the OAuth error code).
 
 // The modules are wired together by `guard.rs`; until then some crate-private items are unused.
 #![allow(dead_code)]
@@ -24,6 +44,17 @@ mod clock;
 mod error;
 mod fetch;
 
+// The public API and the response side.
+mod canonical;
+mod challenge;
+mod config;
+mod metadata;
+mod verifier;
+
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
 pub use fetch::{Fetch, FetchError, FetchResponse};
+
+pub use config::{Auth, AuthConfig, ConfigError, Dpop, Issuer};
+pub use jsonwebtoken::Algorithm;
+pub use verifier::{StaticToken, TokenVerifier};
