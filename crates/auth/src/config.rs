@@ -135,9 +135,9 @@ impl fmt::Debug for Credentials {
 
 /// The OAuth 2.1 resource server's configuration. [`build`](Auth::build) checks it.
 ///
-/// Defaults: no issuers or verifiers (at least one is required), no `scopes_supported`,
-/// [`Dpop::Allowed`] with per-process random nonces off, a leeway of 30 s, scopes compared
-/// exactly, the default HTTP client, the system clock.
+/// Defaults: no issuers or verifiers (at least one is required), no `scopes_supported`, no
+/// `resource_name`, [`Dpop::Allowed`] without nonces, a leeway of 30 s, scopes compared exactly
+/// (no hierarchy), the default HTTP client, the system clock [`SystemClock`].
 #[derive(Clone, Debug)]
 pub struct Auth {
     resource: String,
@@ -230,7 +230,8 @@ impl Auth {
         self
     }
 
-    /// The HTTP client for the authorization servers' metadata, keys and introspection.
+    /// The HTTP client for the authorization servers' metadata, keys and introspection
+    /// (default: the crate's own hyper client).
     pub fn fetcher(mut self, fetch: impl Fetch) -> Auth {
         self.fetcher = Some(Arc::new(fetch));
         self
@@ -247,7 +248,7 @@ impl Auth {
     /// asymmetric algorithms only; scopes are RFC 6749 scope tokens; the leeway is at most
     /// 120 s; nonces only with DPoP.
     ///
-    /// Returns the validated configuration, which the resource server's
+    /// For now it returns the validated [`AuthConfig`], which the resource server's
     /// [`Guard`](modelctx_http::server::Guard) is made from.
     pub fn build(self) -> Result<AuthConfig, ConfigError> {
         let resource = Resource::parse(&self.resource)?;
