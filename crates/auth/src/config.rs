@@ -632,6 +632,19 @@ mod tests {
     }
 
     #[test]
+    fn debug_hides_secrets_before_build_too() {
+        let auth = Auth::resource("https://h")
+            .issuer_with(Issuer::new("https://a").introspection("rs", "rs-secret"))
+            .dpop_nonces([7; 32]);
+        let shown = format!("{auth:?}");
+        assert!(shown.contains("\"rs\""), "{shown}");
+        assert!(
+            !shown.contains("rs-secret") && !shown.contains("7, 7"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn dpop_off_and_verifiers_only() {
         let config = auth().dpop(Dpop::Off).build().unwrap();
         assert!(config.dpop_algorithms.is_empty());
