@@ -21,9 +21,12 @@
 
 mod claims;
 mod clock;
+mod discovery;
 mod error;
 mod fetch;
+mod introspect;
+mod jwks;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
-pub use fetch::{Fetch, FetchError, FetchResponse};
+pub use fetch::{Fetch, FetchError, FetchResponse, HttpFetch};
