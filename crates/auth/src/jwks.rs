@@ -481,3 +481,449 @@ fn modulus_bits(modulus: &[u8]) -> usize {
         None => 0,
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use bytes::Bytes;
+    use http::{HeaderValue, StatusCode};
+    use modelctx_http::event_store::BoxFuture;
+    use serde_json::json;
+    use tokio::task::JoinSet;
+    use tokio::time::{advance, sleep};
+
+    use super::*;
+    use crate::fetch::{FetchError, FetchResponse};
+
+    // Public keys generated once with openssl (genrsa 2048/1024, ecparam P-256/P-384/P-521,
+    // genpkey ed25519); the private halves were not kept.
+    const RSA_2048_N: &str = "pwO2GN03hkkZlI3EUbtkV5uNkHNwlp2Z_dpi4GTAghhXt1hVDLy-n_W0BcNaxiIK6TdKGGnDYCwcQBA_OoFTWnRcQUChdoHkrrUq8cq6eGeYmHemYZGQUVNF2-w5RAWk_IkQZQ-yyk-FmY6MwSiw42DXE1DAWL4cgBRhQ8z6f0J-jNVZgtfiyOa5wyOv3RbTmwN0uECskD9X22KffJVh6LZjsMQfaA5YoUEAinI95hhee6sLlWojyF7kvuNwB1kVQ9-EmKeO1i5NeINVejHWKmgsU76YSz4zcylabh6B-ajXR70MUqr9kzToo9lCb4bKfmipmxtFbPy6qNRpKOivUQ";
+    const RSA_1024_N: &str = "rVUSh5nOIc-bjQGc-Qc3fmvkAV9VgCKSxE975ML-ulUWyA3AIh5BMwp-MBxmsxvmvDxPlhRDv0VUUFxqhdkq-tOtM6qUGxAS3IWlEATfzL5F-vBg6WudG3k3WIchALrZLYFHXACimkCykb0bIsnrFy39KQ1340vqXPCvTdUIRg0";
+
+    pub(crate) fn rsa(kid: &str) -> Value {
+        json!({"kty": "RSA", "kid": kid, "n": RSA_2048_N, "e": "AQAB"})
+    }
+    pub(crate) fn p256(kid: &str) -> Value {
+        json!({"kty": "EC", "kid": kid, "crv": "P-256",
+               "x": "1nuf8_Iz_gfjxUeHI_MwQlqCGt3WPbY5dXGPkHfRFVQ",
+               "y": "Ko_QM4KnfWx2kaWIrQfFbXZHk28WjMEp645lHeR5JNE"})
+    }
+    fn p384(kid: &str) -> Value {
+        json!({"kty": "EC", "kid": kid, "crv": "P-384",
+               "x": "8ZPcoRTBKKRjNlTzfun6h5HpmuXB7-ldfZ4LhvELqZkqkXXphgfXeuqdGR58DFRu",
+               "y": "ZD4j-kVuH7OxOooZEII34TL4TKXHE9JU5yEBQd-UZVumyARqfxZHWdrymPmKr3Ke"})
+    }
+    fn p521(kid: &str) -> Value {
+        json!({"kty": "EC", "kid": kid, "crv": "P-521",
+               "x": "AHJxcoKyVgAsXDPWUnq-ECSOwNMBqWFLRgl_gFOIy5sXcXGg9U_UZbd199RhOAD86v8l6acRlW7uXujC1k1ueyhk",
+               "y": "AODg7KfKcDa_S8QkwPRZEy-RQ5mOzZ-f-QMKN9BMPOIR5JnT0-g17rx6R-_WOIs7Mf9-981_8yhyAI2aNd8nljLS"})
+    }
+    fn ed25519(kid: &str) -> Value {
+        json!({"kty": "OKP", "kid": kid, "crv": "Ed25519",
+               "x": "jSm6LJXcND9tJCVA3wWXLMrjG0G8Y34Uc9Mfh2hJwOE"})
+    }
+    fn with(mut jwk: Value, name: &str, value: Value) -> Value {
+        jwk[name] = value;
+        jwk
+    }
+
+    /// Serves a JWK Set (or fails) and counts the requests.
+    #[derive(Debug, Default)]
+    struct Fake {
+        /// The keys and the Cache-Control header; None: the fetch fails.
+        reply: Mutex<Option<(Vec<Value>, Option<&'static str>)>>,
+        /// How long each fetch takes.
+        delay: Duration,
+        count: AtomicU64,
+    }
+
+    impl Fake {
+        fn serving(keys: Vec<Value>) -> Arc<Fake> {
+            Arc::new(Fake {
+                reply: Mutex::new(Some((keys, None))),
+                ..Fake::default()
+            })
+        }
+        fn set(&self, keys: Vec<Value>, cache_control: Option<&'static str>) {
+            *self.reply.lock().unwrap() = Some((keys, cache_control));
+        }
+        fn fail(&self) {
+            *self.reply.lock().unwrap() = None;
+        }
+        fn count(&self) -> u64 {
+            self.count.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Fetch for Fake {
+        fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+            Box::pin(async move {
+                assert_eq!(url, "https://as.example/jwks");
+                self.count.fetch_add(1, Ordering::SeqCst);
+                sleep(self.delay).await;
+                let reply = self.reply.lock().unwrap().clone();
+                match reply {
+                    Some((keys, cache_control)) => {
+                        let mut response = FetchResponse::new(
+                            StatusCode::OK,
+                            Bytes::from(json!({ "keys": keys }).to_string()),
+                        );
+                        if let Some(cc) = cache_control {
+                            response
+                                .headers
+                                .insert(http::header::CACHE_CONTROL, HeaderValue::from_static(cc));
+                        }
+                        Ok(response)
+                    }
+                    None => Err(FetchError::Io {
+                        url: url.to_owned(),
+                        source: "connection refused".into(),
+                    }),
+                }
+            })
+        }
+
+        fn post_form<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [(&'a str, &'a str)],
+            _: Option<(&'a str, &'a str)>,
+        ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+            unreachable!("keys are only read")
+        }
+    }
+
+    fn jwks(fake: &Arc<Fake>) -> Arc<Jwks> {
+        Arc::new(Jwks::new(
+            fake.clone(),
+            "https://as.example/jwks".into(),
+            JwksPolicy::default(),
+        ))
+    }
+
+    fn invalid<T: std::fmt::Debug>(result: Result<T, AuthError>) -> bool {
+        matches!(result, Err(AuthError::InvalidToken(_)))
+    }
+
+    /// Lets spawned fetches run to the end.
+    async fn settle() {
+        sleep(Duration::from_millis(1)).await;
+    }
+
+    const MIN_REFRESH: Duration = Duration::from_secs(30);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_known_kid_is_found_and_the_set_is_fetched_once() {
+        let fake = Fake::serving(vec![with(p256("k1"), "alg", json!("ES256")), rsa("r1")]);
+        let keys = jwks(&fake);
+        let key = keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        assert_eq!(key.alg, Some(Algorithm::ES256));
+        let rsa = keys.key(Some("r1"), Algorithm::PS256).await.unwrap();
+        assert_eq!(rsa.alg, None);
+        for _ in 0..10 {
+            keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        }
+        assert_eq!((keys.fetches(), fake.count()), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unknown_kid_refreshes_once_per_min_refresh() {
+        let fake = Fake::serving(vec![p256("k1")]);
+        let keys = jwks(&fake);
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        // Right after a fetch: refused at once, nothing fetched.
+        assert!(invalid(keys.key(Some("new"), Algorithm::ES256).await));
+        assert_eq!(fake.count(), 1);
+        advance(MIN_REFRESH).await;
+        assert!(invalid(keys.key(Some("new"), Algorithm::ES256).await));
+        assert_eq!(fake.count(), 2);
+        assert!(invalid(keys.key(Some("other"), Algorithm::ES256).await));
+        advance(MIN_REFRESH - Duration::from_secs(1)).await;
+        assert!(invalid(keys.key(Some("other"), Algorithm::ES256).await));
+        assert_eq!(fake.count(), 2);
+        advance(Duration::from_secs(1)).await;
+        fake.set(vec![p256("k1"), p384("other")], None);
+        keys.key(Some("other"), Algorithm::ES384).await.unwrap();
+        assert_eq!(keys.fetches(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_random_kids_costs_at_most_one_fetch() {
+        let fake = Arc::new(Fake {
+            reply: Mutex::new(Some((vec![p256("k1")], None))),
+            delay: Duration::from_millis(50),
+            ..Fake::default()
+        });
+        let keys = jwks(&fake);
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        advance(MIN_REFRESH).await;
+        let mut flood = JoinSet::new();
+        for i in 0..1000u32 {
+            let keys = keys.clone();
+            flood.spawn(async move {
+                let kid = format!("random-{}", i.wrapping_mul(2_654_435_761));
+                keys.key(Some(&kid), Algorithm::ES256).await
+            });
+        }
+        while let Some(result) = flood.join_next().await {
+            assert!(invalid(result.unwrap()));
+        }
+        for i in 0..1000u32 {
+            assert!(invalid(
+                keys.key(Some(&format!("later-{i}")), Algorithm::ES256)
+                    .await
+            ));
+        }
+        assert_eq!(fake.count(), 2);
+        assert_eq!(keys.fetches(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_misses_share_one_fetch() {
+        let fake = Arc::new(Fake {
+            reply: Mutex::new(Some((vec![p256("k1")], None))),
+            delay: Duration::from_secs(1),
+            ..Fake::default()
+        });
+        let keys = jwks(&fake);
+        let mut waiting = JoinSet::new();
+        for _ in 0..20 {
+            let keys = keys.clone();
+            waiting.spawn(async move { keys.key(Some("k1"), Algorithm::ES256).await.is_ok() });
+        }
+        while let Some(found) = waiting.join_next().await {
+            assert!(found.unwrap());
+        }
+        assert_eq!(fake.count(), 1);
+        // A request that stops waiting does not cancel the fetch the others wait for.
+        advance(MIN_REFRESH).await;
+        fake.set(vec![p256("k1"), p256("k2")], None);
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(10),
+            keys.key(Some("k2"), Algorithm::ES256),
+        )
+        .await;
+        assert!(abandoned.is_err());
+        keys.key(Some("k2"), Algorithm::ES256).await.unwrap();
+        assert_eq!(fake.count(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rotation_adds_new_keys_and_keeps_old_ones_while_listed() {
+        let fake = Fake::serving(vec![p256("k1")]);
+        let keys = jwks(&fake);
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        advance(MIN_REFRESH).await;
+        fake.set(vec![p384("k2"), p256("k1")], None);
+        keys.key(Some("k2"), Algorithm::ES384).await.unwrap();
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        assert_eq!(fake.count(), 2);
+        advance(MIN_REFRESH).await;
+        fake.set(vec![p384("k2"), ed25519("k3")], None);
+        keys.key(Some("k3"), Algorithm::EdDSA).await.unwrap();
+        // k1 is no longer listed: gone (and the refresh it asks for is rate-limited).
+        assert!(invalid(keys.key(Some("k1"), Algorithm::ES256).await));
+        keys.key(Some("k2"), Algorithm::ES384).await.unwrap();
+        assert_eq!(fake.count(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_age_is_honoured_within_the_clamp_and_stale_keys_serve_during_refresh() {
+        for (cache_control, fresh_for) in [
+            (Some("public, max-age=600"), Duration::from_secs(600)),
+            (Some("max-age=10"), MIN_MAX_AGE),
+            (Some("no-store"), MIN_MAX_AGE),
+            (Some("max-age=9999999"), MAX_MAX_AGE),
+            (None, Duration::from_secs(3600)),
+        ] {
+            let fake = Arc::new(Fake {
+                delay: Duration::from_secs(2),
+                ..Fake::default()
+            });
+            fake.set(vec![p256("k1")], cache_control);
+            let keys = jwks(&fake);
+            keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+            advance(fresh_for - Duration::from_secs(1)).await;
+            keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+            settle().await;
+            assert_eq!(fake.count(), 1, "{cache_control:?}: fresh");
+            advance(Duration::from_secs(1)).await;
+            // Stale: served at once while one background fetch runs.
+            let asked = Instant::now();
+            keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+            keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+            assert_eq!(asked.elapsed(), Duration::ZERO);
+            settle().await;
+            assert_eq!(fake.count(), 2, "{cache_control:?}: stale");
+            sleep(Duration::from_secs(3)).await;
+            keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+            settle().await;
+            assert_eq!(fake.count(), 2, "{cache_control:?}: refreshed");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_keys_serve_on_error_until_max_stale() {
+        let fake = Fake::serving(vec![p256("k1")]);
+        let keys = jwks(&fake);
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        fake.fail();
+        let max_age = Duration::from_secs(3600);
+        let max_stale = JwksPolicy::default().max_stale;
+        advance(max_age).await;
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        settle().await;
+        assert_eq!(fake.count(), 2);
+        advance(max_stale - Duration::from_secs(1)).await;
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        settle().await;
+        assert_eq!(fake.count(), 3);
+        advance(Duration::from_secs(1)).await;
+        let result = keys.key(Some("k1"), Algorithm::ES256).await;
+        assert!(
+            matches!(result, Err(AuthError::Unavailable(_))),
+            "{result:?}"
+        );
+        // Once the AS answers again (and the rate limit allows), keys are back.
+        advance(MIN_REFRESH).await;
+        fake.set(vec![p256("k1")], None);
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_issuer_without_keys_is_unavailable_and_rate_limited() {
+        let fake = Arc::new(Fake::default());
+        let keys = jwks(&fake);
+        for _ in 0..5 {
+            let result = keys.key(Some("k1"), Algorithm::ES256).await;
+            assert!(
+                matches!(result, Err(AuthError::Unavailable(_))),
+                "{result:?}"
+            );
+        }
+        assert_eq!(fake.count(), 1);
+        advance(MIN_REFRESH).await;
+        fake.set(vec![p256("k1")], None);
+        keys.key(Some("k1"), Algorithm::ES256).await.unwrap();
+        assert_eq!(fake.count(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unsupported_small_and_encryption_keys_are_skipped() {
+        let fake = Fake::serving(vec![
+            json!({"kty": "RSA", "kid": "small", "n": RSA_1024_N, "e": "AQAB"}),
+            p521("p521"),
+            with(p256("enc"), "use", json!("enc")),
+            with(p256("wrap"), "key_ops", json!(["wrapKey"])),
+            with(rsa("oaep"), "alg", json!("RSA-OAEP")),
+            with(rsa("hs"), "alg", json!("HS256")),
+            json!({"kty": "oct", "kid": "oct", "k": "c2VjcmV0"}),
+            json!({"kty": "OKP", "kid": "x25519", "crv": "X25519", "x": "jSm6LJXcND9tJCVA3wWXLMrjG0G8Y34Uc9Mfh2hJwOE"}),
+            json!("not a key"),
+            with(p256("sig"), "use", json!("sig")),
+            with(p256("verify"), "key_ops", json!(["verify"])),
+            ed25519("ed"),
+        ]);
+        let keys = jwks(&fake);
+        keys.key(Some("sig"), Algorithm::ES256).await.unwrap();
+        keys.key(Some("verify"), Algorithm::ES256).await.unwrap();
+        keys.key(Some("ed"), Algorithm::EdDSA).await.unwrap();
+        for (kid, alg) in [
+            ("small", Algorithm::RS256),
+            ("p521", Algorithm::ES256),
+            ("enc", Algorithm::ES256),
+            ("wrap", Algorithm::ES256),
+            ("oaep", Algorithm::RS256),
+            ("hs", Algorithm::HS256),
+            ("hs", Algorithm::RS256),
+            ("oct", Algorithm::HS256),
+            ("x25519", Algorithm::EdDSA),
+        ] {
+            assert!(invalid(keys.key(Some(kid), alg).await), "{kid}");
+        }
+        assert_eq!(fake.count(), 1);
+        assert_eq!(modulus_bits(&[0, 0, 1]), 1);
+        assert_eq!(modulus_bits(&B64URL.decode(RSA_2048_N).unwrap()), 2048);
+        assert_eq!(modulus_bits(&B64URL.decode(RSA_1024_N).unwrap()), 1024);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_is_refused_for_another_algorithm() {
+        let fake = Fake::serving(vec![
+            with(p256("es"), "alg", json!("ES256")),
+            with(rsa("rs"), "alg", json!("RS256")),
+            rsa("any-rsa"),
+            p384("p384"),
+        ]);
+        let keys = jwks(&fake);
+        keys.key(Some("rs"), Algorithm::RS256).await.unwrap();
+        for (kid, alg) in [
+            ("es", Algorithm::ES384),
+            ("es", Algorithm::HS256),
+            ("rs", Algorithm::PS256),
+            ("rs", Algorithm::RS512),
+            ("any-rsa", Algorithm::ES256),
+            ("any-rsa", Algorithm::HS256),
+            ("p384", Algorithm::ES256),
+        ] {
+            assert!(invalid(keys.key(Some(kid), alg).await), "{kid} {alg:?}");
+        }
+        keys.key(Some("any-rsa"), Algorithm::PS512).await.unwrap();
+        keys.key(Some("p384"), Algorithm::ES384).await.unwrap();
+        assert_eq!(fake.count(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_kid_the_single_key_for_the_algorithm_is_used() {
+        let fake = Fake::serving(vec![
+            json!({"kty": "EC", "crv": "P-256", "x": p256("")["x"], "y": p256("")["y"]}),
+            rsa("r1"),
+            with(rsa("r2"), "alg", json!("RS256")),
+        ]);
+        let keys = jwks(&fake);
+        keys.key(None, Algorithm::ES256).await.unwrap();
+        // RS256 fits r1 and r2: ambiguous. PS256 fits only r1 (r2 is RS256 only).
+        assert!(invalid(keys.key(None, Algorithm::RS256).await));
+        assert_eq!(keys.key(None, Algorithm::PS256).await.unwrap().alg, None);
+        assert!(invalid(keys.key(None, Algorithm::EdDSA).await));
+        assert_eq!(fake.count(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_keys_are_kept() {
+        let fake = Fake::serving(vec![p256("a"), p256("b"), p256("c")]);
+        let keys = Jwks::new(
+            fake.clone(),
+            "https://as.example/jwks".into(),
+            JwksPolicy {
+                max_keys: 2,
+                ..JwksPolicy::default()
+            },
+        );
+        keys.key(Some("a"), Algorithm::ES256).await.unwrap();
+        keys.key(Some("b"), Algorithm::ES256).await.unwrap();
+        assert!(invalid(keys.key(Some("c"), Algorithm::ES256).await));
+    }
+
+    #[test]
+    fn cache_control_max_age_is_read() {
+        let headers = |values: &[&'static str]| {
+            let mut map = http::HeaderMap::new();
+            for v in values {
+                map.append(http::header::CACHE_CONTROL, HeaderValue::from_static(v));
+            }
+            map
+        };
+        assert_eq!(max_age(&headers(&[])), None);
+        assert_eq!(
+            max_age(&headers(&["public", "Max-Age = 120 , must-revalidate"])),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            max_age(&headers(&["max-age=60, no-cache"])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(max_age(&headers(&["max-age=soon"])), None);
+    }
+}
