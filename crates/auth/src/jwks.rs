@@ -392,10 +392,10 @@ fn max_age(headers: &http::HeaderMap) -> Option<Duration> {
             if name.eq_ignore_ascii_case("no-store") || name.eq_ignore_ascii_case("no-cache") {
                 return Some(Duration::ZERO);
             }
-            if name.eq_ignore_ascii_case("max-age") {
-                if let Ok(seconds) = arg.trim().trim_matches('"').parse::<u64>() {
-                    found = Some(Duration::from_secs(seconds));
-                }
+            if name.eq_ignore_ascii_case("max-age")
+                && let Ok(seconds) = arg.trim().trim_matches('"').parse::<u64>()
+            {
+                found = Some(Duration::from_secs(seconds));
             }
         }
     }
