@@ -17,8 +17,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use modelctx_http::event_store::BoxFuture;
 
-/// An HTTP client for the authorization server's endpoints. The default is a hyper client
-/// (HTTPS with feature `rustls`); tests and applications with their own client replace it.
+/// An HTTP client for the authorization server's endpoints. The default is [`HttpFetch`], a
+/// hyper client (HTTPS with feature `rustls`); tests and applications with their own client
+/// replace it.
 pub trait Fetch: Send + Sync + fmt::Debug + 'static {
     /// `GET url` with `Accept: application/json`.
     fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>>;
@@ -523,6 +524,16 @@ pub(crate) mod tests {
         let result = HttpFetch::new()
             .with_timeout(Duration::from_millis(200))
             .get(&format!("http://{addr}/"))
+            .await;
+        assert!(matches!(result, Err(FetchError::Io { .. })), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // The bound covers the body too: headers at once, then a body that never ends.
+        let stalled =
+            serve_raw(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"a\"".to_vec()).await;
+        let started = std::time::Instant::now();
+        let result = HttpFetch::new()
+            .with_timeout(Duration::from_millis(200))
+            .get(&format!("http://{stalled}/"))
             .await;
         assert!(matches!(result, Err(FetchError::Io { .. })), "{result:?}");
         assert!(started.elapsed() < Duration::from_secs(3));

@@ -52,7 +52,8 @@ pub(crate) struct JwksPolicy {
     /// The least time between two fetches that a token with an unknown `kid` (or a stale set)
     /// may cause. Default 30 s.
     pub(crate) min_refresh: Duration,
-    /// How long a set is fresh when the response has no `max-age`. Default 1 h.
+    /// How long a set is fresh when the response has no `max-age` (clamped like `max-age`, to
+    /// [5 min, 24 h]). Default 1 h.
     pub(crate) default_max_age: Duration,
     /// How long past its age a set keeps serving while fetches fail. Default 24 h.
     pub(crate) max_stale: Duration,
