@@ -273,6 +273,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn discovery_and_keys_over_the_default_client() {
+        use std::sync::Arc;
+
+        use http::Response;
+        use http_body_util::Full;
+
+        use crate::fetch::HttpFetch;
+        use crate::fetch::tests::{Seen, serve};
+        use crate::jwks::{Jwks, JwksPolicy};
+
+        let issuer = Arc::new(Mutex::new(String::new()));
+        let named = issuer.clone();
+        let addr = serve(Arc::new(move |seen: Seen| {
+            let issuer = named.lock().unwrap().clone();
+            let body = match seen.path.as_str() {
+                "/.well-known/openid-configuration/tenant" => {
+                    json!({"issuer": issuer, "jwks_uri": format!("{issuer}/certs")})
+                }
+                "/tenant/certs" => json!({"keys": [crate::jwks::tests::p256("k1")]}),
+                _ => {
+                    return Response::builder()
+                        .status(404)
+                        .body(Full::new(Bytes::new()))
+                        .unwrap();
+                }
+            };
+            Response::builder()
+                .header("cache-control", "max-age=600")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .unwrap()
+        }))
+        .await;
+        *issuer.lock().unwrap() = format!("http://{addr}/tenant");
+        let issuer = issuer.lock().unwrap().clone();
+        let fetch = Arc::new(HttpFetch::new());
+        let metadata = discover(fetch.as_ref(), &issuer).await.unwrap();
+        assert_eq!(metadata.issuer, issuer);
+        let jwks_uri = metadata.jwks_uri.unwrap();
+        assert_eq!(jwks_uri, format!("{issuer}/certs"));
+        let keys = Jwks::new(fetch, jwks_uri, JwksPolicy::default());
+        keys.key(Some("k1"), jsonwebtoken::Algorithm::ES256)
+            .await
+            .unwrap();
+        assert_eq!(keys.fetches(), 1);
+    }
+
+    #[tokio::test]
     async fn nothing_found_is_unavailable() {
         let fetch = table(&[]);
         let result = discover(&fetch, "http://127.0.0.1:9/x").await;
