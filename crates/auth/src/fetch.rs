@@ -1,13 +1,25 @@
 //! How the resource server talks to authorization servers: metadata, keys and introspection.
 
 use std::fmt;
+use std::net::IpAddr;
+#[cfg(feature = "rustls")]
+use std::sync::Arc;
+use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use http::HeaderMap;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use modelctx_http::event_store::BoxFuture;
 
-/// An HTTP client for the authorization server's endpoints. The default is a hyper client
-/// (HTTPS with feature `rustls`); tests and applications with their own client replace it.
+/// An HTTP client for the authorization server's endpoints. The default is [`HttpFetch`], a
+/// hyper client (HTTPS with feature `rustls`); tests and applications with their own client
+/// replace it.
 pub trait Fetch: Send + Sync + fmt::Debug + 'static {
     /// `GET url` with `Accept: application/json`.
     fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>>;
@@ -74,4 +86,529 @@ pub enum FetchError {
         /// The bound.
         limit: usize,
     },
+}
+
+/// The most a response body may hold: 256 KiB.
+pub(crate) const BODY_LIMIT: usize = 256 * 1024;
+/// The longest a whole exchange (connect, send, read the body) may take: 5 s.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
+
+#[cfg(not(feature = "rustls"))]
+type Connector = HttpConnector;
+#[cfg(feature = "rustls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// The default [`Fetch`]: a hyper client speaking HTTP/1.1 and HTTP/2, over TLS (rustls with
+/// ring and the webpki root certificates) with feature `rustls`.
+///
+/// It fetches `https://` URLs, and `http://` ones only on a loopback host (`localhost`,
+/// `127.0.0.0/8`, `::1`); without feature `rustls` only the latter. It follows no redirects (a
+/// `3xx` is returned as it is, and the callers refuse it), reads at most 256 KiB of body
+/// ([`FetchError::TooLarge`]) and gives the whole exchange 5 s ([`FetchError::Io`]).
+#[derive(Clone)]
+pub struct HttpFetch {
+    client: Client<Connector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for HttpFetch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpFetch")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HttpFetch {
+    fn default() -> HttpFetch {
+        HttpFetch::new()
+    }
+}
+
+impl HttpFetch {
+    /// A client with the bounds above.
+    pub fn new() -> HttpFetch {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(TIMEOUT));
+        http.enforce_http(false);
+        #[cfg(feature = "rustls")]
+        let connector = {
+            let roots =
+                rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_all_versions()
+                .wrap_connector(http)
+        };
+        #[cfg(not(feature = "rustls"))]
+        let connector = http;
+        HttpFetch {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            timeout: TIMEOUT,
+        }
+    }
+
+    /// The same client with another bound on the whole exchange (tests).
+    #[cfg(test)]
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> HttpFetch {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn send(
+        &self,
+        url: &str,
+        request: Request<Full<Bytes>>,
+    ) -> Result<FetchResponse, FetchError> {
+        let io = |source: Box<dyn std::error::Error + Send + Sync>| FetchError::Io {
+            url: url.to_owned(),
+            source,
+        };
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| io(Box::new(e)))?;
+            let (parts, body) = response.into_parts();
+            let too_large = || FetchError::TooLarge {
+                url: url.to_owned(),
+                limit: BODY_LIMIT,
+            };
+            if parts
+                .headers
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_some_and(|len| len > BODY_LIMIT as u64)
+            {
+                return Err(too_large());
+            }
+            let body = match Limited::new(body, BODY_LIMIT).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                    return Err(too_large());
+                }
+                Err(e) => return Err(io(e)),
+            };
+            Ok(FetchResponse {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(io(Box::new(elapsed))),
+        }
+    }
+}
+
+impl Fetch for HttpFetch {
+    fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        Box::pin(async move {
+            check_url(url)?;
+            let request = Request::get(url)
+                .header(ACCEPT, "application/json")
+                .header(USER_AGENT, USER_AGENT_VALUE)
+                .body(Full::new(Bytes::new()))
+                .map_err(|_| refused(url, "not a URL"))?;
+            self.send(url, request).await
+        })
+    }
+
+    fn post_form<'a>(
+        &'a self,
+        url: &'a str,
+        form: &'a [(&'a str, &'a str)],
+        basic: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        Box::pin(async move {
+            check_url(url)?;
+            let mut request = Request::post(url)
+                .header(ACCEPT, "application/json")
+                .header(USER_AGENT, USER_AGENT_VALUE)
+                .header(CONTENT_TYPE, "application/x-www-form-urlencoded");
+            if let Some((id, secret)) = basic {
+                request = request.header(AUTHORIZATION, basic_auth(id, secret));
+            }
+            let request = request
+                .body(Full::new(Bytes::from(form_encode(form))))
+                .map_err(|_| refused(url, "not a URL"))?;
+            self.send(url, request).await
+        })
+    }
+}
+
+const USER_AGENT_VALUE: &str = concat!("modelctx-auth/", env!("CARGO_PKG_VERSION"));
+
+fn refused(url: &str, why: &'static str) -> FetchError {
+    FetchError::Url {
+        url: url.to_owned(),
+        why,
+    }
+}
+
+/// Whether the client may fetch `url`: an absolute `https://` URL (with feature `rustls`), or
+/// an `http://` one whose host is a loopback address (`localhost`, `127.0.0.0/8`, `::1`). URLs
+/// with credentials (`user@host`) are refused.
+pub(crate) fn check_url(url: &str) -> Result<(), FetchError> {
+    let uri: http::Uri = url.parse().map_err(|_| refused(url, "not a URL"))?;
+    let authority = uri
+        .authority()
+        .ok_or_else(|| refused(url, "not an absolute URL"))?;
+    if authority.as_str().contains('@') {
+        return Err(refused(url, "credentials in the URL"));
+    }
+    let host = authority.host();
+    if host.is_empty() {
+        return Err(refused(url, "no host"));
+    }
+    match uri.scheme_str() {
+        #[cfg(feature = "rustls")]
+        Some("https") => Ok(()),
+        #[cfg(not(feature = "rustls"))]
+        Some("https") => Err(refused(url, "https needs feature rustls")),
+        Some("http") if is_loopback(host) => Ok(()),
+        Some("http") => Err(refused(
+            url,
+            "plain http is only allowed to a loopback host",
+        )),
+        _ => Err(refused(url, "not an http(s) URL")),
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `application/x-www-form-urlencoded` (the WHATWG URL standard's serializer): ASCII letters,
+/// digits and `*-._` as they are, space as `+`, every other byte of the UTF-8 as `%XX`.
+pub(crate) fn form_encode(form: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (i, (name, value)) in form.iter().enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        encode_component(name, &mut out);
+        out.push('=');
+        encode_component(value, &mut out);
+    }
+    out
+}
+
+fn encode_component(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in s.as_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => {
+                out.push('%');
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 0xf)] as char);
+            }
+        }
+    }
+}
+
+/// HTTP Basic credentials per RFC 6749 section 2.3.1: the client id and secret are each
+/// form-urlencoded, then `id:secret` is base64-encoded.
+pub(crate) fn basic_auth(client_id: &str, client_secret: &str) -> String {
+    let mut pair = String::new();
+    encode_component(client_id, &mut pair);
+    pair.push(':');
+    encode_component(client_secret, &mut pair);
+    format!("Basic {}", STANDARD.encode(pair))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http::{Method, Response, StatusCode};
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// What the test server saw of a request.
+    pub(crate) struct Seen {
+        pub(crate) method: Method,
+        pub(crate) path: String,
+        pub(crate) headers: HeaderMap,
+        pub(crate) body: Bytes,
+    }
+
+    type Handler = dyn Fn(Seen) -> Response<Full<Bytes>> + Send + Sync;
+
+    /// An HTTP/1.1 server on 127.0.0.1:0 answering every request with `handler`.
+    pub(crate) async fn serve(handler: Arc<Handler>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                        let handler = handler.clone();
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let body = body.collect().await?.to_bytes();
+                            let seen = Seen {
+                                method: parts.method,
+                                path: parts.uri.path().to_owned(),
+                                headers: parts.headers,
+                                body,
+                            };
+                            Ok::<_, hyper::Error>(handler(seen))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// A server that answers each connection's first request with `raw` bytes and then holds
+    /// the connection open.
+    async fn serve_raw(raw: Vec<u8>) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let raw = raw.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.ends_with(b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = stream.write_all(&raw).await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn get_sends_accept_and_returns_status_headers_and_body() {
+        let addr = serve(Arc::new(|seen: Seen| {
+            assert_eq!(seen.method, Method::GET);
+            assert_eq!(seen.headers[ACCEPT], "application/json");
+            Response::builder()
+                .header("cache-control", "max-age=60")
+                .body(Full::new(Bytes::from(format!(
+                    "{{\"path\":\"{}\"}}",
+                    seen.path
+                ))))
+                .unwrap()
+        }))
+        .await;
+        let response = HttpFetch::new()
+            .get(&format!("http://{addr}/keys"))
+            .await
+            .unwrap();
+        assert_eq!(response.status, StatusCode::OK);
+        assert_eq!(response.headers["cache-control"], "max-age=60");
+        assert_eq!(response.body, "{\"path\":\"/keys\"}");
+    }
+
+    #[tokio::test]
+    async fn form_post_is_percent_encoded_with_basic_auth_per_rfc_6749() {
+        let addr = serve(Arc::new(|seen: Seen| {
+            assert_eq!(seen.method, Method::POST);
+            assert_eq!(
+                seen.headers[CONTENT_TYPE],
+                "application/x-www-form-urlencoded"
+            );
+            let auth = seen.headers[AUTHORIZATION].to_str().unwrap().to_owned();
+            let body = String::from_utf8(seen.body.to_vec()).unwrap();
+            Response::new(Full::new(Bytes::from(format!("{auth}\n{body}"))))
+        }))
+        .await;
+        let response = HttpFetch::new()
+            .post_form(
+                &format!("http://{addr}/introspect"),
+                &[("token", "a b&c=d/é~"), ("token_type_hint", "access_token")],
+                Some(("app:1", "s+cret é")),
+            )
+            .await
+            .unwrap();
+        let text = String::from_utf8(response.body.to_vec()).unwrap();
+        let (auth, body) = text.split_once('\n').unwrap();
+        assert_eq!(
+            body,
+            "token=a+b%26c%3Dd%2F%C3%A9%7E&token_type_hint=access_token"
+        );
+        let encoded = auth.strip_prefix("Basic ").unwrap();
+        let decoded = String::from_utf8(STANDARD.decode(encoded).unwrap()).unwrap();
+        assert_eq!(decoded, "app%3A1:s%2Bcret+%C3%A9");
+    }
+
+    #[tokio::test]
+    async fn bodies_are_bounded_to_256_kib() {
+        let addr = serve(Arc::new(|seen: Seen| {
+            let len = if seen.path == "/big" {
+                BODY_LIMIT + 1
+            } else {
+                BODY_LIMIT
+            };
+            Response::new(Full::new(Bytes::from(vec![b'x'; len])))
+        }))
+        .await;
+        let fetch = HttpFetch::new();
+        let ok = fetch.get(&format!("http://{addr}/exact")).await.unwrap();
+        assert_eq!(ok.body.len(), BODY_LIMIT);
+        let big = fetch.get(&format!("http://{addr}/big")).await;
+        assert!(
+            matches!(big, Err(FetchError::TooLarge { limit, .. }) if limit == BODY_LIMIT),
+            "{big:?}"
+        );
+        // Without a Content-Length: chunks past the bound are refused while reading.
+        let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..5 {
+            raw.extend_from_slice(format!("{:x}\r\n", 64 * 1024).as_bytes());
+            raw.extend(std::iter::repeat_n(b'y', 64 * 1024));
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let chunked = serve_raw(raw).await;
+        let big = fetch.get(&format!("http://{chunked}/")).await;
+        assert!(matches!(big, Err(FetchError::TooLarge { .. })), "{big:?}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        let started = std::time::Instant::now();
+        let result = HttpFetch::new()
+            .with_timeout(Duration::from_millis(200))
+            .get(&format!("http://{addr}/"))
+            .await;
+        assert!(matches!(result, Err(FetchError::Io { .. })), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // The bound covers the body too: headers at once, then a body that never ends.
+        let stalled =
+            serve_raw(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"a\"".to_vec()).await;
+        let started = std::time::Instant::now();
+        let result = HttpFetch::new()
+            .with_timeout(Duration::from_millis(200))
+            .get(&format!("http://{stalled}/"))
+            .await;
+        assert!(matches!(result, Err(FetchError::Io { .. })), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // The default bound is 5 s over the whole exchange.
+        assert_eq!(HttpFetch::new().timeout, Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let addr = serve(Arc::new(move |seen: Seen| {
+            if seen.path == "/elsewhere" {
+                counted.fetch_add(1, Ordering::SeqCst);
+                return Response::new(Full::new(Bytes::from_static(b"{}")));
+            }
+            Response::builder()
+                .status(StatusCode::FOUND)
+                .header("location", "/elsewhere")
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        }))
+        .await;
+        let response = HttpFetch::new()
+            .get(&format!("http://{addr}/jwks"))
+            .await
+            .unwrap();
+        assert_eq!(response.status, StatusCode::FOUND);
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn plain_http_is_refused_unless_the_host_is_loopback() {
+        for ok in [
+            "http://127.0.0.1:8080/x",
+            "http://127.1.2.3/x",
+            "http://localhost/x",
+            "http://LOCALHOST:1/x",
+            "http://[::1]:9/x",
+        ] {
+            assert!(check_url(ok).is_ok(), "{ok}");
+        }
+        #[cfg(feature = "rustls")]
+        assert!(check_url("https://id.example.com/jwks").is_ok());
+        for bad in [
+            "http://id.example.com/jwks",
+            "http://10.0.0.1/jwks",
+            "http://localhost.example.com/",
+            "http://[::2]/",
+            "ftp://127.0.0.1/",
+            "/relative",
+            "https://user:pw@id.example.com/",
+            "http://user@127.0.0.1/",
+        ] {
+            assert!(
+                matches!(check_url(bad), Err(FetchError::Url { .. })),
+                "{bad}"
+            );
+        }
+        // Refused before any connection: the host does not resolve and nothing listens.
+        let fetch = HttpFetch::new();
+        let get = fetch.get("http://id.example.invalid/jwks").await;
+        assert!(matches!(get, Err(FetchError::Url { .. })), "{get:?}");
+        let post = fetch
+            .post_form("http://id.example.invalid/introspect", &[("a", "b")], None)
+            .await;
+        assert!(matches!(post, Err(FetchError::Url { .. })), "{post:?}");
+    }
+
+    #[test]
+    fn form_encoding_follows_the_urlencoded_serializer() {
+        assert_eq!(form_encode(&[]), "");
+        assert_eq!(
+            form_encode(&[("a", "AZaz09*-._"), ("b c", "+&=%")]),
+            "a=AZaz09*-._&b+c=%2B%26%3D%25"
+        );
+    }
 }

@@ -41,8 +41,11 @@
 
 mod claims;
 mod clock;
+mod discovery;
 mod error;
 mod fetch;
+mod introspect;
+mod jwks;
 
 // The public API and the response side.
 mod canonical;
@@ -53,7 +56,7 @@ mod verifier;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
-pub use fetch::{Fetch, FetchError, FetchResponse};
+pub use fetch::{Fetch, FetchError, FetchResponse, HttpFetch};
 
 pub use config::{Auth, AuthConfig, ConfigError, Dpop, Issuer};
 pub use jsonwebtoken::Algorithm;
