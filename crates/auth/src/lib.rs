@@ -23,6 +23,7 @@ mod claims;
 mod clock;
 mod error;
 mod fetch;
+mod jwt;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
