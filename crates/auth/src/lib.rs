@@ -21,9 +21,11 @@
 
 mod claims;
 mod clock;
+mod dpop;
 mod error;
 mod fetch;
 mod jwt;
+mod nonce;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
