@@ -69,7 +69,7 @@ fn scopes(claims: &Map<String, Value>) -> Result<Vec<String>, AuthError> {
 /// A JWT NumericDate (seconds since the epoch, possibly fractional) as a time.
 pub(crate) fn numeric_date(value: &Value) -> Option<SystemTime> {
     let seconds = value.as_f64()?;
-    if !seconds.is_finite() || seconds < 0.0 || seconds > 1e12 {
+    if !seconds.is_finite() || !(0.0..=1e12).contains(&seconds) {
         return None;
     }
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs_f64(seconds))
