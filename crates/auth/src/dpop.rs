@@ -343,7 +343,9 @@ impl ReplayCache {
             .chain_update(proof.jti.as_bytes())
             .finalize()
             .into();
-        let expires = proof.iat + self.window;
+        let Some(expires) = proof.iat.checked_add(self.window) else {
+            return Err(AuthError::InvalidDpopProof("iat out of range".into()));
+        };
         let mut seen = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(Reverse((at, old))) = seen.by_expiry.peek().copied() {
             if at > now {
@@ -610,6 +612,11 @@ mod tests {
             check(&proof_by(&ES256, &mixed, &claims())),
             "RSA jwk for ES256",
         );
+        // A P-256 key for ES384, an EC key for EdDSA.
+        for alg in ["ES384", "EdDSA"] {
+            let other_alg = with(header(&ES256), "alg", json!(alg));
+            assert_invalid(check(&proof_by(&ES256, &other_alg, &claims())), alg);
+        }
         // A short RSA modulus.
         let mut short = header(&RS256);
         short["jwk"]["n"] = json!(URL_SAFE_NO_PAD.encode([0xff; 128]));

@@ -640,6 +640,13 @@ mod tests {
         header.crit = Some(vec!["exp".into()]);
         let crit = encode(&header, &claims(), &ES256.encoding()).unwrap();
         assert_invalid(check(&crit), "crit");
+        // The peeked header must be the verified token's.
+        let plain_jwt = sign_with(&ES256, Some("JWT"), &claims());
+        let peeked = peek(&token).unwrap();
+        assert_invalid(
+            verify(&plain_jwt, &peeked, &verify_key(&ES256), &policy(), now()),
+            "another token's peek",
+        );
     }
 
     #[test]
