@@ -9,6 +9,7 @@ use modelctx_http::server::Metadata;
 
 use crate::canonical::{Parts, Resource};
 use crate::challenge::ChallengeInfo;
+use crate::guard::AuthGuard;
 use crate::metadata::{self, advertised, alg_name};
 use crate::verifier::TokenVerifier;
 use crate::{Clock, Fetch, SystemClock};
@@ -17,18 +18,6 @@ use crate::{Clock, Fetch, SystemClock};
 pub(crate) const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
 /// The largest clock skew [`Auth::leeway`] accepts.
 pub(crate) const MAX_LEEWAY: Duration = Duration::from_secs(120);
-
-/// The DPoP proof algorithms accepted (RFC 9449 4.3: asymmetric only).
-// The same list as `dpop::default_dpop_algorithms` (part C): one of the two goes at merge.
-pub(crate) fn dpop_algorithms() -> Vec<Algorithm> {
-    vec![
-        Algorithm::ES256,
-        Algorithm::ES384,
-        Algorithm::RS256,
-        Algorithm::PS256,
-        Algorithm::EdDSA,
-    ]
-}
 
 /// Whether and how DPoP (RFC 9449) sender-constrained tokens are accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -248,9 +237,14 @@ impl Auth {
     /// asymmetric algorithms only; scopes are RFC 6749 scope tokens; the leeway is at most
     /// 120 s; nonces only with DPoP.
     ///
-    /// For now it returns the validated [`AuthConfig`], which the resource server's
-    /// [`Guard`](modelctx_http::server::Guard) is made from.
-    pub fn build(self) -> Result<AuthConfig, ConfigError> {
+    /// The result is the resource server's [`Guard`](modelctx_http::server::Guard): give it to
+    /// `ServerBuilder::auth` (modelctx-server) or set it as `ServerConfig::guard`.
+    pub fn build(self) -> Result<AuthGuard, ConfigError> {
+        self.config().map(AuthGuard::new)
+    }
+
+    /// The checked configuration.
+    pub(crate) fn config(self) -> Result<AuthConfig, ConfigError> {
         let resource = Resource::parse(&self.resource)?;
         if self.issuers.is_empty() && self.verifiers.is_empty() {
             return Err(ConfigError::NothingToAccept);
@@ -302,7 +296,7 @@ impl Auth {
         }
         let dpop_algorithms = match self.dpop {
             Dpop::Off => Vec::new(),
-            Dpop::Allowed | Dpop::Required => dpop_algorithms(),
+            Dpop::Allowed | Dpop::Required => crate::dpop::default_dpop_algorithms(),
         };
         let dpop_names = || {
             dpop_algorithms
@@ -391,7 +385,7 @@ fn check_issuer_url(url: &str) -> Result<(), ConfigError> {
 
 /// What the resource server was configured with, checked by [`Auth::build`]. The
 /// [`Guard`](modelctx_http::server::Guard) is made from it.
-pub struct AuthConfig {
+pub(crate) struct AuthConfig {
     /// The canonical resource.
     pub(crate) resource: Resource,
     /// The issuers, in the order they were added.
@@ -417,20 +411,6 @@ pub struct AuthConfig {
     /// The protected resource metadata and its paths; `None` without issuers (no
     /// authorization server to name).
     pub(crate) metadata: Option<Metadata>,
-}
-
-impl AuthConfig {
-    /// The canonical resource URI (scheme and host lower-cased, no trailing slash).
-    pub fn resource(&self) -> &str {
-        self.resource.as_str()
-    }
-
-    /// The paths the protected resource metadata is served at (RFC 9728 3.1: the
-    /// path-inserted one, `/.well-known/oauth-protected-resource/mcp` for `/mcp`, and the root
-    /// one); empty when no issuer is configured.
-    pub fn well_known_paths(&self) -> &[String] {
-        self.metadata.as_ref().map_or(&[], |m| &m.paths[..])
-    }
 }
 
 impl fmt::Debug for AuthConfig {
@@ -523,18 +503,18 @@ mod tests {
     }
 
     fn err(auth: Auth) -> ConfigError {
-        auth.build().unwrap_err()
+        auth.config().unwrap_err()
     }
 
     #[test]
     fn a_minimal_configuration() {
         let config = auth()
             .scopes_supported(["mcp", "offline_access"])
-            .build()
+            .config()
             .unwrap();
-        assert_eq!(config.resource(), "https://mcp.example.com/mcp");
+        assert_eq!(config.resource.as_str(), "https://mcp.example.com/mcp");
         assert_eq!(
-            config.well_known_paths(),
+            config.metadata.as_ref().map_or(&[][..], |m| &m.paths[..]),
             [
                 "/.well-known/oauth-protected-resource/mcp",
                 "/.well-known/oauth-protected-resource"
@@ -548,7 +528,10 @@ mod tests {
         assert!(!issuer.accept_typ_jwt);
         assert_eq!(issuer.introspection, None);
         assert_eq!(config.dpop, Dpop::Allowed);
-        assert_eq!(config.dpop_algorithms, dpop_algorithms());
+        assert_eq!(
+            config.dpop_algorithms,
+            crate::dpop::default_dpop_algorithms()
+        );
         assert_eq!(config.nonce_key, None);
         assert!(config.fetcher.is_none());
         assert!(config.scope_implies.is_none());
@@ -598,7 +581,7 @@ mod tests {
             .leeway(Duration::from_secs(120))
             .scope_implies(implies)
             .resource_name("Files")
-            .build()
+            .config()
             .unwrap();
         let a = &config.issuers[0];
         assert_eq!(a.audiences, ["api://files", "account"]);
@@ -646,7 +629,7 @@ mod tests {
 
     #[test]
     fn dpop_off_and_verifiers_only() {
-        let config = auth().dpop(Dpop::Off).build().unwrap();
+        let config = auth().dpop(Dpop::Off).config().unwrap();
         assert!(config.dpop_algorithms.is_empty());
         assert_eq!(config.challenge.dpop_algs, None);
         assert!(config.challenge.bearer_allowed);
@@ -655,10 +638,16 @@ mod tests {
         // With verifiers only there is no authorization server, so no metadata to name.
         let config = Auth::resource("https://h/mcp")
             .verifier(StaticToken::new("k"))
-            .build()
+            .config()
             .unwrap();
         assert!(config.metadata.is_none());
-        assert!(config.well_known_paths().is_empty());
+        assert!(
+            config
+                .metadata
+                .as_ref()
+                .map_or(&[][..], |m| &m.paths[..])
+                .is_empty()
+        );
         assert_eq!(config.challenge.resource_metadata, "");
     }
 
@@ -695,7 +684,7 @@ mod tests {
         assert!(
             Auth::resource("https://h")
                 .issuer("http://localhost:1/x")
-                .build()
+                .config()
                 .is_ok()
         );
         assert_eq!(
@@ -716,7 +705,7 @@ mod tests {
             err(auth().leeway(Duration::from_millis(120_001))),
             ConfigError::Leeway(Duration::from_millis(120_001))
         );
-        assert!(auth().leeway(Duration::ZERO).build().is_ok());
+        assert!(auth().leeway(Duration::ZERO).config().is_ok());
         assert_eq!(
             err(auth().dpop(Dpop::Off).dpop_nonces([0; 32])),
             ConfigError::NoncesWithoutDpop

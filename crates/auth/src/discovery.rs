@@ -14,8 +14,6 @@ pub(crate) struct AsMetadata {
     pub(crate) jwks_uri: Option<String>,
     /// `introspection_endpoint` (RFC 7662), checked by [`check_url`].
     pub(crate) introspection_endpoint: Option<String>,
-    /// The whole document.
-    pub(crate) raw: Map<String, Value>,
 }
 
 /// The metadata URLs for `issuer`, in the order they are tried: the RFC 8414 well-known URI
@@ -91,7 +89,6 @@ async fn fetch_one(fetch: &dyn Fetch, url: &str, issuer: &str) -> Result<AsMetad
         issuer: issuer.to_owned(),
         jwks_uri: endpoint("jwks_uri")?,
         introspection_endpoint: endpoint("introspection_endpoint")?,
-        raw,
     })
 }
 

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::canonical::same_resource;
 use crate::claims::{grant_from_claims, numeric_date};
 use crate::fetch::Fetch;
 use crate::{AuthError, Clock};
@@ -186,6 +187,7 @@ impl Introspector {
     }
 
     /// How many introspection requests were sent (tests).
+    #[cfg(test)]
     pub(crate) fn requests(&self) -> u64 {
         self.inner.requests.load(Ordering::Relaxed)
     }
@@ -287,27 +289,6 @@ impl Inner {
             }
         }
     }
-}
-
-// Moves to crate::canonical at merge (part E owns the rule): audiences compare with the scheme
-// and host lower-cased and one trailing slash dropped.
-fn same_resource(a: &str, b: &str) -> bool {
-    fn canonical(uri: &str) -> String {
-        let uri = uri.strip_suffix('/').unwrap_or(uri);
-        match uri.split_once("://") {
-            Some((scheme, rest)) => {
-                let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-                format!(
-                    "{}://{}{}",
-                    scheme.to_ascii_lowercase(),
-                    authority.to_ascii_lowercase(),
-                    path
-                )
-            }
-            None => uri.to_owned(),
-        }
-    }
-    canonical(a) == canonical(b)
 }
 
 #[cfg(test)]
@@ -671,26 +652,5 @@ mod tests {
             !debug.contains(token) && !debug.contains("rs-secret"),
             "{debug}"
         );
-    }
-
-    #[test]
-    fn resources_compare_with_scheme_and_host_case_and_one_trailing_slash() {
-        assert!(same_resource(
-            "https://MCP.example/mcp",
-            "HTTPS://mcp.example/mcp/"
-        ));
-        assert!(same_resource("https://mcp.example", "https://mcp.example/"));
-        assert!(!same_resource(
-            "https://mcp.example/MCP",
-            "https://mcp.example/mcp"
-        ));
-        assert!(!same_resource(
-            "https://mcp.example/mcp//",
-            "https://mcp.example/mcp"
-        ));
-        assert!(!same_resource(
-            "http://mcp.example/mcp",
-            "https://mcp.example/mcp"
-        ));
     }
 }

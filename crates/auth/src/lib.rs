@@ -27,7 +27,7 @@
 //! # Ok::<(), modelctx_auth::ConfigError>(())
 //! ```
 //!
-//! [`Auth::build`] checks the configuration and returns an [`AuthConfig`]; other schemes
+//! [`Auth::build`] checks the configuration and returns the [`AuthGuard`]; other schemes
 //! (API keys, one static secret) plug in as a [`TokenVerifier`] such as [`StaticToken`].
 //!
 //! More it does not do: accept tokens in a query string or a form body (only the
@@ -36,16 +36,17 @@
 //! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
 //! normalisation); say in a refusal which check a token failed (only the OAuth error code).
 
-// The modules are wired together by `guard.rs`; until then some crate-private items are unused.
-#![allow(dead_code)]
-
 mod claims;
 mod clock;
 mod discovery;
+mod dpop;
 mod error;
 mod fetch;
+mod guard;
 mod introspect;
 mod jwks;
+mod jwt;
+mod nonce;
 
 // The public API and the response side.
 mod canonical;
@@ -58,6 +59,7 @@ pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
 pub use fetch::{Fetch, FetchError, FetchResponse, HttpFetch};
 
-pub use config::{Auth, AuthConfig, ConfigError, Dpop, Issuer};
+pub use config::{Auth, ConfigError, Dpop, Issuer};
+pub use guard::AuthGuard;
 pub use jsonwebtoken::Algorithm;
 pub use verifier::{StaticToken, TokenVerifier};

@@ -22,6 +22,7 @@ pub(crate) fn alg_name(alg: Algorithm) -> String {
 /// `offline_access`; absent when empty), `bearer_methods_supported: ["header"]` (tokens only in
 /// the `Authorization` header), and with `dpop` (the proof algorithms, whether bound tokens are
 /// required) `dpop_signing_alg_values_supported` and `dpop_bound_access_tokens_required`.
+#[cfg(test)]
 pub(crate) fn document(
     resource: &Resource,
     authorization_servers: &[String],
