@@ -26,7 +26,7 @@ use jsonwebtoken::jwk::{Jwk, ThumbprintHash};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use p256::elliptic_curve::rand_core::{OsRng, RngCore};
 use p256::elliptic_curve::sec1::ToEncodedPoint;
-use p256::pkcs8::EncodePrivateKey;
+use p256::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -80,6 +80,19 @@ pub struct Refused {
     pub body: Value,
     /// The `DPoP-Nonce` header, when the AS sent one.
     pub dpop_nonce: Option<String>,
+}
+
+/// The public parts of the AS's signing key ([`As::current_key`]).
+#[derive(Debug, Clone)]
+pub struct PublicKey {
+    /// Its `kid`.
+    pub kid: String,
+    /// The JWK as published.
+    pub jwk: Value,
+    /// The point, SEC1 uncompressed (`04 || x || y`): what jsonwebtoken keeps of an EC JWK.
+    pub sec1: Vec<u8>,
+    /// The SubjectPublicKeyInfo, PEM.
+    pub spki_pem: String,
 }
 
 /// Requests the AS has served, counted by path (its `/_test/stats`).
@@ -391,6 +404,29 @@ impl As {
             .as_str()
             .unwrap_or_else(|| panic!("/_test/rotate answered {answer}"))
             .to_owned()
+    }
+
+    /// The AS's current signing key, public parts: what the algorithm-confusion tests MAC with.
+    pub async fn current_key(&self) -> PublicKey {
+        let jwks = self.jwks().await;
+        let jwk = jwks["keys"][0].clone();
+        let coordinate = |name: &str| {
+            let text = jwk[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {name} in {jwk}"));
+            URL_SAFE_NO_PAD.decode(text).expect("base64url")
+        };
+        let sec1 = [vec![4], coordinate("x"), coordinate("y")].concat();
+        let key = p256::PublicKey::from_sec1_bytes(&sec1).expect("a P-256 point");
+        let spki_pem = key
+            .to_public_key_pem(p256::pkcs8::LineEnding::LF)
+            .expect("a PEM encoding");
+        PublicKey {
+            kid: jwk["kid"].as_str().expect("a kid").to_owned(),
+            jwk,
+            sec1,
+            spki_pem,
+        }
     }
 
     /// The requests served so far.

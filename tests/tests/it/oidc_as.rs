@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use modelctx_tests::oidc::{As, DpopKey, Stats, decode_unverified, unix_now};
+use modelctx_tests::oidc::{As, DpopKey, Stats, decode_unverified, forge_hs256_with_kid, unix_now};
 use serde_json::{Value, json};
 
 const RESOURCE: &str = "http://127.0.0.1:9/mcp";
@@ -266,4 +266,35 @@ async fn short_lived_tokens_and_arbitrary_signatures_for_the_negative_tests() {
     auth.rotate().await;
     let signed = auth.sign(json!({}), json!({})).await;
     assert_eq!(decode_unverified(&signed).0["kid"], "k2");
+}
+
+#[tokio::test]
+async fn the_current_key_is_the_one_that_signs_for_the_confusion_tests() {
+    let Some(auth) = As::start(&[RESOURCE]).await else {
+        return;
+    };
+    let key = auth.current_key().await;
+    assert_eq!(key.kid, "k1");
+    assert_eq!(key.sec1.len(), 65);
+    assert!(key.spki_pem.starts_with("-----BEGIN PUBLIC KEY-----"));
+    // The published point verifies the AS's tokens.
+    let token = auth.client_credentials("mcp", RESOURCE).await.access_token;
+    let x = key.jwk["x"].as_str().unwrap();
+    let y = key.jwk["y"].as_str().unwrap();
+    let decoding = DecodingKey::from_ec_components(x, y).unwrap();
+    let mut validation = Validation::new(Algorithm::ES256);
+    validation.set_audience(&[RESOURCE]);
+    jsonwebtoken::decode::<Value>(&token, &decoding, &validation).expect("signed by k1");
+    // A token MACed with those bytes names the key it pretends to be signed by.
+    let (_, claims) = decode_unverified(&token);
+    let forged = forge_hs256_with_kid(&key.sec1, Some(&key.kid), &claims);
+    let (header, forged_claims) = decode_unverified(&forged);
+    assert_eq!(header["alg"], "HS256");
+    assert_eq!(header["kid"], "k1");
+    assert_eq!(forged_claims, claims);
+
+    auth.rotate().await;
+    let rotated = auth.current_key().await;
+    assert_eq!(rotated.kid, "k2");
+    assert_ne!(rotated.sec1, key.sec1);
 }
