@@ -238,31 +238,39 @@ impl As {
         scope: &str,
         resource: &str,
     ) -> Token {
+        let refused = match self
+            .try_client_credentials_dpop(key, scope, resource, None)
+            .await
+        {
+            Ok(token) => return token,
+            Err(refused) if refused.error == "use_dpop_nonce" => refused,
+            Err(refused) => panic!("DPoP client_credentials refused: {refused:?}"),
+        };
+        let nonce = refused
+            .dpop_nonce
+            .unwrap_or_else(|| panic!("use_dpop_nonce without a DPoP-Nonce: {:?}", refused.body));
+        self.try_client_credentials_dpop(key, scope, resource, Some(&nonce))
+            .await
+            .unwrap_or_else(|r| panic!("DPoP client_credentials refused with a nonce: {r:?}"))
+    }
+
+    /// One DPoP client-credentials token request (a fresh proof by `key`, with `nonce` when
+    /// given) that may be refused.
+    pub async fn try_client_credentials_dpop(
+        &self,
+        key: &DpopKey,
+        scope: &str,
+        resource: &str,
+        nonce: Option<&str>,
+    ) -> Result<Token, Refused> {
         let form = [
             ("grant_type", "client_credentials"),
             ("scope", scope),
             ("resource", resource),
         ];
-        let htu = self.token_endpoint();
-        let mut nonce: Option<String> = None;
-        for _ in 0..2 {
-            let proof = key.proof("POST", &htu, None, nonce.as_deref());
-            match self
-                .token_request(&form, Some(SERVICE_CLIENT), &[("DPoP", &proof)])
-                .await
-            {
-                Ok(token) => return token,
-                Err(refused) if refused.error == "use_dpop_nonce" && nonce.is_none() => {
-                    nonce = Some(
-                        refused
-                            .dpop_nonce
-                            .expect("use_dpop_nonce with a DPoP-Nonce"),
-                    );
-                }
-                Err(refused) => panic!("DPoP client_credentials refused: {refused:?}"),
-            }
-        }
-        unreachable!("the loop returns or panics on its second turn")
+        let proof = key.proof("POST", &self.token_endpoint(), None, nonce);
+        self.token_request(&form, Some(SERVICE_CLIENT), &[("DPoP", &proof)])
+            .await
     }
 
     /// A token for the user [`USER`] through the authorization-code grant with PKCE (S256), as

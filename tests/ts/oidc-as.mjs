@@ -26,15 +26,18 @@
 //   `kid`; claims jti, sub, iat, exp, scope (absent when no scope was granted), client_id, iss, aud,
 //   and `cnf.jkt` when DPoP-bound. `sub` is ALWAYS present: the account id for user tokens, else
 //   the client id (client_credentials tokens have `sub` = "svc"). `aud` is a single string: the
-//   resource's `audience` (here the resource indicator itself; lib/models/base_token.js).
+//   resource's `audience` (lib/models/base_token.js; here the resource given on the command line).
 // - Introspection (lib/actions/introspection.js): JWT access tokens are refused
 //   (`unsupported_token_type`, lib/shared/reject_structured_tokens.js): only opaque tokens can be
 //   introspected. An active response has active, client_id, exp, iat, iss, jti (omitted when it
-//   equals the token), aud (the resource: yes, it is returned for resource-bound tokens), scope,
-//   token_type ("Bearer" or "DPoP"), `cnf: {jkt}` when DPoP-bound, and `sub` ONLY for tokens
-//   with an account (auth code): a client_credentials opaque token has no `sub` in
-//   introspection, although its JWT form has sub = client id. Inactive: exactly {active: false}.
+//   equals the token, which is always the case for opaque tokens: their value is their id), aud
+//   (the resource's audience: yes, it is returned for resource-bound tokens), scope, token_type
+//   ("Bearer" or "DPoP"), `cnf: {jkt}` when DPoP-bound, and `sub` ONLY for tokens with an
+//   account (auth code): a client_credentials opaque token has no `sub` in introspection,
+//   although its JWT form has sub = client id. Inactive: exactly {active: false}.
 //   The default allowedPolicy lets any confidential client introspect any token; ours allows all.
+// - Token format (lib/models/formats/index.js): `accessTokenFormat` of the resource server,
+//   default 'opaque'; without resource indicators every access token is opaque.
 // - Resource scopes are filtered to the resource's `scope`; unknown ones are dropped silently,
 //   not refused (lib/actions/grants/client_credentials.js). client_credentials accepts a single
 //   resource only.

@@ -119,9 +119,28 @@ async fn dpop_bound_tokens_carry_the_key_thumbprint() {
         return;
     };
     let key = DpopKey::new();
+    // The AS requires nonces: a proof without one is refused, with a nonce to use.
+    let refused = auth
+        .try_client_credentials_dpop(&key, "mcp", RESOURCE, None)
+        .await
+        .expect_err("a proof without a nonce");
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.error, "use_dpop_nonce", "{:?}", refused.body);
+    let nonce = refused.dpop_nonce.expect("a DPoP-Nonce header");
+    let token = auth
+        .try_client_credentials_dpop(&key, "mcp", RESOURCE, Some(&nonce))
+        .await
+        .expect("a token with the nonce");
+    assert_eq!(token.token_type, "DPoP");
+    let other = auth
+        .try_client_credentials_dpop(&key, "mcp", RESOURCE, Some("not-a-nonce"))
+        .await
+        .expect_err("a nonce the AS did not issue");
+    assert_eq!(other.error, "use_dpop_nonce");
+
+    // The helper does that round trip itself: one refusal, then the token.
     let before = auth.stats().await;
     let token = auth.client_credentials_dpop(&key, "mcp", RESOURCE).await;
-    // The AS requires nonces: one refusal (use_dpop_nonce), then the token.
     assert_eq!(auth.stats().await.token - before.token, 2);
     assert_eq!(token.token_type, "DPoP");
     let (_, claims) = decode_unverified(&token.access_token);
