@@ -7,6 +7,7 @@ pub mod facade;
 pub mod http;
 pub mod http_client;
 pub mod node;
+pub mod oidc;
 
 use std::path::PathBuf;
 

@@ -14,6 +14,7 @@ mod http_musts;
 mod http_robustness;
 mod http_server;
 mod model;
+mod oidc_as;
 mod robustness;
 mod schema_validation;
 mod server_http;
