@@ -226,7 +226,15 @@ impl Introspector {
                 None => return invalid("exp is not a NumericDate"),
             }
         }
-        grant_from_claims(issuer, (*claims).clone())
+        let mut claims = (*claims).clone();
+        // RFC 7662 makes `sub` optional, and authorization servers leave it out for a token
+        // issued to a client on its own behalf (client credentials): the client is the subject.
+        if !claims.contains_key("sub")
+            && let Some(client) = claims.get("client_id").cloned()
+        {
+            claims.insert("sub".into(), client);
+        }
+        grant_from_claims(issuer, claims)
     }
 }
 
@@ -432,6 +440,22 @@ mod tests {
         assert_eq!(grant.jkt.as_deref(), Some("thumb"));
         assert_eq!(grant.expires_at, Some(t0() + Duration::from_secs(600)));
         assert_eq!(introspector.requests(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_token_without_sub_has_the_client_as_subject() {
+        let fake = Arc::new(Fake::default());
+        fake.answer("client", Some(active(json!({"sub": null}))));
+        fake.answer("nobody", Some(active(json!({"sub": null, "client_id": null}))));
+        let introspector = setup(&fake);
+        let grant = introspector
+            .introspect("client", ISSUER, &audiences())
+            .await
+            .unwrap();
+        assert_eq!(grant.subject, "app");
+        assert!(invalid(
+            introspector.introspect("nobody", ISSUER, &audiences()).await
+        ));
     }
 
     #[tokio::test(start_paused = true)]
