@@ -498,7 +498,7 @@ mod tests {
             ("expired", json!({"exp": at(0)}), false),
             ("no-exp", json!({"exp": null}), true),
             ("bad-exp", json!({"exp": "tomorrow"}), false),
-            ("no-sub", json!({"sub": null}), false),
+            ("no-sub-or-client", json!({"sub": null, "client_id": null}), false),
         ];
         for (token, extra, _) in &cases {
             fake.answer(token, Some(active(extra.clone())));
