@@ -808,14 +808,9 @@ async fn the_guards_headers_go_on_json_and_sse_answers() {
     let json = send(addr, "POST", "/mcp", &as_alice, &call(1, "echo", json!({}))).await;
     assert_eq!(json.header("content-type"), Some("application/json"));
     assert_eq!(json.header("dpop-nonce"), Some("alice"));
-    let mut sse = send(
-        addr,
-        "POST",
-        "/mcp",
-        &as_alice,
-        &call(2, "progress", json!({"count": 2})),
-    )
-    .await;
+    let mut progress = call(2, "progress", json!({"count": 2}));
+    progress["params"]["_meta"] = json!({"progressToken": "p"});
+    let mut sse = send(addr, "POST", "/mcp", &as_alice, &progress).await;
     assert_eq!(sse.header("content-type"), Some("text/event-stream"));
     assert_eq!(sse.header("dpop-nonce"), Some("alice"));
     while within("progress", sse.next_message()).await.is_some() {}
@@ -831,14 +826,9 @@ async fn the_guards_headers_go_on_json_and_sse_answers() {
     // 2026-07-28, SSE.
     let mut modern = modern_headers("tools/call", Some("progress"));
     modern.push(("Authorization", "Bearer alice-w"));
-    let mut sse = send(
-        addr,
-        "POST",
-        "/mcp",
-        &modern,
-        &modern_call(3, "progress", json!({"count": 2})),
-    )
-    .await;
+    let mut progress = modern_call(3, "progress", json!({"count": 2}));
+    progress["params"]["_meta"]["progressToken"] = json!("t");
+    let mut sse = send(addr, "POST", "/mcp", &modern, &progress).await;
     assert_eq!(sse.status, 200);
     assert_eq!(sse.header("content-type"), Some("text/event-stream"));
     assert_eq!(sse.header("dpop-nonce"), Some("alice"));

@@ -25,14 +25,18 @@ use crate::headers::RequestFields;
 ///
 /// Set it as [`ServerConfig::guard`](super::ServerConfig::guard). The transport calls
 /// [`authenticate`](Guard::authenticate) for every request to the MCP endpoint (every POST, GET
-/// and DELETE: a session is never proof of identity) after the `Host`/`Origin` and peer checks,
-/// counted against `max_in_flight` while it waits; and [`authorize`](Guard::authorize) for
-/// every JSON-RPC request whose tool, prompt or resource requires scopes
-/// ([`McpApp::required_scopes`](super::McpApp::required_scopes)), before the message reaches the
-/// application.
+/// and DELETE, and the paths of the deprecated HTTP+SSE transport: a session is never proof of
+/// identity) after the path, `Host`/`Origin` and peer checks, counted against
+/// `max_requests_in_flight` while it waits, before the body is read; and
+/// [`authorize`](Guard::authorize) once per POSTed message whose JSON-RPC requests (each of a
+/// batch) need scopes ([`McpApp::required_scopes`](super::McpApp::required_scopes)), with their
+/// union, before any of the message reaches the application.
 pub trait Guard: Send + Sync + fmt::Debug + 'static {
-    /// The protected resource metadata documents (RFC 9728) the transport serves without
-    /// authentication, at [`Metadata::paths`]; `None`: none.
+    /// The protected resource metadata document (RFC 9728) the transport serves without
+    /// authentication at [`Metadata::paths`], which it matches before the endpoint's own path:
+    /// `GET` and `HEAD` get the JSON with `Access-Control-Allow-Origin: *`, `OPTIONS` a CORS
+    /// preflight answer (204), other methods 405. The `Host` and peer are checked as at the
+    /// endpoint; the `Origin` is not. `None` (the default): nothing is served.
     fn metadata(&self) -> Option<&Metadata> {
         None
     }
@@ -48,7 +52,9 @@ pub trait Guard: Send + Sync + fmt::Debug + 'static {
     /// is answered with the challenge (403 `insufficient_scope`, naming the scopes needed).
     fn authorize(&self, grant: &Grant, needed: &[String]) -> Result<(), Challenge>;
 
-    /// Headers to add to a response to an authenticated request (a fresh `DPoP-Nonce`, say).
+    /// Headers to add to every response to an authenticated request (a fresh `DPoP-Nonce`, say):
+    /// JSON and SSE answers alike, and the transport's refusals after authentication (an unknown
+    /// session, a missing scope). Default: none.
     fn on_success(&self, grant: &Grant, headers: &mut HeaderMap) {
         let _ = (grant, headers);
     }
