@@ -890,3 +890,27 @@ async fn a_guard_that_waits_counts_against_the_requests_in_flight() {
     assert_eq!(app.opened.load(Ordering::SeqCst), 2);
     server.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_guard_requests_reach_the_application_as_they_came() {
+    let (server, app) = start(ServerConfig::default()).await;
+    let addr = server.local_addr();
+    let opened = send(
+        addr,
+        "POST",
+        "/mcp",
+        &with_token("Bearer anything", None, None),
+        &initialize("2025-11-25"),
+    )
+    .await;
+    assert_eq!(opened.status, 200);
+    assert_eq!(opened.header("dpop-nonce"), None);
+    let seen = app.seen();
+    assert_eq!(seen[0].headers["authorization"], "Bearer anything");
+    assert_eq!(seen[0].principal, None);
+    assert!(seen[0].grant.is_none());
+    for path in METADATA_PATHS {
+        assert_eq!(send(addr, "GET", path, &[], &Value::Null).await.status, 404);
+    }
+    server.shutdown(Duration::from_secs(1)).await;
+}
