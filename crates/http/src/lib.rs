@@ -36,8 +36,12 @@
 //! with the version the application reported, the same ones the session applies). It reads no cancellation: the
 //! application says which request it will not answer (`server::LegacySession::release`), and
 //! the transport says which request lost its client (`server::LegacyHandler::abandoned`) and
-//! makes up no message for it. It does not authenticate: an authentication layer in front puts a `server::Principal` in the
-//! request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the
+//! makes up no message for it. It authenticates nothing itself: a `server::Guard`
+//! (`ServerConfig::guard`; `modelctx-auth` implements OAuth 2.1) decides who a request comes
+//! from and which scopes it holds, and the transport only places those decisions (the metadata
+//! at its well-known paths, authentication before a body is read, scopes before a message runs,
+//! credentials removed from what handlers see); without one, an authentication layer in front
+//! puts a `server::Principal` in the request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the
 //! client session decides, it carries.
 
 #[cfg(feature = "client")]

@@ -10,6 +10,7 @@ mod http_client;
 mod http_client_robustness;
 mod http_client_ts;
 mod http_connections;
+mod http_guard;
 mod http_musts;
 mod http_robustness;
 mod http_server;

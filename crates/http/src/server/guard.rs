@@ -9,26 +9,34 @@
 //! (JWT access tokens, introspection, DPoP); an application may implement it for its own scheme.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use modelctx_types::{Incoming, Message};
 
-use super::app::Principal;
+use super::app::{McpApp, Principal};
+use super::respond::{self, ResponseBody};
 use crate::event_store::BoxFuture;
+use crate::headers::RequestFields;
 
 /// Decides who a request comes from, and whether that caller may make it.
 ///
 /// Set it as [`ServerConfig::guard`](super::ServerConfig::guard). The transport calls
 /// [`authenticate`](Guard::authenticate) for every request to the MCP endpoint (every POST, GET
-/// and DELETE: a session is never proof of identity) after the `Host`/`Origin` and peer checks,
-/// counted against `max_in_flight` while it waits; and [`authorize`](Guard::authorize) for
-/// every JSON-RPC request whose tool, prompt or resource requires scopes
-/// ([`McpApp::required_scopes`](super::McpApp::required_scopes)), before the message reaches the
-/// application.
+/// and DELETE, and the paths of the deprecated HTTP+SSE transport: a session is never proof of
+/// identity) after the path, `Host`/`Origin` and peer checks, counted against
+/// `max_requests_in_flight` while it waits, before the body is read; and
+/// [`authorize`](Guard::authorize) once per POSTed message whose JSON-RPC requests (each of a
+/// batch) need scopes ([`McpApp::required_scopes`](super::McpApp::required_scopes)), with their
+/// union, before any of the message reaches the application.
 pub trait Guard: Send + Sync + fmt::Debug + 'static {
-    /// The protected resource metadata documents (RFC 9728) the transport serves without
-    /// authentication, at [`Metadata::paths`]; `None`: none.
+    /// The protected resource metadata document (RFC 9728) the transport serves without
+    /// authentication at [`Metadata::paths`], which it matches before the endpoint's own path:
+    /// `GET` and `HEAD` get the JSON with `Access-Control-Allow-Origin: *`, `OPTIONS` a CORS
+    /// preflight answer (204), other methods 405. The `Host` and peer are checked as at the
+    /// endpoint; the `Origin` is not. `None` (the default): nothing is served.
     fn metadata(&self) -> Option<&Metadata> {
         None
     }
@@ -44,7 +52,9 @@ pub trait Guard: Send + Sync + fmt::Debug + 'static {
     /// is answered with the challenge (403 `insufficient_scope`, naming the scopes needed).
     fn authorize(&self, grant: &Grant, needed: &[String]) -> Result<(), Challenge>;
 
-    /// Headers to add to a response to an authenticated request (a fresh `DPoP-Nonce`, say).
+    /// Headers to add to every response to an authenticated request (a fresh `DPoP-Nonce`, say):
+    /// JSON and SSE answers alike, and the transport's refusals after authentication (an unknown
+    /// session, a missing scope). Default: none.
     fn on_success(&self, grant: &Grant, headers: &mut HeaderMap) {
         let _ = (grant, headers);
     }
@@ -135,8 +145,113 @@ impl Challenge {
     }
 }
 
+/// The answer refusing a request: the challenge's status and headers, an empty body.
+pub(crate) fn refusal(challenge: Challenge) -> Response<ResponseBody> {
+    let mut response = respond::empty(challenge.status);
+    response.headers_mut().extend(challenge.headers);
+    response
+}
+
+/// Admits an authenticated request: its [`Principal`] is the grant's (replacing any a layer in
+/// front put there), the grant goes in its extensions, and its credentials (`Authorization`,
+/// `DPoP`, every value of each) leave the headers the application sees.
+pub(crate) fn admit(parts: &mut http::request::Parts, grant: &Arc<Grant>) {
+    parts.extensions.insert(grant.principal());
+    parts.extensions.insert(grant.clone());
+    parts.headers.remove(header::AUTHORIZATION);
+    parts.headers.remove(DPOP);
+}
+
+/// The header of a DPoP proof (RFC 9449).
+const DPOP: &str = "dpop";
+
+/// The scopes the JSON-RPC requests of `incoming` need (a single request, or each request of a
+/// batch), as the application says them: their union, each once, in the order first named.
+/// `name` is the request's `params.name`, else its `params.uri` (read as the header rules read
+/// them). Notifications and responses need none.
+pub(crate) fn needed_scopes(app: &dyn McpApp, incoming: &Incoming) -> Vec<String> {
+    let mut needed: Vec<String> = Vec::new();
+    let mut add = |message: &Message| {
+        let Message::Request(request) = message else {
+            return;
+        };
+        let fields = RequestFields::parse(request.params.as_deref());
+        let name = fields.name().or_else(|| fields.uri());
+        if let Some(scopes) = app.required_scopes(&request.method, name) {
+            for scope in scopes.iter() {
+                if !needed.contains(scope) {
+                    needed.push(scope.clone());
+                }
+            }
+        }
+    };
+    match incoming {
+        Incoming::Single(message) => add(message),
+        Incoming::Batch(elements) => elements.iter().flatten().for_each(&mut add),
+        _ => {}
+    }
+    needed
+}
+
+/// The 403 refusing `incoming` when `grant` lacks a scope one of its requests needs (the
+/// guard's challenge); `None`: it may go on.
+pub(crate) fn check_scopes(
+    guard: &dyn Guard,
+    grant: &Grant,
+    app: &dyn McpApp,
+    incoming: &Incoming,
+) -> Option<Response<ResponseBody>> {
+    let needed = needed_scopes(app, incoming);
+    if needed.is_empty() {
+        return None;
+    }
+    guard.authorize(grant, &needed).err().map(refusal)
+}
+
+/// The answer at a protected resource metadata path: the document for `GET` and `HEAD` (any
+/// origin may read it: `Access-Control-Allow-Origin: *`), a CORS preflight answer for
+/// `OPTIONS`, 405 otherwise. The caller has checked the `Host`.
+pub(crate) fn metadata_response(method: &Method, metadata: &Metadata) -> Response<ResponseBody> {
+    const ALLOW: &str = "GET, HEAD, OPTIONS";
+    let mut response = match *method {
+        Method::GET => respond::json(StatusCode::OK, metadata.body.clone()),
+        Method::HEAD => {
+            let mut response = respond::json(StatusCode::OK, Bytes::new());
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, metadata.body.len().into());
+            response
+        }
+        Method::OPTIONS => {
+            let mut response = respond::empty(StatusCode::NO_CONTENT);
+            let headers = response.headers_mut();
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(ALLOW),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("mcp-protocol-version"),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("86400"),
+            );
+            response
+        }
+        _ => return respond::not_allowed(ALLOW),
+    };
+    response.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    response
+}
+
 #[cfg(test)]
 mod tests {
+    use http_body_util::BodyExt;
+
     use super::*;
 
     #[test]
@@ -148,6 +263,220 @@ mod tests {
         );
         let other = Grant::new("https://other.example.com", "alice");
         assert_ne!(grant.principal(), other.principal());
+    }
+
+    /// An application that needs scopes for a few names (and is never called otherwise).
+    struct Scoped;
+
+    impl McpApp for Scoped {
+        fn open_session(
+            &self,
+            _session: super::super::LegacySession,
+        ) -> Arc<dyn super::super::LegacyHandler> {
+            unreachable!("only asked for scopes")
+        }
+        fn modern(&self, _request: super::super::ModernRequest) {
+            unreachable!("only asked for scopes")
+        }
+        fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
+            let scopes: &[&str] = match (method, name) {
+                ("tools/call", Some("rm")) => &["files:write", "files:read"],
+                ("tools/call", Some("cat")) => &["files:read"],
+                ("resources/read", Some("file:///etc")) => &["admin"],
+                ("prompts/get", Some("p")) => &["prompts"],
+                ("tools/list", None) => &["list"],
+                _ => return None,
+            };
+            Some(scopes.iter().map(|s| s.to_string()).collect())
+        }
+    }
+
+    fn needed(body: &str) -> Vec<String> {
+        needed_scopes(&Scoped, &modelctx_types::decode(body.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn needed_scopes_name_the_tool_prompt_or_resource() {
+        assert_eq!(
+            needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"}}"#),
+            ["files:write", "files:read"]
+        );
+        assert_eq!(
+            needed(r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p"}}"#),
+            ["prompts"]
+        );
+        // No name: `params.uri`.
+        assert_eq!(
+            needed(
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///etc"}}"#
+            ),
+            ["admin"]
+        );
+        // Neither: no name.
+        assert_eq!(
+            needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            ["list"]
+        );
+        // `name` first, then `uri`; members that are not strings are absent.
+        assert!(
+            needed(
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"name":"x","uri":"file:///etc"}}"#
+            )
+            .is_empty()
+        );
+        assert!(
+            needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#)
+                .is_empty()
+        );
+        assert!(
+            needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn notifications_and_responses_need_no_scopes() {
+        assert!(
+            needed(r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"rm"}}"#).is_empty()
+        );
+        assert!(needed(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_empty());
+    }
+
+    #[test]
+    fn a_batch_needs_the_union_of_its_requests_scopes_each_once_in_order() {
+        let batch = r#"[
+            {"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"cat"}},
+            {"jsonrpc":"2.0","method":"prompts/get","params":{"name":"p"}},
+            {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"rm"}},
+            {"jsonrpc":"2.0","id":3},
+            {"jsonrpc":"2.0","id":4,"method":"prompts/get","params":{"name":"p"}}
+        ]"#;
+        assert_eq!(needed(batch), ["files:read", "files:write", "prompts"]);
+    }
+
+    #[derive(Debug)]
+    struct Refuses;
+
+    impl Guard for Refuses {
+        fn authenticate<'a>(
+            &'a self,
+            _request: &'a http::request::Parts,
+        ) -> BoxFuture<'a, Result<Grant, Challenge>> {
+            unreachable!("only asked to authorize")
+        }
+        fn authorize(&self, grant: &Grant, needed: &[String]) -> Result<(), Challenge> {
+            if needed.iter().all(|scope| grant.has_scope(scope)) {
+                return Ok(());
+            }
+            let mut challenge = Challenge::new(StatusCode::FORBIDDEN);
+            let value = format!(
+                r#"Bearer error="insufficient_scope", scope="{}""#,
+                needed.join(" ")
+            );
+            challenge
+                .headers
+                .insert(header::WWW_AUTHENTICATE, value.parse().unwrap());
+            Err(challenge)
+        }
+    }
+
+    #[tokio::test]
+    async fn check_scopes_answers_with_the_guards_challenge_and_an_empty_body() {
+        let incoming = modelctx_types::decode(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"rm"}}"#,
+        )
+        .unwrap();
+        let mut grant = Grant::new("i", "alice");
+        grant.scopes = vec!["files:read".into()];
+        let refused = check_scopes(&Refuses, &grant, &Scoped, &incoming).expect("a refusal");
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        assert_eq!(
+            refused.headers()[header::WWW_AUTHENTICATE],
+            r#"Bearer error="insufficient_scope", scope="files:write files:read""#
+        );
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.is_empty());
+        grant.scopes.push("files:write".into());
+        assert!(check_scopes(&Refuses, &grant, &Scoped, &incoming).is_none());
+        // Nothing needed: the guard is not asked.
+        let list = modelctx_types::decode(br#"{"jsonrpc":"2.0","method":"x"}"#).unwrap();
+        assert!(check_scopes(&Refuses, &Grant::new("i", "s"), &Scoped, &list).is_none());
+    }
+
+    #[test]
+    fn admitting_replaces_the_principal_and_drops_the_credentials() {
+        let (mut parts, ()) = http::Request::post("/mcp")
+            .header("authorization", "Bearer secret")
+            .header("authorization", "Bearer other")
+            .header("DPoP", "proof")
+            .header("x-other", "kept")
+            .extension(Principal("spoofed".into()))
+            .body(())
+            .unwrap()
+            .into_parts();
+        let grant = Arc::new(Grant::new("https://id.example.com", "alice"));
+        admit(&mut parts, &grant);
+        assert_eq!(
+            parts.extensions.get::<Principal>(),
+            Some(&Principal("https://id.example.com alice".into()))
+        );
+        assert_eq!(parts.extensions.get::<Arc<Grant>>(), Some(&grant));
+        assert!(parts.headers.get(header::AUTHORIZATION).is_none());
+        assert!(parts.headers.get("dpop").is_none());
+        assert_eq!(parts.headers["x-other"], "kept");
+    }
+
+    #[tokio::test]
+    async fn the_metadata_answers_get_head_and_preflight_to_any_origin() {
+        let metadata = Metadata::new(
+            vec!["/.well-known/oauth-protected-resource".into()],
+            Bytes::from_static(br#"{"resource":"https://mcp.example.com"}"#),
+        );
+        let get = metadata_response(&Method::GET, &metadata);
+        assert_eq!(get.status(), StatusCode::OK);
+        assert_eq!(get.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(get.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        let body = get.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, metadata.body);
+
+        let head = metadata_response(&Method::HEAD, &metadata);
+        assert_eq!(head.status(), StatusCode::OK);
+        assert_eq!(head.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert_eq!(
+            head.headers()[header::CONTENT_LENGTH],
+            metadata.body.len().to_string().as_str()
+        );
+        assert!(
+            head.into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .is_empty()
+        );
+
+        let options = metadata_response(&Method::OPTIONS, &metadata);
+        assert_eq!(options.status(), StatusCode::NO_CONTENT);
+        let headers = options.headers();
+        assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert!(
+            headers[header::ACCESS_CONTROL_ALLOW_METHODS]
+                .to_str()
+                .unwrap()
+                .contains("GET")
+        );
+        assert!(
+            headers[header::ACCESS_CONTROL_ALLOW_HEADERS]
+                .to_str()
+                .unwrap()
+                .contains("mcp-protocol-version")
+        );
+
+        for method in [Method::POST, Method::PUT, Method::DELETE] {
+            let refused = metadata_response(&method, &metadata);
+            assert_eq!(refused.status(), StatusCode::METHOD_NOT_ALLOWED, "{method}");
+            assert_eq!(refused.headers()[header::ALLOW], "GET, HEAD, OPTIONS");
+        }
     }
 
     #[test]

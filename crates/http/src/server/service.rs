@@ -17,12 +17,13 @@ use tokio::time::Instant;
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
 use super::endpoint::{Shared, TableSizes};
+use super::guard::{self, Grant, Guard, Metadata};
 use super::legacy::{Decision, Refused, Session};
 use super::modern;
 use super::respond::{self, ResponseBody, sse_headers};
 use crate::event_store::{BoxFuture, EventId};
 use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
-use crate::security;
+use crate::security::{self, AllowList};
 use crate::sse::StreamBody;
 
 /// The MCP endpoint as a `tower::Service` (cheap to clone: clones share everything).
@@ -125,8 +126,16 @@ impl McpService {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let config = &self.shared.config;
+        // The guard's metadata is public: served before the endpoint's path check (at its own
+        // paths), to any origin, with no credentials.
+        if let Some(guard) = &config.guard
+            && let Some(metadata) = guard.metadata()
+            && metadata.paths.iter().any(|path| path == parts.uri.path())
+        {
+            return self.metadata(&parts, metadata);
+        }
         #[cfg(feature = "legacy-sse")]
         let old_sse = config.old_sse.as_ref().filter(|paths| {
             let path = parts.uri.path();
@@ -142,21 +151,9 @@ impl McpService {
         }
         if let Err(forbidden) =
             security::check(&parts, &config.allowed_hosts, &config.allowed_origins)
+                .and_then(|()| security::check_peer(peer_of(&parts), &config.allowed_hosts))
         {
-            return respond::error_code(
-                StatusCode::FORBIDDEN,
-                None,
-                REFUSED,
-                forbidden.to_string(),
-            );
-        }
-        if let Err(forbidden) = security::check_peer(peer_of(&parts), &config.allowed_hosts) {
-            return respond::error_code(
-                StatusCode::FORBIDDEN,
-                None,
-                REFUSED,
-                forbidden.to_string(),
-            );
+            return forbidden_response(&forbidden);
         }
         let Some(_in_flight) = InFlight::enter(&self.in_flight, config.max_requests_in_flight)
         else {
@@ -174,9 +171,59 @@ impl McpService {
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             return response;
         };
+        let Some(guard) = &config.guard else {
+            self.maybe_sweep().await;
+            return self.route(parts, body, None).await;
+        };
+        // Authenticated from the head alone, while counted in flight (a guard may wait for its
+        // keys): refused, nothing else happens.
+        let grant = match guard.authenticate(&parts).await {
+            Ok(grant) => Arc::new(grant),
+            Err(challenge) => return guard::refusal(challenge),
+        };
+        guard::admit(&mut parts, &grant);
         self.maybe_sweep().await;
+        let mut response = self
+            .route(parts, body, Some((guard.as_ref(), &grant)))
+            .await;
+        guard.on_success(&grant, response.headers_mut());
+        response
+    }
+
+    /// Answers at a protected resource metadata path: the `Host` is checked as at the endpoint
+    /// (the `Origin` is not: the document is for any origin to read).
+    fn metadata(
+        &self,
+        parts: &http::request::Parts,
+        metadata: &Metadata,
+    ) -> Response<ResponseBody> {
+        let hosts = &self.shared.config.allowed_hosts;
+        if let Err(forbidden) = security::check(parts, hosts, &AllowList::Any)
+            .and_then(|()| security::check_peer(peer_of(parts), hosts))
+        {
+            return forbidden_response(&forbidden);
+        }
+        guard::metadata_response(&parts.method, metadata)
+    }
+
+    /// Dispatches a request that passed the checks (and the guard, which granted `auth`'s
+    /// grant, when one is set) by path and method.
+    async fn route<B>(
+        &self,
+        parts: http::request::Parts,
+        body: B,
+        auth: Option<(&dyn Guard, &Grant)>,
+    ) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let config = &self.shared.config;
         #[cfg(feature = "legacy-sse")]
-        if let Some(paths) = old_sse {
+        if let Some(paths) = config.old_sse.as_ref().filter(|paths| {
+            let path = parts.uri.path();
+            path == paths.sse || path == paths.messages
+        }) {
             let path = parts.uri.path();
             return match parts.method {
                 Method::GET if path == paths.sse => {
@@ -185,7 +232,14 @@ impl McpService {
                 Method::POST if path == paths.messages => {
                     match self.read_body(&parts, body).await {
                         Ok(bytes) => {
-                            super::old_sse::post(&self.shared, Arc::new(parts), bytes).await
+                            super::old_sse::post(
+                                &self.shared,
+                                &self.app,
+                                Arc::new(parts),
+                                bytes,
+                                auth,
+                            )
+                            .await
                         }
                         Err(refused) => *refused,
                     }
@@ -195,7 +249,7 @@ impl McpService {
             };
         }
         match parts.method {
-            Method::POST => self.post(parts, body).await,
+            Method::POST => self.post(parts, body, auth).await,
             Method::GET if config.serves_legacy() => self.get(parts).await,
             Method::DELETE if config.serves_legacy() => self.delete(parts).await,
             _ if config.serves_legacy() => respond::not_allowed("GET, POST, DELETE"),
@@ -203,7 +257,12 @@ impl McpService {
         }
     }
 
-    async fn post<B>(&self, parts: http::request::Parts, body: B) -> Response<ResponseBody>
+    async fn post<B>(
+        &self,
+        parts: http::request::Parts,
+        body: B,
+        auth: Option<(&dyn Guard, &Grant)>,
+    ) -> Response<ResponseBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
@@ -227,6 +286,12 @@ impl McpService {
             Ok(incoming) => incoming,
             Err(error) => return decode_error(&error),
         };
+        // Scopes before anything of the message is processed (no part of a batch either).
+        if let Some((guard, grant)) = auth
+            && let Some(refused) = guard::check_scopes(guard, grant, self.app.as_ref(), &incoming)
+        {
+            return refused;
+        }
         let parts = Arc::new(parts);
         let header_version = header_str(&parts.headers, MCP_PROTOCOL_VERSION);
         let modern = match &incoming {
@@ -698,6 +763,11 @@ fn accepts(headers: &http::HeaderMap, types: &[&str]) -> bool {
     })
 }
 
+/// 403 for a request the `Host`/`Origin` or peer checks refused.
+fn forbidden_response(forbidden: &security::Forbidden) -> Response<ResponseBody> {
+    respond::error_code(StatusCode::FORBIDDEN, None, REFUSED, forbidden.to_string())
+}
+
 fn decode_error(error: &DecodeError) -> Response<ResponseBody> {
     let reply = error.to_error_response();
     respond::error(StatusCode::BAD_REQUEST, reply.id, reply.error)
@@ -965,6 +1035,213 @@ pub(super) mod tests {
                 .await
                 .contains("did not arrive within 5000 ms")
         );
+        assert_eq!(service.table_sizes().await.in_flight, 0);
+    }
+
+    /// A guard that knows one token, `Bearer good` (subject `alice`), and serves metadata at
+    /// two paths; with `gate`, authentication waits until it is notified.
+    #[derive(Debug, Default)]
+    struct TokenGuard {
+        metadata: Option<Metadata>,
+        gate: Option<Arc<tokio::sync::Notify>>,
+        asked: AtomicUsize,
+    }
+
+    const METADATA: &[u8] = br#"{"resource":"http://localhost/mcp"}"#;
+
+    fn token_guard() -> TokenGuard {
+        TokenGuard {
+            metadata: Some(Metadata::new(
+                vec![
+                    "/.well-known/oauth-protected-resource/mcp".into(),
+                    "/.well-known/oauth-protected-resource".into(),
+                ],
+                Bytes::from_static(METADATA),
+            )),
+            ..TokenGuard::default()
+        }
+    }
+
+    impl Guard for TokenGuard {
+        fn metadata(&self) -> Option<&Metadata> {
+            self.metadata.as_ref()
+        }
+
+        fn authenticate<'a>(
+            &'a self,
+            request: &'a http::request::Parts,
+        ) -> BoxFuture<'a, Result<Grant, crate::server::Challenge>> {
+            Box::pin(async move {
+                self.asked.fetch_add(1, Ordering::SeqCst);
+                if let Some(gate) = &self.gate {
+                    gate.notified().await;
+                }
+                if request.headers.get(header::AUTHORIZATION)
+                    == Some(&HeaderValue::from_static("Bearer good"))
+                {
+                    return Ok(Grant::new("test", "alice"));
+                }
+                let mut challenge = crate::server::Challenge::new(StatusCode::UNAUTHORIZED);
+                challenge.headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Bearer resource_metadata="m""#),
+                );
+                Err(challenge)
+            })
+        }
+
+        fn authorize(
+            &self,
+            _grant: &Grant,
+            _needed: &[String],
+        ) -> Result<(), crate::server::Challenge> {
+            Ok(())
+        }
+    }
+
+    fn guarded(guard: TokenGuard, config: ServerConfig) -> (McpService, Arc<TokenGuard>) {
+        let guard = Arc::new(guard);
+        let config = ServerConfig {
+            guard: Some(guard.clone()),
+            ..config
+        };
+        (service(config), guard)
+    }
+
+    fn get(path: &str, host: &str) -> Request<String> {
+        Request::get(path)
+            .header("host", host)
+            .extension(PeerAddr("127.0.0.1:5000".parse().unwrap()))
+            .body(String::new())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_metadata_is_served_before_the_path_check_without_credentials() {
+        let (service, guard) = guarded(token_guard(), ServerConfig::default());
+        for path in [
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource",
+        ] {
+            let mut request = get(path, "localhost:8080");
+            // Any origin may read it.
+            request.headers_mut().insert(
+                header::ORIGIN,
+                HeaderValue::from_static("https://evil.example"),
+            );
+            let response = service.handle(request).await;
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            assert_eq!(response.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], METADATA);
+        }
+        assert_eq!(guard.asked.load(Ordering::SeqCst), 0, "no authentication");
+        // Other paths are still the endpoint's: 404.
+        let other = service
+            .handle(get(
+                "/.well-known/oauth-protected-resource/other",
+                "localhost",
+            ))
+            .await;
+        assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn the_metadata_path_checks_the_host_and_the_peer() {
+        let (service, _) = guarded(token_guard(), ServerConfig::default());
+        let path = "/.well-known/oauth-protected-resource";
+        let foreign = service.handle(get(path, "evil.example")).await;
+        assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+        assert!(message(foreign).await.contains("Host not allowed"));
+        let mut remote = get(path, "localhost");
+        remote
+            .extensions_mut()
+            .insert(PeerAddr("192.0.2.7:4000".parse().unwrap()));
+        assert_eq!(service.handle(remote).await.status(), StatusCode::FORBIDDEN);
+    }
+
+    #[tokio::test]
+    async fn without_a_guard_or_its_metadata_the_well_known_paths_are_not_served() {
+        let path = "/.well-known/oauth-protected-resource";
+        let plain = service(ServerConfig::default());
+        assert_eq!(
+            plain.handle(get(path, "localhost")).await.status(),
+            StatusCode::NOT_FOUND
+        );
+        let (no_metadata, _) = guarded(TokenGuard::default(), ServerConfig::default());
+        assert_eq!(
+            no_metadata.handle(get(path, "localhost")).await.status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_request_is_answered_with_the_challenge_before_its_body_is_read() {
+        let (service, guard) = guarded(token_guard(), ServerConfig::default());
+        let response = tokio::time::timeout(Duration::from_secs(1), service.handle(stalled_post()))
+            .await
+            .expect("refused at once, not a wait for the body");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            response.headers()[header::WWW_AUTHENTICATE],
+            r#"Bearer resource_metadata="m""#
+        );
+        assert!(response.headers().get(header::CONTENT_TYPE).is_none());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.is_empty());
+        assert_eq!(guard.asked.load(Ordering::SeqCst), 1);
+        assert_eq!(service.table_sizes().await.in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn the_guard_is_asked_after_the_host_checks() {
+        let (service, guard) = guarded(token_guard(), ServerConfig::default());
+        let response = service
+            .handle(list("evil.example", Some("127.0.0.1:1")))
+            .await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let response = service.handle(list("localhost", Some("192.0.2.7:1"))).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        assert_eq!(guard.asked.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_guard_that_waits_counts_against_the_requests_in_flight() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let (service, guard) = guarded(
+            TokenGuard {
+                gate: Some(gate.clone()),
+                ..token_guard()
+            },
+            ServerConfig {
+                max_requests_in_flight: 1,
+                ..ServerConfig::default()
+            },
+        );
+        let mut first = list("localhost", Some("127.0.0.1:1"));
+        first.headers_mut().insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer good"),
+        );
+        let first = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(first).await }
+        });
+        while guard.asked.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(service.table_sizes().await.in_flight, 1);
+        let refused = service.handle(list("localhost", Some("127.0.0.1:2"))).await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            guard.asked.load(Ordering::SeqCst),
+            1,
+            "refused before the guard"
+        );
+        gate.notify_one();
+        // Authenticated: on to the endpoint (a legacy request without a session: 400).
+        let answered = first.await.unwrap();
+        assert_eq!(answered.status(), StatusCode::BAD_REQUEST);
         assert_eq!(service.table_sizes().await.in_flight, 0);
     }
 
