@@ -310,25 +310,44 @@ impl Server {
     /// The endpoint serves the server's versions (`ServerBuilder::versions`): they replace
     /// `config.versions`.
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
-        let mut config = self.with_versions(config);
+        let mut config = self.endpoint_config(config)?;
         config.path = None;
         McpService::new(config, Arc::new(self.clone()))
     }
 
     /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security
-    /// defaults; see `modelctx_http::server::serve`.
+    /// defaults; see `modelctx_http::server::serve`. A configuration refused
+    /// (`ConfigError`, such as [`ConfigError::ConflictingGuards`]) is an
+    /// [`InvalidInput`](std::io::ErrorKind::InvalidInput) error carrying it.
     pub async fn serve_http(
         &self,
         addr: SocketAddr,
         config: ServerConfig,
     ) -> std::io::Result<RunningServer> {
-        modelctx_http::server::serve(addr, self.with_versions(config), Arc::new(self.clone())).await
+        let config = self
+            .endpoint_config(config)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
     }
 
-    /// `config` serving the versions of the server's protocol sessions: one list for both.
-    fn with_versions(&self, mut config: ServerConfig) -> ServerConfig {
+    /// `config` for this server's endpoint: serving the versions of the server's protocol
+    /// sessions (one list for both), and guarded by the server's guard
+    /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)). A guard in `config` becomes the
+    /// server's when it has none yet; one different from the server's is refused.
+    pub(crate) fn endpoint_config(
+        &self,
+        mut config: ServerConfig,
+    ) -> Result<ServerConfig, ConfigError> {
         config.versions = self.shared.config.versions.clone();
-        config
+        if let Some(given) = &config.guard {
+            let kept = self.shared.guard.get_or_init(|| given.clone());
+            if !Arc::ptr_eq(kept, given) {
+                return Err(ConfigError::ConflictingGuards);
+            }
+        } else if let Some(guard) = self.shared.guard.get() {
+            config.guard = Some(guard.clone());
+        }
+        Ok(config)
     }
 }
 
@@ -425,6 +444,15 @@ impl McpApp for Server {
     fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         let registry = self.shared.registry();
         registry.tools.get(tool)?.param_headers.clone()
+    }
+
+    /// The scopes given to the tool, prompt, resource or template `name` names
+    /// ([`Tool::scopes`](crate::Tool::scopes) and the like): an `Arc` clone of those kept since
+    /// it was defined. `tools/call` and `prompts/get` by name; `resources/read` and
+    /// `resources/subscribe` by URI, the resource at it or else the first template matching
+    /// it (as a read picks). `None` for other methods and unknown names.
+    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
+        crate::auth::required(&self.shared, method, name)
     }
 }
 

@@ -116,6 +116,7 @@
 mod http;
 mod transport;
 
+mod auth;
 mod context;
 mod input;
 mod limits;
@@ -145,6 +146,10 @@ pub use limits::Limits;
 /// [`Server::http_service`] and [`Server::serve_http`]: security defaults, limits, timeouts.
 #[cfg(feature = "http")]
 pub use modelctx_http::server::ServerConfig as HttpConfig;
+/// The authentication seam of the HTTP transport (`modelctx_http::server`): a [`Guard`] for
+/// [`ServerBuilder::auth`], the [`Grant`] handlers read with [`Context::auth`].
+#[cfg(feature = "http")]
+pub use modelctx_http::server::{Challenge, Grant, Guard, Metadata};
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
 /// and gives (content blocks, tool annotations, icons, ...).
