@@ -1577,4 +1577,105 @@ mod tests {
         let note = standalone.next().await.unwrap();
         assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
     }
+
+    /// A guard that lets nobody in (only its identity matters here).
+    #[derive(Debug)]
+    struct Closed;
+
+    impl modelctx_http::server::Guard for Closed {
+        fn authenticate<'a>(
+            &'a self,
+            _: &'a axum::http::request::Parts,
+        ) -> modelctx_http::event_store::BoxFuture<
+            'a,
+            Result<modelctx_http::server::Grant, modelctx_http::server::Challenge>,
+        > {
+            let challenge = modelctx_http::server::Challenge::new(StatusCode::UNAUTHORIZED);
+            Box::pin(std::future::ready(Err(challenge)))
+        }
+
+        fn authorize(
+            &self,
+            _: &modelctx_http::server::Grant,
+            _: &[String],
+        ) -> Result<(), modelctx_http::server::Challenge> {
+            Err(modelctx_http::server::Challenge::new(StatusCode::FORBIDDEN))
+        }
+    }
+
+    fn guarded(config: &ServerConfig) -> &Arc<dyn modelctx_http::server::Guard> {
+        config.guard.as_ref().expect("a guard")
+    }
+
+    #[test]
+    fn the_builders_guard_guards_the_endpoint() {
+        let server = Server::builder("s", "1").auth(Closed).build();
+        let kept = server
+            .shared
+            .guard
+            .get()
+            .expect("the server's guard")
+            .clone();
+        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        assert!(Arc::ptr_eq(guarded(&config), &kept));
+        // The same guard given in the configuration too is fine; another one is refused.
+        let mut same = ServerConfig::default();
+        same.guard = Some(kept.clone());
+        assert!(Arc::ptr_eq(
+            guarded(&server.endpoint_config(same).unwrap()),
+            &kept
+        ));
+        let mut other = ServerConfig::default();
+        other.guard = Some(Arc::new(Closed));
+        assert_eq!(
+            server.endpoint_config(other.clone()).err(),
+            Some(ConfigError::ConflictingGuards)
+        );
+        assert!(matches!(
+            server.http_service(other),
+            Err(ConfigError::ConflictingGuards)
+        ));
+    }
+
+    #[test]
+    fn without_one_the_first_guard_served_becomes_the_servers() {
+        let server = Server::builder("s", "1").build();
+        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        assert!(config.guard.is_none());
+        assert!(server.shared.guard.get().is_none());
+        let given: Arc<dyn modelctx_http::server::Guard> = Arc::new(Closed);
+        let mut config = ServerConfig::default();
+        config.guard = Some(given.clone());
+        let config = server.endpoint_config(config).unwrap();
+        assert!(Arc::ptr_eq(guarded(&config), &given));
+        assert!(Arc::ptr_eq(server.shared.guard.get().unwrap(), &given));
+        // Served again without one, the endpoint is guarded all the same.
+        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        assert!(Arc::ptr_eq(guarded(&config), &given));
+        let mut other = ServerConfig::default();
+        other.guard = Some(Arc::new(Closed));
+        assert_eq!(
+            server.endpoint_config(other).err(),
+            Some(ConfigError::ConflictingGuards)
+        );
+    }
+
+    #[tokio::test]
+    async fn serve_http_refuses_conflicting_guards_as_invalid_input() {
+        let server = Server::builder("s", "1").auth(Closed).build();
+        let mut config = ServerConfig::default();
+        config.guard = Some(Arc::new(Closed));
+        let error = server
+            .serve_http(SocketAddr::from(([127, 0, 0, 1], 0)), config)
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(
+            error
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<ConfigError>()),
+            Some(&ConfigError::ConflictingGuards)
+        );
+    }
 }
