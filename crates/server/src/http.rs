@@ -1665,11 +1665,12 @@ mod tests {
         let server = Server::builder("s", "1").auth(Closed).build();
         let mut config = ServerConfig::default();
         config.guard = Some(Arc::new(Closed));
-        let error = server
+        let Err(error) = server
             .serve_http(SocketAddr::from(([127, 0, 0, 1], 0)), config)
             .await
-            .err()
-            .expect("refused");
+        else {
+            panic!("served with two guards");
+        };
         assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
         assert_eq!(
             error
