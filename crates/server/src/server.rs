@@ -106,11 +106,11 @@ impl ServerBuilder {
     /// [`Context::auth`](crate::Context::auth).
     ///
     /// A `ServerConfig` that already carries another guard is refused
-    /// (`ConfigError::ConflictingGuards`): set the guard in one place. Without this, a guard given in the
-    /// `ServerConfig` is used by the transport and becomes the server's (for its own check)
-    /// the first time it is served; serving it later with yet another guard is refused the same
-    /// way. Serving over stdio is unaffected: the MCP authorization rules are for HTTP, and a
-    /// stdio server gets its credentials from its environment.
+    /// (`ConfigError::ConflictingGuards`): set the guard in one place. Without this, a guard
+    /// given in the `ServerConfig` is used by the transport and becomes the server's (for its
+    /// own check) the first time it is served; serving it later with yet another guard is
+    /// refused the same way. Serving over stdio is unaffected: the MCP authorization rules are
+    /// for HTTP, and a stdio server gets its credentials from its environment.
     ///
     /// ```
     /// use modelctx_server::{Guard, HttpConfig, NoArgs, Server, Tool};
