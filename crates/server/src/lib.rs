@@ -129,7 +129,6 @@
 mod http;
 mod transport;
 
-mod auth;
 mod context;
 mod input;
 mod limits;
@@ -139,6 +138,8 @@ mod server;
 
 mod route;
 
+#[cfg(feature = "http")]
+mod auth;
 mod registry;
 
 mod prompt;

@@ -149,7 +149,7 @@ pub struct Prompt {
     /// The type of the state the handler takes, if any.
     pub(crate) state: Option<(TypeId, &'static str)>,
     /// The scopes a `prompts/get` needs ([`Prompt::scopes`]); `None`: none.
-    pub(crate) scopes: crate::auth::Scopes,
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for Prompt {
@@ -274,7 +274,7 @@ impl Prompt {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        self.scopes = crate::auth::scopes(scopes);
+        self.scopes = crate::handler::scopes(scopes);
         self
     }
 

@@ -191,7 +191,7 @@ pub struct Resource {
     read: ErasedRead,
     pub(crate) cache: Option<CacheHint>,
     /// The scopes reading or subscribing needs ([`Resource::scopes`]); `None`: none.
-    pub(crate) scopes: crate::auth::Scopes,
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for Resource {
@@ -269,7 +269,7 @@ impl Resource {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        self.scopes = crate::auth::scopes(scopes);
+        self.scopes = crate::handler::scopes(scopes);
         self
     }
 }
@@ -283,7 +283,7 @@ pub struct ResourceTemplate {
     pub(crate) completers: BTreeMap<String, Completer>,
     pub(crate) cache: Option<CacheHint>,
     /// The scopes reading or subscribing needs ([`ResourceTemplate::scopes`]); `None`: none.
-    pub(crate) scopes: crate::auth::Scopes,
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for ResourceTemplate {
@@ -392,7 +392,7 @@ impl ResourceTemplate {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        self.scopes = crate::auth::scopes(scopes);
+        self.scopes = crate::handler::scopes(scopes);
         self
     }
 }

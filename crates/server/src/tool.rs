@@ -593,7 +593,7 @@ pub struct Tool {
     pub(crate) output_schema: Option<JsonObject>,
     pub(crate) handler: ErasedTool,
     /// The scopes a call needs ([`Tool::scopes`]); `None`: none.
-    pub(crate) scopes: crate::auth::Scopes,
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for Tool {
@@ -775,7 +775,7 @@ impl Tool {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        self.scopes = crate::auth::scopes(scopes);
+        self.scopes = crate::handler::scopes(scopes);
         self
     }
 
