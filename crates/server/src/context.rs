@@ -154,6 +154,29 @@ impl Context {
         self.inner.http.as_ref()
     }
 
+    /// Who the caller is, as the HTTP transport's guard found it
+    /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)): subject, client id, scopes and
+    /// the token's claims (never the token). It is that of the HTTP request that carried this
+    /// message: on a legacy session, of the POST of this request, not of the one that opened
+    /// the session. `None` over stdio and in memory, and over HTTP without a guard (unless a
+    /// layer in front put an `Arc<Grant>` in the request's extensions).
+    ///
+    /// ```
+    /// use modelctx_server::{Context, NoArgs};
+    ///
+    /// async fn whoami(context: Context, _: NoArgs) -> String {
+    ///     match context.auth() {
+    ///         Some(grant) => format!("{} (client {:?})", grant.subject, grant.client_id),
+    ///         None => "nobody".to_owned(),
+    ///     }
+    /// }
+    /// # let _ = modelctx_server::Tool::new("whoami", whoami);
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn auth(&self) -> Option<&modelctx_http::server::Grant> {
+        self.inner.http.as_ref()?.grant()
+    }
+
     /// Fires when the request is cancelled: by `notifications/cancelled` (legacy, stdio), by the
     /// client closing the response stream (modern HTTP), or when the connection ends. A handler
     /// that stops early on it may return anything: nothing more is sent for the request.

@@ -1,14 +1,36 @@
 //! What handlers are made of: the boxed future the registry stores, the erased work of one
-//! request, the markers that tell handler shapes apart, and the schemas derived from types.
+//! request, the markers that tell handler shapes apart, the schemas derived from types, and
+//! the scopes an item needs.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use modelctx_types::ErrorObject;
 
 use crate::context::Context;
+
+/// The OAuth scopes an item needs (`Tool::scopes` and the like), kept once when it is defined and handed out as a clone of the
+/// `Arc` (`None`: none beyond authentication).
+pub(crate) type Scopes = Option<Arc<[String]>>;
+
+/// `scopes` as kept: in order, each once, empty ones dropped; none at all is `None`.
+pub(crate) fn scopes<I>(scopes: I) -> Scopes
+where
+    I: IntoIterator,
+    I::Item: Into<String>,
+{
+    let mut kept: Vec<String> = Vec::new();
+    for scope in scopes {
+        let scope = scope.into();
+        if !scope.is_empty() && !kept.contains(&scope) {
+            kept.push(scope);
+        }
+    }
+    (!kept.is_empty()).then(|| Arc::from(kept))
+}
 
 /// A boxed future, as the registry stores handlers.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -347,5 +369,18 @@ mod tests {
         assert!(schema["properties"]["format"].is_object(), "{text}");
         assert_eq!(schema["properties"]["count"]["minimum"], 0);
         assert!(schema.get("$schema").is_none());
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_kept_once_in_order() {
+        let kept = scopes(["b", "a", "b", "", "c"]).unwrap();
+        assert_eq!(&*kept, ["b", "a", "c"]);
+        assert_eq!(scopes(Vec::<String>::new()), None);
+        assert_eq!(scopes([""]), None);
     }
 }

@@ -310,25 +310,44 @@ impl Server {
     /// The endpoint serves the server's versions (`ServerBuilder::versions`): they replace
     /// `config.versions`.
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
-        let mut config = self.with_versions(config);
+        let mut config = self.endpoint_config(config)?;
         config.path = None;
         McpService::new(config, Arc::new(self.clone()))
     }
 
     /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security
-    /// defaults; see `modelctx_http::server::serve`.
+    /// defaults; see `modelctx_http::server::serve`. A configuration refused
+    /// (`ConfigError`, such as [`ConfigError::ConflictingGuards`]) is an
+    /// [`InvalidInput`](std::io::ErrorKind::InvalidInput) error carrying it.
     pub async fn serve_http(
         &self,
         addr: SocketAddr,
         config: ServerConfig,
     ) -> std::io::Result<RunningServer> {
-        modelctx_http::server::serve(addr, self.with_versions(config), Arc::new(self.clone())).await
+        let config = self
+            .endpoint_config(config)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
     }
 
-    /// `config` serving the versions of the server's protocol sessions: one list for both.
-    fn with_versions(&self, mut config: ServerConfig) -> ServerConfig {
+    /// `config` for this server's endpoint: serving the versions of the server's protocol
+    /// sessions (one list for both), and guarded by the server's guard
+    /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)). A guard in `config` becomes the
+    /// server's when it has none yet; one different from the server's is refused.
+    pub(crate) fn endpoint_config(
+        &self,
+        mut config: ServerConfig,
+    ) -> Result<ServerConfig, ConfigError> {
         config.versions = self.shared.config.versions.clone();
-        config
+        if let Some(given) = &config.guard {
+            let kept = self.shared.guard.get_or_init(|| given.clone());
+            if !Arc::ptr_eq(kept, given) {
+                return Err(ConfigError::ConflictingGuards);
+            }
+        } else if let Some(guard) = self.shared.guard.get() {
+            config.guard = Some(guard.clone());
+        }
+        Ok(config)
     }
 }
 
@@ -425,6 +444,15 @@ impl McpApp for Server {
     fn tool_param_headers(&self, tool: &str) -> Option<Arc<[ParamHeader]>> {
         let registry = self.shared.registry();
         registry.tools.get(tool)?.param_headers.clone()
+    }
+
+    /// The scopes given to the tool, prompt, resource or template `name` names
+    /// ([`Tool::scopes`](crate::Tool::scopes) and the like): an `Arc` clone of those kept since
+    /// it was defined. `tools/call` and `prompts/get` by name; `resources/read` and
+    /// `resources/subscribe` by URI, the resource at it or else the first template matching
+    /// it (as a read picks). `None` for other methods and unknown names.
+    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
+        crate::auth::required(&self.shared, method, name)
     }
 }
 
@@ -1548,5 +1576,107 @@ mod tests {
             .unwrap();
         let note = standalone.next().await.unwrap();
         assert_eq!(note["method"], "notifications/tools/list_changed", "{note}");
+    }
+
+    /// A guard that lets nobody in (only its identity matters here).
+    #[derive(Debug)]
+    struct Closed;
+
+    impl modelctx_http::server::Guard for Closed {
+        fn authenticate<'a>(
+            &'a self,
+            _: &'a axum::http::request::Parts,
+        ) -> modelctx_http::event_store::BoxFuture<
+            'a,
+            Result<modelctx_http::server::Grant, modelctx_http::server::Challenge>,
+        > {
+            let challenge = modelctx_http::server::Challenge::new(StatusCode::UNAUTHORIZED);
+            Box::pin(std::future::ready(Err(challenge)))
+        }
+
+        fn authorize(
+            &self,
+            _: &modelctx_http::server::Grant,
+            _: &[String],
+        ) -> Result<(), modelctx_http::server::Challenge> {
+            Err(modelctx_http::server::Challenge::new(StatusCode::FORBIDDEN))
+        }
+    }
+
+    fn guarded(config: &ServerConfig) -> &Arc<dyn modelctx_http::server::Guard> {
+        config.guard.as_ref().expect("a guard")
+    }
+
+    #[test]
+    fn the_builders_guard_guards_the_endpoint() {
+        let server = Server::builder("s", "1").auth(Closed).build();
+        let kept = server
+            .shared
+            .guard
+            .get()
+            .expect("the server's guard")
+            .clone();
+        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        assert!(Arc::ptr_eq(guarded(&config), &kept));
+        // The same guard given in the configuration too is fine; another one is refused.
+        let mut same = ServerConfig::default();
+        same.guard = Some(kept.clone());
+        assert!(Arc::ptr_eq(
+            guarded(&server.endpoint_config(same).unwrap()),
+            &kept
+        ));
+        let mut other = ServerConfig::default();
+        other.guard = Some(Arc::new(Closed));
+        assert_eq!(
+            server.endpoint_config(other.clone()).err(),
+            Some(ConfigError::ConflictingGuards)
+        );
+        assert!(matches!(
+            server.http_service(other),
+            Err(ConfigError::ConflictingGuards)
+        ));
+    }
+
+    #[test]
+    fn without_one_the_first_guard_served_becomes_the_servers() {
+        let server = Server::builder("s", "1").build();
+        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        assert!(config.guard.is_none());
+        assert!(server.shared.guard.get().is_none());
+        let given: Arc<dyn modelctx_http::server::Guard> = Arc::new(Closed);
+        let mut config = ServerConfig::default();
+        config.guard = Some(given.clone());
+        let config = server.endpoint_config(config).unwrap();
+        assert!(Arc::ptr_eq(guarded(&config), &given));
+        assert!(Arc::ptr_eq(server.shared.guard.get().unwrap(), &given));
+        // Served again without one, the endpoint is guarded all the same.
+        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        assert!(Arc::ptr_eq(guarded(&config), &given));
+        let mut other = ServerConfig::default();
+        other.guard = Some(Arc::new(Closed));
+        assert_eq!(
+            server.endpoint_config(other).err(),
+            Some(ConfigError::ConflictingGuards)
+        );
+    }
+
+    #[tokio::test]
+    async fn serve_http_refuses_conflicting_guards_as_invalid_input() {
+        let server = Server::builder("s", "1").auth(Closed).build();
+        let mut config = ServerConfig::default();
+        config.guard = Some(Arc::new(Closed));
+        let Err(error) = server
+            .serve_http(SocketAddr::from(([127, 0, 0, 1], 0)), config)
+            .await
+        else {
+            panic!("served with two guards");
+        };
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(
+            error
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<ConfigError>()),
+            Some(&ConfigError::ConflictingGuards)
+        );
     }
 }

@@ -60,6 +60,16 @@
 //! no question but [`InputError::NotSupported`]; returned by a tool or prompt, it answers a
 //! modern request with the protocol's `MissingRequiredClientCapability` error (-32021).
 //!
+//! # Authorization (Streamable HTTP)
+//!
+//! [`ServerBuilder::auth`] takes a [`Guard`] (for OAuth 2.1, the one `modelctx-auth` builds):
+//! every request to the endpoint is authenticated (401 without a valid token), and a request
+//! for a tool, prompt, resource or template given [`Tool::scopes`] (and the like) that the token
+//! lacks is refused 403 before it is read. The server checks the scopes again with the same
+//! guard before the handler runs (a JSON-RPC error -32000 whose `data.reason` is
+//! `"insufficient_scope"`), and handlers read the caller with [`Context::auth`]. Stdio is
+//! unaffected. `docs/guide-auth.md` walks through it.
+//!
 //! # Transports
 //!
 //! [`Server::serve_stdio`], [`Server::http_service`] and [`Server::serve_http`] (both eras on
@@ -100,8 +110,11 @@
 //! hint of modern results (`Settings::list_cache`); the session writes it. Some protocol rules
 //! still live here rather than in `modelctx-session`: legacy subscriptions (in the runtime,
 //! `run/`) and the resource-not-found code per era
-//! (`resource.rs`). It does not authenticate (an HTTP layer in front does) and does not
-//! implement the tasks extension yet.
+//! (`resource.rs`). It does not authenticate by itself: over HTTP the transport asks the
+//! [`Guard`] given to [`ServerBuilder::auth`] (`modelctx-auth` builds one for OAuth 2.1; this
+//! crate does not depend on it), and the server answers which scopes a request needs and checks
+//! them again before a handler runs; over stdio nothing is authenticated (the MCP
+//! authorization rules are for HTTP). It does not implement the tasks extension yet.
 //!
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
@@ -125,6 +138,8 @@ mod server;
 
 mod route;
 
+#[cfg(feature = "http")]
+mod auth;
 mod registry;
 
 mod prompt;
@@ -145,6 +160,10 @@ pub use limits::Limits;
 /// [`Server::http_service`] and [`Server::serve_http`]: security defaults, limits, timeouts.
 #[cfg(feature = "http")]
 pub use modelctx_http::server::ServerConfig as HttpConfig;
+/// The authentication seam of the HTTP transport (`modelctx_http::server`): a [`Guard`] for
+/// [`ServerBuilder::auth`], the [`Grant`] handlers read with [`Context::auth`].
+#[cfg(feature = "http")]
+pub use modelctx_http::server::{Challenge, Grant, Guard, Metadata};
 pub use modelctx_session::{LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
 /// and gives (content blocks, tool annotations, icons, ...).
@@ -159,3 +178,9 @@ pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
+
+/// The code of `docs/guide-auth.md` that needs only this crate, compiled and run as doctests
+/// (the blocks that use `modelctx-auth` are `ignore`d until that crate is merged).
+#[cfg(all(doctest, feature = "http"))]
+#[doc = include_str!("../../../docs/guide-auth.md")]
+pub struct AuthGuideDoctests;

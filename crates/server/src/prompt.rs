@@ -148,6 +148,8 @@ pub struct Prompt {
     pub(crate) completers: BTreeMap<String, Completer>,
     /// The type of the state the handler takes, if any.
     pub(crate) state: Option<(TypeId, &'static str)>,
+    /// The scopes a `prompts/get` needs ([`Prompt::scopes`]); `None`: none.
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for Prompt {
@@ -261,7 +263,19 @@ impl Prompt {
             handler,
             completers: BTreeMap::new(),
             state: H::state_type(),
+            scopes: None,
         }
+    }
+
+    /// The OAuth scopes a `prompts/get` of it needs (default: none beyond authentication);
+    /// see [`Tool::scopes`](crate::Tool::scopes).
+    pub fn scopes<I>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.scopes = crate::handler::scopes(scopes);
+        self
     }
 
     /// The description.

@@ -190,6 +190,8 @@ pub struct Resource {
     pub(crate) definition: model::Resource,
     read: ErasedRead,
     pub(crate) cache: Option<CacheHint>,
+    /// The scopes reading or subscribing needs ([`Resource::scopes`]); `None`: none.
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for Resource {
@@ -238,6 +240,7 @@ impl Resource {
             definition,
             read: erase(handler),
             cache: None,
+            scopes: None,
         }
     }
 
@@ -258,6 +261,17 @@ impl Resource {
         self.cache = Some(hint);
         self
     }
+
+    /// The OAuth scopes `resources/read` and `resources/subscribe` of its URI need (default:
+    /// none beyond authentication); see [`Tool::scopes`](crate::Tool::scopes).
+    pub fn scopes<I>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.scopes = crate::handler::scopes(scopes);
+        self
+    }
 }
 
 /// Resources whose URIs follow an RFC 6570 template (levels 1 to 4).
@@ -268,6 +282,8 @@ pub struct ResourceTemplate {
     read: ErasedRead,
     pub(crate) completers: BTreeMap<String, Completer>,
     pub(crate) cache: Option<CacheHint>,
+    /// The scopes reading or subscribing needs ([`ResourceTemplate::scopes`]); `None`: none.
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for ResourceTemplate {
@@ -335,6 +351,7 @@ impl ResourceTemplate {
             read: erase(handler),
             completers: BTreeMap::new(),
             cache: None,
+            scopes: None,
         })
     }
 
@@ -364,6 +381,18 @@ impl ResourceTemplate {
     /// How long modern clients may cache what is read.
     pub fn cache(mut self, hint: CacheHint) -> Self {
         self.cache = Some(hint);
+        self
+    }
+
+    /// The OAuth scopes `resources/read` and `resources/subscribe` of a URI it matches need
+    /// (default: none beyond authentication); see [`Tool::scopes`](crate::Tool::scopes). A
+    /// resource registered at the exact URI decides instead, as it does for reading.
+    pub fn scopes<I>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.scopes = crate::handler::scopes(scopes);
         self
     }
 }

@@ -35,6 +35,8 @@ pub struct ServerBuilder {
     subscribe_hook: Option<crate::resource::SubscribeHook>,
     versions: Option<Vec<ProtocolVersion>>,
     session_store: Option<Arc<dyn crate::run::SessionStore>>,
+    #[cfg(feature = "http")]
+    guard: Option<Arc<dyn modelctx_http::server::Guard>>,
 }
 
 impl ServerBuilder {
@@ -88,6 +90,72 @@ impl ServerBuilder {
     /// [`InMemoryStore`](crate::InMemoryStore) of this process). Used with feature `http`.
     pub fn session_store(mut self, store: Arc<dyn crate::run::SessionStore>) -> Self {
         self.session_store = Some(store);
+        self
+    }
+
+    /// Who may call over Streamable HTTP (default: no guard; anyone the transport's other
+    /// checks let through). `modelctx-auth` builds one for OAuth 2.1 access tokens; any
+    /// [`Guard`](crate::Guard) does.
+    ///
+    /// [`Server::http_service`] and [`Server::serve_http`] set `ServerConfig::guard` to it, so
+    /// every request to the endpoint is authenticated (401 without a valid token), and one
+    /// that needs scopes ([`Tool::scopes`](crate::Tool::scopes) and the like) the token lacks
+    /// gets 403. Before a handler runs, the server checks the scopes again with the same guard
+    /// ([`Guard::authorize`](crate::Guard::authorize)), refusing with a JSON-RPC error (-32000,
+    /// `data.reason` `"insufficient_scope"`). Handlers read the caller with
+    /// [`Context::auth`](crate::Context::auth).
+    ///
+    /// A `ServerConfig` that already carries another guard is refused
+    /// (`ConfigError::ConflictingGuards`): set the guard in one place. Without this, a guard
+    /// given in the `ServerConfig` is used by the transport and becomes the server's (for its
+    /// own check) the first time it is served; serving it later with yet another guard is
+    /// refused the same way. Serving over stdio is unaffected: the MCP authorization rules are
+    /// for HTTP, and a stdio server gets its credentials from its environment.
+    ///
+    /// ```
+    /// use modelctx_server::{Guard, HttpConfig, NoArgs, Server, Tool};
+    /// # use modelctx_server::{Challenge, Grant};
+    /// # use axum::http::{StatusCode, request::Parts};
+    /// #
+    /// # /// Lets in one caller, who holds `files:read`.
+    /// # #[derive(Debug)]
+    /// # struct OneCaller;
+    /// #
+    /// # impl Guard for OneCaller {
+    /// #     fn authenticate<'a>(
+    /// #         &'a self,
+    /// #         _: &'a Parts,
+    /// #     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Grant, Challenge>> + Send + 'a>> {
+    /// #         let mut grant = Grant::new("local", "alice");
+    /// #         grant.scopes = vec!["files:read".into()];
+    /// #         Box::pin(std::future::ready(Ok(grant)))
+    /// #     }
+    /// #
+    /// #     fn authorize(&self, grant: &Grant, needed: &[String]) -> Result<(), Challenge> {
+    /// #         match needed.iter().all(|scope| grant.has_scope(scope)) {
+    /// #             true => Ok(()),
+    /// #             false => Err(Challenge::new(StatusCode::FORBIDDEN)),
+    /// #         }
+    /// #     }
+    /// # }
+    ///
+    /// async fn rm(_: NoArgs) -> &'static str {
+    ///     "removed"
+    /// }
+    ///
+    /// # fn run(guard: impl Guard) -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = Server::builder("files", "1.0.0")
+    ///     .auth(guard)
+    ///     .tool(Tool::new("rm", rm).scopes(["files:write"]))
+    ///     .build();
+    /// let mcp = server.http_service(HttpConfig::default())?;
+    /// # let _ = mcp;
+    /// # Ok(()) }
+    /// # run(OneCaller).unwrap();
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn auth(mut self, guard: impl modelctx_http::server::Guard) -> Self {
+        self.guard = Some(Arc::new(guard));
         self
     }
 
@@ -289,6 +357,11 @@ impl ServerBuilder {
                 }),
                 changes,
                 state: Arc::new(self.states),
+                #[cfg(feature = "http")]
+                guard: self
+                    .guard
+                    .map(std::sync::OnceLock::from)
+                    .unwrap_or_default(),
             }),
         };
         (server, refused)
@@ -443,6 +516,8 @@ impl Server {
             declare_tools: false,
             declare_prompts: false,
             declare_resources: false,
+            #[cfg(feature = "http")]
+            guard: None,
             state_key: None,
             states: States::default(),
             subscribe_hook: None,

@@ -592,6 +592,8 @@ pub struct Tool {
     pub(crate) input_schema: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
     pub(crate) handler: ErasedTool,
+    /// The scopes a call needs ([`Tool::scopes`]); `None`: none.
+    pub(crate) scopes: crate::handler::Scopes,
 }
 
 impl std::fmt::Debug for Tool {
@@ -689,6 +691,7 @@ impl Tool {
     {
         let name = name.into();
         Tool {
+            scopes: None,
             definition: JsonObject::new(),
             annotations: None,
             icons: None,
@@ -748,6 +751,31 @@ impl Tool {
                 .entry("$schema")
                 .or_insert_with(|| Value::from(DIALECT));
         }
+        self
+    }
+
+    /// The OAuth scopes a call needs (default: none beyond authentication). They apply over
+    /// Streamable HTTP with a guard ([`ServerBuilder::auth`](crate::ServerBuilder::auth)):
+    /// the transport answers a caller whose token lacks one 403 (`insufficient_scope`), and
+    /// the server checks again before the handler runs. Over stdio they do not apply (nobody
+    /// is authenticated there).
+    ///
+    /// ```
+    /// use modelctx_server::{NoArgs, Tool};
+    ///
+    /// async fn rm(_: NoArgs) -> &'static str {
+    ///     "removed"
+    /// }
+    ///
+    /// let tool = Tool::new("rm", rm).scopes(["files:write"]);
+    /// # let _ = tool;
+    /// ```
+    pub fn scopes<I>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.scopes = crate::handler::scopes(scopes);
         self
     }
 

@@ -481,6 +481,12 @@ fn start(
     origin: &Origin,
 ) {
     let generation = request.generation;
+    // The scopes again, before anything of the request is done (defense in depth: the
+    // transport refused it already, if it asked the same guard).
+    #[cfg(feature = "http")]
+    if let Err(error) = crate::auth::check(shared, &request, origin) {
+        return refuse(session, book, &request, error);
+    }
     if let Some(answer) = subscription(shared, &request, book, origin) {
         let id = request.id.clone();
         let respond = Command::Respond {

@@ -2,6 +2,8 @@
 //!
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
+#[cfg(feature = "http")]
+mod auth;
 mod common;
 mod compile_fail;
 mod input;
