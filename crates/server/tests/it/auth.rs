@@ -586,7 +586,6 @@ async fn without_a_guard_of_its_own_the_server_compares_scopes_exactly() {
 /// End to end with the transport asking the guard: 401 without credentials, 403 for a scoped
 /// tool whose scope the token lacks (the handler never runs), and the caller in the handler.
 #[tokio::test]
-#[ignore = "needs the transport's guard wiring (issue 20 part A, branch h-a): un-ignore at merge"]
 async fn over_http_a_scoped_tool_is_refused_403_and_the_caller_is_seen() {
     let ran = Ran::default();
     let server = builder(&ran).auth(FakeGuard::default()).build();
