@@ -446,7 +446,10 @@ mod tests {
     async fn a_client_token_without_sub_has_the_client_as_subject() {
         let fake = Arc::new(Fake::default());
         fake.answer("client", Some(active(json!({"sub": null}))));
-        fake.answer("nobody", Some(active(json!({"sub": null, "client_id": null}))));
+        fake.answer(
+            "nobody",
+            Some(active(json!({"sub": null, "client_id": null}))),
+        );
         let introspector = setup(&fake);
         let grant = introspector
             .introspect("client", ISSUER, &audiences())
@@ -454,7 +457,9 @@ mod tests {
             .unwrap();
         assert_eq!(grant.subject, "app");
         assert!(invalid(
-            introspector.introspect("nobody", ISSUER, &audiences()).await
+            introspector
+                .introspect("nobody", ISSUER, &audiences())
+                .await
         ));
     }
 
@@ -498,7 +503,11 @@ mod tests {
             ("expired", json!({"exp": at(0)}), false),
             ("no-exp", json!({"exp": null}), true),
             ("bad-exp", json!({"exp": "tomorrow"}), false),
-            ("no-sub-or-client", json!({"sub": null, "client_id": null}), false),
+            (
+                "no-sub-or-client",
+                json!({"sub": null, "client_id": null}),
+                false,
+            ),
         ];
         for (token, extra, _) in &cases {
             fake.answer(token, Some(active(extra.clone())));

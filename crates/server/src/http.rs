@@ -452,7 +452,7 @@ impl McpApp for Server {
     /// `resources/subscribe` by URI, the resource at it or else the first template matching
     /// it (as a read picks). `None` for other methods and unknown names.
     fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
-        crate::auth::required(&self.shared, method, name)
+        crate::scopes::required(&self.shared, method, name)
     }
 }
 

@@ -138,9 +138,9 @@ mod server;
 
 mod route;
 
-#[cfg(feature = "http")]
-mod auth;
 mod registry;
+#[cfg(feature = "http")]
+mod scopes;
 
 mod prompt;
 mod resource;
@@ -156,6 +156,10 @@ pub use context::{Context, ProgressError, Question, sampling_request};
 pub use handler::{MissingState, State};
 pub use input::{InputError, NoAnswer};
 pub use limits::Limits;
+/// The OAuth 2.1 resource server (feature `auth`): `Auth::resource(..).issuer(..).build()?`
+/// gives the guard for [`ServerBuilder::auth`].
+#[cfg(feature = "auth")]
+pub use modelctx_auth as auth;
 /// The HTTP transport's configuration (`modelctx_http::server::ServerConfig`), for
 /// [`Server::http_service`] and [`Server::serve_http`]: security defaults, limits, timeouts.
 #[cfg(feature = "http")]

@@ -484,7 +484,7 @@ fn start(
     // The scopes again, before anything of the request is done (defense in depth: the
     // transport refused it already, if it asked the same guard).
     #[cfg(feature = "http")]
-    if let Err(error) = crate::auth::check(shared, &request, origin) {
+    if let Err(error) = crate::scopes::check(shared, &request, origin) {
         return refuse(session, book, &request, error);
     }
     if let Some(answer) = subscription(shared, &request, book, origin) {
