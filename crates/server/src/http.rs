@@ -330,6 +330,33 @@ impl Server {
         modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
     }
 
+    /// Serves the server on a listener already bound, as [`serve_http`](Self::serve_http) does:
+    /// for a server that must know its address first (an OAuth-protected server names its own
+    /// URI, port included, before it is built).
+    ///
+    /// ```
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use modelctx_server::{HttpConfig, Server};
+    ///
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let uri = format!("http://{}/mcp", listener.local_addr()?);
+    /// let server = Server::builder("demo", "1.0").instructions(uri).build();
+    /// let running = server.serve_http_on(listener, HttpConfig::default()).await?;
+    /// running.shutdown(std::time::Duration::from_secs(1)).await;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+    /// ```
+    pub async fn serve_http_on(
+        &self,
+        listener: tokio::net::TcpListener,
+        config: ServerConfig,
+    ) -> std::io::Result<RunningServer> {
+        let config = self
+            .endpoint_config(config)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        modelctx_http::server::serve_on(listener, config, Arc::new(self.clone())).await
+    }
+
     /// `config` for this server's endpoint: serving the versions of the server's protocol
     /// sessions (one list for both), and guarded by the server's guard
     /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)). A guard in `config` becomes the

@@ -459,3 +459,26 @@ async fn finding_6_serve_gives_the_peer_address() {
     echo_works(server.local_addr()).await;
     stop(server).await;
 }
+
+/// `serve_on` serves a listener the application bound first (its address known before the
+/// server is built), and checks the configuration against that address as `serve` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_takes_a_bound_listener_and_checks_its_address() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bound = listener.local_addr().unwrap();
+    let app = Arc::new(modelctx_tests::http::TestApp::default());
+    let server = modelctx_http::server::serve_on(listener, ServerConfig::default(), app.clone())
+        .await
+        .unwrap();
+    assert_eq!(server.local_addr(), bound);
+    echo_works(bound).await;
+    stop(server).await;
+
+    // A public address with the default (loopback) allow-lists is refused, as by `serve`.
+    let public = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let refused = modelctx_http::server::serve_on(public, ServerConfig::default(), app)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+}

@@ -27,5 +27,5 @@ pub use guard::{Challenge, Grant, Guard, Metadata};
 #[cfg(feature = "legacy-sse")]
 pub use old_sse::OldSsePaths;
 pub use respond::ResponseBody;
-pub use serve::{RunningServer, serve};
+pub use serve::{RunningServer, serve, serve_on};
 pub use service::McpService;

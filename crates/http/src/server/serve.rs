@@ -85,10 +85,25 @@ pub async fn serve(
     config
         .check(Some(addr))
         .map_err(|e: ConfigError| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let listener = TcpListener::bind(addr).await?;
+    serve_on(listener, config, app).await
+}
+
+/// Serves `app` on a listener already bound, as [`serve`] does: for an application that must
+/// know its address before the server is built (an OAuth resource server names its own URI, port
+/// included), or that is given its socket (systemd socket activation). Fails when `config`
+/// cannot serve the listener's address.
+pub async fn serve_on(
+    listener: TcpListener,
+    config: ServerConfig,
+    app: Arc<dyn McpApp>,
+) -> Result<RunningServer, std::io::Error> {
+    let addr = listener.local_addr()?;
+    config
+        .check(Some(addr))
+        .map_err(|e: ConfigError| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let service = McpService::new(config, app)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
     let stop = CancellationToken::new();
     let grace = Arc::new(AtomicU64::new(10_000));
     let connections = Arc::new(Connections::default());
