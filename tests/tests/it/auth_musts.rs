@@ -6,8 +6,8 @@
 //!
 //! Sources: `docs/specification/2025-06-18/basic/authorization.mdx` and
 //! `docs/specification/2025-11-25/basic/authorization.mdx` (read in the stored repository; the
-//! 2025-11-25 page adds the discovery alternatives, `scope` in the 401 challenge, the 403
-//! `insufficient_scope` section and the canonical-URI SHOULDs), the 2026-07-28 pages as
+//! 2025-11-25 page adds the discovery alternatives, `scope` in the 401 challenge and the 403
+//! `insufficient_scope` section), the 2026-07-28 pages as
 //! summarised in `shared/anchors/REFRESH-2026-11.md` section 4 (scope hierarchies, all scopes in
 //! one challenge, no `offline_access`), and `basic/security_best_practices.mdx`.
 //!
@@ -26,11 +26,11 @@
 //! | 8 | BCD | MUST | on failure respond per OAuth 2.1 5.3; invalid or expired tokens get 401 | `auth::an_expired_token_is_refused_once_past_the_leeway`, `invalid_tokens_get_401_with_invalid_token` |
 //! | 9 | BCD | MUST, MUST NOT | accept only tokens valid for its own resources; not accept or transit other tokens | `auth::a_token_for_another_resource_is_refused`, `auth::a_token_of_an_issuer_not_configured_is_refused` |
 //! | 10 | BCD | MUST | statuses: 401 (no or invalid token), 403 (insufficient scope), 400 (malformed) | `invalid_tokens_get_401_with_invalid_token`, `auth::a_missing_scope_is_403_naming_it_per_tool_prompt_and_resource`, `a_malformed_authorization_is_400` |
-//! | 11 | CD | MUST | validate tokens before processing the request; no data to unauthorized parties | `a_refused_request_is_not_processed_and_gets_no_data` |
+//! | 11 | BCD | MUST | validate tokens before processing the request; no data to unauthorized parties | `a_refused_request_is_not_processed_and_gets_no_data` |
 //! | 12 | BCD | MUST NOT | pass the client's token through to upstream APIs (handlers never see it) | `auth::handlers_never_see_the_authorization_header_or_the_token` |
 //! | 13 | BCD | MUST | secure token storage (caches keyed by hash, nothing logged or shown) | `modelctx-auth` `introspect::tests::the_cache_keeps_hashes_never_tokens`, `verifier::tests::debug_does_not_show_the_secret`, `config::tests::debug_hides_secrets_before_build_too` |
 //! | 14 | BCD | MUST | follow OAuth 2.1 7 (security considerations) and 1.5 (https to the authorization server) | `auth::unsigned_and_hmac_with_the_public_key_tokens_are_refused`, `auth::a_storm_of_unknown_kids_costs_the_authorization_server_at_most_one_key_fetch`, `an_issuer_over_plain_http_is_refused_unless_loopback`, `modelctx-auth` `discovery::tests::endpoints_that_are_not_https_are_refused` |
-//! | 15 | CD | SHOULD | accept uppercase scheme and host; use the form without a trailing slash | `uppercase_scheme_and_host_are_accepted_and_the_form_without_a_trailing_slash_is_used` |
+//! | 15 | BCD | SHOULD | accept uppercase scheme and host; use the form without a trailing slash | `uppercase_scheme_and_host_are_accepted_and_the_form_without_a_trailing_slash_is_used` |
 //! | 16 | CD | SHOULD | 403 with `error="insufficient_scope"`, `scope` and `resource_metadata` | `auth::a_missing_scope_is_403_naming_it_per_tool_prompt_and_resource` |
 //! | 17 | CD | SHOULD | name the scopes needed for the request, with one inclusion strategy (the scopes of the item: a tool, prompt or resource) | `auth::a_missing_scope_is_403_naming_it_per_tool_prompt_and_resource` |
 //! | 18 | D | MUST | account for scope hierarchies when judging a token | `scope_hierarchies_are_accounted_for` |
@@ -42,12 +42,16 @@
 //! | 24 | BC | SHOULD | (best practices) bind session ids to the user | `auth::a_legacy_session_is_404_to_another_subject` |
 //! | 25 | BC | MUST NOT | (best practices, token passthrough) accept tokens not issued for this server | `auth::a_token_for_another_resource_is_refused` |
 //!
-//! Counts. By level (rows): MUST or MUST NOT 17 (rows 1-4, 6-14, 18, 22, 23, 25; row 21 is a
-//! client MUST the server relies on and is counted apart), SHOULD 7 (rows 5, 15, 16, 17, 19, 24;
-//! row 19 holds two SHOULDs, counted once), SHOULD NOT 1 (row 20), client MUST 1 (row 21): 25
-//! rows, 26 with the two of row 19. By version: B (2025-06-18) 20 rows (MUST 16, SHOULD 1,
-//! SHOULD NOT 1, client 1, best-practice SHOULD 1): rows 1-3, 6-10, 12-14, 20-25; C (2025-11-25)
-//! 24 rows: every row but 3 and 18; D (2026-07-28) 19 rows: rows 1, 2, 4-21.
+//! Rows 22 to 25 are from the best practices page of B and C; D's was not checked.
+//!
+//! Counts (rows; row 19 holds two SHOULDs, counted as one row):
+//!
+//! | version | MUST / MUST NOT | SHOULD | SHOULD NOT | client MUST relied on | rows |
+//! |---|---|---|---|---|---|
+//! | B 2025-06-18 | 15 | 2 | 1 | 1 | 19 |
+//! | C 2025-11-25 | 15 | 5 | 1 | 1 | 22 |
+//! | D 2026-07-28 | 13 | 5 | 1 | 1 | 20 |
+//! | all (distinct rows) | 17 | 6 | 1 | 1 | 25 |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
