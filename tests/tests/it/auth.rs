@@ -1,8 +1,8 @@
 //! The OAuth 2.1 resource server end to end: a modelctx server (the facade, `serve_http` on
 //! 127.0.0.1) guarded by `modelctx_server::auth` and a real authorization server (oidc-provider,
 //! `modelctx_tests::oidc`). Every rule of issue 20's "Token validation" and "Authorization
-//! inside": valid JWTs in both eras, expired and not-yet-valid ones, another audience, another
-//! issuer, `alg: none`, HMAC with the public key, a storm of unknown `kid`s, key rotation, scopes
+//! inside": valid JWTs in both eras, expired and not-yet-valid ones, `typ`, another audience
+//! (and an issuer's own audience), another issuer, `alg: none`, HMAC with the public key, a storm of unknown `kid`s, key rotation, scopes
 //! per tool, prompt and resource, opaque tokens by introspection (cached), sessions bound to
 //! their subject, several issuers, a static-token verifier, the challenge and the metadata.
 //!
@@ -123,6 +123,15 @@ pub(crate) async fn protected_with(
     extra: &[&str],
     configure: impl Fn(Auth, &As) -> Auth,
 ) -> Option<Protected> {
+    protected_issuer(extra, |issuer| issuer, configure).await
+}
+
+/// [`protected_with`], the AS's [`Issuer`] (with introspection) finished by `issuer`.
+pub(crate) async fn protected_issuer(
+    extra: &[&str],
+    issuer: impl Fn(Issuer) -> Issuer,
+    configure: impl Fn(Auth, &As) -> Auth,
+) -> Option<Protected> {
     // The resource names the server's port, which must be known before the AS starts and the
     // guard is built: it is reserved, then served on. Between the two another socket may take
     // it (the connections of tests running alongside use the same port range): then again
@@ -137,7 +146,7 @@ pub(crate) async fn protected_with(
         let auth = As::start(&resources).await?;
         let (id, secret) = auth.introspection_client();
         let base = Auth::resource(&resource)
-            .issuer_with(Issuer::new(auth.issuer()).introspection(id, secret))
+            .issuer_with(issuer(Issuer::new(auth.issuer()).introspection(id, secret)))
             .scopes_supported(SCOPES);
         let guard = configure(base, &auth)
             .build()
@@ -516,6 +525,52 @@ async fn a_token_for_another_resource_is_refused() {
         .sign(json!({}), json!({"aud": [other, p.resource]}))
         .await;
     assert_eq!(p.call(Some(&token), "whoami").await.status, 200);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn the_token_type_must_be_at_jwt_unless_jwt_is_accepted() {
+    let Some(p) = protected().await else { return };
+    for typ in [
+        json!("JWT"),
+        json!(null),
+        json!("dpop+jwt"),
+        json!("application/at+jwt"),
+    ] {
+        let token = p.auth.sign(json!({"typ": typ}), json!({})).await;
+        let answer = p.call(Some(&token), "whoami").await;
+        if typ == "application/at+jwt" {
+            // RFC 9068 4: the media type's full form is the same type.
+            assert_eq!(answer.status, 200, "typ {typ}: {answer:?}");
+        } else {
+            assert_invalid_token(&answer, &format!("typ {typ}"));
+        }
+    }
+    p.stop().await;
+    // Keycloak- and Entra-shaped issuers: `JWT` accepted when asked for; no typ still refused.
+    let Some(p) = protected_issuer(&[], Issuer::accept_typ_jwt, |auth, _| auth).await else {
+        return;
+    };
+    let jwt = p.auth.sign(json!({"typ": "JWT"}), json!({})).await;
+    assert_eq!(p.call(Some(&jwt), "whoami").await.status, 200);
+    let at = p.auth.sign(json!({}), json!({})).await;
+    assert_eq!(p.call(Some(&at), "whoami").await.status, 200);
+    let none = p.auth.sign(json!({"typ": null}), json!({})).await;
+    assert_invalid_token(&p.call(Some(&none), "whoami").await, "no typ");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn an_issuer_with_its_own_audience_accepts_that_audience_only() {
+    let api = "api://mcp-files";
+    let Some(p) = protected_issuer(&[], |issuer| issuer.audience(api), |auth, _| auth).await else {
+        return;
+    };
+    let theirs = p.auth.sign(json!({}), json!({"aud": api})).await;
+    assert_eq!(p.call(Some(&theirs), "whoami").await.status, 200);
+    // Once an audience is given, the resource is accepted only if given too.
+    let resource = p.auth.sign(json!({}), json!({})).await;
+    assert_invalid_token(&p.call(Some(&resource), "whoami").await, "the resource");
     p.stop().await;
 }
 
