@@ -2,9 +2,10 @@
 //! 127.0.0.1) guarded by `modelctx_server::auth` and a real authorization server (oidc-provider,
 //! `modelctx_tests::oidc`). Every rule of issue 20's "Token validation" and "Authorization
 //! inside": valid JWTs in both eras, expired and not-yet-valid ones, `typ`, another audience
-//! (and an issuer's own audience), another issuer, `alg: none`, HMAC with the public key, a storm of unknown `kid`s, key rotation, scopes
-//! per tool, prompt and resource, opaque tokens by introspection (cached), sessions bound to
-//! their subject, several issuers, a static-token verifier, the challenge and the metadata.
+//! (and an issuer's own audience), another issuer, `alg: none`, HMAC with the public key, a
+//! storm of unknown `kid`s, key rotation, scopes per tool, prompt and resource, opaque tokens by
+//! introspection (cached), sessions bound to their subject, several issuers, a static-token
+//! verifier, the challenge and the metadata.
 //!
 //! Skipped without Node (see `modelctx_tests::node`); `cargo xtask ci` runs them with
 //! `MODELCTX_REQUIRE_NODE=1`, so they fail there instead.
