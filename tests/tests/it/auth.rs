@@ -824,6 +824,29 @@ async fn opaque_tokens_are_introspected_once_then_served_from_the_cache() {
 }
 
 #[tokio::test]
+async fn an_introspected_token_is_not_served_from_the_cache_past_its_expiry() {
+    let clock = TestClock::default();
+    let given = clock.clone();
+    let Some(p) = protected_with(&[], move |auth, _| auth.clock(given.clone())).await else {
+        return;
+    };
+    let opaque_resource = format!("{}/opaque", p.resource);
+    let token = p
+        .auth
+        .client_credentials_ttl("mcp", &opaque_resource, Duration::from_secs(2))
+        .await
+        .access_token;
+    let before = p.auth.stats().await.introspect;
+    assert_eq!(p.call(Some(&token), "whoami").await.status, 200);
+    assert_eq!(p.call(Some(&token), "whoami").await.status, 200);
+    assert_eq!(p.auth.stats().await.introspect, before + 1, "cached");
+    // Well past its `exp` and the leeway: the cached answer no longer lets it in.
+    clock.advance(Duration::from_secs(120));
+    assert_invalid_token(&p.call(Some(&token), "whoami").await, "expired, cached");
+    p.stop().await;
+}
+
+#[tokio::test]
 async fn a_legacy_session_is_404_to_another_subject() {
     let Some(p) = protected().await else { return };
     let alice = p.auth.auth_code_pkce("mcp", &p.resource).await.access_token;
