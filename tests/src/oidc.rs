@@ -608,6 +608,24 @@ pub fn forge_hs256_with_kid(secret: &[u8], kid: Option<&str>, claims: &Value) ->
     jsonwebtoken::encode(&header, claims, &EncodingKey::from_secret(secret)).expect("an HS256 MAC")
 }
 
+/// A token whose header names `kid` (with `alg: ES256`, `typ: at+jwt`) and whose signature is
+/// 64 random bytes: no key signed it, so only its `kid` can matter (the unknown-`kid` storm).
+/// Cheap: nothing is signed.
+pub fn forge_with_kid(kid: &str, claims: &Value) -> String {
+    let header = json!({"alg": "ES256", "typ": "at+jwt", "kid": kid});
+    format!(
+        "{}.{}.{}",
+        URL_SAFE_NO_PAD.encode(header.to_string()),
+        URL_SAFE_NO_PAD.encode(claims.to_string()),
+        URL_SAFE_NO_PAD.encode(random_bytes::<64>())
+    )
+}
+
+/// A random `kid`: 16 bytes, base64url.
+pub fn random_kid() -> String {
+    URL_SAFE_NO_PAD.encode(random_bytes::<16>())
+}
+
 /// The header and claims of a compact JWS, decoded without any check of the signature.
 ///
 /// # Panics

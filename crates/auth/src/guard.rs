@@ -257,7 +257,7 @@ impl AuthGuard {
                 return Ok(grant);
             }
         }
-        if jwt::looks_like_jws(token) {
+        if jwt::looks_like_jws(token) || is_unsecured_jws(token) {
             let peek = jwt::peek(token)?;
             let iss = peek
                 .iss
@@ -369,6 +369,15 @@ impl Guard for AuthGuard {
             headers.insert(challenge::DPOP_NONCE, value);
         }
     }
+}
+
+/// Whether `token` has the shape of an unsecured JWS (`alg: none`): two non-empty base64url
+/// segments and an empty signature. It is a JWT to refuse as such, not an opaque token to send
+/// to an introspection endpoint (which refuses structured tokens: that would be a 503).
+fn is_unsecured_jws(token: &str) -> bool {
+    token
+        .strip_suffix('.')
+        .is_some_and(|signed| jwt::looks_like_jws(&format!("{signed}.x")))
 }
 
 /// How the request presented its token.
@@ -602,6 +611,48 @@ mod tests {
                 "{challenges:?}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn an_unsecured_jwt_is_refused_as_a_jwt_not_introspected() {
+        let mut fake = FakeAs::new();
+        fake.documents.insert(
+            format!("{ISSUER}/.well-known/oauth-authorization-server"),
+            json!({"issuer": ISSUER, "jwks_uri": format!("{ISSUER}/jwks"),
+                "introspection_endpoint": format!("{ISSUER}/introspect")}),
+        );
+        let guard = Auth::resource(RESOURCE)
+            .issuer_with(Issuer::new(ISSUER).introspection("rs", "secret"))
+            .fetcher(FetchArc(Arc::new(fake)))
+            .clock(FixedClock(at(NOW)))
+            .build()
+            .unwrap();
+        let b64 = |v: Value| {
+            base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                v.to_string(),
+            )
+        };
+        let unsecured = format!(
+            "{}.{}.",
+            b64(json!({"alg": "none", "typ": "at+jwt"})),
+            b64(claims())
+        );
+        assert!(is_unsecured_jws(&unsecured));
+        for not in ["a.b", "a.b.c", "a..", ".b.", "a.b.c.", "opaque"] {
+            assert!(!is_unsecured_jws(not), "{not}");
+        }
+        // Introspection (whose endpoint fails here: 503) is not asked: 401.
+        let refused = guard
+            .authenticate(&request(&[&format!("Bearer {unsecured}")]))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            www_authenticate(&refused)[0].contains("error=\"invalid_token\""),
+            "{:?}",
+            www_authenticate(&refused)
+        );
     }
 
     #[tokio::test]

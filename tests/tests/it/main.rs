@@ -2,6 +2,8 @@
 //!
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
+mod auth;
+mod auth_musts;
 mod client;
 mod client_everything;
 mod client_http;
