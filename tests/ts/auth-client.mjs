@@ -1,28 +1,32 @@
 // The TypeScript SDK's OAuth client (`@modelcontextprotocol/client` 2.x, its `OAuthClientProvider`
 // and `auth()` flow) against a modelctx server protected by modelctx-auth, whose authorization
-// server is oidc-provider (tests/ts/oidc-as.mjs). Usage: `node auth-client.mjs <mcp url>`; the
-// Rust side is tests/tests/it/auth_ts.rs.
+// server is oidc-provider (tests/ts/oidc-as.mjs). Usage: `node auth-client.mjs <mcp url> <issuer>`;
+// the Rust side is tests/tests/it/auth_ts.rs.
 //
-// Per era (legacy: 2025-11-25 with `initialize`; modern: pinned to 2026-07-28), with a fresh
-// provider each time:
+// In each era (legacy: 2025-11-25 with `initialize`; modern: pinned to 2026-07-28), three
+// clients, each with a provider of its own: `dcr` registers dynamically (RFC 7591); `app` is the
+// AS's pre-registered public client; `dpop` is `app` with a DPoP key (RFC 9449). Each:
 // 1. connects without a token: the server answers 401 with a challenge naming its protected
 //    resource metadata; the SDK reads that document, finds the AS in it, reads the AS's metadata,
-//    registers a public client dynamically (RFC 7591) and starts authorization code + PKCE with
-//    the `resource` parameter (RFC 8707). The provider follows the AS's redirects with fetch
-//    (the AS logs in alice and consents by itself) up to the redirect URI, where the code is;
-//    `finishAuth` exchanges it for a token, and a new connection calls the tool `whoami`;
+//    registers (`dcr`) and starts authorization code + PKCE with the `resource` parameter
+//    (RFC 8707). The provider follows the AS's redirects with fetch (the AS logs in alice and
+//    consents by itself) up to the redirect URI, where the code is; `finishAuth` exchanges it for
+//    a token, and a new connection calls the tool `whoami`;
 // 2. a second transport on the same token, told to throw on `insufficient_scope`, calls `write`
 //    (it needs `files:write`, which the first token lacks): the server's 403 reaches the caller
 //    as the SDK's InsufficientScopeError with the scope the server asked for;
 // 3. the first connection calls `write`: the SDK's step-up flow (SEP-2350) authorizes again for
-//    the union of the scopes; once that code is exchanged, the call is repeated and succeeds.
+//    the union of the scopes; once that code is exchanged, the call is repeated and succeeds. For
+//    `dcr` the AS refuses instead (see `run`).
 //
-// Prints, per era: `FLOW <era> <json>` (the requests seen, `METHOD url status`),
-// `OK <era> <whoami text>`, `REFUSED <era> <required scope>`, `STEPUP <era> <write text>`; and a
-// line `FAIL <era> <error>` when a step went otherwise. Exits 0 when every step passed.
+// Prints, per era and client: `FLOW <era> <client> <json>` (the requests of step 1, see
+// `traced`), `OK <era> <client> <whoami text>`, `REFUSED <era> <client> <required scope>`,
+// `STEPUP <era> <client> <write text, or "refused <OAuth error>">`; and `FAIL <era> <client>
+// <error>` when a step went otherwise. Exits 0 when every step passed.
 
 import {
     Client,
+    DpopSession,
     InsufficientScopeError,
     OAuthError,
     StreamableHTTPClientTransport,
@@ -30,15 +34,19 @@ import {
 } from '@modelcontextprotocol/client';
 
 const url = new URL(process.argv[2]);
+const issuer = process.argv[3];
 const REDIRECT = 'http://127.0.0.1/cb';
 
-// A fetch that records every request it makes as `METHOD url status` (the query left out).
+// A fetch that records every request it makes as `METHOD url status` (the query left out),
+// followed by the scheme of its `Authorization` and ` proof` when it carries a `DPoP` header.
 function traced(trace) {
     return async (input, init) => {
         const request = new Request(input, init);
         const response = await fetch(request);
         const where = new URL(request.url);
-        trace.push(`${request.method} ${where.origin}${where.pathname} ${response.status}`);
+        const scheme = request.headers.get('authorization')?.split(' ')[0];
+        const proof = request.headers.has('dpop') ? ' proof' : '';
+        trace.push(`${request.method} ${where.origin}${where.pathname} ${response.status}${scheme ? ` ${scheme}` : ''}${proof}`);
         return response;
     };
 }
@@ -46,12 +54,20 @@ function traced(trace) {
 // An OAuthClientProvider kept in memory: one registration, one token set, one PKCE verifier and
 // the discovery state (the SDK checks the callback's issuer against it). Authorization follows
 // the AS's redirects itself, carrying its cookies, until the redirect URI: `callback` is then
-// that URL's query (code, state, iss), for `finishAuth`.
+// that URL's query (code, state, iss), for `finishAuth`. `registered`: the client id of a
+// pre-registered client (else the SDK registers one); `dpop`: one DPoP key for the token
+// requests and the requests to the server (the SDK asks the AS for a bound token, and presents
+// it with the `DPoP` scheme and a proof per request).
 class MemoryProvider {
-    constructor(trace, registered) {
+    constructor(trace, { registered, dpop }) {
         this.trace = trace;
         this.fetch = traced(trace);
-        this.client = registered === undefined ? undefined : { client_id: registered };
+        if (dpop) {
+            const session = DpopSession.create();
+            this.dpop = () => session;
+        }
+        // Stamped with its issuer, as the SDK keeps what it stores (SEP-2352).
+        this.client = registered === undefined ? undefined : { client_id: registered, issuer };
         this.saved = undefined;
         this.verifier = undefined;
         this.discovery = undefined;
@@ -113,6 +129,9 @@ class MemoryProvider {
         for (const name of ['resource', 'code_challenge', 'scope']) {
             if (!asked.searchParams.get(name)) throw new Error(`the authorization URL has no ${name}: ${asked}`);
         }
+        if (asked.searchParams.get('resource') !== url.href) {
+            throw new Error(`the authorization URL names another resource: ${asked}`);
+        }
         this.asked = asked.searchParams;
         const cookies = new Map();
         let next = asked;
@@ -159,13 +178,12 @@ async function refused(what, kind, f) {
     throw new Error(`${what}: ${kind.name} expected, but it succeeded`);
 }
 
-// One client's run in one era: `registered` is the pre-registered client id, or undefined to
-// register dynamically. Prints its lines, prefixed by `<KIND> <era> <client>`.
-async function run(era, mode, registered) {
-    const name = registered ?? 'dcr';
+// One client's run in one era, as `MemoryProvider`'s options say. Prints its lines, prefixed by
+// `<KIND> <era> <name>`.
+async function run(era, mode, name, options) {
     const say = (kind, what) => console.log(`${kind} ${era} ${name} ${what}`);
     const trace = [];
-    const provider = new MemoryProvider(trace, registered);
+    const provider = new MemoryProvider(trace, options);
     const transport = (options = {}) =>
         new StreamableHTTPClientTransport(url, { authProvider: provider, fetch: provider.fetch, ...options });
     const client = () => new Client({ name: 'auth-client', version: '1' }, { versionNegotiation: { mode } });
@@ -219,12 +237,16 @@ for (const [era, mode] of [
     ['legacy', 'legacy'],
     ['modern', { pin: '2026-07-28' }],
 ]) {
-    for (const registered of [undefined, 'app']) {
+    for (const [name, options] of [
+        ['dcr', {}],
+        ['app', { registered: 'app' }],
+        ['dpop', { registered: 'app', dpop: true }],
+    ]) {
         try {
-            await run(era, mode, registered);
+            await run(era, mode, name, options);
         } catch (error) {
             failed = true;
-            console.log(`FAIL ${era} ${registered ?? 'dcr'} ${String(error?.stack ?? error).replaceAll('\n', ' | ')}`);
+            console.log(`FAIL ${era} ${name} ${String(error?.stack ?? error).replaceAll('\n', ' | ')}`);
         }
     }
 }

@@ -1,9 +1,15 @@
 //! The TypeScript SDK's OAuth client (`@modelcontextprotocol/client` 2.x, `tests/ts/auth-client.mjs`)
 //! against a modelctx server protected by modelctx-auth, with oidc-provider as the authorization
-//! server (`tests/ts/oidc-as.mjs`), in both eras: from the first 401 through the protected
-//! resource metadata, dynamic registration, authorization code + PKCE with the `resource`
-//! parameter and the token to the tool call; then the 403 of a tool that needs a scope the
-//! token lacks, as the SDK reports it and through its step-up flow.
+//! server (`tests/ts/oidc-as.mjs`), in both eras and with three clients (registered dynamically,
+//! the pre-registered public client, and that client with DPoP): from the first 401 through the
+//! protected resource metadata, (registration,) authorization code + PKCE with the `resource`
+//! parameter and the token to the tool call; then the 403 of a tool that needs a scope the token
+//! lacks, as the SDK reports it and through its step-up flow.
+//!
+//! The step-up of the dynamically registered client ends at the AS with `invalid_scope`: the
+//! SDK registers with the scope of the first challenge (`mcp`), and oidc-provider holds a client
+//! to its registered `scope` (RFC 7591). A server that wants clients of that SDK to step up
+//! with such an AS has to name every scope in its 401 challenge (its `scopes_supported`).
 //!
 //! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, the test says it is skipped.
@@ -72,7 +78,7 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
         .expect("the server listens");
 
     let run = node::command(&node, "auth-client.mjs")
-        .arg(&resource)
+        .args([&resource, authorization_server.issuer()])
         .output();
     let output = match tokio::time::timeout(Duration::from_secs(60), run).await {
         Ok(Ok(output)) => output,
@@ -92,7 +98,7 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
     let issuer = authorization_server.issuer();
     let server_origin = format!("http://{addr}");
     for era in ["legacy", "modern"] {
-        for client in ["dcr", "app"] {
+        for client in ["dcr", "app", "dpop"] {
             let line = |kind: &str| {
                 let prefix = format!("{kind} {era} {client} ");
                 stdout
@@ -119,7 +125,19 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
             let registered = position(&format!("POST {issuer}/reg 201"));
             let authorized = found(&format!("GET {issuer}/auth 303"));
             let token = found(&format!("POST {issuer}/token 200"));
-            let admitted = found(&format!("POST {resource} 200"));
+            let scheme = match client {
+                "dpop" => "DPoP proof",
+                _ => "Bearer",
+            };
+            let admitted = found(&format!("POST {resource} 200 {scheme}"));
+            // Every request to the server after the first carries the token, as its scheme says.
+            assert!(
+                flow.iter()
+                    .skip(1)
+                    .filter(|step| step.contains(&format!(" {resource} ")))
+                    .all(|step| step.ends_with(scheme)),
+                "{run}"
+            );
             match client {
                 "dcr" => assert!(
                     registered.is_some_and(|r| metadata < r && r < authorized),
