@@ -23,6 +23,10 @@
 // `traced`), `OK <era> <client> <whoami text>`, `REFUSED <era> <client> <required scope>`,
 // `STEPUP <era> <client> <write text, or "refused <OAuth error>">`; and `FAIL <era> <client>
 // <error>` when a step went otherwise. Exits 0 when every step passed.
+//
+// With a third argument, the URL of a server that requires DPoP and DPoP nonces of its own, a
+// fourth client `nonce` (as `dpop`) runs against that one: its first proof to that server has no
+// nonce, and the SDK must retry with the one the server's `use_dpop_nonce` challenge gave.
 
 import {
     Client,
@@ -35,6 +39,8 @@ import {
 
 const url = new URL(process.argv[2]);
 const issuer = process.argv[3];
+// A second server that requires DPoP and its own nonces, when given.
+const nonceUrl = process.argv[4] && new URL(process.argv[4]);
 const REDIRECT = 'http://127.0.0.1/cb';
 
 // A fetch that records every request it makes as `METHOD url status` (the query left out),
@@ -59,7 +65,8 @@ function traced(trace) {
 // requests and the requests to the server (the SDK asks the AS for a bound token, and presents
 // it with the `DPoP` scheme and a proof per request).
 class MemoryProvider {
-    constructor(trace, { registered, dpop }) {
+    constructor(trace, { registered, dpop, server }) {
+        this.server = server;
         this.trace = trace;
         this.fetch = traced(trace);
         if (dpop) {
@@ -129,7 +136,7 @@ class MemoryProvider {
         for (const name of ['resource', 'code_challenge', 'scope']) {
             if (!asked.searchParams.get(name)) throw new Error(`the authorization URL has no ${name}: ${asked}`);
         }
-        if (asked.searchParams.get('resource') !== url.href) {
+        if (asked.searchParams.get('resource') !== this.server.href) {
             throw new Error(`the authorization URL names another resource: ${asked}`);
         }
         this.asked = asked.searchParams;
@@ -183,9 +190,10 @@ async function refused(what, kind, f) {
 async function run(era, mode, name, options) {
     const say = (kind, what) => console.log(`${kind} ${era} ${name} ${what}`);
     const trace = [];
-    const provider = new MemoryProvider(trace, options);
-    const transport = (options = {}) =>
-        new StreamableHTTPClientTransport(url, { authProvider: provider, fetch: provider.fetch, ...options });
+    const server = options.server ?? url;
+    const provider = new MemoryProvider(trace, { ...options, server });
+    const transport = (more = {}) =>
+        new StreamableHTTPClientTransport(server, { authProvider: provider, fetch: provider.fetch, ...more });
     const client = () => new Client({ name: 'auth-client', version: '1' }, { versionNegotiation: { mode } });
 
     // 1. Unauthorized first: the SDK discovers, registers and sends the user agent off.
@@ -237,11 +245,13 @@ for (const [era, mode] of [
     ['legacy', 'legacy'],
     ['modern', { pin: '2026-07-28' }],
 ]) {
-    for (const [name, options] of [
+    const clients = [
         ['dcr', {}],
         ['app', { registered: 'app' }],
         ['dpop', { registered: 'app', dpop: true }],
-    ]) {
+    ];
+    if (nonceUrl) clients.push(['nonce', { registered: 'app', dpop: true, server: nonceUrl }]);
+    for (const [name, options] of clients) {
         try {
             await run(era, mode, name, options);
         } catch (error) {

@@ -17,7 +17,8 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use modelctx_server::auth::Auth;
+use modelctx_http::server::RunningServer;
+use modelctx_server::auth::{Auth, Dpop};
 use modelctx_server::{Context, HttpConfig, NoArgs, Server, Tool};
 use modelctx_tests::node;
 use modelctx_tests::oidc::{As, USER};
@@ -51,6 +52,20 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The server with tools `whoami` and `write` (which needs `files:write`), guarded by `auth`
+/// advertising only `mcp` (so clients ask for that first), on `addr`.
+async fn serve(addr: SocketAddr, auth: Auth) -> RunningServer {
+    let guard = auth.scopes_supported(["mcp"]).build().expect("the guard");
+    Server::builder("protected", "1")
+        .tool(Tool::new("whoami", whoami))
+        .tool(Tool::new("write", write).scopes(["files:write"]))
+        .auth(guard)
+        .build()
+        .serve_http(addr, HttpConfig::default())
+        .await
+        .expect("the server listens")
+}
+
 #[tokio::test]
 async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
     let Some(node) = node::node() else {
@@ -58,27 +73,24 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
     };
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
     let resource = format!("http://{addr}/mcp");
-    let Some(authorization_server) = As::start(&[&resource]).await else {
+    let nonce_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let nonce_resource = format!("http://{nonce_addr}/mcp");
+    let Some(authorization_server) = As::start(&[&resource, &nonce_resource]).await else {
         return;
     };
-    // Only `mcp` is advertised (and so asked for first): `write` needs more.
-    let guard = Auth::resource(&resource)
-        .issuer(authorization_server.issuer())
-        .scopes_supported(["mcp"])
-        .build()
-        .expect("the guard");
-    let server = Server::builder("protected", "1")
-        .tool(Tool::new("whoami", whoami))
-        .tool(Tool::new("write", write).scopes(["files:write"]))
-        .auth(guard)
-        .build();
-    let running = server
-        .serve_http(addr, HttpConfig::default())
-        .await
-        .expect("the server listens");
+    let issuer = authorization_server.issuer();
+    let running = serve(addr, Auth::resource(&resource).issuer(issuer)).await;
+    let nonce_running = serve(
+        nonce_addr,
+        Auth::resource(&nonce_resource)
+            .issuer(issuer)
+            .dpop(Dpop::Required)
+            .dpop_nonces([7; 32]),
+    )
+    .await;
 
     let run = node::command(&node, "auth-client.mjs")
-        .args([&resource, authorization_server.issuer()])
+        .args([&resource, issuer, &nonce_resource])
         .output();
     let output = match tokio::time::timeout(Duration::from_secs(60), run).await {
         Ok(Ok(output)) => output,
@@ -89,16 +101,19 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
         Err(_) => panic!("the TypeScript OAuth client did not finish within 60 s"),
     };
     running.shutdown(Duration::from_secs(1)).await;
+    nonce_running.shutdown(Duration::from_secs(1)).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let context = format!(
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(!stdout.lines().any(|l| l.starts_with("FAIL ")), "{context}");
-    let issuer = authorization_server.issuer();
-    let server_origin = format!("http://{addr}");
     for era in ["legacy", "modern"] {
-        for client in ["dcr", "app", "dpop"] {
+        for client in ["dcr", "app", "dpop", "nonce"] {
+            let (resource, addr) = match client {
+                "nonce" => (&nonce_resource, nonce_addr),
+                _ => (&resource, addr),
+            };
             let line = |kind: &str| {
                 let prefix = format!("{kind} {era} {client} ");
                 stdout
@@ -115,7 +130,7 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
             // authorization request, the token, and only then an MCP request admitted.
             let expected_start = [
                 format!("POST {resource} 401"),
-                format!("GET {server_origin}/.well-known/oauth-protected-resource/mcp 200"),
+                format!("GET http://{addr}/.well-known/oauth-protected-resource/mcp 200"),
             ];
             assert_eq!(flow[..2], expected_start, "{run}");
             let position = |wanted: &str| flow.iter().position(|step| step.starts_with(wanted));
@@ -126,7 +141,7 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
             let authorized = found(&format!("GET {issuer}/auth 303"));
             let token = found(&format!("POST {issuer}/token 200"));
             let scheme = match client {
-                "dpop" => "DPoP proof",
+                "dpop" | "nonce" => "DPoP proof",
                 _ => "Bearer",
             };
             let admitted = found(&format!("POST {resource} 200 {scheme}"));
@@ -138,6 +153,16 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
                     .all(|step| step.ends_with(scheme)),
                 "{run}"
             );
+            // The server that wants its own nonces refuses the first proof (which has none),
+            // and the SDK retries with the nonce given.
+            let nonce_refused = position(&format!("POST {resource} 401 DPoP proof"));
+            match client {
+                "nonce" => assert!(
+                    nonce_refused.is_some_and(|r| token < r && r < admitted),
+                    "{run}"
+                ),
+                _ => assert_eq!(nonce_refused, None, "{run}"),
+            }
             match client {
                 "dcr" => assert!(
                     registered.is_some_and(|r| metadata < r && r < authorized),
