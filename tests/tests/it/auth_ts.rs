@@ -4,7 +4,8 @@
 //! the pre-registered public client, and that client with DPoP): from the first 401 through the
 //! protected resource metadata, (registration,) authorization code + PKCE with the `resource`
 //! parameter and the token to the tool call; then the 403 of a tool that needs a scope the token
-//! lacks, as the SDK reports it and through its step-up flow.
+//! lacks, as the SDK reports it and through its step-up flow. A fourth client, with DPoP, does
+//! the same against a second server that requires DPoP and nonces of its own (RFC 9449 9).
 //!
 //! The step-up of the dynamically registered client ends at the AS with `invalid_scope`: the
 //! SDK registers with the scope of the first challenge (`mcp`), and oidc-provider holds a client
