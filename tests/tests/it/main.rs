@@ -4,6 +4,7 @@
 
 mod auth;
 mod auth_musts;
+mod auth_ts;
 mod client;
 mod client_everything;
 mod client_http;
