@@ -134,42 +134,37 @@ pub(crate) async fn protected_issuer(
     configure: impl Fn(Auth, &As) -> Auth,
 ) -> Option<Protected> {
     // The resource names the server's port, which must be known before the AS starts and the
-    // guard is built: it is reserved, then served on. Between the two another socket may take
-    // it (the connections of tests running alongside use the same port range): then again
-    // with another port.
-    for _ in 0..5 {
-        let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-        let addr = reserved.local_addr().unwrap();
-        let resource = format!("http://{addr}/mcp");
-        let resources: Vec<&str> = std::iter::once(resource.as_str())
-            .chain(extra.iter().copied())
-            .collect();
-        let auth = As::start(&resources).await?;
-        let (id, secret) = auth.introspection_client();
-        let base = Auth::resource(&resource)
-            .issuer_with(issuer(Issuer::new(auth.issuer()).introspection(id, secret)))
-            .scopes_supported(SCOPES);
-        let guard = configure(base, &auth)
-            .build()
-            .expect("a valid configuration");
-        let ran = Arc::new(AtomicUsize::new(0));
-        let built = server(&ran).auth(guard).build();
-        drop(reserved);
-        match built.serve_http(addr, HttpConfig::default()).await {
-            Ok(server) => {
-                return Some(Protected {
-                    auth,
-                    server,
-                    addr,
-                    resource,
-                    ran,
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
-            Err(e) => panic!("serving on {addr}: {e}"),
-        }
-    }
-    panic!("no free port in 5 attempts");
+    // guard is built: the listener is bound first, and served on (`serve_http_on`).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().unwrap();
+    let resource = format!("http://{addr}/mcp");
+    let resources: Vec<&str> = std::iter::once(resource.as_str())
+        .chain(extra.iter().copied())
+        .collect();
+    let auth = As::start(&resources).await?;
+    let (id, secret) = auth.introspection_client();
+    let base = Auth::resource(&resource)
+        .issuer_with(issuer(Issuer::new(auth.issuer()).introspection(id, secret)))
+        .scopes_supported(SCOPES);
+    let guard = configure(base, &auth)
+        .build()
+        .expect("a valid configuration");
+    let ran = Arc::new(AtomicUsize::new(0));
+    let server = server(&ran)
+        .auth(guard)
+        .build()
+        .serve_http_on(listener, HttpConfig::default())
+        .await
+        .expect("serving");
+    Some(Protected {
+        auth,
+        server,
+        addr,
+        resource,
+        ran,
+    })
 }
 
 /// [`protected_with`] with the default configuration.

@@ -88,24 +88,22 @@ impl Offline {
         resource: impl Fn(SocketAddr) -> String,
         configure: impl Fn(Auth) -> Auth,
     ) -> Offline {
-        // As `auth::protected_with`: the port is reserved, and another tried if it was taken
-        // in between.
-        for _ in 0..5 {
-            let reserved = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-            let addr = reserved.local_addr().unwrap();
-            let guard = configure(Auth::resource(resource(addr)).issuer(NOWHERE))
-                .build()
-                .expect("a valid configuration");
-            let ran = Arc::new(AtomicUsize::new(0));
-            let built = server(&ran).auth(guard).build();
-            drop(reserved);
-            match built.serve_http(addr, HttpConfig::default()).await {
-                Ok(server) => return Offline { server, addr, ran },
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
-                Err(e) => panic!("serving on {addr}: {e}"),
-            }
-        }
-        panic!("no free port in 5 attempts");
+        // As `auth::protected_with`: the listener is bound first, its port named in the resource.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().unwrap();
+        let guard = configure(Auth::resource(resource(addr)).issuer(NOWHERE))
+            .build()
+            .expect("a valid configuration");
+        let ran = Arc::new(AtomicUsize::new(0));
+        let server = server(&ran)
+            .auth(guard)
+            .build()
+            .serve_http_on(listener, HttpConfig::default())
+            .await
+            .expect("serving");
+        Offline { server, addr, ran }
     }
 
     async fn call(&self, headers: &[(&str, &str)]) -> Answer {

@@ -15,7 +15,7 @@
 //! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, the test says it is skipped.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use modelctx_http::server::RunningServer;
@@ -44,25 +44,26 @@ async fn write(context: Context, _: NoArgs) -> String {
     format!("written by {}", caller(&context))
 }
 
-/// A port on 127.0.0.1 free a moment ago: the resource's URI (which the AS must know before it
-/// starts, and the guard before the server is built) names it before the server binds it.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+/// A listener on 127.0.0.1, bound first: the resource's URI (which the AS must know before it
+/// starts, and the guard before the server is built) names its port.
+async fn bind() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("its address");
+    (listener, addr)
 }
 
 /// The server with tools `whoami` and `write` (which needs `files:write`), guarded by `auth`
-/// advertising only `mcp` (so clients ask for that first), on `addr`.
-async fn serve(addr: SocketAddr, auth: Auth) -> RunningServer {
+/// advertising only `mcp` (so clients ask for that first), on `listener`.
+async fn serve(listener: tokio::net::TcpListener, auth: Auth) -> RunningServer {
     let guard = auth.scopes_supported(["mcp"]).build().expect("the guard");
     Server::builder("protected", "1")
         .tool(Tool::new("whoami", whoami))
         .tool(Tool::new("write", write).scopes(["files:write"]))
         .auth(guard)
         .build()
-        .serve_http(addr, HttpConfig::default())
+        .serve_http_on(listener, HttpConfig::default())
         .await
         .expect("the server listens")
 }
@@ -72,17 +73,17 @@ async fn the_typescript_oauth_client_authorizes_and_steps_up_in_both_eras() {
     let Some(node) = node::node() else {
         return;
     };
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let (listener, addr) = bind().await;
     let resource = format!("http://{addr}/mcp");
-    let nonce_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+    let (nonce_listener, nonce_addr) = bind().await;
     let nonce_resource = format!("http://{nonce_addr}/mcp");
     let Some(authorization_server) = As::start(&[&resource, &nonce_resource]).await else {
         return;
     };
     let issuer = authorization_server.issuer();
-    let running = serve(addr, Auth::resource(&resource).issuer(issuer)).await;
+    let running = serve(listener, Auth::resource(&resource).issuer(issuer)).await;
     let nonce_running = serve(
-        nonce_addr,
+        nonce_listener,
         Auth::resource(&nonce_resource)
             .issuer(issuer)
             .dpop(Dpop::Required)
