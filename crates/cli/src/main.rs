@@ -16,6 +16,12 @@
 //! becomes `notifications/cancelled`, listen notifications reach their listen stream by
 //! subscription id, and a child that keeps exiting is restarted with a growing delay.
 //! `--verbose` says what it does on stderr.
+//!
+//! Over HTTP, `mcx serve demo --http` and `mcx proxy` are OAuth 2.1 resource servers with
+//! `--auth-issuer URL` (JWT access tokens of that authorization server, for the resource
+//! `http://ADDR/mcp` or `--auth-audience`), and take one static secret with `--auth-token-file`
+//! (`modelctx-auth`, see `auth.rs`). It does not issue tokens, and protects nothing over stdio
+//! (those flags are refused there).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
