@@ -203,7 +203,9 @@ mod tests {
             resource(&audience, addr("0.0.0.0:8080")).unwrap(),
             "https://mcp.example.com/api"
         );
-        let guard = guard(&audience, addr("0.0.0.0:8080"), &[]).unwrap().unwrap();
+        let guard = guard(&audience, addr("0.0.0.0:8080"), &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(guard.resource(), "https://mcp.example.com/api");
         assert_eq!(
             guard.well_known_paths()[0],
@@ -245,8 +247,7 @@ mod tests {
 
     #[test]
     fn a_token_file_makes_a_guard_for_the_served_url() {
-        let path =
-            std::env::temp_dir().join(format!("mcx-auth-unit-{}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("mcx-auth-unit-{}", std::process::id()));
         std::fs::write(&path, "s3cret\n").unwrap();
         let args = AuthArgs {
             auth_token_file: Some(path.clone()),

@@ -398,7 +398,10 @@ mod tests {
             "token",
         ]);
         assert_eq!(serve.http, Some("127.0.0.1:0".parse().unwrap()));
-        assert_eq!(serve.auth.auth_issuer.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(
+            serve.auth.auth_issuer.as_deref(),
+            Some("http://127.0.0.1:9")
+        );
         assert_eq!(
             serve.auth.auth_audience.as_deref(),
             Some("http://localhost:8080/mcp")
@@ -412,8 +415,14 @@ mod tests {
     #[test]
     fn over_stdio_the_auth_flags_are_refused_by_name() {
         for (args, flag) in [
-            (&["--auth-issuer", "http://127.0.0.1:9"][..], "--auth-issuer"),
-            (&["--stdio", "--auth-token-file", "token"][..], "--auth-token-file"),
+            (
+                &["--auth-issuer", "http://127.0.0.1:9"][..],
+                "--auth-issuer",
+            ),
+            (
+                &["--stdio", "--auth-token-file", "token"][..],
+                "--auth-token-file",
+            ),
         ] {
             let serve = serve_demo(args);
             assert_eq!(serve.http, None);
@@ -443,7 +452,10 @@ mod tests {
         let Command::Proxy(proxy) = cli.command else {
             panic!("{:?}", cli.command)
         };
-        assert_eq!(proxy.auth.auth_issuer.as_deref(), Some("https://id.example.com"));
+        assert_eq!(
+            proxy.auth.auth_issuer.as_deref(),
+            Some("https://id.example.com")
+        );
         assert!(proxy.auth.auth_token_file.is_some());
         let refused = parse(&[
             "proxy",
@@ -455,6 +467,9 @@ mod tests {
             "https://mcp.example.com/mcp",
         ])
         .unwrap_err();
-        assert_eq!(refused.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert_eq!(
+            refused.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
     }
 }

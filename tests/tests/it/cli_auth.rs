@@ -182,7 +182,12 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
 
     // With demo:admin: unlock runs.
     let admin = auth.client_credentials("mcp demo:admin", &resource).await;
-    let response = call(addr, "unlock", Some(&format!("Bearer {}", admin.access_token))).await;
+    let response = call(
+        addr,
+        "unlock",
+        Some(&format!("Bearer {}", admin.access_token)),
+    )
+    .await;
     assert_eq!(response.status, 200);
     let answer = text(response).await;
     assert!(answer.contains("unlocked the `secret` tool"), "{answer}");

@@ -573,7 +573,13 @@ fn serve_demo_with(args: &[&str]) -> (HttpServer, Vec<String>) {
 
 /// A raw HTTP/1.1 request (`Connection: close`) to the server at `url`: the status, the
 /// headers (names lower-cased) and the body.
-fn http(url: &str, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, Vec<(String, String)>, String) {
+fn http(
+    url: &str,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
     use std::io::{Read, Write};
     let authority = url
         .strip_prefix("http://")
@@ -662,25 +668,55 @@ fn serve_demo_http_with_a_token_file_needs_the_secret() {
     with.push("Authorization: Bearer local-secret");
     let (status, _, answer) = http(url, "POST", "/mcp", &with, &body);
     assert_eq!(status, 200, "{answer}");
-    assert!(answer.contains("static (issuer static-token), scopes demo:admin"), "{answer}");
+    assert!(
+        answer.contains("static (issuer static-token), scopes demo:admin"),
+        "{answer}"
+    );
 
     // mcx's own client, without and with the secret; the local user may unlock.
     let mut refused = Command::new(MCX);
-    refused
-        .env_remove("MCX_BEARER")
-        .args(["--url", url, "--timeout", "10", "tools", "call", "whoami"]);
+    refused.env_remove("MCX_BEARER").args([
+        "--url",
+        url,
+        "--timeout",
+        "10",
+        "tools",
+        "call",
+        "whoami",
+    ]);
     let out = refused.stdin(Stdio::null()).output().expect("mcx runs");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("401"), "{}", stderr(&out));
-    let out = mcx(&["--url", url, "--bearer-file", &file, "tools", "call", "whoami"]);
+    let out = mcx(&[
+        "--url",
+        url,
+        "--bearer-file",
+        &file,
+        "tools",
+        "call",
+        "whoami",
+    ]);
     assert_eq!(
         stdout(&out),
         "static (issuer static-token), scopes demo:admin\n",
         "{}",
         stderr(&out)
     );
-    let out = mcx(&["--url", url, "--bearer-file", &file, "tools", "call", "unlock"]);
-    assert_eq!(stdout(&out), "unlocked the `secret` tool\n", "{}", stderr(&out));
+    let out = mcx(&[
+        "--url",
+        url,
+        "--bearer-file",
+        &file,
+        "tools",
+        "call",
+        "unlock",
+    ]);
+    assert_eq!(
+        stdout(&out),
+        "unlocked the `secret` tool\n",
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -694,7 +730,13 @@ fn without_auth_whoami_says_no_one_and_the_auth_flags_need_http() {
     );
     for args in [
         &["serve", "demo", "--auth-token-file", "token"][..],
-        &["serve", "demo", "--stdio", "--auth-issuer", "http://127.0.0.1:9"][..],
+        &[
+            "serve",
+            "demo",
+            "--stdio",
+            "--auth-issuer",
+            "http://127.0.0.1:9",
+        ][..],
     ] {
         let out = mcx(args);
         assert!(!out.status.success(), "{args:?}");

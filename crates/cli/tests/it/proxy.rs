@@ -860,7 +860,10 @@ async fn the_proxy_with_a_token_file_needs_the_secret() {
     let proxy = Proxy::start(&["--auth-token-file", file.to_str().expect("UTF-8")]);
     let _ = std::fs::remove_file(&file);
     assert!(
-        proxy.lines().iter().any(|l| l.contains("requests need the secret in")),
+        proxy
+            .lines()
+            .iter()
+            .any(|l| l.contains("requests need the secret in")),
         "{:?}",
         proxy.lines()
     );
@@ -869,7 +872,9 @@ async fn the_proxy_with_a_token_file_needs_the_secret() {
     let (status, response) = raw_modern_call(&proxy.url, "echo", echo.clone(), wait);
     assert_eq!(status, 401, "{response}");
     assert!(
-        response.to_ascii_lowercase().contains("www-authenticate: bearer"),
+        response
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
         "{response}"
     );
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
