@@ -19,7 +19,7 @@ pub(crate) struct AuthArgs {
     pub(crate) auth_issuer: Option<String>,
     /// The resource URL instead of http://ADDR/mcp: what tokens must name as their audience and
     /// the protected resource metadata says (the URL clients use: a host name, https behind a
-    /// reverse proxy). Required with --auth-issuer when ADDR is 0.0.0.0 or [::].
+    /// reverse proxy). Required with --auth-issuer when ADDR is unspecified (0.0.0.0, ::).
     #[arg(long, value_name = "URL", requires = "auth_issuer")]
     pub(crate) auth_audience: Option<String>,
     /// Require this bearer secret (the file's content without its trailing newline), compared
