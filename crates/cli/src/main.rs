@@ -163,7 +163,8 @@ struct ProxyArgs {
 #[derive(Subcommand, Debug)]
 enum Serve {
     /// The demo server: tools with progress, logging, elicitation and sampling; resources, a
-    /// template, prompts with completions.
+    /// template, prompts with completions. With --auth-issuer or --auth-token-file, its
+    /// `unlock` needs the scope demo:admin; `whoami` says who called.
     Demo(ServeDemo),
 }
 
@@ -176,8 +177,7 @@ struct ServeDemo {
     /// free port); the URL is printed to stderr.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
-    /// With --auth-issuer or --auth-token-file, `unlock` needs the scope `demo:admin`, and
-    /// `whoami` says who called.
+    // Over HTTP, who may call.
     #[command(flatten)]
     auth: auth::AuthArgs,
 }
