@@ -1,6 +1,7 @@
-//! `mcx serve demo --http ADDR --auth-issuer URL` against a real authorization server
-//! (oidc-provider, `modelctx_tests::oidc`): the `mcx` binary, run as a user would, takes the
-//! AS's access tokens for its URL, `whoami` says who called, and `unlock` needs `demo:admin`.
+//! `mcx serve demo --http ADDR --auth-issuer URL` and `mcx proxy ... --auth-issuer URL` against
+//! a real authorization server (oidc-provider, `modelctx_tests::oidc`): the `mcx` binary, run as
+//! a user would, takes the AS's access tokens for its URL, `whoami` says who called, and
+//! `unlock` needs `demo:admin`.
 //!
 //! The binary is the workspace's `mcx`, built (once per run) into this test's target directory
 //! with the cargo that runs the tests. Skipped without Node, like the other AS tests.
@@ -208,4 +209,60 @@ async fn metadata(addr: std::net::SocketAddr) -> serde_json::Value {
     .await;
     assert_eq!(response.status, 200);
     response.json().await
+}
+
+#[tokio::test]
+async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let other = "http://127.0.0.1:9/mcp";
+    let Some(auth) = As::start(&[&resource, other]).await else {
+        return;
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let server = format!("{} serve demo --stdio", mcx().display());
+    let mut proxy = Command::new(mcx())
+        .args(["proxy", "--stdio", &server, "--listen", &listen])
+        .args(["--auth-issuer", auth.issuer()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mcx proxy starts");
+    let mut lines = BufReader::new(proxy.stderr.take().expect("stderr")).lines();
+    loop {
+        let line = modelctx_tests::http::within("the proxy prints its URL", lines.next_line())
+            .await
+            .expect("stderr")
+            .expect("the proxy runs");
+        if line.starts_with(&format!("mcx proxy: {resource} ")) {
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let addr = listen.parse().expect("an address");
+
+    assert_eq!(call(addr, "echo", None).await.status, 401);
+    // A token of the same AS for another resource is not for this proxy.
+    let elsewhere = auth.client_credentials("mcp", other).await;
+    let response = call(
+        addr,
+        "echo",
+        Some(&format!("Bearer {}", elsewhere.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 401);
+    let token = auth.client_credentials("mcp", &resource).await;
+    let response = call(
+        addr,
+        "whoami",
+        Some(&format!("Bearer {}", token.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    // The child, over stdio, is not told who called (nor given the token).
+    let answer = text(response).await;
+    assert!(answer.contains("no one is authenticated"), "{answer}");
+    assert_eq!(metadata(addr).await["resource"], resource.as_str());
 }
