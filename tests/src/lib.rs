@@ -135,3 +135,9 @@ pub struct ServerGuideDoctests;
 #[doc = include_str!("../../docs/guide-client.md")]
 #[cfg(doctest)]
 pub struct ClientGuideDoctests;
+
+/// The code of `docs/guide-auth.md`, compiled and run as doctests here, where the server has its
+/// `auth` feature (`modelctx_server::auth`, the crate modelctx-auth).
+#[doc = include_str!("../../docs/guide-auth.md")]
+#[cfg(doctest)]
+pub struct AuthGuideDoctests;

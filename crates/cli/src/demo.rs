@@ -215,9 +215,33 @@ fn starting_with(names: &[&str], partial: &str) -> Vec<String> {
         .collect()
 }
 
+/// `whoami`: the caller the guard authenticated (`mcx serve demo --http` with `--auth-issuer` or
+/// `--auth-token-file`).
+async fn whoami(context: Context, _: NoArgs) -> String {
+    let Some(grant) = context.auth() else {
+        return "no one is authenticated (this server takes no credentials)".to_owned();
+    };
+    let scopes = if grant.scopes.is_empty() {
+        "no scopes".to_owned()
+    } else {
+        format!("scopes {}", grant.scopes.join(" "))
+    };
+    format!("{} (issuer {}), {scopes}", grant.subject, grant.issuer)
+}
+
+/// The scope `unlock` needs when the server takes credentials.
+pub(crate) const ADMIN: &str = "demo:admin";
+
 /// The demo server.
 pub(crate) fn server() -> Server {
-    let server = Server::builder("mcx-demo", env!("CARGO_PKG_VERSION"))
+    let server = builder().build();
+    add_unlock(&server);
+    server
+}
+
+/// The demo server's builder, without `unlock` (see [`add_unlock`]), for a guard to be added.
+pub(crate) fn builder() -> modelctx_server::ServerBuilder {
+    Server::builder("mcx-demo", env!("CARGO_PKG_VERSION"))
         .instructions(
             "The mcx demo server: try `countdown` (progress and logs), `confirm` (elicitation), \
              `haiku` (sampling) and `unlock` (the tool list changes).",
@@ -231,6 +255,10 @@ pub(crate) fn server() -> Server {
         .tool(Tool::new("confirm", confirm).description("Asks the user to confirm (elicitation)"))
         .tool(
             Tool::new("haiku", haiku).description("Asks the client's model for a haiku (sampling)"),
+        )
+        .tool(
+            Tool::new("whoami", whoami)
+                .description("Says who is calling: the token's subject and scopes"),
         )
         .prompt(
             Prompt::new("greet", greet)
@@ -267,7 +295,11 @@ pub(crate) fn server() -> Server {
                     starting_with(&names, &partial)
                 }),
         )
-        .build();
+}
+
+/// Adds `unlock`, which adds the `secret` tool; it needs the scope [`ADMIN`] (checked when the
+/// server has a guard).
+pub(crate) fn add_unlock(server: &Server) {
     let handle = server.clone();
     let unlock = move |_: NoArgs| {
         let server = handle.clone();
@@ -280,7 +312,10 @@ pub(crate) fn server() -> Server {
         }
     };
     server
-        .add_tool(Tool::new("unlock", unlock).description("Adds the `secret` tool (list_changed)"))
+        .add_tool(
+            Tool::new("unlock", unlock)
+                .description("Adds the `secret` tool (list_changed); needs the scope demo:admin")
+                .scopes([ADMIN]),
+        )
         .expect("a new tool");
-    server
 }

@@ -16,6 +16,12 @@
 //! becomes `notifications/cancelled`, listen notifications reach their listen stream by
 //! subscription id, and a child that keeps exiting is restarted with a growing delay.
 //! `--verbose` says what it does on stderr.
+//!
+//! Over HTTP, `mcx serve demo --http` and `mcx proxy` are OAuth 2.1 resource servers with
+//! `--auth-issuer URL` (JWT access tokens of that authorization server, for the resource
+//! `http://ADDR/mcp` or `--auth-audience`), and take one static secret with `--auth-token-file`
+//! (`modelctx-auth`, see `auth.rs`). It does not issue tokens, and protects nothing over stdio
+//! (those flags are refused there).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -33,6 +39,7 @@ macro_rules! say {
     };
 }
 
+mod auth;
 mod commands;
 mod demo;
 mod output;
@@ -149,12 +156,15 @@ struct ProxyArgs {
     /// cancelled and answered.
     #[arg(long, short)]
     verbose: bool,
+    #[command(flatten)]
+    auth: auth::AuthArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Serve {
     /// The demo server: tools with progress, logging, elicitation and sampling; resources, a
-    /// template, prompts with completions.
+    /// template, prompts with completions. With --auth-issuer or --auth-token-file, its
+    /// `unlock` needs the scope demo:admin; `whoami` says who called.
     Demo(ServeDemo),
 }
 
@@ -167,6 +177,9 @@ struct ServeDemo {
     /// free port); the URL is printed to stderr.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
+    // Over HTTP, who may call.
+    #[command(flatten)]
+    auth: auth::AuthArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -275,27 +288,59 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
         Ok(words) => words,
         Err(e) => return fail(format_args!("--stdio: {e}")),
     };
+    let (listen, guard) = match guarded(&args.auth, args.listen, &[]).await {
+        Ok(guarded) => guarded,
+        Err(e) => return fail(e),
+    };
     proxy::run(proxy::Options {
         command,
-        listen: args.listen,
+        listen,
         max_sessions: args.max_sessions,
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout.max(1)),
         max_requests: args.max_requests,
         max_children: args.max_children,
         spawn_rate: args.spawn_rate,
         verbose: args.verbose,
+        guard,
     })
     .await
 }
 
+/// The address to serve on (port 0 fixed when there is a guard) and the guard `auth` asks for,
+/// its issuer's metadata fetched; says on stderr what it accepts.
+async fn guarded(
+    auth: &auth::AuthArgs,
+    addr: SocketAddr,
+    scopes: &[&str],
+) -> Result<(SocketAddr, Option<modelctx_server::auth::AuthGuard>), String> {
+    let addr = auth::fixed_port(auth, addr)?;
+    let guard = auth::guard(auth, addr, scopes)?;
+    if let Some(guard) = &guard {
+        auth::prefetch(guard, auth).await;
+        eprintln!("mcx: {}", auth::describe(guard, auth));
+    }
+    Ok((addr, guard))
+}
+
 async fn serve_demo(serve: ServeDemo) -> ExitCode {
-    let server = demo::server();
     let Some(addr) = serve.http else {
-        return match server.serve_stdio().await {
+        if serve.auth.any() {
+            return fail(stdio_refusal(&serve.auth));
+        }
+        return match demo::server().serve_stdio().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(format_args!("serving stdio: {e}")),
         };
     };
+    let (addr, guard) = match guarded(&serve.auth, addr, &[demo::ADMIN]).await {
+        Ok(guarded) => guarded,
+        Err(e) => return fail(e),
+    };
+    let server = match guard {
+        Some(guard) => demo::builder().auth(guard).build(),
+        None => demo::builder().build(),
+    };
+    demo::add_unlock(&server);
     let running = match server
         .serve_http(addr, modelctx_http::server::ServerConfig::default())
         .await
@@ -310,4 +355,121 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
     let _ = tokio::signal::ctrl_c().await;
     running.shutdown(std::time::Duration::from_secs(2)).await;
     ExitCode::SUCCESS
+}
+
+/// Why the auth flags are refused over stdio.
+fn stdio_refusal(auth: &auth::AuthArgs) -> String {
+    format!(
+        "{} protects HTTP only: add --http ADDR (over stdio the MCP authorization rules do not \
+         apply: the client that starts the server is trusted with it)",
+        auth.first_flag()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("mcx").chain(args.iter().copied()))
+    }
+
+    fn serve_demo(args: &[&str]) -> ServeDemo {
+        let mut all = vec!["serve", "demo"];
+        all.extend_from_slice(args);
+        match parse(&all).expect("parses").command {
+            Command::Serve(Serve::Demo(serve)) => serve,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn serve_demo_takes_the_auth_flags_with_http() {
+        let serve = serve_demo(&[
+            "--http",
+            "127.0.0.1:0",
+            "--auth-issuer",
+            "http://127.0.0.1:9",
+            "--auth-audience",
+            "http://localhost:8080/mcp",
+            "--auth-token-file",
+            "token",
+        ]);
+        assert_eq!(serve.http, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(
+            serve.auth.auth_issuer.as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        assert_eq!(
+            serve.auth.auth_audience.as_deref(),
+            Some("http://localhost:8080/mcp")
+        );
+        assert_eq!(
+            serve.auth.auth_token_file.as_deref(),
+            Some(std::path::Path::new("token"))
+        );
+    }
+
+    #[test]
+    fn over_stdio_the_auth_flags_are_refused_by_name() {
+        for (args, flag) in [
+            (
+                &["--auth-issuer", "http://127.0.0.1:9"][..],
+                "--auth-issuer",
+            ),
+            (
+                &["--stdio", "--auth-token-file", "token"][..],
+                "--auth-token-file",
+            ),
+        ] {
+            let serve = serve_demo(args);
+            assert_eq!(serve.http, None);
+            let refusal = stdio_refusal(&serve.auth);
+            assert!(
+                refusal.starts_with(&format!("{flag} protects HTTP only: add --http")),
+                "{refusal}"
+            );
+        }
+        assert!(!serve_demo(&["--stdio"]).auth.any());
+    }
+
+    #[test]
+    fn the_proxy_takes_the_auth_flags() {
+        let cli = parse(&[
+            "proxy",
+            "--stdio",
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--auth-issuer",
+            "https://id.example.com",
+            "--auth-token-file",
+            "token",
+        ])
+        .expect("parses");
+        let Command::Proxy(proxy) = cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        assert_eq!(
+            proxy.auth.auth_issuer.as_deref(),
+            Some("https://id.example.com")
+        );
+        assert!(proxy.auth.auth_token_file.is_some());
+        let refused = parse(&[
+            "proxy",
+            "--stdio",
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--auth-audience",
+            "https://mcp.example.com/mcp",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+    }
 }

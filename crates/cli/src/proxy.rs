@@ -136,6 +136,8 @@ pub(crate) struct Options {
     /// Legacy children started per second (after a burst of [`SPAWN_BURST`]).
     pub(crate) spawn_rate: f64,
     pub(crate) verbose: bool,
+    /// Who may call (`--auth-issuer`, `--auth-token-file`): the transport's guard.
+    pub(crate) guard: Option<modelctx_server::auth::AuthGuard>,
 }
 
 /// Runs the proxy until Ctrl-C (or SIGTERM).
@@ -178,6 +180,9 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     let mut config = ServerConfig::default();
     config.max_sessions = options.max_sessions;
     config.session_idle_timeout = options.idle_timeout;
+    config.guard = options
+        .guard
+        .map(|guard| Arc::new(guard) as Arc<dyn modelctx_http::server::Guard>);
     let running = match modelctx_http::server::serve(options.listen, config, Arc::new(proxy)).await
     {
         Ok(running) => running,

@@ -182,9 +182,3 @@ pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
-
-/// The code of `docs/guide-auth.md` that needs only this crate, compiled and run as doctests
-/// (the blocks that use `modelctx-auth` are `ignore`d until that crate is merged).
-#[cfg(all(doctest, feature = "http"))]
-#[doc = include_str!("../../../docs/guide-auth.md")]
-pub struct AuthGuideDoctests;

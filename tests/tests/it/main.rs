@@ -5,6 +5,7 @@
 mod auth;
 mod auth_musts;
 mod auth_ts;
+mod cli_auth;
 mod client;
 mod client_everything;
 mod client_http;

@@ -542,3 +542,219 @@ fn finding_23_bearer_from_the_environment_or_a_file() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
 }
+
+/// `mcx serve demo` with `args` (after `serve demo`), ended when dropped: its URL is the one of
+/// the `mcx demo server:` line on stderr, whose other lines are kept.
+fn serve_demo_with(args: &[&str]) -> (HttpServer, Vec<String>) {
+    let mut child = Command::new(MCX)
+        .args(["serve", "demo"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx serve runs");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut before = Vec::new();
+    let url = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("mcx ended before its URL: {before:?}"))
+            .expect("stderr");
+        if let Some(rest) = line.strip_prefix("mcx demo server: ") {
+            break rest.split_whitespace().next().expect("a URL").to_owned();
+        }
+        before.push(line);
+    };
+    // Drained, so that mcx never writes to a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (HttpServer { child, url }, before)
+}
+
+/// A raw HTTP/1.1 request (`Connection: close`) to the server at `url`: the status, the
+/// headers (names lower-cased) and the body.
+fn http(
+    url: &str,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    use std::io::{Read, Write};
+    let authority = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("an http URL");
+    let mut stream = std::net::TcpStream::connect(authority).expect("connects");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).expect("sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("an answer");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+/// The headers of a 2026-07-28 `tools/call` POST and its body.
+fn modern_call(name: &str) -> (Vec<String>, String) {
+    use modelctx_types::ProtocolVersion;
+    use modelctx_types::consts::ToolsCall;
+    use modelctx_types::meta_keys::{CLIENT_CAPABILITIES, CLIENT_INFO, PROTOCOL_VERSION};
+    let version = ProtocolVersion::LATEST.as_str();
+    let headers = vec![
+        "Content-Type: application/json".to_owned(),
+        "Accept: application/json, text/event-stream".to_owned(),
+        format!("MCP-Protocol-Version: {version}"),
+        format!("Mcp-Method: {}", ToolsCall::VALUE),
+        format!("Mcp-Name: {name}"),
+    ];
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": ToolsCall::VALUE,
+        "params": {"name": name, "arguments": {}, "_meta": {
+            PROTOCOL_VERSION: version,
+            CLIENT_CAPABILITIES: {},
+            CLIENT_INFO: {"name": "raw", "version": "1"}}}});
+    (headers, body.to_string())
+}
+
+#[test]
+fn serve_demo_http_with_a_token_file_needs_the_secret() {
+    let dir = TempDir::new("token-file");
+    let file = dir.0.join("secret");
+    std::fs::write(&file, "local-secret\n").expect("written");
+    let file = file.display().to_string();
+    let (server, before) = serve_demo_with(&["--http", "127.0.0.1:0", "--auth-token-file", &file]);
+    let url = server.url.as_str();
+    assert!(
+        before.iter().any(|l| l.contains("the secret in")),
+        "{before:?}"
+    );
+
+    // Without the secret, or with another one: 401 and the challenge.
+    let (headers, body) = modern_call("whoami");
+    let mut with: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let (status, answer, _) = http(url, "POST", "/mcp", &with, &body);
+    assert_eq!(status, 401);
+    let challenge = answer
+        .iter()
+        .find(|(n, v)| n == "www-authenticate" && v.starts_with("Bearer"))
+        .map(|(_, v)| v.as_str())
+        .expect("a Bearer challenge");
+    // No authorization server, so no metadata to point at.
+    assert_eq!(challenge, r#"Bearer scope="demo:admin""#);
+    let metadata_path = "/.well-known/oauth-protected-resource/mcp";
+    assert_eq!(http(url, "GET", metadata_path, &[], "").0, 404);
+    with.push("Authorization: Bearer local-secreT");
+    assert_eq!(http(url, "POST", "/mcp", &with, &body).0, 401);
+    // With it: 200, and whoami answers.
+    with.pop();
+    with.push("Authorization: Bearer local-secret");
+    let (status, _, answer) = http(url, "POST", "/mcp", &with, &body);
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains("static (issuer static-token), scopes demo:admin"),
+        "{answer}"
+    );
+
+    // mcx's own client, without and with the secret; the local user may unlock.
+    let mut refused = Command::new(MCX);
+    refused.env_remove("MCX_BEARER").args([
+        "--url",
+        url,
+        "--timeout",
+        "10",
+        "tools",
+        "call",
+        "whoami",
+    ]);
+    let out = refused.stdin(Stdio::null()).output().expect("mcx runs");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("401"), "{}", stderr(&out));
+    let out = mcx(&[
+        "--url",
+        url,
+        "--bearer-file",
+        &file,
+        "tools",
+        "call",
+        "whoami",
+    ]);
+    assert_eq!(
+        stdout(&out),
+        "static (issuer static-token), scopes demo:admin\n",
+        "{}",
+        stderr(&out)
+    );
+    let out = mcx(&[
+        "--url",
+        url,
+        "--bearer-file",
+        &file,
+        "tools",
+        "call",
+        "unlock",
+    ]);
+    assert_eq!(
+        stdout(&out),
+        "unlocked the `secret` tool\n",
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn without_auth_whoami_says_no_one_and_the_auth_flags_need_http() {
+    let out = mcx(&["--stdio", &demo_stdio(), "tools", "call", "whoami"]);
+    assert_eq!(
+        stdout(&out),
+        "no one is authenticated (this server takes no credentials)\n",
+        "{}",
+        stderr(&out)
+    );
+    for args in [
+        &["serve", "demo", "--auth-token-file", "token"][..],
+        &[
+            "serve",
+            "demo",
+            "--stdio",
+            "--auth-issuer",
+            "http://127.0.0.1:9",
+        ][..],
+    ] {
+        let out = mcx(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr(&out).contains("protects HTTP only: add --http ADDR"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // The resource URL cannot be formed from an unspecified address.
+    let out = mcx(&[
+        "serve",
+        "demo",
+        "--http",
+        "0.0.0.0:0",
+        "--auth-issuer",
+        "http://127.0.0.1:9",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--auth-audience"), "{}", stderr(&out));
+}

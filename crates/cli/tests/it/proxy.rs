@@ -38,16 +38,22 @@ impl Proxy {
             .spawn()
             .expect("mcx proxy starts");
         let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let mut first = String::new();
-        stderr
-            .read_line(&mut first)
-            .expect("the proxy's first line");
-        let url = first
-            .strip_prefix("mcx proxy: ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("no URL in {first:?}"))
-            .to_owned();
-        let log = Arc::new(Mutex::new(Vec::new()));
+        // The URL line comes first, after what a guard says about itself (`--auth-*`).
+        let mut before = Vec::new();
+        let url = loop {
+            let mut line = String::new();
+            stderr.read_line(&mut line).expect("the proxy's stderr");
+            assert!(!line.is_empty(), "no URL in {before:?}");
+            if let Some(url) = line
+                .strip_prefix("mcx proxy: ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .filter(|url| url.starts_with("http://"))
+            {
+                break url.to_owned();
+            }
+            before.push(line);
+        };
+        let log = Arc::new(Mutex::new(before));
         let lines = log.clone();
         std::thread::spawn(move || {
             for line in stderr.lines() {
@@ -843,4 +849,66 @@ async fn modern_requests_are_refused_by_the_sessions_meta_rules() {
     let (status, response) = raw_post_with(&proxy.url, headers, &body.to_string(), wait);
     assert_eq!(status, 200, "{response}");
     assert!(response.contains("supportedVersions"), "{response}");
+}
+
+/// `--auth-token-file` protects the proxy's HTTP side, in both eras; the secret is not passed to
+/// the child (whose `whoami`, over stdio, sees no one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_with_a_token_file_needs_the_secret() {
+    let file = std::env::temp_dir().join(format!("mcx-proxy-token-{}", std::process::id()));
+    std::fs::write(&file, "proxy-secret\n").expect("written");
+    let proxy = Proxy::start(&["--auth-token-file", file.to_str().expect("UTF-8")]);
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        proxy
+            .lines()
+            .iter()
+            .any(|l| l.contains("requests need the secret in")),
+        "{:?}",
+        proxy.lines()
+    );
+    let wait = Duration::from_secs(20);
+    let echo = json!({"text": "through"});
+    let (status, response) = raw_modern_call(&proxy.url, "echo", echo.clone(), wait);
+    assert_eq!(status, 401, "{response}");
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{response}"
+    );
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let (status, response) = raw_post(&proxy.url, None, initialize);
+    assert_eq!(status, 401, "{response}");
+    assert!(
+        !proxy
+            .lines()
+            .iter()
+            .any(|l| l.contains("legacy session") && l.contains("started")),
+        "a child started for a refused request: {:?}",
+        proxy.lines()
+    );
+
+    let secret = "Authorization: Bearer proxy-secret\r\n";
+    let (status, response) = raw_post_with(&proxy.url, secret, initialize, wait);
+    assert_eq!(status, 200, "{response}");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "echo", "arguments": echo,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        },
+    }});
+    let headers = format!(
+        "{secret}MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
+    );
+    let (status, response) = raw_post_with(&proxy.url, &headers, &body.to_string(), wait);
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("through"), "{response}");
+    let body = body.to_string().replace("\"echo\"", "\"whoami\"");
+    let headers = headers.replace("Mcp-Name: echo", "Mcp-Name: whoami");
+    let (status, response) = raw_post_with(&proxy.url, &headers, &body, wait);
+    assert_eq!(status, 200, "{response}");
+    assert!(response.contains("no one is authenticated"), "{response}");
 }

@@ -1,0 +1,268 @@
+//! `mcx serve demo --http ADDR --auth-issuer URL` and `mcx proxy ... --auth-issuer URL` against
+//! a real authorization server (oidc-provider, `modelctx_tests::oidc`): the `mcx` binary, run as
+//! a user would, takes the AS's access tokens for its URL, `whoami` says who called, and
+//! `unlock` needs `demo:admin`.
+//!
+//! The binary is the workspace's `mcx`, built (once per run) into this test's target directory
+//! with the cargo that runs the tests. Skipped without Node, like the other AS tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+
+use modelctx_tests::http::{RawResponse, modern_call, modern_headers, post};
+use modelctx_tests::oidc::As;
+use modelctx_types::consts::ToolsCall;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The `mcx` binary of this workspace, built on first use next to this test binary
+/// (`target/<profile>/mcx`).
+fn mcx() -> &'static Path {
+    static MCX: OnceLock<PathBuf> = OnceLock::new();
+    MCX.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        // target/<profile>/deps/it-<hash>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let target_dir = profile_dir.parent().expect("the target directory");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => "dev",
+            Some(other) => other,
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--quiet", "-p", "modelctx-cli", "--bin", "mcx"])
+            .args(["--profile", profile])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building mcx failed: {status}");
+        let mcx = profile_dir.join(format!("mcx{}", std::env::consts::EXE_SUFFIX));
+        assert!(mcx.is_file(), "no {}", mcx.display());
+        mcx
+    })
+}
+
+/// A free port on 127.0.0.1: the AS must know the resource URL (which names the port) before
+/// mcx starts, and mcx the AS's URL.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `mcx serve demo` with `args` (after `serve demo`), killed when dropped; its URL (the
+/// `mcx demo server:` line on stderr) and the lines before it.
+async fn serve_demo(args: &[&str]) -> (Child, String, Vec<String>) {
+    let mut child = Command::new(mcx())
+        .args(["serve", "demo"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mcx starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut before = Vec::new();
+    let url = loop {
+        let line = modelctx_tests::http::within("mcx prints its URL", lines.next_line())
+            .await
+            .expect("stderr")
+            .unwrap_or_else(|| panic!("mcx ended before its URL: {before:?}"));
+        if let Some(rest) = line.strip_prefix("mcx demo server: ") {
+            break rest.split_whitespace().next().expect("a URL").to_owned();
+        }
+        before.push(line);
+    };
+    // Drained, so that mcx never writes to a closed pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url, before)
+}
+
+/// A 2026-07-28 `tools/call` of `tool` to `addr`, with `Authorization: <authorization>`.
+async fn call(addr: std::net::SocketAddr, tool: &str, authorization: Option<&str>) -> RawResponse {
+    let mut headers = modern_headers(ToolsCall::VALUE, Some(tool));
+    if let Some(authorization) = authorization {
+        headers.push(("Authorization", authorization));
+    }
+    post(addr, &headers, &modern_call(1, tool, json!({}))).await
+}
+
+/// The `WWW-Authenticate` challenges of `response`.
+fn challenges(response: &RawResponse) -> Vec<String> {
+    response
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("www-authenticate"))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+async fn text(response: RawResponse) -> String {
+    String::from_utf8_lossy(&response.body().await).into_owned()
+}
+
+#[tokio::test]
+async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let Some(auth) = As::start(&[&resource]).await else {
+        return;
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let (_mcx, url, before) =
+        serve_demo(&["--http", &listen, "--auth-issuer", auth.issuer()]).await;
+    // The resource is the served URL.
+    assert_eq!(url, resource);
+    assert!(
+        before
+            .iter()
+            .any(|l| l.contains(auth.issuer()) && l.contains(&resource)),
+        "{before:?}"
+    );
+    let addr = listen.parse().expect("an address");
+
+    // No token, or one the AS did not sign: 401, pointing at the metadata.
+    let response = call(addr, "whoami", None).await;
+    assert_eq!(response.status, 401);
+    let challenge = challenges(&response).join(", ");
+    assert!(
+        challenge.contains(&format!(
+            "resource_metadata=\"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp\""
+        )),
+        "{challenge}"
+    );
+    let response = call(addr, "whoami", Some("Bearer not-a-token")).await;
+    assert_eq!(response.status, 401);
+    let metadata = metadata(addr).await;
+    assert_eq!(metadata["resource"], resource.as_str());
+    assert_eq!(metadata["authorization_servers"], json!([auth.issuer()]));
+    assert_eq!(metadata["scopes_supported"], json!(["demo:admin"]));
+
+    // A client-credentials token without demo:admin: whoami answers, unlock is refused.
+    let token = auth.client_credentials("mcp", &resource).await;
+    let bearer = format!("Bearer {}", token.access_token);
+    let response = call(addr, "whoami", Some(&bearer)).await;
+    assert_eq!(response.status, 200);
+    let answer = text(response).await;
+    assert!(
+        answer.contains(&format!("svc (issuer {}), scopes mcp", auth.issuer())),
+        "{answer}"
+    );
+    let response = call(addr, "unlock", Some(&bearer)).await;
+    assert_eq!(response.status, 403);
+    let challenge = challenges(&response).join(", ");
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"demo:admin\""),
+        "{challenge}"
+    );
+
+    // mcx's own client with that token (MCX_BEARER) sees the same.
+    let out = Command::new(mcx())
+        .args(["--url", &url, "--timeout", "10", "tools", "call", "whoami"])
+        .env("MCX_BEARER", &token.access_token)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("mcx runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("svc (issuer {}), scopes mcp\n", auth.issuer()),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // With demo:admin: unlock runs.
+    let admin = auth.client_credentials("mcp demo:admin", &resource).await;
+    let response = call(
+        addr,
+        "unlock",
+        Some(&format!("Bearer {}", admin.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let answer = text(response).await;
+    assert!(answer.contains("unlocked the `secret` tool"), "{answer}");
+}
+
+/// The protected resource metadata of the server at `addr`, fetched without credentials.
+async fn metadata(addr: std::net::SocketAddr) -> serde_json::Value {
+    let response = modelctx_tests::http::within(
+        "the metadata",
+        modelctx_tests::http::raw_request(
+            addr,
+            "GET",
+            "/.well-known/oauth-protected-resource/mcp",
+            &[],
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    response.json().await
+}
+
+#[tokio::test]
+async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let other = "http://127.0.0.1:9/mcp";
+    let Some(auth) = As::start(&[&resource, other]).await else {
+        return;
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let server = format!("{} serve demo --stdio", mcx().display());
+    let mut proxy = Command::new(mcx())
+        .args(["proxy", "--stdio", &server, "--listen", &listen])
+        .args(["--auth-issuer", auth.issuer()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mcx proxy starts");
+    let mut lines = BufReader::new(proxy.stderr.take().expect("stderr")).lines();
+    loop {
+        let line = modelctx_tests::http::within("the proxy prints its URL", lines.next_line())
+            .await
+            .expect("stderr")
+            .expect("the proxy runs");
+        if line.starts_with(&format!("mcx proxy: {resource} ")) {
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let addr = listen.parse().expect("an address");
+
+    assert_eq!(call(addr, "echo", None).await.status, 401);
+    // A token of the same AS for another resource is not for this proxy.
+    let elsewhere = auth.client_credentials("mcp", other).await;
+    let response = call(
+        addr,
+        "echo",
+        Some(&format!("Bearer {}", elsewhere.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 401);
+    let token = auth.client_credentials("mcp", &resource).await;
+    let response = call(
+        addr,
+        "whoami",
+        Some(&format!("Bearer {}", token.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    // The child, over stdio, is not told who called (nor given the token).
+    let answer = text(response).await;
+    assert!(answer.contains("no one is authenticated"), "{answer}");
+    assert_eq!(metadata(addr).await["resource"], resource.as_str());
+}
