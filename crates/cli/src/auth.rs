@@ -1,7 +1,7 @@
 //! `--auth-issuer`, `--auth-audience` and `--auth-token-file`: the OAuth 2.1 resource server
 //! (`modelctx-auth`) in front of `mcx serve demo --http` and `mcx proxy`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -43,17 +43,6 @@ impl AuthArgs {
             "--auth-token-file"
         }
     }
-}
-
-/// The address to serve on: `addr`, its port 0 replaced by a free port when a guard will be
-/// built (the resource URL names the port, so it must be known before the server starts).
-pub(crate) fn fixed_port(args: &AuthArgs, addr: SocketAddr) -> Result<SocketAddr, String> {
-    if !args.any() || addr.port() != 0 {
-        return Ok(addr);
-    }
-    TcpListener::bind(addr)
-        .and_then(|listener| listener.local_addr())
-        .map_err(|e| format!("choosing a free port on {addr}: {e}"))
 }
 
 /// The resource URL for the server on `addr`: `--auth-audience`, else `http://ADDR/mcp`.
@@ -210,23 +199,6 @@ mod tests {
         assert_eq!(
             guard.well_known_paths()[0],
             "/.well-known/oauth-protected-resource/api"
-        );
-    }
-
-    #[test]
-    fn port_zero_is_fixed_only_when_a_guard_is_built() {
-        let none = AuthArgs::default();
-        assert_eq!(
-            fixed_port(&none, addr("127.0.0.1:0")).unwrap(),
-            addr("127.0.0.1:0")
-        );
-        let issuer = parse(&["--auth-issuer", "http://127.0.0.1:9"]).unwrap();
-        let fixed = fixed_port(&issuer, addr("127.0.0.1:0")).unwrap();
-        assert_eq!(fixed.ip(), addr("127.0.0.1:0").ip());
-        assert_ne!(fixed.port(), 0);
-        assert_eq!(
-            fixed_port(&issuer, addr("127.0.0.1:8080")).unwrap(),
-            addr("127.0.0.1:8080")
         );
     }
 

@@ -306,20 +306,31 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
     .await
 }
 
-/// The address to serve on (port 0 fixed when there is a guard) and the guard `auth` asks for,
-/// its issuer's metadata fetched; says on stderr what it accepts.
+/// The listener to serve on (bound first: with port 0 the resource URL names the port chosen)
+/// and the guard `auth` asks for, its issuer's metadata fetched; says on stderr what it accepts.
 async fn guarded(
     auth: &auth::AuthArgs,
     addr: SocketAddr,
     scopes: &[&str],
-) -> Result<(SocketAddr, Option<modelctx_server::auth::AuthGuard>), String> {
-    let addr = auth::fixed_port(auth, addr)?;
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        Option<modelctx_server::auth::AuthGuard>,
+    ),
+    String,
+> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("binding {addr}: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("binding {addr}: {e}"))?;
     let guard = auth::guard(auth, addr, scopes)?;
     if let Some(guard) = &guard {
         auth::prefetch(guard, auth).await;
         eprintln!("mcx: {}", auth::describe(guard, auth));
     }
-    Ok((addr, guard))
+    Ok((listener, guard))
 }
 
 async fn serve_demo(serve: ServeDemo) -> ExitCode {
@@ -332,7 +343,7 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
             Err(e) => fail(format_args!("serving stdio: {e}")),
         };
     };
-    let (addr, guard) = match guarded(&serve.auth, addr, &[demo::ADMIN]).await {
+    let (listener, guard) = match guarded(&serve.auth, addr, &[demo::ADMIN]).await {
         Ok(guarded) => guarded,
         Err(e) => return fail(e),
     };
@@ -342,7 +353,7 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
     };
     demo::add_unlock(&server);
     let running = match server
-        .serve_http(addr, modelctx_http::server::ServerConfig::default())
+        .serve_http_on(listener, modelctx_http::server::ServerConfig::default())
         .await
     {
         Ok(running) => running,

@@ -49,7 +49,6 @@
 //! (counted) beyond.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -127,7 +126,8 @@ fn warn(text: std::fmt::Arguments<'_>) {
 pub(crate) struct Options {
     /// The server's command line, split.
     pub(crate) command: Vec<String>,
-    pub(crate) listen: SocketAddr,
+    /// Bound by the caller (the guard's resource URL names its port).
+    pub(crate) listen: tokio::net::TcpListener,
     pub(crate) max_sessions: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_requests: usize,
@@ -183,11 +183,15 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     config.guard = options
         .guard
         .map(|guard| Arc::new(guard) as Arc<dyn modelctx_http::server::Guard>);
-    let running = match modelctx_http::server::serve(options.listen, config, Arc::new(proxy)).await
-    {
-        Ok(running) => running,
-        Err(e) => return crate::fail(format_args!("serving HTTP on {}: {e}", options.listen)),
-    };
+    let addr = options.listen.local_addr();
+    let running =
+        match modelctx_http::server::serve_on(options.listen, config, Arc::new(proxy)).await {
+            Ok(running) => running,
+            Err(e) => {
+                let addr = addr.map_or_else(|_| "the listener".to_owned(), |a| a.to_string());
+                return crate::fail(format_args!("serving HTTP on {addr}: {e}"));
+            }
+        };
     warn(format_args!(
         "http://{}/mcp -> {} (Ctrl-C to stop)",
         running.local_addr(),
