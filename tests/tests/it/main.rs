@@ -2,6 +2,7 @@
 //!
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
+mod auth_dpop;
 mod client;
 mod client_everything;
 mod client_http;
