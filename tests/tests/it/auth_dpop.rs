@@ -173,6 +173,68 @@ impl Rig {
         key.proof(method, &self.resource, Some(token), nonce)
     }
 
+    /// A legacy session at [`LEGACY`] with the bound `token`, every request with a fresh proof by
+    /// `key` (with `nonce`): initialize, initialized, a `whoami` call (answered `expected`), the
+    /// standalone stream (GET) and the session's end (DELETE). Returns each answer's
+    /// `DPoP-Nonce`.
+    async fn legacy_session(
+        &self,
+        key: &DpopKey,
+        token: &str,
+        nonce: Option<&str>,
+        expected: &str,
+    ) -> Vec<Option<String>> {
+        let version = LEGACY.as_str();
+        let mut nonces = Vec::new();
+        let nonce_of = |response: &RawResponse| response.header("dpop-nonce").map(str::to_owned);
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": consts::Initialize::VALUE,
+            "params": {"protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"}}});
+        let mut headers = owned(post_headers(None, None));
+        headers.extend(dpop(token, &[&self.proof(key, "POST", token, nonce)]));
+        let response = self.send("POST", &headers, &initialize).await;
+        nonces.push(nonce_of(&response));
+        let session = response
+            .header("mcp-session-id")
+            .expect("a session")
+            .to_owned();
+        let init = answer(response, "initialize").await;
+        assert_eq!(init["result"]["protocolVersion"], version, "{init}");
+
+        let on_session = |method: &str, mut headers: Vec<(&'static str, String)>| {
+            headers.push(("Mcp-Session-Id", session.clone()));
+            headers.push(("MCP-Protocol-Version", version.to_owned()));
+            headers.extend(dpop(token, &[&self.proof(key, method, token, nonce)]));
+            headers
+        };
+        let post = || owned(post_headers(None, None));
+        let initialized =
+            json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
+        let response = self
+            .send("POST", &on_session("POST", post()), &initialized)
+            .await;
+        assert_eq!(response.status, 202, "initialized");
+        nonces.push(nonce_of(&response));
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": consts::ToolsCall::VALUE,
+            "params": {"name": "whoami", "arguments": {}}});
+        let response = self.send("POST", &on_session("POST", post()), &call).await;
+        nonces.push(nonce_of(&response));
+        assert_eq!(whoami_text(response, "a legacy call").await, expected);
+        let stream = vec![("Accept", "text/event-stream".to_owned())];
+        let response = self
+            .send("GET", &on_session("GET", stream), &Value::Null)
+            .await;
+        assert_eq!(response.status, 200, "the standalone stream");
+        nonces.push(nonce_of(&response));
+        drop(response);
+        let response = self
+            .send("DELETE", &on_session("DELETE", Vec::new()), &Value::Null)
+            .await;
+        assert_eq!(response.status, 200, "the session's end");
+        nonces.push(nonce_of(&response));
+        nonces
+    }
+
     /// Sends `method /mcp` with `headers` and `body` (none when null).
     async fn send(&self, method: &str, headers: &[(&str, String)], body: &Value) -> RawResponse {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
@@ -312,66 +374,15 @@ async fn bound_tokens_with_a_fresh_proof_per_request_work_in_both_eras() {
     let expected = format!("svc {} mcp,files:write", key.jkt());
 
     // A legacy session: every request (POST, GET, DELETE) with its own proof.
-    let version = LEGACY.as_str();
-    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": consts::Initialize::VALUE,
-        "params": {"protocolVersion": version, "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}});
-    let mut headers = owned(post_headers(None, None));
-    headers.extend(dpop(&token, &[&rig.proof(&key, "POST", &token, None)]));
-    let response = rig.send("POST", &headers, &initialize).await;
-    let session = response
-        .header("mcp-session-id")
-        .expect("a session")
-        .to_owned();
-    assert_eq!(response.header("dpop-nonce"), None, "no nonces configured");
-    let init = answer(response, "initialize").await;
-    assert_eq!(init["result"]["protocolVersion"], version, "{init}");
+    let nonces = rig.legacy_session(&key, &token, None, &expected).await;
+    assert_eq!(
+        nonces,
+        [None, None, None, None, None],
+        "no nonces configured"
+    );
 
-    let on_session = |proof: String| {
-        let mut headers = owned(post_headers(Some(&session), Some(version)));
-        headers.extend(dpop(&token, &[&proof]));
-        headers
-    };
-    let initialized = json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
-    let response = rig
-        .send(
-            "POST",
-            &on_session(rig.proof(&key, "POST", &token, None)),
-            &initialized,
-        )
-        .await;
-    assert_eq!(response.status, 202);
-    for id in 1..=2 {
-        let call = json!({"jsonrpc": "2.0", "id": id, "method": consts::ToolsCall::VALUE,
-            "params": {"name": "whoami", "arguments": {}}});
-        let response = rig
-            .send(
-                "POST",
-                &on_session(rig.proof(&key, "POST", &token, None)),
-                &call,
-            )
-            .await;
-        assert_eq!(whoami_text(response, "a legacy call").await, expected);
-    }
-    let mut stream = vec![
-        ("Accept", "text/event-stream".to_owned()),
-        ("Mcp-Session-Id", session.clone()),
-        ("MCP-Protocol-Version", version.to_owned()),
-    ];
-    stream.extend(dpop(&token, &[&rig.proof(&key, "GET", &token, None)]));
-    let response = rig.send("GET", &stream, &Value::Null).await;
-    assert_eq!(response.status, 200, "the standalone stream");
-    drop(response);
-    let mut end = vec![
-        ("Mcp-Session-Id", session.clone()),
-        ("MCP-Protocol-Version", version.to_owned()),
-    ];
-    end.extend(dpop(&token, &[&rig.proof(&key, "DELETE", &token, None)]));
-    let response = rig.send("DELETE", &end, &Value::Null).await;
-    assert_eq!(response.status, 200, "the session's end");
-
-    // 2026-07-28 requests, each with its own proof; `htu` is compared after normalisation
-    // (scheme case, default path handling) and without its query.
+    // 2026-07-28 requests, each with its own proof; `htu` is compared after normalisation (the
+    // scheme's case does not matter) and without its query.
     let upper = rig.resource.replacen("http://", "HTTP://", 1) + "?ignored=1";
     for htu in [rig.resource.as_str(), upper.as_str()] {
         let proof = key.proof("POST", htu, Some(&token), None);
@@ -443,6 +454,10 @@ async fn proofs_that_do_not_match_the_request_or_the_token_are_refused() {
             changed("iat", json!(unix_now() - 600)),
         ),
         (
+            "iat 5 minutes ahead",
+            changed("iat", json!(unix_now() + 300)),
+        ),
+        (
             "another key",
             DpopKey::new().proof("POST", resource, Some(&token), None),
         ),
@@ -462,7 +477,7 @@ async fn proofs_that_do_not_match_the_request_or_the_token_are_refused() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proof_is_used_once() {
     let Some(rig) = rig(|auth| auth).await else {
         return;
@@ -494,6 +509,30 @@ async fn a_proof_is_used_once() {
         ))
         .await;
     assert_eq!(response.status, 200, "a fresh jti");
+
+    // The same proof in concurrent requests: exactly one is accepted.
+    let proof = rig.proof(&key, "POST", &token, None);
+    let mut headers = owned(modern_headers(consts::ToolsCall::VALUE, Some("whoami")));
+    headers.extend(dpop(&token, &[&proof]));
+    let body = modern_call(1, "whoami", json!({})).to_string();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (headers, body, addr) = (headers.clone(), body.clone(), rig.addr());
+            tokio::spawn(async move {
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                raw_request(addr, "POST", "/mcp", &headers, body.as_bytes())
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(within("a concurrent use", task).await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 401, 401, 401, 401, 401, 401, 401]);
 }
 
 #[tokio::test]
@@ -706,6 +745,13 @@ async fn server_nonces_are_asked_for_accepted_and_renewed() {
         assert_eq!(response.header("dpop-nonce"), Some(third.as_str()));
         assert_eq!(whoami_text(response, "a current nonce").await, expected);
     }
+
+    // Every answer to a bound token's request carries it: a legacy session's too (JSON, 202,
+    // the SSE stream, the session's end).
+    let nonces = rig
+        .legacy_session(&key, &token, Some(&third), &expected)
+        .await;
+    assert_eq!(nonces, vec![Some(third.clone()); 5]);
 
     // Plain bearer tokens need no nonce and get none.
     let plain = rig.bearer_token().await;
