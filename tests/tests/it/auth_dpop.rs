@@ -3,9 +3,10 @@
 //! `serve_http` on 127.0.0.1, guarded by `modelctx_server::auth`) with proofs made here.
 //!
 //! Covered: good proofs in both eras (a legacy session's POST, GET and DELETE, modern requests,
-//! a fresh proof each), for JWT and introspected tokens; each way a proof can fail to match its
-//! request or its token (missing, replayed `jti`, `htu`, `htm`, `ath`, another key, two `DPoP`
-//! headers); a bound token sent as a bearer token; what `Dpop::Required`, `Dpop::Allowed` and
+//! the deprecated HTTP+SSE transport's own paths, a fresh proof each), for JWT and introspected
+//! tokens; each way a proof can fail to match its request or its token (missing, replayed `jti`,
+//! also concurrently, `htu`, `htm`, `ath`, `iat`, another key, two `DPoP` headers); a bound
+//! token sent as a bearer token; what `Dpop::Required`, `Dpop::Allowed` and
 //! `Dpop::Off` accept, challenge with and publish in the protected resource metadata; server
 //! nonces (`Auth::dpop_nonces`) asked for, accepted and renewed, on a clock the test moves.
 //!
@@ -91,6 +92,11 @@ struct Rig {
 /// `configure(auth)`, where `auth` trusts the AS (JWTs, and opaque tokens by introspection) and
 /// supports [`SCOPES`]. `None`: Node is missing and the test is skipped.
 async fn rig(configure: impl Fn(Auth) -> Auth) -> Option<Rig> {
+    rig_with(configure, HttpConfig::default()).await
+}
+
+/// [`rig`], serving with `config`.
+async fn rig_with(configure: impl Fn(Auth) -> Auth, config: HttpConfig) -> Option<Rig> {
     const ATTEMPTS: u32 = 3;
     for attempt in 1..=ATTEMPTS {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -113,7 +119,7 @@ async fn rig(configure: impl Fn(Auth) -> Auth) -> Option<Rig> {
             .tool(Tool::new("whoami", whoami))
             .build();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        match server.serve_http(addr, HttpConfig::default()).await {
+        match server.serve_http(addr, config.clone()).await {
             Ok(running) => {
                 return Some(Rig {
                     auth,
@@ -758,4 +764,96 @@ async fn server_nonces_are_asked_for_accepted_and_renewed() {
     let response = rig.whoami(bearer(&plain)).await;
     assert_eq!(response.header("dpop-nonce"), None);
     assert_eq!(response.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deprecated_sse_transport_binds_proofs_to_its_own_paths() {
+    let mut config = HttpConfig::default();
+    config.old_sse = Some(Default::default());
+    let Some(rig) = rig_with(|auth| auth, config).await else {
+        return;
+    };
+    let key = DpopKey::new();
+    let token = rig.bound_token(&key, false).await;
+    let origin = rig.resource.trim_end_matches("/mcp");
+    let (sse, messages) = (format!("{origin}/sse"), format!("{origin}/messages"));
+    let refused = [
+        rig.bearer_challenge(None),
+        rig.dpop_challenge(Some("invalid_dpop_proof")),
+    ];
+    let send =
+        |method: &'static str, path: String, headers: Vec<(&'static str, String)>, body: Value| {
+            let addr = rig.addr();
+            async move {
+                let headers: Vec<(&str, &str)> =
+                    headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                let body = if body.is_null() {
+                    Vec::new()
+                } else {
+                    body.to_string().into_bytes()
+                };
+                within(&path, raw_request(addr, method, &path, &headers, &body)).await
+            }
+        };
+    let accept = || vec![("Accept", "text/event-stream".to_owned())];
+
+    // The stream: a proof for the MCP endpoint is not one for /sse.
+    let mut headers = accept();
+    headers.extend(dpop(
+        &token,
+        &[&key.proof("GET", &rig.resource, Some(&token), None)],
+    ));
+    let response = send("GET", "/sse".into(), headers, Value::Null).await;
+    assert_refused(response, &refused, "GET /sse with the endpoint's htu").await;
+    let mut headers = accept();
+    headers.extend(dpop(&token, &[&key.proof("GET", &sse, Some(&token), None)]));
+    let mut stream = send("GET", "/sse".into(), headers, Value::Null).await;
+    assert_eq!(stream.status, 200);
+    let endpoint = within("the endpoint event", stream.next_event())
+        .await
+        .expect("an endpoint event");
+    assert!(
+        endpoint.data.starts_with("/messages?sessionId="),
+        "{endpoint:?}"
+    );
+
+    // The messages: `htu` is /messages, without the query.
+    let post = |htu: &str| {
+        let mut headers = vec![("Content-Type", "application/json".to_owned())];
+        headers.extend(dpop(&token, &[&key.proof("POST", htu, Some(&token), None)]));
+        headers
+    };
+    let version = ProtocolVersion::V2024_11_05.as_str();
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": consts::Initialize::VALUE,
+        "params": {"protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}});
+    let response = send(
+        "POST",
+        endpoint.data.clone(),
+        post(&rig.resource),
+        initialize.clone(),
+    )
+    .await;
+    assert_refused(response, &refused, "POST /messages with the endpoint's htu").await;
+    let response = send("POST", endpoint.data.clone(), post(&messages), initialize).await;
+    assert_eq!(response.status, 202, "initialize");
+    let (_, result) = within("the initialize result", stream.next_message())
+        .await
+        .expect("a result on the stream");
+    assert_eq!(result["result"]["protocolVersion"], version, "{result}");
+    let initialized = json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
+    let response = send("POST", endpoint.data.clone(), post(&messages), initialized).await;
+    assert_eq!(response.status, 202, "initialized");
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": consts::ToolsCall::VALUE,
+        "params": {"name": "whoami", "arguments": {}}});
+    let response = send("POST", endpoint.data.clone(), post(&messages), call).await;
+    assert_eq!(response.status, 202, "the call");
+    let (_, result) = within("the call's result", stream.next_message())
+        .await
+        .expect("a result on the stream");
+    assert_eq!(
+        result["result"]["content"][0]["text"],
+        format!("svc {} mcp,files:write", key.jkt()),
+        "{result}"
+    );
 }
