@@ -289,21 +289,20 @@ impl Rig {
         )
     }
 
-    /// The protected resource metadata, from its path-inserted well-known URL.
+    /// The protected resource metadata, the same at its path-inserted and its root well-known
+    /// URL.
     async fn metadata(&self) -> Value {
-        let response = within(
-            "the metadata",
-            raw_request(
-                self.addr(),
-                "GET",
-                "/.well-known/oauth-protected-resource/mcp",
-                &[],
-                b"",
-            ),
-        )
-        .await;
-        assert_eq!(response.status, 200);
-        response.json().await
+        let mut documents = Vec::new();
+        for path in [
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource",
+        ] {
+            let response = within(path, raw_request(self.addr(), "GET", path, &[], b"")).await;
+            assert_eq!(response.status, 200, "{path}");
+            documents.push(response.json().await);
+        }
+        assert_eq!(documents[0], documents[1]);
+        documents.swap_remove(0)
     }
 }
 
