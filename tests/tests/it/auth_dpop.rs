@@ -19,8 +19,8 @@
 //! `modelctx_tests::node`); fails instead with `MODELCTX_REQUIRE_NODE=1`.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use modelctx_http::server::RunningServer;
@@ -52,23 +52,15 @@ async fn whoami(context: Context, _: NoArgs) -> String {
     )
 }
 
-/// A clock the test moves: frozen in the middle of a 60 s nonce slot (so the slot changes only
-/// when the test says), plus what the test added.
-#[derive(Debug, Clone)]
+/// A clock the test moves: frozen, from when it is first read, in the middle of that 60 s
+/// nonce slot (so the slot changes only when the test says), plus what the test added.
+#[derive(Debug, Clone, Default)]
 struct TestClock {
-    base: SystemTime,
+    base: Arc<OnceLock<SystemTime>>,
     added: Arc<AtomicU64>,
 }
 
 impl TestClock {
-    fn mid_slot() -> TestClock {
-        let slot_start = unix_now() / 60 * 60;
-        TestClock {
-            base: UNIX_EPOCH + Duration::from_secs(slot_start + 30),
-            added: Arc::default(),
-        }
-    }
-
     fn advance(&self, by: Duration) {
         self.added.fetch_add(by.as_secs(), Ordering::SeqCst);
     }
@@ -76,7 +68,10 @@ impl TestClock {
 
 impl Clock for TestClock {
     fn now(&self) -> SystemTime {
-        self.base + Duration::from_secs(self.added.load(Ordering::SeqCst))
+        let base = self
+            .base
+            .get_or_init(|| UNIX_EPOCH + Duration::from_secs(unix_now() / 60 * 60 + 30));
+        *base + Duration::from_secs(self.added.load(Ordering::SeqCst))
     }
 }
 
@@ -679,7 +674,7 @@ async fn dpop_off_takes_bearer_tokens_only_and_publishes_no_dpop() {
 
 #[tokio::test]
 async fn server_nonces_are_asked_for_accepted_and_renewed() {
-    let clock = TestClock::mid_slot();
+    let clock = TestClock::default();
     // The clock is frozen while the AS issues tokens and the test makes proofs in real time:
     // the most leeway, so that their `iat` is never "in the future" for it.
     let Some(rig) = rig(|auth| {
