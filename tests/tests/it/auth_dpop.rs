@@ -851,3 +851,67 @@ async fn the_deprecated_sse_transport_binds_proofs_to_its_own_paths() {
         "{result}"
     );
 }
+
+/// Mounted in axum with `nest_service`, the service sees its path with the prefix stripped
+/// (`/` for `/mcp`); a proof names the URI the client sent, which the guard must be given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proof_for_a_service_nested_in_axum_names_the_full_path() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a listener");
+    let addr = listener.local_addr().expect("its address");
+    let resource = format!("http://{addr}/mcp");
+    let Some(auth) = As::start(&[&resource]).await else {
+        return;
+    };
+    let guard = Auth::resource(&resource)
+        .issuer(auth.issuer())
+        .build()
+        .expect("a valid configuration");
+    let server = Server::builder("dpop", "1")
+        .auth(guard)
+        .tool(Tool::new("whoami", whoami))
+        .build();
+    let mcp = server
+        .http_service(HttpConfig::default())
+        .expect("the service");
+    let app = axum::Router::new()
+        .nest_service("/mcp", mcp.clone())
+        .route_service("/direct", mcp);
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let key = DpopKey::new();
+    let token = auth
+        .client_credentials_dpop(&key, "mcp", &resource)
+        .await
+        .access_token;
+    let body = modern_call(1, "whoami", json!({})).to_string();
+    let call = |path: &'static str, htu: String| {
+        let proof = key.proof("POST", &htu, Some(&token), None);
+        let mut headers = owned(modern_headers(consts::ToolsCall::VALUE, Some("whoami")));
+        headers.extend(dpop(&token, &[&proof]));
+        let body = body.clone();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            within(
+                path,
+                raw_request(addr, "POST", path, &headers, body.as_bytes()),
+            )
+            .await
+        }
+    };
+    let expected = format!("svc {} mcp", key.jkt());
+    for path in ["/mcp", "/direct"] {
+        let response = call(path, format!("http://{addr}{path}")).await;
+        assert_eq!(whoami_text(response, path).await, expected);
+    }
+    // The stripped path is not the request's.
+    let response = call("/mcp", format!("http://{addr}/")).await;
+    assert_eq!(response.status, 401, "a proof for /");
+}
