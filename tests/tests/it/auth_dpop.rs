@@ -8,7 +8,8 @@
 //! also concurrently, `htu`, `htm`, `ath`, `iat`, another key, two `DPoP` headers); a bound
 //! token sent as a bearer token; what `Dpop::Required`, `Dpop::Allowed` and
 //! `Dpop::Off` accept, challenge with and publish in the protected resource metadata; server
-//! nonces (`Auth::dpop_nonces`) asked for, accepted and renewed, on a clock the test moves.
+//! nonces (`Auth::dpop_nonces`) asked for, accepted and renewed, on a clock the test moves; the
+//! service nested in axum (`nest_service`), where the proof names the path the client sent.
 //!
 //! Each refusal is checked against a request that differs from an accepted one only in what is
 //! wrong, so a refusal for another reason fails the test.
