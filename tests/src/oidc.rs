@@ -554,19 +554,7 @@ impl DpopKey {
         access_token: Option<&str>,
         nonce: Option<&str>,
     ) -> String {
-        let mut claims = json!({
-            "jti": URL_SAFE_NO_PAD.encode(random_bytes::<16>()),
-            "htm": htm,
-            "htu": htu,
-            "iat": unix_now(),
-        });
-        if let Some(token) = access_token {
-            claims["ath"] = ath(token).into();
-        }
-        if let Some(nonce) = nonce {
-            claims["nonce"] = nonce.into();
-        }
-        self.sign_proof(&claims)
+        self.sign_proof(&proof_claims(htm, htu, access_token, nonce))
     }
 
     /// A proof header (`typ: dpop+jwt`, ES256, the public `jwk`) over exactly `claims`: for
@@ -577,6 +565,31 @@ impl DpopKey {
         header.jwk = Some(self.jwk.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding).expect("an ES256 signature")
     }
+}
+
+/// The claims of a good proof ([`DpopKey::proof`]) for a request `htm htu`: `jti` (random),
+/// `htm`, `htu`, `iat` (now), `ath` (when `access_token` is given) and `nonce` (when given). A
+/// test changes one and signs them with [`DpopKey::sign_proof`] for a proof that is wrong in
+/// exactly that way.
+pub fn proof_claims(
+    htm: &str,
+    htu: &str,
+    access_token: Option<&str>,
+    nonce: Option<&str>,
+) -> Value {
+    let mut claims = json!({
+        "jti": URL_SAFE_NO_PAD.encode(random_bytes::<16>()),
+        "htm": htm,
+        "htu": htu,
+        "iat": unix_now(),
+    });
+    if let Some(token) = access_token {
+        claims["ath"] = ath(token).into();
+    }
+    if let Some(nonce) = nonce {
+        claims["nonce"] = nonce.into();
+    }
+    claims
 }
 
 /// `ath` for `access_token`: base64url SHA-256 (RFC 9449 4.2).

@@ -3,6 +3,7 @@
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
 mod auth;
+mod auth_dpop;
 mod auth_musts;
 mod auth_ts;
 mod cli_auth;

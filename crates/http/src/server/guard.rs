@@ -42,7 +42,9 @@ pub trait Guard: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Authenticates a request from its head (method, URI, headers; the body is not read yet).
-    /// `Err`: the request is answered with the challenge and goes no further.
+    /// The URI is the one the client sent: with feature `axum`, as axum's router received it,
+    /// before a `nest_service` stripped its prefix. `Err`: the request is answered with the
+    /// challenge and goes no further.
     fn authenticate<'a>(
         &'a self,
         request: &'a http::request::Parts,

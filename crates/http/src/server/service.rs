@@ -176,8 +176,16 @@ impl McpService {
             return self.route(parts, body, None).await;
         };
         // Authenticated from the head alone, while counted in flight (a guard may wait for its
-        // keys): refused, nothing else happens.
-        let grant = match guard.authenticate(&parts).await {
+        // keys): refused, nothing else happens. The guard sees the URI the client sent (a DPoP
+        // proof names it), not the one a router stripped (axum's `nest_service`).
+        #[cfg(feature = "axum")]
+        let routed = original_uri(&mut parts);
+        let authenticated = guard.authenticate(&parts).await;
+        #[cfg(feature = "axum")]
+        if let Some(routed) = routed {
+            parts.uri = routed;
+        }
+        let grant = match authenticated {
             Ok(grant) => Arc::new(grant),
             Err(challenge) => return guard::refusal(challenge),
         };
@@ -685,6 +693,14 @@ where
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
     }
+}
+
+/// Puts back the URI the client sent, which axum's router recorded (`OriginalUri`) before a
+/// `nest_service` stripped its prefix; returns the URI it replaced (`None`: nothing to restore).
+#[cfg(feature = "axum")]
+fn original_uri(parts: &mut http::request::Parts) -> Option<http::Uri> {
+    let axum::extract::OriginalUri(original) = parts.extensions.get()?;
+    (*original != parts.uri).then(|| std::mem::replace(&mut parts.uri, original.clone()))
 }
 
 /// The peer's address: the [`PeerAddr`] that [`serve`](super::serve) (or the application) put in
