@@ -437,6 +437,16 @@ impl As {
         }
     }
 
+    /// Makes `resource` a resource indicator the AS issues tokens for (JWTs; `<resource>/opaque`
+    /// opaque ones), after it started: for a server whose port is known only once it listens.
+    pub async fn add_resource(&self, resource: &str) {
+        let body = serde_json::json!({ "resource": resource }).to_string();
+        let response = self
+            .send("POST", "/_test/resource", &[], body.as_bytes())
+            .await;
+        assert_eq!(response.status, 200, "/_test/resource refused {resource}");
+    }
+
     /// The requests served so far.
     pub async fn stats(&self) -> Stats {
         let answer = self

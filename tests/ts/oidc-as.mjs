@@ -18,7 +18,9 @@
 // - DPoP: enabled, nonces required at the token endpoint (so clients exercise `use_dpop_nonce`).
 // - test routes: POST /_test/rotate (a new signing key in front, the old ones kept for verifying;
 //   answers {kid, kids}), POST /_test/sign {header, claims} (signs with the current key; see
-//   signArbitrary), GET /_test/stats ({jwks, introspect, token}: requests seen).
+//   signArbitrary), GET /_test/stats ({jwks, introspect, token}: requests seen), POST
+//   /_test/resource {resource} (one more resource indicator, for a server whose port is known
+//   only once it listens).
 //
 // Checked against oidc-provider 9.13.3's source (node_modules/oidc-provider/lib), the points the
 // design marked "to verify":
@@ -62,10 +64,11 @@ import Provider, { errors } from 'oidc-provider';
 const resources = process.argv.slice(2);
 // indicator -> [audience, format]: each resource gets JWTs; `<resource>/opaque` gets opaque
 // tokens whose audience is the resource itself (so one resource server sees both kinds).
-const known = new Map(resources.flatMap((r) => [
+const indicators = (r) => [
   [r, [r, r.endsWith('/opaque') ? 'opaque' : 'jwt']],
   [`${r.replace(/\/$/, '')}/opaque`, [r, 'opaque']],
-]));
+];
+const known = new Map(resources.flatMap(indicators));
 const RESOURCE_SCOPE = 'mcp demo:admin files:write';
 
 // Storage shared by every Provider this process builds (rotation): model:id -> {payload, exp}.
@@ -230,6 +233,16 @@ async function testRoute(req, res) {
   }
   if (req.method === 'POST' && pathname === '/_test/sign') {
     json(res, 200, { token: await signArbitrary(await body(req)) });
+    return true;
+  }
+  if (req.method === 'POST' && pathname === '/_test/resource') {
+    const { resource } = await body(req);
+    if (typeof resource !== 'string' || !resource.startsWith('http://127.0.0.1')) {
+      json(res, 400, { error: 'a loopback resource URI is needed' });
+      return true;
+    }
+    for (const [indicator, info] of indicators(resource)) known.set(indicator, info);
+    json(res, 200, { resource });
     return true;
   }
   if (req.method === 'GET' && pathname === '/_test/stats') {

@@ -15,8 +15,8 @@
 //! wrong, so a refusal for another reason fails the test.
 //!
 //! The canonical resource must name the server's port before the server starts, and the
-//! authorization server must know the resource before it starts: so a free port is chosen first
-//! (a lost race for it is retried with another). Skipped without Node (see
+//! authorization server must know the resource before it starts: so the listener is bound first
+//! and served on (`serve_http_on`). Skipped without Node (see
 //! `modelctx_tests::node`); fails instead with `MODELCTX_REQUIRE_NODE=1`.
 
 use std::net::SocketAddr;
@@ -93,43 +93,33 @@ async fn rig(configure: impl Fn(Auth) -> Auth) -> Option<Rig> {
 
 /// [`rig`], serving with `config`.
 async fn rig_with(configure: impl Fn(Auth) -> Auth, config: HttpConfig) -> Option<Rig> {
-    const ATTEMPTS: u32 = 3;
-    for attempt in 1..=ATTEMPTS {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let resource = format!("http://127.0.0.1:{port}/mcp");
-        let auth = As::start(&[&resource]).await?;
-        let (id, secret) = auth.introspection_client();
-        let issuer = Issuer::new(auth.issuer()).introspection(id, secret);
-        let guard = configure(
-            Auth::resource(&resource)
-                .issuer_with(issuer)
-                .scopes_supported(SCOPES),
-        )
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let port = listener.local_addr().expect("its address").port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let auth = As::start(&[&resource]).await?;
+    let (id, secret) = auth.introspection_client();
+    let issuer = Issuer::new(auth.issuer()).introspection(id, secret);
+    let guard = configure(
+        Auth::resource(&resource)
+            .issuer_with(issuer)
+            .scopes_supported(SCOPES),
+    )
+    .build()
+    .expect("a valid configuration");
+    let running = Server::builder("dpop", "1")
+        .auth(guard)
+        .tool(Tool::new("whoami", whoami))
         .build()
-        .expect("a valid configuration");
-        let server = Server::builder("dpop", "1")
-            .auth(guard)
-            .tool(Tool::new("whoami", whoami))
-            .build();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        match server.serve_http(addr, config.clone()).await {
-            Ok(running) => {
-                return Some(Rig {
-                    auth,
-                    running,
-                    resource,
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempt < ATTEMPTS => {
-                eprintln!("port {port} was taken meanwhile ({e}): trying another");
-            }
-            Err(e) => panic!("serving on {addr}: {e}"),
-        }
-    }
-    unreachable!("the last attempt returns or panics")
+        .serve_http_on(listener, config)
+        .await
+        .expect("serving");
+    Some(Rig {
+        auth,
+        running,
+        resource,
+    })
 }
 
 impl Rig {

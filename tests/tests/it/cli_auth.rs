@@ -49,15 +49,6 @@ fn mcx() -> &'static Path {
     })
 }
 
-/// A free port on 127.0.0.1: the AS must know the resource URL (which names the port) before
-/// mcx starts, and mcx the AS's URL.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// `mcx serve demo` with `args` (after `serve demo`), killed when dropped; its URL (the
 /// `mcx demo server:` line on stderr) and the lines before it.
 async fn serve_demo(args: &[&str]) -> (Child, String, Vec<String>) {
@@ -112,23 +103,28 @@ async fn text(response: RawResponse) -> String {
 
 #[tokio::test]
 async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin() {
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let Some(auth) = As::start(&[&resource]).await else {
+    // mcx picks its port (0), so the AS learns the resource once mcx prints its URL.
+    let Some(auth) = As::start(&["http://127.0.0.1:9/unused"]).await else {
         return;
     };
-    let listen = format!("127.0.0.1:{port}");
     let (_mcx, url, before) =
-        serve_demo(&["--http", &listen, "--auth-issuer", auth.issuer()]).await;
-    // The resource is the served URL.
-    assert_eq!(url, resource);
+        serve_demo(&["--http", "127.0.0.1:0", "--auth-issuer", auth.issuer()]).await;
+    // The resource is the served URL, its port the one chosen.
+    let resource = url.clone();
+    let addr: std::net::SocketAddr = resource
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("not http://ADDR/mcp: {resource}"));
+    assert_ne!(addr.port(), 0);
+    auth.add_resource(&resource).await;
     assert!(
         before
             .iter()
             .any(|l| l.contains(auth.issuer()) && l.contains(&resource)),
         "{before:?}"
     );
-    let addr = listen.parse().expect("an address");
+    let port = addr.port();
 
     // No token, or one the AS did not sign: 401, pointing at the metadata.
     let response = call(addr, "whoami", None).await;
@@ -213,13 +209,11 @@ async fn metadata(addr: std::net::SocketAddr) -> serde_json::Value {
 
 #[tokio::test]
 async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
     let other = "http://127.0.0.1:9/mcp";
-    let Some(auth) = As::start(&[&resource, other]).await else {
+    let Some(auth) = As::start(&[other]).await else {
         return;
     };
-    let listen = format!("127.0.0.1:{port}");
+    let listen = "127.0.0.1:0";
     let server = format!("{} serve demo --stdio", mcx().display());
     let mut proxy = Command::new(mcx())
         .args(["proxy", "--stdio", &server, "--listen", &listen])
@@ -231,17 +225,28 @@ async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
         .spawn()
         .expect("mcx proxy starts");
     let mut lines = BufReader::new(proxy.stderr.take().expect("stderr")).lines();
-    loop {
+    // Its URL, with the port it chose: the AS learns the resource from it.
+    let resource = loop {
         let line = modelctx_tests::http::within("the proxy prints its URL", lines.next_line())
             .await
             .expect("stderr")
             .expect("the proxy runs");
-        if line.starts_with(&format!("mcx proxy: {resource} ")) {
-            break;
+        if let Some(rest) = line.strip_prefix("mcx proxy: http://127.0.0.1:")
+            && rest.contains(" -> ")
+        {
+            break format!(
+                "http://127.0.0.1:{}",
+                rest.split_whitespace().next().unwrap()
+            );
         }
-    }
+    };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let addr = listen.parse().expect("an address");
+    let addr: std::net::SocketAddr = resource
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("not http://ADDR/mcp: {resource}"));
+    auth.add_resource(&resource).await;
 
     assert_eq!(call(addr, "echo", None).await.status, 401);
     // A token of the same AS for another resource is not for this proxy.
