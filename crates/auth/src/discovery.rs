@@ -97,8 +97,8 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Mutex;
 
+    use crate::BoxFuture;
     use bytes::Bytes;
-    use modelctx_http::event_store::BoxFuture;
     use serde_json::json;
 
     use super::*;

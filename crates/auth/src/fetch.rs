@@ -15,7 +15,9 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use modelctx_http::event_store::BoxFuture;
+
+/// A boxed future, as [`Fetch`] and [`TokenVerifier`](crate::TokenVerifier) return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// An HTTP client for the authorization server's endpoints. The default is [`HttpFetch`], a
 /// hyper client (HTTPS with feature `rustls`); tests and applications with their own client

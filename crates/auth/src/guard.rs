@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::BoxFuture;
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderValue};
-use modelctx_http::event_store::BoxFuture;
 use modelctx_http::server::{Challenge, Grant, Guard, Metadata};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;

@@ -303,9 +303,9 @@ impl Inner {
 mod tests {
     use std::time::SystemTime;
 
+    use crate::BoxFuture;
     use bytes::Bytes;
     use http::StatusCode;
-    use modelctx_http::event_store::BoxFuture;
     use serde_json::json;
     use tokio::task::JoinSet;
     use tokio::time::{advance, sleep};

@@ -487,9 +487,9 @@ fn modulus_bits(modulus: &[u8]) -> usize {
 pub(crate) mod tests {
     use std::sync::atomic::AtomicU64;
 
+    use crate::BoxFuture;
     use bytes::Bytes;
     use http::{HeaderValue, StatusCode};
-    use modelctx_http::event_store::BoxFuture;
     use serde_json::json;
     use tokio::task::JoinSet;
     use tokio::time::{advance, sleep};

@@ -36,30 +36,49 @@
 //! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
 //! normalisation); say in a refusal which check a token failed (only the OAuth error code).
 
-mod claims;
+// Shared by the resource server and the client side to come (issue 21).
 mod clock;
-mod discovery;
-mod dpop;
 mod error;
 mod fetch;
+
+// The resource server (feature `server`).
+#[cfg(feature = "server")]
+mod claims;
+#[cfg(feature = "server")]
+mod discovery;
+#[cfg(feature = "server")]
+mod dpop;
+#[cfg(feature = "server")]
 mod guard;
+#[cfg(feature = "server")]
 mod introspect;
+#[cfg(feature = "server")]
 mod jwks;
+#[cfg(feature = "server")]
 mod jwt;
+#[cfg(feature = "server")]
 mod nonce;
 
-// The public API and the response side.
+// The resource server's public API and its answers.
+#[cfg(feature = "server")]
 mod canonical;
+#[cfg(feature = "server")]
 mod challenge;
+#[cfg(feature = "server")]
 mod config;
+#[cfg(feature = "server")]
 mod metadata;
+#[cfg(feature = "server")]
 mod verifier;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
-pub use fetch::{Fetch, FetchError, FetchResponse, HttpFetch};
+pub use fetch::{BoxFuture, Fetch, FetchError, FetchResponse, HttpFetch};
 
+#[cfg(feature = "server")]
 pub use config::{Auth, ConfigError, Dpop, Issuer};
+#[cfg(feature = "server")]
 pub use guard::AuthGuard;
 pub use jsonwebtoken::Algorithm;
+#[cfg(feature = "server")]
 pub use verifier::{StaticToken, TokenVerifier};

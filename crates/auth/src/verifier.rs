@@ -4,7 +4,7 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 
-use modelctx_http::event_store::BoxFuture;
+use crate::BoxFuture;
 use modelctx_http::server::Grant;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
