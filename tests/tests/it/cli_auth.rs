@@ -216,7 +216,7 @@ async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
     let listen = "127.0.0.1:0";
     let server = format!("{} serve demo --stdio", mcx().display());
     let mut proxy = Command::new(mcx())
-        .args(["proxy", "--stdio", &server, "--listen", &listen])
+        .args(["proxy", "--stdio", &server, "--listen", listen])
         .args(["--auth-issuer", auth.issuer()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -476,9 +476,9 @@ async fn serve_on_takes_a_bound_listener_and_checks_its_address() {
 
     // A public address with the default (loopback) allow-lists is refused, as by `serve`.
     let public = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
-    let refused = modelctx_http::server::serve_on(public, ServerConfig::default(), app)
-        .await
-        .err()
-        .expect("refused");
+    let Err(refused) = modelctx_http::server::serve_on(public, ServerConfig::default(), app).await
+    else {
+        panic!("a public address served with the loopback allow-lists");
+    };
     assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
 }
