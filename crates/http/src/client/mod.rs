@@ -130,10 +130,15 @@ pub enum Inbound {
         /// The status of the Streamable HTTP `initialize`.
         status: StatusCode,
     },
-    /// A notification or a response of ours could not be delivered.
+    /// A notification or a response of ours could not be delivered (a POST that failed before
+    /// any response head was posted again first, twice at most, within
+    /// [`ClientConfig::one_way_timeout`]).
     Undelivered {
         /// Which message (its method, or the id it answered).
         what: String,
+        /// The server's request it answered, when it was a response (or an error response with
+        /// an id): that request waits for an answer that will not come.
+        answer: Option<RequestId>,
         /// Why.
         error: TransportError,
     },
