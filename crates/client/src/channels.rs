@@ -44,6 +44,10 @@ pub(crate) enum LinkEvent {
     /// Worth a log line, nothing more.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Note(String),
+    /// An answer of ours to the server's request was lost: the server waits for it in vain.
+    /// Worth a warning.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    AnswerLost(String),
     /// The transport ended; holds why.
     Closed(String),
 }

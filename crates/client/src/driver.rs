@@ -489,6 +489,9 @@ impl Driver {
                 self.notify(ServerNotification::Resynced)
             }
             LinkEvent::Note(note) => tracing::debug!(%note, "transport"),
+            LinkEvent::AnswerLost(what) => {
+                tracing::warn!(%what, "an answer to the server's request was not delivered");
+            }
             LinkEvent::Closed(why) => {
                 let why = self.describe_close(why).await;
                 self.session.transport_closed(why);

@@ -221,6 +221,39 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
         Some(Inbound::SessionEnded) => LinkEvent::SessionEnded,
         Some(Inbound::ListenReopened { id, wire }) => LinkEvent::ListenReopened { id, wire },
         Some(Inbound::Closed(e)) => LinkEvent::Closed(e.to_string()),
+        Some(Inbound::Undelivered {
+            what,
+            answer: Some(_),
+            error,
+        }) => LinkEvent::AnswerLost(format!("{what}: {error}")),
         Some(other) => LinkEvent::Note(format!("{other:?}")),
+    }
+}
+
+#[cfg(all(test, feature = "http"))]
+mod tests {
+    use modelctx_http::client::{Inbound, TransportError as HttpError};
+    use modelctx_types::RequestId;
+
+    use super::{LinkEvent, http_event};
+
+    fn undelivered(answer: Option<RequestId>) -> LinkEvent {
+        http_event(Some(Inbound::Undelivered {
+            what: "x".into(),
+            answer,
+            error: HttpError::Connection("closed".into()),
+        }))
+    }
+
+    /// The server waits for an answer of ours: its loss is a warning, not a debug note.
+    #[test]
+    fn an_undelivered_answer_is_lost_an_undelivered_notification_a_note() {
+        match undelivered(Some(RequestId::from(2))) {
+            LinkEvent::AnswerLost(what) => {
+                assert_eq!(what, "x: connection failed: closed");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(undelivered(None), LinkEvent::Note(_)));
     }
 }

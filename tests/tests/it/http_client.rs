@@ -1160,6 +1160,7 @@ async fn finding_13_unanswered_notification_posts_and_error_bodies_have_a_deadli
     match within("the notification", transport.recv()).await {
         Some(Inbound::Undelivered {
             what,
+            answer: None,
             error: TransportError::Timeout(limit),
         }) => {
             assert_eq!(what, "notifications/initialized");
@@ -1183,6 +1184,213 @@ async fn finding_13_unanswered_notification_posts_and_error_bodies_have_a_deadli
         other => panic!("{other:?}"),
     }
     assert_eq!(transport.table_sizes().tasks, 0);
+}
+
+/// Reads one request (its head and its content-length body) from a raw connection; `None` when
+/// the connection ends first. Its JSON body, and its head (lower case).
+async fn read_raw_request(
+    tcp: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+) -> Option<(String, Value)> {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 4096];
+    let (head_end, length, head) = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..at]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (at + 4, length, head);
+        }
+        match tcp.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    while buf.len() < head_end + length {
+        match tcp.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
+    buf.drain(..head_end + length);
+    Some((head, body))
+}
+
+/// The soak's lost elicitation answer: the server closes a kept-alive connection just as the
+/// POST of a response of the client's is written on it (it reads the POST and never answers).
+/// The response is posted again on a new connection, and nothing is reported undelivered.
+#[tokio::test]
+async fn a_response_posted_on_a_kept_alive_connection_the_server_closes_is_posted_again() {
+    use modelctx_http::client::{HttpTransport, Inbound};
+    use modelctx_types::{Message, Response};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt;
+
+    // What the server read: (connection number, the id of the response POSTed).
+    let seen: Arc<Mutex<Vec<(usize, Value)>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        let mut connections = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let number = connections;
+            connections += 1;
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut requests = 0;
+                while let Some((_, body)) = read_raw_request(&mut tcp, &mut buf).await {
+                    log.lock().unwrap().push((number, body["id"].clone()));
+                    requests += 1;
+                    if number == 0 && requests == 2 {
+                        return; // dropped without a reply, as a server closing it for idleness
+                    }
+                    let accepted = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+                    if tcp.write_all(accepted).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut transport = HttpTransport::new(&url(addr), config).unwrap();
+
+    let response = |id: i64| Message::Response(Response::new(id, &json!({})).unwrap());
+    transport.send(response(1)).unwrap();
+    eventually("response 1 is read and answered", || {
+        seen.lock().unwrap().len() == 1 && transport.table_sizes().tasks == 0
+    })
+    .await;
+    // The 202 had no body: its connection is back in the pool, idle.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    transport.send(response(2)).unwrap();
+    let again = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, id)| *id == 2)
+                .count()
+                == 2
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let log = seen.lock().unwrap().clone();
+    assert!(again.is_ok(), "response 2 was not posted again: {log:?}");
+    assert_eq!(
+        log,
+        vec![(0, json!(1)), (0, json!(2)), (1, json!(2))],
+        "response 2 is first written on the kept-alive connection, then on a new one"
+    );
+    eventually("the POST is done", || transport.table_sizes().tasks == 0).await;
+    match tokio::time::timeout(Duration::from_millis(200), transport.recv()).await {
+        Err(_) => {}
+        Ok(other @ Some(Inbound::Undelivered { .. })) => panic!("reported lost: {other:?}"),
+        Ok(other) => panic!("{other:?}"),
+    }
+}
+
+/// A notification that gets 503 with `Retry-After` is posted once more after that wait (when it
+/// fits in `one_way_timeout`); a second 503, or one without `Retry-After`, is reported.
+#[tokio::test]
+async fn a_one_way_post_refused_with_503_and_retry_after_is_posted_once_more() {
+    use modelctx_http::client::{HttpTransport, Inbound, TransportError};
+    use modelctx_types::{Message, Notification};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    use tokio::io::AsyncWriteExt;
+
+    // The method of each notification read, and when.
+    let seen: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some((_, body)) = read_raw_request(&mut tcp, &mut buf).await {
+                    let method = body["method"].as_str().unwrap_or_default().to_owned();
+                    let count = {
+                        let mut log = log.lock().unwrap();
+                        log.push((method.clone(), Instant::now()));
+                        log.iter().filter(|(m, _)| *m == method).count()
+                    };
+                    let reply: &[u8] = match (method.as_str(), count) {
+                        ("notifications/a", 1) | ("notifications/b", _) => {
+                            b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
+                        }
+                        ("notifications/c", _) => {
+                            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
+                        }
+                        _ => b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
+                    };
+                    if tcp.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    config.one_way_timeout = Duration::from_secs(5);
+    let mut transport = HttpTransport::new(&url(addr), config).unwrap();
+    let notification =
+        |method: &str| Message::Notification(Notification::new(method, &json!({})).unwrap());
+    let times = |method: &str| -> Vec<Instant> {
+        let log = seen.lock().unwrap();
+        log.iter()
+            .filter(|(m, _)| m == method)
+            .map(|(_, at)| *at)
+            .collect()
+    };
+
+    // Refused once: posted again after the second it asked for, then accepted.
+    transport.send(notification("notifications/a")).unwrap();
+    eventually("a is posted twice and accepted", || {
+        times("notifications/a").len() == 2 && transport.table_sizes().tasks == 0
+    })
+    .await;
+    let a = times("notifications/a");
+    assert!(
+        a[1] - a[0] >= Duration::from_millis(950),
+        "{:?}",
+        a[1] - a[0]
+    );
+    if let Ok(inbound) = tokio::time::timeout(Duration::from_millis(200), transport.recv()).await {
+        panic!("{inbound:?}");
+    }
+
+    // Refused twice: the second refusal is reported.
+    for (method, posts) in [("notifications/b", 2), ("notifications/c", 1)] {
+        transport.send(notification(method)).unwrap();
+        match within(method, transport.recv()).await {
+            Some(Inbound::Undelivered {
+                what,
+                answer: None,
+                error: TransportError::Status { status, .. },
+            }) => {
+                assert_eq!(what, method);
+                assert_eq!(status.as_u16(), 503);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(times(method).len(), posts, "{method}");
+    }
 }
 
 /// The transport reads no protocol version from the `initialize` result: the legacy session's

@@ -32,8 +32,10 @@ pub struct ClientConfig {
     pub response_timeout: Option<Duration>,
     /// Time given to an exchange that awaits a status only (default 30 s, whatever
     /// `response_timeout` is): the POST of a notification or of a response to the server's
-    /// request (and every POST of the 2024-11-05 transport) until its response head, and the
-    /// reading of any error body. One that takes longer is given up
+    /// request (and every POST of the 2024-11-05 transport) until its response head, the
+    /// Streamable HTTP ones' posting again included (after a connection error, twice at most;
+    /// after a 503 whose `Retry-After` ends in time, once), and the reading of any error body.
+    /// One that takes longer is given up
     /// ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
     /// [`TransportError::Timeout`](super::TransportError::Timeout); an error body is left
     /// unread), freeing its place under `max_in_flight`.

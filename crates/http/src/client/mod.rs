@@ -9,6 +9,14 @@
 //!   `Mcp-Param-{Name}` for the arguments named by the `x-mcp-header` parameters the caller
 //!   gives with [`SendOptions::param_headers`] (the client facade, which lists the tools, knows
 //!   them; the transport lists nothing itself).
+//! * **Notifications and responses of ours** (one-way POSTs, answered with a status only): one
+//!   that fails before any response head came (a connection error, say a pooled keep-alive
+//!   connection the server closed as the POST was written) is posted again, twice at most, and
+//!   one refused with 503 and a `Retry-After` in seconds once more after that wait, all within
+//!   [`ClientConfig::one_way_timeout`]; then it is reported ([`Inbound::Undelivered`], which
+//!   names the server's request an undelivered response answered). A second copy is harmless
+//!   (a server ignores an answer to a question no longer waiting). Requests are never posted
+//!   again this way (see [`SendOptions::reissue`]).
 //! * **Legacy requests** (no `io.modelcontextprotocol/protocolVersion` in `_meta`): the session id
 //!   from the response to the request sent with [`SendOptions::starts_session`] (the
 //!   `initialize`) is sent on every later request, with the negotiated version
@@ -130,10 +138,15 @@ pub enum Inbound {
         /// The status of the Streamable HTTP `initialize`.
         status: StatusCode,
     },
-    /// A notification or a response of ours could not be delivered.
+    /// A notification or a response of ours could not be delivered (a POST that failed before
+    /// any response head was posted again first, twice at most, within
+    /// [`ClientConfig::one_way_timeout`]).
     Undelivered {
         /// Which message (its method, or the id it answered).
         what: String,
+        /// The server's request it answered, when it was a response (or an error response with
+        /// an id): that request waits for an answer that will not come.
+        answer: Option<RequestId>,
         /// Why.
         error: TransportError,
     },

@@ -224,14 +224,22 @@ pub(crate) async fn post(guard: TaskGuard, endpoint: Uri, messages: Vec<Message>
             },
             Message::Notification(n) => Inbound::Undelivered {
                 what: n.method,
+                answer: None,
                 error: error.clone(),
             },
             Message::Response(r) => Inbound::Undelivered {
                 what: format!("the response to {}", r.id),
+                answer: Some(r.id),
+                error: error.clone(),
+            },
+            Message::Error(e) => Inbound::Undelivered {
+                what: "an error response".into(),
+                answer: e.id,
                 error: error.clone(),
             },
             _ => Inbound::Undelivered {
-                what: "an error response".into(),
+                what: "a message".into(),
+                answer: None,
                 error: error.clone(),
             },
         };

@@ -609,9 +609,13 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
     // Nothing but a status is awaited: bounded even when requests wait for their answers
     // without a deadline, so that an unanswered POST frees its place in the table.
     let limit = shared.config.one_way_timeout;
-    let posted = tokio::time::timeout(limit, post(&shared, &exchange, session))
-        .await
-        .unwrap_or(Err(TransportError::Timeout(limit)));
+    let deadline = tokio::time::Instant::now() + limit;
+    let posted = tokio::time::timeout_at(
+        deadline,
+        post_one_way(&shared, &exchange, session, deadline),
+    )
+    .await
+    .unwrap_or(Err(TransportError::Timeout(limit)));
     let error = match posted {
         Ok(response) if response.status().is_success() => {
             if opens_standalone {
@@ -647,7 +651,78 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
     if opens_standalone {
         shared.set_standalone(&sent_session, StandaloneStream::Unavailable);
     }
-    shared.deliver(Inbound::Undelivered { what, error }).await;
+    let answer = match &exchange.messages[..] {
+        [Message::Response(r)] if !exchange.batch => Some(r.id.clone()),
+        [Message::Error(e)] if !exchange.batch => e.id.clone(),
+        _ => None,
+    };
+    shared
+        .deliver(Inbound::Undelivered {
+            what,
+            answer,
+            error,
+        })
+        .await;
+}
+
+/// How many times a one-way POST whose request failed before any response head came is posted
+/// again.
+const ONE_WAY_REPOSTS: u32 = 2;
+
+/// The POST of a notification or a response of ours, posted again while it fails before any
+/// response head (at most [`ONE_WAY_REPOSTS`] times), and once more after a 503 whose
+/// `Retry-After` (in seconds) ends before `deadline`. The caller bounds the whole by `deadline`.
+///
+/// The case this is for: the pooled keep-alive connection the POST was written on is closed by
+/// the server at that moment (`serve`'s `header_timeout` closes an idle HTTP/1 connection, the
+/// client keeps one for `pool_idle_timeout`). hyper-util retries only a request never written,
+/// so such a POST fails ("connection closed before message completed"), and the dead connection
+/// has left the pool: the next attempt opens a new one.
+///
+/// Posting again is safe even when the server did read the first copy. A response: the server
+/// session takes an answer only for a question still waiting and ignores a second one
+/// (`crates/session/src/server.rs:336`), and the HTTP server answers it 202 whatever the session
+/// makes of it (`crates/http/src/server/service.rs:584`). A notification: those a client sends
+/// say a state (`initialized`, of which a repeated one changes nothing,
+/// `crates/session/src/server.rs:708`; `cancelled`; `roots/list_changed`). Requests never come
+/// here: whether a call may be sent twice is [`SendOptions::reissue`](super::SendOptions)'s.
+async fn post_one_way(
+    shared: &Shared,
+    exchange: &Exchange,
+    session: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
+    deadline: tokio::time::Instant,
+) -> Result<Response<Body>, TransportError> {
+    let mut reposts = 0;
+    let mut waited = false;
+    loop {
+        match post(shared, exchange, session.clone()).await {
+            Err(TransportError::Connection(why)) if reposts < ONE_WAY_REPOSTS => {
+                reposts += 1;
+                tracing::debug!(
+                    "a one-way POST failed before any response ({why}); posting it again"
+                );
+            }
+            Ok(response) if response.status() == StatusCode::SERVICE_UNAVAILABLE && !waited => {
+                let Some(wait) = retry_after(&response) else {
+                    return Ok(response);
+                };
+                if tokio::time::Instant::now() + wait >= deadline {
+                    return Ok(response);
+                }
+                waited = true;
+                drop(response);
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The wait a `Retry-After` in seconds asks for (its HTTP-date form is not read).
+fn retry_after(response: &Response<Body>) -> Option<Duration> {
+    let value = response.headers().get(http::header::RETRY_AFTER)?;
+    let seconds: u64 = value.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds))
 }
 
 /// A legacy stream read with GET: the resumption of a request's broken response stream (with
