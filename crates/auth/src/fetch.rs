@@ -36,6 +36,23 @@ pub trait Fetch: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<FetchResponse, FetchError>>;
 }
 
+/// A shared client is a client: `Arc<MyFetch>` can be given to
+/// [`Auth::fetcher`](crate::Auth::fetcher) while the caller keeps a handle on it.
+impl<T: Fetch + ?Sized> Fetch for Arc<T> {
+    fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        (**self).get(url)
+    }
+
+    fn post_form<'a>(
+        &'a self,
+        url: &'a str,
+        form: &'a [(&'a str, &'a str)],
+        basic: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        (**self).post_form(url, form, basic)
+    }
+}
+
 /// A response: status, headers (`Cache-Control` sets how long keys are kept) and body.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

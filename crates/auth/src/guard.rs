@@ -21,7 +21,7 @@ use crate::introspect::Introspector;
 use crate::jwks::{Jwks, JwksPolicy};
 use crate::jwt::{self, JwtPolicy};
 use crate::nonce::Nonces;
-use crate::{AuthError, Dpop, Fetch, HttpFetch};
+use crate::{AuthError, Clock, Dpop, Fetch, HttpFetch};
 
 /// The `DPoP` request header (RFC 9449 4.1).
 const DPOP: &str = "dpop";
@@ -33,11 +33,17 @@ const DISCOVERY_RETRY: Duration = Duration::from_secs(30);
 /// How long an introspection answer is kept at most.
 const INTROSPECTION_TTL: Duration = Duration::from_secs(60);
 
-/// The most DPoP proofs remembered for replay detection (about 100 bytes each).
+/// The most DPoP proofs remembered for replay detection (about 130 bytes each: some 13 MB).
 const REPLAY_ENTRIES: usize = 100_000;
 
-/// How long a proof is remembered: its `iat` window (300 s back, 60 s ahead) plus the leeway.
-const REPLAY_WINDOW: Duration = Duration::from_secs(300 + 60);
+/// The most DPoP proofs remembered from one key (`jkt`): a client may send about 28 proofs a
+/// second for the whole window; one holder of a bound token cannot fill the cache for the others
+/// (it takes ten keys).
+const REPLAY_PER_KEY: usize = 10_000;
+
+/// How long a proof is remembered: as long as its `iat` may be accepted (300 s back, 60 s
+/// ahead).
+const REPLAY_WINDOW: Duration = dpop::MAX_AGE.saturating_add(dpop::MAX_AHEAD);
 
 /// The OAuth 2.1 resource server: a [`Guard`] for modelctx-http's server, built by
 /// [`Auth::build`](crate::Auth::build). Set it with `ServerBuilder::auth` (modelctx-server) or
@@ -49,7 +55,7 @@ const REPLAY_WINDOW: Duration = Duration::from_secs(300 + 60);
 /// proof of a DPoP-bound token. An issuer's metadata is fetched on first use.
 pub struct AuthGuard {
     config: AuthConfig,
-    issuers: Vec<TrustedIssuer>,
+    issuers: Vec<Arc<TrustedIssuer>>,
     fetch: Arc<dyn Fetch>,
     replay: ReplayCache,
     nonces: Option<Nonces>,
@@ -80,12 +86,83 @@ struct Endpoints {
     introspector: Option<Introspector>,
 }
 
+impl TrustedIssuer {
+    /// Refuses while the last discovery failed less than [`DISCOVERY_RETRY`] ago.
+    fn refuse_if_failed_recently(&self) -> Result<(), AuthError> {
+        let recent_failure = self
+            .failed_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() < DISCOVERY_RETRY);
+        if recent_failure {
+            return Err(AuthError::Unavailable(format!(
+                "discovery of {} failed recently",
+                self.policy.issuer
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Discovers `issuer`'s endpoints unless another task has done it. The back-off is checked
+/// again under the cell's lock: requests that were waiting on a discovery that failed are
+/// refused at once instead of each running one in turn.
+async fn discover_endpoints(
+    issuer: Arc<TrustedIssuer>,
+    fetch: Arc<dyn Fetch>,
+    clock: Arc<dyn Clock>,
+) -> Result<(), AuthError> {
+    issuer
+        .endpoints
+        .get_or_try_init(|| async {
+            issuer.refuse_if_failed_recently()?;
+            let found = find_endpoints(&issuer, &fetch, clock).await;
+            if found.is_err() {
+                *issuer.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+            found
+        })
+        .await?;
+    Ok(())
+}
+
+/// The issuer's metadata, then its key set and introspection endpoint.
+async fn find_endpoints(
+    issuer: &TrustedIssuer,
+    fetch: &Arc<dyn Fetch>,
+    clock: Arc<dyn Clock>,
+) -> Result<Endpoints, AuthError> {
+    let metadata = discover(&**fetch, &issuer.policy.issuer).await?;
+    tracing::debug!(issuer = %metadata.issuer, "authorization server discovered");
+    let jwks = metadata
+        .jwks_uri
+        .map(|uri| Jwks::new(fetch.clone(), uri, JwksPolicy::default()));
+    let introspector = match (&issuer.introspection, metadata.introspection_endpoint) {
+        (Some(credentials), Some(endpoint)) => Some(Introspector::new(
+            fetch.clone(),
+            endpoint,
+            credentials.client_id.clone(),
+            credentials.client_secret.clone(),
+            clock,
+            INTROSPECTION_TTL,
+        )),
+        (Some(_), None) => {
+            return Err(AuthError::Unavailable(format!(
+                "{} publishes no introspection_endpoint",
+                issuer.policy.issuer
+            )));
+        }
+        (None, _) => None,
+    };
+    Ok(Endpoints { jwks, introspector })
+}
+
 impl AuthGuard {
     pub(crate) fn new(config: AuthConfig) -> AuthGuard {
         let issuers = config
             .issuers
             .iter()
-            .map(|issuer| TrustedIssuer {
+            .map(|issuer| Arc::new(TrustedIssuer {
                 policy: JwtPolicy {
                     issuer: issuer.issuer.clone(),
                     audiences: issuer.audiences.clone(),
@@ -99,7 +176,7 @@ impl AuthGuard {
                 introspection: issuer.introspection.clone(),
                 endpoints: OnceCell::new(),
                 failed_at: Mutex::new(None),
-            })
+            }))
             .collect();
         let fetch = config
             .fetcher
@@ -110,7 +187,7 @@ impl AuthGuard {
             config,
             issuers,
             fetch,
-            replay: ReplayCache::new(REPLAY_ENTRIES, REPLAY_WINDOW),
+            replay: ReplayCache::new(REPLAY_ENTRIES, REPLAY_PER_KEY, REPLAY_WINDOW),
             nonces,
         }
     }
@@ -146,53 +223,35 @@ impl AuthGuard {
 
     /// The issuer's endpoints, discovered once; after a failure, not tried again for
     /// [`DISCOVERY_RETRY`].
-    async fn endpoints<'a>(&self, issuer: &'a TrustedIssuer) -> Result<&'a Endpoints, AuthError> {
+    ///
+    /// Discovery runs on its own task: a request that goes away (a client disconnecting) does
+    /// not cancel it, and the requests waiting on it take its result instead of starting again.
+    async fn endpoints<'a>(
+        &self,
+        issuer: &'a Arc<TrustedIssuer>,
+    ) -> Result<&'a Endpoints, AuthError> {
         if let Some(endpoints) = issuer.endpoints.get() {
             return Ok(endpoints);
         }
-        let recent_failure = issuer
-            .failed_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|at| at.elapsed() < DISCOVERY_RETRY);
-        if recent_failure {
-            return Err(AuthError::Unavailable(format!(
-                "discovery of {} failed recently",
-                issuer.policy.issuer
-            )));
+        issuer.refuse_if_failed_recently()?;
+        let task = tokio::spawn(discover_endpoints(
+            issuer.clone(),
+            self.fetch.clone(),
+            self.config.clock.clone(),
+        ));
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => {
+                return Err(AuthError::Unavailable(format!(
+                    "discovery of {} stopped: {e}",
+                    issuer.policy.issuer
+                )));
+            }
         }
-        let found = issuer
-            .endpoints
-            .get_or_try_init(|| async {
-                let metadata = discover(&*self.fetch, &issuer.policy.issuer).await?;
-                tracing::debug!(issuer = %metadata.issuer, "authorization server discovered");
-                let jwks = metadata
-                    .jwks_uri
-                    .map(|uri| Jwks::new(self.fetch.clone(), uri, JwksPolicy::default()));
-                let introspector = match (&issuer.introspection, metadata.introspection_endpoint) {
-                    (Some(credentials), Some(endpoint)) => Some(Introspector::new(
-                        self.fetch.clone(),
-                        endpoint,
-                        credentials.client_id.clone(),
-                        credentials.client_secret.clone(),
-                        self.config.clock.clone(),
-                        INTROSPECTION_TTL,
-                    )),
-                    (Some(_), None) => {
-                        return Err(AuthError::Unavailable(format!(
-                            "{} publishes no introspection_endpoint",
-                            issuer.policy.issuer
-                        )));
-                    }
-                    (None, _) => None,
-                };
-                Ok(Endpoints { jwks, introspector })
-            })
-            .await;
-        if found.is_err() {
-            *issuer.failed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        }
-        found
+        issuer.endpoints.get().ok_or_else(|| {
+            AuthError::Unavailable(format!("discovery of {} failed", issuer.policy.issuer))
+        })
     }
 
     /// Who the request comes from.
@@ -432,6 +491,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::discovery;
     use crate::jwt::test_keys::{ES256, ES256_OTHER};
     use crate::{Auth, Clock, FetchError, FetchResponse, Issuer, StaticToken};
 
@@ -501,28 +561,10 @@ mod tests {
         Auth::resource(RESOURCE)
             .issuer_with(Issuer::new(ISSUER))
             .scopes_supported(["mcp", "files:write"])
-            .fetcher(FetchArc(fake))
+            .fetcher(fake)
             .clock(FixedClock(at(NOW)))
             .build()
             .unwrap()
-    }
-
-    /// Lets a test keep a handle on its fake.
-    #[derive(Debug)]
-    struct FetchArc(Arc<FakeAs>);
-
-    impl Fetch for FetchArc {
-        fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
-            self.0.get(url)
-        }
-        fn post_form<'a>(
-            &'a self,
-            url: &'a str,
-            form: &'a [(&'a str, &'a str)],
-            basic: Option<(&'a str, &'a str)>,
-        ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
-            self.0.post_form(url, form, basic)
-        }
     }
 
     fn token(key: &crate::jwt::test_keys::TestKey, claims: Value) -> String {
@@ -623,7 +665,7 @@ mod tests {
         );
         let guard = Auth::resource(RESOURCE)
             .issuer_with(Issuer::new(ISSUER).introspection("rs", "secret"))
-            .fetcher(FetchArc(Arc::new(fake)))
+            .fetcher(fake)
             .clock(FixedClock(at(NOW)))
             .build()
             .unwrap();
@@ -695,6 +737,69 @@ mod tests {
             asked,
             "within the retry time"
         );
+    }
+
+    /// An authorization server that answers nothing for a while, then 404.
+    #[derive(Debug, Default)]
+    struct BlackHole {
+        gets: AtomicUsize,
+    }
+
+    impl Fetch for BlackHole {
+        fn get<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok(FetchResponse::new(StatusCode::NOT_FOUND, ""))
+            })
+        }
+
+        fn post_form<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a [(&'a str, &'a str)],
+            _: Option<(&'a str, &'a str)>,
+        ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+            Box::pin(async { Ok(FetchResponse::new(StatusCode::NOT_FOUND, "")) })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_first_requests_and_a_cancelled_one_make_one_discovery() {
+        let black_hole = Arc::new(BlackHole::default());
+        let guard = Arc::new(
+            Auth::resource(RESOURCE)
+                .issuer_with(Issuer::new(ISSUER))
+                .fetcher(black_hole.clone())
+                .clock(FixedClock(at(NOW)))
+                .build()
+                .unwrap(),
+        );
+        let bearer = format!("Bearer {}", token(&ES256, claims()));
+        // The first request goes away while discovery runs (a client disconnecting).
+        let cancelled = tokio::time::timeout(
+            Duration::from_secs(1),
+            guard.authenticate(&request(&[&bearer])),
+        )
+        .await;
+        assert!(cancelled.is_err(), "still discovering");
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let guard = guard.clone();
+            let bearer = bearer.clone();
+            waiting.spawn(async move {
+                guard
+                    .authenticate(&request(&[&bearer]))
+                    .await
+                    .unwrap_err()
+                    .status
+            });
+        }
+        while let Some(status) = waiting.join_next().await {
+            assert_eq!(status.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
+        }
+        let round = discovery::metadata_urls(ISSUER).unwrap().len();
+        assert_eq!(black_hole.gets.load(Ordering::SeqCst), round, "one round");
     }
 
     #[tokio::test]
