@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::AuthError;
 use crate::claims::numeric_date;
+use crate::jwks::{Kind, check_rsa_modulus};
 use crate::jwt::{decode_segment, looks_like_jws};
 use crate::nonce::Nonces;
 
@@ -26,8 +27,6 @@ use crate::nonce::Nonces;
 pub(crate) const MAX_AGE: Duration = Duration::from_secs(300);
 /// How far in the future a proof's `iat` may be (the client's clock running ahead).
 pub(crate) const MAX_AHEAD: Duration = Duration::from_secs(60);
-/// The smallest RSA modulus accepted for a proof key, in bits.
-const MIN_RSA_BITS: usize = 2048;
 /// JWK members that only a private or symmetric key has (RFC 7518 section 6).
 const PRIVATE_MEMBERS: &[&str] = &["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
 
@@ -180,28 +179,19 @@ fn public_jwk<'h>(
     {
         return Err(invalid("the jwk is not a public key"));
     }
-    let fits = match (&jwk.algorithm, alg) {
-        (AlgorithmParameters::EllipticCurve(ec), Algorithm::ES256) => {
-            ec.curve == EllipticCurve::P256
+    let kind = match &jwk.algorithm {
+        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => Kind::P256,
+        AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P384 => Kind::P384,
+        AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => {
+            Kind::Ed25519
         }
-        (AlgorithmParameters::EllipticCurve(ec), Algorithm::ES384) => {
-            ec.curve == EllipticCurve::P384
+        AlgorithmParameters::RSA(rsa) => {
+            check_rsa_modulus(&rsa.n).map_err(|why| invalid(&format!("the jwk: {why}")))?;
+            Kind::Rsa
         }
-        (AlgorithmParameters::OctetKeyPair(okp), Algorithm::EdDSA) => {
-            okp.curve == EllipticCurve::Ed25519
-        }
-        (AlgorithmParameters::RSA(rsa), _) if alg.family() == AlgorithmFamily::Rsa => {
-            let modulus = URL_SAFE_NO_PAD
-                .decode(&rsa.n)
-                .map_err(|_| invalid("the jwk's modulus is not base64url"))?;
-            let significant = modulus.iter().skip_while(|b| **b == 0).count();
-            if significant * 8 < MIN_RSA_BITS {
-                return Err(invalid("the jwk's RSA modulus is shorter than 2048 bits"));
-            }
-            true
-        }
-        _ => false,
+        _ => return Err(invalid("the jwk is not a key type taken here")),
     };
+    let fits = kind.fits(alg);
     if fits {
         Ok(jwk)
     } else {
@@ -307,35 +297,43 @@ fn remove_dot_segments(path: &str) -> String {
 
 /// The `jti`s of recent proofs, per key (RFC 9449 section 11.1), so that a proof is used once.
 /// Each entry lives until the proof's `iat` plus the window; expired entries are pruned on every
-/// insert (a min-heap by expiry: no scan). Bounded: when full, new proofs are refused rather
-/// than live entries evicted (eviction would let a proof be replayed).
+/// insert (a min-heap by expiry: no scan). Bounded twice: each key (`jkt`) may hold at most
+/// `max_per_key` live entries, so that one holder of a bound token cannot fill the cache and lock
+/// every other DPoP client out; and the whole cache at most `max_entries`. Over either bound new
+/// proofs are refused rather than live entries evicted (eviction would let a proof be replayed).
 #[derive(Debug)]
 pub(crate) struct ReplayCache {
     max_entries: usize,
+    max_per_key: usize,
     window: Duration,
     inner: Mutex<Seen>,
 }
 
 #[derive(Debug, Default)]
 struct Seen {
-    live: HashMap<[u8; 32], SystemTime>,
+    /// (jkt, jti) hash -> when it expires and the jkt's hash.
+    live: HashMap<[u8; 32], (SystemTime, [u8; 32])>,
     by_expiry: BinaryHeap<Reverse<(SystemTime, [u8; 32])>>,
+    /// jkt hash -> how many live entries it holds (only keys holding some: bounded by `live`).
+    per_key: HashMap<[u8; 32], usize>,
 }
 
 impl ReplayCache {
-    /// A cache of at most `max_entries` proofs (100 000 in the resource server), each kept
-    /// `window` after its `iat` (300 s + 60 s: as long as [`verify_proof`] accepts it).
-    pub(crate) fn new(max_entries: usize, window: Duration) -> ReplayCache {
+    /// A cache of at most `max_entries` proofs, at most `max_per_key` of them from one key,
+    /// each kept `window` after its `iat`.
+    pub(crate) fn new(max_entries: usize, max_per_key: usize, window: Duration) -> ReplayCache {
         ReplayCache {
             max_entries,
+            max_per_key,
             window,
             inner: Mutex::new(Seen::default()),
         }
     }
 
     /// Records (jkt, jti) until iat + window. A pair seen before: InvalidDpopProof("replayed").
-    /// Full: refuses (InvalidDpopProof, with a warning in the log), never evicts a live entry.
-    /// Keyed by SHA-256 of the jkt's length (8 bytes, big-endian), the jkt and the jti.
+    /// Its key over its quota, or the cache full: refuses (InvalidDpopProof), never evicts a
+    /// live entry. Keyed by SHA-256 of the jkt's length (8 bytes, big-endian), the jkt and the
+    /// jti; the quota by SHA-256 of the jkt.
     pub(crate) fn check_and_insert(&self, proof: &Proof, now: SystemTime) -> Result<(), AuthError> {
         let key: [u8; 32] = Sha256::new()
             .chain_update((proof.jkt.len() as u64).to_be_bytes())
@@ -343,6 +341,7 @@ impl ReplayCache {
             .chain_update(proof.jti.as_bytes())
             .finalize()
             .into();
+        let jkt: [u8; 32] = Sha256::digest(proof.jkt.as_bytes()).into();
         let Some(expires) = proof.iat.checked_add(self.window) else {
             return Err(AuthError::InvalidDpopProof("iat out of range".into()));
         };
@@ -352,8 +351,16 @@ impl ReplayCache {
                 break;
             }
             seen.by_expiry.pop();
-            if seen.live.get(&old) == Some(&at) {
+            if let Some(&(expires, old_jkt)) = seen.live.get(&old)
+                && expires == at
+            {
                 seen.live.remove(&old);
+                if let Some(count) = seen.per_key.get_mut(&old_jkt) {
+                    *count -= 1;
+                    if *count == 0 {
+                        seen.per_key.remove(&old_jkt);
+                    }
+                }
             }
         }
         if seen.live.contains_key(&key) {
@@ -364,6 +371,16 @@ impl ReplayCache {
                 "too old for the replay window".into(),
             ));
         }
+        if seen.per_key.get(&jkt).copied().unwrap_or(0) >= self.max_per_key {
+            // Only this key's holder is refused: a debug line, not a warning per proof.
+            tracing::debug!(
+                max_per_key = self.max_per_key,
+                "DPoP replay quota of a key used up: refusing its proofs until entries expire"
+            );
+            return Err(AuthError::InvalidDpopProof(
+                "too many recent proofs from this key".into(),
+            ));
+        }
         if seen.live.len() >= self.max_entries {
             tracing::warn!(
                 max_entries = self.max_entries,
@@ -371,8 +388,9 @@ impl ReplayCache {
             );
             return Err(AuthError::InvalidDpopProof("replay cache full".into()));
         }
-        seen.live.insert(key, expires);
+        seen.live.insert(key, (expires, jkt));
         seen.by_expiry.push(Reverse((expires, key)));
+        *seen.per_key.entry(jkt).or_insert(0) += 1;
         Ok(())
     }
 
@@ -622,6 +640,16 @@ mod tests {
         let mut short = header(&RS256);
         short["jwk"]["n"] = json!(URL_SAFE_NO_PAD.encode([0xff; 128]));
         assert_invalid(check(&proof_by(&RS256, &short, &claims())), "1024-bit RSA");
+        // 256 bytes whose top bit is clear: 2047 bits, refused for its size (the rule of the
+        // issuer's keys), not only because the signature does not match.
+        let mut modulus = [0xff; 256];
+        modulus[0] = 0x7f;
+        short["jwk"]["n"] = json!(URL_SAFE_NO_PAD.encode(modulus));
+        assert_eq!(
+            check(&proof_by(&RS256, &short, &claims())).unwrap_err(),
+            AuthError::InvalidDpopProof("the jwk: RSA modulus under 2048 bits".into()),
+            "2047-bit RSA"
+        );
     }
 
     #[test]
@@ -713,7 +741,7 @@ mod tests {
 
     #[test]
     fn a_replayed_proof_is_detected() {
-        let cache = ReplayCache::new(100, Duration::from_secs(360));
+        let cache = ReplayCache::new(100, 100, Duration::from_secs(360));
         let first = check(&proof(&claims())).unwrap();
         cache.check_and_insert(&first, now()).unwrap();
         let again = check(&proof(&claims())).unwrap();
@@ -760,30 +788,71 @@ mod tests {
     #[test]
     fn a_full_replay_cache_refuses_and_recovers_after_expiry() {
         let window = Duration::from_secs(360);
-        let cache = ReplayCache::new(2, window);
+        let cache = ReplayCache::new(2, 2, window);
         let t0 = now();
         let t1 = t0 + Duration::from_secs(100);
         cache.check_and_insert(&a_proof("k", "1", t0), t0).unwrap();
-        cache.check_and_insert(&a_proof("k", "2", t1), t1).unwrap();
+        cache.check_and_insert(&a_proof("j", "2", t1), t1).unwrap();
         let third = a_proof("k", "3", t1);
         assert_eq!(
             cache.check_and_insert(&third, t1),
             Err(AuthError::InvalidDpopProof("replay cache full".into()))
         );
         // The live entries were not evicted: both are still replays.
-        assert!(cache.check_and_insert(&a_proof("k", "1", t0), t1).is_err());
+        assert_eq!(
+            cache.check_and_insert(&a_proof("k", "1", t0), t1),
+            Err(AuthError::InvalidDpopProof("replayed".into()))
+        );
         assert_eq!(cache.len(), 2);
         // Once the first expires, there is room again (and only the first was pruned).
         let later = t0 + window;
         cache.check_and_insert(&third, later).unwrap();
         assert_eq!(cache.len(), 2);
-        assert!(
-            cache
-                .check_and_insert(&a_proof("k", "2", t1), later)
-                .is_err()
+        assert_eq!(
+            cache.check_and_insert(&a_proof("j", "2", t1), later),
+            Err(AuthError::InvalidDpopProof("replayed".into()))
         );
         // A proof older than the window cannot be tracked, so it is refused.
         let ancient = a_proof("k", "4", later - window);
-        assert!(cache.check_and_insert(&ancient, later).is_err());
+        assert_eq!(
+            cache.check_and_insert(&ancient, later),
+            Err(AuthError::InvalidDpopProof(
+                "too old for the replay window".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn one_key_cannot_use_more_than_its_share_of_the_replay_cache() {
+        let window = Duration::from_secs(360);
+        let cache = ReplayCache::new(10, 3, window);
+        let t0 = now();
+        for jti in ["1", "2", "3"] {
+            cache.check_and_insert(&a_proof("greedy", jti, t0), t0).unwrap();
+        }
+        let over = a_proof("greedy", "4", t0);
+        assert_eq!(
+            cache.check_and_insert(&over, t0),
+            Err(AuthError::InvalidDpopProof(
+                "too many recent proofs from this key".into()
+            ))
+        );
+        // Other keys are not locked out, and each has its own share.
+        for jti in ["1", "2", "3"] {
+            cache.check_and_insert(&a_proof("honest", jti, t0), t0).unwrap();
+        }
+        assert_eq!(cache.len(), 6);
+        // The greedy key's share comes back as its entries expire.
+        let (t1, later) = (t0 + Duration::from_secs(10), t0 + window);
+        for jti in ["5", "6", "7"] {
+            cache.check_and_insert(&a_proof("greedy", jti, t1), later).unwrap();
+        }
+        assert_eq!(cache.len(), 3, "the six expired entries were pruned");
+        assert_eq!(
+            cache.check_and_insert(&a_proof("greedy", "8", t1), later),
+            Err(AuthError::InvalidDpopProof(
+                "too many recent proofs from this key".into()
+            ))
+        );
     }
 }

@@ -72,9 +72,9 @@ impl Default for JwksPolicy {
     }
 }
 
-/// The key types kept, with the algorithms each can verify.
+/// The key types kept (here and for DPoP proofs), with the algorithms each can verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Rsa,
     P256,
     P384,
@@ -82,7 +82,8 @@ enum Kind {
 }
 
 impl Kind {
-    fn fits(self, alg: Algorithm) -> bool {
+    /// Whether a key of this type verifies `alg`.
+    pub(crate) fn fits(self, alg: Algorithm) -> bool {
         use Algorithm::*;
         match self {
             Kind::Rsa => matches!(alg, RS256 | RS384 | RS512 | PS256 | PS384 | PS512),
@@ -429,10 +430,7 @@ fn parse_key(jwk: &Value) -> Result<Entry, &'static str> {
     let (kind, key) = match member("kty")? {
         "RSA" => {
             let (n, e) = (member("n")?, member("e")?);
-            let modulus = B64URL.decode(n).map_err(|_| "n is not base64url")?;
-            if modulus_bits(&modulus) < MIN_RSA_BITS {
-                return Err("RSA modulus under 2048 bits");
-            }
+            check_rsa_modulus(n)?;
             let key = DecodingKey::from_rsa_components(n, e).map_err(|_| "bad RSA key")?;
             (Kind::Rsa, key)
         }
@@ -470,6 +468,15 @@ fn parse_key(jwk: &Value) -> Result<Entry, &'static str> {
         kind,
         key: Arc::new(VerifyKey { key, alg }),
     })
+}
+
+/// Refuses an RSA modulus (`n`, base64url) of fewer than 2048 significant bits.
+pub(crate) fn check_rsa_modulus(n: &str) -> Result<(), &'static str> {
+    let modulus = B64URL.decode(n).map_err(|_| "n is not base64url")?;
+    if modulus_bits(&modulus) < MIN_RSA_BITS {
+        return Err("RSA modulus under 2048 bits");
+    }
+    Ok(())
 }
 
 fn modulus_bits(modulus: &[u8]) -> usize {
