@@ -6,6 +6,7 @@ use modelctx_http::server::Grant;
 use serde_json::{Map, Value};
 
 use crate::AuthError;
+use crate::canonical::same_resource;
 
 /// The grant a token's claims describe, issued by `issuer`. Reads `sub` (required),
 /// `client_id`, the scopes (`scope`, a space-separated string; else `scp`, a string or an array
@@ -63,6 +64,38 @@ fn scopes(claims: &Map<String, Value>) -> Result<Vec<String>, AuthError> {
             })
             .collect(),
         Some(_) => Err(AuthError::InvalidToken("scope is not a string".into())),
+    }
+}
+
+/// `iss` is `issuer` exactly (RFC 9068 section 4, RFC 7662 section 2.2). `required`: a JWT
+/// access token must carry it; an introspection answer may leave it out.
+pub(crate) fn check_issuer(
+    iss: Option<&Value>,
+    issuer: &str,
+    required: bool,
+) -> Result<(), AuthError> {
+    match iss {
+        Some(Value::String(iss)) if iss == issuer => Ok(()),
+        Some(_) => Err(AuthError::InvalidToken("another issuer".into())),
+        None if required => Err(AuthError::InvalidToken("no issuer (iss)".into())),
+        None => Ok(()),
+    }
+}
+
+/// `aud`, a string or an array of strings, names one of `audiences` (RFC 8707: compared as
+/// canonical resource URIs).
+pub(crate) fn check_audience(aud: Option<&Value>, audiences: &[String]) -> Result<(), AuthError> {
+    let names = |a: &str| audiences.iter().any(|ours| same_resource(a, ours));
+    let ok = match aud {
+        Some(Value::String(a)) => names(a),
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).any(names),
+        Some(_) => false,
+        None => return Err(AuthError::InvalidToken("no audience (aud)".into())),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(AuthError::InvalidToken("another audience".into()))
     }
 }
 

@@ -11,8 +11,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::canonical::same_resource;
-use crate::claims::{grant_from_claims, numeric_date};
+use crate::claims::{check_audience, check_issuer, grant_from_claims, numeric_date};
 use crate::fetch::Fetch;
 use crate::{AuthError, Clock};
 
@@ -202,23 +201,8 @@ impl Introspector {
         let Answer::Active(claims) = answer else {
             return invalid("inactive (introspection)");
         };
-        match claims.get("iss") {
-            None => {}
-            Some(Value::String(iss)) if iss == issuer => {}
-            Some(_) => return invalid("another issuer (introspection)"),
-        }
-        let named = |aud: &Value| {
-            aud.as_str()
-                .is_some_and(|aud| audiences.iter().any(|ours| same_resource(aud, ours)))
-        };
-        let audience_ok = match claims.get("aud") {
-            Some(Value::Array(auds)) => auds.iter().any(named),
-            Some(aud) => named(aud),
-            None => false,
-        };
-        if !audience_ok {
-            return invalid("not for this resource (aud)");
-        }
+        check_issuer(claims.get("iss"), issuer, false)?;
+        check_audience(claims.get("aud"), audiences)?;
         if let Some(exp) = claims.get("exp") {
             match numeric_date(exp) {
                 Some(exp) if exp > self.inner.clock.now() => {}

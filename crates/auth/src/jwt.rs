@@ -14,8 +14,7 @@ use modelctx_http::server::Grant;
 use serde_json::{Map, Value};
 
 use crate::AuthError;
-use crate::canonical::same_resource;
-use crate::claims::{grant_from_claims, numeric_date};
+use crate::claims::{check_audience, check_issuer, grant_from_claims, numeric_date};
 use crate::config::MAX_LEEWAY;
 use crate::jwks::VerifyKey;
 
@@ -154,11 +153,7 @@ pub(crate) fn verify(
     }
     let claims = data.claims;
 
-    match claims.get("iss") {
-        Some(Value::String(iss)) if *iss == policy.issuer => {}
-        Some(_) => return Err(invalid("another issuer")),
-        None => return Err(invalid("no issuer (iss)")),
-    }
+    check_issuer(claims.get("iss"), &policy.issuer, true)?;
     check_audience(claims.get("aud"), &policy.audiences)?;
 
     let leeway = policy.leeway.min(MAX_LEEWAY);
@@ -196,22 +191,6 @@ fn check_typ(typ: Option<&str>, accept_typ_jwt: bool) -> Result<(), AuthError> {
         Err(AuthError::InvalidToken(format!(
             "typ {typ:?} is not at+jwt"
         )))
-    }
-}
-
-/// `aud`, a string or an array of strings, names one of `audiences`.
-fn check_audience(aud: Option<&Value>, audiences: &[String]) -> Result<(), AuthError> {
-    let names = |a: &str| audiences.iter().any(|ours| same_resource(a, ours));
-    let ok = match aud {
-        Some(Value::String(a)) => names(a),
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).any(names),
-        Some(_) => false,
-        None => return Err(AuthError::InvalidToken("no audience (aud)".into())),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(AuthError::InvalidToken("another audience".into()))
     }
 }
 
