@@ -10,6 +10,7 @@ use modelctx_http::server::Metadata;
 use crate::canonical::{Parts, Resource};
 use crate::challenge::ChallengeInfo;
 use crate::guard::AuthGuard;
+use crate::jwt::{self, JwtPolicy};
 use crate::metadata::{self, advertised, alg_name};
 use crate::verifier::TokenVerifier;
 use crate::{Clock, Fetch, SystemClock};
@@ -261,11 +262,11 @@ impl Auth {
         let mut issuers: Vec<IssuerConfig> = Vec::with_capacity(self.issuers.len());
         for issuer in self.issuers {
             check_issuer_url(&issuer.url)?;
-            if issuers.iter().any(|i| i.issuer == issuer.url) {
+            if issuers.iter().any(|i| i.policy.issuer == issuer.url) {
                 return Err(ConfigError::DuplicateIssuer(issuer.url));
             }
             let algorithms = match issuer.algorithms {
-                None => None,
+                None => jwt::default_algorithms(),
                 Some(algs) if algs.is_empty() => {
                     return Err(ConfigError::Algorithm {
                         issuer: issuer.url,
@@ -278,7 +279,7 @@ impl Auth {
                         why: "HMAC (a shared secret) is not accepted",
                     });
                 }
-                Some(algs) => Some(algs),
+                Some(algs) => algs,
             };
             let audiences = if issuer.audiences.is_empty() {
                 vec![resource.as_str().to_owned()]
@@ -286,11 +287,13 @@ impl Auth {
                 issuer.audiences
             };
             issuers.push(IssuerConfig {
-                issuer: issuer.url,
-                audiences,
-                algorithms,
-                leeway: self.leeway,
-                accept_typ_jwt: issuer.accept_typ_jwt,
+                policy: JwtPolicy {
+                    issuer: issuer.url,
+                    audiences,
+                    algorithms,
+                    leeway: self.leeway,
+                    accept_typ_jwt: issuer.accept_typ_jwt,
+                },
                 introspection: issuer.introspection,
             });
         }
@@ -307,7 +310,7 @@ impl Auth {
                 .join(" ")
         };
         let metadata = (!issuers.is_empty()).then(|| {
-            let servers: Vec<String> = issuers.iter().map(|i| i.issuer.clone()).collect();
+            let servers: Vec<String> = issuers.iter().map(|i| i.policy.issuer.clone()).collect();
             let dpop = (self.dpop != Dpop::Off)
                 .then_some((dpop_algorithms.as_slice(), self.dpop == Dpop::Required));
             let body = metadata::document_named(
@@ -336,7 +339,6 @@ impl Auth {
             resource,
             issuers,
             verifiers: self.verifiers,
-            scopes_supported: self.scopes_supported,
             dpop: self.dpop,
             dpop_algorithms,
             nonce_key: self.nonce_key.map(|k| k.0),
@@ -392,8 +394,6 @@ pub(crate) struct AuthConfig {
     pub(crate) issuers: Vec<IssuerConfig>,
     /// The other verifiers, asked first, in order.
     pub(crate) verifiers: Vec<Arc<dyn TokenVerifier>>,
-    /// The scopes supported, as configured.
-    pub(crate) scopes_supported: Vec<String>,
     /// The DPoP mode.
     pub(crate) dpop: Dpop,
     /// The DPoP proof algorithms (empty with DPoP off).
@@ -419,7 +419,6 @@ impl fmt::Debug for AuthConfig {
             .field("resource", &self.resource.as_str())
             .field("issuers", &self.issuers)
             .field("verifiers", &self.verifiers)
-            .field("scopes_supported", &self.scopes_supported)
             .field("dpop", &self.dpop)
             .field("dpop_nonces", &self.nonce_key.is_some())
             .field("scope_implies", &self.scope_implies.is_some())
@@ -429,19 +428,11 @@ impl fmt::Debug for AuthConfig {
     }
 }
 
-/// One issuer's checks: the inputs of `jwt::JwtPolicy`, and introspection.
+/// One issuer's checks: its JWT policy (default algorithms filled in), and introspection.
 #[derive(Debug, Clone)]
 pub(crate) struct IssuerConfig {
-    /// The issuer identifier, as configured (compared byte for byte).
-    pub(crate) issuer: String,
-    /// The audiences a token must name one of (default: the canonical resource).
-    pub(crate) audiences: Vec<String>,
-    /// The signature algorithms; `None`: `jwt::default_algorithms()`.
-    pub(crate) algorithms: Option<Vec<Algorithm>>,
-    /// The clock skew allowed.
-    pub(crate) leeway: Duration,
-    /// Whether `typ: JWT` is accepted.
-    pub(crate) accept_typ_jwt: bool,
+    /// The issuer, audiences (default: the canonical resource), algorithms, leeway and `typ`.
+    pub(crate) policy: JwtPolicy,
     /// Introspection credentials, for opaque tokens.
     pub(crate) introspection: Option<Credentials>,
 }
@@ -521,11 +512,11 @@ mod tests {
             ]
         );
         let issuer = &config.issuers[0];
-        assert_eq!(issuer.issuer, "https://id.example.com");
-        assert_eq!(issuer.audiences, ["https://mcp.example.com/mcp"]);
-        assert_eq!(issuer.algorithms, None);
-        assert_eq!(issuer.leeway, Duration::from_secs(30));
-        assert!(!issuer.accept_typ_jwt);
+        assert_eq!(issuer.policy.issuer, "https://id.example.com");
+        assert_eq!(issuer.policy.audiences, ["https://mcp.example.com/mcp"]);
+        assert_eq!(issuer.policy.algorithms, jwt::default_algorithms());
+        assert_eq!(issuer.policy.leeway, Duration::from_secs(30));
+        assert!(!issuer.policy.accept_typ_jwt);
         assert_eq!(issuer.introspection, None);
         assert_eq!(config.dpop, Dpop::Allowed);
         assert_eq!(
@@ -584,16 +575,16 @@ mod tests {
             .config()
             .unwrap();
         let a = &config.issuers[0];
-        assert_eq!(a.audiences, ["api://files", "account"]);
-        assert_eq!(a.algorithms, Some(vec![Algorithm::ES256]));
-        assert!(a.accept_typ_jwt);
-        assert_eq!(a.leeway, Duration::from_secs(120));
+        assert_eq!(a.policy.audiences, ["api://files", "account"]);
+        assert_eq!(a.policy.algorithms, [Algorithm::ES256]);
+        assert!(a.policy.accept_typ_jwt);
+        assert_eq!(a.policy.leeway, Duration::from_secs(120));
         let creds = a.introspection.as_ref().unwrap();
         assert_eq!(
             (creds.client_id.as_str(), creds.client_secret.as_str()),
             ("rs", "rs-secret")
         );
-        assert_eq!(config.issuers[1].audiences, ["http://127.0.0.1:8080/mcp"]);
+        assert_eq!(config.issuers[1].policy.audiences, ["http://127.0.0.1:8080/mcp"]);
         assert_eq!(config.verifiers.len(), 1);
         assert_eq!(config.nonce_key, Some([7; 32]));
         assert!((config.scope_implies.unwrap())("files", "files:read"));

@@ -158,25 +158,17 @@ async fn find_endpoints(
 }
 
 impl AuthGuard {
-    pub(crate) fn new(config: AuthConfig) -> AuthGuard {
-        let issuers = config
-            .issuers
-            .iter()
-            .map(|issuer| Arc::new(TrustedIssuer {
-                policy: JwtPolicy {
-                    issuer: issuer.issuer.clone(),
-                    audiences: issuer.audiences.clone(),
-                    algorithms: issuer
-                        .algorithms
-                        .clone()
-                        .unwrap_or_else(jwt::default_algorithms),
-                    leeway: issuer.leeway,
-                    accept_typ_jwt: issuer.accept_typ_jwt,
-                },
-                introspection: issuer.introspection.clone(),
-                endpoints: OnceCell::new(),
-                failed_at: Mutex::new(None),
-            }))
+    pub(crate) fn new(mut config: AuthConfig) -> AuthGuard {
+        let issuers = std::mem::take(&mut config.issuers)
+            .into_iter()
+            .map(|issuer| {
+                Arc::new(TrustedIssuer {
+                    policy: issuer.policy,
+                    introspection: issuer.introspection,
+                    endpoints: OnceCell::new(),
+                    failed_at: Mutex::new(None),
+                })
+            })
             .collect();
         let fetch = config
             .fetcher
