@@ -37,7 +37,8 @@ pub(crate) const DPOP_NONCE: &str = "dpop-nonce";
 /// - `InvalidToken`: 401 `invalid_token`;
 /// - `InvalidDpopProof`: 401, the DPoP challenge with `invalid_dpop_proof` (with DPoP off, where
 ///   no proof is looked at, `invalid_token`);
-/// - `UseDpopNonce`: 401, the DPoP challenge with `use_dpop_nonce`, and `DPoP-Nonce`;
+/// - `UseDpopNonce`: 401, the DPoP challenge with `use_dpop_nonce`, and `DPoP-Nonce` (never with
+///   DPoP off: `Auth::build` refuses nonces without DPoP);
 /// - `Malformed`: 400 `invalid_request`;
 /// - `Unavailable`: 503 with `Retry-After` and no challenge (the token is not at fault).
 ///
@@ -58,9 +59,6 @@ pub(crate) fn refuse(error: &AuthError, info: &ChallengeInfo, nonce: Option<Stri
         }
         AuthError::InvalidDpopProof(_) => {
             (StatusCode::UNAUTHORIZED, None, Some("invalid_dpop_proof"))
-        }
-        AuthError::UseDpopNonce if info.dpop_algs.is_none() => {
-            (StatusCode::UNAUTHORIZED, Some("invalid_token"), None)
         }
         AuthError::UseDpopNonce => (StatusCode::UNAUTHORIZED, None, Some("use_dpop_nonce")),
         AuthError::Malformed(_) => (
@@ -334,20 +332,20 @@ mod tests {
     }
 
     #[test]
-    fn dpop_errors_with_dpop_off_are_invalid_token() {
-        for error in [
-            AuthError::InvalidDpopProof("x".into()),
-            AuthError::UseDpopNonce,
-        ] {
-            let c = refuse(&error, &bearer_only(), None);
-            assert_eq!(c.status, StatusCode::UNAUTHORIZED);
-            assert_eq!(
-                www(&c),
-                [format!(
-                    r#"Bearer error="invalid_token", resource_metadata="{META}", scope="mcp files:read""#
-                )]
-            );
-        }
+    fn a_dpop_proof_error_with_dpop_off_is_invalid_token() {
+        // Two DPoP headers are refused before the scheme is looked at, even with DPoP off.
+        let c = refuse(
+            &AuthError::InvalidDpopProof("x".into()),
+            &bearer_only(),
+            None,
+        );
+        assert_eq!(c.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            www(&c),
+            [format!(
+                r#"Bearer error="invalid_token", resource_metadata="{META}", scope="mcp files:read""#
+            )]
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub(crate) const MAX_LEEWAY: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Dpop {
-    /// Only `Bearer` tokens; a `DPoP` authorization is malformed.
+    /// Only `Bearer` tokens; a `DPoP` authorization counts as no credentials (401 without an
+    /// error code, as for any scheme this server does not take).
     Off,
     /// `Bearer` and `DPoP` tokens; a DPoP-bound token must come with a valid proof. The default.
     #[default]
@@ -313,7 +314,7 @@ impl Auth {
             let servers: Vec<String> = issuers.iter().map(|i| i.policy.issuer.clone()).collect();
             let dpop = (self.dpop != Dpop::Off)
                 .then_some((dpop_algorithms.as_slice(), self.dpop == Dpop::Required));
-            let body = metadata::document_named(
+            let body = metadata::document(
                 &resource,
                 &servers,
                 &self.scopes_supported,
@@ -584,7 +585,10 @@ mod tests {
             (creds.client_id.as_str(), creds.client_secret.as_str()),
             ("rs", "rs-secret")
         );
-        assert_eq!(config.issuers[1].policy.audiences, ["http://127.0.0.1:8080/mcp"]);
+        assert_eq!(
+            config.issuers[1].policy.audiences,
+            ["http://127.0.0.1:8080/mcp"]
+        );
         assert_eq!(config.verifiers.len(), 1);
         assert_eq!(config.nonce_key, Some([7; 32]));
         assert!((config.scope_implies.unwrap())("files", "files:read"));

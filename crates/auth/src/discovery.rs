@@ -5,11 +5,10 @@ use serde_json::{Map, Value};
 use crate::AuthError;
 use crate::fetch::{Fetch, check_url};
 
-/// What the resource server needs from an authorization server's metadata.
+/// What the resource server needs from an authorization server's metadata (whose `issuer`
+/// member was checked equal, byte for byte, to the configured issuer).
 #[derive(Debug, Clone)]
 pub(crate) struct AsMetadata {
-    /// The `issuer` member: equal, byte for byte, to the configured issuer.
-    pub(crate) issuer: String,
     /// `jwks_uri`, checked by [`check_url`].
     pub(crate) jwks_uri: Option<String>,
     /// `introspection_endpoint` (RFC 7662), checked by [`check_url`].
@@ -86,7 +85,6 @@ async fn fetch_one(fetch: &dyn Fetch, url: &str, issuer: &str) -> Result<AsMetad
         }
     };
     Ok(AsMetadata {
-        issuer: issuer.to_owned(),
         jwks_uri: endpoint("jwks_uri")?,
         introspection_endpoint: endpoint("introspection_endpoint")?,
     })
@@ -171,7 +169,6 @@ mod tests {
                    "introspection_endpoint": "http://localhost:9/introspect"}),
         )]);
         let metadata = discover(&fetch, issuer).await.unwrap();
-        assert_eq!(metadata.issuer, issuer);
         assert_eq!(
             metadata.jwks_uri.as_deref(),
             Some("http://127.0.0.1:9/certs")
@@ -306,7 +303,6 @@ mod tests {
         let issuer = issuer.lock().unwrap().clone();
         let fetch = Arc::new(HttpFetch::new());
         let metadata = discover(fetch.as_ref(), &issuer).await.unwrap();
-        assert_eq!(metadata.issuer, issuer);
         let jwks_uri = metadata.jwks_uri.unwrap();
         assert_eq!(jwks_uri, format!("{issuer}/certs"));
         let keys = Jwks::new(fetch, jwks_uri, JwksPolicy::default());

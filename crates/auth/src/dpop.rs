@@ -828,7 +828,9 @@ mod tests {
         let cache = ReplayCache::new(10, 3, window);
         let t0 = now();
         for jti in ["1", "2", "3"] {
-            cache.check_and_insert(&a_proof("greedy", jti, t0), t0).unwrap();
+            cache
+                .check_and_insert(&a_proof("greedy", jti, t0), t0)
+                .unwrap();
         }
         let over = a_proof("greedy", "4", t0);
         assert_eq!(
@@ -839,13 +841,17 @@ mod tests {
         );
         // Other keys are not locked out, and each has its own share.
         for jti in ["1", "2", "3"] {
-            cache.check_and_insert(&a_proof("honest", jti, t0), t0).unwrap();
+            cache
+                .check_and_insert(&a_proof("honest", jti, t0), t0)
+                .unwrap();
         }
         assert_eq!(cache.len(), 6);
         // The greedy key's share comes back as its entries expire.
         let (t1, later) = (t0 + Duration::from_secs(10), t0 + window);
         for jti in ["5", "6", "7"] {
-            cache.check_and_insert(&a_proof("greedy", jti, t1), later).unwrap();
+            cache
+                .check_and_insert(&a_proof("greedy", jti, t1), later)
+                .unwrap();
         }
         assert_eq!(cache.len(), 3, "the six expired entries were pruned");
         assert_eq!(

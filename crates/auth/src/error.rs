@@ -5,11 +5,12 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
-    /// The request carries no credentials (401, a challenge without an error code).
+    /// The request carries no credentials this server takes: no `Authorization`, another scheme
+    /// (`Basic`, say), or `DPoP` with DPoP off (401, a challenge without an error code).
     #[error("no credentials")]
     Missing,
-    /// The credentials are malformed: two `Authorization` headers, an unknown scheme, a token
-    /// that is not a token (400 `invalid_request`).
+    /// The credentials are malformed: two `Authorization` headers, a scheme without a token, a
+    /// token that is not a token68 (400 `invalid_request`).
     #[error("malformed credentials: {0}")]
     Malformed(String),
     /// The token is not valid here: a bad signature, expired, not yet valid, another issuer or

@@ -133,7 +133,7 @@ async fn find_endpoints(
     clock: Arc<dyn Clock>,
 ) -> Result<Endpoints, AuthError> {
     let metadata = discover(&**fetch, &issuer.policy.issuer).await?;
-    tracing::debug!(issuer = %metadata.issuer, "authorization server discovered");
+    tracing::debug!(issuer = %issuer.policy.issuer, "authorization server discovered");
     let jwks = metadata
         .jwks_uri
         .map(|uri| Jwks::new(fetch.clone(), uri, JwksPolicy::default()));
@@ -147,10 +147,13 @@ async fn find_endpoints(
             INTROSPECTION_TTL,
         )),
         (Some(_), None) => {
-            return Err(AuthError::Unavailable(format!(
-                "{} publishes no introspection_endpoint",
-                issuer.policy.issuer
-            )));
+            // Its JWTs can still be checked: only its opaque tokens go unvouched for.
+            tracing::warn!(
+                issuer = %issuer.policy.issuer,
+                "introspection configured but the issuer publishes no introspection_endpoint: \
+                 its opaque tokens are refused"
+            );
+            None
         }
         (None, _) => None,
     };
@@ -308,7 +311,7 @@ impl AuthGuard {
                 return Ok(grant);
             }
         }
-        if jwt::looks_like_jws(token) || is_unsecured_jws(token) {
+        if jwt::is_compact(token) {
             let peek = jwt::peek(token)?;
             let iss = peek
                 .iss
@@ -397,10 +400,8 @@ impl Guard for AuthGuard {
     fn authorize(&self, grant: &Grant, needed: &[String]) -> Result<(), Challenge> {
         let implies = self.config.scope_implies;
         let covered = |scope: &String| {
-            grant
-                .scopes
-                .iter()
-                .any(|g| g == scope || implies.is_some_and(|implies| implies(g, scope)))
+            grant.has_scope(scope)
+                || implies.is_some_and(|implies| grant.scopes.iter().any(|g| implies(g, scope)))
         };
         if needed.iter().all(covered) {
             Ok(())
@@ -420,15 +421,6 @@ impl Guard for AuthGuard {
             headers.insert(challenge::DPOP_NONCE, value);
         }
     }
-}
-
-/// Whether `token` has the shape of an unsecured JWS (`alg: none`): two non-empty base64url
-/// segments and an empty signature. It is a JWT to refuse as such, not an opaque token to send
-/// to an introspection endpoint (which refuses structured tokens: that would be a 503).
-fn is_unsecured_jws(token: &str) -> bool {
-    token
-        .strip_suffix('.')
-        .is_some_and(|signed| jwt::looks_like_jws(&format!("{signed}.x")))
 }
 
 /// How the request presented its token.
@@ -672,10 +664,6 @@ mod tests {
             b64(json!({"alg": "none", "typ": "at+jwt"})),
             b64(claims())
         );
-        assert!(is_unsecured_jws(&unsecured));
-        for not in ["a.b", "a.b.c", "a..", ".b.", "a.b.c.", "opaque"] {
-            assert!(!is_unsecured_jws(not), "{not}");
-        }
         // Introspection (whose endpoint fails here: 503) is not asked: 401.
         let refused = guard
             .authenticate(&request(&[&format!("Bearer {unsecured}")]))
@@ -686,6 +674,36 @@ mod tests {
             www_authenticate(&refused)[0].contains("error=\"invalid_token\""),
             "{:?}",
             www_authenticate(&refused)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_issuer_without_introspection_endpoint_still_has_its_jwts_checked() {
+        let fake = Arc::new(FakeAs::new());
+        let guard = Auth::resource(RESOURCE)
+            .issuer_with(Issuer::new(ISSUER).introspection("rs", "secret"))
+            .fetcher(fake.clone())
+            .clock(FixedClock(at(NOW)))
+            .build()
+            .unwrap();
+        let bearer = format!("Bearer {}", token(&ES256, claims()));
+        let grant = guard.authenticate(&request(&[&bearer])).await.unwrap();
+        assert_eq!(grant.subject, "alice");
+        // An opaque token: no issuer vouches for it (401), the service is not unavailable.
+        let refused = guard
+            .authenticate(&request(&["Bearer opaque-token"]))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            www_authenticate(&refused)[0].contains("error=\"invalid_token\""),
+            "{:?}",
+            www_authenticate(&refused)
+        );
+        assert_eq!(
+            fake.gets.load(Ordering::SeqCst),
+            2,
+            "metadata and keys, once"
         );
     }
 

@@ -17,21 +17,37 @@ use crate::AuthError;
 use crate::claims::{check_audience, check_issuer, grant_from_claims, numeric_date};
 use crate::jwks::VerifyKey;
 
-/// Whether `token` has the shape of a compact JWS: three non-empty base64url segments (the
-/// signature segment too: an unsecured `alg: none` token ends with an empty one).
-pub(crate) fn looks_like_jws(token: &str) -> bool {
-    let mut segments = 0;
-    for segment in token.split('.') {
-        segments += 1;
-        if segment.is_empty()
-            || !segment
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return false;
+/// Whether `token` has the shape of a compact JWS (RFC 7515 section 7.1): three base64url
+/// segments, the header and payload non-empty, the signature possibly empty (an unsecured
+/// `alg: none` token). The guard routes such a token as a JWT, to be refused as one (`peek`
+/// refuses `alg: none`), rather than as an opaque token to introspect.
+pub(crate) fn is_compact(token: &str) -> bool {
+    let b64url = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let mut segments = token.split('.');
+    match (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) {
+        (Some(header), Some(payload), Some(signature), None) => {
+            !header.is_empty()
+                && !payload.is_empty()
+                && b64url(header)
+                && b64url(payload)
+                && b64url(signature)
         }
+        _ => false,
     }
-    segments == 3
+}
+
+/// Whether `token` is a compact JWS with a signature: [`is_compact`] and a non-empty third
+/// segment (what a token or a DPoP proof must be).
+pub(crate) fn looks_like_jws(token: &str) -> bool {
+    is_compact(token) && !token.ends_with('.')
 }
 
 /// A token's header and its unverified `iss`, read before the signature is checked to pick the
@@ -608,6 +624,11 @@ mod tests {
         ] {
             assert!(!looks_like_jws(not), "{not}");
             assert_invalid(peek(not).map(|_| unreachable!()), not);
+        }
+        // Only the signature may be empty, and only for routing.
+        assert!(is_compact("a.b.c") && is_compact("a.b."));
+        for not in ["a.b", "a..", ".b.", "a.b.c.", "a.b.c+", "opaque"] {
+            assert!(!is_compact(not), "{not}");
         }
         let bad_payload = format!("{}.{}.c", b64(&json!({"alg": "ES256"})), b64(&json!([1])));
         assert_invalid(peek(&bad_payload).map(|_| unreachable!()), "array payload");

@@ -20,26 +20,10 @@ pub(crate) fn alg_name(alg: Algorithm) -> String {
 
 /// The document: `resource` (canonical), `authorization_servers`, `scopes_supported` (without
 /// `offline_access`; absent when empty), `bearer_methods_supported: ["header"]` (tokens only in
-/// the `Authorization` header), and with `dpop` (the proof algorithms, whether bound tokens are
-/// required) `dpop_signing_alg_values_supported` and `dpop_bound_access_tokens_required`.
-#[cfg(test)]
+/// the `Authorization` header), with `dpop` (the proof algorithms, whether bound tokens are
+/// required) `dpop_signing_alg_values_supported` and `dpop_bound_access_tokens_required`, and
+/// `resource_name` (RFC 9728 2: a name for people) when given.
 pub(crate) fn document(
-    resource: &Resource,
-    authorization_servers: &[String],
-    scopes_supported: &[String],
-    dpop: Option<(&[Algorithm], bool)>,
-) -> Bytes {
-    document_named(
-        resource,
-        authorization_servers,
-        scopes_supported,
-        dpop,
-        None,
-    )
-}
-
-/// [`document`], with `resource_name` (RFC 9728 2: a name for people) when given.
-pub(crate) fn document_named(
     resource: &Resource,
     authorization_servers: &[String],
     scopes_supported: &[String],
@@ -99,6 +83,7 @@ mod tests {
             &strings(&["https://id.example.com"]),
             &strings(&["mcp", "offline_access", "files:write", "mcp"]),
             None,
+            None,
         ));
         assert_eq!(
             doc,
@@ -119,6 +104,7 @@ mod tests {
             &strings(&["https://a", "https://b"]),
             &strings(&["offline_access"]),
             None,
+            None,
         ));
         assert_eq!(doc["resource"], "https://h");
         assert_eq!(
@@ -133,7 +119,7 @@ mod tests {
     fn dpop_members_and_resource_name() {
         let resource = Resource::parse("https://h/mcp").unwrap();
         let algs = [Algorithm::ES256, Algorithm::EdDSA, Algorithm::PS256];
-        let allowed = parse(document_named(
+        let allowed = parse(document(
             &resource,
             &strings(&["https://a"]),
             &[],
@@ -151,6 +137,7 @@ mod tests {
             &strings(&["https://a"]),
             &[],
             Some((&algs[..1], true)),
+            None,
         ));
         assert_eq!(
             required["dpop_signing_alg_values_supported"],
@@ -158,7 +145,13 @@ mod tests {
         );
         assert_eq!(required["dpop_bound_access_tokens_required"], true);
         assert!(required.get("resource_name").is_none());
-        let off = parse(document(&resource, &strings(&["https://a"]), &[], None));
+        let off = parse(document(
+            &resource,
+            &strings(&["https://a"]),
+            &[],
+            None,
+            None,
+        ));
         assert!(off.get("dpop_signing_alg_values_supported").is_none());
         assert!(off.get("dpop_bound_access_tokens_required").is_none());
     }
