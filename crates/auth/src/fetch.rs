@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::net::IpAddr;
-#[cfg(feature = "rustls")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +36,7 @@ pub trait Fetch: Send + Sync + fmt::Debug + 'static {
 }
 
 /// A shared client is a client: `Arc<MyFetch>` can be given to
-/// [`Auth::fetcher`](crate::Auth::fetcher) while the caller keeps a handle on it.
+/// `Auth::fetcher` while the caller keeps a handle on it.
 impl<T: Fetch + ?Sized> Fetch for Arc<T> {
     fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
         (**self).get(url)

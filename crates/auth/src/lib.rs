@@ -36,6 +36,9 @@
 //! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
 //! normalisation); say in a refusal which check a token failed (only the OAuth error code).
 
+// The crate docs name the resource server's types, which only exist with feature `server`.
+#![cfg_attr(not(feature = "server"), allow(rustdoc::broken_intra_doc_links))]
+
 // Shared by the resource server and the client side to come (issue 21).
 mod clock;
 mod error;
