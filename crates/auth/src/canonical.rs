@@ -96,14 +96,9 @@ impl<'a> Parts<'a> {
         })
     }
 
-    /// Whether the host is a loopback host: `localhost`, `127.0.0.0/8` or `[::1]`.
+    /// Whether the host is a loopback host ([`is_loopback`](crate::fetch::is_loopback)).
     pub(crate) fn is_loopback(&self) -> bool {
-        let host = self.host.as_str();
-        host == "localhost"
-            || host == "[::1]"
-            || host
-                .parse::<std::net::Ipv4Addr>()
-                .is_ok_and(|ip| ip.is_loopback())
+        crate::fetch::is_loopback(&self.host)
     }
 }
 
@@ -357,6 +352,8 @@ mod tests {
             ("http://127.0.0.1/x", true),
             ("http://127.9.8.7/x", true),
             ("http://[::1]:8/x", true),
+            ("http://[0:0:0:0:0:0:0:1]:8/x", true),
+            ("http://[::2]:8/x", false),
             ("http://LOCALHOST/x", true),
             ("http://10.0.0.1/x", false),
             ("http://localhost.example.com/x", false),

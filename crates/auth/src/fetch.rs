@@ -117,7 +117,8 @@ type Connector = HttpConnector;
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// The default [`Fetch`]: a hyper client speaking HTTP/1.1 and HTTP/2, over TLS (rustls with
-/// ring and the webpki root certificates) with feature `rustls`.
+/// ring and the webpki root certificates) with feature `rustls`; [`HttpFetch::with_tls`] takes
+/// another TLS configuration (a private certificate authority).
 ///
 /// It fetches `https://` URLs, and `http://` ones only on a loopback host (`localhost`,
 /// `127.0.0.0/8`, `::1`); without feature `rustls` only the latter. It follows no redirects (a
@@ -143,15 +144,20 @@ impl Default for HttpFetch {
     }
 }
 
+/// The TCP connector: no Nagle, the connect bounded, `https` URLs passed to the TLS layer.
+fn http_connector() -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(TIMEOUT));
+    http.enforce_http(false);
+    http
+}
+
 impl HttpFetch {
     /// A client with the bounds above.
     pub fn new() -> HttpFetch {
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(TIMEOUT));
-        http.enforce_http(false);
         #[cfg(feature = "rustls")]
-        let connector = {
+        {
             let roots =
                 rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -161,14 +167,28 @@ impl HttpFetch {
             .expect("ring supports the default protocol versions")
             .with_root_certificates(roots)
             .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls)
-                .https_or_http()
-                .enable_all_versions()
-                .wrap_connector(http)
-        };
+            HttpFetch::with_tls(Arc::new(tls))
+        }
         #[cfg(not(feature = "rustls"))]
-        let connector = http;
+        HttpFetch::build(http_connector())
+    }
+
+    /// A client with the bounds above whose `https` connections use `tls`: an authorization
+    /// server behind a private certificate authority, client certificates (mutual TLS). The
+    /// client sets the ALPN protocols itself (`h2`, `http/1.1`): those of `tls` are ignored.
+    #[cfg(feature = "rustls")]
+    pub fn with_tls(tls: Arc<rustls::ClientConfig>) -> HttpFetch {
+        let mut tls = (*tls).clone();
+        tls.alpn_protocols.clear();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http_connector());
+        HttpFetch::build(connector)
+    }
+
+    fn build(connector: Connector) -> HttpFetch {
         HttpFetch {
             client: Client::builder(TokioExecutor::new()).build(connector),
             timeout: TIMEOUT,
@@ -305,7 +325,10 @@ pub(crate) fn check_url(url: &str) -> Result<(), FetchError> {
     }
 }
 
-fn is_loopback(host: &str) -> bool {
+/// Whether `host` (as in a URL: an IPv6 address in brackets) is a loopback host: `localhost`
+/// (any case), `127.0.0.0/8` or `::1` in any spelling. The one rule for fetching over plain
+/// http and for an `http` issuer or resource.
+pub(crate) fn is_loopback(host: &str) -> bool {
     if host.eq_ignore_ascii_case("localhost") {
         return true;
     }
@@ -581,6 +604,90 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(response.status, StatusCode::FOUND);
         assert_eq!(hits.load(Ordering::SeqCst), 0);
+    }
+
+    /// A one-request-per-connection HTTPS server on 127.0.0.1 with a certificate for
+    /// `localhost` from the private CA of `tests/fixtures/tls-ca.pem`; serves `connections`
+    /// connections (a failed handshake counts).
+    #[cfg(feature = "rustls")]
+    fn serve_private_tls(connections: usize) -> u16 {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use std::io::{Read, Write};
+
+        let cert =
+            CertificateDer::from_pem_slice(include_bytes!("../tests/fixtures/tls-localhost.pem"))
+                .unwrap();
+        let key =
+            PrivateKeyDer::from_pem_slice(include_bytes!("../tests/fixtures/tls-localhost.key"))
+                .unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(connections) {
+                let connection = rustls::ServerConnection::new(config.clone()).unwrap();
+                let mut tls = rustls::StreamOwned::new(connection, stream.unwrap());
+                let mut request = Vec::new();
+                let mut buf = [0; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if request.is_empty() {
+                    continue;
+                }
+                let _ = tls.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+                );
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        });
+        port
+    }
+
+    #[cfg(feature = "rustls")]
+    #[tokio::test]
+    async fn with_tls_reaches_a_server_behind_a_private_ca() {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+
+        let port = serve_private_tls(2);
+        let url = format!("https://localhost:{port}/.well-known/oauth-authorization-server");
+        // The default client trusts the web's roots only.
+        let refused = HttpFetch::new().get(&url).await.unwrap_err();
+        assert!(matches!(refused, FetchError::Io { .. }), "{refused:?}");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(
+                CertificateDer::from_pem_slice(include_bytes!("../tests/fixtures/tls-ca.pem"))
+                    .unwrap(),
+            )
+            .unwrap();
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        // ALPN protocols of the caller's are replaced, not a panic.
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let response = HttpFetch::with_tls(Arc::new(tls)).get(&url).await.unwrap();
+        assert_eq!(response.status, StatusCode::OK);
+        assert_eq!(&response.body[..], b"{}");
     }
 
     #[tokio::test]
