@@ -91,7 +91,7 @@ async fn fetch_one(fetch: &dyn Fetch, url: &str, issuer: &str) -> Result<AsMetad
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::HashMap;
     use std::sync::Mutex;
 
@@ -102,11 +102,19 @@ mod tests {
     use super::*;
     use crate::fetch::{FetchError, FetchResponse};
 
-    /// Answers GETs from a table (404 otherwise) and records the URLs asked.
+    /// Answers GETs from a table (404 otherwise) and records the URLs asked (the guard's tests
+    /// use it too).
     #[derive(Debug, Default)]
-    struct Table {
-        docs: HashMap<String, Value>,
-        asked: Mutex<Vec<String>>,
+    pub(crate) struct Table {
+        pub(crate) docs: HashMap<String, Value>,
+        pub(crate) asked: Mutex<Vec<String>>,
+    }
+
+    impl Table {
+        /// How many GETs were made.
+        pub(crate) fn gets(&self) -> usize {
+            self.asked.lock().unwrap().len()
+        }
     }
 
     impl Fetch for Table {
@@ -125,11 +133,11 @@ mod tests {
             _: &'a [(&'a str, &'a str)],
             _: Option<(&'a str, &'a str)>,
         ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
-            unreachable!("discovery only reads")
+            unreachable!("no POST expected")
         }
     }
 
-    fn table(docs: &[(&str, Value)]) -> Table {
+    pub(crate) fn table(docs: &[(&str, Value)]) -> Table {
         Table {
             docs: docs
                 .iter()

@@ -466,7 +466,6 @@ fn credentials(headers: &HeaderMap) -> Result<(Scheme, &str), AuthError> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::SystemTime;
 
@@ -476,54 +475,24 @@ mod tests {
 
     use super::*;
     use crate::discovery;
+    use crate::discovery::tests::{Table, table};
     use crate::jwt::test_keys::{ES256, ES256_OTHER};
     use crate::{Auth, Clock, FetchError, FetchResponse, Issuer, StaticToken};
 
     const ISSUER: &str = "https://as.example.com";
     const RESOURCE: &str = "https://mcp.example.com/mcp";
 
-    /// The authorization server: metadata and keys, and how often each was asked.
-    #[derive(Debug, Default)]
-    struct FakeAs {
-        documents: HashMap<String, Value>,
-        gets: AtomicUsize,
-    }
-
-    impl FakeAs {
-        fn new() -> FakeAs {
-            let mut jwk = ES256.jwk_value();
-            jwk["kid"] = json!("k1");
-            let mut documents = HashMap::new();
-            documents.insert(
-                format!("{ISSUER}/.well-known/oauth-authorization-server"),
+    /// The authorization server: metadata and keys.
+    fn fake_as() -> Table {
+        let mut jwk = ES256.jwk_value();
+        jwk["kid"] = json!("k1");
+        table(&[
+            (
+                &format!("{ISSUER}/.well-known/oauth-authorization-server"),
                 json!({"issuer": ISSUER, "jwks_uri": format!("{ISSUER}/jwks")}),
-            );
-            documents.insert(format!("{ISSUER}/jwks"), json!({"keys": [jwk]}));
-            FakeAs {
-                documents,
-                gets: AtomicUsize::new(0),
-            }
-        }
-    }
-
-    impl Fetch for FakeAs {
-        fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
-            self.gets.fetch_add(1, Ordering::SeqCst);
-            let response = match self.documents.get(url) {
-                Some(doc) => FetchResponse::new(StatusCode::OK, doc.to_string()),
-                None => FetchResponse::new(StatusCode::NOT_FOUND, ""),
-            };
-            Box::pin(async move { Ok(response) })
-        }
-
-        fn post_form<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a [(&'a str, &'a str)],
-            _: Option<(&'a str, &'a str)>,
-        ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
-            Box::pin(async { Ok(FetchResponse::new(StatusCode::NOT_FOUND, "")) })
-        }
+            ),
+            (&format!("{ISSUER}/jwks"), json!({"keys": [jwk]})),
+        ])
     }
 
     #[derive(Debug)]
@@ -541,7 +510,7 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn guard(fake: Arc<FakeAs>) -> AuthGuard {
+    fn guard(fake: Arc<Table>) -> AuthGuard {
         Auth::resource(RESOURCE)
             .issuer_with(Issuer::new(ISSUER))
             .scopes_supported(["mcp", "files:write"])
@@ -582,7 +551,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_valid_jwt_is_a_grant_and_the_issuer_is_asked_once() {
-        let fake = Arc::new(FakeAs::new());
+        let fake = Arc::new(fake_as());
         let guard = guard(fake.clone());
         let bearer = format!("Bearer {}", token(&ES256, claims()));
         let grant = guard.authenticate(&request(&[&bearer])).await.unwrap();
@@ -590,16 +559,16 @@ mod tests {
         assert_eq!(grant.subject, "alice");
         assert_eq!(grant.client_id.as_deref(), Some("app"));
         assert_eq!(grant.scopes, ["mcp", "files:write"]);
-        assert_eq!(fake.gets.load(Ordering::SeqCst), 2, "metadata and keys");
+        assert_eq!(fake.gets(), 2, "metadata and keys");
         // The scheme is case-insensitive; everything is cached.
         let lower = format!("bearer {}", token(&ES256, claims()));
         guard.authenticate(&request(&[&lower])).await.unwrap();
-        assert_eq!(fake.gets.load(Ordering::SeqCst), 2);
+        assert_eq!(fake.gets(), 2);
     }
 
     #[tokio::test]
     async fn bad_tokens_get_invalid_token_and_no_credentials_get_a_bare_challenge() {
-        let guard = guard(Arc::new(FakeAs::new()));
+        let guard = guard(Arc::new(fake_as()));
         let missing = guard.authenticate(&request(&[])).await.unwrap_err();
         assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
         let challenges = www_authenticate(&missing);
@@ -641,8 +610,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_unsecured_jwt_is_refused_as_a_jwt_not_introspected() {
-        let mut fake = FakeAs::new();
-        fake.documents.insert(
+        let mut fake = fake_as();
+        fake.docs.insert(
             format!("{ISSUER}/.well-known/oauth-authorization-server"),
             json!({"issuer": ISSUER, "jwks_uri": format!("{ISSUER}/jwks"),
                 "introspection_endpoint": format!("{ISSUER}/introspect")}),
@@ -679,7 +648,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_issuer_without_introspection_endpoint_still_has_its_jwts_checked() {
-        let fake = Arc::new(FakeAs::new());
+        let fake = Arc::new(fake_as());
         let guard = Auth::resource(RESOURCE)
             .issuer_with(Issuer::new(ISSUER).introspection("rs", "secret"))
             .fetcher(fake.clone())
@@ -700,16 +669,12 @@ mod tests {
             "{:?}",
             www_authenticate(&refused)
         );
-        assert_eq!(
-            fake.gets.load(Ordering::SeqCst),
-            2,
-            "metadata and keys, once"
-        );
+        assert_eq!(fake.gets(), 2, "metadata and keys, once");
     }
 
     #[tokio::test]
     async fn malformed_credentials_get_400_and_other_schemes_count_as_none() {
-        let guard = guard(Arc::new(FakeAs::new()));
+        let guard = guard(Arc::new(fake_as()));
         for malformed in [
             &["Bearer a", "Bearer b"][..],
             &["Bearer"],
@@ -733,20 +698,16 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_issuer_is_503_and_not_asked_again_at_once() {
-        let fake = Arc::new(FakeAs::default());
+        let fake = Arc::new(Table::default());
         let guard = guard(fake.clone());
         let bearer = format!("Bearer {}", token(&ES256, claims()));
         let refused = guard.authenticate(&request(&[&bearer])).await.unwrap_err();
         assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
-        let asked = fake.gets.load(Ordering::SeqCst);
+        let asked = fake.gets();
         assert!(asked > 0);
         let again = guard.authenticate(&request(&[&bearer])).await.unwrap_err();
         assert_eq!(again.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            fake.gets.load(Ordering::SeqCst),
-            asked,
-            "within the retry time"
-        );
+        assert_eq!(fake.gets(), asked, "within the retry time");
     }
 
     /// An authorization server that answers nothing for a while, then 404.
@@ -814,7 +775,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bound_token_is_not_a_bearer_token_and_dpop_needs_a_bound_token() {
-        let guard = guard(Arc::new(FakeAs::new()));
+        let guard = guard(Arc::new(fake_as()));
         let mut bound = claims();
         bound["cnf"] = json!({"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"});
         let as_bearer = format!("Bearer {}", token(&ES256, bound.clone()));
