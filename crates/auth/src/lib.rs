@@ -10,7 +10,13 @@
 //! - validates JWT access tokens (RFC 9068) against the issuer's keys, found from its metadata
 //!   (RFC 8414 or OpenID Connect discovery) and cached with rotation; opaque tokens by
 //!   introspection (RFC 7662); the audience must be this server (RFC 8707);
-//! - checks DPoP proofs (RFC 9449) and sender-constrained tokens, with optional nonces.
+//! - checks DPoP proofs (RFC 9449) and sender-constrained tokens, with optional nonces; a
+//!   proof's `jti` is remembered for its window, at most 100 000 of them and 10 000 per key.
+//!
+//! An issuer's metadata is fetched once, on the first request that needs it (or
+//! [`AuthGuard::prefetch`]), on its own task; after a failure requests get 503 for 30 s before
+//! it is tried again. The default client trusts the web's root certificates;
+//! [`HttpFetch::with_tls`] takes a private certificate authority.
 //!
 //! What it does not do: issue tokens, run an authorization server, or protect stdio servers
 //! (the spec leaves stdio to the environment). It never passes a caller's token on: handlers
