@@ -211,3 +211,53 @@ async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
     assert!(answer.contains("no one is authenticated"), "{answer}");
     assert_eq!(metadata(addr).await["resource"], resource.as_str());
 }
+
+#[tokio::test]
+async fn serve_demo_with_an_audience_takes_the_tokens_for_it_not_for_its_own_url() {
+    // The URL clients use (a reverse proxy's, say), not the one mcx listens at.
+    let audience = "http://127.0.0.1:9/mcp";
+    let Some(auth) = As::start(&[audience]).await else {
+        return;
+    };
+    let (server, _) = serve_demo_with(&[
+        "--http",
+        "127.0.0.1:0",
+        "--auth-issuer",
+        auth.issuer(),
+        "--auth-audience",
+        audience,
+    ]);
+    let own = server.url.clone();
+    let addr: std::net::SocketAddr = own
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("not http://ADDR/mcp: {own}"));
+    // The AS issues tokens for mcx's own URL too: the guard, not the AS, refuses them.
+    auth.add_resource(&own).await;
+
+    assert_eq!(metadata(addr).await["resource"], audience);
+    let token = auth.client_credentials("mcp", audience).await;
+    let response = call(
+        addr,
+        "whoami",
+        Some(&format!("Bearer {}", token.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let answer = text(response).await;
+    assert!(
+        answer.contains(&format!("svc (issuer {}), scopes mcp", auth.issuer())),
+        "{answer}"
+    );
+    let other = auth.client_credentials("mcp", &own).await;
+    let response = call(
+        addr,
+        "whoami",
+        Some(&format!("Bearer {}", other.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 401);
+    let challenge = challenges(&response).join(", ");
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+}
