@@ -20,7 +20,9 @@ use modelctx_server::auth::{Auth, Issuer, StaticToken};
 use modelctx_server::{
     Context, HttpConfig, NoArgs, Prompt, ReadRequest, Resource, ResourceContents, Server, Tool,
 };
-use modelctx_tests::http::{RawResponse, modern_meta, post_headers, raw_request, within};
+use modelctx_tests::http::{
+    RawResponse, header_values, modern_meta, post_headers, raw_request, within,
+};
 use modelctx_tests::oidc::{
     As, TestClock, USER, decode_unverified, forge_hs256_with_kid, forge_none, forge_with_kid,
     random_kid, unix_now,
@@ -187,11 +189,7 @@ impl Answer {
 
     /// Every value of header `name`.
     pub(crate) fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        header_values(&self.headers, name)
     }
 
     pub(crate) fn header(&self, name: &str) -> Option<&str> {

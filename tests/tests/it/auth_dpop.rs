@@ -286,19 +286,10 @@ fn bearer(token: &str) -> Vec<(&'static str, String)> {
     vec![("Authorization", format!("Bearer {token}"))]
 }
 
-fn challenges(response: &RawResponse) -> Vec<&str> {
-    response
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("www-authenticate"))
-        .map(|(_, v)| v.as_str())
-        .collect()
-}
-
 /// Asserts `response` is a 401 with exactly `expected` challenges and an empty body.
 async fn assert_refused(response: RawResponse, expected: &[String], what: &str) {
     assert_eq!(response.status, 401, "{what}");
-    assert_eq!(challenges(&response), expected, "{what}");
+    assert_eq!(response.all("www-authenticate"), expected, "{what}");
     assert!(response.body().await.is_empty(), "{what}");
 }
 

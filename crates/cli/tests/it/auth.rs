@@ -26,16 +26,6 @@ async fn call(addr: std::net::SocketAddr, tool: &str, authorization: Option<&str
     post(addr, &headers, &modern_call(1, tool, json!({}))).await
 }
 
-/// The `WWW-Authenticate` challenges of `response`.
-fn challenges(response: &RawResponse) -> Vec<String> {
-    response
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("www-authenticate"))
-        .map(|(_, v)| v.clone())
-        .collect()
-}
-
 async fn text(response: RawResponse) -> String {
     String::from_utf8_lossy(&response.body().await).into_owned()
 }
@@ -69,7 +59,7 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
     // No token, or one the AS did not sign: 401, pointing at the metadata.
     let response = call(addr, "whoami", None).await;
     assert_eq!(response.status, 401);
-    let challenge = challenges(&response).join(", ");
+    let challenge = response.all("www-authenticate").join(", ");
     assert!(
         challenge.contains(&format!(
             "resource_metadata=\"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp\""
@@ -95,7 +85,7 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
     );
     let response = call(addr, "unlock", Some(&bearer)).await;
     assert_eq!(response.status, 403);
-    let challenge = challenges(&response).join(", ");
+    let challenge = response.all("www-authenticate").join(", ");
     assert!(
         challenge.contains("error=\"insufficient_scope\"")
             && challenge.contains("scope=\"demo:admin\""),
@@ -258,6 +248,6 @@ async fn serve_demo_with_an_audience_takes_the_tokens_for_it_not_for_its_own_url
     )
     .await;
     assert_eq!(response.status, 401);
-    let challenge = challenges(&response).join(", ");
+    let challenge = response.all("www-authenticate").join(", ");
     assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
 }
