@@ -17,7 +17,6 @@
 //! - any other resource: refused (`invalid_target`).
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,7 +30,6 @@ use p256::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
 use modelctx_server::auth::Clock;
@@ -118,27 +116,11 @@ impl As {
     ///
     /// When the script does not start listening.
     pub async fn start(resources: &[&str]) -> Option<As> {
-        let node = node::node()?;
-        let spawned = node::command(&node, "oidc-as.mjs")
-            .args(resources)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => return node::skipped(format!("{node} cannot be started: {e}")),
-        };
-        let stdout = child.stdout.take().expect("piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = within("the test authorization server starts", lines.next_line())
-            .await
-            .expect("its stdout")
-            .expect("a LISTENING line");
-        let issuer = line
-            .strip_prefix("LISTENING ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let node::Listening {
+            at: issuer,
+            mut lines,
+            child,
+        } = node::spawn_listening("oidc-as.mjs", resources).await?;
         let addr = issuer
             .strip_prefix("http://")
             .and_then(|a| a.parse().ok())
