@@ -399,6 +399,16 @@ pub struct RawResponse {
     ended: bool,
 }
 
+/// Every value of header `name` (compared case-insensitively) in `headers`, in order: e.g. all
+/// the `WWW-Authenticate` challenges of a response.
+pub fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
 impl RawResponse {
     /// The first value of header `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -406,6 +416,11 @@ impl RawResponse {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of header `name`, in order (see [`header_values`]).
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        header_values(&self.headers, name)
     }
 
     /// Reads more body bytes; false at the end.

@@ -7,6 +7,12 @@
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
+
+use crate::http::within;
 
 /// The folder of the TypeScript side, `tests/ts`.
 pub fn ts_dir() -> PathBuf {
@@ -49,4 +55,47 @@ pub fn command(node: &str, script: impl AsRef<Path>) -> tokio::process::Command 
         .current_dir(ts_dir())
         .kill_on_drop(true);
     command
+}
+
+/// A Node peer started by [`spawn_listening`].
+#[derive(Debug)]
+pub struct Listening {
+    /// What its first stdout line said after `LISTENING ` (a port, an address, a URL).
+    pub at: String,
+    /// Its stdout after that line.
+    pub lines: Lines<BufReader<ChildStdout>>,
+    /// The process, killed when dropped; its stdin is piped, so it also sees the test end.
+    pub child: Child,
+}
+
+/// Starts `node script args` (stdin and stdout piped, stderr the test's) and waits, at most
+/// 20 s, for its first stdout line, `LISTENING <at>`. `None` when Node is not available or
+/// cannot be started: [`skipped`].
+///
+/// # Panics
+///
+/// When the first line is something else, or does not come within 20 s.
+pub async fn spawn_listening(script: &str, args: &[&str]) -> Option<Listening> {
+    let node = node()?;
+    let spawned = command(&node, script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => return skipped(format!("{node} cannot be started: {e}")),
+    };
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = within(&format!("{script} starts listening"), lines.next_line())
+        .await
+        .expect("its stdout")
+        .unwrap_or_else(|| panic!("{script} ended before its LISTENING line"));
+    let at = line
+        .strip_prefix("LISTENING ")
+        .unwrap_or_else(|| panic!("{script}: unexpected first line {line:?}"))
+        .to_owned();
+    Some(Listening { at, lines, child })
 }

@@ -17,7 +17,7 @@
 //! - any other resource: refused (`invalid_target`).
 
 use std::net::SocketAddr;
-use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -30,8 +30,9 @@ use p256::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
+
+use modelctx_server::auth::Clock;
 
 use crate::http::{RawResponse, raw_request, within};
 use crate::node;
@@ -115,27 +116,11 @@ impl As {
     ///
     /// When the script does not start listening.
     pub async fn start(resources: &[&str]) -> Option<As> {
-        let node = node::node()?;
-        let spawned = node::command(&node, "oidc-as.mjs")
-            .args(resources)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => return node::skipped(format!("{node} cannot be started: {e}")),
-        };
-        let stdout = child.stdout.take().expect("piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = within("the test authorization server starts", lines.next_line())
-            .await
-            .expect("its stdout")
-            .expect("a LISTENING line");
-        let issuer = line
-            .strip_prefix("LISTENING ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let node::Listening {
+            at: issuer,
+            mut lines,
+            child,
+        } = node::spawn_listening("oidc-as.mjs", resources).await?;
         let addr = issuer
             .strip_prefix("http://")
             .and_then(|a| a.parse().ok())
@@ -664,6 +649,62 @@ pub fn decode_unverified(token: &str) -> (Value, Value) {
         serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
     };
     (part(parts[0]), part(parts[1]))
+}
+
+/// A clock the test moves, for the guard's token checks (`Auth::clock`): frozen, so that what a
+/// test sees never depends on how long the machine takes between two of its steps. It starts
+/// when it is first read (or at the time [`TestClock::set`] gives) and moves only by
+/// [`TestClock::advance`] and [`TestClock::set`]. Clones share the time.
+#[derive(Debug, Clone, Default)]
+pub struct TestClock {
+    now: Arc<Mutex<Option<SystemTime>>>,
+    mid_minute: bool,
+}
+
+impl TestClock {
+    /// A clock that starts, when first read, at the real time then.
+    pub fn new() -> TestClock {
+        TestClock::default()
+    }
+
+    /// A clock that starts, when first read, in the middle of that minute (the 60 s slot of
+    /// DPoP nonces): the slot changes only when the test moves the clock.
+    pub fn mid_minute() -> TestClock {
+        TestClock {
+            mid_minute: true,
+            ..TestClock::default()
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.now.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = *now.get_or_insert_with(|| self.start());
+        *now = Some(current + by);
+    }
+
+    /// Sets the clock to `at` (e.g. a token's `iat`, read with [`decode_unverified`]).
+    pub fn set(&self, at: SystemTime) {
+        *self.now.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    fn start(&self) -> SystemTime {
+        if self.mid_minute {
+            UNIX_EPOCH + Duration::from_secs(unix_now() / 60 * 60 + 30)
+        } else {
+            SystemTime::now()
+        }
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> SystemTime {
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| self.start())
+    }
 }
 
 /// Seconds since the Unix epoch, now.

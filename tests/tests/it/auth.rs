@@ -12,18 +12,20 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use modelctx_http::server::RunningServer;
-use modelctx_server::auth::{Auth, Clock, Issuer, StaticToken};
+use modelctx_server::auth::{Auth, Issuer, StaticToken};
 use modelctx_server::{
     Context, HttpConfig, NoArgs, Prompt, ReadRequest, Resource, ResourceContents, Server, Tool,
 };
-use modelctx_tests::http::{RawResponse, modern_meta, post_headers, raw_request, within};
+use modelctx_tests::http::{
+    RawResponse, header_values, modern_meta, post_headers, raw_request, within,
+};
 use modelctx_tests::oidc::{
-    As, USER, decode_unverified, forge_hs256_with_kid, forge_none, forge_with_kid, random_kid,
-    unix_now,
+    As, TestClock, USER, decode_unverified, forge_hs256_with_kid, forge_none, forge_with_kid,
+    random_kid, unix_now,
 };
 use modelctx_types::consts;
 use serde_json::{Value, json};
@@ -36,22 +38,6 @@ pub(crate) const NOTES: &str = "file:///notes";
 pub(crate) const LEGACY: &str = "2025-06-18";
 /// What the DPoP challenge offers with the default configuration.
 pub(crate) const DPOP_ALGS: &str = "ES256 ES384 RS256 PS256 EdDSA";
-
-/// A clock the test moves forward (token times are checked against it).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TestClock(Arc<AtomicU64>);
-
-impl TestClock {
-    pub(crate) fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_secs(), Ordering::SeqCst);
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now() + Duration::from_secs(self.0.load(Ordering::SeqCst))
-    }
-}
 
 /// A protected server and its authorization server.
 pub(crate) struct Protected {
@@ -127,6 +113,15 @@ pub(crate) async fn protected_with(
     protected_issuer(extra, |issuer| issuer, configure).await
 }
 
+/// [`protected_with`] with nothing else configured but a [`TestClock`] (the guard's clock),
+/// returned with it.
+pub(crate) async fn protected_with_clock() -> Option<(Protected, TestClock)> {
+    let clock = TestClock::new();
+    let given = clock.clone();
+    let p = protected_with(&[], move |auth, _| auth.clock(given.clone())).await?;
+    Some((p, clock))
+}
+
 /// [`protected_with`], the AS's [`Issuer`] (with introspection) finished by `issuer`.
 pub(crate) async fn protected_issuer(
     extra: &[&str],
@@ -194,11 +189,7 @@ impl Answer {
 
     /// Every value of header `name`.
     pub(crate) fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        header_values(&self.headers, name)
     }
 
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
@@ -443,9 +434,7 @@ async fn handlers_never_see_the_authorization_header_or_the_token() {
 
 #[tokio::test]
 async fn an_expired_token_is_refused_once_past_the_leeway() {
-    let clock = TestClock::default();
-    let given = clock.clone();
-    let Some(p) = protected_with(&[], move |auth, _| auth.clock(given.clone())).await else {
+    let Some((p, clock)) = protected_with_clock().await else {
         return;
     };
     let short = p
@@ -458,15 +447,23 @@ async fn an_expired_token_is_refused_once_past_the_leeway() {
         .client_credentials("mcp", &p.resource)
         .await
         .access_token;
+    let time = |token: &str, claim: &str| {
+        let seconds = decode_unverified(token).1[claim].as_u64().expect(claim);
+        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+    };
+    // The clock at the short token's issue: its 2 s of life and the 30 s leeway keep it
+    // accepted 20 s later, refused 40 s later.
+    clock.set(time(&short, "iat"));
     assert_eq!(p.call(Some(&short), "whoami").await.status, 200);
-    // 2 s of life and the 30 s leeway: still accepted 20 s later, refused 40 s later.
     clock.advance(Duration::from_secs(20));
     assert_eq!(p.call(Some(&short), "whoami").await.status, 200);
     clock.advance(Duration::from_secs(20));
     assert_invalid_token(&p.call(Some(&short), "whoami").await, "expired");
     assert_eq!(p.call(Some(&long), "whoami").await.status, 200);
-    // The hour-long one in its turn.
-    clock.advance(Duration::from_secs(3600));
+    // The hour-long one in its turn: accepted up to the leeway past its `exp`, not at it.
+    clock.set(time(&long, "exp") + Duration::from_secs(29));
+    assert_eq!(p.call(Some(&long), "whoami").await.status, 200);
+    clock.advance(Duration::from_secs(1));
     assert_invalid_token(
         &p.call(Some(&long), "whoami").await,
         "expired after an hour",
@@ -601,11 +598,10 @@ async fn unsigned_and_hmac_with_the_public_key_tokens_are_refused() {
     // The keys are known (a valid token first), so nothing but the algorithm decides.
     let good = p.auth.sign(json!({}), json!({})).await;
     assert_eq!(p.call(Some(&good), "whoami").await.status, 200);
-    let claims = good_claims(&p.auth, &p.resource);
-    assert_invalid_token(
-        &p.call(Some(&forge_none(&claims)), "whoami").await,
-        "alg none",
-    );
+    // The forgeries carry the scope of `rm`, which would run (and count) if one got in.
+    let mut claims = good_claims(&p.auth, &p.resource);
+    claims["scope"] = json!("mcp files:write");
+    assert_invalid_token(&p.call(Some(&forge_none(&claims)), "rm").await, "alg none");
     let key = p.auth.current_key().await;
     let jwk = key.jwk.to_string();
     for (what, secret) in [
@@ -616,12 +612,12 @@ async fn unsigned_and_hmac_with_the_public_key_tokens_are_refused() {
         for kid in [Some(key.kid.as_str()), None] {
             let forged = forge_hs256_with_kid(secret, kid, &claims);
             assert_invalid_token(
-                &p.call(Some(&forged), "whoami").await,
+                &p.call(Some(&forged), "rm").await,
                 &format!("HS256 with {what}, kid {kid:?}"),
             );
         }
     }
-    assert_eq!(p.ran.load(Ordering::SeqCst), 0);
+    assert_eq!(p.ran.load(Ordering::SeqCst), 0, "no forgery ran rm");
     p.stop().await;
 }
 
@@ -820,23 +816,20 @@ async fn opaque_tokens_are_introspected_once_then_served_from_the_cache() {
 
 #[tokio::test]
 async fn an_introspected_token_is_not_served_from_the_cache_past_its_expiry() {
-    let clock = TestClock::default();
-    let given = clock.clone();
-    let Some(p) = protected_with(&[], move |auth, _| auth.clock(given.clone())).await else {
+    let Some((p, clock)) = protected_with_clock().await else {
         return;
     };
     let opaque_resource = format!("{}/opaque", p.resource);
-    let token = p
-        .auth
-        .client_credentials_ttl("mcp", &opaque_resource, Duration::from_secs(2))
-        .await
-        .access_token;
+    // A token of the default lifetime: both calls below are well inside it in real time; the
+    // test's clock, not the wall clock, takes it past its `exp`.
+    let issued = p.auth.client_credentials("mcp", &opaque_resource).await;
+    let token = issued.access_token;
     let before = p.auth.stats().await.introspect;
     assert_eq!(p.call(Some(&token), "whoami").await.status, 200);
     assert_eq!(p.call(Some(&token), "whoami").await.status, 200);
     assert_eq!(p.auth.stats().await.introspect, before + 1, "cached");
-    // Well past its `exp` and the leeway: the cached answer no longer lets it in.
-    clock.advance(Duration::from_secs(120));
+    // Past its `exp` (and any leeway): the cached answer no longer lets it in.
+    clock.advance(Duration::from_secs(issued.expires_in + 120));
     assert_invalid_token(&p.call(Some(&token), "whoami").await, "expired, cached");
     p.stop().await;
 }

@@ -20,17 +20,15 @@
 //! `modelctx_tests::node`); fails instead with `MODELCTX_REQUIRE_NODE=1`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use modelctx_http::server::RunningServer;
-use modelctx_server::auth::{Auth, Clock, Dpop, Issuer};
+use modelctx_server::auth::{Auth, Dpop, Issuer};
 use modelctx_server::{Context, HttpConfig, NoArgs, Server, Tool};
 use modelctx_tests::http::{
     RawResponse, modern_call, modern_headers, post_headers, raw_request, within,
 };
-use modelctx_tests::oidc::{As, DpopKey, ath, proof_claims, unix_now};
+use modelctx_tests::oidc::{As, DpopKey, TestClock, ath, proof_claims, unix_now};
 use modelctx_types::{ProtocolVersion, consts};
 use serde_json::{Value, json};
 
@@ -51,29 +49,6 @@ async fn whoami(context: Context, _: NoArgs) -> String {
         grant.jkt.as_deref().unwrap_or("-"),
         grant.scopes.join(",")
     )
-}
-
-/// A clock the test moves: frozen, from when it is first read, in the middle of that 60 s
-/// nonce slot (so the slot changes only when the test says), plus what the test added.
-#[derive(Debug, Clone, Default)]
-struct TestClock {
-    base: Arc<OnceLock<SystemTime>>,
-    added: Arc<AtomicU64>,
-}
-
-impl TestClock {
-    fn advance(&self, by: Duration) {
-        self.added.fetch_add(by.as_secs(), Ordering::SeqCst);
-    }
-}
-
-impl Clock for TestClock {
-    fn now(&self) -> SystemTime {
-        let base = self
-            .base
-            .get_or_init(|| UNIX_EPOCH + Duration::from_secs(unix_now() / 60 * 60 + 30));
-        *base + Duration::from_secs(self.added.load(Ordering::SeqCst))
-    }
 }
 
 /// The authorization server and the guarded server, for the resource
@@ -311,19 +286,10 @@ fn bearer(token: &str) -> Vec<(&'static str, String)> {
     vec![("Authorization", format!("Bearer {token}"))]
 }
 
-fn challenges(response: &RawResponse) -> Vec<&str> {
-    response
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("www-authenticate"))
-        .map(|(_, v)| v.as_str())
-        .collect()
-}
-
 /// Asserts `response` is a 401 with exactly `expected` challenges and an empty body.
 async fn assert_refused(response: RawResponse, expected: &[String], what: &str) {
     assert_eq!(response.status, 401, "{what}");
-    assert_eq!(challenges(&response), expected, "{what}");
+    assert_eq!(response.all("www-authenticate"), expected, "{what}");
     assert!(response.body().await.is_empty(), "{what}");
 }
 
@@ -665,7 +631,7 @@ async fn dpop_off_takes_bearer_tokens_only_and_publishes_no_dpop() {
 
 #[tokio::test]
 async fn server_nonces_are_asked_for_accepted_and_renewed() {
-    let clock = TestClock::default();
+    let clock = TestClock::mid_minute();
     // The clock is frozen while the AS issues tokens and the test makes proofs in real time:
     // the most leeway, so that their `iat` is never "in the future" for it.
     let Some(rig) = rig(|auth| {

@@ -68,8 +68,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, duplex};
 
 use crate::auth::{
-    Answer, DPOP_ALGS, LEGACY, SCOPES, TestClock, assert_invalid_token, protected, protected_with,
-    send, server,
+    Answer, DPOP_ALGS, LEGACY, SCOPES, assert_invalid_token, protected, protected_with,
+    protected_with_clock, send, server,
 };
 
 /// An issuer nobody listens at: the tests that use it decide before any token is validated.
@@ -234,9 +234,7 @@ async fn a_refused_request_is_not_processed_and_gets_no_data() {
 
 #[tokio::test]
 async fn every_request_is_authenticated_even_inside_a_session() {
-    let clock = TestClock::default();
-    let given = clock.clone();
-    let Some(p) = protected_with(&[], move |auth, _| auth.clock(given.clone())).await else {
+    let Some((p, clock)) = protected_with_clock().await else {
         return;
     };
     let token = p
@@ -335,7 +333,10 @@ async fn offline_access_is_never_advertised() {
     })
     .await;
     let answer = offline.call(&[]).await;
-    for challenge in answer.all("www-authenticate") {
+    assert_eq!(answer.status, 401, "{answer:?}");
+    let challenges = answer.all("www-authenticate");
+    assert!(!challenges.is_empty(), "{answer:?}");
+    for challenge in challenges {
         assert!(
             challenge.contains(r#"scope="mcp files:write""#),
             "{challenge}"

@@ -4,15 +4,13 @@
 //! `cargo xtask ci` installs Node 22 and the packages and sets `MODELCTX_NODE` and
 //! `MODELCTX_REQUIRE_NODE=1`; run by hand without them, these tests say they are skipped.
 
-use std::process::Stdio;
-
 use modelctx_http::client::ClientConfig;
 use modelctx_session::{EraDecision, Event};
 use modelctx_tests::http::within;
 use modelctx_tests::http_client::*;
 use modelctx_tests::node;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
 /// A TypeScript server process; it exits when dropped (its stdin closes, and it is killed).
@@ -38,28 +36,9 @@ impl TsServer {
 /// Starts `script` with `args`, or says why it cannot (then the test is skipped, unless
 /// `MODELCTX_REQUIRE_NODE` is set).
 async fn ts_server(script: &str, args: &[&str]) -> Option<TsServer> {
-    let node = node::node()?;
-    let spawned = node::command(&node, script)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => return node::skipped(format!("{node} cannot be started: {e}")),
-    };
-    let stdout = child.stdout.take().expect("piped");
-    let mut lines = BufReader::new(stdout).lines();
-    let line = within("the TypeScript server starts", lines.next_line())
-        .await
-        .expect("its stdout")
-        .expect("a LISTENING line");
-    let port = line
-        .strip_prefix("LISTENING ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    let node::Listening { at, lines, child } = node::spawn_listening(script, args).await?;
     Some(TsServer {
-        url: format!("http://127.0.0.1:{port}/mcp"),
+        url: format!("http://127.0.0.1:{at}/mcp"),
         said: lines,
         _child: child,
     })

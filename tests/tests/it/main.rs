@@ -6,7 +6,6 @@ mod auth;
 mod auth_dpop;
 mod auth_musts;
 mod auth_ts;
-mod cli_auth;
 mod client;
 mod client_everything;
 mod client_http;

@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
-const MCX: &str = env!("CARGO_BIN_EXE_mcx");
+pub(crate) const MCX: &str = env!("CARGO_BIN_EXE_mcx");
 
 fn mcx(args: &[&str]) -> Output {
     Command::new(MCX)
@@ -196,9 +196,9 @@ fn resources_prompts_and_completions_over_stdio() {
 }
 
 /// `mcx serve demo --http 127.0.0.1:0`, ended when dropped.
-struct HttpServer {
+pub(crate) struct HttpServer {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for HttpServer {
@@ -545,7 +545,7 @@ fn finding_23_bearer_from_the_environment_or_a_file() {
 
 /// `mcx serve demo` with `args` (after `serve demo`), ended when dropped: its URL is the one of
 /// the `mcx demo server:` line on stderr, whose other lines are kept.
-fn serve_demo_with(args: &[&str]) -> (HttpServer, Vec<String>) {
+pub(crate) fn serve_demo_with(args: &[&str]) -> (HttpServer, Vec<String>) {
     let mut child = Command::new(MCX)
         .args(["serve", "demo"])
         .args(args)

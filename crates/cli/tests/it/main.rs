@@ -2,5 +2,6 @@
 //!
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
+mod auth;
 mod cli;
 mod proxy;

@@ -16,10 +16,8 @@ use modelctx_server::{
     Challenge, Context, Grant, Guard, HttpConfig, NoArgs, Prompt, ProtocolVersion, ReadRequest,
     Resource, ResourceContents, ResourceTemplate, Server, Tool,
 };
-use modelctx_stdio::{LineCodec, LineReader, LineWriter};
 use modelctx_types::consts;
 use serde_json::{Value, json};
-use tokio::io::{AsyncWriteExt, duplex};
 
 use crate::common::within;
 
@@ -386,51 +384,6 @@ async fn a_handler_reads_the_grant_of_its_http_request_in_both_eras() {
     assert_eq!(text(&reply), "bob cli x");
     let reply = legacy(&service, &session, call("whoami"), None).await;
     assert_eq!(text(&reply), "nobody");
-}
-
-#[tokio::test]
-async fn a_handler_sees_no_grant_over_stdio() {
-    let server = builder(&Ran::default()).auth(FakeGuard::default()).build();
-    let (client_side, server_side) = duplex(1 << 16);
-    let (server_read, server_write) = tokio::io::split(server_side);
-    let serving = tokio::spawn(async move {
-        server
-            .serve_lines(
-                LineReader::new(server_read, LineCodec::new()),
-                LineWriter::new(server_write),
-            )
-            .await
-    });
-    let (client_read, mut client_write) = tokio::io::split(client_side);
-    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": consts::Initialize::VALUE,
-        "params": {"protocolVersion": LEGACY.as_str(), "capabilities": {},
-        "clientInfo": {"name": "c", "version": "1"}}});
-    let initialized = json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
-    // `rm` needs a scope: over stdio nobody is checked, so it runs.
-    let lines = format!(
-        "{initialize}\n{initialized}\n{}\n{}\n",
-        call("whoami"),
-        call_id(10, "rm")
-    );
-    client_write.write_all(lines.as_bytes()).await.unwrap();
-    let mut reader = LineReader::new(client_read, LineCodec::new());
-    let mut replies = Vec::new();
-    within("the stdio replies", async {
-        while replies.len() < 2 {
-            let line = reader.next_line().await.unwrap().unwrap().unwrap();
-            let message: Value = serde_json::from_slice(line.as_bytes()).unwrap();
-            if message["id"] == json!(9) || message["id"] == json!(10) {
-                replies.push(message);
-            }
-        }
-    })
-    .await;
-    replies.sort_by_key(|r| r["id"].as_i64());
-    assert_eq!(text(&replies[0]), "nobody");
-    assert_eq!(text(&replies[1]), "done");
-    drop(client_write);
-    drop(reader);
-    within("the server ends", serving).await.unwrap().unwrap();
 }
 
 /// The refusal of the server's own check: its code and the scopes it names.

@@ -3,80 +3,19 @@
 //! a user would, takes the AS's access tokens for its URL, `whoami` says who called, and
 //! `unlock` needs `demo:admin`.
 //!
-//! The binary is the workspace's `mcx`, built (once per run) into this test's target directory
-//! with the cargo that runs the tests. Skipped without Node, like the other AS tests.
+//! The binary is this package's `mcx` (`CARGO_BIN_EXE_mcx`, built by cargo before the tests);
+//! the AS is `modelctx_tests::oidc`. Skipped without Node, like the other AS tests.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
 
 use modelctx_tests::http::{RawResponse, modern_call, modern_headers, post};
 use modelctx_tests::oidc::As;
 use modelctx_types::consts::ToolsCall;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
-/// The `mcx` binary of this workspace, built on first use next to this test binary
-/// (`target/<profile>/mcx`).
-fn mcx() -> &'static Path {
-    static MCX: OnceLock<PathBuf> = OnceLock::new();
-    MCX.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test binary's path");
-        // target/<profile>/deps/it-<hash>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let target_dir = profile_dir.parent().expect("the target directory");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev",
-            Some(other) => other,
-        };
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "--quiet", "-p", "modelctx-cli", "--bin", "mcx"])
-            .args(["--profile", profile])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building mcx failed: {status}");
-        let mcx = profile_dir.join(format!("mcx{}", std::env::consts::EXE_SUFFIX));
-        assert!(mcx.is_file(), "no {}", mcx.display());
-        mcx
-    })
-}
-
-/// `mcx serve demo` with `args` (after `serve demo`), killed when dropped; its URL (the
-/// `mcx demo server:` line on stderr) and the lines before it.
-async fn serve_demo(args: &[&str]) -> (Child, String, Vec<String>) {
-    let mut child = Command::new(mcx())
-        .args(["serve", "demo"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("mcx starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let mut before = Vec::new();
-    let url = loop {
-        let line = modelctx_tests::http::within("mcx prints its URL", lines.next_line())
-            .await
-            .expect("stderr")
-            .unwrap_or_else(|| panic!("mcx ended before its URL: {before:?}"));
-        if let Some(rest) = line.strip_prefix("mcx demo server: ") {
-            break rest.split_whitespace().next().expect("a URL").to_owned();
-        }
-        before.push(line);
-    };
-    // Drained, so that mcx never writes to a closed pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, url, before)
-}
+use crate::cli::{MCX, serve_demo_with};
 
 /// A 2026-07-28 `tools/call` of `tool` to `addr`, with `Authorization: <authorization>`.
 async fn call(addr: std::net::SocketAddr, tool: &str, authorization: Option<&str>) -> RawResponse {
@@ -85,16 +24,6 @@ async fn call(addr: std::net::SocketAddr, tool: &str, authorization: Option<&str
         headers.push(("Authorization", authorization));
     }
     post(addr, &headers, &modern_call(1, tool, json!({}))).await
-}
-
-/// The `WWW-Authenticate` challenges of `response`.
-fn challenges(response: &RawResponse) -> Vec<String> {
-    response
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("www-authenticate"))
-        .map(|(_, v)| v.clone())
-        .collect()
 }
 
 async fn text(response: RawResponse) -> String {
@@ -107,8 +36,9 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
     let Some(auth) = As::start(&["http://127.0.0.1:9/unused"]).await else {
         return;
     };
-    let (_mcx, url, before) =
-        serve_demo(&["--http", "127.0.0.1:0", "--auth-issuer", auth.issuer()]).await;
+    let (server, before) =
+        serve_demo_with(&["--http", "127.0.0.1:0", "--auth-issuer", auth.issuer()]);
+    let url = server.url.clone();
     // The resource is the served URL, its port the one chosen.
     let resource = url.clone();
     let addr: std::net::SocketAddr = resource
@@ -129,7 +59,7 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
     // No token, or one the AS did not sign: 401, pointing at the metadata.
     let response = call(addr, "whoami", None).await;
     assert_eq!(response.status, 401);
-    let challenge = challenges(&response).join(", ");
+    let challenge = response.all("www-authenticate").join(", ");
     assert!(
         challenge.contains(&format!(
             "resource_metadata=\"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp\""
@@ -155,7 +85,7 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
     );
     let response = call(addr, "unlock", Some(&bearer)).await;
     assert_eq!(response.status, 403);
-    let challenge = challenges(&response).join(", ");
+    let challenge = response.all("www-authenticate").join(", ");
     assert!(
         challenge.contains("error=\"insufficient_scope\"")
             && challenge.contains("scope=\"demo:admin\""),
@@ -163,7 +93,7 @@ async fn serve_demo_with_an_issuer_takes_its_tokens_and_unlock_needs_demo_admin(
     );
 
     // mcx's own client with that token (MCX_BEARER) sees the same.
-    let out = Command::new(mcx())
+    let out = Command::new(MCX)
         .args(["--url", &url, "--timeout", "10", "tools", "call", "whoami"])
         .env("MCX_BEARER", &token.access_token)
         .stdin(Stdio::null())
@@ -214,8 +144,8 @@ async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
         return;
     };
     let listen = "127.0.0.1:0";
-    let server = format!("{} serve demo --stdio", mcx().display());
-    let mut proxy = Command::new(mcx())
+    let server = format!("{MCX} serve demo --stdio");
+    let mut proxy = Command::new(MCX)
         .args(["proxy", "--stdio", &server, "--listen", listen])
         .args(["--auth-issuer", auth.issuer()])
         .stdin(Stdio::null())
@@ -270,4 +200,54 @@ async fn the_proxy_with_an_issuer_takes_its_tokens_for_its_own_url_only() {
     let answer = text(response).await;
     assert!(answer.contains("no one is authenticated"), "{answer}");
     assert_eq!(metadata(addr).await["resource"], resource.as_str());
+}
+
+#[tokio::test]
+async fn serve_demo_with_an_audience_takes_the_tokens_for_it_not_for_its_own_url() {
+    // The URL clients use (a reverse proxy's, say), not the one mcx listens at.
+    let audience = "http://127.0.0.1:9/mcp";
+    let Some(auth) = As::start(&[audience]).await else {
+        return;
+    };
+    let (server, _) = serve_demo_with(&[
+        "--http",
+        "127.0.0.1:0",
+        "--auth-issuer",
+        auth.issuer(),
+        "--auth-audience",
+        audience,
+    ]);
+    let own = server.url.clone();
+    let addr: std::net::SocketAddr = own
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("not http://ADDR/mcp: {own}"));
+    // The AS issues tokens for mcx's own URL too: the guard, not the AS, refuses them.
+    auth.add_resource(&own).await;
+
+    assert_eq!(metadata(addr).await["resource"], audience);
+    let token = auth.client_credentials("mcp", audience).await;
+    let response = call(
+        addr,
+        "whoami",
+        Some(&format!("Bearer {}", token.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 200);
+    let answer = text(response).await;
+    assert!(
+        answer.contains(&format!("svc (issuer {}), scopes mcp", auth.issuer())),
+        "{answer}"
+    );
+    let other = auth.client_credentials("mcp", &own).await;
+    let response = call(
+        addr,
+        "whoami",
+        Some(&format!("Bearer {}", other.access_token)),
+    )
+    .await;
+    assert_eq!(response.status, 401);
+    let challenge = response.all("www-authenticate").join(", ");
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
 }
