@@ -473,13 +473,19 @@ impl McpApp for Server {
         registry.tools.get(tool)?.param_headers.clone()
     }
 
-    /// The scopes given to the tool, prompt, resource or template `name` names
-    /// ([`Tool::scopes`](crate::Tool::scopes) and the like): an `Arc` clone of those kept since
-    /// it was defined. `tools/call` and `prompts/get` by name; `resources/read` and
-    /// `resources/subscribe` by URI, the resource at it or else the first template matching
-    /// it (as a read picks). `None` for other methods and unknown names.
-    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
-        crate::scopes::required(&self.shared, method, name)
+    /// The scopes given to the tool, prompt, resource or template the request names
+    /// ([`Tool::scopes`](crate::Tool::scopes) and the like), read from `params` as routing
+    /// reads them (the server's own check reads them the same way): an `Arc` clone of those
+    /// kept since it was defined. `tools/call` and `prompts/get` by `name`; `resources/read`
+    /// and `resources/subscribe` by `uri`, the resource at it or else the first template
+    /// matching it (as a read picks); `completion/complete` by `ref`, the prompt or template
+    /// whose completers it runs. `None` for other methods and unknown names.
+    fn required_scopes(
+        &self,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Option<Arc<[String]>> {
+        crate::scopes::required(&self.shared, method, params)
     }
 }
 

@@ -111,12 +111,19 @@ pub(crate) fn check_uri_len(shared: &Shared, what: &str, uri: &str) -> Result<()
     crate::resource::check_uri_len(shared.settings.max_uri_len, what, uri)
 }
 
-/// Whether a connection of `principal` may hear of changes to `uri`: the
-/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say, yes without
-/// one.
-pub(crate) fn may_subscribe(shared: &Shared, uri: &str, principal: Option<&str>) -> bool {
-    shared
+/// Whether the caller of `origin` may hear of changes to `uri` (a legacy
+/// `resources/subscribe`, a listen stream's filter): the
+/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say (yes without
+/// one), and, for a caller that came over HTTP with a `Grant`, the scopes reading `uri` needs.
+pub(crate) fn may_subscribe(shared: &Shared, uri: &str, origin: &crate::run::Origin) -> bool {
+    let principal = origin.principal();
+    let hook = shared
         .subscribe_hook
         .as_ref()
-        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }))
+        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }));
+    #[cfg(feature = "http")]
+    let scopes = || crate::scopes::may_read(shared, uri, origin);
+    #[cfg(not(feature = "http"))]
+    let scopes = || true;
+    hook && scopes()
 }

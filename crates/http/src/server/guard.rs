@@ -19,7 +19,6 @@ use modelctx_types::{Incoming, Message};
 use super::app::{McpApp, Principal};
 use super::respond::{self, ResponseBody};
 use crate::event_store::BoxFuture;
-use crate::headers::RequestFields;
 
 /// Decides who a request comes from, and whether that caller may make it.
 ///
@@ -169,17 +168,15 @@ const DPOP: &str = "dpop";
 
 /// The scopes the JSON-RPC requests of `incoming` need (a single request, or each request of a
 /// batch), as the application says them: their union, each once, in the order first named.
-/// `name` is the request's `params.name`, else its `params.uri` (read as the header rules read
-/// them). Notifications and responses need none.
+/// The application reads each request's params itself (`McpApp::required_scopes`).
+/// Notifications and responses need none.
 pub(crate) fn needed_scopes(app: &dyn McpApp, incoming: &Incoming) -> Vec<String> {
     let mut needed: Vec<String> = Vec::new();
     let mut add = |message: &Message| {
         let Message::Request(request) = message else {
             return;
         };
-        let fields = RequestFields::parse(request.params.as_deref());
-        let name = fields.name().or_else(|| fields.uri());
-        if let Some(scopes) = app.required_scopes(&request.method, name) {
+        if let Some(scopes) = app.required_scopes(&request.method, request.params.as_deref()) {
             for scope in scopes.iter() {
                 if !needed.contains(scope) {
                     needed.push(scope.clone());
@@ -280,7 +277,22 @@ mod tests {
         fn modern(&self, _request: super::super::ModernRequest) {
             unreachable!("only asked for scopes")
         }
-        fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
+        fn required_scopes(
+            &self,
+            method: &str,
+            params: Option<&serde_json::value::RawValue>,
+        ) -> Option<Arc<[String]>> {
+            // What the request names, read the application's way (here: the member its
+            // method names, the last of a name when it appears twice).
+            let params: serde_json::Value = params
+                .and_then(|p| serde_json::from_str(p.get()).ok())
+                .unwrap_or_default();
+            let member = if method == "resources/read" {
+                "uri"
+            } else {
+                "name"
+            };
+            let name = params.get(member).and_then(serde_json::Value::as_str);
             let scopes: &[&str] = match (method, name) {
                 ("tools/call", Some("rm")) => &["files:write", "files:read"],
                 ("tools/call", Some("cat")) => &["files:read"],
@@ -319,13 +331,22 @@ mod tests {
             needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
             ["list"]
         );
-        // `name` first, then `uri`; members that are not strings are absent.
-        assert!(
+        // The application reads the params, not the transport: a `name` beside the `uri` of a
+        // read is not what it is asked about, and a member given twice is read the way the
+        // application reads it (the last one, here).
+        assert_eq!(
             needed(
-                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"name":"x","uri":"file:///etc"}}"#
-            )
-            .is_empty()
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///etc","name":"x"}}"#
+            ),
+            ["admin"]
         );
+        assert_eq!(
+            needed(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"cat","name":"rm"}}"#
+            ),
+            ["files:write", "files:read"]
+        );
+        // Members that are not strings are absent.
         assert!(
             needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#)
                 .is_empty()

@@ -101,8 +101,9 @@ impl Ran {
 }
 
 /// A server whose tool `rm` needs `files:write`, prompt `secret` `prompts:read`, resource
-/// `file:///etc/passwd` `admin` and template `file:///home/{user}` `home`; `ls`,
-/// `file:///home/open` (which the template matches too) and `whoami` need nothing.
+/// `file:///etc/passwd` `admin` and template `file:///home/{user}` `home` (the prompt's and
+/// the template's completers count as handlers); `ls`, `file:///home/open` (which the template
+/// matches too) and `whoami` need nothing.
 fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
     let counted = |ran: &Ran| {
         let ran = ran.clone();
@@ -119,6 +120,13 @@ fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
         }
     };
     let prompt_ran = ran.clone();
+    let completed = |ran: &Ran| {
+        let ran = ran.clone();
+        move |_: String, _: serde_json::Map<String, Value>| {
+            ran.0.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(vec!["bob".to_owned()])
+        }
+    };
     Server::builder("s", "1")
         .tool(Tool::new("rm", counted(ran)).scopes(["files:write"]))
         .tool(Tool::new("ls", counted(ran)))
@@ -128,6 +136,7 @@ fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
                 prompt_ran.0.fetch_add(1, Ordering::SeqCst);
                 std::future::ready("the secret".to_owned())
             })
+            .complete("topic", completed(ran))
             .scopes(["prompts:read"]),
         )
         .resource(Resource::new("file:///etc/passwd", "passwd", read(ran)).scopes(["admin"]))
@@ -135,6 +144,7 @@ fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
         .resource_template(
             ResourceTemplate::new("file:///home/{user}", "home", read(ran))
                 .unwrap()
+                .complete("user", completed(ran))
                 .scopes(["home"]),
         )
 }
@@ -152,8 +162,21 @@ async fn whoami(context: Context, _: NoArgs) -> String {
     }
 }
 
+/// The scopes the transport is told `method` with `params` (as text) needs.
+fn scopes_of(server: &Server, method: &str, params: Option<&str>) -> Option<Vec<String>> {
+    let params = params.map(|p| serde_json::value::RawValue::from_string(p.to_owned()).unwrap());
+    McpApp::required_scopes(server, method, params.as_deref()).map(|s| s.to_vec())
+}
+
+/// The scopes the transport is told `method` on `name` (`params.uri` of a resource method,
+/// else `params.name`) needs.
 fn scopes(server: &Server, method: &str, name: Option<&str>) -> Option<Vec<String>> {
-    McpApp::required_scopes(server, method, name).map(|s| s.to_vec())
+    let member = match method {
+        consts::ResourcesRead::VALUE | consts::ResourcesSubscribe::VALUE => "uri",
+        _ => "name",
+    };
+    let params = name.map(|name| json!({ member: name }).to_string());
+    scopes_of(server, method, params.as_deref())
 }
 
 #[test]
@@ -194,9 +217,55 @@ fn the_scopes_of_each_kind_are_what_the_transport_is_told() {
         ),
         None
     );
+    // What the request names is read as routing reads it: the `uri` of a read, whatever
+    // `name` says beside it; a member given twice, the last one.
+    assert_eq!(
+        scopes_of(
+            &server,
+            read,
+            Some(r#"{"uri":"file:///etc/passwd","name":"ls"}"#)
+        ),
+        one("admin")
+    );
+    assert_eq!(
+        scopes_of(&server, call, Some(r#"{"name":"ls","name":"rm"}"#)),
+        one("files:write")
+    );
+    assert_eq!(
+        scopes_of(&server, call, Some(r#"{"name":"rm","name":"ls"}"#)),
+        None
+    );
+    // Completing runs a prompt's or a template's completers: their scopes.
+    let complete = consts::CompletionComplete::VALUE;
+    let completing = |reference: Value| {
+        let params = json!({"ref": reference, "argument": {"name": "user", "value": "b"}});
+        scopes_of(&server, complete, Some(&params.to_string()))
+    };
+    assert_eq!(
+        completing(json!({"type": consts::RefPrompt::VALUE, "name": "secret"})),
+        one("prompts:read")
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefResource::VALUE, "uri": "file:///home/{user}"})),
+        one("home")
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefResource::VALUE, "uri": "file:///etc/passwd"})),
+        one("admin")
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefPrompt::VALUE, "name": "rm"})),
+        None
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefResource::VALUE, "uri": "file:///home/open"})),
+        None
+    );
+    assert_eq!(scopes_of(&server, complete, None), None);
     // Handed out as the value kept since registration, not built per call.
-    let first = McpApp::required_scopes(&server, call, Some("rm")).unwrap();
-    let second = McpApp::required_scopes(&server, call, Some("rm")).unwrap();
+    let rm = serde_json::value::RawValue::from_string(r#"{"name":"rm"}"#.into()).unwrap();
+    let first = McpApp::required_scopes(&server, call, Some(&rm)).unwrap();
+    let second = McpApp::required_scopes(&server, call, Some(&rm)).unwrap();
     assert!(Arc::ptr_eq(&first, &second));
     // Items added while the server runs count too.
     server
@@ -530,6 +599,55 @@ async fn the_server_checks_scopes_with_its_guard_before_a_handler_runs() {
     );
     assert_eq!(ran.count(), 4);
 
+    // Completing a scoped prompt's argument or template's variable runs their completers: the
+    // same scopes. A `name` beside a read's `uri` does not change what the read needs.
+    let complete = consts::CompletionComplete::VALUE;
+    let completing = |reference: Value, argument: &str| json!({"ref": reference, "argument": {"name": argument, "value": "b"}});
+    let prompt_ref = json!({"type": consts::RefPrompt::VALUE, "name": "secret"});
+    let template_ref = json!({"type": consts::RefResource::VALUE, "uri": "file:///home/{user}"});
+    let reply = modern(
+        &service,
+        complete,
+        "",
+        completing(prompt_ref, "topic"),
+        nobody(),
+    )
+    .await;
+    refused(&reply, "prompts:read");
+    let reply = modern(
+        &service,
+        complete,
+        "",
+        completing(template_ref.clone(), "user"),
+        nobody(),
+    )
+    .await;
+    refused(&reply, "home");
+    let reply = modern(
+        &service,
+        read,
+        "file:///etc/passwd",
+        json!({"uri": "file:///etc/passwd", "name": "ls"}),
+        nobody(),
+    )
+    .await;
+    refused(&reply, "admin");
+    assert_eq!(ran.count(), 4, "no completer ran");
+    let reply = modern(
+        &service,
+        complete,
+        "",
+        completing(template_ref, "user"),
+        Some(grant("alice", &["home"])),
+    )
+    .await;
+    assert_eq!(
+        reply["result"]["completion"]["values"],
+        json!(["bob"]),
+        "{reply}"
+    );
+    assert_eq!(ran.count(), 5);
+
     // Legacy sessions: the call, and a subscription to a scoped resource.
     let session = open(&service, nobody()).await;
     let reply = legacy(
@@ -551,7 +669,7 @@ async fn the_server_checks_scopes_with_its_guard_before_a_handler_runs() {
     );
     let reply = legacy(&service, &session, twice, Some(grant("bob", &[]))).await;
     refused(&reply, "files:write");
-    assert_eq!(ran.count(), 4, "no handler ran");
+    assert_eq!(ran.count(), 5, "no handler ran");
 }
 
 #[tokio::test]
@@ -623,6 +741,46 @@ async fn over_http_a_scoped_tool_is_refused_403_and_the_caller_is_seen() {
     assert_eq!(ran.count(), 1);
     let (_, _, messages) = send(&service, with("whoami", Some("carol x y"))).await;
     assert_eq!(text(&messages[0]), "carol - x,y");
+    // The transport asks the server's reader: completing a scoped prompt's argument, and a
+    // read whose `name` names an unscoped tool beside its scoped `uri`, are refused 403.
+    let modern_post = |method: &str, params: Value, credentials: &str| {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": MODERN.as_str(),
+            "io.modelcontextprotocol/clientCapabilities": {}});
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let name = params["uri"].as_str().unwrap_or_default().to_owned();
+        let mut request = post(MODERN, body.to_string(), Some((method, &name)), None, None);
+        let value = HeaderValue::from_str(&format!("Bearer {credentials}")).unwrap();
+        request.headers_mut().insert(header::AUTHORIZATION, value);
+        request
+    };
+    let completion = json!({"ref": {"type": consts::RefPrompt::VALUE, "name": "secret"},
+        "argument": {"name": "topic", "value": "b"}});
+    let request = modern_post(
+        consts::CompletionComplete::VALUE,
+        completion.clone(),
+        "erin files:*",
+    );
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{messages:?}");
+    let read = json!({"uri": "file:///etc/passwd", "name": "ls"});
+    let request = modern_post(consts::ResourcesRead::VALUE, read, "erin files:*");
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{messages:?}");
+    assert_eq!(ran.count(), 1, "no completer or reader ran");
+    let request = modern_post(
+        consts::CompletionComplete::VALUE,
+        completion,
+        "erin prompts:read",
+    );
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        messages[0]["result"]["completion"]["values"],
+        json!(["bob"])
+    );
+    assert_eq!(ran.count(), 2);
     // Legacy: the session is opened and used by the same caller.
     let legacy_post = |body: String, session: Option<&str>| {
         let mut request = post(LEGACY, body, None, session, None);
