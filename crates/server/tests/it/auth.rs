@@ -803,3 +803,65 @@ async fn over_http_a_scoped_tool_is_refused_403_and_the_caller_is_seen() {
     let (_, _, messages) = send(&service, legacy_post(call("whoami"), Some(&session))).await;
     assert_eq!(text(&messages[0]), "dave - files:*");
 }
+
+/// Review 2: a listen stream whose filter names a scoped resource hears of its changes only
+/// when the caller holds its scopes, as a legacy `resources/subscribe` of it would be refused.
+#[tokio::test]
+async fn a_listen_stream_hears_only_of_resources_its_caller_may_read() {
+    use axum::body::HttpBody;
+
+    let server = Arc::new(builder(&Ran::default()).build());
+    let service = McpService::new(HttpConfig::default(), server.clone()).unwrap();
+    let listen = consts::SubscriptionsListen::VALUE;
+    // What the stream says after its acknowledgement, once `file:///home/open` changed.
+    let heard = |scopes: &'static [&'static str]| {
+        let server = server.clone();
+        let service = &service;
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": listen, "params": {
+                "notifications": {"resourceSubscriptions":
+                    ["file:///etc/passwd", "file:///home/open"]},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MODERN.as_str(),
+                    "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let request = post(
+                MODERN,
+                body.to_string(),
+                Some((listen, "")),
+                None,
+                Some(grant("alice", scopes)),
+            );
+            let response = service.handle(request).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            let mut body = std::pin::pin!(response.into_body());
+            let mut text = String::new();
+            let mut notified = false;
+            within("the listen stream", async {
+                loop {
+                    let frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+                    let data = frame.expect("the stream goes on").unwrap();
+                    let Ok(data) = data.into_data() else {
+                        continue;
+                    };
+                    text.push_str(std::str::from_utf8(&data).unwrap());
+                    if !notified
+                        && text.contains(consts::NotificationsSubscriptionsAcknowledged::VALUE)
+                    {
+                        notified = true;
+                        text.clear();
+                        server.notify_resource_updated("file:///etc/passwd");
+                        server.notify_resource_updated("file:///home/open");
+                    }
+                    if notified && text.contains("file:///home/open") {
+                        return text;
+                    }
+                }
+            })
+            .await
+        }
+    };
+    let without = heard(&["home"]).await;
+    assert!(!without.contains("file:///etc/passwd"), "{without}");
+    let with = heard(&["admin"]).await;
+    assert!(with.contains("file:///etc/passwd"), "{with}");
+}
