@@ -17,6 +17,7 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use modelctx_types::{Incoming, Message};
 
 use super::app::{McpApp, Principal};
+use super::config::ServerConfig;
 use super::respond::{self, ResponseBody};
 use crate::event_store::BoxFuture;
 
@@ -192,14 +193,18 @@ pub(crate) fn needed_scopes(app: &dyn McpApp, incoming: &Incoming) -> Vec<String
     needed
 }
 
-/// The 403 refusing `incoming` when `grant` lacks a scope one of its requests needs (the
-/// guard's challenge); `None`: it may go on.
+/// The 403 refusing `incoming` when the grant of the request `parts` lacks a scope one of its
+/// requests needs (the challenge of the configuration's guard); `None`: it may go on, as does
+/// every request when no guard is configured (a grant a layer in front put in the extensions
+/// is the application's to check).
 pub(crate) fn check_scopes(
-    guard: &dyn Guard,
-    grant: &Grant,
+    config: &ServerConfig,
+    parts: &http::request::Parts,
     app: &dyn McpApp,
     incoming: &Incoming,
 ) -> Option<Response<ResponseBody>> {
+    let guard = config.guard.as_deref()?;
+    let grant = parts.extensions.get::<Arc<Grant>>()?;
     let needed = needed_scopes(app, incoming);
     if needed.is_empty() {
         return None;
@@ -403,6 +408,17 @@ mod tests {
         }
     }
 
+    /// A configuration with guard `Refuses`, and a request head with `grant`.
+    fn guarded(grant: Option<Grant>) -> (ServerConfig, http::request::Parts) {
+        let mut config = ServerConfig::default();
+        config.guard = Some(Arc::new(Refuses));
+        let (mut parts, ()) = http::Request::post("/mcp").body(()).unwrap().into_parts();
+        if let Some(grant) = grant {
+            parts.extensions.insert(Arc::new(grant));
+        }
+        (config, parts)
+    }
+
     #[tokio::test]
     async fn check_scopes_answers_with_the_guards_challenge_and_an_empty_body() {
         let incoming = modelctx_types::decode(
@@ -411,7 +427,8 @@ mod tests {
         .unwrap();
         let mut grant = Grant::new("i", "alice");
         grant.scopes = vec!["files:read".into()];
-        let refused = check_scopes(&Refuses, &grant, &Scoped, &incoming).expect("a refusal");
+        let (config, parts) = guarded(Some(grant.clone()));
+        let refused = check_scopes(&config, &parts, &Scoped, &incoming).expect("a refusal");
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         assert_eq!(
             refused.headers()[header::WWW_AUTHENTICATE],
@@ -420,10 +437,15 @@ mod tests {
         let body = refused.into_body().collect().await.unwrap().to_bytes();
         assert!(body.is_empty());
         grant.scopes.push("files:write".into());
-        assert!(check_scopes(&Refuses, &grant, &Scoped, &incoming).is_none());
+        let (config, parts) = guarded(Some(grant));
+        assert!(check_scopes(&config, &parts, &Scoped, &incoming).is_none());
         // Nothing needed: the guard is not asked.
         let list = modelctx_types::decode(br#"{"jsonrpc":"2.0","method":"x"}"#).unwrap();
-        assert!(check_scopes(&Refuses, &Grant::new("i", "s"), &Scoped, &list).is_none());
+        let (config, parts) = guarded(Some(Grant::new("i", "s")));
+        assert!(check_scopes(&config, &parts, &Scoped, &list).is_none());
+        // No guard configured: a grant a layer in front put there is not checked here.
+        let (_, parts) = guarded(Some(Grant::new("i", "s")));
+        assert!(check_scopes(&ServerConfig::default(), &parts, &Scoped, &incoming).is_none());
     }
 
     #[test]
