@@ -69,11 +69,11 @@ pub(crate) struct Shared {
     /// Legacy HTTP sessions: their store, and their requests still running.
     #[cfg(feature = "http")]
     pub(crate) legacy: crate::http::Legacy,
-    /// Who may call over HTTP: [`ServerBuilder::auth`](crate::ServerBuilder::auth)'s guard, or
-    /// else the first `ServerConfig::guard` the server was served with. The server's own scope
-    /// check asks it too.
+    /// [`ServerBuilder::auth`](crate::ServerBuilder::auth)'s guard: the endpoint's when its
+    /// `ServerConfig` names none, and the server's own scope check's for a grant that came
+    /// without the guard that admitted it.
     #[cfg(feature = "http")]
-    pub(crate) guard: std::sync::OnceLock<Arc<dyn modelctx_http::server::Guard>>,
+    pub(crate) guard: Option<Arc<dyn modelctx_http::server::Guard>>,
 }
 
 /// Counters of what is under way.

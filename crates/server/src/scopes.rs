@@ -22,10 +22,9 @@ use crate::handler::Scopes;
 use crate::registry::Shared;
 use crate::run::Origin;
 
-/// The code of a request refused for want of a scope: in the range JSON-RPC leaves to
-/// implementations (-32000 to -32099; MCP reserves -32020 and above), as the limits' refusals
-/// use it, told apart by `data.reason`.
-pub(crate) const INSUFFICIENT_SCOPE: ErrorCode = ErrorCode(-32000);
+/// The code of a request refused for want of a scope: the server's refusals' code
+/// ([`limits::REFUSED`](crate::limits::REFUSED)), told apart by `data.reason`.
+const INSUFFICIENT_SCOPE: ErrorCode = crate::limits::REFUSED;
 
 /// The scopes the request `method` with `params` needs, read from the params as routing
 /// reads them: for `tools/call` those of the tool `params.name`, for `prompts/get` of the
@@ -129,18 +128,20 @@ pub(crate) fn check(
     let Some(needed) = required(shared, &request.method, request.params.as_deref()) else {
         return Ok(());
     };
-    if permits(shared, grant, &needed) {
+    if permits(shared, origin, grant, &needed) {
         Ok(())
     } else {
         Err(insufficient_scope(&needed))
     }
 }
 
-/// Whether `grant` covers `needed`: the server's guard decides (`Guard::authorize`, so its
-/// scope hierarchy applies), or, when the server knows no guard, every scope must be granted
-/// exactly.
-fn permits(shared: &Shared, grant: &Grant, needed: &[String]) -> bool {
-    match shared.guard.get() {
+/// Whether `grant` (of `origin`'s request) covers `needed`: the guard that admitted the request
+/// decides (`Guard::authorize`, so its scope hierarchy applies), else (a grant a layer in front
+/// put there) the server's own ([`ServerBuilder::auth`](crate::ServerBuilder::auth)), else
+/// every scope must be granted exactly.
+fn permits(shared: &Shared, origin: &Origin, grant: &Grant, needed: &[String]) -> bool {
+    let admitting = origin.http.as_ref().and_then(|http| http.guard());
+    match admitting.or(shared.guard.as_deref()) {
         Some(guard) => guard.authorize(grant, needed).is_ok(),
         None => needed.iter().all(|scope| grant.has_scope(scope)),
     }
@@ -167,7 +168,7 @@ pub(crate) fn may_read(shared: &Shared, uri: &str, origin: &Origin) -> bool {
         Err(_) => return false,
     };
     drop(registry);
-    needed.is_none_or(|needed| permits(shared, grant, &needed))
+    needed.is_none_or(|needed| permits(shared, origin, grant, &needed))
 }
 
 /// The refusal of a request whose caller lacks some of `needed`.

@@ -122,6 +122,17 @@ impl RequestContext {
             .get::<Arc<super::Grant>>()
             .map(|grant| &**grant)
     }
+
+    /// The [`Guard`](super::Guard) that admitted the request ([`ServerConfig::guard`](
+    /// super::ServerConfig::guard)), for the application's own scope checks: the one that gave
+    /// [`grant`](Self::grant), so its scope hierarchy applies. `None` without a guard (a grant
+    /// a layer in front put in the extensions comes with none).
+    pub fn guard(&self) -> Option<&dyn super::Guard> {
+        self.parts
+            .extensions
+            .get::<Arc<dyn super::Guard>>()
+            .map(|guard| &**guard)
+    }
 }
 
 /// A legacy session, as the application sees it: where its output goes.

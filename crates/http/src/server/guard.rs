@@ -155,11 +155,13 @@ pub(crate) fn refusal(challenge: Challenge) -> Response<ResponseBody> {
 }
 
 /// Admits an authenticated request: its [`Principal`] is the grant's (replacing any a layer in
-/// front put there), the grant goes in its extensions, and its credentials (`Authorization`,
-/// `DPoP`, every value of each) leave the headers the application sees.
-pub(crate) fn admit(parts: &mut http::request::Parts, grant: &Arc<Grant>) {
+/// front put there), the grant (`Arc<Grant>`) and the guard that gave it (`Arc<dyn Guard>`, for
+/// the application's own scope checks) go in its extensions, and its credentials
+/// (`Authorization`, `DPoP`, every value of each) leave the headers the application sees.
+pub(crate) fn admit(parts: &mut http::request::Parts, grant: &Arc<Grant>, guard: &Arc<dyn Guard>) {
     parts.extensions.insert(grant.principal());
     parts.extensions.insert(grant.clone());
+    parts.extensions.insert(guard.clone());
     parts.headers.remove(header::AUTHORIZATION);
     parts.headers.remove(DPOP);
 }
@@ -460,12 +462,15 @@ mod tests {
             .unwrap()
             .into_parts();
         let grant = Arc::new(Grant::new("https://id.example.com", "alice"));
-        admit(&mut parts, &grant);
+        let guard: Arc<dyn Guard> = Arc::new(Refuses);
+        admit(&mut parts, &grant, &guard);
         assert_eq!(
             parts.extensions.get::<Principal>(),
             Some(&Principal("https://id.example.com alice".into()))
         );
         assert_eq!(parts.extensions.get::<Arc<Grant>>(), Some(&grant));
+        let admitting = parts.extensions.get::<Arc<dyn Guard>>().expect("the guard");
+        assert!(Arc::ptr_eq(admitting, &guard));
         assert!(parts.headers.get(header::AUTHORIZATION).is_none());
         assert!(parts.headers.get("dpop").is_none());
         assert_eq!(parts.headers["x-other"], "kept");

@@ -196,7 +196,7 @@ impl McpService {
             Ok(grant) => Arc::new(grant),
             Err(challenge) => return guard::refusal(challenge),
         };
-        guard::admit(&mut parts, &grant);
+        guard::admit(&mut parts, &grant, guard);
         self.maybe_sweep().await;
         let mut response = self.route(parts, body, old_sse).await;
         guard.on_success(&grant, response.headers_mut());

@@ -865,3 +865,48 @@ async fn a_listen_stream_hears_only_of_resources_its_caller_may_read() {
     let with = heard(&["admin"]).await;
     assert!(with.contains("file:///etc/passwd"), "{with}");
 }
+
+/// Review 6: the server's own check asks the guard that admitted the request (here the
+/// configuration's: the server has none of its own), so that guard's scope hierarchy applies
+/// in both checks; nothing of it is remembered for another endpoint.
+#[tokio::test]
+async fn the_server_checks_scopes_with_the_guard_that_admitted_the_request() {
+    let ran = Ran::default();
+    let server = builder(&ran).build();
+    let mut config = HttpConfig::default();
+    config.guard = Some(Arc::new(FakeGuard::default()));
+    let service = server.http_service(config).unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": consts::ToolsCall::VALUE,
+        "params": {"name": "rm", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN.as_str(),
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let mut request = post(
+        MODERN,
+        body.to_string(),
+        Some((consts::ToolsCall::VALUE, "rm")),
+        None,
+        None,
+    );
+    request.headers_mut().insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer alice files:*"),
+    );
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text(&messages[0]), "done", "{messages:?}");
+    assert_eq!(ran.count(), 1);
+    // Another endpoint of the same server without a guard: a grant a layer in front put there
+    // is compared exactly (no guard admitted it, and the server has none of its own).
+    let unguarded = server.http_service(HttpConfig::default()).unwrap();
+    let rm = json!({"name": "rm", "arguments": {}});
+    let reply = modern(
+        &unguarded,
+        consts::ToolsCall::VALUE,
+        "rm",
+        rm,
+        Some(grant("alice", &["files:*"])),
+    )
+    .await;
+    refused(&reply, "files:write");
+    assert_eq!(ran.count(), 1);
+}
