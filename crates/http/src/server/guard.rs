@@ -412,8 +412,10 @@ mod tests {
 
     /// A configuration with guard `Refuses`, and a request head with `grant`.
     fn guarded(grant: Option<Grant>) -> (ServerConfig, http::request::Parts) {
-        let mut config = ServerConfig::default();
-        config.guard = Some(Arc::new(Refuses));
+        let config = ServerConfig {
+            guard: Some(Arc::new(Refuses)),
+            ..ServerConfig::default()
+        };
         let (mut parts, ()) = http::Request::post("/mcp").body(()).unwrap().into_parts();
         if let Some(grant) = grant {
             parts.extensions.insert(Arc::new(grant));
