@@ -310,23 +310,21 @@ impl Server {
     /// The endpoint serves the server's versions (`ServerBuilder::versions`): they replace
     /// `config.versions`.
     pub fn http_service(&self, config: ServerConfig) -> Result<McpService, ConfigError> {
-        let mut config = self.endpoint_config(config)?;
+        let mut config = self.endpoint_config(config);
         config.path = None;
         McpService::new(config, Arc::new(self.clone()))
     }
 
     /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security
-    /// defaults; see `modelctx_http::server::serve`. A configuration refused
-    /// (`ConfigError`, such as [`ConfigError::ConflictingGuards`]) is an
-    /// [`InvalidInput`](std::io::ErrorKind::InvalidInput) error carrying it.
+    /// defaults; see `modelctx_http::server::serve` (a configuration it refuses, a
+    /// `ConfigError`, is an [`InvalidInput`](std::io::ErrorKind::InvalidInput) error carrying
+    /// it).
     pub async fn serve_http(
         &self,
         addr: SocketAddr,
         config: ServerConfig,
     ) -> std::io::Result<RunningServer> {
-        let config = self
-            .endpoint_config(config)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let config = self.endpoint_config(config);
         modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
     }
 
@@ -351,30 +349,20 @@ impl Server {
         listener: tokio::net::TcpListener,
         config: ServerConfig,
     ) -> std::io::Result<RunningServer> {
-        let config = self
-            .endpoint_config(config)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let config = self.endpoint_config(config);
         modelctx_http::server::serve_on(listener, config, Arc::new(self.clone())).await
     }
 
     /// `config` for this server's endpoint: serving the versions of the server's protocol
-    /// sessions (one list for both), and guarded by the server's guard
-    /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)). A guard in `config` becomes the
-    /// server's when it has none yet; one different from the server's is refused.
-    pub(crate) fn endpoint_config(
-        &self,
-        mut config: ServerConfig,
-    ) -> Result<ServerConfig, ConfigError> {
+    /// sessions (one list for both), and guarded by `config`'s guard, else by the server's
+    /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)). The server remembers nothing of
+    /// it: its own scope check asks the guard that admitted each request.
+    pub(crate) fn endpoint_config(&self, mut config: ServerConfig) -> ServerConfig {
         config.versions = self.shared.config.versions.clone();
-        if let Some(given) = &config.guard {
-            let kept = self.shared.guard.get_or_init(|| given.clone());
-            if !Arc::ptr_eq(kept, given) {
-                return Err(ConfigError::ConflictingGuards);
-            }
-        } else if let Some(guard) = self.shared.guard.get() {
-            config.guard = Some(guard.clone());
+        if config.guard.is_none() {
+            config.guard = self.shared.guard.clone();
         }
-        Ok(config)
+        config
     }
 }
 
@@ -473,13 +461,19 @@ impl McpApp for Server {
         registry.tools.get(tool)?.param_headers.clone()
     }
 
-    /// The scopes given to the tool, prompt, resource or template `name` names
-    /// ([`Tool::scopes`](crate::Tool::scopes) and the like): an `Arc` clone of those kept since
-    /// it was defined. `tools/call` and `prompts/get` by name; `resources/read` and
-    /// `resources/subscribe` by URI, the resource at it or else the first template matching
-    /// it (as a read picks). `None` for other methods and unknown names.
-    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
-        crate::scopes::required(&self.shared, method, name)
+    /// The scopes given to the tool, prompt, resource or template the request names
+    /// ([`Tool::scopes`](crate::Tool::scopes) and the like), read from `params` as routing
+    /// reads them (the server's own check reads them the same way): an `Arc` clone of those
+    /// kept since it was defined. `tools/call` and `prompts/get` by `name`; `resources/read`
+    /// and `resources/subscribe` by `uri`, the resource at it or else the first template
+    /// matching it (as a read picks); `completion/complete` by `ref`, the prompt or template
+    /// whose completers it runs. `None` for other methods and unknown names.
+    fn required_scopes(
+        &self,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Option<Arc<[String]>> {
+        crate::scopes::required(&self.shared, method, params)
     }
 }
 
@@ -1635,75 +1629,38 @@ mod tests {
     }
 
     #[test]
-    fn the_builders_guard_guards_the_endpoint() {
+    fn the_builders_guard_guards_the_endpoint_unless_the_config_names_one() {
         let server = Server::builder("s", "1").auth(Closed).build();
-        let kept = server
-            .shared
-            .guard
-            .get()
-            .expect("the server's guard")
-            .clone();
-        let config = server.endpoint_config(ServerConfig::default()).unwrap();
+        let kept = server.shared.guard.clone().expect("the server's guard");
+        let config = server.endpoint_config(ServerConfig::default());
         assert!(Arc::ptr_eq(guarded(&config), &kept));
-        // The same guard given in the configuration too is fine; another one is refused.
-        let mut same = ServerConfig::default();
-        same.guard = Some(kept.clone());
-        assert!(Arc::ptr_eq(
-            guarded(&server.endpoint_config(same).unwrap()),
-            &kept
-        ));
+        // A guard in the configuration wins: it admits the requests (and the server's own
+        // check asks the guard that admitted each one).
+        let given: Arc<dyn modelctx_http::server::Guard> = Arc::new(Closed);
         let mut other = ServerConfig::default();
-        other.guard = Some(Arc::new(Closed));
-        assert_eq!(
-            server.endpoint_config(other.clone()).err(),
-            Some(ConfigError::ConflictingGuards)
-        );
-        assert!(matches!(
-            server.http_service(other),
-            Err(ConfigError::ConflictingGuards)
-        ));
+        other.guard = Some(given.clone());
+        assert!(Arc::ptr_eq(guarded(&server.endpoint_config(other)), &given));
     }
 
     #[test]
-    fn without_one_the_first_guard_served_becomes_the_servers() {
+    fn a_guard_served_with_is_not_remembered() {
         let server = Server::builder("s", "1").build();
-        let config = server.endpoint_config(ServerConfig::default()).unwrap();
-        assert!(config.guard.is_none());
-        assert!(server.shared.guard.get().is_none());
-        let given: Arc<dyn modelctx_http::server::Guard> = Arc::new(Closed);
-        let mut config = ServerConfig::default();
-        config.guard = Some(given.clone());
-        let config = server.endpoint_config(config).unwrap();
-        assert!(Arc::ptr_eq(guarded(&config), &given));
-        assert!(Arc::ptr_eq(server.shared.guard.get().unwrap(), &given));
-        // Served again without one, the endpoint is guarded all the same.
-        let config = server.endpoint_config(ServerConfig::default()).unwrap();
-        assert!(Arc::ptr_eq(guarded(&config), &given));
-        let mut other = ServerConfig::default();
-        other.guard = Some(Arc::new(Closed));
-        assert_eq!(
-            server.endpoint_config(other).err(),
-            Some(ConfigError::ConflictingGuards)
+        assert!(
+            server
+                .endpoint_config(ServerConfig::default())
+                .guard
+                .is_none()
         );
-    }
-
-    #[tokio::test]
-    async fn serve_http_refuses_conflicting_guards_as_invalid_input() {
-        let server = Server::builder("s", "1").auth(Closed).build();
         let mut config = ServerConfig::default();
         config.guard = Some(Arc::new(Closed));
-        let Err(error) = server
-            .serve_http(SocketAddr::from(([127, 0, 0, 1], 0)), config)
-            .await
-        else {
-            panic!("served with two guards");
-        };
-        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
-        assert_eq!(
-            error
-                .get_ref()
-                .and_then(|e| e.downcast_ref::<ConfigError>()),
-            Some(&ConfigError::ConflictingGuards)
+        assert!(server.endpoint_config(config).guard.is_some());
+        // Served again without one: unguarded, as configured.
+        assert!(server.shared.guard.is_none());
+        assert!(
+            server
+                .endpoint_config(ServerConfig::default())
+                .guard
+                .is_none()
         );
     }
 }

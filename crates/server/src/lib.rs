@@ -65,10 +65,12 @@
 //! [`ServerBuilder::auth`] takes a [`Guard`] (for OAuth 2.1, the one `modelctx-auth` builds):
 //! every request to the endpoint is authenticated (401 without a valid token), and a request
 //! for a tool, prompt, resource or template given [`Tool::scopes`] (and the like) that the token
-//! lacks is refused 403 before it is read. The server checks the scopes again with the same
-//! guard before the handler runs (a JSON-RPC error -32000 whose `data.reason` is
-//! `"insufficient_scope"`), and handlers read the caller with [`Context::auth`]. Stdio is
-//! unaffected. `docs/guide-auth.md` walks through it.
+//! lacks (a call, a read, a subscription, a `completion/complete` of a scoped prompt or
+//! template) is refused 403 before it is read. The server checks the scopes again with the guard
+//! that admitted the request before the handler runs (a JSON-RPC error -32000 whose
+//! `data.reason` is `"insufficient_scope"`); a listen stream hears of a scoped resource's
+//! changes only when the token has its scopes; handlers read the caller with
+//! [`Context::auth`]. Stdio is unaffected. `docs/guide-auth.md` walks through it.
 //!
 //! # Transports
 //!

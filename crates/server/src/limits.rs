@@ -118,16 +118,21 @@ impl Count {
     }
 }
 
-/// The -32000 error of a request refused by a limit named `limit`.
+/// The code of a request the server refuses for its own reasons (a limit, a missing scope):
+/// in the range JSON-RPC leaves to implementations (-32000 to -32099; MCP reserves -32020 and
+/// above), the refusals told apart by `data.reason`.
+pub(crate) const REFUSED: ErrorCode = ErrorCode(-32000);
+
+/// The [`REFUSED`] error of a request refused by a limit named `limit`.
 pub(crate) fn busy(limit: String, retry_after: Option<Duration>) -> ErrorObject {
     let mut data = json!({"reason": "rate_limited", "limit": limit});
     if let Some(wait) = retry_after {
         data["retryAfterMs"] = json!(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
     }
     let message = format!("the server is busy: {limit}");
-    ErrorObject::new(ErrorCode(-32000), message.clone())
+    ErrorObject::new(REFUSED, message.clone())
         .with_data(&data)
-        .unwrap_or_else(|_| ErrorObject::new(ErrorCode(-32000), message))
+        .unwrap_or_else(|_| ErrorObject::new(REFUSED, message))
 }
 
 #[derive(Debug, Default)]
@@ -230,7 +235,7 @@ mod tests {
         let a1 = limiter.admit(Some("a")).unwrap();
         let _a2 = limiter.admit(Some("a")).unwrap();
         let refused = limiter.admit(Some("a")).unwrap_err();
-        assert_eq!(refused.code.0, -32000);
+        assert_eq!(refused.code, REFUSED);
         let b1 = limiter.admit(Some("b")).unwrap();
         assert!(limiter.admit(Some("c")).is_err(), "3 in all");
         drop(a1);

@@ -69,11 +69,11 @@ pub(crate) struct Shared {
     /// Legacy HTTP sessions: their store, and their requests still running.
     #[cfg(feature = "http")]
     pub(crate) legacy: crate::http::Legacy,
-    /// Who may call over HTTP: [`ServerBuilder::auth`](crate::ServerBuilder::auth)'s guard, or
-    /// else the first `ServerConfig::guard` the server was served with. The server's own scope
-    /// check asks it too.
+    /// [`ServerBuilder::auth`](crate::ServerBuilder::auth)'s guard: the endpoint's when its
+    /// `ServerConfig` names none, and the server's own scope check's for a grant that came
+    /// without the guard that admitted it.
     #[cfg(feature = "http")]
-    pub(crate) guard: std::sync::OnceLock<Arc<dyn modelctx_http::server::Guard>>,
+    pub(crate) guard: Option<Arc<dyn modelctx_http::server::Guard>>,
 }
 
 /// Counters of what is under way.
@@ -111,12 +111,19 @@ pub(crate) fn check_uri_len(shared: &Shared, what: &str, uri: &str) -> Result<()
     crate::resource::check_uri_len(shared.settings.max_uri_len, what, uri)
 }
 
-/// Whether a connection of `principal` may hear of changes to `uri`: the
-/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say, yes without
-/// one.
-pub(crate) fn may_subscribe(shared: &Shared, uri: &str, principal: Option<&str>) -> bool {
-    shared
+/// Whether the caller of `origin` may hear of changes to `uri` (a legacy
+/// `resources/subscribe`, a listen stream's filter): the
+/// [`ServerBuilder::on_subscribe`](crate::ServerBuilder::on_subscribe) hook's say (yes without
+/// one), and, for a caller that came over HTTP with a `Grant`, the scopes reading `uri` needs.
+pub(crate) fn may_subscribe(shared: &Shared, uri: &str, origin: &crate::run::Origin) -> bool {
+    let principal = origin.principal();
+    let hook = shared
         .subscribe_hook
         .as_ref()
-        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }))
+        .is_none_or(|hook| (hook.0)(&Subscribe { uri, principal }));
+    #[cfg(feature = "http")]
+    let scopes = || crate::scopes::may_read(shared, uri, origin);
+    #[cfg(not(feature = "http"))]
+    let scopes = || true;
+    hook && scopes()
 }

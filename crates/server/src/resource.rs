@@ -447,6 +447,43 @@ pub(crate) fn not_found(uri: &str, version: ProtocolVersion) -> ErrorObject {
         .unwrap_or_else(|_| ErrorObject::new(code, format!("resource not found: {uri}")))
 }
 
+/// What a URI names: the resource at it, or else the first template matching it, with the
+/// values of the template's variables.
+pub(crate) enum Found<'a> {
+    Resource(&'a Resource),
+    Template(&'a ResourceTemplate, BTreeMap<String, VarValue>),
+}
+
+impl Found<'_> {
+    /// The scopes reading or subscribing to what was found needs.
+    pub(crate) fn scopes(&self) -> &crate::handler::Scopes {
+        match self {
+            Found::Resource(resource) => &resource.scopes,
+            Found::Template(template, _) => &template.scopes,
+        }
+    }
+}
+
+/// What `uri` names, as a read finds it: the resource at `uri`, else the first template (in
+/// the order of their texts) matching it; `Ok(None)`: nothing. A URI longer than
+/// `max_uri_len` is refused with -32602 before any template is tried.
+pub(crate) fn find<'a>(
+    resources: &'a BTreeMap<String, Resource>,
+    templates: &'a BTreeMap<String, ResourceTemplate>,
+    uri: &str,
+    max_uri_len: usize,
+) -> Result<Option<Found<'a>>, ErrorObject> {
+    check_uri_len(max_uri_len, "the uri", uri)?;
+    if let Some(resource) = resources.get(uri) {
+        return Ok(Some(Found::Resource(resource)));
+    }
+    Ok(templates.values().find_map(|t| {
+        t.template
+            .matches(uri)
+            .map(|variables| Found::Template(t, variables))
+    }))
+}
+
 /// `resources/read`.
 pub(crate) fn read(
     resources: &BTreeMap<String, Resource>,
@@ -458,18 +495,12 @@ pub(crate) fn read(
     let Some(uri) = params.get("uri").and_then(Value::as_str) else {
         return Err(invalid_params("resources/read needs a uri"));
     };
-    check_uri_len(max_uri_len, "the uri", uri)?;
-    let found = if let Some(resource) = resources.get(uri) {
-        Some((resource.read.clone(), BTreeMap::new(), resource.cache))
-    } else {
-        templates.values().find_map(|t| {
-            t.template
-                .matches(uri)
-                .map(|variables| (t.read.clone(), variables, t.cache))
-        })
-    };
-    let Some((read, variables, cache)) = found else {
-        return Err(not_found(uri, version));
+    let (read, variables, cache) = match find(resources, templates, uri, max_uri_len)? {
+        Some(Found::Resource(resource)) => (resource.read.clone(), BTreeMap::new(), resource.cache),
+        Some(Found::Template(template, variables)) => {
+            (template.read.clone(), variables, template.cache)
+        }
+        None => return Err(not_found(uri, version)),
     };
     let request = ReadRequest {
         uri: uri.to_owned(),

@@ -7,55 +7,78 @@
 
 use std::borrow::Cow;
 
+use modelctx_http::server::Grant;
 use modelctx_session::IncomingRequest;
-use modelctx_types::consts::{PromptsGet, ResourcesRead, ResourcesSubscribe, ToolsCall};
+use modelctx_types::consts::{
+    CompletionComplete, PromptsGet, RefPrompt, RefResource, ResourcesRead, ResourcesSubscribe,
+    ToolsCall,
+};
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::handler::Scopes;
 use crate::registry::Shared;
 use crate::run::Origin;
 
-/// The code of a request refused for want of a scope: in the range JSON-RPC leaves to
-/// implementations (-32000 to -32099; MCP reserves -32020 and above), as the limits' refusals
-/// use it, told apart by `data.reason`.
-pub(crate) const INSUFFICIENT_SCOPE: ErrorCode = ErrorCode(-32000);
+/// The code of a request refused for want of a scope: the server's refusals' code
+/// ([`limits::REFUSED`](crate::limits::REFUSED)), told apart by `data.reason`.
+const INSUFFICIENT_SCOPE: ErrorCode = crate::limits::REFUSED;
 
-/// The scopes `method` on `name` (a tool or prompt name, a resource URI) needs: those of
-/// the tool for `tools/call`, of the prompt for `prompts/get`, and for `resources/read` and
-/// `resources/subscribe` those of the resource at that URI or else of the first template
-/// matching it (the one a read would use). `None` for anything else, an unknown name, or a
-/// URI longer than `Settings::max_uri_len` (refused before any handler runs).
-pub(crate) fn required(shared: &Shared, method: &str, name: Option<&str>) -> Scopes {
-    let name = name?;
+/// The scopes the request `method` with `params` needs, read from the params as routing
+/// reads them: for `tools/call` those of the tool `params.name`, for `prompts/get` of the
+/// prompt `params.name`, for `resources/read` and `resources/subscribe` those of what the URI
+/// `params.uri` names (the resource at it or else the first template matching it, the one a
+/// read uses: [`resource::find`](crate::resource::find)), and for `completion/complete` those
+/// of what `params.ref` names (the prompt `ref.name` of a `ref/prompt`; the template whose
+/// text is `ref.uri` of a `ref/resource`, else the resource at that URI), since completing runs
+/// that prompt's or template's completers. `None` for anything else, an unknown name, or a URI
+/// longer than `Settings::max_uri_len` (refused before any handler runs).
+///
+/// The one reader of what a request names, for the transport (`McpApp::required_scopes`) and
+/// for the server's own [`check`].
+pub(crate) fn required(shared: &Shared, method: &str, params: Option<&RawValue>) -> Scopes {
     let registry = shared.registry();
     match method {
-        ToolsCall::VALUE => registry.tools.get(name)?.tool.scopes.clone(),
-        PromptsGet::VALUE => registry.prompts.get(name)?.scopes.clone(),
+        ToolsCall::VALUE => registry
+            .tools
+            .get(&*named(params, "name")?)?
+            .tool
+            .scopes
+            .clone(),
+        PromptsGet::VALUE => registry
+            .prompts
+            .get(&*named(params, "name")?)?
+            .scopes
+            .clone(),
         ResourcesRead::VALUE | ResourcesSubscribe::VALUE => {
-            if let Some(resource) = registry.resources.get(name) {
-                return resource.scopes.clone();
-            }
-            if name.len() > shared.settings.max_uri_len {
-                return None;
-            }
-            registry
-                .templates
-                .values()
-                .find(|t| t.template.matches(name).is_some())?
-                .scopes
+            let uri = named(params, "uri")?;
+            let max_uri_len = shared.settings.max_uri_len;
+            crate::resource::find(&registry.resources, &registry.templates, &uri, max_uri_len)
+                .ok()??
+                .scopes()
                 .clone()
         }
-        _ => None,
-    }
-}
-
-/// The member of the params that names what `method` acts on, if it names anything.
-fn member(method: &str) -> Option<&'static str> {
-    match method {
-        ToolsCall::VALUE | PromptsGet::VALUE => Some("name"),
-        ResourcesRead::VALUE | ResourcesSubscribe::VALUE => Some("uri"),
+        CompletionComplete::VALUE => {
+            let params: JsonObject = serde_json::from_str(params?.get()).ok()?;
+            let reference = params.get("ref")?;
+            let text = |member: &str| reference.get(member).and_then(Value::as_str);
+            match text("type")? {
+                RefPrompt::VALUE => registry.prompts.get(text("name")?)?.scopes.clone(),
+                RefResource::VALUE => {
+                    let uri = text("uri")?;
+                    if uri.len() > shared.settings.max_uri_len {
+                        return None;
+                    }
+                    match registry.templates.get(uri) {
+                        Some(template) => template.scopes.clone(),
+                        None => registry.resources.get(uri)?.scopes.clone(),
+                    }
+                }
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -69,24 +92,23 @@ struct Named<'a> {
     uri: Option<Cow<'a, str>>,
 }
 
-/// The name or URI `request` acts on, read as routing reads it: when the params do not
-/// parse as plain members (a member twice, say), as a JSON object whose last member of a
-/// name wins, which is what routing falls back to.
-fn named(request: &IncomingRequest, member: &str) -> Option<String> {
-    let raw = request.params.as_deref()?.get();
-    if let Ok(named) = serde_json::from_str::<Named<'_>>(raw) {
-        let value = if member == "name" {
+/// The string member `member` (`name` or `uri`) of `params`, read as routing reads it: when
+/// the params do not parse as plain members (a member twice, say), as a JSON object whose last
+/// member of a name wins, which is what routing falls back to.
+fn named<'a>(params: Option<&'a RawValue>, member: &str) -> Option<Cow<'a, str>> {
+    let raw = params?.get();
+    if let Ok(named) = serde_json::from_str::<Named<'a>>(raw) {
+        return if member == "name" {
             named.name
         } else {
             named.uri
         };
-        return value.map(Cow::into_owned);
     }
     let params: JsonObject = serde_json::from_str(raw).ok()?;
     params
         .get(member)
         .and_then(Value::as_str)
-        .map(str::to_owned)
+        .map(|text| Cow::Owned(text.to_owned()))
 }
 
 /// The server's own scope check, before `request`'s handler runs: when the request came
@@ -103,22 +125,50 @@ pub(crate) fn check(
     let Some(grant) = origin.http.as_ref().and_then(|http| http.grant()) else {
         return Ok(());
     };
-    let Some(member) = member(&request.method) else {
+    let Some(needed) = required(shared, &request.method, request.params.as_deref()) else {
         return Ok(());
     };
-    let name = named(request, member);
-    let Some(needed) = required(shared, &request.method, name.as_deref()) else {
-        return Ok(());
-    };
-    let allowed = match shared.guard.get() {
-        Some(guard) => guard.authorize(grant, &needed).is_ok(),
-        None => needed.iter().all(|scope| grant.has_scope(scope)),
-    };
-    if allowed {
+    if permits(shared, origin, grant, &needed) {
         Ok(())
     } else {
         Err(insufficient_scope(&needed))
     }
+}
+
+/// Whether `grant` (of `origin`'s request) covers `needed`: the guard that admitted the request
+/// decides (`Guard::authorize`, so its scope hierarchy applies), else (a grant a layer in front
+/// put there) the server's own ([`ServerBuilder::auth`](crate::ServerBuilder::auth)), else
+/// every scope must be granted exactly.
+fn permits(shared: &Shared, origin: &Origin, grant: &Grant, needed: &[String]) -> bool {
+    let admitting = origin.http.as_ref().and_then(|http| http.guard());
+    match admitting.or(shared.guard.as_deref()) {
+        Some(guard) => guard.authorize(grant, needed).is_ok(),
+        None => needed.iter().all(|scope| grant.has_scope(scope)),
+    }
+}
+
+/// Whether the caller of `origin` may hear of changes to the resource at `uri` (a legacy
+/// subscription, a listen stream's filter): when it came over HTTP with a `Grant`, it must hold
+/// the scopes reading it needs (the same as [`check`] asks of a `resources/subscribe`).
+pub(crate) fn may_read(shared: &Shared, uri: &str, origin: &Origin) -> bool {
+    let Some(grant) = origin.http.as_ref().and_then(|http| http.grant()) else {
+        return true;
+    };
+    let registry = shared.registry();
+    let found = crate::resource::find(
+        &registry.resources,
+        &registry.templates,
+        uri,
+        shared.settings.max_uri_len,
+    );
+    let needed = match found {
+        Ok(Some(found)) => found.scopes().clone(),
+        Ok(None) => None,
+        // Longer than any URI the server reads: nothing of it is told.
+        Err(_) => return false,
+    };
+    drop(registry);
+    needed.is_none_or(|needed| permits(shared, origin, grant, &needed))
 }
 
 /// The refusal of a request whose caller lacks some of `needed`.

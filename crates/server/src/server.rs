@@ -100,17 +100,17 @@ impl ServerBuilder {
     /// [`Server::http_service`] and [`Server::serve_http`] set `ServerConfig::guard` to it, so
     /// every request to the endpoint is authenticated (401 without a valid token), and one
     /// that needs scopes ([`Tool::scopes`](crate::Tool::scopes) and the like) the token lacks
-    /// gets 403. Before a handler runs, the server checks the scopes again with the same guard
-    /// ([`Guard::authorize`](crate::Guard::authorize)), refusing with a JSON-RPC error (-32000,
-    /// `data.reason` `"insufficient_scope"`). Handlers read the caller with
-    /// [`Context::auth`](crate::Context::auth).
+    /// gets 403. Before a handler runs, the server checks the scopes again with the guard that
+    /// admitted the request ([`Guard::authorize`](crate::Guard::authorize)), refusing with a
+    /// JSON-RPC error (-32000, `data.reason` `"insufficient_scope"`). Handlers read the caller
+    /// with [`Context::auth`](crate::Context::auth).
     ///
-    /// A `ServerConfig` that already carries another guard is refused
-    /// (`ConfigError::ConflictingGuards`): set the guard in one place. Without this, a guard
-    /// given in the `ServerConfig` is used by the transport and becomes the server's (for its
-    /// own check) the first time it is served; serving it later with yet another guard is
-    /// refused the same way. Serving over stdio is unaffected: the MCP authorization rules are
-    /// for HTTP, and a stdio server gets its credentials from its environment.
+    /// A `ServerConfig` that already carries a guard keeps it: that guard admits the requests
+    /// (this one is then used only for grants a layer in front put in a request, which come
+    /// with no guard of their own). A server built without this but served with a
+    /// `ServerConfig::guard` checks scopes with that guard. Serving over stdio is unaffected:
+    /// the MCP authorization rules are for HTTP, and a stdio server gets its credentials from
+    /// its environment.
     ///
     /// ```
     /// use modelctx_server::{Guard, HttpConfig, NoArgs, Server, Tool};
@@ -358,10 +358,7 @@ impl ServerBuilder {
                 changes,
                 state: Arc::new(self.states),
                 #[cfg(feature = "http")]
-                guard: self
-                    .guard
-                    .map(std::sync::OnceLock::from)
-                    .unwrap_or_default(),
+                guard: self.guard,
             }),
         };
         (server, refused)

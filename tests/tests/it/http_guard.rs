@@ -190,8 +190,13 @@ impl McpApp for Recording {
         self.inner.tool_param_headers(tool)
     }
 
-    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
-        (method == "tools/call" && name == Some("progress"))
+    fn required_scopes(
+        &self,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Option<Arc<[String]>> {
+        let params: Value = serde_json::from_str(params?.get()).ok()?;
+        (method == "tools/call" && params["name"] == "progress")
             .then(|| Arc::from(vec!["files:write".to_owned()]))
     }
 }

@@ -281,11 +281,6 @@ impl<'a> RequestFields<'a> {
         self.name.as_deref()
     }
 
-    /// `params.uri`, when a string (the resource of a `resources/read`).
-    pub fn uri(&self) -> Option<&str> {
-        self.uri.as_deref()
-    }
-
     /// The tool a `tools/call` names (`params.name`); `None` for other methods.
     pub fn tool(&self, method: &str) -> Option<&str> {
         (method == modelctx_types::consts::ToolsCall::VALUE)
@@ -824,7 +819,7 @@ mod tests {
         assert!(matches!(fields.name, Some(Cow::Borrowed("get_weather"))));
         assert!(matches!(fields.version, Some(Cow::Borrowed("2026-07-28"))));
         assert!(matches!(&fields.uri, Some(Cow::Owned(uri)) if uri == "a/b"));
-        assert_eq!(fields.uri(), Some("a/b"));
+        assert_eq!(fields.name_for("resources/read"), Some("a/b"));
         assert!(fields.task_id.is_none());
     }
 

@@ -35,12 +35,18 @@ pub trait McpApp: Send + Sync + 'static {
     }
 
     /// The scopes a request needs beyond authentication: `method` is the JSON-RPC method,
-    /// `name` the tool or prompt name or the resource URI it names (`params.name` or
-    /// `params.uri`), when it has one. Asked only when a [`Guard`](super::Guard) is set, for
-    /// every JSON-RPC request before it reaches the application; the guard refuses a caller
-    /// without them (403). Hand out a value kept since registration. Default: `None` (none).
-    fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
-        let _ = (method, name);
+    /// `params` its params as they came (unparsed), so the application reads what the request
+    /// names (a tool, a prompt, a resource URI) exactly as it reads it when it answers: the
+    /// transport does not guess which member matters. Asked only when a
+    /// [`Guard`](super::Guard) is set, for every JSON-RPC request before it reaches the
+    /// application; the guard refuses a caller without them (403). Hand out a value kept since
+    /// registration. Default: `None` (none).
+    fn required_scopes(
+        &self,
+        method: &str,
+        params: Option<&serde_json::value::RawValue>,
+    ) -> Option<Arc<[String]>> {
+        let _ = (method, params);
         None
     }
 }
@@ -115,6 +121,17 @@ impl RequestContext {
             .extensions
             .get::<Arc<super::Grant>>()
             .map(|grant| &**grant)
+    }
+
+    /// The [`Guard`](super::Guard) that admitted the request ([`ServerConfig::guard`](
+    /// super::ServerConfig::guard)), for the application's own scope checks: the one that gave
+    /// [`grant`](Self::grant), so its scope hierarchy applies. `None` without a guard (a grant
+    /// a layer in front put in the extensions comes with none).
+    pub fn guard(&self) -> Option<&dyn super::Guard> {
+        self.parts
+            .extensions
+            .get::<Arc<dyn super::Guard>>()
+            .map(|guard| &**guard)
     }
 }
 

@@ -193,10 +193,6 @@ pub enum ConfigError {
     /// A limit or timeout that would refuse every request (zero).
     #[error("{0} must be above zero")]
     Zero(&'static str),
-    /// The application has a guard of its own, and [`ServerConfig::guard`] is another one:
-    /// set it in one place.
-    #[error("two different guards: the application's and ServerConfig::guard")]
-    ConflictingGuards,
 }
 
 /// The most connections [`ServerConfig::max_connections`] defaults to.

@@ -17,9 +17,9 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use modelctx_types::{Incoming, Message};
 
 use super::app::{McpApp, Principal};
+use super::config::ServerConfig;
 use super::respond::{self, ResponseBody};
 use crate::event_store::BoxFuture;
-use crate::headers::RequestFields;
 
 /// Decides who a request comes from, and whether that caller may make it.
 ///
@@ -155,11 +155,13 @@ pub(crate) fn refusal(challenge: Challenge) -> Response<ResponseBody> {
 }
 
 /// Admits an authenticated request: its [`Principal`] is the grant's (replacing any a layer in
-/// front put there), the grant goes in its extensions, and its credentials (`Authorization`,
-/// `DPoP`, every value of each) leave the headers the application sees.
-pub(crate) fn admit(parts: &mut http::request::Parts, grant: &Arc<Grant>) {
+/// front put there), the grant (`Arc<Grant>`) and the guard that gave it (`Arc<dyn Guard>`, for
+/// the application's own scope checks) go in its extensions, and its credentials
+/// (`Authorization`, `DPoP`, every value of each) leave the headers the application sees.
+pub(crate) fn admit(parts: &mut http::request::Parts, grant: &Arc<Grant>, guard: &Arc<dyn Guard>) {
     parts.extensions.insert(grant.principal());
     parts.extensions.insert(grant.clone());
+    parts.extensions.insert(guard.clone());
     parts.headers.remove(header::AUTHORIZATION);
     parts.headers.remove(DPOP);
 }
@@ -169,17 +171,15 @@ const DPOP: &str = "dpop";
 
 /// The scopes the JSON-RPC requests of `incoming` need (a single request, or each request of a
 /// batch), as the application says them: their union, each once, in the order first named.
-/// `name` is the request's `params.name`, else its `params.uri` (read as the header rules read
-/// them). Notifications and responses need none.
+/// The application reads each request's params itself (`McpApp::required_scopes`).
+/// Notifications and responses need none.
 pub(crate) fn needed_scopes(app: &dyn McpApp, incoming: &Incoming) -> Vec<String> {
     let mut needed: Vec<String> = Vec::new();
     let mut add = |message: &Message| {
         let Message::Request(request) = message else {
             return;
         };
-        let fields = RequestFields::parse(request.params.as_deref());
-        let name = fields.name().or_else(|| fields.uri());
-        if let Some(scopes) = app.required_scopes(&request.method, name) {
+        if let Some(scopes) = app.required_scopes(&request.method, request.params.as_deref()) {
             for scope in scopes.iter() {
                 if !needed.contains(scope) {
                     needed.push(scope.clone());
@@ -195,14 +195,18 @@ pub(crate) fn needed_scopes(app: &dyn McpApp, incoming: &Incoming) -> Vec<String
     needed
 }
 
-/// The 403 refusing `incoming` when `grant` lacks a scope one of its requests needs (the
-/// guard's challenge); `None`: it may go on.
+/// The 403 refusing `incoming` when the grant of the request `parts` lacks a scope one of its
+/// requests needs (the challenge of the configuration's guard); `None`: it may go on, as does
+/// every request when no guard is configured (a grant a layer in front put in the extensions
+/// is the application's to check).
 pub(crate) fn check_scopes(
-    guard: &dyn Guard,
-    grant: &Grant,
+    config: &ServerConfig,
+    parts: &http::request::Parts,
     app: &dyn McpApp,
     incoming: &Incoming,
 ) -> Option<Response<ResponseBody>> {
+    let guard = config.guard.as_deref()?;
+    let grant = parts.extensions.get::<Arc<Grant>>()?;
     let needed = needed_scopes(app, incoming);
     if needed.is_empty() {
         return None;
@@ -280,7 +284,22 @@ mod tests {
         fn modern(&self, _request: super::super::ModernRequest) {
             unreachable!("only asked for scopes")
         }
-        fn required_scopes(&self, method: &str, name: Option<&str>) -> Option<Arc<[String]>> {
+        fn required_scopes(
+            &self,
+            method: &str,
+            params: Option<&serde_json::value::RawValue>,
+        ) -> Option<Arc<[String]>> {
+            // What the request names, read the application's way (here: the member its
+            // method names, the last of a name when it appears twice).
+            let params: serde_json::Value = params
+                .and_then(|p| serde_json::from_str(p.get()).ok())
+                .unwrap_or_default();
+            let member = if method == "resources/read" {
+                "uri"
+            } else {
+                "name"
+            };
+            let name = params.get(member).and_then(serde_json::Value::as_str);
             let scopes: &[&str] = match (method, name) {
                 ("tools/call", Some("rm")) => &["files:write", "files:read"],
                 ("tools/call", Some("cat")) => &["files:read"],
@@ -319,13 +338,22 @@ mod tests {
             needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
             ["list"]
         );
-        // `name` first, then `uri`; members that are not strings are absent.
-        assert!(
+        // The application reads the params, not the transport: a `name` beside the `uri` of a
+        // read is not what it is asked about, and a member given twice is read the way the
+        // application reads it (the last one, here).
+        assert_eq!(
             needed(
-                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"name":"x","uri":"file:///etc"}}"#
-            )
-            .is_empty()
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///etc","name":"x"}}"#
+            ),
+            ["admin"]
         );
+        assert_eq!(
+            needed(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"cat","name":"rm"}}"#
+            ),
+            ["files:write", "files:read"]
+        );
+        // Members that are not strings are absent.
         assert!(
             needed(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#)
                 .is_empty()
@@ -382,6 +410,19 @@ mod tests {
         }
     }
 
+    /// A configuration with guard `Refuses`, and a request head with `grant`.
+    fn guarded(grant: Option<Grant>) -> (ServerConfig, http::request::Parts) {
+        let config = ServerConfig {
+            guard: Some(Arc::new(Refuses)),
+            ..ServerConfig::default()
+        };
+        let (mut parts, ()) = http::Request::post("/mcp").body(()).unwrap().into_parts();
+        if let Some(grant) = grant {
+            parts.extensions.insert(Arc::new(grant));
+        }
+        (config, parts)
+    }
+
     #[tokio::test]
     async fn check_scopes_answers_with_the_guards_challenge_and_an_empty_body() {
         let incoming = modelctx_types::decode(
@@ -390,7 +431,8 @@ mod tests {
         .unwrap();
         let mut grant = Grant::new("i", "alice");
         grant.scopes = vec!["files:read".into()];
-        let refused = check_scopes(&Refuses, &grant, &Scoped, &incoming).expect("a refusal");
+        let (config, parts) = guarded(Some(grant.clone()));
+        let refused = check_scopes(&config, &parts, &Scoped, &incoming).expect("a refusal");
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
         assert_eq!(
             refused.headers()[header::WWW_AUTHENTICATE],
@@ -399,10 +441,15 @@ mod tests {
         let body = refused.into_body().collect().await.unwrap().to_bytes();
         assert!(body.is_empty());
         grant.scopes.push("files:write".into());
-        assert!(check_scopes(&Refuses, &grant, &Scoped, &incoming).is_none());
+        let (config, parts) = guarded(Some(grant));
+        assert!(check_scopes(&config, &parts, &Scoped, &incoming).is_none());
         // Nothing needed: the guard is not asked.
         let list = modelctx_types::decode(br#"{"jsonrpc":"2.0","method":"x"}"#).unwrap();
-        assert!(check_scopes(&Refuses, &Grant::new("i", "s"), &Scoped, &list).is_none());
+        let (config, parts) = guarded(Some(Grant::new("i", "s")));
+        assert!(check_scopes(&config, &parts, &Scoped, &list).is_none());
+        // No guard configured: a grant a layer in front put there is not checked here.
+        let (_, parts) = guarded(Some(Grant::new("i", "s")));
+        assert!(check_scopes(&ServerConfig::default(), &parts, &Scoped, &incoming).is_none());
     }
 
     #[test]
@@ -417,12 +464,15 @@ mod tests {
             .unwrap()
             .into_parts();
         let grant = Arc::new(Grant::new("https://id.example.com", "alice"));
-        admit(&mut parts, &grant);
+        let guard: Arc<dyn Guard> = Arc::new(Refuses);
+        admit(&mut parts, &grant, &guard);
         assert_eq!(
             parts.extensions.get::<Principal>(),
             Some(&Principal("https://id.example.com alice".into()))
         );
         assert_eq!(parts.extensions.get::<Arc<Grant>>(), Some(&grant));
+        let admitting = parts.extensions.get::<Arc<dyn Guard>>().expect("the guard");
+        assert!(Arc::ptr_eq(admitting, &guard));
         assert!(parts.headers.get(header::AUTHORIZATION).is_none());
         assert!(parts.headers.get("dpop").is_none());
         assert_eq!(parts.headers["x-other"], "kept");

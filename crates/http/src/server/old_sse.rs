@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::app::{LegacySession, McpApp, Principal, RequestContext};
 use super::endpoint::Shared;
-use super::guard::{self, Grant, Guard};
+use super::guard;
 use super::respond::{self, ResponseBody, sse_headers};
 use crate::sse::StreamBody;
 
@@ -87,14 +87,13 @@ pub(crate) async fn open(
 }
 
 /// POST on the messages path: the message goes to the session; the answer comes on its stream.
-/// With a guard (`auth`: it and the grant it gave), a message with a request that needs a scope
-/// the grant lacks is refused (the guard's challenge) before the session sees any of it.
+/// With a guard, a message with a request that needs a scope the grant lacks is refused (the
+/// guard's challenge) before the session sees any of it.
 pub(crate) async fn post(
     shared: &Arc<Shared>,
     app: &Arc<dyn McpApp>,
     parts: Arc<http::request::Parts>,
     body: Bytes,
-    auth: Option<(&dyn Guard, &Grant)>,
 ) -> Response<ResponseBody> {
     let id = parts
         .uri
@@ -126,9 +125,7 @@ pub(crate) async fn post(
             return respond::error(StatusCode::BAD_REQUEST, reply.id, reply.error);
         }
     };
-    if let Some((guard, grant)) = auth
-        && let Some(refused) = guard::check_scopes(guard, grant, app.as_ref(), &incoming)
-    {
+    if let Some(refused) = guard::check_scopes(&shared.config, &parts, app.as_ref(), &incoming) {
         return refused;
     }
     let Some(handler) = session.handler.get() else {

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
 use super::endpoint::{Shared, TableSizes};
-use super::guard::{self, Grant, Guard, Metadata};
+use super::guard::{self, Metadata};
 use super::legacy::{Decision, Refused, Session};
 use super::modern;
 use super::respond::{self, ResponseBody, sse_headers};
@@ -25,6 +25,13 @@ use crate::event_store::{BoxFuture, EventId};
 use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::security::{self, AllowList};
 use crate::sse::StreamBody;
+
+/// The deprecated HTTP+SSE transport's paths, when a request's path is one of them.
+#[cfg(feature = "legacy-sse")]
+type OldSse<'a> = Option<&'a super::OldSsePaths>;
+/// Without feature `legacy-sse`, never any.
+#[cfg(not(feature = "legacy-sse"))]
+type OldSse<'a> = Option<&'a ()>;
 
 /// The MCP endpoint as a `tower::Service` (cheap to clone: clones share everything).
 #[derive(Clone)]
@@ -142,7 +149,7 @@ impl McpService {
             path == paths.sse || path == paths.messages
         });
         #[cfg(not(feature = "legacy-sse"))]
-        let old_sse: Option<()> = None;
+        let old_sse: OldSse<'_> = None;
         if old_sse.is_none()
             && let Some(path) = &config.path
             && parts.uri.path() != path
@@ -173,7 +180,7 @@ impl McpService {
         };
         let Some(guard) = &config.guard else {
             self.maybe_sweep().await;
-            return self.route(parts, body, None).await;
+            return self.route(parts, body, old_sse).await;
         };
         // Authenticated from the head alone, while counted in flight (a guard may wait for its
         // keys): refused, nothing else happens. The guard sees the URI the client sent (a DPoP
@@ -189,11 +196,9 @@ impl McpService {
             Ok(grant) => Arc::new(grant),
             Err(challenge) => return guard::refusal(challenge),
         };
-        guard::admit(&mut parts, &grant);
+        guard::admit(&mut parts, &grant, guard);
         self.maybe_sweep().await;
-        let mut response = self
-            .route(parts, body, Some((guard.as_ref(), &grant)))
-            .await;
+        let mut response = self.route(parts, body, old_sse).await;
         guard.on_success(&grant, response.headers_mut());
         response
     }
@@ -214,24 +219,24 @@ impl McpService {
         guard::metadata_response(&parts.method, metadata)
     }
 
-    /// Dispatches a request that passed the checks (and the guard, which granted `auth`'s
-    /// grant, when one is set) by path and method.
+    /// Dispatches a request that passed the checks (and the guard, when one is set: its grant
+    /// is in the request's extensions) by path and method. `old_sse`: the deprecated HTTP+SSE
+    /// transport's paths, when the request's path is one of them (as `handle` matched it).
     async fn route<B>(
         &self,
         parts: http::request::Parts,
         body: B,
-        auth: Option<(&dyn Guard, &Grant)>,
+        old_sse: OldSse<'_>,
     ) -> Response<ResponseBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let config = &self.shared.config;
+        #[cfg(not(feature = "legacy-sse"))]
+        let _ = old_sse;
         #[cfg(feature = "legacy-sse")]
-        if let Some(paths) = config.old_sse.as_ref().filter(|paths| {
-            let path = parts.uri.path();
-            path == paths.sse || path == paths.messages
-        }) {
+        if let Some(paths) = old_sse {
             let path = parts.uri.path();
             return match parts.method {
                 Method::GET if path == paths.sse => {
@@ -240,14 +245,8 @@ impl McpService {
                 Method::POST if path == paths.messages => {
                     match self.read_body(&parts, body).await {
                         Ok(bytes) => {
-                            super::old_sse::post(
-                                &self.shared,
-                                &self.app,
-                                Arc::new(parts),
-                                bytes,
-                                auth,
-                            )
-                            .await
+                            super::old_sse::post(&self.shared, &self.app, Arc::new(parts), bytes)
+                                .await
                         }
                         Err(refused) => *refused,
                     }
@@ -257,7 +256,7 @@ impl McpService {
             };
         }
         match parts.method {
-            Method::POST => self.post(parts, body, auth).await,
+            Method::POST => self.post(parts, body).await,
             Method::GET if config.serves_legacy() => self.get(parts).await,
             Method::DELETE if config.serves_legacy() => self.delete(parts).await,
             _ if config.serves_legacy() => respond::not_allowed("GET, POST, DELETE"),
@@ -265,12 +264,7 @@ impl McpService {
         }
     }
 
-    async fn post<B>(
-        &self,
-        parts: http::request::Parts,
-        body: B,
-        auth: Option<(&dyn Guard, &Grant)>,
-    ) -> Response<ResponseBody>
+    async fn post<B>(&self, parts: http::request::Parts, body: B) -> Response<ResponseBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
@@ -295,9 +289,7 @@ impl McpService {
             Err(error) => return decode_error(&error),
         };
         // Scopes before anything of the message is processed (no part of a batch either).
-        if let Some((guard, grant)) = auth
-            && let Some(refused) = guard::check_scopes(guard, grant, self.app.as_ref(), &incoming)
-        {
+        if let Some(refused) = guard::check_scopes(config, &parts, self.app.as_ref(), &incoming) {
             return refused;
         }
         let parts = Arc::new(parts);
@@ -795,7 +787,7 @@ pub(super) mod tests {
 
     use super::*;
     use crate::security::AllowList;
-    use crate::server::{LegacyHandler, ModernRequest};
+    use crate::server::{Grant, Guard, LegacyHandler, ModernRequest};
 
     fn accept(values: &[&str]) -> http::HeaderMap {
         let mut headers = http::HeaderMap::new();

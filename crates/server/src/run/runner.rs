@@ -47,7 +47,7 @@ pub(crate) struct Origin {
 
 impl Origin {
     /// The authenticated principal of the HTTP request, if any.
-    fn principal(&self) -> Option<&str> {
+    pub(crate) fn principal(&self) -> Option<&str> {
         #[cfg(feature = "http")]
         {
             self.http
@@ -252,10 +252,9 @@ impl Conn {
             }
             Ok(Change::Updated(uri)) => {
                 // A legacy subscription was allowed when it was made; the URIs of listen
-                // streams are checked against the hook here.
+                // streams are checked here (the hook, and the scopes against the grant).
                 let legacy = self.book.subscriptions.contains(&uri);
-                if legacy || crate::registry::may_subscribe(&self.shared, &uri, origin.principal())
-                {
+                if legacy || crate::registry::may_subscribe(&self.shared, &uri, origin) {
                     let _ = self.session.notify_resource_updated(&uri, legacy);
                 }
             }
@@ -456,7 +455,7 @@ fn subscription(
     if let Err(error) = crate::registry::check_uri_len(shared, "the uri", &uri) {
         return Some(Err(error));
     }
-    if subscribe && !crate::registry::may_subscribe(shared, &uri, origin.principal()) {
+    if subscribe && !crate::registry::may_subscribe(shared, &uri, origin) {
         return Some(Err(crate::wire::invalid_params(format!(
             "subscribing to {uri} is not allowed"
         ))));

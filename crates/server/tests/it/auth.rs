@@ -99,8 +99,9 @@ impl Ran {
 }
 
 /// A server whose tool `rm` needs `files:write`, prompt `secret` `prompts:read`, resource
-/// `file:///etc/passwd` `admin` and template `file:///home/{user}` `home`; `ls`,
-/// `file:///home/open` (which the template matches too) and `whoami` need nothing.
+/// `file:///etc/passwd` `admin` and template `file:///home/{user}` `home` (the prompt's and
+/// the template's completers count as handlers); `ls`, `file:///home/open` (which the template
+/// matches too) and `whoami` need nothing.
 fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
     let counted = |ran: &Ran| {
         let ran = ran.clone();
@@ -117,6 +118,13 @@ fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
         }
     };
     let prompt_ran = ran.clone();
+    let completed = |ran: &Ran| {
+        let ran = ran.clone();
+        move |_: String, _: serde_json::Map<String, Value>| {
+            ran.0.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(vec!["bob".to_owned()])
+        }
+    };
     Server::builder("s", "1")
         .tool(Tool::new("rm", counted(ran)).scopes(["files:write"]))
         .tool(Tool::new("ls", counted(ran)))
@@ -126,6 +134,7 @@ fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
                 prompt_ran.0.fetch_add(1, Ordering::SeqCst);
                 std::future::ready("the secret".to_owned())
             })
+            .complete("topic", completed(ran))
             .scopes(["prompts:read"]),
         )
         .resource(Resource::new("file:///etc/passwd", "passwd", read(ran)).scopes(["admin"]))
@@ -133,6 +142,7 @@ fn builder(ran: &Ran) -> modelctx_server::ServerBuilder {
         .resource_template(
             ResourceTemplate::new("file:///home/{user}", "home", read(ran))
                 .unwrap()
+                .complete("user", completed(ran))
                 .scopes(["home"]),
         )
 }
@@ -150,8 +160,21 @@ async fn whoami(context: Context, _: NoArgs) -> String {
     }
 }
 
+/// The scopes the transport is told `method` with `params` (as text) needs.
+fn scopes_of(server: &Server, method: &str, params: Option<&str>) -> Option<Vec<String>> {
+    let params = params.map(|p| serde_json::value::RawValue::from_string(p.to_owned()).unwrap());
+    McpApp::required_scopes(server, method, params.as_deref()).map(|s| s.to_vec())
+}
+
+/// The scopes the transport is told `method` on `name` (`params.uri` of a resource method,
+/// else `params.name`) needs.
 fn scopes(server: &Server, method: &str, name: Option<&str>) -> Option<Vec<String>> {
-    McpApp::required_scopes(server, method, name).map(|s| s.to_vec())
+    let member = match method {
+        consts::ResourcesRead::VALUE | consts::ResourcesSubscribe::VALUE => "uri",
+        _ => "name",
+    };
+    let params = name.map(|name| json!({ member: name }).to_string());
+    scopes_of(server, method, params.as_deref())
 }
 
 #[test]
@@ -192,9 +215,55 @@ fn the_scopes_of_each_kind_are_what_the_transport_is_told() {
         ),
         None
     );
+    // What the request names is read as routing reads it: the `uri` of a read, whatever
+    // `name` says beside it; a member given twice, the last one.
+    assert_eq!(
+        scopes_of(
+            &server,
+            read,
+            Some(r#"{"uri":"file:///etc/passwd","name":"ls"}"#)
+        ),
+        one("admin")
+    );
+    assert_eq!(
+        scopes_of(&server, call, Some(r#"{"name":"ls","name":"rm"}"#)),
+        one("files:write")
+    );
+    assert_eq!(
+        scopes_of(&server, call, Some(r#"{"name":"rm","name":"ls"}"#)),
+        None
+    );
+    // Completing runs a prompt's or a template's completers: their scopes.
+    let complete = consts::CompletionComplete::VALUE;
+    let completing = |reference: Value| {
+        let params = json!({"ref": reference, "argument": {"name": "user", "value": "b"}});
+        scopes_of(&server, complete, Some(&params.to_string()))
+    };
+    assert_eq!(
+        completing(json!({"type": consts::RefPrompt::VALUE, "name": "secret"})),
+        one("prompts:read")
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefResource::VALUE, "uri": "file:///home/{user}"})),
+        one("home")
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefResource::VALUE, "uri": "file:///etc/passwd"})),
+        one("admin")
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefPrompt::VALUE, "name": "rm"})),
+        None
+    );
+    assert_eq!(
+        completing(json!({"type": consts::RefResource::VALUE, "uri": "file:///home/open"})),
+        None
+    );
+    assert_eq!(scopes_of(&server, complete, None), None);
     // Handed out as the value kept since registration, not built per call.
-    let first = McpApp::required_scopes(&server, call, Some("rm")).unwrap();
-    let second = McpApp::required_scopes(&server, call, Some("rm")).unwrap();
+    let rm = serde_json::value::RawValue::from_string(r#"{"name":"rm"}"#.into()).unwrap();
+    let first = McpApp::required_scopes(&server, call, Some(&rm)).unwrap();
+    let second = McpApp::required_scopes(&server, call, Some(&rm)).unwrap();
     assert!(Arc::ptr_eq(&first, &second));
     // Items added while the server runs count too.
     server
@@ -483,6 +552,55 @@ async fn the_server_checks_scopes_with_its_guard_before_a_handler_runs() {
     );
     assert_eq!(ran.count(), 4);
 
+    // Completing a scoped prompt's argument or template's variable runs their completers: the
+    // same scopes. A `name` beside a read's `uri` does not change what the read needs.
+    let complete = consts::CompletionComplete::VALUE;
+    let completing = |reference: Value, argument: &str| json!({"ref": reference, "argument": {"name": argument, "value": "b"}});
+    let prompt_ref = json!({"type": consts::RefPrompt::VALUE, "name": "secret"});
+    let template_ref = json!({"type": consts::RefResource::VALUE, "uri": "file:///home/{user}"});
+    let reply = modern(
+        &service,
+        complete,
+        "",
+        completing(prompt_ref, "topic"),
+        nobody(),
+    )
+    .await;
+    refused(&reply, "prompts:read");
+    let reply = modern(
+        &service,
+        complete,
+        "",
+        completing(template_ref.clone(), "user"),
+        nobody(),
+    )
+    .await;
+    refused(&reply, "home");
+    let reply = modern(
+        &service,
+        read,
+        "file:///etc/passwd",
+        json!({"uri": "file:///etc/passwd", "name": "ls"}),
+        nobody(),
+    )
+    .await;
+    refused(&reply, "admin");
+    assert_eq!(ran.count(), 4, "no completer ran");
+    let reply = modern(
+        &service,
+        complete,
+        "",
+        completing(template_ref, "user"),
+        Some(grant("alice", &["home"])),
+    )
+    .await;
+    assert_eq!(
+        reply["result"]["completion"]["values"],
+        json!(["bob"]),
+        "{reply}"
+    );
+    assert_eq!(ran.count(), 5);
+
     // Legacy sessions: the call, and a subscription to a scoped resource.
     let session = open(&service, nobody()).await;
     let reply = legacy(
@@ -504,7 +622,7 @@ async fn the_server_checks_scopes_with_its_guard_before_a_handler_runs() {
     );
     let reply = legacy(&service, &session, twice, Some(grant("bob", &[]))).await;
     refused(&reply, "files:write");
-    assert_eq!(ran.count(), 4, "no handler ran");
+    assert_eq!(ran.count(), 5, "no handler ran");
 }
 
 #[tokio::test]
@@ -576,6 +694,46 @@ async fn over_http_a_scoped_tool_is_refused_403_and_the_caller_is_seen() {
     assert_eq!(ran.count(), 1);
     let (_, _, messages) = send(&service, with("whoami", Some("carol x y"))).await;
     assert_eq!(text(&messages[0]), "carol - x,y");
+    // The transport asks the server's reader: completing a scoped prompt's argument, and a
+    // read whose `name` names an unscoped tool beside its scoped `uri`, are refused 403.
+    let modern_post = |method: &str, params: Value, credentials: &str| {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": MODERN.as_str(),
+            "io.modelcontextprotocol/clientCapabilities": {}});
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let name = params["uri"].as_str().unwrap_or_default().to_owned();
+        let mut request = post(MODERN, body.to_string(), Some((method, &name)), None, None);
+        let value = HeaderValue::from_str(&format!("Bearer {credentials}")).unwrap();
+        request.headers_mut().insert(header::AUTHORIZATION, value);
+        request
+    };
+    let completion = json!({"ref": {"type": consts::RefPrompt::VALUE, "name": "secret"},
+        "argument": {"name": "topic", "value": "b"}});
+    let request = modern_post(
+        consts::CompletionComplete::VALUE,
+        completion.clone(),
+        "erin files:*",
+    );
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{messages:?}");
+    let read = json!({"uri": "file:///etc/passwd", "name": "ls"});
+    let request = modern_post(consts::ResourcesRead::VALUE, read, "erin files:*");
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{messages:?}");
+    assert_eq!(ran.count(), 1, "no completer or reader ran");
+    let request = modern_post(
+        consts::CompletionComplete::VALUE,
+        completion,
+        "erin prompts:read",
+    );
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        messages[0]["result"]["completion"]["values"],
+        json!(["bob"])
+    );
+    assert_eq!(ran.count(), 2);
     // Legacy: the session is opened and used by the same caller.
     let legacy_post = |body: String, session: Option<&str>| {
         let mut request = post(LEGACY, body, None, session, None);
@@ -597,4 +755,111 @@ async fn over_http_a_scoped_tool_is_refused_403_and_the_caller_is_seen() {
     assert_eq!(status, StatusCode::ACCEPTED);
     let (_, _, messages) = send(&service, legacy_post(call("whoami"), Some(&session))).await;
     assert_eq!(text(&messages[0]), "dave - files:*");
+}
+
+/// Review 2: a listen stream whose filter names a scoped resource hears of its changes only
+/// when the caller holds its scopes, as a legacy `resources/subscribe` of it would be refused.
+#[tokio::test]
+async fn a_listen_stream_hears_only_of_resources_its_caller_may_read() {
+    use axum::body::HttpBody;
+
+    let server = Arc::new(builder(&Ran::default()).build());
+    let service = McpService::new(HttpConfig::default(), server.clone()).unwrap();
+    let listen = consts::SubscriptionsListen::VALUE;
+    // What the stream says after its acknowledgement, once `file:///home/open` changed.
+    let heard = |scopes: &'static [&'static str]| {
+        let server = server.clone();
+        let service = &service;
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": listen, "params": {
+                "notifications": {"resourceSubscriptions":
+                    ["file:///etc/passwd", "file:///home/open"]},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": MODERN.as_str(),
+                    "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let request = post(
+                MODERN,
+                body.to_string(),
+                Some((listen, "")),
+                None,
+                Some(grant("alice", scopes)),
+            );
+            let response = service.handle(request).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            let mut body = std::pin::pin!(response.into_body());
+            let mut text = String::new();
+            let mut notified = false;
+            within("the listen stream", async {
+                loop {
+                    let frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+                    let data = frame.expect("the stream goes on").unwrap();
+                    let Ok(data) = data.into_data() else {
+                        continue;
+                    };
+                    text.push_str(std::str::from_utf8(&data).unwrap());
+                    if !notified
+                        && text.contains(consts::NotificationsSubscriptionsAcknowledged::VALUE)
+                    {
+                        notified = true;
+                        text.clear();
+                        server.notify_resource_updated("file:///etc/passwd");
+                        server.notify_resource_updated("file:///home/open");
+                    }
+                    if notified && text.contains("file:///home/open") {
+                        return text;
+                    }
+                }
+            })
+            .await
+        }
+    };
+    let without = heard(&["home"]).await;
+    assert!(!without.contains("file:///etc/passwd"), "{without}");
+    let with = heard(&["admin"]).await;
+    assert!(with.contains("file:///etc/passwd"), "{with}");
+}
+
+/// Review 6: the server's own check asks the guard that admitted the request (here the
+/// configuration's: the server has none of its own), so that guard's scope hierarchy applies
+/// in both checks; nothing of it is remembered for another endpoint.
+#[tokio::test]
+async fn the_server_checks_scopes_with_the_guard_that_admitted_the_request() {
+    let ran = Ran::default();
+    let server = builder(&ran).build();
+    let mut config = HttpConfig::default();
+    config.guard = Some(Arc::new(FakeGuard::default()));
+    let service = server.http_service(config).unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": consts::ToolsCall::VALUE,
+        "params": {"name": "rm", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN.as_str(),
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let mut request = post(
+        MODERN,
+        body.to_string(),
+        Some((consts::ToolsCall::VALUE, "rm")),
+        None,
+        None,
+    );
+    request.headers_mut().insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer alice files:*"),
+    );
+    let (status, _, messages) = send(&service, request).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text(&messages[0]), "done", "{messages:?}");
+    assert_eq!(ran.count(), 1);
+    // Another endpoint of the same server without a guard: a grant a layer in front put there
+    // is compared exactly (no guard admitted it, and the server has none of its own).
+    let unguarded = server.http_service(HttpConfig::default()).unwrap();
+    let rm = json!({"name": "rm", "arguments": {}});
+    let reply = modern(
+        &unguarded,
+        consts::ToolsCall::VALUE,
+        "rm",
+        rm,
+        Some(grant("alice", &["files:*"])),
+    )
+    .await;
+    refused(&reply, "files:write");
+    assert_eq!(ran.count(), 1);
 }
