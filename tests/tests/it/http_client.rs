@@ -1486,3 +1486,56 @@ async fn the_session_id_comes_from_the_request_marked_as_starting_the_session() 
         assert_eq!(transport.session_id(), expected, "after {method}");
     }
 }
+
+/// A pooled connection idle for longer than `pool_idle_timeout` is not reused: the next POST
+/// opens a new connection (so that, with the timeout below the server's idle keep-alive timeout,
+/// no request goes out on a connection the server is closing); within it, it is reused.
+#[tokio::test]
+async fn a_connection_idle_past_the_pool_timeout_is_not_reused() {
+    use modelctx_http::client::HttpTransport;
+    use modelctx_types::{Message, Notification};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt;
+
+    // The connection number of each POST the server read.
+    let seen: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        let mut connections = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let number = connections;
+            connections += 1;
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while read_raw_request(&mut tcp, &mut buf).await.is_some() {
+                    log.lock().unwrap().push(number);
+                    let accepted = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n";
+                    if tcp.write_all(accepted).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    config.pool_idle_timeout = Duration::from_millis(100);
+    let transport = HttpTransport::new(&url(addr), config).unwrap();
+    let note =
+        || Message::Notification(Notification::new("notifications/progress", &json!({})).unwrap());
+    for (n, idle) in [
+        (1, Duration::ZERO),
+        (2, Duration::ZERO),
+        (3, Duration::from_millis(300)),
+    ] {
+        // The third POST comes after the connection was idle for three times the pool's timeout.
+        tokio::time::sleep(idle).await;
+        transport.send(note()).unwrap();
+        eventually("the POST is read", || seen.lock().unwrap().len() == n).await;
+        eventually("the POST is done", || transport.table_sizes().tasks == 0).await;
+    }
+    assert_eq!(*seen.lock().unwrap(), vec![0, 0, 1]);
+}

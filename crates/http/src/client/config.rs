@@ -40,7 +40,11 @@ pub struct ClientConfig {
     /// [`TransportError::Timeout`](super::TransportError::Timeout); an error body is left
     /// unread), freeing its place under `max_in_flight`.
     pub one_way_timeout: Duration,
-    /// How long an idle pooled connection is kept (default 90 s).
+    /// How long an idle pooled connection is kept for reuse (default 4 s). Keep it below the
+    /// server's idle keep-alive timeout (modelctx closes an idle HTTP/1 connection after its
+    /// `header_timeout`, 10 s by default; Node after 5 s): a request written on a connection the
+    /// server is closing at that moment is lost (the client retries only requests not yet
+    /// written, and a tool call without `idempotentHint` is not sent again).
     pub pool_idle_timeout: Duration,
     /// Time given to the `DELETE` that ends a legacy session on close (default 5 s).
     pub delete_timeout: Duration,
@@ -131,7 +135,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             response_timeout: None,
             one_way_timeout: Duration::from_secs(30),
-            pool_idle_timeout: Duration::from_secs(90),
+            pool_idle_timeout: Duration::from_secs(4),
             delete_timeout: Duration::from_secs(5),
             reconnect: Reconnect::default(),
             max_reissues: 2,

@@ -25,6 +25,10 @@ pub(crate) async fn connect(url: &str, modern: bool) -> Result<Client, String> {
     } else {
         ProtocolVersion::V2025_11_25
     };
+    // Pooled connections are not reused once idle for half the server's header timeout (which
+    // closes idle kept-alive connections): no request goes out on a connection being closed.
+    let mut transport = modelctx_client::HttpConfig::default();
+    transport.pool_idle_timeout = crate::server::HEADER_TIMEOUT / 2;
     let connect = Client::builder("soak", "1")
         .protocol_version(version)
         .request_timeout(Some(CALL_TIMEOUT))
@@ -34,7 +38,7 @@ pub(crate) async fn connect(url: &str, modern: bool) -> Result<Client, String> {
             content.insert("confirm".into(), json!(true));
             Ok(Elicited::accept(content))
         })
-        .connect_http(url);
+        .connect_http_with(url, transport);
     tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(5), connect)
         .await
         .map_err(|_| "connect: no outcome in time".to_owned())?
