@@ -456,6 +456,7 @@ pub(crate) enum Found<'a> {
 
 impl Found<'_> {
     /// The scopes reading or subscribing to what was found needs.
+    #[cfg(feature = "http")]
     pub(crate) fn scopes(&self) -> &crate::handler::Scopes {
         match self {
             Found::Resource(resource) => &resource.scopes,
