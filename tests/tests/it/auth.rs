@@ -225,6 +225,14 @@ impl Answer {
 }
 
 impl Protected {
+    /// A client-credentials access token for this server's resource, with `scope`.
+    pub(crate) async fn token(&self, scope: &str) -> String {
+        self.auth
+            .client_credentials(scope, &self.resource)
+            .await
+            .access_token
+    }
+
     /// The URL of the metadata, as the challenges name it.
     pub(crate) fn metadata_url(&self) -> String {
         format!(
@@ -383,11 +391,7 @@ fn good_claims(auth: &As, resource: &str) -> Value {
 async fn a_valid_jwt_is_accepted_in_both_eras_and_the_handler_sees_the_caller() {
     let Some(p) = protected().await else { return };
     // Modern: a client-credentials token (subject: the client).
-    let token = p
-        .auth
-        .client_credentials("mcp files:write", &p.resource)
-        .await
-        .access_token;
+    let token = p.token("mcp files:write").await;
     let answer = p.call(Some(&token), "whoami").await;
     assert_eq!(answer.status, 200, "{answer:?}");
     let caller = answer.caller();
@@ -415,11 +419,7 @@ async fn a_valid_jwt_is_accepted_in_both_eras_and_the_handler_sees_the_caller() 
 #[tokio::test]
 async fn handlers_never_see_the_authorization_header_or_the_token() {
     let Some(p) = protected().await else { return };
-    let token = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let token = p.token("mcp").await;
     let answer = p.call(Some(&token), "whoami").await;
     let caller = answer.caller();
     assert_eq!(caller["authorization"], false, "{caller}");
@@ -442,11 +442,7 @@ async fn an_expired_token_is_refused_once_past_the_leeway() {
         .client_credentials_ttl("mcp", &p.resource, Duration::from_secs(2))
         .await
         .access_token;
-    let long = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let long = p.token("mcp").await;
     let time = |token: &str, claim: &str| {
         let seconds = decode_unverified(token).1[claim].as_u64().expect(claim);
         SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
@@ -663,19 +659,11 @@ async fn a_storm_of_unknown_kids_costs_the_authorization_server_at_most_one_key_
 #[tokio::test]
 async fn after_a_key_rotation_old_and_new_tokens_are_valid_with_one_refetch() {
     let Some(p) = protected().await else { return };
-    let old = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let old = p.token("mcp").await;
     assert_eq!(p.call(Some(&old), "whoami").await.status, 200);
     assert_eq!(p.auth.stats().await.jwks, 1);
     assert_eq!(p.auth.rotate().await, "k2");
-    let new = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let new = p.token("mcp").await;
     assert_eq!(decode_unverified(&new).0["kid"], "k2");
     // Right after the fetch, an unknown kid does not cause another one (at most one per 30 s):
     // the new key is not known yet.
@@ -714,11 +702,7 @@ fn assert_insufficient(p: &Protected, answer: &Answer, scope: &str, what: &str) 
 #[tokio::test]
 async fn a_missing_scope_is_403_naming_it_per_tool_prompt_and_resource() {
     let Some(p) = protected().await else { return };
-    let plain = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let plain = p.token("mcp").await;
     let get = |name: &str| json!({"name": name, "arguments": {}});
     let prompt = consts::PromptsGet::VALUE;
     let read = consts::ResourcesRead::VALUE;
@@ -733,11 +717,7 @@ async fn a_missing_scope_is_403_naming_it_per_tool_prompt_and_resource() {
         .await;
     assert_insufficient(&p, &notes, "demo:admin files:write", "the resource");
     // One of the two is not enough.
-    let writer = p
-        .auth
-        .client_credentials("mcp files:write", &p.resource)
-        .await
-        .access_token;
+    let writer = p.token("mcp files:write").await;
     let notes = p
         .modern(Some(&writer), read, Some(NOTES), json!({"uri": NOTES}))
         .await;
@@ -749,11 +729,7 @@ async fn a_missing_scope_is_403_naming_it_per_tool_prompt_and_resource() {
     assert_eq!(p.ran.load(Ordering::SeqCst), 0, "no handler ran");
 
     // Granted: 200, and the handlers run.
-    let all = p
-        .auth
-        .client_credentials("mcp files:write demo:admin", &p.resource)
-        .await
-        .access_token;
+    let all = p.token("mcp files:write demo:admin").await;
     assert_eq!(p.call(Some(&all), "rm").await.text(), "removed");
     let secret = p
         .modern(Some(&all), prompt, Some("secret"), get("secret"))
@@ -838,11 +814,7 @@ async fn an_introspected_token_is_not_served_from_the_cache_past_its_expiry() {
 async fn a_legacy_session_is_404_to_another_subject() {
     let Some(p) = protected().await else { return };
     let alice = p.auth.auth_code_pkce("mcp", &p.resource).await.access_token;
-    let service = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let service = p.token("mcp").await;
     let session = p.open(&alice).await;
     let theirs = p.legacy_call(Some(&service), &session, "whoami").await;
     assert_eq!(theirs.status, 404, "{theirs:?}");
@@ -865,11 +837,7 @@ async fn several_issuers_are_accepted_each_for_its_own_tokens() {
         return;
     };
     // The second AS must issue for our resource: sign its own token for it.
-    let first = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let first = p.token("mcp").await;
     let theirs = second
         .sign(json!({}), json!({"aud": p.resource, "sub": "carol"}))
         .await;
@@ -912,11 +880,7 @@ async fn a_static_token_verifier_is_asked_besides_the_issuers() {
         "another secret",
     );
     // The issuer's tokens still work.
-    let token = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let token = p.token("mcp").await;
     assert_eq!(p.call(Some(&token), "whoami").await.caller()["sub"], "svc");
     p.stop().await;
 }

@@ -196,11 +196,7 @@ async fn invalid_tokens_get_401_with_invalid_token() {
 #[tokio::test]
 async fn a_refused_request_is_not_processed_and_gets_no_data() {
     let Some(p) = protected().await else { return };
-    let plain = p
-        .auth
-        .client_credentials("mcp", &p.resource)
-        .await
-        .access_token;
+    let plain = p.token("mcp").await;
     for (token, status) in [
         (None, 401),
         (Some("garbage"), 401),
@@ -237,11 +233,7 @@ async fn every_request_is_authenticated_even_inside_a_session() {
     let Some((p, clock)) = protected_with_clock().await else {
         return;
     };
-    let token = p
-        .auth
-        .client_credentials("mcp files:write", &p.resource)
-        .await
-        .access_token;
+    let token = p.token("mcp files:write").await;
     let session = p.open(&token).await;
     assert_eq!(
         p.legacy_call(Some(&token), &session, "rm").await.text(),
