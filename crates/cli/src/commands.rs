@@ -9,6 +9,7 @@ use modelctx_client::{
     CallOptions, Client, ClientBuilder, CompletionRef, Era, HttpConfig, JsonObject, LogLevel,
     ServerCommand, ServerNotification,
 };
+use modelctx_types::consts::{ToolsCall, ToolsList};
 use serde_json::{Value, json};
 
 use crate::output::{content, field, first_line, resource_contents, table};
@@ -106,6 +107,7 @@ async fn connect(target: &Target) -> Result<Client, String> {
             .args(args)
             // The server's own messages are the user's to see.
             .stderr(modelctx_stdio::Stderr::Inherit);
+        let command = target.child_env.apply(command)?;
         return builder
             .connect_stdio(command)
             .await
@@ -114,6 +116,7 @@ async fn connect(target: &Target) -> Result<Client, String> {
     if let Some(url) = &target.url {
         let bearer = bearer(target)?;
         let config = http_config(&target.headers, bearer.as_deref())?;
+        let config = crate::reach::with_tls(config, target.cacert.as_deref())?;
         return builder
             .connect_http_with(url, config)
             .await
@@ -269,58 +272,10 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                 say!("ok: {how} answered in {ms:.1} ms");
             }
         }
-        ClientCommand::Tools(ToolsCommand::List) => {
-            let tools = list_all(client, "tools/list", "tools").await?;
-            if json {
-                print_json(&json!({ "tools": tools }));
-            } else {
-                let rows: Vec<Vec<String>> = tools
-                    .iter()
-                    .map(|t| vec![field(t, "name"), first_line(&t["description"])])
-                    .collect();
-                table(&["NAME", "DESCRIPTION"], &rows);
-            }
-        }
-        ClientCommand::Tools(ToolsCommand::Call { name, args }) => {
-            let arguments: Value = match args.as_deref() {
-                None => json!({}),
-                Some(text) => serde_json::from_str(text)
-                    .map_err(|e| Failure::Message(format!("--args: invalid JSON: {e}")))?,
-            };
-            if !arguments.is_object() {
-                return Err(Failure::Message("--args: must be a JSON object".into()));
-            }
-            let mut params = JsonObject::new();
-            params.insert("name".into(), Value::String(name.clone()));
-            params.insert("arguments".into(), arguments);
-            let (options, shown) = crate::progress::options();
-            let result = client.request("tools/call", params, options).await;
-            drop(shown);
-            let result = result?;
-            let failed = result["isError"] == true;
-            if json {
-                print_json(&result);
-            } else {
-                let blocks = result["content"].as_array().cloned().unwrap_or_default();
-                let text: Vec<String> = blocks.iter().map(content).collect();
-                if failed {
-                    let text = text.join(" ");
-                    eprintln!(
-                        "mcx: tool `{}` failed: {}",
-                        crate::output::for_stderr(&name),
-                        crate::output::for_stderr(&text)
-                    );
-                } else if blocks.is_empty() {
-                    print_json(&result["structuredContent"]);
-                } else {
-                    for line in text {
-                        say!("{line}");
-                    }
-                }
-            }
-            if failed {
-                return Err(Failure::Silent);
-            }
+        ClientCommand::Tools(ToolsCommand::List) => tools_list(client, json).await?,
+        ClientCommand::Tools(ToolsCommand::Show { name }) => tools_show(client, &name, json).await?,
+        ClientCommand::Tools(ToolsCommand::Call { name, args, arg }) => {
+            tools_call(client, &name, args.as_deref(), &arg, json).await?;
         }
         ClientCommand::Resources(ResourcesCommand::List) => {
             let resources = list_all(client, "resources/list", "resources").await?;
@@ -465,6 +420,134 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// `tools list`: a table of the tools, their arguments and descriptions (task-only tools
+/// marked), or the list as JSON.
+async fn tools_list(client: &Client, json: bool) -> Result<(), Failure> {
+    let tools = list_all(client, ToolsList::VALUE, "tools").await?;
+    if json {
+        print_json(&json!({ "tools": tools }));
+    } else {
+        table(&["NAME", "ARGUMENTS", "DESCRIPTION"], &tools_rows(&tools));
+    }
+    Ok(())
+}
+
+/// The rows of the `tools list` table.
+fn tools_rows(tools: &[Value]) -> Vec<Vec<String>> {
+    tools
+        .iter()
+        .map(|t| {
+            let description = first_line(&t["description"]);
+            let description = if crate::tools::task_only(t) {
+                format!("({}) {description}", crate::tools::TASK_ONLY)
+            } else {
+                description
+            };
+            vec![
+                field(t, "name"),
+                crate::tools::signature(t),
+                description.trim_end().to_owned(),
+            ]
+        })
+        .collect()
+}
+
+/// The listed tool called `name`, if the server lists one.
+async fn find_tool(client: &Client, name: &str) -> Result<Option<Value>, Failure> {
+    let tools = list_all(client, ToolsList::VALUE, "tools").await?;
+    Ok(tools.into_iter().find(|t| t["name"] == name))
+}
+
+/// `tools show NAME`: the whole tool, pretty, or as JSON.
+async fn tools_show(client: &Client, name: &str, json: bool) -> Result<(), Failure> {
+    let Some(tool) = find_tool(client, name).await? else {
+        return Err(Failure::Message(format!(
+            "no tool `{name}` on this server (`mcx tools list` lists them)"
+        )));
+    };
+    if json {
+        print_json(&tool);
+    } else {
+        for line in crate::tools::describe(&tool) {
+            say!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// `tools call NAME`: the arguments from `--args` and `--arg` (typed by the tool's input
+/// schema, listed first when there are `--arg`s), the call with progress, its content printed.
+/// A tool that can only run as a task is refused with a message saying so: before the call
+/// when the tool was listed, else when the call fails (or answers with something other than a
+/// tool result).
+async fn tools_call(
+    client: &Client,
+    name: &str,
+    args: Option<&str>,
+    arg: &[String],
+    json: bool,
+) -> Result<(), Failure> {
+    let listed = if arg.is_empty() {
+        None
+    } else {
+        find_tool(client, name).await?
+    };
+    if listed.as_ref().is_some_and(crate::tools::task_only) {
+        return Err(Failure::Message(crate::tools::task_only_refusal(name)));
+    }
+    let schema = listed.as_ref().map_or(&Value::Null, |t| &t["inputSchema"]);
+    let arguments = crate::tools::arguments(args, arg, schema)?;
+    let mut params = JsonObject::new();
+    params.insert("name".into(), Value::String(name.to_owned()));
+    params.insert("arguments".into(), arguments);
+    let (options, shown) = crate::progress::options();
+    let result = client.request(ToolsCall::VALUE, params, options).await;
+    drop(shown);
+    // A task-only tool called without a task: the server's error (or a task instead of a
+    // result) would not say what is wrong.
+    let refused = match &result {
+        Err(modelctx_client::Error::Remote(_) | modelctx_client::Error::InvalidResult { .. }) => {
+            true
+        }
+        Ok(result) => !result["content"].is_array(),
+        Err(_) => false,
+    };
+    if refused
+        && listed.is_none()
+        && find_tool(client, name)
+            .await
+            .is_ok_and(|tool| tool.as_ref().is_some_and(crate::tools::task_only))
+    {
+        return Err(Failure::Message(crate::tools::task_only_refusal(name)));
+    }
+    let result = result?;
+    let failed = result["isError"] == true;
+    if json {
+        print_json(&result);
+    } else {
+        let blocks = result["content"].as_array().cloned().unwrap_or_default();
+        let text: Vec<String> = blocks.iter().map(content).collect();
+        if failed {
+            let text = text.join(" ");
+            eprintln!(
+                "mcx: tool `{}` failed: {}",
+                crate::output::for_stderr(name),
+                crate::output::for_stderr(&text)
+            );
+        } else if blocks.is_empty() {
+            print_json(&result["structuredContent"]);
+        } else {
+            for line in text {
+                say!("{line}");
+            }
+        }
+    }
+    if failed {
+        return Err(Failure::Silent);
     }
     Ok(())
 }

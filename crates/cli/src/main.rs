@@ -45,6 +45,8 @@ mod demo;
 mod output;
 mod progress;
 mod proxy;
+mod reach;
+mod tools;
 mod walkthrough;
 mod words;
 
@@ -65,7 +67,9 @@ struct Cli {
 #[derive(Args, Debug, Default, Clone)]
 pub(crate) struct Target {
     /// Run this command line as an MCP server over stdio (split like a shell, without
-    /// expansions).
+    /// expansions). The server's environment is filtered: it gets only a few of mcx's variables
+    /// (HOME, PATH, USER, SHELL, TERM, LANG, TMPDIR and the like); add some with --env, or pass
+    /// them all with --inherit-env.
     #[arg(long, value_name = "COMMAND", conflicts_with = "url")]
     pub(crate) stdio: Option<String>,
     /// Talk to the Streamable HTTP endpoint at this URL.
@@ -95,6 +99,13 @@ pub(crate) struct Target {
     /// error, critical, alert, emergency); they are printed to stderr.
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+    /// Trust the certificate authorities in this PEM file (one or more certificates), besides
+    /// the usual public ones (the webpki roots), for an https URL (with --url).
+    #[arg(long, value_name = "PATH", requires = "url")]
+    pub(crate) cacert: Option<std::path::PathBuf>,
+    // The environment of a --stdio server.
+    #[command(flatten)]
+    pub(crate) child_env: reach::ChildEnv,
 }
 
 #[derive(Subcommand, Debug)]
@@ -127,7 +138,10 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ProxyArgs {
-    /// The server's command line (split like a shell, without expansions).
+    /// The server's command line (split like a shell, without expansions). The children's
+    /// environment is filtered: they get only a few of mcx's variables (HOME, PATH, USER, SHELL,
+    /// TERM, LANG, TMPDIR and the like); add some with --env, or pass them all with
+    /// --inherit-env.
     #[arg(long, value_name = "COMMAND")]
     stdio: String,
     /// The address to serve on, such as 127.0.0.1:8080 (port 0: any free port); the URL is
@@ -158,6 +172,9 @@ struct ProxyArgs {
     verbose: bool,
     #[command(flatten)]
     auth: auth::AuthArgs,
+    // The children's environment.
+    #[command(flatten)]
+    child_env: reach::ChildEnv,
 }
 
 #[derive(Subcommand, Debug)]
@@ -184,7 +201,8 @@ struct ServeDemo {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum ToolsCommand {
-    /// List the tools.
+    /// List the tools with their arguments (`?`: optional) and the first line of their
+    /// descriptions.
     List,
     /// Call a tool.
     Call {
@@ -193,6 +211,19 @@ pub(crate) enum ToolsCommand {
         /// Its arguments, a JSON object.
         #[arg(long, value_name = "JSON")]
         args: Option<String>,
+        /// One argument, `key=value` (repeatable; merged into --args, over an argument of the
+        /// same name there). The value is taken as JSON when it is a JSON number, true, false,
+        /// null, an object or an array, and as a string otherwise; it stays a string when the
+        /// tool's input schema gives the argument the type string (`--arg code=42` then sends
+        /// "42"). A value in JSON quotes is a string with its quotes: use --args for that.
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        arg: Vec<String>,
+    },
+    /// Show a tool in full: its description, input and output schemas, annotations and task
+    /// support (the tool object as JSON with --json).
+    Show {
+        /// The tool's name.
+        name: String,
     },
 }
 
@@ -302,6 +333,7 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
         spawn_rate: args.spawn_rate,
         verbose: args.verbose,
         guard,
+        child_env: args.child_env,
     })
     .await
 }

@@ -138,6 +138,8 @@ pub(crate) struct Options {
     pub(crate) verbose: bool,
     /// Who may call (`--auth-issuer`, `--auth-token-file`): the transport's guard.
     pub(crate) guard: Option<modelctx_server::auth::AuthGuard>,
+    /// The children's environment (`--env`, `--inherit-env`).
+    pub(crate) child_env: crate::reach::ChildEnv,
 }
 
 /// Runs the proxy until Ctrl-C (or SIGTERM).
@@ -156,6 +158,10 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         .args(args)
         // The servers' own messages are the user's to see.
         .stderr(Stderr::Inherit);
+    let command = match options.child_env.apply(command) {
+        Ok(command) => command,
+        Err(e) => return crate::fail(e),
+    };
     let modern = Arc::new(Modern {
         command: command.clone(),
         max_requests: options.max_requests,
