@@ -117,10 +117,9 @@ async fn connect(target: &Target) -> Result<Client, String> {
         let bearer = bearer(target)?;
         let config = http_config(&target.headers, bearer.as_deref())?;
         let config = crate::reach::with_tls(config, target.cacert.as_deref())?;
-        return builder
-            .connect_http_with(url, config)
-            .await
-            .map_err(|e| format!("cannot connect to {url}: {e}"));
+        return builder.connect_http_with(url, config).await.map_err(|e| {
+            crate::reach::certificate_hint(format!("cannot connect to {url}: {e}"), target)
+        });
     }
     Err("no server: give --stdio \"<command line>\" or --url URL before the command".into())
 }
@@ -273,7 +272,9 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
             }
         }
         ClientCommand::Tools(ToolsCommand::List) => tools_list(client, json).await?,
-        ClientCommand::Tools(ToolsCommand::Show { name }) => tools_show(client, &name, json).await?,
+        ClientCommand::Tools(ToolsCommand::Show { name }) => {
+            tools_show(client, &name, json).await?
+        }
         ClientCommand::Tools(ToolsCommand::Call { name, args, arg }) => {
             tools_call(client, &name, args.as_deref(), &arg, json).await?;
         }

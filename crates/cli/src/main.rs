@@ -1,8 +1,12 @@
 //! `mcx`, the modelctx command-line tool: `mcx demo` walks through every MCP feature in both
 //! eras against the built-in demo server; `mcx serve demo` serves that server on its own; and
 //! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
-//! run as a child process (`--stdio "<command line>"`) or reached over Streamable HTTP
-//! (`--url URL`).
+//! run as a child process (`--stdio "<command line>"`, with a filtered environment unless
+//! `--env KEY=VALUE` or `--inherit-env` say otherwise) or reached over Streamable HTTP (`--url
+//! URL`; `https` trusts the webpki roots and the CAs of `--cacert PATH`). `tools list` shows
+//! each tool's arguments, `tools show NAME` the whole tool, and `tools call` takes `--arg k=v`
+//! beside `--args JSON`. It cannot call a tool as a task: a tool that only runs as one
+//! (`execution.taskSupport` `"required"`) is marked in `tools list` and refused by `tools call`.
 //!
 //! `mcx proxy --stdio "<command line>" --listen 127.0.0.1:8080` serves a stdio MCP server over
 //! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
@@ -15,6 +19,7 @@
 //! child: each gets a proxy-assigned id (and progress token) on its stdin, a closed HTTP stream
 //! becomes `notifications/cancelled`, listen notifications reach their listen stream by
 //! subscription id, and a child that keeps exiting is restarted with a growing delay.
+//! The children's environment is filtered as for `--stdio` (`--env`, `--inherit-env`).
 //! `--verbose` says what it does on stderr.
 //!
 //! Over HTTP, `mcx serve demo --http` and `mcx proxy` are OAuth 2.1 resource servers with
@@ -72,8 +77,8 @@ pub(crate) struct Target {
     /// them all with --inherit-env.
     #[arg(long, value_name = "COMMAND", conflicts_with = "url")]
     pub(crate) stdio: Option<String>,
-    /// Talk to the Streamable HTTP endpoint at this URL.
-    #[arg(long, value_name = "URL")]
+    /// Talk to the Streamable HTTP endpoint at this URL (http or https).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["env", "inherit_env"])]
     pub(crate) url: Option<String>,
     /// An HTTP header for every request, `Name: value` (repeatable; with --url).
     #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
@@ -101,7 +106,7 @@ pub(crate) struct Target {
     pub(crate) log_level: Option<String>,
     /// Trust the certificate authorities in this PEM file (one or more certificates), besides
     /// the usual public ones (the webpki roots), for an https URL (with --url).
-    #[arg(long, value_name = "PATH", requires = "url")]
+    #[arg(long, value_name = "PATH", requires = "url", conflicts_with = "stdio")]
     pub(crate) cacert: Option<std::path::PathBuf>,
     // The environment of a --stdio server.
     #[command(flatten)]

@@ -16,6 +16,8 @@ use modelctx_client::{HttpConfig, ServerCommand};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use crate::Target;
+
 /// The environment of a server run as a child (`--stdio`).
 #[derive(Args, Debug, Default, Clone)]
 pub(crate) struct ChildEnv {
@@ -59,11 +61,33 @@ impl ChildEnv {
 
 /// `config` with the TLS settings `cacert` asks for: the webpki roots and the certificates of
 /// that PEM file; unchanged without it (the transport then trusts the webpki roots).
-pub(crate) fn with_tls(mut config: HttpConfig, cacert: Option<&Path>) -> Result<HttpConfig, String> {
+pub(crate) fn with_tls(
+    mut config: HttpConfig,
+    cacert: Option<&Path>,
+) -> Result<HttpConfig, String> {
     if let Some(path) = cacert {
         config.tls = Some(Arc::new(tls_config(path)?));
     }
     Ok(config)
+}
+
+/// `message`, an error of connecting to `target`, with a hint when it says that the server's
+/// certificate was not issued by a certificate authority mcx trusts.
+pub(crate) fn certificate_hint(message: String, target: &Target) -> String {
+    if !message.contains("invalid peer certificate: UnknownIssuer") {
+        return message;
+    }
+    match &target.cacert {
+        Some(path) => format!(
+            "{message} (the server's certificate is signed neither by a CA of --cacert {} nor \
+             by a public one)",
+            path.display()
+        ),
+        None => format!(
+            "{message} (the server's certificate is not signed by a public certificate \
+             authority: to trust its CA, give its certificate with --cacert PATH)"
+        ),
+    }
 }
 
 /// A rustls client configuration (ring, the safe default protocol versions, no client
@@ -195,6 +219,27 @@ mod tests {
         assert!(config.tls.is_some());
     }
 
+    #[test]
+    fn an_unknown_issuer_gets_a_hint_naming_cacert() {
+        let refused = "cannot connect to https://x/mcp: connection failed: client error \
+                       (Connect): invalid peer certificate: UnknownIssuer"
+            .to_owned();
+        let hinted = certificate_hint(refused.clone(), &Target::default());
+        assert!(hinted.starts_with(&refused), "{hinted}");
+        assert!(
+            hinted.ends_with("give its certificate with --cacert PATH)"),
+            "{hinted}"
+        );
+        let with = Target {
+            cacert: Some("ca.pem".into()),
+            ..Target::default()
+        };
+        let hinted = certificate_hint(refused.clone(), &with);
+        assert!(hinted.contains("a CA of --cacert ca.pem"), "{hinted}");
+        let other = "cannot connect to https://x/mcp: connection refused".to_owned();
+        assert_eq!(certificate_hint(other.clone(), &Target::default()), other);
+    }
+
     fn env_of(child_env: &ChildEnv) -> (Vec<(OsString, OsString)>, Vec<OsString>, bool) {
         let command = child_env
             .apply(ServerCommand::new("server"))
@@ -208,7 +253,12 @@ mod tests {
         let (set, inherited, all) = env_of(&ChildEnv::default());
         assert!(set.is_empty() && inherited.is_empty() && !all);
         let (set, inherited, all) = env_of(&ChildEnv {
-            env: vec!["FOO=bar".into(), "EMPTY=".into(), "EQ=a=b".into(), "TOKEN".into()],
+            env: vec![
+                "FOO=bar".into(),
+                "EMPTY=".into(),
+                "EQ=a=b".into(),
+                "TOKEN".into(),
+            ],
             inherit_env: false,
         });
         assert_eq!(

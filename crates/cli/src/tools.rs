@@ -35,7 +35,8 @@ fn argument_names(schema: &Value) -> Vec<(&str, bool)> {
         .collect();
     let mut names: Vec<(&str, bool)> = Vec::new();
     for name in &required {
-        if properties.is_some_and(|p| p.contains_key(*name)) && !names.iter().any(|(n, _)| n == name)
+        if properties.is_some_and(|p| p.contains_key(*name))
+            && !names.iter().any(|(n, _)| n == name)
         {
             names.push((name, true));
         }
@@ -328,7 +329,10 @@ mod tests {
     fn type_names() {
         for (schema, name) in [
             (json!({"type": "string"}), "string"),
-            (json!({"type": "array", "items": {"type": "string"}}), "string[]"),
+            (
+                json!({"type": "array", "items": {"type": "string"}}),
+                "string[]",
+            ),
             (
                 json!({"type": "array", "items": {"type": ["string", "null"]}}),
                 "(string|null)[]",
@@ -367,9 +371,15 @@ mod tests {
         let string = json!({"type": "string"});
         assert_eq!(arg_value("42", &string), json!("42"));
         assert_eq!(arg_value("true", &string), json!("true"));
-        assert_eq!(arg_value("42", &json!({"type": ["string", "null"]})), json!("42"));
         assert_eq!(
-            arg_value("42", &json!({"anyOf": [{"type": "string"}, {"type": "null"}]})),
+            arg_value("42", &json!({"type": ["string", "null"]})),
+            json!("42")
+        );
+        assert_eq!(
+            arg_value(
+                "42",
+                &json!({"anyOf": [{"type": "string"}, {"type": "null"}]})
+            ),
             json!("42")
         );
         // It says number: JSON.
@@ -381,7 +391,12 @@ mod tests {
         let schema = json!({"properties": {"text": {"type": "string"}, "n": {"type": "integer"}}});
         let merged = arguments(
             Some(r#"{"text": "from args", "keep": 1}"#),
-            &["text=7".into(), "n=3".into(), "n=4".into(), "extra=a=b".into()],
+            &[
+                "text=7".into(),
+                "n=3".into(),
+                "n=4".into(),
+                "extra=a=b".into(),
+            ],
             &schema,
         )
         .unwrap();
@@ -393,8 +408,16 @@ mod tests {
         for (args, arg, error) in [
             (Some("{"), &[][..], "--args: invalid JSON"),
             (Some("[1]"), &[][..], "--args: must be a JSON object"),
-            (None, &["novalue".to_owned()][..], "--arg `novalue`: expected key=value"),
-            (None, &["=1".to_owned()][..], "--arg `=1`: the name is empty"),
+            (
+                None,
+                &["novalue".to_owned()][..],
+                "--arg `novalue`: expected key=value",
+            ),
+            (
+                None,
+                &["=1".to_owned()][..],
+                "--arg `=1`: the name is empty",
+            ),
         ] {
             let failed = arguments(args, arg, &Value::Null).unwrap_err();
             assert!(failed.starts_with(error), "{failed}");
@@ -440,6 +463,8 @@ mod tests {
             assert!(text.contains(expected), "{expected:?} in:\n{text}");
         }
         assert!(!task_only(&plain));
-        assert!(!task_only(&json!({"execution": {"taskSupport": "optional"}})));
+        assert!(!task_only(
+            &json!({"execution": {"taskSupport": "optional"}})
+        ));
     }
 }

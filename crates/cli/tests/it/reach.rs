@@ -121,7 +121,15 @@ fn https_with_the_test_ca_as_cacert_and_a_certificate_error_without_it() {
         stdout(&out)
     );
     let out = mcx(&[
-        "--url", url, "--cacert", &ca, "tools", "call", "echo", "--arg", "text=over TLS",
+        "--url",
+        url,
+        "--cacert",
+        &ca,
+        "tools",
+        "call",
+        "echo",
+        "--arg",
+        "text=over TLS",
     ]);
     assert_eq!(stdout(&out), "over TLS\n", "{}", stderr(&out));
 
@@ -133,6 +141,7 @@ fn https_with_the_test_ca_as_cacert_and_a_certificate_error_without_it() {
     assert!(err.starts_with("mcx: "), "{err}");
     assert!(err.contains("certificate"), "{err}");
     assert!(err.contains("UnknownIssuer"), "{err}");
+    assert!(err.contains("--cacert PATH"), "{err}");
     assert_ne!(out.status.code(), Some(2), "not a usage error: {err}");
 
     // A --cacert that is not a certificate file is refused before connecting.
@@ -201,13 +210,21 @@ fn a_stdio_server_sees_foo_only_with_env_or_inherit_env() {
         (&["--env", "FOO"][..], "FOO=[outer]"),
         (&["--inherit-env"][..], "FOO=[outer]"),
         (&["--inherit-env", "--env", "FOO=bar"][..], "FOO=[bar]"),
-        (&["--env", "OTHER=1", "--env", "FOO=a=b c"][..], "FOO=[a=b c]"),
+        (
+            &["--env", "OTHER=1", "--env", "FOO=a=b c"][..],
+            "FOO=[a=b c]",
+        ),
     ] {
         let mut args = vec!["--stdio", &server];
         args.extend_from_slice(flags);
         args.extend_from_slice(&["tools", "call", "env"]);
         let out = mcx_with_foo(&args);
-        assert_eq!(stdout(&out), format!("{seen}\n"), "{flags:?}: {}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("{seen}\n"),
+            "{flags:?}: {}",
+            stderr(&out)
+        );
     }
     // They go with --stdio.
     for flags in [&["--env", "FOO=bar"][..], &["--inherit-env"][..]] {
@@ -216,11 +233,19 @@ fn a_stdio_server_sees_foo_only_with_env_or_inherit_env() {
         args.push("ping");
         let out = mcx(&args);
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", stderr(&out));
-        assert!(stderr(&out).contains("--stdio"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("'--url <URL>' cannot be used with"),
+            "{}",
+            stderr(&out)
+        );
     }
     let out = mcx(&["--stdio", &server, "--env", "=x", "ping"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("--env `=x`: the name is empty"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--env `=x`: the name is empty"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `mcx proxy --stdio SERVER --listen 127.0.0.1:0 extra...` with `FOO=outer` in its
@@ -243,10 +268,7 @@ impl Proxy {
             .expect("mcx proxy starts");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let url = loop {
-            let line = lines
-                .next()
-                .expect("the proxy's URL line")
-                .expect("stderr");
+            let line = lines.next().expect("the proxy's URL line").expect("stderr");
             if let Some(url) = line
                 .strip_prefix("mcx proxy: ")
                 .and_then(|rest| rest.split_whitespace().next())
@@ -277,8 +299,21 @@ fn the_proxys_children_see_foo_only_with_env_or_inherit_env() {
         (&["--inherit-env"][..], "FOO=[outer]"),
     ] {
         let proxy = Proxy::start(&server, flags);
-        let out = mcx(&["--url", &proxy.url, "--timeout", "10", "tools", "call", "env"]);
-        assert_eq!(stdout(&out), format!("{seen}\n"), "{flags:?}: {}", stderr(&out));
+        let out = mcx(&[
+            "--url",
+            &proxy.url,
+            "--timeout",
+            "10",
+            "tools",
+            "call",
+            "env",
+        ]);
+        assert_eq!(
+            stdout(&out),
+            format!("{seen}\n"),
+            "{flags:?}: {}",
+            stderr(&out)
+        );
     }
 }
 
@@ -288,18 +323,27 @@ fn help_says_the_childs_environment_is_filtered_and_names_the_flags() {
         let out = mcx(args);
         assert!(out.status.success(), "{}", stderr(&out));
         // Help wraps lines: compare with single spaces.
-        let help = stdout(&out).split_whitespace().collect::<Vec<_>>().join(" ");
+        let help = stdout(&out)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         for expected in [
             "environment is filtered",
             "add some with --env, or pass them all with --inherit-env",
             "--env <KEY[=VALUE]>",
             "--inherit-env",
         ] {
-            assert!(help.contains(expected), "{args:?}: {expected:?} in:\n{help}");
+            assert!(
+                help.contains(expected),
+                "{args:?}: {expected:?} in:\n{help}"
+            );
         }
     }
     let out = mcx(&["tools", "call", "--help"]);
-    let help = stdout(&out).split_whitespace().collect::<Vec<_>>().join(" ");
+    let help = stdout(&out)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(help.contains("--arg <KEY=VALUE>"), "{help}");
     assert!(help.contains("merged into --args"), "{help}");
 }
@@ -320,10 +364,15 @@ fn tools_list_shows_the_arguments_and_tools_show_the_whole_tool() {
     };
     assert!(text.starts_with("NAME"), "{text}");
     assert!(
-        text.lines().next().is_some_and(|l| l.contains(" ARGUMENTS ")),
+        text.lines()
+            .next()
+            .is_some_and(|l| l.contains(" ARGUMENTS ")),
         "{text}"
     );
-    assert!(line("add").starts_with("add (a: number, b: number) "), "{text}");
+    assert!(
+        line("add").starts_with("add (a: number, b: number) "),
+        "{text}"
+    );
     assert!(
         line("countdown").starts_with("countdown (steps: integer, delay_ms?: integer|null) "),
         "{text}"
@@ -345,10 +394,13 @@ fn tools_list_shows_the_arguments_and_tools_show_the_whole_tool() {
     }
     assert!(
         text.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["a", "number", "required", "One", "number."]),
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["a", "number", "required", "One", "number."]),
         "{text}"
     );
-    let value = json(&mcx(&["--stdio", &server, "tools", "show", "add", "--json"]));
+    let value = json(&mcx(&[
+        "--stdio", &server, "tools", "show", "add", "--json",
+    ]));
     assert_eq!(value["name"], "add");
     assert_eq!(value["inputSchema"]["properties"]["a"]["type"], "number");
     assert!(value["outputSchema"].is_object(), "{value}");
@@ -370,7 +422,12 @@ fn arg_gives_arguments_one_by_one_typed_by_the_schema() {
     assert_eq!(value["structuredContent"]["sum"], 5.5);
     // Merged with --args; --arg wins.
     let value = json(&call(&[
-        "add", "--args", r#"{"a": 1, "b": 1}"#, "--arg", "b=5", "--json",
+        "add",
+        "--args",
+        r#"{"a": 1, "b": 1}"#,
+        "--arg",
+        "b=5",
+        "--json",
     ]));
     assert_eq!(value["structuredContent"]["sum"], 6.0);
     // The schema says string: 42 stays "42", true stays "true".
@@ -415,7 +472,9 @@ fn task_only_tools_are_marked_and_not_called() {
     );
 
     // With --arg the tool is listed first: refused without a call.
-    let out = mcx(&["--stdio", &server, "tools", "call", "research", "--arg", "topic=x"]);
+    let out = mcx(&[
+        "--stdio", &server, "tools", "call", "research", "--arg", "topic=x",
+    ]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
@@ -425,7 +484,15 @@ fn task_only_tools_are_marked_and_not_called() {
     assert!(!err.contains("SERVER SAYS"), "{err}");
     assert!(!calls.exists(), "the tool was called");
     // Without, the server's refusal is replaced by the reason.
-    let out = mcx(&["--stdio", &server, "tools", "call", "research", "--args", r#"{"topic": "x"}"#]);
+    let out = mcx(&[
+        "--stdio",
+        &server,
+        "tools",
+        "call",
+        "research",
+        "--args",
+        r#"{"topic": "x"}"#,
+    ]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
