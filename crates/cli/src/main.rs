@@ -2,7 +2,9 @@
 //! eras against the built-in demo server; `mcx serve demo` serves that server on its own; and
 //! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
 //! run as a child process (`--stdio "<command line>"`) or reached over Streamable HTTP
-//! (`--url URL`).
+//! (`--url URL`). They answer the server's own requests (`answer.rs`): elicitation as a form
+//! asked on the terminal (declined off one), roots from `--root DIR`, sampling from
+//! `--sampling-reply TEXT` (refused without); `--era` skips the probe.
 //!
 //! `mcx proxy --stdio "<command line>" --listen 127.0.0.1:8080` serves a stdio MCP server over
 //! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
@@ -39,6 +41,7 @@ macro_rules! say {
     };
 }
 
+mod answer;
 mod auth;
 mod commands;
 mod demo;
@@ -95,6 +98,28 @@ pub(crate) struct Target {
     /// error, critical, alert, emergency); they are printed to stderr.
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+    /// A directory the server may work in, declared as a root: `roots/list` is answered with
+    /// its canonical path as a `file://` URI, named after it (repeatable). Without it, mcx
+    /// declares no roots.
+    #[arg(long = "root", value_name = "DIR")]
+    pub(crate) roots: Vec<std::path::PathBuf>,
+    /// The answer to every sampling request of the server (model `mcx`, stop reason
+    /// `endTurn`). Without it, sampling requests are refused: mcx has no model.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) sampling_reply: Option<String>,
+    /// Speak this era without probing: `legacy` (initialize, 2024-11-05 to 2025-11-25) or
+    /// `modern` (2026-07-28). Default: probe with server/discover and fall back to initialize.
+    #[arg(long, value_enum, value_name = "ERA")]
+    pub(crate) era: Option<EraArg>,
+}
+
+/// `--era`: which era to speak without probing.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EraArg {
+    /// `initialize`, the newest legacy version both know.
+    Legacy,
+    /// 2026-07-28.
+    Modern,
 }
 
 #[derive(Subcommand, Debug)]
