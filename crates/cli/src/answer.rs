@@ -485,6 +485,13 @@ impl Field {
         let default = match (&self.kind, &self.default) {
             (Kind::Boolean, _) | (_, None) => String::new(),
             (_, Some(Value::String(s))) => format!(" [{}]", escape(s)),
+            (_, Some(Value::Array(values))) => {
+                let values: Vec<String> = values
+                    .iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .collect();
+                format!(" [{}]", escape(&values.join(", ")))
+            }
             (_, Some(other)) => format!(" [{}]", escape(&other.to_string())),
         };
         let hint = match &self.kind {
@@ -832,6 +839,12 @@ mod tests {
         assert!(screen.contains("choose at most 2"), "{screen}");
         assert!(screen.contains("`9`: give a number from 1 to 3"), "{screen}");
         assert!(screen.contains("choice 1-2 [Monica] > "), "{screen}");
+        assert!(screen.contains("separated by commas > "), "{screen}");
+        let several = json!({"type": "array", "items": {"enum": ["a", "b"]}, "default": ["a", "b"]});
+        assert_eq!(
+            Field::new("f", &several, false).hint(),
+            "choices 1-2, separated by commas [a, b]"
+        );
     }
 
     #[test]

@@ -309,9 +309,9 @@ fn server_everything_elicitation_and_sampling_from_the_terminal() {
     let Some(everything) = everything() else {
         return;
     };
-    // Its form: `name` (required) asked first, then eleven optional fields in name order
-    // (a date, a boolean, an email, ... choices); every default taken, the boolean skipped.
-    let typed = format!("Ada\n{}\n", "\n".repeat(11));
+    // Its form: `name` (required) asked first, then twelve optional fields in name order
+    // (a date, a boolean, an email, ... choices); every default taken, the others skipped.
+    let typed = format!("Ada\n{}\n", "\n".repeat(12));
     let (ok, screen) = typing_on_a_terminal(
         &format!("--stdio '{everything}' tools call trigger-elicitation-request"),
         &typed,
@@ -322,6 +322,7 @@ fn server_everything_elicitation_and_sampling_from_the_terminal() {
         "Integer (integer): Your favorite integer",
         "integer from 1 to 100 [42] > ",
         "1) Superman (hero-1) (default)",
+        "choices 1-3, separated by commas [fish-1] > ",
         "User provided the requested information",
         "- Name: Ada",
         "- Favorite Integer: 42",
