@@ -42,7 +42,10 @@ pub(crate) const NO_MODEL: &str = "mcx has no model: give --sampling-reply TEXT"
 const MODEL: &str = "mcx";
 
 /// Adds to `builder` the era of `--era` and the handlers of the server's requests.
-pub(crate) fn install(mut builder: ClientBuilder, target: &Target) -> Result<ClientBuilder, String> {
+pub(crate) fn install(
+    mut builder: ClientBuilder,
+    target: &Target,
+) -> Result<ClientBuilder, String> {
     match target.era {
         Some(EraArg::Legacy) => builder = builder.era(EraChoice::Legacy),
         Some(EraArg::Modern) => builder = builder.era(EraChoice::Modern),
@@ -67,8 +70,8 @@ pub(crate) fn install(mut builder: ClientBuilder, target: &Target) -> Result<Cli
 fn roots(dirs: &[PathBuf]) -> Result<Vec<model::Root>, String> {
     dirs.iter()
         .map(|dir| {
-            let path = std::fs::canonicalize(dir)
-                .map_err(|e| format!("--root {}: {e}", dir.display()))?;
+            let path =
+                std::fs::canonicalize(dir).map_err(|e| format!("--root {}: {e}", dir.display()))?;
             if !path.is_dir() {
                 return Err(format!("--root {}: not a directory", dir.display()));
             }
@@ -97,7 +100,10 @@ fn file_uri(path: &Path) -> String {
     let bytes = {
         let text = path.to_string_lossy();
         // `\\?\C:\dir` (a canonical Windows path) is `/C:/dir` in a URI.
-        let text = text.strip_prefix(r"\\?\").unwrap_or(&text).replace('\\', "/");
+        let text = text
+            .strip_prefix(r"\\?\")
+            .unwrap_or(&text)
+            .replace('\\', "/");
         if text.starts_with('/') {
             text.into_bytes()
         } else {
@@ -495,10 +501,9 @@ impl Field {
             (_, Some(other)) => format!(" [{}]", escape(&other.to_string())),
         };
         let hint = match &self.kind {
-            Kind::Text { format, .. } => format.as_deref().map_or_else(
-                || "text".to_owned(),
-                |format| escape(format).into_owned(),
-            ),
+            Kind::Text { format, .. } => format
+                .as_deref()
+                .map_or_else(|| "text".to_owned(), |format| escape(format).into_owned()),
             Kind::Number {
                 integer,
                 minimum,
@@ -605,9 +610,7 @@ impl Kind {
                 }
                 Ok(Value::Array(picked))
             }
-            Kind::Json(_) => {
-                serde_json::from_str(answer).map_err(|e| format!("not JSON: {e}"))
-            }
+            Kind::Json(_) => serde_json::from_str(answer).map_err(|e| format!("not JSON: {e}")),
         }
     }
 }
@@ -623,7 +626,13 @@ fn pick(choices: &[(String, String)], answer: &str) -> Result<String, String> {
         .iter()
         .find(|(value, _)| value.eq_ignore_ascii_case(answer))
         .map(|(value, _)| value.clone())
-        .ok_or_else(|| format!("`{}`: give a number from 1 to {}", escape(answer), choices.len()))
+        .ok_or_else(|| {
+            format!(
+                "`{}`: give a number from 1 to {}",
+                escape(answer),
+                choices.len()
+            )
+        })
 }
 
 /// Checks `answer` against the string formats MCP forms may ask for.
@@ -720,9 +729,7 @@ fn is_date_time(text: &str) -> bool {
             ""
         }
     });
-    let two = |text: &str, max: u32| {
-        text.len() == 2 && text.parse::<u32>().is_ok_and(|n| n <= max)
-    };
+    let two = |text: &str, max: u32| text.len() == 2 && text.parse::<u32>().is_ok_and(|n| n <= max);
     let clock_ok = match clock.split(':').collect::<Vec<_>>()[..] {
         [h, m, s] => two(h, 23) && two(m, 59) && two(s, 60),
         _ => false,
@@ -770,7 +777,9 @@ mod tests {
         let (answer, screen) = asked(&request, "Ada\nold\n200\n36\n\n\n");
         assert_eq!(
             answer,
-            Elicited::accept(object(json!({"name": "Ada", "age": 36, "subscribe": false})))
+            Elicited::accept(object(
+                json!({"name": "Ada", "age": 36, "subscribe": false})
+            ))
         );
         let name = screen.find("name (required): Your name").expect(&screen);
         let age = screen.find("Age (age)").expect(&screen);
@@ -837,10 +846,14 @@ mod tests {
         assert!(screen.contains("1) Cats (pet-1)"), "{screen}");
         assert!(screen.contains("choose at least 1"), "{screen}");
         assert!(screen.contains("choose at most 2"), "{screen}");
-        assert!(screen.contains("`9`: give a number from 1 to 3"), "{screen}");
+        assert!(
+            screen.contains("`9`: give a number from 1 to 3"),
+            "{screen}"
+        );
         assert!(screen.contains("choice 1-2 [Monica] > "), "{screen}");
         assert!(screen.contains("separated by commas > "), "{screen}");
-        let several = json!({"type": "array", "items": {"enum": ["a", "b"]}, "default": ["a", "b"]});
+        let several =
+            json!({"type": "array", "items": {"enum": ["a", "b"]}, "default": ["a", "b"]});
         assert_eq!(
             Field::new("f", &several, false).hint(),
             "choices 1-2, separated by commas [a, b]"
@@ -863,7 +876,11 @@ mod tests {
         assert!(text("date").parse("2023-02-29").is_err());
         assert!(text("date").parse("2023-13-01").is_err());
         assert!(text("date-time").parse("2026-07-28T09:30:00Z").is_ok());
-        assert!(text("date-time").parse("2026-07-28T09:30:00.5+02:00").is_ok());
+        assert!(
+            text("date-time")
+                .parse("2026-07-28T09:30:00.5+02:00")
+                .is_ok()
+        );
         assert!(text("date-time").parse("2026-07-28 09:30").is_err());
         assert!(text("color").parse("anything").is_ok());
         let short = Kind::Text {
@@ -883,7 +900,7 @@ mod tests {
             minimum: Some(0.0),
             maximum: Some(1000.0),
         };
-        assert_eq!(number.parse("3.14"), Ok(json!(3.14)));
+        assert_eq!(number.parse("2.5"), Ok(json!(2.5)));
         assert_eq!(number.parse("7"), Ok(json!(7)));
         assert_eq!(number.parse("-1"), Err("at least 0".into()));
         assert!(number.parse("NaN").is_err());
@@ -893,7 +910,10 @@ mod tests {
             maximum: None,
         };
         assert!(integer.parse("2.5").is_err());
-        assert_eq!(Kind::Json("object".into()).parse(r#"{"a":1}"#), Ok(json!({"a": 1})));
+        assert_eq!(
+            Kind::Json("object".into()).parse(r#"{"a":1}"#),
+            Ok(json!({"a": 1}))
+        );
     }
 
     #[test]

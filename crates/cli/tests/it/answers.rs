@@ -98,7 +98,10 @@ fn elicitation_is_a_form_on_a_terminal_modern_over_http() {
         "y\n\n\n",
     );
     assert!(ok, "{screen}");
-    assert!(screen.contains("The server asks: Really deploy?"), "{screen}");
+    assert!(
+        screen.contains("The server asks: Really deploy?"),
+        "{screen}"
+    );
     assert!(screen.contains("deploy: done\r\n"), "{screen}");
 }
 
@@ -138,7 +141,11 @@ fn off_a_terminal_an_elicitation_is_declined_with_a_note() {
             r#"{"action": "deploy"}"#,
         ]);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), "deploy: not done (\"decline\")\n", "{era}");
+        assert_eq!(
+            text(&out.stdout),
+            "deploy: not done (\"decline\")\n",
+            "{era}"
+        );
         let err = text(&out.stderr);
         assert!(
             err.contains(
@@ -166,7 +173,11 @@ fn sampling_is_answered_with_the_reply_in_both_eras() {
             r#"{"topic": "frogs"}"#,
         ]);
         assert!(out.status.success(), "{era}: {}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), "mcx wrote: An old silent pond\n", "{era}");
+        assert_eq!(
+            text(&out.stdout),
+            "mcx wrote: An old silent pond\n",
+            "{era}"
+        );
         let err = text(&out.stderr);
         assert!(
             err.contains("mcx: the server asked for a sample (1 message, at most 60 tokens); answered with --sampling-reply"),
@@ -212,8 +223,7 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("mcx-answers-{}-{name}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("mcx-answers-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         TempDir(dir)
     }
