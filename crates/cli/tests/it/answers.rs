@@ -340,6 +340,23 @@ fn server_everything_elicitation_and_sampling_from_the_terminal() {
         assert!(screen.contains(shown), "{shown:?} not in {screen}");
     }
 
+    // A URL elicitation: the URL shown, consent asked.
+    let (ok, screen) = typing_on_a_terminal(
+        &format!(
+            r#"--stdio '{everything}' tools call trigger-url-elicitation --args '{{"url": "https://example.com/login"}}'"#
+        ),
+        "y\n",
+    );
+    assert!(ok, "{screen}");
+    for shown in [
+        "The server asks you to open a URL: Please open the link to complete this action.",
+        "  https://example.com/login\r\n",
+        "Open it? [y/N/cancel] ",
+        "User completed the URL elicitation flow",
+    ] {
+        assert!(screen.contains(shown), "{shown:?} not in {screen}");
+    }
+
     let out = mcx(&[
         "--stdio",
         &everything,
