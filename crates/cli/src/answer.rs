@@ -239,6 +239,9 @@ fn consent(terminal: &mut Terminal<'_>, message: &str, url: &str) -> io::Result<
         escape(message)
     ))?;
     terminal.say(&format!("  {}", escape(url)))?;
+    if let Some(host) = host(url) {
+        terminal.say(&format!("  (host: {})", escape(host)))?;
+    }
     terminal.say("  (mcx opens nothing: open it yourself if you agree)")?;
     loop {
         let Some(answer) = terminal.line("Open it? [y/N/cancel] ")? else {
@@ -251,6 +254,17 @@ fn consent(terminal: &mut Terminal<'_>, message: &str, url: &str) -> io::Result<
             _ => terminal.say("  answer y, n or cancel")?,
         }
     }
+}
+
+/// The host of `url` (`scheme://[user@]host[:port]/...`), shown apart so that a link that
+/// looks like another site's is seen for what it is.
+fn host(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    (!host.is_empty()).then_some(host)
 }
 
 /// Asks each field of `schema`, then whether to submit. `None` when the user cancelled with
@@ -937,6 +951,12 @@ mod tests {
         let (answer, screen) = asked(&request, "y\n");
         assert_eq!(answer, Elicited::accepted());
         assert!(screen.contains("  https://example.com/login\n"), "{screen}");
+        assert!(screen.contains("  (host: example.com)\n"), "{screen}");
+        assert_eq!(
+            host("https://bank.example@evil.test:8443/x?y"),
+            Some("evil.test:8443")
+        );
+        assert_eq!(host("mailto:a@b.c"), None);
         assert_eq!(asked(&request, "\n").0, Elicited::decline());
         assert_eq!(asked(&request, "cancel\n").0, Elicited::cancel());
         assert_eq!(asked(&request, "").0, Elicited::cancel());
