@@ -180,7 +180,10 @@ async fn elicit(request: Elicitation) -> Result<Elicited, InputError> {
         let mut input = io::stdin().lock();
         let mut output = io::stderr();
         let answer = ask(&mut input, &mut output, &request);
-        let _ = tx.send(answer);
+        if tx.send(answer).is_err() {
+            // The call ended meanwhile (cancelled by the server, timed out).
+            let _ = writeln!(output, "mcx: the server no longer waits for this answer");
+        }
     });
     rx.await
         .map_err(|_| InputError::new("the question on the terminal ended without an answer"))
