@@ -93,7 +93,8 @@ pub(crate) fn builder(target: &Target) -> Result<ClientBuilder, String> {
         })?;
         builder = builder.log_level(level);
     }
-    Ok(builder)
+    // The era, and the answers to the server's requests (elicitation, roots, sampling).
+    crate::answer::install(builder, target)
 }
 
 async fn connect(target: &Target) -> Result<Client, String> {

@@ -7,6 +7,9 @@
 //! each tool's arguments, `tools show NAME` the whole tool, and `tools call` takes `--arg k=v`
 //! beside `--args JSON`. It cannot call a tool as a task: a tool that only runs as one
 //! (`execution.taskSupport` `"required"`) is marked in `tools list` and refused by `tools call`.
+//! The client commands answer the server's own requests (`answer.rs`): elicitation as a form
+//! asked on the terminal (declined off one), roots from `--root DIR`, sampling from
+//! `--sampling-reply TEXT` (refused without); `--era` skips the probe.
 //!
 //! `mcx proxy --stdio "<command line>" --listen 127.0.0.1:8080` serves a stdio MCP server over
 //! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
@@ -44,6 +47,7 @@ macro_rules! say {
     };
 }
 
+mod answer;
 mod auth;
 mod commands;
 mod demo;
@@ -111,6 +115,28 @@ pub(crate) struct Target {
     // The environment of a --stdio server.
     #[command(flatten)]
     pub(crate) child_env: reach::ChildEnv,
+    /// A directory the server may work in, declared as a root: `roots/list` is answered with
+    /// its canonical path as a `file://` URI, named after it (repeatable). Without it, mcx
+    /// declares no roots.
+    #[arg(long = "root", value_name = "DIR")]
+    pub(crate) roots: Vec<std::path::PathBuf>,
+    /// The answer to every sampling request of the server (model `mcx`, stop reason
+    /// `endTurn`). Without it, sampling requests are refused: mcx has no model.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) sampling_reply: Option<String>,
+    /// Speak this era without probing: `legacy` (initialize, 2024-11-05 to 2025-11-25) or
+    /// `modern` (2026-07-28). Default: probe with server/discover and fall back to initialize.
+    #[arg(long, value_enum, value_name = "ERA")]
+    pub(crate) era: Option<EraArg>,
+}
+
+/// `--era`: which era to speak without probing.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EraArg {
+    /// `initialize`, the newest legacy version both know.
+    Legacy,
+    /// 2026-07-28.
+    Modern,
 }
 
 #[derive(Subcommand, Debug)]

@@ -14,6 +14,9 @@ use modelctx_client::CallOptions;
 /// The bar of the call in flight, when stderr is a terminal and the call reported progress.
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
+/// Lines for stderr held back while a question is asked on the terminal: `Some` meanwhile.
+static HELD: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
 /// Steps of a bar whose total is known: progress values are numbers, not always whole ones.
 const STEPS: u64 = 1000;
 
@@ -40,7 +43,10 @@ pub(crate) fn options() -> (CallOptions, Shown) {
                     // Styled and set before it first draws, then kept moving between updates.
                     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
                     update(&bar, p.progress, p.total, p.message.as_deref());
-                    bar.set_draw_target(ProgressDrawTarget::stderr());
+                    // Drawn when the question on the terminal, if any, has been answered.
+                    if !held() {
+                        bar.set_draw_target(ProgressDrawTarget::stderr());
+                    }
                     bar.enable_steady_tick(std::time::Duration::from_millis(120));
                     *shown = Some(bar);
                 }
@@ -57,9 +63,51 @@ pub(crate) fn options() -> (CallOptions, Shown) {
 /// from the server: see [`crate::output::escape`]).
 pub(crate) fn eprint_line(line: &str) {
     let line = crate::output::for_stderr(line);
+    if let Some(held) = HELD.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        held.push(line.into_owned());
+        return;
+    }
     match BAR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         Some(bar) => bar.suspend(|| eprintln!("{line}")),
         None => eprintln!("{line}"),
+    }
+}
+
+/// Keeps the bar and the lines of [`eprint_line`] off the terminal while a question is asked
+/// on it (see `answer.rs`); they come back when this is dropped.
+pub(crate) struct Hold(());
+
+/// Clears the bar from the screen and holds back the lines printed through [`eprint_line`]
+/// until the [`Hold`] is dropped.
+pub(crate) fn hold() -> Hold {
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    if let Some(bar) = BAR.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        // Still updated, no longer drawn; its line (the cursor's) emptied for the question.
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+        eprint!("\r\x1b[2K");
+    }
+    Hold(())
+}
+
+/// Whether a question is being asked (see [`hold`]).
+fn held() -> bool {
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let lines = HELD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner());
+        for line in lines {
+            eprintln!("{line}");
+        }
+        if let Some(bar) = bar.as_ref() {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
     }
 }
 
@@ -105,6 +153,25 @@ fn update(bar: &ProgressBar, progress: f64, total: Option<f64>, message: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_wait_while_a_question_is_asked() {
+        let hold = hold();
+        assert!(held());
+        eprint_line("one");
+        eprint_line("two");
+        // Other tests may print meanwhile: only these two lines are this test's.
+        let lines: Vec<String> = HELD.lock().unwrap().clone().unwrap_or_default();
+        let mine: Vec<&str> = lines
+            .iter()
+            .map(String::as_str)
+            .filter(|l| ["one", "two"].contains(l))
+            .collect();
+        assert_eq!(mine, ["one", "two"]);
+        drop(hold);
+        assert!(!held());
+        assert!(HELD.lock().unwrap().is_none());
+    }
 
     #[test]
     fn a_known_total_fills_the_bar_in_proportion() {
