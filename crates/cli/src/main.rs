@@ -100,8 +100,9 @@ pub(crate) struct Target {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start the demo server over stdio and HTTP, connect a client in each era, and walk
-    /// through every feature, printing a transcript.
-    Demo,
+    /// through every feature, printing a transcript: the first walk in full, the other three as
+    /// one line each (a step that fails is printed in full).
+    Demo(DemoArgs),
     /// Serve a built-in server.
     #[command(subcommand)]
     Serve(Serve),
@@ -123,6 +124,17 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Print every walk in full, not only the first.
+    #[arg(long)]
+    all: bool,
+    /// Print the JSON-RPC messages of the walks shown: `>` sent, `<` received, one line of
+    /// JSON each, in the order the client handled them.
+    #[arg(long)]
+    wire: bool,
 }
 
 #[derive(Args, Debug)]
@@ -263,7 +275,13 @@ pub(crate) enum ClientCommand {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = match cli.command {
-        Command::Demo => return walkthrough::run().await,
+        Command::Demo(demo) => {
+            return walkthrough::run(walkthrough::Options {
+                all: demo.all,
+                wire: demo.wire,
+            })
+            .await;
+        }
         Command::Serve(Serve::Demo(serve)) => return serve_demo(serve).await,
         Command::Discover => ClientCommand::Discover,
         Command::Ping => ClientCommand::Ping,

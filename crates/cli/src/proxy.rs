@@ -1158,6 +1158,9 @@ impl Modern {
     }
 
     /// The client closed request `id`'s stream: the child is told, and the request forgotten.
+    /// For a request waiting for its answer that is a cancellation; for a `subscriptions/listen`
+    /// request it is how the client ends its subscription (every client that stops listening,
+    /// a one-shot command that exits, does it), which `--verbose` says as such.
     fn cancel(&self, id: i64, reason: &str) {
         let mut state = lock(&self.state);
         let Some(pending) = state.pending.remove(&id) else {
@@ -1175,11 +1178,19 @@ impl Modern {
                 link.send(&cancel.into());
             }
         }
-        note(format_args!(
-            "modern request {} ({id}) cancelled: {reason}; told the child ({} in flight)",
-            pending.client_id,
-            state.pending.len()
-        ));
+        if pending.listen {
+            note(format_args!(
+                "modern listen stream {} ({id}) ended: the client closed it; told the child ({} in flight)",
+                pending.client_id,
+                state.pending.len()
+            ));
+        } else {
+            note(format_args!(
+                "modern request {} ({id}) cancelled: {reason}; told the child ({} in flight)",
+                pending.client_id,
+                state.pending.len()
+            ));
+        }
     }
 
     /// Routes one message of the shared child.

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 pub(crate) const MCX: &str = env!("CARGO_BIN_EXE_mcx");
 
-fn mcx(args: &[&str]) -> Output {
+pub(crate) fn mcx(args: &[&str]) -> Output {
     Command::new(MCX)
         .args(args)
         .stdin(Stdio::null())
@@ -13,11 +13,11 @@ fn mcx(args: &[&str]) -> Output {
         .expect("mcx runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 

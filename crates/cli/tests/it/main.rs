@@ -4,4 +4,5 @@
 
 mod auth;
 mod cli;
+mod demo_walk;
 mod proxy;
