@@ -84,10 +84,14 @@ pub(crate) async fn run(options: Options) -> ExitCode {
     say!("mcx demo: the demo server over stdio and Streamable HTTP, a client in each era");
     // The steps of the first walk, as printed, to compare the others with.
     let mut first: Option<Vec<Vec<String>>> = None;
+    // Whether the last line printed is a walk's summary (they follow one another).
+    let mut summaries = false;
     for (i, (transport, era)) in WALKS.into_iter().enumerate() {
         let full = i == 0 || options.all;
         let transcript = Transcript::new(title(transport, era), full, options.wire);
-        say!();
+        if full || !summaries {
+            say!();
+        }
         if full {
             say!("{}", transcript.title());
         }
@@ -97,7 +101,10 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         let steps = transcript.steps();
         match &first {
             None => first = Some(steps),
-            Some(first) if !full => say!("{}", summary(&transcript, &steps, first)),
+            Some(first) if !full => {
+                say!("{}", summary(&transcript, &steps, first));
+                summaries = true;
+            }
             Some(_) => {}
         }
     }
@@ -283,21 +290,31 @@ impl Transcript {
                 Err(format!("{what}: {e}")),
             ),
         };
-        let lines = render(&shown, &buffer, false);
-        if state.full || value.is_err() {
-            if !state.full {
-                say!("{}", state.title);
-                if !state.steps.is_empty() {
-                    say!("  ({} steps passed)", state.steps.len());
-                }
-            }
-            for line in render(&shown, &buffer, state.wire) {
-                say!("{line}");
-            }
+        for line in printed(&state, &shown, &buffer, value.is_err()) {
+            say!("{line}");
         }
+        let lines = render(&shown, &buffer, false);
         state.steps.push(lines);
         value
     }
+}
+
+/// The lines to print for a step that ended: all of them when the walk is shown; for a walk
+/// not shown, none unless the step failed, and then the walk's title, how many steps passed,
+/// and the step in full.
+fn printed(state: &State, shown: &Shown, buffer: &Buffer, failed: bool) -> Vec<String> {
+    let mut lines = Vec::new();
+    if !state.full {
+        if !failed {
+            return lines;
+        }
+        lines.push(state.title.clone());
+        if !state.steps.is_empty() {
+            lines.push(format!("  ({} steps passed)", state.steps.len()));
+        }
+    }
+    lines.extend(render(shown, buffer, state.wire));
+    lines
 }
 
 /// The lines of a step: what it did, the messages (with `wire`), what the server sent (by
@@ -702,8 +719,13 @@ async fn walk(client: &Client, t: &Transcript) -> Result<(), String> {
             .await
             .map_err(e("resources/templates/list"))?;
         let mut shown = Shown::line(format_args!(
-            "resources/templates/list: {} templates",
-            templates.len()
+            "resources/templates/list: {} {}",
+            templates.len(),
+            if templates.len() == 1 {
+                "template"
+            } else {
+                "templates"
+            }
         ));
         for template in &templates {
             shown = shown.then(format_args!(
@@ -835,5 +857,171 @@ fn contents_text(read: &model::ReadResourceResult) -> String {
         Some(model::EmbeddedResourceResource::TextResourceContents(t)) => t.text.clone(),
         Some(other) => format!("{other:?}"),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffer(server: &[(Kind, &str)], wire: &[&str]) -> Buffer {
+        Buffer {
+            wire: wire.iter().map(|m| (*m).to_owned()).collect(),
+            server: server.iter().map(|(k, t)| (*k, (*t).to_owned())).collect(),
+        }
+    }
+
+    #[test]
+    fn a_step_prints_what_came_in_a_fixed_order_whatever_order_it_came_in() {
+        let shown = Shown::line("call countdown").then("  -> liftoff");
+        let came = [
+            (Kind::Notification, "notification: tools/list_changed"),
+            (Kind::Log, "log one"),
+            (Kind::Progress, "progress 1"),
+            (Kind::Input, "elicitation"),
+            (Kind::Progress, "progress 2"),
+            (Kind::Log, "log two"),
+        ];
+        let expected = [
+            "  call countdown",
+            "    <- elicitation",
+            "    <- progress 1",
+            "    <- progress 2",
+            "    <- log one",
+            "    <- log two",
+            "    <- notification: tools/list_changed",
+            "    -> liftoff",
+        ];
+        assert_eq!(render(&shown, &buffer(&came, &["> {}"]), false), expected);
+        // The same lines however what came is interleaved (each kind in its own order).
+        let other = [
+            (Kind::Progress, "progress 1"),
+            (Kind::Input, "elicitation"),
+            (Kind::Log, "log one"),
+            (Kind::Progress, "progress 2"),
+            (Kind::Notification, "notification: tools/list_changed"),
+            (Kind::Log, "log two"),
+        ];
+        assert_eq!(render(&shown, &buffer(&other, &[]), false), expected);
+        // With the messages: right after the step's first line, in the order they went.
+        let wired = render(
+            &shown,
+            &buffer(&came, &["> {\"id\":1}", "< {\"id\":1}"]),
+            true,
+        );
+        assert_eq!(
+            wired[..3],
+            ["  call countdown", "    > {\"id\":1}", "    < {\"id\":1}"]
+        );
+        assert_eq!(wired[3..], expected[1..]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_step_of_a_walk_not_shown_is_printed_in_full_and_fails_the_walk() {
+        let transcript = Transcript::new("== a walk ==".into(), false, true);
+        for _ in 0..2 {
+            let passed = transcript
+                .step("ok", async { done(Shown::line("ok")) })
+                .await;
+            assert_eq!(passed, Ok(()));
+        }
+        {
+            let state = transcript.state();
+            let nothing = printed(&state, &Shown::line("ok"), &Buffer::default(), false);
+            assert!(nothing.is_empty(), "{nothing:?}");
+        }
+        transcript.server(Kind::Log, "log [error demo] boom");
+        transcript.message(Direction::Sent, "{\"id\":3}");
+        let failed = transcript
+            .step("call echo", async {
+                Err::<(Shown, ()), _>("tools/call echo: the server went away".into())
+            })
+            .await;
+        assert_eq!(
+            failed,
+            Err("call echo: tools/call echo: the server went away".into())
+        );
+        let state = transcript.state();
+        let step = state.steps.last().expect("the failed step is counted");
+        assert_eq!(
+            *step,
+            [
+                "  call echo",
+                "    <- log [error demo] boom",
+                "  -> failed: tools/call echo: the server went away"
+            ]
+        );
+        // What was printed for it: the walk, the steps that passed, the step with its messages.
+        let mut before = State {
+            title: state.title.clone(),
+            full: false,
+            wire: true,
+            buffer: Buffer::default(),
+            steps: state.steps[..2].to_vec(),
+            protocol: None,
+        };
+        let shown = Shown::line("call echo").then("-> failed: gone");
+        let lines = printed(
+            &before,
+            &shown,
+            &buffer(&[(Kind::Log, "log")], &["> {\"id\":3}"]),
+            true,
+        );
+        assert_eq!(
+            lines,
+            [
+                "== a walk ==",
+                "  (2 steps passed)",
+                "  call echo",
+                "    > {\"id\":3}",
+                "    <- log",
+                "  -> failed: gone"
+            ]
+        );
+        // In a walk shown, the same step without the walk's title (printed before).
+        before.full = true;
+        let lines = printed(&before, &shown, &Buffer::default(), true);
+        assert_eq!(lines, ["  call echo", "  -> failed: gone"]);
+    }
+
+    #[tokio::test]
+    async fn a_step_waits_for_the_notification_it_expects() {
+        let transcript = Transcript::new("== a walk ==".into(), true, false);
+        let later = transcript.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            later.server(Kind::Log, "log first");
+            later.server(Kind::Notification, LIST_CHANGED);
+        });
+        let wanted = |kind: Kind, text: &str| kind == Kind::Notification && text == LIST_CHANGED;
+        assert!(transcript.wait_for(Duration::from_secs(10), wanted).await);
+        // Already there: at once; never there: false after the wait.
+        assert!(transcript.wait_for(Duration::ZERO, wanted).await);
+        let never = |_: Kind, text: &str| text == "never";
+        assert!(!transcript.wait_for(Duration::from_millis(50), never).await);
+    }
+
+    #[test]
+    fn the_summary_says_which_steps_printed_differently() {
+        let transcript = Transcript::new("== stdio (legacy) ==".into(), false, false);
+        transcript.state().protocol = Some("2025-11-25".into());
+        let step = |line: &str| vec![format!("  {line}")];
+        let first = [step("connected, modern"), step("echo"), step("add")];
+        // Connecting differs (it names the transport and version): not counted.
+        let same = [step("connected, legacy"), step("echo"), step("add")];
+        assert_eq!(
+            summary(&transcript, &same, &first),
+            "== stdio (legacy) == protocol 2025-11-25: 3 steps, all passed as above (--all to see them)"
+        );
+        let other = [
+            step("connected, legacy"),
+            step("echo"),
+            step("add differently"),
+        ];
+        assert_eq!(
+            summary(&transcript, &other, &first),
+            "== stdio (legacy) == protocol 2025-11-25: 3 steps, all passed; 1 printed differently \
+             from the walk above: add differently (--all to see them)"
+        );
     }
 }
