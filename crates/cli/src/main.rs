@@ -1,5 +1,6 @@
 //! `mcx`, the modelctx command-line tool: `mcx demo` walks through every MCP feature in both
-//! eras against the built-in demo server; `mcx serve demo` serves that server on its own; and
+//! eras against the built-in demo server (over stdio and HTTP: the first walk in full, the others
+//! one line each unless `--all`; `--wire` adds the JSON-RPC messages); `mcx serve demo` serves that server on its own; and
 //! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
 //! run as a child process (`--stdio "<command line>"`) or reached over Streamable HTTP
 //! (`--url URL`).

@@ -19,7 +19,9 @@
 //!   exits; a child that ran less than 10 s is restarted only after a delay (100 ms, doubled at
 //!   each such exit in a row, at most 30 s), and requests fail at once meanwhile. Each request
 //!   gets a proxy-assigned id (and progress token) on the child's stdin, mapped back on the way
-//!   out; a closed HTTP stream becomes `notifications/cancelled`; listen notifications go to
+//!   out; a closed HTTP stream becomes `notifications/cancelled` (`--verbose` says "cancelled"
+//!   for a request still waiting for its answer, "ended" for a listen stream, which clients
+//!   end that way); listen notifications go to
 //!   their listen request's stream by subscription id (the listen request's id).
 //!
 //! Isolation on the shared child: the clients of modern requests share one server process, so
