@@ -37,7 +37,7 @@ fn wire_text(bytes: Vec<u8>) -> String {
 }
 
 /// What a received input looks like on the wire: one message, or a batch of the elements that
-/// were messages.
+/// were messages (none when no element was).
 pub(crate) fn received_text(incoming: &modelctx_types::Incoming) -> Option<String> {
     match incoming {
         modelctx_types::Incoming::Single(message) => {
@@ -48,7 +48,7 @@ pub(crate) fn received_text(incoming: &modelctx_types::Incoming) -> Option<Strin
                 .iter()
                 .filter_map(|m| m.as_ref().ok().cloned())
                 .collect();
-            Some(wire_text(modelctx_types::encode_batch(&messages)))
+            (!messages.is_empty()).then(|| wire_text(modelctx_types::encode_batch(&messages)))
         }
         _ => None,
     }
