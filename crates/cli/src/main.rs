@@ -1,5 +1,6 @@
 //! `mcx`, the modelctx command-line tool: `mcx demo` walks through every MCP feature in both
-//! eras against the built-in demo server; `mcx serve demo` serves that server on its own; and
+//! eras against the built-in demo server (over stdio and HTTP: the first walk in full, the others
+//! one line each unless `--all`; `--wire` adds the JSON-RPC messages); `mcx serve demo` serves that server on its own; and
 //! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
 //! run as a child process (`--stdio "<command line>"`, with a filtered environment unless
 //! `--env KEY=VALUE` or `--inherit-env` say otherwise) or reached over Streamable HTTP (`--url
@@ -142,8 +143,9 @@ pub(crate) enum EraArg {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start the demo server over stdio and HTTP, connect a client in each era, and walk
-    /// through every feature, printing a transcript.
-    Demo,
+    /// through every feature, printing a transcript: the first walk in full, the other three as
+    /// one line each (a step that fails is printed in full).
+    Demo(DemoArgs),
     /// Serve a built-in server.
     #[command(subcommand)]
     Serve(Serve),
@@ -165,6 +167,17 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Print every walk in full, not only the first.
+    #[arg(long)]
+    all: bool,
+    /// Print the JSON-RPC messages of the walks shown: `>` sent, `<` received, one line of
+    /// JSON each, in the order the client handled them.
+    #[arg(long)]
+    wire: bool,
 }
 
 #[derive(Args, Debug)]
@@ -325,7 +338,13 @@ pub(crate) enum ClientCommand {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = match cli.command {
-        Command::Demo => return walkthrough::run().await,
+        Command::Demo(demo) => {
+            return walkthrough::run(walkthrough::Options {
+                all: demo.all,
+                wire: demo.wire,
+            })
+            .await;
+        }
         Command::Serve(Serve::Demo(serve)) => return serve_demo(serve).await,
         Command::Discover => ClientCommand::Discover,
         Command::Ping => ClientCommand::Ping,

@@ -19,7 +19,9 @@
 //!   exits; a child that ran less than 10 s is restarted only after a delay (100 ms, doubled at
 //!   each such exit in a row, at most 30 s), and requests fail at once meanwhile. Each request
 //!   gets a proxy-assigned id (and progress token) on the child's stdin, mapped back on the way
-//!   out; a closed HTTP stream becomes `notifications/cancelled`; listen notifications go to
+//!   out; a closed HTTP stream becomes `notifications/cancelled` (`--verbose` says "cancelled"
+//!   for a request still waiting for its answer, "ended" for a listen stream, which clients
+//!   end that way); listen notifications go to
 //!   their listen request's stream by subscription id (the listen request's id).
 //!
 //! Isolation on the shared child: the clients of modern requests share one server process, so
@@ -1164,6 +1166,9 @@ impl Modern {
     }
 
     /// The client closed request `id`'s stream: the child is told, and the request forgotten.
+    /// For a request waiting for its answer that is a cancellation; for a `subscriptions/listen`
+    /// request it is how the client ends its subscription (every client that stops listening,
+    /// a one-shot command that exits, does it), which `--verbose` says as such.
     fn cancel(&self, id: i64, reason: &str) {
         let mut state = lock(&self.state);
         let Some(pending) = state.pending.remove(&id) else {
@@ -1181,11 +1186,19 @@ impl Modern {
                 link.send(&cancel.into());
             }
         }
-        note(format_args!(
-            "modern request {} ({id}) cancelled: {reason}; told the child ({} in flight)",
-            pending.client_id,
-            state.pending.len()
-        ));
+        if pending.listen {
+            note(format_args!(
+                "modern listen stream {} ({id}) ended: the client closed it; told the child ({} in flight)",
+                pending.client_id,
+                state.pending.len()
+            ));
+        } else {
+            note(format_args!(
+                "modern request {} ({id}) cancelled: {reason}; told the child ({} in flight)",
+                pending.client_id,
+                state.pending.len()
+            ));
+        }
     }
 
     /// Routes one message of the shared child.

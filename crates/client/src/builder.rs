@@ -41,6 +41,7 @@ pub struct ClientBuilder {
     log_level: Option<LogLevel>,
     notification_queue: usize,
     write_timeout: Duration,
+    wire: Option<crate::link::WireFn>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -99,6 +100,7 @@ impl Client {
             log_level: None,
             notification_queue: 256,
             write_timeout: crate::link::WRITE_TIMEOUT,
+            wire: None,
         }
     }
 }
@@ -297,6 +299,29 @@ impl ClientBuilder {
         self
     }
 
+    /// Shows `tap` every JSON-RPC message of the connection, in the order the connection's task
+    /// handles them: each message (or batch) the client writes, once the transport took it, and
+    /// each one the transport delivers, before the client acts on it; as one line of JSON, with
+    /// its [`Direction`](crate::Direction). The handshake is included; what a transport does on
+    /// its own is not (a modern cancellation over HTTP closes the request's stream and writes
+    /// nothing; HTTP headers, a request the transport sends again, a line that is not JSON-RPC).
+    /// `tap` runs on the connection's task: it must return quickly. Default: none (nothing is
+    /// encoded for it).
+    ///
+    /// ```
+    /// use modelctx_client::{Client, Direction};
+    ///
+    /// let builder = Client::builder("my-host", "1.0.0").on_wire(|direction, json| {
+    ///     let arrow = if direction == Direction::Sent { ">" } else { "<" };
+    ///     eprintln!("{arrow} {json}");
+    /// });
+    /// # let _ = builder;
+    /// ```
+    pub fn on_wire(mut self, tap: impl Fn(crate::Direction, &str) + Send + Sync + 'static) -> Self {
+        self.wire = Some(Arc::new(tap));
+        self
+    }
+
     /// The level of log messages wanted (see [`Client::set_log_level`]); set on connect.
     pub fn log_level(mut self, level: LogLevel) -> Self {
         self.log_level = Some(level);
@@ -453,6 +478,7 @@ impl ClientBuilder {
             schemas: modelctx_types::schema::SchemaCache::new(
                 modelctx_types::schema::SchemaLimits::default(),
             ),
+            wire: self.wire,
         });
         let (ready, connected) = oneshot::channel();
         let (driver, handles) = Driver::new(config, link, remake, reconnect, shared.clone(), ready);

@@ -156,6 +156,8 @@ pub(crate) struct Shared {
     /// Compiled output schemas.
     #[cfg(feature = "validation")]
     pub(crate) schemas: modelctx_types::schema::SchemaCache,
+    /// Shown every message sent and received ([`ClientBuilder::on_wire`](crate::ClientBuilder::on_wire)).
+    pub(crate) wire: Option<crate::link::WireFn>,
 }
 
 impl Shared {
@@ -469,7 +471,14 @@ impl Driver {
     async fn link_event(&mut self, event: LinkEvent) {
         let now = now();
         match event {
-            LinkEvent::Message(incoming) => self.session.handle_incoming(now, incoming),
+            LinkEvent::Message(incoming) => {
+                if let Some(tap) = &self.shared.wire
+                    && let Some(text) = crate::link::received_text(&incoming)
+                {
+                    tap(crate::link::Direction::Received, &text);
+                }
+                self.session.handle_incoming(now, incoming);
+            }
             LinkEvent::Unreadable(why) => {
                 tracing::warn!(%why, "the server sent something unreadable");
             }
@@ -580,7 +589,9 @@ impl Driver {
                     _ => Hints::default(),
                 };
                 let Some(link) = &mut self.link else { continue };
-                if let Err((id, error)) = link.send(transmit, hints).await {
+                if let Err((id, error)) =
+                    link.send(transmit, hints, self.shared.wire.as_ref()).await
+                {
                     match id {
                         Some(id) => self.request_failed(now(), id, error),
                         None => tracing::debug!(%error, "a message could not be sent"),

@@ -51,6 +51,8 @@
 //!   `x-mcp-header` arguments as `Mcp-Param-{Name}` headers (the client hands the transport the
 //!   tool's rules); a -32020 answer makes the client list the tools again and retry the call
 //!   once.
+//! * **A wire tap**: [`ClientBuilder::on_wire`] shows every JSON-RPC message sent and received,
+//!   as one line of JSON each (what `mcx demo --wire` prints).
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
@@ -97,6 +99,7 @@ pub use client::{CallOptions, Client, CompletionRef};
 pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
+pub use link::Direction;
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification};
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};

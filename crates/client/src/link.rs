@@ -18,6 +18,42 @@ use crate::stdio::ServerExit;
 #[cfg(not(feature = "stdio"))]
 pub(crate) type ServerExit = std::convert::Infallible;
 
+/// Which way a message went on the wire (see [`ClientBuilder::on_wire`](crate::ClientBuilder::on_wire)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Direction {
+    /// From the client to the server.
+    Sent,
+    /// From the server to the client.
+    Received,
+}
+
+/// A wire tap: each JSON-RPC message (or batch) as one line of JSON, with its direction.
+pub(crate) type WireFn = std::sync::Arc<dyn Fn(Direction, &str) + Send + Sync>;
+
+/// `bytes` (an encoded message or batch) as text.
+fn wire_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// What a received input looks like on the wire: one message, or a batch of the elements that
+/// were messages (none when no element was).
+pub(crate) fn received_text(incoming: &modelctx_types::Incoming) -> Option<String> {
+    match incoming {
+        modelctx_types::Incoming::Single(message) => {
+            Some(wire_text(modelctx_types::encode(message)))
+        }
+        modelctx_types::Incoming::Batch(items) => {
+            let messages: Vec<modelctx_types::Message> = items
+                .iter()
+                .filter_map(|m| m.as_ref().ok().cloned())
+                .collect();
+            (!messages.is_empty()).then(|| wire_text(modelctx_types::encode_batch(&messages)))
+        }
+        _ => None,
+    }
+}
+
 /// How the transport may carry one request; only Streamable HTTP uses them.
 #[derive(Debug, Clone)]
 pub(crate) struct Hints {
@@ -79,10 +115,47 @@ impl Link {
         }
     }
 
-    /// Writes one transmit. An `Err` names the request that could not be sent, if it was one.
-    /// `hints`: how a modern HTTP request is carried (nothing is sent again over channels, and
-    /// there are no headers).
+    /// Writes one transmit and, once the transport took it, shows `tap` what it writes (a
+    /// modern cancellation over HTTP writes nothing: it closes the request's stream). An `Err`
+    /// names the request that could not be sent, if it was one. `hints`: how a modern HTTP
+    /// request is carried (nothing is sent again over channels, and there are no headers).
     pub(crate) async fn send(
+        &mut self,
+        transmit: Transmit,
+        hints: Hints,
+        tap: Option<&WireFn>,
+    ) -> Result<(), (Option<RequestId>, TransportError)> {
+        // Encoded only for a tap.
+        let shown = tap.and_then(|_| self.sent_text(&transmit));
+        self.write(transmit, hints)?;
+        if let (Some(tap), Some(text)) = (tap, shown) {
+            tap(Direction::Sent, &text);
+        }
+        Ok(())
+    }
+
+    /// What [`send`](Self::send) writes for `transmit`, as one line of JSON; `None` when it
+    /// writes no message.
+    fn sent_text(&self, transmit: &Transmit) -> Option<String> {
+        let bytes = match transmit {
+            Transmit::Message { message, .. } => modelctx_types::encode(message),
+            Transmit::Batch(messages) => modelctx_types::encode_batch(messages),
+            Transmit::Cancel {
+                notification, era, ..
+            } => {
+                #[cfg(feature = "http")]
+                if matches!(self, Link::Http(_)) && *era == modelctx_session::Era::Modern {
+                    return None;
+                }
+                let _ = era;
+                modelctx_types::encode(&notification.clone().into())
+            }
+            _ => return None,
+        };
+        Some(wire_text(bytes))
+    }
+
+    fn write(
         &mut self,
         transmit: Transmit,
         hints: Hints,

@@ -268,7 +268,8 @@ fn url_commands_against_serve_demo_http() {
 
 #[test]
 fn demo_walks_through_every_feature_in_both_eras() {
-    let out = mcx(&["demo"]);
+    // Every walk in full (without --all, the three after the first are one line each).
+    let out = mcx(&["demo", "--all"]);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}\n{}", stderr(&out));
     for section in [

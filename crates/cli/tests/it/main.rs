@@ -5,5 +5,6 @@
 mod answers;
 mod auth;
 mod cli;
+mod demo_walk;
 mod proxy;
 mod reach;

@@ -6,3 +6,4 @@ mod backpressure;
 mod common;
 mod junk;
 mod scripted;
+mod wire;
