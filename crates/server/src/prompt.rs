@@ -582,3 +582,82 @@ fn describe_type(schema: &Value, root: &JsonObject) -> String {
         format!("of type {}", found.join(" or "))
     }
 }
+
+#[cfg(all(test, feature = "schemars"))]
+mod tests {
+    use super::*;
+
+    fn non_string(schema: Value) -> Option<(String, String)> {
+        let Value::Object(schema) = schema else {
+            panic!("not an object")
+        };
+        non_string_argument(&schema).map(|n| (n.argument, n.found))
+    }
+
+    fn found(argument: &str, found: &str) -> Option<(String, String)> {
+        Some((argument.to_owned(), found.to_owned()))
+    }
+
+    #[test]
+    fn arguments_that_admit_a_string_are_kept() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "plain": {"type": "string"},
+                "optional": {"type": ["string", "null"]},
+                "untyped": {},
+                "anything": true,
+                "named": {"$ref": "#/$defs/Tone"},
+                "either": {"anyOf": [{"$ref": "#/$defs/Tone"}, {"type": "null"}]},
+                "variants": {"oneOf": [{"const": "a"}, {"const": "b", "type": "string"}]},
+                "both": {"allOf": [{"type": "string"}, {"minLength": 1}]},
+                "number_or_text": {"type": ["integer", "string"]},
+                "some_text": {"enum": [1, "one"]},
+                "unresolvable": {"$ref": "https://example.com/s.json"},
+                "recursive": {"$ref": "#/$defs/Loop"},
+            },
+            "$defs": {
+                "Tone": {"type": "string", "enum": ["formal", "casual"]},
+                "Loop": {"$ref": "#/$defs/Loop"},
+            },
+        });
+        assert_eq!(non_string(schema), None);
+    }
+
+    #[test]
+    fn the_first_argument_that_is_never_a_string_is_named_with_its_type() {
+        let never = [
+            (json!({"type": "integer"}), "of type integer"),
+            (json!({"type": ["boolean", "null"]}), "of type boolean or null"),
+            (json!({"$ref": "#/$defs/Point"}), "of type object"),
+            (
+                json!({"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}]}),
+                "of type object or null",
+            ),
+            (json!({"const": 3}), "a type that is never a string"),
+            (json!({"enum": [1, 2]}), "a type that is never a string"),
+            (json!(false), "a type that is never a string"),
+            (
+                json!({"allOf": [{"type": "string"}, {"type": "integer"}]}),
+                "a type that is never a string",
+            ),
+            (
+                json!({"oneOf": [{"type": "integer"}, {"type": "array"}]}),
+                "of type integer or array",
+            ),
+        ];
+        for (property, what) in never {
+            let schema = json!({
+                "type": "object",
+                "properties": {"a": {"type": "string"}, "b": property, "c": {"type": "integer"}},
+                "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+            });
+            assert_eq!(non_string(schema), found("b", what), "{what}");
+        }
+        let map = json!({"type": "object", "additionalProperties": {"type": "number"}});
+        assert_eq!(
+            non_string(map),
+            found("(any other argument)", "of type number")
+        );
+    }
+}
