@@ -114,7 +114,7 @@ impl<T: IntoPromptResult, E: std::fmt::Display + Send + 'static> IntoPromptResul
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a prompt handler",
     label = "not a prompt handler",
-    note = "a prompt handler is an async fn (or a closure returning a future) of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments), `S: Clone + Send + Sync + 'static` and `R: IntoPromptResult`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
+    note = "a prompt handler is an async fn, or a closure returning a future (a plain `fn` is not one), of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments), `S: Clone + Send + Sync + 'static` and `R: IntoPromptResult`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
 )]
 pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.

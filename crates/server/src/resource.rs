@@ -178,7 +178,7 @@ impl ReadRequest {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a resource handler",
     label = "not a resource handler",
-    note = "a resource handler is an async fn (or a closure returning a future) of one of these shapes: `async fn(ReadRequest) -> R`, `async fn(Context, ReadRequest) -> R`, `async fn(State<S>, ReadRequest) -> R` or `async fn(Context, State<S>, ReadRequest) -> R`, where `S: Clone + Send + Sync + 'static` and `R: IntoContents`; it must be `Send + Sync + 'static` and its future `Send`"
+    note = "a resource handler is an async fn, or a closure returning a future (a plain `fn` is not one), of one of these shapes: `async fn(ReadRequest) -> R`, `async fn(Context, ReadRequest) -> R`, `async fn(State<S>, ReadRequest) -> R` or `async fn(Context, State<S>, ReadRequest) -> R`, where `S: Clone + Send + Sync + 'static` and `R: IntoContents`; it must be `Send + Sync + 'static` and its future `Send`"
 )]
 pub trait ResourceHandler<M>: Send + Sync + 'static {
     /// What the handler's future resolves to (a read needs it to be [`IntoContents`]).

@@ -310,7 +310,7 @@ pub struct NoArgs {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tool handler",
     label = "not a tool handler",
-    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none), `S: Clone + Send + Sync + 'static` and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
+    note = "a tool handler is an async fn, or a closure returning a future (a plain `fn` is not one), of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none), `S: Clone + Send + Sync + 'static` and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
 )]
 pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.
