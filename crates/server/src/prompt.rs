@@ -499,14 +499,12 @@ fn admits_string(schema: &Value, root: &JsonObject, depth: usize) -> bool {
     if depth > MAX_DEPTH {
         return true;
     }
-    if let Some(target) = object
+    let referenced = object
         .get("$ref")
         .and_then(Value::as_str)
-        .and_then(|reference| resolve(reference, root))
-    {
-        if !admits_string(target, root, depth + 1) {
-            return false;
-        }
+        .and_then(|reference| resolve(reference, root));
+    if referenced.is_some_and(|target| !admits_string(target, root, depth + 1)) {
+        return false;
     }
     let typed = match object.get("type") {
         Some(Value::String(name)) => name == "string",
@@ -562,7 +560,12 @@ fn describe_type(schema: &Value, root: &JsonObject) -> String {
     let mut found = names(schema);
     if found.is_empty() {
         for key in ["anyOf", "oneOf"] {
-            for branch in schema.get(key).and_then(Value::as_array).into_iter().flatten() {
+            for branch in schema
+                .get(key)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let branch = branch
                     .get("$ref")
                     .and_then(Value::as_str)
@@ -628,7 +631,10 @@ mod tests {
     fn the_first_argument_that_is_never_a_string_is_named_with_its_type() {
         let never = [
             (json!({"type": "integer"}), "of type integer"),
-            (json!({"type": ["boolean", "null"]}), "of type boolean or null"),
+            (
+                json!({"type": ["boolean", "null"]}),
+                "of type boolean or null",
+            ),
             (json!({"$ref": "#/$defs/Point"}), "of type object"),
             (
                 json!({"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}]}),

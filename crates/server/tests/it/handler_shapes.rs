@@ -79,7 +79,10 @@ async fn resources_without_a_context_are_served_and_read_in_every_era() {
         let version = client.version();
         let contents = read(&mut client, "file:///readme").await.unwrap();
         assert_eq!(contents["contents"][0]["text"], "# no context", "{name}");
-        assert_eq!(contents["contents"][0]["mimeType"], "text/markdown", "{name}");
+        assert_eq!(
+            contents["contents"][0]["mimeType"], "text/markdown",
+            "{name}"
+        );
         let contents = read(&mut client, "file:///motd").await.unwrap();
         assert_eq!(contents["contents"][0]["text"], "captured", "{name}");
         let contents = read(&mut client, "file:///greeting").await.unwrap();
@@ -121,9 +124,15 @@ async fn resources_taking_state_the_server_lacks_are_refused_when_registered() {
     let refused = server
         .add_resource(Resource::new("file:///greeting", "greeting", greeting))
         .unwrap_err();
-    assert!(matches!(refused, RegisterError::ResourceMissingState { .. }));
+    assert!(matches!(
+        refused,
+        RegisterError::ResourceMissingState { .. }
+    ));
     let refused = server.add_resource_template(template()).unwrap_err();
-    assert!(matches!(refused, RegisterError::ResourceMissingState { .. }));
+    assert!(matches!(
+        refused,
+        RegisterError::ResourceMissingState { .. }
+    ));
     // What takes no state is registered.
     server
         .add_resource(Resource::new("file:///readme", "readme", readme))
@@ -200,7 +209,10 @@ fn a_prompt_whose_arguments_are_not_all_strings_is_refused_when_registered() {
     );
 
     let server = Server::builder("s", "1").declare_prompts().build();
-    assert_eq!(server.add_prompt(Prompt::new("repeat", repeat)), Err(refused));
+    assert_eq!(
+        server.add_prompt(Prompt::new("repeat", repeat)),
+        Err(refused)
+    );
 
     // Types that are never strings, through `Option`, `Vec`, a struct (`$ref`), a bool.
     macro_rules! refused {
