@@ -130,61 +130,81 @@ impl States {
     }
 }
 
-/// Implements a handler trait (`ToolHandler`, `PromptHandler`) for the four shapes of async
-/// function the markers name; `$output` is the bound on what the function returns. One body
-/// for every handler trait, so the shapes cannot drift apart.
+/// Implements a handler trait (`ToolHandler`, `PromptHandler`, `ResourceHandler`) for the four
+/// shapes of async function the markers name. One body for every handler trait, so the shapes
+/// cannot drift apart.
+///
+/// `handler_shapes!(Trait)`: the arguments are any type deserialized from JSON (`type Args`),
+/// and the handler is `Clone` (tools, prompts). `handler_shapes!(Trait, Type)`: the arguments
+/// are always `Type` (resources: a `ReadRequest`).
+///
+/// The impls put no bound on what the function's future resolves to (`type Output`): the
+/// functions taking a handler bound it (`H::Output: IntoToolOutput`, ...). So a function of a
+/// right shape returning a wrong type is still a handler, and the compiler's error is the
+/// output trait's (`u32` cannot be the result of a tool, and what can) rather than a handler
+/// trait refused as a whole. A function of no shape at all (not async, arguments in the wrong
+/// order) is refused as a whole, with the handler trait's list of shapes.
 macro_rules! handler_shapes {
-    ($handler:ident, $output:path) => {
-        impl<F, Fut, A, R> $handler<($crate::handler::markers::ArgsOnly, A)> for F
+    ($handler:ident) => {
+        $crate::handler::handler_shapes!(
+            @shapes $handler, [A], A, [type Args = A;], [Clone +],
+            [A: ::serde::de::DeserializeOwned + Send + 'static,]
+        );
+    };
+    ($handler:ident, $args:ty) => {
+        $crate::handler::handler_shapes!(@shapes $handler, [], $args, [], [], []);
+    };
+    (
+        @shapes $handler:ident, [$($a:ident)?], $args:ty, [$($assoc:tt)*], [$($extra:tt)*],
+        [$($bound:tt)*]
+    ) => {
+        impl<F, Fut, $($a,)? R> $handler<($crate::handler::markers::ArgsOnly, $args)> for F
         where
-            F: Fn(A) -> Fut + Clone + Send + Sync + 'static,
+            F: Fn($args) -> Fut + $($extra)* Send + Sync + 'static,
             Fut: ::std::future::Future<Output = R> + Send + 'static,
-            A: ::serde::de::DeserializeOwned + Send + 'static,
-            R: $output,
+            $($bound)*
         {
-            type Args = A;
+            $($assoc)*
             type Output = R;
             fn call(
                 &self,
                 _context: $crate::context::Context,
-                args: A,
+                args: $args,
             ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
                 Ok(Box::pin((self)(args)))
             }
         }
 
-        impl<F, Fut, A, R> $handler<($crate::handler::markers::WithContext, A)> for F
+        impl<F, Fut, $($a,)? R> $handler<($crate::handler::markers::WithContext, $args)> for F
         where
-            F: Fn($crate::context::Context, A) -> Fut + Clone + Send + Sync + 'static,
+            F: Fn($crate::context::Context, $args) -> Fut + $($extra)* Send + Sync + 'static,
             Fut: ::std::future::Future<Output = R> + Send + 'static,
-            A: ::serde::de::DeserializeOwned + Send + 'static,
-            R: $output,
+            $($bound)*
         {
-            type Args = A;
+            $($assoc)*
             type Output = R;
             fn call(
                 &self,
                 context: $crate::context::Context,
-                args: A,
+                args: $args,
             ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
                 Ok(Box::pin((self)(context, args)))
             }
         }
 
-        impl<F, Fut, S, A, R> $handler<($crate::handler::markers::WithState, S, A)> for F
+        impl<F, Fut, S, $($a,)? R> $handler<($crate::handler::markers::WithState, S, $args)> for F
         where
-            F: Fn($crate::handler::State<S>, A) -> Fut + Clone + Send + Sync + 'static,
+            F: Fn($crate::handler::State<S>, $args) -> Fut + $($extra)* Send + Sync + 'static,
             Fut: ::std::future::Future<Output = R> + Send + 'static,
             S: Clone + Send + Sync + 'static,
-            A: ::serde::de::DeserializeOwned + Send + 'static,
-            R: $output,
+            $($bound)*
         {
-            type Args = A;
+            $($assoc)*
             type Output = R;
             fn call(
                 &self,
                 context: $crate::context::Context,
-                args: A,
+                args: $args,
             ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
                 let state = context.inner.state.get::<S>()?;
                 Ok(Box::pin((self)($crate::handler::State(state), args)))
@@ -195,24 +215,23 @@ macro_rules! handler_shapes {
             }
         }
 
-        impl<F, Fut, S, A, R> $handler<($crate::handler::markers::WithContextAndState, S, A)> for F
+        impl<F, Fut, S, $($a,)? R>
+            $handler<($crate::handler::markers::WithContextAndState, S, $args)> for F
         where
-            F: Fn($crate::context::Context, $crate::handler::State<S>, A) -> Fut
-                + Clone
-                + Send
+            F: Fn($crate::context::Context, $crate::handler::State<S>, $args) -> Fut
+                + $($extra)* Send
                 + Sync
                 + 'static,
             Fut: ::std::future::Future<Output = R> + Send + 'static,
             S: Clone + Send + Sync + 'static,
-            A: ::serde::de::DeserializeOwned + Send + 'static,
-            R: $output,
+            $($bound)*
         {
-            type Args = A;
+            $($assoc)*
             type Output = R;
             fn call(
                 &self,
                 context: $crate::context::Context,
-                args: A,
+                args: $args,
             ) -> Result<$crate::handler::BoxFuture<R>, $crate::handler::MissingState> {
                 let state = context.inner.state.get::<S>()?;
                 Ok(Box::pin((self)(
@@ -230,8 +249,8 @@ macro_rules! handler_shapes {
 }
 pub(crate) use handler_shapes;
 
-/// The markers that tell the handler shapes apart (`async fn(Args)` and
-/// `async fn(Context, Args)`). They are in a private module: nothing outside this crate can
+/// The markers that tell the handler shapes apart (`async fn(Args)`,
+/// `async fn(Context, Args)`, and the two with `State<S>`). They are in a private module: nothing outside this crate can
 /// name them, so no one else can implement the handler traits for a shape of their own, and
 /// the shapes may grow without breaking anyone (like axum's `T` of `Handler<T, S>`).
 pub(crate) mod markers {

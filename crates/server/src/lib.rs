@@ -36,8 +36,13 @@
 //!   derived from `T` and each result validated against it), or a `Result` of these whose
 //!   error is shown to the model. Unknown tools are `-32602`.
 //! * **Resources** ([`Resource`], [`ResourceTemplate`] with RFC 6570 templates matched in
-//!   linear time), **prompts** ([`Prompt`], arguments from the type) and **completions**
-//!   (`complete` on a prompt or template).
+//!   linear time), **prompts** ([`Prompt`], arguments from the type, which must all be
+//!   strings) and **completions** (`complete` on a prompt or template). Their handlers take the
+//!   same four shapes as tools, with a [`ReadRequest`] or the prompt's arguments
+//!   ([`ResourceHandler`], [`PromptHandler`]).
+//! * A handler of a wrong shape (not async, arguments in the wrong order) or returning a type
+//!   its item cannot send is a compile error that says which shapes and return types are
+//!   accepted.
 //! * Everything can be added and removed while the server runs; connected clients are told
 //!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
 //! * A panicking handler answers its request with `-32603`; the connection lives on. Requests
@@ -177,7 +182,7 @@ pub use modelctx_types::model;
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{
     CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
-    ResourceError, ResourceTemplate, Subscribe,
+    ResourceError, ResourceHandler, ResourceTemplate, Subscribe,
 };
 pub use run::{Frame, InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};
 pub use server::{Load, RegisterError, Server, ServerBuilder};

@@ -62,6 +62,7 @@ impl From<String> for Content {
 /// [`InputError::NotSupported`]: crate::InputError::NotSupported
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the result of a prompt",
+    label = "`{Self}` is not a prompt result",
     note = "a prompt returns `Vec<PromptMessage>`, `PromptMessage`, `String`, or a `Result` of one of these whose error implements `Display`"
 )]
 pub trait IntoPromptResult: Send + 'static {
@@ -106,15 +107,20 @@ impl<T: IntoPromptResult, E: std::fmt::Display + Send + 'static> IntoPromptResul
 /// `async fn(Context, State<S>, Args) -> R`, where `Args` deserializes from the prompt's
 /// arguments (an object of strings), `S` is state given with
 /// [`ServerBuilder::state`](crate::ServerBuilder::state), and `R: IntoPromptResult`.
+///
+/// Every function of these shapes is a `PromptHandler`, whatever `R` is: [`Prompt::new`] and
+/// [`Prompt::with_arguments`] require `R: IntoPromptResult`, so that a handler returning
+/// something else is named in the compiler's error with the types a prompt may return.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a prompt handler",
-    note = "a prompt handler is an async fn of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments), `S: Clone + Send + Sync + 'static` and `R: IntoPromptResult`"
+    label = "not a prompt handler",
+    note = "a prompt handler is an async fn, or a closure returning a future (a plain `fn` is not one), of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (its fields are the prompt's string arguments), `S: Clone + Send + Sync + 'static` and `R: IntoPromptResult`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
 )]
 pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.
     type Args: DeserializeOwned + Send + 'static;
-    /// The result.
-    type Output: IntoPromptResult;
+    /// What the handler's future resolves to (a prompt needs it to be [`IntoPromptResult`]).
+    type Output;
     /// Renders the prompt.
     ///
     /// # Errors
@@ -133,7 +139,7 @@ pub trait PromptHandler<M>: Clone + Send + Sync + 'static {
     }
 }
 
-crate::handler::handler_shapes!(PromptHandler, IntoPromptResult);
+crate::handler::handler_shapes!(PromptHandler);
 
 type ErasedPrompt =
     Arc<dyn Fn(Context, Value) -> BoxFuture<Result<Vec<PromptMessage>, ErrorObject>> + Send + Sync>;
@@ -150,6 +156,20 @@ pub struct Prompt {
     pub(crate) state: Option<(TypeId, &'static str)>,
     /// The scopes a `prompts/get` needs ([`Prompt::scopes`]); `None`: none.
     pub(crate) scopes: crate::handler::Scopes,
+    /// An argument of the type [`Prompt::new`] was given that is never a string, and what it
+    /// is instead: the prompt cannot be served.
+    pub(crate) non_string: Option<NonString>,
+}
+
+/// An argument of a prompt's arguments type that can never be a string (its text is that of
+/// `RegisterError::PromptArgument` after the prompt's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("argument {argument} is {found}, but prompt arguments are strings")]
+pub(crate) struct NonString {
+    /// The argument's name.
+    pub(crate) argument: String,
+    /// What its schema says it is instead (`of type integer`, `of type boolean or null`, ...).
+    pub(crate) found: String,
 }
 
 impl std::fmt::Debug for Prompt {
@@ -164,6 +184,22 @@ impl std::fmt::Debug for Prompt {
 impl Prompt {
     /// A prompt whose arguments are the fields of its arguments' type (their doc comments the
     /// descriptions; `Option` fields optional).
+    ///
+    /// Prompt arguments are strings on the wire, so each field's type must be one a string
+    /// deserializes into: `String`, `Option<String>`, an enum of unit variants, a type that
+    /// deserializes from any value. A type with a field that is never a string (a number, a
+    /// `bool`, a `Vec`, a struct) is found here, from its derived schema, rather than by every
+    /// `prompts/get` failing to decode it. As for a tool whose schema cannot be used, the
+    /// prompt is then refused when it is registered: [`ServerBuilder::try_build`] and
+    /// [`Server::add_prompt`] return [`RegisterError::PromptArgument`], naming the prompt and
+    /// the argument; [`ServerBuilder::build`] logs it as an error and keeps the prompt, whose
+    /// `prompts/get` is answered -32603 with the same text. [`Prompt::with_arguments`], whose
+    /// arguments are given by hand, checks nothing of the kind.
+    ///
+    /// [`ServerBuilder::try_build`]: crate::ServerBuilder::try_build
+    /// [`ServerBuilder::build`]: crate::ServerBuilder::build
+    /// [`Server::add_prompt`]: crate::Server::add_prompt
+    /// [`RegisterError::PromptArgument`]: crate::RegisterError::PromptArgument
     ///
     /// ```
     /// use modelctx_server::{Prompt, PromptMessage};
@@ -187,14 +223,36 @@ impl Prompt {
     ///         ["French", "German"].iter().filter(|l| l.starts_with(&partial)).map(|l| l.to_string()).collect()
     ///     });
     /// assert_eq!(prompt.name(), "translate");
+    ///
+    /// // A count is not a string: this prompt is refused when the server is built.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Repeat {
+    ///     text: String,
+    ///     times: u32,
+    /// }
+    ///
+    /// async fn repeat(args: Repeat) -> String {
+    ///     args.text.repeat(args.times as usize)
+    /// }
+    ///
+    /// let refused = modelctx_server::Server::builder("s", "1.0.0")
+    ///     .prompt(Prompt::new("repeat", repeat))
+    ///     .try_build()
+    ///     .unwrap_err();
+    /// assert_eq!(
+    ///     refused.to_string(),
+    ///     "prompt repeat: argument times is of type integer, but prompt arguments are strings"
+    /// );
     /// ```
     #[cfg(feature = "schemars")]
     pub fn new<H, M>(name: impl Into<String>, handler: H) -> Self
     where
         H: PromptHandler<M>,
         H::Args: schemars::JsonSchema,
+        H::Output: IntoPromptResult,
     {
         let schema = crate::handler::schema_of::<H::Args>();
+        let non_string = non_string_argument(&schema);
         let required: Vec<&str> = schema
             .get("required")
             .and_then(Value::as_array)
@@ -216,7 +274,9 @@ impl Prompt {
                     .collect()
             })
             .unwrap_or_default();
-        Prompt::with_arguments(name, arguments, handler)
+        let mut prompt = Prompt::with_arguments(name, arguments, handler);
+        prompt.non_string = non_string;
+        prompt
     }
 
     /// A prompt with its arguments given by hand: `(name, description, required)`.
@@ -227,6 +287,7 @@ impl Prompt {
     ) -> Self
     where
         H: PromptHandler<M>,
+        H::Output: IntoPromptResult,
     {
         let handler: ErasedPrompt = Arc::new(move |context, args| {
             let handler = handler.clone();
@@ -264,6 +325,7 @@ impl Prompt {
             completers: BTreeMap::new(),
             state: H::state_type(),
             scopes: None,
+            non_string: None,
         }
     }
 
@@ -337,6 +399,13 @@ pub(crate) fn get(
     let Some(prompt) = prompts.get(name).cloned() else {
         return Err(invalid_params(format!("unknown prompt: {name}")));
     };
+    // Kept by `ServerBuilder::build`, which logged why: its arguments could never be decoded.
+    if let Some(non_string) = &prompt.non_string {
+        return Err(ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("prompt {}: {non_string}", prompt.name),
+        ));
+    }
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => JsonObject::new(),
         Some(Value::Object(arguments)) => arguments.clone(),
@@ -375,4 +444,226 @@ pub(crate) fn get(
             write::prompt_result(description, messages, version)
         })
     }))
+}
+
+/// The first argument of a prompt's derived arguments schema that can never be a string (prompt
+/// arguments are strings on the wire), in the order of the schema's properties; then, for a map
+/// type, its values (`additionalProperties`). `None`: every argument may be a string.
+#[cfg(feature = "schemars")]
+fn non_string_argument(schema: &JsonObject) -> Option<NonString> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let others = schema
+        .get("additionalProperties")
+        .map(|values| ("(any other argument)", values));
+    properties
+        .into_iter()
+        .flatten()
+        .map(|(name, property)| (name.as_str(), property))
+        .chain(others)
+        .find(|(_, property)| !admits_string(property, schema, 0))
+        .map(|(argument, property)| NonString {
+            argument: argument.to_owned(),
+            found: describe_type(property, schema),
+        })
+}
+
+/// How deep `$ref`s and combinators are followed; deeper (a recursive type) is taken as
+/// admitting a string, so that nothing is refused for want of looking.
+#[cfg(feature = "schemars")]
+const MAX_DEPTH: usize = 32;
+
+/// The subschema a local `$ref` (`#/$defs/Name`, `#/definitions/Name`) of `root` names.
+#[cfg(feature = "schemars")]
+fn resolve<'a>(reference: &str, root: &'a JsonObject) -> Option<&'a Value> {
+    let (defs, name) = reference
+        .strip_prefix("#/$defs/")
+        .map(|name| ("$defs", name))
+        .or_else(|| {
+            reference
+                .strip_prefix("#/definitions/")
+                .map(|name| ("definitions", name))
+        })?;
+    root.get(defs)?.get(name)
+}
+
+/// Whether some string is valid against `schema` as far as its `$ref`, `type`, `const`,
+/// `enum`, `anyOf`, `oneOf` and `allOf` tell (what schemars derives from serde types);
+/// anything else is taken as admitting one.
+#[cfg(feature = "schemars")]
+fn admits_string(schema: &Value, root: &JsonObject, depth: usize) -> bool {
+    let object = match schema {
+        Value::Object(object) => object,
+        Value::Bool(admits) => return *admits,
+        _ => return true,
+    };
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    let referenced = object
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|reference| resolve(reference, root));
+    if referenced.is_some_and(|target| !admits_string(target, root, depth + 1)) {
+        return false;
+    }
+    let typed = match object.get("type") {
+        Some(Value::String(name)) => name == "string",
+        Some(Value::Array(names)) => names.iter().any(|name| name == "string"),
+        _ => true,
+    };
+    let constant = object.get("const").is_none_or(Value::is_string);
+    let enumerated = match object.get("enum") {
+        Some(Value::Array(values)) => values.iter().any(Value::is_string),
+        _ => true,
+    };
+    let any_of = |key: &str| match object.get(key) {
+        Some(Value::Array(branches)) => branches
+            .iter()
+            .any(|branch| admits_string(branch, root, depth + 1)),
+        _ => true,
+    };
+    let all_of = match object.get("allOf") {
+        Some(Value::Array(branches)) => branches
+            .iter()
+            .all(|branch| admits_string(branch, root, depth + 1)),
+        _ => true,
+    };
+    typed && constant && enumerated && any_of("anyOf") && any_of("oneOf") && all_of
+}
+
+/// What a schema that admits no string is, for people: its `type` (`integer`, `integer or
+/// null`), through a `$ref`; the types of its `anyOf`/`oneOf` branches; else what it is not.
+#[cfg(feature = "schemars")]
+fn describe_type(schema: &Value, root: &JsonObject) -> String {
+    let mut schema = schema;
+    for _ in 0..MAX_DEPTH {
+        match schema
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|reference| resolve(reference, root))
+        {
+            Some(target) => schema = target,
+            None => break,
+        }
+    }
+    let names = |value: &Value| -> Vec<String> {
+        match value.get("type") {
+            Some(Value::String(name)) => vec![name.clone()],
+            Some(Value::Array(names)) => names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut found = names(schema);
+    if found.is_empty() {
+        for key in ["anyOf", "oneOf"] {
+            for branch in schema
+                .get(key)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let branch = branch
+                    .get("$ref")
+                    .and_then(Value::as_str)
+                    .and_then(|reference| resolve(reference, root))
+                    .unwrap_or(branch);
+                for name in names(branch) {
+                    if !found.contains(&name) {
+                        found.push(name);
+                    }
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        "a type that is never a string".to_owned()
+    } else {
+        format!("of type {}", found.join(" or "))
+    }
+}
+
+#[cfg(all(test, feature = "schemars"))]
+mod tests {
+    use super::*;
+
+    fn non_string(schema: Value) -> Option<(String, String)> {
+        let Value::Object(schema) = schema else {
+            panic!("not an object")
+        };
+        non_string_argument(&schema).map(|n| (n.argument, n.found))
+    }
+
+    fn found(argument: &str, found: &str) -> Option<(String, String)> {
+        Some((argument.to_owned(), found.to_owned()))
+    }
+
+    #[test]
+    fn arguments_that_admit_a_string_are_kept() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "plain": {"type": "string"},
+                "optional": {"type": ["string", "null"]},
+                "untyped": {},
+                "anything": true,
+                "named": {"$ref": "#/$defs/Tone"},
+                "either": {"anyOf": [{"$ref": "#/$defs/Tone"}, {"type": "null"}]},
+                "variants": {"oneOf": [{"const": "a"}, {"const": "b", "type": "string"}]},
+                "both": {"allOf": [{"type": "string"}, {"minLength": 1}]},
+                "number_or_text": {"type": ["integer", "string"]},
+                "some_text": {"enum": [1, "one"]},
+                "unresolvable": {"$ref": "https://example.com/s.json"},
+                "recursive": {"$ref": "#/$defs/Loop"},
+            },
+            "$defs": {
+                "Tone": {"type": "string", "enum": ["formal", "casual"]},
+                "Loop": {"$ref": "#/$defs/Loop"},
+            },
+        });
+        assert_eq!(non_string(schema), None);
+    }
+
+    #[test]
+    fn the_first_argument_that_is_never_a_string_is_named_with_its_type() {
+        let never = [
+            (json!({"type": "integer"}), "of type integer"),
+            (
+                json!({"type": ["boolean", "null"]}),
+                "of type boolean or null",
+            ),
+            (json!({"$ref": "#/$defs/Point"}), "of type object"),
+            (
+                json!({"anyOf": [{"$ref": "#/$defs/Point"}, {"type": "null"}]}),
+                "of type object or null",
+            ),
+            (json!({"const": 3}), "a type that is never a string"),
+            (json!({"enum": [1, 2]}), "a type that is never a string"),
+            (json!(false), "a type that is never a string"),
+            (
+                json!({"allOf": [{"type": "string"}, {"type": "integer"}]}),
+                "a type that is never a string",
+            ),
+            (
+                json!({"oneOf": [{"type": "integer"}, {"type": "array"}]}),
+                "of type integer or array",
+            ),
+        ];
+        for (property, what) in never {
+            let schema = json!({
+                "type": "object",
+                "properties": {"a": {"type": "string"}, "b": property, "c": {"type": "integer"}},
+                "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+            });
+            assert_eq!(non_string(schema), found("b", what), "{what}");
+        }
+        let map = json!({"type": "object", "additionalProperties": {"type": "number"}});
+        assert_eq!(
+            non_string(map),
+            found("(any other argument)", "of type number")
+        );
+    }
 }

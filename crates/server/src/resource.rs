@@ -1,6 +1,7 @@
 //! Resources: static ones by URI, templated ones matched against RFC 6570 templates,
 //! subscriptions to their changes.
 
+use std::any::TypeId;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::complete::Completer;
 use crate::context::Context;
-use crate::handler::{BoxFuture, Runner};
+use crate::handler::{BoxFuture, MissingState, Runner};
 use crate::uri_template::{TemplateError, UriTemplate, VarValue};
 use crate::wire::cursor::page;
 use crate::wire::invalid_params;
@@ -91,7 +92,8 @@ pub enum ResourceError {
 /// What a resource handler may return.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the result of a resource read",
-    note = "a resource handler returns `ResourceContents`, `Vec<ResourceContents>`, or a `Result` of one of these with `ResourceError` (or any `Display` error)"
+    label = "`{Self}` is not a resource read's result",
+    note = "a resource handler returns `ResourceContents`, `Vec<ResourceContents>`, or a `Result` of one of these whose error is `ResourceError`"
 )]
 pub trait IntoContents: Send + 'static {
     /// The contents, or why there are none.
@@ -161,22 +163,73 @@ impl ReadRequest {
     }
 }
 
+/// An async function that reads a resource: `async fn(ReadRequest) -> R`,
+/// `async fn(Context, ReadRequest) -> R`, `async fn(State<S>, ReadRequest) -> R` or
+/// `async fn(Context, State<S>, ReadRequest) -> R`, where `S` is state given with
+/// [`ServerBuilder::state`](crate::ServerBuilder::state) and `R: IntoContents`; the shapes of
+/// [`ToolHandler`](crate::ToolHandler) and [`PromptHandler`](crate::PromptHandler), with the
+/// [`ReadRequest`] for arguments. A closure returning a future is a handler too; its
+/// arguments need their types written (`|request: ReadRequest| async move { .. }`). `M` only
+/// tells the shapes apart.
+///
+/// Every function of these shapes is a `ResourceHandler`, whatever `R` is: [`Resource::new`]
+/// and [`ResourceTemplate::new`] require `R: IntoContents`, so that a handler returning
+/// something else is named in the compiler's error with the types a read may return.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a resource handler",
+    label = "not a resource handler",
+    note = "a resource handler is an async fn, or a closure returning a future (a plain `fn` is not one), of one of these shapes: `async fn(ReadRequest) -> R`, `async fn(Context, ReadRequest) -> R`, `async fn(State<S>, ReadRequest) -> R` or `async fn(Context, State<S>, ReadRequest) -> R`, where `S: Clone + Send + Sync + 'static` and `R: IntoContents`; it must be `Send + Sync + 'static` and its future `Send`"
+)]
+pub trait ResourceHandler<M>: Send + Sync + 'static {
+    /// What the handler's future resolves to (a read needs it to be [`IntoContents`]).
+    type Output;
+    /// Reads the resource.
+    ///
+    /// # Errors
+    ///
+    /// [`MissingState`] when the handler takes state of a type the server was not given.
+    fn call(
+        &self,
+        context: Context,
+        request: ReadRequest,
+    ) -> Result<BoxFuture<Self::Output>, MissingState>;
+
+    /// The type of the state the handler takes, if it takes any: checked when the server is
+    /// built (default: none).
+    fn state_type() -> Option<(TypeId, &'static str)> {
+        None
+    }
+}
+
+crate::handler::handler_shapes!(ResourceHandler, ReadRequest);
+
 type ErasedRead = Arc<
-    dyn Fn(Context, ReadRequest) -> BoxFuture<Result<Vec<ResourceContents>, ResourceError>>
+    dyn Fn(Context, ReadRequest) -> BoxFuture<Result<Vec<ResourceContents>, ReadFailure>>
         + Send
         + Sync,
 >;
 
-fn erase<F, Fut, R>(handler: F) -> ErasedRead
+/// Why a read failed: the handler's error, or the handler could not run (it takes state the
+/// server does not have: the server's fault, -32603).
+enum ReadFailure {
+    Handler(ResourceError),
+    MissingState(MissingState),
+}
+
+fn erase<H, M>(handler: H) -> ErasedRead
 where
-    F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    R: IntoContents,
+    H: ResourceHandler<M>,
+    H::Output: IntoContents,
 {
     let handler = Arc::new(handler);
     Arc::new(move |context, request| {
-        let handler = handler.clone();
-        Box::pin(async move { handler(context, request).await.into_contents() })
+        let reading = handler.call(context, request);
+        Box::pin(async move {
+            match reading {
+                Ok(reading) => reading.await.into_contents().map_err(ReadFailure::Handler),
+                Err(missing) => Err(ReadFailure::MissingState(missing)),
+            }
+        })
     })
 }
 
@@ -189,6 +242,8 @@ pub struct Resource {
     pub(crate) uri: String,
     pub(crate) definition: model::Resource,
     read: ErasedRead,
+    /// The type of the state the handler takes, if any.
+    pub(crate) state: Option<(TypeId, &'static str)>,
     pub(crate) cache: Option<CacheHint>,
     /// The scopes reading or subscribing needs ([`Resource::scopes`]); `None`: none.
     pub(crate) scopes: crate::handler::Scopes,
@@ -203,25 +258,41 @@ impl std::fmt::Debug for Resource {
 }
 
 impl Resource {
-    /// A resource named `name` at `uri`, read by `handler` (`async fn(Context, ReadRequest)`).
+    /// A resource named `name` at `uri`, read by `handler`: `async fn(ReadRequest)`, or with a
+    /// [`Context`] first, or [`State`](crate::State) (see [`ResourceHandler`]).
     ///
     /// ```
+    /// use std::sync::Arc;
+    ///
     /// use modelctx_server::{Context, ReadRequest, Resource, ResourceContents};
     ///
-    /// async fn logo(_: Context, request: ReadRequest) -> ResourceContents {
+    /// async fn logo(request: ReadRequest) -> ResourceContents {
     ///     ResourceContents::blob(request.uri, b"\x89PNG...").mime_type("image/png")
     /// }
     ///
     /// let resource = Resource::new("assets://logo.png", "logo", logo)
     ///     .description("The project's logo")
     ///     .mime_type("image/png");
-    /// # let _ = resource;
+    ///
+    /// // With the request's context (its cancellation, the client's version, ...).
+    /// async fn about(context: Context, request: ReadRequest) -> ResourceContents {
+    ///     let version = context.protocol_version();
+    ///     ResourceContents::text(request.uri, format!("read in {}", version.as_str()))
+    /// }
+    /// let about = Resource::new("assets://about", "about", about);
+    ///
+    /// // A closure capturing what it reads.
+    /// let motd = Arc::new(String::from("Welcome"));
+    /// let motd = Resource::new("assets://motd", "motd", move |request: ReadRequest| {
+    ///     let motd = motd.clone();
+    ///     async move { ResourceContents::text(request.uri, motd.as_str()) }
+    /// });
+    /// # let _ = (resource, about, motd);
     /// ```
-    pub fn new<F, Fut, R>(uri: impl Into<String>, name: impl Into<String>, handler: F) -> Self
+    pub fn new<H, M>(uri: impl Into<String>, name: impl Into<String>, handler: H) -> Self
     where
-        F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = R> + Send + 'static,
-        R: IntoContents,
+        H: ResourceHandler<M>,
+        H::Output: IntoContents,
     {
         let uri = uri.into();
         let definition = model::Resource {
@@ -239,6 +310,7 @@ impl Resource {
             uri,
             definition,
             read: erase(handler),
+            state: H::state_type(),
             cache: None,
             scopes: None,
         }
@@ -280,6 +352,8 @@ pub struct ResourceTemplate {
     pub(crate) template: UriTemplate,
     pub(crate) definition: model::ResourceTemplate,
     read: ErasedRead,
+    /// The type of the state the handler takes, if any.
+    pub(crate) state: Option<(TypeId, &'static str)>,
     pub(crate) completers: BTreeMap<String, Completer>,
     pub(crate) cache: Option<CacheHint>,
     /// The scopes reading or subscribing needs ([`ResourceTemplate::scopes`]); `None`: none.
@@ -300,13 +374,14 @@ impl std::fmt::Debug for ResourceTemplate {
 pub struct InvalidTemplate(#[from] TemplateError);
 
 impl ResourceTemplate {
-    /// A template named `name`, read by `handler` (`async fn(Context, ReadRequest)`, the
-    /// request carrying the variables).
+    /// A template named `name`, read by `handler` (`async fn(ReadRequest)`, or with a
+    /// [`Context`] first, or [`State`](crate::State): see [`ResourceHandler`]), the request
+    /// carrying the variables.
     ///
     /// ```
-    /// use modelctx_server::{Context, ReadRequest, ResourceContents, ResourceError, ResourceTemplate};
+    /// use modelctx_server::{ReadRequest, ResourceContents, ResourceError, ResourceTemplate};
     ///
-    /// async fn file(_: Context, request: ReadRequest) -> Result<ResourceContents, ResourceError> {
+    /// async fn file(request: ReadRequest) -> Result<ResourceContents, ResourceError> {
     ///     // `{+path}` (reserved expansion) may hold slashes.
     ///     let path = request.var("path").unwrap_or_default();
     ///     if path.contains("..") {
@@ -324,15 +399,14 @@ impl ResourceTemplate {
     /// assert!(ResourceTemplate::new("file:///{path", "broken", file).is_err());
     /// # let _ = template;
     /// ```
-    pub fn new<F, Fut, R>(
+    pub fn new<H, M>(
         uri_template: &str,
         name: impl Into<String>,
-        handler: F,
+        handler: H,
     ) -> Result<Self, InvalidTemplate>
     where
-        F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = R> + Send + 'static,
-        R: IntoContents,
+        H: ResourceHandler<M>,
+        H::Output: IntoContents,
     {
         let template = UriTemplate::parse(uri_template)?;
         let definition = model::ResourceTemplate {
@@ -349,6 +423,7 @@ impl ResourceTemplate {
             template,
             definition,
             read: erase(handler),
+            state: H::state_type(),
             completers: BTreeMap::new(),
             cache: None,
             scopes: None,
@@ -516,10 +591,17 @@ pub(crate) fn read(
                     let contents = contents.into_iter().map(|c| c.0).collect();
                     write::read_result(contents, cache, version)
                 }
-                Err(ResourceError::NotFound(_)) => Err(not_found(&uri, version)),
-                Err(ResourceError::Failed(why)) => {
+                Err(ReadFailure::Handler(ResourceError::NotFound(_))) => {
+                    Err(not_found(&uri, version))
+                }
+                Err(ReadFailure::Handler(ResourceError::Failed(why))) => {
                     Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, why))
                 }
+                // Missing state is the server's fault (-32603), as for tools and prompts.
+                Err(ReadFailure::MissingState(missing)) => Err(ErrorObject::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    missing.to_string(),
+                )),
             }
         })
     }))

@@ -239,7 +239,9 @@ impl ServerBuilder {
     /// `$ref`, too large or too deep for [`Settings::schema_limits`], a pattern the linear
     /// engine cannot match), or that takes state of a type the builder was not given, is kept,
     /// logged as an error here, and answers its calls with -32603;
-    /// [`ServerBuilder::try_build`] refuses such a server instead.
+    /// [`ServerBuilder::try_build`] refuses such a server instead. So are a prompt, resource or
+    /// template taking state the builder was not given, and a prompt with an argument that is
+    /// never a string ([`Prompt::new`]).
     pub fn build(self) -> Server {
         let (server, refused) = self.assemble();
         for error in refused {
@@ -251,7 +253,11 @@ impl ServerBuilder {
     /// The server, or the first reason (by tool name) [`Server::add_tool`] would refuse one of
     /// the builder's tools: [`RegisterError::Schema`] for a tool whose input or output schema
     /// cannot be used, [`RegisterError::MissingState`] for one that takes state of a type the
-    /// builder was not given; then [`RegisterError::PromptMissingState`] for a prompt that does.
+    /// builder was not given; then, by prompt name, [`RegisterError::PromptArgument`] for a
+    /// prompt with an argument that is never a string and [`RegisterError::PromptMissingState`]
+    /// for one that takes state the builder was not given; then
+    /// [`RegisterError::ResourceMissingState`] for a resource (by URI), then a template (by
+    /// its text), that does.
     ///
     /// ```
     /// use modelctx_server::{NoArgs, RegisterError, Server, Tool};
@@ -325,11 +331,22 @@ impl ServerBuilder {
                 (name, Arc::new(registered))
             })
             .collect();
-        // A prompt taking state the server lacks is kept too, and answers with -32603.
+        // A prompt taking state the server lacks, or whose arguments are never strings, is kept
+        // too, and answers with -32603; so is a resource or template taking state it lacks.
         refused.extend(
             self.prompts
                 .values()
                 .filter_map(|prompt| prompt_refusal(prompt, &self.states)),
+        );
+        refused.extend(
+            self.resources
+                .values()
+                .filter_map(|r| resource_refusal(r.state, &r.uri, &self.states)),
+        );
+        refused.extend(
+            self.templates
+                .values()
+                .filter_map(|t| resource_refusal(t.state, t.template.as_str(), &self.states)),
         );
         let server = Server {
             shared: Arc::new(Shared {
@@ -384,11 +401,35 @@ fn refusal(registered: &Registered, states: &States) -> Option<RegisterError> {
     }
 }
 
-/// Why a prompt cannot be served: its handler takes state of a type the server does not have.
+/// Why a prompt cannot be served: an argument of its type is never a string, or its handler
+/// takes state of a type the server does not have.
 fn prompt_refusal(prompt: &Prompt, states: &States) -> Option<RegisterError> {
+    if let Some(non_string) = &prompt.non_string {
+        return Some(RegisterError::PromptArgument {
+            prompt: prompt.name.clone(),
+            argument: non_string.argument.clone(),
+            found: non_string.found.clone(),
+        });
+    }
     match prompt.state {
         Some((id, type_name)) if !states.has(id) => Some(RegisterError::PromptMissingState {
             prompt: prompt.name.clone(),
+            type_name,
+        }),
+        _ => None,
+    }
+}
+
+/// Why a resource or template cannot be served: its handler takes state (`state`) of a type the
+/// server does not have; `resource` (its URI, the template's text) names it in the error.
+fn resource_refusal(
+    state: Option<(std::any::TypeId, &'static str)>,
+    resource: &str,
+    states: &States,
+) -> Option<RegisterError> {
+    match state {
+        Some((id, type_name)) if !states.has(id) => Some(RegisterError::ResourceMissingState {
+            resource: resource.to_owned(),
             type_name,
         }),
         _ => None,
@@ -447,6 +488,27 @@ pub enum RegisterError {
     PromptMissingState {
         /// The prompt's name.
         prompt: String,
+        /// The type of the state.
+        type_name: &'static str,
+    },
+    /// A prompt built with [`Prompt::new`] from a type with an argument that is never a string
+    /// (a number, a `bool`, a `Vec`, a struct): prompt arguments are strings on the wire, so no
+    /// `prompts/get` could be decoded.
+    #[error("prompt {prompt}: argument {argument} is {found}, but prompt arguments are strings")]
+    PromptArgument {
+        /// The prompt's name.
+        prompt: String,
+        /// The argument's name.
+        argument: String,
+        /// What its type is instead (`of type integer`, `of type boolean or null`, ...).
+        found: String,
+    },
+    /// A resource's or template's handler takes [`State`](crate::State) of a type the server
+    /// was not given ([`ServerBuilder::state`]).
+    #[error("resource {resource} takes state of type {type_name}, which the server was not given")]
+    ResourceMissingState {
+        /// The resource's URI, or the template's text.
+        resource: String,
         /// The type of the state.
         type_name: &'static str,
     },
@@ -583,7 +645,8 @@ impl Server {
 
     /// Adds (or replaces) a prompt while the server runs; connected clients are told. Refused
     /// ([`RegisterError::PromptMissingState`]) when its handler takes state of a type the
-    /// server was not given.
+    /// server was not given, and ([`RegisterError::PromptArgument`]) when an argument of its
+    /// type is never a string.
     pub fn add_prompt(&self, prompt: Prompt) -> Result<(), RegisterError> {
         self.declared("prompts")?;
         if let Some(refused) = prompt_refusal(&prompt, &self.shared.state) {
@@ -605,9 +668,14 @@ impl Server {
         removed
     }
 
-    /// Adds (or replaces) a resource while the server runs; connected clients are told.
+    /// Adds (or replaces) a resource while the server runs; connected clients are told. Refused
+    /// ([`RegisterError::ResourceMissingState`]) when its handler takes state of a type the
+    /// server was not given.
     pub fn add_resource(&self, resource: Resource) -> Result<(), RegisterError> {
         self.declared("resources")?;
+        if let Some(refused) = resource_refusal(resource.state, &resource.uri, &self.shared.state) {
+            return Err(refused);
+        }
         self.registry_mut()
             .resources
             .insert(resource.uri.clone(), resource);
@@ -616,8 +684,14 @@ impl Server {
     }
 
     /// Adds (or replaces) a resource template while the server runs; connected clients are told.
+    /// Refused ([`RegisterError::ResourceMissingState`]) when its handler takes state of a type
+    /// the server was not given.
     pub fn add_resource_template(&self, template: ResourceTemplate) -> Result<(), RegisterError> {
         self.declared("resources")?;
+        let text = template.template.as_str();
+        if let Some(refused) = resource_refusal(template.state, text, &self.shared.state) {
+            return Err(refused);
+        }
         self.registry_mut()
             .templates
             .insert(template.template.as_str().to_owned(), template);

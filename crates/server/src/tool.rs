@@ -175,7 +175,7 @@ impl ToolOutput {
 /// [`InputError::NotSupported`]: crate::InputError::NotSupported
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the result of a tool",
-    label = "returned here",
+    label = "`{Self}` is not a tool result",
     note = "a tool returns `String`, `&'static str`, `Content`, `Vec<Content>`, `ToolOutput`, `Json<T>` (T: Serialize), or a `Result` of one of these whose error implements `Display`"
 )]
 pub trait IntoToolOutput: Send + 'static {
@@ -301,17 +301,22 @@ pub struct NoArgs {}
 /// `async fn(Context, A) -> R`, `async fn(State<S>, A) -> R` or
 /// `async fn(Context, State<S>, A) -> R`, where `A` is the arguments (a `Deserialize` type, an
 /// object), `S` state given with [`ServerBuilder::state`](crate::ServerBuilder::state), and `R`
-/// implements [`IntoToolOutput`]. `M` only tells the shapes apart.
+/// implements [`IntoToolOutput`]. `M` only tells the shapes apart. A closure returning a future
+/// is a handler too; its arguments need their types written (`|args: Args| async move { .. }`).
+///
+/// Every function of these shapes is a `ToolHandler`, whatever `R` is: [`Tool::new`] and
+/// [`Tool::with_input_schema`] require `R: IntoToolOutput`, so that a handler returning
+/// something else is named in the compiler's error with the types a tool may return.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tool handler",
     label = "not a tool handler",
-    note = "a tool handler is an async fn (or closure) of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none), `S: Clone + Send + Sync + 'static` and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
+    note = "a tool handler is an async fn, or a closure returning a future (a plain `fn` is not one), of one of these shapes: `async fn(Args) -> R`, `async fn(Context, Args) -> R`, `async fn(State<S>, Args) -> R` or `async fn(Context, State<S>, Args) -> R`, where `Args: serde::Deserialize` (use `NoArgs` for none), `S: Clone + Send + Sync + 'static` and `R: IntoToolOutput`; it must be `Clone + Send + Sync + 'static` and its future `Send`"
 )]
 pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     /// The arguments.
     type Args: DeserializeOwned + Send + 'static;
-    /// The result.
-    type Output: IntoToolOutput;
+    /// What the handler's future resolves to (a tool needs it to be [`IntoToolOutput`]).
+    type Output;
     /// Runs the tool.
     ///
     /// # Errors
@@ -330,7 +335,7 @@ pub trait ToolHandler<M>: Clone + Send + Sync + 'static {
     }
 }
 
-crate::handler::handler_shapes!(ToolHandler, IntoToolOutput);
+crate::handler::handler_shapes!(ToolHandler);
 
 /// The arguments of one call, as routing found them: the raw text of `arguments` when the params
 /// were read straight from the message, or a value when they had to be parsed whole first.
@@ -362,6 +367,7 @@ pub(crate) type ErasedTool =
 fn erase<H, M>(handler: H) -> ErasedTool
 where
     H: ToolHandler<M>,
+    H::Output: IntoToolOutput,
 {
     Arc::new(move |context, args| {
         let handler = handler.clone();
@@ -660,6 +666,7 @@ impl Tool {
     where
         H: ToolHandler<M>,
         H::Args: schemars::JsonSchema,
+        H::Output: IntoToolOutput,
     {
         let schema = crate::handler::schema_of::<H::Args>();
         Tool::with_input_schema(name, schema, handler)
@@ -688,6 +695,7 @@ impl Tool {
     ) -> Self
     where
         H: ToolHandler<M>,
+        H::Output: IntoToolOutput,
     {
         let name = name.into();
         Tool {

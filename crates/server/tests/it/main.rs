@@ -6,6 +6,7 @@
 mod auth;
 mod common;
 mod compile_fail;
+mod handler_shapes;
 mod input;
 #[cfg(feature = "axum")]
 mod mounted;
