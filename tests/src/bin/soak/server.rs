@@ -79,7 +79,7 @@ async fn serve() -> Result<(), String> {
     let server = crate::demo::server();
     let running = server
         .serve_http(
-            ([127, 0, 0, 1], 0).into(),
+            "127.0.0.1:0",
             soak_server_config(store.clone()),
         )
         .await
