@@ -151,7 +151,7 @@ async fn session(transport: Transport, era: EraPick) -> Result<(), String> {
         }
         Transport::Http => {
             say!("== Streamable HTTP ({era_name}) ==");
-            let addr = ([127, 0, 0, 1], 0).into();
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             let running = crate::demo::server()
                 .serve_http(addr, modelctx_http::server::ServerConfig::default())
                 .await

@@ -98,9 +98,9 @@
 //!
 //! `docs/guide-server.md` in the repository walks through every feature, `docs/versions.md`
 //! says what each protocol version has, and `docs/from-rmcp.md` maps rmcp's API onto this one.
-//! The examples: `examples/stdio_server.rs` (tools, a resource and a prompt on stdio) and
-//! `examples/axum_server.rs` (the MCP endpoint in an axum application); `cargo run -p
-//! modelctx-server --example stdio_server`.
+//! The examples: `examples/stdio_server.rs` (tools, a resource and a prompt on stdio),
+//! `examples/http_server.rs` (Streamable HTTP until Ctrl-C) and `examples/axum_server.rs` (the
+//! MCP endpoint in an axum application); `cargo run -p modelctx-server --example stdio_server`.
 //!
 //! # Optional features
 //!

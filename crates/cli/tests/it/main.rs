@@ -5,3 +5,4 @@
 mod auth;
 mod cli;
 mod proxy;
+mod serve;
