@@ -38,7 +38,10 @@ async fn main() -> std::io::Result<()> {
         .build();
     let config = HttpConfig::default().shutdown_grace(Duration::from_secs(5));
     let running = server.serve_http(addr.as_str(), config).await?;
-    eprintln!("serving http://{}/mcp (Ctrl-C to stop)", running.local_addr());
+    eprintln!(
+        "serving http://{}/mcp (Ctrl-C to stop)",
+        running.local_addr()
+    );
     running.with_graceful_shutdown(shutdown_signal()).await?;
     eprintln!("stopped");
     Ok(())

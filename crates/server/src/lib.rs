@@ -178,6 +178,15 @@ pub use limits::Limits;
 /// gives the guard for [`ServerBuilder::auth`].
 #[cfg(feature = "auth")]
 pub use modelctx_auth as auth;
+/// Where legacy SSE events wait for resumption ([`HttpConfig::event_store`]):
+/// `modelctx_http::event_store`.
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use modelctx_http::event_store;
+/// The `Host` and `Origin` allow-lists of [`HttpConfig`] (`modelctx_http::security`).
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use modelctx_http::security::AllowList;
 /// The HTTP transport's configuration (`modelctx_http::server::ServerConfig`), for
 /// [`Server::http_service`] and [`Server::serve_http`]: security defaults, limits, timeouts.
 /// Made with `HttpConfig::default()` and its builder methods
@@ -199,19 +208,14 @@ pub use modelctx_http::server::{
     ConfigError, McpService, PeerAddr, RequestContext, ResponseBody, RunningServer, Serving,
     ShutdownHandle, TableSizes, shutdown_signal,
 };
-/// The `Host` and `Origin` allow-lists of [`HttpConfig`] (`modelctx_http::security`).
-#[cfg(feature = "http")]
-#[doc(inline)]
-pub use modelctx_http::security::AllowList;
-/// Where legacy SSE events wait for resumption ([`HttpConfig::event_store`]):
-/// `modelctx_http::event_store`.
-#[cfg(feature = "http")]
-#[doc(inline)]
-pub use modelctx_http::event_store;
 #[doc(inline)]
 pub use modelctx_session::state::StateKey;
 #[doc(inline)]
 pub use modelctx_session::{Era, LogLevel, ProtocolVersion};
+/// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
+/// and gives (content blocks, tool annotations, icons, ...).
+#[doc(inline)]
+pub use modelctx_types::model;
 /// The JSON-RPC values handlers and transports meet (`modelctx_types`): the error a handler
 /// returns ([`ErrorObject`], [`ErrorCode`]), JSON objects (schemas, `_meta`), request ids and
 /// progress tokens, and the messages of [`Server::serve_channels`] and [`InMemory`].
@@ -219,10 +223,6 @@ pub use modelctx_session::{Era, LogLevel, ProtocolVersion};
 pub use modelctx_types::{
     ErrorCode, ErrorObject, Incoming, JsonObject, Message, ProgressToken, RequestId,
 };
-/// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
-/// and gives (content blocks, tool annotations, icons, ...).
-#[doc(inline)]
-pub use modelctx_types::model;
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{
     CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,

@@ -1061,13 +1061,9 @@ async fn nothing_is_sent_for_a_cancelled_modern_request() {
     let (report, mut reports) = mpsc::unbounded_channel();
     let mut config = modern_only();
     config.keep_alive = Some(Duration::from_millis(20));
-    let server = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        config,
-        Arc::new(Lingering { report }),
-    )
-    .await
-    .unwrap();
+    let server = serve("127.0.0.1:0", config, Arc::new(Lingering { report }))
+        .await
+        .unwrap();
     let addr = server.local_addr();
     let mut response = post(
         addr,

@@ -654,7 +654,10 @@ mod tests {
         assert_ne!(default.shutdown_grace, c.shutdown_grace);
         assert!(default.guard.is_none());
         assert_eq!(
-            ServerConfig::default().path(Some("/api/mcp")).path.as_deref(),
+            ServerConfig::default()
+                .path(Some("/api/mcp"))
+                .path
+                .as_deref(),
             Some("/api/mcp")
         );
         #[cfg(feature = "legacy-sse")]

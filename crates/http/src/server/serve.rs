@@ -740,7 +740,9 @@ mod serving {
             .await
             .unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::InvalidInput);
-        let cause = refused.get_ref().and_then(|e| e.downcast_ref::<ConfigError>());
+        let cause = refused
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<ConfigError>());
         assert!(
             matches!(cause, Some(ConfigError::PublicBindNeedsAllowLists(_))),
             "{refused:?}"
@@ -804,11 +806,8 @@ mod serving {
                 .await
                 .is_err()
         );
-        rustix::process::kill_process(
-            rustix::process::getpid(),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TERM)
+            .unwrap();
         tokio::time::timeout(Duration::from_secs(5), signal)
             .await
             .expect("SIGTERM ends the wait");
