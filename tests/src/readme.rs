@@ -27,6 +27,12 @@ pub fn call_add_then_terminate(url: &str) -> CallThenTerminate {
         // soon as it serves), then the signal a user's Ctrl-C or `kill` would send.
         std::thread::sleep(Duration::from_millis(200));
         terminate()?;
+        // A server that does not stop at the signal fails the doctest rather than hang it.
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_secs(60));
+            eprintln!("the README server still runs a minute after SIGTERM");
+            std::process::exit(101);
+        });
         Ok(text)
     });
     CallThenTerminate {
