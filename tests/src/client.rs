@@ -88,7 +88,7 @@ pub async fn expect_notification(
 /// When the port cannot be bound.
 pub async fn serve_http(server: &Server, config: ServerConfig) -> (RunningServer, String) {
     let running = server
-        .serve_http(([127, 0, 0, 1], 0).into(), config)
+        .serve_http("127.0.0.1:0", config)
         .await
         .expect("a local port");
     let url = format!("http://{}/mcp", running.local_addr());

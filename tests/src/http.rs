@@ -694,10 +694,9 @@ pub async fn start(
     config: modelctx_http::server::ServerConfig,
 ) -> (modelctx_http::server::RunningServer, TestApp) {
     let app = TestApp::default();
-    let server =
-        modelctx_http::server::serve(([127, 0, 0, 1], 0).into(), config, Arc::new(app.clone()))
-            .await
-            .expect("a server on 127.0.0.1");
+    let server = modelctx_http::server::serve("127.0.0.1:0", config, Arc::new(app.clone()))
+        .await
+        .expect("a server on 127.0.0.1");
     (server, app)
 }
 

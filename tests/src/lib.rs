@@ -8,6 +8,7 @@ pub mod http;
 pub mod http_client;
 pub mod node;
 pub mod oidc;
+pub mod readme;
 
 use std::path::PathBuf;
 

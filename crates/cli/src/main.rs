@@ -434,10 +434,10 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
         None => demo::builder().build(),
     };
     demo::add_unlock(&server);
-    let running = match server
-        .serve_http_on(listener, modelctx_http::server::ServerConfig::default())
-        .await
-    {
+    // In-flight requests get 2 s to finish at Ctrl-C or SIGTERM.
+    let grace = std::time::Duration::from_secs(2);
+    let config = modelctx_server::HttpConfig::default().shutdown_grace(grace);
+    let running = match server.serve_http_on(listener, config).await {
         Ok(running) => running,
         Err(e) => return fail(format_args!("serving HTTP on {addr}: {e}")),
     };
@@ -445,9 +445,13 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
         "mcx demo server: http://{}/mcp (Ctrl-C to stop)",
         running.local_addr()
     );
-    let _ = tokio::signal::ctrl_c().await;
-    running.shutdown(std::time::Duration::from_secs(2)).await;
-    ExitCode::SUCCESS
+    match running
+        .with_graceful_shutdown(modelctx_server::shutdown_signal())
+        .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format_args!("serving HTTP on {addr}: {e}")),
+    }
 }
 
 /// Why the auth flags are refused over stdio.

@@ -487,7 +487,7 @@ async fn session(
             walk_and_close(client, transcript).await
         }
         Transport::Http => {
-            let addr = ([127, 0, 0, 1], 0).into();
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             let running = crate::demo::server()
                 .serve_http(addr, modelctx_http::server::ServerConfig::default())
                 .await

@@ -13,7 +13,10 @@
 //!   response comes first, SSE when something comes before it. Security is on by default:
 //!   `Host` and `Origin` allow-lists (loopback names for a loopback bind; a public bind must name
 //!   its hosts or the server refuses to start), a 4 MiB body limit, a cap on sessions and an
-//!   idle timeout, sessions bound to the authenticated principal.
+//!   idle timeout, sessions bound to the authenticated principal. `server::serve` runs it on
+//!   its own (any address tokio resolves) until it is stopped: its `RunningServer` is a future
+//!   that resolves when the server is down, stopped by a `ShutdownHandle` or, with
+//!   `with_graceful_shutdown`, by a signal (`shutdown_signal()`: Ctrl-C or SIGTERM).
 //! * `client` (feature `client`; HTTPS with feature `rustls`): the transport of a client
 //!   session, for both eras: session ids and resumption for legacy servers, re-issue of broken
 //!   modern requests, reopened listen streams, the `Mcp-*` headers, and the fallback to the

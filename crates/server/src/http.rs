@@ -17,7 +17,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Instant, SystemTime};
@@ -315,17 +314,78 @@ impl Server {
         McpService::new(config, Arc::new(self.clone()))
     }
 
-    /// Serves the server on `addr` (say `127.0.0.1:8080`) with the HTTP transport's security
-    /// defaults; see `modelctx_http::server::serve` (a configuration it refuses, a
-    /// `ConfigError`, is an [`InvalidInput`](std::io::ErrorKind::InvalidInput) error carrying
-    /// it).
+    /// Serves the server on `addr` over Streamable HTTP (both eras on one endpoint, at
+    /// `config.path`, `/mcp` by default), with the HTTP transport's security defaults, on tasks
+    /// of its own. The [`RunningServer`] returned serves until it is stopped: await it to wait
+    /// for that (a [`ShutdownHandle`](crate::ShutdownHandle) from
+    /// [`RunningServer::handle`] stops it from elsewhere), or run it until a signal with
+    /// [`RunningServer::with_graceful_shutdown`] (or [`serve_http_until`](Self::serve_http_until)).
+    ///
+    /// `addr` is anything [`tokio::net::ToSocketAddrs`] takes: `"127.0.0.1:8080"`,
+    /// `"localhost:8080"`, `("localhost", 8080)`, a [`SocketAddr`](std::net::SocketAddr). A name is resolved, and
+    /// `config` is checked against every address it resolves to (a non-loopback one needs
+    /// explicit allow-lists, [`HttpConfig::allowed_hosts`](crate::HttpConfig::allowed_hosts)
+    /// and `allowed_origins`); the server then listens on one of them: the first that can be
+    /// bound, in the resolver's order ([`RunningServer::local_addr`] says which).
+    ///
+    /// ```
+    /// use modelctx_server::{HttpConfig, Server};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let server = Server::builder("demo", "1.0").build();
+    /// let running = server.serve_http("localhost:0", HttpConfig::default()).await?;
+    /// println!("serving http://{}/mcp", running.local_addr());
+    /// let stop = running.handle();
+    /// # stop.shutdown(std::time::Duration::from_secs(1)).await;
+    /// running.await // until `stop.shutdown(grace)` is called, here or on another task
+    /// # }
+    /// ```
+    ///
+    /// Fails when the name does not resolve, no address can be bound, or `config` cannot serve
+    /// (a [`ConfigError`](crate::ConfigError) carried by an
+    /// [`InvalidInput`](std::io::ErrorKind::InvalidInput) error).
     pub async fn serve_http(
         &self,
-        addr: SocketAddr,
+        addr: impl tokio::net::ToSocketAddrs,
         config: ServerConfig,
     ) -> std::io::Result<RunningServer> {
         let config = self.endpoint_config(config);
         modelctx_http::server::serve(addr, config, Arc::new(self.clone())).await
+    }
+
+    /// Serves the server on `addr` as [`serve_http`](Self::serve_http) does until `signal`
+    /// completes, then shuts it down gracefully: no new connection, streams and sessions end,
+    /// in-flight requests get [`HttpConfig::shutdown_grace`](crate::HttpConfig::shutdown_grace)
+    /// (default 10 s) to finish. [`shutdown_signal()`](crate::shutdown_signal) is Ctrl-C or
+    /// SIGTERM:
+    ///
+    /// ```no_run
+    /// use modelctx_server::{HttpConfig, Server, shutdown_signal};
+    ///
+    /// # async fn run(server: Server) -> std::io::Result<()> {
+    /// server
+    ///     .serve_http_until("127.0.0.1:8080", HttpConfig::default(), shutdown_signal())
+    ///     .await
+    /// # }
+    /// ```
+    ///
+    /// The same as `serve_http(addr, config).await?.with_graceful_shutdown(signal).await`.
+    /// Returns `Ok(())` once the server is down; an error when it could not start, or when
+    /// accepting connections failed for good (see [`RunningServer`]).
+    pub async fn serve_http_until<F>(
+        &self,
+        addr: impl tokio::net::ToSocketAddrs,
+        config: ServerConfig,
+        signal: F,
+    ) -> std::io::Result<()>
+    where
+        F: Future<Output = ()>,
+    {
+        self.serve_http(addr, config)
+            .await?
+            .with_graceful_shutdown(signal)
+            .await
     }
 
     /// Serves the server on a listener already bound, as [`serve_http`](Self::serve_http) does:
@@ -861,6 +921,7 @@ impl LegacyHandler for Session {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
     use std::sync::Mutex;
 
     use axum::http::{Request, StatusCode};
@@ -1662,5 +1723,109 @@ mod tests {
                 .guard
                 .is_none()
         );
+    }
+
+    /// Sends `request` (the HTTP/1.1 text) on a new connection to `addr` and reads the whole
+    /// response (the request says `Connection: close`).
+    async fn exchange(addr: SocketAddr, request: String) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    /// The HTTP/1.1 text of [`modern_call`] to `path` on `addr`.
+    fn modern_call_text(addr: SocketAddr, path: &str, name: &str) -> String {
+        let request = modern_call(name);
+        let mut text = format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+        for (header, value) in request.headers() {
+            if header != "host" {
+                text += &format!("{header}: {}\r\n", value.to_str().unwrap());
+            }
+        }
+        let body = request.into_body();
+        text + &format!("content-length: {}\r\n\r\n{body}", body.len())
+    }
+
+    /// `serve_http_until`: the server runs until the signal; then a request under way still
+    /// gets its answer (graceful), no new connection is accepted, and the future ends `Ok`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serve_http_until_ends_at_the_signal_after_the_requests_in_flight() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let running = started.clone();
+        let slow = move |_: NoArgs| {
+            let running = running.clone();
+            async move {
+                running.notify_one();
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                "done"
+            }
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("slow", slow))
+            .build();
+        // Bound first to know the address; `serve_http_until` itself takes a name.
+        let addr = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let (stop, signal) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            server
+                .serve_http_until(addr, ServerConfig::default(), async {
+                    let _ = signal.await;
+                })
+                .await
+        });
+        let call = {
+            let mut tries = 0;
+            loop {
+                if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                    break;
+                }
+                tries += 1;
+                assert!(tries < 100, "the server never listened");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            tokio::spawn(exchange(addr, modern_call_text(addr, "/mcp", "slow")))
+        };
+        started.notified().await;
+        stop.send(()).unwrap();
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), call)
+            .await
+            .expect("the call in flight is answered")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""text":"done""#), "{answer}");
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), serving)
+            .await
+            .expect("the server stops")
+            .unwrap();
+        assert!(ended.is_ok(), "{ended:?}");
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    }
+
+    /// A configuration built with the builder methods serves as set: the endpoint at its path.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_config_built_with_its_methods_serves() {
+        let hi = |_: NoArgs| std::future::ready("hi");
+        let server = Server::builder("s", "1").tool(Tool::new("hi", hi)).build();
+        let config = crate::HttpConfig::default()
+            .path(Some("/api/mcp"))
+            .max_body(64 * 1024)
+            .shutdown_grace(std::time::Duration::from_secs(1));
+        let running = server.serve_http("localhost:0", config).await.unwrap();
+        let addr = running.local_addr();
+        let answer = exchange(addr, modern_call_text(addr, "/api/mcp", "hi")).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""text":"hi""#), "{answer}");
+        let elsewhere = exchange(addr, modern_call_text(addr, "/mcp", "hi")).await;
+        assert!(elsewhere.starts_with("HTTP/1.1 404"), "{elsewhere}");
+        let handle = running.handle();
+        let serving = tokio::spawn(running.into_future());
+        handle.shutdown(std::time::Duration::from_secs(1)).await;
+        serving.await.unwrap().unwrap();
     }
 }

@@ -83,13 +83,29 @@
 //! one endpoint, feature `http`), [`Server::in_memory`] for tests, and
 //! [`Server::serve_channels`] for any transport that yields and accepts messages.
 //!
+//! Over HTTP, [`Server::serve_http`] takes any address tokio resolves (`"127.0.0.1:8080"`,
+//! `"localhost:8080"`) and an [`HttpConfig`] (made with `HttpConfig::default()` and its builder
+//! methods), and returns a [`RunningServer`] serving on tasks of its own: await it to serve until
+//! a [`ShutdownHandle`] stops it, or run it until a signal with
+//! [`RunningServer::with_graceful_shutdown`]; [`Server::serve_http_until`] binds and serves until
+//! a future completes, [`shutdown_signal()`] being Ctrl-C or SIGTERM:
+//!
+//! ```no_run
+//! use modelctx_server::{HttpConfig, Server, shutdown_signal};
+//!
+//! # async fn run(server: Server) -> std::io::Result<()> {
+//! let config = HttpConfig::default().max_sessions(100);
+//! server.serve_http_until("127.0.0.1:8080", config, shutdown_signal()).await
+//! # }
+//! ```
+//!
 //! # Guides and examples
 //!
 //! `docs/guide-server.md` in the repository walks through every feature, `docs/versions.md`
 //! says what each protocol version has, and `docs/from-rmcp.md` maps rmcp's API onto this one.
-//! The examples: `examples/stdio_server.rs` (tools, a resource and a prompt on stdio) and
-//! `examples/axum_server.rs` (the MCP endpoint in an axum application); `cargo run -p
-//! modelctx-server --example stdio_server`.
+//! The examples: `examples/stdio_server.rs` (tools, a resource and a prompt on stdio),
+//! `examples/http_server.rs` (Streamable HTTP until Ctrl-C) and `examples/axum_server.rs` (the
+//! MCP endpoint in an axum application); `cargo run -p modelctx-server --example stdio_server`.
 //!
 //! # Optional features
 //!
@@ -167,18 +183,51 @@ pub use limits::Limits;
 /// gives the guard for [`ServerBuilder::auth`].
 #[cfg(feature = "auth")]
 pub use modelctx_auth as auth;
+/// Where legacy SSE events wait for resumption ([`HttpConfig::event_store`]):
+/// `modelctx_http::event_store`.
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use modelctx_http::event_store;
+/// The `Host` and `Origin` allow-lists of [`HttpConfig`] (`modelctx_http::security`).
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use modelctx_http::security::AllowList;
 /// The HTTP transport's configuration (`modelctx_http::server::ServerConfig`), for
 /// [`Server::http_service`] and [`Server::serve_http`]: security defaults, limits, timeouts.
+/// Made with `HttpConfig::default()` and its builder methods
+/// (`HttpConfig::default().path(Some("/api/mcp")).max_sessions(100)`).
 #[cfg(feature = "http")]
+#[doc(inline)]
 pub use modelctx_http::server::ServerConfig as HttpConfig;
 /// The authentication seam of the HTTP transport (`modelctx_http::server`): a [`Guard`] for
 /// [`ServerBuilder::auth`], the [`Grant`] handlers read with [`Context::auth`].
 #[cfg(feature = "http")]
-pub use modelctx_http::server::{Challenge, Grant, Guard, Metadata};
-pub use modelctx_session::{LogLevel, ProtocolVersion};
+#[doc(inline)]
+pub use modelctx_http::server::{Challenge, Grant, Guard, Metadata, Principal};
+/// Serving over HTTP (`modelctx_http::server`): the server [`Server::serve_http`] starts, how
+/// it stops, the service [`Server::http_service`] gives, the peer address it reads, and why a
+/// configuration is refused.
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use modelctx_http::server::{
+    ConfigError, McpService, PeerAddr, RequestContext, ResponseBody, RunningServer, Serving,
+    ShutdownHandle, TableSizes, shutdown_signal,
+};
+#[doc(inline)]
+pub use modelctx_session::state::StateKey;
+#[doc(inline)]
+pub use modelctx_session::{Era, LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
 /// and gives (content blocks, tool annotations, icons, ...).
+#[doc(inline)]
 pub use modelctx_types::model;
+/// The JSON-RPC values handlers and transports meet (`modelctx_types`): the error a handler
+/// returns ([`ErrorObject`], [`ErrorCode`]), JSON objects (schemas, `_meta`), request ids and
+/// progress tokens, and the messages of [`Server::serve_channels`] and [`InMemory`].
+#[doc(inline)]
+pub use modelctx_types::{
+    ErrorCode, ErrorObject, Incoming, JsonObject, Message, ProgressToken, RequestId,
+};
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
 pub use resource::{
     CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,

@@ -531,12 +531,11 @@ pub enum RegisterError {
 ///     .build();
 /// // One connection on stdin/stdout:
 /// server.serve_stdio().await?;
-/// // Or Streamable HTTP, both eras on one endpoint (feature `http`):
-/// let addr = "127.0.0.1:8080".parse().expect("an address");
-/// let running = server
-///     .serve_http(addr, modelctx_http::server::ServerConfig::default())
-///     .await?;
-/// # drop(running); Ok(()) }
+/// // Or Streamable HTTP, both eras on one endpoint (feature `http`), until Ctrl-C or SIGTERM:
+/// let config = modelctx_server::HttpConfig::default();
+/// let signal = modelctx_server::shutdown_signal();
+/// server.serve_http_until("127.0.0.1:8080", config, signal).await?;
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Server {

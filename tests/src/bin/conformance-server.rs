@@ -15,9 +15,7 @@ async fn main() -> std::io::Result<()> {
         return server.serve_stdio().await;
     }
     let config = modelctx_http::server::ServerConfig::default();
-    let running = server
-        .serve_http(([127, 0, 0, 1], 0).into(), config)
-        .await?;
+    let running = server.serve_http("127.0.0.1:0", config).await?;
     let mut stdout = std::io::stdout();
     writeln!(stdout, "LISTENING {}", running.local_addr().port())?;
     stdout.flush()?;

@@ -30,9 +30,7 @@ async fn main() -> std::io::Result<()> {
     };
     if flag("--http") {
         let config = modelctx_http::server::ServerConfig::default();
-        let running = server
-            .serve_http(([127, 0, 0, 1], 0).into(), config)
-            .await?;
+        let running = server.serve_http("127.0.0.1:0", config).await?;
         println!("LISTENING {}", running.local_addr().port());
         let mut sink = Vec::new();
         let _ = tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut sink).await;

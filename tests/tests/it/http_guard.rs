@@ -210,10 +210,9 @@ fn guarded(guard: FakeGuard) -> (ServerConfig, Arc<FakeGuard>) {
 
 async fn start(config: ServerConfig) -> (RunningServer, Recording) {
     let app = Recording::default();
-    let server =
-        modelctx_http::server::serve(([127, 0, 0, 1], 0).into(), config, Arc::new(app.clone()))
-            .await
-            .expect("a server on 127.0.0.1");
+    let server = modelctx_http::server::serve("127.0.0.1:0", config, Arc::new(app.clone()))
+        .await
+        .expect("a server on 127.0.0.1");
     (server, app)
 }
 

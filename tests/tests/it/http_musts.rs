@@ -972,7 +972,7 @@ async fn modern_stream_notifications_belong_to_their_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn modern_streams_carry_no_server_requests() {
     let server = modelctx_tests::facade::server()
-        .serve_http("127.0.0.1:0".parse().unwrap(), ServerConfig::default())
+        .serve_http("127.0.0.1:0", ServerConfig::default())
         .await
         .unwrap();
     let addr = server.local_addr();
@@ -1061,13 +1061,9 @@ async fn nothing_is_sent_for_a_cancelled_modern_request() {
     let (report, mut reports) = mpsc::unbounded_channel();
     let mut config = modern_only();
     config.keep_alive = Some(Duration::from_millis(20));
-    let server = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        config,
-        Arc::new(Lingering { report }),
-    )
-    .await
-    .unwrap();
+    let server = serve("127.0.0.1:0", config, Arc::new(Lingering { report }))
+        .await
+        .unwrap();
     let addr = server.local_addr();
     let mut response = post(
         addr,
@@ -1352,7 +1348,7 @@ impl modelctx_http::server::McpApp for RequestingApp {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_server_requests_on_a_modern_stream() {
     let server = modelctx_http::server::serve(
-        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0",
         ServerConfig::default(),
         Arc::new(RequestingApp),
     )

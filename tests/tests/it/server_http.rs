@@ -41,7 +41,7 @@ async fn finding_25_modern_http_requests_are_capped() {
         .build();
     let running = server
         .serve_http(
-            ([127, 0, 0, 1], 0).into(),
+            "127.0.0.1:0",
             modelctx_http::server::ServerConfig::default(),
         )
         .await
@@ -112,7 +112,7 @@ async fn a_modern_handler_sending_past_its_command_bound_loses_nothing() {
         .build();
     let running = server
         .serve_http(
-            ([127, 0, 0, 1], 0).into(),
+            "127.0.0.1:0",
             modelctx_http::server::ServerConfig::default(),
         )
         .await

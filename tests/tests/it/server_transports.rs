@@ -73,7 +73,7 @@ async fn the_facade_serves_streamable_http_in_both_eras() {
     let server = modelctx_tests::facade::server();
     let running = server
         .serve_http(
-            ([127, 0, 0, 1], 0).into(),
+            "127.0.0.1:0",
             modelctx_http::server::ServerConfig::default(),
         )
         .await
@@ -221,7 +221,7 @@ async fn a_handler_closes_its_event_stream_and_the_client_resumes_it() {
         .build();
     let running = server
         .serve_http(
-            ([127, 0, 0, 1], 0).into(),
+            "127.0.0.1:0",
             modelctx_http::server::ServerConfig::default(),
         )
         .await
@@ -272,7 +272,7 @@ async fn the_builders_versions_are_the_ones_served_over_http() {
         .build();
     let running = server
         .serve_http(
-            ([127, 0, 0, 1], 0).into(),
+            "127.0.0.1:0",
             modelctx_http::server::ServerConfig::default(),
         )
         .await

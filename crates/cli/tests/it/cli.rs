@@ -197,7 +197,7 @@ fn resources_prompts_and_completions_over_stdio() {
 
 /// `mcx serve demo --http 127.0.0.1:0`, ended when dropped.
 pub(crate) struct HttpServer {
-    child: Child,
+    pub(crate) child: Child,
     pub(crate) url: String,
 }
 
@@ -208,7 +208,7 @@ impl Drop for HttpServer {
     }
 }
 
-fn serve_http() -> HttpServer {
+pub(crate) fn serve_http() -> HttpServer {
     let mut child = Command::new(MCX)
         .args(["serve", "demo", "--http", "127.0.0.1:0"])
         .stdin(Stdio::null())

@@ -8,3 +8,4 @@ mod cli;
 mod demo_walk;
 mod proxy;
 mod reach;
+mod serve;

@@ -147,6 +147,122 @@ impl Default for ClientConfig {
     }
 }
 
+/// Builder methods: the configuration is `#[non_exhaustive]`, so outside this crate it is made
+/// from [`ClientConfig::default()`] and changed field by field, each method setting the field
+/// of its name (its documentation, above, gives the default):
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use modelctx_http::client::{ClientConfig, Reconnect};
+///
+/// let config = ClientConfig::default()
+///     .connect_timeout(Duration::from_secs(3))
+///     .response_timeout(Some(Duration::from_secs(120)))
+///     .reconnect(Reconnect::default().max_attempts(10));
+/// assert_eq!(config.reconnect.max_attempts, 10);
+/// ```
+impl ClientConfig {
+    /// Sets [`headers`](Self::headers).
+    #[must_use]
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets [`max_body`](Self::max_body), in bytes.
+    #[must_use]
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Sets [`max_event`](Self::max_event), in bytes.
+    #[must_use]
+    pub fn max_event(mut self, bytes: usize) -> Self {
+        self.max_event = bytes;
+        self
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight).
+    #[must_use]
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`response_timeout`](Self::response_timeout) (`None`: none).
+    #[must_use]
+    pub fn response_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Sets [`one_way_timeout`](Self::one_way_timeout).
+    #[must_use]
+    pub fn one_way_timeout(mut self, timeout: Duration) -> Self {
+        self.one_way_timeout = timeout;
+        self
+    }
+
+    /// Sets [`pool_idle_timeout`](Self::pool_idle_timeout).
+    #[must_use]
+    pub fn pool_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.pool_idle_timeout = timeout;
+        self
+    }
+
+    /// Sets [`delete_timeout`](Self::delete_timeout).
+    #[must_use]
+    pub fn delete_timeout(mut self, timeout: Duration) -> Self {
+        self.delete_timeout = timeout;
+        self
+    }
+
+    /// Sets [`reconnect`](Self::reconnect).
+    #[must_use]
+    pub fn reconnect(mut self, reconnect: Reconnect) -> Self {
+        self.reconnect = reconnect;
+        self
+    }
+
+    /// Sets [`max_reissues`](Self::max_reissues).
+    #[must_use]
+    pub fn max_reissues(mut self, max: u32) -> Self {
+        self.max_reissues = max;
+        self
+    }
+
+    /// Sets [`standalone_stream`](Self::standalone_stream).
+    #[must_use]
+    pub fn standalone_stream(mut self, open: bool) -> Self {
+        self.standalone_stream = open;
+        self
+    }
+
+    /// Sets [`old_sse_fallback`](Self::old_sse_fallback).
+    #[must_use]
+    pub fn old_sse_fallback(mut self, fall_back: bool) -> Self {
+        self.old_sse_fallback = fall_back;
+        self
+    }
+
+    /// Sets [`tls`](Self::tls) (`None`: the webpki root certificates).
+    #[cfg(feature = "rustls")]
+    #[must_use]
+    pub fn tls(mut self, tls: Option<std::sync::Arc<rustls::ClientConfig>>) -> Self {
+        self.tls = tls;
+        self
+    }
+}
+
 /// How broken SSE streams are reconnected (legacy resumption with `Last-Event-ID`, the legacy
 /// standalone stream, modern `subscriptions/listen` streams).
 ///
@@ -173,6 +289,30 @@ impl Default for Reconnect {
             max_delay: Duration::from_secs(30),
             max_attempts: 5,
         }
+    }
+}
+
+/// Builder methods, as [`ClientConfig`]'s.
+impl Reconnect {
+    /// Sets [`initial_delay`](Self::initial_delay).
+    #[must_use]
+    pub fn initial_delay(mut self, delay: Duration) -> Self {
+        self.initial_delay = delay;
+        self
+    }
+
+    /// Sets [`max_delay`](Self::max_delay).
+    #[must_use]
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// Sets [`max_attempts`](Self::max_attempts).
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
     }
 }
 
@@ -256,5 +396,62 @@ mod tests {
             policy.delay(1, Some(Duration::from_secs(60))),
             Duration::from_secs(60)
         );
+    }
+
+    /// Each builder method sets its own field: every field is given a value other than its
+    /// default, one method at a time.
+    #[test]
+    fn each_builder_method_sets_its_field() {
+        let secs = Duration::from_secs;
+        let mut headers = HeaderMap::new();
+        headers.insert("x-tenant", http::HeaderValue::from_static("acme"));
+        let reconnect = Reconnect::default()
+            .initial_delay(secs(2))
+            .max_delay(secs(3))
+            .max_attempts(4);
+        assert_eq!(reconnect.initial_delay, secs(2));
+        assert_eq!(reconnect.max_delay, secs(3));
+        assert_eq!(reconnect.max_attempts, 4);
+        let c = ClientConfig::default()
+            .headers(headers.clone())
+            .max_body(5)
+            .max_event(6)
+            .max_in_flight(7)
+            .connect_timeout(secs(8))
+            .response_timeout(Some(secs(9)))
+            .one_way_timeout(secs(10))
+            .pool_idle_timeout(secs(11))
+            .delete_timeout(secs(12))
+            .reconnect(reconnect)
+            .max_reissues(13)
+            .standalone_stream(false)
+            .old_sse_fallback(false);
+        assert_eq!(c.headers, headers);
+        assert_eq!(c.max_body, 5);
+        assert_eq!(c.max_event, 6);
+        assert_eq!(c.max_in_flight, 7);
+        assert_eq!(c.connect_timeout, secs(8));
+        assert_eq!(c.response_timeout, Some(secs(9)));
+        assert_eq!(c.one_way_timeout, secs(10));
+        assert_eq!(c.pool_idle_timeout, secs(11));
+        assert_eq!(c.delete_timeout, secs(12));
+        assert_eq!(c.reconnect.max_attempts, 4);
+        assert_eq!(c.reconnect.initial_delay, secs(2));
+        assert_eq!(c.max_reissues, 13);
+        assert!(!c.standalone_stream);
+        assert!(!c.old_sse_fallback);
+        assert_eq!(ClientConfig::default().response_timeout, None);
+        #[cfg(feature = "rustls")]
+        {
+            let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+            let c = ClientConfig::default().tls(Some(std::sync::Arc::new(tls)));
+            assert!(c.tls.is_some());
+        }
     }
 }

@@ -111,6 +111,12 @@ pub struct ServerConfig {
     /// request to the endpoint is authenticated before it is read, and the guard's protected
     /// resource metadata is served at its well-known paths; see [`Guard`](super::Guard).
     pub guard: Option<Arc<dyn super::Guard>>,
+    /// [`serve`](super::serve) only: how long in-flight requests get to finish when the
+    /// server is stopped by
+    /// [`RunningServer::with_graceful_shutdown`](super::RunningServer::with_graceful_shutdown)
+    /// or after a fatal accept error (default 10 s); then their connections are closed.
+    /// [`RunningServer::shutdown`](super::RunningServer::shutdown) takes its own.
+    pub shutdown_grace: Duration,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -139,6 +145,7 @@ impl std::fmt::Debug for ServerConfig {
             )
             .field("max_sessions_per_peer", &self.max_sessions_per_peer)
             .field("guard", &self.guard)
+            .field("shutdown_grace", &self.shutdown_grace)
             .finish_non_exhaustive()
     }
 }
@@ -173,7 +180,225 @@ impl Default for ServerConfig {
             max_sessions_per_principal: None,
             max_sessions_per_peer: None,
             guard: None,
+            shutdown_grace: Duration::from_secs(10),
         }
+    }
+}
+
+/// Builder methods: the configuration is `#[non_exhaustive]`, so outside this crate it is made
+/// from [`ServerConfig::default()`] and changed field by field, each method setting the field
+/// of its name (its documentation, above, gives the default):
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use modelctx_http::security::AllowList;
+/// use modelctx_http::server::ServerConfig;
+///
+/// let config = ServerConfig::default()
+///     .path(Some("/api/mcp"))
+///     .allowed_hosts(AllowList::Hosts(vec!["mcp.example.com".into()]))
+///     .allowed_origins(AllowList::Hosts(vec!["app.example.com".into()]))
+///     .max_sessions(100)
+///     .keep_alive(None)
+///     .shutdown_grace(Duration::from_secs(2));
+/// assert_eq!(config.path.as_deref(), Some("/api/mcp"));
+/// assert_eq!(config.max_sessions, 100);
+/// ```
+///
+/// Nothing is checked until the configuration is served (a zero limit, a public bind with the
+/// loopback lists: [`ServerConfig::check`]).
+impl ServerConfig {
+    /// Sets [`path`](Self::path): `Some("/api/mcp")`, or `None` for any path.
+    #[must_use]
+    pub fn path(mut self, path: Option<&str>) -> Self {
+        self.path = path.map(str::to_owned);
+        self
+    }
+
+    /// Sets [`allowed_hosts`](Self::allowed_hosts).
+    #[must_use]
+    pub fn allowed_hosts(mut self, hosts: AllowList) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// Sets [`allowed_origins`](Self::allowed_origins).
+    #[must_use]
+    pub fn allowed_origins(mut self, origins: AllowList) -> Self {
+        self.allowed_origins = origins;
+        self
+    }
+
+    /// Sets [`max_body`](Self::max_body), in bytes.
+    #[must_use]
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Sets [`body_timeout`](Self::body_timeout).
+    #[must_use]
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
+    /// Sets [`max_requests_in_flight`](Self::max_requests_in_flight).
+    #[must_use]
+    pub fn max_requests_in_flight(mut self, max: usize) -> Self {
+        self.max_requests_in_flight = max;
+        self
+    }
+
+    /// Sets [`header_timeout`](Self::header_timeout).
+    #[must_use]
+    pub fn header_timeout(mut self, timeout: Duration) -> Self {
+        self.header_timeout = timeout;
+        self
+    }
+
+    /// Sets [`idle_connection_timeout`](Self::idle_connection_timeout).
+    #[must_use]
+    pub fn idle_connection_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_connection_timeout = timeout;
+        self
+    }
+
+    /// Sets [`http2_keep_alive_interval`](Self::http2_keep_alive_interval) (`None`: no pings).
+    #[must_use]
+    pub fn http2_keep_alive_interval(mut self, interval: Option<Duration>) -> Self {
+        self.http2_keep_alive_interval = interval;
+        self
+    }
+
+    /// Sets [`http2_keep_alive_timeout`](Self::http2_keep_alive_timeout).
+    #[must_use]
+    pub fn http2_keep_alive_timeout(mut self, timeout: Duration) -> Self {
+        self.http2_keep_alive_timeout = timeout;
+        self
+    }
+
+    /// Sets [`max_connections`](Self::max_connections).
+    #[must_use]
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// Sets [`max_sessions`](Self::max_sessions).
+    #[must_use]
+    pub fn max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+
+    /// Sets [`session_idle_timeout`](Self::session_idle_timeout).
+    #[must_use]
+    pub fn session_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.session_idle_timeout = timeout;
+        self
+    }
+
+    /// Sets [`versions`](Self::versions). (modelctx-server replaces them with the server's
+    /// own, `ServerBuilder::versions`.)
+    #[must_use]
+    pub fn versions(mut self, versions: impl IntoIterator<Item = ProtocolVersion>) -> Self {
+        self.versions = versions.into_iter().collect();
+        self
+    }
+
+    /// Sets [`allow_delete`](Self::allow_delete).
+    #[must_use]
+    pub fn allow_delete(mut self, allow: bool) -> Self {
+        self.allow_delete = allow;
+        self
+    }
+
+    /// Sets [`sse_retry`](Self::sse_retry).
+    #[must_use]
+    pub fn sse_retry(mut self, retry: Duration) -> Self {
+        self.sse_retry = retry;
+        self
+    }
+
+    /// Sets [`keep_alive`](Self::keep_alive) (`None`: no keep-alive comments).
+    #[must_use]
+    pub fn keep_alive(mut self, interval: Option<Duration>) -> Self {
+        self.keep_alive = interval;
+        self
+    }
+
+    /// Sets [`sse_responses`](Self::sse_responses).
+    #[must_use]
+    pub fn sse_responses(mut self, always: bool) -> Self {
+        self.sse_responses = always;
+        self
+    }
+
+    /// Sets [`stream_buffer`](Self::stream_buffer).
+    #[must_use]
+    pub fn stream_buffer(mut self, messages: usize) -> Self {
+        self.stream_buffer = messages;
+        self
+    }
+
+    /// Sets [`standalone_queue`](Self::standalone_queue).
+    #[must_use]
+    pub fn standalone_queue(mut self, messages: usize) -> Self {
+        self.standalone_queue = messages;
+        self
+    }
+
+    /// Sets [`event_store`](Self::event_store).
+    #[must_use]
+    pub fn event_store(mut self, store: Arc<dyn EventStore>) -> Self {
+        self.event_store = store;
+        self
+    }
+
+    /// Sets [`old_sse`](Self::old_sse) (`None`: the HTTP+SSE transport is not served).
+    #[cfg(feature = "legacy-sse")]
+    #[must_use]
+    pub fn old_sse(mut self, paths: Option<super::OldSsePaths>) -> Self {
+        self.old_sse = paths;
+        self
+    }
+
+    /// Sets [`handshake_timeout`](Self::handshake_timeout).
+    #[must_use]
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets [`max_sessions_per_principal`](Self::max_sessions_per_principal) (`None`: no cap
+    /// of its own).
+    #[must_use]
+    pub fn max_sessions_per_principal(mut self, max: Option<usize>) -> Self {
+        self.max_sessions_per_principal = max;
+        self
+    }
+
+    /// Sets [`max_sessions_per_peer`](Self::max_sessions_per_peer) (`None`: no cap of its own).
+    #[must_use]
+    pub fn max_sessions_per_peer(mut self, max: Option<usize>) -> Self {
+        self.max_sessions_per_peer = max;
+        self
+    }
+
+    /// Sets [`guard`](Self::guard) (`None`: no authentication by the endpoint).
+    #[must_use]
+    pub fn guard(mut self, guard: Option<Arc<dyn super::Guard>>) -> Self {
+        self.guard = guard;
+        self
+    }
+
+    /// Sets [`shutdown_grace`](Self::shutdown_grace).
+    #[must_use]
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
     }
 }
 
@@ -338,6 +563,107 @@ mod tests {
         #[cfg(unix)]
         if let Some(soft) = rustix::process::getrlimit(rustix::process::Resource::Nofile).current {
             assert!(config.max_connections as u64 <= soft.max(1));
+        }
+    }
+
+    /// Each builder method sets its own field, and only it: every field is given a value
+    /// other than its default, one method at a time.
+    #[test]
+    fn each_builder_method_sets_its_field() {
+        use crate::server::{Challenge, Grant, Guard};
+
+        #[derive(Debug)]
+        struct Nobody;
+        impl Guard for Nobody {
+            fn authenticate<'a>(
+                &'a self,
+                _: &'a http::request::Parts,
+            ) -> crate::event_store::BoxFuture<'a, Result<Grant, Challenge>> {
+                Box::pin(std::future::ready(Err(Challenge::new(
+                    http::StatusCode::UNAUTHORIZED,
+                ))))
+            }
+            fn authorize(&self, _: &Grant, _: &[String]) -> Result<(), Challenge> {
+                Ok(())
+            }
+        }
+
+        let secs = Duration::from_secs;
+        let hosts = AllowList::Hosts(vec!["mcp.example.com".into()]);
+        let origins = AllowList::Hosts(vec!["app.example.com".into()]);
+        let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::default());
+        let guard: Arc<dyn crate::server::Guard> = Arc::new(Nobody);
+        let default = ServerConfig::default();
+        let c = ServerConfig::default()
+            .path(None)
+            .allowed_hosts(hosts.clone())
+            .allowed_origins(origins.clone())
+            .max_body(7)
+            .body_timeout(secs(7))
+            .max_requests_in_flight(8)
+            .header_timeout(secs(8))
+            .idle_connection_timeout(secs(9))
+            .http2_keep_alive_interval(None)
+            .http2_keep_alive_timeout(secs(11))
+            .max_connections(12)
+            .max_sessions(13)
+            .session_idle_timeout(secs(14))
+            .versions([ProtocolVersion::ALL[0]])
+            .allow_delete(false)
+            .sse_retry(secs(15))
+            .keep_alive(Some(secs(16)))
+            .sse_responses(true)
+            .stream_buffer(17)
+            .standalone_queue(18)
+            .event_store(store.clone())
+            .handshake_timeout(secs(19))
+            .max_sessions_per_principal(Some(20))
+            .max_sessions_per_peer(Some(21))
+            .guard(Some(guard.clone()))
+            .shutdown_grace(secs(22));
+        assert_eq!(c.path, None);
+        assert_eq!(c.allowed_hosts, hosts);
+        assert_eq!(c.allowed_origins, origins);
+        assert_eq!(c.max_body, 7);
+        assert_eq!(c.body_timeout, secs(7));
+        assert_eq!(c.max_requests_in_flight, 8);
+        assert_eq!(c.header_timeout, secs(8));
+        assert_eq!(c.idle_connection_timeout, secs(9));
+        assert_eq!(c.http2_keep_alive_interval, None);
+        assert_eq!(c.http2_keep_alive_timeout, secs(11));
+        assert_eq!(c.max_connections, 12);
+        assert_eq!(c.max_sessions, 13);
+        assert_eq!(c.session_idle_timeout, secs(14));
+        assert_eq!(c.versions, [ProtocolVersion::ALL[0]]);
+        assert!(!c.allow_delete);
+        assert_eq!(c.sse_retry, secs(15));
+        assert_eq!(c.keep_alive, Some(secs(16)));
+        assert!(c.sse_responses);
+        assert_eq!(c.stream_buffer, 17);
+        assert_eq!(c.standalone_queue, 18);
+        assert!(Arc::ptr_eq(&c.event_store, &store));
+        assert_eq!(c.handshake_timeout, secs(19));
+        assert_eq!(c.max_sessions_per_principal, Some(20));
+        assert_eq!(c.max_sessions_per_peer, Some(21));
+        assert!(Arc::ptr_eq(c.guard.as_ref().unwrap(), &guard));
+        assert_eq!(c.shutdown_grace, secs(22));
+        // None of these is a default (so each assertion above sees its method's work).
+        assert_ne!(default.path, c.path);
+        assert_ne!(default.versions, c.versions);
+        assert_ne!(default.keep_alive, c.keep_alive);
+        assert_ne!(default.shutdown_grace, c.shutdown_grace);
+        assert!(default.guard.is_none());
+        assert_eq!(
+            ServerConfig::default()
+                .path(Some("/api/mcp"))
+                .path
+                .as_deref(),
+            Some("/api/mcp")
+        );
+        #[cfg(feature = "legacy-sse")]
+        {
+            let c = ServerConfig::default().old_sse(Some(crate::server::OldSsePaths::default()));
+            assert!(c.old_sse.is_some());
         }
     }
 }

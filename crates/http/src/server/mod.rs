@@ -27,5 +27,5 @@ pub use guard::{Challenge, Grant, Guard, Metadata};
 #[cfg(feature = "legacy-sse")]
 pub use old_sse::OldSsePaths;
 pub use respond::ResponseBody;
-pub use serve::{RunningServer, serve, serve_on};
+pub use serve::{RunningServer, Serving, ShutdownHandle, serve, serve_on, shutdown_signal};
 pub use service::McpService;

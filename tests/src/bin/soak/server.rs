@@ -78,10 +78,7 @@ async fn serve() -> Result<(), String> {
     let store = soak_event_store();
     let server = crate::demo::server();
     let running = server
-        .serve_http(
-            ([127, 0, 0, 1], 0).into(),
-            soak_server_config(store.clone()),
-        )
+        .serve_http("127.0.0.1:0", soak_server_config(store.clone()))
         .await
         .map_err(|e| format!("serving on 127.0.0.1: {e}"))?;
     let mut stdout = tokio::io::stdout();
