@@ -156,6 +156,55 @@ pub enum ConnectError {
     /// The transport ended before the handshake completed.
     #[error("the connection ended during the handshake: {0}")]
     Transport(String),
+    /// No MCP answer could come: the transport failed the last request of the handshake without
+    /// one. Over HTTP: the connection could not be made (refused, unknown host, TLS), or the
+    /// endpoint answered with an HTTP status that carries no answer (404 when nothing serves MCP
+    /// at the URL: a wrong path). Holds the transport's error.
+    #[error("{}", unreachable(.0))]
+    Unreachable(TransportError),
+    /// Connecting took longer than the connect timeout
+    /// ([`ClientBuilder::connect_timeout`](crate::ClientBuilder::connect_timeout)), or
+    /// `initialize` got no answer within the handshake timeout.
+    #[error("no answer from the server within {} ({step})", seconds(*.waited))]
+    #[non_exhaustive]
+    Timeout {
+        /// How long the client waited.
+        waited: Duration,
+        /// The request that got no answer: `server/discover` (the era probe) or `initialize`.
+        step: &'static str,
+    },
+}
+
+/// How [`ConnectError::Unreachable`] reads: what failed, without the layers it went through.
+fn unreachable(error: &TransportError) -> String {
+    #[cfg(feature = "http")]
+    {
+        use modelctx_http::client::TransportError as Http;
+        match error {
+            TransportError::Http(Http::Connection(why)) => return why.clone(),
+            TransportError::Http(Http::Status { status, .. }) if status.as_u16() == 404 => {
+                return format!(
+                    "the endpoint answered HTTP {status}: nothing serves MCP at this URL (is the \
+                     path right?)"
+                );
+            }
+            TransportError::Http(Http::Status { status, body }) => {
+                let body = if body.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {body}")
+                };
+                return format!("the endpoint answered HTTP {status}{body}");
+            }
+            _ => {}
+        }
+    }
+    error.to_string()
+}
+
+/// `waited` in seconds, as people write them: `2 s`, `0.5 s`.
+fn seconds(waited: Duration) -> String {
+    format!("{} s", waited.as_secs_f64())
 }
 
 #[cfg(test)]
