@@ -107,6 +107,10 @@ pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 
 #[cfg(feature = "http")]
 pub use modelctx_http::client::ClientConfig as HttpConfig;
+/// The Streamable HTTP transport's error, held by [`TransportError::Http`] and
+/// [`ConnectError::Unreachable`].
+#[cfg(feature = "http")]
+pub use modelctx_http::client::TransportError as HttpTransportError;
 #[cfg(feature = "stdio")]
 pub use modelctx_stdio::ServerCommand;
 #[cfg(feature = "stdio")]
