@@ -162,9 +162,7 @@ fn broke_the_protocol(lost: &TransportError) -> bool {
     use modelctx_client::HttpTransportError as Http;
     matches!(
         lost,
-        TransportError::Http(
-            Http::Malformed(_) | Http::ContentType(_) | Http::TooLarge { .. }
-        )
+        TransportError::Http(Http::Malformed(_) | Http::ContentType(_) | Http::TooLarge { .. })
     )
 }
 
@@ -217,7 +215,9 @@ mod tests {
             2,
             "no code without one"
         );
-        let closed = Failed::call(&Error::Closed(CloseReason::Transport("exit status: 1".into())));
+        let closed = Failed::call(&Error::Closed(CloseReason::Transport(
+            "exit status: 1".into(),
+        )));
         assert_eq!(closed.kind, Kind::Connection);
         let malformed = Failed::call(&Error::Transport(TransportError::Http(
             modelctx_client::HttpTransportError::Malformed("not JSON".into()),
@@ -233,7 +233,9 @@ mod tests {
         );
         assert_eq!(spawn.kind, Kind::Connection);
         assert!(
-            spawn.message.starts_with("cannot connect to `nope`: could not start the server: "),
+            spawn
+                .message
+                .starts_with("cannot connect to `nope`: could not start the server: "),
             "{spawn:?}"
         );
         let refused = Failed::connect(

@@ -509,13 +509,23 @@ mod tests {
         }
         assert!(!matches!(
             parse(&["tools", "list"]).expect("parses").command,
-            Command::Tools(Tools { output: JsonOutput { json: true }, .. })
+            Command::Tools(Tools {
+                output: JsonOutput { json: true },
+                ..
+            })
         ));
         for args in [
             &["demo", "--json"][..],
             &["--json", "demo"],
             &["serve", "demo", "--json"],
-            &["proxy", "--stdio", "server", "--listen", "127.0.0.1:0", "--json"],
+            &[
+                "proxy",
+                "--stdio",
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--json",
+            ],
             &["--json", "tools", "list"],
         ] {
             let refused = parse(args).expect_err(&format!("{args:?} refused"));
@@ -531,7 +541,13 @@ mod tests {
     fn the_help_documents_the_exit_statuses() {
         use clap::CommandFactory;
         let help = Cli::command().render_long_help().to_string();
-        for line in ["Exit status:", "2    usage", "3    connection", "4    protocol", "5    tool"] {
+        for line in [
+            "Exit status:",
+            "2    usage",
+            "3    connection",
+            "4    protocol",
+            "5    tool",
+        ] {
             assert!(help.contains(line), "{line} missing from {help}");
         }
     }

@@ -97,9 +97,7 @@ pub use client::{CallOptions, Client, CompletionRef};
 pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
-pub use notify::{
-    LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable,
-};
+pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable};
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 pub(crate) const MCX: &str = env!("CARGO_BIN_EXE_mcx");
 
-fn mcx(args: &[&str]) -> Output {
+pub(crate) fn mcx(args: &[&str]) -> Output {
     Command::new(MCX)
         .args(args)
         .stdin(Stdio::null())
@@ -13,16 +13,16 @@ fn mcx(args: &[&str]) -> Output {
         .expect("mcx runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// `--stdio` with the demo server.
-fn demo_stdio() -> String {
+pub(crate) fn demo_stdio() -> String {
     format!("{MCX} serve demo --stdio")
 }
 
@@ -208,7 +208,7 @@ impl Drop for HttpServer {
     }
 }
 
-fn serve_http() -> HttpServer {
+pub(crate) fn serve_http() -> HttpServer {
     let mut child = Command::new(MCX)
         .args(["serve", "demo", "--http", "127.0.0.1:0"])
         .stdin(Stdio::null())
@@ -372,10 +372,10 @@ fn a_closed_output_pipe_ends_quietly() {
 }
 
 /// A temporary directory of this test process, removed when dropped.
-struct TempDir(std::path::PathBuf);
+pub(crate) struct TempDir(pub(crate) std::path::PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> TempDir {
+    pub(crate) fn new(name: &str) -> TempDir {
         let dir = std::env::temp_dir().join(format!("mcx-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         TempDir(dir)

@@ -4,4 +4,5 @@
 
 mod auth;
 mod cli;
+mod errors;
 mod proxy;

@@ -4,5 +4,6 @@
 
 mod backpressure;
 mod common;
+mod connecting;
 mod junk;
 mod scripted;
