@@ -38,6 +38,12 @@
 //! * **No silent repeats**: a modern `tools/call` whose HTTP response stream breaks is sent
 //!   again only for a tool the server listed with `idempotentHint: true`, or when
 //!   [`CallOptions::reissue`] allows it; otherwise it fails with [`Error::Transport`].
+//! * **Connecting fails with its cause** ([`ConnectError`]): connecting as a whole is bounded
+//!   ([`ClientBuilder::connect_timeout`], 60 s by default) and a timeout names the step that got
+//!   no answer; a connection that could not be made, or an endpoint that answered 404, is the
+//!   transport's own error ([`ConnectError::Unreachable`]).
+//! * **Input that is not JSON-RPC** (a stdio server's banner on stdout) is dropped and reported
+//!   to the application ([`ServerNotification::Unreadable`]); the connection goes on.
 //! * **Timeouts and cancellation**: every call times out (60 s by default, optionally reset by
 //!   progress up to a maximum) and is cancelled on the wire as its era defines it (legacy:
 //!   `notifications/cancelled`; modern over HTTP: the response stream is closed); dropping a
