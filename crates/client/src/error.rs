@@ -212,6 +212,54 @@ mod tests {
     use super::*;
 
     #[test]
+    fn connect_errors_say_what_failed() {
+        let timeout = ConnectError::Timeout {
+            waited: Duration::from_secs(2),
+            step: "initialize",
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "no answer from the server within 2 s (initialize)"
+        );
+        let half = ConnectError::Timeout {
+            waited: Duration::from_millis(500),
+            step: "server/discover",
+        };
+        assert_eq!(
+            half.to_string(),
+            "no answer from the server within 0.5 s (server/discover)"
+        );
+        let closed = ConnectError::Unreachable(TransportError::Closed);
+        assert_eq!(closed.to_string(), "the connection is closed");
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn an_unreachable_endpoint_is_told_by_what_came_back() {
+        use modelctx_http::client::TransportError as Http;
+        let refused = ConnectError::Unreachable(TransportError::Http(Http::Connection(
+            "connection refused".into(),
+        )));
+        assert_eq!(refused.to_string(), "connection refused");
+        let status = |code: u16, body: &str| {
+            ConnectError::Unreachable(TransportError::Http(Http::Status {
+                status: code.try_into().unwrap(),
+                body: body.into(),
+            }))
+            .to_string()
+        };
+        assert_eq!(
+            status(404, ""),
+            "the endpoint answered HTTP 404 Not Found: nothing serves MCP at this URL (is the \
+             path right?)"
+        );
+        assert_eq!(
+            status(401, "login first"),
+            "the endpoint answered HTTP 401 Unauthorized: login first"
+        );
+    }
+
+    #[test]
     fn a_lost_request_keeps_the_transport_s_own_error() {
         let lost = TransportError::NotReading { queued: 7 };
         let error = Error::from_request(RequestError::Transport("text".into()), Some(lost));

@@ -40,14 +40,6 @@ async fn the_connect_timeout_ends_a_silent_handshake_and_names_the_step() {
         other => panic!("{:?}", other.map(|_| ())),
     }
     assert!(waited <= Duration::from_millis(2100), "{waited:?}");
-    let error = ConnectError::Timeout {
-        waited: Duration::from_secs(2),
-        step: Initialize::VALUE,
-    };
-    assert_eq!(
-        error.to_string(),
-        "no answer from the server within 2 s (initialize)"
-    );
 }
 
 #[tokio::test(start_paused = true)]
