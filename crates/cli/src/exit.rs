@@ -30,7 +30,8 @@ Exit status:
 
 With --json, a failed client command prints only
 {\"error\": {\"kind\": \"usage|connection|timeout|protocol|tool\", \"message\": \"...\", \"code\": N}}
-on stdout (`code`: the JSON-RPC error code, when the server answered with one).";
+on stdout (`code`: the JSON-RPC error code, when the server answered with one; a tool error
+adds the tool's whole `result`).";
 
 /// What kind of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
