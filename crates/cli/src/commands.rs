@@ -1,5 +1,5 @@
 //! The client commands: connect to the server the user named, run one command, print the
-//! result as a table or JSON.
+//! result as a table or JSON; a failure is told as `exit.rs` says (its kind, its exit status).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -7,22 +7,31 @@ use std::time::Duration;
 
 use modelctx_client::{
     CallOptions, Client, ClientBuilder, CompletionRef, Era, HttpConfig, JsonObject, LogLevel,
-    ServerCommand, ServerNotification,
+    ServerCommand, ServerNotification, Unreadable,
 };
 use modelctx_types::consts::{ToolsCall, ToolsList};
 use serde_json::{Value, json};
 
-use crate::output::{content, field, first_line, resource_contents, table};
-use crate::{ClientCommand, PromptsCommand, ResourcesCommand, Target, ToolsCommand, fail, words};
+use crate::exit::{Failed, Kind};
+use crate::output::{content, field, first_line, print_json, resource_contents, table};
+use crate::{ClientCommand, PromptsCommand, ResourcesCommand, Target, ToolsCommand, words};
 
 /// The exit status after Ctrl-C (128 + SIGINT).
 const INTERRUPTED: u8 = 130;
 
-/// Connects, runs `command` (cancelled by Ctrl-C), closes.
+/// Connects, runs `command` (both cancelled by Ctrl-C), closes. A failure is printed on stderr,
+/// or as a JSON error on stdout with `json`; the exit status says its kind (`exit.rs`).
 pub(crate) async fn run(target: Target, command: ClientCommand, json: bool) -> ExitCode {
-    let client = match connect(&target).await {
+    let connected = tokio::select! {
+        connected = connect(&target) => connected,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("mcx: interrupted while connecting");
+            return ExitCode::from(INTERRUPTED);
+        }
+    };
+    let client = match connected {
         Ok(client) => client,
-        Err(e) => return fail(e),
+        Err(failed) => return failed.report(json),
     };
     let outcome = tokio::select! {
         outcome = execute(&client, command, json) => outcome,
@@ -35,25 +44,25 @@ pub(crate) async fn run(target: Target, command: ClientCommand, json: bool) -> E
     client.close().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Message(message)) => fail(message),
-        Err(Failure::Silent) => ExitCode::FAILURE,
+        Err(Failure::Message(message)) => Failed::usage(message).report(json),
+        Err(Failure::Failed(failed)) => failed.report(json),
         Err(Failure::Interrupted) => ExitCode::from(INTERRUPTED),
     }
 }
 
 /// Why a command failed.
 enum Failure {
-    /// Print this and exit 1.
+    /// The request cannot be carried out as given (a usage error, exit status 2).
     Message(String),
-    /// Already reported; exit 1.
-    Silent,
+    /// Any failure, of its kind.
+    Failed(Failed),
     /// Ctrl-C.
     Interrupted,
 }
 
 impl From<modelctx_client::Error> for Failure {
     fn from(e: modelctx_client::Error) -> Self {
-        Failure::Message(e.to_string())
+        Failure::Failed(Failed::call(&e))
     }
 }
 
@@ -82,10 +91,21 @@ pub(crate) fn builder(target: &Target) -> Result<ClientBuilder, String> {
             ServerNotification::Resynced => {
                 crate::progress::eprint_line("mcx: reconnected to the server");
             }
+            ServerNotification::Unreadable(unreadable) => {
+                crate::progress::eprint_line(&unreadable_note(unreadable));
+            }
             _ => {}
         });
     if let Some(seconds) = target.timeout {
-        builder = builder.request_timeout((seconds > 0).then(|| Duration::from_secs(seconds)));
+        // The same bound for connecting (each step of the handshake, and all of it) as for
+        // each call; 0: calls wait forever, connecting keeps the client's defaults.
+        let timeout = (seconds > 0).then(|| Duration::from_secs(seconds));
+        builder = builder.request_timeout(timeout);
+        if let Some(timeout) = timeout {
+            builder = builder
+                .handshake_timeout(timeout)
+                .connect_timeout(Some(timeout));
+        }
     }
     if let Some(level) = &target.log_level {
         let level = LogLevel::parse(level).ok_or_else(|| {
@@ -97,32 +117,54 @@ pub(crate) fn builder(target: &Target) -> Result<ClientBuilder, String> {
     crate::answer::install(builder, target)
 }
 
-async fn connect(target: &Target) -> Result<Client, String> {
-    let builder = builder(target)?;
+/// What mcx says of something the server sent that is not JSON-RPC (a stdio server's stray
+/// line on stdout): its start, always escaped (it is no message, so nothing in it is meant for
+/// the terminal).
+fn unreadable_note(unreadable: &Unreadable) -> String {
+    if unreadable.excerpt.is_empty() {
+        return format!(
+            "mcx: the server sent something that is not JSON-RPC: {}",
+            unreadable.reason
+        );
+    }
+    format!(
+        "mcx: the server wrote a line that is not JSON-RPC: {}{}",
+        crate::output::escape(&unreadable.excerpt),
+        if unreadable.truncated { "..." } else { "" }
+    )
+}
+
+async fn connect(target: &Target) -> Result<Client, Failed> {
+    let builder = builder(target).map_err(Failed::usage)?;
     if let Some(line) = &target.stdio {
-        let words = words::split(line).map_err(|e| format!("--stdio: {e}"))?;
+        let words = words::split(line).map_err(|e| Failed::usage(format!("--stdio: {e}")))?;
         let Some((program, args)) = words.split_first() else {
-            return Err("--stdio: an empty command line".into());
+            return Err(Failed::usage("--stdio: an empty command line"));
         };
         let command = ServerCommand::new(program)
             .args(args)
             // The server's own messages are the user's to see.
             .stderr(modelctx_stdio::Stderr::Inherit);
-        let command = target.child_env.apply(command)?;
+        let command = target.child_env.apply(command).map_err(Failed::usage)?;
         return builder
             .connect_stdio(command)
             .await
-            .map_err(|e| format!("cannot connect to `{line}`: {e}"));
+            .map_err(|e| Failed::connect(&format!("`{line}`"), &e));
     }
     if let Some(url) = &target.url {
-        let bearer = bearer(target)?;
-        let config = http_config(&target.headers, bearer.as_deref())?;
-        let config = crate::reach::with_tls(config, target.cacert.as_deref())?;
+        let bearer = bearer(target).map_err(Failed::usage)?;
+        let config = http_config(&target.headers, bearer.as_deref()).map_err(Failed::usage)?;
+        let config =
+            crate::reach::with_tls(config, target.cacert.as_deref()).map_err(Failed::usage)?;
         return builder.connect_http_with(url, config).await.map_err(|e| {
-            crate::reach::certificate_hint(format!("cannot connect to {url}: {e}"), target)
+            let mut failed = Failed::connect(url, &e);
+            failed.message = crate::reach::certificate_hint(failed.message, target);
+            failed
         });
     }
-    Err("no server: give --stdio \"<command line>\" or --url URL before the command".into())
+    Err(Failed::usage(
+        "no server: give --stdio \"<command line>\" or --url URL before the command",
+    ))
 }
 
 /// The environment variable a bearer token is taken from.
@@ -178,14 +220,6 @@ pub(crate) fn http_config(headers: &[String], bearer: Option<&str>) -> Result<Ht
     Ok(config)
 }
 
-/// Prints `value` as pretty JSON.
-fn print_json(value: &Value) {
-    say!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
-    );
-}
-
 /// Every page of a list method, merged.
 async fn list_all(client: &Client, method: &str, key: &str) -> Result<Vec<Value>, Failure> {
     let mut items = Vec::new();
@@ -204,8 +238,9 @@ async fn list_all(client: &Client, method: &str, key: &str) -> Result<Vec<Value>
             _ => return Ok(items),
         }
     }
-    Err(Failure::Message(format!(
-        "{method}: more than 1000 pages; gave up"
+    Err(Failure::Failed(Failed::new(
+        Kind::Protocol,
+        format!("{method}: more than 1000 pages; gave up"),
     )))
 }
 
@@ -527,29 +562,25 @@ async fn tools_call(
         return Err(Failure::Message(crate::tools::task_only_refusal(name)));
     }
     let result = result?;
-    let failed = result["isError"] == true;
+    let blocks = result["content"].as_array().cloned().unwrap_or_default();
+    let text: Vec<String> = blocks.iter().map(content).collect();
+    if result["isError"] == true {
+        // Its text on stderr, or the whole result in the JSON error.
+        let mut failed = Failed::new(
+            Kind::Tool,
+            format!("tool `{name}` failed: {}", text.join(" ")),
+        );
+        failed.result = Some(result);
+        return Err(Failure::Failed(failed));
+    }
     if json {
         print_json(&result);
+    } else if blocks.is_empty() {
+        print_json(&result["structuredContent"]);
     } else {
-        let blocks = result["content"].as_array().cloned().unwrap_or_default();
-        let text: Vec<String> = blocks.iter().map(content).collect();
-        if failed {
-            let text = text.join(" ");
-            eprintln!(
-                "mcx: tool `{}` failed: {}",
-                crate::output::for_stderr(name),
-                crate::output::for_stderr(&text)
-            );
-        } else if blocks.is_empty() {
-            print_json(&result["structuredContent"]);
-        } else {
-            for line in text {
-                say!("{line}");
-            }
+        for line in text {
+            say!("{line}");
         }
-    }
-    if failed {
-        return Err(Failure::Silent);
     }
     Ok(())
 }

@@ -52,6 +52,7 @@ mod answer;
 mod auth;
 mod commands;
 mod demo;
+mod exit;
 mod output;
 mod progress;
 mod proxy;
@@ -62,15 +63,21 @@ mod words;
 
 /// mcx: talk to MCP servers, or see every feature of MCP at work with `mcx demo`.
 #[derive(Parser, Debug)]
-#[command(name = "mcx", version, about, max_term_width = 100)]
+#[command(name = "mcx", version, about, max_term_width = 100, after_help = exit::HELP)]
 struct Cli {
     #[command(flatten)]
     target: Target,
-    /// Print results as JSON (for scripts) instead of tables.
-    #[arg(long, global = true)]
-    json: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--json`, only on the commands that print what the server answered.
+#[derive(Args, Debug, Default, Clone, Copy)]
+pub(crate) struct JsonOutput {
+    /// Print results as JSON (for scripts) instead of tables, and a failure as
+    /// {"error": {"kind", "message", "code"}} on stdout instead of a message on stderr.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
 }
 
 /// Which server the client commands talk to (given before the command).
@@ -102,7 +109,8 @@ pub(crate) struct Target {
     /// when it is set.
     #[arg(long, value_name = "PATH", requires = "url")]
     pub(crate) bearer_file: Option<std::path::PathBuf>,
-    /// Seconds to wait for each answer (default 60; 0 waits forever).
+    /// Seconds to wait for connecting (the handshake included) and for each answer (default
+    /// 60; 0: answers are waited for forever, connecting keeps its default, 60).
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
     /// Ask the server for log messages at this level and above (debug, info, notice, warning,
@@ -150,18 +158,15 @@ enum Command {
     #[command(subcommand)]
     Serve(Serve),
     /// Show the server's name, protocol version, capabilities and instructions.
-    Discover,
+    Discover(JsonOutput),
     /// Check that the server answers (`ping`; `server/discover` in the modern era).
-    Ping,
+    Ping(JsonOutput),
     /// List or call tools.
-    #[command(subcommand)]
-    Tools(ToolsCommand),
+    Tools(Tools),
     /// List or read resources, or list resource templates.
-    #[command(subcommand)]
-    Resources(ResourcesCommand),
+    Resources(Resources),
     /// List or get prompts.
-    #[command(subcommand)]
-    Prompts(PromptsCommand),
+    Prompts(Prompts),
     /// Ask for completions of a prompt argument or a resource template variable.
     Complete(CompleteArgs),
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
@@ -243,6 +248,33 @@ struct ServeDemo {
     auth: auth::AuthArgs,
 }
 
+/// `tools` and its `--json`.
+#[derive(Args, Debug)]
+struct Tools {
+    #[command(subcommand)]
+    command: ToolsCommand,
+    #[command(flatten)]
+    output: JsonOutput,
+}
+
+/// `resources` and its `--json`.
+#[derive(Args, Debug)]
+struct Resources {
+    #[command(subcommand)]
+    command: ResourcesCommand,
+    #[command(flatten)]
+    output: JsonOutput,
+}
+
+/// `prompts` and its `--json`.
+#[derive(Args, Debug)]
+struct Prompts {
+    #[command(subcommand)]
+    command: PromptsCommand,
+    #[command(flatten)]
+    output: JsonOutput,
+}
+
 #[derive(Subcommand, Debug)]
 pub(crate) enum ToolsCommand {
     /// List the tools with their arguments (`?`: optional) and the first line of their
@@ -310,6 +342,8 @@ pub(crate) struct CompleteArgs {
     /// Values of arguments already chosen, `key=value` (repeatable).
     #[arg(long = "context", value_name = "KEY=VALUE")]
     pub(crate) context: Vec<String>,
+    #[command(flatten)]
+    pub(crate) output: JsonOutput,
 }
 
 #[derive(Args, Debug)]
@@ -337,7 +371,7 @@ pub(crate) enum ClientCommand {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let command = match cli.command {
+    let (command, output) = match cli.command {
         Command::Demo(demo) => {
             return walkthrough::run(walkthrough::Options {
                 all: demo.all,
@@ -346,19 +380,23 @@ async fn main() -> ExitCode {
             .await;
         }
         Command::Serve(Serve::Demo(serve)) => return serve_demo(serve).await,
-        Command::Discover => ClientCommand::Discover,
-        Command::Ping => ClientCommand::Ping,
-        Command::Tools(c) => ClientCommand::Tools(c),
-        Command::Resources(c) => ClientCommand::Resources(c),
-        Command::Prompts(c) => ClientCommand::Prompts(c),
-        Command::Complete(c) => ClientCommand::Complete(c),
+        Command::Discover(output) => (ClientCommand::Discover, output),
+        Command::Ping(output) => (ClientCommand::Ping, output),
+        Command::Tools(c) => (ClientCommand::Tools(c.command), c.output),
+        Command::Resources(c) => (ClientCommand::Resources(c.command), c.output),
+        Command::Prompts(c) => (ClientCommand::Prompts(c.command), c.output),
+        Command::Complete(c) => {
+            let output = c.output;
+            (ClientCommand::Complete(c), output)
+        }
         Command::Proxy(args) => return proxy(args).await,
     };
-    commands::run(cli.target, command, cli.json).await
+    commands::run(cli.target, command, output.json).await
 }
 
 /// Prints `mcx: message` on stderr (escaped on a terminal: errors quote the server); the exit
-/// status for a failure.
+/// status of `demo`, `serve` and `proxy` for a failure (1; the client commands' are in
+/// `exit.rs`).
 pub(crate) fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("mcx: {}", output::for_stderr(&message.to_string()));
     ExitCode::FAILURE
@@ -530,6 +568,74 @@ mod tests {
             );
         }
         assert!(!serve_demo(&["--stdio"]).auth.any());
+    }
+
+    #[test]
+    fn json_is_taken_by_the_client_commands_only() {
+        for args in [
+            &["discover", "--json"][..],
+            &["ping", "--json"],
+            &["tools", "list", "--json"],
+            &["tools", "--json", "list"],
+            &["tools", "call", "add", "--json", "--args", "{}"],
+            &["resources", "read", "demo://readme", "--json"],
+            &["prompts", "list", "--json"],
+            &["complete", "--prompt", "greet", "name", "--json"],
+        ] {
+            let cli = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let json = match &cli.command {
+                Command::Discover(o) | Command::Ping(o) => o.json,
+                Command::Tools(t) => t.output.json,
+                Command::Resources(r) => r.output.json,
+                Command::Prompts(p) => p.output.json,
+                Command::Complete(c) => c.output.json,
+                other => panic!("{other:?}"),
+            };
+            assert!(json, "{args:?}");
+        }
+        assert!(!matches!(
+            parse(&["tools", "list"]).expect("parses").command,
+            Command::Tools(Tools {
+                output: JsonOutput { json: true },
+                ..
+            })
+        ));
+        for args in [
+            &["demo", "--json"][..],
+            &["--json", "demo"],
+            &["serve", "demo", "--json"],
+            &[
+                "proxy",
+                "--stdio",
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--json",
+            ],
+            &["--json", "tools", "list"],
+        ] {
+            let refused = parse(args).expect_err(&format!("{args:?} refused"));
+            assert_eq!(
+                refused.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_help_documents_the_exit_statuses() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        for line in [
+            "Exit status:",
+            "2    usage",
+            "3    connection",
+            "4    protocol",
+            "5    tool",
+        ] {
+            assert!(help.contains(line), "{line} missing from {help}");
+        }
     }
 
     #[test]

@@ -143,6 +143,14 @@ pub(crate) fn resource_contents(contents: &Value) -> String {
     }
 }
 
+/// Prints `value` as pretty JSON on stdout.
+pub(crate) fn print_json(value: &Value) {
+    line(format_args!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    ));
+}
+
 /// Writes one line to stdout (see `say!`), escaped on a terminal (see [`escape`]): on a closed
 /// pipe the program ends with status 0; on any other write error it says so and ends with
 /// status 1.

@@ -34,6 +34,8 @@ pub struct ClientBuilder {
     versions: Option<Vec<ProtocolVersion>>,
     defaults: Defaults,
     handshake_timeout: Duration,
+    /// `None`: twice the handshake timeout.
+    connect_timeout: Option<Option<Duration>>,
     cache: Option<ResultCache>,
     cache_context: Option<String>,
     callbacks: Vec<NotificationFn>,
@@ -93,6 +95,7 @@ impl Client {
                 max_rounds: 8,
             },
             handshake_timeout: Duration::from_secs(30),
+            connect_timeout: None,
             cache: None,
             cache_context: None,
             callbacks: Vec::new(),
@@ -244,9 +247,34 @@ impl ClientBuilder {
         self
     }
 
-    /// The timeout of the probe and of `initialize` (default 30 s).
+    /// The timeout of the probe and of `initialize`, each (default 30 s): a probe that gets no
+    /// answer in time falls back to `initialize`; an `initialize` that gets none fails the
+    /// connection with [`ConnectError::Timeout`]. See also
+    /// [`connect_timeout`](Self::connect_timeout), which bounds them together.
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// How long a `connect_*` may take in all (default: twice the
+    /// [`handshake_timeout`](Self::handshake_timeout), 60 s): reaching the server (an HTTP
+    /// connection, TLS), the era probe, the fallback to `initialize` and to the 2024-11-05
+    /// HTTP+SSE transport. Beyond, it fails with [`ConnectError::Timeout`], naming the step
+    /// that got no answer, and the connection is closed (a server process stopped). `None`:
+    /// only the [`handshake_timeout`](Self::handshake_timeout) of each step applies. Once
+    /// connected, it plays no part (restarts included).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// // A server that does not answer is given up after 5 s, and each call after 10 s.
+    /// let builder = modelctx_client::Client::builder("my-host", "1.0.0")
+    ///     .connect_timeout(Some(Duration::from_secs(5)))
+    ///     .request_timeout(Some(Duration::from_secs(10)));
+    /// # let _ = builder;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -481,7 +509,16 @@ impl ClientBuilder {
             wire: self.wire,
         });
         let (ready, connected) = oneshot::channel();
-        let (driver, handles) = Driver::new(config, link, remake, reconnect, shared.clone(), ready);
+        let (driver, handles) = Driver::new(
+            config,
+            link,
+            remake,
+            reconnect,
+            shared.clone(),
+            ready,
+            self.connect_timeout
+                .unwrap_or(Some(self.handshake_timeout.saturating_mul(2))),
+        );
         tokio::spawn(driver.run());
         let client = Client::from_inner(Inner {
             shared,

@@ -28,7 +28,7 @@ pub(crate) enum LinkEvent {
     Message(Incoming),
     /// Something that is not JSON-RPC, or a line that could not be read.
     #[cfg_attr(not(any(feature = "http", feature = "stdio")), allow(dead_code))]
-    Unreadable(String),
+    Unreadable(crate::notify::Unreadable),
     /// Request `id` got no MCP answer and will get none.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     RequestFailed {

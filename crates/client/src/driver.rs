@@ -13,8 +13,9 @@ use modelctx_session::{
     PeerInfo, ProtocolVersion, RequestError, RequestOptions, SessionError, Transmit,
 };
 use modelctx_types::consts::{
-    LoggingSetLevel, NotificationsSubscriptionsAcknowledged, PromptsList, ResourcesList,
-    ResourcesRead, ResourcesTemplatesList, SubscriptionsListen, ToolsList,
+    Initialize, LoggingSetLevel, NotificationsSubscriptionsAcknowledged, PromptsList,
+    ResourcesList, ResourcesRead, ResourcesTemplatesList, ServerDiscover, SubscriptionsListen,
+    ToolsList,
 };
 use modelctx_types::{
     ErrorCode, ErrorObject, JsonObject, Message, Notification, RequestId, meta_keys,
@@ -28,7 +29,7 @@ use crate::cache::{ResultCache, Scope};
 use crate::error::{ConnectError, Error, TransportError};
 use crate::input::Handlers;
 use crate::link::{Hints, Link, LinkEvent};
-use crate::notify::{NotificationFn, Progress, ProgressFn, ServerNotification};
+use crate::notify::{NotificationFn, Progress, ProgressFn, ServerNotification, Unreadable};
 
 /// How many calls may wait while a connection is re-established.
 const MAX_WAITING: usize = 1024;
@@ -261,10 +262,67 @@ pub(crate) struct Driver {
     inputs: HashMap<RequestId, (u64, AbortHandle)>,
     listen: Listen,
     ready: Option<oneshot::Sender<Result<PeerInfo, ConnectError>>>,
+    /// The first connection's handshake, while `ready` waits for it.
+    handshake: Handshake,
     /// Why the session last closed.
     last_close: Option<CloseReason>,
     closing: Option<Vec<oneshot::Sender<()>>>,
     done: bool,
+}
+
+/// The first handshake, as far as the driver sees it: what `connect_*` reports when it fails.
+struct Handshake {
+    /// How long connecting may take in all, and when that ends (from the driver's start).
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    /// The last request of the handshake sent (the probe or `initialize`), and its method.
+    request: Option<(RequestId, &'static str)>,
+    /// Why the transport failed that request without an MCP answer, when it did.
+    lost: Option<TransportError>,
+}
+
+impl Handshake {
+    /// A request the session sends: the handshake's, when it is the probe or `initialize`.
+    fn sent(&mut self, message: &Message) {
+        let Message::Request(request) = message else {
+            return;
+        };
+        let step = match request.method.as_str() {
+            ServerDiscover::VALUE => ServerDiscover::VALUE,
+            Initialize::VALUE => Initialize::VALUE,
+            _ => return,
+        };
+        self.request = Some((request.id.clone(), step));
+        self.lost = None;
+    }
+
+    /// Why connecting failed, the session having closed for `reason`: a timeout, the
+    /// transport's own error when it failed the handshake's last request (nothing answered),
+    /// else why the session closed.
+    fn failure(&mut self, reason: CloseReason) -> ConnectError {
+        match reason {
+            CloseReason::InitializeTimeout(waited) => ConnectError::Timeout {
+                waited,
+                step: Initialize::VALUE,
+            },
+            CloseReason::Transport(_) | CloseReason::ProbeFailed(_) if self.lost.is_some() => {
+                ConnectError::Unreachable(self.lost.take().expect("checked"))
+            }
+            CloseReason::Transport(why) => ConnectError::Transport(why),
+            other => ConnectError::Handshake(other),
+        }
+    }
+
+    /// Why connecting failed at the deadline.
+    fn timed_out(&self) -> ConnectError {
+        ConnectError::Timeout {
+            waited: self.timeout.unwrap_or_default(),
+            step: self
+                .request
+                .as_ref()
+                .map_or(ServerDiscover::VALUE, |(_, step)| step),
+        }
+    }
 }
 
 /// The ends of a driver's queues that the client handles keep.
@@ -282,6 +340,7 @@ impl Driver {
         reconnect: Reconnect,
         shared: Arc<Shared>,
         ready: oneshot::Sender<Result<PeerInfo, ConnectError>>,
+        connect_timeout: Option<Duration>,
     ) -> (Driver, Handles) {
         let (commands_tx, commands) = mpsc::channel(crate::link::QUEUE);
         let (dropped_tx, dropped) = mpsc::unbounded_channel();
@@ -310,6 +369,12 @@ impl Driver {
                 ..Listen::default()
             },
             ready: Some(ready),
+            handshake: Handshake {
+                timeout: connect_timeout,
+                deadline: None,
+                request: None,
+                lost: None,
+            },
             last_close: None,
             closing: None,
             done: false,
@@ -324,6 +389,10 @@ impl Driver {
     /// Runs the connection until it is closed (by a handle, by every handle being dropped, or for
     /// good by the transport).
     pub(crate) async fn run(mut self) {
+        self.handshake.deadline = self
+            .handshake
+            .timeout
+            .and_then(|timeout| now().checked_add(timeout));
         if let Err(e) = self.session.connect(now()) {
             self.finish(CloseReason::Transport(format!("connect failed: {e}")))
                 .await;
@@ -338,6 +407,7 @@ impl Driver {
                 self.session.poll_timeout(),
                 self.listen.retry_at,
                 self.reconnect_at,
+                self.handshake.deadline.filter(|_| self.ready.is_some()),
             ]
             .into_iter()
             .flatten()
@@ -479,8 +549,9 @@ impl Driver {
                 }
                 self.session.handle_incoming(now, incoming);
             }
-            LinkEvent::Unreadable(why) => {
-                tracing::warn!(%why, "the server sent something unreadable");
+            LinkEvent::Unreadable(unreadable) => {
+                tracing::warn!(why = %unreadable.reason, "the server sent something unreadable");
+                self.notify(ServerNotification::Unreadable(unreadable));
             }
             LinkEvent::RequestFailed { id, error } => self.request_failed(now, id, error),
             LinkEvent::SessionEnded => {
@@ -549,6 +620,14 @@ impl Driver {
 
     fn timers(&mut self) {
         let now = now();
+        if self.ready.is_some() && self.handshake.deadline.is_some_and(|at| at <= now) {
+            // Connecting took too long: the caller is told, and the connection ends.
+            if let Some(ready) = self.ready.take() {
+                let _ = ready.send(Err(self.handshake.timed_out()));
+            }
+            self.start_closing(None);
+            return;
+        }
         self.session.handle_timeout(now);
         if self.listen.retry_at.is_some_and(|at| at <= now) {
             self.listen.retry_at = None;
@@ -588,6 +667,11 @@ impl Driver {
                         .unwrap_or_default(),
                     _ => Hints::default(),
                 };
+                if self.ready.is_some()
+                    && let Transmit::Message { message, .. } = &transmit
+                {
+                    self.handshake.sent(message);
+                }
                 let Some(link) = &mut self.link else { continue };
                 if let Err((id, error)) =
                     link.send(transmit, hints, self.shared.wire.as_ref()).await
@@ -676,6 +760,9 @@ impl Driver {
             }
             Event::Unreadable(error) => {
                 tracing::warn!(%error, "the server sent something unreadable");
+                self.notify(ServerNotification::Unreadable(Unreadable::unseen(
+                    error.to_string(),
+                )));
             }
             Event::Closed(reason) => {
                 tracing::debug!(%reason, "session closed");
@@ -766,8 +853,7 @@ impl Driver {
         }
         if let Some(ready) = self.ready.take() {
             let error = match self.last_close.take() {
-                Some(CloseReason::Transport(why)) => ConnectError::Transport(why),
-                Some(reason) => ConnectError::Handshake(reason),
+                Some(reason) => self.handshake.failure(reason),
                 None => ConnectError::Transport("the connection ended".into()),
             };
             let _ = ready.send(Err(error));
@@ -844,6 +930,11 @@ impl Driver {
 
     /// The transport lost request `id`: the session fails it, and its caller gets `error`.
     fn request_failed(&mut self, now: Instant, id: RequestId, error: TransportError) {
+        if self.ready.is_some()
+            && matches!(&self.handshake.request, Some((request, _)) if *request == id)
+        {
+            self.handshake.lost = Some(error.clone());
+        }
         if self.pending.contains_key(&id) {
             self.lost.insert(id.clone(), error.clone());
         }
@@ -874,11 +965,7 @@ impl Driver {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(ready) = self.ready.take() {
-            let error = match reason {
-                CloseReason::Transport(why) => ConnectError::Transport(why),
-                other => ConnectError::Handshake(other),
-            };
-            let _ = ready.send(Err(error));
+            let _ = ready.send(Err(self.handshake.failure(reason.clone())));
         }
         if let Some(link) = self.link.take() {
             let exit = link.shut_down().await;

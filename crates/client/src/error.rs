@@ -156,11 +156,108 @@ pub enum ConnectError {
     /// The transport ended before the handshake completed.
     #[error("the connection ended during the handshake: {0}")]
     Transport(String),
+    /// No MCP answer could come: the transport failed the last request of the handshake without
+    /// one. Over HTTP: the connection could not be made (refused, unknown host, TLS), or the
+    /// endpoint answered with an HTTP status that carries no answer (404 when nothing serves MCP
+    /// at the URL: a wrong path). Holds the transport's error.
+    #[error("{}", unreachable(.0))]
+    Unreachable(TransportError),
+    /// Connecting took longer than the connect timeout
+    /// ([`ClientBuilder::connect_timeout`](crate::ClientBuilder::connect_timeout)), or
+    /// `initialize` got no answer within the handshake timeout.
+    #[error("no answer from the server within {} ({step})", seconds(*.waited))]
+    #[non_exhaustive]
+    Timeout {
+        /// How long the client waited.
+        waited: Duration,
+        /// The request that got no answer: `server/discover` (the era probe) or `initialize`.
+        step: &'static str,
+    },
+}
+
+/// How [`ConnectError::Unreachable`] reads: what failed, without the layers it went through.
+fn unreachable(error: &TransportError) -> String {
+    #[cfg(feature = "http")]
+    {
+        use modelctx_http::client::TransportError as Http;
+        match error {
+            TransportError::Http(Http::Connection(why)) => return why.clone(),
+            TransportError::Http(Http::Status { status, .. }) if status.as_u16() == 404 => {
+                return format!(
+                    "the endpoint answered HTTP {status}: nothing serves MCP at this URL (is the \
+                     path right?)"
+                );
+            }
+            TransportError::Http(Http::Status { status, body }) => {
+                let body = if body.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {body}")
+                };
+                return format!("the endpoint answered HTTP {status}{body}");
+            }
+            _ => {}
+        }
+    }
+    error.to_string()
+}
+
+/// `waited` in seconds, as people write them: `2 s`, `0.5 s`.
+fn seconds(waited: Duration) -> String {
+    format!("{} s", waited.as_secs_f64())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_errors_say_what_failed() {
+        let timeout = ConnectError::Timeout {
+            waited: Duration::from_secs(2),
+            step: "initialize",
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "no answer from the server within 2 s (initialize)"
+        );
+        let half = ConnectError::Timeout {
+            waited: Duration::from_millis(500),
+            step: "server/discover",
+        };
+        assert_eq!(
+            half.to_string(),
+            "no answer from the server within 0.5 s (server/discover)"
+        );
+        let closed = ConnectError::Unreachable(TransportError::Closed);
+        assert_eq!(closed.to_string(), "the connection is closed");
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn an_unreachable_endpoint_is_told_by_what_came_back() {
+        use modelctx_http::client::TransportError as Http;
+        let refused = ConnectError::Unreachable(TransportError::Http(Http::Connection(
+            "connection refused".into(),
+        )));
+        assert_eq!(refused.to_string(), "connection refused");
+        let status = |code: u16, body: &str| {
+            ConnectError::Unreachable(TransportError::Http(Http::Status {
+                status: code.try_into().unwrap(),
+                body: body.into(),
+            }))
+            .to_string()
+        };
+        assert_eq!(
+            status(404, ""),
+            "the endpoint answered HTTP 404 Not Found: nothing serves MCP at this URL (is the \
+             path right?)"
+        );
+        assert_eq!(
+            status(401, "login first"),
+            "the endpoint answered HTTP 401 Unauthorized: login first"
+        );
+    }
 
     #[test]
     fn a_lost_request_keeps_the_transport_s_own_error() {

@@ -38,6 +38,12 @@
 //! * **No silent repeats**: a modern `tools/call` whose HTTP response stream breaks is sent
 //!   again only for a tool the server listed with `idempotentHint: true`, or when
 //!   [`CallOptions::reissue`] allows it; otherwise it fails with [`Error::Transport`].
+//! * **Connecting fails with its cause** ([`ConnectError`]): connecting as a whole is bounded
+//!   ([`ClientBuilder::connect_timeout`], 60 s by default) and a timeout names the step that got
+//!   no answer; a connection that could not be made, or an endpoint that answered 404, is the
+//!   transport's own error ([`ConnectError::Unreachable`]).
+//! * **Input that is not JSON-RPC** (a stdio server's banner on stdout) is dropped and reported
+//!   to the application ([`ServerNotification::Unreadable`]); the connection goes on.
 //! * **Timeouts and cancellation**: every call times out (60 s by default, optionally reset by
 //!   progress up to a maximum) and is cancelled on the wire as its era defines it (legacy:
 //!   `notifications/cancelled`; modern over HTTP: the response stream is closed); dropping a
@@ -100,7 +106,7 @@ pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
 pub use link::Direction;
-pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification};
+pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable};
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;
@@ -108,6 +114,10 @@ pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 
 #[cfg(feature = "http")]
 pub use modelctx_http::client::ClientConfig as HttpConfig;
+/// The Streamable HTTP transport's error, held by [`TransportError::Http`] and
+/// [`ConnectError::Unreachable`].
+#[cfg(feature = "http")]
+pub use modelctx_http::client::TransportError as HttpTransportError;
 #[cfg(feature = "stdio")]
 pub use modelctx_stdio::ServerCommand;
 #[cfg(feature = "stdio")]

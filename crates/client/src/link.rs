@@ -286,7 +286,9 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
     match inbound {
         None => LinkEvent::Closed("the HTTP transport stopped".into()),
         Some(Inbound::Message(m)) => LinkEvent::Message(m),
-        Some(Inbound::Unreadable(e)) => LinkEvent::Unreadable(e.to_string()),
+        Some(Inbound::Unreadable(e)) => {
+            LinkEvent::Unreadable(crate::notify::Unreadable::unseen(e.to_string()))
+        }
         Some(Inbound::RequestFailed { id, error }) => LinkEvent::RequestFailed {
             id,
             error: TransportError::Http(error),

@@ -28,6 +28,10 @@ pub enum ServerNotification {
     /// Notifications may have been lost while the connection was re-established (a restarted
     /// server process, a new HTTP session, a listen stream opened again): list what matters again.
     Resynced,
+    /// The server sent something that is not a JSON-RPC message: it was dropped, and the
+    /// connection goes on. A stdio server that prints anything else on its stdout (a banner, a
+    /// log line meant for stderr) shows here, line by line.
+    Unreadable(Unreadable),
     /// Any other notification, as it came.
     Other {
         /// Its method.
@@ -35,6 +39,46 @@ pub enum ServerNotification {
         /// Its params.
         params: Option<Value>,
     },
+}
+
+/// What the server sent that is not a JSON-RPC message (see
+/// [`ServerNotification::Unreadable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unreadable {
+    /// The start of what came, as text: the first [`Unreadable::EXCERPT_CHARS`] characters of
+    /// the line a stdio server wrote. Empty when it cannot be shown: a line that is not UTF-8 or
+    /// too long to be read, or input the transport did not keep (an HTTP body, a member of a
+    /// batch).
+    pub excerpt: String,
+    /// Whether more came than [`excerpt`](Self::excerpt) shows.
+    pub truncated: bool,
+    /// Why it is not a message (not JSON, not a JSON-RPC envelope, ...).
+    pub reason: String,
+}
+
+impl Unreadable {
+    /// The most characters [`excerpt`](Self::excerpt) holds.
+    pub const EXCERPT_CHARS: usize = 200;
+
+    /// What came as `text` (its first [`EXCERPT_CHARS`](Self::EXCERPT_CHARS) characters are
+    /// kept), unreadable for `reason`.
+    pub(crate) fn new(text: &str, reason: impl Into<String>) -> Self {
+        let (excerpt, truncated) = match text.char_indices().nth(Self::EXCERPT_CHARS) {
+            Some((end, _)) => (text[..end].to_owned(), true),
+            None => (text.to_owned(), false),
+        };
+        Unreadable {
+            excerpt,
+            truncated,
+            reason: reason.into(),
+        }
+    }
+
+    /// Unreadable for `reason`, with nothing to show.
+    pub(crate) fn unseen(reason: impl Into<String>) -> Self {
+        Unreadable::new("", reason)
+    }
 }
 
 /// A log message from the server.
@@ -133,5 +177,25 @@ impl Notifications {
             Err(broadcast::error::RecvError::Lagged(n)) => Err(RecvError::Missed(n)),
             Err(broadcast::error::RecvError::Closed) => Err(RecvError::Closed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unreadable;
+
+    #[test]
+    fn an_unreadable_line_keeps_its_first_200_characters() {
+        let short = Unreadable::new("hello", "not JSON");
+        assert_eq!(short.excerpt, "hello");
+        assert!(!short.truncated);
+        // Characters, not bytes: a multi-byte character is never cut.
+        let long = "\u{e9}".repeat(300);
+        let cut = Unreadable::new(&long, "not JSON");
+        assert_eq!(cut.excerpt.chars().count(), Unreadable::EXCERPT_CHARS);
+        assert!(cut.truncated);
+        let exact = "x".repeat(Unreadable::EXCERPT_CHARS);
+        assert!(!Unreadable::new(&exact, "r").truncated);
+        assert_eq!(Unreadable::unseen("too long").excerpt, "");
     }
 }

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::channels::{Channels, LinkEvent, OUT_QUEUE, QUEUE};
+use crate::notify::Unreadable;
 
 /// How the server process of a stdio connection stopped: see [`Client::server_exit`].
 ///
@@ -123,9 +124,10 @@ where
             let event = match reader.next_line().await {
                 Ok(Some(Ok(line))) => match modelctx_types::decode(line.as_bytes()) {
                     Ok(incoming) => LinkEvent::Message(incoming),
-                    Err(e) => LinkEvent::Unreadable(e.to_string()),
+                    // The line itself, for the application to show (a banner, a log line).
+                    Err(e) => LinkEvent::Unreadable(Unreadable::new(line.as_str(), e.to_string())),
                 },
-                Ok(Some(Err(e))) => LinkEvent::Unreadable(e.to_string()),
+                Ok(Some(Err(e))) => LinkEvent::Unreadable(Unreadable::unseen(e.to_string())),
                 Ok(None) => LinkEvent::Closed("the server closed its output".into()),
                 Err(e) => LinkEvent::Closed(format!("reading from the server failed: {e}")),
             };

@@ -27,8 +27,9 @@
 //! happens to pending requests when the child dies. Those belong to `modelctx-session`, and the
 //! facades (`modelctx-server`, `modelctx-client`) join the two: they decode each [`Line`] and
 //! feed it to the session, answer a [`LineError`] as the session's role requires (a server writes
-//! [`LineError::to_error_response`]; a client logs and drops it), write what the session
-//! transmits, and when the child's stdout ends, fail every pending request at once with
+//! [`LineError::to_error_response`]; a client drops it, and the client facade tells the
+//! application), write what the session transmits, and when the child's stdout ends, fail
+//! every pending request at once with
 //! [`ServerProcess::describe_exit`] as the reason. It does not parse JSON either: a [`Line`] is
 //! text, which the facades decode once (`modelctx_types::decode`; the server on its connection
 //! driver's task) into envelopes whose params stay raw for the session.

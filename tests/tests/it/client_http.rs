@@ -294,13 +294,13 @@ async fn connection_failures_are_typed() {
         Client::builder("t", "1").connect_http(&format!("http://127.0.0.1:{port}/mcp")),
     )
     .await;
-    assert!(
-        matches!(
-            refused,
-            Err(ConnectError::Transport(_) | ConnectError::Handshake(_))
-        ),
-        "{refused:?}"
-    );
+    // The transport's own error, said as the system says it: no handshake took place.
+    match refused {
+        Err(e @ ConnectError::Unreachable(TransportError::Http(HttpError::Connection(_)))) => {
+            assert_eq!(e.to_string(), "connection refused");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
 
     let missing = Client::builder("t", "1")
         .connect_stdio(modelctx_client::ServerCommand::new(
@@ -311,6 +311,34 @@ async fn connection_failures_are_typed() {
         matches!(missing, Err(ConnectError::Spawn(_))),
         "{missing:?}"
     );
+}
+
+/// A URL whose path serves nothing: the probe, `initialize` and the GET of the HTTP+SSE
+/// fallback all get 404, and the failure says so (the path is wrong), not that the fallback
+/// failed.
+#[tokio::test]
+async fn a_wrong_path_is_reported_as_the_404_it_got() {
+    let config = modelctx_http::server::ServerConfig::default();
+    let (running, url) = serve_http(&modelctx_tests::facade::client_server(), config).await;
+    let wrong = url.replace("/mcp", "/wrong");
+    let failed = within("connect", Client::builder("t", "1").connect_http(&wrong)).await;
+    match failed {
+        Err(
+            e @ ConnectError::Unreachable(TransportError::Http(HttpError::Status {
+                status, ..
+            })),
+        ) => {
+            assert_eq!(status.as_u16(), 404);
+            let message = e.to_string();
+            assert!(
+                message.starts_with("the endpoint answered HTTP 404 Not Found: nothing serves MCP"),
+                "{message}"
+            );
+            assert!(!message.contains("SSE"), "{message}");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    running.shutdown(Duration::from_secs(1)).await;
 }
 
 /// A legacy server sends its own requests (here an elicitation) and list changes on the

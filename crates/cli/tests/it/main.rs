@@ -6,6 +6,7 @@ mod answers;
 mod auth;
 mod cli;
 mod demo_walk;
+mod errors;
 mod proxy;
 mod reach;
 mod serve;

@@ -4,6 +4,7 @@
 
 mod backpressure;
 mod common;
+mod connecting;
 mod junk;
 mod scripted;
 mod wire;

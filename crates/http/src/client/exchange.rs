@@ -31,7 +31,32 @@ pub(crate) async fn exchange_head(
         },
         None => call.await,
     };
-    result.map_err(|e| TransportError::Connection(describe(&e)))
+    result.map_err(|e| {
+        TransportError::Connection(if e.is_connect() {
+            connect_failure(&e)
+        } else {
+            describe(&e)
+        })
+    })
+}
+
+/// Why a connection could not be made, as the system said it ("connection refused", "failed
+/// to lookup address information: ...", a certificate the TLS library refused), without the
+/// layers of the HTTP client around it; every layer when no I/O error is found among them.
+pub(crate) fn connect_failure(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut layer = Some(error);
+    while let Some(e) = layer {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.get_ref() {
+                // An error of the system: its kind says it ("connection refused").
+                None => io.kind().to_string(),
+                // The resolver's or the TLS library's own words.
+                Some(inner) => inner.to_string(),
+            };
+        }
+        layer = e.source();
+    }
+    describe(error)
 }
 
 /// [`exchange_head`] for an exchange that awaits a status only, within
@@ -56,4 +81,37 @@ pub(crate) fn describe(error: &dyn std::error::Error) -> String {
         source = e.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connect_failure;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("client error (Connect)")]
+    struct Outer(#[source] Middle);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("tcp connect error")]
+    struct Middle(#[source] std::io::Error);
+
+    #[test]
+    fn a_connect_failure_is_said_in_the_system_s_words() {
+        let refused = Outer(Middle(std::io::Error::from_raw_os_error(111)));
+        if cfg!(target_os = "linux") {
+            assert_eq!(connect_failure(&refused), "connection refused");
+        }
+        let dns = Outer(Middle(std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        )));
+        assert_eq!(
+            connect_failure(&dns),
+            "failed to lookup address information: Name or service not known"
+        );
+        // No I/O error anywhere: every layer.
+        #[derive(Debug, thiserror::Error)]
+        #[error("plain")]
+        struct Plain;
+        assert_eq!(connect_failure(&Plain), "plain");
+    }
 }

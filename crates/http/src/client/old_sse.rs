@@ -20,6 +20,10 @@ const ENDPOINT_WAIT: Duration = Duration::from_secs(10);
 
 /// `initialize` got `status`: open the HTTP+SSE stream, learn the endpoint, and POST
 /// `initialize` there. Its answer comes on the stream.
+///
+/// When the GET of the stream gets 400, 404 or 405 as well, neither transport is served at this
+/// URL (a wrong path, most often): `initialize` fails with its own status
+/// ([`TransportError::Status`]), not with the fallback's.
 pub(crate) async fn fall_back(guard: TaskGuard, status: StatusCode, initialize: Option<Message>) {
     let shared = guard.shared().clone();
     let id = match &initialize {
@@ -29,7 +33,19 @@ pub(crate) async fn fall_back(guard: TaskGuard, status: StatusCode, initialize: 
     let opened = tokio::time::timeout(ENDPOINT_WAIT, open(&shared)).await;
     let (endpoint, body, decoder, events) = match opened {
         Ok(Ok(found)) => found,
-        Ok(Err(why)) => return fail(&shared, id, status, why).await,
+        Ok(Err(NoStream::Status(got))) if matches!(got.as_u16(), 400 | 404 | 405) => {
+            let error = TransportError::Status {
+                status,
+                body: String::new(),
+            };
+            shared.deliver(Inbound::RequestFailed { id, error }).await;
+            return;
+        }
+        Ok(Err(NoStream::Status(got))) => {
+            let why = format!("the GET got HTTP {got}");
+            return fail(&shared, id, status, why).await;
+        }
+        Ok(Err(NoStream::Other(why))) => return fail(&shared, id, status, why).await,
         Err(_) => {
             let why = format!("no endpoint event within {ENDPOINT_WAIT:?}");
             return fail(&shared, id, status, why).await;
@@ -66,8 +82,22 @@ async fn fail(shared: &super::Shared, id: RequestId, status: StatusCode, why: St
 
 type Opened = (Uri, Body, SseDecoder, Vec<SseEvent>);
 
+/// Why the stream could not be opened.
+enum NoStream {
+    /// The GET got this status.
+    Status(StatusCode),
+    /// Anything else.
+    Other(String),
+}
+
+impl From<String> for NoStream {
+    fn from(why: String) -> Self {
+        NoStream::Other(why)
+    }
+}
+
 /// The GET of the stream, read up to the `endpoint` event.
-async fn open(shared: &super::Shared) -> Result<Opened, String> {
+async fn open(shared: &super::Shared) -> Result<Opened, NoStream> {
     let request = builder(shared, Method::GET, &shared.url)
         .header(ACCEPT, "text/event-stream")
         .body(Full::new(Bytes::new()))
@@ -76,7 +106,7 @@ async fn open(shared: &super::Shared) -> Result<Opened, String> {
         .await
         .map_err(|e| e.to_string())?;
     if !response.status().is_success() {
-        return Err(format!("the GET got HTTP {}", response.status()));
+        return Err(NoStream::Status(response.status()));
     }
     let is_sse = response
         .headers()
@@ -88,15 +118,21 @@ async fn open(shared: &super::Shared) -> Result<Opened, String> {
                 .starts_with("text/event-stream")
         });
     if !is_sse {
-        return Err("the GET did not answer with an event stream".into());
+        return Err(NoStream::Other(
+            "the GET did not answer with an event stream".into(),
+        ));
     }
     let mut body = response.into_body();
     let mut decoder = SseDecoder::new(shared.config.max_event);
     let mut events = Vec::new();
     loop {
         let frame = match body.frame().await {
-            None => return Err("the stream ended before the endpoint event".into()),
-            Some(Err(e)) => return Err(describe(&e)),
+            None => {
+                return Err(NoStream::Other(
+                    "the stream ended before the endpoint event".into(),
+                ));
+            }
+            Some(Err(e)) => return Err(NoStream::Other(describe(&e))),
             Some(Ok(frame)) => frame,
         };
         let Ok(data) = frame.into_data() else {
@@ -104,7 +140,7 @@ async fn open(shared: &super::Shared) -> Result<Opened, String> {
         };
         decoder
             .feed(&data, &mut events)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| NoStream::Other(e.to_string()))?;
         if let Some(at) = events
             .iter()
             .position(|e| e.event.as_deref() == Some("endpoint"))
@@ -114,7 +150,9 @@ async fn open(shared: &super::Shared) -> Result<Opened, String> {
             return Ok((endpoint, body, decoder, rest));
         }
         if events.len() > 64 {
-            return Err("64 events came before the endpoint event".into());
+            return Err(NoStream::Other(
+                "64 events came before the endpoint event".into(),
+            ));
         }
     }
 }
