@@ -545,10 +545,11 @@ async fn spawn_redis(binary: &Path, port: u16, dir: &Path) -> Result<Child, Star
         .spawn()
         .map_err(|e| Start::Failed(format!("cannot start {}: {e}", binary.display())))?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    // While it loads its AOF, PING answers `-LOADING`: ready means `+PONG`.
+    // While it loads its AOF, PING answers `-LOADING`: ready means `+PONG`. The timeout: a
+    // process that took the port may accept and never answer.
     let ready = wait_ready(&mut child, || async move {
-        matches!(resp_command(addr, &["PING"]).await, Ok(RespValue::Simple(s)) if s == "PONG")
-            .then_some(())
+        let ping = tokio::time::timeout(Duration::from_secs(1), resp_command(addr, &["PING"]));
+        matches!(ping.await, Ok(Ok(RespValue::Simple(s))) if s == "PONG").then_some(())
     })
     .await;
     match ready {
@@ -991,7 +992,7 @@ async fn served_generation(addr: SocketAddr) -> Option<u64> {
         .await
         .ok()?;
     let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
+    tokio::time::timeout(Duration::from_secs(1), stream.read_to_string(&mut response))
         .await
         .ok()?
         .ok()?;
@@ -1173,6 +1174,53 @@ impl fmt::Display for Access {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both children say "Address already in use" when their port is taken, and the harness
+    /// recognises it (to start them again on another port).
+    #[tokio::test]
+    async fn a_taken_port_is_recognised_in_what_redis_and_nginx_say() {
+        let (Some(redis), Some(nginx)) = (redis_server(), nginx()) else {
+            return;
+        };
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let dir = TempDir::new("taken");
+        assert!(matches!(
+            spawn_redis(&redis, port, &dir.0).await,
+            Err(Start::AddressInUse)
+        ));
+        let upstreams = ["127.0.0.1:1".parse().unwrap()];
+        assert!(matches!(
+            spawn_nginx(&nginx, &dir.0, port, &upstreams).await,
+            Err(Start::AddressInUse)
+        ));
+        // A free port starts both.
+        drop(taken);
+        let mut child = spawn_redis(&redis, port, &dir.0)
+            .await
+            .ok()
+            .expect("started");
+        assert_eq!(
+            resp_command(SocketAddr::from(([127, 0, 0, 1], port)), &["PING"])
+                .await
+                .unwrap(),
+            RespValue::Simple("PONG".into())
+        );
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+    }
+
+    #[test]
+    fn proc_stat_reads_this_process() {
+        if !Path::new("/proc/self/stat").exists() {
+            return;
+        }
+        let (state, ppid) = proc_stat(std::process::id()).expect("our own stat");
+        assert_ne!(state, 'Z', "we are alive");
+        assert!(ppid > 0);
+        assert!(children(ppid).contains(&std::process::id()));
+        assert!(accepts(std::process::id()), "not an nginx shutting down");
+    }
 
     #[test]
     fn resp_replies_are_parsed_whole_or_not_at_all() {
