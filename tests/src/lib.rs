@@ -4,6 +4,7 @@
 pub mod client;
 pub mod conformance_server;
 pub mod facade;
+pub mod fleet;
 pub mod http;
 pub mod http_client;
 pub mod node;

@@ -1,6 +1,6 @@
 //! `cargo xtask ci`: every check CI runs, each step timed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -25,6 +25,13 @@ const FUZZ_ENV: &[(&str, &str)] = &[
 /// The benchmarks are a workspace of their own (`bench/`, with rmcp among its dependencies),
 /// checked in a target folder of their own.
 const BENCH_ENV: &[(&str, &str)] = &[("CARGO_TARGET_DIR", "target/bench-check")];
+
+/// The fleet tests' `mcx` binary (read by `modelctx_tests::fleet`).
+const MCX_ENV: &str = "MODELCTX_MCX";
+
+/// Set to `1`, makes a fleet test (`modelctx_tests::fleet`) fail, rather than be skipped, when
+/// `redis-server`, `nginx` or `mcx` is missing. `.ci/run` installs the first two.
+const REQUIRE_FLEET_ENV: &str = "MODELCTX_REQUIRE_FLEET";
 
 /// Crates that are (or drive) an async runtime or do I/O: none may be a normal or build dependency
 /// of `modelctx-session`, which is sans-IO.
@@ -66,7 +73,18 @@ pub(crate) fn run() -> Result<(), Error> {
     let node_binary = node_binary
         .to_str()
         .ok_or_else(|| format!("the project path is not UTF-8: {}", node_binary.display()))?;
-    let test_env = [(node::NODE_ENV, node_binary), (node::REQUIRE_ENV, "1")];
+    // The fleet tests start `mcx serve demo` processes behind nginx, with Redis: the binary of
+    // the "build" step, and no skipping.
+    let mcx = mcx_binary(&root);
+    let mcx = mcx
+        .to_str()
+        .ok_or_else(|| format!("the project path is not UTF-8: {}", mcx.display()))?;
+    let test_env = [
+        (node::NODE_ENV, node_binary),
+        (node::REQUIRE_ENV, "1"),
+        (MCX_ENV, mcx),
+        (REQUIRE_FLEET_ENV, "1"),
+    ];
     let steps: &[Step<'_>] = &[
         ("fmt", Cargo(&["fmt", "--all", "--", "--check"]), &[]),
         // The session is sans-IO: no async runtime among its dependencies, on any target, with
@@ -121,6 +139,19 @@ pub(crate) fn run() -> Result<(), Error> {
                 "Node 22 into target/tools/node22, npm ci in tests/ts",
                 node::ensure,
             ),
+            &[],
+        ),
+        // Everything "test" runs, built first (the same command, so "test" finds it fresh):
+        // `mcx` among it, as the CLI's integration tests need it, and the fleet tests run it
+        // from outside cargo.
+        (
+            "build",
+            Cargo(&["test", "--workspace", "--all-features", "--no-run"]),
+            &test_env,
+        ),
+        (
+            "mcx",
+            Xtask("the fleet tests' mcx is built (MODELCTX_MCX)", ensure_mcx),
             &[],
         ),
         (
@@ -377,6 +408,36 @@ fn cargo(args: &[&str], env: &[(&str, &str)], root: &Path) -> Command {
     let mut cargo = Command::new(env!("CARGO"));
     cargo.args(args).envs(env.iter().copied()).current_dir(root);
     cargo
+}
+
+/// Where cargo puts the debug `mcx`: in `CARGO_TARGET_DIR` (relative to the project root) when
+/// it is set, else in `target/`.
+fn mcx_binary(root: &Path) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), |dir| root.join(dir));
+    target
+        .join("debug")
+        .join(format!("mcx{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Makes sure the `mcx` of [`mcx_binary`] exists: the "build" step built it for the CLI's
+/// integration tests; should it not have, it is built here.
+fn ensure_mcx(root: &Path) -> Result<(), String> {
+    let mcx = mcx_binary(root);
+    if !mcx.is_file() {
+        eprintln!("{} is missing: building it", mcx.display());
+        let status = cargo(&["build", "-p", "modelctx-cli", "--bin", "mcx"], &[], root)
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            return Err("building mcx failed".into());
+        }
+    }
+    if mcx.is_file() {
+        Ok(())
+    } else {
+        Err(format!("no mcx at {} after building it", mcx.display()))
+    }
 }
 
 fn print_times(times: &[(&str, f64)]) {

@@ -10,6 +10,7 @@ mod client;
 mod client_everything;
 mod client_http;
 mod examples;
+mod fleet_harness;
 mod http_client;
 mod http_client_robustness;
 mod http_client_ts;
