@@ -6,7 +6,8 @@
 //! sent, and there is no way to skip the check. A child server gets a filtered environment
 //! (modelctx-stdio's `ServerCommand`: a few variables such as `HOME` and `PATH`), so that
 //! tokens and keys in the user's environment do not reach a server that was not meant to have
-//! them; `--env` adds variables and `--inherit-env` passes the whole environment.
+//! them; `--env` adds variables and `--inherit-env` passes the whole environment. The hints of
+//! a failed connection are added here too ([`hint`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,8 +23,8 @@ use crate::Target;
 #[derive(Args, Debug, Default, Clone)]
 pub(crate) struct ChildEnv {
     /// Set a variable in the server's environment, `KEY=VALUE`; `KEY` alone passes mcx's own
-    /// variable of that name (which keeps a secret out of the process list). Repeatable; with
-    /// --stdio.
+    /// variable of that name (which keeps a secret out of the process list; refused when mcx
+    /// has none). Repeatable; with --stdio.
     #[arg(long = "env", value_name = "KEY[=VALUE]", requires = "stdio")]
     pub(crate) env: Vec<String>,
     /// Pass mcx's whole environment to the server, not only the few variables it gets by
