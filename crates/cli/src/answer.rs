@@ -194,7 +194,7 @@ fn off_terminal(stdin: bool, stderr: bool) -> Option<&'static str> {
         (true, true) => None,
         (false, true) => Some("stdin is not a terminal"),
         (true, false) => Some("stderr is not a terminal"),
-        (false, false) => Some("stdin is not a terminal, nor is stderr"),
+        (false, false) => Some("neither stdin nor stderr is a terminal"),
     }
 }
 
@@ -799,7 +799,7 @@ mod tests {
         assert_eq!(off_terminal(true, false), Some("stderr is not a terminal"));
         assert_eq!(
             off_terminal(false, false),
-            Some("stdin is not a terminal, nor is stderr")
+            Some("neither stdin nor stderr is a terminal")
         );
     }
 

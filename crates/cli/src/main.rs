@@ -550,14 +550,25 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
         Ok(running) => running,
         Err(e) => return fail(format_args!("serving HTTP on {addr}: {e}")),
     };
+    // Listened for before the URL is printed (polled once: that installs the handlers), so
+    // that a SIGTERM sent as soon as the URL is seen stops the server gracefully instead of
+    // killing it.
+    let mut signal = std::pin::pin!(modelctx_server::shutdown_signal());
+    let signalled = tokio::select! {
+        biased;
+        () = &mut signal => true,
+        () = std::future::ready(()) => false,
+    };
     eprintln!(
         "mcx demo server: http://{}/mcp (Ctrl-C to stop)",
         running.local_addr()
     );
-    match running
-        .with_graceful_shutdown(modelctx_server::shutdown_signal())
-        .await
-    {
+    let stop = async move {
+        if !signalled {
+            signal.await;
+        }
+    };
+    match running.with_graceful_shutdown(stop).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format_args!("serving HTTP on {addr}: {e}")),
     }
