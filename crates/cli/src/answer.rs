@@ -160,15 +160,13 @@ static TERMINAL: Mutex<()> = Mutex::new(());
 
 /// Asks the user on the terminal, or declines off one.
 async fn elicit(request: Elicitation) -> Result<Elicited, InputError> {
-    if !(io::stdin().is_terminal() && io::stderr().is_terminal()) {
+    if let Some(why) = off_terminal(io::stdin().is_terminal(), io::stderr().is_terminal()) {
         let what = match &request {
             Elicitation::Url { message, url, .. } => format!("to open {url}: {message}"),
             Elicitation::Form { message, .. } => format!("for input: {message}"),
             _ => "for input".to_owned(),
         };
-        crate::progress::eprint_line(&format!(
-            "mcx: the server asked {what}; declined (stdin is not a terminal)"
-        ));
+        crate::progress::eprint_line(&format!("mcx: the server asked {what}; declined ({why})"));
         return Ok(Elicited::decline());
     }
     // The reading blocks: on a thread of its own, which does not keep the program from ending
@@ -187,6 +185,17 @@ async fn elicit(request: Elicitation) -> Result<Elicited, InputError> {
     });
     rx.await
         .map_err(|_| InputError::new("the question on the terminal ended without an answer"))
+}
+
+/// Why a question cannot be asked, naming the stream (or both) that is not a terminal: the
+/// answers are read from stdin and the questions written to stderr. `None` when both are one.
+fn off_terminal(stdin: bool, stderr: bool) -> Option<&'static str> {
+    match (stdin, stderr) {
+        (true, true) => None,
+        (false, true) => Some("stdin is not a terminal"),
+        (true, false) => Some("stderr is not a terminal"),
+        (false, false) => Some("neither stdin nor stderr is a terminal"),
+    }
 }
 
 /// Asks `request` on `output`, reading the answers from `input`; an unreadable terminal
@@ -781,6 +790,17 @@ mod tests {
 
     fn object(value: Value) -> JsonObject {
         value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn off_a_terminal_the_note_names_what_is_not_one() {
+        assert_eq!(off_terminal(true, true), None);
+        assert_eq!(off_terminal(false, true), Some("stdin is not a terminal"));
+        assert_eq!(off_terminal(true, false), Some("stderr is not a terminal"));
+        assert_eq!(
+            off_terminal(false, false),
+            Some("neither stdin nor stderr is a terminal")
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use modelctx_client::{
-    CallOptions, Client, ClientBuilder, CompletionRef, Era, HttpConfig, JsonObject, LogLevel,
-    ServerCommand, ServerNotification, Unreadable,
+    CallOptions, Client, ClientBuilder, CompletionRef, ConnectError, Era, HttpConfig, JsonObject,
+    LogLevel, ServerCommand, ServerNotification, Unreadable,
 };
 use modelctx_types::consts::{ToolsCall, ToolsList};
 use serde_json::{Value, json};
@@ -35,13 +35,22 @@ pub(crate) async fn run(target: Target, command: ClientCommand, json: bool) -> E
     };
     let outcome = tokio::select! {
         outcome = execute(&client, command, json) => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            // The call's future is dropped here, which cancels it on the wire.
-            eprintln!("mcx: interrupted; the call was cancelled");
-            Err(Failure::Interrupted)
-        }
+        // The call's future is dropped here, which cancels it on the wire.
+        _ = tokio::signal::ctrl_c() => Err(Failure::Interrupted),
     };
-    client.close().await;
+    // A question may still be on the terminal, its answer no longer awaited: its line is ended
+    // and the lines held back meanwhile printed before anything else is said.
+    crate::progress::release();
+    if let Err(Failure::Interrupted) = outcome {
+        eprintln!("mcx: interrupted; the call was cancelled");
+    }
+    let timed_out = matches!(&outcome, Err(Failure::Failed(f)) if f.kind == Kind::Timeout);
+    if !timed_out {
+        client.close().await;
+    }
+    // After a timeout the server is not waited for (a graceful close gives a child seconds to
+    // exit after its stdin closes, then SIGTERM): the client is dropped with the runtime when
+    // `main` returns, which kills a child at once, as after a connect timeout.
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Message(message)) => Failed::usage(message).report(json),
@@ -146,10 +155,10 @@ async fn connect(target: &Target) -> Result<Client, Failed> {
             // The server's own messages are the user's to see.
             .stderr(modelctx_stdio::Stderr::Inherit);
         let command = target.child_env.apply(command).map_err(Failed::usage)?;
-        return builder
-            .connect_stdio(command)
-            .await
-            .map_err(|e| Failed::connect(&format!("`{line}`"), &e));
+        return builder.connect_stdio(command).await.map_err(|e| match &e {
+            ConnectError::Spawn(io) => Failed::spawn(program, io),
+            _ => Failed::connect(&format!("`{line}`"), &e),
+        });
     }
     if let Some(url) = &target.url {
         let bearer = bearer(target).map_err(Failed::usage)?;
@@ -158,7 +167,7 @@ async fn connect(target: &Target) -> Result<Client, Failed> {
             crate::reach::with_tls(config, target.cacert.as_deref()).map_err(Failed::usage)?;
         return builder.connect_http_with(url, config).await.map_err(|e| {
             let mut failed = Failed::connect(url, &e);
-            failed.message = crate::reach::certificate_hint(failed.message, target);
+            failed.message = crate::reach::hint(failed.message, &e, target);
             failed
         });
     }
@@ -168,7 +177,7 @@ async fn connect(target: &Target) -> Result<Client, Failed> {
 }
 
 /// The environment variable a bearer token is taken from.
-const BEARER_VARIABLE: &str = "MCX_BEARER";
+pub(crate) const BEARER_VARIABLE: &str = "MCX_BEARER";
 
 /// The bearer token: `--bearer`, else the contents of `--bearer-file` (without its trailing
 /// newline), else `MCX_BEARER` when set; none when all are absent.
@@ -502,8 +511,10 @@ async fn find_tool(client: &Client, name: &str) -> Result<Option<Value>, Failure
 /// `tools show NAME`: the whole tool, pretty, or as JSON.
 async fn tools_show(client: &Client, name: &str, json: bool) -> Result<(), Failure> {
     let Some(tool) = find_tool(client, name).await? else {
-        return Err(Failure::Message(format!(
-            "no tool `{name}` on this server (`mcx tools list` lists them)"
+        // What the server offers decides, as when `tools call` names a tool it does not have.
+        return Err(Failure::Failed(Failed::new(
+            Kind::Protocol,
+            format!("no tool `{name}` on this server (`mcx tools list` lists them)"),
         )));
     };
     if json {
@@ -514,6 +525,15 @@ async fn tools_show(client: &Client, name: &str, json: bool) -> Result<(), Failu
         }
     }
     Ok(())
+}
+
+/// The refusal to call a tool that only runs as a task: a protocol failure (status 4), as the
+/// server's refusal of a call without a task would be.
+fn task_only(name: &str) -> Failure {
+    Failure::Failed(Failed::new(
+        Kind::Protocol,
+        crate::tools::task_only_refusal(name),
+    ))
 }
 
 /// `tools call NAME`: the arguments from `--args` and `--arg` (typed by the tool's input
@@ -534,7 +554,7 @@ async fn tools_call(
         find_tool(client, name).await?
     };
     if listed.as_ref().is_some_and(crate::tools::task_only) {
-        return Err(Failure::Message(crate::tools::task_only_refusal(name)));
+        return Err(task_only(name));
     }
     let schema = listed.as_ref().map_or(&Value::Null, |t| &t["inputSchema"]);
     let arguments = crate::tools::arguments(args, arg, schema)?;
@@ -559,7 +579,7 @@ async fn tools_call(
             .await
             .is_ok_and(|tool| tool.as_ref().is_some_and(crate::tools::task_only))
     {
-        return Err(Failure::Message(crate::tools::task_only_refusal(name)));
+        return Err(task_only(name));
     }
     let result = result?;
     let blocks = result["content"].as_array().cloned().unwrap_or_default();

@@ -7,7 +7,7 @@
 //! | 1 | | `demo`, `serve` or `proxy` failed |
 //! | 2 | `usage` | invalid arguments (clap's own errors too) |
 //! | 3 | `connection`, `timeout` | the server could not be started or reached, its connection ended, or it did not answer in time |
-//! | 4 | `protocol` | the server answered with a JSON-RPC error, or broke the protocol |
+//! | 4 | `protocol` | the server answered with a JSON-RPC error, broke the protocol, or does not offer what was asked (no such tool; a tool that only runs as a task) |
 //! | 5 | `tool` | the tool ran and reported an error (`isError: true`) |
 //! | 130 | | interrupted (Ctrl-C) |
 
@@ -24,7 +24,8 @@ Exit status:
   2    usage: invalid arguments
   3    connection: the server could not be started or reached, its connection ended, or it
        did not answer in time (--timeout)
-  4    protocol: the server answered with a JSON-RPC error, or broke the protocol
+  4    protocol: the server answered with a JSON-RPC error, or broke the protocol, or it does
+       not offer what was asked (no tool of that name, a tool that only runs as a task)
   5    tool: the tool reported an error (isError: true)
   130  interrupted (Ctrl-C)
 
@@ -109,7 +110,18 @@ impl Failed {
             Error::InvalidArguments(_) => Kind::Usage,
             _ => Kind::Protocol,
         };
-        let mut failed = Failed::new(kind, error.to_string());
+        let message = match error {
+            // The client says the time it measured (`2.001468315s`): said as a connect timeout
+            // is, `2 s`.
+            Error::Timeout(waited) => {
+                format!(
+                    "no response within {}; the request was cancelled",
+                    seconds(*waited)
+                )
+            }
+            other => other.to_string(),
+        };
+        let mut failed = Failed::new(kind, message);
         if let Error::Remote(e) = error {
             failed.code = Some(e.code.0);
         }
@@ -133,8 +145,29 @@ impl Failed {
         failed
     }
 
-    /// Tells the user (stderr, or the JSON error on stdout) and gives the exit status.
+    /// A `--stdio` server whose `program` could not be started: one layer of wording, `cannot
+    /// start `program`: No such file or directory`.
+    pub(crate) fn spawn(program: &str, error: &std::io::Error) -> Self {
+        // modelctx-stdio's message is `cannot start "program": <the system's error>`.
+        let text = error.to_string();
+        let quoted = format!("cannot start {program:?}: ");
+        let cause = text.strip_prefix(&quoted).unwrap_or(&text);
+        // `(os error 2)`: the number of the message just given.
+        let cause = match cause.rsplit_once(" (os error ") {
+            Some((cause, rest)) if rest.ends_with(')') => cause,
+            _ => cause,
+        };
+        Failed::new(
+            Kind::Connection,
+            format!("cannot start `{program}`: {cause}"),
+        )
+    }
+
+    /// Tells the user (stderr, or the JSON error on stdout) and gives the exit status. A
+    /// question left on the terminal is given up first ([`crate::progress::release`]), so that
+    /// this line and those held back meanwhile are printed.
     pub(crate) fn report(&self, json: bool) -> ExitCode {
+        crate::progress::release();
         if json {
             crate::output::print_json(&self.to_json());
         } else {
@@ -154,6 +187,12 @@ impl Failed {
         }
         json!({ "error": error })
     }
+}
+
+/// `waited` in seconds to the tenth, as people write them and as a connect timeout says it:
+/// `2 s`, `0.5 s`.
+fn seconds(waited: std::time::Duration) -> String {
+    format!("{} s", (waited.as_secs_f64() * 10.0).round() / 10.0)
 }
 
 /// Whether the transport lost a call because of what the server sent (a body that is not
@@ -209,8 +248,19 @@ mod tests {
             remote.to_json(),
             json!({"error": {"kind": "protocol", "message": remote.message, "code": -32601}})
         );
-        let timeout = Failed::call(&Error::Timeout(std::time::Duration::from_secs(2)));
+        let timeout = Failed::call(&Error::Timeout(std::time::Duration::from_nanos(
+            2_001_468_315,
+        )));
         assert_eq!((timeout.kind, timeout.code), (Kind::Timeout, None));
+        assert_eq!(
+            timeout.message,
+            "no response within 2 s; the request was cancelled"
+        );
+        assert_eq!(
+            seconds(std::time::Duration::from_millis(500)),
+            "0.5 s",
+            "tenths kept"
+        );
         assert_eq!(
             timeout.to_json()["error"].as_object().unwrap().len(),
             2,
@@ -228,16 +278,26 @@ mod tests {
 
     #[test]
     fn connect_errors_are_classified_and_say_what_failed() {
-        let spawn = Failed::connect(
-            "`nope`",
-            &ConnectError::Spawn(std::io::ErrorKind::NotFound.into()),
+        // As modelctx-stdio words it: one layer of wording is kept.
+        let io = std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "cannot start \"nope\": {}",
+                std::io::Error::from_raw_os_error(2)
+            ),
         );
+        let spawn = Failed::spawn("nope", &io);
         assert_eq!(spawn.kind, Kind::Connection);
         assert!(
-            spawn
-                .message
-                .starts_with("cannot connect to `nope`: could not start the server: "),
+            spawn.message.starts_with("cannot start `nope`: "),
             "{spawn:?}"
+        );
+        assert!(!spawn.message.contains("os error"), "{spawn:?}");
+        assert!(!spawn.message.contains("\"nope\""), "{spawn:?}");
+        let other = Failed::spawn("x", &std::io::Error::other("the child's pipes are missing"));
+        assert_eq!(
+            other.message,
+            "cannot start `x`: the child's pipes are missing"
         );
         let refused = Failed::connect(
             "http://127.0.0.1:9/mcp",

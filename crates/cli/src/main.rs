@@ -32,10 +32,10 @@
 //! (`modelctx-auth`, see `auth.rs`). It does not issue tokens, and protects nothing over stdio
 //! (those flags are refused there).
 
-use std::net::SocketAddr;
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 /// `println!` for what the user asked to see: a reader that went away (`mcx tools list | head -1`)
 /// ends the program quietly, as command-line tools do, instead of a panic on the closed pipe.
@@ -193,10 +193,11 @@ struct ProxyArgs {
     /// --inherit-env.
     #[arg(long, value_name = "COMMAND")]
     stdio: String,
-    /// The address to serve on, such as 127.0.0.1:8080 (port 0: any free port); the URL is
-    /// printed to stderr.
+    /// The address to serve on, HOST:PORT, such as 127.0.0.1:8080 or localhost:8080 (a name is
+    /// resolved and the first of its addresses that can be bound is used; port 0: any free
+    /// port); the URL is printed to stderr.
     #[arg(long, value_name = "ADDR")]
-    listen: SocketAddr,
+    listen: String,
     /// The most legacy sessions (each with its own child) at once; beyond, `initialize` gets 503.
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_sessions: usize,
@@ -239,10 +240,11 @@ struct ServeDemo {
     /// Serve on stdin and stdout (the default).
     #[arg(long, conflicts_with = "http")]
     stdio: bool,
-    /// Serve Streamable HTTP (both eras) on this address, such as 127.0.0.1:8080 (port 0: any
-    /// free port); the URL is printed to stderr.
+    /// Serve Streamable HTTP (both eras) on this address, HOST:PORT, such as 127.0.0.1:8080 or
+    /// localhost:8080 (a name is resolved and the first of its addresses that can be bound is
+    /// used; port 0: any free port); the URL is printed to stderr.
     #[arg(long, value_name = "ADDR")]
-    http: Option<SocketAddr>,
+    http: Option<String>,
     // Over HTTP, who may call.
     #[command(flatten)]
     auth: auth::AuthArgs,
@@ -370,7 +372,10 @@ pub(crate) enum ClientCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(refused) => return usage(&refused, &std::env::args_os().skip(1).collect::<Vec<_>>()),
+    };
     let (command, output) = match cli.command {
         Command::Demo(demo) => {
             return walkthrough::run(walkthrough::Options {
@@ -394,6 +399,72 @@ async fn main() -> ExitCode {
     commands::run(cli.target, command, output.json).await
 }
 
+/// clap's refusal of the command line `args` (without the program's name), and its exit
+/// status: help and version as clap prints them (status 0); with `--json` on a client command,
+/// the usage error as JSON on stdout (status 2, see `exit.rs`); otherwise clap's text on stderr
+/// (status 2).
+fn usage(refused: &clap::Error, args: &[OsString]) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        refused.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) || !json_asked(args)
+    {
+        refused.exit()
+    }
+    exit::Failed::usage(usage_message(refused)).report(true)
+}
+
+/// What clap says is wrong, in one line: the first paragraph of its message, without `error: `
+/// (the usage and the tips that follow are for a terminal).
+fn usage_message(refused: &clap::Error) -> String {
+    let rendered = refused.render().to_string();
+    let first = rendered.split("\n\n").next().unwrap_or_default();
+    let message = first
+        .strip_prefix("error: ")
+        .unwrap_or(first)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if message.is_empty() {
+        refused.kind().to_string()
+    } else {
+        message
+    }
+}
+
+/// Whether the command line `args` (as given, maybe invalid) has `--json` on a client
+/// command: its first word that is neither an option nor an option's value names a command
+/// that takes `--json`, and `--json` comes after it (before any `--`).
+fn json_asked(args: &[OsString]) -> bool {
+    let cli = Cli::command();
+    let mut words = args.iter().map(|a| a.to_string_lossy());
+    while let Some(word) = words.next() {
+        if word == "--" {
+            return false;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            // `--stdio CMD`: its value is not the command.
+            if !long.contains('=')
+                && cli
+                    .get_arguments()
+                    .any(|a| a.get_long() == Some(long) && a.get_action().takes_values())
+            {
+                words.next();
+            }
+            continue;
+        }
+        if word.starts_with('-') {
+            continue;
+        }
+        let client = cli
+            .find_subcommand(word.as_ref())
+            .is_some_and(|c| c.get_arguments().any(|a| a.get_id() == "json"));
+        return client && words.take_while(|w| w != "--").any(|w| w == "--json");
+    }
+    false
+}
+
 /// Prints `mcx: message` on stderr (escaped on a terminal: errors quote the server); the exit
 /// status of `demo`, `serve` and `proxy` for a failure (1; the client commands' are in
 /// `exit.rs`).
@@ -407,7 +478,7 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
         Ok(words) => words,
         Err(e) => return fail(format_args!("--stdio: {e}")),
     };
-    let (listen, guard) = match guarded(&args.auth, args.listen, &[]).await {
+    let (listen, guard) = match guarded(&args.auth, &args.listen, &[]).await {
         Ok(guarded) => guarded,
         Err(e) => return fail(e),
     };
@@ -430,7 +501,7 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
 /// and the guard `auth` asks for, its issuer's metadata fetched; says on stderr what it accepts.
 async fn guarded(
     auth: &auth::AuthArgs,
-    addr: SocketAddr,
+    addr: &str,
     scopes: &[&str],
 ) -> Result<
     (
@@ -454,7 +525,7 @@ async fn guarded(
 }
 
 async fn serve_demo(serve: ServeDemo) -> ExitCode {
-    let Some(addr) = serve.http else {
+    let Some(addr) = serve.http.as_deref() else {
         if serve.auth.any() {
             return fail(stdio_refusal(&serve.auth));
         }
@@ -479,14 +550,25 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
         Ok(running) => running,
         Err(e) => return fail(format_args!("serving HTTP on {addr}: {e}")),
     };
+    // Listened for before the URL is printed (polled once: that installs the handlers), so
+    // that a SIGTERM sent as soon as the URL is seen stops the server gracefully instead of
+    // killing it.
+    let mut signal = std::pin::pin!(modelctx_server::shutdown_signal());
+    let signalled = tokio::select! {
+        biased;
+        () = &mut signal => true,
+        () = std::future::ready(()) => false,
+    };
     eprintln!(
         "mcx demo server: http://{}/mcp (Ctrl-C to stop)",
         running.local_addr()
     );
-    match running
-        .with_graceful_shutdown(modelctx_server::shutdown_signal())
-        .await
-    {
+    let stop = async move {
+        if !signalled {
+            signal.await;
+        }
+    };
+    match running.with_graceful_shutdown(stop).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format_args!("serving HTTP on {addr}: {e}")),
     }
@@ -532,7 +614,7 @@ mod tests {
             "--auth-token-file",
             "token",
         ]);
-        assert_eq!(serve.http, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(serve.http.as_deref(), Some("127.0.0.1:0"));
         assert_eq!(
             serve.auth.auth_issuer.as_deref(),
             Some("http://127.0.0.1:9")
@@ -623,9 +705,50 @@ mod tests {
         }
     }
 
+    fn words(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn json_is_asked_on_client_commands_only() {
+        for args in [
+            &["--url", "U", "tools", "--json", "call"][..],
+            &["--url", "U", "tools", "call", "--json"],
+            &["--stdio", "tools", "ping", "--json", "--bogus"],
+            &["--timeout=2", "discover", "--json"],
+            &["complete", "--json"],
+        ] {
+            assert!(json_asked(&words(args)), "{args:?}");
+        }
+        for args in [
+            &["--url", "U", "tools", "call", "x"][..],
+            &["--json", "tools", "list"],
+            &["demo", "--json"],
+            &["serve", "demo", "--json"],
+            &["proxy", "--stdio", "s", "--json"],
+            &["tools", "call", "x", "--", "--json"],
+            &[],
+        ] {
+            assert!(!json_asked(&words(args)), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_in_json_is_clap_message_in_one_line() {
+        let refused = parse(&["--url", "U", "tools", "--json", "call"]).unwrap_err();
+        assert_eq!(
+            usage_message(&refused),
+            "the following required arguments were not provided: <NAME>"
+        );
+        let refused = parse(&["tools", "list", "--json", "--bogus"]).unwrap_err();
+        assert_eq!(
+            usage_message(&refused),
+            "unexpected argument '--bogus' found"
+        );
+    }
+
     #[test]
     fn the_help_documents_the_exit_statuses() {
-        use clap::CommandFactory;
         let help = Cli::command().render_long_help().to_string();
         for line in [
             "Exit status:",

@@ -168,6 +168,8 @@ pub(crate) fn line(args: std::fmt::Arguments<'_>) {
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush());
     if let Err(e) = written {
+        // Whatever a question on the terminal held back is said before the end.
+        crate::progress::release();
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }

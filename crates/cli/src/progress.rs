@@ -89,6 +89,21 @@ pub(crate) fn hold() -> Hold {
     Hold(())
 }
 
+/// Gives up a question left on the terminal before mcx says its last word and exits (the call
+/// ended while it waited for the user): ends the question's line, prints the lines held back,
+/// and lets the next ones through. Nothing happens without a [`Hold`]; one dropped later finds
+/// nothing to print.
+pub(crate) fn release() {
+    let held = HELD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(lines) = held {
+        // The cursor is after the question's prompt (`[y/n] > `).
+        eprintln!();
+        for line in lines {
+            eprintln!("{line}");
+        }
+    }
+}
+
 /// Whether a question is being asked (see [`hold`]).
 fn held() -> bool {
     HELD.lock().unwrap_or_else(|e| e.into_inner()).is_some()
@@ -154,8 +169,12 @@ fn update(bar: &ProgressBar, progress: f64, total: Option<f64>, message: Option<
 mod tests {
     use super::*;
 
+    /// The tests that hold and release: one at a time (the state is the process's).
+    static HOLDING: Mutex<()> = Mutex::new(());
+
     #[test]
     fn lines_wait_while_a_question_is_asked() {
+        let _one = HOLDING.lock().unwrap_or_else(|e| e.into_inner());
         let hold = hold();
         assert!(held());
         eprint_line("one");
@@ -171,6 +190,20 @@ mod tests {
         drop(hold);
         assert!(!held());
         assert!(HELD.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_release_ends_the_hold_for_good() {
+        let _one = HOLDING.lock().unwrap_or_else(|e| e.into_inner());
+        let hold = hold();
+        eprint_line("held");
+        release();
+        assert!(!held());
+        // The hold's own end, later, has nothing left to print and holds nothing.
+        drop(hold);
+        assert!(!held());
+        release();
+        assert!(!held());
     }
 
     #[test]

@@ -6,13 +6,14 @@
 //! sent, and there is no way to skip the check. A child server gets a filtered environment
 //! (modelctx-stdio's `ServerCommand`: a few variables such as `HOME` and `PATH`), so that
 //! tokens and keys in the user's environment do not reach a server that was not meant to have
-//! them; `--env` adds variables and `--inherit-env` passes the whole environment.
+//! them; `--env` adds variables and `--inherit-env` passes the whole environment. The hints of
+//! a failed connection are added here too ([`hint`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use clap::Args;
-use modelctx_client::{HttpConfig, ServerCommand};
+use modelctx_client::{ConnectError, HttpConfig, ServerCommand, TransportError};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
@@ -22,8 +23,8 @@ use crate::Target;
 #[derive(Args, Debug, Default, Clone)]
 pub(crate) struct ChildEnv {
     /// Set a variable in the server's environment, `KEY=VALUE`; `KEY` alone passes mcx's own
-    /// variable of that name (which keeps a secret out of the process list). Repeatable; with
-    /// --stdio.
+    /// variable of that name (which keeps a secret out of the process list; refused when mcx
+    /// has none). Repeatable; with --stdio.
     #[arg(long = "env", value_name = "KEY[=VALUE]", requires = "stdio")]
     pub(crate) env: Vec<String>,
     /// Pass mcx's whole environment to the server, not only the few variables it gets by
@@ -34,7 +35,8 @@ pub(crate) struct ChildEnv {
 
 impl ChildEnv {
     /// `command` with the environment asked for: every variable with `--inherit-env`, then the
-    /// `--env` ones (a `KEY=VALUE` over an inherited variable of the same name).
+    /// `--env` ones (a `KEY=VALUE` over an inherited variable of the same name). A `KEY` alone
+    /// that is not set in mcx's environment is refused, naming it.
     pub(crate) fn apply(&self, mut command: ServerCommand) -> Result<ServerCommand, String> {
         if self.inherit_env {
             command = command.inherit_all_env();
@@ -52,6 +54,13 @@ impl ChildEnv {
             }
             command = match value {
                 Some(value) => command.env(key, value),
+                // Unset, it would silently not reach the server.
+                None if std::env::var_os(key).is_none() => {
+                    return Err(format!(
+                        "--env `{key}`: `{key}` is not set in mcx's environment (give --env \
+                         {key}=VALUE to set it)"
+                    ));
+                }
                 None => command.inherit_env(key),
             };
         }
@@ -71,9 +80,24 @@ pub(crate) fn with_tls(
     Ok(config)
 }
 
-/// `message`, an error of connecting to `target`, with a hint when it says that the server's
-/// certificate was not issued by a certificate authority mcx trusts.
-pub(crate) fn certificate_hint(message: String, target: &Target) -> String {
+/// `message`, the error of connecting to `target`, with a hint when `error` says what to do
+/// about it: an HTTP 401 asks for a token, a certificate of an unknown issuer for `--cacert`.
+/// (The 404's hint, a wrong path, is the client's own message.)
+pub(crate) fn hint(message: String, error: &ConnectError, target: &Target) -> String {
+    if status(error) == Some(401) {
+        let given = target.bearer.is_some()
+            || target.bearer_file.is_some()
+            || target.headers.iter().any(|h| {
+                h.split_once(':')
+                    .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("authorization"))
+            })
+            || std::env::var_os(crate::commands::BEARER_VARIABLE).is_some_and(|v| !v.is_empty());
+        return if given {
+            format!("{message} (the token given was refused)")
+        } else {
+            format!("{message} (give a token: --bearer-file PATH, --bearer TOKEN or MCX_BEARER)")
+        };
+    }
     if !message.contains("invalid peer certificate: UnknownIssuer") {
         return message;
     }
@@ -87,6 +111,18 @@ pub(crate) fn certificate_hint(message: String, target: &Target) -> String {
             "{message} (the server's certificate is not signed by a public certificate \
              authority: to trust its CA, give its certificate with --cacert PATH)"
         ),
+    }
+}
+
+/// The HTTP status the endpoint answered instead of an MCP answer, when that is why connecting
+/// failed.
+fn status(error: &ConnectError) -> Option<u16> {
+    use modelctx_client::HttpTransportError as Http;
+    match error {
+        ConnectError::Unreachable(TransportError::Http(Http::Status { status, .. })) => {
+            Some(status.as_u16())
+        }
+        _ => None,
     }
 }
 
@@ -224,6 +260,13 @@ mod tests {
         let refused = "cannot connect to https://x/mcp: connection failed: client error \
                        (Connect): invalid peer certificate: UnknownIssuer"
             .to_owned();
+        let certificate_hint = |message: String, target: &Target| {
+            hint(
+                message,
+                &ConnectError::Url("(the message decides)".into()),
+                target,
+            )
+        };
         let hinted = certificate_hint(refused.clone(), &Target::default());
         assert!(hinted.starts_with(&refused), "{hinted}");
         assert!(
@@ -238,6 +281,46 @@ mod tests {
         assert!(hinted.contains("a CA of --cacert ca.pem"), "{hinted}");
         let other = "cannot connect to https://x/mcp: connection refused".to_owned();
         assert_eq!(certificate_hint(other.clone(), &Target::default()), other);
+    }
+
+    #[test]
+    fn a_401_asks_for_a_token() {
+        let unauthorized = ConnectError::Unreachable(TransportError::Http(
+            modelctx_client::HttpTransportError::Status {
+                status: http::StatusCode::UNAUTHORIZED,
+                body: String::new(),
+            },
+        ));
+        let message = "cannot connect to http://x/mcp: the endpoint answered HTTP 401 \
+                       Unauthorized"
+            .to_owned();
+        // Unless MCX_BEARER is set where the tests run.
+        if std::env::var_os(crate::commands::BEARER_VARIABLE).is_none() {
+            assert_eq!(
+                hint(message.clone(), &unauthorized, &Target::default()),
+                format!(
+                    "{message} (give a token: --bearer-file PATH, --bearer TOKEN or MCX_BEARER)"
+                )
+            );
+        }
+        let with = Target {
+            bearer: Some("secret".into()),
+            ..Target::default()
+        };
+        assert_eq!(
+            hint(message.clone(), &unauthorized, &with),
+            format!("{message} (the token given was refused)")
+        );
+        let forbidden = ConnectError::Unreachable(TransportError::Http(
+            modelctx_client::HttpTransportError::Status {
+                status: http::StatusCode::FORBIDDEN,
+                body: String::new(),
+            },
+        ));
+        assert_eq!(
+            hint(message.clone(), &forbidden, &Target::default()),
+            message
+        );
     }
 
     fn env_of(child_env: &ChildEnv) -> (Vec<(OsString, OsString)>, Vec<OsString>, bool) {
@@ -257,7 +340,8 @@ mod tests {
                 "FOO=bar".into(),
                 "EMPTY=".into(),
                 "EQ=a=b".into(),
-                "TOKEN".into(),
+                // Set wherever the tests run.
+                "PATH".into(),
             ],
             inherit_env: false,
         });
@@ -266,13 +350,27 @@ mod tests {
             [("FOO", "bar"), ("EMPTY", ""), ("EQ", "a=b")]
                 .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         );
-        assert_eq!(inherited, [OsString::from("TOKEN")]);
+        assert_eq!(inherited, [OsString::from("PATH")]);
         assert!(!all);
         let (_, _, all) = env_of(&ChildEnv {
             env: Vec::new(),
             inherit_env: true,
         });
         assert!(all);
+        let unset = format!("MCX_TEST_UNSET_{}", std::process::id());
+        let error = ChildEnv {
+            env: vec![unset.clone()],
+            inherit_env: false,
+        }
+        .apply(ServerCommand::new("server"))
+        .unwrap_err();
+        assert_eq!(
+            error,
+            format!(
+                "--env `{unset}`: `{unset}` is not set in mcx's environment (give --env \
+                 {unset}=VALUE to set it)"
+            )
+        );
         for bad in ["=x", "", "A\0=b", "A=\0"] {
             let error = ChildEnv {
                 env: vec![bad.into()],

@@ -149,7 +149,7 @@ fn off_a_terminal_an_elicitation_is_declined_with_a_note() {
         let err = text(&out.stderr);
         assert!(
             err.contains(
-                "mcx: the server asked for input: Really deploy?; declined (stdin is not a terminal)"
+                "mcx: the server asked for input: Really deploy?; declined (neither stdin nor stderr is a terminal)"
             ),
             "{era}: {err}"
         );

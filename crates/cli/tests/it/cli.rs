@@ -160,7 +160,7 @@ fn bad_input_fails_with_a_message() {
     let out = mcx(&["--stdio", "/nonexistent/server", "tools", "list"]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out).starts_with("mcx: cannot connect"),
+        stderr(&out).starts_with("mcx: cannot start `/nonexistent/server`: "),
         "{}",
         stderr(&out)
     );

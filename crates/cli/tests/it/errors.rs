@@ -1,12 +1,13 @@
 //! How `mcx` fails: exit statuses by kind, timeouts that cover connecting, messages that say
 //! what failed, a server's stray stdout lines reported, errors as JSON under `--json`.
 
-use std::process::Output;
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::cli::{MCX, TempDir, demo_stdio, mcx, serve_http, stderr, stdout};
+use crate::cli::{MCX, TempDir, demo_stdio, mcx, serve_demo_with, serve_http, stderr, stdout};
 
 /// The exit status.
 fn status(output: &Output) -> i32 {
@@ -83,10 +84,17 @@ fn each_kind_of_failure_has_its_exit_status() {
         let out = mcx(args);
         assert_eq!(status(&out), 3, "{args:?}: {}", stderr(&out));
     }
-    // 4: the server answered with a JSON-RPC error (an unknown tool: -32602).
+    // 4: the server answered with a JSON-RPC error (an unknown tool: -32602); a tool it does
+    // not list is its answer too, whether it is called or shown.
     let out = mcx(&["--stdio", &demo, "tools", "call", "nope"]);
     assert_eq!(status(&out), 4, "{}", stderr(&out));
     assert!(stderr(&out).contains("unknown tool"), "{}", stderr(&out));
+    let out = mcx(&["--stdio", &demo, "tools", "show", "nope"]);
+    assert_eq!(status(&out), 4, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mcx: no tool `nope` on this server (`mcx tools list` lists them)\n"
+    );
     // 5: the tool ran and failed.
     let out = mcx(&[
         "--stdio",
@@ -173,16 +181,21 @@ fn a_refused_connection_says_so_without_a_handshake() {
         stderr(&out),
         format!("mcx: cannot connect to {url}: connection refused\n")
     );
-    // A command that cannot start: what failed, no handshake either.
-    let out = mcx(&["--stdio", "/nonexistent/server", "tools", "list"]);
-    let err = stderr(&out);
-    assert!(
-        err.starts_with(
-            "mcx: cannot connect to `/nonexistent/server`: could not start the server: "
-        ),
-        "{err}"
+    // A command that cannot start: what failed, once, no handshake either.
+    let out = mcx(&["--stdio", "/nonexistent/server --flag", "tools", "list"]);
+    assert_eq!(status(&out), 3);
+    assert_eq!(
+        stderr(&out),
+        "mcx: cannot start `/nonexistent/server`: No such file or directory\n"
     );
-    assert!(!err.contains("handshake"), "{err}");
+    let out = mcx(&["--stdio", "nonexistent-cmd-xyz", "tools", "list", "--json"]);
+    assert_eq!(
+        json_error(&out),
+        json!({"error": {
+            "kind": "connection",
+            "message": "cannot start `nonexistent-cmd-xyz`: No such file or directory",
+        }})
+    );
 }
 
 #[test]
@@ -318,4 +331,229 @@ fn the_help_lists_the_exit_statuses() {
     ] {
         assert!(help.contains(line), "{line} missing from {help}");
     }
+}
+
+#[test]
+fn under_json_clap_usage_errors_are_json_too_and_help_is_not() {
+    // A client command with --json: clap's refusal is the JSON usage error, alone on stdout.
+    for (args, message) in [
+        (
+            &["--url", "http://127.0.0.1:9/mcp", "tools", "--json", "call"][..],
+            "the following required arguments were not provided: <NAME>",
+        ),
+        (
+            &["--stdio", "x", "ping", "--json", "--bogus"],
+            "unexpected argument '--bogus' found",
+        ),
+        (
+            &["--timeout", "soon", "tools", "list", "--json"],
+            "invalid value 'soon' for '--timeout <SECONDS>': invalid digit found in string",
+        ),
+    ] {
+        let out = mcx(args);
+        assert_eq!(status(&out), 2, "{args:?}");
+        assert_eq!(
+            json_error(&out),
+            json!({"error": {"kind": "usage", "message": message}}),
+            "{args:?}"
+        );
+    }
+    // Without --json, or where --json is not an option: clap's text on stderr.
+    for args in [
+        &["--url", "http://127.0.0.1:9/mcp", "tools", "call"][..],
+        &["--json", "tools", "list"],
+    ] {
+        let out = mcx(args);
+        assert_eq!(status(&out), 2, "{args:?}");
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+        assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+    }
+    // Help and version are printed as usual, even with --json.
+    let out = mcx(&["tools", "list", "--json", "--help"]);
+    assert_eq!(status(&out), 0);
+    assert!(
+        stdout(&out).starts_with("List the tools"),
+        "{}",
+        stdout(&out)
+    );
+    let out = mcx(&["--version"]);
+    assert_eq!(status(&out), 0);
+    assert!(stdout(&out).starts_with("mcx "), "{}", stdout(&out));
+}
+
+/// Whether process `pid` has ended (gone, or a zombie left for its new parent to reap).
+fn ended(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[test]
+fn a_call_timeout_ends_on_time_and_stops_the_server_at_once() {
+    let dir = TempDir::new("call-timeout");
+    // Answers `initialize`, then sleeps: it reads no more and ignores the end of its stdin,
+    // so a graceful close would wait for it, then SIGTERM it (seconds).
+    let mute = script(
+        &dir,
+        "mute.sh",
+        r#"IFS= read -r line
+id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
+printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"mute","version":"1"}}}\n' "$id"
+echo $$ > "$(dirname "$0")/pid"
+exec sleep 60
+"#,
+    );
+    let start = Instant::now();
+    let out = mcx(&[
+        "--timeout",
+        "2",
+        "--era",
+        "legacy",
+        "--stdio",
+        &mute,
+        "tools",
+        "list",
+    ]);
+    let took = start.elapsed();
+    assert_eq!(status(&out), 3, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mcx: no response within 2 s; the request was cancelled\n"
+    );
+    assert!(took >= Duration::from_millis(1900), "took {took:?}");
+    // It took 5.8 s when the server was closed gracefully after the timeout.
+    assert!(took < Duration::from_millis(3500), "took {took:?}");
+    let pid = std::fs::read_to_string(dir.0.join("pid")).expect("the server's pid");
+    let pid = pid.trim();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !ended(pid) {
+        assert!(Instant::now() < deadline, "the server {pid} still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `command` (a shell command line) under `script(1)`, which gives it a terminal whose
+/// input stays open and empty (no answer is typed, and no Ctrl-D either) until it ends, within
+/// 30 s. Its exit status and what the terminal showed.
+fn on_a_silent_terminal(command: &str) -> (i32, String) {
+    let mut child = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let mut keys = child.stdin.take().expect("stdin");
+    keys.flush().expect("the terminal's input");
+    let mut output = child.stdout.take().expect("stdout");
+    let screen = std::thread::spawn(move || {
+        let mut screen = Vec::new();
+        let _ = output.read_to_end(&mut screen);
+        String::from_utf8_lossy(&screen).into_owned()
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("script waited for") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after 30 s: {}", screen.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(keys);
+    (
+        status.code().expect("script exited"),
+        screen.join().expect("the screen"),
+    )
+}
+
+#[test]
+fn a_call_that_fails_while_a_question_is_on_the_terminal_is_reported() {
+    let dir = TempDir::new("question-left");
+    // Asks a question on `tools/call`, then, a second later, logs a line and gives up on the
+    // call: mcx is still waiting for the user's answer.
+    let impatient = script(
+        &dir,
+        "impatient.sh",
+        r#"while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
+  [ -z "$id" ] && continue
+  case "$line" in
+    *'"method":"initialize"'*)
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"impatient","version":"1"}}}\n' "$id" ;;
+    *'"method":"tools/call"'*)
+      printf '{"jsonrpc":"2.0","id":900,"method":"elicitation/create","params":{"message":"Really deploy?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}}}\n'
+      sleep 1
+      printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"warning","data":"nobody answers"}}\n'
+      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":"gave up waiting"}}\n' "$id" ;;
+    *'"method"'*)
+      printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no"}}\n' "$id" ;;
+  esac
+done
+"#,
+    );
+    let (status, screen) = on_a_silent_terminal(&format!(
+        "{MCX} --era legacy --stdio '{impatient}' tools call deploy"
+    ));
+    assert_eq!(status, 4, "{screen:?}");
+    let screen = screen.replace("\r\n", "\n");
+    let asked = screen.find("[y/n] > ").expect(&screen);
+    // The question's line is ended, then come the line held back and the error.
+    let after = &screen[asked + "[y/n] > ".len()..];
+    assert_eq!(
+        after,
+        "\n[warning] nobody answers\nmcx: the server answered with an error: -32000: gave up \
+         waiting\n",
+        "{screen:?}"
+    );
+}
+
+#[test]
+fn a_401_says_how_to_give_a_token() {
+    let dir = TempDir::new("unauthorized");
+    let token = dir.0.join("token");
+    std::fs::write(&token, "sekrit\n").expect("token written");
+    let (server, _) = serve_demo_with(&[
+        "--http",
+        "127.0.0.1:0",
+        "--auth-token-file",
+        &token.display().to_string(),
+    ]);
+    let url = server.url.as_str();
+    let unauthorized =
+        format!("mcx: cannot connect to {url}: the endpoint answered HTTP 401 Unauthorized");
+    let out = Command::new(MCX)
+        .args(["--url", url, "tools", "list"])
+        .env_remove("MCX_BEARER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcx runs");
+    assert_eq!(status(&out), 3);
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{unauthorized} (give a token: --bearer-file PATH, --bearer TOKEN or MCX_BEARER)\n"
+        )
+    );
+    let out = mcx(&["--url", url, "--bearer", "wrong", "tools", "list"]);
+    assert_eq!(status(&out), 3);
+    assert_eq!(
+        stderr(&out),
+        format!("{unauthorized} (the token given was refused)\n")
+    );
+    let out = mcx(&[
+        "--url",
+        url,
+        "--bearer-file",
+        &token.display().to_string(),
+        "ping",
+    ]);
+    assert_eq!(status(&out), 0, "{}", stderr(&out));
 }

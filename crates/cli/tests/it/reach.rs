@@ -239,6 +239,20 @@ fn a_stdio_server_sees_foo_only_with_env_or_inherit_env() {
             stderr(&out)
         );
     }
+    // A name alone that mcx's environment does not have is refused, naming it.
+    let out = Command::new(MCX)
+        .args(["--stdio", &server, "--env", "FOO2", "tools", "call", "env"])
+        .env_remove("FOO2")
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcx runs");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "mcx: --env `FOO2`: `FOO2` is not set in mcx's environment (give --env FOO2=VALUE to \
+         set it)\n"
+    );
+    assert!(stdout(&out).is_empty());
     let out = mcx(&["--stdio", &server, "--env", "=x", "ping"]);
     assert!(!out.status.success());
     assert!(
@@ -471,11 +485,12 @@ fn task_only_tools_are_marked_and_not_called() {
         stdout(&out)
     );
 
-    // With --arg the tool is listed first: refused without a call.
+    // With --arg the tool is listed first: refused without a call, status 4 (what the server
+    // offers decides, as for a tool it does not have).
     let out = mcx(&[
         "--stdio", &server, "tools", "call", "research", "--arg", "topic=x",
     ]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
         err.contains("tool `research` can only run as a task"),
@@ -493,7 +508,7 @@ fn task_only_tools_are_marked_and_not_called() {
         "--args",
         r#"{"topic": "x"}"#,
     ]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
         err.contains("tool `research` can only run as a task"),
@@ -505,8 +520,74 @@ fn task_only_tools_are_marked_and_not_called() {
         std::fs::read_to_string(&calls).expect("one call"),
         "research\n"
     );
+    // Under --json: the protocol kind.
+    let out = mcx(&[
+        "--stdio", &server, "tools", "call", "research", "--arg", "topic=x", "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let error: Value = serde_json::from_slice(&out.stdout).expect("a JSON error");
+    assert_eq!(error["error"]["kind"], "protocol", "{error}");
     // Other tools are called as usual.
     let out = mcx(&["--stdio", &server, "tools", "call", "env", "--json"]);
     let value: Value = json(&out);
     assert_eq!(value["content"][0]["text"], "FOO=[]");
+}
+
+#[test]
+fn serve_demo_http_and_the_proxy_take_a_host_name() {
+    // `localhost` is resolved; the URL printed names the address bound.
+    let (server, _) = serve_demo_with(&["--http", "localhost:0"]);
+    let address = server
+        .url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .unwrap_or_else(|| panic!("{}", server.url));
+    assert!(
+        address
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback()),
+        "{}",
+        server.url
+    );
+    let out = mcx(&["--url", &server.url, "ping"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let mut proxy = Command::new(MCX)
+        .args(["proxy", "--stdio", &demo_stdio(), "--listen", "localhost:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx proxy starts");
+    let mut lines = BufReader::new(proxy.stderr.take().expect("stderr")).lines();
+    let line = lines.next().expect("the proxy's URL line").expect("stderr");
+    std::thread::spawn(move || lines.for_each(drop));
+    let url = line
+        .strip_prefix("mcx proxy: ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    let out = mcx(&[
+        "--url",
+        &url,
+        "--timeout",
+        "10",
+        "tools",
+        "call",
+        "echo",
+        "--arg",
+        "text=hi",
+    ]);
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    assert_eq!(stdout(&out), "hi\n", "{}", stderr(&out));
+
+    // An address that does not resolve is said as such (status 1, as `serve` fails).
+    let out = mcx(&["serve", "demo", "--http", "no-such-host.invalid:0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("mcx: binding no-such-host.invalid:0: "),
+        "{}",
+        stderr(&out)
+    );
 }
