@@ -540,7 +540,10 @@ fn a_paused_timeout_does_not_run_and_resumes_where_it_stopped() {
         pair.client_events
     );
     assert!(pair.client.resume_timeout(pair.now, &id));
-    assert!(!pair.client.resume_timeout(pair.now, &id), "running already");
+    assert!(
+        !pair.client.resume_timeout(pair.now, &id),
+        "running already"
+    );
     // Restarted by the progress: 10 s from the end of the pause.
     assert_eq!(
         pair.client.poll_timeout(),
@@ -575,7 +578,11 @@ fn a_paused_timeout_does_not_run_and_resumes_where_it_stopped() {
         } if *f == id => Some(*waited),
         _ => None,
     });
-    assert_eq!(waited, Some(Duration::from_secs(25)), "the pause not counted");
+    assert_eq!(
+        waited,
+        Some(Duration::from_secs(25)),
+        "the pause not counted"
+    );
 }
 
 #[test]
