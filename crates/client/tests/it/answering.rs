@@ -255,3 +255,159 @@ async fn over_a_line_stream_a_call_does_not_time_out_while_the_user_answers() {
     client.close().await;
     server.await.unwrap().unwrap();
 }
+
+/// A legacy Streamable HTTP server (2025-11-25) in a few lines of HTTP/1.1: `ask` answers on
+/// an event stream that first carries the server's question, then, once the client's answer
+/// came in a POST of its own, the call's result with what the user said; `silent` opens its
+/// event stream and sends nothing. No standalone stream (a GET gets 405).
+mod http {
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::oneshot;
+
+    type Answer = Arc<Mutex<Option<oneshot::Sender<Value>>>>;
+
+    /// Serves on 127.0.0.1; the endpoint's URL.
+    pub(super) async fn serve() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let answer: Answer = Arc::default();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(connection(stream, answer.clone()));
+            }
+        });
+        url
+    }
+
+    /// One request (headers and a `Content-Length` body), or `None` when the client closed.
+    async fn read_request(
+        stream: &mut TcpStream,
+        buffer: &mut Vec<u8>,
+    ) -> Option<(String, Vec<u8>)> {
+        let end = loop {
+            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let mut chunk = [0; 4096];
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
+        let length = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse::<usize>().ok())?
+            })
+            .unwrap_or(0);
+        while buffer.len() < end + length {
+            let mut chunk = [0; 4096];
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            buffer.extend_from_slice(&chunk[..n]);
+        }
+        let body = buffer[end..end + length].to_vec();
+        buffer.drain(..end + length);
+        Some((head, body))
+    }
+
+    async fn respond(stream: &mut TcpStream, status: &str, headers: &str, body: &str) {
+        let response = format!(
+            "HTTP/1.1 {status}\r\ncontent-length: {}\r\n{headers}\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(response.as_bytes()).await;
+    }
+
+    fn event(message: &Value) -> String {
+        format!("event: message\ndata: {message}\n\n")
+    }
+
+    async fn connection(mut stream: TcpStream, answer: Answer) {
+        // Each write goes at once (no Nagle delay: nothing waits for real time).
+        stream.set_nodelay(true).unwrap();
+        let mut buffer = Vec::new();
+        while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+            if !head.starts_with("POST ") {
+                respond(&mut stream, "405 Method Not Allowed", "", "").await;
+                continue;
+            }
+            let message: Value = serde_json::from_slice(&body).expect("JSON from the client");
+            let id = message["id"].clone();
+            match message["method"].as_str() {
+                Some("initialize") => {
+                    let result = json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "http", "version": "1"},
+                    }});
+                    let headers = "content-type: application/json\r\nmcp-session-id: s1\r\n";
+                    respond(&mut stream, "200 OK", headers, &result.to_string()).await;
+                }
+                Some("tools/call") => {
+                    // An event stream, read to its end (the connection's).
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                cache-control: no-cache\r\nconnection: close\r\n\r\n";
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    if message["params"]["name"] != "ask" {
+                        // Silent until the client goes away.
+                        let _ = stream.read(&mut [0; 64]).await;
+                        return;
+                    }
+                    let (tx, rx) = oneshot::channel();
+                    *answer.lock().unwrap() = Some(tx);
+                    let question = json!({"jsonrpc": "2.0", "id": "e1",
+                        "method": "elicitation/create", "params": super::form("Who?")});
+                    let _ = stream.write_all(event(&question).as_bytes()).await;
+                    let Ok(content) = rx.await else { return };
+                    let name = content["name"].as_str().unwrap_or_default().to_owned();
+                    let result =
+                        json!({"jsonrpc": "2.0", "id": id, "result": super::tool_text(&name)});
+                    let _ = stream.write_all(event(&result).as_bytes()).await;
+                    return;
+                }
+                None if id == "e1" => {
+                    let content = message["result"]["content"].clone();
+                    if let Some(tx) = answer.lock().unwrap().take() {
+                        let _ = tx.send(content);
+                    }
+                    respond(&mut stream, "202 Accepted", "", "").await;
+                }
+                // Notifications (initialized, cancelled) and anything else.
+                _ => respond(&mut stream, "202 Accepted", "", "").await,
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_legacy_http_a_call_does_not_time_out_while_the_user_answers() {
+    let url = http::serve().await;
+    let client = slow_user()
+        .protocol_version(ProtocolVersion::V2025_11_25)
+        .connect_http(&url)
+        .await
+        .expect("connected");
+    let started = Instant::now();
+    let asked = client.call_tool("ask", ()).await;
+    assert_eq!(text(&asked.unwrap()), "answer to Who?");
+    assert!(started.elapsed() >= ANSWERING);
+
+    let started = Instant::now();
+    let silent = client.call_tool("silent", ()).await;
+    assert!(matches!(silent, Err(Error::Timeout(TIMEOUT))), "{silent:?}");
+    assert_eq!(started.elapsed(), TIMEOUT);
+    let sizes = client.table_sizes().await.unwrap();
+    assert_eq!((sizes.calls, sizes.inputs, sizes.paused_calls), (0, 0, 0));
+    client.close().await;
+}
