@@ -264,6 +264,12 @@ pub(crate) struct Driver {
     inputs: HashMap<RequestId, Input>,
     /// The calls whose timeouts are paused, each with the number of handlers holding it.
     paused: HashMap<RequestId, usize>,
+    /// The calls the server's requests in the next message belong to, when the transport knows
+    /// (a legacy HTTP request's response stream carried them); by the server's request id.
+    asked_next: HashMap<RequestId, Vec<RequestId>>,
+    /// The same, for the message being handled: taken by its requests, cleared once the
+    /// session's events for it are handled.
+    asked_now: HashMap<RequestId, Vec<RequestId>>,
     listen: Listen,
     ready: Option<oneshot::Sender<Result<PeerInfo, ConnectError>>>,
     /// The first connection's handshake, while `ready` waits for it.
@@ -378,6 +384,8 @@ impl Driver {
             answers,
             inputs: HashMap::new(),
             paused: HashMap::new(),
+            asked_next: HashMap::new(),
+            asked_now: HashMap::new(),
             listen: Listen {
                 retry_delay: LISTEN_RETRY,
                 ..Listen::default()
@@ -563,6 +571,7 @@ impl Driver {
                 {
                     tap(crate::link::Direction::Received, &text);
                 }
+                self.asked_now = std::mem::take(&mut self.asked_next);
                 self.session.handle_incoming(now, incoming);
             }
             LinkEvent::Unreadable(unreadable) => {
@@ -583,6 +592,9 @@ impl Driver {
                     self.listen.aliases = aliases;
                 }
                 self.notify(ServerNotification::Resynced)
+            }
+            LinkEvent::AskedDuring { request, during } => {
+                self.asked_next.insert(request, during);
             }
             LinkEvent::Note(note) => tracing::debug!(%note, "transport"),
             LinkEvent::AnswerLost(what) => {
@@ -641,13 +653,22 @@ impl Driver {
 
     /// Pauses the timeouts of the calls a request of the server's belongs to, while a handler
     /// answers it: the time the application (a user filling in a form) takes does not count
-    /// against them. Which call raised the request is not known here (stdio, and a legacy
-    /// HTTP session, carry no such link to the client), so every call in flight is held; calls
-    /// started later are not. Returns the calls held, for [`release`](Self::release).
-    fn hold_calls(&mut self) -> Vec<RequestId> {
+    /// against them. `during`: the calls the transport says it belongs to (a legacy HTTP
+    /// request's response stream carried it); without (stdio, the standalone GET stream, the
+    /// 2024-11-05 transport), which call raised it is not known, so every call in flight is
+    /// held. Calls started later are not. Returns the calls held, for
+    /// [`release`](Self::release).
+    fn hold_calls(&mut self, during: Option<Vec<RequestId>>) -> Vec<RequestId> {
         let now = now();
         let mut held = Vec::new();
-        for id in self.pending.keys() {
+        let calls: Vec<RequestId> = match during {
+            Some(during) => during
+                .into_iter()
+                .filter(|id| self.pending.contains_key(id))
+                .collect(),
+            None => self.pending.keys().cloned().collect(),
+        };
+        for id in &calls {
             let count = self.paused.entry(id.clone()).or_insert(0);
             if *count == 0 && !self.session.pause_timeout(now, id) {
                 // No timeout to pause (none set, or not in flight any more).
@@ -747,6 +768,9 @@ impl Driver {
                 break;
             }
         }
+        // What the last message's requests belonged to is of no use any more (a request the
+        // session refused took nothing).
+        self.asked_now.clear();
         if self.session.is_closed() && self.reconnect_at.is_none() && !self.done {
             self.closed().await;
         }
@@ -806,7 +830,8 @@ impl Driver {
                         .await;
                     let _ = answers.send((request.id, generation, answer));
                 });
-                let holds = self.hold_calls();
+                let during = self.asked_now.remove(&id);
+                let holds = self.hold_calls(during);
                 let input = Input {
                     generation,
                     task: task.abort_handle(),
@@ -889,6 +914,8 @@ impl Driver {
             input.task.abort();
         }
         self.paused.clear();
+        self.asked_next.clear();
+        self.asked_now.clear();
         self.pending.clear();
         self.lost.clear();
         self.tokens.clear();

@@ -407,6 +407,20 @@ async fn over_legacy_http_a_call_does_not_time_out_while_the_user_answers() {
     let silent = client.call_tool("silent", ()).await;
     assert!(matches!(silent, Err(Error::Timeout(TIMEOUT))), "{silent:?}");
     assert_eq!(started.elapsed(), TIMEOUT);
+
+    // The question came on the response stream of `ask`: it belongs to `ask` alone, and a call
+    // in flight beside it keeps its timeout.
+    let started = Instant::now();
+    let silent = async {
+        let result = client.call_tool("silent", ()).await;
+        (result, started.elapsed())
+    };
+    let (asked, (silent, waited)) = tokio::join!(client.call_tool("ask", ()), silent);
+    assert_eq!(text(&asked.unwrap()), "answer to Who?");
+    assert!(matches!(silent, Err(Error::Timeout(TIMEOUT))), "{silent:?}");
+    assert_eq!(waited, TIMEOUT);
+    assert!(started.elapsed() >= ANSWERING);
+
     let sizes = client.table_sizes().await.unwrap();
     assert_eq!((sizes.calls, sizes.inputs, sizes.paused_calls), (0, 0, 0));
     client.close().await;

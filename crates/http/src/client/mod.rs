@@ -153,6 +153,17 @@ pub enum Inbound {
     /// The connection to the server ended for good (the HTTP+SSE stream of the 2024-11-05
     /// transport closed): for the session's `transport_closed`.
     Closed(TransportError),
+    /// The server's request `request` came on the response stream of our requests `during`
+    /// (those of them not answered yet): it belongs to them, as a legacy server sends a request
+    /// on the stream of the request it handles. Handed up just before the
+    /// [`Inbound::Message`] that carries it. A request on the standalone GET stream, or on the
+    /// 2024-11-05 transport's one stream, belongs to no request in particular: no such event.
+    AskedDuring {
+        /// The server's request.
+        request: RequestId,
+        /// Our requests whose stream carried it (as the session knows them).
+        during: Vec<RequestId>,
+    },
 }
 
 /// The standalone GET stream of a legacy session, as far as the transport knows (see
