@@ -28,7 +28,9 @@
 //!   [`standalone_stream`](HttpTransport::standalone_stream)); `DELETE` on
 //!   [`close`](HttpTransport::close).
 //!   When the `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
-//!   transport (a GET for the `endpoint` event, then POSTs there).
+//!   transport (a GET for the `endpoint` event, then POSTs there). A server's request that
+//!   comes on the response stream of requests of ours is preceded by [`Inbound::AskedDuring`],
+//!   which names them (the client facade pauses their timeouts while it answers).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
 //!   that breaks loses the request, which is sent again with a new id when the caller allows it
 //!   ([`SendOptions::reissue`]`(true)`, bounded; the client facade allows it for every request
