@@ -17,9 +17,12 @@
 //!   [`NO_MODEL`] (to a legacy server; in the modern era the call fails with it), and a note on
 //!   stderr either way.
 //!
-//! What it does not do: call a model, open a browser, keep the order in which a server listed
-//! the form's fields (they arrive as a JSON object without order: required fields are asked
-//! first, each group by name), or stop `--timeout` while a question waits for the user.
+//! The time a question waits for the user does not count against `--timeout`: the client
+//! pauses the call's timeout while a handler answers (see `ClientBuilder::request_timeout`).
+//!
+//! What it does not do: call a model, open a browser, or keep the order in which a server
+//! listed the form's fields (they arrive as a JSON object without order: required fields are
+//! asked first, each group by name).
 //!
 //! `--era` is set here too: it is how the client meets the server.
 

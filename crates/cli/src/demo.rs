@@ -1,5 +1,5 @@
 //! The built-in demo server: a real server written with `modelctx-server`, showing every
-//! feature: tools (with progress, logging, elicitation and sampling), resources, a resource
+//! feature: tools (with progress, logging, elicitation, sampling and roots), resources, a resource
 //! template, prompts with completions, and a tool list that changes while it runs.
 
 use std::time::Duration;
@@ -145,6 +145,26 @@ async fn haiku(context: Context, args: Haiku) -> Result<String, InputError> {
     Ok(format!("{} wrote: {text}", answer.model))
 }
 
+/// Lists the client's roots (`roots/list` in the legacy era, an input request in the modern
+/// one): one line each, its URI and its name if it has one. A client that declared no roots
+/// gets the error "the client does not support roots" (legacy: a failed call; modern: the
+/// protocol's missing-capability error).
+async fn roots(context: Context, _: NoArgs) -> Result<String, InputError> {
+    let listed = context.list_roots().await?;
+    if listed.roots.is_empty() {
+        return Ok("the client has no roots".to_owned());
+    }
+    let lines: Vec<String> = listed
+        .roots
+        .iter()
+        .map(|root| match &root.name {
+            Some(name) => format!("{} ({name})", root.uri),
+            None => root.uri.clone(),
+        })
+        .collect();
+    Ok(lines.join("\n"))
+}
+
 /// `secret`: only listed after `unlock`.
 async fn secret(_: NoArgs) -> &'static str {
     "the secret is 42"
@@ -244,7 +264,8 @@ pub(crate) fn builder() -> modelctx_server::ServerBuilder {
     Server::builder("mcx-demo", env!("CARGO_PKG_VERSION"))
         .instructions(
             "The mcx demo server: try `countdown` (progress and logs), `confirm` (elicitation), \
-             `haiku` (sampling) and `unlock` (the tool list changes).",
+             `haiku` (sampling), `roots` (the client's roots) and `unlock` (the tool list \
+             changes).",
         )
         .tool(Tool::new("echo", echo).description("Says the text back"))
         .tool(Tool::new("add", add).description("Adds two numbers (structured output)"))
@@ -256,6 +277,7 @@ pub(crate) fn builder() -> modelctx_server::ServerBuilder {
         .tool(
             Tool::new("haiku", haiku).description("Asks the client's model for a haiku (sampling)"),
         )
+        .tool(Tool::new("roots", roots).description("Lists the client's roots (roots/list)"))
         .tool(
             Tool::new("whoami", whoami)
                 .description("Says who is calling: the token's subject and scopes"),

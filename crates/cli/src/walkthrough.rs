@@ -338,6 +338,7 @@ fn client_builder(era: EraPick, transcript: &Transcript) -> ClientBuilder {
     let elicited = transcript.clone();
     let sampled = transcript.clone();
     let notified = transcript.clone();
+    let rooted = transcript.clone();
     let builder = Client::builder("mcx-demo-client", env!("CARGO_PKG_VERSION"))
         .on_elicitation(move |elicitation| {
             let transcript = elicited.clone();
@@ -389,6 +390,20 @@ fn client_builder(era: EraPick, transcript: &Transcript) -> ClientBuilder {
                 })
             }
         })
+        .on_roots(move || {
+            let transcript = rooted.clone();
+            async move {
+                transcript.server(
+                    Kind::Input,
+                    format_args!("roots: the server asks for the client's roots; the client gives {ROOT}"),
+                );
+                Ok(vec![model::Root {
+                    meta: None,
+                    name: Some("project".into()),
+                    uri: ROOT.into(),
+                }])
+            }
+        })
         .on_notification(move |notification| match notification {
             ServerNotification::Log(log) => notified.server(
                 Kind::Log,
@@ -416,6 +431,9 @@ fn client_builder(era: EraPick, transcript: &Transcript) -> ClientBuilder {
         EraPick::Legacy => builder.protocol_version(ProtocolVersion::V2025_11_25),
     }
 }
+
+/// The root the walk's client declares.
+const ROOT: &str = "file:///home/user/project";
 
 /// How the tools' list change is shown.
 const LIST_CHANGED: &str = "notification: tools/list_changed";
@@ -670,6 +688,15 @@ async fn walk(client: &Client, t: &Transcript) -> Result<(), String> {
         .await?;
         done(
             Shown::line("call haiku {topic: protocols} (the server asks the client's model):")
+                .then(format_args!("  -> {}", text_of(&result))),
+        )
+    })
+    .await?;
+
+    t.step("call roots", async {
+        let result = call(client, "roots", json!({}), CallOptions::new()).await?;
+        done(
+            Shown::line("call roots (the server asks for the client's roots):")
                 .then(format_args!("  -> {}", text_of(&result))),
         )
     })

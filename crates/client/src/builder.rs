@@ -229,6 +229,17 @@ impl ClientBuilder {
     }
 
     /// The timeout of every call (default 60 s); `None` waits forever.
+    ///
+    /// The time the input handlers ([`on_elicitation`](Self::on_elicitation),
+    /// [`on_sampling`](Self::on_sampling), [`on_roots`](Self::on_roots)) spend answering the
+    /// server does not count: while a handler answers a legacy server's request, the timeout of
+    /// the call it belongs to is paused, and runs on from where it stopped once the answer is
+    /// sent. Over Streamable HTTP that is the call whose response stream carried the request;
+    /// where nothing says (stdio, the standalone GET stream, the 2024-11-05 transport), every
+    /// call in flight when the request came is paused (calls started meanwhile are not). In
+    /// the modern era the handlers run between
+    /// two rounds of a call (`input_required`), each round a request with this timeout. Progress
+    /// restarts the timeout only with [`reset_timeout_on_progress`](Self::reset_timeout_on_progress).
     pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.defaults.timeout = timeout;
         self

@@ -41,6 +41,13 @@ pub(crate) enum LinkEvent {
     /// A listen stream broke and was opened again by the transport.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     ListenReopened { id: RequestId, wire: RequestId },
+    /// The server's request `request` came on the response stream of our requests `during`:
+    /// it belongs to them (sent just before the message that carries it).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    AskedDuring {
+        request: RequestId,
+        during: Vec<RequestId>,
+    },
     /// Worth a log line, nothing more.
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     Note(String),

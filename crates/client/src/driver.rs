@@ -125,6 +125,8 @@ pub struct TableSizes {
     pub waiting: usize,
     /// Answers to a legacy server's requests being prepared.
     pub inputs: usize,
+    /// Calls whose timeouts are paused while a handler answers a request of the server's.
+    pub paused_calls: usize,
     /// Subscription changes waiting for the server's acknowledgement.
     pub subscription_waiters: usize,
     /// Open (or retiring) listen streams.
@@ -258,8 +260,16 @@ pub(crate) struct Driver {
     answers_tx: mpsc::UnboundedSender<ServerAnswer>,
     answers: mpsc::UnboundedReceiver<ServerAnswer>,
     /// The server's requests being answered: the generation of each (which start of a request
-    /// with that id it is) and its handler's task.
-    inputs: HashMap<RequestId, (u64, AbortHandle)>,
+    /// with that id it is), its handler's task and the calls whose timeouts it holds.
+    inputs: HashMap<RequestId, Input>,
+    /// The calls whose timeouts are paused, each with the number of handlers holding it.
+    paused: HashMap<RequestId, usize>,
+    /// The calls the server's requests in the next message belong to, when the transport knows
+    /// (a legacy HTTP request's response stream carried them); by the server's request id.
+    asked_next: HashMap<RequestId, Vec<RequestId>>,
+    /// The same, for the message being handled: taken by its requests, cleared once the
+    /// session's events for it are handled.
+    asked_now: HashMap<RequestId, Vec<RequestId>>,
     listen: Listen,
     ready: Option<oneshot::Sender<Result<PeerInfo, ConnectError>>>,
     /// The first connection's handshake, while `ready` waits for it.
@@ -268,6 +278,15 @@ pub(crate) struct Driver {
     last_close: Option<CloseReason>,
     closing: Option<Vec<oneshot::Sender<()>>>,
     done: bool,
+}
+
+/// A request of the server's being answered by a handler.
+struct Input {
+    /// Which start of a request with that id it is (the session's `IncomingRequest::generation`).
+    generation: u64,
+    task: AbortHandle,
+    /// The calls whose timeouts are paused while the handler runs.
+    holds: Vec<RequestId>,
 }
 
 /// The first handshake, as far as the driver sees it: what `connect_*` reports when it fails.
@@ -364,6 +383,9 @@ impl Driver {
             answers_tx,
             answers,
             inputs: HashMap::new(),
+            paused: HashMap::new(),
+            asked_next: HashMap::new(),
+            asked_now: HashMap::new(),
             listen: Listen {
                 retry_delay: LISTEN_RETRY,
                 ..Listen::default()
@@ -471,6 +493,7 @@ impl Driver {
                     calls: self.pending.len().max(self.tokens.len()),
                     waiting: self.waiting.len(),
                     inputs: self.inputs.len(),
+                    paused_calls: self.paused.len(),
                     subscription_waiters: self.listen.waiters.len(),
                     listen_streams: usize::from(self.listen.open.is_some())
                         + self.listen.retiring.len(),
@@ -519,6 +542,7 @@ impl Driver {
     fn drop_call(&mut self, token: u64) {
         if let Some(id) = self.tokens.remove(&token) {
             self.pending.remove(&id);
+            self.paused.remove(&id);
             let _ = self.session.cancel(
                 now(),
                 &id,
@@ -547,6 +571,7 @@ impl Driver {
                 {
                     tap(crate::link::Direction::Received, &text);
                 }
+                self.asked_now = std::mem::take(&mut self.asked_next);
                 self.session.handle_incoming(now, incoming);
             }
             LinkEvent::Unreadable(unreadable) => {
@@ -567,6 +592,9 @@ impl Driver {
                     self.listen.aliases = aliases;
                 }
                 self.notify(ServerNotification::Resynced)
+            }
+            LinkEvent::AskedDuring { request, during } => {
+                self.asked_next.insert(request, during);
             }
             LinkEvent::Note(note) => tracing::debug!(%note, "transport"),
             LinkEvent::AnswerLost(what) => {
@@ -602,8 +630,13 @@ impl Driver {
         generation: u64,
         answer: Result<Value, ErrorObject>,
     ) {
-        if self.inputs.get(&id).is_some_and(|(g, _)| *g == generation) {
-            self.inputs.remove(&id);
+        if self
+            .inputs
+            .get(&id)
+            .is_some_and(|i| i.generation == generation)
+            && let Some(input) = self.inputs.remove(&id)
+        {
+            self.release(input.holds);
         }
         let sent = match answer.and_then(|value| {
             serde_json::value::to_raw_value(&value)
@@ -615,6 +648,51 @@ impl Driver {
         // Not in flight any more (cancelled, or the session closed): nothing to answer.
         if let Err(error) = sent {
             tracing::debug!(%error, "an answer to the server's request was dropped");
+        }
+    }
+
+    /// Pauses the timeouts of the calls a request of the server's belongs to, while a handler
+    /// answers it: the time the application (a user filling in a form) takes does not count
+    /// against them. `during`: the calls the transport says it belongs to (a legacy HTTP
+    /// request's response stream carried it); without (stdio, the standalone GET stream, the
+    /// 2024-11-05 transport), which call raised it is not known, so every call in flight is
+    /// held. Calls started later are not. Returns the calls held, for
+    /// [`release`](Self::release).
+    fn hold_calls(&mut self, during: Option<Vec<RequestId>>) -> Vec<RequestId> {
+        let now = now();
+        let mut held = Vec::new();
+        let calls: Vec<RequestId> = match during {
+            Some(during) => during
+                .into_iter()
+                .filter(|id| self.pending.contains_key(id))
+                .collect(),
+            None => self.pending.keys().cloned().collect(),
+        };
+        for id in &calls {
+            let count = self.paused.entry(id.clone()).or_insert(0);
+            if *count == 0 && !self.session.pause_timeout(now, id) {
+                // No timeout to pause (none set, or not in flight any more).
+                self.paused.remove(id);
+                continue;
+            }
+            *count += 1;
+            held.push(id.clone());
+        }
+        held
+    }
+
+    /// A handler that held `calls` is done: the timeouts no other handler holds run again.
+    fn release(&mut self, calls: Vec<RequestId>) {
+        let now = now();
+        for id in calls {
+            let Some(count) = self.paused.get_mut(&id) else {
+                continue; // finished meanwhile
+            };
+            *count -= 1;
+            if *count == 0 {
+                self.paused.remove(&id);
+                self.session.resume_timeout(now, &id);
+            }
         }
     }
 
@@ -690,6 +768,9 @@ impl Driver {
                 break;
             }
         }
+        // What the last message's requests belonged to is of no use any more (a request the
+        // session refused took nothing).
+        self.asked_now.clear();
         if self.session.is_closed() && self.reconnect_at.is_none() && !self.done {
             self.closed().await;
         }
@@ -703,6 +784,7 @@ impl Driver {
                     return self.listen_ended(&id, None);
                 }
                 self.lost.remove(&id);
+                self.paused.remove(&id);
                 if let Some(p) = self.pending.remove(&id) {
                     self.tokens.remove(&p.token);
                     let version = self
@@ -717,6 +799,7 @@ impl Driver {
                     return self.listen_ended(&id, Some(error));
                 }
                 let lost = self.lost.remove(&id);
+                self.paused.remove(&id);
                 if let Some(p) = self.pending.remove(&id) {
                     self.tokens.remove(&p.token);
                     let _ = p.reply.send(Err(Error::from_request(error, lost)));
@@ -747,11 +830,21 @@ impl Driver {
                         .await;
                     let _ = answers.send((request.id, generation, answer));
                 });
-                self.inputs.insert(id, (generation, task.abort_handle()));
+                let during = self.asked_now.remove(&id);
+                let holds = self.hold_calls(during);
+                let input = Input {
+                    generation,
+                    task: task.abort_handle(),
+                    holds,
+                };
+                if let Some(old) = self.inputs.insert(id, input) {
+                    self.release(old.holds);
+                }
             }
             Event::Cancelled { id, .. } => {
-                if let Some((_, task)) = self.inputs.remove(&id) {
-                    task.abort();
+                if let Some(input) = self.inputs.remove(&id) {
+                    input.task.abort();
+                    self.release(input.holds);
                 }
             }
             Event::Notification(notification) => self.on_notification(notification),
@@ -817,9 +910,12 @@ impl Driver {
 
     /// The session closed: re-establish the connection, or end.
     async fn closed(&mut self) {
-        for (_, (_, task)) in self.inputs.drain() {
-            task.abort();
+        for (_, input) in self.inputs.drain() {
+            input.task.abort();
         }
+        self.paused.clear();
+        self.asked_next.clear();
+        self.asked_now.clear();
         self.pending.clear();
         self.lost.clear();
         self.tokens.clear();

@@ -47,7 +47,9 @@
 //! * **Timeouts and cancellation**: every call times out (60 s by default, optionally reset by
 //!   progress up to a maximum) and is cancelled on the wire as its era defines it (legacy:
 //!   `notifications/cancelled`; modern over HTTP: the response stream is closed); dropping a
-//!   call's future cancels it the same way.
+//!   call's future cancels it the same way. The time an input handler spends answering the
+//!   server does not count: it pauses the timeouts of the calls in flight (see
+//!   [`ClientBuilder::request_timeout`]).
 //! * **Checks on what servers send**: `structuredContent` is validated against the output schema
 //!   the server listed for the tool (feature `validation`: a bounded cache of compiled schemas,
 //!   no network or file `$ref`, size and depth limits, patterns matched in linear time, large

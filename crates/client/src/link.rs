@@ -296,6 +296,9 @@ fn http_event(inbound: Option<modelctx_http::client::Inbound>) -> LinkEvent {
         Some(Inbound::SessionEnded) => LinkEvent::SessionEnded,
         Some(Inbound::ListenReopened { id, wire }) => LinkEvent::ListenReopened { id, wire },
         Some(Inbound::Closed(e)) => LinkEvent::Closed(e.to_string()),
+        Some(Inbound::AskedDuring { request, during }) => {
+            LinkEvent::AskedDuring { request, during }
+        }
         Some(Inbound::Undelivered {
             what,
             answer: Some(_),

@@ -694,6 +694,22 @@ impl ClientSession {
             .ok_or_else(|| SessionError::NotInFlight(id.clone()))
     }
 
+    /// Pauses the timeout of our request `id` from `now`: it cannot time out until
+    /// [`resume_timeout`](Self::resume_timeout), and the time in between does not count against
+    /// it (nor against the bound on the total wait that progress may extend it to). For the
+    /// time the layer above spends answering a request of the server's that the call raised (a
+    /// form the user fills in). Returns false, and changes nothing, when `id` is not in flight,
+    /// has no timeout or is paused already.
+    pub fn pause_timeout(&mut self, now: Instant, id: &RequestId) -> bool {
+        self.core.pause_timeout(now, id)
+    }
+
+    /// Lets the paused timeout of our request `id` run again from `now`: its deadline moves on
+    /// by the time it was paused. Returns false when it was not paused (or is not in flight).
+    pub fn resume_timeout(&mut self, now: Instant, id: &RequestId) -> bool {
+        self.core.resume_timeout(now, id)
+    }
+
     /// Answers the server's request `id` (legacy: sampling, elicitation, roots).
     ///
     /// This answers whichever request is in flight under `id`; a layer whose handlers can

@@ -27,6 +27,11 @@ pub(crate) struct Outgoing {
     timeout: Option<Duration>,
     reset_on_progress: bool,
     max_total: Option<Duration>,
+    /// Since when its timeout is paused ([`Core::pause_timeout`]); its deadline is then out of
+    /// the set of deadlines, and moved on by the pause when it resumes.
+    paused_since: Option<Instant>,
+    /// How long its timeout was paused in all: not counted as waiting.
+    paused: Duration,
     token: Option<ProgressToken>,
     last_progress: Option<f64>,
     /// The era the request was sent in: its cancellation is a [`Transmit::Cancel`] of it.
@@ -323,12 +328,45 @@ impl Core {
 
     // -- requests we send ---------------------------------------------------------------------
 
-    /// Whether the deadline of our request `id` has passed.
+    /// Whether the deadline of our request `id` has passed (never while its timeout is paused).
     pub(crate) fn is_due(&self, id: &RequestId, now: Instant) -> bool {
         self.outgoing
             .get(id)
+            .filter(|e| e.paused_since.is_none())
             .and_then(|e| e.deadline)
             .is_some_and(|at| at <= now)
+    }
+
+    /// Stops the clock of our request `id`'s timeout from `now` until
+    /// [`resume_timeout`](Self::resume_timeout): it cannot time out meanwhile. False when it is
+    /// not in flight, has no timeout, or is paused already.
+    pub(crate) fn pause_timeout(&mut self, now: Instant, id: &RequestId) -> bool {
+        let Some(entry) = self.outgoing.get_mut(id) else {
+            return false;
+        };
+        let Some(at) = entry.deadline.filter(|_| entry.paused_since.is_none()) else {
+            return false;
+        };
+        entry.paused_since = Some(now);
+        self.deadlines.remove(&(at, id.clone()));
+        true
+    }
+
+    /// Starts the clock of a paused timeout again: its deadline (and the bound on the total
+    /// wait with progress) moves on by the time it was paused. False when it was not paused.
+    pub(crate) fn resume_timeout(&mut self, now: Instant, id: &RequestId) -> bool {
+        let Some(entry) = self.outgoing.get_mut(id) else {
+            return false;
+        };
+        let (Some(since), Some(at)) = (entry.paused_since.take(), entry.deadline) else {
+            return false;
+        };
+        let pause = now.saturating_duration_since(since);
+        entry.paused += pause;
+        let at = at + pause;
+        entry.deadline = Some(at);
+        self.deadlines.insert((at, id.clone()));
+        true
     }
 
     /// Forgets a request we never sent, reporting it as timed out; nothing goes on the wire.
@@ -399,6 +437,8 @@ impl Core {
                 timeout: options.timeout,
                 reset_on_progress: options.reset_timeout_on_progress,
                 max_total: options.max_total_timeout,
+                paused_since: None,
+                paused: Duration::ZERO,
                 token,
                 last_progress: None,
                 era,
@@ -490,13 +530,20 @@ impl Core {
         if entry.reset_on_progress
             && let (Some(timeout), Some(old)) = (entry.timeout, entry.deadline)
         {
+            if let Some(since) = entry.paused_since {
+                // Paused: the restarted timeout starts to run when the pause ends.
+                entry.paused += now.saturating_duration_since(since);
+                entry.paused_since = Some(now);
+            }
             let mut at = now + timeout;
             if let Some(max) = entry.max_total {
-                at = at.min(entry.started + max);
+                at = at.min(entry.started + max + entry.paused);
             }
             entry.deadline = Some(at);
-            self.deadlines.remove(&(old, id.clone()));
-            self.deadlines.insert((at, id.clone()));
+            if entry.paused_since.is_none() {
+                self.deadlines.remove(&(old, id.clone()));
+                self.deadlines.insert((at, id.clone()));
+            }
         }
         self.events.push_back(Event::Progress {
             id,
@@ -517,7 +564,10 @@ impl Core {
             let started = self.outgoing.get(&id).map(|e| e.started);
             match self.cancel_outgoing(now, &id, Some("timed out")) {
                 Some(entry) => {
-                    let waited = now.saturating_duration_since(started.unwrap_or(now));
+                    // The time its timeout was paused was not waiting.
+                    let waited = now
+                        .saturating_duration_since(started.unwrap_or(now))
+                        .saturating_sub(entry.paused);
                     expired.push((id, entry.method, waited));
                 }
                 None => {

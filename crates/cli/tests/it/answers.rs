@@ -374,3 +374,72 @@ fn server_everything_elicitation_and_sampling_from_the_terminal() {
     assert!(shown.contains(r#""model": "mcx""#), "{shown}");
     assert!(shown.contains(r#""stopReason": "endTurn""#), "{shown}");
 }
+
+/// The demo's `roots` tool, `mcx tools call roots` with `args` before the command.
+fn call_roots(args: &[&str]) -> Output {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["tools", "call", "roots"]);
+    mcx(&all)
+}
+
+#[test]
+fn roots_from_dash_dash_root_reach_the_demo_in_both_eras() {
+    let dir = TempDir::new("demo-roots");
+    let (src, docs) = (dir.0.join("src"), dir.0.join("docs"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(&docs).unwrap();
+    let via_dots = src.join("..").join("docs");
+    let expected = format!(
+        "file://{} (src)\nfile://{} (docs)\n",
+        canonical(&src),
+        canonical(&docs)
+    );
+    let roots = [
+        "--root",
+        src.to_str().unwrap(),
+        "--root",
+        via_dots.to_str().unwrap(),
+    ];
+    let stdio = format!("{MCX} serve demo --stdio");
+
+    // Modern, over Streamable HTTP: the tool's input request.
+    let (server, _) = serve_demo_with(&["--http", "127.0.0.1:0"]);
+    let mut modern = vec!["--era", "modern", "--url", &server.url];
+    modern.extend(roots);
+    // Legacy, over stdio: the server's `roots/list` request.
+    let mut legacy = vec!["--era", "legacy", "--stdio", &stdio];
+    legacy.extend(roots);
+    for (era, args) in [("modern", &modern), ("legacy", &legacy)] {
+        let out = call_roots(args);
+        assert!(out.status.success(), "{era}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), expected, "{era}");
+    }
+}
+
+#[test]
+fn without_dash_dash_root_the_demo_says_the_client_has_no_roots() {
+    let (server, _) = serve_demo_with(&["--http", "127.0.0.1:0"]);
+    let stdio = format!("{MCX} serve demo --stdio");
+    for (era, target, status) in [
+        // The protocol's missing-capability error (exit status 4, a protocol error).
+        ("modern", ["--url", server.url.as_str()], 4),
+        // The tool fails (exit status 5, a tool's isError).
+        ("legacy", ["--stdio", stdio.as_str()], 5),
+    ] {
+        let mut args = vec!["--era", era];
+        args.extend(target);
+        let out = call_roots(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(status),
+            "{era}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "", "{era}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("the client does not support roots"),
+            "{era}: {err}"
+        );
+    }
+}

@@ -290,6 +290,8 @@ fn demo_walks_through_every_feature_in_both_eras() {
         "<- elicitation: \"Really deploy?\"",
         "-> deploy: done (scripted)",
         "-> canned-model-1 wrote: Tokens drift like leaves",
+        "<- roots: the server asks for the client's roots; the client gives file:///home/user/project",
+        "-> file:///home/user/project (project)",
         "read demo://notes/todo -> write the docs",
         "complete greet name \"A\" -> Ada, Alan",
         "complete demo://notes/{name} name \"\" -> groceries, ideas, todo",

@@ -55,6 +55,7 @@ fn the_first_walk_is_shown_in_full_the_others_as_one_line_each() {
         "<- log [notice countdown]",
         "<- elicitation: \"Really deploy?\"",
         "-> canned-model-1 wrote: Tokens drift like leaves",
+        "-> file:///home/user/project (project)",
         "<- notification: tools/list_changed",
         "call secret -> the secret is 42",
         "closed the connection",
@@ -72,7 +73,7 @@ fn the_first_walk_is_shown_in_full_the_others_as_one_line_each() {
         assert_eq!(
             lines,
             [format!(
-                "{walk} protocol {protocol}: 21 steps, all passed as above (--all to see them)"
+                "{walk} protocol {protocol}: 22 steps, all passed as above (--all to see them)"
             )],
             "{text}"
         );

@@ -2,6 +2,7 @@
 //!
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
+mod answering;
 mod backpressure;
 mod common;
 mod connecting;

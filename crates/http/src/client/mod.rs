@@ -28,7 +28,9 @@
 //!   [`standalone_stream`](HttpTransport::standalone_stream)); `DELETE` on
 //!   [`close`](HttpTransport::close).
 //!   When the `initialize` gets 400, 404 or 405 the transport falls back to the 2024-11-05 HTTP+SSE
-//!   transport (a GET for the `endpoint` event, then POSTs there).
+//!   transport (a GET for the `endpoint` event, then POSTs there). A server's request that
+//!   comes on the response stream of requests of ours is preceded by [`Inbound::AskedDuring`],
+//!   which names them (the client facade pauses their timeouts while it answers).
 //! * **Modern requests** (2026-07-28, recognised by their `_meta`): no session; a response stream
 //!   that breaks loses the request, which is sent again with a new id when the caller allows it
 //!   ([`SendOptions::reissue`]`(true)`, bounded; the client facade allows it for every request
@@ -153,6 +155,17 @@ pub enum Inbound {
     /// The connection to the server ended for good (the HTTP+SSE stream of the 2024-11-05
     /// transport closed): for the session's `transport_closed`.
     Closed(TransportError),
+    /// The server's request `request` came on the response stream of our requests `during`
+    /// (those of them not answered yet): it belongs to them, as a legacy server sends a request
+    /// on the stream of the request it handles. Handed up just before the
+    /// [`Inbound::Message`] that carries it. A request on the standalone GET stream, or on the
+    /// 2024-11-05 transport's one stream, belongs to no request in particular: no such event.
+    AskedDuring {
+        /// The server's request.
+        request: RequestId,
+        /// Our requests whose stream carried it (as the session knows them).
+        during: Vec<RequestId>,
+    },
 }
 
 /// The standalone GET stream of a legacy session, as far as the transport knows (see

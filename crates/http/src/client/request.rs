@@ -519,6 +519,30 @@ async fn hand_up(shared: &Shared, pending: &mut Pending, incoming: Incoming) -> 
         ),
         other => other,
     };
+    // The server's requests on the stream of ours belong to them.
+    if !pending.ids.is_empty() {
+        let during: Vec<RequestId> = pending.ids.iter().map(|(_, id)| id.clone()).collect();
+        let asked: Vec<RequestId> = match &incoming {
+            Incoming::Single(Message::Request(r)) => vec![r.id.clone()],
+            Incoming::Batch(items) => items
+                .iter()
+                .filter_map(|item| match item {
+                    Ok(Message::Request(r)) => Some(r.id.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for request in asked {
+            let during = during.clone();
+            if !shared
+                .deliver(Inbound::AskedDuring { request, during })
+                .await
+            {
+                return false;
+            }
+        }
+    }
     // A listen stream's first message, on every stream, is its acknowledgement: it is no sign
     // that the stream lives, so a server that acknowledges and closes forever still makes the
     // client give up. (Which message it is is the session's business; the position is enough.)

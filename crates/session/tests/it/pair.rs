@@ -501,6 +501,109 @@ fn progress_resets_the_timeout_up_to_a_maximum() {
     ));
 }
 
+/// The layer above pauses a call's timeout while it answers the server's request: the pause
+/// does not count, not even against the total that progress may extend the timeout to.
+#[test]
+fn a_paused_timeout_does_not_run_and_resumes_where_it_stopped() {
+    let mut pair = Pair::connected(&[ProtocolVersion::V2025_06_18]);
+    let options = RequestOptions::default()
+        .with_timeout(Some(Duration::from_secs(10)))
+        .with_progress_reset(Duration::from_secs(25));
+    let id = pair
+        .client
+        .send_request_with(
+            pair.now,
+            "tools/call",
+            Some(obj(json!({"name": "slow"}))),
+            options,
+        )
+        .unwrap();
+    pair.pump();
+    let request = pair.server_requests().remove(0);
+    pair.advance(Duration::from_secs(4));
+    assert!(pair.client.pause_timeout(pair.now, &id));
+    assert!(!pair.client.pause_timeout(pair.now, &id), "paused already");
+    assert_eq!(pair.client.poll_timeout(), None, "no deadline while paused");
+    pair.advance(Duration::from_secs(60));
+    // Progress while paused restarts the timeout, to run once the pause ends.
+    pair.server
+        .notify_progress(&request.id, 1.0, None, None)
+        .unwrap();
+    pair.pump();
+    pair.advance(Duration::from_secs(60));
+    assert!(
+        !pair
+            .client_events
+            .iter()
+            .any(|e| matches!(e, Event::Failed { .. })),
+        "{:?}",
+        pair.client_events
+    );
+    assert!(pair.client.resume_timeout(pair.now, &id));
+    assert!(
+        !pair.client.resume_timeout(pair.now, &id),
+        "running already"
+    );
+    // Restarted by the progress: 10 s from the end of the pause.
+    assert_eq!(
+        pair.client.poll_timeout(),
+        Some(pair.now + Duration::from_secs(10))
+    );
+    pair.advance(Duration::from_secs(8));
+    pair.server
+        .notify_progress(&request.id, 2.0, None, None)
+        .unwrap();
+    pair.pump();
+    // 4 + 8 s counted: the total of 25 s leaves 13, more than the 10 s of the timeout.
+    assert_eq!(
+        pair.client.poll_timeout(),
+        Some(pair.now + Duration::from_secs(10))
+    );
+    pair.advance(Duration::from_secs(9));
+    pair.server
+        .notify_progress(&request.id, 3.0, None, None)
+        .unwrap();
+    pair.pump();
+    // 4 + 8 + 9 s counted: capped at the 4 s left of the 25.
+    assert_eq!(
+        pair.client.poll_timeout(),
+        Some(pair.now + Duration::from_secs(4))
+    );
+    pair.advance(Duration::from_secs(4));
+    let waited = pair.client_events.iter().find_map(|e| match e {
+        Event::Failed {
+            id: f,
+            error: RequestError::Timeout(waited),
+            ..
+        } if *f == id => Some(*waited),
+        _ => None,
+    });
+    assert_eq!(
+        waited,
+        Some(Duration::from_secs(25)),
+        "the pause not counted"
+    );
+}
+
+#[test]
+fn a_timeout_that_is_not_running_cannot_be_paused() {
+    let mut pair = Pair::connected(&[ProtocolVersion::V2025_06_18]);
+    let untimed = pair
+        .client
+        .send_request_with(
+            pair.now,
+            "tools/list",
+            None,
+            RequestOptions::default().with_timeout(None),
+        )
+        .unwrap();
+    assert!(!pair.client.pause_timeout(pair.now, &untimed));
+    assert!(!pair.client.resume_timeout(pair.now, &untimed));
+    let gone = modelctx_types::RequestId::from(999);
+    assert!(!pair.client.pause_timeout(pair.now, &gone));
+    assert!(!pair.client.resume_timeout(pair.now, &gone));
+}
+
 #[test]
 fn logging_level_filters_legacy_log_messages() {
     let mut s = initialized_server("2025-03-26", json!({}));
