@@ -110,7 +110,8 @@ pub(crate) struct Target {
     #[arg(long, value_name = "PATH", requires = "url")]
     pub(crate) bearer_file: Option<std::path::PathBuf>,
     /// Seconds to wait for connecting (the handshake included) and for each answer (default
-    /// 60; 0: answers are waited for forever, connecting keeps its default, 60).
+    /// 60; 0: answers are waited for forever, connecting keeps its default, 60). The time you
+    /// spend answering the server's questions (an elicitation form) is not counted.
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout: Option<u64>,
     /// Ask the server for log messages at this level and above (debug, info, notice, warning,

@@ -1,7 +1,7 @@
 //! The time a handler spends answering the server's request does not count against the timeout
 //! of the calls in flight (legacy era: the server's requests come during a call); in the modern
 //! era each round of a call is a request with a timeout of its own, and the handlers run between
-//! rounds. On a paused clock: the handler's 5 s cost no real time.
+//! rounds. On a paused clock (the handler's 5 s cost no real time), except over real sockets.
 
 use crate::common;
 
@@ -25,13 +25,19 @@ const LONG: Duration = Duration::from_secs(600);
 /// A client whose calls time out after [`TIMEOUT`] and whose elicitation handler (a user at a
 /// terminal) takes [`ANSWERING`] to answer.
 fn slow_user() -> ClientBuilder {
+    slow_user_with(TIMEOUT, ANSWERING)
+}
+
+/// A client whose calls time out after `timeout` and whose elicitation handler takes
+/// `answering` to answer.
+fn slow_user_with(timeout: Duration, answering: Duration) -> ClientBuilder {
     builder()
-        .request_timeout(Some(TIMEOUT))
-        .on_elicitation(|elicitation| async move {
+        .request_timeout(Some(timeout))
+        .on_elicitation(move |elicitation| async move {
             let Elicitation::Form { message, .. } = elicitation else {
                 return Err(InputError::new("only forms"));
             };
-            tokio::time::sleep(ANSWERING).await;
+            tokio::time::sleep(answering).await;
             let content = json!({"name": format!("answer to {message}")});
             Ok(Elicited::accept(content.as_object().cloned().unwrap()))
         })
@@ -334,7 +340,7 @@ mod http {
     }
 
     async fn connection(mut stream: TcpStream, answer: Answer) {
-        // Each write goes at once (no Nagle delay: nothing waits for real time).
+        // Each write goes at once (no Nagle delay).
         stream.set_nodelay(true).unwrap();
         let mut buffer = Vec::new();
         while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
@@ -390,10 +396,15 @@ mod http {
     }
 }
 
-#[tokio::test(start_paused = true)]
+/// Over real sockets the clock runs for real: a paused clock jumps ahead whenever the runtime
+/// waits on I/O with nothing else to do (a loopback packet delayed under load would then look
+/// like a silent server), so this test waits real seconds, with margins a loaded machine keeps.
+#[tokio::test]
 async fn over_legacy_http_a_call_does_not_time_out_while_the_user_answers() {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    const ANSWERING: Duration = Duration::from_secs(5);
     let url = http::serve().await;
-    let client = slow_user()
+    let client = slow_user_with(TIMEOUT, ANSWERING)
         .protocol_version(ProtocolVersion::V2025_11_25)
         .connect_http(&url)
         .await
@@ -405,11 +416,11 @@ async fn over_legacy_http_a_call_does_not_time_out_while_the_user_answers() {
 
     let started = Instant::now();
     let silent = client.call_tool("silent", ()).await;
-    assert!(matches!(silent, Err(Error::Timeout(TIMEOUT))), "{silent:?}");
-    assert_eq!(started.elapsed(), TIMEOUT);
+    assert!(matches!(silent, Err(Error::Timeout(_))), "{silent:?}");
+    assert!(started.elapsed() >= TIMEOUT);
 
     // The question came on the response stream of `ask`: it belongs to `ask` alone, and a call
-    // in flight beside it keeps its timeout.
+    // in flight beside it keeps its timeout (it ends while the user is still answering).
     let started = Instant::now();
     let silent = async {
         let result = client.call_tool("silent", ()).await;
@@ -417,8 +428,8 @@ async fn over_legacy_http_a_call_does_not_time_out_while_the_user_answers() {
     };
     let (asked, (silent, waited)) = tokio::join!(client.call_tool("ask", ()), silent);
     assert_eq!(text(&asked.unwrap()), "answer to Who?");
-    assert!(matches!(silent, Err(Error::Timeout(TIMEOUT))), "{silent:?}");
-    assert_eq!(waited, TIMEOUT);
+    assert!(matches!(silent, Err(Error::Timeout(_))), "{silent:?}");
+    assert!(waited >= TIMEOUT && waited < ANSWERING, "{waited:?}");
     assert!(started.elapsed() >= ANSWERING);
 
     let sizes = client.table_sizes().await.unwrap();
