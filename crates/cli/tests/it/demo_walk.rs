@@ -2,14 +2,9 @@
 //! same lines from one run to the next, `--wire`), and what `mcx proxy -v` says when a one-shot
 //! command ends.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
 
-use crate::cli::{MCX, mcx, stderr, stdout};
+use crate::cli::{mcx, stderr, stdout};
 
 /// The walks' headings, in order.
 const WALKS: [&str; 4] = [
@@ -205,131 +200,4 @@ fn wire_with_all_prints_the_messages_of_every_walk() {
     // Seven tools called in each walk (`confirm` twice in the modern era: again with the
     // answer).
     assert!(sent("tools/call") >= 4 * 7, "{text}");
-}
-
-// -- mcx proxy -v -----------------------------------------------------------------------------------
-
-/// `mcx proxy -v` in front of the demo server, and what it says on stderr.
-struct Proxy {
-    child: Child,
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proxy {
-    fn start() -> Proxy {
-        let server = format!("{MCX} serve demo --stdio");
-        let mut child = Command::new(MCX)
-            .args(["proxy", "--stdio", &server, "--listen", "127.0.0.1:0", "-v"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("mcx proxy starts");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let url = loop {
-            let mut line = String::new();
-            stderr.read_line(&mut line).expect("the proxy's stderr");
-            assert!(!line.is_empty(), "the proxy said no URL");
-            if let Some(url) = line
-                .strip_prefix("mcx proxy: ")
-                .and_then(|rest| rest.split_whitespace().next())
-                .filter(|url| url.starts_with("http://"))
-            {
-                break url.to_owned();
-            }
-        };
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = log.clone();
-        std::thread::spawn(move || {
-            for line in stderr.lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
-        });
-        Proxy { child, url, log }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Waits (up to 10 s) for a stderr line that `matches`; returns it.
-    fn wait_for(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(line) = self.lines().into_iter().find(|l| matches(l)) {
-                return line;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no line {what} in the proxy's stderr:\n{}",
-                self.lines().join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[test]
-fn the_proxy_logs_a_one_shot_commands_end_as_an_end_and_a_real_cancel_as_one() {
-    let proxy = Proxy::start();
-    for command in [&["tools", "list"][..], &["ping"][..]] {
-        let mut args = vec!["--url", proxy.url.as_str()];
-        args.extend_from_slice(command);
-        let out = mcx(&args);
-        assert!(out.status.success(), "{command:?}: {}", stderr(&out));
-    }
-    // Each command listened for notifications, and closed its listen stream when it ended.
-    let ends = |proxy: &Proxy| {
-        proxy
-            .lines()
-            .iter()
-            .filter(|l| l.contains("listen stream") && l.contains("ended: the client closed it"))
-            .count()
-    };
-    proxy.wait_for("of the second listen stream's end", |_| ends(&proxy) >= 2);
-    let lines = proxy.lines();
-    assert!(
-        !lines.iter().any(|l| l.contains("cancelled")),
-        "a normal end logged as a cancellation:\n{}",
-        lines.join("\n")
-    );
-
-    // A call whose client goes away before the answer: cancelled, and said so.
-    let mut call = Command::new(MCX)
-        .args([
-            "--url",
-            &proxy.url,
-            "tools",
-            "call",
-            "countdown",
-            "--args",
-            r#"{"steps": 20, "delay_ms": 300}"#,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mcx runs");
-    let mut progress = BufReader::new(call.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    progress.read_line(&mut line).expect("progress on stderr");
-    assert!(line.starts_with("progress 1/20"), "{line}");
-    call.kill().expect("the client is killed");
-    call.wait().expect("the client ends");
-    let cancelled = proxy.wait_for("of the cancellation", |l| {
-        l.contains("cancelled: the HTTP stream closed")
-    });
-    assert!(
-        cancelled.starts_with("mcx proxy: modern request "),
-        "{cancelled}"
-    );
 }

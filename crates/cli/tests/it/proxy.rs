@@ -912,3 +912,69 @@ async fn the_proxy_with_a_token_file_needs_the_secret() {
     assert_eq!(status, 200, "{response}");
     assert!(response.contains("no one is authenticated"), "{response}");
 }
+
+/// `-v` says a one-shot command's listen stream ended when the command exits (how every
+/// client that stops listening ends it), and keeps "cancelled" for a call whose client went away.
+#[tokio::test]
+async fn the_proxy_logs_a_one_shot_commands_end_as_an_end_and_a_real_cancel_as_one() {
+    let proxy = Proxy::start(&[]);
+    for command in [&["tools", "list"][..], &["ping"][..]] {
+        let mut args = vec!["--url", proxy.url.as_str()];
+        args.extend_from_slice(command);
+        let out = crate::cli::mcx(&args);
+        assert!(
+            out.status.success(),
+            "{command:?}: {}",
+            crate::cli::stderr(&out)
+        );
+    }
+    // Each command listened for notifications, and closed its listen stream when it ended.
+    let ends = |proxy: &Proxy| {
+        proxy
+            .lines()
+            .iter()
+            .filter(|l| l.contains("listen stream") && l.contains("ended: the client closed it"))
+            .count()
+    };
+    proxy
+        .wait_for("of the second listen stream's end", |_| ends(&proxy) >= 2)
+        .await;
+    let lines = proxy.lines();
+    assert!(
+        !lines.iter().any(|l| l.contains("cancelled")),
+        "a normal end logged as a cancellation:\n{}",
+        lines.join("\n")
+    );
+
+    // A call whose client goes away before the answer: cancelled, and said so.
+    let mut call = Command::new(MCX)
+        .args([
+            "--url",
+            &proxy.url,
+            "tools",
+            "call",
+            "countdown",
+            "--args",
+            r#"{"steps": 20, "delay_ms": 300}"#,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx runs");
+    let mut progress = BufReader::new(call.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    progress.read_line(&mut line).expect("progress on stderr");
+    assert!(line.starts_with("progress 1/20"), "{line}");
+    call.kill().expect("the client is killed");
+    call.wait().expect("the client ends");
+    let cancelled = proxy
+        .wait_for("of the cancellation", |l| {
+            l.contains("cancelled: the HTTP stream closed")
+        })
+        .await;
+    assert!(
+        cancelled.starts_with("mcx proxy: modern request "),
+        "{cancelled}"
+    );
+}
