@@ -1,6 +1,5 @@
 //! `mcx demo` as a newcomer sees it (the first walk in full, the others one line each, the
-//! same lines from one run to the next, `--wire`), and what `mcx proxy -v` says when a one-shot
-//! command ends.
+//! same lines from one run to the next, `--wire`).
 
 use serde_json::Value;
 
