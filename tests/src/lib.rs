@@ -9,7 +9,6 @@ pub mod http;
 pub mod http_client;
 pub mod node;
 pub mod oidc;
-pub mod readme;
 
 use std::path::PathBuf;
 
@@ -119,7 +118,8 @@ pub fn roundtrip(
     registry(version).0(name, value)
 }
 
-/// The examples in the project's README.md, compiled and run as doctests so they stay true. The
+/// The examples in the project's README.md, compiled and run as doctests so they stay true (the
+/// server, `no_run` here, is run by `tests/it/readme.rs` as `src/bin/readme-server.rs`). The
 /// README and the guides are doctests of this crate, which has both facades, so that neither
 /// facade dev-depends on the other.
 #[doc = include_str!("../../README.md")]
@@ -143,3 +143,41 @@ pub struct ClientGuideDoctests;
 #[doc = include_str!("../../docs/guide-auth.md")]
 #[cfg(doctest)]
 pub struct AuthGuideDoctests;
+
+#[cfg(test)]
+mod tests {
+    /// The README's server and `src/bin/readme-server.rs` (which `tests/it/readme.rs` runs) are
+    /// the same code: the file is the README's block under a `//!` header.
+    #[test]
+    fn readme_server_is_the_readmes_block() {
+        let readme = include_str!("../../README.md");
+        let section = readme
+            .split_once("## A server in twenty lines")
+            .expect("the README has the section")
+            .1;
+        let block = section
+            .split_once("```rust,no_run\n")
+            .and_then(|(_, rest)| rest.split_once("```\n"))
+            .expect("the section has a rust,no_run block")
+            .0;
+        let file = include_str!("bin/readme-server.rs");
+        let header_end = file
+            .lines()
+            .take_while(|line| line.starts_with("//!"))
+            .map(|line| line.len() + 1)
+            .sum::<usize>();
+        let code = file[header_end..]
+            .strip_prefix('\n')
+            .expect("a blank line after the header");
+        assert!(
+            !block
+                .lines()
+                .any(|line| line.trim_start().starts_with("# ")),
+            "the README's block has no hidden lines:\n{block}"
+        );
+        assert_eq!(
+            code, block,
+            "src/bin/readme-server.rs (below its header) differs from the README's block"
+        );
+    }
+}

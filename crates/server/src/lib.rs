@@ -43,6 +43,11 @@
 //! * A handler of a wrong shape (not async, arguments in the wrong order) or returning a type
 //!   its item cannot send is a compile error that says which shapes and return types are
 //!   accepted.
+//! * What cannot be checked by the compiler is checked when an item is registered: a tool
+//!   whose schema cannot be used, a prompt whose arguments are not all strings, a handler
+//!   taking state the server was not given. [`ServerBuilder::build`] panics on it (a mistake
+//!   fixed in the code); [`ServerBuilder::try_build`] and [`Server::add_tool`] (and the other
+//!   `add_*`) return the [`RegisterError`], for servers made from data read at run time.
 //! * Everything can be added and removed while the server runs; connected clients are told
 //!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
 //! * A panicking handler answers its request with `-32603`; the connection lives on. Requests

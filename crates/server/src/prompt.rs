@@ -192,8 +192,7 @@ impl Prompt {
     /// `prompts/get` failing to decode it. As for a tool whose schema cannot be used, the
     /// prompt is then refused when it is registered: [`ServerBuilder::try_build`] and
     /// [`Server::add_prompt`] return [`RegisterError::PromptArgument`], naming the prompt and
-    /// the argument; [`ServerBuilder::build`] logs it as an error and keeps the prompt, whose
-    /// `prompts/get` is answered -32603 with the same text. [`Prompt::with_arguments`], whose
+    /// the argument, and [`ServerBuilder::build`] panics with its text. [`Prompt::with_arguments`], whose
     /// arguments are given by hand, checks nothing of the kind.
     ///
     /// [`ServerBuilder::try_build`]: crate::ServerBuilder::try_build
@@ -399,7 +398,8 @@ pub(crate) fn get(
     let Some(prompt) = prompts.get(name).cloned() else {
         return Err(invalid_params(format!("unknown prompt: {name}")));
     };
-    // Kept by `ServerBuilder::build`, which logged why: its arguments could never be decoded.
+    // Refused when registered (`build` panics, `try_build` and `add_prompt` refuse); should one
+    // be served anyway, its arguments could never be decoded, and the answer says why.
     if let Some(non_string) = &prompt.non_string {
         return Err(ErrorObject::new(
             ErrorCode::INTERNAL_ERROR,

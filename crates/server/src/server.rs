@@ -235,19 +235,41 @@ impl ServerBuilder {
         self
     }
 
-    /// The server. A tool whose schema cannot be used (an unsupported dialect, an external
-    /// `$ref`, too large or too deep for [`Settings::schema_limits`], a pattern the linear
-    /// engine cannot match), or that takes state of a type the builder was not given, is kept,
-    /// logged as an error here, and answers its calls with -32603;
-    /// [`ServerBuilder::try_build`] refuses such a server instead. So are a prompt, resource or
-    /// template taking state the builder was not given, and a prompt with an argument that is
-    /// never a string ([`Prompt::new`]).
+    /// The server.
+    ///
+    /// # Panics
+    ///
+    /// Where [`ServerBuilder::try_build`] returns an error, with that [`RegisterError`]'s text:
+    /// a tool whose schema cannot be used (an unsupported dialect, an external `$ref`, too
+    /// large or too deep for [`Settings::schema_limits`], a pattern the linear engine cannot
+    /// match), a prompt with an argument that is never a string ([`Prompt::new`]), a tool,
+    /// prompt, resource or template taking state of a type the builder was not given. Each is
+    /// a mistake in the server's code, fixed there, and a server that kept such an item would
+    /// fail every call to it. A server built from data read at run time (schemas from a file
+    /// or another server) uses `try_build` to handle the error instead.
+    ///
+    /// ```should_panic
+    /// use modelctx_server::{Prompt, Server};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Repeat { text: String, times: u32 }
+    ///
+    /// async fn repeat(args: Repeat) -> String {
+    ///     args.text.repeat(args.times as usize)
+    /// }
+    ///
+    /// // Panics: "prompt repeat: argument times is of type integer, but prompt arguments are
+    /// // strings (`ServerBuilder::try_build` returns it instead)".
+    /// let server = Server::builder("s", "1.0.0")
+    ///     .prompt(Prompt::new("repeat", repeat))
+    ///     .build();
+    /// # drop(server);
+    /// ```
     pub fn build(self) -> Server {
-        let (server, refused) = self.assemble();
-        for error in refused {
-            tracing::error!("{error}; its calls will fail");
+        match self.try_build() {
+            Ok(server) => server,
+            Err(error) => panic!("{error} (`ServerBuilder::try_build` returns it instead)"),
         }
-        server
     }
 
     /// The server, or the first reason (by tool name) [`Server::add_tool`] would refuse one of
@@ -281,7 +303,8 @@ impl ServerBuilder {
         }
     }
 
-    /// The server, and what `add_tool` would have refused of its tools.
+    /// The server, and what `add_*` would have refused of its tools, prompts, resources and
+    /// templates (by kind, then by name).
     fn assemble(self) -> (Server, Vec<RegisterError>) {
         let mut capabilities = JsonObject::new();
         capabilities.insert("logging".into(), json!({}));
@@ -313,8 +336,8 @@ impl ServerBuilder {
         let key = self.state_key.unwrap_or_else(random_key);
         #[cfg(feature = "validation")]
         let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
-        // Every tool registered once: its schemas compiled, its header rules derived. A tool
-        // `add_tool` would refuse is kept, and answers its calls with -32603.
+        // Every tool registered once: its schemas compiled, its header rules derived. What
+        // `add_tool` would refuse is collected: `try_build` returns the first, `build` panics.
         let mut refused = Vec::new();
         let tools: BTreeMap<String, Arc<Registered>> = self
             .tools
@@ -331,8 +354,8 @@ impl ServerBuilder {
                 (name, Arc::new(registered))
             })
             .collect();
-        // A prompt taking state the server lacks, or whose arguments are never strings, is kept
-        // too, and answers with -32603; so is a resource or template taking state it lacks.
+        // So is a prompt taking state the server lacks or whose arguments are never strings,
+        // and a resource or template taking state it lacks.
         refused.extend(
             self.prompts
                 .values()

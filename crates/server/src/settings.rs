@@ -28,8 +28,8 @@ pub struct Settings {
     /// How tool schemas are compiled and bounded (default: [`SchemaLimits::default`]: at most
     /// 256 KiB and 64 levels, 256 compiled schemas kept, `pattern`s matched in linear time, so
     /// a schema whose pattern needs backreferences or look-around is refused by
-    /// [`Server::add_tool`] and [`ServerBuilder::try_build`], and a builder's tool with one
-    /// logs an error at `build` and answers its calls with -32603). Each tool's schemas are
+    /// [`Server::add_tool`] and [`ServerBuilder::try_build`], and makes
+    /// [`ServerBuilder::build`] panic). Each tool's schemas are
     /// compiled once, when it is registered. A server whose own schemas need such patterns
     /// sets `patterns: PatternEngine::Backtracking { .. }`: matching a client's argument can
     /// then cost up to the backtracking limit per string.
@@ -37,6 +37,7 @@ pub struct Settings {
     /// [`SchemaLimits::default`]: modelctx_types::schema::SchemaLimits::default
     /// [`Server::add_tool`]: crate::Server::add_tool
     /// [`ServerBuilder::try_build`]: crate::ServerBuilder::try_build
+    /// [`ServerBuilder::build`]: crate::ServerBuilder::build
     #[cfg(feature = "validation")]
     pub schema_limits: modelctx_types::schema::SchemaLimits,
 }

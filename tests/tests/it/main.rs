@@ -21,6 +21,7 @@ mod http_robustness;
 mod http_server;
 mod model;
 mod oidc_as;
+mod readme;
 mod robustness;
 mod schema_validation;
 mod server_http;

@@ -11,7 +11,7 @@ use modelctx_server::{
     ResourceError, ResourceTemplate, Server, State,
 };
 use modelctx_session::RequestError;
-use modelctx_types::{ErrorCode, consts};
+use modelctx_types::consts;
 use serde_json::json;
 
 /// A resource handler without a `Context`.
@@ -97,8 +97,18 @@ async fn resources_without_a_context_are_served_and_read_in_every_era() {
     }
 }
 
-#[tokio::test]
-async fn resources_taking_state_the_server_lacks_are_refused_when_registered() {
+/// `build` panics where `try_build` refuses: here, a resource taking state the server was not
+/// given.
+#[test]
+#[should_panic(expected = "resource file:///greeting takes state of type")]
+fn building_a_resource_that_takes_state_the_server_lacks_panics() {
+    let _ = Server::builder("s", "1")
+        .resource(Resource::new("file:///greeting", "greeting", greeting))
+        .build();
+}
+
+#[test]
+fn resources_taking_state_the_server_lacks_are_refused_when_registered() {
     let refused = Server::builder("s", "1")
         .resource(Resource::new("file:///greeting", "greeting", greeting))
         .try_build()
@@ -137,15 +147,7 @@ async fn resources_taking_state_the_server_lacks_are_refused_when_registered() {
     server
         .add_resource(Resource::new("file:///readme", "readme", readme))
         .unwrap();
-
-    // `build` keeps it; its reads are the server's fault.
-    let server = Server::builder("s", "1")
-        .resource(Resource::new("file:///greeting", "greeting", greeting))
-        .build();
-    let (_, config) = eras().remove(1);
-    let mut client = Client::connect(&server, config).await;
-    let answer = read(&mut client, "file:///greeting").await;
-    assert_eq!(code(&answer), ErrorCode::INTERNAL_ERROR.0);
+    // `build` panics instead: `building_a_resource_that_takes_state_the_server_lacks_panics`.
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -268,25 +270,14 @@ fn a_prompt_whose_arguments_are_not_all_strings_is_refused_when_registered() {
     );
 }
 
-#[tokio::test]
-async fn a_built_prompt_whose_arguments_are_not_all_strings_answers_why() {
-    // `build` keeps it (and logs why); each get is answered -32603 with the reason, before
-    // anything is decoded.
-    let server = Server::builder("s", "1")
+/// `build` refuses it too, as a panic with the same text (`try_build` is for servers made from
+/// data read at run time).
+#[test]
+#[should_panic(
+    expected = "prompt repeat: argument times is of type integer, but prompt arguments are strings (`ServerBuilder::try_build` returns it instead)"
+)]
+fn building_a_prompt_whose_arguments_are_not_all_strings_panics() {
+    let _ = Server::builder("s", "1")
         .prompt(Prompt::new("repeat", repeat))
         .build();
-    for (name, config) in eras() {
-        let mut client = Client::connect(&server, config).await;
-        let params = json!({"name": "repeat", "arguments": {"text": "a", "times": "2"}});
-        let answer = client.request(consts::PromptsGet::VALUE, params).await;
-        assert_eq!(code(&answer), ErrorCode::INTERNAL_ERROR.0, "{name}");
-        let Err(RequestError::Remote(error)) = answer else {
-            unreachable!()
-        };
-        assert_eq!(
-            error.message,
-            "prompt repeat: argument times is of type integer, but prompt arguments are strings",
-            "{name}"
-        );
-    }
 }

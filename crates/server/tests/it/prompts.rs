@@ -144,7 +144,7 @@ async fn completions_give_at_most_100_values_with_the_total() {
 /// Prompts take state like tools: `async fn(State<S>, Args)` and
 /// `async fn(Context, State<S>, Args)`, a clone of the server's value per call, in every
 /// version. A prompt that takes state the server was not given is refused by `try_build` and
-/// `add_prompt`, and a server built anyway answers `prompts/get` with -32603.
+/// `add_prompt` (and `build` panics: the next test).
 #[tokio::test]
 async fn prompts_take_the_state_the_server_was_given() {
     use std::sync::Arc;
@@ -223,17 +223,22 @@ async fn prompts_take_the_state_the_server_was_given() {
         bare.add_prompt(Prompt::new("count", count)),
         Err(RegisterError::PromptMissingState { .. })
     ));
-    let server = Server::builder("state", "1")
+}
+
+/// `build` panics where `try_build` refuses: a prompt taking state the server was not given.
+#[test]
+#[should_panic(expected = "prompt count takes state of type")]
+fn building_a_prompt_that_takes_state_the_server_lacks_panics() {
+    #[derive(Clone)]
+    struct Renders;
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Topic {
+        topic: String,
+    }
+    async fn count(_: modelctx_server::State<Renders>, args: Topic) -> String {
+        args.topic
+    }
+    let _ = Server::builder("state", "1")
         .prompt(Prompt::new("count", count))
         .build();
-    for (name, config) in eras() {
-        let mut client = Client::connect(&server, config).await;
-        let answer = client
-            .request(
-                "prompts/get",
-                json!({"name": "count", "arguments": {"topic": "rain"}}),
-            )
-            .await;
-        assert_eq!(code(&answer), -32603, "{name}: {answer:?}");
-    }
 }

@@ -859,10 +859,10 @@ async fn tool_calls_read_their_params_from_the_message_in_every_form() {
 }
 
 /// A builder's tool with a schema that cannot be used: `try_build` refuses the server, naming
-/// the tool and keeping the cause; `build` keeps the tool, whose calls are then -32603.
+/// the tool and keeping the cause; `build` panics with the same text.
 #[cfg(feature = "validation")]
-#[tokio::test]
-async fn builder_tools_have_their_schemas_checked_when_registered() {
+#[test]
+fn builder_tools_have_their_schemas_checked_when_registered() {
     use modelctx_types::schema::SchemaError;
     let remote: modelctx_types::JsonObject =
         serde_json::from_value(json!({"type": "object", "$ref": "https://example.com/a.json"}))
@@ -893,18 +893,18 @@ async fn builder_tools_have_their_schemas_checked_when_registered() {
         .try_build();
     assert!(built.is_ok());
 
-    let server = builder().build();
-    let mut client = Client::connect(&server, eras().remove(1).1).await;
-    let answer = client
-        .request("tools/call", json!({"name": "remote", "arguments": {}}))
-        .await;
-    assert_eq!(code(&answer), -32603, "{answer:?}");
+    let error = refused.err().unwrap().to_string();
+    let panic = std::panic::catch_unwind(|| builder().build()).unwrap_err();
+    assert_eq!(
+        panic.downcast_ref::<String>().map(String::as_str),
+        Some(format!("{error} (`ServerBuilder::try_build` returns it instead)").as_str())
+    );
 }
 
 /// Shared state: `ServerBuilder::state` and a `State<S>` argument, in both shapes, one value
 /// shared by every call (a clone of it per call); `Context::state` gives the same. A tool that
-/// takes state the server was not given is refused by `try_build` and `add_tool`, and a
-/// server built anyway answers its calls with -32603.
+/// takes state the server was not given is refused by `try_build` and `add_tool`, and `build`
+/// panics.
 #[tokio::test]
 async fn handlers_take_the_state_the_server_was_given() {
     use modelctx_server::{RegisterError, State};
@@ -968,14 +968,17 @@ async fn handlers_take_the_state_the_server_was_given() {
         bare.add_tool(Tool::new("hit", hit)),
         Err(RegisterError::MissingState { .. })
     ));
-    let server = Server::builder("state", "1")
-        .tool(Tool::new("hit", hit))
-        .build();
-    let mut client = Client::connect(&server, eras().remove(0).1).await;
-    let answer = client
-        .request("tools/call", json!({"name": "hit", "arguments": {}}))
-        .await;
-    assert_eq!(code(&answer), -32603, "{answer:?}");
+    let panic = std::panic::catch_unwind(|| {
+        Server::builder("state", "1")
+            .tool(Tool::new("hit", hit))
+            .build()
+    })
+    .unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(
+        message.starts_with("tool hit takes state of type ") && message.contains("Hits"),
+        "{message}"
+    );
 }
 
 /// `Context::client_info` is the model's `Implementation`, in both eras (the session's
