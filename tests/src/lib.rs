@@ -152,7 +152,7 @@ mod tests {
     fn readme_server_is_the_readmes_block() {
         let readme = include_str!("../../README.md");
         let section = readme
-            .split_once("## A server in twenty lines")
+            .split_once("## A first server")
             .expect("the README has the section")
             .1;
         let block = section

@@ -1,4 +1,4 @@
-//! The README's server ("A server in twenty lines"), as a program: below this header, the text
+//! The README's server ("A first server"), as a program: below this header, the text
 //! is exactly the README's block (`readme_server_is_the_readmes_block` in `src/lib.rs` checks
 //! it), and `tests/it/readme.rs` runs it over HTTP, stops it with SIGTERM and runs it on stdio.
 
