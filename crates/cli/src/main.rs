@@ -31,6 +31,11 @@
 //! `http://ADDR/mcp` or `--auth-audience`), and take one static secret with `--auth-token-file`
 //! (`modelctx-auth`, see `auth.rs`). It does not issue tokens, and protects nothing over stdio
 //! (those flags are refused there).
+//!
+//! `mcx serve demo --state-key KID:BASE64URL` (repeatable, or `MCX_STATE_KEYS`) gives the key ring
+//! that seals the `requestState` of modern round trips (`state_keys.rs`), so that instances
+//! behind one load balancer accept each other's retries; without it each process has a random
+//! key of its own.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -57,6 +62,7 @@ mod output;
 mod progress;
 mod proxy;
 mod reach;
+mod state_keys;
 mod tools;
 mod walkthrough;
 mod words;
@@ -249,6 +255,17 @@ struct ServeDemo {
     // Over HTTP, who may call.
     #[command(flatten)]
     auth: auth::AuthArgs,
+    /// A key that seals the `requestState` of modern (2026-07-28) round trips, KID:BASE64URL: a
+    /// key id (A-Z, a-z, 0-9, `_`, `-`), a colon, a random secret of at least 32 bytes in
+    /// base64url (such as `head -c 32 /dev/urandom | basenc --base64url`). Repeatable: the first
+    /// seals and opens, the others (keys rotated out) only open. Give every instance behind one
+    /// load balancer the same keys, so that a round trip begun on one is retried on any other
+    /// (with synchronized clocks: a state expires after 10 minutes). Default: the variable
+    /// MCX_STATE_KEYS (the same entries, separated by commas), else a random key of this
+    /// process. Prefer the variable: a command line is visible to every user of the machine
+    /// (`ps`), with the secret in it.
+    #[arg(long = "state-key", value_name = "KID:BASE64URL")]
+    state_key: Vec<String>,
 }
 
 /// `tools` and its `--json`.
@@ -526,11 +543,22 @@ async fn guarded(
 }
 
 async fn serve_demo(serve: ServeDemo) -> ExitCode {
+    let env = std::env::var(state_keys::ENV).ok();
+    let ring = match state_keys::ring(&serve.state_key, env.as_deref()) {
+        Ok(ring) => ring,
+        Err(e) => return exit::Failed::usage(e).report(false),
+    };
+    let with_ring = |builder: modelctx_server::ServerBuilder| match ring.clone() {
+        Some(ring) => builder.state_sealer(ring),
+        None => builder,
+    };
     let Some(addr) = serve.http.as_deref() else {
         if serve.auth.any() {
             return fail(stdio_refusal(&serve.auth));
         }
-        return match demo::server().serve_stdio().await {
+        let server = with_ring(demo::builder()).build();
+        demo::add_unlock(&server);
+        return match server.serve_stdio().await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(format_args!("serving stdio: {e}")),
         };
@@ -540,8 +568,8 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
         Err(e) => return fail(e),
     };
     let server = match guard {
-        Some(guard) => demo::builder().auth(guard).build(),
-        None => demo::builder().build(),
+        Some(guard) => with_ring(demo::builder()).auth(guard).build(),
+        None => with_ring(demo::builder()).build(),
     };
     demo::add_unlock(&server);
     // In-flight requests get 2 s to finish at Ctrl-C or SIGTERM.
@@ -628,6 +656,23 @@ mod tests {
             serve.auth.auth_token_file.as_deref(),
             Some(std::path::Path::new("token"))
         );
+    }
+
+    #[test]
+    fn serve_demo_takes_state_keys_in_order() {
+        let serve = serve_demo(&["--http", "127.0.0.1:0", "--state-key", "k2:x"]);
+        assert_eq!(serve.state_key, ["k2:x"]);
+        let serve = serve_demo(&["--state-key", "k2:x", "--state-key=k1:y"]);
+        assert_eq!(serve.state_key, ["k2:x", "k1:y"]);
+        assert!(serve_demo(&[]).state_key.is_empty());
+        let help = Cli::command()
+            .find_subcommand_mut("serve")
+            .and_then(|c| c.find_subcommand_mut("demo"))
+            .map(|c| c.render_long_help().to_string())
+            .unwrap();
+        assert!(help.contains("--state-key <KID:BASE64URL>"), "{help}");
+        assert!(help.contains("Prefer the variable"), "{help}");
+        assert!(help.contains("MCX_STATE_KEYS"), "{help}");
     }
 
     #[test]

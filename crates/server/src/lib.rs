@@ -219,7 +219,7 @@ pub use modelctx_http::server::{
     ShutdownHandle, TableSizes, shutdown_signal,
 };
 #[doc(inline)]
-pub use modelctx_session::state::StateKey;
+pub use modelctx_session::state::{KeyError, StateKey, StateSealer};
 #[doc(inline)]
 pub use modelctx_session::{Era, LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes

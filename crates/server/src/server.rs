@@ -30,7 +30,7 @@ pub struct ServerBuilder {
     declare_tools: bool,
     declare_prompts: bool,
     declare_resources: bool,
-    state_key: Option<modelctx_session::state::StateKey>,
+    state_sealer: Option<modelctx_session::state::StateSealer>,
     states: States,
     subscribe_hook: Option<crate::resource::SubscribeHook>,
     versions: Option<Vec<ProtocolVersion>>,
@@ -213,10 +213,46 @@ impl ServerBuilder {
     }
 
     /// The key that seals the `requestState` of modern round trips (default: a random key of
-    /// this process). Servers behind a load balancer share one, so that any of them accepts
-    /// the retry of a round trip another began.
-    pub fn state_key(mut self, key: modelctx_session::state::StateKey) -> Self {
-        self.state_key = Some(key);
+    /// this process, id `local`). Servers behind a load balancer share one, so that any of them
+    /// accepts the retry of a round trip another began. The shorthand for
+    /// [`state_sealer`](Self::state_sealer)`(StateSealer::new(key))`; to rotate keys, use that.
+    pub fn state_key(self, key: modelctx_session::state::StateKey) -> Self {
+        self.state_sealer(modelctx_session::state::StateSealer::new(key))
+    }
+
+    /// The key ring that seals and opens the `requestState` of modern (2026-07-28) round trips
+    /// (default: a random key of this process, id `local`, with the sealer's default time to
+    /// live, 10 minutes): states are sealed with its current key and opened with the current
+    /// key or any previous one ([`StateSealer::with_previous`]); a state sealed under a key id
+    /// the ring does not hold is refused with -32602. Replaces an earlier
+    /// [`state_key`](Self::state_key).
+    ///
+    /// Every instance of a fleet (servers behind one load balancer) must be given the same
+    /// ring, so that the retry of a round trip lands on any of them. To rotate: give every
+    /// instance the new key as current and the old one as previous, and drop the old one only
+    /// once the states sealed with it have expired (one time to live after the last instance
+    /// switched). Expiry is checked against each instance's own clock: the instances' clocks
+    /// must be synchronized (NTP), or a state expires early or late by their difference.
+    ///
+    /// ```
+    /// use modelctx_server::Server;
+    /// use modelctx_server::{StateKey, StateSealer};
+    ///
+    /// # fn main() -> Result<(), modelctx_server::KeyError> {
+    /// // In production the secrets come from configuration, the same on every instance.
+    /// let current = StateKey::new("k2", vec![2u8; 32])?;
+    /// let previous = StateKey::new("k1", vec![1u8; 32])?;
+    /// let server = Server::builder("fleet", "1.0.0")
+    ///     .state_sealer(StateSealer::new(current).with_previous(previous)?)
+    ///     .build();
+    /// # drop(server);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`StateSealer::with_previous`]: modelctx_session::state::StateSealer::with_previous
+    pub fn state_sealer(mut self, sealer: modelctx_session::state::StateSealer) -> Self {
+        self.state_sealer = Some(sealer);
         self
     }
 
@@ -333,7 +369,9 @@ impl ServerBuilder {
         config.limits.max_uri_len = self.settings.max_uri_len;
         config.list_cache = self.settings.list_cache;
         let (changes, _) = broadcast::channel(64);
-        let key = self.state_key.unwrap_or_else(random_key);
+        let sealer = self
+            .state_sealer
+            .unwrap_or_else(|| modelctx_session::state::StateSealer::new(random_key()));
         #[cfg(feature = "validation")]
         let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
         // Every tool registered once: its schemas compiled, its header rules derived. What
@@ -373,7 +411,7 @@ impl ServerBuilder {
         );
         let server = Server {
             shared: Arc::new(Shared {
-                sealer: Arc::new(modelctx_session::state::StateSealer::new(key)),
+                sealer: Arc::new(sealer),
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
                 modern_requests: Arc::new(tokio::sync::Semaphore::new(
                     self.settings.max_modern_requests,
@@ -599,7 +637,7 @@ impl Server {
             declare_resources: false,
             #[cfg(feature = "http")]
             guard: None,
-            state_key: None,
+            state_sealer: None,
             states: States::default(),
             subscribe_hook: None,
             versions: None,
