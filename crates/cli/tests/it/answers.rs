@@ -2,10 +2,9 @@
 //! one), roots from `--root`, sampling from `--sampling-reply` (refused without), in both eras,
 //! against the demo server and the TypeScript `server-everything`.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cli::{MCX, serve_demo_with};
 
@@ -17,42 +16,13 @@ fn demo() -> String {
 /// The `confirm` tool of the demo server (elicitation), for `deploy`.
 const CONFIRM: &str = r#"tools call confirm --args '{"action": "deploy"}'"#;
 
-/// Runs `mcx args` under `script(1)`, which gives it a terminal, with `typed` written to the
-/// terminal as the user's keys (the terminal stays open until mcx ends: closing it would be a
-/// Ctrl-D). Whether mcx succeeded, and what the terminal showed (mcx's stdout and stderr, and
-/// the echo of what was typed).
+/// Runs `mcx args` under `script(1)` with `typed` as the user's keys (see
+/// [`crate::cli::typing_on_a_terminal`]): whether mcx succeeded, and what the terminal showed.
 fn typing_on_a_terminal(args: &str, typed: &str) -> (bool, String) {
     let command = format!("{MCX} {args}");
-    let mut child = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("script (util-linux) runs");
-    let mut keys = child.stdin.take().expect("stdin");
-    keys.write_all(typed.as_bytes()).expect("typed");
-    keys.flush().expect("typed");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let screen = std::thread::spawn(move || {
-        let mut screen = Vec::new();
-        let _ = stdout.read_to_end(&mut screen);
-        String::from_utf8_lossy(&screen).into_owned()
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("script waited for") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("mcx still waits after 60 s: {}", screen.join().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    drop(keys);
-    (status.success(), screen.join().expect("the screen"))
+    let (status, screen) =
+        crate::cli::typing_on_a_terminal(&command, typed, Duration::from_secs(60));
+    (status.success(), screen)
 }
 
 /// Runs `mcx args` off a terminal (stdin empty, output piped).

@@ -761,3 +761,46 @@ fn without_auth_whoami_says_no_one_and_the_auth_flags_need_http() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--auth-audience"), "{}", stderr(&out));
 }
+
+/// Runs the shell command line `command` under `script(1)`, which gives it a terminal, with
+/// `typed` written to the terminal as the user's keys; the terminal's input stays open (closing
+/// it would be a Ctrl-D) until the command ends, within `limit` (beyond, it is killed and the
+/// test fails). Its exit status and what the terminal showed (stdout and stderr, and the echo of
+/// what was typed).
+pub(crate) fn typing_on_a_terminal(
+    command: &str,
+    typed: &str,
+    limit: std::time::Duration,
+) -> (std::process::ExitStatus, String) {
+    use std::io::{Read, Write};
+    let mut child = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let mut keys = child.stdin.take().expect("stdin");
+    keys.write_all(typed.as_bytes()).expect("typed");
+    keys.flush().expect("typed");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let screen = std::thread::spawn(move || {
+        let mut screen = Vec::new();
+        let _ = stdout.read_to_end(&mut screen);
+        String::from_utf8_lossy(&screen).into_owned()
+    });
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("script waited for") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {limit:?}: {}", screen.join().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(keys);
+    (status, screen.join().expect("the screen"))
+}

@@ -1,7 +1,6 @@
 //! How `mcx` fails: exit statuses by kind, timeouts that cover connecting, messages that say
 //! what failed, a server's stray stdout lines reported, errors as JSON under `--json`.
 
-use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -440,38 +439,8 @@ exec sleep 60
 /// input stays open and empty (no answer is typed, and no Ctrl-D either) until it ends, within
 /// 30 s. Its exit status and what the terminal showed.
 fn on_a_silent_terminal(command: &str) -> (i32, String) {
-    let mut child = Command::new("script")
-        .args(["-qec", command, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("script (util-linux) runs");
-    let mut keys = child.stdin.take().expect("stdin");
-    keys.flush().expect("the terminal's input");
-    let mut output = child.stdout.take().expect("stdout");
-    let screen = std::thread::spawn(move || {
-        let mut screen = Vec::new();
-        let _ = output.read_to_end(&mut screen);
-        String::from_utf8_lossy(&screen).into_owned()
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("script waited for") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after 30 s: {}", screen.join().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    drop(keys);
-    (
-        status.code().expect("script exited"),
-        screen.join().expect("the screen"),
-    )
+    let (status, screen) = crate::cli::typing_on_a_terminal(command, "", Duration::from_secs(30));
+    (status.code().expect("script exited"), screen)
 }
 
 #[test]
