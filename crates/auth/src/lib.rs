@@ -42,7 +42,6 @@
 //! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
 //! normalisation); say in a refusal which check a token failed (only the OAuth error code).
 #![cfg_attr(docsrs, feature(doc_cfg))]
-
 // The crate docs name the resource server's types, which only exist with feature `server`.
 #![cfg_attr(not(feature = "server"), allow(rustdoc::broken_intra_doc_links))]
 
