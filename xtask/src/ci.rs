@@ -344,6 +344,17 @@ pub(crate) fn run() -> Result<(), Error> {
             Cargo(&["xtask", "codegen", "--check"]),
             &[],
         ),
+        // Every library crate packages as crates.io would get it and builds from that package
+        // alone (its README inside the crate, no `include_str!` from outside it). xtask and
+        // modelctx-tests are `publish = false` and named, as `--workspace` does not skip them.
+        (
+            "package",
+            Xtask(
+                "cargo package --workspace --exclude xtask --exclude modelctx-tests --locked",
+                package,
+            ),
+            &[],
+        ),
         (
             "rustdoc",
             Cargo(&["doc", "--workspace", "--no-deps", "--all-features"]),
@@ -401,6 +412,51 @@ pub(crate) fn run() -> Result<(), Error> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The "package" step: `cargo package` of every library crate, each verified by building it from
+/// its `.crate` file.
+///
+/// cargo refuses to package files with uncommitted changes. On CI (the `CI` variable set) the
+/// checkout is clean and the refusal stands: a dirty tree there is a bug. Locally, when `git
+/// status` shows changes, `--allow-dirty` is passed (and said) so that `cargo xtask ci` checks
+/// work in progress; the `.crate` files then hold the uncommitted sources.
+fn package(root: &Path) -> Result<(), String> {
+    let mut args = vec![
+        "package",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--exclude",
+        "modelctx-tests",
+        "--locked",
+    ];
+    if std::env::var_os("CI").is_none() && worktree_is_dirty(root)? {
+        eprintln!("uncommitted changes and no CI variable: packaging with --allow-dirty");
+        args.push("--allow-dirty");
+    }
+    let status = cargo(&args, &[], root)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err("cargo package failed (see its output above)".into())
+    }
+}
+
+/// Whether `git status` shows uncommitted changes (untracked files included) under `root`.
+fn worktree_is_dirty(root: &Path) -> Result<bool, String> {
+    let output = Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("git status failed: {}", output.status));
+    }
+    Ok(!output.stdout.is_empty())
 }
 
 /// `cargo <args>` in `root` with the extra environment `env`.

@@ -33,7 +33,8 @@ commands:
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
       90-second soak (see `soak`), the official conformance suite (see `conformance`),
       feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
-      --check, rustdoc -D warnings
+      --check, cargo package of every library crate (verified; --allow-dirty only off CI
+      with uncommitted changes), rustdoc -D warnings
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
       against tests' conformance-server and the client suite driving conformance-client, each

@@ -41,7 +41,7 @@
 //! shared secret (HMAC) or unsigned; normalise a resource URI beyond lower-casing scheme and
 //! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
 //! normalisation); say in a refusal which check a token failed (only the OAuth error code).
-
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // The crate docs name the resource server's types, which only exist with feature `server`.
 #![cfg_attr(not(feature = "server"), allow(rustdoc::broken_intra_doc_links))]
 
@@ -91,3 +91,8 @@ pub use guard::AuthGuard;
 pub use jsonwebtoken::Algorithm;
 #[cfg(feature = "server")]
 pub use verifier::{StaticToken, TokenVerifier};
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(all(doctest, feature = "server"))]
+pub struct ReadmeDoctests;

@@ -84,6 +84,7 @@
 //! * `stdio` (default): [`ClientBuilder::connect_stdio`] and [`ClientBuilder::connect_lines`].
 //! * `http` (default): [`ClientBuilder::connect_http`]; `rustls` adds HTTPS.
 //! * `validation` (default): `structuredContent` checked against output schemas.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
 mod cache;
@@ -126,3 +127,8 @@ pub use modelctx_stdio::ServerCommand;
 pub use modelctx_stdio::StoppedBy;
 #[cfg(feature = "stdio")]
 pub use stdio::ServerExit;
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(all(doctest, feature = "stdio"))]
+pub struct ReadmeDoctests;

@@ -46,6 +46,7 @@
 //! credentials removed from what handlers see); without one, an authentication layer in front
 //! puts a `server::Principal` in the request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the
 //! client session decides, it carries.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "client")]
 pub mod client;
@@ -58,3 +59,8 @@ pub mod security;
 pub mod server;
 #[cfg(any(feature = "client", feature = "server"))]
 mod sse;
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

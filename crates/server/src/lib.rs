@@ -150,6 +150,7 @@
 //! client, a handler that waits) lives only as long as that request, in this process: a store
 //! shared by several processes carries the sessions, not the requests under way (a client's
 //! answer must reach the process that asked).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules in the order they import each other: each uses only those below it (the
 // runtime, `run`/`context`/`input`, and the handlers' `Context` aside).
@@ -243,3 +244,8 @@ pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(all(doctest, feature = "http", feature = "stdio", feature = "schemars"))]
+pub struct ReadmeDoctests;

@@ -109,6 +109,7 @@
 //! state ([`ServerSession::resume`]) is given what it negotiated by the layer above, which keeps
 //! it; caching a client's era decision or sharing `requestState` keys across processes is for
 //! the layer above too (see [`state`]).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod caps;
 mod client;
@@ -135,3 +136,8 @@ pub use server::{ListKind, Resume, ServerSession};
 pub use version::{Era, ProtocolVersion};
 
 pub mod state;
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

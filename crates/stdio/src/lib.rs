@@ -49,6 +49,7 @@
 //! stdout, so send it to stderr: with the `stderr-log` feature, [`log_to_stderr()`] does it in
 //! one line (filtered by `RUST_LOG`); without it, write
 //! `tracing_subscriber::fmt().with_writer(std::io::stderr).init();`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "child")]
 pub mod child;
@@ -91,3 +92,8 @@ mod tests {
         );
     }
 }
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

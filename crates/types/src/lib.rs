@@ -195,3 +195,8 @@ mod tests {
         }));
     }
 }
+
+/// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(all(doctest, feature = "v2025-11-25"))]
+pub struct ReadmeDoctests;
