@@ -398,14 +398,8 @@ pub(crate) fn get(
     let Some(prompt) = prompts.get(name).cloned() else {
         return Err(invalid_params(format!("unknown prompt: {name}")));
     };
-    // Refused when registered (`build` panics, `try_build` and `add_prompt` refuse); should one
-    // be served anyway, its arguments could never be decoded, and the answer says why.
-    if let Some(non_string) = &prompt.non_string {
-        return Err(ErrorObject::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("prompt {}: {non_string}", prompt.name),
-        ));
-    }
+    // A prompt whose arguments can never be strings is not here: registration refuses it
+    // (`build` panics, `try_build` and `add_prompt` return `RegisterError::PromptArgument`).
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => JsonObject::new(),
         Some(Value::Object(arguments)) => arguments.clone(),
