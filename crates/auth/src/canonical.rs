@@ -1,12 +1,17 @@
 //! The server's canonical URI (RFC 8707 section 2, MCP's "canonical server URI"): what tokens
 //! must name as their audience, and where the protected resource metadata lives (RFC 9728 3.1).
+//!
+//! [`Parts`] (splitting a URI, the origin, loopback hosts) and [`WELL_KNOWN`] serve both
+//! halves; [`Resource`] and [`same_resource`] are the resource server's.
 
+#[cfg(feature = "server")]
 use crate::ConfigError;
 
 /// The well-known suffix of RFC 9728 section 3.
 pub(crate) const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
 /// The canonical server URI, parsed once.
+#[cfg(feature = "server")]
 ///
 /// Canonical form: an absolute `http` or `https` URI without a fragment or user information;
 /// scheme and host lower-cased; the scheme's default port dropped; one trailing `/` of the path
@@ -22,7 +27,7 @@ pub(crate) struct Resource {
     path_end: usize,
 }
 
-/// A URI's components, as far as the resource server needs them.
+/// A URI's components, as far as either half needs them.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Parts<'a> {
     /// The scheme, lower-cased.
@@ -100,8 +105,19 @@ impl<'a> Parts<'a> {
     pub(crate) fn is_loopback(&self) -> bool {
         crate::fetch::is_loopback(&self.host)
     }
+
+    /// `scheme://host[:port]`, scheme and host lower-cased and a default port dropped: two URIs
+    /// with the same origin (RFC 6454) have equal `origin()`s.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    pub(crate) fn origin(&self) -> String {
+        match self.port {
+            Some(port) => format!("{}://{}:{port}", self.scheme, self.host),
+            None => format!("{}://{}", self.scheme, self.host),
+        }
+    }
 }
 
+#[cfg(feature = "server")]
 impl Resource {
     /// Parses and canonicalises the server's URI.
     pub(crate) fn parse(uri: &str) -> Result<Resource, ConfigError> {
@@ -178,6 +194,7 @@ impl Resource {
     }
 }
 
+#[cfg(feature = "server")]
 /// Whether two resource identifiers name the same resource: equal canonical forms when both
 /// parse as [`Resource`]s (so scheme and host case, a default port and one trailing slash do not
 /// matter), else equal byte for byte (an audience such as `api://files` or a client id).
@@ -195,10 +212,12 @@ pub(crate) fn same_resource(a: &str, b: &str) -> bool {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "server")]
     fn canonical(uri: &str) -> String {
         Resource::parse(uri).unwrap().as_str().to_owned()
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn canonical_forms() {
         assert_eq!(
@@ -234,6 +253,7 @@ mod tests {
         assert_eq!(canonical("https://h?x"), "https://h?x");
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn non_canonical_uris_are_refused() {
         for (uri, why) in [
@@ -265,6 +285,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn comparisons() {
         assert!(same_resource("https://h/mcp", "https://h/mcp"));
@@ -289,6 +310,7 @@ mod tests {
         assert!(!same_resource("client-id", "https://h/mcp"));
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn well_known_paths_and_metadata_url() {
         let root = Resource::parse("https://h/").unwrap();
@@ -335,6 +357,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn htu_is_the_resource_origin_and_the_request_path() {
         let r = Resource::parse("HTTPS://H:443/mcp").unwrap();
@@ -343,6 +366,16 @@ mod tests {
         assert_eq!(r.htu(""), "https://h/");
         let r = Resource::parse("http://127.0.0.1:9/mcp").unwrap();
         assert_eq!(r.htu("/other"), "http://127.0.0.1:9/other");
+    }
+
+    #[test]
+    fn origins_compare_scheme_host_and_port() {
+        let origin = |uri| Parts::split(uri).unwrap().origin();
+        assert_eq!(origin("HTTPS://MCP.Example.com:443/mcp?x"), "https://mcp.example.com");
+        assert_eq!(origin("http://127.0.0.1:80"), "http://127.0.0.1");
+        assert_eq!(origin("http://[::1]:8080/a"), "http://[::1]:8080");
+        assert_ne!(origin("http://h/mcp"), origin("https://h/mcp"));
+        assert_ne!(origin("https://h:8443/mcp"), origin("https://h/mcp"));
     }
 
     #[test]

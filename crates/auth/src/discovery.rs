@@ -1,8 +1,9 @@
 //! The authorization server's metadata: RFC 8414, or OpenID Connect Discovery 1.0.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::AuthError;
+use crate::as_metadata::{Unusable, fetch_document, metadata_urls};
 use crate::fetch::{Fetch, check_url};
 
 /// What the resource server needs from an authorization server's metadata (whose `issuer`
@@ -15,30 +16,6 @@ pub(crate) struct AsMetadata {
     pub(crate) introspection_endpoint: Option<String>,
 }
 
-/// The metadata URLs for `issuer`, in the order they are tried: the RFC 8414 well-known URI
-/// inserted before the issuer's path, the OpenID Connect one inserted the same way, then the
-/// OpenID Connect one appended to the issuer (OpenID Connect Discovery 1.0 section 4). A
-/// terminating `/` of the issuer's path is removed first (RFC 8414 section 3.1).
-pub(crate) fn metadata_urls(issuer: &str) -> Result<Vec<String>, AuthError> {
-    let unavailable = |why: &str| AuthError::Unavailable(format!("issuer {issuer}: {why}"));
-    let uri: http::Uri = issuer.parse().map_err(|_| unavailable("not a URL"))?;
-    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return Err(unavailable("not an absolute URL"));
-    };
-    if uri.query().is_some() || issuer.contains('#') {
-        return Err(unavailable("an issuer has no query or fragment"));
-    }
-    let origin = format!("{scheme}://{authority}");
-    let path = uri.path().trim_end_matches('/');
-    let mut urls = vec![
-        format!("{origin}/.well-known/oauth-authorization-server{path}"),
-        format!("{origin}/.well-known/openid-configuration{path}"),
-        format!("{origin}{path}/.well-known/openid-configuration"),
-    ];
-    urls.dedup();
-    Ok(urls)
-}
-
 /// Fetches the metadata of `issuer`, trying [`metadata_urls`] in order until one answers `200`
 /// with a JSON object. A document whose `issuer` is not `issuer` byte for byte is not used (RFC
 /// 8414 section 3.3), nor one whose `jwks_uri` or `introspection_endpoint` is not a URL the
@@ -46,8 +23,10 @@ pub(crate) fn metadata_urls(issuer: &str) -> Result<Vec<String>, AuthError> {
 /// [`AuthError::Unavailable`]: the token is not at fault.
 pub(crate) async fn discover(fetch: &dyn Fetch, issuer: &str) -> Result<AsMetadata, AuthError> {
     check_url(issuer).map_err(|e| AuthError::Unavailable(e.to_string()))?;
+    let urls = metadata_urls(issuer)
+        .map_err(|why| AuthError::Unavailable(format!("issuer {issuer}: {why}")))?;
     let mut last = None;
-    for url in metadata_urls(issuer)? {
+    for url in urls {
         match fetch_one(fetch, &url, issuer).await {
             Ok(metadata) => return Ok(metadata),
             Err(why) => {
@@ -63,17 +42,9 @@ pub(crate) async fn discover(fetch: &dyn Fetch, issuer: &str) -> Result<AsMetada
 }
 
 async fn fetch_one(fetch: &dyn Fetch, url: &str, issuer: &str) -> Result<AsMetadata, String> {
-    let response = fetch.get(url).await.map_err(|e| e.to_string())?;
-    if response.status != http::StatusCode::OK {
-        return Err(format!("status {}", response.status));
-    }
-    let raw: Map<String, Value> =
-        serde_json::from_slice(&response.body).map_err(|e| format!("not a JSON object: {e}"))?;
-    match raw.get("issuer") {
-        Some(Value::String(found)) if found == issuer => {}
-        Some(Value::String(found)) => return Err(format!("names another issuer, {found}")),
-        _ => return Err("no issuer member".into()),
-    }
+    let raw = fetch_document(fetch, url, issuer)
+        .await
+        .map_err(|why: Unusable| why.to_string())?;
     let endpoint = |name: &str| -> Result<Option<String>, String> {
         match raw.get(name) {
             None | Some(Value::Null) => Ok(None),
@@ -145,26 +116,6 @@ pub(crate) mod tests {
                 .collect(),
             asked: Mutex::default(),
         }
-    }
-
-    #[test]
-    fn well_known_urls_are_path_inserted_then_appended() {
-        assert_eq!(
-            metadata_urls("https://id.example.com/tenant/a/").unwrap(),
-            [
-                "https://id.example.com/.well-known/oauth-authorization-server/tenant/a",
-                "https://id.example.com/.well-known/openid-configuration/tenant/a",
-                "https://id.example.com/tenant/a/.well-known/openid-configuration",
-            ]
-        );
-        assert_eq!(
-            metadata_urls("https://id.example.com").unwrap(),
-            [
-                "https://id.example.com/.well-known/oauth-authorization-server",
-                "https://id.example.com/.well-known/openid-configuration",
-            ]
-        );
-        assert!(metadata_urls("https://id.example.com/?tenant=a").is_err());
     }
 
     #[tokio::test]

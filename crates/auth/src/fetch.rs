@@ -1,4 +1,5 @@
-//! How the resource server talks to authorization servers: metadata, keys and introspection.
+//! How both halves talk to authorization servers: metadata, keys and introspection for the
+//! resource server; discovery, registration and tokens for the client.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -9,7 +10,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
-use http::{HeaderMap, Request};
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -21,6 +23,10 @@ pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T
 /// An HTTP client for the authorization server's endpoints. The default is [`HttpFetch`], a
 /// hyper client (HTTPS with feature `rustls`); tests and applications with their own client
 /// replace it.
+///
+/// The resource server uses [`get`](Fetch::get) and [`post_form`](Fetch::post_form); the client
+/// half uses [`send`](Fetch::send), whose provided implementation maps the requests those two can
+/// make onto them, so an implementor of only those two keeps working for the resource server.
 pub trait Fetch: Send + Sync + fmt::Debug + 'static {
     /// `GET url` with `Accept: application/json`.
     fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>>;
@@ -33,6 +39,38 @@ pub trait Fetch: Send + Sync + fmt::Debug + 'static {
         form: &'a [(&'a str, &'a str)],
         basic: Option<(&'a str, &'a str)>,
     ) -> BoxFuture<'a, Result<FetchResponse, FetchError>>;
+
+    /// Any request: a method, extra headers (`DPoP`, say), an empty, form or JSON body, and HTTP
+    /// Basic authentication. `Accept: application/json` is sent unless `request.headers` names
+    /// another `Accept`.
+    ///
+    /// Provided: a `GET` without body, extra headers or Basic authentication goes to
+    /// [`get`](Fetch::get), a form `POST` without extra headers to [`post_form`](Fetch::post_form);
+    /// anything else is [`FetchError::Unsupported`]. [`HttpFetch`] implements every request.
+    fn send<'a>(
+        &'a self,
+        request: FetchRequest<'a>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        Box::pin(async move {
+            let unsupported = |why| FetchError::Unsupported {
+                url: request.url.to_owned(),
+                why,
+            };
+            if !request.headers.is_empty() {
+                return Err(unsupported("extra request headers"));
+            }
+            match (&request.method, &request.body) {
+                (&Method::GET, FetchBody::Empty) if request.basic.is_none() => {
+                    self.get(request.url).await
+                }
+                (&Method::GET, _) => Err(unsupported("a GET with a body or credentials")),
+                (&Method::POST, FetchBody::Form(form)) => {
+                    self.post_form(request.url, form, request.basic).await
+                }
+                _ => Err(unsupported("a request other than GET or a form POST")),
+            }
+        })
+    }
 }
 
 /// A shared client is a client: `Arc<MyFetch>` can be given to
@@ -49,6 +87,92 @@ impl<T: Fetch + ?Sized> Fetch for Arc<T> {
         basic: Option<(&'a str, &'a str)>,
     ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
         (**self).post_form(url, form, basic)
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: FetchRequest<'a>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        (**self).send(request)
+    }
+}
+
+/// One request for [`Fetch::send`]: built with [`get`](FetchRequest::get),
+/// [`post_form`](FetchRequest::post_form) or [`post_json`](FetchRequest::post_json), then
+/// [`header`](FetchRequest::header) and [`basic`](FetchRequest::basic).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FetchRequest<'a> {
+    /// The method.
+    pub method: Method,
+    /// The absolute URL.
+    pub url: &'a str,
+    /// Headers added to the client's own (`Accept`, `User-Agent`, `Content-Type` of the body);
+    /// one named here replaces the client's.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: FetchBody<'a>,
+    /// HTTP Basic authentication (client id, secret), encoded per RFC 6749 section 2.3.1.
+    pub basic: Option<(&'a str, &'a str)>,
+}
+
+/// The body of a [`FetchRequest`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum FetchBody<'a> {
+    /// No body.
+    Empty,
+    /// `application/x-www-form-urlencoded`, made of the pairs in order.
+    Form(&'a [(&'a str, &'a str)]),
+    /// `application/json`, these bytes.
+    Json(Bytes),
+}
+
+impl<'a> FetchRequest<'a> {
+    /// `GET url`.
+    pub fn get(url: &'a str) -> FetchRequest<'a> {
+        FetchRequest {
+            method: Method::GET,
+            url,
+            headers: HeaderMap::new(),
+            body: FetchBody::Empty,
+            basic: None,
+        }
+    }
+
+    /// `POST url` with the form `form`.
+    pub fn post_form(url: &'a str, form: &'a [(&'a str, &'a str)]) -> FetchRequest<'a> {
+        FetchRequest {
+            method: Method::POST,
+            url,
+            headers: HeaderMap::new(),
+            body: FetchBody::Form(form),
+            basic: None,
+        }
+    }
+
+    /// `POST url` with `body` serialised as JSON.
+    pub fn post_json(url: &'a str, body: &impl serde::Serialize) -> FetchRequest<'a> {
+        let bytes = serde_json::to_vec(body).expect("a JSON value serialises");
+        FetchRequest {
+            method: Method::POST,
+            url,
+            headers: HeaderMap::new(),
+            body: FetchBody::Json(Bytes::from(bytes)),
+            basic: None,
+        }
+    }
+
+    /// Adds the header `name: value` (replacing one of that name).
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> FetchRequest<'a> {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// HTTP Basic authentication with `client_id` and `client_secret`.
+    pub fn basic(mut self, client_id: &'a str, client_secret: &'a str) -> FetchRequest<'a> {
+        self.basic = Some((client_id, client_secret));
+        self
     }
 }
 
@@ -72,6 +196,12 @@ impl FetchResponse {
             headers: HeaderMap::new(),
             body: body.into(),
         }
+    }
+
+    /// The body parsed as JSON into `T` (a JSON object: `serde_json::Map<String, Value>`, or a
+    /// typed document).
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.body)
     }
 }
 
@@ -103,6 +233,15 @@ pub enum FetchError {
         url: String,
         /// The bound.
         limit: usize,
+    },
+    /// The [`Fetch`] cannot make this kind of request (the provided [`Fetch::send`] of a client
+    /// that implements only `get` and `post_form`).
+    #[error("cannot send {url}: {why}")]
+    Unsupported {
+        /// The URL.
+        url: String,
+        /// What the client cannot do.
+        why: &'static str,
     },
 }
 
@@ -195,14 +334,14 @@ impl HttpFetch {
         }
     }
 
-    /// The same client with another bound on the whole exchange (tests).
-    #[cfg(test)]
-    pub(crate) fn with_timeout(mut self, timeout: Duration) -> HttpFetch {
+    /// The same client with another bound on the whole exchange (connect, send, read the
+    /// body); the default is 5 s.
+    pub fn with_timeout(mut self, timeout: Duration) -> HttpFetch {
         self.timeout = timeout;
         self
     }
 
-    async fn send(
+    async fn exchange(
         &self,
         url: &str,
         request: Request<Full<Bytes>>,
@@ -253,15 +392,7 @@ impl HttpFetch {
 
 impl Fetch for HttpFetch {
     fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
-        Box::pin(async move {
-            check_url(url)?;
-            let request = Request::get(url)
-                .header(ACCEPT, "application/json")
-                .header(USER_AGENT, USER_AGENT_VALUE)
-                .body(Full::new(Bytes::new()))
-                .map_err(|_| refused(url, "not a URL"))?;
-            self.send(url, request).await
-        })
+        self.send(FetchRequest::get(url))
     }
 
     fn post_form<'a>(
@@ -270,19 +401,50 @@ impl Fetch for HttpFetch {
         form: &'a [(&'a str, &'a str)],
         basic: Option<(&'a str, &'a str)>,
     ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        let mut request = FetchRequest::post_form(url, form);
+        request.basic = basic;
+        self.send(request)
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: FetchRequest<'a>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
         Box::pin(async move {
+            let url = request.url;
             check_url(url)?;
-            let mut request = Request::post(url)
+            let mut builder = Request::builder()
+                .method(request.method)
+                .uri(url)
                 .header(ACCEPT, "application/json")
-                .header(USER_AGENT, USER_AGENT_VALUE)
-                .header(CONTENT_TYPE, "application/x-www-form-urlencoded");
-            if let Some((id, secret)) = basic {
-                request = request.header(AUTHORIZATION, basic_auth(id, secret));
+                .header(USER_AGENT, USER_AGENT_VALUE);
+            let body = match request.body {
+                FetchBody::Empty => Bytes::new(),
+                FetchBody::Form(form) => {
+                    builder = builder.header(CONTENT_TYPE, "application/x-www-form-urlencoded");
+                    Bytes::from(form_encode(form))
+                }
+                FetchBody::Json(json) => {
+                    builder = builder.header(CONTENT_TYPE, "application/json");
+                    json
+                }
+            };
+            if let Some((id, secret)) = request.basic {
+                builder = builder.header(AUTHORIZATION, basic_auth(id, secret));
             }
-            let request = request
-                .body(Full::new(Bytes::from(form_encode(form))))
+            let Some(headers) = builder.headers_mut() else {
+                return Err(refused(url, "not a URL"));
+            };
+            for name in request.headers.keys() {
+                headers.remove(name);
+            }
+            for (name, value) in &request.headers {
+                headers.append(name, value.clone());
+            }
+            let request = builder
+                .body(Full::new(body))
                 .map_err(|_| refused(url, "not a URL"))?;
-            self.send(url, request).await
+            self.exchange(url, request).await
         })
     }
 }
@@ -354,7 +516,8 @@ pub(crate) fn form_encode(form: &[(&str, &str)]) -> String {
     out
 }
 
-fn encode_component(s: &str, out: &mut String) {
+/// Percent-encodes `s` as one component of an `application/x-www-form-urlencoded` string.
+pub(crate) fn encode_component(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in s.as_bytes() {
         match b {
@@ -369,6 +532,48 @@ fn encode_component(s: &str, out: &mut String) {
             }
         }
     }
+}
+
+/// Parses an `application/x-www-form-urlencoded` string (a query, a form body) into its pairs,
+/// in order (the WHATWG URL standard's parser): `&`-separated, empty pieces skipped, the name
+/// ending at the first `=` (a piece without one has an empty value), `+` as a space, `%XX`
+/// decoded; a `%` not followed by two hex digits is kept as it is, and bytes that do not form
+/// UTF-8 become U+FFFD.
+// Its callers are the client's redirect and error parsing (the authorization code flow).
+#[allow(dead_code)]
+pub(crate) fn form_decode(input: &str) -> Vec<(String, String)> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let escaped = match bytes.get(i..i + 3) {
+                Some([b'%', hi, lo]) => hex(*hi).zip(hex(*lo)),
+                _ => None,
+            };
+            match (bytes[i], escaped) {
+                (_, Some((hi, lo))) => {
+                    out.push(hi << 4 | lo);
+                    i += 2;
+                }
+                (b'+', None) => out.push(b' '),
+                (b, None) => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    fn hex(b: u8) -> Option<u8> {
+        (b as char).to_digit(16).map(|d| d as u8)
+    }
+    input
+        .split('&')
+        .filter(|piece| !piece.is_empty())
+        .map(|piece| {
+            let (name, value) = piece.split_once('=').unwrap_or((piece, ""));
+            (decode(name), decode(value))
+        })
+        .collect()
 }
 
 /// HTTP Basic credentials per RFC 6749 section 2.3.1: the client id and secret are each
@@ -726,6 +931,184 @@ pub(crate) mod tests {
             .post_form("http://id.example.invalid/introspect", &[("a", "b")], None)
             .await;
         assert!(matches!(post, Err(FetchError::Url { .. })), "{post:?}");
+    }
+
+    #[tokio::test]
+    async fn send_takes_any_method_extra_headers_and_a_json_body() {
+        let addr = serve(Arc::new(|seen: Seen| {
+            let header = |name: &str| {
+                seen.headers
+                    .get(name)
+                    .map(|v| v.to_str().unwrap().to_owned())
+                    .unwrap_or_default()
+            };
+            let echo = serde_json::json!({
+                "method": seen.method.as_str(),
+                "accept": header("accept"),
+                "content_type": header("content-type"),
+                "dpop": header("dpop"),
+                "authorization": header("authorization"),
+                "body": String::from_utf8(seen.body.to_vec()).unwrap(),
+            });
+            Response::builder()
+                .status(StatusCode::CREATED)
+                .header("dpop-nonce", "n1")
+                .body(Full::new(Bytes::from(echo.to_string())))
+                .unwrap()
+        }))
+        .await;
+        let url = format!("http://{addr}/register");
+        let fetch = HttpFetch::new();
+        let response = fetch
+            .send(
+                FetchRequest::post_json(&url, &serde_json::json!({"client_name": "x"}))
+                    .header(
+                        HeaderName::from_static("dpop"),
+                        HeaderValue::from_static("proof"),
+                    )
+                    .basic("id", "s"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status, StatusCode::CREATED);
+        assert_eq!(response.headers["dpop-nonce"], "n1");
+        let echo: serde_json::Value = response.json().unwrap();
+        assert_eq!(echo["method"], "POST");
+        assert_eq!(echo["accept"], "application/json");
+        assert_eq!(echo["content_type"], "application/json");
+        assert_eq!(echo["dpop"], "proof");
+        assert_eq!(echo["authorization"], basic_auth("id", "s"));
+        assert_eq!(echo["body"], "{\"client_name\":\"x\"}");
+
+        // Another method, no body; a header of the caller's replaces the client's own.
+        let mut request = FetchRequest::get(&url).header(
+            ACCEPT,
+            HeaderValue::from_static("application/jwk-set+json"),
+        );
+        request.method = Method::DELETE;
+        let echo: serde_json::Value = fetch.send(request).await.unwrap().json().unwrap();
+        assert_eq!(echo["method"], "DELETE");
+        assert_eq!(echo["accept"], "application/jwk-set+json");
+        assert_eq!(echo["content_type"], "");
+        assert_eq!(echo["body"], "");
+
+        // A form POST through `send` is the form POST of `post_form`.
+        let form = [("grant_type", "client_credentials"), ("scope", "a b")];
+        let echo: serde_json::Value = fetch
+            .send(FetchRequest::post_form(&url, &form))
+            .await
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(echo["content_type"], "application/x-www-form-urlencoded");
+        assert_eq!(echo["body"], "grant_type=client_credentials&scope=a+b");
+        assert_eq!(echo["authorization"], "");
+
+        // The URL rules hold for `send` too: refused before any connection.
+        let refused = fetch
+            .send(FetchRequest::post_json(
+                "http://id.example.invalid/register",
+                &serde_json::json!({}),
+            ))
+            .await;
+        assert!(matches!(refused, Err(FetchError::Url { .. })), "{refused:?}");
+    }
+
+    /// A client implementing only what the resource server needs (as before `send` existed).
+    #[derive(Debug, Default)]
+    struct Minimal {
+        calls: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Fetch for Minimal {
+        fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+            self.calls.lock().unwrap().push(format!("GET {url}"));
+            Box::pin(async { Ok(FetchResponse::new(StatusCode::OK, "{}")) })
+        }
+
+        fn post_form<'a>(
+            &'a self,
+            url: &'a str,
+            form: &'a [(&'a str, &'a str)],
+            basic: Option<(&'a str, &'a str)>,
+        ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("POST {url} {} {basic:?}", form_encode(form)));
+            Box::pin(async { Ok(FetchResponse::new(StatusCode::OK, "{}")) })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_provided_send_maps_onto_get_and_post_form_and_refuses_the_rest() {
+        let fetch = Minimal::default();
+        let shared: Arc<dyn Fetch> = Arc::new(Minimal::default());
+        fetch.send(FetchRequest::get("https://as/m")).await.unwrap();
+        let form = [("a", "b")];
+        fetch
+            .send(FetchRequest::post_form("https://as/t", &form).basic("id", "s"))
+            .await
+            .unwrap();
+        assert_eq!(
+            *fetch.calls.lock().unwrap(),
+            [
+                "GET https://as/m",
+                "POST https://as/t a=b Some((\"id\", \"s\"))"
+            ]
+        );
+        // Through an `Arc` as well.
+        shared.send(FetchRequest::get("https://as/m")).await.unwrap();
+        for request in [
+            FetchRequest::get("https://as/m").header(
+                HeaderName::from_static("dpop"),
+                HeaderValue::from_static("p"),
+            ),
+            FetchRequest::get("https://as/m").basic("id", "s"),
+            FetchRequest::post_json("https://as/r", &serde_json::json!({})),
+            FetchRequest::post_form("https://as/t", &form).header(
+                HeaderName::from_static("dpop"),
+                HeaderValue::from_static("p"),
+            ),
+        ] {
+            let result = fetch.send(request).await;
+            assert!(
+                matches!(result, Err(FetchError::Unsupported { .. })),
+                "{result:?}"
+            );
+        }
+        assert_eq!(fetch.calls.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn form_decoding_follows_the_urlencoded_parser() {
+        let pairs = |s: &str| form_decode(s);
+        assert_eq!(
+            pairs("code=a%2Bb+c&state=x&&iss=https%3A%2F%2Fas.example.com%2F"),
+            [
+                ("code".to_owned(), "a+b c".to_owned()),
+                ("state".to_owned(), "x".to_owned()),
+                ("iss".to_owned(), "https://as.example.com/".to_owned()),
+            ]
+        );
+        assert_eq!(pairs(""), []);
+        assert_eq!(
+            pairs("flag&a=1=2&%zz=%4&%C3%A9=%FF"),
+            [
+                ("flag".to_owned(), String::new()),
+                ("a".to_owned(), "1=2".to_owned()),
+                ("%zz".to_owned(), "%4".to_owned()),
+                ("é".to_owned(), "\u{FFFD}".to_owned()),
+            ]
+        );
+        // What `form_encode` writes, `form_decode` reads back.
+        let form = [("a b", "+&=%/é~"), ("", "x")];
+        let decoded = form_decode(&form_encode(&form));
+        let expected: Vec<_> = form
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(decoded, expected);
     }
 
     #[test]

@@ -474,7 +474,6 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::discovery;
     use crate::discovery::tests::{Table, table};
     use crate::jwt::test_keys::{ES256, ES256_OTHER};
     use crate::{Auth, Clock, FetchError, FetchResponse, Issuer, StaticToken};
@@ -769,7 +768,7 @@ mod tests {
         while let Some(status) = waiting.join_next().await {
             assert_eq!(status.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
         }
-        let round = discovery::metadata_urls(ISSUER).unwrap().len();
+        let round = crate::as_metadata::metadata_urls(ISSUER).unwrap().len();
         assert_eq!(black_hole.gets.load(Ordering::SeqCst), round, "one round");
     }
 

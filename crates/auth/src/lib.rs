@@ -45,10 +45,14 @@
 // The crate docs name the resource server's types, which only exist with feature `server`.
 #![cfg_attr(not(feature = "server"), allow(rustdoc::broken_intra_doc_links))]
 
-// Shared by the resource server and the client side to come (issue 21).
+// Shared by the resource server and the client.
 mod clock;
 mod error;
 mod fetch;
+#[cfg(any(feature = "server", feature = "client"))]
+mod as_metadata;
+#[cfg(any(feature = "server", feature = "client"))]
+mod canonical;
 
 // The resource server (feature `server`).
 #[cfg(feature = "server")]
@@ -70,8 +74,6 @@ mod nonce;
 
 // The resource server's public API and its answers.
 #[cfg(feature = "server")]
-mod canonical;
-#[cfg(feature = "server")]
 mod challenge;
 #[cfg(feature = "server")]
 mod config;
@@ -82,7 +84,7 @@ mod verifier;
 
 pub use clock::{Clock, SystemClock};
 pub use error::AuthError;
-pub use fetch::{BoxFuture, Fetch, FetchError, FetchResponse, HttpFetch};
+pub use fetch::{BoxFuture, Fetch, FetchBody, FetchError, FetchRequest, FetchResponse, HttpFetch};
 
 #[cfg(feature = "server")]
 pub use config::{Auth, ConfigError, Dpop, Issuer};
