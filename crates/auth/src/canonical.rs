@@ -371,7 +371,10 @@ mod tests {
     #[test]
     fn origins_compare_scheme_host_and_port() {
         let origin = |uri| Parts::split(uri).unwrap().origin();
-        assert_eq!(origin("HTTPS://MCP.Example.com:443/mcp?x"), "https://mcp.example.com");
+        assert_eq!(
+            origin("HTTPS://MCP.Example.com:443/mcp?x"),
+            "https://mcp.example.com"
+        );
         assert_eq!(origin("http://127.0.0.1:80"), "http://127.0.0.1");
         assert_eq!(origin("http://[::1]:8080/a"), "http://[::1]:8080");
         assert_ne!(origin("http://h/mcp"), origin("https://h/mcp"));

@@ -981,10 +981,8 @@ pub(crate) mod tests {
         assert_eq!(echo["body"], "{\"client_name\":\"x\"}");
 
         // Another method, no body; a header of the caller's replaces the client's own.
-        let mut request = FetchRequest::get(&url).header(
-            ACCEPT,
-            HeaderValue::from_static("application/jwk-set+json"),
-        );
+        let mut request = FetchRequest::get(&url)
+            .header(ACCEPT, HeaderValue::from_static("application/jwk-set+json"));
         request.method = Method::DELETE;
         let echo: serde_json::Value = fetch.send(request).await.unwrap().json().unwrap();
         assert_eq!(echo["method"], "DELETE");
@@ -1011,7 +1009,10 @@ pub(crate) mod tests {
                 &serde_json::json!({}),
             ))
             .await;
-        assert!(matches!(refused, Err(FetchError::Url { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(FetchError::Url { .. })),
+            "{refused:?}"
+        );
     }
 
     /// A client implementing only what the resource server needs (as before `send` existed).
@@ -1058,7 +1059,10 @@ pub(crate) mod tests {
             ]
         );
         // Through an `Arc` as well.
-        shared.send(FetchRequest::get("https://as/m")).await.unwrap();
+        shared
+            .send(FetchRequest::get("https://as/m"))
+            .await
+            .unwrap();
         for request in [
             FetchRequest::get("https://as/m").header(
                 HeaderName::from_static("dpop"),

@@ -46,13 +46,18 @@
 #![cfg_attr(not(feature = "server"), allow(rustdoc::broken_intra_doc_links))]
 
 // Shared by the resource server and the client.
-mod clock;
-mod error;
-mod fetch;
 #[cfg(any(feature = "server", feature = "client"))]
 mod as_metadata;
 #[cfg(any(feature = "server", feature = "client"))]
 mod canonical;
+mod clock;
+mod error;
+mod fetch;
+
+// The client (feature `client`).
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
+pub mod client;
 
 // The resource server (feature `server`).
 #[cfg(feature = "server")]
