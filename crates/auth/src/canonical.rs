@@ -102,6 +102,7 @@ impl<'a> Parts<'a> {
     }
 
     /// Whether the host is a loopback host ([`is_loopback`](crate::fetch::is_loopback)).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn is_loopback(&self) -> bool {
         crate::fetch::is_loopback(&self.host)
     }
