@@ -1,5 +1,6 @@
-//! An OAuth 2.1 resource server for MCP: a [`Guard`](modelctx_http::server::Guard) for
-//! modelctx-http's Streamable HTTP server.
+//! OAuth 2.1 for MCP: a resource server, the [`Guard`](modelctx_http::server::Guard) for
+//! modelctx-http's Streamable HTTP server (feature `server`, default), and the beginnings of the
+//! client half (feature `client`, below).
 //!
 //! What it does, per MCP's authorization pages (2025-03-26 on):
 //! - serves the protected resource metadata (RFC 9728) at the path-inserted well-known URI and
@@ -41,6 +42,15 @@
 //! shared secret (HMAC) or unsigned; normalise a resource URI beyond lower-casing scheme and
 //! host, dropping a default port and one trailing slash (no percent-encoding or dot-segment
 //! normalisation); say in a refusal which check a token failed (only the OAuth error code).
+//!
+//! The client half (feature `client`, module `client`), so far: the `WWW-Authenticate`
+//! challenge parser (`client::Challenges`), discovery (`client::OAuth::discover`: the protected
+//! resource metadata from the challenge or the well-known URIs, its `resource` checked against
+//! the server's URL; the authorization server's metadata with an exact `issuer`, https
+//! endpoints and PKCE `S256`; the 2025-03-26 fallbacks) and scope choice. It does not yet
+//! register clients, run a grant, keep tokens or authorize modelctx-http's client requests.
+//! Both halves reach authorization servers through the same [`Fetch`]; its
+//! [`send`](Fetch::send) makes any request (method, headers such as `DPoP`, form or JSON body).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // The crate docs name the resource server's types, which only exist with feature `server`.
 #![cfg_attr(not(feature = "server"), allow(rustdoc::broken_intra_doc_links))]

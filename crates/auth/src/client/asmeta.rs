@@ -218,7 +218,7 @@ pub(crate) async fn discover(fetch: &dyn Fetch, issuer: &str) -> Result<AuthServ
         let document: Document =
             serde_json::from_value(Value::Object(document)).map_err(|e| Error::Metadata {
                 url: url.clone(),
-                why: format!("malformed: {e}"),
+                why: remote_text(&format!("malformed: {e}")),
             })?;
         return AuthServer::from_document(&url, document);
     }

@@ -179,12 +179,14 @@ pub(crate) async fn discover(
             url: url.clone(),
             why,
         };
-        let value: Value = response.json().map_err(|e| bad(format!("not JSON: {e}")))?;
+        let value: Value = response
+            .json()
+            .map_err(|e| bad(remote_text(&format!("not JSON: {e}"))))?;
         if !value.is_object() {
             return Err(bad("not a JSON object".into()));
         }
-        let document: Document =
-            serde_json::from_value(value).map_err(|e| bad(format!("malformed: {e}")))?;
+        let document: Document = serde_json::from_value(value)
+            .map_err(|e| bad(remote_text(&format!("malformed: {e}"))))?;
         let resource = document
             .resource
             .ok_or_else(|| bad("no resource member".into()))?;

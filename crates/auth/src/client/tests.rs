@@ -832,3 +832,21 @@ fn the_builder_documents_its_defaults() {
         .build();
     assert!(format!("{client:?}").contains("timeout: 300ms"));
 }
+
+#[tokio::test]
+async fn a_servers_text_in_an_error_is_bounded_and_escaped() {
+    let hostile = format!("https://evil.example.com/\u{1b}[2J\n{}", "x".repeat(5000));
+    let published = hostile.clone();
+    let server = mock(move |base, path| {
+        (path == format!("{PRM}/mcp")).then(|| Reply::Json(prm(&published, &[base])))
+    })
+    .await;
+    match oauth().discover(&server.url("/mcp"), &none()).await {
+        Err(Error::ResourceMismatch { published, .. }) => {
+            assert!(published.starts_with("https://evil.example.com/\\u{1b}[2J\\n"));
+            assert!(published.chars().count() <= 201 + 8, "{}", published.len());
+            assert!(!published.chars().any(char::is_control));
+        }
+        other => panic!("{other:?}"),
+    }
+}
