@@ -532,6 +532,32 @@ mod tests {
     }
 
     #[test]
+    fn random_inputs_never_panic() {
+        // A small xorshift over the characters that matter to the grammar.
+        const ALPHABET: &[u8] = b"Bearer DPoP=\",\\ \t/+~:_a1\xff\x00";
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            let mut value = Vec::new();
+            let len = (state % 40) as usize;
+            for _ in 0..len {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                value.push(ALPHABET[(state % ALPHABET.len() as u64) as usize]);
+            }
+            let mut out = Vec::new();
+            parse_value(&value, &mut out);
+            let challenges = Challenges(out);
+            let _ = (
+                challenges.scopes(),
+                challenges.error(),
+                challenges.dpop_algs(),
+            );
+            let _ = challenges.resource_metadata();
+        }
+    }
+
+    #[test]
     fn values_over_8_kib_are_ignored() {
         let long = format!(r#"Bearer scope="{}""#, "a".repeat(MAX_VALUE));
         assert!(Challenges::parse(&long).is_empty());
