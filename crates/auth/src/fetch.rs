@@ -100,7 +100,10 @@ impl<T: Fetch + ?Sized> Fetch for Arc<T> {
 /// One request for [`Fetch::send`]: built with [`get`](FetchRequest::get),
 /// [`post_form`](FetchRequest::post_form) or [`post_json`](FetchRequest::post_json), then
 /// [`header`](FetchRequest::header) and [`basic`](FetchRequest::basic).
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` shows no secret: header names without values, form field names without values,
+/// the size of a JSON body, the Basic client id without the secret.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct FetchRequest<'a> {
     /// The method.
@@ -116,8 +119,9 @@ pub struct FetchRequest<'a> {
     pub basic: Option<(&'a str, &'a str)>,
 }
 
-/// The body of a [`FetchRequest`].
-#[derive(Debug, Clone)]
+/// The body of a [`FetchRequest`]. Its `Debug` shows form field names and a JSON body's size,
+/// never values (codes, tokens and client secrets travel in them).
+#[derive(Clone)]
 #[non_exhaustive]
 pub enum FetchBody<'a> {
     /// No body.
@@ -126,6 +130,32 @@ pub enum FetchBody<'a> {
     Form(&'a [(&'a str, &'a str)]),
     /// `application/json`, these bytes.
     Json(Bytes),
+}
+
+impl fmt::Debug for FetchRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<&str> = self.headers.keys().map(HeaderName::as_str).collect();
+        f.debug_struct("FetchRequest")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &headers)
+            .field("body", &self.body)
+            .field("basic", &self.basic.map(|(id, _)| (id, "<redacted>")))
+            .finish()
+    }
+}
+
+impl fmt::Debug for FetchBody<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchBody::Empty => f.write_str("Empty"),
+            FetchBody::Form(form) => f
+                .debug_tuple("Form")
+                .field(&form.iter().map(|(name, _)| *name).collect::<Vec<_>>())
+                .finish(),
+            FetchBody::Json(json) => write!(f, "Json({} bytes)", json.len()),
+        }
+    }
 }
 
 impl<'a> FetchRequest<'a> {
@@ -1082,6 +1112,32 @@ pub(crate) mod tests {
             );
         }
         assert_eq!(fetch.calls.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_requests_debug_shows_no_secret() {
+        let form = [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", "rt-SECRET"),
+        ];
+        let request = FetchRequest::post_form("https://as/token", &form)
+            .basic("client", "cs-SECRET")
+            .header(
+                HeaderName::from_static("dpop"),
+                HeaderValue::from_static("proof-SECRET"),
+            );
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(
+            shown.contains("refresh_token") && shown.contains("client") && shown.contains("dpop"),
+            "{shown}"
+        );
+        let json = FetchRequest::post_json("https://as/r", &serde_json::json!({"s": "SECRET"}));
+        let shown = format!("{json:?}");
+        assert!(
+            !shown.contains("SECRET") && shown.contains("Json(14 bytes)"),
+            "{shown}"
+        );
     }
 
     #[test]

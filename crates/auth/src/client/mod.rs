@@ -19,7 +19,7 @@
 //!
 //! What it does not do yet: register a client, run the authorization code flow or another
 //! grant, keep tokens, or put them on the HTTP client's requests. Every request to a server goes
-//! through the [`Fetch`](crate::Fetch) of [`OAuthBuilder::fetch`]: https (or http to loopback),
+//! through the [`Fetch`] of [`OAuthBuilder::fetch`]: https (or http to loopback),
 //! 5 s per exchange, 256 KiB bodies, no redirects followed.
 
 mod asmeta;

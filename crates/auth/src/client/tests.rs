@@ -819,6 +819,17 @@ async fn scopes_from_the_challenge_then_the_resource_then_none() {
 }
 
 #[test]
+fn discovery_can_run_on_any_task() {
+    fn send<T: Send + 'static>(_: T) {}
+    let client = OAuth::builder().build();
+    send(async move {
+        client
+            .discover("https://h/mcp", &Challenges::default())
+            .await
+    });
+}
+
+#[test]
 fn the_builder_documents_its_defaults() {
     let client = OAuth::builder().build();
     assert!(client.inner.offline_access);
