@@ -861,3 +861,28 @@ async fn a_servers_text_in_an_error_is_bounded_and_escaped() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_challenge_may_point_to_metadata_on_another_origin() {
+    let server = one_origin("/mcp").await;
+    let resource = server.url("/mcp");
+    let issuer = server.base.clone();
+    let metadata_host = mock(move |_, path| {
+        (path == "/prm/mcp.json").then(|| Reply::Json(prm(&resource, &[&issuer])))
+    })
+    .await;
+    let header = format!(
+        r#"Bearer resource_metadata="{}""#,
+        metadata_host.url("/prm/mcp.json")
+    );
+    let found = oauth()
+        .discover(&server.url("/mcp"), &challenge(&header))
+        .await
+        .unwrap();
+    assert_eq!(found.resource, server.url("/mcp"));
+    assert_eq!(
+        found.protected_resource.unwrap().url,
+        metadata_host.url("/prm/mcp.json")
+    );
+    assert_eq!(server.hits(), [RFC8414], "no well-known PRM asked");
+}
