@@ -1,6 +1,7 @@
 //! What a client transport may do: limits, timeouts, reconnection.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -12,11 +13,20 @@ use http::HeaderMap;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// Headers sent on every request (say `Authorization`). `Mcp-*`, `Accept` and
-    /// `Content-Type` are the transport's own and override these. The values of
-    /// `Authorization`, `Proxy-Authorization` and `Cookie` are marked sensitive when sent (HTTP/2
-    /// compression does not index them) and are never shown by `Debug`.
+    /// Headers sent on every request (say a fixed `Authorization`, when no
+    /// [`auth`](Self::auth) is set). `Mcp-*`, `Accept` and `Content-Type` are the transport's
+    /// own and override these; the credentials of [`auth`](Self::auth) replace those of their
+    /// names. The values of `Authorization`, `Proxy-Authorization` and `Cookie` are marked
+    /// sensitive when sent (HTTP/2 compression does not index them) and are never shown by
+    /// `Debug`.
     pub headers: HeaderMap,
+    /// Gives the credentials of every request and decides what a refusal (401, or 403 with
+    /// `insufficient_scope`) leads to (default none: requests carry [`headers`](Self::headers)
+    /// only, and a 401 fails its request with
+    /// [`TransportError::Status`](super::TransportError::Status)). With one set, `headers` must
+    /// not hold an `Authorization` of its own ([`HttpTransport::new`](super::HttpTransport::new)
+    /// refuses two sources of credentials). `Debug` shows only whether it is set.
+    pub auth: Option<Arc<dyn super::Authorizer>>,
     /// The largest JSON response body read, in bytes (default 16 MiB); a larger one fails its
     /// request.
     pub max_body: usize,
@@ -107,6 +117,7 @@ impl fmt::Debug for ClientConfig {
         let mut debug = f.debug_struct("ClientConfig");
         debug
             .field("headers", &Headers(&self.headers))
+            .field("auth", &self.auth.as_ref().map(|_| "set"))
             .field("max_body", &self.max_body)
             .field("max_event", &self.max_event)
             .field("max_in_flight", &self.max_in_flight)
@@ -129,6 +140,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             headers: HeaderMap::new(),
+            auth: None,
             max_body: 16 << 20,
             max_event: 16 << 20,
             max_in_flight: 1024,
@@ -167,6 +179,13 @@ impl ClientConfig {
     #[must_use]
     pub fn headers(mut self, headers: HeaderMap) -> Self {
         self.headers = headers;
+        self
+    }
+
+    /// Sets [`auth`](Self::auth).
+    #[must_use]
+    pub fn auth(mut self, authorizer: Arc<dyn super::Authorizer>) -> Self {
+        self.auth = Some(authorizer);
         self
     }
 

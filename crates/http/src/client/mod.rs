@@ -61,6 +61,7 @@
 //! comes back waits in a bounded queue: a caller that stops reading [`recv`](HttpTransport::recv)
 //! stops the reading of responses.
 
+mod auth;
 mod config;
 mod exchange;
 mod old_sse;
@@ -80,6 +81,10 @@ use modelctx_types::{DecodeError, Incoming, Message, ProtocolVersion, RequestId}
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
+pub use auth::{
+    AuthFailure, AuthFailureKind, Authorizer, BoxFuture, Credentials, MAX_SENDS, Outgoing, Reply,
+    Retry,
+};
 pub use config::{ClientConfig, Reconnect};
 
 use crate::headers::{ParamHeader, RequestHeaderError};
@@ -239,6 +244,11 @@ pub enum TransportError {
     /// The transport was closed.
     #[error("the transport is closed")]
     Closed,
+    /// Authorization failed: the [`Authorizer`] could not give credentials, could not cure the
+    /// server's refusal, or the server refused [`MAX_SENDS`] sends of one exchange in a row.
+    /// (Without an authorizer a 401 is a [`TransportError::Status`].)
+    #[error("authorization failed: {0}")]
+    Auth(AuthFailure),
 }
 
 impl From<SseError> for TransportError {
@@ -271,7 +281,7 @@ pub enum SendError {
     Invalid(&'static str),
 }
 
-/// Why [`HttpTransport::new`] refused a URL.
+/// Why [`HttpTransport::new`] refused a URL (or its configuration).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {
@@ -281,6 +291,12 @@ pub enum UrlError {
     /// Neither `http` nor `https` (which needs the feature `rustls`).
     #[error("unsupported URL scheme {0:?}")]
     Scheme(String),
+    /// [`ClientConfig::headers`] holds an `Authorization` while [`ClientConfig::auth`] is set:
+    /// two sources of credentials.
+    #[error(
+        "both ClientConfig::headers and ClientConfig::auth give credentials: remove the Authorization header"
+    )]
+    TwoCredentials,
 }
 
 /// How one message is sent.
@@ -577,6 +593,9 @@ impl HttpTransport {
     /// Nothing is sent until the first [`send`](Self::send).
     pub fn new(url: &str, mut config: ClientConfig) -> Result<Self, UrlError> {
         config::mark_credentials(&mut config.headers);
+        if config.auth.is_some() && config.headers.contains_key(http::header::AUTHORIZATION) {
+            return Err(UrlError::TwoCredentials);
+        }
         let url: Uri = url.parse().map_err(|e| UrlError::Invalid(format!("{e}")))?;
         let scheme = url.scheme_str().unwrap_or_default().to_ascii_lowercase();
         match scheme.as_str() {
@@ -703,18 +722,20 @@ impl HttpTransport {
             }
         };
         if let Some((id, version)) = session {
-            let mut builder = exchange::builder(&self.shared, Method::DELETE, &self.shared.url)
-                .header(crate::headers::MCP_SESSION_ID, id);
+            // A refresh of credentials is fine here; asking the user to sign in is not.
+            let mut spec = exchange::Spec::new(&self.shared, Method::DELETE, &self.shared.url)
+                .header(crate::headers::MCP_SESSION_ID, id)
+                .limit(Some(self.shared.config.delete_timeout))
+                .interactive(false);
             if let Some(version) = version {
-                builder = builder.header(crate::headers::MCP_PROTOCOL_VERSION, version);
+                spec = spec.header(crate::headers::MCP_PROTOCOL_VERSION, version);
             }
-            if let Ok(req) = builder.body(Full::new(Bytes::new())) {
-                let _ = tokio::time::timeout(
-                    self.shared.config.delete_timeout,
-                    self.shared.http.request(req),
-                )
-                .await;
-            }
+            // The whole exchange, the authorizer's part included, within the delete timeout.
+            let _ = tokio::time::timeout(
+                self.shared.config.delete_timeout,
+                exchange::send(&self.shared, &spec, None),
+            )
+            .await;
         }
     }
 }
