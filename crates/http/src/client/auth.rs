@@ -278,9 +278,7 @@ impl fmt::Display for AuthFailure {
 
 impl Error for AuthFailure {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn Error + 'static))
+        self.source.as_deref().map(|e| e as &(dyn Error + 'static))
     }
 }
 
@@ -435,7 +433,10 @@ mod tests {
         );
         let debug = format!("{:?}", Credentials::new(headers, 7));
         assert!(!debug.contains("s3cret"), "{debug}");
-        assert!(debug.contains("authorization") && debug.contains('7'), "{debug}");
+        assert!(
+            debug.contains("authorization") && debug.contains('7'),
+            "{debug}"
+        );
 
         #[derive(Debug, thiserror::Error)]
         #[error("the token endpoint said invalid_grant")]
@@ -445,11 +446,17 @@ mod tests {
         assert!(failure.source().is_some_and(|s| s.is::<Cause>()));
         assert_eq!(
             failure,
-            AuthFailure::new(AuthFailureKind::Issuer, "the token endpoint said invalid_grant")
+            AuthFailure::new(
+                AuthFailureKind::Issuer,
+                "the token endpoint said invalid_grant"
+            )
         );
         assert_ne!(
             failure,
-            AuthFailure::new(AuthFailureKind::Rejected, "the token endpoint said invalid_grant")
+            AuthFailure::new(
+                AuthFailureKind::Rejected,
+                "the token endpoint said invalid_grant"
+            )
         );
         let caused = AuthFailure::new(AuthFailureKind::Declined, "no").with_source(Cause);
         assert!(caused.source().is_some());

@@ -388,6 +388,38 @@ mod tests {
         );
         assert!(debug.contains("acme"), "other headers are shown: {debug}");
         assert!(debug.contains("one_way_timeout"), "{debug}");
+        assert!(debug.contains("auth: None"), "{debug}");
+
+        // An authorizer is shown as set, never by its own Debug (which may hold tokens).
+        use crate::client::{
+            AuthFailure, Authorizer, BoxFuture, Credentials, Outgoing, Reply, Retry,
+        };
+        #[derive(Debug)]
+        struct Leaky {
+            #[allow(dead_code)]
+            token: &'static str,
+        }
+        impl Authorizer for Leaky {
+            fn credentials<'a>(
+                &'a self,
+                _: &'a Outgoing<'a>,
+            ) -> BoxFuture<'a, Result<Credentials, AuthFailure>> {
+                Box::pin(async { Ok(Credentials::none(0)) })
+            }
+            fn refused<'a>(
+                &'a self,
+                _: &'a Outgoing<'a>,
+                _: &'a Reply<'a>,
+            ) -> BoxFuture<'a, Result<Retry, AuthFailure>> {
+                Box::pin(async { Ok(Retry::GiveUp) })
+            }
+        }
+        let with_auth = ClientConfig::default().auth(Arc::new(Leaky {
+            token: "s3cret-in-authorizer",
+        }));
+        let debug = format!("{with_auth:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains(r#"auth: Some("set")"#), "{debug}");
 
         mark_credentials(&mut config.headers);
         for name in ["authorization", "proxy-authorization", "cookie"] {
@@ -460,6 +492,7 @@ mod tests {
         assert!(!c.standalone_stream);
         assert!(!c.old_sse_fallback);
         assert_eq!(ClientConfig::default().response_timeout, None);
+        assert!(ClientConfig::default().auth.is_none());
         #[cfg(feature = "rustls")]
         {
             let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(

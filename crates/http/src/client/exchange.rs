@@ -13,9 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming as Body;
 use tokio::time::Instant;
 
-use super::auth::{
-    AuthFailure, AuthFailureKind, MAX_SENDS, Outgoing, Reply, Retry, is_refusal,
-};
+use super::auth::{AuthFailure, AuthFailureKind, MAX_SENDS, Outgoing, Reply, Retry, is_refusal};
 use super::{Shared, TransportError};
 
 /// What one exchange sends: the same head (but for the credentials) and the same body for each
@@ -229,7 +227,7 @@ async fn head(
     budget: Option<&Budget>,
 ) -> Result<Response<Body>, TransportError> {
     let call = shared.http.request(request);
-    let own = limit.map(|limit| Budget::new(limit));
+    let own = limit.map(Budget::new);
     let first = match (own, budget.copied()) {
         (Some(a), Some(b)) => Some(if a.deadline <= b.deadline { a } else { b }),
         (a, b) => a.or(b),

@@ -62,6 +62,8 @@
 //! stops the reading of responses.
 
 mod auth;
+#[cfg(test)]
+mod auth_tests;
 mod config;
 mod exchange;
 mod old_sse;
