@@ -759,3 +759,116 @@ async fn the_authorizer_s_wait_does_not_count_against_the_one_way_timeout() {
     let quiet = tokio::time::timeout(Duration::from_millis(100), transport.recv()).await;
     assert!(quiet.is_err(), "{quiet:?}");
 }
+
+#[tokio::test]
+async fn an_authorization_failure_ends_the_standalone_stream_and_the_fallback_without_retrying() {
+    // The standalone GET of a legacy session is refused and the authorizer fails: the stream is
+    // given up at once (no reconnect loop), with the typed error.
+    let server = Server::start(|seen| match (&seen.method, seen.rpc_method().as_deref()) {
+        (&Method::POST, Some(m)) if m == Initialize::VALUE => {
+            json_response(&result_for(seen), &[("mcp-session-id", "s-2")])
+        }
+        (&Method::POST, _) => respond(202, &[], ""),
+        _ => unauthorized(),
+    })
+    .await;
+    let auth = Arc::new(Fake::new(OnRefusal::Fail));
+    let mut transport = HttpTransport::new(&server.url(), config(&auth)).unwrap();
+    transport
+        .send_with(
+            request(1, Initialize::VALUE, json!({})),
+            SendOptions::default().starts_session(),
+        )
+        .unwrap();
+    assert!(outcome(&mut transport, 1).await.is_ok());
+    let initialized = Notification::new(NotificationsInitialized::VALUE, &json!({})).unwrap();
+    transport
+        .send_with(
+            Message::Notification(initialized),
+            SendOptions::default().opens_standalone(),
+        )
+        .unwrap();
+    let (stream_request, error) = loop {
+        if let Inbound::GaveUp { request, error, .. } = next(&mut transport).await {
+            break (request, error);
+        }
+    };
+    assert_eq!(stream_request, None);
+    assert!(
+        matches!(&error, TransportError::Auth(f) if f.kind() == AuthFailureKind::Issuer),
+        "{error:?}"
+    );
+    assert_eq!(
+        transport.standalone_stream(),
+        super::StandaloneStream::Unavailable
+    );
+    let gets = server
+        .seen()
+        .iter()
+        .filter(|s| s.method == Method::GET)
+        .count();
+    assert_eq!(gets, 1, "no reconnect after an authorization failure");
+
+    // The 2024-11-05 fallback's GET is refused the same way: the initialize fails with it.
+    let server = Server::start(|seen| match &seen.method {
+        &Method::POST => respond(404, &[], ""),
+        _ => unauthorized(),
+    })
+    .await;
+    let mut transport = HttpTransport::new(&server.url(), config(&auth)).unwrap();
+    transport
+        .send_with(
+            request(1, Initialize::VALUE, json!({})),
+            SendOptions::default().starts_session(),
+        )
+        .unwrap();
+    let error = outcome(&mut transport, 1).await.unwrap_err();
+    assert!(
+        matches!(&error, TransportError::Auth(f) if f.kind() == AuthFailureKind::Issuer),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_closing_delete_is_sent_again_after_a_refresh_but_never_interactively() {
+    let server = Server::start(|seen| match (&seen.method, seen.authorization()) {
+        (&Method::POST, _) if seen.rpc_method().as_deref() == Some(Initialize::VALUE) => {
+            json_response(&result_for(seen), &[("mcp-session-id", "s-3")])
+        }
+        (&Method::DELETE, Some("Bearer tok-2")) => respond(200, &[], ""),
+        (&Method::DELETE, _) => unauthorized(),
+        _ => respond(400, &[], ""),
+    })
+    .await;
+    let auth = Arc::new(Fake::new(OnRefusal::Refresh));
+    let config = config(&auth).standalone_stream(false);
+    let mut transport = HttpTransport::new(&server.url(), config).unwrap();
+    transport
+        .send_with(
+            request(1, Initialize::VALUE, json!({})),
+            SendOptions::default().starts_session(),
+        )
+        .unwrap();
+    assert!(outcome(&mut transport, 1).await.is_ok());
+    transport.close().await;
+    let deletes: Vec<Option<String>> = server
+        .seen()
+        .iter()
+        .filter(|s| s.method == Method::DELETE)
+        .map(|s| s.authorization().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            Some("Bearer tok-1".to_owned()),
+            Some("Bearer tok-2".to_owned())
+        ]
+    );
+    assert!(
+        auth.log()
+            .iter()
+            .any(|l| l == "refused DELETE /mcp interactive=false earlier=[] 401 ticket 101"),
+        "{:#?}",
+        auth.log()
+    );
+}
