@@ -44,9 +44,9 @@ pub struct ClientConfig {
     /// `response_timeout` is): the POST of a notification or of a response to the server's
     /// request (and every POST of the 2024-11-05 transport) until its response head, the
     /// Streamable HTTP ones' posting again included (after a connection error, twice at most;
-    /// after a 503 whose `Retry-After` ends in time, once), and the reading of any error body.
-    /// One that takes longer is given up
-    /// ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
+    /// after a 503 whose `Retry-After` ends in time, once), and the reading of any error body;
+    /// the time the authorizer ([`auth`](Self::auth)) takes to answer does not count. One that
+    /// takes longer is given up ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
     /// [`TransportError::Timeout`](super::TransportError::Timeout); an error body is left
     /// unread), freeing its place under `max_in_flight`.
     pub one_way_timeout: Duration,

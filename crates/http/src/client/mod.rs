@@ -51,8 +51,25 @@
 //! as [`Inbound`] items for the session (`handle_incoming`, `request_failed`,
 //! `transport_closed`). It does not probe for the era (the session does, and hears through
 //! [`Inbound::RequestFailed`] when the probe got no MCP answer), does not re-initialize after a
-//! session ended (the layer above starts a new session), and does not authenticate (put an
-//! `Authorization` header in [`ClientConfig::headers`]).
+//! session ended (the layer above starts a new session), and decides nothing of authorization:
+//! an [`Authorizer`] does (see below), or a fixed `Authorization` in [`ClientConfig::headers`].
+//!
+//! # Authorization
+//!
+//! With [`ClientConfig::auth`] set, every request the transport sends (each POST of both eras,
+//! the one-way POSTs, the resumption and standalone GETs, the closing `DELETE`, the 2024-11-05
+//! transport's GET and POSTs) goes through one loop: the [`Authorizer`] gives the credentials
+//! headers of each send ([`Authorizer::credentials`]), sees the head of each response
+//! ([`Authorizer::observed`]), and is asked about each refusal, a 401 or a 403 whose
+//! `WWW-Authenticate` says `error="insufficient_scope"` ([`Authorizer::refused`]): the same
+//! request, the same body, is sent again with new credentials, or the failure goes up as
+//! [`TransportError::Auth`]. One exchange is at most [`MAX_SENDS`] sends whatever the authorizer
+//! says. The transport keeps no authorization state (each send's ticket, shown back in
+//! [`Outgoing::earlier`], tells the authorizer what it tried) and knows no OAuth: `modelctx-auth`
+//! implements the trait. Credentials go in headers only, never in a URL, and the transport
+//! follows no redirect (a 3xx is an error status), so they never reach another origin; the
+//! 2024-11-05 transport posts only to an endpoint of the server's own origin. Without an
+//! authorizer a 401 fails its request with [`TransportError::Status`], as it always did.
 //!
 //! # Bounds
 //!
