@@ -1,8 +1,9 @@
 //! One HTTP exchange: the request every part of the client sends goes through [`send`], which
-//! adds the configured headers and the [`Authorizer`]'s credentials, waits for the response head
-//! within the configured times, and sends the request again when the authorizer cures a refusal
-//! (at most [`MAX_SENDS`] sends). Shared by the Streamable HTTP exchanges (`request.rs`), the
-//! closing `DELETE` (`mod.rs`) and the 2024-11-05 fallback (`old_sse.rs`).
+//! adds the configured headers and the [`Authorizer`](super::Authorizer)'s credentials, waits
+//! for the response head within the configured times, and sends the request again when the
+//! authorizer cures a refusal (at most [`MAX_SENDS`] sends). Shared by the Streamable HTTP
+//! exchanges (`request.rs`), the closing `DELETE` (`mod.rs`) and the 2024-11-05 fallback
+//! (`old_sse.rs`).
 
 use std::time::Duration;
 
