@@ -282,7 +282,41 @@ pub(crate) fn describe(error: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::connect_failure;
+    use super::{Spec, connect_failure};
+    use crate::client::{ClientConfig, HttpTransport};
+    use http::header::{ACCEPT, AUTHORIZATION};
+    use http::{HeaderMap, HeaderValue, Method};
+
+    #[tokio::test]
+    async fn credentials_are_sensitive_and_replace_configured_headers_of_their_names() {
+        let mut configured = HeaderMap::new();
+        configured.insert("x-api-key", HeaderValue::from_static("configured"));
+        configured.insert("x-tenant", HeaderValue::from_static("acme"));
+        let config = ClientConfig::default().headers(configured);
+        let transport = HttpTransport::new("http://127.0.0.1:1/mcp", config).unwrap();
+        let shared = &transport.shared;
+        let spec = Spec::new(shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
+        let mut credentials = HeaderMap::new();
+        credentials.insert(AUTHORIZATION, HeaderValue::from_static("DPoP t"));
+        credentials.append("x-api-key", HeaderValue::from_static("one"));
+        credentials.append("x-api-key", HeaderValue::from_static("two"));
+        let request = spec.request(shared, Some(credentials)).unwrap();
+        let headers = request.headers();
+        assert!(headers[AUTHORIZATION].is_sensitive());
+        let keys: Vec<_> = headers.get_all("x-api-key").iter().collect();
+        assert_eq!(keys, ["one", "two"]);
+        assert!(keys.iter().all(|v| v.is_sensitive()));
+        assert_eq!(headers["x-tenant"], "acme");
+        assert_eq!(headers[ACCEPT], "text/event-stream");
+        assert_eq!(request.uri(), &shared.url);
+
+        // A header that cannot be one fails the exchange when it is sent.
+        let bad = Spec::new(shared, Method::GET, &shared.url).header("bad header", "x");
+        assert!(matches!(
+            bad.request(shared, None),
+            Err(crate::client::TransportError::Malformed(_))
+        ));
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("client error (Connect)")]
