@@ -45,7 +45,8 @@
 //! at its well-known paths, authentication before a body is read, scopes before a message runs,
 //! credentials removed from what handlers see); without one, an authentication layer in front
 //! puts a `server::Principal` in the request's extensions. The HTTP client ([`client`], feature `client`) is a transport too: the
-//! client session decides, it carries.
+//! client session decides, it carries; a `client::Authorizer` (`ClientConfig::auth`) gives the
+//! credentials of each request it sends and decides whether a refusal is sent again.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "client")]

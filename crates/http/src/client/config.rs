@@ -1,6 +1,7 @@
 //! What a client transport may do: limits, timeouts, reconnection.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -12,11 +13,20 @@ use http::HeaderMap;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
-    /// Headers sent on every request (say `Authorization`). `Mcp-*`, `Accept` and
-    /// `Content-Type` are the transport's own and override these. The values of
-    /// `Authorization`, `Proxy-Authorization` and `Cookie` are marked sensitive when sent (HTTP/2
-    /// compression does not index them) and are never shown by `Debug`.
+    /// Headers sent on every request (say a fixed `Authorization`, when no
+    /// [`auth`](Self::auth) is set). `Mcp-*`, `Accept` and `Content-Type` are the transport's
+    /// own and override these; the credentials of [`auth`](Self::auth) replace those of their
+    /// names. The values of `Authorization`, `Proxy-Authorization` and `Cookie` are marked
+    /// sensitive when sent (HTTP/2 compression does not index them) and are never shown by
+    /// `Debug`.
     pub headers: HeaderMap,
+    /// Gives the credentials of every request and decides what a refusal (401, or 403 with
+    /// `insufficient_scope`) leads to (default none: requests carry [`headers`](Self::headers)
+    /// only, and a 401 fails its request with
+    /// [`TransportError::Status`](super::TransportError::Status)). With one set, `headers` must
+    /// not hold an `Authorization` of its own ([`HttpTransport::new`](super::HttpTransport::new)
+    /// refuses two sources of credentials). `Debug` shows only whether it is set.
+    pub auth: Option<Arc<dyn super::Authorizer>>,
     /// The largest JSON response body read, in bytes (default 16 MiB); a larger one fails its
     /// request.
     pub max_body: usize,
@@ -34,9 +44,9 @@ pub struct ClientConfig {
     /// `response_timeout` is): the POST of a notification or of a response to the server's
     /// request (and every POST of the 2024-11-05 transport) until its response head, the
     /// Streamable HTTP ones' posting again included (after a connection error, twice at most;
-    /// after a 503 whose `Retry-After` ends in time, once), and the reading of any error body.
-    /// One that takes longer is given up
-    /// ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
+    /// after a 503 whose `Retry-After` ends in time, once), and the reading of any error body;
+    /// the time the authorizer ([`auth`](Self::auth)) takes to answer does not count. One that
+    /// takes longer is given up ([`Inbound::Undelivered`](super::Inbound::Undelivered) with
     /// [`TransportError::Timeout`](super::TransportError::Timeout); an error body is left
     /// unread), freeing its place under `max_in_flight`.
     pub one_way_timeout: Duration,
@@ -107,6 +117,7 @@ impl fmt::Debug for ClientConfig {
         let mut debug = f.debug_struct("ClientConfig");
         debug
             .field("headers", &Headers(&self.headers))
+            .field("auth", &self.auth.as_ref().map(|_| "set"))
             .field("max_body", &self.max_body)
             .field("max_event", &self.max_event)
             .field("max_in_flight", &self.max_in_flight)
@@ -129,6 +140,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             headers: HeaderMap::new(),
+            auth: None,
             max_body: 16 << 20,
             max_event: 16 << 20,
             max_in_flight: 1024,
@@ -167,6 +179,13 @@ impl ClientConfig {
     #[must_use]
     pub fn headers(mut self, headers: HeaderMap) -> Self {
         self.headers = headers;
+        self
+    }
+
+    /// Sets [`auth`](Self::auth).
+    #[must_use]
+    pub fn auth(mut self, authorizer: Arc<dyn super::Authorizer>) -> Self {
+        self.auth = Some(authorizer);
         self
     }
 
@@ -369,6 +388,38 @@ mod tests {
         );
         assert!(debug.contains("acme"), "other headers are shown: {debug}");
         assert!(debug.contains("one_way_timeout"), "{debug}");
+        assert!(debug.contains("auth: None"), "{debug}");
+
+        // An authorizer is shown as set, never by its own Debug (which may hold tokens).
+        use crate::client::{
+            AuthFailure, Authorizer, BoxFuture, Credentials, Outgoing, Reply, Retry,
+        };
+        #[derive(Debug)]
+        struct Leaky {
+            #[allow(dead_code)]
+            token: &'static str,
+        }
+        impl Authorizer for Leaky {
+            fn credentials<'a>(
+                &'a self,
+                _: &'a Outgoing<'a>,
+            ) -> BoxFuture<'a, Result<Credentials, AuthFailure>> {
+                Box::pin(async { Ok(Credentials::none(0)) })
+            }
+            fn refused<'a>(
+                &'a self,
+                _: &'a Outgoing<'a>,
+                _: &'a Reply<'a>,
+            ) -> BoxFuture<'a, Result<Retry, AuthFailure>> {
+                Box::pin(async { Ok(Retry::GiveUp) })
+            }
+        }
+        let with_auth = ClientConfig::default().auth(Arc::new(Leaky {
+            token: "s3cret-in-authorizer",
+        }));
+        let debug = format!("{with_auth:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains(r#"auth: Some("set")"#), "{debug}");
 
         mark_credentials(&mut config.headers);
         for name in ["authorization", "proxy-authorization", "cookie"] {
@@ -441,6 +492,7 @@ mod tests {
         assert!(!c.standalone_stream);
         assert!(!c.old_sse_fallback);
         assert_eq!(ClientConfig::default().response_timeout, None);
+        assert!(ClientConfig::default().auth.is_none());
         #[cfg(feature = "rustls")]
         {
             let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(

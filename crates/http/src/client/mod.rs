@@ -51,8 +51,25 @@
 //! as [`Inbound`] items for the session (`handle_incoming`, `request_failed`,
 //! `transport_closed`). It does not probe for the era (the session does, and hears through
 //! [`Inbound::RequestFailed`] when the probe got no MCP answer), does not re-initialize after a
-//! session ended (the layer above starts a new session), and does not authenticate (put an
-//! `Authorization` header in [`ClientConfig::headers`]).
+//! session ended (the layer above starts a new session), and decides nothing of authorization:
+//! an [`Authorizer`] does (see below), or a fixed `Authorization` in [`ClientConfig::headers`].
+//!
+//! # Authorization
+//!
+//! With [`ClientConfig::auth`] set, every request the transport sends (each POST of both eras,
+//! the one-way POSTs, the resumption and standalone GETs, the closing `DELETE`, the 2024-11-05
+//! transport's GET and POSTs) goes through one loop: the [`Authorizer`] gives the credentials
+//! headers of each send ([`Authorizer::credentials`]), sees the head of each response
+//! ([`Authorizer::observed`]), and is asked about each refusal, a 401 or a 403 whose
+//! `WWW-Authenticate` says `error="insufficient_scope"` ([`Authorizer::refused`]): the same
+//! request, the same body, is sent again with new credentials, or the failure goes up as
+//! [`TransportError::Auth`]. One exchange is at most [`MAX_SENDS`] sends whatever the authorizer
+//! says. The transport keeps no authorization state (each send's ticket, shown back in
+//! [`Outgoing::earlier`], tells the authorizer what it tried) and knows no OAuth: `modelctx-auth`
+//! implements the trait. Credentials go in headers only, never in a URL, and the transport
+//! follows no redirect (a 3xx is an error status), so they never reach another origin; the
+//! 2024-11-05 transport posts only to an endpoint of the server's own origin. Without an
+//! authorizer a 401 fails its request with [`TransportError::Status`], as it always did.
 //!
 //! # Bounds
 //!
@@ -61,6 +78,9 @@
 //! comes back waits in a bounded queue: a caller that stops reading [`recv`](HttpTransport::recv)
 //! stops the reading of responses.
 
+mod auth;
+#[cfg(test)]
+mod auth_tests;
 mod config;
 mod exchange;
 mod old_sse;
@@ -80,6 +100,10 @@ use modelctx_types::{DecodeError, Incoming, Message, ProtocolVersion, RequestId}
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
+pub use auth::{
+    AuthFailure, AuthFailureKind, Authorizer, BoxFuture, Credentials, MAX_SENDS, Outgoing, Reply,
+    Retry,
+};
 pub use config::{ClientConfig, Reconnect};
 
 use crate::headers::{ParamHeader, RequestHeaderError};
@@ -239,6 +263,11 @@ pub enum TransportError {
     /// The transport was closed.
     #[error("the transport is closed")]
     Closed,
+    /// Authorization failed: the [`Authorizer`] could not give credentials, could not cure the
+    /// server's refusal, or the server refused [`MAX_SENDS`] sends of one exchange in a row.
+    /// (Without an authorizer a 401 is a [`TransportError::Status`].)
+    #[error("authorization failed: {0}")]
+    Auth(AuthFailure),
 }
 
 impl From<SseError> for TransportError {
@@ -271,7 +300,7 @@ pub enum SendError {
     Invalid(&'static str),
 }
 
-/// Why [`HttpTransport::new`] refused a URL.
+/// Why [`HttpTransport::new`] refused a URL (or its configuration).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {
@@ -281,6 +310,12 @@ pub enum UrlError {
     /// Neither `http` nor `https` (which needs the feature `rustls`).
     #[error("unsupported URL scheme {0:?}")]
     Scheme(String),
+    /// [`ClientConfig::headers`] holds an `Authorization` while [`ClientConfig::auth`] is set:
+    /// two sources of credentials.
+    #[error(
+        "both ClientConfig::headers and ClientConfig::auth give credentials: remove the Authorization header"
+    )]
+    TwoCredentials,
 }
 
 /// How one message is sent.
@@ -577,6 +612,9 @@ impl HttpTransport {
     /// Nothing is sent until the first [`send`](Self::send).
     pub fn new(url: &str, mut config: ClientConfig) -> Result<Self, UrlError> {
         config::mark_credentials(&mut config.headers);
+        if config.auth.is_some() && config.headers.contains_key(http::header::AUTHORIZATION) {
+            return Err(UrlError::TwoCredentials);
+        }
         let url: Uri = url.parse().map_err(|e| UrlError::Invalid(format!("{e}")))?;
         let scheme = url.scheme_str().unwrap_or_default().to_ascii_lowercase();
         match scheme.as_str() {
@@ -703,18 +741,20 @@ impl HttpTransport {
             }
         };
         if let Some((id, version)) = session {
-            let mut builder = exchange::builder(&self.shared, Method::DELETE, &self.shared.url)
-                .header(crate::headers::MCP_SESSION_ID, id);
+            // A refresh of credentials is fine here; asking the user to sign in is not.
+            let mut spec = exchange::Spec::new(&self.shared, Method::DELETE, &self.shared.url)
+                .header(crate::headers::MCP_SESSION_ID, id)
+                .limit(Some(self.shared.config.delete_timeout))
+                .interactive(false);
             if let Some(version) = version {
-                builder = builder.header(crate::headers::MCP_PROTOCOL_VERSION, version);
+                spec = spec.header(crate::headers::MCP_PROTOCOL_VERSION, version);
             }
-            if let Ok(req) = builder.body(Full::new(Bytes::new())) {
-                let _ = tokio::time::timeout(
-                    self.shared.config.delete_timeout,
-                    self.shared.http.request(req),
-                )
-                .await;
-            }
+            // The whole exchange, the authorizer's part included, within the delete timeout.
+            let _ = tokio::time::timeout(
+                self.shared.config.delete_timeout,
+                exchange::send(&self.shared, &spec, None),
+            )
+            .await;
         }
     }
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{Method, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming as Body;
 use modelctx_types::{Message, RequestId};
 
-use super::exchange::{builder, describe, exchange_head, exchange_status};
+use super::exchange::{Budget, Spec, describe, send};
 use super::{Inbound, Registration, TaskGuard, TransportError};
 use crate::headers::escape;
 use crate::sse::{SseDecoder, SseEvent};
@@ -30,10 +30,9 @@ pub(crate) async fn fall_back(guard: TaskGuard, status: StatusCode, initialize: 
         Some(Message::Request(r)) => r.id.clone(),
         _ => return,
     };
-    let opened = tokio::time::timeout(ENDPOINT_WAIT, open(&shared)).await;
-    let (endpoint, body, decoder, events) = match opened {
-        Ok(Ok(found)) => found,
-        Ok(Err(NoStream::Status(got))) if matches!(got.as_u16(), 400 | 404 | 405) => {
+    let (endpoint, body, decoder, events) = match open(&shared).await {
+        Ok(found) => found,
+        Err(NoStream::Status(got)) if matches!(got.as_u16(), 400 | 404 | 405) => {
             let error = TransportError::Status {
                 status,
                 body: String::new(),
@@ -41,12 +40,16 @@ pub(crate) async fn fall_back(guard: TaskGuard, status: StatusCode, initialize: 
             shared.deliver(Inbound::RequestFailed { id, error }).await;
             return;
         }
-        Ok(Err(NoStream::Status(got))) => {
+        Err(NoStream::Status(got)) => {
             let why = format!("the GET got HTTP {got}");
             return fail(&shared, id, status, why).await;
         }
-        Ok(Err(NoStream::Other(why))) => return fail(&shared, id, status, why).await,
-        Err(_) => {
+        Err(NoStream::Auth(error)) => {
+            shared.deliver(Inbound::RequestFailed { id, error }).await;
+            return;
+        }
+        Err(NoStream::Other(why)) => return fail(&shared, id, status, why).await,
+        Err(NoStream::Late) => {
             let why = format!("no endpoint event within {ENDPOINT_WAIT:?}");
             return fail(&shared, id, status, why).await;
         }
@@ -86,6 +89,10 @@ type Opened = (Uri, Body, SseDecoder, Vec<SseEvent>);
 enum NoStream {
     /// The GET got this status.
     Status(StatusCode),
+    /// Authorization failed ([`TransportError::Auth`]).
+    Auth(TransportError),
+    /// No `endpoint` event in time.
+    Late,
     /// Anything else.
     Other(String),
 }
@@ -96,15 +103,19 @@ impl From<String> for NoStream {
     }
 }
 
-/// The GET of the stream, read up to the `endpoint` event.
+/// The GET of the stream, read up to the `endpoint` event, within [`ENDPOINT_WAIT`] (the
+/// authorizer's waits aside).
 async fn open(shared: &super::Shared) -> Result<Opened, NoStream> {
-    let request = builder(shared, Method::GET, &shared.url)
-        .header(ACCEPT, "text/event-stream")
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| e.to_string())?;
-    let response = exchange_head(shared, request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut budget = Budget::new(ENDPOINT_WAIT);
+    let spec = Spec::new(shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
+    let response = match send(shared, &spec, Some(&mut budget)).await {
+        Ok(response) => response,
+        Err(e @ TransportError::Auth(_)) => return Err(NoStream::Auth(e)),
+        Err(TransportError::Timeout(limit)) if limit == ENDPOINT_WAIT => {
+            return Err(NoStream::Late);
+        }
+        Err(e) => return Err(NoStream::Other(e.to_string())),
+    };
     if !response.status().is_success() {
         return Err(NoStream::Status(response.status()));
     }
@@ -126,14 +137,15 @@ async fn open(shared: &super::Shared) -> Result<Opened, NoStream> {
     let mut decoder = SseDecoder::new(shared.config.max_event);
     let mut events = Vec::new();
     loop {
-        let frame = match body.frame().await {
-            None => {
+        let frame = match tokio::time::timeout_at(budget.deadline(), body.frame()).await {
+            Err(_) => return Err(NoStream::Late),
+            Ok(None) => {
                 return Err(NoStream::Other(
                     "the stream ended before the endpoint event".into(),
                 ));
             }
-            Some(Err(e)) => return Err(NoStream::Other(describe(&e))),
-            Some(Ok(frame)) => frame,
+            Ok(Some(Err(e))) => return Err(NoStream::Other(describe(&e))),
+            Ok(Some(Ok(frame))) => frame,
         };
         let Ok(data) = frame.into_data() else {
             continue;
@@ -237,20 +249,18 @@ pub(crate) async fn post(guard: TaskGuard, endpoint: Uri, messages: Vec<Message>
     let error = match body {
         Err(e) => TransportError::Malformed(e.to_string()),
         Ok(body) => {
-            let request = builder(&shared, Method::POST, &endpoint)
+            // Answers come on the event stream: a POST awaits its status only.
+            let spec = Spec::new(&shared, Method::POST, &endpoint)
                 .header(CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body)));
-            match request {
-                Err(e) => TransportError::Malformed(e.to_string()),
-                // Answers come on the event stream: a POST awaits its status only.
-                Ok(request) => match exchange_status(&shared, request).await {
-                    Ok(response) if response.status().is_success() => return,
-                    Ok(response) => TransportError::Status {
-                        status: response.status(),
-                        body: String::new(),
-                    },
-                    Err(e) => e,
+                .body(Bytes::from(body));
+            let mut budget = Budget::new(shared.config.one_way_timeout);
+            match send(&shared, &spec, Some(&mut budget)).await {
+                Ok(response) if response.status().is_success() => return,
+                Ok(response) => TransportError::Status {
+                    status: response.status(),
+                    body: String::new(),
                 },
+                Err(e) => e,
             }
         }
     };

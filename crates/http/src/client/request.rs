@@ -7,13 +7,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming as Body;
 use modelctx_types::{ErrorResponse, Incoming, Message, RequestId, decode};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::exchange::{builder, describe, exchange_head};
+use super::exchange::{Budget, Spec, describe, send as send_exchange};
 use super::{
     Inbound, Registration, SendError, SendOptions, Shared, StandaloneStream, TaskGuard,
     TransportError,
@@ -237,7 +237,7 @@ async fn run(guard: TaskGuard, mut exchange: Exchange, requests: Vec<RequestId>)
             Some((state.session_id.clone(), state.version_header()))
         };
         let sent_session = session.as_ref().and_then(|(id, _)| id.clone());
-        let response = match post(&shared, &exchange, session).await {
+        let response = match post(&shared, &exchange, session, None).await {
             Ok(r) => r,
             Err(error) => return finish(&shared, &mut pending, error).await,
         };
@@ -392,11 +392,13 @@ async fn session_ended(guard: &TaskGuard, sent: &HeaderValue) {
     }
 }
 
-/// The POST of an exchange.
+/// The POST of an exchange (sent again, the same, while the authorizer cures refusals).
+/// `budget`: the one-way POST's time budget.
 async fn post(
     shared: &Shared,
     exchange: &Exchange,
     session: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
+    budget: Option<&mut Budget>,
 ) -> Result<Response<Body>, TransportError> {
     let body = if exchange.batch {
         serde_json::to_vec(&exchange.messages)
@@ -404,7 +406,7 @@ async fn post(
         serde_json::to_vec(&exchange.messages[0])
     }
     .map_err(|e| TransportError::Malformed(e.to_string()))?;
-    let mut builder = builder(shared, Method::POST, &shared.url)
+    let mut spec = Spec::new(shared, Method::POST, &shared.url)
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "application/json, text/event-stream");
     if let Some(method) = &exchange.method {
@@ -416,21 +418,18 @@ async fn post(
         let headers = request_headers(method, exchange.params.as_ref(), params)
             .map_err(|e| TransportError::Malformed(e.to_string()))?;
         for (name, value) in headers {
-            builder = builder.header(name, value);
+            spec = spec.header(name, value);
         }
     }
     if let Some((id, version)) = session {
         if let Some(id) = id {
-            builder = builder.header(MCP_SESSION_ID, id);
+            spec = spec.header(MCP_SESSION_ID, id);
         }
         if let Some(version) = version {
-            builder = builder.header(MCP_PROTOCOL_VERSION, version);
+            spec = spec.header(MCP_PROTOCOL_VERSION, version);
         }
     }
-    let request = builder
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|e| TransportError::Malformed(e.to_string()))?;
-    exchange_head(shared, request).await
+    send_exchange(shared, &spec.body(Bytes::from(body)), budget).await
 }
 
 enum Kind {
@@ -631,15 +630,10 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
     let opens_standalone =
         !exchange.modern && exchange.opens_standalone && shared.config.standalone_stream;
     // Nothing but a status is awaited: bounded even when requests wait for their answers
-    // without a deadline, so that an unanswered POST frees its place in the table.
-    let limit = shared.config.one_way_timeout;
-    let deadline = tokio::time::Instant::now() + limit;
-    let posted = tokio::time::timeout_at(
-        deadline,
-        post_one_way(&shared, &exchange, session, deadline),
-    )
-    .await
-    .unwrap_or(Err(TransportError::Timeout(limit)));
+    // without a deadline, so that an unanswered POST frees its place in the table (the
+    // authorizer's waits aside: they push the deadline back).
+    let mut budget = Budget::new(shared.config.one_way_timeout);
+    let posted = post_one_way(&shared, &exchange, session, &mut budget).await;
     let error = match posted {
         Ok(response) if response.status().is_success() => {
             if opens_standalone {
@@ -695,7 +689,8 @@ const ONE_WAY_REPOSTS: u32 = 2;
 
 /// The POST of a notification or a response of ours, posted again while it fails before any
 /// response head (at most [`ONE_WAY_REPOSTS`] times), and once more after a 503 whose
-/// `Retry-After` (in seconds) ends before `deadline`. The caller bounds the whole by `deadline`.
+/// `Retry-After` (in seconds) ends within `budget`. Every send and wait is bounded by `budget`
+/// (the authorizer's waits aside: they push it back).
 ///
 /// The case this is for: the pooled keep-alive connection the POST was written on is closed by
 /// the server at that moment (`serve`'s `header_timeout` closes an idle HTTP/1 connection, the
@@ -709,17 +704,18 @@ const ONE_WAY_REPOSTS: u32 = 2;
 /// makes of it (`crates/http/src/server/service.rs:584`). A notification: those a client sends
 /// say a state (`initialized`, of which a repeated one changes nothing,
 /// `crates/session/src/server.rs:708`; `cancelled`; `roots/list_changed`). Requests never come
-/// here: whether a call may be sent twice is [`SendOptions::reissue`](super::SendOptions)'s.
+/// here: whether a call may be sent again is [`SendOptions::reissue`](super::SendOptions)'s.
+/// Each posting again is a new exchange: the authorizer gives fresh credentials for it.
 async fn post_one_way(
     shared: &Shared,
     exchange: &Exchange,
     session: Option<(Option<HeaderValue>, Option<HeaderValue>)>,
-    deadline: tokio::time::Instant,
+    budget: &mut Budget,
 ) -> Result<Response<Body>, TransportError> {
     let mut reposts = 0;
     let mut waited = false;
     loop {
-        match post(shared, exchange, session.clone()).await {
+        match post(shared, exchange, session.clone(), Some(budget)).await {
             Err(TransportError::Connection(why)) if reposts < ONE_WAY_REPOSTS => {
                 reposts += 1;
                 tracing::debug!(
@@ -730,7 +726,7 @@ async fn post_one_way(
                 let Some(wait) = retry_after(&response) else {
                     return Ok(response);
                 };
-                if tokio::time::Instant::now() + wait >= deadline {
+                if tokio::time::Instant::now() + wait >= budget.deadline() {
                     return Ok(response);
                 }
                 waited = true;
@@ -811,17 +807,17 @@ async fn follow(
             }
             state.version_header()
         };
-        let mut builder =
-            builder(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
+        let mut spec =
+            Spec::new(&shared, Method::GET, &shared.url).header(ACCEPT, "text/event-stream");
         if let Some(id) = &session {
-            builder = builder.header(MCP_SESSION_ID, id);
+            spec = spec.header(MCP_SESSION_ID, id);
         }
         if let Some(version) = version {
-            builder = builder.header(MCP_PROTOCOL_VERSION, version);
+            spec = spec.header(MCP_PROTOCOL_VERSION, version);
         }
         if let Some(text) = last.clone() {
             match HeaderValue::from_str(&text) {
-                Ok(value) => builder = builder.header(LAST_EVENT_ID, value),
+                Ok(value) => spec = spec.header(LAST_EVENT_ID, value),
                 // Without it the GET would open the standalone stream instead.
                 Err(_) if !standalone => {
                     let error = TransportError::Malformed(format!(
@@ -833,14 +829,24 @@ async fn follow(
                 Err(_) => last = None,
             }
         }
-        let Ok(request) = builder.body(Full::new(Bytes::new())) else {
-            if standalone {
-                shared.set_standalone(&session, StandaloneStream::Unavailable);
-            }
-            return;
-        };
-        let response = match exchange_head(&shared, request).await {
+        let response = match send_exchange(&shared, &spec, None).await {
             Ok(r) => r,
+            // Authorization failed: trying again later would fail the same way.
+            Err(e @ (TransportError::Auth(_) | TransportError::Malformed(_))) => {
+                if standalone {
+                    shared.set_standalone(&session, StandaloneStream::Unavailable);
+                }
+                let request = pending.ids.first().map(|(_, id)| id.clone());
+                let gave_up = Inbound::GaveUp {
+                    request,
+                    attempts,
+                    error: e.clone(),
+                };
+                if shared.deliver(gave_up).await {
+                    finish(&shared, &mut pending, e).await;
+                }
+                return;
+            }
             Err(e) => {
                 error = e;
                 continue;
