@@ -273,17 +273,16 @@ impl Fleet {
             .set_automatic_resubscription();
 
         // The connect itself retries: it is bounded by every attempt and delay it may make.
-        let attempts = u32::try_from(config.retries).unwrap_or(u32::MAX).saturating_add(1);
+        let attempts = u32::try_from(config.retries)
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
         let budget = config.connection_timeout.saturating_mul(attempts)
             + config.max_retry_delay.saturating_mul(attempts - 1)
             + config.op_timeout;
         let open = |info: redis::ConnectionInfo, managers: ConnectionManagerConfig| async move {
             let client = Client::open(info).map_err(FleetError::Url)?;
-            match tokio::time::timeout(
-                budget,
-                ConnectionManager::new_with_config(client, managers),
-            )
-            .await
+            match tokio::time::timeout(budget, ConnectionManager::new_with_config(client, managers))
+                .await
             {
                 Ok(Ok(manager)) => Ok(manager),
                 Ok(Err(source)) => Err(FleetError::Connect(Error::redis("connect", source))),
@@ -456,7 +455,10 @@ async fn keep_lease(
             Ok(1) => held.store(true, Ordering::Relaxed),
             Ok(2) => {
                 held.store(true, Ordering::Relaxed);
-                tracing::warn!(key, "the instance lease was gone (redis lost it); taken again");
+                tracing::warn!(
+                    key,
+                    "the instance lease was gone (redis lost it); taken again"
+                );
             }
             Ok(_) => {
                 held.store(false, Ordering::Relaxed);
@@ -571,7 +573,11 @@ mod tests {
         let error = Fleet::connect(&format!("redis://127.0.0.1:{port}/"), config)
             .await
             .unwrap_err();
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
         match error {
             FleetError::Connect(e) => assert!(e.is_unavailable(), "{e:?}"),
             other => panic!("{other:?}"),

@@ -94,7 +94,10 @@ pub enum FleetError {
         version: String,
     },
     /// Every instance number (`0..4096`) is leased by a live instance.
-    #[error("redis: no free instance number: all {} are leased", crate::MAX_INSTANCES)]
+    #[error(
+        "redis: no free instance number: all {} are leased",
+        crate::MAX_INSTANCES
+    )]
     NoInstanceNumber,
 }
 
@@ -119,9 +122,8 @@ mod tests {
         assert!(timeout.is_unavailable());
         assert_eq!(timeout.to_string(), "redis: GETEX got no answer within 1s");
 
-        let refused = redis::RedisError::from(std::io::Error::from(
-            std::io::ErrorKind::ConnectionRefused,
-        ));
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(Error::redis("SET", refused).is_unavailable());
 
         let script = redis::RedisError::from((

@@ -83,10 +83,8 @@ impl RedisSessionStore {
     }
 
     async fn set(&self, id: &str, state: &SessionState) -> Result<(), Error> {
-        let json = serde_json::to_string(state).map_err(|source| Error::Corrupt {
-            op: "SET",
-            source,
-        })?;
+        let json =
+            serde_json::to_string(state).map_err(|source| Error::Corrupt { op: "SET", source })?;
         let _: () = self
             .shared
             .query(

@@ -78,7 +78,18 @@ async fn a_session_state_round_trips_and_remove_unlinks_every_key_of_the_session
     // What the event store keeps for the session (streams 7 and 9), and another session.
     for command in [
         &["SET", "mcx:{s:s1}:seq", "4"][..],
-        &["HSET", "mcx:{s:s1}:meta", "o:7", "3", "p:7", "[1]", "f:9", "1", "sa", "3:9"],
+        &[
+            "HSET",
+            "mcx:{s:s1}:meta",
+            "o:7",
+            "3",
+            "p:7",
+            "[1]",
+            "f:9",
+            "1",
+            "sa",
+            "3:9",
+        ],
         &["XADD", "mcx:{s:s1}:ev:7", "1-0", "d", "one"],
         &["XADD", "mcx:{s:s1}:ev:9", "2-0", "d", "two"],
         &["XADD", "mcx:{s:s1}:ev:8", "3-0", "d", "not named in meta"],
@@ -105,7 +116,10 @@ async fn a_session_state_round_trips_and_remove_unlinks_every_key_of_the_session
         "only the streams meta names are removed"
     );
     assert_eq!(store.load("s1").await.unwrap(), None);
-    assert_eq!(store.load("s2").await.unwrap(), Some(state_of("bob", &store, "s2").await));
+    assert_eq!(
+        store.load("s2").await.unwrap(),
+        Some(state_of("bob", &store, "s2").await)
+    );
     // Again, and a session that never was: nothing to do.
     store.remove("s1").await.unwrap();
     store.remove("never").await.unwrap();
@@ -125,7 +139,11 @@ async fn load_refreshes_the_idle_time_and_an_unused_state_expires() {
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let fleet = connect(&redis, FleetConfig::new().session_idle(Duration::from_secs(60))).await;
+    let fleet = connect(
+        &redis,
+        FleetConfig::new().session_idle(Duration::from_secs(60)),
+    )
+    .await;
     let store = fleet.session_store();
     store.save("s", &state("alice")).await.unwrap();
     let key = "mcx:{s:s}:state";
@@ -133,7 +151,10 @@ async fn load_refreshes_the_idle_time_and_an_unused_state_expires() {
     redis.command(&["PEXPIRE", key, "2000"]).await;
     assert!(pttl(&redis, key).await <= 2000);
     assert!(store.load("s").await.unwrap().is_some());
-    assert!(pttl(&redis, key).await > 55_000, "load refreshed the idle time");
+    assert!(
+        pttl(&redis, key).await > 55_000,
+        "load refreshed the idle time"
+    );
 
     let short = fleet.session_store().idle(Duration::from_millis(300));
     short.save("brief", &state("bob")).await.unwrap();
@@ -144,7 +165,11 @@ async fn load_refreshes_the_idle_time_and_an_unused_state_expires() {
 
     let other = connect(&redis, FleetConfig::new().prefix("app")).await;
     assert_eq!(other.session_store().load("s").await.unwrap(), None);
-    other.session_store().save("s", &state("carol")).await.unwrap();
+    other
+        .session_store()
+        .save("s", &state("carol"))
+        .await
+        .unwrap();
     assert!(exists(&redis, "app:{s:s}:state").await);
     assert_eq!(
         store.load("s").await.unwrap().unwrap().principal.as_deref(),
@@ -183,7 +208,11 @@ async fn two_fleets_get_different_instance_numbers_and_a_leased_one_is_skipped()
         assert!(fleet.lease_held());
     }
     assert_eq!(
-        redis.command(&["GET", "mcx:inst:3"]).await.text().as_deref(),
+        redis
+            .command(&["GET", "mcx:inst:3"])
+            .await
+            .text()
+            .as_deref(),
         Some("elsewhere:1"),
         "another's lease is left alone"
     );
@@ -212,7 +241,10 @@ async fn the_lease_is_kept_across_redis_restarts_and_deleted_at_shutdown() {
     let key = format!("mcx:inst:{}", fleet.instance());
     assert!(exists(&redis, &key).await);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(pttl(&redis, &key).await > 2000, "refreshed, not running out");
+    assert!(
+        pttl(&redis, &key).await > 2000,
+        "refreshed, not running out"
+    );
 
     redis.kill().await;
     redis.restart().await;
@@ -254,7 +286,11 @@ async fn a_lost_redis_fails_calls_quickly_and_they_work_again_when_it_is_back() 
     };
     let op_timeout = Duration::from_millis(800);
     let margin = Duration::from_millis(700);
-    let fleet = connect(&redis, FleetConfig::new().op_timeout(op_timeout)).await;
+    // A reply timeout longer than the pause below: only the operation timeout can cut a call.
+    let config = FleetConfig::new()
+        .op_timeout(op_timeout)
+        .response_timeout(Duration::from_secs(10));
+    let fleet = connect(&redis, config).await;
     let store = fleet.session_store();
     let saved = state("alice");
     store.save("s", &saved).await.unwrap();
@@ -295,19 +331,26 @@ async fn a_lost_redis_fails_calls_quickly_and_they_work_again_when_it_is_back() 
 
     // Connected but not answering: `CLIENT PAUSE` holds every other client's commands.
     assert_eq!(
-        redis.command(&["CLIENT", "PAUSE", "2500", "ALL"]).await,
+        redis.command(&["CLIENT", "PAUSE", "3000", "ALL"]).await,
         RespValue::Simple("OK".into())
     );
     let started = Instant::now();
     let error = within("load with redis paused", store.load("s"))
         .await
         .expect_err("redis is paused");
-    assert!(started.elapsed() <= op_timeout + margin, "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() <= op_timeout + margin,
+        "{:?}",
+        started.elapsed()
+    );
     assert!(cause(&error).is_unavailable(), "{error:?}");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while let Err(error) = store.save("s", &saved).await {
-        assert!(Instant::now() < deadline, "still failing after the pause: {error}");
+        assert!(
+            Instant::now() < deadline,
+            "still failing after the pause: {error}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(store.load("s").await.unwrap(), Some(saved));
