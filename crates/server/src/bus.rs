@@ -674,6 +674,7 @@ mod tests {
     use std::time::Duration;
 
     use modelctx_session::ListKind;
+    use modelctx_types::consts::{NotificationsCancelled, NotificationsInitialized};
     use modelctx_types::{JsonObject, Notification, RequestId, Response};
     use serde_json::{Value, json};
 
@@ -766,7 +767,7 @@ mod tests {
         }
 
         let cancel: Message = Notification::new(
-            "notifications/cancelled",
+            NotificationsCancelled::VALUE,
             json!({"requestId": 2}).as_object().unwrap(),
         )
         .unwrap()
@@ -780,7 +781,7 @@ mod tests {
         assert!(matches!(
             back,
             BusMessage::Forward { message: Message::Notification(n), .. }
-                if n.method == "notifications/cancelled"
+                if n.method == NotificationsCancelled::VALUE
         ));
 
         let ended = BusMessage::Ended {
@@ -963,7 +964,7 @@ mod tests {
         let mut changes = server.shared.changes.subscribe();
         let sender = hub.member(2).unwrap();
         let initialized: Message =
-            Notification::new("notifications/initialized", &JsonObject::new())
+            Notification::new(NotificationsInitialized::VALUE, &JsonObject::new())
                 .unwrap()
                 .into();
         sender

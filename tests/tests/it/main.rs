@@ -25,6 +25,7 @@ mod oidc_as;
 mod readme;
 mod robustness;
 mod schema_validation;
+mod server_bus;
 mod server_http;
 mod server_transports;
 mod server_ts_clients;
