@@ -150,6 +150,12 @@
 //! client, a handler that waits) lives only as long as that request, in this process: a store
 //! shared by several processes carries the sessions, not the requests under way (a client's
 //! answer must reach the process that asked).
+//!
+//! Between the instances of a fleet, a [`bus::Bus`] given to [`ServerBuilder::bus`] carries
+//! the server's changes (each instance's legacy sessions and listen streams hear those made on
+//! any instance), and is the seam for the messages of legacy sessions that belong to a
+//! request running elsewhere; the HTTP runtime does not forward those yet, so a client's
+//! answer still must reach the process that asked. Each instance keeps its own registry.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules in the order they import each other: each uses only those below it (the
@@ -167,6 +173,7 @@ mod server;
 
 mod route;
 
+pub mod bus;
 mod registry;
 #[cfg(feature = "http")]
 mod scopes;
@@ -222,7 +229,7 @@ pub use modelctx_http::server::{
 #[doc(inline)]
 pub use modelctx_session::state::{KeyError, StateKey, StateSealer};
 #[doc(inline)]
-pub use modelctx_session::{Era, LogLevel, ProtocolVersion};
+pub use modelctx_session::{Era, ListKind, LogLevel, ProtocolVersion};
 /// The version-neutral model of MCP (`modelctx_types::model`): the typed values the API takes
 /// and gives (content blocks, tool annotations, icons, ...).
 #[doc(inline)]
@@ -235,11 +242,14 @@ pub use modelctx_types::{
     ErrorCode, ErrorObject, Incoming, JsonObject, Message, ProgressToken, RequestId,
 };
 pub use prompt::{IntoPromptResult, Prompt, PromptHandler, PromptMessage};
+pub use registry::Change;
 pub use resource::{
     CacheHint, CacheScope, IntoContents, InvalidTemplate, ReadRequest, Resource, ResourceContents,
     ResourceError, ResourceHandler, ResourceTemplate, Subscribe,
 };
-pub use run::{Frame, InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};
+pub use run::{
+    Frame, InMemoryStore, SessionState, SessionStore, StoreError, StoreErrorKind, StoreFuture,
+};
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};

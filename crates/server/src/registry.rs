@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use modelctx_session::{ListKind, ServerConfig};
 use modelctx_types::ErrorObject;
+use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use crate::complete::Completer;
@@ -16,11 +17,66 @@ use crate::resource::{Resource, ResourceTemplate, Subscribe, SubscribeHook};
 use crate::settings::Settings;
 use crate::tool::Registered;
 
-/// A change that live connections announce.
+/// A change to what a server offers, which its live connections announce: a list changed
+/// (`notifications/*/list_changed`), or a resource did (`notifications/resources/updated`, to
+/// its subscribers).
+///
+/// Carried between the instances of a fleet by a [`Bus`](crate::bus::Bus), serialized (serde)
+/// as `{"list":"tools"}` (`"prompts"`, `"resources"`) or `{"updated":"file:///a"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Change {
+#[non_exhaustive]
+pub enum Change {
+    /// The list of this kind changed.
     List(ListKind),
+    /// The resource at this URI changed.
     Updated(Arc<str>),
+}
+
+/// The serialized form of a [`Change`].
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+enum ChangeWire<'a> {
+    List(&'a str),
+    Updated(std::borrow::Cow<'a, str>),
+}
+
+impl Serialize for Change {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let wire = match self {
+            Change::List(ListKind::Tools) => ChangeWire::List("tools"),
+            Change::List(ListKind::Prompts) => ChangeWire::List("prompts"),
+            Change::List(ListKind::Resources) => ChangeWire::List("resources"),
+            Change::List(other) => {
+                return Err(serde::ser::Error::custom(format_args!(
+                    "a list of kind {other:?} has no serialized form"
+                )));
+            }
+            Change::Updated(uri) => ChangeWire::Updated(std::borrow::Cow::Borrowed(uri)),
+        };
+        wire.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Change {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum Owned {
+            List(String),
+            Updated(String),
+        }
+        match Owned::deserialize(deserializer)? {
+            Owned::List(kind) => match kind.as_str() {
+                "tools" => Ok(Change::List(ListKind::Tools)),
+                "prompts" => Ok(Change::List(ListKind::Prompts)),
+                "resources" => Ok(Change::List(ListKind::Resources)),
+                other => Err(serde::de::Error::custom(format_args!(
+                    "an unknown list {other:?}"
+                ))),
+            },
+            Owned::Updated(uri) => Ok(Change::Updated(Arc::from(uri))),
+        }
+    }
 }
 
 /// What the server offers.
@@ -63,7 +119,11 @@ pub(crate) struct Shared {
     pub(crate) sealer: Arc<modelctx_session::state::StateSealer>,
     pub(crate) settings: Settings,
     pub(crate) registry: RwLock<Registry>,
+    /// The server's changes, made here or (with a bus) on another instance: what its legacy
+    /// fan-out and listen streams hear.
     pub(crate) changes: broadcast::Sender<Change>,
+    /// The bus to the other instances of a fleet ([`ServerBuilder::bus`](crate::ServerBuilder::bus)).
+    pub(crate) bus: Option<crate::bus::BusLink>,
     /// The state handlers take ([`State`](crate::State)).
     pub(crate) state: Arc<States>,
     /// Legacy HTTP sessions: their store, and their requests still running.

@@ -35,6 +35,7 @@ pub struct ServerBuilder {
     subscribe_hook: Option<crate::resource::SubscribeHook>,
     versions: Option<Vec<ProtocolVersion>>,
     session_store: Option<Arc<dyn crate::run::SessionStore>>,
+    bus: Option<Arc<dyn crate::bus::Bus>>,
     #[cfg(feature = "http")]
     guard: Option<Arc<dyn modelctx_http::server::Guard>>,
 }
@@ -90,6 +91,26 @@ impl ServerBuilder {
     /// [`InMemoryStore`](crate::InMemoryStore) of this process). Used with feature `http`.
     pub fn session_store(mut self, store: Arc<dyn crate::run::SessionStore>) -> Self {
         self.session_store = Some(store);
+        self
+    }
+
+    /// The bus to the other instances of a fleet (default: none, which is a
+    /// [`LocalBus`](crate::bus::LocalBus): nothing crosses to another instance).
+    ///
+    /// With one, each change to what the server offers (`add_tool`, `remove_prompt`,
+    /// `notify_resource_updated` and the like) is also published on the bus, and the changes
+    /// other instances publish reach this server's legacy sessions and `subscriptions/listen`
+    /// streams as if made here (they are not published again). A task of the server reads
+    /// the bus and publishes its changes; it ends with the server. The registry stays this
+    /// server's own: every instance of a fleet must be given the same tools, prompts and
+    /// resources (a change tells the clients to list again, and each instance lists its own).
+    ///
+    /// # Panics
+    ///
+    /// [`build`](Self::build) and [`try_build`](Self::try_build) panic when called outside a
+    /// Tokio runtime with a bus set (the bus task is spawned then).
+    pub fn bus(mut self, bus: Arc<dyn crate::bus::Bus>) -> Self {
+        self.bus = Some(bus);
         self
     }
 
@@ -409,8 +430,16 @@ impl ServerBuilder {
                 .values()
                 .filter_map(|t| resource_refusal(t.state, t.template.as_str(), &self.states)),
         );
+        let (bus, outgoing) = match self.bus {
+            Some(bus) => {
+                let (link, outgoing) = crate::bus::BusLink::new(bus.clone());
+                (Some(link), Some((bus, outgoing)))
+            }
+            None => (None, None),
+        };
         let server = Server {
             shared: Arc::new(Shared {
+                bus,
                 sealer: Arc::new(sealer),
                 limiter: Arc::new(crate::limits::Limiter::new(self.settings.limits)),
                 modern_requests: Arc::new(tokio::sync::Semaphore::new(
@@ -439,6 +468,10 @@ impl ServerBuilder {
                 guard: self.guard,
             }),
         };
+        if let Some((bus, outgoing)) = outgoing {
+            let shared = Arc::downgrade(&server.shared);
+            tokio::spawn(crate::bus::run(shared, bus, outgoing));
+        }
         (server, refused)
     }
 }
@@ -642,6 +675,7 @@ impl Server {
             subscribe_hook: None,
             versions: None,
             session_store: None,
+            bus: None,
         }
     }
 
@@ -690,7 +724,7 @@ impl Server {
         self.registry_mut()
             .tools
             .insert(registered.tool.name.clone(), Arc::new(registered));
-        let _ = self.shared.changes.send(Change::List(ListKind::Tools));
+        self.changed(Change::List(ListKind::Tools));
         Ok(())
     }
 
@@ -698,7 +732,7 @@ impl Server {
     pub fn remove_tool(&self, name: &str) -> bool {
         let removed = self.registry_mut().tools.remove(name).is_some();
         if removed {
-            let _ = self.shared.changes.send(Change::List(ListKind::Tools));
+            self.changed(Change::List(ListKind::Tools));
         }
         removed
     }
@@ -715,7 +749,7 @@ impl Server {
         self.registry_mut()
             .prompts
             .insert(prompt.name.clone(), prompt);
-        let _ = self.shared.changes.send(Change::List(ListKind::Prompts));
+        self.changed(Change::List(ListKind::Prompts));
         Ok(())
     }
 
@@ -723,7 +757,7 @@ impl Server {
     pub fn remove_prompt(&self, name: &str) -> bool {
         let removed = self.registry_mut().prompts.remove(name).is_some();
         if removed {
-            let _ = self.shared.changes.send(Change::List(ListKind::Prompts));
+            self.changed(Change::List(ListKind::Prompts));
         }
         removed
     }
@@ -739,7 +773,7 @@ impl Server {
         self.registry_mut()
             .resources
             .insert(resource.uri.clone(), resource);
-        let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+        self.changed(Change::List(ListKind::Resources));
         Ok(())
     }
 
@@ -755,7 +789,7 @@ impl Server {
         self.registry_mut()
             .templates
             .insert(template.template.as_str().to_owned(), template);
-        let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+        self.changed(Change::List(ListKind::Resources));
         Ok(())
     }
 
@@ -764,7 +798,7 @@ impl Server {
     pub fn remove_resource_template(&self, uri_template: &str) -> bool {
         let removed = self.registry_mut().templates.remove(uri_template).is_some();
         if removed {
-            let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+            self.changed(Change::List(ListKind::Resources));
         }
         removed
     }
@@ -773,7 +807,7 @@ impl Server {
     pub fn remove_resource(&self, uri: &str) -> bool {
         let removed = self.registry_mut().resources.remove(uri).is_some();
         if removed {
-            let _ = self.shared.changes.send(Change::List(ListKind::Resources));
+            self.changed(Change::List(ListKind::Resources));
         }
         removed
     }
@@ -781,7 +815,15 @@ impl Server {
     /// Tells the clients subscribed to `uri` that it changed: legacy clients that subscribed
     /// with `resources/subscribe`, modern listen streams whose filter names it.
     pub fn notify_resource_updated(&self, uri: &str) {
-        let _ = self.shared.changes.send(Change::Updated(Arc::from(uri)));
+        self.changed(Change::Updated(Arc::from(uri)));
+    }
+
+    /// Tells this server's connections of `change`, and (with a bus) the other instances.
+    fn changed(&self, change: Change) {
+        if let Some(link) = &self.shared.bus {
+            link.publish(change.clone());
+        }
+        let _ = self.shared.changes.send(change);
     }
 
     fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {

@@ -26,6 +26,7 @@ mod readme;
 mod redis_store;
 mod robustness;
 mod schema_validation;
+mod server_bus;
 mod server_http;
 mod server_transports;
 mod server_ts_clients;

@@ -19,4 +19,6 @@ pub use output::Frame;
 #[cfg_attr(not(any(feature = "stdio", feature = "http")), allow(unused_imports))]
 pub(crate) use output::Output;
 pub(crate) use runner::{Conn, Origin};
-pub use store::{InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};
+pub use store::{
+    InMemoryStore, SessionState, SessionStore, StoreError, StoreErrorKind, StoreFuture,
+};

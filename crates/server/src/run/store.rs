@@ -19,8 +19,9 @@
 //! What it does not do: `last_used_ms` is the time of the last save, not of the last request
 //! (the transport keeps the idle timeout); a request that waits goes on with the state it
 //! loaded, but for the log level (a later `logging/setLevel` is passed to it in this process);
-//! and a store shared by processes does not make the requests under way shared: the client's
-//! answer to a question must reach the process that asked.
+//! and a store shared by processes carries the sessions, not the requests under way: the
+//! client's answer to a question must reach the process that asked, which is the
+//! [`Bus`](crate::bus::Bus)'s work (`BusMessage::Forward`), not the store's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -157,22 +158,59 @@ fn millis(at: SystemTime) -> u64 {
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A store failed: its cause, kept.
+/// A store failed: why ([`kind`](StoreError::kind)), and its cause, kept.
 #[derive(Debug, thiserror::Error)]
-#[error("the session store failed: {source}")]
+#[error("{}: {source}", match kind {
+    StoreErrorKind::Unavailable => "the session store is unavailable",
+    StoreErrorKind::Failed => "the session store failed",
+})]
 #[non_exhaustive]
 pub struct StoreError {
+    /// Whether trying again later may work.
+    pub kind: StoreErrorKind,
     /// What went wrong in the store.
     #[source]
     pub source: Box<dyn std::error::Error + Send + Sync>,
 }
 
+/// Why a [`SessionStore`] call failed: what the client is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store cannot be reached now (a lost connection, a timeout): the same call may work
+    /// later. Over HTTP the request is answered 503 with `Retry-After`.
+    Unavailable,
+    /// Anything else (a state that cannot be read or written, a refusal of the backend):
+    /// trying again does not help. The request fails with an internal error, logged.
+    Failed,
+}
+
 impl StoreError {
-    /// A store error caused by `source`.
+    /// A store error caused by `source`, of kind [`StoreErrorKind::Failed`] (as
+    /// [`failed`](StoreError::failed)).
     pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+        StoreError::failed(source)
+    }
+
+    /// The store cannot be reached now, because of `source`.
+    pub fn unavailable(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
         StoreError {
+            kind: StoreErrorKind::Unavailable,
             source: source.into(),
         }
+    }
+
+    /// The call failed for good, because of `source`.
+    pub fn failed(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+        StoreError {
+            kind: StoreErrorKind::Failed,
+            source: source.into(),
+        }
+    }
+
+    /// Whether trying again later may work.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
     }
 }
 
@@ -181,6 +219,15 @@ impl StoreError {
 /// A request on a legacy session loads its state, runs, and saves it when it changed; the end
 /// of a session (DELETE, idle timeout) removes it. Implementations must be safe to call from
 /// many tasks at once; [`InMemoryStore`] is the default.
+///
+/// A store shared by the instances of a fleet (Redis) must also:
+/// * expire a state unused for the session idle timeout: `save` sets the expiry, and `load`
+///   and [`touch`](SessionStore::touch) push it back (the instance holding a session's open
+///   GET stream touches it every third of the timeout, so a session that only listens lives);
+/// * make `remove` final for every instance: a later `load` anywhere gives `None`;
+/// * bound each call in time, and say why it failed: [`StoreError::unavailable`] when the
+///   backend cannot be reached (a timeout, a lost connection: the client gets 503 and tries
+///   again), [`StoreError::failed`] for the rest.
 pub trait SessionStore: Send + Sync + std::fmt::Debug + 'static {
     /// The state of session `id`; `None` when there is none (never opened, or removed).
     fn load<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionState>>;
@@ -190,6 +237,15 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Forgets session `id` (nothing happens when there is none).
     fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+
+    /// Marks sessions `ids` as used now, pushing back their expiry, without loading them
+    /// (sessions that have no state are left alone). The default does nothing: right for a
+    /// store that expires nothing by itself, as [`InMemoryStore`] (the transport's idle timeout
+    /// ends its sessions). A store that expires states must implement it.
+    fn touch<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        let _ = ids;
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// The default [`SessionStore`]: a map in this process's memory. Its futures never wait.
@@ -429,6 +485,34 @@ mod tests {
         text["version"] = Value::Null;
         text["logLevel"] = json!("loud");
         assert!(serde_json::from_value::<SessionState>(text).is_err());
+    }
+
+    #[test]
+    fn store_errors_say_whether_to_try_again() {
+        let down = StoreError::unavailable("timed out");
+        assert_eq!(down.kind(), StoreErrorKind::Unavailable);
+        assert_eq!(
+            down.to_string(),
+            "the session store is unavailable: timed out"
+        );
+        let bad = StoreError::failed("bad JSON");
+        assert_eq!(bad.kind(), StoreErrorKind::Failed);
+        assert_eq!(bad.to_string(), "the session store failed: bad JSON");
+        assert_eq!(StoreError::new("x").kind(), StoreErrorKind::Failed);
+        assert!(std::error::Error::source(&bad).is_some());
+    }
+
+    /// A store that does not override `touch` gets the default, which changes nothing.
+    #[tokio::test(flavor = "current_thread")]
+    async fn touch_defaults_to_nothing() {
+        let store = InMemoryStore::new();
+        let state = SessionState::opened(None, at(10));
+        store.save("a", &state).await.unwrap();
+        store.touch(&["a", "missing"]).await.unwrap();
+        assert_eq!(store.load("a").await.unwrap(), Some(state));
+        assert_eq!(store.len(), 1);
+        let store: std::sync::Arc<dyn SessionStore> = std::sync::Arc::new(store);
+        store.touch(&[]).await.unwrap();
     }
 
     #[tokio::test(flavor = "current_thread")]
