@@ -766,8 +766,15 @@ impl Session {
                 reply,
             } => {
                 let first = if prime {
-                    let id = store.append(&self.id, stream, Bytes::new()).await;
-                    sse::priming(&id.to_string(), shared.config.sse_retry)
+                    // EventStore v2 (issue 22 WP1), until this path handles store errors
+                    // (WP3): a priming event the store refused is left out, and logged.
+                    match store.append(&self.id, stream, Bytes::new()).await {
+                        Ok(id) => sse::priming(&id.to_string(), shared.config.sse_retry),
+                        Err(e) => {
+                            tracing::warn!(session = %redact(&self.id), error = %e, "priming event not stored");
+                            Bytes::new()
+                        }
+                    }
                 } else {
                     Bytes::new()
                 };
@@ -782,13 +789,19 @@ impl Session {
                 }
             }
             Effect::Append { stream, data } => {
-                let id = store.append(&self.id, stream, data.clone()).await;
+                // EventStore v2 (issue 22 WP1), until this path handles store errors (WP3): an
+                // event the store refused is still written live, without an id, and logged.
+                let id = match store.append(&self.id, stream, data.clone()).await {
+                    Ok(id) => Some(id.to_string()),
+                    Err(e) => {
+                        tracing::warn!(session = %redact(&self.id), error = %e, "event not stored");
+                        None
+                    }
+                };
                 let mut state = self.state.lock().await;
                 if let Some(stream) = state.streams.get_mut(&stream)
                     && let Some(live) = &stream.live
-                    && live
-                        .try_send(sse::event(Some(&id.to_string()), &data))
-                        .is_err()
+                    && live.try_send(sse::event(id.as_deref(), &data)).is_err()
                 {
                     // Gone or too far behind: let go; the client resumes from the store.
                     stream.live = None;
@@ -840,7 +853,12 @@ impl Session {
                     shrink(&mut state.streams);
                 }
             }
-            Effect::RemoveSession => store.remove_session(&self.id).await,
+            Effect::RemoveSession => {
+                // EventStore v2 (issue 22 WP1): logged until WP3 decides more.
+                if let Err(e) = store.remove_session(&self.id).await {
+                    tracing::warn!(session = %redact(&self.id), error = %e, "events not removed");
+                }
+            }
         }
     }
 
@@ -1761,55 +1779,118 @@ mod tests {
         }
     }
 
+    // EventStore v2 (issue 22 WP1): the gate is on every call that does store I/O.
+    use crate::event_store::{
+        BoxFuture, EventId, EventStoreError, Follow, ReplayError, StoreSizes, StreamId,
+    };
+    use bytes::Bytes;
+    use modelctx_types::RequestId;
+
     impl crate::event_store::EventStore for GatedStore {
+        fn stream_base(&self) -> u64 {
+            self.inner.stream_base()
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.open_stream(session, stream, pending).await
+            })
+        }
+
         fn append<'a>(
             &'a self,
             session: &'a str,
-            stream: crate::event_store::StreamId,
-            data: bytes::Bytes,
-        ) -> crate::event_store::BoxFuture<'a, crate::event_store::EventId> {
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.append(session, stream, data).await
             })
         }
 
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.finish_stream(session, stream).await
+            })
+        }
+
         fn replay_after<'a>(
             &'a self,
             session: &'a str,
-            after: &'a crate::event_store::EventId,
-        ) -> crate::event_store::BoxFuture<
-            'a,
-            Result<
-                Vec<(crate::event_store::EventId, bytes::Bytes)>,
-                crate::event_store::ReplayError,
-            >,
-        > {
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.replay_after(session, after).await
             })
         }
 
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.follow(session, after).await
+            })
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.set_standalone(session, stream).await
+            })
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.standalone(session).await
+            })
+        }
+
         fn remove_stream<'a>(
             &'a self,
             session: &'a str,
-            stream: crate::event_store::StreamId,
-        ) -> crate::event_store::BoxFuture<'a, ()> {
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.remove_stream(session, stream).await
             })
         }
 
-        fn remove_session<'a>(&'a self, session: &'a str) -> crate::event_store::BoxFuture<'a, ()> {
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.remove_session(session).await
             })
         }
 
-        fn sizes(&self) -> crate::event_store::BoxFuture<'_, crate::event_store::StoreSizes> {
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
             self.inner.sizes()
         }
     }
@@ -2035,6 +2116,7 @@ mod tests {
         assert!(
             crate::event_store::EventStore::sizes(&store.inner)
                 .await
+                .unwrap()
                 .is_empty()
         );
     }
