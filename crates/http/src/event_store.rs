@@ -43,7 +43,7 @@
 //!
 //! # Checking a store
 //!
-//! With feature `testing`, [`conformance`] holds the contract of [`EventStore`] as async
+//! With feature `testing`, the module `conformance` holds the contract of [`EventStore`] as async
 //! functions that take any store (they panic on a breach, like assertions): every
 //! implementation runs them in its tests.
 
@@ -58,6 +58,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use modelctx_types::RequestId;
 use tokio::sync::mpsc;
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod conformance;
 
 /// A boxed, sendable future, the return type of every [`EventStore`] method (and the crate's
 /// one alias for it: `McpService`'s `tower::Service::Future` is one too).
@@ -1809,7 +1813,9 @@ mod tests {
             let session = sessions[rng.below(4) as usize];
             let stream = StreamId(rng.below(4));
             match rng.below(100) {
-                0..=49 => {
+                0..=3 => s.open_now(session, stream),
+                4..=5 => s.finish_now(session, stream),
+                6..=49 => {
                     let len = rng.below(12) as usize;
                     let payload = Bytes::from(format!("{step:0>len$}").into_bytes());
                     let id = s.append_now(session, stream, payload.clone());
@@ -1903,5 +1909,337 @@ mod tests {
             MemoryEventStoreConfig::default()
         );
         assert!(format!("{:?}", MemoryEventStore::new()).contains("MemoryEventStore"));
+    }
+
+    /// The contract every store must meet, on the in-memory store: tight limits, and the
+    /// defaults.
+    #[tokio::test]
+    async fn event_store_memory_meets_the_conformance_checks() {
+        for config in [
+            MemoryEventStoreConfig {
+                max_events_per_session: 8,
+                max_age: Duration::from_secs(300),
+                ..big()
+            },
+            MemoryEventStoreConfig::default(),
+        ] {
+            let (s, millis) = store(config);
+            let limits = conformance::Limits::new(config.max_events_per_session, config.max_age);
+            let advance = |by: Duration| {
+                millis.fetch_add(u64::try_from(by.as_millis()).unwrap(), Ordering::SeqCst);
+                ready(())
+            };
+            conformance::all(&s, "memory", limits, advance).await;
+            check(&s);
+            assert!(s.sizes_now().is_empty());
+            assert_eq!(s.lock().sessions.capacity(), 0);
+        }
+    }
+
+    /// The checks do catch a breach: a store whose replay leaves out the last event, one that
+    /// never reports a finished stream, and one that keeps a removed session's standalone
+    /// stream each fail them.
+    #[tokio::test]
+    async fn event_store_conformance_checks_catch_breaches() {
+        for breach in [
+            Breach::ShortReplay,
+            Breach::NeverDone,
+            Breach::KeepsStandalone,
+        ] {
+            let store = Broken {
+                inner: MemoryEventStore::new(),
+                breach,
+            };
+            let run = async move {
+                conformance::replay_is_exact(&store, "b-replay").await;
+                conformance::follow_reports_done(&store, "b-follow").await;
+                conformance::standalone_set_get_clear(&store, "b-standalone").await;
+            };
+            let message = catch(run).await.expect_err("a breach passed the checks");
+            assert!(message.contains("conformance"), "{breach:?}: {message}");
+        }
+    }
+
+    /// The panic of a future, as its message (the checks panic on a breach).
+    async fn catch(run: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
+        tokio::spawn(run).await.map_err(|e| {
+            let panic = e.into_panic();
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        })
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Breach {
+        ShortReplay,
+        NeverDone,
+        KeepsStandalone,
+    }
+
+    /// A store that breaks one rule of the contract.
+    struct Broken {
+        inner: MemoryEventStore,
+        breach: Breach,
+    }
+
+    impl EventStore for Broken {
+        fn stream_base(&self) -> u64 {
+            self.inner.stream_base()
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.inner.open_stream(session, stream, pending)
+        }
+
+        fn append<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
+            self.inner.append(session, stream, data)
+        }
+
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            match self.breach {
+                Breach::NeverDone => Box::pin(ready(Ok(()))),
+                _ => self.inner.finish_stream(session, stream),
+            }
+        }
+
+        fn replay_after<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
+            let mut got = self.inner.replay_now(session, after).map_err(Into::into);
+            if let (Breach::ShortReplay, Ok(events)) = (self.breach, &mut got) {
+                events.pop();
+            }
+            Box::pin(ready(got))
+        }
+
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            self.inner.follow(session, after)
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.inner.set_standalone(session, stream)
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            self.inner.standalone(session)
+        }
+
+        fn remove_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.inner.remove_stream(session, stream)
+        }
+
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            let standalone = self.inner.standalone_now(session);
+            self.inner.remove_session_now(session);
+            if let (Breach::KeepsStandalone, Some(_)) = (self.breach, standalone) {
+                self.inner.set_standalone_now(session, standalone);
+            }
+            Box::pin(ready(Ok(())))
+        }
+
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
+            self.inner.sizes()
+        }
+    }
+
+    /// An opened stream with no event: counted, no id of it replays, finished before its
+    /// first event, bounded like emptied streams, and forgotten `max_age` after it opened.
+    #[test]
+    fn event_store_opened_streams() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_events_per_session: 3,
+            max_age: Duration::from_secs(300),
+            ..big()
+        });
+        let (a, b) = (StreamId(1), StreamId(2));
+        let before = s.append_now("s", b, data("b1"));
+        s.open_now("s", a);
+        check(&s);
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1,
+                streams: 2,
+                events: 1,
+                bytes: 2
+            }
+        );
+        for seq in [0, before.seq, before.seq + 1, u64::MAX] {
+            assert_eq!(s.replay_now("s", &EventId::new(a, seq)), Err(Miss::Unknown));
+        }
+        // Opening it again changes nothing; the first event makes it an ordinary stream.
+        s.open_now("s", a);
+        let a1 = s.append_now("s", a, data("a1"));
+        let a2 = s.append_now("s", a, data("a2"));
+        assert_eq!(payloads(&s.replay_now("s", &a1).unwrap()), ["a2"]);
+        assert_eq!(
+            s.replay_now("s", &EventId::new(a, before.seq)),
+            Err(Miss::Unknown)
+        );
+        s.open_now("s", a);
+        assert_eq!(payloads(&s.replay_now("s", &a1).unwrap()), ["a2"]);
+        // Finished before its first event, then written: the mark stays.
+        let c = StreamId(3);
+        s.open_now("s", c);
+        s.finish_now("s", c);
+        let c1 = s.append_now("s", c, data("c1"));
+        let follow = s.follow_now("s", &c1).unwrap();
+        assert!(follow.done && follow.events.is_empty() && follow.rest.is_none());
+        check(&s);
+        // Empty streams are bounded: the oldest go first.
+        for i in 10..110 {
+            s.open_now("s", StreamId(i));
+            check(&s);
+        }
+        assert!(s.sizes_now().streams <= 3 + 3, "{:?}", s.sizes_now());
+        assert_eq!(s.replay_now("s", &a2), Ok(vec![]));
+        // One that never gets an event is forgotten once max_age has passed.
+        s.remove_session_now("s");
+        s.open_now("s", a);
+        millis.store(299_000, Ordering::SeqCst);
+        assert_eq!(s.sizes_now().streams, 1);
+        millis.store(300_000, Ordering::SeqCst);
+        assert_eq!(s.sizes_now().streams, 0);
+        s.remove_session_now("s");
+        assert!(s.sizes_now().is_empty());
+        // Finishing or following what is not there is harmless.
+        s.finish_now("nope", a);
+        assert_eq!(s.follow_now("nope", &a1).unwrap_err(), Miss::Unknown);
+        assert!(s.sizes_now().is_empty());
+    }
+
+    /// `follow` is `replay_after` plus the finished mark, which survives the stream's events
+    /// being evicted; it never carries live events.
+    #[test]
+    fn event_store_follow_reports_done() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_age: Duration::from_secs(300),
+            ..big()
+        });
+        let a = StreamId(4);
+        s.open_now("s", a);
+        let a1 = s.append_now("s", a, data("a1"));
+        let a2 = s.append_now("s", a, data("a2"));
+        let open = s.follow_now("s", &a1).unwrap();
+        assert_eq!(payloads(&open.events), ["a2"]);
+        assert!(!open.done && open.rest.is_none());
+        s.finish_now("s", a);
+        let done = s.follow_now("s", &a1).unwrap();
+        assert_eq!(payloads(&done.events), ["a2"]);
+        assert!(done.done && done.rest.is_none());
+        // Every event aged out: the stream is remembered, finished, for max_age more.
+        millis.store(300_000, Ordering::SeqCst);
+        assert_eq!(s.follow_now("s", &a1).unwrap_err(), Miss::Gone);
+        let last = s.follow_now("s", &a2).unwrap();
+        assert!(last.done && last.events.is_empty());
+        millis.store(600_000, Ordering::SeqCst);
+        assert_eq!(s.follow_now("s", &a2).unwrap_err(), Miss::Unknown);
+        s.remove_session_now("s");
+        assert!(s.sizes_now().is_empty());
+    }
+
+    /// The standalone stream: one per session, replaced, cleared, and freed with the session
+    /// (clearing it for a session the store does not know makes no entry).
+    #[test]
+    fn event_store_standalone_is_freed_with_the_session() {
+        let (s, _) = store(big());
+        s.set_standalone_now("s", None);
+        assert!(s.sizes_now().is_empty());
+        s.set_standalone_now("s", Some(StreamId(3)));
+        assert_eq!(s.standalone_now("s"), Some(StreamId(3)));
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1,
+                ..StoreSizes::default()
+            }
+        );
+        s.set_standalone_now("s", Some(StreamId(5)));
+        assert_eq!(s.standalone_now("s"), Some(StreamId(5)));
+        assert_eq!(s.standalone_now("t"), None);
+        s.set_standalone_now("s", None);
+        assert_eq!(s.standalone_now("s"), None);
+        s.set_standalone_now("s", Some(StreamId(6)));
+        // Removing the stream leaves the record (who holds the GET is the server's to say).
+        s.remove_stream_now("s", StreamId(6));
+        assert_eq!(s.standalone_now("s"), Some(StreamId(6)));
+        s.remove_session_now("s");
+        assert_eq!(s.standalone_now("s"), None);
+        assert!(s.sizes_now().is_empty());
+        assert_eq!(s.lock().sessions.capacity(), 0);
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_errors_keep_their_kind_and_cause() {
+        use std::error::Error as _;
+        let cause = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 1 s");
+        let down = EventStoreError::unavailable(cause);
+        assert_eq!(down.kind(), EventStoreErrorKind::Unavailable);
+        assert!(down.is_unavailable());
+        assert_eq!(
+            down.to_string(),
+            "the event store unavailable: no answer in 1 s"
+        );
+        let source = down.source().expect("the cause is kept");
+        let io = source.downcast_ref::<std::io::Error>().unwrap();
+        assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+        let replay = ReplayError::from(down);
+        assert!(matches!(&replay, ReplayError::Unavailable(e) if e.is_unavailable()));
+        assert!(replay.source().unwrap().source().is_some());
+
+        let bad = EventStoreError::failed("WRONGTYPE");
+        assert_eq!(bad.kind(), EventStoreErrorKind::Failed);
+        assert!(!bad.is_unavailable());
+        assert_eq!(bad.to_string(), "the event store failed: WRONGTYPE");
+        assert!(matches!(ReplayError::from(bad), ReplayError::Failed(_)));
+        let made = EventStoreError::new(EventStoreErrorKind::Unavailable, "refused");
+        assert!(made.is_unavailable());
+        assert!(matches!(
+            ReplayError::from(made),
+            ReplayError::Unavailable(_)
+        ));
+        assert!(matches!(ReplayError::from(Miss::Gone), ReplayError::Gone));
+        assert!(matches!(
+            ReplayError::from(Miss::Unknown),
+            ReplayError::Unknown
+        ));
     }
 }
