@@ -475,16 +475,19 @@ pub trait EventStore: Send + Sync + 'static {
 /// Sizes count event data only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryEventStoreConfig {
-    /// Most events kept per session (default 1024). Also bounds how many streams whose events
-    /// were all evicted a session remembers (so that resuming them reports
-    /// [`ReplayError::Gone`] rather than [`ReplayError::Unknown`]).
+    /// Most events kept per session (default 1024). Also bounds how many streams with no
+    /// stored event a session remembers: those whose events were all evicted (so that
+    /// resuming them reports [`ReplayError::Gone`] rather than [`ReplayError::Unknown`]) and
+    /// those opened ([`EventStore::open_stream`]) with no event yet; the oldest are forgotten
+    /// first.
     pub max_events_per_session: usize,
     /// Most bytes of event data kept per session (default 4 MiB).
     pub max_bytes_per_session: usize,
     /// Most bytes of event data kept across all sessions (default 64 MiB).
     pub max_total_bytes: usize,
     /// How long an event is kept (default 5 minutes); an event whose age reaches `max_age` is
-    /// evicted. A stream whose events were all evicted is remembered for `max_age` more.
+    /// evicted. A stream whose events were all evicted is remembered for `max_age` more, and
+    /// so is a stream opened with no event, from when it opened.
     pub max_age: Duration,
 }
 

@@ -1756,6 +1756,8 @@ mod tests {
         inner: crate::event_store::MemoryEventStore,
         open: tokio::sync::watch::Sender<bool>,
         waiting: AtomicUsize,
+        /// Appends fail (the store is unavailable) while set.
+        fail: std::sync::atomic::AtomicBool,
     }
 
     impl GatedStore {
@@ -1764,6 +1766,7 @@ mod tests {
                 inner: crate::event_store::MemoryEventStore::new(),
                 open: tokio::sync::watch::Sender::new(true),
                 waiting: AtomicUsize::new(0),
+                fail: std::sync::atomic::AtomicBool::new(false),
             }
         }
 
@@ -1811,6 +1814,9 @@ mod tests {
         ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
+                if self.fail.load(Ordering::SeqCst) {
+                    return Err(EventStoreError::unavailable("the store is down"));
+                }
                 self.inner.append(session, stream, data).await
             })
         }
@@ -1973,6 +1979,67 @@ mod tests {
         assert_eq!(ns, [0, 1], "{got:?}");
         assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
         service.close_all().await;
+    }
+
+    /// EventStore v2 (issue 22 WP1): an event the store refuses is still written to the live
+    /// connection, without an id (the client cannot resume to it), and a priming event the
+    /// store refuses is left out; the stream goes on with ids once the store answers again.
+    #[tokio::test]
+    async fn a_refused_event_is_still_written_live_without_an_id() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = modelctx_types::RequestId::from(5);
+        let call = on_session(
+            "POST",
+            &id,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
+        );
+        let five = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(call).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":5,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        store.fail.store(true, Ordering::SeqCst);
+        within(session.send(progress(0), Some(rid.clone()))).await;
+        store.fail.store(false, Ordering::SeqCst);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(within(five).await.unwrap().into_body()).await;
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].0, None, "{got:?}");
+        assert!(got[0].1.contains(r#""n":0"#), "{got:?}");
+        assert!(
+            got[1].0.is_some() && got[1].1.contains(r#""n":1"#),
+            "{got:?}"
+        );
+        assert!(
+            got[2].0.is_some() && got[2].1.contains(r#""id":5"#),
+            "{got:?}"
+        );
+        service.close_all().await;
+        let sizes = crate::event_store::EventStore::sizes(&store.inner)
+            .await
+            .unwrap();
+        assert_eq!(sizes.events, 0, "{sizes:?}");
     }
 
     /// Finding 17: the session's lock is not held across the event store's I/O. While the
