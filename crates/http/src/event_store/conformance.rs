@@ -7,15 +7,23 @@
 //! streams from [`EventStore::stream_base`], and removes its session before it returns. Store
 //! errors are breaches too: the store under test must be reachable.
 //!
-//! [`all`] runs every check. A store passes when, in its tests:
+//! [`all`] runs every check. A store passes when, in its tests, it gets through:
 //!
-//! ```ignore
-//! conformance::all(&store, "conformance", Limits::new(kept, max_age), advance).await;
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use modelctx_http::event_store::MemoryEventStore;
+//! use modelctx_http::event_store::conformance::{self, Limits};
+//!
+//! # async fn check() {
+//! let store = MemoryEventStore::new();
+//! // It keeps 1024 events of a stream, each for 5 minutes.
+//! let limits = Limits::new(1024, Duration::from_secs(300));
+//! // A store on real time is aged by sleeping (the in-memory store's own tests move a test
+//! // clock instead, which takes no time).
+//! conformance::all(&store, "conformance", limits, tokio::time::sleep).await;
+//! # }
 //! ```
-//!
-//! where `kept` is the most events the store keeps of a stream (of a session with no other)
-//! and `advance` moves the store's clock on (a test clock, or a sleep for a store on real
-//! time).
 //!
 //! This module is behind a feature, not `#[doc(hidden)]`: it panics by design, so it has no
 //! place in a server's build, and as a documented part of the crate it says what an
