@@ -24,7 +24,12 @@
 //! * [`headers`]: the standard `Mcp-*` request headers of 2026-07-28 and the `x-mcp-header`
 //!   rules, one checker for the server's validation and the client's requests.
 //! * [`event_store`] (feature `server`): where legacy SSE events wait for resumption;
-//!   pluggable.
+//!   pluggable. `EventStore` is async and fallible (an error says whether the store was
+//!   unavailable or failed) and has what a store shared by several server instances needs:
+//!   stream ids from a per-instance `stream_base`, the streams' open and finished marks,
+//!   `follow` for a stream another instance writes, and the standalone stream's record. The
+//!   bounded `MemoryEventStore` serves one process. With feature `testing`,
+//!   `event_store::conformance` is the trait's contract as checks any implementation runs.
 //!
 //! # What it does not do
 //!

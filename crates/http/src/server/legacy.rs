@@ -766,8 +766,15 @@ impl Session {
                 reply,
             } => {
                 let first = if prime {
-                    let id = store.append(&self.id, stream, Bytes::new()).await;
-                    sse::priming(&id.to_string(), shared.config.sse_retry)
+                    // EventStore v2 (issue 22 WP1), until this path handles store errors
+                    // (WP3): a priming event the store refused is left out, and logged.
+                    match store.append(&self.id, stream, Bytes::new()).await {
+                        Ok(id) => sse::priming(&id.to_string(), shared.config.sse_retry),
+                        Err(e) => {
+                            tracing::warn!(session = %redact(&self.id), error = %e, "priming event not stored");
+                            Bytes::new()
+                        }
+                    }
                 } else {
                     Bytes::new()
                 };
@@ -782,13 +789,19 @@ impl Session {
                 }
             }
             Effect::Append { stream, data } => {
-                let id = store.append(&self.id, stream, data.clone()).await;
+                // EventStore v2 (issue 22 WP1), until this path handles store errors (WP3): an
+                // event the store refused is still written live, without an id, and logged.
+                let id = match store.append(&self.id, stream, data.clone()).await {
+                    Ok(id) => Some(id.to_string()),
+                    Err(e) => {
+                        tracing::warn!(session = %redact(&self.id), error = %e, "event not stored");
+                        None
+                    }
+                };
                 let mut state = self.state.lock().await;
                 if let Some(stream) = state.streams.get_mut(&stream)
                     && let Some(live) = &stream.live
-                    && live
-                        .try_send(sse::event(Some(&id.to_string()), &data))
-                        .is_err()
+                    && live.try_send(sse::event(id.as_deref(), &data)).is_err()
                 {
                     // Gone or too far behind: let go; the client resumes from the store.
                     stream.live = None;
@@ -840,7 +853,12 @@ impl Session {
                     shrink(&mut state.streams);
                 }
             }
-            Effect::RemoveSession => store.remove_session(&self.id).await,
+            Effect::RemoveSession => {
+                // EventStore v2 (issue 22 WP1): logged until WP3 decides more.
+                if let Err(e) = store.remove_session(&self.id).await {
+                    tracing::warn!(session = %redact(&self.id), error = %e, "events not removed");
+                }
+            }
         }
     }
 
@@ -1738,6 +1756,8 @@ mod tests {
         inner: crate::event_store::MemoryEventStore,
         open: tokio::sync::watch::Sender<bool>,
         waiting: AtomicUsize,
+        /// Appends fail (the store is unavailable) while set.
+        fail: std::sync::atomic::AtomicBool,
     }
 
     impl GatedStore {
@@ -1746,6 +1766,7 @@ mod tests {
                 inner: crate::event_store::MemoryEventStore::new(),
                 open: tokio::sync::watch::Sender::new(true),
                 waiting: AtomicUsize::new(0),
+                fail: std::sync::atomic::AtomicBool::new(false),
             }
         }
 
@@ -1761,55 +1782,121 @@ mod tests {
         }
     }
 
+    // EventStore v2 (issue 22 WP1): the gate is on every call that does store I/O.
+    use crate::event_store::{
+        BoxFuture, EventId, EventStoreError, Follow, ReplayError, StoreSizes, StreamId,
+    };
+    use bytes::Bytes;
+    use modelctx_types::RequestId;
+
     impl crate::event_store::EventStore for GatedStore {
+        fn stream_base(&self) -> u64 {
+            self.inner.stream_base()
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.open_stream(session, stream, pending).await
+            })
+        }
+
         fn append<'a>(
             &'a self,
             session: &'a str,
-            stream: crate::event_store::StreamId,
-            data: bytes::Bytes,
-        ) -> crate::event_store::BoxFuture<'a, crate::event_store::EventId> {
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
+                if self.fail.load(Ordering::SeqCst) {
+                    return Err(EventStoreError::unavailable("the store is down"));
+                }
                 self.inner.append(session, stream, data).await
+            })
+        }
+
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.finish_stream(session, stream).await
             })
         }
 
         fn replay_after<'a>(
             &'a self,
             session: &'a str,
-            after: &'a crate::event_store::EventId,
-        ) -> crate::event_store::BoxFuture<
-            'a,
-            Result<
-                Vec<(crate::event_store::EventId, bytes::Bytes)>,
-                crate::event_store::ReplayError,
-            >,
-        > {
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.replay_after(session, after).await
             })
         }
 
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.follow(session, after).await
+            })
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.set_standalone(session, stream).await
+            })
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.standalone(session).await
+            })
+        }
+
         fn remove_stream<'a>(
             &'a self,
             session: &'a str,
-            stream: crate::event_store::StreamId,
-        ) -> crate::event_store::BoxFuture<'a, ()> {
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.remove_stream(session, stream).await
             })
         }
 
-        fn remove_session<'a>(&'a self, session: &'a str) -> crate::event_store::BoxFuture<'a, ()> {
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.remove_session(session).await
             })
         }
 
-        fn sizes(&self) -> crate::event_store::BoxFuture<'_, crate::event_store::StoreSizes> {
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
             self.inner.sizes()
         }
     }
@@ -1892,6 +1979,67 @@ mod tests {
         assert_eq!(ns, [0, 1], "{got:?}");
         assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
         service.close_all().await;
+    }
+
+    /// EventStore v2 (issue 22 WP1): an event the store refuses is still written to the live
+    /// connection, without an id (the client cannot resume to it), and a priming event the
+    /// store refuses is left out; the stream goes on with ids once the store answers again.
+    #[tokio::test]
+    async fn a_refused_event_is_still_written_live_without_an_id() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = modelctx_types::RequestId::from(5);
+        let call = on_session(
+            "POST",
+            &id,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
+        );
+        let five = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(call).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":5,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        store.fail.store(true, Ordering::SeqCst);
+        within(session.send(progress(0), Some(rid.clone()))).await;
+        store.fail.store(false, Ordering::SeqCst);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(within(five).await.unwrap().into_body()).await;
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].0, None, "{got:?}");
+        assert!(got[0].1.contains(r#""n":0"#), "{got:?}");
+        assert!(
+            got[1].0.is_some() && got[1].1.contains(r#""n":1"#),
+            "{got:?}"
+        );
+        assert!(
+            got[2].0.is_some() && got[2].1.contains(r#""id":5"#),
+            "{got:?}"
+        );
+        service.close_all().await;
+        let sizes = crate::event_store::EventStore::sizes(&store.inner)
+            .await
+            .unwrap();
+        assert_eq!(sizes.events, 0, "{sizes:?}");
     }
 
     /// Finding 17: the session's lock is not held across the event store's I/O. While the
@@ -2035,6 +2183,7 @@ mod tests {
         assert!(
             crate::event_store::EventStore::sizes(&store.inner)
                 .await
+                .unwrap()
                 .is_empty()
         );
     }
