@@ -83,7 +83,10 @@ fn prm(resource: &str, servers: &[&str]) -> Value {
 }
 
 fn oauth() -> OAuth {
-    OAuth::builder().as_timeout(Duration::from_secs(2)).build()
+    OAuth::builder()
+        .as_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
 }
 
 fn none() -> Challenges {
@@ -719,6 +722,7 @@ async fn a_server_that_never_answers_is_bounded_by_as_timeout() {
     let result = OAuth::builder()
         .as_timeout(Duration::from_millis(200))
         .build()
+        .unwrap()
         .discover(&format!("http://{addr}/mcp"), &none())
         .await;
     assert!(
@@ -796,6 +800,7 @@ async fn scopes_from_the_challenge_then_the_resource_then_none() {
     let found = OAuth::builder()
         .offline_access(false)
         .build()
+        .unwrap()
         .discover(
             &server.url("/mcp"),
             &challenge(r#"Bearer scope="mcp:basic""#),
@@ -821,7 +826,7 @@ async fn scopes_from_the_challenge_then_the_resource_then_none() {
 #[test]
 fn discovery_can_run_on_any_task() {
     fn send<T: Send + 'static>(_: T) {}
-    let client = OAuth::builder().build();
+    let client = OAuth::builder().build().unwrap();
     send(async move {
         client
             .discover("https://h/mcp", &Challenges::default())
@@ -831,7 +836,7 @@ fn discovery_can_run_on_any_task() {
 
 #[test]
 fn the_builder_documents_its_defaults() {
-    let client = OAuth::builder().build();
+    let client = OAuth::builder().build().unwrap();
     assert!(client.inner.offline_access);
     let debug = format!("{client:?}");
     assert!(
@@ -840,7 +845,8 @@ fn the_builder_documents_its_defaults() {
     );
     let client = OAuth::builder()
         .as_timeout(Duration::from_millis(300))
-        .build();
+        .build()
+        .unwrap();
     assert!(format!("{client:?}").contains("timeout: 300ms"));
 }
 
