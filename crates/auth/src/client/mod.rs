@@ -17,10 +17,31 @@
 //!   `scopes_supported`, else none; `offline_access` only when the authorization server offers
 //!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`.
 //!
-//! What it does not do yet: register a client, run the authorization code flow or another
-//! grant, keep tokens, or put them on the HTTP client's requests. Every request to a server goes
-//! through the [`Fetch`] of [`OAuthBuilder::fetch`]: https (or http to loopback),
-//! 5 s per exchange, 256 KiB bodies, no redirects followed.
+//! - [`OAuth::authorize`] runs the authorization code flow for a [`Discovery`]: the client's
+//!   identity at the authorization server in the spec's order (a [`Registered`] client for that
+//!   issuer, or an unbound one, then bound to the first issuer it is used with and never shown to
+//!   another; the [`client_metadata_url`](OAuthBuilder::client_metadata_url) when the server
+//!   advertises `client_id_metadata_document_supported`; dynamic registration (RFC 7591) with
+//!   `application_type` and without `scope`, its answer's method obeyed, kept per issuer; else
+//!   [`Error::NoClientIdentity`]); a PKCE `S256` verifier and a `state`; the authorization URL
+//!   with `resource`, shown by the application's [`AuthorizationHandler`] (the library never
+//!   opens a browser), which returns the [`Redirect`] or [`Declined`]; the redirect checked in
+//!   this order: `state`, RFC 9207 `iss` (byte for byte, required when advertised, compared
+//!   whenever present; a mismatching response's `error` is not shown), `error`, `code`; then the
+//!   code exchange. The whole flow is bounded by
+//!   [`flow_timeout`](OAuthBuilder::flow_timeout) (default 10 minutes).
+//! - The token endpoint: `none`, `client_secret_basic` (RFC 6749 section 2.3.1 encoding),
+//!   `client_secret_post` and `private_key_jwt` (a [`SigningKey`]: PKCS#8 P-256, P-384 or
+//!   Ed25519; RSA refused), `resource` on every request; answers checked ([`Tokens`]: a printable
+//!   token of at most 16 KiB, `Bearer` or `DPoP`); [`OAuth::refresh`].
+//!
+//! What it does not do yet: keep tokens (they are returned to the caller), run the other grants
+//! (client credentials, JWT bearer, token exchange), DPoP, or put tokens on the HTTP client's
+//! requests; two concurrent flows for one authorization server may both register a client.
+//! Redirect URIs must be https or http on a loopback host (checked by
+//! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
+//! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no
+//! redirects followed. `Debug` output never shows a secret, key, token, code or verifier.
 
 mod asmeta;
 mod challenge;

@@ -261,11 +261,13 @@ impl OAuth {
             };
             if let Some(i) = chosen {
                 let client = &mut registered[i];
+                // Bound only once it is usable there.
+                let identity = pre_registered(client, server)?;
                 if client.issuer.is_none() {
                     tracing::debug!(client_id = %client.client_id, %issuer, "pre-registered client bound");
                     client.issuer = Some(issuer.clone());
                 }
-                return pre_registered(client, server);
+                return Ok(identity);
             }
             registered
                 .iter()
