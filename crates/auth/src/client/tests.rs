@@ -1891,10 +1891,15 @@ async fn no_secret_in_debug_output() {
         .identify(&AuthServer::legacy_defaults("https://as"))
         .await
         .unwrap();
+    let pending = super::flow::Pending {
+        state: "state-secret".into(),
+        pkce: super::pkce::Pkce::from_verifier("verifier-secret".into()),
+        issuer: "https://as".into(),
+        iss_required: true,
+    };
     let shown = format!(
-        "{oauth:?} {tokens:?} {identity:?} {:?} {:?}",
+        "{oauth:?} {tokens:?} {identity:?} {:?} {pending:?}",
         Redirect::new("code=code-secret&state=s"),
-        super::pkce::Pkce::from_verifier("verifier-secret".into()),
     );
     for secret in [
         "pre-secret",
@@ -1902,6 +1907,7 @@ async fn no_secret_in_debug_output() {
         "refresh-secret",
         "code-secret",
         "verifier-secret",
+        "state-secret",
         "MIGHAgEA",
     ] {
         assert!(!shown.contains(secret), "{secret} in {shown}");
