@@ -838,6 +838,9 @@ fn discovery_can_run_on_any_task() {
 fn the_builder_documents_its_defaults() {
     let client = OAuth::builder().build().unwrap();
     assert!(client.inner.offline_access);
+    assert_eq!(client.inner.flow_timeout, DEFAULT_FLOW_TIMEOUT);
+    assert_eq!(DEFAULT_FLOW_TIMEOUT, Duration::from_secs(600));
+    assert!(client.inner.redirect_uris.is_empty() && client.inner.client_metadata_url.is_none());
     let debug = format!("{client:?}");
     assert!(
         debug.contains("HttpFetch") && debug.contains("timeout: 5s"),
