@@ -16,11 +16,11 @@ use tokio::time::Instant;
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
-use super::endpoint::{Shared, TableSizes};
+use super::endpoint::{Missing, Shared, TableSizes};
 use super::guard::{self, Metadata};
 use super::legacy::{Decision, Refused, Session};
 use super::modern;
-use super::respond::{self, ResponseBody, sse_headers};
+use super::respond::{self, REFUSED, ResponseBody, sse_headers};
 use crate::event_store::{BoxFuture, EventId};
 use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::security::{self, AllowList};
@@ -70,9 +70,6 @@ impl std::fmt::Debug for McpService {
             .finish_non_exhaustive()
     }
 }
-
-/// The reference server's code for requests refused at the HTTP level (Host, Origin, sessions).
-const REFUSED: ErrorCode = ErrorCode(-32000);
 
 impl McpService {
     /// The service for `app`. Fails when the configuration serves no version.
@@ -164,19 +161,14 @@ impl McpService {
         }
         let Some(_in_flight) = InFlight::enter(&self.in_flight, config.max_requests_in_flight)
         else {
-            let mut response = respond::error_code(
-                StatusCode::SERVICE_UNAVAILABLE,
+            return respond::unavailable(
                 None,
-                REFUSED,
                 format!(
                     "too many requests in flight (at most {}); try again later",
                     config.max_requests_in_flight
                 ),
+                "1",
             );
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return response;
         };
         let Some(guard) = &config.guard else {
             self.maybe_sweep().await;
@@ -395,16 +387,7 @@ impl McpService {
         let principal = parts.extensions.get::<Principal>().cloned();
         let peer = peer_of(&parts).map(|p| p.ip());
         let Some(session) = self.shared.open(principal, peer).await else {
-            let mut response = respond::error_code(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(id),
-                REFUSED,
-                "too many sessions; try again later",
-            );
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            return response;
+            return too_many_sessions(Some(id));
         };
         let handler = self.app.open_session(LegacySession {
             inner: session.clone(),
@@ -440,6 +423,11 @@ impl McpService {
         match decision {
             Ok(Decision::Json(body)) => respond::json(StatusCode::OK, body),
             Ok(Decision::Sse { first, rx }) => self.sse(session, first, rx),
+            Ok(Decision::Unavailable(id)) => respond::unavailable(
+                id,
+                "the server cannot serve this request now; try again later",
+                "1",
+            ),
             Err(_) => {
                 respond::error_code(StatusCode::NOT_FOUND, None, REFUSED, "the session ended")
             }
@@ -487,8 +475,9 @@ impl McpService {
         ))
     }
 
-    /// The session a request names, or the response refusing it.
-    fn session_of(
+    /// The session a request names (adopted from the application when this endpoint does not
+    /// hold it), or the response refusing it.
+    async fn session_of(
         &self,
         parts: &http::request::Parts,
     ) -> Result<Arc<Session>, Box<Response<ResponseBody>>> {
@@ -501,19 +490,36 @@ impl McpService {
             )));
         };
         let principal = parts.extensions.get::<Principal>();
-        // A session of the deprecated HTTP+SSE transport is not one of these paths' sessions
-        // (finding 19): its answers go on its own stream, so a POST here would never complete.
+        let peer = peer_of(parts).map(|p| p.ip());
         let found = self
             .shared
-            .find(id, principal)
-            .filter(|session| !session.is_old_transport());
-        found.ok_or_else(|| {
-            Box::new(respond::error_code(
-                StatusCode::NOT_FOUND,
-                None,
-                REFUSED,
-                "Session not found",
-            ))
+            .find_or_adopt(&self.app, id, principal, peer)
+            .await
+            // A session of the deprecated HTTP+SSE transport is not one of these paths'
+            // sessions (finding 19): its answers go on its own stream, so a POST here would
+            // never complete.
+            .and_then(|session| {
+                if session.is_old_transport() {
+                    Err(Missing::NotFound)
+                } else {
+                    Ok(session)
+                }
+            });
+        found.map_err(|missing| {
+            Box::new(match missing {
+                Missing::NotFound => respond::error_code(
+                    StatusCode::NOT_FOUND,
+                    None,
+                    REFUSED,
+                    "Session not found",
+                ),
+                Missing::Unavailable => respond::unavailable(
+                    None,
+                    "the session cannot be reached now; try again later",
+                    "1",
+                ),
+                Missing::Full => too_many_sessions(None),
+            })
         })
     }
 
@@ -539,7 +545,7 @@ impl McpService {
                 ),
             );
         }
-        let session = match self.session_of(&parts) {
+        let session = match self.session_of(&parts).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -615,7 +621,7 @@ impl McpService {
                 "Accept must list text/event-stream",
             );
         }
-        let session = match self.session_of(&parts) {
+        let session = match self.session_of(&parts).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -656,7 +662,7 @@ impl McpService {
         if !self.shared.config.allow_delete {
             return respond::not_allowed("GET, POST");
         }
-        let session = match self.session_of(&parts) {
+        let session = match self.session_of(&parts).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -769,6 +775,11 @@ fn accepts(headers: &http::HeaderMap, types: &[&str]) -> bool {
                     .is_some_and(|m| m.eq_ignore_ascii_case(main))
         })
     })
+}
+
+/// 503 for a session the table has no room for (`Retry-After: 5`).
+fn too_many_sessions(id: Option<RequestId>) -> Response<ResponseBody> {
+    respond::unavailable(id, "too many sessions; try again later", "5")
 }
 
 /// 403 for a request the `Host`/`Origin` or peer checks refused.
@@ -899,7 +910,7 @@ pub(super) mod tests {
     impl LegacyHandler for Unreached {
         fn input(&self, _input: Incoming, _context: RequestContext) {}
         fn abandoned(&self, _id: RequestId) {}
-        fn closed(&self) {}
+        fn closed(&self, _reason: crate::server::Closed) {}
     }
 
     impl McpApp for Unreached {
