@@ -372,12 +372,12 @@ impl Shared {
         });
         let _ = session.handler.set(handler);
         let mut unplaced = Unplaced(Some(session.clone()));
-        let placed = self
-            .admit(session.principal.as_ref(), peer, |sessions| {
-                match sessions.entry(id.to_owned()) {
-                    Entry::Vacant(vacant) => Some(vacant.insert(session.clone()).clone()),
-                    Entry::Occupied(_) => None,
-                }
+        let placed =
+            self.admit(session.principal.as_ref(), peer, |sessions| match sessions
+                .entry(id.to_owned())
+            {
+                Entry::Vacant(vacant) => Some(vacant.insert(session.clone()).clone()),
+                Entry::Occupied(_) => None,
             })
             .await;
         unplaced.0 = None;
