@@ -257,6 +257,7 @@ impl Shared {
     }
 
     /// The session `id`, if open and bound to the same principal.
+    #[cfg(any(test, feature = "legacy-sse"))]
     pub(crate) fn find(&self, id: &str, principal: Option<&Principal>) -> Option<Arc<Session>> {
         match self.lookup(id, principal) {
             Lookup::Found(session) => Some(session),
