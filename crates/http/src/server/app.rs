@@ -24,14 +24,16 @@ pub trait McpApp: Send + Sync + 'static {
     /// application may hold its state elsewhere (a store shared by several instances of the
     /// server) and adopt it here. `principal` is the request's ([`Principal`]).
     ///
-    /// `Ok(Some(adopted))`: the transport puts the session in its table with its handshake done
-    /// and [`Adopted::version`] as its negotiated version, bound to [`Adopted::principal`]
-    /// (the request's principal must be that one, as for a session opened here: otherwise
-    /// 404), counted against [`ServerConfig::max_sessions`](super::ServerConfig::max_sessions)
-    /// like any other; then it asks [`open_session`](Self::open_session) for its handler
-    /// ([`LegacySession::is_adopted`] says it was adopted) and serves the request as if the
-    /// session had been opened here. `Ok(None)`: no such session (404). `Err`: the state cannot
-    /// be read now (503 with `Retry-After: 1`, before any response head).
+    /// `Ok(Some(adopted))`: the session is bound to [`Adopted::principal`] (the request's
+    /// principal must be that one, as for a session opened here: otherwise 404 and nothing
+    /// else happens). The transport makes it with its handshake done and [`Adopted::version`]
+    /// as its negotiated version, asks [`open_session`](Self::open_session) for its handler
+    /// ([`LegacySession::is_adopted`] says it was adopted), puts it in its table, counted
+    /// against [`ServerConfig::max_sessions`](super::ServerConfig::max_sessions) and the other
+    /// caps like any other (when no room can be made: 503, and the handler is told
+    /// [`Closed::Forgotten`]), and serves the request as if the session had been opened here.
+    /// `Ok(None)`: no such session (404). `Err`: the state cannot be read now (503 with
+    /// `Retry-After: 1`, before any response head; the cause is logged).
     ///
     /// Asked only for ids of the shape this transport gives out, and once at a time per id
     /// (concurrent requests for the same id wait for the first one's answer). Default: `Ok(None)`
