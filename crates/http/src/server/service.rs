@@ -1693,7 +1693,7 @@ mod adoption_tests {
         assert_eq!(closed, expected);
         assert!(service.table_sizes().await.is_empty());
         assert!(
-            !events.sizes().await.is_empty(),
+            !events.sizes().await.unwrap().is_empty(),
             "the forgotten one's events stay"
         );
 
@@ -1709,7 +1709,7 @@ mod adoption_tests {
         );
         assert!(service.table_sizes().await.is_empty());
         assert!(
-            events.sizes().await.is_empty(),
+            events.sizes().await.unwrap().is_empty(),
             "ended: its events are gone"
         );
         let gone = within(service.handle(on("POST", ELSEWHERE, &call(2, "ping"), None))).await;
