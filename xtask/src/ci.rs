@@ -56,8 +56,8 @@ enum Run<'a> {
 /// One CI step: a name, what it runs, extra environment.
 type Step<'a> = (&'a str, Run<'a>, &'a [(&'a str, &'a str)]);
 
-/// Runs every step; stops at the first failure.
-pub(crate) fn run() -> Result<(), Error> {
+/// Runs every step, or only the one named `only`; stops at the first failure.
+pub(crate) fn run(only: Option<&str>) -> Result<(), Error> {
     use Run::{Cargo, Judged, Xtask};
     let root = schema::project_root();
     // The tests run the TypeScript SDK's servers (`tests/ts/`) on the Node 22 of the `node 22`
@@ -242,6 +242,13 @@ pub(crate) fn run() -> Result<(), Error> {
             &[],
         ),
     ];
+    let steps: Vec<&Step<'_>> = steps
+        .iter()
+        .filter(|(name, _, _)| only.is_none_or(|only| only == *name))
+        .collect();
+    if steps.is_empty() {
+        return Err(format!("ci: no step named {:?}", only.unwrap_or_default()).into());
+    }
     let started = Instant::now();
     let mut times = Vec::new();
     for (name, run, env) in steps {

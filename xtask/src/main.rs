@@ -43,8 +43,8 @@ commands:
       in release mode into bench/target, runs every workload against every implementation,
       interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also
       runs B1 (clean builds of bench/minimal/*, a few minutes more)
-  ci
-      everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
+  ci [--step NAME]
+      everything CI checks (or only the step NAME, as the step list names it): fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
       90-second soak (see `soak`), the official conformance suite (see `conformance`),
       feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
@@ -75,7 +75,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen_cmd(&args[1..]),
-        Some("ci") if args.len() == 1 => ci::run(),
+        Some("ci") if args.len() == 1 => ci::run(None),
+        Some("ci") if args.len() == 3 && args[1] == "--step" => ci::run(Some(args[2].as_str())),
         Some("api") => api::run(&schema::project_root(), &args[1..]).map_err(Into::into),
         Some("release-check") => {
             release::run(&schema::project_root(), &args[1..]).map_err(Into::into)
