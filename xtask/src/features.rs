@@ -172,9 +172,7 @@ pub(crate) fn check_duplicates(root: &Path) -> Result<(), String> {
 
 /// The crate names `cargo tree -d` lists, each once, sorted.
 fn duplicated_names(tree: &str) -> Vec<&str> {
-    let mut names: Vec<&str> = blocks(tree).keys().copied().collect();
-    names.dedup();
-    names
+    blocks(tree).keys().copied().collect()
 }
 
 /// `cargo tree -d`'s output by crate name: each duplicated version starts a block (a line without
