@@ -222,7 +222,11 @@ fn json_target_dir(root: &Path, toolchain: Toolchain) -> PathBuf {
 }
 
 /// Runs rustdoc on one crate (all features, its library only) and renders its JSON.
-fn render_crate(root: &Path, krate: &LibCrate, toolchain: Toolchain) -> Result<Vec<String>, String> {
+fn render_crate(
+    root: &Path,
+    krate: &LibCrate,
+    toolchain: Toolchain,
+) -> Result<Vec<String>, String> {
     let target_dir = json_target_dir(root, toolchain);
     let mut command = match toolchain {
         Toolchain::Nightly => {
@@ -237,7 +241,14 @@ fn render_crate(root: &Path, krate: &LibCrate, toolchain: Toolchain) -> Result<V
         }
     };
     command
-        .args(["rustdoc", "--quiet", "--locked", "--lib", "--all-features", "-p"])
+        .args([
+            "rustdoc",
+            "--quiet",
+            "--locked",
+            "--lib",
+            "--all-features",
+            "-p",
+        ])
         .arg(&krate.name)
         .arg("--target-dir")
         .arg(&target_dir)
@@ -272,8 +283,8 @@ fn render_crate(root: &Path, krate: &LibCrate, toolchain: Toolchain) -> Result<V
 pub(crate) fn render(json: &Path) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(json)
         .map_err(|e| format!("cannot read {}: {e}", json.display()))?;
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
     check_format(&value).map_err(|e| format!("{}: {e}", json.display()))?;
     check_deprecations(&value).map_err(|e| format!("{}: {e}", json.display()))?;
     let api = public_api::Builder::from_rustdoc_json(json)
@@ -406,7 +417,11 @@ mod tests {
         }
         // Private items are not part of the API; blanket impls are left out.
         assert!(!lines.iter().any(|line| line.contains("hidden_helper")));
-        assert!(!lines.iter().any(|line| line.contains("impl<T> core::convert::From<T>")));
+        assert!(
+            !lines
+                .iter()
+                .any(|line| line.contains("impl<T> core::convert::From<T>"))
+        );
     }
 
     #[test]
@@ -434,10 +449,7 @@ mod tests {
 
     #[test]
     fn the_diff_counts_repeated_lines_and_orders_by_text() {
-        assert_eq!(
-            diff("a\nb\nb\nd\n", "a\nb\nc\nd\nd\n"),
-            ["-b", "+c", "+d"]
-        );
+        assert_eq!(diff("a\nb\nb\nd\n", "a\nb\nc\nd\nd\n"), ["-b", "+c", "+d"]);
         assert_eq!(diff("", "x\n"), ["+x"]);
         assert_eq!(diff("x\n", ""), ["-x"]);
     }
@@ -476,7 +488,9 @@ mod tests {
         assert!(has_nightly(
             "stable-x86_64-unknown-linux-gnu (active, default)\nnightly-x86_64-unknown-linux-gnu\n"
         ));
-        assert!(!has_nightly("stable-x86_64-unknown-linux-gnu (default)\n1.95.0-x86_64\n"));
+        assert!(!has_nightly(
+            "stable-x86_64-unknown-linux-gnu (default)\n1.95.0-x86_64\n"
+        ));
         assert!(!has_nightly(""));
     }
 

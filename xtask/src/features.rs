@@ -141,7 +141,14 @@ pub(crate) fn check_duplicates(root: &Path) -> Result<(), String> {
     let members = workspace::members(root)?;
     let crates = workspace::library_crates(root)?;
     let mut args = vec![
-        "tree", "-d", "-e", "normal", "--all-features", "--target", "all", "--locked",
+        "tree",
+        "-d",
+        "-e",
+        "normal",
+        "--all-features",
+        "--target",
+        "all",
+        "--locked",
     ];
     for krate in &crates {
         args.push("-p");
@@ -181,7 +188,11 @@ fn blocks(tree: &str) -> BTreeMap<&str, Vec<String>> {
     let mut blocks: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for block in tree.split("\n\n") {
         let block = block.trim_matches('\n');
-        let Some(name) = block.lines().next().and_then(|l| l.split_whitespace().next()) else {
+        let Some(name) = block
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().next())
+        else {
             continue;
         };
         blocks.entry(name).or_default().push(block.to_owned());
@@ -284,7 +295,10 @@ tokio v1.48.0
             error.contains("tokio v1.40.0\n└── some-crate v0.3.0\n    └── modelctx-http"),
             "{error}"
         );
-        assert!(error.contains("tokio v1.48.0\n└── modelctx-http"), "{error}");
+        assert!(
+            error.contains("tokio v1.48.0\n└── modelctx-http"),
+            "{error}"
+        );
         // base64 is not ours to choose.
         assert!(!error.contains("base64"), "{error}");
     }

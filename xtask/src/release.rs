@@ -46,7 +46,10 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     };
     match &baseline {
         Some(rev) => {
-            let sha = git(root, &["rev-parse", "--short", &format!("{rev}^{{commit}}")])?;
+            let sha = git(
+                root,
+                &["rev-parse", "--short", &format!("{rev}^{{commit}}")],
+            )?;
             println!("compared {head} against {rev} ({sha})");
             let started = Instant::now();
             let result = semver_checks(root, rev);
@@ -94,9 +97,10 @@ fn parse_args(args: &[String]) -> Result<Option<String>, String> {
 /// The first tag of `git tag --list 'v*' --sort=-v:refname` (newest version first) that is a
 /// version (`v` then a digit).
 fn latest_tag(tags: &str) -> Option<&str> {
-    tags.lines()
-        .map(str::trim)
-        .find(|tag| tag.strip_prefix('v').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())))
+    tags.lines().map(str::trim).find(|tag| {
+        tag.strip_prefix('v')
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    })
 }
 
 /// `git <args>` in `root`: its trimmed standard output.
@@ -120,10 +124,10 @@ fn read(root: &Path, file: &str) -> Result<String, String> {
 /// Installs cargo-semver-checks into [`TOOLS`] when it is missing or another version, then runs it
 /// on the workspace's library crates against `rev`.
 fn semver_checks(root: &Path, rev: &str) -> Result<(), String> {
-    let binary = root
-        .join(TOOLS)
-        .join("bin")
-        .join(format!("cargo-semver-checks{}", std::env::consts::EXE_SUFFIX));
+    let binary = root.join(TOOLS).join("bin").join(format!(
+        "cargo-semver-checks{}",
+        std::env::consts::EXE_SUFFIX
+    ));
     let installed = Command::new(&binary)
         .args(["semver-checks", "--version"])
         .output()
@@ -131,16 +135,26 @@ fn semver_checks(root: &Path, rev: &str) -> Result<(), String> {
         .filter(|output| output.status.success())
         .map(|output| String::from_utf8_lossy(&output.stdout).into_owned());
     if !installed.is_some_and(|v| v.split_whitespace().any(|w| w == SEMVER_CHECKS_VERSION)) {
-        eprintln!("release-check: installing cargo-semver-checks {SEMVER_CHECKS_VERSION} into {TOOLS}");
+        eprintln!(
+            "release-check: installing cargo-semver-checks {SEMVER_CHECKS_VERSION} into {TOOLS}"
+        );
         let status = Command::new(env!("CARGO"))
-            .args(["install", "--locked", "--version", SEMVER_CHECKS_VERSION, "--root"])
+            .args([
+                "install",
+                "--locked",
+                "--version",
+                SEMVER_CHECKS_VERSION,
+                "--root",
+            ])
             .arg(root.join(TOOLS))
             .arg("cargo-semver-checks")
             .current_dir(root)
             .status()
             .map_err(|e| format!("cannot run cargo install: {e}"))?;
         if !status.success() {
-            return Err(format!("cargo install cargo-semver-checks failed: {status}"));
+            return Err(format!(
+                "cargo install cargo-semver-checks failed: {status}"
+            ));
         }
     }
     let mut command = Command::new(&binary);
@@ -155,7 +169,9 @@ fn semver_checks(root: &Path, rev: &str) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!("cargo semver-checks against {rev} failed (see its report above)"))
+        Err(format!(
+            "cargo semver-checks against {rev} failed (see its report above)"
+        ))
     }
 }
 
