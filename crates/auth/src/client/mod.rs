@@ -15,10 +15,13 @@
 //!   server; its metadata, else `/authorize`, `/token`, `/register` there);
 //! - [`Discovery::scopes`] chooses the scopes (the challenge's, else the resource's
 //!   `scopes_supported`, else none; `offline_access` only when the authorization server offers
-//!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`.
+//!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`;
+//! - [`TokenStore`] keeps registrations per issuer and tokens per issuer and resource:
+//!   [`MemoryStore`] for the process, [`FileStore`] on disk (one JSON file per issuer, `0600`
+//!   in a `0700` directory, written atomically; files open to others refused).
 //!
 //! What it does not do yet: register a client, run the authorization code flow or another
-//! grant, keep tokens, or put them on the HTTP client's requests. Every request to a server goes
+//! grant, or put tokens on the HTTP client's requests. Every request to a server goes
 //! through the [`Fetch`] of [`OAuthBuilder::fetch`]: https (or http to loopback),
 //! 5 s per exchange, 256 KiB bodies, no redirects followed.
 
@@ -27,6 +30,7 @@ mod challenge;
 mod error;
 mod prm;
 mod scopes;
+mod store;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -37,6 +41,10 @@ pub use asmeta::AuthServer;
 pub use challenge::{Challenge, Challenges};
 pub use error::Error;
 pub use prm::ProtectedResource;
+pub use store::{
+    ClientRecord, FileStore, MAX_FILE_SIZE, MemoryStore, StoreError, StoreKey, Stored, TokenRecord,
+    TokenStore,
+};
 
 use crate::fetch::{Fetch, HttpFetch};
 use prm::ServerUrl;
