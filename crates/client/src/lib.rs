@@ -97,6 +97,8 @@
 //! * `auth`: [`ClientBuilder::auth`] and the [`auth`] module (pulls in modelctx-auth's client
 //!   half; with `rustls`, HTTPS to authorization servers too).
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// The docs name `ClientBuilder::auth` and the `auth` module, which exist with feature `auth`.
+#![cfg_attr(not(feature = "auth"), allow(rustdoc::broken_intra_doc_links))]
 
 mod builder;
 mod cache;
@@ -130,17 +132,29 @@ pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 #[cfg(feature = "http")]
 pub use modelctx_http::client::ClientConfig as HttpConfig;
 
-/// Authorization of the HTTP transport's requests (feature `auth`).
-///
-/// The seam of modelctx-http: an [`Authorizer`] gives the credentials of each request and
-/// decides, when the server refuses them, whether to send it again; [`AuthFailure`] is why it
-/// gave up ([`Error::Auth`](crate::Error::Auth), [`ConnectError::Auth`](crate::ConnectError::Auth)).
-/// And the OAuth 2.1 client of modelctx-auth: [`OAuth`] (discovery so far), the challenge
-/// parser, its errors ([`OAuthError`]), and the token stores ([`TokenStore`], [`MemoryStore`],
-/// [`FileStore`]).
+/// The Streamable HTTP transport's error, held by [`TransportError::Http`] and
+/// [`ConnectError::Unreachable`].
+#[cfg(feature = "http")]
+pub use modelctx_http::client::TransportError as HttpTransportError;
+#[cfg(feature = "stdio")]
+pub use modelctx_stdio::ServerCommand;
+#[cfg(feature = "stdio")]
+pub use modelctx_stdio::StoppedBy;
+#[cfg(feature = "stdio")]
+pub use stdio::ServerExit;
+
 #[cfg(feature = "auth")]
 #[cfg_attr(docsrs, doc(cfg(feature = "auth")))]
 pub mod auth {
+    //! Authorization of the HTTP transport's requests (feature `auth`).
+    //!
+    //! The seam of modelctx-http: an [`Authorizer`] gives the credentials of each request and
+    //! decides, when the server refuses them, whether to send it again; [`AuthFailure`] is why
+    //! it gave up ([`Error::Auth`](crate::Error::Auth),
+    //! [`ConnectError::Auth`](crate::ConnectError::Auth)). And the OAuth 2.1 client of
+    //! modelctx-auth: [`OAuth`] (discovery so far), the challenge parser, its errors
+    //! ([`OAuthError`]), and the token stores ([`TokenStore`], [`MemoryStore`], [`FileStore`]).
+
     pub use modelctx_auth::client::{
         AuthServer, Challenge, Challenges, ClientRecord, Discovery, Error as OAuthError, FileStore,
         MemoryStore, OAuth, OAuthBuilder, ProtectedResource, StoreError, StoreKey, Stored,
@@ -152,16 +166,6 @@ pub mod auth {
         Reply, Retry,
     };
 }
-/// The Streamable HTTP transport's error, held by [`TransportError::Http`] and
-/// [`ConnectError::Unreachable`].
-#[cfg(feature = "http")]
-pub use modelctx_http::client::TransportError as HttpTransportError;
-#[cfg(feature = "stdio")]
-pub use modelctx_stdio::ServerCommand;
-#[cfg(feature = "stdio")]
-pub use modelctx_stdio::StoppedBy;
-#[cfg(feature = "stdio")]
-pub use stdio::ServerExit;
 
 /// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
 #[doc = include_str!("../README.md")]
