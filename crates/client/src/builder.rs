@@ -406,7 +406,9 @@ impl ClientBuilder {
     ///         _: &'a Outgoing<'a>,
     ///     ) -> BoxFuture<'a, Result<Credentials, AuthFailure>> {
     ///         let mut credentials = Credentials::none(0);
-    ///         if let Ok(Ok(value)) = std::env::var("API_KEY").map(|k| format!("Bearer {k}").parse()) {
+    ///         if let Ok(key) = std::env::var("API_KEY")
+    ///             && let Ok(value) = format!("Bearer {key}").parse()
+    ///         {
     ///             credentials.headers.insert("authorization", value);
     ///         }
     ///         Box::pin(std::future::ready(Ok(credentials)))
@@ -422,7 +424,8 @@ impl ClientBuilder {
     ///     }
     /// }
     ///
-    /// let builder = Client::builder("my-host", "1.0.0").auth(Arc::new(ApiKey) as Arc<dyn Authorizer>);
+    /// let builder = Client::builder("my-host", "1.0.0")
+    ///     .auth(Arc::new(ApiKey) as Arc<dyn Authorizer>);
     /// # let _ = builder;
     /// ```
     #[cfg(feature = "auth")]
