@@ -15,7 +15,10 @@
 //!   server; its metadata, else `/authorize`, `/token`, `/register` there);
 //! - [`Discovery::scopes`] chooses the scopes (the challenge's, else the resource's
 //!   `scopes_supported`, else none; `offline_access` only when the authorization server offers
-//!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`.
+//!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`;
+//! - [`TokenStore`] keeps registrations per issuer and tokens per issuer and resource:
+//!   [`MemoryStore`] for the process, [`FileStore`] on disk (one JSON file per issuer, `0600`
+//!   in a `0700` directory, written atomically; files open to others refused).
 //!
 //! - [`OAuth::authorize`] runs the authorization code flow for a [`Discovery`]: the client's
 //!   identity at the authorization server in the spec's order (a [`Registered`] client for that
@@ -35,7 +38,7 @@
 //!   Ed25519; RSA refused), `resource` on every request; answers checked ([`Tokens`]: a printable
 //!   token of at most 16 KiB, `Bearer` or `DPoP`); [`OAuth::refresh`].
 //!
-//! What it does not do yet: keep tokens (they are returned to the caller), run the other grants
+//! What it does not do yet: keep tokens in a [`TokenStore`] (the store exists; nothing uses it yet), run the other grants
 //! (client credentials, JWT bearer, token exchange), DPoP, or put tokens on the HTTP client's
 //! requests; two concurrent flows for one authorization server may both register a client.
 //! Redirect URIs must be https or http on a loopback host (checked by
@@ -53,6 +56,7 @@ mod pkce;
 mod prm;
 mod registration;
 mod scopes;
+mod store;
 mod token;
 
 use std::collections::HashMap;
@@ -67,6 +71,10 @@ pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect
 pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
+pub use store::{
+    ClientRecord, FileStore, MAX_FILE_SIZE, MemoryStore, StoreError, StoreKey, Stored, TokenRecord,
+    TokenStore,
+};
 pub use token::{TokenType, Tokens};
 
 use crate::fetch::{Fetch, HttpFetch};
