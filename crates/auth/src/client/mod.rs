@@ -45,8 +45,10 @@
 
 mod asmeta;
 mod challenge;
+mod dpop;
 mod error;
 mod flow;
+mod grants;
 mod handler;
 mod jwt;
 mod pkce;
@@ -62,7 +64,12 @@ use std::time::Duration;
 
 pub use asmeta::AuthServer;
 pub use challenge::{Challenge, Challenges};
+pub use dpop::{DpopKey, DpopNonces, DpopPolicy};
 pub use error::Error;
+pub use grants::{
+    AssertionSource, GrantKind, ID_TOKEN_TYPE, IdJag, SAML2_TOKEN_TYPE, SourceError, Subject,
+    SubjectToken,
+};
 pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
 pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
@@ -98,6 +105,8 @@ struct Inner {
     /// Clients registered dynamically, by issuer.
     dynamic: Mutex<HashMap<String, ClientIdentity>>,
     flow_timeout: Duration,
+    /// The extension grant, DPoP key and nonces (`grants.rs`).
+    extensions: grants::Extensions,
 }
 
 impl fmt::Debug for OAuth {
@@ -109,6 +118,7 @@ impl fmt::Debug for OAuth {
             .field("client_metadata_url", &self.inner.client_metadata_url)
             .field("redirect_uris", &self.inner.redirect_uris)
             .field("flow_timeout", &self.inner.flow_timeout)
+            .field("extensions", &self.inner.extensions)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +136,7 @@ pub struct OAuthBuilder {
     redirect_uris: Vec<String>,
     application_type: Option<ApplicationType>,
     flow_timeout: Duration,
+    extensions: grants::Extensions,
 }
 
 impl OAuth {
@@ -144,6 +155,7 @@ impl OAuth {
             redirect_uris: Vec::new(),
             application_type: None,
             flow_timeout: DEFAULT_FLOW_TIMEOUT,
+            extensions: grants::Extensions::default(),
         }
     }
 
@@ -178,7 +190,7 @@ impl OAuth {
                 }
                 Err(e) => return Err(e),
             };
-            auth_server.check_authorization_code()?;
+            self.check_grant(&auth_server)?;
             return Ok(Discovery {
                 resource: server.legacy_resource(),
                 protected_resource: None,
@@ -190,7 +202,7 @@ impl OAuth {
         let mut first_error = None;
         for issuer in &protected.authorization_servers {
             let found = match self.auth_server(issuer).await {
-                Ok(found) => found.check_authorization_code().map(|()| found),
+                Ok(found) => self.check_grant(&found).map(|()| found),
                 Err(e) => Err(e),
             };
             match found {
@@ -311,6 +323,7 @@ impl OAuthBuilder {
         for client in &self.registered {
             client.check()?;
         }
+        self.extensions.check()?;
         let fetch = match (self.fetch, self.as_timeout) {
             (Some(fetch), _) => fetch,
             (None, Some(timeout)) => Arc::new(HttpFetch::new().with_timeout(timeout)),
@@ -328,6 +341,7 @@ impl OAuthBuilder {
                 application_type: self.application_type,
                 dynamic: Mutex::default(),
                 flow_timeout: self.flow_timeout,
+                extensions: self.extensions,
             }),
         })
     }

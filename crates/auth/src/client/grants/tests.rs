@@ -1,0 +1,1 @@
+//! The extension grants and DPoP on token requests, against in-process servers.
