@@ -292,7 +292,7 @@ pub enum DpopPolicy {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -361,7 +361,10 @@ MC4CAQAwBQYDK2VwBCIEIJs2uJxCC3J0RKpymC21jPfq5sBsExVaeacdJQbyeqFw
             .lines()
             .filter(|l| !l.starts_with("-----"))
             .collect();
-        assert!(!shown.contains(&body[..20]) && !shown.contains("der"), "{shown}");
+        assert!(
+            !shown.contains(&body[..20]) && !shown.contains("der"),
+            "{shown}"
+        );
         let jwk = key.public_jwk();
         assert!(!shown.contains(jwk["x"].as_str().unwrap()), "{shown}");
     }

@@ -241,7 +241,9 @@ pub enum Error {
     /// default [`DpopPolicy::Required`](super::DpopPolicy::Required), and the authorization
     /// server's `dpop_signing_alg_values_supported` does not list ES256, the only algorithm of
     /// its proofs: no token was asked for.
-    #[error("the authorization server {issuer} does not take ES256 DPoP proofs (it lists {algs:?})")]
+    #[error(
+        "the authorization server {issuer} does not take ES256 DPoP proofs (it lists {algs:?})"
+    )]
     DpopUnsupported {
         /// The authorization server.
         issuer: String,

@@ -87,9 +87,8 @@ impl AssertionSource for AssertionFile {
             })
             .await
             .map_err(|e| -> SourceError { Box::new(e) })?;
-            let text = read.map_err(|e| -> SourceError {
-                format!("{}: {e}", self.path.display()).into()
-            })?;
+            let text = read
+                .map_err(|e| -> SourceError { format!("{}: {e}", self.path.display()).into() })?;
             if text.len() as u64 > ASSERTION_FILE_LIMIT {
                 return Err(format!("{} is over 64 KiB", self.path.display()).into());
             }
@@ -403,7 +402,7 @@ impl OAuth {
         scopes: &[String],
     ) -> Result<Tokens, Error> {
         let server = self.checked_server(discovery)?;
-        let client = self.registered_identity(server, "client credentials").await?;
+        let client = self.registered_identity(server).await?;
         let mut params = vec![("grant_type", CLIENT_CREDENTIALS.to_owned())];
         push_scope(&mut params, scopes);
         self.token_request(
@@ -437,14 +436,15 @@ impl OAuth {
             });
         };
         let server = self.checked_server(discovery)?;
-        let client = self.registered_identity(server, "the JWT bearer grant").await?;
-        let assertion = source
-            .assertion(&server.issuer)
-            .await
-            .map_err(|source| Error::Assertion {
-                what: "assertion",
-                source,
-            })?;
+        let client = self.registered_identity(server).await?;
+        let assertion =
+            source
+                .assertion(&server.issuer)
+                .await
+                .map_err(|source| Error::Assertion {
+                    what: "assertion",
+                    source,
+                })?;
         self.assertion_grant(discovery, server, &client, assertion, scopes)
             .await
     }
@@ -474,9 +474,7 @@ impl OAuth {
             });
         };
         let server = self.checked_server(discovery)?;
-        let client = self
-            .registered_identity(server, "enterprise-managed authorization")
-            .await?;
+        let client = self.registered_identity(server).await?;
         let grant = self
             .exchange_for_id_jag(id_jag, server, &discovery.resource, scopes)
             .await?;
@@ -491,20 +489,11 @@ impl OAuth {
         Ok(server)
     }
 
-    /// The pre-registered client for `server`: the grants without a user never register
-    /// dynamically nor use a metadata document.
-    async fn registered_identity(
-        &self,
-        server: &AuthServer,
-        grant: &str,
-    ) -> Result<ClientIdentity, Error> {
+    /// The pre-registered client for `server` (the grants without a user never register
+    /// dynamically nor use a metadata document: [`Error::NoClientIdentity`]).
+    async fn registered_identity(&self, server: &AuthServer) -> Result<ClientIdentity, Error> {
         let client = self.identify(server).await?;
-        if client.source != Source::PreRegistered {
-            return Err(Error::NoClientIdentity {
-                issuer: server.issuer.clone(),
-                hint: format!("{grant} needs a client registered with this server beforehand"),
-            });
-        }
+        debug_assert_eq!(client.source, Source::PreRegistered);
         Ok(client)
     }
 

@@ -137,9 +137,9 @@ pub(crate) async fn request_with(
             request = request.basic(id, secret);
         }
         if let Some(dpop) = dpop {
-            let proof = dpop
-                .key
-                .proof("POST", endpoint, None, dpop.nonces.get(endpoint).as_deref())?;
+            let proof =
+                dpop.key
+                    .proof("POST", endpoint, None, dpop.nonces.get(endpoint).as_deref())?;
             request = request.header(DPOP, proof_header(&proof)?);
         }
         let response = fetch
@@ -168,7 +168,11 @@ pub(crate) async fn request_with(
         break (response, document);
     };
     if response.status.as_u16() != 200 {
-        return Err(refusal(endpoint, response.status.as_u16(), document.as_ref()));
+        return Err(refusal(
+            endpoint,
+            response.status.as_u16(),
+            document.as_ref(),
+        ));
     }
     let document = document.ok_or_else(|| Error::InvalidTokenResponse {
         endpoint: endpoint.to_owned(),
