@@ -34,10 +34,23 @@
 //!   `client_secret_post` and `private_key_jwt` (a [`SigningKey`]: PKCS#8 P-256, P-384 or
 //!   Ed25519; RSA refused), `resource` on every request; answers checked ([`Tokens`]: a printable
 //!   token of at most 16 KiB, `Bearer` or `DPoP`); [`OAuth::refresh`].
+//! - DPoP (RFC 9449): a [`DpopKey`] ([`OAuthBuilder::dpop`]; generated, or read from PKCS#8 PEM)
+//!   proves possession on every token request (the code exchange, refresh and the grants below),
+//!   with the token endpoint's latest nonce ([`DpopNonces`], per origin) and one retry on a
+//!   400 `use_dpop_nonce`; an authorization server whose `dpop_signing_alg_values_supported`
+//!   lacks ES256 is [`Error::DpopUnsupported`] unless [`DpopPolicy::Prefer`].
+//!   [`OAuth::dpop_proof`] makes the proofs of requests to a resource server.
+//! - The grants without a user, each one token request whose refusal is returned at once
+//!   (never retried, never followed by another grant), with a pre-registered client only:
+//!   [`OAuth::client_credentials`], [`OAuth::jwt_bearer`] (an [`AssertionSource`]) and
+//!   [`OAuth::enterprise`] (an [`IdJag`]: an RFC 8693 token exchange at the identity provider
+//!   for an ID-JAG, then the JWT bearer grant at the authorization server); run by
+//!   [`OAuth::grant_token`]. Their discovery requires a token endpoint and the grant in
+//!   `grant_types_supported` when it is listed, not PKCE.
 //!
-//! What it does not do yet: keep tokens (they are returned to the caller), run the other grants
-//! (client credentials, JWT bearer, token exchange), DPoP, or put tokens on the HTTP client's
-//! requests; two concurrent flows for one authorization server may both register a client.
+//! What it does not do yet: keep tokens (they are returned to the caller) or put tokens on the
+//! HTTP client's requests; two concurrent flows for one authorization server may both register
+//! a client. DPoP proofs are ES256 only; a SAML subject token is passed as given.
 //! Redirect URIs must be https or http on a loopback host (checked by
 //! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
 //! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no
@@ -169,8 +182,10 @@ impl OAuth {
     /// 3. with no protected resource metadata at all: the server's origin as the authorization
     ///    server, its metadata or else the 2025-03-26 default endpoints.
     ///
-    /// The authorization server must allow the authorization code flow with PKCE `S256`
-    /// ([`Error::PkceUnsupported`]). Its metadata is kept per issuer for the life of the client;
+    /// The authorization server must allow the client's grant: the authorization code flow
+    /// with PKCE `S256` ([`Error::PkceUnsupported`]), or for the grants without a user a token
+    /// endpoint and the grant when it lists `grant_types_supported`
+    /// ([`Error::GrantUnsupported`]). Its metadata is kept per issuer for the life of the client;
     /// the protected resource metadata is fetched every time.
     pub async fn discover(
         &self,
