@@ -5,9 +5,8 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use serde_json::{Map, Value};
-
 use http::{HeaderName, HeaderValue};
+use serde_json::{Map, Value};
 
 use super::asmeta::AuthServer;
 use super::dpop::{DpopKey, DpopNonces};

@@ -880,3 +880,37 @@ async fn the_grants_of_another_kind_say_so() {
         assert!(matches!(result, Err(Error::InvalidSetting { .. })));
     }
 }
+
+/// An application's own source is asked for the authorization server's issuer each time.
+#[tokio::test]
+async fn a_custom_assertion_source_is_asked_with_the_issuer() {
+    #[derive(Debug, Default)]
+    struct Recording(Mutex<Vec<String>>);
+    impl AssertionSource for Recording {
+        fn assertion<'a>(
+            &'a self,
+            audience: &'a str,
+        ) -> crate::BoxFuture<'a, Result<String, SourceError>> {
+            let mut asked = self.0.lock().unwrap();
+            asked.push(audience.to_owned());
+            let jwt = format!("jwt-{}", asked.len());
+            Box::pin(async move { Ok(jwt) })
+        }
+    }
+    let server = server(json!({}), None, |_| bearer("t")).await;
+    let source = Arc::new(Recording::default());
+    let oauth = OAuth::jwt_bearer("w", source.clone()).build().unwrap();
+    let discovery = discover(&oauth, &server).await.unwrap();
+    oauth.grant_token(&discovery, &[]).await.unwrap();
+    oauth.grant_token(&discovery, &[]).await.unwrap();
+    assert_eq!(
+        *source.0.lock().unwrap(),
+        [server.base.clone(), server.base.clone()]
+    );
+    let sent: Vec<String> = server
+        .hits("/token")
+        .iter()
+        .map(|h| h.form["assertion"].clone())
+        .collect();
+    assert_eq!(sent, ["jwt-1", "jwt-2"]);
+}
