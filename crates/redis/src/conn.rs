@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
-use redis::{Client, FromRedisValue, IntoConnectionInfo, PushInfo, PushKind, Script};
+use redis::{Client, FromRedisValue, IntoConnectionInfo, PushInfo, Script};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::bus::{PubSub, RedisBus, Router, keep_subscribed};
 use crate::error::{Error, FleetError};
 use crate::keys::{Keys, MAX_INSTANCES};
 use crate::session::RedisSessionStore;
@@ -170,7 +171,7 @@ impl Shared {
         self.bounded(op, script.invoke_async(&mut conn)).await
     }
 
-    async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         op: &'static str,
         call: impl Future<Output = redis::RedisResult<T>>,
@@ -204,8 +205,10 @@ impl Shared {
 #[derive(Debug)]
 pub struct Fleet {
     shared: Arc<Shared>,
-    // Kept for the pub/sub seam: connected, resubscribing after a reconnect.
-    _bus: ConnectionManager,
+    /// The pub/sub connection, its routes and its keeper task.
+    pubsub: Arc<PubSub>,
+    keeper: JoinHandle<()>,
+    bus: RedisBus,
     instance: u16,
     lease_key: String,
     holder: String,
@@ -262,6 +265,7 @@ impl Fleet {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3),
         );
+        let router = Arc::new(Router::default());
         let managers = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connection_timeout))
@@ -269,7 +273,13 @@ impl Fleet {
             .set_max_delay(config.max_retry_delay);
         let bus_managers = managers
             .clone()
-            .set_push_sender(route_push)
+            .set_push_sender({
+                let router = router.clone();
+                move |push: PushInfo| {
+                    router.route(push);
+                    Ok::<(), std::convert::Infallible>(())
+                }
+            })
             .set_automatic_resubscription();
 
         // The connect itself retries: it is bounded by every attempt and delay it may make.
@@ -321,10 +331,15 @@ impl Fleet {
             held.clone(),
             stopped,
         ));
+        let pubsub = Arc::new(PubSub::new(bus, router, shared.clone()));
+        let keeper = tokio::spawn(keep_subscribed(Arc::downgrade(&pubsub)));
+        let bus = RedisBus::new(shared.clone(), pubsub.clone(), instance);
         tracing::info!(instance, holder, "joined the fleet on redis");
         Ok(Fleet {
             shared,
-            _bus: bus,
+            pubsub,
+            keeper,
+            bus,
             instance,
             lease_key,
             holder,
@@ -356,6 +371,14 @@ impl Fleet {
         RedisSessionStore::new(self.shared.clone())
     }
 
+    /// The [`Bus`](modelctx_server::bus::Bus) of this instance on this fleet's Redis
+    /// (`PREFIX:bus` and `PREFIX:inbox:N`), for
+    /// [`ServerBuilder::bus`](modelctx_server::ServerBuilder::bus). Every call gives the same
+    /// bus (one reader of this instance's messages).
+    pub fn bus(&self) -> RedisBus {
+        self.bus.clone()
+    }
+
     /// Leaves the fleet: stops refreshing the lease and deletes it (when it is still this
     /// instance's), so the number is free at once. The stores made from this fleet keep
     /// working.
@@ -382,19 +405,8 @@ impl Drop for Fleet {
         if let Some(lease) = self.lease.take() {
             lease.task.abort();
         }
+        self.keeper.abort();
     }
-}
-
-/// Where the pub/sub connection's pushes go. Nothing subscribes yet: a lost connection is
-/// logged (it reconnects, and resubscribes, by itself).
-fn route_push(push: PushInfo) -> Result<(), std::convert::Infallible> {
-    match push.kind {
-        PushKind::Disconnection => {
-            tracing::warn!("the redis pub/sub connection was lost; reconnecting");
-        }
-        kind => tracing::trace!(?kind, "a redis push with no subscriber"),
-    }
-    Ok(())
 }
 
 /// Takes the first free instance number from `INCR PREFIX:instances`.

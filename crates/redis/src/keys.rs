@@ -37,6 +37,16 @@ impl Keys {
         format!("{}:inst:{n}", self.prefix)
     }
 
+    /// `PREFIX:bus`: the channel of the messages for every instance.
+    pub(crate) fn bus(&self) -> String {
+        format!("{}:bus", self.prefix)
+    }
+
+    /// `PREFIX:inbox:N`: the channel of the messages for instance `n`.
+    pub(crate) fn inbox(&self, n: u16) -> String {
+        format!("{}:inbox:{n}", self.prefix)
+    }
+
     /// `PREFIX:{s:SID}:`, the start of every key of session `sid`.
     fn session(&self, sid: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + sid.len() + 12);
@@ -89,6 +99,8 @@ mod tests {
         let keys = Keys::new("mcx");
         assert_eq!(keys.instances(), "mcx:instances");
         assert_eq!(keys.instance(7), "mcx:inst:7");
+        assert_eq!(keys.bus(), "mcx:bus");
+        assert_eq!(keys.inbox(4095), "mcx:inbox:4095");
         assert_eq!(keys.state("abc"), "mcx:{s:abc}:state");
         assert_eq!(keys.seq("abc"), "mcx:{s:abc}:seq");
         assert_eq!(keys.meta("abc"), "mcx:{s:abc}:meta");

@@ -56,11 +56,13 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod bus;
 mod conn;
 mod error;
 mod keys;
 mod session;
 
+pub use bus::{BUS_QUEUE, RedisBus};
 pub use conn::{Fleet, FleetConfig};
 pub use error::{Error, FleetError};
 pub use keys::MAX_INSTANCES;

@@ -23,6 +23,7 @@ mod http_server;
 mod model;
 mod oidc_as;
 mod readme;
+mod redis_bus;
 mod redis_store;
 mod robustness;
 mod schema_validation;
