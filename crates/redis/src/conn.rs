@@ -151,24 +151,48 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Runs `cmd` on the command connection, cut after the operation timeout.
+    ///
+    /// A call refused because the connection could not be made (Redis down at the last
+    /// attempt to reconnect) is made once more, within the same timeout: the refusal starts a
+    /// new attempt, and after a Redis restart the first call must not fail for the outage that
+    /// ended. Nothing was sent, so nothing runs twice.
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
         op: &'static str,
         cmd: &redis::Cmd,
     ) -> Result<T, Error> {
-        let mut conn = self.commands.clone();
-        self.bounded(op, cmd.query_async(&mut conn)).await
+        let call = async {
+            let mut conn = self.commands.clone();
+            match cmd.query_async(&mut conn).await {
+                Err(error) if error.is_connection_refusal() => {
+                    let mut conn = self.commands.clone();
+                    cmd.query_async(&mut conn).await
+                }
+                done => done,
+            }
+        };
+        self.bounded(op, call).await
     }
 
     /// Runs `script` on the command connection (`EVALSHA`, and `EVAL` when Redis does not have
-    /// it, as after a restart), cut after the operation timeout.
+    /// it, as after a restart), cut after the operation timeout; a refused connection as in
+    /// [`query`](Self::query).
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         op: &'static str,
         script: &redis::ScriptInvocation<'_>,
     ) -> Result<T, Error> {
-        let mut conn = self.commands.clone();
-        self.bounded(op, script.invoke_async(&mut conn)).await
+        let call = async {
+            let mut conn = self.commands.clone();
+            match script.invoke_async(&mut conn).await {
+                Err(error) if error.is_connection_refusal() => {
+                    let mut conn = self.commands.clone();
+                    script.invoke_async(&mut conn).await
+                }
+                done => done,
+            }
+        };
+        self.bounded(op, call).await
     }
 
     pub(crate) async fn bounded<T>(
