@@ -569,8 +569,8 @@ pub(crate) fn encode_component(s: &str, out: &mut String) {
 /// ending at the first `=` (a piece without one has an empty value), `+` as a space, `%XX`
 /// decoded; a `%` not followed by two hex digits is kept as it is, and bytes that do not form
 /// UTF-8 become U+FFFD.
-// Its callers are the client's redirect and error parsing (the authorization code flow).
-#[allow(dead_code)]
+// Its callers are the client's redirect parsing (the authorization code flow).
+#[cfg_attr(not(feature = "client"), allow(dead_code))]
 pub(crate) fn form_decode(input: &str) -> Vec<(String, String)> {
     fn decode(s: &str) -> String {
         let bytes = s.as_bytes();

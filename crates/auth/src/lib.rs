@@ -47,8 +47,13 @@
 //! challenge parser (`client::Challenges`), discovery (`client::OAuth::discover`: the protected
 //! resource metadata from the challenge or the well-known URIs, its `resource` checked against
 //! the server's URL; the authorization server's metadata with an exact `issuer`, https
-//! endpoints and PKCE `S256`; the 2025-03-26 fallbacks) and scope choice. It does not yet
-//! register clients, run a grant, keep tokens or authorize modelctx-http's client requests.
+//! endpoints and PKCE `S256`; the 2025-03-26 fallbacks), scope choice, the client's identity
+//! per authorization server (pre-registered, client ID metadata document, dynamic
+//! registration), the token endpoint (`none`, `client_secret_basic`, `client_secret_post`,
+//! `private_key_jwt`; refresh) and the authorization code flow (`client::OAuth::authorize`:
+//! PKCE `S256`, `state`, RFC 9207 `iss`, an application's `client::AuthorizationHandler`). It
+//! does not yet keep tokens, run the other grants (client credentials, JWT bearer, token
+//! exchange), use DPoP, or authorize modelctx-http's client requests.
 //! Both halves reach authorization servers through the same [`Fetch`]; its
 //! [`send`](Fetch::send) makes any request (method, headers such as `DPoP`, form or JSON body).
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -6,30 +6,46 @@
 //! store hands back. When the connection drops, the stream does not end: the handler runs on
 //! (a dropped connection is not a cancellation) and its output keeps going into the store. The
 //! client comes back with a GET and a `Last-Event-ID` header, and the server asks
-//! [`EventStore::replay_after`] for exactly the events of *that* stream that follow the id, never
-//! another stream's, and never with a silent gap.
+//! [`EventStore::replay_after`] (or [`EventStore::follow`], for a stream this process does not
+//! hold) for exactly the events of *that* stream that follow the id, never another stream's,
+//! and never with a silent gap.
 //!
 //! # Ids
 //!
-//! The server picks the [`StreamId`] (unique within its session); the store assigns the
-//! sequence number ([`MemoryEventStore`]: one counter per session, so that ids say nothing of
-//! other sessions' traffic). An [`EventId`] is written `"{stream}-{seq}"` in decimal, which is visible
-//! ASCII and names the originating stream, as the specification asks. Parsing accepts only what
-//! [`Display`](fmt::Display) writes, so an id from the wire is either one we could have issued
-//! or an error.
+//! The server picks the [`StreamId`] (unique within its session, numbered from
+//! [`EventStore::stream_base`], so that server instances sharing one store never pick the same
+//! one); the store assigns the sequence number ([`MemoryEventStore`]: one counter per session,
+//! so that ids say nothing of other sessions' traffic). An [`EventId`] is written
+//! `"{stream}-{seq}"` in decimal, which is visible ASCII and names the originating stream, as
+//! the specification asks. Parsing accepts only what [`Display`](fmt::Display) writes, so an id
+//! from the wire is either one we could have issued or an error.
 //!
 //! # Exactness
 //!
 //! [`EventStore::replay_after`] either returns every event of the stream after the given id, in
 //! order, or an error: [`ReplayError::Unknown`] when the session, the stream or the id is not
-//! one the store knows, and [`ReplayError::Gone`] when events after the id were evicted. The
-//! caller refuses the resumption in both cases rather than resume with a hole in the stream.
+//! one the store knows, [`ReplayError::Gone`] when events after the id were evicted, and
+//! [`ReplayError::Unavailable`] or [`ReplayError::Failed`] when the store could not answer. The
+//! caller refuses the resumption in every case rather than resume with a hole in the stream.
+//!
+//! # Errors
+//!
+//! Every method can fail with an [`EventStoreError`], whose [`kind`](EventStoreError::kind)
+//! tells a store that cannot be reached or did not answer in time
+//! ([`EventStoreErrorKind::Unavailable`]: the transport answers 503, the client retries) from
+//! any other failure ([`EventStoreErrorKind::Failed`]). [`MemoryEventStore`] never fails.
 //!
 //! # The in-memory store
 //!
-//! [`MemoryEventStore`] is the bounded default. See [`MemoryEventStoreConfig`] for its retention
-//! rules; every table it keeps has a bound, and [`EventStore::remove_session`] frees everything a
-//! session holds.
+//! [`MemoryEventStore`] is the bounded default, for one process. See [`MemoryEventStoreConfig`]
+//! for its retention rules; every table it keeps has a bound, and
+//! [`EventStore::remove_session`] frees everything a session holds.
+//!
+//! # Checking a store
+//!
+//! With feature `testing`, the module `conformance` holds the contract of [`EventStore`] as async
+//! functions that take any store (they panic on a breach, like assertions): every
+//! implementation runs them in its tests.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -40,6 +56,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use modelctx_types::RequestId;
+use tokio::sync::mpsc;
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod conformance;
 
 /// A boxed, sendable future, the return type of every [`EventStore`] method (and the crate's
 /// one alias for it: `McpService`'s `tower::Service::Future` is one too).
@@ -142,8 +164,80 @@ fn parse_canonical_u64(s: &str) -> Option<u64> {
     }
 }
 
-/// Why [`EventStore::replay_after`] cannot resume a stream exactly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// What kind of failure an [`EventStoreError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventStoreErrorKind {
+    /// The store could not be reached, or did not answer in time (a store over the network
+    /// puts a timeout on every call). It may answer again later: the transport answers 503
+    /// with `Retry-After`, and the client tries again.
+    Unavailable,
+    /// Any other failure (the store answered with an error or with something it could not
+    /// read).
+    Failed,
+}
+
+impl fmt::Display for EventStoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unavailable => "unavailable",
+            Self::Failed => "failed",
+        })
+    }
+}
+
+/// An [`EventStore`] operation that did not complete: its [kind](EventStoreErrorKind) and its
+/// cause, kept (see [`std::error::Error::source`]).
+///
+/// An operation that fails did not happen, as far as the caller can tell: an `append` that
+/// fails issued no id the caller may send (the event may still be stored, under an id nobody
+/// learns). The `Display` text is for logs; it is not stable.
+#[derive(Debug, thiserror::Error)]
+#[error("the event store {kind}: {source}")]
+#[non_exhaustive]
+pub struct EventStoreError {
+    kind: EventStoreErrorKind,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl EventStoreError {
+    /// The store could not be reached or did not answer in time
+    /// ([`EventStoreErrorKind::Unavailable`]), because of `source`.
+    pub fn unavailable(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::new(EventStoreErrorKind::Unavailable, source)
+    }
+
+    /// The store failed otherwise ([`EventStoreErrorKind::Failed`]), because of `source`.
+    pub fn failed(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::new(EventStoreErrorKind::Failed, source)
+    }
+
+    /// An error of `kind` caused by `source`.
+    pub fn new(
+        kind: EventStoreErrorKind,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> EventStoreErrorKind {
+        self.kind
+    }
+
+    /// Whether the store was unreachable or too slow ([`EventStoreErrorKind::Unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == EventStoreErrorKind::Unavailable
+    }
+}
+
+/// Why [`EventStore::replay_after`] or [`EventStore::follow`] cannot resume a stream exactly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The session or the stream is not known to the store, or the id was never issued on that
     /// stream (for instance a sequence number beyond the last one issued).
@@ -153,16 +247,77 @@ pub enum ReplayError {
     /// without a gap.
     #[error("events after this id are no longer stored")]
     Gone,
+    /// The store could not be reached or did not answer in time (an error of kind
+    /// [`EventStoreErrorKind::Unavailable`]): whether the stream can be resumed is not known
+    /// now, and may be once the store answers again.
+    #[error("cannot tell now: {0}")]
+    Unavailable(#[source] EventStoreError),
+    /// The store failed otherwise (an error of any other kind).
+    #[error("cannot tell: {0}")]
+    Failed(#[source] EventStoreError),
+}
+
+impl From<EventStoreError> for ReplayError {
+    /// [`ReplayError::Unavailable`] for an error of kind [`EventStoreErrorKind::Unavailable`],
+    /// [`ReplayError::Failed`] for any other.
+    fn from(error: EventStoreError) -> Self {
+        if error.is_unavailable() {
+            Self::Unavailable(error)
+        } else {
+            Self::Failed(error)
+        }
+    }
+}
+
+/// What [`EventStore::follow`] found: the stored events after the id, whether the stream is
+/// complete, and (from a store shared by several processes) the events still to come.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Follow {
+    /// Every stored event of the stream after the id, in order (what
+    /// [`EventStore::replay_after`] returns).
+    pub events: Vec<(EventId, Bytes)>,
+    /// The stream was finished ([`EventStore::finish_stream`]) before these events were read:
+    /// they are its last, and nothing more will come.
+    pub done: bool,
+    /// The stream's later events, when the store carries them live (a store shared by
+    /// several server instances, for a stream another instance writes): each event appended
+    /// after `events`, in order, exactly once, with no gap and none of `events` again. The
+    /// channel closes after the stream's last event once it is finished, or earlier when the
+    /// store stops following it (the client resumes again from the last id it got). `None`
+    /// when `done`, and from a store that does not carry live events ([`MemoryEventStore`]):
+    /// the server, which holds every stream of its sessions, takes the stream over itself.
+    pub rest: Option<mpsc::Receiver<(EventId, Bytes)>>,
+}
+
+impl Follow {
+    /// The stored `events` after the id, the stream finished (`done`) or not, with no live
+    /// channel.
+    pub fn new(events: Vec<(EventId, Bytes)>, done: bool) -> Self {
+        Self {
+            events,
+            done,
+            rest: None,
+        }
+    }
+
+    /// With `rest`, the channel of the events still to come (see [`Follow::rest`]).
+    pub fn with_rest(mut self, rest: mpsc::Receiver<(EventId, Bytes)>) -> Self {
+        self.rest = Some(rest);
+        self
+    }
 }
 
 /// How much a store holds, for metrics and for tests that check it returns to empty.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreSizes {
-    /// Sessions the store knows: those with a stream entry, and (in [`MemoryEventStore`])
-    /// those it keeps the sequence counter of until [`EventStore::remove_session`].
+    /// Sessions the store knows: those with a stream entry or a standalone stream, and (in
+    /// [`MemoryEventStore`]) those it keeps the sequence counter of until
+    /// [`EventStore::remove_session`].
     pub sessions: usize,
-    /// Stream entries, including streams whose events were all evicted but which are still
-    /// remembered so that a resumption gets [`ReplayError::Gone`].
+    /// Stream entries, including streams opened with no event yet and streams whose events
+    /// were all evicted but which are still remembered so that a resumption gets
+    /// [`ReplayError::Gone`].
     pub streams: usize,
     /// Stored events.
     pub events: usize,
@@ -179,38 +334,136 @@ impl StoreSizes {
 
 /// Where the SSE events of legacy HTTP sessions are kept for resumption.
 ///
-/// Pluggable: the server holds an `Arc<dyn EventStore>`. Every method returns a boxed future
-/// so that an implementation may do I/O (a shared store such as Redis); an implementation must
-/// not hold a lock across an await point.
+/// Pluggable: the server holds an `Arc<dyn EventStore>` ([`MemoryEventStore`] by default).
+/// Every method but [`stream_base`](Self::stream_base) returns a boxed future so that an
+/// implementation may do I/O (a store shared by several server instances, such as Redis); an
+/// implementation must not hold a lock across an await point.
+///
+/// # The life of a stream
+///
+/// The server numbers a session's streams from [`stream_base`](Self::stream_base). When a
+/// stream turns to SSE it calls [`open_stream`](Self::open_stream), then
+/// [`append`](Self::append) for each event (the first may be an empty priming event), and
+/// [`finish_stream`](Self::finish_stream) once its last response is appended. The standalone
+/// (GET) stream of a session is recorded with [`set_standalone`](Self::set_standalone). A GET
+/// with `Last-Event-ID` reads [`replay_after`](Self::replay_after) or
+/// [`follow`](Self::follow). When the session ends, [`remove_session`](Self::remove_session)
+/// forgets all of it.
+///
+/// # What an implementation must guarantee
+///
+/// * **Ids.** Sequence numbers strictly increase along each stream, and an [`EventId`] is
+///   never issued twice within a session (until the session is removed).
+/// * **Exactly once.** A replay after an id returns every stored event of that stream after
+///   it, in order, each once, and nothing of another stream or session; if it cannot (the id
+///   is not one it issued, or a later event was evicted) it fails with [`ReplayError::Unknown`]
+///   or [`ReplayError::Gone`], never with a shorter list. [`Follow::rest`] continues a
+///   replay with no gap and no repeat.
+/// * **Bounds.** Everything it keeps is bounded (events per session or stream, bytes, age),
+///   and [`remove_session`](Self::remove_session) frees everything a session holds: the
+///   events, the streams, what `open_stream`, `finish_stream` and `set_standalone` recorded.
+/// * **Errors.** A failed call returns an [`EventStoreError`]:
+///   [`EventStoreErrorKind::Unavailable`] when the store cannot be reached or did not answer
+///   in time (every call of a networked store has a timeout, so none waits forever),
+///   [`EventStoreErrorKind::Failed`] otherwise.
+///
+/// `conformance` (feature `testing`) checks these guarantees against any implementation.
 pub trait EventStore: Send + Sync + 'static {
+    /// Where this server instance starts numbering the streams of each session: its stream
+    /// ids are `stream_base() + n`. A store used by one process returns 0
+    /// ([`MemoryEventStore`]); a store shared by several server instances gives each one a
+    /// base of its own with room for 2^32 streams per session (instance `N`: `N << 32`), so
+    /// that two instances never open the same stream of a session, and the stream id tells
+    /// which instance opened it. Constant for the life of the store.
+    fn stream_base(&self) -> u64;
+
+    /// Records that `stream` of `session` opened, with `pending`, the requests whose responses
+    /// will complete it (empty for a standalone stream). The server calls it when the stream
+    /// turns to SSE, before its first [`append`](Self::append). A store shared by instances
+    /// keeps `pending` so that, should the instance writing the stream stop, the stream can be
+    /// completed with an error for each; a store of one process may ignore it (its streams
+    /// end with it). Opening a stream the store knows already changes nothing.
+    fn open_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+        pending: &'a [RequestId],
+    ) -> BoxFuture<'a, Result<(), EventStoreError>>;
+
     /// Stores `data`, the payload of one event on `stream` of `session`, and returns the id to
     /// send with it. The store assigns the sequence number: it increases along the stream, and
-    /// the id is unique within the session.
+    /// the id is unique within the session. A store may open a stream it does not know
+    /// ([`MemoryEventStore`] does).
     fn append<'a>(
         &'a self,
         session: &'a str,
         stream: StreamId,
         data: Bytes,
-    ) -> BoxFuture<'a, EventId>;
+    ) -> BoxFuture<'a, Result<EventId, EventStoreError>>;
+
+    /// Records that `stream` of `session` is complete: its last event is stored, and nothing
+    /// more will be appended. The server calls it after the stream's last response. A stream
+    /// the store does not know (never opened, or forgotten) is left alone.
+    fn finish_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>>;
 
     /// Every stored event of `after.stream` whose sequence number is greater than `after.seq`,
     /// in order. [`ReplayError::Unknown`] when the session, the stream or the id is unknown;
-    /// [`ReplayError::Gone`] when events after `after` were evicted. An empty vector means the
-    /// client has seen everything the stream produced so far.
+    /// [`ReplayError::Gone`] when events after `after` were evicted;
+    /// [`ReplayError::Unavailable`] or [`ReplayError::Failed`] when the store could not
+    /// answer. An empty vector means the client has seen everything the stream produced so
+    /// far.
     fn replay_after<'a>(
         &'a self,
         session: &'a str,
         after: &'a EventId,
     ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>>;
 
-    /// Forgets `stream` of `session` and all its events.
-    fn remove_stream<'a>(&'a self, session: &'a str, stream: StreamId) -> BoxFuture<'a, ()>;
+    /// What [`replay_after`](Self::replay_after) returns, whether the stream is finished, and
+    /// (from a store that carries live events) a channel of the events still to come: see
+    /// [`Follow`]. The server calls it for a GET with `Last-Event-ID` naming a stream it does
+    /// not hold itself (another instance opened it). Fails as `replay_after` does.
+    fn follow<'a>(
+        &'a self,
+        session: &'a str,
+        after: &'a EventId,
+    ) -> BoxFuture<'a, Result<Follow, ReplayError>>;
 
-    /// Forgets `session`, all its streams and all their events.
-    fn remove_session<'a>(&'a self, session: &'a str) -> BoxFuture<'a, ()>;
+    /// Records `stream` as the standalone (GET) stream of `session`, or, with `None`, that
+    /// none is open. The server calls it when a GET opens the standalone stream and when that
+    /// stream closes, so that an instance with a message for the standalone stream learns who
+    /// holds it.
+    fn set_standalone<'a>(
+        &'a self,
+        session: &'a str,
+        stream: Option<StreamId>,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>>;
+
+    /// The standalone stream of `session` last recorded by
+    /// [`set_standalone`](Self::set_standalone), if any (`None` once the session is removed).
+    fn standalone<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>>;
+
+    /// Forgets `stream` of `session` and all its events.
+    fn remove_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>>;
+
+    /// Forgets `session`: all its streams, all their events, what was recorded of them and its
+    /// standalone stream. The server calls it when the session ends (DELETE, idle or handshake
+    /// timeout, eviction, shutdown).
+    fn remove_session<'a>(&'a self, session: &'a str)
+    -> BoxFuture<'a, Result<(), EventStoreError>>;
 
     /// How much the store holds now.
-    fn sizes(&self) -> BoxFuture<'_, StoreSizes>;
+    fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>>;
 }
 
 /// The retention rules of a [`MemoryEventStore`].
@@ -222,16 +475,19 @@ pub trait EventStore: Send + Sync + 'static {
 /// Sizes count event data only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryEventStoreConfig {
-    /// Most events kept per session (default 1024). Also bounds how many streams whose events
-    /// were all evicted a session remembers (so that resuming them reports
-    /// [`ReplayError::Gone`] rather than [`ReplayError::Unknown`]).
+    /// Most events kept per session (default 1024). Also bounds how many streams with no
+    /// stored event a session remembers: those whose events were all evicted (so that
+    /// resuming them reports [`ReplayError::Gone`] rather than [`ReplayError::Unknown`]) and
+    /// those opened ([`EventStore::open_stream`]) with no event yet; the oldest are forgotten
+    /// first.
     pub max_events_per_session: usize,
     /// Most bytes of event data kept per session (default 4 MiB).
     pub max_bytes_per_session: usize,
     /// Most bytes of event data kept across all sessions (default 64 MiB).
     pub max_total_bytes: usize,
     /// How long an event is kept (default 5 minutes); an event whose age reaches `max_age` is
-    /// evicted. A stream whose events were all evicted is remembered for `max_age` more.
+    /// evicted. A stream whose events were all evicted is remembered for `max_age` more, and
+    /// so is a stream opened with no event, from when it opened.
     pub max_age: Duration,
 }
 
@@ -315,13 +571,38 @@ impl MemoryEventStore {
         self.lock().append(now, session, stream, data)
     }
 
-    fn replay_now(
-        &self,
-        session: &str,
-        after: &EventId,
-    ) -> Result<Vec<(EventId, Bytes)>, ReplayError> {
+    fn open_now(&self, session: &str, stream: StreamId) {
+        let now = self.now();
+        self.lock().open(now, session, stream);
+    }
+
+    fn finish_now(&self, session: &str, stream: StreamId) {
+        let now = self.now();
+        self.lock().finish(now, session, stream);
+    }
+
+    fn replay_now(&self, session: &str, after: &EventId) -> Result<Vec<(EventId, Bytes)>, Miss> {
         let now = self.now();
         self.lock().replay_after(now, session, after)
+    }
+
+    fn follow_now(&self, session: &str, after: &EventId) -> Result<Follow, Miss> {
+        let now = self.now();
+        let mut inner = self.lock();
+        let events = inner.replay_after(now, session, after)?;
+        Ok(Follow::new(events, inner.finished(session, after.stream)))
+    }
+
+    fn set_standalone_now(&self, session: &str, stream: Option<StreamId>) {
+        let now = self.now();
+        self.lock().set_standalone(now, session, stream);
+    }
+
+    fn standalone_now(&self, session: &str) -> Option<StreamId> {
+        self.lock()
+            .sessions
+            .get(session)
+            .and_then(|entry| entry.standalone)
     }
 
     fn remove_stream_now(&self, session: &str, stream: StreamId) {
@@ -340,14 +621,44 @@ impl MemoryEventStore {
     }
 }
 
+/// The calls of [`MemoryEventStore`] complete under its lock: each returns a future that is
+/// already done, and none fails.
 impl EventStore for MemoryEventStore {
+    /// 0: one process numbers its streams from 0.
+    fn stream_base(&self) -> u64 {
+        0
+    }
+
+    /// Remembers the stream as one with no event yet (under the same bound and age as a
+    /// stream whose events were all evicted), so that it counts in [`StoreSizes::streams`]
+    /// and can be finished before its first event. `pending` is not kept: this store's
+    /// streams end with the process that writes them.
+    fn open_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+        _pending: &'a [RequestId],
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+        self.open_now(session, stream);
+        Box::pin(ready(Ok(())))
+    }
+
     fn append<'a>(
         &'a self,
         session: &'a str,
         stream: StreamId,
         data: Bytes,
-    ) -> BoxFuture<'a, EventId> {
-        Box::pin(ready(self.append_now(session, stream, data)))
+    ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
+        Box::pin(ready(Ok(self.append_now(session, stream, data))))
+    }
+
+    fn finish_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+        self.finish_now(session, stream);
+        Box::pin(ready(Ok(())))
     }
 
     fn replay_after<'a>(
@@ -355,21 +666,69 @@ impl EventStore for MemoryEventStore {
         session: &'a str,
         after: &'a EventId,
     ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
-        Box::pin(ready(self.replay_now(session, after)))
+        Box::pin(ready(self.replay_now(session, after).map_err(Into::into)))
     }
 
-    fn remove_stream<'a>(&'a self, session: &'a str, stream: StreamId) -> BoxFuture<'a, ()> {
+    /// [`Follow::rest`] is always `None`: the server of this process holds the stream itself.
+    fn follow<'a>(
+        &'a self,
+        session: &'a str,
+        after: &'a EventId,
+    ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+        Box::pin(ready(self.follow_now(session, after).map_err(Into::into)))
+    }
+
+    fn set_standalone<'a>(
+        &'a self,
+        session: &'a str,
+        stream: Option<StreamId>,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+        self.set_standalone_now(session, stream);
+        Box::pin(ready(Ok(())))
+    }
+
+    fn standalone<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+        Box::pin(ready(Ok(self.standalone_now(session))))
+    }
+
+    fn remove_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
         self.remove_stream_now(session, stream);
-        Box::pin(ready(()))
+        Box::pin(ready(Ok(())))
     }
 
-    fn remove_session<'a>(&'a self, session: &'a str) -> BoxFuture<'a, ()> {
+    fn remove_session<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
         self.remove_session_now(session);
-        Box::pin(ready(()))
+        Box::pin(ready(Ok(())))
     }
 
-    fn sizes(&self) -> BoxFuture<'_, StoreSizes> {
-        Box::pin(ready(self.sizes_now()))
+    fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
+        Box::pin(ready(Ok(self.sizes_now())))
+    }
+}
+
+/// Why the tables of a [`MemoryEventStore`] cannot replay: the two [`ReplayError`]s it gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Miss {
+    Unknown,
+    Gone,
+}
+
+impl From<Miss> for ReplayError {
+    fn from(miss: Miss) -> Self {
+        match miss {
+            Miss::Unknown => Self::Unknown,
+            Miss::Gone => Self::Gone,
+        }
     }
 }
 
@@ -420,6 +779,8 @@ struct SessionEntry {
     /// The session's remembered empty streams, oldest first.
     tombs: BTreeMap<u64, StreamId>,
     bytes: usize,
+    /// The standalone stream last recorded ([`EventStore::set_standalone`]).
+    standalone: Option<StreamId>,
 }
 
 #[derive(Debug)]
@@ -436,6 +797,8 @@ struct StreamEntry {
     events: VecDeque<(u64, Bytes)>,
     /// The key in the `tombs` tables while the stream has no stored events.
     tomb: Option<u64>,
+    /// The stream is complete ([`EventStore::finish_stream`]).
+    finished: bool,
 }
 
 impl Inner {
@@ -459,21 +822,8 @@ impl Inner {
         let order = self.last_order;
         let len = data.len();
 
-        let key = match self.sessions.get_key_value(session) {
-            Some((key, _)) => Arc::clone(key),
-            None => Arc::from(session),
-        };
-        let entry = self
-            .sessions
-            .entry(Arc::clone(&key))
-            .or_insert_with(|| SessionEntry {
-                key: Arc::clone(&key),
-                streams: HashMap::new(),
-                last_seq: 0,
-                events: BTreeMap::new(),
-                tombs: BTreeMap::new(),
-                bytes: 0,
-            });
+        let entry = Self::session_entry(&mut self.sessions, session);
+        let key = Arc::clone(&entry.key);
         entry.last_seq = entry.last_seq.saturating_add(1);
         let seq = entry.last_seq;
         let st = entry.streams.entry(stream).or_insert_with(|| StreamEntry {
@@ -482,6 +832,7 @@ impl Inner {
             evicted_upto: 0,
             events: VecDeque::new(),
             tomb: None,
+            finished: false,
         });
         if let Some(tomb) = st.tomb.take() {
             entry.tombs.remove(&tomb);
@@ -531,6 +882,87 @@ impl Inner {
         EventId::new(stream, seq)
     }
 
+    /// The entry of `session`, made when there is none.
+    fn session_entry<'m>(
+        sessions: &'m mut HashMap<Arc<str>, SessionEntry>,
+        session: &str,
+    ) -> &'m mut SessionEntry {
+        let key = match sessions.get_key_value(session) {
+            Some((key, _)) => Arc::clone(key),
+            None => Arc::from(session),
+        };
+        sessions
+            .entry(Arc::clone(&key))
+            .or_insert_with(|| SessionEntry {
+                key,
+                streams: HashMap::new(),
+                last_seq: 0,
+                events: BTreeMap::new(),
+                tombs: BTreeMap::new(),
+                bytes: 0,
+                standalone: None,
+            })
+    }
+
+    /// Remembers `stream` of `session`, unless it is known already, as a stream with no event:
+    /// no id of it can be replayed until one is appended, and it is bounded and aged as a
+    /// stream whose events were all evicted.
+    fn open(&mut self, now: Instant, session: &str, stream: StreamId) {
+        self.expire(now);
+        let entry = Self::session_entry(&mut self.sessions, session);
+        if entry.streams.contains_key(&stream) {
+            return;
+        }
+        let last = entry.last_seq;
+        entry.streams.insert(
+            stream,
+            StreamEntry {
+                // Every id issued so far is before this stream: none of them is its.
+                first_seq: last.saturating_add(1),
+                last_seq: last,
+                evicted_upto: last,
+                events: VecDeque::new(),
+                tomb: None,
+                finished: false,
+            },
+        );
+        self.bury(session, stream, now);
+    }
+
+    /// Marks `stream` of `session` complete, if it is known.
+    fn finish(&mut self, now: Instant, session: &str, stream: StreamId) {
+        self.expire(now);
+        if let Some(st) = self
+            .sessions
+            .get_mut(session)
+            .and_then(|entry| entry.streams.get_mut(&stream))
+        {
+            st.finished = true;
+        }
+    }
+
+    /// Whether `stream` of `session` is known and complete.
+    fn finished(&self, session: &str, stream: StreamId) -> bool {
+        self.sessions
+            .get(session)
+            .and_then(|entry| entry.streams.get(&stream))
+            .is_some_and(|st| st.finished)
+    }
+
+    /// Records the standalone stream of `session` (`None`: there is none; a session the
+    /// store does not know gets no entry for that).
+    fn set_standalone(&mut self, now: Instant, session: &str, stream: Option<StreamId>) {
+        self.expire(now);
+        match stream {
+            Some(_) => Self::session_entry(&mut self.sessions, session).standalone = stream,
+            None => {
+                if let Some(entry) = self.sessions.get_mut(session) {
+                    entry.standalone = None;
+                }
+            }
+        }
+    }
+
     /// The session holding the most bytes (ties: the oldest first event), with its oldest
     /// event's stream and sequence number.
     fn largest_session_oldest(&self) -> Option<(Arc<str>, StreamId, u64)> {
@@ -555,24 +987,24 @@ impl Inner {
         now: Instant,
         session: &str,
         after: &EventId,
-    ) -> Result<Vec<(EventId, Bytes)>, ReplayError> {
+    ) -> Result<Vec<(EventId, Bytes)>, Miss> {
         self.expire(now);
         let st = self
             .sessions
             .get(session)
             .and_then(|entry| entry.streams.get(&after.stream))
-            .ok_or(ReplayError::Unknown)?;
+            .ok_or(Miss::Unknown)?;
         let seq = after.seq;
         if seq < st.first_seq || seq > st.last_seq {
-            return Err(ReplayError::Unknown);
+            return Err(Miss::Unknown);
         }
         if seq < st.evicted_upto {
-            return Err(ReplayError::Gone);
+            return Err(Miss::Gone);
         }
         // Past the evicted prefix every issued id is still stored: an id that is not there
         // was never issued on this stream.
         if seq > st.evicted_upto && st.events.binary_search_by_key(&seq, |e| e.0).is_err() {
-            return Err(ReplayError::Unknown);
+            return Err(Miss::Unknown);
         }
         let start = st.events.partition_point(|e| e.0 <= seq);
         Ok(st
@@ -655,7 +1087,6 @@ impl Inner {
     /// A stream left without events is remembered (see [`ReplayError::Gone`]). Whether the
     /// event was found.
     fn evict(&mut self, session: &str, stream: StreamId, seq: u64, now: Instant) -> bool {
-        let tomb_cap = self.config.max_events_per_session;
         let Some(entry) = self.sessions.get_mut(session) else {
             return false;
         };
@@ -663,48 +1094,63 @@ impl Inner {
             return false;
         };
         self.events.remove(&order);
-        if let Some(st) = entry.streams.get_mut(&stream) {
-            let removed = if st.events.front().is_some_and(|e| e.0 == seq) {
-                st.events.pop_front()
-            } else {
-                st.events
-                    .binary_search_by_key(&seq, |e| e.0)
-                    .ok()
-                    .and_then(|i| st.events.remove(i))
-            };
-            if let Some((_, data)) = removed {
-                entry.bytes = entry.bytes.saturating_sub(data.len());
-                self.bytes = self.bytes.saturating_sub(data.len());
-            }
-            st.evicted_upto = st.evicted_upto.max(seq);
-            if st.events.is_empty() {
-                st.events = VecDeque::new();
-                self.last_tomb = self.last_tomb.saturating_add(1);
-                let tomb = self.last_tomb;
-                st.tomb = Some(tomb);
-                entry.tombs.insert(tomb, stream);
-                self.tombs.insert(
-                    tomb,
-                    Loc {
-                        at: now,
-                        session: Arc::clone(&entry.key),
-                        stream,
-                        seq: 0,
-                    },
-                );
-                while entry.tombs.len() > tomb_cap {
-                    let Some((old, old_stream)) = entry.tombs.pop_first() else {
-                        break;
-                    };
-                    self.tombs.remove(&old);
-                    entry.streams.remove(&old_stream);
-                }
-                shrink_map(&mut entry.streams);
-            } else {
-                shrink_deque(&mut st.events);
-            }
+        let Some(st) = entry.streams.get_mut(&stream) else {
+            return true;
+        };
+        let removed = if st.events.front().is_some_and(|e| e.0 == seq) {
+            st.events.pop_front()
+        } else {
+            st.events
+                .binary_search_by_key(&seq, |e| e.0)
+                .ok()
+                .and_then(|i| st.events.remove(i))
+        };
+        if let Some((_, data)) = removed {
+            entry.bytes = entry.bytes.saturating_sub(data.len());
+            self.bytes = self.bytes.saturating_sub(data.len());
+        }
+        st.evicted_upto = st.evicted_upto.max(seq);
+        if st.events.is_empty() {
+            self.bury(session, stream, now);
+        } else {
+            shrink_deque(&mut st.events);
         }
         true
+    }
+
+    /// Remembers `stream` of `session`, which has no stored event, for `max_age` (see
+    /// [`ReplayError::Gone`]), and forgets the session's oldest such streams beyond
+    /// `max_events_per_session`.
+    fn bury(&mut self, session: &str, stream: StreamId, now: Instant) {
+        let cap = self.config.max_events_per_session;
+        let Some(entry) = self.sessions.get_mut(session) else {
+            return;
+        };
+        let Some(st) = entry.streams.get_mut(&stream) else {
+            return;
+        };
+        st.events = VecDeque::new();
+        self.last_tomb = self.last_tomb.saturating_add(1);
+        let tomb = self.last_tomb;
+        st.tomb = Some(tomb);
+        entry.tombs.insert(tomb, stream);
+        self.tombs.insert(
+            tomb,
+            Loc {
+                at: now,
+                session: Arc::clone(&entry.key),
+                stream,
+                seq: 0,
+            },
+        );
+        while entry.tombs.len() > cap {
+            let Some((old, old_stream)) = entry.tombs.pop_first() else {
+                break;
+            };
+            self.tombs.remove(&old);
+            entry.streams.remove(&old_stream);
+        }
+        shrink_map(&mut entry.streams);
     }
 
     /// Forgets the remembered empty `stream` of `session` whose tomb key is `tomb`.
@@ -807,7 +1253,8 @@ mod tests {
             let mut session_bytes = 0;
             let mut session_events = 0;
             for (id, st) in &entry.streams {
-                assert!(st.first_seq <= st.last_seq);
+                // A stream opened with no event yet starts after the last id issued.
+                assert!(st.first_seq <= st.last_seq.saturating_add(1));
                 match st.tomb {
                     Some(t) => {
                         assert!(st.events.is_empty());
@@ -981,14 +1428,14 @@ mod tests {
                 let got = s.replay_now("sess", id).unwrap();
                 assert_eq!(got, list[i + 1..].to_vec());
                 assert!(got.iter().all(|(g, _)| g.stream == id.stream));
-                assert_eq!(s.replay_now("other", id), Err(ReplayError::Unknown));
+                assert_eq!(s.replay_now("other", id), Err(Miss::Unknown));
             }
         }
         // The id of one stream's event, presented as another stream's, is unknown.
         let (b_first, _) = issued[&b][0];
         assert_eq!(
             s.replay_now("sess", &EventId::new(a, b_first.seq)),
-            Err(ReplayError::Unknown)
+            Err(Miss::Unknown)
         );
         check(&s);
     }
@@ -1010,11 +1457,7 @@ mod tests {
             ("s", EventId::new(a, first.seq - 1)),
         ];
         for (session, id) in unknown {
-            assert_eq!(
-                s.replay_now(session, &id),
-                Err(ReplayError::Unknown),
-                "{id}"
-            );
+            assert_eq!(s.replay_now(session, &id), Err(Miss::Unknown), "{id}");
         }
         // A seq between two of this stream's events that belongs to another stream.
         let s2 = StreamId(9);
@@ -1022,7 +1465,7 @@ mod tests {
         let after = s.append_now("s", a, data("three"));
         assert_eq!(
             s.replay_now("s", &EventId::new(a, between.seq)),
-            Err(ReplayError::Unknown)
+            Err(Miss::Unknown)
         );
         assert_eq!(s.replay_now("s", &after), Ok(vec![]));
         assert_eq!(payloads(&s.replay_now("s", &last).unwrap()), ["three"]);
@@ -1050,7 +1493,7 @@ mod tests {
         );
         // The next evicts a2: resuming after a1 is no longer exact.
         let b2 = s.append_now("s", b, data("b2"));
-        assert_eq!(s.replay_now("s", &a1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &a1), Err(Miss::Gone));
         assert_eq!(payloads(&s.replay_now("s", &a2).unwrap()), ["a3", "a4"]);
         assert_eq!(payloads(&s.replay_now("s", &b1).unwrap()), ["b2"]);
         assert_eq!(s.replay_now("s", &a4), Ok(vec![]));
@@ -1073,12 +1516,12 @@ mod tests {
         s.append_now("s", a, data("a1"));
         s.append_now("s", a, data("a2"));
         // b has no events left, but is remembered.
-        assert_eq!(s.replay_now("s", &b1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &b1), Err(Miss::Gone));
         assert_eq!(s.replay_now("s", &b2), Ok(vec![]));
         assert_eq!(s.sizes_now().streams, 2);
         // More output on b after it was emptied: the old ids still cannot resume exactly.
         let b3 = s.append_now("s", b, data("b3"));
-        assert_eq!(s.replay_now("s", &b1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &b1), Err(Miss::Gone));
         assert_eq!(payloads(&s.replay_now("s", &b2).unwrap()), ["b3"]);
         assert_eq!(s.replay_now("s", &b3), Ok(vec![]));
         check(&s);
@@ -1100,7 +1543,7 @@ mod tests {
         // The oldest streams are forgotten entirely.
         assert_eq!(
             s.replay_now("s", &EventId::new(StreamId(0), 1)),
-            Err(ReplayError::Unknown)
+            Err(Miss::Unknown)
         );
         s.remove_session_now("s");
         assert!(s.sizes_now().is_empty());
@@ -1131,8 +1574,8 @@ mod tests {
         assert_eq!(s.sizes_now().bytes, 17);
         // One event bigger than the whole allowance evicts everything, itself included.
         let huge = s.append_now("s", a, data("0123456789x"));
-        assert_eq!(s.replay_now("s", &a3), Err(ReplayError::Gone));
-        assert_eq!(s.replay_now("s", &a2), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &a3), Err(Miss::Gone));
+        assert_eq!(s.replay_now("s", &a2), Err(Miss::Gone));
         assert_eq!(s.replay_now("s", &huge), Ok(vec![]));
         assert_eq!(s.sizes_now().bytes, 8);
         check(&s);
@@ -1157,7 +1600,7 @@ mod tests {
         // x grows past y: x pays for it, y keeps everything.
         s.append_now("x", a, data("x3x3"));
         s.append_now("x", a, data("x4x4"));
-        assert_eq!(s.replay_now("x", &x1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("x", &x1), Err(Miss::Gone));
         assert_eq!(payloads(&s.replay_now("y", &y1).unwrap()), ["y2y2"]);
         assert_eq!(s.replay_now("y", &y2), Ok(vec![]));
         let _ = x2;
@@ -1242,11 +1685,11 @@ mod tests {
         assert_eq!(s.sizes_now().events, 2);
         assert_eq!(payloads(&s.replay_now("s", &e1).unwrap()), ["e2", "e3"]);
         set(420);
-        assert_eq!(s.replay_now("s", &e1), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &e1), Err(Miss::Gone));
         assert_eq!(payloads(&s.replay_now("s", &e2).unwrap()), ["e3"]);
         set(540);
         // The stream is empty but remembered for another max_age.
-        assert_eq!(s.replay_now("s", &e2), Err(ReplayError::Gone));
+        assert_eq!(s.replay_now("s", &e2), Err(Miss::Gone));
         assert_eq!(s.replay_now("s", &e3), Ok(vec![]));
         assert_eq!(
             s.sizes_now(),
@@ -1258,7 +1701,7 @@ mod tests {
             }
         );
         set(840);
-        assert_eq!(s.replay_now("s", &e3), Err(ReplayError::Unknown));
+        assert_eq!(s.replay_now("s", &e3), Err(Miss::Unknown));
         // Only the session's sequence counter is left, until the session is removed.
         assert_eq!(
             s.sizes_now(),
@@ -1292,10 +1735,7 @@ mod tests {
         s.remove_stream_now("s", a);
         check(&s);
         assert_eq!(s.sizes_now().events, 20);
-        assert_eq!(
-            s.replay_now("s", &EventId::new(a, 1)),
-            Err(ReplayError::Unknown)
-        );
+        assert_eq!(s.replay_now("s", &EventId::new(a, 1)), Err(Miss::Unknown));
         s.remove_stream_now("s", b);
         check(&s);
         // "s" keeps its sequence counter until it is removed: a stream of it that comes back
@@ -1324,10 +1764,7 @@ mod tests {
         // starts afresh; the old ids are unknown.
         let again = s.append_now("t", a, data("again"));
         assert_eq!(again.seq, 1);
-        assert_eq!(
-            s.replay_now("t", &EventId::new(a, 3)),
-            Err(ReplayError::Unknown)
-        );
+        assert_eq!(s.replay_now("t", &EventId::new(a, 3)), Err(Miss::Unknown));
         s.remove_session_now("t");
         assert!(s.sizes_now().is_empty());
     }
@@ -1379,7 +1816,9 @@ mod tests {
             let session = sessions[rng.below(4) as usize];
             let stream = StreamId(rng.below(4));
             match rng.below(100) {
-                0..=49 => {
+                0..=3 => s.open_now(session, stream),
+                4..=5 => s.finish_now(session, stream),
+                6..=49 => {
                     let len = rng.below(12) as usize;
                     let payload = Bytes::from(format!("{step:0>len$}").into_bytes());
                     let id = s.append_now(session, stream, payload.clone());
@@ -1409,8 +1848,8 @@ mod tests {
                                 .collect();
                             assert_eq!(got, want, "replay after {after} in {session}");
                         }
-                        Err(ReplayError::Gone) => gone += 1,
-                        Err(ReplayError::Unknown) => unknown += 1,
+                        Err(Miss::Gone) => gone += 1,
+                        Err(Miss::Unknown) => unknown += 1,
                     }
                 }
                 85..=94 => {
@@ -1448,29 +1887,362 @@ mod tests {
         let store: Arc<dyn EventStore> = Arc::new(MemoryEventStore::new().with_clock(clock));
         let session = String::from("abc");
         let a = StreamId(1);
-        let prime = store.append(&session, a, Bytes::new()).await;
+        let prime = store.append(&session, a, Bytes::new()).await.unwrap();
         let e1 = store
             .append(&session, a, data("{\"jsonrpc\":\"2.0\"}"))
-            .await;
+            .await
+            .unwrap();
         let header = prime.to_string();
         let last: EventId = header.parse().unwrap();
         let got = store.replay_after(&session, &last).await.unwrap();
         assert_eq!(got, vec![(e1, data("{\"jsonrpc\":\"2.0\"}"))]);
-        assert_eq!(store.sizes().await.events, 2);
+        assert_eq!(store.sizes().await.unwrap().events, 2);
         millis.store(10 * 60 * 1000, Ordering::SeqCst);
-        assert_eq!(store.replay_after(&session, &e1).await, Ok(vec![]));
-        store.remove_stream(&session, a).await;
-        store.remove_session(&session).await;
-        assert!(store.sizes().await.is_empty());
+        assert_eq!(store.replay_after(&session, &e1).await.unwrap(), vec![]);
+        store.remove_stream(&session, a).await.unwrap();
+        store.remove_session(&session).await.unwrap();
+        assert!(store.sizes().await.unwrap().is_empty());
         let handle = tokio::spawn({
             let store = Arc::clone(&store);
             async move { store.append("s", StreamId(0), Bytes::new()).await }
         });
-        assert_eq!(handle.await.unwrap().stream, StreamId(0));
+        assert_eq!(handle.await.unwrap().unwrap().stream, StreamId(0));
         assert_eq!(
             MemoryEventStore::default().config(),
             MemoryEventStoreConfig::default()
         );
         assert!(format!("{:?}", MemoryEventStore::new()).contains("MemoryEventStore"));
+    }
+
+    /// The contract every store must meet, on the in-memory store: tight limits, and the
+    /// defaults.
+    #[tokio::test]
+    async fn event_store_memory_meets_the_conformance_checks() {
+        for config in [
+            MemoryEventStoreConfig {
+                max_events_per_session: 8,
+                max_age: Duration::from_secs(300),
+                ..big()
+            },
+            MemoryEventStoreConfig::default(),
+        ] {
+            let (s, millis) = store(config);
+            let limits = conformance::Limits::new(config.max_events_per_session, config.max_age);
+            let advance = |by: Duration| {
+                millis.fetch_add(u64::try_from(by.as_millis()).unwrap(), Ordering::SeqCst);
+                ready(())
+            };
+            conformance::all(&s, "memory", limits, advance).await;
+            check(&s);
+            assert!(s.sizes_now().is_empty());
+            assert_eq!(s.lock().sessions.capacity(), 0);
+        }
+    }
+
+    /// The checks do catch a breach: a store whose replay leaves out the last event, one that
+    /// never reports a finished stream, and one that keeps a removed session's standalone
+    /// stream each fail them.
+    #[tokio::test]
+    async fn event_store_conformance_checks_catch_breaches() {
+        for breach in [
+            Breach::ShortReplay,
+            Breach::NeverDone,
+            Breach::KeepsStandalone,
+        ] {
+            let store = Broken {
+                inner: MemoryEventStore::new(),
+                breach,
+            };
+            let run = async move {
+                conformance::replay_is_exact(&store, "b-replay").await;
+                conformance::follow_reports_done(&store, "b-follow").await;
+                conformance::standalone_set_get_clear(&store, "b-standalone").await;
+            };
+            let message = catch(run).await.expect_err("a breach passed the checks");
+            assert!(message.contains("conformance"), "{breach:?}: {message}");
+        }
+    }
+
+    /// The panic of a future, as its message (the checks panic on a breach).
+    async fn catch(run: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
+        tokio::spawn(run).await.map_err(|e| {
+            let panic = e.into_panic();
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        })
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Breach {
+        ShortReplay,
+        NeverDone,
+        KeepsStandalone,
+    }
+
+    /// A store that breaks one rule of the contract.
+    struct Broken {
+        inner: MemoryEventStore,
+        breach: Breach,
+    }
+
+    impl EventStore for Broken {
+        fn stream_base(&self) -> u64 {
+            self.inner.stream_base()
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.inner.open_stream(session, stream, pending)
+        }
+
+        fn append<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
+            self.inner.append(session, stream, data)
+        }
+
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            match self.breach {
+                Breach::NeverDone => Box::pin(ready(Ok(()))),
+                _ => self.inner.finish_stream(session, stream),
+            }
+        }
+
+        fn replay_after<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
+            let mut got = self.inner.replay_now(session, after).map_err(Into::into);
+            if let (Breach::ShortReplay, Ok(events)) = (self.breach, &mut got) {
+                events.pop();
+            }
+            Box::pin(ready(got))
+        }
+
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            self.inner.follow(session, after)
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.inner.set_standalone(session, stream)
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            self.inner.standalone(session)
+        }
+
+        fn remove_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.inner.remove_stream(session, stream)
+        }
+
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            let standalone = self.inner.standalone_now(session);
+            self.inner.remove_session_now(session);
+            if let (Breach::KeepsStandalone, Some(_)) = (self.breach, standalone) {
+                self.inner.set_standalone_now(session, standalone);
+            }
+            Box::pin(ready(Ok(())))
+        }
+
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
+            self.inner.sizes()
+        }
+    }
+
+    /// An opened stream with no event: counted, no id of it replays, finished before its
+    /// first event, bounded like emptied streams, and forgotten `max_age` after it opened.
+    #[test]
+    fn event_store_opened_streams() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_events_per_session: 3,
+            max_age: Duration::from_secs(300),
+            ..big()
+        });
+        let (a, b) = (StreamId(1), StreamId(2));
+        let before = s.append_now("s", b, data("b1"));
+        s.open_now("s", a);
+        check(&s);
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1,
+                streams: 2,
+                events: 1,
+                bytes: 2
+            }
+        );
+        for seq in [0, before.seq, before.seq + 1, u64::MAX] {
+            assert_eq!(s.replay_now("s", &EventId::new(a, seq)), Err(Miss::Unknown));
+        }
+        // Opening it again changes nothing; the first event makes it an ordinary stream.
+        s.open_now("s", a);
+        let a1 = s.append_now("s", a, data("a1"));
+        let a2 = s.append_now("s", a, data("a2"));
+        assert_eq!(payloads(&s.replay_now("s", &a1).unwrap()), ["a2"]);
+        assert_eq!(
+            s.replay_now("s", &EventId::new(a, before.seq)),
+            Err(Miss::Unknown)
+        );
+        s.open_now("s", a);
+        assert_eq!(payloads(&s.replay_now("s", &a1).unwrap()), ["a2"]);
+        // Finished before its first event, then written: the mark stays.
+        let c = StreamId(3);
+        s.open_now("s", c);
+        s.finish_now("s", c);
+        let c1 = s.append_now("s", c, data("c1"));
+        let follow = s.follow_now("s", &c1).unwrap();
+        assert!(follow.done && follow.events.is_empty() && follow.rest.is_none());
+        check(&s);
+        // Empty streams are bounded: the oldest go first.
+        for i in 10..110 {
+            s.open_now("s", StreamId(i));
+            check(&s);
+        }
+        assert!(s.sizes_now().streams <= 3 + 3, "{:?}", s.sizes_now());
+        assert_eq!(s.replay_now("s", &a2), Ok(vec![]));
+        // One that never gets an event is forgotten once max_age has passed.
+        s.remove_session_now("s");
+        s.open_now("s", a);
+        millis.store(299_000, Ordering::SeqCst);
+        assert_eq!(s.sizes_now().streams, 1);
+        millis.store(300_000, Ordering::SeqCst);
+        assert_eq!(s.sizes_now().streams, 0);
+        s.remove_session_now("s");
+        assert!(s.sizes_now().is_empty());
+        // Finishing or following what is not there is harmless.
+        s.finish_now("nope", a);
+        assert_eq!(s.follow_now("nope", &a1).unwrap_err(), Miss::Unknown);
+        assert!(s.sizes_now().is_empty());
+    }
+
+    /// `follow` is `replay_after` plus the finished mark, which survives the stream's events
+    /// being evicted; it never carries live events.
+    #[test]
+    fn event_store_follow_reports_done() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_age: Duration::from_secs(300),
+            ..big()
+        });
+        let a = StreamId(4);
+        s.open_now("s", a);
+        let a1 = s.append_now("s", a, data("a1"));
+        let a2 = s.append_now("s", a, data("a2"));
+        let open = s.follow_now("s", &a1).unwrap();
+        assert_eq!(payloads(&open.events), ["a2"]);
+        assert!(!open.done && open.rest.is_none());
+        s.finish_now("s", a);
+        let done = s.follow_now("s", &a1).unwrap();
+        assert_eq!(payloads(&done.events), ["a2"]);
+        assert!(done.done && done.rest.is_none());
+        // Every event aged out: the stream is remembered, finished, for max_age more.
+        millis.store(300_000, Ordering::SeqCst);
+        assert_eq!(s.follow_now("s", &a1).unwrap_err(), Miss::Gone);
+        let last = s.follow_now("s", &a2).unwrap();
+        assert!(last.done && last.events.is_empty());
+        millis.store(600_000, Ordering::SeqCst);
+        assert_eq!(s.follow_now("s", &a2).unwrap_err(), Miss::Unknown);
+        s.remove_session_now("s");
+        assert!(s.sizes_now().is_empty());
+    }
+
+    /// The standalone stream: one per session, replaced, cleared, and freed with the session
+    /// (clearing it for a session the store does not know makes no entry).
+    #[test]
+    fn event_store_standalone_is_freed_with_the_session() {
+        let (s, _) = store(big());
+        s.set_standalone_now("s", None);
+        assert!(s.sizes_now().is_empty());
+        s.set_standalone_now("s", Some(StreamId(3)));
+        assert_eq!(s.standalone_now("s"), Some(StreamId(3)));
+        assert_eq!(
+            s.sizes_now(),
+            StoreSizes {
+                sessions: 1,
+                ..StoreSizes::default()
+            }
+        );
+        s.set_standalone_now("s", Some(StreamId(5)));
+        assert_eq!(s.standalone_now("s"), Some(StreamId(5)));
+        assert_eq!(s.standalone_now("t"), None);
+        s.set_standalone_now("s", None);
+        assert_eq!(s.standalone_now("s"), None);
+        s.set_standalone_now("s", Some(StreamId(6)));
+        // Removing the stream leaves the record (who holds the GET is the server's to say).
+        s.remove_stream_now("s", StreamId(6));
+        assert_eq!(s.standalone_now("s"), Some(StreamId(6)));
+        s.remove_session_now("s");
+        assert_eq!(s.standalone_now("s"), None);
+        assert!(s.sizes_now().is_empty());
+        assert_eq!(s.lock().sessions.capacity(), 0);
+        check(&s);
+    }
+
+    #[test]
+    fn event_store_errors_keep_their_kind_and_cause() {
+        use std::error::Error as _;
+        let cause = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 1 s");
+        let down = EventStoreError::unavailable(cause);
+        assert_eq!(down.kind(), EventStoreErrorKind::Unavailable);
+        assert!(down.is_unavailable());
+        assert_eq!(
+            down.to_string(),
+            "the event store unavailable: no answer in 1 s"
+        );
+        let source = down.source().expect("the cause is kept");
+        let io = source.downcast_ref::<std::io::Error>().unwrap();
+        assert_eq!(io.kind(), std::io::ErrorKind::TimedOut);
+        let replay = ReplayError::from(down);
+        assert!(matches!(&replay, ReplayError::Unavailable(e) if e.is_unavailable()));
+        assert!(replay.source().unwrap().source().is_some());
+
+        let bad = EventStoreError::failed("WRONGTYPE");
+        assert_eq!(bad.kind(), EventStoreErrorKind::Failed);
+        assert!(!bad.is_unavailable());
+        assert_eq!(bad.to_string(), "the event store failed: WRONGTYPE");
+        assert!(matches!(ReplayError::from(bad), ReplayError::Failed(_)));
+        let made = EventStoreError::new(EventStoreErrorKind::Unavailable, "refused");
+        assert!(made.is_unavailable());
+        assert!(matches!(
+            ReplayError::from(made),
+            ReplayError::Unavailable(_)
+        ));
+        assert!(matches!(ReplayError::from(Miss::Gone), ReplayError::Gone));
+        assert!(matches!(
+            ReplayError::from(Miss::Unknown),
+            ReplayError::Unknown
+        ));
     }
 }

@@ -24,7 +24,12 @@
 //! * [`headers`]: the standard `Mcp-*` request headers of 2026-07-28 and the `x-mcp-header`
 //!   rules, one checker for the server's validation and the client's requests.
 //! * [`event_store`] (feature `server`): where legacy SSE events wait for resumption;
-//!   pluggable.
+//!   pluggable. `EventStore` is async and fallible (an error says whether the store was
+//!   unavailable or failed) and has what a store shared by several server instances needs:
+//!   stream ids from a per-instance `stream_base`, the streams' open and finished marks,
+//!   `follow` for a stream another instance writes, and the standalone stream's record. The
+//!   bounded `MemoryEventStore` serves one process. With feature `testing`,
+//!   `event_store::conformance` is the trait's contract as checks any implementation runs.
 //!
 //! # What it does not do
 //!
@@ -39,7 +44,11 @@
 //! with the version the application reported, the same ones the session applies). It reads no cancellation: the
 //! application says which request it will not answer (`server::LegacySession::release`), and
 //! the transport says which request lost its client (`server::LegacyHandler::abandoned`) and
-//! makes up no message for it. It authenticates nothing itself: a `server::Guard`
+//! makes up no message for it. It shares no session state across processes: a session another
+//! instance opened is served here only when the application holds its state and adopts it
+//! (`server::McpApp::adopt_session`); the transport keeps its own table, caps and idle sweep, and
+//! tells the application whether a session ended or was only forgotten here (`server::Closed`).
+//! It authenticates nothing itself: a `server::Guard`
 //! (`ServerConfig::guard`; `modelctx-auth` implements OAuth 2.1) decides who a request comes
 //! from and which scopes it holds, and the transport only places those decisions (the metadata
 //! at its well-known paths, authentication before a body is read, scopes before a message runs,

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use modelctx_http::event_store::{
-    BoxFuture, EventId, EventStore, MemoryEventStore, ReplayError, StoreSizes, StreamId,
+    BoxFuture, EventId, EventStore, EventStoreError, Follow, MemoryEventStore, ReplayError,
+    StoreSizes, StreamId,
 };
 use modelctx_http::server::{RunningServer, ServerConfig};
 use modelctx_tests::http::{
     call, modern_call, modern_headers, open_session, post, post_headers, raw_request, start, within,
 };
+use modelctx_types::RequestId;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -368,13 +370,34 @@ struct SlowStore {
 }
 
 impl EventStore for SlowStore {
+    fn stream_base(&self) -> u64 {
+        self.inner.stream_base()
+    }
+
+    fn open_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+        pending: &'a [RequestId],
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+        self.inner.open_stream(session, stream, pending)
+    }
+
     fn append<'a>(
         &'a self,
         session: &'a str,
         stream: StreamId,
         data: Bytes,
-    ) -> BoxFuture<'a, EventId> {
+    ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
         self.inner.append(session, stream, data)
+    }
+
+    fn finish_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+        self.inner.finish_stream(session, stream)
     }
 
     fn replay_after<'a>(
@@ -385,19 +408,49 @@ impl EventStore for SlowStore {
         self.inner.replay_after(session, after)
     }
 
-    fn remove_stream<'a>(&'a self, session: &'a str, stream: StreamId) -> BoxFuture<'a, ()> {
+    fn follow<'a>(
+        &'a self,
+        session: &'a str,
+        after: &'a EventId,
+    ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+        self.inner.follow(session, after)
+    }
+
+    fn set_standalone<'a>(
+        &'a self,
+        session: &'a str,
+        stream: Option<StreamId>,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+        self.inner.set_standalone(session, stream)
+    }
+
+    fn standalone<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+        self.inner.standalone(session)
+    }
+
+    fn remove_stream<'a>(
+        &'a self,
+        session: &'a str,
+        stream: StreamId,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
         self.inner.remove_stream(session, stream)
     }
 
-    fn remove_session<'a>(&'a self, session: &'a str) -> BoxFuture<'a, ()> {
+    fn remove_session<'a>(
+        &'a self,
+        session: &'a str,
+    ) -> BoxFuture<'a, Result<(), EventStoreError>> {
         Box::pin(async move {
             self.entered.notify_one();
             self.release.notified().await;
-            self.inner.remove_session(session).await;
+            self.inner.remove_session(session).await
         })
     }
 
-    fn sizes(&self) -> BoxFuture<'_, StoreSizes> {
+    fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
         self.inner.sizes()
     }
 }

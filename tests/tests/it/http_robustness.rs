@@ -177,7 +177,7 @@ proptest! {
             }
             service.close_all().await;
             assert!(service.table_sizes().await.is_empty());
-            assert!(service.config().event_store.sizes().await.is_empty());
+            assert!(service.config().event_store.sizes().await.unwrap().is_empty());
         });
     }
 }

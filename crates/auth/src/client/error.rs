@@ -87,6 +87,156 @@ pub enum Error {
         /// The scopes requested for the current token.
         requested: Vec<String>,
     },
+    /// A setting of the [`OAuthBuilder`](super::OAuthBuilder) cannot be used (a redirect URI
+    /// that is neither `https` nor `http` on a loopback host, a client metadata URL that is not
+    /// `https` with a path), or one the flow needs is missing (no redirect URI).
+    #[error("the setting {setting} {why}: {value}")]
+    InvalidSetting {
+        /// The setting.
+        setting: &'static str,
+        /// The value given (empty when none was).
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The operating system's random number generator failed.
+    #[error("no random numbers from the operating system: {why}")]
+    Random {
+        /// Its error.
+        why: String,
+    },
+    /// A signing key the client cannot use: not PKCS#8, RSA (refused, see the crate docs), a
+    /// curve other than P-256 and P-384, encrypted.
+    #[error("unsupported signing key: {why}")]
+    UnsupportedKey {
+        /// Why.
+        why: String,
+    },
+    /// The client has no identity at this authorization server: no pre-registered client for
+    /// it, no client ID metadata document it accepts, no dynamic registration endpoint.
+    #[error("no client identity for the authorization server {issuer}: {hint}")]
+    NoClientIdentity {
+        /// The authorization server.
+        issuer: String,
+        /// What the application could give.
+        hint: String,
+    },
+    /// The client's credentials are for a token endpoint authentication method the
+    /// authorization server does not list in `token_endpoint_auth_methods_supported`.
+    #[error(
+        "the authorization server {issuer} supports none of the methods the client {client_id} can authenticate with ({method}; it lists {supported:?})"
+    )]
+    NoAuthMethod {
+        /// The authorization server.
+        issuer: String,
+        /// The client id.
+        client_id: String,
+        /// The method the client's credentials allow.
+        method: &'static str,
+        /// The methods the server lists.
+        supported: Vec<String>,
+    },
+    /// The dynamic client registration endpoint refused to register the client (RFC 7591
+    /// section 3.2.2), or answered with a status other than 200 or 201.
+    #[error("the registration endpoint {url} refused the client: status {status}{}", described(.error, .description))]
+    RegistrationRefused {
+        /// The registration endpoint.
+        url: String,
+        /// The status.
+        status: u16,
+        /// Its `error`, if any.
+        error: Option<String>,
+        /// Its `error_description`, if any.
+        description: Option<String>,
+    },
+    /// The registration endpoint answered 200 or 201 with a body the client cannot use (not
+    /// JSON, no `client_id`, a method without the secret it needs or one the client does not
+    /// implement).
+    #[error("the registration endpoint {url} answered an unusable registration: {why}")]
+    InvalidRegistration {
+        /// The registration endpoint.
+        url: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The authorization response's `state` is missing or not the one sent (RFC 6749 section
+    /// 10.12): nothing else of the response was read.
+    #[error("the authorization response's state does not match the request's")]
+    StateMismatch,
+    /// The authorization server says it sends `iss` in authorization responses (RFC 9207) and
+    /// this one has none: it may come from another server (a mix-up attack).
+    #[error("the authorization response has no iss, which {issuer} says it sends (RFC 9207)")]
+    IssMissing {
+        /// The expected issuer.
+        issuer: String,
+    },
+    /// The authorization response's `iss` is not the issuer the request was sent to, compared
+    /// byte for byte (RFC 9207): it came from another server. Its `error`, if any, was not read.
+    #[error("the authorization response comes from {got}, not {expected} (RFC 9207)")]
+    IssMismatch {
+        /// The issuer the request was sent to.
+        expected: String,
+        /// The response's `iss`.
+        got: String,
+    },
+    /// The authorization server answered the authorization request with an error (RFC 6749
+    /// section 4.1.2.1): `access_denied` when the user refused.
+    #[error("the authorization server refused the authorization: {error}{}", described(&None, .description))]
+    AuthorizationDenied {
+        /// `error`.
+        error: String,
+        /// `error_description`, if any.
+        description: Option<String>,
+    },
+    /// The authorization response cannot be used: no `code`, or a parameter repeated.
+    #[error("the authorization response is unusable: {why}")]
+    InvalidRedirect {
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The application's [`AuthorizationHandler`](super::AuthorizationHandler) declined (the
+    /// user closed the window, no browser, ...).
+    #[error("the authorization was declined: {reason}")]
+    Declined {
+        /// The handler's reason.
+        reason: String,
+    },
+    /// The token endpoint refused the request (RFC 6749 section 5.2: `invalid_grant`,
+    /// `invalid_client`, ...) or answered with a status other than 200.
+    #[error("the token endpoint {endpoint} refused the request: status {status}{}", described(.error, .description))]
+    TokenRefused {
+        /// The token endpoint.
+        endpoint: String,
+        /// The status.
+        status: u16,
+        /// Its `error`, if any.
+        error: Option<String>,
+        /// Its `error_description`, if any.
+        description: Option<String>,
+    },
+    /// The token endpoint answered 200 with a body that is not a usable token response (RFC
+    /// 6749 section 5.1): not JSON, no `access_token`, a `token_type` other than `Bearer` and
+    /// `DPoP`, a token over 16 KiB.
+    #[error("the token endpoint {endpoint} answered an unusable token response: {why}")]
+    InvalidTokenResponse {
+        /// The token endpoint.
+        endpoint: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// [`OAuth::refresh`](super::OAuth::refresh) was given tokens it cannot refresh.
+    #[error("cannot refresh: {why}")]
+    CannotRefresh {
+        /// Why.
+        why: &'static str,
+    },
+    /// A phase of the flow took longer than the flow's bound
+    /// ([`OAuthBuilder::flow_timeout`](super::OAuthBuilder::flow_timeout)).
+    #[error("the authorization flow took too long ({phase})")]
+    Timeout {
+        /// The phase: `registration`, `authorization` (the handler) or `token`.
+        phase: &'static str,
+    },
     /// A server could not be reached, took too long (5 s per exchange by default), answered
     /// with a body over the bound (256 KiB), or its URL was refused before any connection.
     #[error("{url} could not be fetched: {source}")]
@@ -97,6 +247,16 @@ pub enum Error {
         #[source]
         source: FetchError,
     },
+}
+
+/// `: error (description)` of a server's error answer, as far as it gave them.
+fn described(error: &Option<String>, description: &Option<String>) -> String {
+    match (error, description) {
+        (Some(error), Some(description)) => format!(": {error} ({description})"),
+        (Some(error), None) => format!(": {error}"),
+        (None, Some(description)) => format!(" ({description})"),
+        (None, None) => String::new(),
+    }
 }
 
 fn tried_list(tried: &[(String, String)]) -> String {

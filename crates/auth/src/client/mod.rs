@@ -17,16 +17,43 @@
 //!   `scopes_supported`, else none; `offline_access` only when the authorization server offers
 //!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`.
 //!
-//! What it does not do yet: register a client, run the authorization code flow or another
-//! grant, keep tokens, or put them on the HTTP client's requests. Every request to a server goes
-//! through the [`Fetch`] of [`OAuthBuilder::fetch`]: https (or http to loopback),
-//! 5 s per exchange, 256 KiB bodies, no redirects followed.
+//! - [`OAuth::authorize`] runs the authorization code flow for a [`Discovery`]: the client's
+//!   identity at the authorization server in the spec's order (a [`Registered`] client for that
+//!   issuer, or an unbound one, then bound to the first issuer it is used with and never shown to
+//!   another; the [`client_metadata_url`](OAuthBuilder::client_metadata_url) when the server
+//!   advertises `client_id_metadata_document_supported`; dynamic registration (RFC 7591) with
+//!   `application_type` and without `scope`, its answer's method obeyed, kept per issuer; else
+//!   [`Error::NoClientIdentity`]); a PKCE `S256` verifier and a `state`; the authorization URL
+//!   with `resource`, shown by the application's [`AuthorizationHandler`] (the library never
+//!   opens a browser), which returns the [`Redirect`] or [`Declined`]; the redirect checked in
+//!   this order: `state`, RFC 9207 `iss` (byte for byte, required when advertised, compared
+//!   whenever present; a mismatching response's `error` is not shown), `error`, `code`; then the
+//!   code exchange. The whole flow is bounded by
+//!   [`flow_timeout`](OAuthBuilder::flow_timeout) (default 10 minutes).
+//! - The token endpoint: `none`, `client_secret_basic` (RFC 6749 section 2.3.1 encoding),
+//!   `client_secret_post` and `private_key_jwt` (a [`SigningKey`]: PKCS#8 P-256, P-384 or
+//!   Ed25519; RSA refused), `resource` on every request; answers checked ([`Tokens`]: a printable
+//!   token of at most 16 KiB, `Bearer` or `DPoP`); [`OAuth::refresh`].
+//!
+//! What it does not do yet: keep tokens (they are returned to the caller), run the other grants
+//! (client credentials, JWT bearer, token exchange), DPoP, or put tokens on the HTTP client's
+//! requests; two concurrent flows for one authorization server may both register a client.
+//! Redirect URIs must be https or http on a loopback host (checked by
+//! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
+//! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no
+//! redirects followed. `Debug` output never shows a secret, key, token, code or verifier.
 
 mod asmeta;
 mod challenge;
 mod error;
+mod flow;
+mod handler;
+mod jwt;
+mod pkce;
 mod prm;
+mod registration;
 mod scopes;
+mod token;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,10 +63,18 @@ use std::time::Duration;
 pub use asmeta::AuthServer;
 pub use challenge::{Challenge, Challenges};
 pub use error::Error;
+pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
+pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
+pub use registration::{ApplicationType, Registered, TokenAuthMethod};
+pub use token::{TokenType, Tokens};
 
 use crate::fetch::{Fetch, HttpFetch};
 use prm::ServerUrl;
+use registration::ClientIdentity;
+
+/// The default bound on one authorization flow: 10 minutes (the user is in a browser).
+pub const DEFAULT_FLOW_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The OAuth 2.1 client of one application: its settings and what it has learnt (the
 /// authorization servers' metadata, per issuer). A clone shares both.
@@ -54,6 +89,15 @@ struct Inner {
     /// Authorization server metadata by issuer, kept for the life of the client (protected
     /// resource metadata is never kept: a server may move to another authorization server).
     servers: Mutex<HashMap<String, Arc<AuthServer>>>,
+    /// Pre-registered clients; an unbound one gets its issuer on first use.
+    registered: Mutex<Vec<Registered>>,
+    client_metadata_url: Option<String>,
+    client_name: Option<String>,
+    redirect_uris: Vec<String>,
+    application_type: Option<ApplicationType>,
+    /// Clients registered dynamically, by issuer.
+    dynamic: Mutex<HashMap<String, ClientIdentity>>,
+    flow_timeout: Duration,
 }
 
 impl fmt::Debug for OAuth {
@@ -61,6 +105,10 @@ impl fmt::Debug for OAuth {
         f.debug_struct("OAuth")
             .field("fetch", &self.inner.fetch)
             .field("offline_access", &self.inner.offline_access)
+            .field("registered", &self.inner.registered)
+            .field("client_metadata_url", &self.inner.client_metadata_url)
+            .field("redirect_uris", &self.inner.redirect_uris)
+            .field("flow_timeout", &self.inner.flow_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -72,16 +120,30 @@ pub struct OAuthBuilder {
     fetch: Option<Arc<dyn Fetch>>,
     as_timeout: Option<Duration>,
     offline_access: bool,
+    registered: Vec<Registered>,
+    client_metadata_url: Option<String>,
+    client_name: Option<String>,
+    redirect_uris: Vec<String>,
+    application_type: Option<ApplicationType>,
+    flow_timeout: Duration,
 }
 
 impl OAuth {
     /// The settings, with their defaults: the [`HttpFetch`] client (5 s per exchange),
-    /// `offline_access` asked for when the authorization server offers it.
+    /// `offline_access` asked for when the authorization server offers it, no pre-registered
+    /// client, no client ID metadata document, no redirect URI, no `client_name`, the
+    /// `application_type` from the redirect URIs, a 10-minute flow timeout.
     pub fn builder() -> OAuthBuilder {
         OAuthBuilder {
             fetch: None,
             as_timeout: None,
             offline_access: true,
+            registered: Vec::new(),
+            client_metadata_url: None,
+            client_name: None,
+            redirect_uris: Vec::new(),
+            application_type: None,
+            flow_timeout: DEFAULT_FLOW_TIMEOUT,
         }
     }
 
@@ -190,20 +252,84 @@ impl OAuthBuilder {
         self
     }
 
-    /// The client.
-    pub fn build(self) -> OAuth {
+    /// A client registered beforehand with an authorization server (or, unbound, with the
+    /// first one it meets): used there before any other identity. May be given several times
+    /// (one per server); the first that matches is used.
+    pub fn client(mut self, client: Registered) -> OAuthBuilder {
+        self.registered.push(client);
+        self
+    }
+
+    /// The URL of the client's ID metadata document (CIMD): used as the `client_id` at an
+    /// authorization server that says `client_id_metadata_document_supported`, before dynamic
+    /// registration. The document is the application's to host. Must be `https` with a path.
+    /// Default: none.
+    pub fn client_metadata_url(mut self, url: impl Into<String>) -> OAuthBuilder {
+        self.client_metadata_url = Some(url.into());
+        self
+    }
+
+    /// The `client_name` of a dynamic registration. Default: none sent.
+    pub fn client_name(mut self, name: impl Into<String>) -> OAuthBuilder {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Adds a redirect URI: `https`, or `http` on a loopback host (`127.0.0.1`, `[::1]`,
+    /// `localhost`), without a fragment (checked by [`build`](OAuthBuilder::build)). The first
+    /// one is used in authorization requests; all are registered. Default: none (the
+    /// authorization code flow then fails with [`Error::InvalidSetting`]).
+    pub fn redirect_uri(mut self, uri: impl Into<String>) -> OAuthBuilder {
+        self.redirect_uris.push(uri.into());
+        self
+    }
+
+    /// The `application_type` of a dynamic registration. Default: `native` when every
+    /// redirect URI is on loopback, else `web`.
+    pub fn application_type(mut self, application_type: ApplicationType) -> OAuthBuilder {
+        self.application_type = Some(application_type);
+        self
+    }
+
+    /// The bound on one authorization flow: registration, the handler and the code exchange.
+    /// Default: 10 minutes ([`DEFAULT_FLOW_TIMEOUT`]).
+    pub fn flow_timeout(mut self, timeout: Duration) -> OAuthBuilder {
+        self.flow_timeout = timeout;
+        self
+    }
+
+    /// The client, once its settings are checked: redirect URIs (https, or http on loopback),
+    /// the client ID metadata document URL (https with a path), pre-registered clients (a
+    /// forced method with the credentials it needs); else [`Error::InvalidSetting`].
+    pub fn build(self) -> Result<OAuth, Error> {
+        for uri in &self.redirect_uris {
+            registration::check_redirect_uri(uri)?;
+        }
+        if let Some(url) = &self.client_metadata_url {
+            registration::check_metadata_url(url)?;
+        }
+        for client in &self.registered {
+            client.check()?;
+        }
         let fetch = match (self.fetch, self.as_timeout) {
             (Some(fetch), _) => fetch,
             (None, Some(timeout)) => Arc::new(HttpFetch::new().with_timeout(timeout)),
             (None, None) => Arc::new(HttpFetch::new()),
         };
-        OAuth {
+        Ok(OAuth {
             inner: Arc::new(Inner {
                 fetch,
                 offline_access: self.offline_access,
                 servers: Mutex::default(),
+                registered: Mutex::new(self.registered),
+                client_metadata_url: self.client_metadata_url,
+                client_name: self.client_name,
+                redirect_uris: self.redirect_uris,
+                application_type: self.application_type,
+                dynamic: Mutex::default(),
+                flow_timeout: self.flow_timeout,
             }),
-        }
+        })
     }
 }
 

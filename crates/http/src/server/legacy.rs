@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacyHandler, Principal};
+use super::app::{Closed, LegacyHandler, Principal};
 use super::endpoint::{Shared, TableSizes};
 use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
@@ -51,6 +51,8 @@ pub(crate) enum Decision {
         first: Bytes,
         rx: mpsc::Receiver<Bytes>,
     },
+    /// 503 with `Retry-After` ([`Session::unavailable`]); the id of the POST's one request.
+    Unavailable(Option<RequestId>),
 }
 
 /// One stream of a session: a POST's (its requests' answers and related messages) or the
@@ -186,6 +188,8 @@ pub(crate) struct Session {
     io: tokio::sync::Mutex<()>,
     /// This session, for the task that drains its outbox.
     me: std::sync::Weak<Session>,
+    /// Adopted from state the application keeps elsewhere (`McpApp::adopt_session`).
+    pub(crate) adopted: bool,
 }
 
 /// A drain of a session's outbox, polled on its caller's task. Dropped before it completed (its
@@ -225,12 +229,14 @@ pub(crate) enum Refused {
 }
 
 impl Session {
-    /// A session of `shared`'s table (the caller inserts it), in its handshake.
+    /// A session of `shared`'s table (the caller inserts it), in its handshake; or, `adopted`
+    /// at a version, with its handshake done and that version negotiated.
     pub(super) fn new(
         id: String,
         principal: Option<Principal>,
         peer: Option<IpAddr>,
         shared: &Arc<Shared>,
+        adopted: Option<ProtocolVersion>,
     ) -> Arc<Session> {
         let now = Instant::now();
         Arc::new_cyclic(|me| Session {
@@ -238,15 +244,19 @@ impl Session {
             principal,
             peer,
             handler: HandlerSlot::default(),
-            state: tokio::sync::Mutex::new(State::default()),
+            state: tokio::sync::Mutex::new(State {
+                version: adopted,
+                ..State::default()
+            }),
             last_seen: Mutex::new(now),
             created: now,
-            handshaking: AtomicBool::new(true),
+            handshaking: AtomicBool::new(adopted.is_none()),
             ended: shared.shutdown.child_token(),
             shared: Arc::downgrade(shared),
             old_transport: AtomicBool::new(false),
             io: tokio::sync::Mutex::new(()),
             me: me.clone(),
+            adopted: adopted.is_some(),
         })
     }
 
@@ -438,7 +448,7 @@ impl Session {
             }
         }
         if failed {
-            self.end_locked(state);
+            self.end_locked(state, Closed::Ended);
         }
     }
 
@@ -544,7 +554,7 @@ impl Session {
                     let _ = decide.send(Decision::Json(encode(&message)));
                 }
                 if stream.initialize && matches!(message, Message::Error(_)) {
-                    self.end_locked(state);
+                    self.end_locked(state, Closed::Ended);
                 }
                 return;
             } else if completes {
@@ -766,8 +776,15 @@ impl Session {
                 reply,
             } => {
                 let first = if prime {
-                    let id = store.append(&self.id, stream, Bytes::new()).await;
-                    sse::priming(&id.to_string(), shared.config.sse_retry)
+                    // EventStore v2 (issue 22 WP1), until this path handles store errors
+                    // (WP3): a priming event the store refused is left out, and logged.
+                    match store.append(&self.id, stream, Bytes::new()).await {
+                        Ok(id) => sse::priming(&id.to_string(), shared.config.sse_retry),
+                        Err(e) => {
+                            tracing::warn!(session = %redact(&self.id), error = %e, "priming event not stored");
+                            Bytes::new()
+                        }
+                    }
                 } else {
                     Bytes::new()
                 };
@@ -782,13 +799,19 @@ impl Session {
                 }
             }
             Effect::Append { stream, data } => {
-                let id = store.append(&self.id, stream, data.clone()).await;
+                // EventStore v2 (issue 22 WP1), until this path handles store errors (WP3): an
+                // event the store refused is still written live, without an id, and logged.
+                let id = match store.append(&self.id, stream, data.clone()).await {
+                    Ok(id) => Some(id.to_string()),
+                    Err(e) => {
+                        tracing::warn!(session = %redact(&self.id), error = %e, "event not stored");
+                        None
+                    }
+                };
                 let mut state = self.state.lock().await;
                 if let Some(stream) = state.streams.get_mut(&stream)
                     && let Some(live) = &stream.live
-                    && live
-                        .try_send(sse::event(Some(&id.to_string()), &data))
-                        .is_err()
+                    && live.try_send(sse::event(id.as_deref(), &data)).is_err()
                 {
                     // Gone or too far behind: let go; the client resumes from the store.
                     stream.live = None;
@@ -840,7 +863,12 @@ impl Session {
                     shrink(&mut state.streams);
                 }
             }
-            Effect::RemoveSession => store.remove_session(&self.id).await,
+            Effect::RemoveSession => {
+                // EventStore v2 (issue 22 WP1): logged until WP3 decides more.
+                if let Err(e) = store.remove_session(&self.id).await {
+                    tracing::warn!(session = %redact(&self.id), error = %e, "events not removed");
+                }
+            }
         }
     }
 
@@ -925,13 +953,64 @@ impl Session {
 
     /// Ends the session.
     pub(crate) async fn end(&self) {
-        self.end_locked(&mut *self.state.lock().await);
+        self.end_as(Closed::Ended).await;
+    }
+
+    /// Lets go of the session, for `reason` (the table decides which: `Shared::let_go`).
+    pub(crate) async fn end_as(&self, reason: Closed) {
+        self.end_locked(&mut *self.state.lock().await, reason);
         self.drain().await;
     }
 
-    /// Ends the session; its events leave the store when the outbox is next drained (after
-    /// the effects before it).
-    fn end_locked(&self, state: &mut State) {
+    /// Answers the undecided POSTs of `requests` with 503 (`LegacySession::unavailable`).
+    pub(crate) async fn unavailable(&self, requests: &[RequestId]) -> bool {
+        let mut all = true;
+        {
+            let mut state = self.state.lock().await;
+            let state = &mut *state;
+            let mut answered = HashSet::new();
+            for id in requests {
+                if answered.contains(id) {
+                    continue;
+                }
+                let Some(stream_id) = state.requests.get(id).copied() else {
+                    all = false;
+                    continue;
+                };
+                if !state
+                    .streams
+                    .get(&stream_id)
+                    .is_some_and(|s| !s.sse && s.decide.is_some())
+                {
+                    all = false;
+                    continue;
+                }
+                let Some(mut stream) = state.streams.remove(&stream_id) else {
+                    continue;
+                };
+                let single = (!stream.batch && stream.pending.len() == 1).then(|| id.clone());
+                for pending in stream.pending.drain() {
+                    state.requests.remove(&pending);
+                    answered.insert(pending);
+                }
+                if let Some(decide) = stream.decide.take() {
+                    let _ = decide.send(Decision::Unavailable(single));
+                }
+                if stream.initialize {
+                    self.end_locked(state, Closed::Ended);
+                    break;
+                }
+            }
+            shrink(&mut state.streams);
+            shrink(&mut state.requests);
+        }
+        self.drain().await;
+        all
+    }
+
+    /// Lets go of the session; with [`Closed::Ended`] its events leave the store when the outbox
+    /// is next drained (after the effects before it), with [`Closed::Forgotten`] they stay.
+    fn end_locked(&self, state: &mut State, reason: Closed) {
         if state.ended {
             return;
         }
@@ -943,13 +1022,15 @@ impl Session {
         state.old_sse = None;
         self.ended.cancel();
         if let Some(shared) = self.config() {
-            shared.remove(&self.id);
+            shared.remove(self);
         }
-        state.outbox.push_back(Effect::RemoveSession);
+        if reason == Closed::Ended {
+            state.outbox.push_back(Effect::RemoveSession);
+        }
         // Taken, not borrowed: the handler holds this session (a cycle that kept every ended
         // session and its handler alive).
         if let Some(handler) = self.handler.take() {
-            handler.closed();
+            handler.closed(reason);
         }
     }
 
@@ -1020,7 +1101,7 @@ mod tests {
             self.abandoned.lock().unwrap().push(request);
         }
 
-        fn closed(&self) {}
+        fn closed(&self, _reason: super::super::Closed) {}
     }
 
     impl McpApp for App {
@@ -1738,6 +1819,8 @@ mod tests {
         inner: crate::event_store::MemoryEventStore,
         open: tokio::sync::watch::Sender<bool>,
         waiting: AtomicUsize,
+        /// Appends fail (the store is unavailable) while set.
+        fail: std::sync::atomic::AtomicBool,
     }
 
     impl GatedStore {
@@ -1746,6 +1829,7 @@ mod tests {
                 inner: crate::event_store::MemoryEventStore::new(),
                 open: tokio::sync::watch::Sender::new(true),
                 waiting: AtomicUsize::new(0),
+                fail: std::sync::atomic::AtomicBool::new(false),
             }
         }
 
@@ -1761,55 +1845,121 @@ mod tests {
         }
     }
 
+    // EventStore v2 (issue 22 WP1): the gate is on every call that does store I/O.
+    use crate::event_store::{
+        BoxFuture, EventId, EventStoreError, Follow, ReplayError, StoreSizes, StreamId,
+    };
+    use bytes::Bytes;
+    use modelctx_types::RequestId;
+
     impl crate::event_store::EventStore for GatedStore {
+        fn stream_base(&self) -> u64 {
+            self.inner.stream_base()
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.open_stream(session, stream, pending).await
+            })
+        }
+
         fn append<'a>(
             &'a self,
             session: &'a str,
-            stream: crate::event_store::StreamId,
-            data: bytes::Bytes,
-        ) -> crate::event_store::BoxFuture<'a, crate::event_store::EventId> {
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
+                if self.fail.load(Ordering::SeqCst) {
+                    return Err(EventStoreError::unavailable("the store is down"));
+                }
                 self.inner.append(session, stream, data).await
+            })
+        }
+
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.finish_stream(session, stream).await
             })
         }
 
         fn replay_after<'a>(
             &'a self,
             session: &'a str,
-            after: &'a crate::event_store::EventId,
-        ) -> crate::event_store::BoxFuture<
-            'a,
-            Result<
-                Vec<(crate::event_store::EventId, bytes::Bytes)>,
-                crate::event_store::ReplayError,
-            >,
-        > {
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.replay_after(session, after).await
             })
         }
 
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.follow(session, after).await
+            })
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.set_standalone(session, stream).await
+            })
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            Box::pin(async move {
+                self.wait().await;
+                self.inner.standalone(session).await
+            })
+        }
+
         fn remove_stream<'a>(
             &'a self,
             session: &'a str,
-            stream: crate::event_store::StreamId,
-        ) -> crate::event_store::BoxFuture<'a, ()> {
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.remove_stream(session, stream).await
             })
         }
 
-        fn remove_session<'a>(&'a self, session: &'a str) -> crate::event_store::BoxFuture<'a, ()> {
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
             Box::pin(async move {
                 self.wait().await;
                 self.inner.remove_session(session).await
             })
         }
 
-        fn sizes(&self) -> crate::event_store::BoxFuture<'_, crate::event_store::StoreSizes> {
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
             self.inner.sizes()
         }
     }
@@ -1892,6 +2042,67 @@ mod tests {
         assert_eq!(ns, [0, 1], "{got:?}");
         assert!(got.last().unwrap().1.contains(r#""id":5"#), "{got:?}");
         service.close_all().await;
+    }
+
+    /// EventStore v2 (issue 22 WP1): an event the store refuses is still written to the live
+    /// connection, without an id (the client cannot resume to it), and a priming event the
+    /// store refuses is left out; the stream goes on with ids once the store answers again.
+    #[tokio::test]
+    async fn a_refused_event_is_still_written_live_without_an_id() {
+        let store = Arc::new(GatedStore::new());
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            event_store: store.clone(),
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let rid = modelctx_types::RequestId::from(5);
+        let call = on_session(
+            "POST",
+            &id,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call"}"#,
+        );
+        let five = tokio::spawn({
+            let service = service.clone();
+            async move { service.handle(call).await }
+        });
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(r#""id":5,"#))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        store.fail.store(true, Ordering::SeqCst);
+        within(session.send(progress(0), Some(rid.clone()))).await;
+        store.fail.store(false, Ordering::SeqCst);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(within(five).await.unwrap().into_body()).await;
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].0, None, "{got:?}");
+        assert!(got[0].1.contains(r#""n":0"#), "{got:?}");
+        assert!(
+            got[1].0.is_some() && got[1].1.contains(r#""n":1"#),
+            "{got:?}"
+        );
+        assert!(
+            got[2].0.is_some() && got[2].1.contains(r#""id":5"#),
+            "{got:?}"
+        );
+        service.close_all().await;
+        let sizes = crate::event_store::EventStore::sizes(&store.inner)
+            .await
+            .unwrap();
+        assert_eq!(sizes.events, 0, "{sizes:?}");
     }
 
     /// Finding 17: the session's lock is not held across the event store's I/O. While the
@@ -2035,6 +2246,7 @@ mod tests {
         assert!(
             crate::event_store::EventStore::sizes(&store.inner)
                 .await
+                .unwrap()
                 .is_empty()
         );
     }

@@ -111,7 +111,10 @@ async fn serve() -> Result<(), String> {
 
 async fn stats(running: &RunningServer, store: &MemoryEventStore) -> ServerStats {
     let tables = running.service().table_sizes().await;
-    let stored = store.sizes().await;
+    let stored = store
+        .sizes()
+        .await
+        .expect("the in-memory event store never fails");
     let (rss_kib, peak_rss_kib) = memory();
     let count = |n: usize| n as u64;
     ServerStats {

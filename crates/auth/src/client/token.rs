@@ -1,0 +1,284 @@
+//! The token endpoint: requests (authorization code, refresh) with the client's
+//! authentication and the RFC 8707 `resource`, and the validation of its answers (RFC 6749
+//! section 5).
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value};
+
+use super::asmeta::AuthServer;
+use super::error::remote_text;
+use super::jwt::client_assertion;
+use super::registration::{ClientIdentity, TokenAuthMethod};
+use super::{Discovery, Error, OAuth};
+use crate::fetch::{Fetch, FetchRequest};
+
+/// The longest access token accepted: 16 KiB.
+pub(crate) const TOKEN_LIMIT: usize = 16 * 1024;
+
+/// `client_assertion_type` of `private_key_jwt` (RFC 7523 section 2.2).
+const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// How an access token is presented (the token response's `token_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TokenType {
+    /// `Authorization: Bearer` (RFC 6750).
+    Bearer,
+    /// `Authorization: DPoP` with a proof (RFC 9449).
+    Dpop,
+}
+
+/// Tokens from a token endpoint, with what they are for. `Debug` shows no token.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Tokens {
+    /// The access token (printable ASCII, at most 16 KiB).
+    pub access_token: String,
+    /// How to present it.
+    pub token_type: TokenType,
+    /// When it expires (`expires_in` after it was received); `None`: the server did not say.
+    pub expires_at: Option<SystemTime>,
+    /// The refresh token, when the server issued one.
+    pub refresh_token: Option<String>,
+    /// The scopes granted: the response's `scope`, else those asked for.
+    pub scopes: Vec<String>,
+    /// The authorization server that issued them (its issuer): they are never sent to another.
+    pub issuer: String,
+    /// The resource (RFC 8707) they were asked for.
+    pub resource: String,
+}
+
+impl fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tokens")
+            .field("access_token", &"<redacted>")
+            .field("token_type", &self.token_type)
+            .field("expires_at", &self.expires_at)
+            .field(
+                "refresh_token",
+                &self.refresh_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("scopes", &self.scopes)
+            .field("issuer", &self.issuer)
+            .field("resource", &self.resource)
+            .finish()
+    }
+}
+
+/// One token request: the grant's parameters, sent with the client's authentication and
+/// `resource`.
+pub(crate) struct Grant<'a> {
+    pub(crate) params: Vec<(&'static str, String)>,
+    /// The scopes asked for (the `scope` of the authorization, or of this request).
+    pub(crate) scopes: &'a [String],
+    pub(crate) resource: &'a str,
+}
+
+/// What a token request asked for, to complete its answer.
+pub(crate) struct Asked<'a> {
+    pub(crate) scopes: &'a [String],
+    pub(crate) resource: &'a str,
+    pub(crate) issuer: &'a str,
+}
+
+/// Sends `grant` to `server`'s token endpoint as `client` and reads the answer:
+/// - the body: the grant's parameters, `resource`, and the client's authentication: `none`
+///   → `client_id`; `client_secret_basic` → an `Authorization: Basic` header only;
+///   `client_secret_post` → `client_id` and `client_secret`; `private_key_jwt` →
+///   `client_id`, `client_assertion_type` and a fresh `client_assertion` for the issuer;
+/// - 200 with a JSON object: [`read_tokens`]; any other status: [`Error::TokenRefused`] with
+///   the answer's `error` and `error_description` (cut and escaped).
+pub(crate) async fn request(
+    fetch: &dyn Fetch,
+    server: &AuthServer,
+    client: &ClientIdentity,
+    grant: Grant<'_>,
+) -> Result<Tokens, Error> {
+    let endpoint = server
+        .token_endpoint
+        .as_deref()
+        .ok_or_else(|| Error::Metadata {
+            url: server
+                .metadata_url
+                .clone()
+                .unwrap_or_else(|| server.issuer.clone()),
+            why: "no token_endpoint".into(),
+        })?;
+    let Grant {
+        mut params,
+        scopes,
+        resource,
+    } = grant;
+    params.push(("resource", resource.to_owned()));
+    let secret = client.secret.as_deref().unwrap_or_default();
+    match client.method {
+        TokenAuthMethod::None => params.push(("client_id", client.client_id.clone())),
+        TokenAuthMethod::ClientSecretBasic => {}
+        TokenAuthMethod::ClientSecretPost => {
+            params.push(("client_id", client.client_id.clone()));
+            params.push(("client_secret", secret.to_owned()));
+        }
+        TokenAuthMethod::PrivateKeyJwt => {
+            let key = client.key.as_ref().ok_or_else(|| Error::InvalidSetting {
+                setting: "client",
+                value: client.client_id.clone(),
+                why: "has private_key_jwt and no key",
+            })?;
+            let assertion =
+                client_assertion(key, &client.client_id, &server.issuer, SystemTime::now())?;
+            params.push(("client_id", client.client_id.clone()));
+            params.push(("client_assertion_type", JWT_BEARER_ASSERTION.to_owned()));
+            params.push(("client_assertion", assertion));
+        }
+    }
+    let form: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut request = FetchRequest::post_form(endpoint, &form);
+    if client.method == TokenAuthMethod::ClientSecretBasic {
+        request = request.basic(&client.client_id, secret);
+    }
+    let response = fetch
+        .send(request)
+        .await
+        .map_err(|source| Error::Unreachable {
+            url: endpoint.to_owned(),
+            source,
+        })?;
+    let document = response.json::<Map<String, Value>>().ok();
+    if response.status.as_u16() != 200 {
+        let text = |name: &str| {
+            document
+                .as_ref()
+                .and_then(|d| d.get(name))
+                .and_then(Value::as_str)
+                .map(remote_text)
+        };
+        return Err(Error::TokenRefused {
+            endpoint: endpoint.to_owned(),
+            status: response.status.as_u16(),
+            error: text("error"),
+            description: text("error_description"),
+        });
+    }
+    let document = document.ok_or_else(|| Error::InvalidTokenResponse {
+        endpoint: endpoint.to_owned(),
+        why: "not a JSON object".into(),
+    })?;
+    let asked = Asked {
+        scopes,
+        resource,
+        issuer: &server.issuer,
+    };
+    read_tokens(endpoint, &document, &asked, SystemTime::now())
+}
+
+/// A token response (RFC 6749 section 5.1), checked: `access_token` a non-empty string of
+/// printable ASCII of at most 16 KiB; `token_type` `Bearer` or `DPoP` (any case); `expires_in`
+/// a non-negative integer (or a string of digits) when present; `scope` a string when present
+/// (absent: the scopes asked for); `refresh_token` kept when present.
+pub(crate) fn read_tokens(
+    endpoint: &str,
+    document: &Map<String, Value>,
+    asked: &Asked<'_>,
+    now: SystemTime,
+) -> Result<Tokens, Error> {
+    let invalid = |why: String| Error::InvalidTokenResponse {
+        endpoint: endpoint.to_owned(),
+        why,
+    };
+    let access_token = match document.get("access_token") {
+        Some(Value::String(token)) if !token.is_empty() => token,
+        Some(Value::String(_)) => return Err(invalid("an empty access_token".into())),
+        Some(_) => return Err(invalid("access_token is not a string".into())),
+        None => return Err(invalid("no access_token".into())),
+    };
+    if access_token.len() > TOKEN_LIMIT {
+        return Err(invalid(format!(
+            "an access_token of {} bytes (at most {TOKEN_LIMIT})",
+            access_token.len()
+        )));
+    }
+    if !access_token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid(
+            "an access_token with characters other than printable ASCII".into(),
+        ));
+    }
+    let token_type = match document.get("token_type") {
+        Some(Value::String(t)) if t.eq_ignore_ascii_case("bearer") => TokenType::Bearer,
+        Some(Value::String(t)) if t.eq_ignore_ascii_case("dpop") => TokenType::Dpop,
+        Some(Value::String(t)) => {
+            return Err(invalid(format!(
+                "the token_type {} (only Bearer and DPoP)",
+                remote_text(t)
+            )));
+        }
+        Some(_) => return Err(invalid("token_type is not a string".into())),
+        None => return Err(invalid("no token_type".into())),
+    };
+    let expires_in = match document.get("expires_in") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+        Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse().ok()
+        }
+        Some(_) => return Err(invalid("expires_in is not a non-negative integer".into())),
+    };
+    let scopes = match document.get("scope") {
+        None | Some(Value::Null) => asked.scopes.to_vec(),
+        Some(Value::String(scope)) => scope.split_whitespace().map(str::to_owned).collect(),
+        Some(_) => return Err(invalid("scope is not a string".into())),
+    };
+    let refresh_token = match document.get("refresh_token") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(token)) if token.is_empty() => None,
+        Some(Value::String(token)) => Some(token.clone()),
+        Some(_) => return Err(invalid("refresh_token is not a string".into())),
+    };
+    Ok(Tokens {
+        access_token: access_token.clone(),
+        token_type,
+        expires_at: expires_in.and_then(|s| now.checked_add(Duration::from_secs(s))),
+        refresh_token,
+        scopes,
+        issuer: asked.issuer.to_owned(),
+        resource: asked.resource.to_owned(),
+    })
+}
+
+impl OAuth {
+    /// Uses `tokens`' refresh token at the authorization server of `discovery` (RFC 6749
+    /// section 6): `grant_type=refresh_token`, the same `resource`, no `scope` (the same
+    /// scopes), the client's authentication at that server. A response without a refresh
+    /// token keeps the old one; without `scope`, the old scopes.
+    ///
+    /// Refused without a refresh token, or when `tokens` come from another authorization
+    /// server (a refresh token is never shown to another one): [`Error::CannotRefresh`].
+    pub async fn refresh(&self, discovery: &Discovery, tokens: &Tokens) -> Result<Tokens, Error> {
+        let server = &discovery.auth_server;
+        let Some(refresh_token) = &tokens.refresh_token else {
+            return Err(Error::CannotRefresh {
+                why: "the tokens have no refresh token",
+            });
+        };
+        if tokens.issuer != server.issuer {
+            return Err(Error::CannotRefresh {
+                why: "the tokens come from another authorization server",
+            });
+        }
+        let client = self.identify(server).await?;
+        let grant = Grant {
+            params: vec![
+                ("grant_type", "refresh_token".to_owned()),
+                ("refresh_token", refresh_token.clone()),
+            ],
+            scopes: &tokens.scopes,
+            resource: &tokens.resource,
+        };
+        let mut fresh = request(self.inner.fetch.as_ref(), server, &client, grant).await?;
+        if fresh.refresh_token.is_none() {
+            fresh.refresh_token = Some(refresh_token.clone());
+        }
+        Ok(fresh)
+    }
+}
