@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::bus::{PubSub, RedisBus, Router, keep_subscribed};
 use crate::error::{Error, FleetError};
+use crate::events::RedisEventStore;
 use crate::keys::{Keys, MAX_INSTANCES};
 use crate::session::RedisSessionStore;
 
@@ -193,6 +194,16 @@ impl Shared {
             }
         };
         self.bounded(op, call).await
+    }
+
+    /// Runs `pipe` on the command connection, cut after the operation timeout.
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, Error> {
+        let mut conn = self.commands.clone();
+        self.bounded(op, pipe.query_async(&mut conn)).await
     }
 
     pub(crate) async fn bounded<T>(
@@ -393,6 +404,13 @@ impl Fleet {
     /// state for [`FleetConfig::session_idle`].
     pub fn session_store(&self) -> RedisSessionStore {
         RedisSessionStore::new(self.shared.clone())
+    }
+
+    /// An [`EventStore`](modelctx_http::event_store::EventStore) on this fleet's Redis, its
+    /// streams numbered from this instance's `N << 32`, keeping each session's stream table for
+    /// [`FleetConfig::session_idle`] (see [`RedisEventStore`] for its bounds).
+    pub fn event_store(&self) -> RedisEventStore {
+        RedisEventStore::new(self.shared.clone(), self.pubsub.clone(), self.instance)
     }
 
     /// The [`Bus`](modelctx_server::bus::Bus) of this instance on this fleet's Redis

@@ -70,6 +70,32 @@ impl Keys {
         self.session(sid) + "meta"
     }
 
+    /// `PREFIX:{s:SID}:ev:S`: the events of stream `stream` of session `sid`.
+    pub(crate) fn events(&self, sid: &str, stream: u64) -> String {
+        let mut key = self.events_base(sid);
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{stream}");
+        key
+    }
+
+    /// `PREFIX:{s:SID}:ch`: the channel of session `sid`'s events, as they are appended.
+    pub(crate) fn channel(&self, sid: &str) -> String {
+        self.session(sid) + "ch"
+    }
+
+    /// The `SCAN MATCH` pattern of every session's stream table: `PREFIX:{s:*}:meta`, with the
+    /// prefix's glob characters escaped.
+    pub(crate) fn meta_pattern(&self) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + 12);
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern + ":{s:*}:meta"
+    }
+
     /// `PREFIX:{s:SID}:ev:`: the start of the key of each of the session's event streams; the
     /// stream id follows.
     pub(crate) fn events_base(&self, sid: &str) -> String {
@@ -105,6 +131,10 @@ mod tests {
         assert_eq!(keys.seq("abc"), "mcx:{s:abc}:seq");
         assert_eq!(keys.meta("abc"), "mcx:{s:abc}:meta");
         assert_eq!(keys.events_base("abc") + "42", "mcx:{s:abc}:ev:42");
+        assert_eq!(keys.events("abc", 42), "mcx:{s:abc}:ev:42");
+        assert_eq!(keys.channel("abc"), "mcx:{s:abc}:ch");
+        assert_eq!(keys.meta_pattern(), "mcx:{s:*}:meta");
+        assert_eq!(Keys::new("a*b?[c]").meta_pattern(), r"a\*b\?\[c\]:{s:*}:meta");
         let other = Keys::new("app:mcp");
         assert_eq!(other.state("x"), "app:mcp:{s:x}:state");
         assert_eq!(other.instance(0), "app:mcp:inst:0");
@@ -122,6 +152,7 @@ mod tests {
                 keys.meta(sid),
                 keys.events_base(sid) + "1",
                 keys.events_base(sid) + "4294967296",
+                keys.channel(sid),
             ];
             let tag = hash_tag(&all[0]);
             assert!(tag.starts_with("s:"), "{sid}: {tag}");

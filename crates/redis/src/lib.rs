@@ -59,12 +59,14 @@
 mod bus;
 mod conn;
 mod error;
+mod events;
 mod keys;
 mod session;
 
 pub use bus::{BUS_QUEUE, RedisBus};
 pub use conn::{Fleet, FleetConfig};
 pub use error::{Error, FleetError};
+pub use events::{FOLLOW_POLL, RedisEventStore};
 pub use keys::MAX_INSTANCES;
 pub use session::RedisSessionStore;
 
