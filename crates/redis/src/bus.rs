@@ -137,7 +137,10 @@ impl Router {
             };
             if full {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(channel, "a redis pub/sub message was dropped: its queue is full");
+                tracing::warn!(
+                    channel,
+                    "a redis pub/sub message was dropped: its queue is full"
+                );
             }
         }
     }
@@ -503,8 +506,14 @@ mod tests {
             PushKind::Subscribe,
             vec![Value::BulkString(b"mcx:bus".to_vec()), Value::Int(1)],
         ));
-        assert!(matches!(bus_rx.try_recv(), Ok(BusMessage::Change { from: 1, .. })));
-        assert!(matches!(bus_rx.try_recv(), Ok(BusMessage::Change { from: 2, .. })));
+        assert!(matches!(
+            bus_rx.try_recv(),
+            Ok(BusMessage::Change { from: 1, .. })
+        ));
+        assert!(matches!(
+            bus_rx.try_recv(),
+            Ok(BusMessage::Change { from: 2, .. })
+        ));
         assert!(bus_rx.try_recv().is_err(), "not the inbox of another");
         assert_eq!(raw_rx.try_recv().unwrap(), b"5 event");
         assert_eq!(other_rx.try_recv().unwrap(), b"5 event");
@@ -535,7 +544,10 @@ mod tests {
         router.route(message("mcx:bus", br#"{"v":2,"from":1,"gossip":{}}"#));
         router.route(message("mcx:bus", b"not json"));
         assert_eq!(router.dropped.load(Ordering::Relaxed), 3);
-        assert!(matches!(rx.try_recv(), Ok(BusMessage::Change { from: 1, .. })));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(BusMessage::Change { from: 1, .. })
+        ));
         assert!(rx.try_recv().is_err());
         // A message that is not a pair of strings is ignored.
         router.route(push(PushKind::Message, vec![Value::Int(1)]));

@@ -134,7 +134,12 @@ impl RedisEventStore {
         self
     }
 
-    async fn open(&self, session: &str, stream: StreamId, pending: &[RequestId]) -> Result<(), Error> {
+    async fn open(
+        &self,
+        session: &str,
+        stream: StreamId,
+        pending: &[RequestId],
+    ) -> Result<(), Error> {
         let pending = serde_json::to_string(pending).map_err(|source| Error::Corrupt {
             op: "open stream",
             source,
@@ -145,10 +150,18 @@ impl RedisEventStore {
             .arg(self.instance)
             .arg(pending)
             .arg(millis(self.idle));
-        self.shared.eval::<i64>("open stream", &call).await.map(drop)
+        self.shared
+            .eval::<i64>("open stream", &call)
+            .await
+            .map(drop)
     }
 
-    async fn append_event(&self, session: &str, stream: StreamId, data: &[u8]) -> Result<u64, Error> {
+    async fn append_event(
+        &self,
+        session: &str,
+        stream: StreamId,
+        data: &[u8],
+    ) -> Result<u64, Error> {
         let keys = &self.shared.keys;
         let mut call = self.scripts.append.prepare_invoke();
         call.key(keys.seq(session))
@@ -169,7 +182,10 @@ impl RedisEventStore {
         call.key(keys.meta(session))
             .key(keys.channel(session))
             .arg(stream.get());
-        self.shared.eval::<i64>("finish stream", &call).await.map(drop)
+        self.shared
+            .eval::<i64>("finish stream", &call)
+            .await
+            .map(drop)
     }
 
     async fn read(&self, session: &str, after: &EventId) -> Result<Read, ReplayError> {
@@ -189,7 +205,12 @@ impl RedisEventStore {
 
     /// Completes `stream` with an error for each request pending on it, if it is still not
     /// finished and still `owner`'s. Returns whether this call did it.
-    async fn fail_orphan(&self, session: &str, stream: StreamId, owner: u16) -> Result<bool, Error> {
+    async fn fail_orphan(
+        &self,
+        session: &str,
+        stream: StreamId,
+        owner: u16,
+    ) -> Result<bool, Error> {
         let keys = &self.shared.keys;
         let pending: Option<String> = self
             .shared
@@ -237,7 +258,10 @@ impl RedisEventStore {
     async fn alive(&self, owner: u16) -> Result<bool, Error> {
         let n: i64 = self
             .shared
-            .query("EXISTS", redis::cmd("EXISTS").arg(self.shared.keys.instance(owner)))
+            .query(
+                "EXISTS",
+                redis::cmd("EXISTS").arg(self.shared.keys.instance(owner)),
+            )
             .await?;
         Ok(n == 1)
     }
@@ -510,7 +534,10 @@ impl Follower {
             Some(Live::Finished { stream }) if stream == self.stream.get() => Step::Read,
             Some(_) => Step::Go,
             None => {
-                tracing::warn!(session = self.session, "an unreadable message on a session channel");
+                tracing::warn!(
+                    session = self.session,
+                    "an unreadable message on a session channel"
+                );
                 Step::Go
             }
         }
@@ -648,7 +675,9 @@ impl EventStore for RedisEventStore {
                 .shared
                 .query(
                     "HGET",
-                    redis::cmd("HGET").arg(self.shared.keys.meta(session)).arg("sa"),
+                    redis::cmd("HGET")
+                        .arg(self.shared.keys.meta(session))
+                        .arg("sa"),
                 )
                 .await
                 .map_err(event_error)?;
@@ -725,7 +754,14 @@ mod tests {
             })
         );
         assert_eq!(parse_live(b"fin 12"), Some(Live::Finished { stream: 12 }));
-        for bad in [&b"fin x"[..], b"1 2\nx", b"1 2 3 4\nx", b"1 2 3", b"a b c\n", b""] {
+        for bad in [
+            &b"fin x"[..],
+            b"1 2\nx",
+            b"1 2 3 4\nx",
+            b"1 2 3",
+            b"a b c\n",
+            b"",
+        ] {
             assert_eq!(parse_live(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

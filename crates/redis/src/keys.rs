@@ -134,7 +134,10 @@ mod tests {
         assert_eq!(keys.events("abc", 42), "mcx:{s:abc}:ev:42");
         assert_eq!(keys.channel("abc"), "mcx:{s:abc}:ch");
         assert_eq!(keys.meta_pattern(), "mcx:{s:*}:meta");
-        assert_eq!(Keys::new("a*b?[c]").meta_pattern(), r"a\*b\?\[c\]:{s:*}:meta");
+        assert_eq!(
+            Keys::new("a*b?[c]").meta_pattern(),
+            r"a\*b\?\[c\]:{s:*}:meta"
+        );
         let other = Keys::new("app:mcp");
         assert_eq!(other.state("x"), "app:mcp:{s:x}:state");
         assert_eq!(other.instance(0), "app:mcp:inst:0");

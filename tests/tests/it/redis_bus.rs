@@ -95,9 +95,12 @@ async fn two_fleets_exchange_broadcasts_and_messages_for_one_instance() {
     expected.sort();
     assert_eq!(channels(&redis).await, expected);
 
-    within("broadcast", bus_a.broadcast(change(a.instance(), ListKind::Tools)))
-        .await
-        .unwrap();
+    within(
+        "broadcast",
+        bus_a.broadcast(change(a.instance(), ListKind::Tools)),
+    )
+    .await
+    .unwrap();
     for rx in [&mut rx_a, &mut rx_b] {
         let got = next(rx).await;
         assert!(
@@ -107,9 +110,12 @@ async fn two_fleets_exchange_broadcasts_and_messages_for_one_instance() {
         );
     }
 
-    within("to_instance", bus_b.to_instance(a.instance(), cancel(b.instance(), "s1")))
-        .await
-        .unwrap();
+    within(
+        "to_instance",
+        bus_b.to_instance(a.instance(), cancel(b.instance(), "s1")),
+    )
+    .await
+    .unwrap();
     match next(&mut rx_a).await {
         BusMessage::Forward {
             from,
@@ -126,9 +132,12 @@ async fn two_fleets_exchange_broadcasts_and_messages_for_one_instance() {
         other => panic!("{other:?}"),
     }
     quiet(&mut rx_b).await;
-    within("to_instance", bus_a.to_instance(4000, cancel(a.instance(), "s1")))
-        .await
-        .unwrap();
+    within(
+        "to_instance",
+        bus_a.to_instance(4000, cancel(a.instance(), "s1")),
+    )
+    .await
+    .unwrap();
 
     // Not a bus message of this format: dropped and counted on both; then the next arrives.
     let before = (bus_a.dropped(), bus_b.dropped());
@@ -145,7 +154,10 @@ async fn two_fleets_exchange_broadcasts_and_messages_for_one_instance() {
     for rx in [&mut rx_a, &mut rx_b] {
         assert!(matches!(next(rx).await, BusMessage::Ended { session, .. } if session == "s2"));
     }
-    assert_eq!((bus_a.dropped(), bus_b.dropped()), (before.0 + 1, before.1 + 1));
+    assert_eq!(
+        (bus_a.dropped(), bus_b.dropped()),
+        (before.0 + 1, before.1 + 1)
+    );
     quiet(&mut rx_a).await;
 
     // A bus dropped with its fleet stops reading: its channels are unsubscribed.
@@ -233,7 +245,10 @@ async fn after_a_redis_restart_messages_flow_again_within_seconds() {
             .await;
         let _ = c
             .bus()
-            .to_instance(b.instance(), cancel(c.instance(), &format!("round-{round}")))
+            .to_instance(
+                b.instance(),
+                cancel(c.instance(), &format!("round-{round}")),
+            )
             .await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         while let Ok(message) = rx_b.try_recv() {
@@ -255,7 +270,9 @@ async fn after_a_redis_restart_messages_flow_again_within_seconds() {
         .broadcast(change(b.instance(), ListKind::Resources))
         .await
         .expect("B's first publish after the restart");
-    assert!(matches!(next(&mut rx_a).await, BusMessage::Change { from, .. } if from == b.instance()));
+    assert!(
+        matches!(next(&mut rx_a).await, BusMessage::Change { from, .. } if from == b.instance())
+    );
     let mut expected = vec![
         "mcx:bus".to_owned(),
         format!("mcx:inbox:{}", a.instance()),
