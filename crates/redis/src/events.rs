@@ -471,13 +471,17 @@ impl Follower {
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.tick().await;
         let mut failures = 0u32;
+        let mut live = true;
         loop {
             let step = tokio::select! {
                 () = self.out.closed() => Step::Stop,
-                message = self.live.recv() => match message {
+                message = self.live.recv(), if live => match message {
                     Some(message) => self.on_live(&message).await,
-                    // The store's pub/sub is gone: poll only.
-                    None => Step::Read,
+                    None => {
+                        // No more live messages: poll only.
+                        live = false;
+                        Step::Read
+                    }
                 },
                 _ = poll.tick() => Step::Read,
             };
