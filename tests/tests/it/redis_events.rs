@@ -310,3 +310,43 @@ async fn a_lost_redis_fails_calls_quickly_and_they_work_again_when_it_is_back() 
     store.remove_session("r").await.unwrap();
     fleet.shutdown().await.unwrap();
 }
+
+/// Pub/sub is only a fast path: a message repeating an event already given is not given
+/// again, and one that does not follow the last event given (as after a lost message) makes
+/// the follower read the stream instead of forwarding it, so nothing is given out of order or
+/// twice; the real events still arrive, once each. (A message that does follow the last event
+/// given is forwarded as it is: only the store's scripts publish on a session's channel.)
+#[tokio::test]
+async fn a_follower_trusts_the_stream_not_the_channel() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let a = connect(&redis, FleetConfig::new()).await;
+    let b = connect(&redis, FleetConfig::new()).await;
+    let on_a = a.event_store();
+    let s = StreamId(on_a.stream_base() + 1);
+    on_a.open_stream("d", s, &[]).await.unwrap();
+    let first = append(&on_a, "d", s, 0).await;
+    let second = append(&on_a, "d", s, 1).await;
+    let mut follow = b.event_store().follow("d", &first).await.unwrap();
+    assert_eq!(follow.events.len(), 1);
+    // Give the follower's subscription a moment to be in place.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let channel = "mcx:{s:d}:ch";
+    let forged = [
+        format!("{} {} {}\nrepeated", s.get(), first.seq, second.seq),
+        format!("{} 9000 9001\nafter a gap", s.get()),
+    ];
+    for message in &forged {
+        redis.command(&["PUBLISH", channel, message]).await;
+    }
+    let third = append(&on_a, "d", s, 2).await;
+    let (id, data) = next(&mut follow).await.expect("the third event");
+    assert_eq!(id, third);
+    assert_eq!(data, event(2));
+    on_a.finish_stream("d", s).await.unwrap();
+    assert!(next(&mut follow).await.is_none(), "closed once finished");
+    on_a.remove_session("d").await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
