@@ -240,9 +240,9 @@ impl Shared {
 #[derive(Debug)]
 pub struct Fleet {
     shared: Arc<Shared>,
-    /// The pub/sub connection, its routes and its keeper task.
+    /// The pub/sub connection and its routes. Its keeper task ends once the fleet, its buses
+    /// and its event stores are all gone.
     pubsub: Arc<PubSub>,
-    keeper: JoinHandle<()>,
     bus: RedisBus,
     instance: u16,
     lease_key: String,
@@ -367,13 +367,12 @@ impl Fleet {
             stopped,
         ));
         let pubsub = Arc::new(PubSub::new(bus, router, shared.clone()));
-        let keeper = tokio::spawn(keep_subscribed(Arc::downgrade(&pubsub)));
+        tokio::spawn(keep_subscribed(Arc::downgrade(&pubsub)));
         let bus = RedisBus::new(shared.clone(), pubsub.clone(), instance);
         tracing::info!(instance, holder, "joined the fleet on redis");
         Ok(Fleet {
             shared,
             pubsub,
-            keeper,
             bus,
             instance,
             lease_key,
@@ -447,7 +446,6 @@ impl Drop for Fleet {
         if let Some(lease) = self.lease.take() {
             lease.task.abort();
         }
-        self.keeper.abort();
     }
 }
 
