@@ -178,6 +178,7 @@ mod tool;
 mod complete;
 mod handler;
 mod settings;
+mod skills;
 mod uri_template;
 mod wire;
 
@@ -242,6 +243,7 @@ pub use resource::{
 pub use run::{Frame, InMemoryStore, SessionState, SessionStore, StoreError, StoreFuture};
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
+pub use skills::{DynamicSkill, SkillsError, SkillsLimits};
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
 

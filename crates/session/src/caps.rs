@@ -267,7 +267,8 @@ mod tests {
         let v = ProtocolVersion::V2025_11_25;
         let none = obj(json!({"resources": {}}));
         let plain = obj(json!({"extensions": {"io.modelcontextprotocol/skills": {}}}));
-        let dirs = obj(json!({"extensions": {"io.modelcontextprotocol/skills": {"directoryRead": true}}}));
+        let dirs =
+            obj(json!({"extensions": {"io.modelcontextprotocol/skills": {"directoryRead": true}}}));
         assert!(request_allowed(v, "skills/list", d, None, &none).is_err());
         assert!(request_allowed(v, "skills/get", d, None, &plain).is_ok());
         assert!(request_allowed(v, "resources/directory/read", d, None, &plain).is_err());

@@ -227,7 +227,11 @@ pub struct ListSkillsResult {
     /// The skills of this page.
     pub skills: Vec<Skill>,
     /// The cursor of the next page, if any.
-    #[serde(rename = "nextCursor", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "nextCursor",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub next_cursor: Option<String>,
 }
 
@@ -247,12 +251,18 @@ pub struct ReadResourceDirectoryResult {
     /// The children of this page.
     pub resources: Vec<JsonObject>,
     /// The cursor of the next page, if any.
-    #[serde(rename = "nextCursor", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "nextCursor",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub next_cursor: Option<String>,
 }
 
 #[cfg(feature = "skills")]
-pub use content::{FrontmatterError, digest, parse_frontmatter, split_frontmatter};
+pub use content::{
+    FrontmatterError, digest, parse_frontmatter, split_frontmatter, write_frontmatter,
+};
 
 #[cfg(feature = "skills")]
 mod content {
@@ -309,6 +319,22 @@ mod content {
             offset += line.len();
         }
         Err(FrontmatterError::Missing)
+    }
+
+    /// The frontmatter block of a `SKILL.md` holding `frontmatter`: `---`, its YAML, `---`, each
+    /// line ended by `\n`. Refused unless it reads back ([`parse_frontmatter`]) as `frontmatter`
+    /// (a value YAML cannot carry as JSON, no `name` or `description`).
+    pub fn write_frontmatter(frontmatter: &JsonObject) -> Result<String, FrontmatterError> {
+        let yaml = yaml_serde::to_string(frontmatter)
+            .map_err(|e| FrontmatterError::Yaml(e.to_string()))?;
+        let block = format!("---\n{yaml}---\n");
+        match parse_frontmatter(&block) {
+            Ok(read) if &read == frontmatter => Ok(block),
+            Ok(_) => Err(FrontmatterError::Yaml(
+                "does not read back as written".into(),
+            )),
+            Err(e) => Err(e),
+        }
     }
 
     /// The frontmatter of a `SKILL.md` as a JSON object, checked to have a non-empty string
@@ -454,6 +480,25 @@ mod tests {
             split_frontmatter("---\n---\nbody").unwrap(),
             ("", "body"),
             "an empty frontmatter"
+        );
+    }
+
+    #[cfg(feature = "skills")]
+    #[test]
+    fn frontmatter_is_written_to_read_back() {
+        let value = json!({"name": "daily", "description": "Today: the report",
+                           "metadata": {"n": 1, "list": ["x", "-y"]}, "license": "MIT"});
+        let object = value.as_object().unwrap().clone();
+        let block = write_frontmatter(&object).unwrap();
+        assert!(block.starts_with("---\n") && block.ends_with("---\n"));
+        assert_eq!(
+            parse_frontmatter(&format!("{block}# body")).unwrap(),
+            object
+        );
+        let nameless = json!({"description": "d"}).as_object().unwrap().clone();
+        assert_eq!(
+            write_frontmatter(&nameless),
+            Err(FrontmatterError::MissingField("name"))
         );
     }
 
