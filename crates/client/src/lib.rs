@@ -98,6 +98,7 @@ mod notify;
 mod output;
 #[cfg(feature = "http")]
 mod params;
+mod skills;
 #[cfg(feature = "stdio")]
 mod stdio;
 mod wire;
@@ -109,7 +110,12 @@ pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
 pub use link::Direction;
+/// The Skills extension's names and wire shapes (`modelctx_types::skills`): [`Skill`](skill_types::Skill)
+/// entries, their files, the results of its requests.
+#[doc(inline)]
+pub use modelctx_types::skills as skill_types;
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable};
+pub use skills::{SkillError, SkillFile};
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;
