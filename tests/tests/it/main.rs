@@ -28,6 +28,7 @@ mod schema_validation;
 mod server_http;
 mod server_transports;
 mod server_ts_clients;
+mod skills;
 mod sse_retry;
 mod stdio;
 mod traps;
