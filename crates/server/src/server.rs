@@ -180,6 +180,34 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves a tree of skills given as files in memory, as [`skills_dir`](Self::skills_dir)
+    /// serves a directory's: each file's `/`-separated path under the tree's root, and its
+    /// bytes (files embedded in the binary with `include_bytes!`, or generated). A path with
+    /// an empty, `.` or `..` name is refused ([`RegisterError::Skills`]).
+    ///
+    /// ```
+    /// use modelctx_server::Server;
+    ///
+    /// let skill = "---\nname: greet\ndescription: Greets the user\n---\nSay hello.\n";
+    /// let server = Server::builder("greeter", "1.0.0")
+    ///     .skill_files([("greet/SKILL.md", skill)])
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn skill_files<I, P, B>(mut self, files: I) -> Self
+    where
+        I: IntoIterator<Item = (P, B)>,
+        P: Into<String>,
+        B: Into<Vec<u8>>,
+    {
+        let files = files
+            .into_iter()
+            .map(|(p, b)| (p.into(), b.into()))
+            .collect();
+        self.skills.trees.push(files);
+        self
+    }
+
     /// The bounds of [`skills_dir`](Self::skills_dir) (default: [`SkillsLimits::default`],
     /// 512 files and 16 MiB a skill, 4096 files and 64 MiB in all, 16 levels deep).
     ///

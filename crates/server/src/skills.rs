@@ -226,13 +226,15 @@ impl DynamicSkill {
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
     pub(crate) dirs: Vec<PathBuf>,
+    /// Trees given as files in memory: `/`-separated paths under the tree's root, and bytes.
+    pub(crate) trees: Vec<Vec<(String, Vec<u8>)>>,
     pub(crate) dynamic: Vec<DynamicSkill>,
     pub(crate) limits: SkillsLimits,
 }
 
 impl Pending {
     pub(crate) fn is_empty(&self) -> bool {
-        self.dirs.is_empty() && self.dynamic.is_empty()
+        self.dirs.is_empty() && self.trees.is_empty() && self.dynamic.is_empty()
     }
 
     /// The catalog, and the resources serving its files.
@@ -241,6 +243,11 @@ impl Pending {
         for dir in &self.dirs {
             let tree = scan(dir, &self.limits)?;
             built.add_tree(dir, tree, &self.limits)?;
+        }
+        for (i, files) in self.trees.into_iter().enumerate() {
+            let root = PathBuf::from(format!("<skill files {}>", i + 1));
+            let tree = in_memory(&root, files, &self.limits)?;
+            built.add_tree(&root, tree, &self.limits)?;
         }
         for skill in self.dynamic {
             built.add_dynamic(skill)?;
@@ -316,6 +323,52 @@ struct Tree {
     files: BTreeMap<Vec<String>, Arc<[u8]>>,
     dirs: BTreeSet<Vec<String>>,
     bytes: u64,
+}
+
+/// The tree of files given in memory (named `root` in errors), within the same bounds as a
+/// directory's.
+fn in_memory(
+    root: &Path,
+    files: Vec<(String, Vec<u8>)>,
+    limits: &SkillsLimits,
+) -> Result<Tree, SkillsError> {
+    let mut tree = Tree::default();
+    for (path, bytes) in files {
+        let at = root.join(&path);
+        let segments = relative_segments(&path).ok_or_else(|| SkillsError::Name {
+            path: at.clone(),
+            reason: "a file path is one or more `/`-separated names, none `.` or `..`".into(),
+        })?;
+        if segments.len() > limits.depth + 1 {
+            return Err(SkillsError::Limit {
+                path: at,
+                what: format!("deeper than {} directories", limits.depth),
+            });
+        }
+        tree.bytes += bytes.len() as u64;
+        if bytes.len() as u64 > limits.bytes_per_skill || tree.bytes > limits.total_bytes {
+            return Err(SkillsError::Limit {
+                path: at,
+                what: format!(
+                    "larger than {} bytes, or more than {} in all",
+                    limits.bytes_per_skill, limits.total_bytes
+                ),
+            });
+        }
+        for depth in 1..segments.len() {
+            tree.dirs.insert(segments[..depth].to_vec());
+        }
+        if tree.dirs.contains(&segments) || tree.files.insert(segments, bytes.into()).is_some() {
+            return Err(SkillsError::Duplicate(at.display().to_string()));
+        }
+        if tree.files.len() > limits.total_files {
+            return Err(SkillsError::Limit {
+                path: at,
+                what: format!("more than {} files in all", limits.total_files),
+            });
+        }
+    }
+    Ok(tree)
 }
 
 /// Reads the tree under `root` into memory.

@@ -46,6 +46,7 @@ impl Drop for TempDir {
 fn build(dirs: &[&Path], limits: SkillsLimits) -> Result<(Catalog, Vec<Resource>), SkillsError> {
     Pending {
         dirs: dirs.iter().map(|d| d.to_path_buf()).collect(),
+        trees: Vec::new(),
         dynamic: Vec::new(),
         limits,
     }
@@ -464,6 +465,37 @@ fn dynamic_skills_are_entries_without_digests() {
     }
     let empty = DynamicSkill::new("daily", "");
     assert!(Built::default().add_dynamic(empty).is_err());
+}
+
+#[test]
+fn files_given_in_memory_are_a_tree_like_a_directory() {
+    let files = |list: &[(&str, &str)]| -> Vec<(String, Vec<u8>)> {
+        list.iter()
+            .map(|(p, b)| ((*p).to_owned(), b.as_bytes().to_vec()))
+            .collect()
+    };
+    let skill = "---\nname: demo\ndescription: A demo\n---\n";
+    let pending = Pending {
+        trees: vec![files(&[("demo/SKILL.md", skill), ("demo/refs/a.md", "a")])],
+        ..Pending::default()
+    };
+    let (catalog, resources) = pending.build().unwrap();
+    let entry = &catalog.skills["skill://demo/SKILL.md"];
+    assert_eq!(entry.resources.listed().len(), 2);
+    assert_eq!(resources.len(), 2);
+    for bad in [
+        vec![("../demo/SKILL.md", skill)],
+        vec![("demo/./SKILL.md", skill)],
+        vec![("/demo/SKILL.md", skill)],
+        vec![("demo/SKILL.md", skill), ("demo/SKILL.md", skill)],
+        vec![("demo/SKILL.md", skill), ("demo/SKILL.md/x", "x")],
+    ] {
+        let pending = Pending {
+            trees: vec![files(&bad)],
+            ..Pending::default()
+        };
+        assert!(pending.build().is_err(), "{bad:?}");
+    }
 }
 
 #[test]
