@@ -61,6 +61,10 @@
 //!   once.
 //! * **A wire tap**: [`ClientBuilder::on_wire`] shows every JSON-RPC message sent and received,
 //!   as one line of JSON each (what `mcx demo --wire` prints).
+//! * **Skills** (the `io.modelcontextprotocol/skills` extension): [`Client::list_skills`] and
+//!   [`Client::get_skill`] fetch entries only; [`Client::load_skill`] and
+//!   [`Client::read_skill_file`] read a file when asked and verify it against the entry (listed,
+//!   size, `sha256:` digest, `SKILL.md` frontmatter), a mismatch being a [`SkillError`].
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
@@ -77,7 +81,9 @@
 //! It does not authorize (no OAuth: 401 and 403 are plain transport errors), does not implement
 //! the tasks extension, does not replay calls lost when a connection ends (they fail with
 //! [`Error::Closed`]), and does not decide for the user: sampling and elicitation handlers are
-//! the application's, and a missing handler means the capability is not declared.
+//! the application's, and a missing handler means the capability is not declared. For skills it
+//! keeps no registry, no approvals and no cache of skill files: a host holds the entries it
+//! loaded and decides what to load; digests prove consistency with the entry, not safety.
 //!
 //! # Features
 //!
