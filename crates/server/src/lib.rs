@@ -48,6 +48,11 @@
 //!   taking state the server was not given. [`ServerBuilder::build`] panics on it (a mistake
 //!   fixed in the code); [`ServerBuilder::try_build`] and [`Server::add_tool`] (and the other
 //!   `add_*`) return the [`RegisterError`], for servers made from data read at run time.
+//! * **Skills** (the `io.modelcontextprotocol/skills` extension): [`ServerBuilder::skills_dir`]
+//!   serves a directory of Agent Skills (read once into memory, digests and sizes published,
+//!   `skills/list`, `skills/get`, `resources/directory/read`), [`ServerBuilder::skill_files`] a
+//!   tree given in memory, [`ServerBuilder::skill`] a skill whose content is generated
+//!   ([`DynamicSkill`]).
 //! * Everything can be added and removed while the server runs; connected clients are told
 //!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
 //! * A panicking handler answers its request with `-32603`; the connection lives on. Requests
@@ -142,7 +147,9 @@
 //! [`Guard`] given to [`ServerBuilder::auth`] (`modelctx-auth` builds one for OAuth 2.1; this
 //! crate does not depend on it), and the server answers which scopes a request needs and checks
 //! them again before a handler runs; over stdio nothing is authenticated (the MCP
-//! authorization rules are for HTTP). It does not implement the tasks extension yet.
+//! authorization rules are for HTTP). It does not implement the tasks extension yet. It serves
+//! skills as they were when the server was built (no watching of the directory, no reload), and
+//! does not follow symbolic links in a skills directory.
 //!
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
@@ -185,6 +192,7 @@ mod tool;
 mod complete;
 mod handler;
 mod settings;
+mod skills;
 mod uri_template;
 mod wire;
 
@@ -252,6 +260,7 @@ pub use run::{
 };
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
+pub use skills::{DynamicSkill, SkillsError, SkillsLimits};
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
 

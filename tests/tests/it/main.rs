@@ -32,6 +32,7 @@ mod server_bus;
 mod server_http;
 mod server_transports;
 mod server_ts_clients;
+mod skills;
 mod sse_retry;
 mod stdio;
 mod traps;
