@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::app::{Closed, LegacyHandler, Principal};
 use super::endpoint::{Shared, TableSizes};
 use super::respond::{encode, final_id};
-use crate::event_store::{EventId, StreamId};
+use crate::event_store::{EventId, ReplayError, StreamId};
 use crate::sse;
 
 /// A session id as logs may show it: 8 hex digits of a hash of the id, never the id itself
@@ -76,13 +76,22 @@ struct Stream {
 }
 
 impl State {
-    /// A POST still waiting for its answer with its client there, an open SSE connection, or
-    /// the stream of an HTTP+SSE session.
+    /// A POST still waiting for its answer with its client there, an open SSE connection (one
+    /// following a stream of another instance included), or the stream of an HTTP+SSE session.
     fn has_live_stream(&self) -> bool {
         self.streams.values().any(|s| {
             s.decide.as_ref().is_some_and(|d| !d.is_closed())
                 || s.live.as_ref().is_some_and(|l| !l.is_closed())
         }) || self.old_sse.as_ref().is_some_and(|s| !s.is_closed())
+            || self.following.iter().any(|l| !l.is_closed())
+    }
+
+    /// Whether the session's standalone stream is one this endpoint opened and still has.
+    fn holds_standalone(&self) -> bool {
+        !self.ended
+            && self
+                .standalone
+                .is_some_and(|id| self.streams.contains_key(&id))
     }
 }
 
@@ -90,6 +99,8 @@ impl State {
 struct State {
     /// The negotiated version, as the application reported it ([`Session::set_version`]).
     version: Option<ProtocolVersion>,
+    /// The id of the next stream this endpoint opens in the session: numbered from the event
+    /// store's `stream_base` (so that instances sharing a store never open the same one).
     next_stream: u64,
     /// The stream each request in flight belongs to.
     requests: HashMap<RequestId, StreamId>,
@@ -101,6 +112,9 @@ struct State {
     /// A session of the deprecated HTTP+SSE transport (2024-11-05): everything goes on its one
     /// stream, as `message` events.
     old_sse: Option<mpsc::Sender<Bytes>>,
+    /// The connections of GETs that follow a stream this endpoint does not hold (its events
+    /// come from the event store, `Follow::rest`): they keep the session from the idle sweep.
+    following: Vec<mpsc::Sender<Bytes>>,
     ended: bool,
     /// Store I/O (and what depends on its outcome) in the order it was decided, performed
     /// outside this lock by `Session::drain`.
@@ -109,24 +123,53 @@ struct State {
 
 /// Store I/O of a session, decided under its state lock and performed after it in order.
 enum Effect {
-    /// Store the priming event of `stream` (when `prime`), then hand its first bytes to `reply`.
+    /// Record `stream` as opened with `pending` (`EventStore::open_stream`), store its priming
+    /// event (when `prime`), then hand its first bytes to `reply`.
     Open {
         stream: StreamId,
+        pending: Vec<RequestId>,
         prime: bool,
         reply: OpenReply,
     },
     /// Store `data` as the next event of `stream`, then write it to the stream's connection.
     Append { stream: StreamId, data: Bytes },
-    /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over.
+    /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over (a
+    /// stream of this endpoint), or follows what the store carries of it (another's).
     Replay {
         last: EventId,
         live: mpsc::Sender<Bytes>,
-        reply: oneshot::Sender<Result<Bytes, String>>,
+        reply: oneshot::Sender<Result<Bytes, NotResumed>>,
     },
-    /// The stream is complete: its connection ends (after the events before this).
+    /// The stream is complete: its connection ends (after the events before this), and the
+    /// store is told (`EventStore::finish_stream`).
     Finish(StreamId),
+    /// Record the session's standalone stream (`Some`), or clear the record when it names
+    /// this stream (`Clear`).
+    Standalone(StandaloneRecord),
     /// The session ended: its events leave the store.
     RemoveSession,
+}
+
+/// A change of the event store's record of the standalone stream.
+enum StandaloneRecord {
+    /// A GET opened this stream here.
+    Set(StreamId),
+    /// This stream, opened here, ended: the record goes, unless it names another stream by
+    /// now (another instance's GET).
+    Clear(StreamId),
+}
+
+/// Why a GET with `Last-Event-ID` cannot resume its stream.
+#[derive(Debug)]
+pub(crate) enum NotResumed {
+    /// The session ended, or the id is unknown or its events are gone (`ReplayError::Unknown`,
+    /// `Gone`): 400 with the reason.
+    Refused(String),
+    /// The event store cannot be reached now (`ReplayError::Unavailable`): 503 with
+    /// `Retry-After`.
+    Unavailable(String),
+    /// The event store failed (`ReplayError::Failed`): 500.
+    Failed(String),
 }
 
 /// Who gets the first bytes of a stream that opens.
@@ -220,6 +263,48 @@ impl Drop for Finish {
     }
 }
 
+/// Where an adopted session's streams start: `base + 2^31 + r`, `r` random below 2^30, so
+/// that each adoption of a session by this endpoint numbers its streams afresh (an earlier
+/// adoption's streams may still be in the store) and leaves at least 2^30 ids before the next
+/// instance's base (`base + 2^32`). Without randomness from the system: `base + 2^31`.
+fn first_adopted_stream(base: u64) -> u64 {
+    let mut bytes = [0u8; 4];
+    let r = match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from(u32::from_le_bytes(bytes) >> 2),
+        Err(_) => 0,
+    };
+    base.saturating_add((1 << 31) + r)
+}
+
+/// The stored events of a replay as the first bytes of the resumed body (the empty priming
+/// events left out).
+fn replayed(events: &[(EventId, Bytes)]) -> Bytes {
+    let mut first = bytes::BytesMut::new();
+    for (id, data) in events {
+        if !data.is_empty() {
+            first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
+        }
+    }
+    first.freeze()
+}
+
+/// Why the store could not resume session `session`'s stream after `last`, as the GET's
+/// answer says it (a store failure is logged).
+fn not_resumed(session: &str, last: &EventId, error: ReplayError) -> NotResumed {
+    let why = format!("cannot resume after event {last}: {error}");
+    match error {
+        ReplayError::Unavailable(_) => {
+            tracing::warn!(session = %redact(session), error = %why, "replay: the event store is unavailable");
+            NotResumed::Unavailable(why)
+        }
+        ReplayError::Failed(_) => {
+            tracing::error!(session = %redact(session), error = %why, "replay: the event store failed");
+            NotResumed::Failed(why)
+        }
+        _ => NotResumed::Refused(why),
+    }
+}
+
 /// Why a POST could not be registered.
 pub(crate) enum Refused {
     /// The session has ended.
@@ -231,6 +316,11 @@ pub(crate) enum Refused {
 impl Session {
     /// A session of `shared`'s table (the caller inserts it), in its handshake; or, `adopted`
     /// at a version, with its handshake done and that version negotiated.
+    ///
+    /// Its streams are numbered from the event store's `stream_base`: a session opened here
+    /// from the base itself; an adopted one from a random point in the upper half of the base's
+    /// 2^32 ids ([`first_adopted_stream`]), since this endpoint may have held the session
+    /// before (and forgotten it), and a stream id must never be used twice in a session.
     pub(super) fn new(
         id: String,
         principal: Option<Principal>,
@@ -246,6 +336,10 @@ impl Session {
             handler: HandlerSlot::default(),
             state: tokio::sync::Mutex::new(State {
                 version: adopted,
+                next_stream: match adopted {
+                    None => shared.config.event_store.stream_base(),
+                    Some(_) => first_adopted_stream(shared.config.event_store.stream_base()),
+                },
                 ..State::default()
             }),
             last_seen: Mutex::new(now),
@@ -342,6 +436,14 @@ impl Session {
         for request in abandoned {
             handler.abandoned(request);
         }
+    }
+
+    /// Whether this endpoint holds the session's standalone stream: a GET here opened it (its
+    /// connection may have dropped since: the stream lasts, and a resumption here takes it
+    /// over), and neither a later GET nor the session's end replaced it. The event store's
+    /// record (`EventStore::standalone`) names it too, for the other instances.
+    pub(crate) async fn holds_standalone(&self) -> bool {
+        self.state.lock().await.holds_standalone()
     }
 
     /// The negotiated version, once the application reported it.
@@ -601,9 +703,10 @@ impl Session {
         self.config().map_or(256, |s| s.config.stream_buffer).max(1)
     }
 
-    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before; a session
-    /// whose version the application has not reported yet follows 2025-11-25), which
-    /// `reply` gets (with the stream's first bytes) once stored.
+    /// Starts SSE on `stream`: the store records it with its pending requests, then its priming
+    /// event on 2025-11-25 sessions (none before; a session whose version the application has
+    /// not reported yet follows 2025-11-25), which `reply` gets (with the stream's first bytes)
+    /// once stored.
     fn open_sse(
         &self,
         state: &mut State,
@@ -615,8 +718,11 @@ impl Session {
         let prime = state
             .version
             .is_none_or(|v| v >= ProtocolVersion::V2025_11_25);
+        let mut pending: Vec<RequestId> = stream.pending.iter().cloned().collect();
+        pending.sort_unstable();
         state.outbox.push_back(Effect::Open {
             stream: stream_id,
+            pending,
             prime,
             reply,
         });
@@ -682,6 +788,9 @@ impl Session {
             stream.live = Some(tx);
             state.standalone = Some(stream_id);
             state.streams.insert(stream_id, stream);
+            state
+                .outbox
+                .push_back(Effect::Standalone(StandaloneRecord::Set(stream_id)));
             // Queued messages follow the priming event, in order.
             while let Some(data) = state.queue.pop_front() {
                 state.outbox.push_back(Effect::Append {
@@ -697,23 +806,29 @@ impl Session {
     }
 
     /// Resumes a stream after `last` (GET with `Last-Event-ID`): the stored events after it, then
-    /// the live stream when it is still going. `Err` with a reason when it cannot be resumed
-    /// exactly.
+    /// the live stream when it is still going. `Err` when it cannot be resumed exactly, or the
+    /// store cannot say now.
     ///
     /// Exactly once (finding 17): the replay is an effect of the session's outbox, performed in
     /// order with its appends and never under the session's lock. Every event appended before
     /// the replay is in it; the connection takes over the stream right after the replay, before
     /// the next append, so every later event goes to it.
+    ///
+    /// A stream this endpoint does not hold (another instance opened it, or it is complete) is
+    /// read with `EventStore::follow`: its stored events, then, when the store carries them
+    /// (a store shared by instances), its later events as they are appended elsewhere, each
+    /// once, until the stream is finished.
     pub(crate) async fn resume(
         &self,
         last: &EventId,
-    ) -> Result<(Bytes, mpsc::Receiver<Bytes>), String> {
+    ) -> Result<(Bytes, mpsc::Receiver<Bytes>), NotResumed> {
         let (reply, result) = oneshot::channel();
         let (tx, rx) = mpsc::channel(self.buffer());
+        let ended = || NotResumed::Refused("the session has ended".into());
         {
             let mut state = self.state.lock().await;
             if state.ended {
-                return Err("the session has ended".into());
+                return Err(ended());
             }
             state.outbox.push_back(Effect::Replay {
                 last: *last,
@@ -722,9 +837,7 @@ impl Session {
             });
         }
         self.drain().await;
-        let first = result
-            .await
-            .map_err(|_| "the session has ended".to_owned())??;
+        let first = result.await.map_err(|_| ended())??;
         Ok((first, rx))
     }
 
@@ -772,16 +885,22 @@ impl Session {
         match effect {
             Effect::Open {
                 stream,
+                pending,
                 prime,
                 reply,
             } => {
+                if let Err(e) = store.open_stream(&self.id, stream, &pending).await {
+                    // The stream goes on; only a shared store's stand-in for a stopped
+                    // instance (an error for each pending request) misses it.
+                    tracing::warn!(session = %redact(&self.id), %stream, error = %e, "stream not recorded as opened");
+                }
                 let first = if prime {
-                    // EventStore v2 (issue 22 WP1), until this path handles store errors
-                    // (WP3): a priming event the store refused is left out, and logged.
                     match store.append(&self.id, stream, Bytes::new()).await {
                         Ok(id) => sse::priming(&id.to_string(), shared.config.sse_retry),
                         Err(e) => {
-                            tracing::warn!(session = %redact(&self.id), error = %e, "priming event not stored");
+                            // No id to resume from: the stream opens without it.
+                            shared.event_unstored();
+                            tracing::warn!(session = %redact(&self.id), %stream, error = %e, "priming event not stored: sent without it");
                             Bytes::new()
                         }
                     }
@@ -799,38 +918,50 @@ impl Session {
                 }
             }
             Effect::Append { stream, data } => {
-                // EventStore v2 (issue 22 WP1), until this path handles store errors (WP3): an
-                // event the store refused is still written live, without an id, and logged.
-                let id = match store.append(&self.id, stream, data.clone()).await {
+                let stored = store.append(&self.id, stream, data.clone()).await;
+                let mut state = self.state.lock().await;
+                let entry = state.streams.get_mut(&stream);
+                let reading = entry
+                    .as_ref()
+                    .and_then(|s| s.live.as_ref())
+                    .is_some_and(|l| !l.is_closed());
+                let id = match stored {
                     Ok(id) => Some(id.to_string()),
                     Err(e) => {
-                        tracing::warn!(session = %redact(&self.id), error = %e, "event not stored");
+                        // Written live without an id (the client cannot resume to it); with
+                        // no connection reading the stream, it is lost.
+                        shared.event_unstored();
+                        tracing::warn!(
+                            session = %redact(&self.id),
+                            %stream,
+                            live = reading,
+                            error = %e,
+                            "event not stored: written live without an id"
+                        );
                         None
                     }
                 };
-                let mut state = self.state.lock().await;
-                if let Some(stream) = state.streams.get_mut(&stream)
-                    && let Some(live) = &stream.live
+                if let Some(entry) = entry
+                    && let Some(live) = &entry.live
                     && live.try_send(sse::event(id.as_deref(), &data)).is_err()
                 {
                     // Gone or too far behind: let go; the client resumes from the store.
-                    stream.live = None;
+                    entry.live = None;
                 }
             }
             Effect::Replay { last, live, reply } => {
+                let local = self.state.lock().await.streams.contains_key(&last.stream);
+                if !local {
+                    return self.follow(shared, last, live, reply).await;
+                }
                 let events = match store.replay_after(&self.id, &last).await {
                     Ok(events) => events,
                     Err(e) => {
-                        let _ = reply.send(Err(format!("cannot resume after event {last}: {e}")));
+                        let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
                         return;
                     }
                 };
-                let mut first = bytes::BytesMut::new();
-                for (id, data) in &events {
-                    if !data.is_empty() {
-                        first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
-                    }
-                }
+                let first = replayed(&events);
                 let mut state = self.state.lock().await;
                 let state = &mut *state;
                 if !state.ended
@@ -850,26 +981,105 @@ impl Session {
                 }
                 // Otherwise the stream is complete: `live` is dropped and the body ends after
                 // the replay.
-                let _ = reply.send(Ok(first.freeze()));
+                let _ = reply.send(Ok(first));
             }
             Effect::Finish(stream) => {
-                let mut state = self.state.lock().await;
-                if state
-                    .streams
-                    .get(&stream)
-                    .is_some_and(|s| s.pending.is_empty())
                 {
-                    state.streams.remove(&stream);
-                    shrink(&mut state.streams);
+                    let mut state = self.state.lock().await;
+                    if state
+                        .streams
+                        .get(&stream)
+                        .is_some_and(|s| s.pending.is_empty())
+                    {
+                        state.streams.remove(&stream);
+                        shrink(&mut state.streams);
+                    }
+                }
+                if let Err(e) = store.finish_stream(&self.id, stream).await {
+                    // A follower elsewhere ends at the store's next word on it instead.
+                    tracing::warn!(session = %redact(&self.id), %stream, error = %e, "stream not recorded as finished");
+                }
+            }
+            Effect::Standalone(record) => {
+                let result = match record {
+                    StandaloneRecord::Set(stream) => {
+                        store.set_standalone(&self.id, Some(stream)).await
+                    }
+                    StandaloneRecord::Clear(stream) => match store.standalone(&self.id).await {
+                        Ok(Some(held)) if held == stream => {
+                            store.set_standalone(&self.id, None).await
+                        }
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = result {
+                    tracing::warn!(session = %redact(&self.id), error = %e, "standalone stream not recorded");
                 }
             }
             Effect::RemoveSession => {
-                // EventStore v2 (issue 22 WP1): logged until WP3 decides more.
                 if let Err(e) = store.remove_session(&self.id).await {
+                    // They go with the store's own bounds (age, count) instead.
                     tracing::warn!(session = %redact(&self.id), error = %e, "events not removed");
                 }
             }
         }
+    }
+
+    /// Resumes a stream this endpoint does not hold (`EventStore::follow`): its stored events
+    /// after `last` to `reply`; then, when the store carries the stream's later events
+    /// (`Follow::rest`), a task writes each to `live`, once (an id at or before the last one
+    /// written is skipped), until the store closes the channel (the stream is finished), the
+    /// client goes away or the session ends. Without them, the body ends after the replay.
+    async fn follow(
+        &self,
+        shared: &Shared,
+        last: EventId,
+        live: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<Bytes, NotResumed>>,
+    ) {
+        let follow = match shared.config.event_store.follow(&self.id, &last).await {
+            Ok(follow) => follow,
+            Err(e) => {
+                let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
+                return;
+            }
+        };
+        let first = replayed(&follow.events);
+        let mut seen = follow.events.last().map_or(last, |(id, _)| *id);
+        if let (false, Some(mut rest)) = (follow.done, follow.rest) {
+            let mut state = self.state.lock().await;
+            if !state.ended {
+                state.following.retain(|l| !l.is_closed());
+                state.following.push(live.clone());
+                let ended = self.ended.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let event = tokio::select! {
+                            event = rest.recv() => event,
+                            () = live.closed() => break,
+                            () = ended.cancelled() => break,
+                        };
+                        let Some((id, data)) = event else {
+                            break;
+                        };
+                        if id.stream != seen.stream || id.seq <= seen.seq {
+                            continue;
+                        }
+                        seen = id;
+                        if data.is_empty() {
+                            continue;
+                        }
+                        let event = sse::event(Some(&id.to_string()), &data);
+                        tokio::select! {
+                            sent = live.send(event) => if sent.is_err() { break },
+                            () = ended.cancelled() => break,
+                        }
+                    }
+                });
+            }
+        }
+        let _ = reply.send(Ok(first));
     }
 
     /// The application will not answer `request` (its client cancelled it): it is no longer in
@@ -877,17 +1087,25 @@ impl Session {
     /// events stay in the store), a POST still waiting gets the answers gathered for its batch,
     /// or an event stream with nothing in it.
     pub(crate) async fn release(&self, request: &RequestId) {
+        if self.release_locked(request).await {
+            self.drain().await;
+        }
+    }
+
+    /// [`release`](Self::release) under the state lock; whether an SSE stream completed (its
+    /// `Finish` is in the outbox).
+    async fn release_locked(&self, request: &RequestId) -> bool {
         let mut state = self.state.lock().await;
         let Some(stream_id) = state.requests.remove(request) else {
-            return;
+            return false;
         };
         let Some(mut stream) = state.streams.remove(&stream_id) else {
-            return;
+            return false;
         };
         stream.pending.remove(request);
         if !stream.pending.is_empty() {
             state.streams.insert(stream_id, stream);
-            return;
+            return false;
         }
         if let Some(decide) = stream.decide.take() {
             let decision = if stream.collected.is_empty() {
@@ -901,7 +1119,12 @@ impl Session {
             };
             let _ = decide.send(decision);
         }
-        // Dropping the stream drops its connection's sender: the body ends.
+        // Dropping the stream drops its connection's sender: the body ends. An event stream
+        // is complete: the store is told, after the events before.
+        if stream.sse {
+            state.outbox.push_back(Effect::Finish(stream_id));
+        }
+        stream.sse
     }
 
     /// Closes the connection of request `request`'s stream (2025-11-25 sessions only). A POST
@@ -1015,6 +1238,28 @@ impl Session {
             return;
         }
         state.ended = true;
+        if reason == Closed::Forgotten {
+            // Its events stay in the store, for whichever instance serves the session next:
+            // this endpoint's streams are complete (nothing more is written to them), and its
+            // standalone stream is no longer held here.
+            let mut open: Vec<StreamId> = state
+                .streams
+                .iter()
+                .filter(|(_, s)| s.sse)
+                .map(|(id, _)| *id)
+                .collect();
+            open.sort_unstable();
+            let standalone = state.standalone.filter(|id| state.streams.contains_key(id));
+            for stream in open {
+                state.outbox.push_back(Effect::Finish(stream));
+            }
+            if let Some(stream) = standalone {
+                state
+                    .outbox
+                    .push_back(Effect::Standalone(StandaloneRecord::Clear(stream)));
+            }
+        }
+        state.following.clear();
         state.streams.clear();
         state.requests.clear();
         state.queue.clear();

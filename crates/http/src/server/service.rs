@@ -18,7 +18,7 @@ use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
 use super::endpoint::{Missing, Shared, TableSizes};
 use super::guard::{self, Metadata};
-use super::legacy::{Decision, Refused, Session};
+use super::legacy::{Decision, NotResumed, Refused, Session};
 use super::modern;
 use super::respond::{self, REFUSED, ResponseBody, sse_headers};
 use crate::event_store::{BoxFuture, EventId};
@@ -76,7 +76,7 @@ impl McpService {
     pub fn new(config: ServerConfig, app: Arc<dyn McpApp>) -> Result<Self, ConfigError> {
         config.check(None)?;
         Ok(McpService {
-            shared: Arc::new(Shared::new(config)),
+            shared: Arc::new(Shared::new(config, app.shares_sessions())),
             app,
             last_sweep: Arc::new(Mutex::new(Instant::now())),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -640,10 +640,17 @@ impl McpService {
             };
             return match session.resume(&last).await {
                 Ok((first, rx)) => self.sse(&session, first, rx),
-                Err(why) => respond::error_code(
+                Err(NotResumed::Refused(why)) => respond::error_code(
                     StatusCode::BAD_REQUEST,
                     None,
                     ErrorCode::INVALID_REQUEST,
+                    why,
+                ),
+                Err(NotResumed::Unavailable(why)) => respond::unavailable(None, why, "1"),
+                Err(NotResumed::Failed(why)) => respond::error_code(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    ErrorCode::INTERNAL_ERROR,
                     why,
                 ),
             };
@@ -1693,7 +1700,7 @@ mod adoption_tests {
         assert_eq!(closed, expected);
         assert!(service.table_sizes().await.is_empty());
         assert!(
-            !events.sizes().await.is_empty(),
+            !events.sizes().await.unwrap().is_empty(),
             "the forgotten one's events stay"
         );
 
@@ -1709,7 +1716,7 @@ mod adoption_tests {
         );
         assert!(service.table_sizes().await.is_empty());
         assert!(
-            events.sizes().await.is_empty(),
+            events.sizes().await.unwrap().is_empty(),
             "ended: its events are gone"
         );
         let gone = within(service.handle(on("POST", ELSEWHERE, &call(2, "ping"), None))).await;
