@@ -83,7 +83,10 @@ impl State {
             s.decide.as_ref().is_some_and(|d| !d.is_closed())
                 || s.live.as_ref().is_some_and(|l| !l.is_closed())
         }) || self.old_sse.as_ref().is_some_and(|s| !s.is_closed())
-            || self.following.iter().any(|l| !l.is_closed())
+            || self
+                .following
+                .iter()
+                .any(|l| l.upgrade().is_some_and(|l| !l.is_closed()))
     }
 
     /// Whether the session's standalone stream is one this endpoint opened and still has.
@@ -114,7 +117,9 @@ struct State {
     old_sse: Option<mpsc::Sender<Bytes>>,
     /// The connections of GETs that follow a stream this endpoint does not hold (its events
     /// come from the event store, `Follow::rest`): they keep the session from the idle sweep.
-    following: Vec<mpsc::Sender<Bytes>>,
+    /// Weak: the task forwarding the events holds the connection's sender, and the body ends
+    /// when it lets go.
+    following: Vec<mpsc::WeakSender<Bytes>>,
     ended: bool,
     /// Store I/O (and what depends on its outcome) in the order it was decided, performed
     /// outside this lock by `Session::drain`.
@@ -1050,8 +1055,10 @@ impl Session {
         if let (false, Some(mut rest)) = (follow.done, follow.rest) {
             let mut state = self.state.lock().await;
             if !state.ended {
-                state.following.retain(|l| !l.is_closed());
-                state.following.push(live.clone());
+                state
+                    .following
+                    .retain(|l| l.upgrade().is_some_and(|l| !l.is_closed()));
+                state.following.push(live.downgrade());
                 let ended = self.ended.clone();
                 tokio::spawn(async move {
                     loop {
@@ -1300,13 +1307,18 @@ mod tests {
 
     /// An application whose handler holds its session, as a real server's does. It answers
     /// `initialize` at once and nothing else (every other request waits forever); it records
-    /// every other input, the requests it was told were abandoned, and the sessions it opened.
+    /// every other input, the requests it was told were abandoned, the sessions it opened and
+    /// why each was let go. With `adopts`, it adopts any session id at that version (its state
+    /// "kept elsewhere"); with `shares`, it shares its sessions (`McpApp::shares_sessions`).
     #[derive(Default)]
     struct App {
         dropped: Arc<AtomicUsize>,
         inputs: Arc<std::sync::Mutex<Vec<Message>>>,
         abandoned: Arc<std::sync::Mutex<Vec<modelctx_types::RequestId>>>,
         sessions: Arc<std::sync::Mutex<Vec<LegacySession>>>,
+        closed: Arc<std::sync::Mutex<Vec<(String, super::super::Closed)>>>,
+        adopts: Option<modelctx_types::ProtocolVersion>,
+        shares: bool,
     }
 
     struct Handler {
@@ -1314,6 +1326,7 @@ mod tests {
         dropped: Arc<AtomicUsize>,
         inputs: Arc<std::sync::Mutex<Vec<Message>>>,
         abandoned: Arc<std::sync::Mutex<Vec<modelctx_types::RequestId>>>,
+        closed: Arc<std::sync::Mutex<Vec<(String, super::super::Closed)>>>,
     }
 
     impl Drop for Handler {
@@ -1346,7 +1359,10 @@ mod tests {
             self.abandoned.lock().unwrap().push(request);
         }
 
-        fn closed(&self, _reason: super::super::Closed) {}
+        fn closed(&self, reason: super::super::Closed) {
+            let id = self.session.id().to_owned();
+            self.closed.lock().unwrap().push((id, reason));
+        }
     }
 
     impl McpApp for App {
@@ -1357,7 +1373,24 @@ mod tests {
                 dropped: self.dropped.clone(),
                 inputs: self.inputs.clone(),
                 abandoned: self.abandoned.clone(),
+                closed: self.closed.clone(),
             })
+        }
+
+        fn adopt_session<'a>(
+            &'a self,
+            _id: &'a str,
+            _principal: Option<&'a super::super::Principal>,
+        ) -> BoxFuture<'a, Result<Option<super::super::Adopted>, super::super::Unavailable>>
+        {
+            let adopted = self
+                .adopts
+                .map(|version| super::super::Adopted::new(version, None));
+            Box::pin(std::future::ready(Ok(adopted)))
+        }
+
+        fn shares_sessions(&self) -> bool {
+            self.shares
         }
 
         fn modern(&self, _request: ModernRequest) {}
@@ -2494,5 +2527,474 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    use crate::event_store::EventStore as _;
+
+    /// The part of a store that two transports share (each with a base of its own), as
+    /// server instances share a networked store: a [`MemoryEventStore`] underneath, the calls
+    /// the transports made, and the live events of followed streams carried as a shared store
+    /// carries them (`Follow::rest`). It is a sloppy carrier on purpose: the last replayed
+    /// event comes again first, and every live event twice; the transport must write each once.
+    #[derive(Default)]
+    struct Hub {
+        inner: crate::event_store::MemoryEventStore,
+        followers: std::sync::Mutex<
+            Vec<(
+                String,
+                StreamId,
+                tokio::sync::mpsc::Sender<(EventId, Bytes)>,
+            )>,
+        >,
+        calls: std::sync::Mutex<Vec<String>>,
+        /// Replays (`replay_after`, `follow`) fail with this kind while set.
+        fail: std::sync::Mutex<Option<crate::event_store::EventStoreErrorKind>>,
+    }
+
+    impl Hub {
+        fn calls(&self) -> Vec<String> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        fn log(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
+
+        fn failing(&self) -> Result<(), ReplayError> {
+            match *self.fail.lock().unwrap() {
+                Some(kind) => Err(EventStoreError::new(kind, "the store is down").into()),
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// One transport's handle on a [`Hub`], with its stream base.
+    struct FleetStore {
+        hub: Arc<Hub>,
+        base: u64,
+    }
+
+    impl crate::event_store::EventStore for FleetStore {
+        fn stream_base(&self) -> u64 {
+            self.base
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            let ids: Vec<String> = pending
+                .iter()
+                .map(|id| serde_json::to_string(id).unwrap())
+                .collect();
+            self.hub.log(format!("open {stream} [{}]", ids.join(",")));
+            self.hub.inner.open_stream(session, stream, pending)
+        }
+
+        fn append<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
+            Box::pin(async move {
+                let id = self.hub.inner.append(session, stream, data.clone()).await?;
+                for (s, st, tx) in self.hub.followers.lock().unwrap().iter() {
+                    if s == session && *st == stream {
+                        let _ = tx.try_send((id, data.clone()));
+                        let _ = tx.try_send((id, data.clone()));
+                    }
+                }
+                Ok(id)
+            })
+        }
+
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.hub.log(format!("finish {stream}"));
+            // Its followers' channels close after what they carry.
+            self.hub
+                .followers
+                .lock()
+                .unwrap()
+                .retain(|(s, st, _)| !(s == session && *st == stream));
+            self.hub.inner.finish_stream(session, stream)
+        }
+
+        fn replay_after<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
+            if let Err(e) = self.hub.failing() {
+                return Box::pin(std::future::ready(Err(e)));
+            }
+            self.hub.inner.replay_after(session, after)
+        }
+
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            Box::pin(async move {
+                self.hub.failing()?;
+                self.hub.log(format!("follow {after}"));
+                let follow = self.hub.inner.follow(session, after).await?;
+                if follow.done {
+                    return Ok(follow);
+                }
+                let (tx, rx) = tokio::sync::mpsc::channel(64);
+                let _ = tx.try_send((*after, Bytes::from_static(b"{}")));
+                if let Some(last) = follow.events.last() {
+                    let _ = tx.try_send(last.clone());
+                }
+                self.hub
+                    .followers
+                    .lock()
+                    .unwrap()
+                    .push((session.to_owned(), after.stream, tx));
+                Ok(follow.with_rest(rx))
+            })
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            let named = stream.map_or_else(|| "None".to_owned(), |s| s.to_string());
+            self.hub.log(format!("standalone {named}"));
+            self.hub.inner.set_standalone(session, stream)
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            self.hub.inner.standalone(session)
+        }
+
+        fn remove_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.hub.inner.remove_stream(session, stream)
+        }
+
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.hub.log("remove".to_owned());
+            self.hub.inner.remove_session(session)
+        }
+
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
+            self.hub.inner.sizes()
+        }
+    }
+
+    /// A transport for `app` on `hub` with stream base `base`.
+    fn on_hub(hub: &Arc<Hub>, base: u64, app: &Arc<App>, config: ServerConfig) -> McpService {
+        let config = ServerConfig {
+            event_store: Arc::new(FleetStore {
+                hub: hub.clone(),
+                base,
+            }),
+            keep_alive: None,
+            ..config
+        };
+        McpService::new(config, app.clone()).unwrap()
+    }
+
+    /// Waits until `app` has request `id`.
+    async fn got_request(app: &App, id: i64) {
+        let wanted = format!(r#""id":{id},"#);
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(&wanted))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Starts request `id` on `session` of `service` (the application answers it through
+    /// `send`), and returns its response once its first event with `"n":0` came: the
+    /// response, and that event's id.
+    async fn stream_of(
+        service: &McpService,
+        app: &App,
+        session: &str,
+        handle: &LegacySession,
+        id: i64,
+    ) -> (super::super::ResponseBody, EventId) {
+        let call = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call"}}"#);
+        let post = tokio::spawn({
+            let service = service.clone();
+            let request = on_session("POST", session, &call);
+            async move { service.handle(request).await }
+        });
+        got_request(app, id).await;
+        within(handle.send(progress(0), Some(RequestId::from(id)))).await;
+        let response = within(post).await.unwrap();
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let mut body = response.into_body();
+        let mut text = String::new();
+        while !text.contains(r#""n":0"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        let last = text
+            .split("\n\n")
+            .find(|e| e.contains(r#""n":0"#))
+            .and_then(|e| e.lines().find_map(|l| l.strip_prefix("id: ")))
+            .unwrap()
+            .parse()
+            .unwrap();
+        (body, last)
+    }
+
+    /// A GET on `session` resuming after `last`.
+    fn resume_after(session: &str, last: &EventId) -> http::Request<String> {
+        let mut get = on_session("GET", session, "");
+        get.headers_mut()
+            .insert("last-event-id", last.to_string().parse().unwrap());
+        get
+    }
+
+    /// Issue 22 WP3: two transports on one shared store, with different stream bases. The
+    /// session opened on A is adopted by B for a GET that resumes a stream A writes: B follows
+    /// it through the store (`follow`), writes the stored events, then each live one exactly
+    /// once (the store's carrier repeats them), and ends when A finishes the stream. Each
+    /// transport's stream ids come from its own base, so none is used by both; B's standalone
+    /// stream is recorded in the store and held by B alone.
+    #[tokio::test]
+    async fn a_stream_of_another_instance_is_followed_live_exactly_once_until_it_is_finished() {
+        let hub = Arc::new(Hub::default());
+        let (base_a, base_b) = (1u64 << 32, 2u64 << 32);
+        let app_a = Arc::new(App::default());
+        let app_b = Arc::new(App {
+            adopts: Some(modelctx_types::ProtocolVersion::V2025_11_25),
+            ..App::default()
+        });
+        let a = on_hub(&hub, base_a, &app_a, ServerConfig::default());
+        let b = on_hub(&hub, base_b, &app_b, ServerConfig::default());
+        let id = open(&a).await;
+        let session = app_a.sessions.lock().unwrap()[0].clone();
+        let (body, last) = stream_of(&a, &app_a, &id, &session, 5).await;
+        // `initialize` took A's first stream id (answered in JSON), the call the next.
+        assert_eq!(last.stream, StreamId(base_a + 1));
+        drop(body);
+        let rid = RequestId::from(5);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        let resumed = within(b.handle(resume_after(&id, &last))).await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(b.table_sizes().await.adopted, 1);
+        // The follower keeps B's session from the idle sweep.
+        let adopted = app_b.sessions.lock().unwrap()[0].clone();
+        assert!(adopted.inner.has_live_stream().await);
+        within(session.send(progress(2), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(resumed.into_body()).await;
+        let ns: Vec<u64> = got
+            .iter()
+            .filter_map(|(_, d)| {
+                let v: serde_json::Value = serde_json::from_str(d).ok()?;
+                v["params"]["n"].as_u64()
+            })
+            .collect();
+        assert_eq!(ns, [1, 2], "each event once: {got:?}");
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[2].1.contains(r#""id":5"#), "{got:?}");
+        let ids: Vec<EventId> = got
+            .iter()
+            .map(|(id, _)| id.as_ref().unwrap().parse().unwrap())
+            .collect();
+        assert!(ids.iter().all(|id| id.stream == last.stream), "{ids:?}");
+        assert!(ids.windows(2).all(|w| w[0].seq < w[1].seq), "{ids:?}");
+        assert!(!adopted.inner.has_live_stream().await);
+        // B's own streams: from B's base, in the upper half (an adopted session).
+        let standalone = within(b.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(standalone.status(), 200);
+        let held = within(hub.inner.standalone(&id)).await.unwrap().unwrap();
+        assert!(
+            held.get() >= base_b + (1 << 31) && held.get() < base_b + (1 << 32),
+            "{held}"
+        );
+        assert!(adopted.holds_standalone().await);
+        assert!(!session.holds_standalone().await);
+        let calls = hub.calls();
+        for call in [
+            format!("open {} [5]", base_a + 1),
+            format!("follow {last}"),
+            format!("finish {}", base_a + 1),
+            format!("open {held} []"),
+            format!("standalone {held}"),
+        ] {
+            assert!(calls.contains(&call), "{call} not in {calls:?}");
+        }
+        drop(standalone);
+        a.close_all().await;
+        b.close_all().await;
+        assert!(a.table_sizes().await.is_empty() && b.table_sizes().await.is_empty());
+        let sizes = within(hub.inner.sizes()).await.unwrap();
+        assert!(sizes.is_empty(), "{sizes:?}");
+    }
+
+    /// Issue 22 WP3: with the memory store (no live channel), a stream this endpoint no longer
+    /// holds (complete) is resumed as before: its stored events, then the body ends.
+    #[tokio::test]
+    async fn a_complete_stream_is_replayed_and_the_body_ends() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let (body, last) = stream_of(&service, &app, &id, &session, 5).await;
+        drop(body);
+        let rid = RequestId::from(5);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let resumed = within(service.handle(resume_after(&id, &last))).await;
+        assert_eq!(resumed.status(), 200);
+        let got = events(resumed.into_body()).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].1.contains(r#""n":1"#) && got[1].1.contains(r#""id":5"#));
+        assert!(!session.inner.has_live_stream().await);
+    }
+
+    /// Issue 22 WP3: a resumption the store cannot answer now is 503 with `Retry-After` (the
+    /// client tries again), one it failed 500; both for a stream held here (`replay_after`) and
+    /// one that is not (`follow`). An id the store does not know is 400, as before.
+    #[tokio::test]
+    async fn a_replay_the_store_cannot_answer_is_503_with_retry_after() {
+        use crate::event_store::EventStoreErrorKind;
+        let hub = Arc::new(Hub::default());
+        let app = Arc::new(App::default());
+        let service = on_hub(&hub, 0, &app, ServerConfig::default());
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let (body, last) = stream_of(&service, &app, &id, &session, 5).await;
+        drop(body);
+        let check = |held: bool| {
+            let service = service.clone();
+            let hub = hub.clone();
+            let id = id.clone();
+            async move {
+                for (kind, status) in [
+                    (EventStoreErrorKind::Unavailable, 503),
+                    (EventStoreErrorKind::Failed, 500),
+                ] {
+                    *hub.fail.lock().unwrap() = Some(kind);
+                    let refused = within(service.handle(resume_after(&id, &last))).await;
+                    assert_eq!(refused.status(), status, "held here: {held}");
+                    if status == 503 {
+                        assert_eq!(refused.headers()["retry-after"], "1");
+                    }
+                    let body = within(refused.into_body().collect())
+                        .await
+                        .unwrap()
+                        .to_bytes();
+                    let text = String::from_utf8_lossy(&body);
+                    assert!(text.contains("the store is down"), "{text}");
+                }
+                *hub.fail.lock().unwrap() = None;
+            }
+        };
+        check(true).await;
+        assert!(!hub.calls().iter().any(|c| c.starts_with("follow")));
+        within(session.send(response(5), Some(RequestId::from(5)))).await;
+        check(false).await;
+        let resumed = within(service.handle(resume_after(&id, &last))).await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(events(resumed.into_body()).await.len(), 1);
+        let unknown = EventId::new(StreamId(7), 0);
+        let refused = within(service.handle(resume_after(&id, &unknown))).await;
+        assert_eq!(refused.status(), 400);
+        service.close_all().await;
+    }
+
+    /// Issue 22 WP3: what the store is told of a session's streams: each opened with its
+    /// pending requests, finished when answered or released, the standalone stream recorded
+    /// when a GET opens it; and, when the endpoint forgets the session (it shares its
+    /// sessions), its streams finished and the standalone record cleared, the events kept.
+    #[tokio::test]
+    async fn the_store_is_told_of_opened_finished_and_standalone_streams() {
+        let hub = Arc::new(Hub::default());
+        let app = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        let config = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        let service = on_hub(&hub, 0, &app, config);
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        // A batch-free call answered on its stream; one released; one left open.
+        let (five, _) = stream_of(&service, &app, &id, &session, 5).await;
+        within(session.send(response(5), Some(RequestId::from(5)))).await;
+        assert!(
+            events(five)
+                .await
+                .iter()
+                .any(|(_, d)| d.contains(r#""id":5"#))
+        );
+        let (six, _) = stream_of(&service, &app, &id, &session, 6).await;
+        within(session.release(&RequestId::from(6))).await;
+        within(six.collect()).await.unwrap();
+        let (seven, _) = stream_of(&service, &app, &id, &session, 7).await;
+        let standalone = within(service.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(standalone.status(), 200);
+        assert!(session.holds_standalone().await);
+        assert_eq!(
+            hub.calls(),
+            [
+                "open 1 [5]",
+                "finish 1",
+                "open 2 [6]",
+                "finish 2",
+                "open 3 [7]",
+                "open 4 []",
+                "standalone 4"
+            ]
+        );
+        // Its connections go; idle, the session is only forgotten.
+        drop((seven, standalone));
+        within(service.end_idle_sessions()).await;
+        assert_eq!(
+            *app.closed.lock().unwrap(),
+            [(id.clone(), super::super::Closed::Forgotten)]
+        );
+        assert!(!session.holds_standalone().await);
+        let calls = hub.calls();
+        assert_eq!(
+            calls[7..],
+            ["finish 3", "finish 4", "standalone None"],
+            "{calls:?}"
+        );
+        assert_eq!(within(hub.inner.standalone(&id)).await.unwrap(), None);
+        assert!(
+            !within(hub.inner.sizes()).await.unwrap().is_empty(),
+            "events kept"
+        );
+        assert!(service.table_sizes().await.is_empty());
     }
 }
