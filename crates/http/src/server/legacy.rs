@@ -2376,7 +2376,15 @@ mod tests {
             got[2].0.is_some() && got[2].1.contains(r#""id":5"#),
             "{got:?}"
         );
+        // Both refused events, the priming one and n=0, are counted (issue 22 WP3); the count
+        // is not a table that must return to empty.
+        assert_eq!(service.table_sizes().await.events_unstored, 2);
         service.close_all().await;
+        let tables = service.table_sizes().await;
+        assert!(
+            tables.is_empty() && tables.events_unstored == 2,
+            "{tables:?}"
+        );
         let sizes = crate::event_store::EventStore::sizes(&store.inner)
             .await
             .unwrap();
@@ -2996,5 +3004,90 @@ mod tests {
             "events kept"
         );
         assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Issue 22 WP3: when the application shares its sessions (`McpApp::shares_sessions`), the
+    /// idle sweep, eviction to make room and shutdown only forget a session opened here, its
+    /// events kept; DELETE, `LegacySession::close` and the handshake timeout still end one.
+    /// Without sharing, the sweep ends it, as before.
+    #[tokio::test]
+    async fn a_shared_session_is_only_forgotten_by_the_sweep_eviction_and_shutdown() {
+        use super::super::Closed::{Ended, Forgotten};
+        let hub = Arc::new(Hub::default());
+        let closed = |app: &App| app.closed.lock().unwrap().clone();
+        let idle = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        // The sweep; and, for comparison, the same with no sharing.
+        for shares in [true, false] {
+            let app = Arc::new(App {
+                shares,
+                ..App::default()
+            });
+            let service = on_hub(&hub, 0, &app, idle.clone());
+            let id = open(&service).await;
+            assert_eq!(poke(&service, &id, None).await, 202);
+            let session = app.sessions.lock().unwrap()[0].clone();
+            within(session.send(notification(1), None)).await;
+            let get = within(service.handle(on_session("GET", &id, ""))).await;
+            drop(get);
+            within(service.end_idle_sessions()).await;
+            let reason = if shares { Forgotten } else { Ended };
+            assert_eq!(closed(&app), [(id.clone(), reason)], "shares: {shares}");
+            let kept = !within(hub.inner.sizes()).await.unwrap().is_empty();
+            assert_eq!(kept, shares, "the events stay only when forgotten");
+            assert!(service.table_sizes().await.is_empty());
+            within(hub.inner.remove_session(&id)).await.unwrap();
+        }
+        let app = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        // Eviction to make room, then shutdown.
+        let full = ServerConfig {
+            max_sessions: 1,
+            ..ServerConfig::default()
+        };
+        let service = on_hub(&hub, 0, &app, full);
+        let first = open_as(&service, None, None).await.unwrap();
+        let second = open_as(&service, None, None).await.unwrap();
+        assert_eq!(closed(&app), [(first.clone(), Forgotten)]);
+        service.close_all().await;
+        assert_eq!(closed(&app)[1..], [(second, Forgotten)]);
+        // DELETE and `close` end one.
+        let service = on_hub(&hub, 0, &app, ServerConfig::default());
+        let deleted = open(&service).await;
+        let delete = within(service.handle(on_session("DELETE", &deleted, ""))).await;
+        assert_eq!(delete.status(), 200);
+        let closing = open(&service).await;
+        let handle = app.sessions.lock().unwrap().last().unwrap().clone();
+        handle.close().await;
+        assert_eq!(closed(&app)[2..], [(deleted, Ended), (closing, Ended)]);
+        // The handshake timeout ends one.
+        let hasty = ServerConfig {
+            handshake_timeout: std::time::Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        let service = on_hub(&hub, 0, &app, hasty);
+        let silent = open(&service).await;
+        within(service.end_idle_sessions()).await;
+        assert_eq!(closed(&app)[4..], [(silent, Ended)]);
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Issue 22 WP3: each adoption numbers its streams afresh, above `base + 2^31` and below
+    /// the next base, so that a session this endpoint held before (and forgot) never gets a
+    /// stream id it used.
+    #[test]
+    fn adopted_sessions_number_their_streams_afresh_within_the_base() {
+        let base = 3u64 << 32;
+        let firsts: std::collections::HashSet<u64> =
+            (0..64).map(|_| super::first_adopted_stream(base)).collect();
+        assert!(firsts.len() > 60, "{firsts:?}");
+        for first in firsts {
+            assert!(first >= base + (1 << 31), "{first}");
+            assert!(first + (1 << 30) <= base + (1 << 32), "{first}");
+        }
     }
 }
