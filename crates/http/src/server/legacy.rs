@@ -2547,13 +2547,7 @@ mod tests {
     #[derive(Default)]
     struct Hub {
         inner: crate::event_store::MemoryEventStore,
-        followers: std::sync::Mutex<
-            Vec<(
-                String,
-                StreamId,
-                tokio::sync::mpsc::Sender<(EventId, Bytes)>,
-            )>,
-        >,
+        followers: std::sync::Mutex<Vec<Follower>>,
         calls: std::sync::Mutex<Vec<String>>,
         /// Replays (`replay_after`, `follow`) fail with this kind while set.
         fail: std::sync::Mutex<Option<crate::event_store::EventStoreErrorKind>>,
@@ -2575,6 +2569,13 @@ mod tests {
             }
         }
     }
+
+    /// A followed stream (session, stream) and the channel of its live events.
+    type Follower = (
+        String,
+        StreamId,
+        tokio::sync::mpsc::Sender<(EventId, Bytes)>,
+    );
 
     /// One transport's handle on a [`Hub`], with its stream base.
     struct FleetStore {
