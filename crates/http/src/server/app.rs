@@ -120,13 +120,17 @@ pub trait LegacyHandler: Send + Sync + 'static {
 pub enum Closed {
     /// The session ended: DELETE, [`LegacySession::close`], its handshake timed out, its
     /// `initialize` failed or went unanswered, a deprecated HTTP+SSE stream failed; and, for a
-    /// session opened by this endpoint (not adopted), the idle timeout, eviction to make room and
+    /// session opened by this endpoint (not adopted) of an application that does not share its
+    /// sessions ([`McpApp::shares_sessions`]), the idle timeout, eviction to make room and
     /// shutdown. Its id is unknown from now on everywhere.
     Ended,
-    /// This endpoint forgot an adopted session ([`McpApp::adopt_session`]) without ending it:
-    /// the idle sweep (idle here, which says nothing of the other instances), eviction to make
-    /// room, or shutdown. Its events stay in the event store, and the application keeps its
-    /// shared state: a later request may adopt it again, here or elsewhere.
+    /// This endpoint forgot an adopted session ([`McpApp::adopt_session`]), or any session of an
+    /// application that shares them ([`McpApp::shares_sessions`]), without ending it: the idle
+    /// sweep (idle here, which says nothing of the other instances), eviction to make room, or
+    /// shutdown. Its events stay in the event store (its streams written here are marked
+    /// finished, and its standalone stream is no longer recorded as held here), and the
+    /// application keeps its shared state: a later request may adopt it again, here or
+    /// elsewhere.
     Forgotten,
 }
 

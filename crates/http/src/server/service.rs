@@ -98,7 +98,8 @@ impl McpService {
 
     /// Ends the legacy sessions idle for longer than the configured timeout (the server does it
     /// on its own every minute while requests come; [`serve`](super::serve) also on a timer).
-    /// An adopted session ([`McpApp::adopt_session`]) idle here is only forgotten
+    /// An adopted session ([`McpApp::adopt_session`]), or any session when the application
+    /// shares them ([`McpApp::shares_sessions`]), idle here is only forgotten
     /// ([`Closed::Forgotten`](super::Closed::Forgotten)): it may be busy elsewhere.
     pub async fn end_idle_sessions(&self) {
         *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
@@ -106,8 +107,9 @@ impl McpService {
     }
 
     /// Ends every session and stream (graceful shutdown); new requests still get answers. Adopted
-    /// sessions are only forgotten ([`Closed::Forgotten`](super::Closed::Forgotten)): other
-    /// instances go on serving them.
+    /// sessions, and every session when the application shares them
+    /// ([`McpApp::shares_sessions`]), are only forgotten
+    /// ([`Closed::Forgotten`](super::Closed::Forgotten)): other instances go on serving them.
     pub async fn close_all(&self) {
         self.shared.shutdown.cancel();
         self.shared.end_all().await;
