@@ -783,7 +783,10 @@ impl Session {
                 {
                     return None;
                 }
-                state.streams.remove(&old);
+                // Replaced: nothing more is written to it (a follower elsewhere ends).
+                if state.streams.remove(&old).is_some() {
+                    state.outbox.push_back(Effect::Finish(old));
+                }
             }
             let stream_id = StreamId(state.next_stream);
             state.next_stream += 1;
@@ -2985,8 +2988,13 @@ mod tests {
                 "standalone 4"
             ]
         );
+        // A GET after the first one's connection went replaces its stream, which is finished.
+        drop(standalone);
+        let again = within(service.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(again.status(), 200);
+        assert_eq!(hub.calls()[7..], ["finish 4", "open 5 []", "standalone 5"]);
         // Its connections go; idle, the session is only forgotten.
-        drop((seven, standalone));
+        drop((seven, again));
         within(service.end_idle_sessions()).await;
         assert_eq!(
             *app.closed.lock().unwrap(),
@@ -2995,8 +3003,8 @@ mod tests {
         assert!(!session.holds_standalone().await);
         let calls = hub.calls();
         assert_eq!(
-            calls[7..],
-            ["finish 3", "finish 4", "standalone None"],
+            calls[10..],
+            ["finish 3", "finish 5", "standalone None"],
             "{calls:?}"
         );
         assert_eq!(within(hub.inner.standalone(&id)).await.unwrap(), None);
