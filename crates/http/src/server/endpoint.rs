@@ -143,6 +143,11 @@ impl Shared {
         }
     }
 
+    /// Whether the application shares its sessions with other instances.
+    pub(crate) fn shares_sessions(&self) -> bool {
+        self.shares_sessions
+    }
+
     /// Counts one event the event store refused.
     pub(crate) fn event_unstored(&self) {
         self.events_unstored.fetch_add(1, AtomicOrdering::Relaxed);

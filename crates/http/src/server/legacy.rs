@@ -743,13 +743,15 @@ impl Session {
         });
     }
 
+    /// A message for the standalone stream: written to it while a connection reads it; else
+    /// queued for the next GET here. When the application shares its sessions, a standalone
+    /// stream this endpoint holds gets it stored even with no connection (the client may
+    /// resume the stream on another instance, which follows it through the store).
     fn to_standalone(&self, state: &mut State, message: Message) {
         if let Some(stream_id) = state.standalone
-            && state
-                .streams
-                .get(&stream_id)
-                .and_then(|s| s.live.as_ref())
-                .is_some_and(|l| !l.is_closed())
+            && let Some(stream) = state.streams.get(&stream_id)
+            && (stream.live.as_ref().is_some_and(|l| !l.is_closed())
+                || self.config().is_some_and(|s| s.shares_sessions()))
         {
             return self.emit(state, stream_id, &message);
         }
@@ -3098,5 +3100,59 @@ mod tests {
             assert!(first >= base + (1 << 31), "{first}");
             assert!(first + (1 << 30) <= base + (1 << 32), "{first}");
         }
+    }
+
+    /// Issue 22 WP3: when the application shares its sessions, a message for the standalone
+    /// stream this endpoint holds is stored on it even after its connection went (not queued
+    /// here), so that the client resuming the stream on another instance gets it, and the
+    /// ones after it live.
+    #[tokio::test]
+    async fn a_held_standalone_stream_is_written_to_the_store_when_sessions_are_shared() {
+        let hub = Arc::new(Hub::default());
+        let app_a = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        let app_b = Arc::new(App {
+            adopts: Some(modelctx_types::ProtocolVersion::V2025_11_25),
+            shares: true,
+            ..App::default()
+        });
+        let a = on_hub(&hub, 1 << 32, &app_a, ServerConfig::default());
+        let b = on_hub(&hub, 2 << 32, &app_b, ServerConfig::default());
+        let id = open(&a).await;
+        let session = app_a.sessions.lock().unwrap()[0].clone();
+        let get = within(a.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(get.status(), 200);
+        let mut body = get.into_body();
+        let first = within(body.frame()).await.unwrap().unwrap();
+        let text = String::from_utf8(first.into_data().unwrap().to_vec()).unwrap();
+        let priming: EventId = text
+            .lines()
+            .find_map(|l| l.strip_prefix("id: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        drop(body);
+        within(session.send(notification(1), None)).await;
+        assert!(session.holds_standalone().await);
+        assert_eq!(a.table_sizes().await.queued, 0, "stored, not queued");
+        let stored = within(hub.inner.replay_after(&id, &priming)).await.unwrap();
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        // Resumed on B: the stored message, then the next one live.
+        let resumed = within(b.handle(resume_after(&id, &priming))).await;
+        assert_eq!(resumed.status(), 200);
+        let mut body = resumed.into_body();
+        within(session.send(notification(2), None)).await;
+        let mut text = String::new();
+        while !text.contains(r#""n":2"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        assert_eq!(text.matches(r#""n":1"#).count(), 1, "{text}");
+        assert_eq!(text.matches(r#""n":2"#).count(), 1, "{text}");
+        drop(body);
+        a.close_all().await;
+        b.close_all().await;
     }
 }
