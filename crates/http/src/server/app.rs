@@ -53,7 +53,10 @@ pub trait McpApp: Send + Sync + 'static {
     /// ([`Closed::Forgotten`]), not only an adopted one: being idle here says nothing of the
     /// other instances, and the shared state's expiry is the store's own (its TTL, refreshed by
     /// use). DELETE, [`LegacySession::close`] and the handshake timeout still end it
-    /// ([`Closed::Ended`]). Asked once, when the [`McpService`](super::McpService) is made.
+    /// ([`Closed::Ended`]). And a message for a standalone stream this endpoint holds is stored
+    /// on it even while no connection reads it (rather than queued for the next GET here), so
+    /// that a client resuming the stream on another instance gets it. Asked once, when the
+    /// [`McpService`](super::McpService) is made.
     /// Default: `false` (one process: a session idle here is idle).
     fn shares_sessions(&self) -> bool {
         false
