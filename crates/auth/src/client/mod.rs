@@ -53,6 +53,7 @@ mod pkce;
 mod prm;
 mod registration;
 mod scopes;
+mod session;
 mod token;
 
 use std::collections::HashMap;
@@ -67,6 +68,7 @@ pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect
 pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
+pub use session::DEFAULT_MAX_STEP_UPS;
 pub use token::{TokenType, Tokens};
 
 use crate::fetch::{Fetch, HttpFetch};
@@ -98,6 +100,10 @@ struct Inner {
     /// Clients registered dynamically, by issuer.
     dynamic: Mutex<HashMap<String, ClientIdentity>>,
     flow_timeout: Duration,
+    // The authorizer's settings and state (session.rs).
+    handler: Option<Arc<dyn AuthorizationHandler>>,
+    max_step_ups: u32,
+    session: session::Session,
 }
 
 impl fmt::Debug for OAuth {
@@ -109,6 +115,8 @@ impl fmt::Debug for OAuth {
             .field("client_metadata_url", &self.inner.client_metadata_url)
             .field("redirect_uris", &self.inner.redirect_uris)
             .field("flow_timeout", &self.inner.flow_timeout)
+            .field("handler", &self.inner.handler)
+            .field("max_step_ups", &self.inner.max_step_ups)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +134,9 @@ pub struct OAuthBuilder {
     redirect_uris: Vec<String>,
     application_type: Option<ApplicationType>,
     flow_timeout: Duration,
+    // The authorizer's settings (session.rs).
+    handler: Option<Arc<dyn AuthorizationHandler>>,
+    max_step_ups: u32,
 }
 
 impl OAuth {
@@ -144,7 +155,15 @@ impl OAuth {
             redirect_uris: Vec::new(),
             application_type: None,
             flow_timeout: DEFAULT_FLOW_TIMEOUT,
+            handler: None,
+            max_step_ups: DEFAULT_MAX_STEP_UPS,
         }
+    }
+
+    /// [`builder`](OAuth::builder) with `handler` for the authorization code flow: the
+    /// settings of an application whose user signs in.
+    pub fn authorization_code(handler: Arc<dyn AuthorizationHandler>) -> OAuthBuilder {
+        OAuth::builder().handler(handler)
     }
 
     /// Discovers how to get a token for the MCP server at `server_url`, given the challenges of
@@ -298,6 +317,26 @@ impl OAuthBuilder {
         self
     }
 
+    // The authorizer's settings (session.rs).
+
+    /// The application's part of the authorization code flow when the client authorizes on
+    /// its own (as the HTTP client's [`Authorizer`](modelctx_http::client::Authorizer), or in
+    /// [`OAuth::authorize_now`]): shows the user the URL, returns the redirect. Default: none
+    /// (a server that asks for authorization then fails the request with
+    /// [`Error::InvalidSetting`]).
+    pub fn handler(mut self, handler: Arc<dyn AuthorizationHandler>) -> OAuthBuilder {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// How many times one request may step up its scopes after a 403 `insufficient_scope`
+    /// before it fails with [`Error::InsufficientScope`] (a step-up is never made for scopes
+    /// already asked for). Default: 2 ([`DEFAULT_MAX_STEP_UPS`]).
+    pub fn max_step_ups(mut self, max: u32) -> OAuthBuilder {
+        self.max_step_ups = max;
+        self
+    }
+
     /// The client, once its settings are checked: redirect URIs (https, or http on loopback),
     /// the client ID metadata document URL (https with a path), pre-registered clients (a
     /// forced method with the credentials it needs); else [`Error::InvalidSetting`].
@@ -328,6 +367,9 @@ impl OAuthBuilder {
                 application_type: self.application_type,
                 dynamic: Mutex::default(),
                 flow_timeout: self.flow_timeout,
+                handler: self.handler,
+                max_step_ups: self.max_step_ups,
+                session: session::Session::default(),
             }),
         })
     }
