@@ -103,7 +103,9 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The authorizer's state, inside [`OAuth`].
@@ -534,9 +536,10 @@ impl OAuth {
         };
         let (generation, expiring) = {
             let state = entry.state();
-            let expiring = state.current.as_ref().is_some_and(|c| {
-                c.tokens.refresh_token.is_some() && c.expiring(SystemTime::now())
-            });
+            let expiring = state
+                .current
+                .as_ref()
+                .is_some_and(|c| c.tokens.refresh_token.is_some() && c.expiring(SystemTime::now()));
             (state.generation, expiring)
         };
         if expiring {
