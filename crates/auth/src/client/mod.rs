@@ -35,9 +35,24 @@
 //!   Ed25519; RSA refused), `resource` on every request; answers checked ([`Tokens`]: a printable
 //!   token of at most 16 KiB, `Bearer` or `DPoP`); [`OAuth::refresh`].
 //!
-//! What it does not do yet: keep tokens (they are returned to the caller), run the other grants
-//! (client credentials, JWT bearer, token exchange), DPoP, or put tokens on the HTTP client's
-//! requests; two concurrent flows for one authorization server may both register a client.
+//! - `OAuth` is modelctx-http's [`Authorizer`](modelctx_http::client::Authorizer)
+//!   (`ClientConfig::auth(Arc::new(oauth))`): `Authorization: Bearer` on every request, the
+//!   token refreshed first when it expires within 30 s (or a tenth of its lifetime); a 401
+//!   without a token runs discovery and the flow with the [`handler`](OAuthBuilder::handler); a
+//!   401 to a token re-reads the protected resource metadata (a new authorization server: the
+//!   resource's tokens are dropped and the client registers there anew), then refreshes once,
+//!   runs the flow once after `invalid_grant`, and gives [`Error::Rejected`] when a fresh token is
+//!   refused; a 403 `insufficient_scope` steps up with the union of the scopes, at most
+//!   [`max_step_ups`](OAuthBuilder::max_step_ups) times per request and never for scopes already
+//!   asked for; a `DPoP` `use_dpop_nonce` 401 keeps the nonce ([`OAuth::dpop_nonce`]) and sends
+//!   again once; a 401 of another scheme is not its business. Concurrent refusals of one token
+//!   run one flow. Requests that may not involve the user (the closing `DELETE`) only refresh
+//!   ([`Error::InteractionRequired`]). [`OAuth::authorize_now`] authorizes before any request.
+//!
+//! What it does not do yet: keep tokens beyond the process (they live in the `OAuth` value), run
+//! the other grants (client credentials, JWT bearer, token exchange), or present DPoP-bound
+//! tokens (a `DPoP` token type fails the request); two concurrent flows for two resources of one
+//! authorization server may both register a client.
 //! Redirect URIs must be https or http on a loopback host (checked by
 //! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
 //! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no

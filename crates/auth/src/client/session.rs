@@ -751,7 +751,7 @@ impl OAuth {
 }
 
 /// The HTTP client's authorizer: a token on every request (refreshed first when it is about
-/// to expire), and the refusals cured as the [module](self) says.
+/// to expire), and the refusals cured as the [client module](super) says.
 impl Authorizer for OAuth {
     fn credentials<'a>(
         &'a self,
