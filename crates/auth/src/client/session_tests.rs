@@ -646,6 +646,22 @@ async fn step_ups_are_bounded_per_request() {
         scopes,
         ["mcp:basic", "mcp:basic mcp:x1", "mcp:basic mcp:x1 mcp:x2"]
     );
+
+    // The bound is a setting: none at all.
+    let user = User::new(&world);
+    let oauth = OAuth::authorization_code(user.clone())
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .max_step_ups(0)
+        .build()
+        .unwrap();
+    let mut unbounded = self::transport(&url, &oauth);
+    unbounded.send(request(2, "tools/call")).unwrap();
+    let failure = outcome(&mut unbounded, 2).await.unwrap_err();
+    assert!(
+        matches!(the_error(&failure), Error::InsufficientScope { .. }),
+        "{failure:?}"
+    );
+    assert_eq!(user.seen().len(), 1, "the first authorization only");
 }
 
 #[tokio::test]
