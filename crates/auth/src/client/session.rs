@@ -616,10 +616,8 @@ impl OAuth {
         };
         let (generation, flights, current, stored) = {
             let state = entry.state();
-            let generation = this
-                .as_ref()
-                .filter(|t| t.entry.is_some())
-                .map_or(state.generation, |t| t.generation);
+            // A send without an entry knew no token: generation 0, as a new entry's.
+            let generation = this.as_ref().map_or(state.generation, |t| t.generation);
             (
                 generation,
                 state.flights,

@@ -444,6 +444,36 @@ async fn concurrent_401s_run_one_flow() {
 }
 
 #[tokio::test]
+async fn a_401_answered_after_another_request_s_flow_runs_none() {
+    let (world, _, url) = setup(None).await;
+    let user = User::new(&world);
+    let oauth = client(&user);
+    let uri: Uri = url.parse().unwrap();
+    let post = Method::POST;
+    let first = Outgoing::new(&post, &uri, true, &[]);
+    let late = oauth.credentials(&first).await.unwrap().ticket;
+    let early = oauth.credentials(&first).await.unwrap().ticket;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "www-authenticate",
+        HeaderValue::from_static(r#"Bearer error="invalid_token", scope="mcp:basic""#),
+    );
+    for ticket in [early, late] {
+        let reply = Reply::new(ticket, StatusCode::UNAUTHORIZED, &headers);
+        assert_eq!(oauth.refused(&first, &reply).await, Ok(Retry::Send));
+    }
+    assert_eq!(
+        user.seen().len(),
+        1,
+        "the late 401 takes the early one's token"
+    );
+    let earlier = [late];
+    let again = Outgoing::new(&post, &uri, true, &earlier);
+    let credentials = oauth.credentials(&again).await.unwrap();
+    assert_eq!(credentials.headers["authorization"], "Bearer as1-tok-1");
+}
+
+#[tokio::test]
 async fn a_token_near_expiry_is_refreshed_before_the_send_once() {
     // Tokens live 10 s: always within the 30 s margin.
     let (world, _, url) = setup(Some(10)).await;
