@@ -231,7 +231,7 @@ impl LegacyHandler for Handler {
         let _ = self.input.send(Some(SessionInput::Abandoned(id)));
     }
 
-    fn closed(&self) {
+    fn closed(&self, _reason: modelctx_http::server::Closed) {
         let _ = self.input.send(None);
     }
 }

@@ -8,13 +8,6 @@ use xtask::schema::{self, Error};
 
 use crate::node;
 
-/// The feature checks deny warnings through RUSTFLAGS, in a target folder of their own so that
-/// the flag does not invalidate the main build.
-const FEATURE_ENV: &[(&str, &str)] = &[
-    ("RUSTFLAGS", "-D warnings"),
-    ("CARGO_TARGET_DIR", "target/features"),
-];
-
 /// The fuzz targets are a workspace of their own (`fuzz/`), checked in a target folder of their own.
 /// cargo-fuzz builds them with nightly flags, hence `RUSTC_BOOTSTRAP`.
 const FUZZ_ENV: &[(&str, &str)] = &[
@@ -63,8 +56,8 @@ enum Run<'a> {
 /// One CI step: a name, what it runs, extra environment.
 type Step<'a> = (&'a str, Run<'a>, &'a [(&'a str, &'a str)]);
 
-/// Runs every step; stops at the first failure.
-pub(crate) fn run() -> Result<(), Error> {
+/// Runs every step, or only the one named `only`; stops at the first failure.
+pub(crate) fn run(only: Option<&str>) -> Result<(), Error> {
     use Run::{Cargo, Judged, Xtask};
     let root = schema::project_root();
     // The tests run the TypeScript SDK's servers (`tests/ts/`) on the Node 22 of the `node 22`
@@ -178,146 +171,24 @@ pub(crate) fn run() -> Result<(), Error> {
             ),
             &[],
         ),
-        // Each version module alone, and none: the features must not depend on each other.
+        // Every library crate with --no-default-features, then with each feature alone: the
+        // features must not depend on each other. The list comes from `cargo metadata`.
         (
-            "features: none",
-            Cargo(&["check", "-p", "modelctx-types", "--no-default-features"]),
-            FEATURE_ENV,
+            "features",
+            Xtask(
+                "cargo check -p <crate> --no-default-features [--features <one>] of every library crate (target/features, -D warnings)",
+                crate::features::check,
+            ),
+            &[],
         ),
+        // One version of each core dependency (and of our crates) in the library crates' graph.
         (
-            "features: v2024-11-05",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-types",
-                "--no-default-features",
-                "--features",
-                "v2024-11-05",
-            ]),
-            FEATURE_ENV,
-        ),
-        (
-            "features: v2025-03-26",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-types",
-                "--no-default-features",
-                "--features",
-                "v2025-03-26",
-            ]),
-            FEATURE_ENV,
-        ),
-        (
-            "features: v2025-06-18",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-types",
-                "--no-default-features",
-                "--features",
-                "v2025-06-18",
-            ]),
-            FEATURE_ENV,
-        ),
-        (
-            "features: v2025-11-25",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-types",
-                "--no-default-features",
-                "--features",
-                "v2025-11-25",
-            ]),
-            FEATURE_ENV,
-        ),
-        (
-            "features: ext-tasks",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-types",
-                "--no-default-features",
-                "--features",
-                "ext-tasks",
-            ]),
-            FEATURE_ENV,
-        ),
-        // JSON Schema validation without any version module: it depends on none of them.
-        (
-            "features: validation",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-types",
-                "--no-default-features",
-                "--features",
-                "validation",
-            ]),
-            FEATURE_ENV,
-        ),
-        // The header rules without the server, as the HTTP client will use them.
-        (
-            "features: http without server",
-            Cargo(&["check", "-p", "modelctx-http", "--no-default-features"]),
-            FEATURE_ENV,
-        ),
-        // The client alone, as a client application builds it.
-        (
-            "features: http client without server",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-http",
-                "--no-default-features",
-                "--features",
-                "client",
-            ]),
-            FEATURE_ENV,
-        ),
-        // The smallest server: no schemars, no validation, no HTTP.
-        (
-            "features: minimal stdio server",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-server",
-                "--no-default-features",
-                "--features",
-                "stdio",
-            ]),
-            FEATURE_ENV,
-        ),
-        // The client facade without transports or validation, and with each transport alone.
-        (
-            "features: bare client",
-            Cargo(&["check", "-p", "modelctx-client", "--no-default-features"]),
-            FEATURE_ENV,
-        ),
-        (
-            "features: stdio client",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-client",
-                "--no-default-features",
-                "--features",
-                "stdio",
-            ]),
-            FEATURE_ENV,
-        ),
-        (
-            "features: http client",
-            Cargo(&[
-                "check",
-                "-p",
-                "modelctx-client",
-                "--no-default-features",
-                "--features",
-                "http",
-            ]),
-            FEATURE_ENV,
+            "duplicates",
+            Xtask(
+                "cargo tree -d of the library crates: no core dependency in two versions",
+                crate::features::check_duplicates,
+            ),
+            &[],
         ),
         // The fuzz targets (`fuzz/`, run with `cargo fuzz`) keep compiling against the session;
         // `--locked`: with the versions of the committed `fuzz/Cargo.lock`.
@@ -360,7 +231,24 @@ pub(crate) fn run() -> Result<(), Error> {
             Cargo(&["doc", "--workspace", "--no-deps", "--all-features"]),
             &[("RUSTDOCFLAGS", "-D warnings")],
         ),
+        // Every public API change shows in review: the committed api/<crate>.txt must match
+        // the tree (`cargo xtask api --bless` updates them).
+        (
+            "api",
+            Xtask(
+                "public API snapshots of the library crates match api/ (cargo xtask api)",
+                crate::api::check,
+            ),
+            &[],
+        ),
     ];
+    let steps: Vec<&Step<'_>> = steps
+        .iter()
+        .filter(|(name, _, _)| only.is_none_or(|only| only == *name))
+        .collect();
+    if steps.is_empty() {
+        return Err(format!("ci: no step named {:?}", only.unwrap_or_default()).into());
+    }
     let started = Instant::now();
     let mut times = Vec::new();
     for (name, run, env) in steps {
@@ -421,7 +309,7 @@ pub(crate) fn run() -> Result<(), Error> {
 /// checkout is clean and the refusal stands: a dirty tree there is a bug. Locally, when `git
 /// status` shows changes, `--allow-dirty` is passed (and said) so that `cargo xtask ci` checks
 /// work in progress; the `.crate` files then hold the uncommitted sources.
-fn package(root: &Path) -> Result<(), String> {
+pub(crate) fn package(root: &Path) -> Result<(), String> {
     let mut args = vec![
         "package",
         "--workspace",

@@ -4,12 +4,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+mod api;
 mod bench;
 mod ci;
 mod conformance;
+mod features;
 mod method_names;
 mod node;
+mod release;
 mod soak;
+mod workspace;
 
 use xtask::{codegen, schema};
 
@@ -17,6 +21,17 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
+  api [--bless] [--toolchain nightly|stable]
+      the public API of every library crate (workspace members with a library target, but
+      modelctx-tests and xtask), from rustdoc JSON with all features (nightly when rustup has it,
+      else stable with RUSTC_BOOTSTRAP=1), rendered to sorted lines and compared with the committed
+      api/<crate>.txt: prints the removed (-) and added (+) lines and fails on any difference;
+      --bless rewrites api/ instead (and removes the files of crates that are gone)
+  release-check [--baseline REV]
+      the release checklist: cargo-semver-checks (installed into target/tools if missing) of every
+      library crate against the latest v* tag (or REV), the API snapshots fresh, cargo package,
+      CHANGELOG.md has an [Unreleased] section, every crate's version is the workspace's; with
+      no v* tag yet it says so and runs the rest
   codegen [--check] [--schema-dir DIR]
       generate crates/types/src/generated from the pinned upstream schema files
       (read from DIR, else $MCP_SCHEMA_DIR, else ../shared/mcp-schema);
@@ -28,13 +43,13 @@ commands:
       in release mode into bench/target, runs every workload against every implementation,
       interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also
       runs B1 (clean builds of bench/minimal/*, a few minutes more)
-  ci
-      everything CI checks: fmt, no async runtime under modelctx-session, clippy -D warnings,
+  ci [--step NAME]
+      everything CI checks (or only the step NAME, as the step list names it): fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
       90-second soak (see `soak`), the official conformance suite (see `conformance`),
       feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
       --check, cargo package of every library crate (verified; --allow-dirty only off CI
-      with uncommitted changes), rustdoc -D warnings
+      with uncommitted changes), rustdoc -D warnings, the API snapshots (see `api`)
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
       against tests' conformance-server and the client suite driving conformance-client, each
@@ -60,7 +75,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen_cmd(&args[1..]),
-        Some("ci") if args.len() == 1 => ci::run(),
+        Some("ci") if args.len() == 1 => ci::run(None),
+        Some("ci") if args.len() == 3 && args[1] == "--step" => ci::run(Some(args[2].as_str())),
+        Some("api") => api::run(&schema::project_root(), &args[1..]).map_err(Into::into),
+        Some("release-check") => {
+            release::run(&schema::project_root(), &args[1..]).map_err(Into::into)
+        }
         Some("bench") if args.len() == 1 => bench::run(&schema::project_root()).map_err(Into::into),
         Some("node") if args.len() == 1 => node_cmd(),
         Some("soak") => soak::run(&schema::project_root(), &args[1..]).map_err(Into::into),

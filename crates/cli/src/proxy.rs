@@ -653,7 +653,7 @@ impl LegacyHandler for Unstarted {
 
     fn abandoned(&self, _id: RequestId) {}
 
-    fn closed(&self) {}
+    fn closed(&self, _reason: modelctx_http::server::Closed) {}
 }
 
 /// A legacy session and its child.
@@ -741,7 +741,7 @@ impl LegacyHandler for LegacyChild {
         }
     }
 
-    fn closed(&self) {
+    fn closed(&self, _reason: modelctx_http::server::Closed) {
         note(format_args!(
             "legacy session {}: ended; stopping child {}",
             self.session.id(),

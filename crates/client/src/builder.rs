@@ -44,6 +44,9 @@ pub struct ClientBuilder {
     notification_queue: usize,
     write_timeout: Duration,
     wire: Option<crate::link::WireFn>,
+    /// Gives the credentials of every HTTP request ([`auth`](Self::auth)).
+    #[cfg(feature = "auth")]
+    auth: Option<Arc<dyn modelctx_http::client::Authorizer>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -52,6 +55,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("name", &self.name)
             .field("handlers", &self.handlers)
             .field("era", &self.era)
+            .field("auth", &self.authorizer_set())
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +108,8 @@ impl Client {
             notification_queue: 256,
             write_timeout: crate::link::WRITE_TIMEOUT,
             wire: None,
+            #[cfg(feature = "auth")]
+            auth: None,
         }
     }
 }
@@ -361,6 +367,102 @@ impl ClientBuilder {
         self
     }
 
+    /// Authorizes the connection's HTTP requests with `authorizer` (feature `auth`): before each
+    /// request the transport sends (every POST, GET and `DELETE`, both eras and the 2024-11-05
+    /// fallback) it gives the credentials headers, and when the server refuses them (401, or 403
+    /// with `error="insufficient_scope"`) it decides whether to send the request again. Any
+    /// [`Authorizer`](crate::auth::Authorizer) will do; [`OAuth`](crate::auth::OAuth) is the
+    /// OAuth 2.1 client of modelctx-auth. Default: none (requests carry the
+    /// [`HttpConfig::headers`](crate::HttpConfig::headers) only).
+    ///
+    /// When the authorizer gives up ([`AuthFailure`](crate::auth::AuthFailure)), a call fails
+    /// with [`Error::Auth`](crate::Error::Auth) and the connection lives on; while connecting,
+    /// the era probe or `initialize` failing so closes the connection, and `connect_http*`
+    /// returns [`ConnectError::Auth`] (the probe does not fall back to `initialize`, which
+    /// would only ask again). It applies to [`connect_http`](Self::connect_http) and
+    /// [`connect_http_with`](Self::connect_http_with) (whose [`HttpConfig::auth`](crate::HttpConfig::auth)
+    /// must then be empty); the other `connect_*` refuse it with [`ConnectError::Auth`] of kind
+    /// [`Misconfigured`](crate::auth::AuthFailureKind::Misconfigured): MCP leaves the
+    /// authorization of a stdio server to its environment.
+    ///
+    /// The handshake and call timeouts keep running while the authorizer works: an
+    /// authorization that needs a person is best done before connecting.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use modelctx_client::Client;
+    /// use modelctx_client::auth::{
+    ///     AuthFailure, Authorizer, BoxFuture, Credentials, Outgoing, Reply, Retry,
+    /// };
+    ///
+    /// /// A fixed API key, read from the environment.
+    /// #[derive(Debug)]
+    /// struct ApiKey;
+    ///
+    /// impl Authorizer for ApiKey {
+    ///     fn credentials<'a>(
+    ///         &'a self,
+    ///         _: &'a Outgoing<'a>,
+    ///     ) -> BoxFuture<'a, Result<Credentials, AuthFailure>> {
+    ///         let mut credentials = Credentials::none(0);
+    ///         if let Ok(key) = std::env::var("API_KEY")
+    ///             && let Ok(value) = format!("Bearer {key}").parse()
+    ///         {
+    ///             credentials.headers.insert("authorization", value);
+    ///         }
+    ///         Box::pin(std::future::ready(Ok(credentials)))
+    ///     }
+    ///
+    ///     fn refused<'a>(
+    ///         &'a self,
+    ///         _: &'a Outgoing<'a>,
+    ///         _: &'a Reply<'a>,
+    ///     ) -> BoxFuture<'a, Result<Retry, AuthFailure>> {
+    ///         // Sending the same key again would not help.
+    ///         Box::pin(std::future::ready(Ok(Retry::GiveUp)))
+    ///     }
+    /// }
+    ///
+    /// let builder = Client::builder("my-host", "1.0.0")
+    ///     .auth(Arc::new(ApiKey) as Arc<dyn Authorizer>);
+    /// # let _ = builder;
+    /// ```
+    #[cfg(feature = "auth")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "auth")))]
+    pub fn auth(
+        mut self,
+        authorizer: impl Into<Arc<dyn modelctx_http::client::Authorizer>>,
+    ) -> Self {
+        self.auth = Some(authorizer.into());
+        self
+    }
+
+    /// Whether an authorizer was given (for `Debug`, which never shows the authorizer itself).
+    fn authorizer_set(&self) -> bool {
+        #[cfg(feature = "auth")]
+        return self.auth.is_some();
+        #[cfg(not(feature = "auth"))]
+        false
+    }
+
+    /// The error for an authorizer given to a connection that is not over HTTP, where nothing
+    /// would use it.
+    fn refuse_authorizer(&self, transport: &str) -> Result<(), ConnectError> {
+        #[cfg(feature = "auth")]
+        if self.auth.is_some() {
+            return Err(ConnectError::Auth(modelctx_http::client::AuthFailure::new(
+                modelctx_http::client::AuthFailureKind::Misconfigured,
+                format!(
+                    "an authorizer (ClientBuilder::auth) works over HTTP only, not over {transport}: \
+                     MCP leaves the authorization of such servers to their environment"
+                ),
+            )));
+        }
+        let _ = transport;
+        Ok(())
+    }
+
     /// The level of log messages wanted (see [`Client::set_log_level`]); set on connect.
     pub fn log_level(mut self, level: LogLevel) -> Self {
         self.log_level = Some(level);
@@ -377,6 +479,7 @@ impl ClientBuilder {
     where
         T: Into<Incoming> + Send + 'static,
     {
+        self.refuse_authorizer("channels")?;
         let (events, inbox) = mpsc::channel(crate::link::QUEUE);
         let reader = crate::link::forward(from_server, events.clone());
         let (out, writer) = crate::link::feed(to_server, events, self.write_timeout);
@@ -398,6 +501,7 @@ impl ClientBuilder {
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        self.refuse_authorizer("a line-framed stream")?;
         let (mut channels, writer) = crate::stdio::lines(reader, writer, self.write_timeout);
         channels.tasks.push(tokio::spawn(async move {
             drop(writer.await);
@@ -425,6 +529,7 @@ impl ClientBuilder {
         self,
         command: modelctx_stdio::ServerCommand,
     ) -> Result<Client, ConnectError> {
+        self.refuse_authorizer("stdio")?;
         let link = Link::spawn(&command, self.write_timeout).map_err(ConnectError::Spawn)?;
         let key = crate::stdio::cache_key(&command);
         self.start(link, Remake::Spawn(Box::new(command)), key)
@@ -448,13 +553,25 @@ impl ClientBuilder {
     }
 
     /// Connects to the Streamable HTTP endpoint `url` (headers, limits, timeouts, TLS in
-    /// `config`).
+    /// `config`). An authorizer given with [`auth`](Self::auth) goes in `config`, whose own
+    /// [`auth`](crate::HttpConfig::auth) must then be empty ([`ConnectError::Auth`]).
     #[cfg(feature = "http")]
+    #[cfg_attr(not(feature = "auth"), allow(unused_mut))]
     pub async fn connect_http_with(
-        self,
+        mut self,
         url: &str,
-        config: modelctx_http::client::ClientConfig,
+        mut config: modelctx_http::client::ClientConfig,
     ) -> Result<Client, ConnectError> {
+        #[cfg(feature = "auth")]
+        if let Some(authorizer) = self.auth.take() {
+            if config.auth.is_some() {
+                return Err(ConnectError::Auth(modelctx_http::client::AuthFailure::new(
+                    modelctx_http::client::AuthFailureKind::Misconfigured,
+                    "two authorizers: one from ClientBuilder::auth, one in HttpConfig::auth",
+                )));
+            }
+            config.auth = Some(authorizer);
+        }
         let transport = modelctx_http::client::HttpTransport::new(url, config)
             .map_err(|e| ConnectError::Url(e.to_string()))?;
         self.start(

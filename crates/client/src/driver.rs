@@ -328,6 +328,14 @@ impl Handshake {
                 ConnectError::Unreachable(self.lost.take().expect("checked"))
             }
             CloseReason::Transport(why) => ConnectError::Transport(why),
+            // The authorizer's own failure, with its kind and cause.
+            #[cfg(feature = "http")]
+            CloseReason::Unauthorized(why) => match self.lost.take() {
+                Some(TransportError::Http(modelctx_http::client::TransportError::Auth(
+                    failure,
+                ))) => ConnectError::Auth(failure),
+                _ => ConnectError::Handshake(CloseReason::Unauthorized(why)),
+            },
             other => ConnectError::Handshake(other),
         }
     }
@@ -1033,6 +1041,14 @@ impl Driver {
         }
         if self.pending.contains_key(&id) {
             self.lost.insert(id.clone(), error.clone());
+        }
+        // The authorizer gave up: the probe or `initialize` closes the session (no fallback
+        // from the probe to `initialize`, which would ask for authorization again), and any
+        // other request fails alone.
+        #[cfg(feature = "http")]
+        if let TransportError::Http(modelctx_http::client::TransportError::Auth(failure)) = &error {
+            self.session.request_unauthorized(&id, failure.to_string());
+            return;
         }
         // Kept until the session's `Failed` event for it (or the session's end).
         self.session.request_failed(now, &id, error.to_string());

@@ -78,6 +78,14 @@ pub enum Error {
     /// The arguments could not be encoded as JSON.
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),
+    /// Authorization failed for the call: the HTTP transport's authorizer
+    /// ([`ClientBuilder::auth`](crate::ClientBuilder::auth), or
+    /// [`HttpConfig::auth`](crate::HttpConfig::auth)) could not give credentials, or could not
+    /// cure the server's refusal of them. Nothing was delivered to the server; the connection
+    /// lives on.
+    #[cfg(feature = "http")]
+    #[error("authorization failed: {0}")]
+    Auth(modelctx_http::client::AuthFailure),
 }
 
 /// Why the transport lost a request.
@@ -116,9 +124,14 @@ impl Error {
             RequestError::Timeout(d) => Error::Timeout(d),
             RequestError::CancelledByPeer(why) => Error::CancelledByServer(why),
             RequestError::Closed(reason) => Error::Closed(reason),
-            RequestError::Transport(why) => {
-                Error::Transport(lost.unwrap_or(TransportError::Other(why)))
-            }
+            RequestError::Transport(why) => match lost {
+                // The authorizer gave up: the call failed for want of authorization.
+                #[cfg(feature = "http")]
+                Some(TransportError::Http(modelctx_http::client::TransportError::Auth(
+                    failure,
+                ))) => Error::Auth(failure),
+                lost => Error::Transport(lost.unwrap_or(TransportError::Other(why))),
+            },
             other => Error::Transport(TransportError::Other(other.to_string())),
         }
     }
@@ -138,6 +151,38 @@ impl Error {
             reason: reason.to_string(),
         }
     }
+
+    /// The OAuth client's own error behind an [`Error::Auth`], when the authorizer is
+    /// modelctx-auth's [`OAuth`](crate::auth::OAuth) (the cause of the [`AuthFailure`]).
+    ///
+    /// [`AuthFailure`]: crate::auth::AuthFailure
+    #[cfg(feature = "auth")]
+    pub fn oauth_error(&self) -> Option<&modelctx_auth::client::Error> {
+        match self {
+            Error::Auth(failure) => oauth_cause(failure),
+            _ => None,
+        }
+    }
+}
+
+impl ConnectError {
+    /// The OAuth client's own error behind a [`ConnectError::Auth`], when the authorizer is
+    /// modelctx-auth's [`OAuth`](crate::auth::OAuth).
+    #[cfg(feature = "auth")]
+    pub fn oauth_error(&self) -> Option<&modelctx_auth::client::Error> {
+        match self {
+            ConnectError::Auth(failure) => oauth_cause(failure),
+            _ => None,
+        }
+    }
+}
+
+/// The cause of `failure`, when it is the OAuth client's error.
+#[cfg(feature = "auth")]
+fn oauth_cause(
+    failure: &modelctx_http::client::AuthFailure,
+) -> Option<&modelctx_auth::client::Error> {
+    std::error::Error::source(failure)?.downcast_ref()
 }
 
 /// Why a connection could not be opened.
@@ -173,6 +218,16 @@ pub enum ConnectError {
         /// The request that got no answer: `server/discover` (the era probe) or `initialize`.
         step: &'static str,
     },
+    /// Authorization failed while connecting: the authorizer could not get the era probe or
+    /// `initialize` credentials the server accepts (the probe does not then fall back to
+    /// `initialize`, which would ask again), and the connection is closed. Also: an authorizer
+    /// was given for a transport other than HTTP ([`AuthFailureKind::Misconfigured`]: MCP
+    /// leaves the authorization of stdio servers to their environment), or twice.
+    ///
+    /// [`AuthFailureKind::Misconfigured`]: modelctx_http::client::AuthFailureKind::Misconfigured
+    #[cfg(feature = "http")]
+    #[error("authorization failed: {0}")]
+    Auth(modelctx_http::client::AuthFailure),
 }
 
 /// How [`ConnectError::Unreachable`] reads: what failed, without the layers it went through.
@@ -257,6 +312,51 @@ mod tests {
             status(401, "login first"),
             "the endpoint answered HTTP 401 Unauthorized: login first"
         );
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn a_request_the_authorizer_gave_up_on_fails_with_its_failure() {
+        use modelctx_http::client::{AuthFailure, AuthFailureKind, TransportError as Http};
+        let failure = AuthFailure::new(AuthFailureKind::Rejected, "the token was refused");
+        let lost = TransportError::Http(Http::Auth(failure.clone()));
+        let error = Error::from_request(RequestError::Transport("text".into()), Some(lost));
+        assert!(
+            matches!(&error, Error::Auth(f) if *f == failure),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "authorization failed: the token was refused"
+        );
+        // Another HTTP error stays the transport's.
+        let lost = TransportError::Http(Http::Connection("refused".into()));
+        let error = Error::from_request(RequestError::Transport("text".into()), Some(lost));
+        assert!(matches!(error, Error::Transport(TransportError::Http(_))));
+        assert_eq!(
+            ConnectError::Auth(failure).to_string(),
+            "authorization failed: the token was refused"
+        );
+    }
+
+    #[cfg(feature = "auth")]
+    #[test]
+    fn the_oauth_client_s_error_is_found_behind_a_failure() {
+        use modelctx_http::client::{AuthFailure, AuthFailureKind};
+        let cause = modelctx_auth::client::Error::PkceUnsupported {
+            issuer: "https://as.example.com".into(),
+        };
+        let failure = AuthFailure::from_error(AuthFailureKind::Issuer, cause);
+        let error = Error::Auth(failure.clone());
+        assert!(matches!(
+            error.oauth_error(),
+            Some(modelctx_auth::client::Error::PkceUnsupported { issuer }) if issuer == "https://as.example.com"
+        ));
+        assert!(ConnectError::Auth(failure).oauth_error().is_some());
+        let plain = AuthFailure::new(AuthFailureKind::Declined, "no");
+        assert!(Error::Auth(plain.clone()).oauth_error().is_none());
+        assert!(ConnectError::Auth(plain).oauth_error().is_none());
+        assert!(Error::TooManyInFlight(1).oauth_error().is_none());
     }
 
     #[test]

@@ -61,6 +61,13 @@
 //!   once.
 //! * **A wire tap**: [`ClientBuilder::on_wire`] shows every JSON-RPC message sent and received,
 //!   as one line of JSON each (what `mcx demo --wire` prints).
+//! * **Authorization** (feature `auth`): [`ClientBuilder::auth`] takes any
+//!   [`Authorizer`](auth::Authorizer), which gives the credentials of every HTTP request and
+//!   decides what to do when the server refuses them (401, 403 `insufficient_scope`). When it
+//!   gives up, a call fails with [`Error::Auth`]; the era probe or `initialize` failing so closes
+//!   the connection ([`ConnectError::Auth`], [`CloseReason::Unauthorized`]) without falling back
+//!   from the probe to `initialize`. [`auth`] re-exports the seam and the OAuth 2.1 client of
+//!   modelctx-auth (discovery and token stores so far).
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
@@ -74,7 +81,10 @@
 //!
 //! # What it does not do
 //!
-//! It does not authorize (no OAuth: 401 and 403 are plain transport errors), does not implement
+//! It does not authorize by itself: without an authorizer ([`ClientBuilder::auth`]) 401 and 403
+//! are plain transport errors, and an authorizer applies to HTTP connections only (stdio
+//! servers are authorized by their environment). The OAuth client it re-exports does not yet
+//! run a grant (`modelctx_auth::client` says what it does). It does not implement
 //! the tasks extension, does not replay calls lost when a connection ends (they fail with
 //! [`Error::Closed`]), and does not decide for the user: sampling and elicitation handlers are
 //! the application's, and a missing handler means the capability is not declared.
@@ -84,7 +94,11 @@
 //! * `stdio` (default): [`ClientBuilder::connect_stdio`] and [`ClientBuilder::connect_lines`].
 //! * `http` (default): [`ClientBuilder::connect_http`]; `rustls` adds HTTPS.
 //! * `validation` (default): `structuredContent` checked against output schemas.
+//! * `auth`: [`ClientBuilder::auth`] and the [`auth`] module (pulls in modelctx-auth's client
+//!   half; with `rustls`, HTTPS to authorization servers too).
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// The docs name `ClientBuilder::auth` and the `auth` module, which exist with feature `auth`.
+#![cfg_attr(not(feature = "auth"), allow(rustdoc::broken_intra_doc_links))]
 
 mod builder;
 mod cache;
@@ -117,6 +131,7 @@ pub use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
 
 #[cfg(feature = "http")]
 pub use modelctx_http::client::ClientConfig as HttpConfig;
+
 /// The Streamable HTTP transport's error, held by [`TransportError::Http`] and
 /// [`ConnectError::Unreachable`].
 #[cfg(feature = "http")]
@@ -127,6 +142,30 @@ pub use modelctx_stdio::ServerCommand;
 pub use modelctx_stdio::StoppedBy;
 #[cfg(feature = "stdio")]
 pub use stdio::ServerExit;
+
+#[cfg(feature = "auth")]
+#[cfg_attr(docsrs, doc(cfg(feature = "auth")))]
+pub mod auth {
+    //! Authorization of the HTTP transport's requests (feature `auth`).
+    //!
+    //! The seam of modelctx-http: an [`Authorizer`] gives the credentials of each request and
+    //! decides, when the server refuses them, whether to send it again; [`AuthFailure`] is why
+    //! it gave up ([`Error::Auth`](crate::Error::Auth),
+    //! [`ConnectError::Auth`](crate::ConnectError::Auth)). And the OAuth 2.1 client of
+    //! modelctx-auth: [`OAuth`] (discovery so far), the challenge parser, its errors
+    //! ([`OAuthError`]), and the token stores ([`TokenStore`], [`MemoryStore`], [`FileStore`]).
+
+    pub use modelctx_auth::client::{
+        AuthServer, Challenge, Challenges, ClientRecord, Discovery, Error as OAuthError, FileStore,
+        MemoryStore, OAuth, OAuthBuilder, ProtectedResource, StoreError, StoreKey, Stored,
+        TokenRecord, TokenStore,
+    };
+    pub use modelctx_auth::{Fetch, FetchError, HttpFetch};
+    pub use modelctx_http::client::{
+        AuthFailure, AuthFailureKind, Authorizer, BoxFuture, Credentials, MAX_SENDS, Outgoing,
+        Reply, Retry,
+    };
+}
 
 /// The examples of this crate's `README.md`, compiled (and run) as doctests so they stay true.
 #[doc = include_str!("../README.md")]

@@ -44,7 +44,11 @@
 //! with the version the application reported, the same ones the session applies). It reads no cancellation: the
 //! application says which request it will not answer (`server::LegacySession::release`), and
 //! the transport says which request lost its client (`server::LegacyHandler::abandoned`) and
-//! makes up no message for it. It authenticates nothing itself: a `server::Guard`
+//! makes up no message for it. It shares no session state across processes: a session another
+//! instance opened is served here only when the application holds its state and adopts it
+//! (`server::McpApp::adopt_session`); the transport keeps its own table, caps and idle sweep, and
+//! tells the application whether a session ended or was only forgotten here (`server::Closed`).
+//! It authenticates nothing itself: a `server::Guard`
 //! (`ServerConfig::guard`; `modelctx-auth` implements OAuth 2.1) decides who a request comes
 //! from and which scopes it holds, and the transport only places those decisions (the metadata
 //! at its well-known paths, authentication before a body is read, scopes before a message runs,

@@ -892,7 +892,7 @@ impl LegacyHandler for Session {
         }
     }
 
-    fn closed(&self) {
+    fn closed(&self, _reason: modelctx_http::server::Closed) {
         let legacy = &self.shared.legacy;
         let sid = self.session.id().to_owned();
         let mut sessions = legacy.sessions();

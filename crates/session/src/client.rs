@@ -861,6 +861,36 @@ impl ClientSession {
         }
     }
 
+    /// The transport could not get request `id` credentials the server accepts (an HTTP
+    /// client's authorizer gave up); `why` says what it said.
+    ///
+    /// For the probe or `initialize` this closes the session with
+    /// [`CloseReason::Unauthorized`]: unlike [`request_failed`](Self::request_failed), the probe
+    /// does not fall back to `initialize` (which would only ask for authorization again). Any
+    /// other request fails with [`RequestError::Transport`] and the session lives on. A request
+    /// no longer in flight is ignored.
+    pub fn request_unauthorized(&mut self, id: &RequestId, why: impl Into<String>) {
+        let why = why.into();
+        match &self.state {
+            State::ExpectDiscover { id: first, .. }
+            | State::ExpectInitializeResult { id: first }
+                if first == id =>
+            {
+                self.core.take_answer(id);
+                self.fail(CloseReason::Unauthorized(why));
+            }
+            _ => {
+                if let Some(method) = self.core.take_answer(id) {
+                    self.core.event(Event::Failed {
+                        id: id.clone(),
+                        method,
+                        error: RequestError::Transport(why),
+                    });
+                }
+            }
+        }
+    }
+
     /// Closes the session: every request we sent fails with [`RequestError::Closed`].
     pub fn close(&mut self) {
         if !self.is_closed() {

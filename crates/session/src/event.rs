@@ -234,6 +234,12 @@ pub enum CloseReason {
     /// transport's description. See `transport_closed`.
     #[error("the connection ended: {0}")]
     Transport(String),
+    /// Authorization failed for the era probe or `initialize`: the transport could not get
+    /// credentials the server accepts (an HTTP client's authorizer gave up); holds what it said.
+    /// The probe does not fall back to `initialize`, which would only ask for authorization
+    /// again. See `ClientSession::request_unauthorized`.
+    #[error("authorization failed: {0}")]
+    Unauthorized(String),
 }
 
 /// Something the layer above must act on.
@@ -357,4 +363,82 @@ pub enum SessionError {
         /// What the input requests need, as `requiredCapabilities`.
         required: Value,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use crate::{
+        ClientConfig, ClientSession, CloseReason, EraChoice, Event, RequestError, Transmit,
+    };
+    use modelctx_types::consts::{Initialize, ServerDiscover, ToolsList};
+    use modelctx_types::{JsonObject, Message};
+
+    fn sent(client: &mut ClientSession) -> Message {
+        match client.poll_transmit() {
+            Some(Transmit::Message { message, .. }) => message,
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+
+    /// An authorization failure of the probe closes the session: no fallback to `initialize`,
+    /// which would only run the authorization again.
+    #[test]
+    fn an_unauthorized_probe_closes_without_falling_back() {
+        let now = Instant::now();
+        let mut client = ClientSession::new(ClientConfig::new("c", "1", JsonObject::new()));
+        client.connect(now).unwrap();
+        let probe = sent(&mut client);
+        assert_eq!(probe.method(), Some(ServerDiscover::VALUE));
+        client.request_unauthorized(probe.id().unwrap(), "the token was refused");
+        assert!(client.poll_transmit().is_none(), "no initialize follows");
+        assert!(matches!(
+            client.poll_event(),
+            Some(Event::Closed(CloseReason::Unauthorized(why))) if why == "the token was refused"
+        ));
+        assert!(client.is_closed());
+        assert_eq!(client.table_sizes().outgoing, 0);
+    }
+
+    #[test]
+    fn an_unauthorized_initialize_closes_and_another_request_fails_alone() {
+        let now = Instant::now();
+        let mut config = ClientConfig::new("c", "1", JsonObject::new());
+        config.era = EraChoice::Legacy;
+        let mut client = ClientSession::new(config);
+        client.connect(now).unwrap();
+        let init = sent(&mut client);
+        assert_eq!(init.method(), Some(Initialize::VALUE));
+        client.request_unauthorized(init.id().unwrap(), "declined");
+        assert!(matches!(
+            client.poll_event(),
+            Some(Event::Closed(CloseReason::Unauthorized(why))) if why == "declined"
+        ));
+        assert_eq!(
+            CloseReason::Unauthorized("declined".into()).to_string(),
+            "authorization failed: declined"
+        );
+
+        // Once the protocol is settled, a request refused fails alone; a late report is ignored.
+        let mut client = ClientSession::new(ClientConfig::new("c", "1", JsonObject::new()));
+        client.connect(now).unwrap();
+        let probe = sent(&mut client);
+        let answer = serde_json::json!({"jsonrpc": "2.0", "id": probe.id().unwrap(), "result": {
+            "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+            "serverInfo": {"name": "s", "version": "1"},
+        }});
+        client.handle_bytes(now, answer.to_string().as_bytes());
+        assert!(matches!(client.poll_event(), Some(Event::Ready(_))));
+        let id = client.send_request(now, ToolsList::VALUE, None).unwrap();
+        client.request_unauthorized(&id, "refused");
+        assert!(matches!(
+            client.poll_event(),
+            Some(Event::Failed { id: failed, error: RequestError::Transport(why), .. })
+                if failed == id && why == "refused"
+        ));
+        client.request_unauthorized(&id, "again");
+        assert!(client.poll_event().is_none());
+        assert!(!client.is_closed());
+    }
 }

@@ -167,8 +167,8 @@ impl LegacyHandler for RecordingHandler {
         self.inner.abandoned(id);
     }
 
-    fn closed(&self) {
-        self.inner.closed();
+    fn closed(&self, reason: modelctx_http::server::Closed) {
+        self.inner.closed(reason);
     }
 }
 

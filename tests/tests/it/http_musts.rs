@@ -1013,7 +1013,7 @@ struct NoLegacy;
 impl LegacyHandler for NoLegacy {
     fn input(&self, _input: Incoming, _context: RequestContext) {}
     fn abandoned(&self, _id: modelctx_types::RequestId) {}
-    fn closed(&self) {}
+    fn closed(&self, _reason: modelctx_http::server::Closed) {}
 }
 
 fn message(value: Value) -> Message {

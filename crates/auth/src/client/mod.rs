@@ -15,7 +15,10 @@
 //!   server; its metadata, else `/authorize`, `/token`, `/register` there);
 //! - [`Discovery::scopes`] chooses the scopes (the challenge's, else the resource's
 //!   `scopes_supported`, else none; `offline_access` only when the authorization server offers
-//!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`.
+//!   it) and [`Discovery::step_up`] the union for a 403 `insufficient_scope`;
+//! - [`TokenStore`] keeps registrations per issuer and tokens per issuer and resource:
+//!   [`MemoryStore`] for the process, [`FileStore`] on disk (one JSON file per issuer, `0600`
+//!   in a `0700` directory, written atomically; files open to others refused).
 //!
 //! - [`OAuth::authorize`] runs the authorization code flow for a [`Discovery`]: the client's
 //!   identity at the authorization server in the spec's order (a [`Registered`] client for that
@@ -69,6 +72,7 @@ mod prm;
 mod registration;
 mod scopes;
 mod session;
+mod store;
 mod token;
 
 use std::collections::HashMap;
@@ -84,6 +88,10 @@ pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
 pub use session::DEFAULT_MAX_STEP_UPS;
+pub use store::{
+    ClientRecord, FileStore, MAX_FILE_SIZE, MemoryStore, StoreError, StoreKey, Stored, TokenRecord,
+    TokenStore,
+};
 pub use token::{TokenType, Tokens};
 
 use crate::fetch::{Fetch, HttpFetch};

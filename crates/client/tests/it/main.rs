@@ -3,6 +3,8 @@
 //! One binary (one link step) for all of them: each file of this folder is a module.
 
 mod answering;
+#[cfg(feature = "auth")]
+mod auth;
 mod backpressure;
 mod common;
 mod connecting;

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::legacy::Session;
+use crate::event_store::BoxFuture;
 use crate::headers::ParamHeader;
 
 /// The application behind the endpoint: the server facade implements it.
@@ -18,6 +19,33 @@ pub trait McpApp: Send + Sync + 'static {
     /// A POST carried `initialize`: a legacy session opens. Returns the handler of its input
     /// (the first input is that `initialize` request, through [`LegacyHandler::input`]).
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler>;
+
+    /// A POST, GET or DELETE named legacy session `id`, which this endpoint does not hold: the
+    /// application may hold its state elsewhere (a store shared by several instances of the
+    /// server) and adopt it here. `principal` is the request's ([`Principal`]).
+    ///
+    /// `Ok(Some(adopted))`: the session is bound to [`Adopted::principal`] (the request's
+    /// principal must be that one, as for a session opened here: otherwise 404 and nothing
+    /// else happens). The transport makes it with its handshake done and [`Adopted::version`]
+    /// as its negotiated version, asks [`open_session`](Self::open_session) for its handler
+    /// ([`LegacySession::is_adopted`] says it was adopted), puts it in its table, counted
+    /// against [`ServerConfig::max_sessions`](super::ServerConfig::max_sessions) and the other
+    /// caps like any other (when no room can be made: 503, and the handler is told
+    /// [`Closed::Forgotten`]), and serves the request as if the session had been opened here.
+    /// `Ok(None)`: no such session (404). `Err`: the state cannot be read now (503 with
+    /// `Retry-After: 1`, before any response head; the cause is logged).
+    ///
+    /// Asked only for ids of the shape this transport gives out, and once at a time per id
+    /// (concurrent requests for the same id wait for the first one's answer). Default: `Ok(None)`
+    /// (one process: a session it does not hold does not exist).
+    fn adopt_session<'a>(
+        &'a self,
+        id: &'a str,
+        principal: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<Option<Adopted>, Unavailable>> {
+        let _ = (id, principal);
+        Box::pin(std::future::ready(Ok(None)))
+    }
 
     /// A modern (2026-07-28) request or notification whose headers agree with its body
     /// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`). Its `_meta` and version
@@ -67,9 +95,65 @@ pub trait LegacyHandler: Send + Sync + 'static {
     /// called for `initialize` (its session ends instead: see [`closed`](Self::closed)).
     fn abandoned(&self, id: RequestId);
 
-    /// The session ended (DELETE, idle timeout, [`LegacySession::close`], shutdown): drop its
-    /// state. Nothing sent after this is delivered.
-    fn closed(&self);
+    /// The transport let go of the session: drop what this handler holds for it (its requests
+    /// under way stop). Nothing sent after this is delivered. `reason` says whether the session
+    /// itself ended ([`Closed::Ended`]: drop its shared state too) or only this endpoint forgot
+    /// an adopted session ([`Closed::Forgotten`]: its shared state stays for the others).
+    fn closed(&self, reason: Closed);
+}
+
+/// Why the transport let go of a legacy session ([`LegacyHandler::closed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Closed {
+    /// The session ended: DELETE, [`LegacySession::close`], its handshake timed out, its
+    /// `initialize` failed or went unanswered, a deprecated HTTP+SSE stream failed; and, for a
+    /// session opened by this endpoint (not adopted), the idle timeout, eviction to make room and
+    /// shutdown. Its id is unknown from now on everywhere.
+    Ended,
+    /// This endpoint forgot an adopted session ([`McpApp::adopt_session`]) without ending it:
+    /// the idle sweep (idle here, which says nothing of the other instances), eviction to make
+    /// room, or shutdown. Its events stay in the event store, and the application keeps its
+    /// shared state: a later request may adopt it again, here or elsewhere.
+    Forgotten,
+}
+
+/// A legacy session the application holds the state of elsewhere, as it hands it to the
+/// transport ([`McpApp::adopt_session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Adopted {
+    /// The protocol version the session's `initialize` settled on.
+    pub version: ProtocolVersion,
+    /// The principal the session is bound to, as recorded when it opened (`None`: opened with
+    /// no principal).
+    pub principal: Option<Principal>,
+}
+
+impl Adopted {
+    /// A session at `version` bound to `principal`.
+    pub fn new(version: ProtocolVersion, principal: Option<Principal>) -> Self {
+        Adopted { version, principal }
+    }
+}
+
+/// The application cannot say now whether it holds a session, or cannot serve its request (its
+/// store is unreachable): the client gets 503 with `Retry-After: 1`. The cause is logged, not
+/// sent.
+#[derive(Debug, thiserror::Error)]
+#[error("the session's state is unavailable: {source}")]
+pub struct Unavailable {
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl Unavailable {
+    /// Unavailable because of `cause`.
+    pub fn new(cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Unavailable {
+            source: cause.into(),
+        }
+    }
 }
 
 /// The authenticated principal of a request, as an authentication layer in front of the service
@@ -160,6 +244,12 @@ impl LegacySession {
         self.inner.principal.as_ref()
     }
 
+    /// Whether the session was adopted ([`McpApp::adopt_session`]) rather than opened by an
+    /// `initialize` this endpoint received.
+    pub fn is_adopted(&self) -> bool {
+        self.inner.adopted
+    }
+
     /// Sends a message. `related` names the client's request it belongs to (its response, its
     /// progress and log messages, requests made while handling it): it goes on that request's
     /// stream, else on the standalone stream. A stream whose connection dropped keeps its
@@ -199,6 +289,18 @@ impl LegacySession {
     /// its priming event alone. Returns whether a connection was closed.
     pub async fn close_stream(&self, request: &RequestId) -> bool {
         self.inner.close_stream(request).await
+    }
+
+    /// Answers the POSTs that carried `requests` with 503 and `Retry-After: 1` (a JSON-RPC
+    /// error naming the request when the POST carried one request alone): the application
+    /// cannot serve them now (its shared state is unreachable). Only a POST whose response has
+    /// not started is answered so (all the requests of its batch leave with it); a request not
+    /// in flight, or whose SSE stream has started, is left alone: answer it with an error
+    /// response through [`send`](Self::send). Returns whether every one of `requests` was
+    /// answered with 503. A session whose `initialize` is answered so ends (its client never
+    /// learnt its id).
+    pub async fn unavailable(&self, requests: &[RequestId]) -> bool {
+        self.inner.unavailable(requests).await
     }
 
     /// Ends the session: its streams close and its id is unknown from now on (404).

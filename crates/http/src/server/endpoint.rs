@@ -2,13 +2,14 @@
 //! signal, shared by every request whatever its era or transport.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use super::app::Principal;
+use super::app::{Closed, LegacySession, McpApp, Principal};
 use super::config::ServerConfig;
 use super::legacy::{Session, redact, shrink};
 
@@ -18,6 +19,8 @@ use super::legacy::{Session, redact, shrink};
 pub struct TableSizes {
     /// Open legacy sessions.
     pub sessions: usize,
+    /// Those of them adopted from state kept elsewhere (`McpApp::adopt_session`).
+    pub adopted: usize,
     /// Their streams.
     pub streams: usize,
     /// Requests in flight on them.
@@ -40,8 +43,76 @@ impl TableSizes {
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The adoptions under way, by session id: one asks the application, the others wait.
+    adopting: Mutex<HashMap<String, Arc<Adoption>>>,
     /// Fired at shutdown: every stream ends.
     pub(crate) shutdown: CancellationToken,
+}
+
+/// Whether a request of principal `asking` may use a session bound to `bound`: the one owner of
+/// the binding rule, for the sessions opened here and the adopted ones (bound to the principal
+/// the application recorded, `Adopted::principal`). Otherwise the session is unknown (404).
+fn binds(bound: Option<&Principal>, asking: Option<&Principal>) -> bool {
+    bound == asking
+}
+
+/// What the table has for a session id and a principal.
+pub(crate) enum Lookup {
+    /// The session, bound to that principal.
+    Found(Arc<Session>),
+    /// A session bound to another principal.
+    Refused,
+    /// None here.
+    Absent,
+}
+
+/// Why a request cannot have the session it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// Unknown here and to the application, or bound to another principal (404).
+    NotFound,
+    /// The application cannot say now (503, `Retry-After: 1`).
+    Unavailable,
+    /// Adopting it would pass the session caps and nothing can be let go (503).
+    Full,
+}
+
+/// One adoption under way: done when its asker finished (or went away), with its outcome.
+#[derive(Default)]
+struct Adoption {
+    done: CancellationToken,
+    outcome: OnceLock<Result<(), Missing>>,
+}
+
+/// The right to adopt one session id; dropped, it wakes those that wait for it.
+struct Claim<'a> {
+    shared: &'a Shared,
+    id: &'a str,
+    adoption: Arc<Adoption>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut adopting = self.shared.adopting();
+        adopting.remove(self.id);
+        shrink(&mut adopting);
+        drop(adopting);
+        self.adoption.done.cancel();
+    }
+}
+
+/// An adopted session with its handler that is not in the table yet: dropped so (its adopter
+/// went away), the application is told it was forgotten.
+struct Unplaced(Option<Arc<Session>>);
+
+impl Drop for Unplaced {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { session.end_as(Closed::Forgotten).await });
+        }
+    }
 }
 
 impl Shared {
@@ -49,12 +120,29 @@ impl Shared {
         Shared {
             config,
             sessions: Mutex::new(HashMap::new()),
+            adopting: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
         }
     }
 
     pub(super) fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn adopting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Adoption>>> {
+        self.adopting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets go of `session` on this endpoint's account (idle, eviction, shutdown): an adopted
+    /// session is only forgotten (its shared state stays for the other instances), one opened
+    /// here ends.
+    async fn let_go(session: &Session) {
+        let reason = if session.adopted {
+            Closed::Forgotten
+        } else {
+            Closed::Ended
+        };
+        session.end_as(reason).await;
     }
 
     /// Opens a session bound to `principal` (and counted against `peer`), or `None` when the
@@ -68,21 +156,33 @@ impl Shared {
         principal: Option<Principal>,
         peer: Option<IpAddr>,
     ) -> Option<Arc<Session>> {
+        self.admit(principal.as_ref(), peer, |sessions| {
+            self.insert(sessions, principal.clone(), peer)
+        })
+        .await
+    }
+
+    /// Makes room for a session of `principal` from `peer` within the caps, then has `place`
+    /// put it in the table (under the table's lock); `None` when no room can be made (or
+    /// `place` put none).
+    async fn admit(
+        &self,
+        principal: Option<&Principal>,
+        peer: Option<IpAddr>,
+        mut place: impl FnMut(&mut HashMap<String, Arc<Session>>) -> Option<Arc<Session>>,
+    ) -> Option<Arc<Session>> {
         // Each round ends one session or succeeds; the scopes are three, and another opener
         // may take a freed place meanwhile.
         for _ in 0..4 {
             let candidates = {
                 let mut sessions = self.sessions();
-                match self.full_scope(&sessions, principal.as_ref(), peer) {
-                    None => {
-                        let session = self.insert(&mut sessions, principal.clone(), peer)?;
-                        return Some(session);
-                    }
+                match self.full_scope(&sessions, principal, peer) {
+                    None => return place(&mut sessions),
                     Some(scope) => {
                         let mut in_scope: Vec<(Instant, Arc<Session>)> = sessions
                             .values()
                             .filter(|s| match scope {
-                                Scope::Principal => s.principal == principal,
+                                Scope::Principal => s.principal.as_ref() == principal,
                                 Scope::Peer => s.peer.is_some() && s.peer == peer,
                                 Scope::All => true,
                             })
@@ -99,9 +199,10 @@ impl Shared {
                 if candidate.evictable(self.config.handshake_timeout) {
                     tracing::debug!(
                         session = %redact(&candidate.id),
-                        "session table full: ended the least recently used idle session"
+                        adopted = candidate.adopted,
+                        "session table full: let go of the least recently used idle session"
                     );
-                    candidate.end().await;
+                    Self::let_go(&candidate).await;
                     evicted = true;
                     break;
                 }
@@ -150,18 +251,147 @@ impl Shared {
                 break id;
             }
         };
-        let session = Session::new(id.clone(), principal, peer, self);
+        let session = Session::new(id.clone(), principal, peer, self, None);
         sessions.insert(id, session.clone());
         Some(session)
     }
 
     /// The session `id`, if open and bound to the same principal.
+    #[cfg(any(test, feature = "legacy-sse"))]
     pub(crate) fn find(&self, id: &str, principal: Option<&Principal>) -> Option<Arc<Session>> {
-        let session = self.sessions().get(id).cloned()?;
-        (session.principal.as_ref() == principal).then(|| {
-            session.touch();
-            session
-        })
+        match self.lookup(id, principal) {
+            Lookup::Found(session) => Some(session),
+            Lookup::Refused | Lookup::Absent => None,
+        }
+    }
+
+    /// What the table holds for session `id` and a request of `principal` (a session found is
+    /// marked as seen).
+    pub(crate) fn lookup(&self, id: &str, principal: Option<&Principal>) -> Lookup {
+        let Some(session) = self.sessions().get(id).cloned() else {
+            return Lookup::Absent;
+        };
+        if !binds(session.principal.as_ref(), principal) {
+            return Lookup::Refused;
+        }
+        session.touch();
+        Lookup::Found(session)
+    }
+
+    /// The session `id` for a request of `principal` from `peer`: the one in the table, or,
+    /// when there is none, the one `app` adopts ([`McpApp::adopt_session`]), put in the table
+    /// with its handler. One adoption per id at a time: concurrent requests for it wait for the
+    /// first one's outcome and share it.
+    pub(crate) async fn find_or_adopt(
+        self: &Arc<Self>,
+        app: &Arc<dyn McpApp>,
+        id: &str,
+        principal: Option<&Principal>,
+        peer: Option<IpAddr>,
+    ) -> Result<Arc<Session>, Missing> {
+        loop {
+            match self.lookup(id, principal) {
+                Lookup::Found(session) => return Ok(session),
+                Lookup::Refused => return Err(Missing::NotFound),
+                Lookup::Absent => {}
+            }
+            // An id this transport never gives out is nobody's: the application is not asked.
+            if !is_session_id(id) {
+                return Err(Missing::NotFound);
+            }
+            let claim = {
+                let mut adopting = self.adopting();
+                match adopting.entry(id.to_owned()) {
+                    Entry::Occupied(under_way) => Err(under_way.get().clone()),
+                    Entry::Vacant(vacant) => {
+                        let adoption = vacant.insert(Arc::default()).clone();
+                        Ok(Claim {
+                            shared: self,
+                            id,
+                            adoption,
+                        })
+                    }
+                }
+            };
+            let claim = match claim {
+                Ok(claim) => claim,
+                Err(under_way) => {
+                    under_way.done.cancelled().await;
+                    match under_way.outcome.get() {
+                        // Adopted (found next round), or its asker went away: again.
+                        Some(Ok(())) | None => continue,
+                        Some(Err(missing)) => return Err(*missing),
+                    }
+                }
+            };
+            // Another adoption may have ended between the lookup and the claim.
+            if self.sessions().contains_key(id) {
+                continue;
+            }
+            let adopted = self.adopt(app, id, principal, peer).await;
+            let _ = claim
+                .adoption
+                .outcome
+                .set(adopted.as_ref().map(|_| ()).map_err(|m| *m));
+            return adopted;
+        }
+    }
+
+    /// Asks `app` for session `id` and, when it adopts it, puts it in the table within the caps
+    /// (eviction included), with its handler already set: no request finds it without one.
+    async fn adopt(
+        self: &Arc<Self>,
+        app: &Arc<dyn McpApp>,
+        id: &str,
+        principal: Option<&Principal>,
+        peer: Option<IpAddr>,
+    ) -> Result<Arc<Session>, Missing> {
+        let adopted = match app.adopt_session(id, principal).await {
+            Ok(Some(adopted)) => adopted,
+            Ok(None) => return Err(Missing::NotFound),
+            Err(unavailable) => {
+                tracing::warn!(
+                    session = %redact(id),
+                    error = %unavailable,
+                    "a session could not be adopted: 503"
+                );
+                return Err(Missing::Unavailable);
+            }
+        };
+        if !binds(adopted.principal.as_ref(), principal) {
+            return Err(Missing::NotFound);
+        }
+        let session = Session::new(
+            id.to_owned(),
+            adopted.principal,
+            peer,
+            self,
+            Some(adopted.version),
+        );
+        let handler = app.open_session(LegacySession {
+            inner: session.clone(),
+        });
+        let _ = session.handler.set(handler);
+        let mut unplaced = Unplaced(Some(session.clone()));
+        let placed =
+            self.admit(session.principal.as_ref(), peer, |sessions| match sessions
+                .entry(id.to_owned())
+            {
+                Entry::Vacant(vacant) => Some(vacant.insert(session.clone()).clone()),
+                Entry::Occupied(_) => None,
+            })
+            .await;
+        unplaced.0 = None;
+        match placed {
+            Some(session) => {
+                tracing::debug!(session = %redact(id), "adopted a session");
+                Ok(session)
+            }
+            None => {
+                session.end_as(Closed::Forgotten).await;
+                Err(Missing::Full)
+            }
+        }
     }
 
     /// Ends the sessions idle for longer than the timeout, and those still in their handshake
@@ -177,19 +407,19 @@ impl Shared {
             .collect();
         for session in candidates {
             session.reap_abandoned().await;
-            if session.handshake_expired(handshake)
-                || (!session.has_live_stream().await && session.idle_for() >= timeout)
-            {
+            if session.handshake_expired(handshake) {
                 session.end().await;
+            } else if !session.has_live_stream().await && session.idle_for() >= timeout {
+                Self::let_go(&session).await;
             }
         }
     }
 
-    /// Ends every session (shutdown).
+    /// Lets go of every session (shutdown): those opened here end, adopted ones are forgotten.
     pub(crate) async fn end_all(&self) {
         let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         for session in all {
-            session.end().await;
+            Self::let_go(&session).await;
         }
     }
 
@@ -199,6 +429,7 @@ impl Shared {
         let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         let mut sizes = TableSizes {
             sessions: all.len(),
+            adopted: all.iter().filter(|s| s.adopted).count(),
             ..TableSizes::default()
         };
         for session in &all {
@@ -207,10 +438,16 @@ impl Shared {
         sizes
     }
 
-    /// Takes session `id` out of the table, giving memory back once the table is mostly empty.
-    pub(super) fn remove(&self, id: &str) {
+    /// Takes `session` out of the table (not another one under its id), giving memory back once
+    /// the table is mostly empty.
+    pub(super) fn remove(&self, session: &Session) {
         let mut sessions = self.sessions();
-        sessions.remove(id);
+        if sessions
+            .get(&session.id)
+            .is_some_and(|held| std::ptr::eq(&**held, session))
+        {
+            sessions.remove(&session.id);
+        }
         shrink(&mut sessions);
     }
 }
@@ -228,6 +465,11 @@ fn new_session_id() -> Option<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `id` has the shape of the ids [`new_session_id`] gives out.
+fn is_session_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 #[cfg(test)]

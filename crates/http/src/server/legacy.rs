@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::app::{LegacyHandler, Principal};
+use super::app::{Closed, LegacyHandler, Principal};
 use super::endpoint::{Shared, TableSizes};
 use super::respond::{encode, final_id};
 use crate::event_store::{EventId, StreamId};
@@ -51,6 +51,8 @@ pub(crate) enum Decision {
         first: Bytes,
         rx: mpsc::Receiver<Bytes>,
     },
+    /// 503 with `Retry-After` ([`Session::unavailable`]); the id of the POST's one request.
+    Unavailable(Option<RequestId>),
 }
 
 /// One stream of a session: a POST's (its requests' answers and related messages) or the
@@ -186,6 +188,8 @@ pub(crate) struct Session {
     io: tokio::sync::Mutex<()>,
     /// This session, for the task that drains its outbox.
     me: std::sync::Weak<Session>,
+    /// Adopted from state the application keeps elsewhere (`McpApp::adopt_session`).
+    pub(crate) adopted: bool,
 }
 
 /// A drain of a session's outbox, polled on its caller's task. Dropped before it completed (its
@@ -225,12 +229,14 @@ pub(crate) enum Refused {
 }
 
 impl Session {
-    /// A session of `shared`'s table (the caller inserts it), in its handshake.
+    /// A session of `shared`'s table (the caller inserts it), in its handshake; or, `adopted`
+    /// at a version, with its handshake done and that version negotiated.
     pub(super) fn new(
         id: String,
         principal: Option<Principal>,
         peer: Option<IpAddr>,
         shared: &Arc<Shared>,
+        adopted: Option<ProtocolVersion>,
     ) -> Arc<Session> {
         let now = Instant::now();
         Arc::new_cyclic(|me| Session {
@@ -238,15 +244,19 @@ impl Session {
             principal,
             peer,
             handler: HandlerSlot::default(),
-            state: tokio::sync::Mutex::new(State::default()),
+            state: tokio::sync::Mutex::new(State {
+                version: adopted,
+                ..State::default()
+            }),
             last_seen: Mutex::new(now),
             created: now,
-            handshaking: AtomicBool::new(true),
+            handshaking: AtomicBool::new(adopted.is_none()),
             ended: shared.shutdown.child_token(),
             shared: Arc::downgrade(shared),
             old_transport: AtomicBool::new(false),
             io: tokio::sync::Mutex::new(()),
             me: me.clone(),
+            adopted: adopted.is_some(),
         })
     }
 
@@ -438,7 +448,7 @@ impl Session {
             }
         }
         if failed {
-            self.end_locked(state);
+            self.end_locked(state, Closed::Ended);
         }
     }
 
@@ -544,7 +554,7 @@ impl Session {
                     let _ = decide.send(Decision::Json(encode(&message)));
                 }
                 if stream.initialize && matches!(message, Message::Error(_)) {
-                    self.end_locked(state);
+                    self.end_locked(state, Closed::Ended);
                 }
                 return;
             } else if completes {
@@ -943,13 +953,64 @@ impl Session {
 
     /// Ends the session.
     pub(crate) async fn end(&self) {
-        self.end_locked(&mut *self.state.lock().await);
+        self.end_as(Closed::Ended).await;
+    }
+
+    /// Lets go of the session, for `reason` (the table decides which: `Shared::let_go`).
+    pub(crate) async fn end_as(&self, reason: Closed) {
+        self.end_locked(&mut *self.state.lock().await, reason);
         self.drain().await;
     }
 
-    /// Ends the session; its events leave the store when the outbox is next drained (after
-    /// the effects before it).
-    fn end_locked(&self, state: &mut State) {
+    /// Answers the undecided POSTs of `requests` with 503 (`LegacySession::unavailable`).
+    pub(crate) async fn unavailable(&self, requests: &[RequestId]) -> bool {
+        let mut all = true;
+        {
+            let mut state = self.state.lock().await;
+            let state = &mut *state;
+            let mut answered = HashSet::new();
+            for id in requests {
+                if answered.contains(id) {
+                    continue;
+                }
+                let Some(stream_id) = state.requests.get(id).copied() else {
+                    all = false;
+                    continue;
+                };
+                if !state
+                    .streams
+                    .get(&stream_id)
+                    .is_some_and(|s| !s.sse && s.decide.is_some())
+                {
+                    all = false;
+                    continue;
+                }
+                let Some(mut stream) = state.streams.remove(&stream_id) else {
+                    continue;
+                };
+                let single = (!stream.batch && stream.pending.len() == 1).then(|| id.clone());
+                for pending in stream.pending.drain() {
+                    state.requests.remove(&pending);
+                    answered.insert(pending);
+                }
+                if let Some(decide) = stream.decide.take() {
+                    let _ = decide.send(Decision::Unavailable(single));
+                }
+                if stream.initialize {
+                    self.end_locked(state, Closed::Ended);
+                    break;
+                }
+            }
+            shrink(&mut state.streams);
+            shrink(&mut state.requests);
+        }
+        self.drain().await;
+        all
+    }
+
+    /// Lets go of the session; with [`Closed::Ended`] its events leave the store when the outbox
+    /// is next drained (after the effects before it), with [`Closed::Forgotten`] they stay.
+    fn end_locked(&self, state: &mut State, reason: Closed) {
         if state.ended {
             return;
         }
@@ -961,13 +1022,15 @@ impl Session {
         state.old_sse = None;
         self.ended.cancel();
         if let Some(shared) = self.config() {
-            shared.remove(&self.id);
+            shared.remove(self);
         }
-        state.outbox.push_back(Effect::RemoveSession);
+        if reason == Closed::Ended {
+            state.outbox.push_back(Effect::RemoveSession);
+        }
         // Taken, not borrowed: the handler holds this session (a cycle that kept every ended
         // session and its handler alive).
         if let Some(handler) = self.handler.take() {
-            handler.closed();
+            handler.closed(reason);
         }
     }
 
@@ -1038,7 +1101,7 @@ mod tests {
             self.abandoned.lock().unwrap().push(request);
         }
 
-        fn closed(&self) {}
+        fn closed(&self, _reason: super::super::Closed) {}
     }
 
     impl McpApp for App {

@@ -18,8 +18,8 @@ mod serve;
 mod service;
 
 pub use app::{
-    LegacyHandler, LegacySession, McpApp, ModernReply, ModernRequest, PeerAddr, Principal,
-    RequestContext, StreamClosed,
+    Adopted, Closed, LegacyHandler, LegacySession, McpApp, ModernReply, ModernRequest, PeerAddr,
+    Principal, RequestContext, StreamClosed, Unavailable,
 };
 pub use config::{ConfigError, ServerConfig};
 pub use endpoint::TableSizes;

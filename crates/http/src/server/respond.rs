@@ -13,6 +13,10 @@ use super::app::Sent;
 /// The body of every response: a whole JSON body or an SSE stream.
 pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
+/// The reference server's code for requests refused at the HTTP level (Host, Origin, sessions,
+/// 503s).
+pub(crate) const REFUSED: ErrorCode = ErrorCode(-32000);
+
 /// A JSON response.
 pub(crate) fn json(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(body).map_err(|e| match e {}).boxed_unsync());
@@ -52,6 +56,19 @@ pub(crate) fn error_code(
     message: impl Into<String>,
 ) -> Response<ResponseBody> {
     error(status, id, ErrorObject::new(code, message.into()))
+}
+
+/// 503 with `Retry-After: retry_after` (seconds) and a JSON-RPC error (-32000) saying why.
+pub(crate) fn unavailable(
+    id: Option<RequestId>,
+    message: impl Into<String>,
+    retry_after: &'static str,
+) -> Response<ResponseBody> {
+    let mut response = error_code(StatusCode::SERVICE_UNAVAILABLE, id, REFUSED, message);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+    response
 }
 
 /// 405 with `Allow`.

@@ -16,11 +16,11 @@ use tokio::time::Instant;
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
-use super::endpoint::{Shared, TableSizes};
+use super::endpoint::{Missing, Shared, TableSizes};
 use super::guard::{self, Metadata};
 use super::legacy::{Decision, Refused, Session};
 use super::modern;
-use super::respond::{self, ResponseBody, sse_headers};
+use super::respond::{self, REFUSED, ResponseBody, sse_headers};
 use crate::event_store::{BoxFuture, EventId};
 use crate::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::security::{self, AllowList};
@@ -71,9 +71,6 @@ impl std::fmt::Debug for McpService {
     }
 }
 
-/// The reference server's code for requests refused at the HTTP level (Host, Origin, sessions).
-const REFUSED: ErrorCode = ErrorCode(-32000);
-
 impl McpService {
     /// The service for `app`. Fails when the configuration serves no version.
     pub fn new(config: ServerConfig, app: Arc<dyn McpApp>) -> Result<Self, ConfigError> {
@@ -101,12 +98,16 @@ impl McpService {
 
     /// Ends the legacy sessions idle for longer than the configured timeout (the server does it
     /// on its own every minute while requests come; [`serve`](super::serve) also on a timer).
+    /// An adopted session ([`McpApp::adopt_session`]) idle here is only forgotten
+    /// ([`Closed::Forgotten`](super::Closed::Forgotten)): it may be busy elsewhere.
     pub async fn end_idle_sessions(&self) {
         *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.shared.sweep().await;
     }
 
-    /// Ends every session and stream (graceful shutdown); new requests still get answers.
+    /// Ends every session and stream (graceful shutdown); new requests still get answers. Adopted
+    /// sessions are only forgotten ([`Closed::Forgotten`](super::Closed::Forgotten)): other
+    /// instances go on serving them.
     pub async fn close_all(&self) {
         self.shared.shutdown.cancel();
         self.shared.end_all().await;
@@ -164,19 +165,14 @@ impl McpService {
         }
         let Some(_in_flight) = InFlight::enter(&self.in_flight, config.max_requests_in_flight)
         else {
-            let mut response = respond::error_code(
-                StatusCode::SERVICE_UNAVAILABLE,
+            return respond::unavailable(
                 None,
-                REFUSED,
                 format!(
                     "too many requests in flight (at most {}); try again later",
                     config.max_requests_in_flight
                 ),
+                "1",
             );
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return response;
         };
         let Some(guard) = &config.guard else {
             self.maybe_sweep().await;
@@ -395,16 +391,7 @@ impl McpService {
         let principal = parts.extensions.get::<Principal>().cloned();
         let peer = peer_of(&parts).map(|p| p.ip());
         let Some(session) = self.shared.open(principal, peer).await else {
-            let mut response = respond::error_code(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(id),
-                REFUSED,
-                "too many sessions; try again later",
-            );
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            return response;
+            return too_many_sessions(Some(id));
         };
         let handler = self.app.open_session(LegacySession {
             inner: session.clone(),
@@ -440,6 +427,11 @@ impl McpService {
         match decision {
             Ok(Decision::Json(body)) => respond::json(StatusCode::OK, body),
             Ok(Decision::Sse { first, rx }) => self.sse(session, first, rx),
+            Ok(Decision::Unavailable(id)) => respond::unavailable(
+                id,
+                "the server cannot serve this request now; try again later",
+                "1",
+            ),
             Err(_) => {
                 respond::error_code(StatusCode::NOT_FOUND, None, REFUSED, "the session ended")
             }
@@ -487,8 +479,9 @@ impl McpService {
         ))
     }
 
-    /// The session a request names, or the response refusing it.
-    fn session_of(
+    /// The session a request names (adopted from the application when this endpoint does not
+    /// hold it), or the response refusing it.
+    async fn session_of(
         &self,
         parts: &http::request::Parts,
     ) -> Result<Arc<Session>, Box<Response<ResponseBody>>> {
@@ -501,19 +494,33 @@ impl McpService {
             )));
         };
         let principal = parts.extensions.get::<Principal>();
-        // A session of the deprecated HTTP+SSE transport is not one of these paths' sessions
-        // (finding 19): its answers go on its own stream, so a POST here would never complete.
+        let peer = peer_of(parts).map(|p| p.ip());
         let found = self
             .shared
-            .find(id, principal)
-            .filter(|session| !session.is_old_transport());
-        found.ok_or_else(|| {
-            Box::new(respond::error_code(
-                StatusCode::NOT_FOUND,
-                None,
-                REFUSED,
-                "Session not found",
-            ))
+            .find_or_adopt(&self.app, id, principal, peer)
+            .await
+            // A session of the deprecated HTTP+SSE transport is not one of these paths'
+            // sessions (finding 19): its answers go on its own stream, so a POST here would
+            // never complete.
+            .and_then(|session| {
+                if session.is_old_transport() {
+                    Err(Missing::NotFound)
+                } else {
+                    Ok(session)
+                }
+            });
+        found.map_err(|missing| {
+            Box::new(match missing {
+                Missing::NotFound => {
+                    respond::error_code(StatusCode::NOT_FOUND, None, REFUSED, "Session not found")
+                }
+                Missing::Unavailable => respond::unavailable(
+                    None,
+                    "the session cannot be reached now; try again later",
+                    "1",
+                ),
+                Missing::Full => too_many_sessions(None),
+            })
         })
     }
 
@@ -539,7 +546,7 @@ impl McpService {
                 ),
             );
         }
-        let session = match self.session_of(&parts) {
+        let session = match self.session_of(&parts).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -615,7 +622,7 @@ impl McpService {
                 "Accept must list text/event-stream",
             );
         }
-        let session = match self.session_of(&parts) {
+        let session = match self.session_of(&parts).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -656,7 +663,7 @@ impl McpService {
         if !self.shared.config.allow_delete {
             return respond::not_allowed("GET, POST");
         }
-        let session = match self.session_of(&parts) {
+        let session = match self.session_of(&parts).await {
             Ok(session) => session,
             Err(refused) => return *refused,
         };
@@ -769,6 +776,11 @@ fn accepts(headers: &http::HeaderMap, types: &[&str]) -> bool {
                     .is_some_and(|m| m.eq_ignore_ascii_case(main))
         })
     })
+}
+
+/// 503 for a session the table has no room for (`Retry-After: 5`).
+fn too_many_sessions(id: Option<RequestId>) -> Response<ResponseBody> {
+    respond::unavailable(id, "too many sessions; try again later", "5")
 }
 
 /// 403 for a request the `Host`/`Origin` or peer checks refused.
@@ -899,7 +911,7 @@ pub(super) mod tests {
     impl LegacyHandler for Unreached {
         fn input(&self, _input: Incoming, _context: RequestContext) {}
         fn abandoned(&self, _id: RequestId) {}
-        fn closed(&self) {}
+        fn closed(&self, _reason: crate::server::Closed) {}
     }
 
     impl McpApp for Unreached {
@@ -1283,5 +1295,572 @@ pub(super) mod tests {
         assert_eq!(service.table_sizes().await.in_flight, 0);
         let response = service.handle(list("localhost", Some("127.0.0.1:1"))).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+}
+
+/// Adoption (`McpApp::adopt_session`), `Closed::{Ended, Forgotten}` and the 503 paths, with an
+/// application whose "store" says of each session id: held (at a version, for a principal),
+/// unknown, or unreachable.
+#[cfg(test)]
+mod adoption_tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use http_body_util::BodyExt;
+    use modelctx_types::ProtocolVersion;
+
+    use super::*;
+    use crate::server::{
+        Adopted, Closed, LegacyHandler, LegacySession, ModernRequest, Unavailable,
+    };
+
+    /// What the application's shared state says of a session id.
+    #[derive(Clone)]
+    enum Stored {
+        Held(Adopted),
+        Down,
+    }
+
+    #[derive(Default)]
+    struct Records {
+        /// Absent: unknown.
+        stored: Mutex<HashMap<String, Stored>>,
+        /// The principal of each `adopt_session` call.
+        asked: Mutex<Vec<Option<Principal>>>,
+        sessions: Mutex<Vec<LegacySession>>,
+        inputs: Mutex<Vec<Message>>,
+        closed: Mutex<Vec<(String, Closed)>>,
+        /// Answer `initialize` with 503 (`LegacySession::unavailable`).
+        refuse_initialize: std::sync::atomic::AtomicBool,
+    }
+
+    /// The application; `adopt_session` waits while `open` is false.
+    struct Fleet {
+        records: Arc<Records>,
+        open: tokio::sync::watch::Sender<bool>,
+    }
+
+    impl Fleet {
+        fn new() -> Arc<Fleet> {
+            Arc::new(Fleet {
+                records: Arc::default(),
+                open: tokio::sync::watch::Sender::new(true),
+            })
+        }
+
+        fn store(&self, id: &str, stored: Stored) {
+            self.records
+                .stored
+                .lock()
+                .unwrap()
+                .insert(id.to_owned(), stored);
+        }
+
+        fn asked(&self) -> usize {
+            self.records.asked.lock().unwrap().len()
+        }
+
+        fn closed(&self) -> Vec<(String, Closed)> {
+            self.records.closed.lock().unwrap().clone()
+        }
+
+        fn opened(&self) -> Vec<LegacySession> {
+            self.records.sessions.lock().unwrap().clone()
+        }
+    }
+
+    struct Handler {
+        session: LegacySession,
+        records: Arc<Records>,
+    }
+
+    impl LegacyHandler for Handler {
+        /// `initialize` is answered (or refused with 503), `ping` answered, `unavailable`
+        /// refused with 503; anything else recorded and left waiting.
+        fn input(&self, input: Incoming, _context: RequestContext) {
+            let Incoming::Single(message) = input else {
+                return;
+            };
+            self.records.inputs.lock().unwrap().push(message.clone());
+            let Message::Request(request) = message else {
+                return;
+            };
+            let session = self.session.clone();
+            let id = request.id.clone();
+            let result = match request.method.as_str() {
+                "initialize" if self.records.refuse_initialize.load(Ordering::SeqCst) => {
+                    tokio::spawn(async move { session.unavailable(&[id]).await });
+                    return;
+                }
+                "initialize" => {
+                    r#"{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"t","version":"0"}}"#
+                }
+                "ping" => "{}",
+                "unavailable" => {
+                    tokio::spawn(async move { session.unavailable(&[id]).await });
+                    return;
+                }
+                _ => return,
+            };
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#,
+                serde_json::to_string(&request.id).unwrap()
+            );
+            let Ok(Incoming::Single(response)) = modelctx_types::decode(text.as_bytes()) else {
+                panic!("not a response: {text}");
+            };
+            tokio::spawn(async move { session.send(response, Some(id)).await });
+        }
+
+        fn abandoned(&self, _id: RequestId) {}
+
+        /// Ended: the shared state goes (as a shared store's would); forgotten: it stays.
+        fn closed(&self, reason: Closed) {
+            let id = self.session.id().to_owned();
+            if reason == Closed::Ended {
+                self.records.stored.lock().unwrap().remove(&id);
+            }
+            self.records.closed.lock().unwrap().push((id, reason));
+        }
+    }
+
+    impl McpApp for Fleet {
+        fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+            self.records.sessions.lock().unwrap().push(session.clone());
+            Arc::new(Handler {
+                session,
+                records: self.records.clone(),
+            })
+        }
+
+        fn modern(&self, _request: ModernRequest) {}
+
+        fn adopt_session<'a>(
+            &'a self,
+            id: &'a str,
+            principal: Option<&'a Principal>,
+        ) -> BoxFuture<'a, Result<Option<Adopted>, Unavailable>> {
+            Box::pin(async move {
+                self.records.asked.lock().unwrap().push(principal.cloned());
+                let _ = self.open.subscribe().wait_for(|open| *open).await;
+                match self.records.stored.lock().unwrap().get(id).cloned() {
+                    Some(Stored::Held(adopted)) => Ok(Some(adopted)),
+                    Some(Stored::Down) => Err(Unavailable::new("the store is unreachable")),
+                    None => Ok(None),
+                }
+            })
+        }
+    }
+
+    /// A session id of this transport's shape that this endpoint never gave out.
+    const ELSEWHERE: &str = "0123456789abcdef0123456789abcdef";
+    const OTHER: &str = "fedcba9876543210fedcba9876543210";
+
+    fn held(principal: Option<&str>) -> Stored {
+        Stored::Held(Adopted::new(
+            ProtocolVersion::V2025_11_25,
+            principal.map(|p| Principal(p.to_owned())),
+        ))
+    }
+
+    fn service(app: &Arc<Fleet>, config: ServerConfig) -> McpService {
+        let config = ServerConfig {
+            keep_alive: None,
+            ..config
+        };
+        McpService::new(config, app.clone()).unwrap()
+    }
+
+    /// A request of `method` on session `session` (2025-11-25), as `principal`.
+    fn on(method: &str, session: &str, body: &str, principal: Option<&str>) -> Request<String> {
+        let mut request = Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header("host", "127.0.0.1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .extension(PeerAddr("127.0.0.1:50000".parse().unwrap()))
+            .body(body.to_owned())
+            .unwrap();
+        if let Some(principal) = principal {
+            request
+                .extensions_mut()
+                .insert(Principal(principal.to_owned()));
+        }
+        request
+    }
+
+    fn call(id: i64, method: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}"}}"#)
+    }
+
+    const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+    fn initialize() -> Request<String> {
+        let mut request = on(
+            "POST",
+            "",
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+            None,
+        );
+        request.headers_mut().remove(MCP_SESSION_ID);
+        request
+    }
+
+    async fn within<F: std::future::Future>(future: F) -> F::Output {
+        tokio::time::timeout(Duration::from_secs(10), future)
+            .await
+            .expect("timed out")
+    }
+
+    async fn json(response: Response<ResponseBody>) -> serde_json::Value {
+        let body = within(response.into_body().collect())
+            .await
+            .unwrap()
+            .to_bytes();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A 503 for a session: `Retry-After`, and a JSON-RPC error (-32000) naming `id`.
+    async fn is_unavailable(response: Response<ResponseBody>, retry: &str, id: serde_json::Value) {
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], retry);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let body = json(response).await;
+        assert_eq!(body["jsonrpc"], "2.0", "{body}");
+        assert_eq!(body["error"]["code"], -32000, "{body}");
+        assert_eq!(body["id"], id, "{body}");
+    }
+
+    /// A POST for a session this endpoint does not hold is served once the application adopts
+    /// it: the session is in the table with its handshake done (the handshake timeout does not
+    /// end it), its version and the adopted mark; later requests find it without asking again.
+    #[tokio::test]
+    async fn a_session_the_application_adopts_is_served() {
+        let app = Fleet::new();
+        app.store(ELSEWHERE, held(None));
+        let service = service(
+            &app,
+            ServerConfig {
+                handshake_timeout: Duration::ZERO,
+                ..ServerConfig::default()
+            },
+        );
+        let response = within(service.handle(on("POST", ELSEWHERE, &call(1, "ping"), None))).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(json(response).await["id"], 1);
+        assert_eq!(app.asked(), 1);
+        let opened = app.opened();
+        assert_eq!(opened.len(), 1);
+        assert_eq!(opened[0].id(), ELSEWHERE);
+        assert!(opened[0].is_adopted());
+        assert_eq!(
+            opened[0].inner.version().await,
+            Some(ProtocolVersion::V2025_11_25)
+        );
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.adopted), (1, 1));
+        // Its handshake is done: the sweep does not end it for that.
+        service.end_idle_sessions().await;
+        let note = within(service.handle(on("POST", ELSEWHERE, NOTE, None))).await;
+        assert_eq!(note.status(), StatusCode::ACCEPTED);
+        let again = within(service.handle(on("POST", ELSEWHERE, &call(2, "ping"), None))).await;
+        assert_eq!(json(again).await["id"], 2);
+        assert_eq!(app.asked(), 1, "held here now: not asked again");
+        assert!(app.closed().is_empty());
+        // A session opened here is not adopted.
+        let local = within(service.handle(initialize())).await;
+        assert_eq!(local.status(), StatusCode::OK);
+        assert!(!app.opened()[1].is_adopted());
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.adopted), (2, 1));
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// `Ok(None)`: 404 as for any unknown session, on POST, GET and DELETE; `Err`: 503 with
+    /// `Retry-After: 1` and a JSON-RPC error; an id of another shape is not even asked about.
+    #[tokio::test]
+    async fn an_unknown_session_is_404_and_an_unreachable_one_503() {
+        let app = Fleet::new();
+        let service = service(&app, ServerConfig::default());
+        for (method, body) in [
+            ("POST", call(1, "ping")),
+            ("GET", String::new()),
+            ("DELETE", String::new()),
+        ] {
+            let response = within(service.handle(on(method, ELSEWHERE, &body, None))).await;
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{method}");
+            assert_eq!(
+                json(response).await["error"]["message"],
+                "Session not found"
+            );
+        }
+        assert_eq!(app.asked(), 3);
+        app.store(ELSEWHERE, Stored::Down);
+        for (method, body) in [
+            ("POST", call(1, "ping")),
+            ("GET", String::new()),
+            ("DELETE", String::new()),
+        ] {
+            let response = within(service.handle(on(method, ELSEWHERE, &body, None))).await;
+            is_unavailable(response, "1", serde_json::Value::Null).await;
+        }
+        assert_eq!(app.asked(), 6);
+        let junk =
+            within(service.handle(on("POST", "not-one-of-ours", &call(1, "ping"), None))).await;
+        assert_eq!(junk.status(), StatusCode::NOT_FOUND);
+        assert_eq!(app.asked(), 6, "not asked");
+        assert!(app.opened().is_empty());
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// An adopted session is bound to the principal the application recorded, by the same
+    /// rule as a session opened here: another principal (or none) gets 404 and nothing is
+    /// adopted; the application is told the request's principal.
+    #[tokio::test]
+    async fn an_adopted_session_keeps_its_principal() {
+        let app = Fleet::new();
+        app.store(ELSEWHERE, held(Some("alice")));
+        let service = service(&app, ServerConfig::default());
+        for principal in [Some("bob"), None] {
+            let response =
+                within(service.handle(on("POST", ELSEWHERE, &call(1, "ping"), principal))).await;
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{principal:?}");
+        }
+        assert!(app.opened().is_empty());
+        assert!(service.table_sizes().await.is_empty());
+        let alice =
+            within(service.handle(on("POST", ELSEWHERE, &call(1, "ping"), Some("alice")))).await;
+        assert_eq!(alice.status(), StatusCode::OK);
+        assert_eq!(
+            app.opened()[0].principal(),
+            Some(&Principal("alice".into()))
+        );
+        // Held here now: bob is refused by the table itself, without asking.
+        let bob =
+            within(service.handle(on("POST", ELSEWHERE, &call(2, "ping"), Some("bob")))).await;
+        assert_eq!(bob.status(), StatusCode::NOT_FOUND);
+        let asked = app.records.asked.lock().unwrap().clone();
+        assert_eq!(
+            asked,
+            [
+                Some(Principal("bob".into())),
+                None,
+                Some(Principal("alice".into()))
+            ]
+        );
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// The idle sweep only forgets an adopted session (`Closed::Forgotten`: its events and
+    /// shared state stay, and the next request adopts it again); DELETE ends it
+    /// (`Closed::Ended`: its events leave the store). A session opened here ends when idle.
+    #[tokio::test]
+    async fn the_sweep_forgets_an_adopted_session_and_delete_ends_it() {
+        let app = Fleet::new();
+        app.store(ELSEWHERE, held(None));
+        let service = service(
+            &app,
+            ServerConfig {
+                session_idle_timeout: Duration::ZERO,
+                ..ServerConfig::default()
+            },
+        );
+        let events = service.config().event_store.clone();
+        // Adopted by a GET: its standalone stream's priming event goes in the store.
+        let stream = within(service.handle(on("GET", ELSEWHERE, "", None))).await;
+        assert_eq!(stream.status(), StatusCode::OK);
+        let mut body = stream.into_body();
+        let first = within(body.frame()).await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(first.data_ref().unwrap()).contains("id: "));
+        drop(body);
+        let local = within(service.handle(initialize())).await;
+        let local = local.headers()[MCP_SESSION_ID].to_str().unwrap().to_owned();
+        assert_eq!(service.table_sizes().await.adopted, 1);
+
+        service.end_idle_sessions().await;
+        let mut closed = app.closed();
+        closed.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut expected = vec![
+            (ELSEWHERE.to_owned(), Closed::Forgotten),
+            (local, Closed::Ended),
+        ];
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(closed, expected);
+        assert!(service.table_sizes().await.is_empty());
+        assert!(
+            !events.sizes().await.unwrap().is_empty(),
+            "the forgotten one's events stay"
+        );
+
+        // The next request adopts it again; DELETE ends it, events and all.
+        let ping = within(service.handle(on("POST", ELSEWHERE, &call(1, "ping"), None))).await;
+        assert_eq!(ping.status(), StatusCode::OK);
+        assert_eq!(app.asked(), 2);
+        let delete = within(service.handle(on("DELETE", ELSEWHERE, "", None))).await;
+        assert_eq!(delete.status(), StatusCode::OK);
+        assert_eq!(
+            app.closed().last(),
+            Some(&(ELSEWHERE.to_owned(), Closed::Ended))
+        );
+        assert!(service.table_sizes().await.is_empty());
+        assert!(
+            events.sizes().await.unwrap().is_empty(),
+            "ended: its events are gone"
+        );
+        let gone = within(service.handle(on("POST", ELSEWHERE, &call(2, "ping"), None))).await;
+        assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+    }
+
+    /// Adopted sessions count against `max_sessions`: a busy one refuses a new session and
+    /// another adoption (503, whose handler is told it was forgotten); once idle, it is the one
+    /// evicted to make room, and eviction only forgets it.
+    #[tokio::test]
+    async fn adopted_sessions_count_against_max_sessions() {
+        let app = Fleet::new();
+        app.store(ELSEWHERE, held(None));
+        app.store(OTHER, held(None));
+        let service = service(
+            &app,
+            ServerConfig {
+                max_sessions: 1,
+                ..ServerConfig::default()
+            },
+        );
+        let busy = tokio::spawn({
+            let service = service.clone();
+            let request = on("POST", ELSEWHERE, &call(1, "tools/call"), None);
+            async move { service.handle(request).await }
+        });
+        within(async {
+            while app.records.inputs.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        let refused = within(service.handle(initialize())).await;
+        is_unavailable(refused, "5", 0.into()).await;
+        let other = within(service.handle(on("POST", OTHER, &call(2, "ping"), None))).await;
+        is_unavailable(other, "5", serde_json::Value::Null).await;
+        assert_eq!(app.closed(), [(OTHER.to_owned(), Closed::Forgotten)]);
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.adopted, sizes.requests), (1, 1, 1));
+        // Its client goes away: idle, it is let go to make room, and only forgotten.
+        busy.abort();
+        let _ = busy.await;
+        let opened = within(service.handle(initialize())).await;
+        assert_eq!(opened.status(), StatusCode::OK);
+        assert_eq!(
+            app.closed(),
+            [
+                (OTHER.to_owned(), Closed::Forgotten),
+                (ELSEWHERE.to_owned(), Closed::Forgotten)
+            ]
+        );
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.adopted), (1, 0));
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+        assert!(
+            app.records.stored.lock().unwrap().len() == 2,
+            "forgotten, not ended: the shared state stays"
+        );
+    }
+
+    /// Shutdown ends the sessions opened here and forgets the adopted ones.
+    #[tokio::test]
+    async fn shutdown_forgets_adopted_sessions() {
+        let app = Fleet::new();
+        app.store(ELSEWHERE, held(None));
+        let service = service(&app, ServerConfig::default());
+        let ping = within(service.handle(on("POST", ELSEWHERE, &call(1, "ping"), None))).await;
+        assert_eq!(ping.status(), StatusCode::OK);
+        let local = within(service.handle(initialize())).await;
+        let local = local.headers()[MCP_SESSION_ID].to_str().unwrap().to_owned();
+        service.close_all().await;
+        let mut closed = app.closed();
+        closed.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut expected = vec![
+            (ELSEWHERE.to_owned(), Closed::Forgotten),
+            (local, Closed::Ended),
+        ];
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(closed, expected);
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// `LegacySession::unavailable`: the application answers a registered POST with 503 and
+    /// `Retry-After: 1` (naming its request); the request leaves the table. An `initialize`
+    /// answered so gets no session id, and its session ends.
+    #[tokio::test]
+    async fn the_application_answers_a_registered_post_with_503() {
+        let app = Fleet::new();
+        app.store(ELSEWHERE, held(None));
+        let service = service(&app, ServerConfig::default());
+        let refused =
+            within(service.handle(on("POST", ELSEWHERE, &call(7, "unavailable"), None))).await;
+        is_unavailable(refused, "1", 7.into()).await;
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.streams, sizes.requests), (1, 0, 0));
+        // Nothing in flight: nothing to answer.
+        assert!(!app.opened()[0].unavailable(&[RequestId::from(8)]).await);
+        // The session goes on.
+        let ping = within(service.handle(on("POST", ELSEWHERE, &call(8, "ping"), None))).await;
+        assert_eq!(json(ping).await["id"], 8);
+
+        app.records.refuse_initialize.store(true, Ordering::SeqCst);
+        let refused = within(service.handle(initialize())).await;
+        assert!(refused.headers().get(MCP_SESSION_ID).is_none());
+        is_unavailable(refused, "1", 0.into()).await;
+        let opened = app.opened();
+        let initialized = opened.last().unwrap().id().to_owned();
+        assert_eq!(app.closed(), [(initialized, Closed::Ended)]);
+        let sizes = service.table_sizes().await;
+        assert_eq!((sizes.sessions, sizes.adopted), (1, 1));
+        service.close_all().await;
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Concurrent requests for one session the endpoint does not hold share one adoption: the
+    /// application is asked once, opens one handler, and every request gets its outcome
+    /// (served, or 503 when the state was unreachable).
+    #[tokio::test]
+    async fn concurrent_requests_share_one_adoption() {
+        for (stored, status) in [
+            (held(None), StatusCode::OK),
+            (Stored::Down, StatusCode::SERVICE_UNAVAILABLE),
+        ] {
+            let app = Fleet::new();
+            app.store(ELSEWHERE, stored);
+            let service = service(&app, ServerConfig::default());
+            app.open.send_replace(false);
+            let posts: Vec<_> = (1..=3)
+                .map(|n| {
+                    let service = service.clone();
+                    let request = on("POST", ELSEWHERE, &call(n, "ping"), None);
+                    tokio::spawn(async move { service.handle(request).await })
+                })
+                .collect();
+            within(async {
+                while app.asked() == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(app.asked(), 1, "the others wait");
+            app.open.send_replace(true);
+            for post in posts {
+                assert_eq!(within(post).await.unwrap().status(), status);
+            }
+            assert_eq!(app.asked(), 1);
+            assert_eq!(app.opened().len(), usize::from(status == StatusCode::OK));
+            service.close_all().await;
+            assert!(service.table_sizes().await.is_empty());
+        }
     }
 }
