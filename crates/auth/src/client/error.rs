@@ -254,6 +254,13 @@ pub enum Error {
         /// The challenge's `error_description`, if any.
         description: Option<String>,
     },
+    /// The client's [`TokenStore`](super::TokenStore) could not load or save a record.
+    #[error("{source}")]
+    Store {
+        /// The store's error.
+        #[source]
+        source: super::StoreError,
+    },
     /// A request that may not involve the user (the `DELETE` that closes a session) needs
     /// a new authorization: only a refresh could have been tried.
     #[error("authorizing {resource} needs the user, and this request may not involve them")]
@@ -281,7 +288,8 @@ impl Error {
             | Error::InvalidSetting { .. }
             | Error::UnsupportedKey { .. }
             | Error::NoClientIdentity { .. }
-            | Error::NoAuthMethod { .. } => AuthFailureKind::Misconfigured,
+            | Error::NoAuthMethod { .. }
+            | Error::Store { .. } => AuthFailureKind::Misconfigured,
             Error::ResourceMismatch { .. }
             | Error::Metadata { .. }
             | Error::InsecureEndpoint { .. } => AuthFailureKind::Server,

@@ -126,6 +126,7 @@ struct Inner {
     // The authorizer's settings and state (session.rs).
     handler: Option<Arc<dyn AuthorizationHandler>>,
     max_step_ups: u32,
+    store: Arc<dyn TokenStore>,
     session: session::Session,
 }
 
@@ -140,6 +141,7 @@ impl fmt::Debug for OAuth {
             .field("flow_timeout", &self.inner.flow_timeout)
             .field("handler", &self.inner.handler)
             .field("max_step_ups", &self.inner.max_step_ups)
+            .field("store", &self.inner.store)
             .finish_non_exhaustive()
     }
 }
@@ -160,6 +162,7 @@ pub struct OAuthBuilder {
     // The authorizer's settings (session.rs).
     handler: Option<Arc<dyn AuthorizationHandler>>,
     max_step_ups: u32,
+    store: Option<Arc<dyn TokenStore>>,
 }
 
 impl OAuth {
@@ -180,6 +183,7 @@ impl OAuth {
             flow_timeout: DEFAULT_FLOW_TIMEOUT,
             handler: None,
             max_step_ups: DEFAULT_MAX_STEP_UPS,
+            store: None,
         }
     }
 
@@ -360,6 +364,14 @@ impl OAuthBuilder {
         self
     }
 
+    /// Where the client keeps its tokens (per issuer and resource) and its dynamic
+    /// registrations (per issuer): saved when got, loaded when a request's URL has none in
+    /// memory yet. Default: a [`MemoryStore`] of its own (nothing outlives the process).
+    pub fn store(mut self, store: Arc<dyn TokenStore>) -> OAuthBuilder {
+        self.store = Some(store);
+        self
+    }
+
     /// The client, once its settings are checked: redirect URIs (https, or http on loopback),
     /// the client ID metadata document URL (https with a path), pre-registered clients (a
     /// forced method with the credentials it needs); else [`Error::InvalidSetting`].
@@ -392,6 +404,7 @@ impl OAuthBuilder {
                 flow_timeout: self.flow_timeout,
                 handler: self.handler,
                 max_step_ups: self.max_step_ups,
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 session: session::Session::default(),
             }),
         })

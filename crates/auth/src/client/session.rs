@@ -31,7 +31,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{ACCEPT, AUTHORIZATION};
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
@@ -43,7 +43,7 @@ use super::challenge::Challenges;
 use super::error::remote_text;
 use super::prm::ServerUrl;
 use super::token::{TokenType, Tokens};
-use super::{Discovery, Error, OAuth};
+use super::{Discovery, Error, OAuth, StoreKey, Stored, TokenRecord};
 use crate::fetch::FetchRequest;
 
 /// The default of [`OAuthBuilder::max_step_ups`](super::OAuthBuilder::max_step_ups): 2.
@@ -223,8 +223,8 @@ impl Entry {
             .map(|c| c.tokens.resource.clone())
     }
 
-    // The token seam: every change of a resource's tokens goes through `install`, `forget`
-    // and `drop_refresh_token` (a `TokenStore` keeps them there).
+    // Every change of a resource's tokens goes through `install`, `adopt`, `forget` and
+    // `drop_refresh_token`; `OAuth::keep` and `OAuth::unkeep` mirror them in the `TokenStore`.
 
     /// Makes `tokens`, asked for `requested` through `discovery`, the current ones.
     fn install(&self, tokens: Tokens, requested: Vec<String>, discovery: Discovery) {
@@ -236,6 +236,20 @@ impl Entry {
         });
         state.discovery = Some(discovery);
         state.generation += 1;
+    }
+
+    /// Makes stored tokens the current ones when there are none (their discovery is made again
+    /// when needed).
+    fn adopt(&self, tokens: Tokens, requested: Vec<String>) {
+        let mut state = self.state();
+        if state.current.is_none() {
+            state.current = Some(Current {
+                tokens,
+                requested,
+                obtained: SystemTime::now(),
+            });
+            state.generation += 1;
+        }
     }
 
     /// Forgets the tokens (the client's registrations at the authorization servers stay).
@@ -287,6 +301,54 @@ fn union(first: &[String], more: &[String]) -> Vec<String> {
 /// Whether `error` is the token endpoint's `invalid_grant` (a refresh token it no longer takes).
 fn is_invalid_grant(error: &Error) -> bool {
     matches!(error, Error::TokenRefused { error: Some(e), .. } if e == "invalid_grant")
+}
+
+/// The store's record of `tokens`, asked for `requested`.
+fn record_of(tokens: &Tokens, requested: &[String]) -> TokenRecord {
+    let token_type = match tokens.token_type {
+        TokenType::Bearer => "Bearer",
+        TokenType::Dpop => "DPoP",
+    };
+    let mut record = TokenRecord::new(tokens.access_token.clone(), token_type);
+    record.expires_at = tokens
+        .expires_at
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_secs());
+    record.refresh_token = tokens.refresh_token.clone();
+    record.scopes_requested = requested.to_vec();
+    record.scopes_granted = tokens.scopes.clone();
+    record
+}
+
+/// The tokens (and the scopes asked for them) of a stored record; `None` for a record the
+/// client cannot use (an unknown token type).
+fn tokens_of(record: TokenRecord, issuer: &str, resource: &str) -> Option<(Tokens, Vec<String>)> {
+    let token_type = if record.token_type.eq_ignore_ascii_case("bearer") {
+        TokenType::Bearer
+    } else if record.token_type.eq_ignore_ascii_case("dpop") {
+        TokenType::Dpop
+    } else {
+        return None;
+    };
+    let tokens = Tokens {
+        access_token: record.access_token,
+        token_type,
+        expires_at: record
+            .expires_at
+            .and_then(|s| UNIX_EPOCH.checked_add(Duration::from_secs(s))),
+        refresh_token: record.refresh_token,
+        scopes: record.scopes_granted,
+        issuer: issuer.to_owned(),
+        resource: resource.to_owned(),
+    };
+    Some((tokens, record.scopes_requested))
+}
+
+/// Logs a store failure of the authorizer's (the tokens stay in memory for this process).
+fn logged(result: Result<(), Error>) {
+    if let Err(error) = result {
+        tracing::warn!(%error, "tokens could not be stored");
+    }
 }
 
 /// A parameter of a `Bearer` or `DPoP` challenge, cut and escaped.
@@ -393,8 +455,106 @@ impl OAuth {
         let scopes = discovery.scopes();
         let _flight = entry.flight.lock().await;
         let tokens = self.obtain(&discovery, &scopes, true).await?;
-        entry.install(tokens.clone(), scopes, discovery);
+        self.keep(&entry, tokens.clone(), scopes, discovery).await?;
         Ok(Some(tokens))
+    }
+
+    /// Makes `tokens` `entry`'s current ones and saves them in the store.
+    async fn keep(
+        &self,
+        entry: &Entry,
+        tokens: Tokens,
+        requested: Vec<String>,
+        discovery: Discovery,
+    ) -> Result<(), Error> {
+        let key = StoreKey::tokens(&tokens.issuer, &tokens.resource);
+        let record = Stored::Tokens(record_of(&tokens, &requested));
+        entry.install(tokens, requested, discovery);
+        self.inner
+            .store
+            .save(&key, &record)
+            .await
+            .map_err(|source| Error::Store { source })
+    }
+
+    /// Forgets `entry`'s tokens, in the store too.
+    async fn unkeep(&self, entry: &Entry) -> Result<(), Error> {
+        let key = entry
+            .state()
+            .current
+            .as_ref()
+            .map(|c| StoreKey::tokens(&c.tokens.issuer, &c.tokens.resource));
+        entry.forget();
+        match key {
+            Some(key) => {
+                (self.inner.store.remove(&key).await).map_err(|source| Error::Store { source })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets `entry`'s refresh token, in the store too.
+    async fn drop_refresh_token(&self, entry: &Entry) -> Result<(), Error> {
+        entry.drop_refresh_token();
+        let Some(current) = entry.state().current.clone() else {
+            return Ok(());
+        };
+        let key = StoreKey::tokens(&current.tokens.issuer, &current.tokens.resource);
+        let record = Stored::Tokens(record_of(&current.tokens, &current.requested));
+        (self.inner.store.save(&key, &record).await).map_err(|source| Error::Store { source })
+    }
+
+    /// The stored tokens of `issuer` for `resource`, when they are not `known` (another process
+    /// got new ones).
+    async fn stored_other_than(
+        &self,
+        known: &Tokens,
+    ) -> Result<Option<(Tokens, Vec<String>)>, Error> {
+        let key = StoreKey::tokens(&known.issuer, &known.resource);
+        match self.inner.store.load(&key).await {
+            Ok(Some(Stored::Tokens(record))) if record.access_token != known.access_token => {
+                Ok(tokens_of(record, &known.issuer, &known.resource))
+            }
+            Ok(_) => Ok(None),
+            Err(source) => Err(Error::Store { source }),
+        }
+    }
+
+    /// An entry for a request to `uri` made of stored tokens whose resource covers it (kept by
+    /// an earlier run), if the store has any.
+    async fn load_stored(&self, uri: &Uri) -> Result<Option<Arc<Entry>>, Error> {
+        let Ok(server) = ServerUrl::parse(&url_key(uri)) else {
+            return Ok(None);
+        };
+        let store = &self.inner.store;
+        let keys = store
+            .list()
+            .await
+            .map_err(|source| Error::Store { source })?;
+        for key in keys {
+            let StoreKey::Tokens { issuer, resource } = &key else {
+                continue;
+            };
+            if !server.is_covered_by(resource) {
+                continue;
+            }
+            let record = match store.load(&key).await {
+                Ok(Some(Stored::Tokens(record))) => record,
+                Ok(_) => continue,
+                Err(source) => return Err(Error::Store { source }),
+            };
+            let Some((tokens, requested)) = tokens_of(record, issuer, resource) else {
+                continue;
+            };
+            let entry = self
+                .inner
+                .session
+                .entry_for(uri, true)
+                .expect("created when missing");
+            entry.adopt(tokens, requested);
+            return Ok(Some(entry));
+        }
+        Ok(None)
     }
 
     /// The latest `DPoP-Nonce` a server at the origin of `url` sent (RFC 9449 section 8), for
@@ -481,15 +641,23 @@ impl OAuth {
             }
             (state.current.clone(), state.discovery.clone())
         };
-        let (Some(current), Some(discovery)) = (current, discovery) else {
+        let Some(current) = current else {
             return;
         };
+        let discovery = match discovery {
+            Some(discovery) => discovery,
+            // Tokens from the store: their authorization server is found again.
+            None => match self.discover(&entry.url, &Challenges::default()).await {
+                Ok(found) if found.auth_server.issuer == current.tokens.issuer => found,
+                _ => return,
+            },
+        };
         match self.refresh(&discovery, &current.tokens).await {
-            Ok(tokens) => entry.install(tokens, current.requested, discovery),
+            Ok(tokens) => logged(self.keep(entry, tokens, current.requested, discovery).await),
             Err(error) => {
                 tracing::debug!(url = %entry.url, %error, "refresh before expiry failed");
                 if is_invalid_grant(&error) {
-                    entry.drop_refresh_token();
+                    logged(self.drop_refresh_token(entry).await);
                 }
             }
         }
@@ -522,7 +690,11 @@ impl OAuth {
     async fn give(&self, request: &Outgoing<'_>) -> Result<Credentials, AuthFailure> {
         let session = &self.inner.session;
         let ticket = session.next_ticket.fetch_add(1, Ordering::Relaxed);
-        let Some(entry) = session.entry_for(request.uri, false) else {
+        let entry = match session.entry_for(request.uri, false) {
+            Some(entry) => Some(entry),
+            None => self.load_stored(request.uri).await?,
+        };
+        let Some(entry) = entry else {
             session.record(
                 ticket,
                 Ticket {
@@ -650,7 +822,7 @@ impl OAuth {
                     None => self.discover(&url, &challenges).await?,
                 };
                 let tokens = self.obtain(&discovery, &needed, interactive).await?;
-                entry.install(tokens, needed.clone(), discovery);
+                logged(self.keep(&entry, tokens, needed.clone(), discovery).await);
                 Ok(Action::StepUp)
             };
             self.fly(&entry, generation, flights, job).await?
@@ -681,10 +853,10 @@ impl OAuth {
                     }
                     tracing::debug!(%url, from = %issuer, to = %discovery.auth_server.issuer,
                         "the server moved to another authorization server");
-                    entry.forget();
+                    logged(self.unkeep(&entry).await);
                     let scopes = discovery.scopes();
                     let tokens = self.obtain(&discovery, &scopes, interactive).await?;
-                    entry.install(tokens, scopes, discovery);
+                    logged(self.keep(&entry, tokens, scopes, discovery).await);
                     return Ok(Action::Migrate);
                 }
                 if fresh {
@@ -703,19 +875,27 @@ impl OAuth {
                 if current.tokens.refresh_token.is_some() {
                     match self.refresh(&own, &current.tokens).await {
                         Ok(tokens) => {
-                            entry.install(tokens, current.requested.clone(), own);
+                            let requested = current.requested.clone();
+                            logged(self.keep(&entry, tokens, requested, own).await);
                             return Ok(Action::Refresh);
                         }
                         Err(error) if is_invalid_grant(&error) => {
+                            // Another process sharing the store may have rotated it.
+                            if let Some((tokens, requested)) =
+                                self.stored_other_than(&current.tokens).await?
+                            {
+                                entry.install(tokens, requested, own);
+                                return Ok(Action::Refresh);
+                            }
                             tracing::debug!(%url, "refresh token refused: authorizing again");
-                            entry.drop_refresh_token();
+                            logged(self.drop_refresh_token(&entry).await);
                         }
                         Err(error) => return Err(error),
                     }
                 }
                 let scopes = union(&current.requested, &own.scopes());
                 let tokens = self.obtain(&own, &scopes, interactive).await?;
-                entry.install(tokens, scopes, own);
+                logged(self.keep(&entry, tokens, scopes, own).await);
                 Ok(Action::Flow)
             };
             self.fly(&entry, generation, flights, job).await?
@@ -734,7 +914,7 @@ impl OAuth {
                 let discovery = self.discover(&url, &challenges).await?;
                 let scopes = discovery.scopes();
                 let tokens = self.obtain(&discovery, &scopes, interactive).await?;
-                entry.install(tokens, scopes, discovery);
+                logged(self.keep(&entry, tokens, scopes, discovery).await);
                 Ok(Action::Flow)
             };
             self.fly(&entry, generation, flights, job).await?

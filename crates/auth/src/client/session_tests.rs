@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::client::handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
+use crate::client::{MemoryStore, TokenStore};
 use crate::fetch::tests::{Seen, serve};
 use crate::fetch::{BoxFuture, encode_component, form_decode};
 
@@ -933,4 +934,133 @@ fn the_tables_are_bounded() {
     table.insert(9, 90);
     assert_eq!(table.map.len(), 3);
     assert_eq!(table.get(&7), Some(&7));
+}
+
+fn client_with(user: &Arc<User>, store: &Arc<MemoryStore>) -> OAuth {
+    OAuth::authorization_code(user.clone())
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .store(store.clone())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn tokens_and_registrations_are_stored_and_a_later_client_uses_them() {
+    let (world, as1, url) = setup(None).await;
+    let store = Arc::new(MemoryStore::new());
+    let user = User::new(&world);
+    let first = client_with(&user, &store);
+    let mut transport = transport(&url, &first);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    let keys = store.list().await.unwrap();
+    assert_eq!(keys, [StoreKey::client(&as1), StoreKey::tokens(&as1, &url)]);
+    let Some(Stored::Tokens(record)) = store.load(&StoreKey::tokens(&as1, &url)).await.unwrap()
+    else {
+        panic!("no tokens stored")
+    };
+    assert_eq!(record.access_token, "as1-tok-1");
+    assert_eq!(record.refresh_token.as_deref(), Some("as1-rt-1"));
+    assert_eq!(record.scopes_requested, ["mcp:basic"]);
+
+    // A later run: the stored token goes with the first request.
+    let later_user = User::new(&world);
+    let later = client_with(&later_user, &store);
+    let mut transport = self::transport(&url, &later);
+    transport.send(request(2, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 2).await, Ok(json!({"ok": true})));
+    assert_eq!(
+        rs_log(&world).last().unwrap(),
+        &(
+            "tools/list".to_owned(),
+            Some("Bearer as1-tok-1".to_owned()),
+            200
+        )
+    );
+    assert!(later_user.seen().is_empty());
+
+    // Its token and refresh token dead: the flow runs with the stored registration.
+    {
+        let mut w = world.lock().unwrap();
+        w.refused.insert("as1-tok-1".into());
+        w.revoked.insert("as1-rt-1".into());
+    }
+    transport.send(request(3, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 3).await, Ok(json!({"ok": true})));
+    assert_eq!(
+        later_user.asked(),
+        [("mcp:basic".into(), "as1-client".into())]
+    );
+    assert_eq!(
+        registrations(&world, "as1"),
+        1,
+        "registered once, in the first run"
+    );
+    let Some(Stored::Tokens(record)) = store.load(&StoreKey::tokens(&as1, &url)).await.unwrap()
+    else {
+        panic!("no tokens stored")
+    };
+    assert_eq!(record.access_token, "as1-tok-2");
+}
+
+#[tokio::test]
+async fn a_refresh_token_rotated_by_another_process_is_taken_from_the_store() {
+    let (world, as1, url) = setup(None).await;
+    let store = Arc::new(MemoryStore::new());
+    let user = User::new(&world);
+    let this = client_with(&user, &store);
+    this.authorize_now(&url).await.unwrap().unwrap();
+    // Another process with the same store gets new tokens; this one's are dead.
+    let other = client_with(&User::new(&world), &store);
+    other.authorize_now(&url).await.unwrap().unwrap();
+    {
+        let mut w = world.lock().unwrap();
+        w.refused.insert("as1-tok-1".into());
+        w.revoked.insert("as1-rt-1".into());
+    }
+    let mut transport = transport(&url, &this);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    assert_eq!(
+        rs_log(&world).last().unwrap().1.as_deref(),
+        Some("Bearer as1-tok-2")
+    );
+    assert_eq!(user.seen().len(), 1, "no new authorization");
+    assert_eq!(
+        grants(&world, "as1"),
+        ["authorization_code", "authorization_code", "refresh_token"]
+    );
+    assert!(
+        store
+            .load(&StoreKey::tokens(&as1, &url))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_move_to_another_authorization_server_drops_the_stored_tokens_only() {
+    let world = world();
+    let as1 = authorization_server("as1", &world, None).await;
+    let as2 = authorization_server("as2", &world, None).await;
+    world.lock().unwrap().current_as = as1.clone();
+    let url = format!("{}/mcp", resource_server(&world).await);
+    let store = Arc::new(MemoryStore::new());
+    let oauth = client_with(&User::new(&world), &store);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    world.lock().unwrap().current_as = as2.clone();
+    transport.send(request(2, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 2).await, Ok(json!({"ok": true})));
+    let mut keys = store.list().await.unwrap();
+    keys.sort();
+    let mut expected = vec![
+        StoreKey::client(&as1),
+        StoreKey::client(&as2),
+        StoreKey::tokens(&as2, &url),
+    ];
+    expected.sort();
+    assert_eq!(keys, expected);
 }
