@@ -51,11 +51,15 @@
 //!   again once; a 401 of another scheme is not its business. Concurrent refusals of one token
 //!   run one flow. Requests that may not involve the user (the closing `DELETE`) only refresh
 //!   ([`Error::InteractionRequired`]). [`OAuth::authorize_now`] authorizes before any request.
+//!   Tokens and dynamic registrations go to the [`store`](OAuthBuilder::store) (a
+//!   [`MemoryStore`] by default): a later client on the same store sends a stored token covering
+//!   its URL at once and registers no second time; tokens are removed from it when the server
+//!   moves to another authorization server; an `invalid_grant` first looks there for tokens
+//!   another process got.
 //!
-//! What it does not do yet: keep tokens beyond the process (they live in the `OAuth` value), run
-//! the other grants (client credentials, JWT bearer, token exchange), or present DPoP-bound
-//! tokens (a `DPoP` token type fails the request); two concurrent flows for two resources of one
-//! authorization server may both register a client.
+//! What it does not do yet: run the other grants (client credentials, JWT bearer, token
+//! exchange), or present DPoP-bound tokens (a `DPoP` token type fails the request); two
+//! concurrent flows for two resources of one authorization server may both register a client.
 //! Redirect URIs must be https or http on a loopback host (checked by
 //! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
 //! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no
