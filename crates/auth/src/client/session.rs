@@ -428,7 +428,7 @@ impl OAuth {
     /// `Ok(None)`: the server does not ask for authorization (no 401 and no protected resource
     /// metadata).
     pub async fn authorize_now(&self, url: &str) -> Result<Option<Tokens>, Error> {
-        ServerUrl::parse(url)?;
+        let server = ServerUrl::parse(url)?;
         let uri: Uri = url.parse().map_err(|_| Error::InvalidUrl {
             url: url.to_owned(),
             why: "is not a URI",
@@ -441,16 +441,31 @@ impl OAuth {
             }
             _ => None,
         };
-        let discovery = self
-            .discover(url, refused.as_ref().unwrap_or(&Challenges::default()))
-            .await?;
-        if refused.is_none() && discovery.protected_resource.is_none() {
-            return Ok(None);
-        }
+        let Some(challenges) = refused else {
+            // Not refused: only protected resource metadata says authorization is wanted.
+            if super::prm::discover(self.inner.fetch.as_ref(), &server, None)
+                .await?
+                .is_none()
+            {
+                return Ok(None);
+            }
+            return self.authorize_with(&uri, url, &Challenges::default()).await;
+        };
+        self.authorize_with(&uri, url, &challenges).await
+    }
+
+    /// Discovery from `challenges`, then the flow for the entry of `uri`.
+    async fn authorize_with(
+        &self,
+        uri: &Uri,
+        url: &str,
+        challenges: &Challenges,
+    ) -> Result<Option<Tokens>, Error> {
+        let discovery = self.discover(url, challenges).await?;
         let entry = self
             .inner
             .session
-            .entry_for(&uri, true)
+            .entry_for(uri, true)
             .expect("created when missing");
         let scopes = discovery.scopes();
         let _flight = entry.flight.lock().await;

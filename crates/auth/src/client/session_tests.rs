@@ -827,7 +827,10 @@ async fn a_dpop_nonce_is_kept_per_origin_and_retried_once() {
 #[tokio::test]
 async fn authorize_now_says_when_no_authorization_is_needed() {
     let world = world();
-    let rs = server(|_, seen| {
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let seen_paths = paths.clone();
+    let rs = server(move |_, seen| {
+        seen_paths.lock().unwrap().push(seen.path.clone());
         if seen.path == "/mcp" {
             json_response(405, &json!({}))
         } else {
@@ -845,6 +848,11 @@ async fn authorize_now_says_when_no_authorization_is_needed() {
             .is_none()
     );
     assert!(user.seen().is_empty());
+    // The probe and the two well-known URIs: no authorization server is looked for.
+    assert_eq!(
+        *paths.lock().unwrap(),
+        ["/mcp", PRM_PATH, "/.well-known/oauth-protected-resource"]
+    );
 }
 
 #[tokio::test]
