@@ -705,21 +705,16 @@ impl OAuth {
     async fn give(&self, request: &Outgoing<'_>) -> Result<Credentials, AuthFailure> {
         let session = &self.inner.session;
         let ticket = session.next_ticket.fetch_add(1, Ordering::Relaxed);
+        // A URL met for the first time: the store is asked once, then the entry (empty when
+        // the store had nothing) answers.
         let entry = match session.entry_for(request.uri, false) {
-            Some(entry) => Some(entry),
-            None => self.load_stored(request.uri).await?,
-        };
-        let Some(entry) = entry else {
-            session.record(
-                ticket,
-                Ticket {
-                    entry: None,
-                    generation: 0,
-                    had_token: false,
-                    action: None,
-                },
-            );
-            return Ok(Credentials::none(ticket));
+            Some(entry) => entry,
+            None => match self.load_stored(request.uri).await? {
+                Some(entry) => entry,
+                None => session
+                    .entry_for(request.uri, true)
+                    .expect("created when missing"),
+            },
         };
         let (generation, expiring) = {
             let state = entry.state();

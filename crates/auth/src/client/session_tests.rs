@@ -1072,3 +1072,63 @@ async fn a_move_to_another_authorization_server_drops_the_stored_tokens_only() {
     expected.sort();
     assert_eq!(keys, expected);
 }
+
+/// A store that counts the lists made of it.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: MemoryStore,
+    lists: std::sync::atomic::AtomicUsize,
+}
+
+impl TokenStore for Counting {
+    fn load<'a>(
+        &'a self,
+        key: &'a StoreKey,
+    ) -> BoxFuture<'a, Result<Option<Stored>, crate::client::StoreError>> {
+        self.inner.load(key)
+    }
+
+    fn save<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        value: &'a Stored,
+    ) -> BoxFuture<'a, Result<(), crate::client::StoreError>> {
+        self.inner.save(key, value)
+    }
+
+    fn remove<'a>(
+        &'a self,
+        key: &'a StoreKey,
+    ) -> BoxFuture<'a, Result<(), crate::client::StoreError>> {
+        self.inner.remove(key)
+    }
+
+    fn list<'a>(&'a self) -> BoxFuture<'a, Result<Vec<StoreKey>, crate::client::StoreError>> {
+        self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list()
+    }
+}
+
+#[tokio::test]
+async fn the_store_is_asked_once_per_url() {
+    let store = Arc::new(Counting::default());
+    let oauth = OAuth::authorization_code(User::new(&world()))
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let post = Method::POST;
+    for url in [
+        "http://127.0.0.1:9/mcp",
+        "http://127.0.0.1:9/mcp",
+        "http://127.0.0.1:9/other",
+    ] {
+        let uri: Uri = url.parse().unwrap();
+        let credentials = oauth
+            .credentials(&Outgoing::new(&post, &uri, true, &[]))
+            .await
+            .unwrap();
+        assert!(credentials.headers.is_empty());
+    }
+    assert_eq!(store.lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
