@@ -149,7 +149,7 @@ enum Action {
 /// One send.
 #[derive(Clone)]
 struct Ticket {
-    entry: Option<Arc<Entry>>,
+    entry: Arc<Entry>,
     /// The entry's generation when the credentials were given.
     generation: u64,
     /// Whether a token went with it.
@@ -738,7 +738,7 @@ impl OAuth {
         session.record(
             ticket,
             Ticket {
-                entry: Some(entry),
+                entry,
                 generation,
                 had_token: current.is_some(),
                 action: None,
@@ -790,7 +790,7 @@ impl OAuth {
         if !challenges.iter().any(|c| c.is_oauth()) {
             return Ok(Retry::GiveUp);
         }
-        let entry = match this.as_ref().and_then(|t| t.entry.clone()) {
+        let entry = match this.as_ref().map(|t| t.entry.clone()) {
             Some(entry) => entry,
             None => session
                 .entry_for(request.uri, true)
@@ -798,7 +798,7 @@ impl OAuth {
         };
         let (generation, flights, current, stored) = {
             let state = entry.state();
-            // A send without an entry knew no token: generation 0, as a new entry's.
+            // A forgotten ticket: as if sent with the current tokens.
             let generation = this.as_ref().map_or(state.generation, |t| t.generation);
             (
                 generation,
