@@ -14,8 +14,8 @@ use modelctx_server::event_store::{
     StoreSizes, StreamId,
 };
 use modelctx_server::{
-    Context, HttpConfig, InMemoryStore, NoArgs, RunningServer, Server, SessionState, SessionStore,
-    StoreError, StoreFuture, Tool,
+    Context, HttpConfig, InMemoryStore, LogLevel, NoArgs, RunningServer, Server, SessionState,
+    SessionStore, StoreError, StoreFuture, Tool,
 };
 use modelctx_tests::http::{
     RawResponse, call, open_session, post, post_headers, raw_request, within,
@@ -175,6 +175,8 @@ struct Fleet {
     events: Arc<MemoryEventStore>,
     /// The handlers of `hang` that saw their cancellation, by instance.
     cancelled: mpsc::UnboundedSender<u16>,
+    /// Lets the handlers of `chatty` go on.
+    go: Arc<tokio::sync::Notify>,
 }
 
 /// One instance of the fleet, serving on its own port.
@@ -198,12 +200,13 @@ impl Fleet {
             store: Arc::new(SharedStore::default()),
             events: Arc::new(MemoryEventStore::new()),
             cancelled,
+            go: Arc::new(tokio::sync::Notify::new()),
         };
         (fleet, rx)
     }
 
-    /// Instance `n`: tools `echo`, `ask` (asks the client for a name) and `hang` (waits for its
-    /// cancellation, then reports it).
+    /// Instance `n`: tools `echo`, `ask` (asks the client for a name), `hang` (waits for its
+    /// cancellation, then reports it) and `chatty` (waits for `go`, then logs at `info`).
     async fn instance(&self, n: u16, config: HttpConfig) -> Instance {
         let ask = |context: Context, _: NoArgs| async move {
             let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
@@ -225,8 +228,18 @@ impl Fleet {
                 "cancelled"
             }
         };
+        let go = self.go.clone();
+        let chatty = move |context: Context, _: NoArgs| {
+            let go = go.clone();
+            async move {
+                go.notified().await;
+                context.log(LogLevel::Info, None, json!("told")).await;
+                "said"
+            }
+        };
         let server = Server::builder("fleet", "1.0.0")
             .declare_tools()
+            .tool(Tool::new("chatty", chatty))
             .tool(Tool::new("echo", |_: NoArgs| std::future::ready("echo")))
             .tool(Tool::new("ask", ask))
             .tool(Tool::new("hang", hang))
@@ -310,7 +323,7 @@ async fn a_session_opened_on_one_instance_is_served_by_the_other() {
     let reply = post_to(&b, &sid, &list).await.json().await;
     assert_eq!(
         reply["result"]["tools"].as_array().unwrap().len(),
-        3,
+        4,
         "{reply}"
     );
 
@@ -548,4 +561,82 @@ async fn the_instance_holding_the_stream_touches_the_session() {
     within("a touch", touched).await;
     drop(stream);
     stop([a]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_level_set_through_one_instance_reaches_a_request_running_on_the_other() {
+    let (fleet, _) = Fleet::new();
+    let a = fleet.instance(1, HttpConfig::default()).await;
+    let b = fleet.instance(2, HttpConfig::default()).await;
+    let sid = open_session(a.addr(), VERSION).await;
+
+    let running = tokio::spawn({
+        let (addr, sid) = (a.addr(), sid.clone());
+        async move {
+            post(
+                addr,
+                &post_headers(Some(&sid), Some(VERSION)),
+                &call(4, "chatty", json!({})),
+            )
+            .await
+        }
+    });
+    while a.server.load().handlers == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let set = json!({"jsonrpc": "2.0", "id": 8, "method": "logging/setLevel",
+        "params": {"level": "info"}});
+    let reply = post_to(&b, &sid, &set).await;
+    assert_eq!(reply.status, 200);
+    // The bus is in this process: its message is handled by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fleet.go.notify_one();
+    let mut response = within("the call", running).await.unwrap();
+    let (_, log) = within("the log message", response.next_message())
+        .await
+        .unwrap();
+    assert_eq!(log["method"], "notifications/message", "{log}");
+    assert_eq!(log["params"]["level"], "info", "{log}");
+    let (_, result) = within("the result", response.next_message()).await.unwrap();
+    assert_eq!(result["id"], 4, "{result}");
+    stop([a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialized_sent_to_one_instance_lets_the_questions_queued_on_the_other_go() {
+    let (fleet, _) = Fleet::new();
+    let a = fleet.instance(1, HttpConfig::default()).await;
+    let b = fleet.instance(2, HttpConfig::default()).await;
+    // `initialize` alone: the server asks nothing before `notifications/initialized`.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": VERSION, "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let reply = post(a.addr(), &post_headers(None, None), &init).await;
+    assert_eq!(reply.status, 200);
+    let sid = reply.header("mcp-session-id").unwrap().to_owned();
+    drop(reply);
+
+    let asking = tokio::spawn({
+        let (addr, sid) = (a.addr(), sid.clone());
+        async move {
+            post(
+                addr,
+                &post_headers(Some(&sid), Some(VERSION)),
+                &call(3, "ask", json!({})),
+            )
+            .await
+        }
+    });
+    while a.server.load().handlers == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let reply = post_to(&b, &sid, &initialized).await;
+    assert_eq!(reply.status, 202);
+    let mut call_on_a = within("the question's stream", asking).await.unwrap();
+    let (_, question) = within("the question", call_on_a.next_message())
+        .await
+        .unwrap();
+    assert_eq!(question["method"], ElicitationCreate::VALUE, "{question}");
+    stop([a, b]).await;
 }
