@@ -1382,6 +1382,67 @@ mod tests {
         serde_json::from_slice(&body).unwrap()
     }
 
+    /// The ids of the server's own requests carry the instance that minted them (bits 40 and
+    /// up), stay below 2^52, and each resumed session's range stays within its instance's;
+    /// instance 0 (a server alone) numbers them as before fleets (`n * ID_RANGE`).
+    #[test]
+    fn own_request_ids_carry_their_instance() {
+        for instance in [0, 1, 7, crate::bus::MAX_INSTANCE] {
+            for n in [0, 1, 2, RANGES - 1, RANGES, RANGES + 5, i64::MAX] {
+                let after = ids_after(instance, n);
+                for id in [after + 1, after + ID_RANGE] {
+                    assert!(id < 1 << 52, "{instance} {n}: {id}");
+                    assert_eq!(instance_of(&RequestId::Number(id)), Some(instance), "{n}");
+                }
+            }
+        }
+        assert_eq!(ids_after(0, 0), 0);
+        assert_eq!(ids_after(0, 3), 3 * ID_RANGE);
+        assert_eq!(ids_after(2, 1), (2 << 40) | ID_RANGE);
+        // Ranges of successive sessions do not overlap.
+        assert_eq!(ids_after(1, 1) - ids_after(1, 0), ID_RANGE);
+        for id in [
+            RequestId::Number(-1),
+            RequestId::Number(1 << 52),
+            RequestId::String("7".into()),
+        ] {
+            assert_eq!(instance_of(&id), None, "{id:?}");
+        }
+    }
+
+    /// What a POST carries for every instance (with a bus): its cancellations, in a batch too,
+    /// and `notifications/initialized`; an answer names the instance that asked; the
+    /// `logging/setLevel` request is found to be sent on.
+    #[test]
+    fn what_goes_over_the_bus_is_read_from_the_post() {
+        let decode = |v: Value| modelctx_types::decode(v.to_string().as_bytes()).unwrap();
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 1}});
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let set = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+            "params": {"level": "info"}});
+        assert_eq!(for_every_instance(&decode(cancel.clone())).len(), 1);
+        assert_eq!(for_every_instance(&decode(initialized.clone())).len(), 1);
+        assert!(for_every_instance(&decode(ping.clone())).is_empty());
+        let batch = decode(json!([cancel, ping, set.clone(), cancel]));
+        assert_eq!(for_every_instance(&batch).len(), 2);
+        assert!(set_level_of(&batch).is_some());
+        assert!(set_level_of(&decode(set)).is_some());
+        assert!(set_level_of(&decode(ping)).is_none());
+
+        let answer = |id: Value| json!({"jsonrpc": "2.0", "id": id, "result": {}});
+        assert_eq!(
+            asked_by(&decode(answer(json!(ids_after(3, 9) + 1)))),
+            Some(3)
+        );
+        assert_eq!(asked_by(&decode(answer(json!(5)))), Some(0));
+        assert_eq!(asked_by(&decode(answer(json!("x")))), None);
+        let error = json!({"jsonrpc": "2.0", "id": (1_i64 << 40) + 1,
+            "error": {"code": -1, "message": "no"}});
+        assert_eq!(asked_by(&decode(error)), Some(1));
+    }
+
     /// A modern request whose handler does not wait is answered on the task that handles the
     /// HTTP request (the connection's): no driver task, no hand-off.
     #[tokio::test(flavor = "current_thread")]
