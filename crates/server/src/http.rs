@@ -988,7 +988,7 @@ fn set_level_of(incoming: &Incoming) -> Option<Message> {
         |m: &&Message| matches!(m, Message::Request(r) if r.method == LoggingSetLevel::VALUE);
     match incoming {
         Incoming::Single(m) => Some(m).filter(is_set_level).cloned(),
-        Incoming::Batch(items) => items.iter().flatten().filter(is_set_level).last().cloned(),
+        Incoming::Batch(items) => items.iter().flatten().rfind(is_set_level).cloned(),
         _ => None,
     }
 }
