@@ -17,7 +17,7 @@
 //! # Fleets
 //!
 //! Instances of one application sharing a [`SessionStore`], an event store and a
-//! [`Bus`](crate::bus::Bus) serve each other's legacy sessions:
+//! [`Bus`] serve each other's legacy sessions:
 //!
 //! * A request for a session this endpoint does not hold adopts it from the store
 //!   ([`McpApp::adopt_session`]). A store that cannot be reached gives 503 with `Retry-After`
@@ -25,7 +25,7 @@
 //!   another instance, or expired) gets 404.
 //! * The ids of the server's own requests carry the instance number (`instance << 40 | n`), so
 //!   the client's answer, POSTed to any instance, is sent on to the instance that asked
-//!   ([`Bus::to_instance`](crate::bus::Bus::to_instance)). Cancellations,
+//!   ([`Bus::to_instance`]). Cancellations,
 //!   `notifications/initialized` and a changed log level are broadcast to every instance,
 //!   each handing them to the requests it runs for the session (none: nothing happens).
 //! * The end of a session (DELETE, its end by the server: [`Closed::Ended`]) removes its state
