@@ -154,15 +154,20 @@
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
 //! with [`ServerBuilder::session_store`]); what a request leaves in flight (a question to the
-//! client, a handler that waits) lives only as long as that request, in this process: a store
-//! shared by several processes carries the sessions, not the requests under way (a client's
-//! answer must reach the process that asked).
+//! client, a handler that waits) lives only as long as that request, in the process that runs
+//! it: a store shared by several processes carries the sessions, and the bus carries what
+//! belongs to the requests under way.
 //!
 //! Between the instances of a fleet, a [`bus::Bus`] given to [`ServerBuilder::bus`] carries
 //! the server's changes (each instance's legacy sessions and listen streams hear those made on
-//! any instance), and is the seam for the messages of legacy sessions that belong to a
-//! request running elsewhere; the HTTP runtime does not forward those yet, so a client's
-//! answer still must reach the process that asked. Each instance keeps its own registry.
+//! any instance) and the messages of legacy sessions that belong to a request running
+//! elsewhere: over HTTP, a session opened on one instance is adopted from the shared store by
+//! any other; the client's answer to a question goes to the instance that asked (its id carries
+//! the instance number), cancellations, `notifications/initialized` and log levels to all, and
+//! the end of a session (DELETE) ends it everywhere. A store that cannot be reached gives 503.
+//! Each change is written once per session (by the instance holding its standalone GET, else
+//! by the one that opened it). Each instance keeps its own registry, and its own cap on
+//! waiting requests.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules in the order they import each other: each uses only those below it (the

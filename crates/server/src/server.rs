@@ -532,10 +532,7 @@ impl ServerBuilder {
                 )),
                 subscribe_hook: self.subscribe_hook,
                 #[cfg(feature = "http")]
-                legacy: crate::http::Legacy::new(
-                    self.session_store
-                        .unwrap_or_else(|| Arc::new(crate::run::InMemoryStore::new())),
-                ),
+                legacy: crate::http::Legacy::new(self.session_store),
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas,
