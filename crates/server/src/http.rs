@@ -645,6 +645,13 @@ impl McpApp for Server {
         })
     }
 
+    /// With a bus, or a session store given to the server, the legacy sessions are shared with
+    /// other instances: the transport's idle sweep, eviction and shutdown then only forget them
+    /// here, and the shared state ends by DELETE or by the store's own expiry.
+    fn shares_sessions(&self) -> bool {
+        self.shared.legacy.shares_sessions(&self.shared)
+    }
+
     /// A modern request is served by a request runner on the caller's task (the HTTP
     /// connection's): its session shares the server's configuration, and a handler that
     /// finishes without waiting is answered before this returns, with no task, no input channel
@@ -1380,6 +1387,24 @@ mod tests {
         let body = axum::body::Body::new(response.into_body());
         let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
         serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A server alone does not share its sessions (its idle sweep ends them); a server given a
+    /// session store, or a bus, does (the sweep only forgets them: other instances may serve
+    /// them).
+    #[tokio::test]
+    async fn sessions_are_shared_with_a_given_store_or_a_bus() {
+        let alone = Server::builder("s", "1").build();
+        assert!(!McpApp::shares_sessions(&alone));
+        let with_store = Server::builder("s", "1")
+            .session_store(Arc::new(crate::run::InMemoryStore::new()))
+            .build();
+        assert!(McpApp::shares_sessions(&with_store));
+        let hub = crate::bus::MemoryHub::new();
+        let with_bus = Server::builder("s", "1")
+            .bus(Arc::new(hub.member(1).unwrap()))
+            .build();
+        assert!(McpApp::shares_sessions(&with_bus));
     }
 
     /// The ids of the server's own requests carry the instance that minted them (bits 40 and
