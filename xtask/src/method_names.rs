@@ -1,7 +1,8 @@
 //! The check that modelctx-http reads no MCP method names outside its `headers/` module: which
 //! message opens a session, which batch may come, which request was cancelled are the session's
 //! rules (`docs/ARCHITECTURE.md`, "Who owns which rule"), asked through modelctx-types, never
-//! matched by name in the transport. Test modules are not checked (they write messages).
+//! matched by name in the transport. Test modules are not checked (they write messages): those
+//! at the end of a file after `#[cfg(test)]`, and files declared as `#[cfg(test)] mod name;`.
 
 use std::path::Path;
 
@@ -38,15 +39,23 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             src.display()
         ));
     }
-    let mut found = Vec::new();
+    let mut texts = Vec::new();
     for file in files {
-        let relative = file.strip_prefix(&src).unwrap_or(&file);
-        if relative.starts_with("headers") {
-            continue;
-        }
         let text = std::fs::read_to_string(&file)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        for (line, pattern) in matches(&text) {
+        texts.push((file, text));
+    }
+    let test_files: Vec<std::path::PathBuf> = texts
+        .iter()
+        .flat_map(|(file, text)| test_module_files(file, text))
+        .collect();
+    let mut found = Vec::new();
+    for (file, text) in &texts {
+        let relative = file.strip_prefix(&src).unwrap_or(file);
+        if relative.starts_with("headers") || test_files.contains(file) {
+            continue;
+        }
+        for (line, pattern) in matches(text) {
             found.push(format!(
                 "crates/http/src/{}:{line}: `{pattern}`",
                 relative.display()
@@ -62,6 +71,39 @@ pub(crate) fn check(root: &Path) -> Result<(), String> {
             found.join("\n")
         ))
     }
+}
+
+/// The files of the modules `file` declares as `#[cfg(test)] mod name;` (`name.rs` or
+/// `name/mod.rs` beside `file` when it is a `mod.rs` or `lib.rs`, else in its own folder).
+fn test_module_files(file: &Path, text: &str) -> Vec<std::path::PathBuf> {
+    let Some(parent) = file.parent() else {
+        return Vec::new();
+    };
+    let stem = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    let dir = if matches!(stem, "mod" | "lib" | "main") {
+        parent.to_path_buf()
+    } else {
+        parent.join(stem)
+    };
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let mut files = Vec::new();
+    for pair in lines.windows(2) {
+        if pair[0] != "#[cfg(test)]" {
+            continue;
+        }
+        let declared = pair[1]
+            .strip_prefix("mod ")
+            .or_else(|| pair[1].strip_prefix("pub(crate) mod "))
+            .and_then(|rest| rest.strip_suffix(';'));
+        if let Some(name) = declared {
+            files.push(dir.join(format!("{name}.rs")));
+            files.push(dir.join(name).join("mod.rs"));
+        }
+    }
+    files
 }
 
 fn collect(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
@@ -106,6 +148,8 @@ fn matches(text: &str) -> Vec<(usize, &'static str)> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::matches;
 
     #[test]
@@ -129,6 +173,25 @@ mod tests {
             found,
             vec![(3, ".method =="), (5, "\"tools/"), (6, "consts::")]
         );
+    }
+
+    #[test]
+    fn files_declared_as_test_modules_are_found() {
+        let text = "mod auth;\n#[cfg(test)]\nmod auth_tests;\nmod config;\n";
+        let mod_rs = Path::new("/s/client/mod.rs");
+        assert_eq!(
+            super::test_module_files(mod_rs, text),
+            vec![
+                Path::new("/s/client/auth_tests.rs").to_path_buf(),
+                Path::new("/s/client/auth_tests/mod.rs").to_path_buf()
+            ]
+        );
+        let file_rs = Path::new("/s/event_store.rs");
+        assert_eq!(
+            super::test_module_files(file_rs, "#[cfg(test)]\nmod tests;\n")[0],
+            Path::new("/s/event_store/tests.rs")
+        );
+        assert!(super::test_module_files(mod_rs, "mod auth_tests;\n").is_empty());
     }
 
     /// The workspace as it is passes (the check would fail CI otherwise, but this says so in

@@ -490,6 +490,6 @@ fn ids(events: &[(EventId, Bytes)]) -> Vec<EventId> {
 /// A JSON-RPC-like payload for event `i`.
 fn payload(i: usize) -> Bytes {
     Bytes::from(format!(
-        r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"n":{i}}}}}"#
+        r#"{{"jsonrpc":"2.0","method":"conformance/event","params":{{"n":{i}}}}}"#
     ))
 }
