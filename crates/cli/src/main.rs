@@ -273,7 +273,7 @@ struct ServeDemo {
     /// and --state-key or MCX_STATE_KEYS (the same keys on every instance). The instance takes a
     /// number leased in Redis and gives it back when stopped (Ctrl-C, SIGTERM). When Redis cannot
     /// be reached at start, mcx exits with status 3. See docs/deploy.md.
-    #[arg(long, value_name = "URL", requires = "http")]
+    #[arg(long, value_name = "URL", requires = "http", conflicts_with = "stdio")]
     redis: Option<String>,
 }
 

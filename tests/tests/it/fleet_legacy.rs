@@ -317,3 +317,129 @@ async fn a_lost_redis_gives_legacy_requests_503_and_modern_ones_go_on() {
     let again = within("initialize again", open_session(addrs[2], version())).await;
     ping_ok(addrs[0], &again, 4).await;
 }
+
+/// Opens a legacy session on `addr` whose client declares sampling (and elicitation); returns
+/// its id.
+async fn open_sampling_session(addr: SocketAddr) -> String {
+    let init = request(
+        0,
+        consts::Initialize::VALUE,
+        json!({"protocolVersion": version(), "capabilities": {"sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "1"}}),
+    );
+    let response = post(addr, &post_headers(None, None), &init).await;
+    assert_eq!(response.status, 200);
+    let session = response
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    drop(response);
+    let initialized = json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
+    let response = post(
+        addr,
+        &post_headers(Some(&session), Some(version())),
+        &initialized,
+    )
+    .await;
+    assert_eq!(response.status, 202);
+    session
+}
+
+/// Scenario 2: `haiku` (which asks the client's model: `sampling/createMessage`) POSTed to A; the
+/// client's answer POSTed to B; the call completes on A's stream with that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampling_answer_posted_to_another_instance_completes_the_call() {
+    let Some(fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let [a, b, _] = fleet.addrs()[..] else {
+        panic!("three instances")
+    };
+    let session = open_sampling_session(a).await;
+    let call = request(
+        7,
+        consts::ToolsCall::VALUE,
+        json!({"name": "haiku", "arguments": {"topic": "fleets"}}),
+    );
+    let mut stream = post(a, &post_headers(Some(&session), Some(version())), &call).await;
+    assert_eq!(stream.status, 200);
+    let question = within("the sampling request on A's stream", async {
+        loop {
+            let (_, message) = stream.next_message().await.expect("the stream goes on");
+            if message["method"] == consts::SamplingCreateMessage::VALUE {
+                break message;
+            }
+        }
+    })
+    .await;
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "role": "assistant", "model": "fleet-model", "stopReason": "endTurn",
+        "content": {"type": "text", "text": "nodes come and go"}}});
+    let posted = post(b, &post_headers(Some(&session), Some(version())), &answer).await;
+    assert_eq!(posted.status, 202, "the answer on B");
+    let done = within("the call's response on A's stream", async {
+        loop {
+            let (_, message) = stream.next_message().await.expect("the stream goes on");
+            if message["id"] == 7 {
+                break message;
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "fleet-model wrote: nodes come and go",
+        "{done}"
+    );
+}
+
+/// Scenario 5: a slow `countdown` (20 steps of 500 ms) POSTed to A; `notifications/cancelled` for
+/// it POSTed to B: A's handler stops, and its stream ends long before the 10 s the call would
+/// take, without the `liftoff` result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_posted_to_another_instance_stops_the_call() {
+    let Some(fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let [a, b, _] = fleet.addrs()[..] else {
+        panic!("three instances")
+    };
+    let session = within("initialize on A", open_session(a, version())).await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": consts::ToolsCall::VALUE, "params": {
+        "name": "countdown", "arguments": {"steps": 20, "delay_ms": 500},
+        "_meta": {"progressToken": "p9"}}});
+    let started = Instant::now();
+    let mut stream = post(a, &post_headers(Some(&session), Some(version())), &call).await;
+    assert_eq!(stream.status, 200);
+    within("the first progress on A's stream", async {
+        loop {
+            let (_, message) = stream.next_message().await.expect("the stream goes on");
+            if message["method"] == consts::NotificationsProgress::VALUE {
+                break;
+            }
+        }
+    })
+    .await;
+    let cancel = json!({"jsonrpc": "2.0", "method": consts::NotificationsCancelled::VALUE,
+        "params": {"requestId": 9, "reason": "changed my mind"}});
+    let posted = post(b, &post_headers(Some(&session), Some(version())), &cancel).await;
+    assert_eq!(posted.status, 202, "the cancel on B");
+    let rest = within("A's stream ends", async {
+        let mut rest = Vec::new();
+        while let Some((_, message)) = stream.next_message().await {
+            rest.push(message);
+        }
+        rest
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the call ran to its end: {:?}, {rest:#?}",
+        started.elapsed()
+    );
+    assert!(
+        !rest.iter().any(|m| m["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("liftoff"))),
+        "{rest:#?}"
+    );
+}

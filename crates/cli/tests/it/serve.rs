@@ -51,14 +51,14 @@ fn serve_demo_status(args: &[&str]) -> (std::process::Output, Duration) {
 /// `--redis` without `--http` is a usage error (status 2) that names `--http`; over stdio too.
 #[test]
 fn redis_without_http_is_a_usage_error() {
-    for args in [
-        &["--redis", "redis://127.0.0.1:1/"][..],
-        &["--stdio", "--redis", "redis://127.0.0.1:1/"],
+    for (args, named) in [
+        (&["--redis", "redis://127.0.0.1:1/"][..], "--http"),
+        (&["--stdio", "--redis", "redis://127.0.0.1:1/"], "--stdio"),
     ] {
         let (out, _) = serve_demo_status(args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains("--http"), "{args:?}: {err}");
+        assert!(err.contains(named), "{args:?}: {err}");
     }
 }
 
