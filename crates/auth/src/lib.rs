@@ -51,9 +51,10 @@
 //! per authorization server (pre-registered, client ID metadata document, dynamic
 //! registration), the token endpoint (`none`, `client_secret_basic`, `client_secret_post`,
 //! `private_key_jwt`; refresh) and the authorization code flow (`client::OAuth::authorize`:
-//! PKCE `S256`, `state`, RFC 9207 `iss`, an application's `client::AuthorizationHandler`). It
-//! does not yet keep tokens, run the other grants (client credentials, JWT bearer, token
-//! exchange), use DPoP, or authorize modelctx-http's client requests.
+//! PKCE `S256`, `state`, RFC 9207 `iss`, an application's `client::AuthorizationHandler`), DPoP
+//! proofs (`client::DpopKey`) on token requests with the nonce retry, and the grants without a
+//! user (client credentials, JWT bearer, enterprise-managed authorization with an ID-JAG). It
+//! does not yet keep tokens or authorize modelctx-http's client requests.
 //! Both halves reach authorization servers through the same [`Fetch`]; its
 //! [`send`](Fetch::send) makes any request (method, headers such as `DPoP`, form or JSON body).
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
-use redis::{Client, FromRedisValue, IntoConnectionInfo, PushInfo, PushKind, Script};
+use redis::{Client, FromRedisValue, IntoConnectionInfo, PushInfo, Script};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::bus::{PubSub, RedisBus, Router, keep_subscribed};
 use crate::error::{Error, FleetError};
+use crate::events::RedisEventStore;
 use crate::keys::{Keys, MAX_INSTANCES};
 use crate::session::RedisSessionStore;
 
@@ -150,27 +152,61 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Runs `cmd` on the command connection, cut after the operation timeout.
+    ///
+    /// A call refused because the connection could not be made (Redis down at the last
+    /// attempt to reconnect) is made once more, within the same timeout: the refusal starts a
+    /// new attempt, and after a Redis restart the first call must not fail for the outage that
+    /// ended. Nothing was sent, so nothing runs twice.
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
         op: &'static str,
         cmd: &redis::Cmd,
     ) -> Result<T, Error> {
-        let mut conn = self.commands.clone();
-        self.bounded(op, cmd.query_async(&mut conn)).await
+        let call = async {
+            let mut conn = self.commands.clone();
+            match cmd.query_async(&mut conn).await {
+                Err(error) if error.is_connection_refusal() => {
+                    let mut conn = self.commands.clone();
+                    cmd.query_async(&mut conn).await
+                }
+                done => done,
+            }
+        };
+        self.bounded(op, call).await
     }
 
     /// Runs `script` on the command connection (`EVALSHA`, and `EVAL` when Redis does not have
-    /// it, as after a restart), cut after the operation timeout.
+    /// it, as after a restart), cut after the operation timeout; a refused connection as in
+    /// [`query`](Self::query).
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         op: &'static str,
         script: &redis::ScriptInvocation<'_>,
     ) -> Result<T, Error> {
-        let mut conn = self.commands.clone();
-        self.bounded(op, script.invoke_async(&mut conn)).await
+        let call = async {
+            let mut conn = self.commands.clone();
+            match script.invoke_async(&mut conn).await {
+                Err(error) if error.is_connection_refusal() => {
+                    let mut conn = self.commands.clone();
+                    script.invoke_async(&mut conn).await
+                }
+                done => done,
+            }
+        };
+        self.bounded(op, call).await
     }
 
-    async fn bounded<T>(
+    /// Runs `pipe` on the command connection, cut after the operation timeout.
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, Error> {
+        let mut conn = self.commands.clone();
+        self.bounded(op, pipe.query_async(&mut conn)).await
+    }
+
+    pub(crate) async fn bounded<T>(
         &self,
         op: &'static str,
         call: impl Future<Output = redis::RedisResult<T>>,
@@ -204,8 +240,10 @@ impl Shared {
 #[derive(Debug)]
 pub struct Fleet {
     shared: Arc<Shared>,
-    // Kept for the pub/sub seam: connected, resubscribing after a reconnect.
-    _bus: ConnectionManager,
+    /// The pub/sub connection and its routes. Its keeper task ends once the fleet, its buses
+    /// and its event stores are all gone.
+    pubsub: Arc<PubSub>,
+    bus: RedisBus,
     instance: u16,
     lease_key: String,
     holder: String,
@@ -262,6 +300,7 @@ impl Fleet {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3),
         );
+        let router = Arc::new(Router::default());
         let managers = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connection_timeout))
@@ -269,7 +308,13 @@ impl Fleet {
             .set_max_delay(config.max_retry_delay);
         let bus_managers = managers
             .clone()
-            .set_push_sender(route_push)
+            .set_push_sender({
+                let router = router.clone();
+                move |push: PushInfo| {
+                    router.route(push);
+                    Ok::<(), std::convert::Infallible>(())
+                }
+            })
             .set_automatic_resubscription();
 
         // The connect itself retries: it is bounded by every attempt and delay it may make.
@@ -321,10 +366,14 @@ impl Fleet {
             held.clone(),
             stopped,
         ));
+        let pubsub = Arc::new(PubSub::new(bus, router, shared.clone()));
+        tokio::spawn(keep_subscribed(Arc::downgrade(&pubsub)));
+        let bus = RedisBus::new(shared.clone(), pubsub.clone(), instance);
         tracing::info!(instance, holder, "joined the fleet on redis");
         Ok(Fleet {
             shared,
-            _bus: bus,
+            pubsub,
+            bus,
             instance,
             lease_key,
             holder,
@@ -356,6 +405,21 @@ impl Fleet {
         RedisSessionStore::new(self.shared.clone())
     }
 
+    /// An [`EventStore`](modelctx_http::event_store::EventStore) on this fleet's Redis, its
+    /// streams numbered from this instance's `N << 32`, keeping each session's stream table for
+    /// [`FleetConfig::session_idle`] (see [`RedisEventStore`] for its bounds).
+    pub fn event_store(&self) -> RedisEventStore {
+        RedisEventStore::new(self.shared.clone(), self.pubsub.clone(), self.instance)
+    }
+
+    /// The [`Bus`](modelctx_server::bus::Bus) of this instance on this fleet's Redis
+    /// (`PREFIX:bus` and `PREFIX:inbox:N`), for
+    /// [`ServerBuilder::bus`](modelctx_server::ServerBuilder::bus). Every call gives the same
+    /// bus (one reader of this instance's messages).
+    pub fn bus(&self) -> RedisBus {
+        self.bus.clone()
+    }
+
     /// Leaves the fleet: stops refreshing the lease and deletes it (when it is still this
     /// instance's), so the number is free at once. The stores made from this fleet keep
     /// working.
@@ -383,18 +447,6 @@ impl Drop for Fleet {
             lease.task.abort();
         }
     }
-}
-
-/// Where the pub/sub connection's pushes go. Nothing subscribes yet: a lost connection is
-/// logged (it reconnects, and resubscribes, by itself).
-fn route_push(push: PushInfo) -> Result<(), std::convert::Infallible> {
-    match push.kind {
-        PushKind::Disconnection => {
-            tracing::warn!("the redis pub/sub connection was lost; reconnecting");
-        }
-        kind => tracing::trace!(?kind, "a redis push with no subscriber"),
-    }
-    Ok(())
 }
 
 /// Takes the first free instance number from `INCR PREFIX:instances`.

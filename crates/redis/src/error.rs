@@ -102,9 +102,15 @@ pub enum FleetError {
 }
 
 /// A Redis failure as the session store reports it: the one place where the store's errors
-/// are made, so that how they are classified ([`Error::is_unavailable`]) is decided here.
+/// are made, so that how they are classified ([`Error::is_unavailable`]) is decided here:
+/// [`StoreError::unavailable`] (the transport answers 503, the client tries again) or
+/// [`StoreError::failed`].
 pub(crate) fn store_error(error: Error) -> StoreError {
-    StoreError::new(error)
+    if error.is_unavailable() {
+        StoreError::unavailable(error)
+    } else {
+        StoreError::failed(error)
+    }
 }
 
 #[cfg(test)]
@@ -143,6 +149,35 @@ mod tests {
             source: serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
         };
         assert!(!corrupt.is_unavailable());
+    }
+
+    #[test]
+    fn a_store_error_says_whether_redis_was_unavailable() {
+        use modelctx_server::StoreErrorKind;
+        let down = store_error(Error::Timeout {
+            op: "GETEX",
+            after: Duration::from_secs(1),
+        });
+        assert_eq!(down.kind(), StoreErrorKind::Unavailable);
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            store_error(Error::redis("SET", refused)).kind(),
+            StoreErrorKind::Unavailable
+        );
+        let script = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "ERR Error running script",
+        ));
+        assert_eq!(
+            store_error(Error::redis("remove", script)).kind(),
+            StoreErrorKind::Failed
+        );
+        let corrupt = Error::Corrupt {
+            op: "GETEX",
+            source: serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
+        };
+        assert_eq!(store_error(corrupt).kind(), StoreErrorKind::Failed);
     }
 
     #[test]

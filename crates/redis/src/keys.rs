@@ -37,6 +37,16 @@ impl Keys {
         format!("{}:inst:{n}", self.prefix)
     }
 
+    /// `PREFIX:bus`: the channel of the messages for every instance.
+    pub(crate) fn bus(&self) -> String {
+        format!("{}:bus", self.prefix)
+    }
+
+    /// `PREFIX:inbox:N`: the channel of the messages for instance `n`.
+    pub(crate) fn inbox(&self, n: u16) -> String {
+        format!("{}:inbox:{n}", self.prefix)
+    }
+
     /// `PREFIX:{s:SID}:`, the start of every key of session `sid`.
     fn session(&self, sid: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + sid.len() + 12);
@@ -58,6 +68,32 @@ impl Keys {
     /// `PREFIX:{s:SID}:meta`: the session's streams (owner, pending ids, finished, ...).
     pub(crate) fn meta(&self, sid: &str) -> String {
         self.session(sid) + "meta"
+    }
+
+    /// `PREFIX:{s:SID}:ev:S`: the events of stream `stream` of session `sid`.
+    pub(crate) fn events(&self, sid: &str, stream: u64) -> String {
+        let mut key = self.events_base(sid);
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{stream}");
+        key
+    }
+
+    /// `PREFIX:{s:SID}:ch`: the channel of session `sid`'s events, as they are appended.
+    pub(crate) fn channel(&self, sid: &str) -> String {
+        self.session(sid) + "ch"
+    }
+
+    /// The `SCAN MATCH` pattern of every session's stream table: `PREFIX:{s:*}:meta`, with the
+    /// prefix's glob characters escaped.
+    pub(crate) fn meta_pattern(&self) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + 12);
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern + ":{s:*}:meta"
     }
 
     /// `PREFIX:{s:SID}:ev:`: the start of the key of each of the session's event streams; the
@@ -89,10 +125,19 @@ mod tests {
         let keys = Keys::new("mcx");
         assert_eq!(keys.instances(), "mcx:instances");
         assert_eq!(keys.instance(7), "mcx:inst:7");
+        assert_eq!(keys.bus(), "mcx:bus");
+        assert_eq!(keys.inbox(4095), "mcx:inbox:4095");
         assert_eq!(keys.state("abc"), "mcx:{s:abc}:state");
         assert_eq!(keys.seq("abc"), "mcx:{s:abc}:seq");
         assert_eq!(keys.meta("abc"), "mcx:{s:abc}:meta");
         assert_eq!(keys.events_base("abc") + "42", "mcx:{s:abc}:ev:42");
+        assert_eq!(keys.events("abc", 42), "mcx:{s:abc}:ev:42");
+        assert_eq!(keys.channel("abc"), "mcx:{s:abc}:ch");
+        assert_eq!(keys.meta_pattern(), "mcx:{s:*}:meta");
+        assert_eq!(
+            Keys::new("a*b?[c]").meta_pattern(),
+            r"a\*b\?\[c\]:{s:*}:meta"
+        );
         let other = Keys::new("app:mcp");
         assert_eq!(other.state("x"), "app:mcp:{s:x}:state");
         assert_eq!(other.instance(0), "app:mcp:inst:0");
@@ -110,6 +155,7 @@ mod tests {
                 keys.meta(sid),
                 keys.events_base(sid) + "1",
                 keys.events_base(sid) + "4294967296",
+                keys.channel(sid),
             ];
             let tag = hash_tag(&all[0]);
             assert!(tag.starts_with("s:"), "{sid}: {tag}");

@@ -11,34 +11,51 @@
 //!   [`SessionStore`](modelctx_server::SessionStore): a legacy session's state lives in Redis,
 //!   so a request for it may land on any instance; its removal (DELETE, the end of the
 //!   session) removes it for all of them; a state unused for the idle time expires.
+//! - [`RedisEventStore`] ([`Fleet::event_store`]) is an
+//!   [`EventStore`](modelctx_http::event_store::EventStore) on Redis Streams: every SSE event of
+//!   a legacy session is stored, bounded (`MAXLEN`, an age), so a client that resumes with
+//!   `Last-Event-ID` on any instance gets exactly the events it missed, and then, for a stream
+//!   another instance still writes, the rest live (pub/sub, with a poll every second as a safety
+//!   net). When the instance writing a stream dies (its lease runs out), a follower completes
+//!   the stream with an error for each request still pending on it.
+//! - [`RedisBus`] ([`Fleet::bus`]) is a [`Bus`](modelctx_server::bus::Bus) on pub/sub: the
+//!   instances exchange changes, forwarded client messages and session ends (broadcast on
+//!   `PREFIX:bus`, or to one instance on `PREFIX:inbox:N`); the subscriptions are made again
+//!   after a Redis restart.
 //! - Every call is cut after [`FleetConfig::op_timeout`] (1 s by default): a lost Redis makes
-//!   calls fail quickly with an error whose [`Error::is_unavailable`] is true, never hang; when
-//!   Redis is back, calls work again without a restart.
+//!   calls fail quickly with an error whose [`Error::is_unavailable`] is true (a store error or
+//!   bus error of kind `Unavailable`), never hang; when Redis is back, calls work again without
+//!   a restart.
 //!
-//! What it does not do (yet): the event store on Redis Streams (SSE resumption on another
-//! instance) and the message bus between instances (answers to server requests, cancellations,
-//! change notifications) come next; until then the pub/sub connection is opened and kept, but
-//! nothing is subscribed. It does not speak Redis Cluster (the keys are already hash-tagged for
-//! it) or TLS (`rediss://`). It needs Redis 6.2 or newer (`GETEX`, RESP3, exclusive `XRANGE`
-//! starts), checked at connect. Sessions survive a Redis restart only when Redis persists its
-//! data (AOF); after a restart with no data every legacy session is unknown, and clients
-//! initialize again.
+//! What it does not do: pub/sub is at most once (a bus message published while an instance is
+//! not subscribed is lost; stored events are not, as followers read the stream again). A stream
+//! keeps its events until `MAXLEN` trims them or until its age after its last append (the
+//! in-memory store ages each event). It does not speak Redis Cluster (the keys are already
+//! hash-tagged for it) or TLS (`rediss://`). It needs Redis 6.2 or newer (`GETEX`, RESP3,
+//! exclusive `XRANGE` starts), checked at connect. Sessions survive a Redis restart only when
+//! Redis persists its data (AOF); after a restart with no data every legacy session is unknown,
+//! and clients initialize again.
 //!
 //! # Keys
 //!
 //! `PREFIX` is [`FleetConfig::prefix`], `mcx` by default. A session's keys carry the hash tag
-//! `{s:SID}`, so on Redis Cluster they are in one slot.
+//! `{s:SID}`, so on Redis Cluster they are in one slot (and each script's keys share it).
 //!
-//! | key | type | written by | expires |
+//! | key / channel | type | written by | expires |
 //! |---|---|---|---|
 //! | `PREFIX:instances` | counter | `INCR` at connect | never |
 //! | `PREFIX:inst:N` | string `host:pid` | `SET NX PX` at connect, refreshed every 5 s, `DEL` at shutdown | the lease, 15 s |
-//! | `PREFIX:{s:SID}:state` | string, the `SessionState` as JSON | `save` (`SET PX`); `load` is `GETEX PX` | the session idle time, 30 min |
-//! | `PREFIX:{s:SID}:seq` | counter | the event store (next) | idle |
-//! | `PREFIX:{s:SID}:meta` | hash, the session's streams (`o:S`, `p:S`, `f:S`, ...) | the event store (next) | idle |
-//! | `PREFIX:{s:SID}:ev:S` | stream, the events of SSE stream `S` | the event store (next) | bounded |
+//! | `PREFIX:{s:SID}:state` | string, the `SessionState` as JSON | `save` (`SET PX`); `load` is `GETEX PX`; `touch` is `PEXPIRE` | the session idle time, 30 min |
+//! | `PREFIX:{s:SID}:seq` | counter, the session's event numbers | the append script (`INCR`) | idle |
+//! | `PREFIX:{s:SID}:meta` | hash, per stream `S`: `o:S` owner instance, `p:S` pending request ids (JSON), `f:S` finished, `l:S` last and `t:S` last trimmed sequence number, `b:S` bytes; `sa` the standalone stream | the open, append, finish, `fail_orphan` scripts; `set_standalone` | idle |
+//! | `PREFIX:{s:SID}:ev:S` | stream, the events of SSE stream `S` (entry `SEQ-0`, field `d`) | the append script (`XADD MAXLEN = 1024`) | 5 min after its last append |
+//! | `PREFIX:{s:SID}:ch` | channel: `S PREV SEQ\n<data>` per event, `fin S` | the append and finish scripts | — |
+//! | `PREFIX:bus` | channel, `BusMessage` JSON for every instance | [`RedisBus`] | — |
+//! | `PREFIX:inbox:N` | channel, `BusMessage` JSON for instance `N` | [`RedisBus`] | — |
 //!
-//! `remove` unlinks the state, `seq`, `meta` and every `ev:S` that `meta` names.
+//! Stream ids are `N << 32 | n` (instance `N`). The session store's `remove` unlinks the state,
+//! `seq`, `meta` and every `ev:S` that `meta` names; the event store's `remove_session` the same
+//! but the state.
 //!
 //! # Example
 //!
@@ -48,7 +65,11 @@
 //!
 //! let fleet = Fleet::connect("redis://127.0.0.1:6379/", FleetConfig::new()).await?;
 //! let store = fleet.session_store();
-//! // ... give `store` to the server (`ServerBuilder::session_store`), serve ...
+//! let events = fleet.event_store();
+//! let bus = fleet.bus();
+//! // ... give `store` and `bus` to the server (`ServerBuilder::session_store`,
+//! // `ServerBuilder::bus`) and `events` to its HTTP configuration, serve ...
+//! # drop((store, events, bus));
 //! fleet.shutdown().await?;
 //! # Ok(())
 //! # }
@@ -56,13 +77,17 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod bus;
 mod conn;
 mod error;
+mod events;
 mod keys;
 mod session;
 
+pub use bus::{BUS_QUEUE, RedisBus};
 pub use conn::{Fleet, FleetConfig};
 pub use error::{Error, FleetError};
+pub use events::{FOLLOW_POLL, RedisEventStore};
 pub use keys::MAX_INSTANCES;
 pub use session::RedisSessionStore;
 

@@ -112,6 +112,25 @@ impl RedisSessionStore {
     }
 }
 
+impl RedisSessionStore {
+    /// `PEXPIRE .. idle` of each session's state, stream table and event counter (a key that
+    /// does not exist is left alone), in one pipeline.
+    async fn pexpire(&self, ids: &[&str]) -> Result<(), Error> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let keys = &self.shared.keys;
+        let idle = millis(self.idle);
+        let mut pipe = redis::pipe();
+        for id in ids {
+            for key in [keys.state(id), keys.meta(id), keys.seq(id)] {
+                pipe.cmd("PEXPIRE").arg(key).arg(idle).ignore();
+            }
+        }
+        self.shared.pipeline::<()>("PEXPIRE", &pipe).await
+    }
+}
+
 impl SessionStore for RedisSessionStore {
     fn load<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionState>> {
         Box::pin(async move { self.get(id).await.map_err(store_error) })
@@ -123,5 +142,11 @@ impl SessionStore for RedisSessionStore {
 
     fn remove<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move { self.unlink(id).await.map_err(store_error) })
+    }
+
+    /// Starts the idle time of each session again (`PEXPIRE` of its state, and of its event
+    /// store's table and counter), without reading it; sessions with no state are left alone.
+    fn touch<'a>(&'a self, ids: &'a [&'a str]) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.pexpire(ids).await.map_err(store_error) })
     }
 }

@@ -24,6 +24,8 @@ mod http_server;
 mod model;
 mod oidc_as;
 mod readme;
+mod redis_bus;
+mod redis_events;
 mod redis_store;
 mod robustness;
 mod schema_validation;

@@ -356,3 +356,48 @@ async fn a_lost_redis_fails_calls_quickly_and_they_work_again_when_it_is_back() 
     assert_eq!(store.load("s").await.unwrap(), Some(saved));
     fleet.shutdown().await.unwrap();
 }
+
+/// `touch` starts the idle time of each named session again (its state, and its event store's
+/// table and counter) without reading it, leaves a session with no state alone, and does
+/// nothing for no ids.
+#[tokio::test]
+async fn touch_refreshes_the_idle_time_of_every_key_of_the_sessions_named() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = connect(
+        &redis,
+        FleetConfig::new().session_idle(Duration::from_secs(60)),
+    )
+    .await;
+    let store = fleet.session_store();
+    for id in ["t1", "t2", "t3"] {
+        store.save(id, &state("alice")).await.unwrap();
+    }
+    redis
+        .command(&["SET", "mcx:{s:t1}:seq", "3", "PX", "1000"])
+        .await;
+    redis
+        .command(&["HSET", "mcx:{s:t1}:meta", "o:1", "0"])
+        .await;
+    redis.command(&["PEXPIRE", "mcx:{s:t1}:meta", "1000"]).await;
+    for id in ["t1", "t2", "t3"] {
+        redis
+            .command(&["PEXPIRE", &format!("mcx:{{s:{id}}}:state"), "1000"])
+            .await;
+    }
+    store.touch(&[]).await.unwrap();
+    store.touch(&["t1", "t2", "never"]).await.unwrap();
+    for key in [
+        "mcx:{s:t1}:state",
+        "mcx:{s:t1}:meta",
+        "mcx:{s:t1}:seq",
+        "mcx:{s:t2}:state",
+    ] {
+        assert!(pttl(&redis, key).await > 55_000, "{key} was touched");
+    }
+    assert!(pttl(&redis, "mcx:{s:t3}:state").await <= 1000, "not named");
+    assert!(!exists(&redis, "mcx:{s:never}:state").await, "not made");
+    assert!(store.load("t3").await.unwrap().is_some());
+    fleet.shutdown().await.unwrap();
+}

@@ -237,6 +237,39 @@ pub enum Error {
         /// The phase: `registration`, `authorization` (the handler) or `token`.
         phase: &'static str,
     },
+    /// The client has a DPoP key ([`OAuthBuilder::dpop`](super::OAuthBuilder::dpop)) with the
+    /// default [`DpopPolicy::Required`](super::DpopPolicy::Required), and the authorization
+    /// server's `dpop_signing_alg_values_supported` does not list ES256, the only algorithm of
+    /// its proofs: no token was asked for.
+    #[error(
+        "the authorization server {issuer} does not take ES256 DPoP proofs (it lists {algs:?})"
+    )]
+    DpopUnsupported {
+        /// The authorization server.
+        issuer: String,
+        /// The algorithms it lists (cut and escaped).
+        algs: Vec<String>,
+    },
+    /// The authorization server's `grant_types_supported` does not list the grant the client is
+    /// configured for (or it has no token endpoint): no token was asked for.
+    #[error("the authorization server {issuer} does not support the grant {grant}")]
+    GrantUnsupported {
+        /// The authorization server.
+        issuer: String,
+        /// The grant type (`client_credentials`, or a URN).
+        grant: &'static str,
+    },
+    /// The application's source of an assertion or subject token (a JWT bearer
+    /// [`AssertionSource`](super::AssertionSource), an ID-JAG
+    /// [`SubjectToken`](super::SubjectToken)) failed: a file that cannot be read, say.
+    #[error("no {what}: {source}")]
+    Assertion {
+        /// What was asked for: `assertion` or `subject token`.
+        what: &'static str,
+        /// The source's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A server could not be reached, took too long (5 s per exchange by default), answered
     /// with a body over the bound (256 KiB), or its URL was refused before any connection.
     #[error("{url} could not be fetched: {source}")]

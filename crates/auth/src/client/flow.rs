@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::asmeta::AuthServer;
 use super::handler::{AuthorizationHandler, AuthorizationRequest, Redirect};
 use super::pkce::{Pkce, random_string};
-use super::token::{self, Grant, Tokens};
+use super::token::{Grant, Tokens};
 use super::{Discovery, Error, OAuth};
 use crate::fetch::encode_component;
 
@@ -241,7 +241,7 @@ impl OAuth {
         bounded(
             deadline,
             "token",
-            token::request(self.inner.fetch.as_ref(), server, &client, grant),
+            self.token_request(server, &client, grant),
         )
         .await
     }

@@ -102,42 +102,48 @@ fn pkcs8_algorithm(der: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
     Some((oid, curve))
 }
 
+/// The DER of a PEM `-----BEGIN PRIVATE KEY-----` block (PKCS#8, unencrypted); SEC1, encrypted
+/// and RSA blocks are refused with [`Error::UnsupportedKey`].
+pub(crate) fn pkcs8_pem_der(pem: &str) -> Result<Vec<u8>, Error> {
+    let pem = pem.trim();
+    let Some(label) = pem
+        .strip_prefix("-----BEGIN ")
+        .and_then(|rest| rest.split_once("-----"))
+        .map(|(label, _)| label)
+    else {
+        return Err(unsupported("not a PEM block"));
+    };
+    match label {
+        "PRIVATE KEY" => {}
+        "RSA PRIVATE KEY" => return Err(unsupported("RSA keys are not supported")),
+        "EC PRIVATE KEY" => {
+            return Err(unsupported(
+                "a SEC1 EC key: convert it to PKCS#8 (openssl pkcs8 -topk8 -nocrypt)",
+            ));
+        }
+        "ENCRYPTED PRIVATE KEY" => return Err(unsupported("an encrypted key")),
+        _ => return Err(unsupported("not a PRIVATE KEY block")),
+    }
+    let end = "-----END PRIVATE KEY-----";
+    let body = pem
+        .split_once("-----\n")
+        .or_else(|| pem.split_once("-----\r\n"))
+        .map(|(_, body)| body)
+        .and_then(|body| body.trim_end().strip_suffix(end))
+        .ok_or_else(|| unsupported("a PEM block without its END line"))?;
+    let base64: String = body.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let der = STANDARD
+        .decode(base64)
+        .map_err(|e| unsupported(format!("PEM body: {e}")))?;
+    Ok(der)
+}
+
 impl SigningKey {
     /// A key from a PEM `-----BEGIN PRIVATE KEY-----` block (PKCS#8, unencrypted). SEC1
     /// (`EC PRIVATE KEY`), encrypted and RSA keys are refused with [`Error::UnsupportedKey`]
     /// (`openssl pkcs8 -topk8 -nocrypt` converts a SEC1 key).
     pub fn from_pkcs8_pem(pem: &str) -> Result<SigningKey, Error> {
-        let pem = pem.trim();
-        let Some(label) = pem
-            .strip_prefix("-----BEGIN ")
-            .and_then(|rest| rest.split_once("-----"))
-            .map(|(label, _)| label)
-        else {
-            return Err(unsupported("not a PEM block"));
-        };
-        match label {
-            "PRIVATE KEY" => {}
-            "RSA PRIVATE KEY" => return Err(unsupported("RSA keys are not supported")),
-            "EC PRIVATE KEY" => {
-                return Err(unsupported(
-                    "a SEC1 EC key: convert it to PKCS#8 (openssl pkcs8 -topk8 -nocrypt)",
-                ));
-            }
-            "ENCRYPTED PRIVATE KEY" => return Err(unsupported("an encrypted key")),
-            _ => return Err(unsupported("not a PRIVATE KEY block")),
-        }
-        let end = "-----END PRIVATE KEY-----";
-        let body = pem
-            .split_once("-----\n")
-            .or_else(|| pem.split_once("-----\r\n"))
-            .map(|(_, body)| body)
-            .and_then(|body| body.trim_end().strip_suffix(end))
-            .ok_or_else(|| unsupported("a PEM block without its END line"))?;
-        let base64: String = body.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-        let der = STANDARD
-            .decode(base64)
-            .map_err(|e| unsupported(format!("PEM body: {e}")))?;
-        SigningKey::from_pkcs8_der(&der)
+        SigningKey::from_pkcs8_der(&pkcs8_pem_der(pem)?)
     }
 
     /// A key from PKCS#8 DER. The algorithm follows from the key: P-256 → ES256, P-384 →

@@ -37,10 +37,24 @@
 //!   `client_secret_post` and `private_key_jwt` (a [`SigningKey`]: PKCS#8 P-256, P-384 or
 //!   Ed25519; RSA refused), `resource` on every request; answers checked ([`Tokens`]: a printable
 //!   token of at most 16 KiB, `Bearer` or `DPoP`); [`OAuth::refresh`].
+//! - DPoP (RFC 9449): a [`DpopKey`] ([`OAuthBuilder::dpop`]; generated, or read from PKCS#8 PEM)
+//!   proves possession on every token request (the code exchange, refresh and the grants below),
+//!   with the token endpoint's latest nonce ([`DpopNonces`], per origin) and one retry on a
+//!   400 `use_dpop_nonce`; an authorization server whose `dpop_signing_alg_values_supported`
+//!   lacks ES256 is [`Error::DpopUnsupported`] unless [`DpopPolicy::Prefer`].
+//!   [`OAuth::dpop_proof`] makes the proofs of requests to a resource server.
+//! - The grants without a user, each one token request whose refusal is returned at once
+//!   (never retried, never followed by another grant), with a pre-registered client only:
+//!   [`OAuth::client_credentials`], [`OAuth::jwt_bearer`] (an [`AssertionSource`]) and
+//!   [`OAuth::enterprise`] (an [`IdJag`]: an RFC 8693 token exchange at the identity provider
+//!   for an ID-JAG, then the JWT bearer grant at the authorization server); run by
+//!   [`OAuth::grant_token`]. Their discovery requires a token endpoint and the grant in
+//!   `grant_types_supported` when it is listed, not PKCE.
 //!
-//! What it does not do yet: keep tokens in a [`TokenStore`] (the store exists; nothing uses it yet), run the other grants
-//! (client credentials, JWT bearer, token exchange), DPoP, or put tokens on the HTTP client's
-//! requests; two concurrent flows for one authorization server may both register a client.
+//! What it does not do yet: keep tokens in a [`TokenStore`] (the store exists; nothing uses it
+//! yet) or put tokens on the HTTP client's requests; two concurrent flows for one authorization
+//! server may both register a client. DPoP proofs are ES256 only; a SAML subject token is passed
+//! as given.
 //! Redirect URIs must be https or http on a loopback host (checked by
 //! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
 //! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no
@@ -48,8 +62,10 @@
 
 mod asmeta;
 mod challenge;
+mod dpop;
 mod error;
 mod flow;
+mod grants;
 mod handler;
 mod jwt;
 mod pkce;
@@ -66,7 +82,12 @@ use std::time::Duration;
 
 pub use asmeta::AuthServer;
 pub use challenge::{Challenge, Challenges};
+pub use dpop::{DpopKey, DpopNonces, DpopPolicy};
 pub use error::Error;
+pub use grants::{
+    AssertionSource, GrantKind, ID_TOKEN_TYPE, IdJag, SAML2_TOKEN_TYPE, SourceError, Subject,
+    SubjectToken,
+};
 pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
 pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
@@ -106,6 +127,8 @@ struct Inner {
     /// Clients registered dynamically, by issuer.
     dynamic: Mutex<HashMap<String, ClientIdentity>>,
     flow_timeout: Duration,
+    /// The extension grant, DPoP key and nonces (`grants.rs`).
+    extensions: grants::Extensions,
 }
 
 impl fmt::Debug for OAuth {
@@ -117,6 +140,7 @@ impl fmt::Debug for OAuth {
             .field("client_metadata_url", &self.inner.client_metadata_url)
             .field("redirect_uris", &self.inner.redirect_uris)
             .field("flow_timeout", &self.inner.flow_timeout)
+            .field("extensions", &self.inner.extensions)
             .finish_non_exhaustive()
     }
 }
@@ -134,6 +158,7 @@ pub struct OAuthBuilder {
     redirect_uris: Vec<String>,
     application_type: Option<ApplicationType>,
     flow_timeout: Duration,
+    extensions: grants::Extensions,
 }
 
 impl OAuth {
@@ -152,6 +177,7 @@ impl OAuth {
             redirect_uris: Vec::new(),
             application_type: None,
             flow_timeout: DEFAULT_FLOW_TIMEOUT,
+            extensions: grants::Extensions::default(),
         }
     }
 
@@ -165,8 +191,10 @@ impl OAuth {
     /// 3. with no protected resource metadata at all: the server's origin as the authorization
     ///    server, its metadata or else the 2025-03-26 default endpoints.
     ///
-    /// The authorization server must allow the authorization code flow with PKCE `S256`
-    /// ([`Error::PkceUnsupported`]). Its metadata is kept per issuer for the life of the client;
+    /// The authorization server must allow the client's grant: the authorization code flow
+    /// with PKCE `S256` ([`Error::PkceUnsupported`]), or for the grants without a user a token
+    /// endpoint and the grant when it lists `grant_types_supported`
+    /// ([`Error::GrantUnsupported`]). Its metadata is kept per issuer for the life of the client;
     /// the protected resource metadata is fetched every time.
     pub async fn discover(
         &self,
@@ -186,7 +214,7 @@ impl OAuth {
                 }
                 Err(e) => return Err(e),
             };
-            auth_server.check_authorization_code()?;
+            self.check_grant(&auth_server)?;
             return Ok(Discovery {
                 resource: server.legacy_resource(),
                 protected_resource: None,
@@ -198,7 +226,7 @@ impl OAuth {
         let mut first_error = None;
         for issuer in &protected.authorization_servers {
             let found = match self.auth_server(issuer).await {
-                Ok(found) => found.check_authorization_code().map(|()| found),
+                Ok(found) => self.check_grant(&found).map(|()| found),
                 Err(e) => Err(e),
             };
             match found {
@@ -319,6 +347,7 @@ impl OAuthBuilder {
         for client in &self.registered {
             client.check()?;
         }
+        self.extensions.check()?;
         let fetch = match (self.fetch, self.as_timeout) {
             (Some(fetch), _) => fetch,
             (None, Some(timeout)) => Arc::new(HttpFetch::new().with_timeout(timeout)),
@@ -336,6 +365,7 @@ impl OAuthBuilder {
                 application_type: self.application_type,
                 dynamic: Mutex::default(),
                 flow_timeout: self.flow_timeout,
+                extensions: self.extensions,
             }),
         })
     }

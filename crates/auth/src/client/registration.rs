@@ -280,6 +280,17 @@ impl OAuth {
                 })
                 .collect::<Vec<_>>()
         };
+        // The grants without a user (grants.rs) only use a client registered beforehand.
+        if self.inner.extensions.grant.is_some() {
+            return Err(Error::NoClientIdentity {
+                issuer: server.issuer.clone(),
+                hint: format!(
+                    "a grant without a user needs a client registered with it beforehand \
+                     (pre-registered: {})",
+                    bound_elsewhere.join(", ")
+                ),
+            });
+        }
         if let Some(url) = &self.inner.client_metadata_url
             && server.client_id_metadata_document_supported
         {

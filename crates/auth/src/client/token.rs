@@ -5,9 +5,11 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
 use super::asmeta::AuthServer;
+use super::dpop::{DpopKey, DpopNonces};
 use super::error::remote_text;
 use super::jwt::client_assertion;
 use super::registration::{ClientIdentity, TokenAuthMethod};
@@ -83,18 +85,30 @@ pub(crate) struct Asked<'a> {
     pub(crate) issuer: &'a str,
 }
 
+/// A DPoP key and the nonces it proves with, for the token requests of a client that has one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DpopHook<'a> {
+    pub(crate) key: &'a DpopKey,
+    pub(crate) nonces: &'a DpopNonces,
+}
+
 /// Sends `grant` to `server`'s token endpoint as `client` and reads the answer:
-/// - the body: the grant's parameters, `resource`, and the client's authentication: `none`
-///   → `client_id`; `client_secret_basic` → an `Authorization: Basic` header only;
-///   `client_secret_post` → `client_id` and `client_secret`; `private_key_jwt` →
-///   `client_id`, `client_assertion_type` and a fresh `client_assertion` for the issuer;
+/// - the body: the grant's parameters, `resource`, and the client's authentication
+///   ([`authenticate`]);
 /// - 200 with a JSON object: [`read_tokens`]; any other status: [`Error::TokenRefused`] with
 ///   the answer's `error` and `error_description` (cut and escaped).
-pub(crate) async fn request(
+///
+/// With `dpop`, a DPoP proof (RFC 9449 section 5) goes in a `DPoP` header:
+/// `htm` `POST`, `htu` the token endpoint, the latest nonce of its origin. Every response's
+/// `DPoP-Nonce` is kept for that origin. A 400 `use_dpop_nonce` with a `DPoP-Nonce` is retried
+/// once, with a fresh proof carrying that nonce (and a fresh client assertion); a second one is
+/// [`Error::TokenRefused`]. Nothing else is ever retried.
+pub(crate) async fn request_with(
     fetch: &dyn Fetch,
     server: &AuthServer,
     client: &ClientIdentity,
     grant: Grant<'_>,
+    dpop: Option<DpopHook<'_>>,
 ) -> Result<Tokens, Error> {
     let endpoint = server
         .token_endpoint
@@ -112,54 +126,52 @@ pub(crate) async fn request(
         resource,
     } = grant;
     params.push(("resource", resource.to_owned()));
-    let secret = client.secret.as_deref().unwrap_or_default();
-    match client.method {
-        TokenAuthMethod::None => params.push(("client_id", client.client_id.clone())),
-        TokenAuthMethod::ClientSecretBasic => {}
-        TokenAuthMethod::ClientSecretPost => {
-            params.push(("client_id", client.client_id.clone()));
-            params.push(("client_secret", secret.to_owned()));
+    let mut nonce_retried = false;
+    let (response, document) = loop {
+        let mut params = params.clone();
+        let basic = authenticate(&mut params, client, &server.issuer)?;
+        let form: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut request = FetchRequest::post_form(endpoint, &form);
+        if let Some((id, secret)) = basic {
+            request = request.basic(id, secret);
         }
-        TokenAuthMethod::PrivateKeyJwt => {
-            let key = client.key.as_ref().ok_or_else(|| Error::InvalidSetting {
-                setting: "client",
-                value: client.client_id.clone(),
-                why: "has private_key_jwt and no key",
+        if let Some(dpop) = dpop {
+            let proof =
+                dpop.key
+                    .proof("POST", endpoint, None, dpop.nonces.get(endpoint).as_deref())?;
+            request = request.header(DPOP, proof_header(&proof)?);
+        }
+        let response = fetch
+            .send(request)
+            .await
+            .map_err(|source| Error::Unreachable {
+                url: endpoint.to_owned(),
+                source,
             })?;
-            let assertion =
-                client_assertion(key, &client.client_id, &server.issuer, SystemTime::now())?;
-            params.push(("client_id", client.client_id.clone()));
-            params.push(("client_assertion_type", JWT_BEARER_ASSERTION.to_owned()));
-            params.push(("client_assertion", assertion));
-        }
-    }
-    let form: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let mut request = FetchRequest::post_form(endpoint, &form);
-    if client.method == TokenAuthMethod::ClientSecretBasic {
-        request = request.basic(&client.client_id, secret);
-    }
-    let response = fetch
-        .send(request)
-        .await
-        .map_err(|source| Error::Unreachable {
-            url: endpoint.to_owned(),
-            source,
-        })?;
-    let document = response.json::<Map<String, Value>>().ok();
-    if response.status.as_u16() != 200 {
-        let text = |name: &str| {
-            document
-                .as_ref()
-                .and_then(|d| d.get(name))
-                .and_then(Value::as_str)
-                .map(remote_text)
+        let fresh_nonce = match dpop {
+            Some(dpop) => dpop.nonces.update(endpoint, &response.headers),
+            None => false,
         };
-        return Err(Error::TokenRefused {
-            endpoint: endpoint.to_owned(),
-            status: response.status.as_u16(),
-            error: text("error"),
-            description: text("error_description"),
-        });
+        let document = response.json::<Map<String, Value>>().ok();
+        let asks_nonce = response.status.as_u16() == 400
+            && document
+                .as_ref()
+                .and_then(|d| d.get("error"))
+                .and_then(Value::as_str)
+                == Some("use_dpop_nonce");
+        if asks_nonce && fresh_nonce && !nonce_retried {
+            tracing::debug!(%endpoint, "the token endpoint asks for a DPoP nonce: one retry");
+            nonce_retried = true;
+            continue;
+        }
+        break (response, document);
+    };
+    if response.status.as_u16() != 200 {
+        return Err(refusal(
+            endpoint,
+            response.status.as_u16(),
+            document.as_ref(),
+        ));
     }
     let document = document.ok_or_else(|| Error::InvalidTokenResponse {
         endpoint: endpoint.to_owned(),
@@ -171,6 +183,66 @@ pub(crate) async fn request(
         issuer: &server.issuer,
     };
     read_tokens(endpoint, &document, &asked, SystemTime::now())
+}
+
+/// The `DPoP` header.
+const DPOP: HeaderName = HeaderName::from_static("dpop");
+
+/// A proof as a header value (a JWS: always a valid one).
+fn proof_header(proof: &str) -> Result<HeaderValue, Error> {
+    HeaderValue::from_str(proof).map_err(|_| Error::UnsupportedKey {
+        why: "the DPoP proof is not a header value".into(),
+    })
+}
+
+/// Adds `client`'s authentication at a token endpoint whose server is `audience` (the `aud` of
+/// a client assertion) to `params`: `none` → `client_id`; `client_secret_basic` → nothing, the
+/// returned (id, secret) go in an `Authorization: Basic` header; `client_secret_post` →
+/// `client_id` and `client_secret`; `private_key_jwt` → `client_id`, `client_assertion_type`
+/// and a fresh `client_assertion`.
+pub(crate) fn authenticate<'c>(
+    params: &mut Vec<(&'static str, String)>,
+    client: &'c ClientIdentity,
+    audience: &str,
+) -> Result<Option<(&'c str, &'c str)>, Error> {
+    let secret = client.secret.as_deref().unwrap_or_default();
+    match client.method {
+        TokenAuthMethod::None => params.push(("client_id", client.client_id.clone())),
+        TokenAuthMethod::ClientSecretBasic => return Ok(Some((&client.client_id, secret))),
+        TokenAuthMethod::ClientSecretPost => {
+            params.push(("client_id", client.client_id.clone()));
+            params.push(("client_secret", secret.to_owned()));
+        }
+        TokenAuthMethod::PrivateKeyJwt => {
+            let key = client.key.as_ref().ok_or_else(|| Error::InvalidSetting {
+                setting: "client",
+                value: client.client_id.clone(),
+                why: "has private_key_jwt and no key",
+            })?;
+            let assertion = client_assertion(key, &client.client_id, audience, SystemTime::now())?;
+            params.push(("client_id", client.client_id.clone()));
+            params.push(("client_assertion_type", JWT_BEARER_ASSERTION.to_owned()));
+            params.push(("client_assertion", assertion));
+        }
+    }
+    Ok(None)
+}
+
+/// [`Error::TokenRefused`] for an answer other than 200 of `endpoint`, with its `error` and
+/// `error_description` when it has them (cut and escaped).
+pub(crate) fn refusal(endpoint: &str, status: u16, document: Option<&Map<String, Value>>) -> Error {
+    let text = |name: &str| {
+        document
+            .and_then(|d| d.get(name))
+            .and_then(Value::as_str)
+            .map(remote_text)
+    };
+    Error::TokenRefused {
+        endpoint: endpoint.to_owned(),
+        status,
+        error: text("error"),
+        description: text("error_description"),
+    }
 }
 
 /// A token response (RFC 6749 section 5.1), checked: `access_token` a non-empty string of
@@ -275,10 +347,25 @@ impl OAuth {
             scopes: &tokens.scopes,
             resource: &tokens.resource,
         };
-        let mut fresh = request(self.inner.fetch.as_ref(), server, &client, grant).await?;
+        let mut fresh = self.token_request(server, &client, grant).await?;
         if fresh.refresh_token.is_none() {
             fresh.refresh_token = Some(refresh_token.clone());
         }
         Ok(fresh)
+    }
+}
+
+impl OAuth {
+    /// A token request to `server` as `client`, with a DPoP proof when the client has a key
+    /// ([`OAuthBuilder::dpop`](super::OAuthBuilder::dpop)) and the server takes ES256 proofs
+    /// (or does not say); see [`OAuth::dpop_for`] for a server that lists other algorithms.
+    pub(crate) async fn token_request(
+        &self,
+        server: &AuthServer,
+        client: &ClientIdentity,
+        grant: Grant<'_>,
+    ) -> Result<Tokens, Error> {
+        let dpop = self.dpop_for(server)?;
+        request_with(self.inner.fetch.as_ref(), server, client, grant, dpop).await
     }
 }
