@@ -3,8 +3,10 @@
 //! (`modelctx-redis`).
 //!
 //! [`join`] connects to Redis and takes an instance number (leased; given back by [`leave`] when
-//! the server stops gracefully, or free again 15 s after a process that died). [`share`] gives
-//! the server what the instances share: legacy sessions' states ([`Fleet::session_store`]).
+//! the server stops gracefully, or free again 15 s after a process that died). [`share`] and
+//! [`share_events`] give the server what the instances share: legacy sessions' states
+//! ([`Fleet::session_store`]), the bus between instances ([`Fleet::bus`]) and the legacy
+//! streams' events ([`Fleet::event_store`]).
 //! The `requestState` key ring comes from `--state-key`, never from Redis (`state_keys.rs`).
 //!
 //! What it does not do: it does not check that the other instances serve the same server (a
@@ -14,7 +16,7 @@
 use std::sync::Arc;
 
 use modelctx_redis::{Fleet, FleetConfig, FleetError};
-use modelctx_server::ServerBuilder;
+use modelctx_server::{HttpConfig, ServerBuilder};
 
 use crate::exit::{Failed, Kind};
 
@@ -46,9 +48,18 @@ fn refusal(error: &FleetError) -> Failed {
     Failed::new(kind, format!("--redis: {error}"))
 }
 
-/// `builder` with what the instances of `fleet` share: the legacy sessions' store.
+/// `builder` with what the instances of `fleet` share through the server: the legacy sessions'
+/// store, and the bus (changes, forwarded client messages, session ends).
 pub(crate) fn share(builder: ServerBuilder, fleet: &Fleet) -> ServerBuilder {
-    builder.session_store(Arc::new(fleet.session_store()))
+    builder
+        .session_store(Arc::new(fleet.session_store()))
+        .bus(Arc::new(fleet.bus()))
+}
+
+/// `config` with what the instances of `fleet` share through the HTTP transport: the legacy
+/// streams' events (resumption on any instance).
+pub(crate) fn share_events(config: HttpConfig, fleet: &Fleet) -> HttpConfig {
+    config.event_store(Arc::new(fleet.event_store()))
 }
 
 /// Gives the instance number back (deletes the lease), when there is a fleet. A Redis that cannot

@@ -603,6 +603,10 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
     // In-flight requests get 2 s to finish at Ctrl-C or SIGTERM.
     let grace = std::time::Duration::from_secs(2);
     let config = modelctx_server::HttpConfig::default().shutdown_grace(grace);
+    let config = match &fleet {
+        Some(fleet) => fleet::share_events(config, fleet),
+        None => config,
+    };
     let running = match server.serve_http_on(listener, config).await {
         Ok(running) => running,
         Err(e) => {
