@@ -36,6 +36,13 @@
 //! that seals the `requestState` of modern round trips (`state_keys.rs`), so that instances
 //! behind one load balancer accept each other's retries; without it each process has a random
 //! key of its own.
+//!
+//! `mcx serve demo --http ADDR --redis URL` runs the demo as one instance of a fleet on Redis
+//! (`fleet.rs`, `docs/deploy.md`): legacy sessions, their SSE events and the bus between instances
+//! live in Redis, so a plain load balancer may send any request to any instance. It needs a key
+//! ring (`--state-key` or `MCX_STATE_KEYS`: a usage error without), exits with 3 when Redis cannot
+//! be reached at start, and gives its instance number back when stopped gracefully. It does not
+//! make the instances' registries equal: every instance serves the same demo.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
