@@ -333,7 +333,8 @@ async fn open_sampling_session(addr: SocketAddr) -> String {
         .header("mcp-session-id")
         .expect("a session id")
         .to_owned();
-    drop(response);
+    let body = within("the initialize result", response.json()).await;
+    assert_eq!(body["result"]["protocolVersion"], version(), "{body}");
     let initialized = json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
     let response = post(
         addr,
