@@ -746,7 +746,10 @@ mod tests {
             assert_eq!(refused.exit_code(), 2, "{args:?}");
         }
         let refused = parse(&["serve", "demo", "--redis", "redis://127.0.0.1/"]).unwrap_err();
-        assert!(usage_message(&refused).contains("--http <ADDR>"), "{refused}");
+        assert!(
+            usage_message(&refused).contains("--http <ADDR>"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -134,7 +134,12 @@ async fn a_session_opened_on_one_instance_is_served_and_ended_by_the_others() {
     let mut id = 10;
     for addr in [b, c] {
         id += 1;
-        let list = legacy(addr, &session, &request(id, consts::ToolsList::VALUE, json!({}))).await;
+        let list = legacy(
+            addr,
+            &session,
+            &request(id, consts::ToolsList::VALUE, json!({})),
+        )
+        .await;
         assert_eq!(list.status, 200, "tools/list on {addr}: {list:?}");
         let tools = &list.answer.as_ref().expect("an answer")["result"]["tools"];
         assert!(
@@ -152,7 +157,10 @@ async fn a_session_opened_on_one_instance_is_served_and_ended_by_the_others() {
             json!({"uri": "demo://readme"}),
         );
         let subscribed = legacy(addr, &session, &subscribe).await;
-        assert_eq!(subscribed.status, 200, "subscribe on {addr}: {subscribed:?}");
+        assert_eq!(
+            subscribed.status, 200,
+            "subscribe on {addr}: {subscribed:?}"
+        );
         assert_eq!(
             subscribed.answer.as_ref().map(|a| &a["result"]),
             Some(&json!({})),
@@ -179,7 +187,10 @@ async fn a_session_opened_on_one_instance_is_served_and_ended_by_the_others() {
     for addr in [a, b] {
         id += 1;
         let ping = legacy(addr, &session, &request(id, consts::Ping::VALUE, json!({}))).await;
-        assert_eq!(ping.status, 404, "ping on {addr} after DELETE on C: {ping:?}");
+        assert_eq!(
+            ping.status, 404,
+            "ping on {addr} after DELETE on C: {ping:?}"
+        );
     }
     assert_eq!(session_keys(&fleet.redis).await, Vec::<String>::new());
     assert_eq!(fleet.redis.dbsize().await, leases);
@@ -280,7 +291,10 @@ async fn a_lost_redis_gives_legacy_requests_503_and_modern_ones_go_on() {
         let started = Instant::now();
         let reply = legacy(addr, &session, &request(2, consts::Ping::VALUE, json!({}))).await;
         assert_eq!(reply.status, 503, "instance {i} with Redis down: {reply:?}");
-        let retry = reply.retry_after.as_deref().and_then(|r| r.parse::<u64>().ok());
+        let retry = reply
+            .retry_after
+            .as_deref()
+            .and_then(|r| r.parse::<u64>().ok());
         assert!(
             retry.is_some_and(|s| s >= 1),
             "instance {i}: Retry-After in seconds: {reply:?}"

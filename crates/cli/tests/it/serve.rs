@@ -121,7 +121,14 @@ async fn a_fleet_instance_stores_sessions_in_redis_and_gives_its_number_back_at_
         return;
     };
     let mut child = Command::new(crate::cli::MCX)
-        .args(["serve", "demo", "--http", "127.0.0.1:0", "--redis", &redis.url()])
+        .args([
+            "serve",
+            "demo",
+            "--http",
+            "127.0.0.1:0",
+            "--redis",
+            &redis.url(),
+        ])
         .env("MCX_STATE_KEYS", STATE_KEY)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -164,7 +171,9 @@ async fn a_fleet_instance_stores_sessions_in_redis_and_gives_its_number_back_at_
     let lease = format!("mcx:inst:{instance}");
     let holder = redis.command(&["GET", &lease]).await.text();
     assert!(
-        holder.as_deref().is_some_and(|h| h.ends_with(&format!(":{pid}"))),
+        holder
+            .as_deref()
+            .is_some_and(|h| h.ends_with(&format!(":{pid}"))),
         "{lease} = {holder:?}"
     );
 
