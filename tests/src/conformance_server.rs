@@ -2,6 +2,8 @@
 //! and prompt its server scenarios call, for both the 2025-11-25 (stateful) and 2026-07-28
 //! (stateless) wires, built only on the public API of `modelctx-server`.
 //!
+//! It also serves the skills of `tests/fixtures/skills` (the Skills extension's scenarios).
+//!
 //! `tests/src/bin/conformance-server.rs` serves it over Streamable HTTP.
 
 use std::sync::OnceLock;
@@ -29,6 +31,11 @@ const JSON_SCHEMA_2020_12: &str = r##"{"$schema":"https://json-schema.org/draft/
  "if":{"properties":{"contactMethod":{"const":"phone"}},"required":["contactMethod"]},
  "then":{"required":["phone"]},"else":{"required":["email"]},
  "additionalProperties":false}"##;
+
+/// The skills the server serves: `tests/fixtures/skills`.
+pub fn skills_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/skills")
+}
 
 /// The server itself, for the tools that change what it offers.
 static SERVER: OnceLock<Server> = OnceLock::new();
@@ -736,6 +743,8 @@ pub fn server() -> Server {
             Prompt::with_arguments("test_input_required_result_prompt", Vec::new(), mrtr_prompt)
                 .description("A prompt that asks the user for its context"),
         )
+        // The skills of the SEP-2640 scenarios (`sep-2640-skills-*`).
+        .skills_dir(skills_dir())
         .build();
     let _ = SERVER.set(server.clone());
     server

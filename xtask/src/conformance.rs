@@ -15,6 +15,10 @@
 //! checks the stdio stack and the proxy too. Its results go under
 //! `target/conformance/<leg>/server-proxy/`, its expected failures in
 //! `tests/conformance/expected-failures-proxy.yml`.
+//!
+//! `--suite all` leaves out the scenarios of extensions; those of the Skills extension
+//! ([`SKILLS_SCENARIOS`]) run by name after each suite, on both legs, into the same folders.
+//! The summary counts skipped checks apart, so that a scenario that checked nothing shows.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -45,6 +49,19 @@ const OUT: &str = "target/conformance";
 const LEGS: &[&str] = &["2025-11-25", "2026-07-28"];
 /// How long one client process may take (ms).
 const CLIENT_TIMEOUT_MS: &str = "30000";
+/// The scenarios of the Skills extension (SEP-2640), by side. `--suite all` leaves extension
+/// scenarios out (they are not on the spec's timeline), so they run by name on both legs, with
+/// `--force` (without it the suite skips an extension scenario at a given `--spec-version`),
+/// their results going into the same folders as the suite's.
+const SKILLS_SCENARIOS: &[(&str, &str)] = &[
+    ("server", "sep-2640-skills-enumeration"),
+    ("server", "sep-2640-skills-manifest"),
+    ("server", "sep-2640-skills-directory"),
+    ("client", "sep-2640-client-no-prefetch"),
+    ("client", "sep-2640-client-verify-digest"),
+    ("client", "sep-2640-client-verify-size"),
+    ("client", "sep-2640-client-verify-frontmatter"),
+];
 
 /// Runs both suites on both legs and writes the summary; fails if any run failed.
 pub(crate) fn run(root: &Path) -> Result<(), String> {
@@ -92,6 +109,37 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
             );
             if !status {
                 failures.push(format!("{side} suite, spec {leg}"));
+            }
+            for &(_, scenario) in SKILLS_SCENARIOS.iter().filter(|(s, _)| *s == side) {
+                let started = Instant::now();
+                let mut suite = Command::new(node::binary(root));
+                suite
+                    .arg(root.join(SUITE_DIR).join(SUITE_BIN))
+                    .arg(side)
+                    .args(["--scenario", scenario, "--spec-version", leg, "--force"])
+                    .arg("--expected-failures")
+                    .arg(root.join(EXPECTED))
+                    .arg("-o")
+                    .arg(&dir)
+                    .current_dir(root.join(SUITE_DIR));
+                if side == "server" {
+                    suite.args(["--url", &url]);
+                } else {
+                    suite
+                        .arg("--command")
+                        .arg(bins.join("conformance-client"))
+                        .args(["--timeout", CLIENT_TIMEOUT_MS]);
+                }
+                let log = out.join(format!("{leg}-{side}-{scenario}.log"));
+                let status = run_logged(&mut suite, &log)?;
+                eprintln!(
+                    "==> conformance: {side} {scenario}, spec {leg}: {} in {:.1}s",
+                    if status { "ok" } else { "FAILED" },
+                    started.elapsed().as_secs_f64(),
+                );
+                if !status {
+                    failures.push(format!("{side} {scenario}, spec {leg}"));
+                }
             }
         }
     }
@@ -342,6 +390,7 @@ struct Tally {
     passed: usize,
     failed: usize,
     warned: usize,
+    skipped: usize,
 }
 
 impl Tally {
@@ -357,8 +406,8 @@ fn summarize(out: &Path) -> Result<String, String> {
         std::fs::read_to_string(out.join("../../").join(EXPECTED_PROXY)).unwrap_or_default();
     let mut text = String::from(
         "# Conformance summary\n\n`@modelcontextprotocol/conformance` 0.2.0-alpha.12, `--suite all`.\n\n\
-         | spec | side | scenarios passed | scenarios failed | checks passed | checks failed | checks warned |\n\
-         |---|---|---|---|---|---|---|\n",
+         | spec | side | scenarios passed | scenarios failed | checks passed | checks failed | checks warned | checks skipped |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     let mut failing = Vec::new();
     for leg in LEGS {
@@ -373,15 +422,17 @@ fn summarize(out: &Path) -> Result<String, String> {
                 passed: a.passed + t.passed,
                 failed: a.failed + t.failed,
                 warned: a.warned + t.warned,
+                skipped: a.skipped + t.skipped,
             });
             let passed = scenarios.values().filter(|t| t.ok()).count();
             let _ = writeln!(
                 text,
-                "| {leg} | {side} | {passed} | {} | {} | {} | {} |",
+                "| {leg} | {side} | {passed} | {} | {} | {} | {} | {} |",
                 scenarios.len() - passed,
                 total.passed,
                 total.failed,
-                total.warned
+                total.warned,
+                total.skipped
             );
             for (name, tally) in scenarios.iter().filter(|(_, t)| !t.ok()) {
                 let listed = expected.lines().any(|l| {
@@ -437,6 +488,7 @@ fn collect(dir: &Path, server: bool) -> Result<BTreeMap<String, Tally>, String> 
                         Some("SUCCESS") => tally.passed += 1,
                         Some("FAILURE") => tally.failed += 1,
                         Some("WARNING") => tally.warned += 1,
+                        Some("SKIPPED") => tally.skipped += 1,
                         _ => {}
                     }
                 }

@@ -267,6 +267,9 @@ fn pairs(items: &[String], option: &str) -> Result<Vec<(String, String)>, Failur
 
 async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<(), Failure> {
     match command {
+        ClientCommand::Skills(c) => crate::skills::run(client, c, json)
+            .await
+            .map_err(Failure::Failed)?,
         ClientCommand::Discover => {
             let info = json!({
                 "protocolVersion": client.protocol_version().map(|v| v.to_string()),

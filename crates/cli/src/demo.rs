@@ -259,9 +259,26 @@ pub(crate) fn server() -> Server {
     server
 }
 
+/// The demo's skills (`crates/cli/skills`), embedded in the binary.
+const SKILLS: &[(&str, &str)] = &[
+    (
+        "mcx-demo/SKILL.md",
+        include_str!("../skills/mcx-demo/SKILL.md"),
+    ),
+    (
+        "mcx-demo/references/tools.md",
+        include_str!("../skills/mcx-demo/references/tools.md"),
+    ),
+    (
+        "mcx-demo/examples/session.md",
+        include_str!("../skills/mcx-demo/examples/session.md"),
+    ),
+];
+
 /// The demo server's builder, without `unlock` (see [`add_unlock`]), for a guard to be added.
 pub(crate) fn builder() -> modelctx_server::ServerBuilder {
     Server::builder("mcx-demo", env!("CARGO_PKG_VERSION"))
+        .skill_files(SKILLS.iter().copied())
         .instructions(
             "The mcx demo server: try `countdown` (progress and logs), `confirm` (elicitation), \
              `haiku` (sampling), `roots` (the client's roots) and `unlock` (the tool list \

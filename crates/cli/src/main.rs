@@ -1,7 +1,7 @@
 //! `mcx`, the modelctx command-line tool: `mcx demo` walks through every MCP feature in both
 //! eras against the built-in demo server (over stdio and HTTP: the first walk in full, the others
 //! one line each unless `--all`; `--wire` adds the JSON-RPC messages); `mcx serve demo` serves that server on its own; and
-//! `discover`, `ping`, `tools`, `resources`, `prompts` and `complete` talk to any MCP server,
+//! `discover`, `ping`, `tools`, `resources`, `prompts`, `complete` and `skills` talk to any MCP server,
 //! run as a child process (`--stdio "<command line>"`, with a filtered environment unless
 //! `--env KEY=VALUE` or `--inherit-env` say otherwise) or reached over Streamable HTTP (`--url
 //! URL`; `https` trusts the webpki roots and the CAs of `--cacert PATH`). `tools list` shows
@@ -70,6 +70,7 @@ mod output;
 mod progress;
 mod proxy;
 mod reach;
+mod skills;
 mod state_keys;
 mod tools;
 mod walkthrough;
@@ -184,6 +185,8 @@ enum Command {
     Prompts(Prompts),
     /// Ask for completions of a prompt argument or a resource template variable.
     Complete(CompleteArgs),
+    /// List the server's skills, show one, or pull them into a directory, verified.
+    Skills(Skills),
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
@@ -302,6 +305,15 @@ struct Resources {
     output: JsonOutput,
 }
 
+/// `skills` and its `--json`.
+#[derive(Args, Debug)]
+struct Skills {
+    #[command(subcommand)]
+    command: skills::SkillsCommand,
+    #[command(flatten)]
+    output: JsonOutput,
+}
+
 /// `prompts` and its `--json`.
 #[derive(Args, Debug)]
 struct Prompts {
@@ -402,6 +414,7 @@ pub(crate) enum ClientCommand {
     Resources(ResourcesCommand),
     Prompts(PromptsCommand),
     Complete(CompleteArgs),
+    Skills(skills::SkillsCommand),
 }
 
 #[tokio::main]
@@ -424,6 +437,7 @@ async fn main() -> ExitCode {
         Command::Tools(c) => (ClientCommand::Tools(c.command), c.output),
         Command::Resources(c) => (ClientCommand::Resources(c.command), c.output),
         Command::Prompts(c) => (ClientCommand::Prompts(c.command), c.output),
+        Command::Skills(c) => (ClientCommand::Skills(c.command), c.output),
         Command::Complete(c) => {
             let output = c.output;
             (ClientCommand::Complete(c), output)

@@ -1123,7 +1123,7 @@ fn page(cursor: Option<&str>) -> JsonObject {
 /// the size of its JSON. A cursor that came before is refused (a server that would loop
 /// forever), and so are a cursor longer than [`MAX_CURSOR_BYTES`], a list of more than
 /// [`MAX_PAGES`] pages, and pages of more than [`MAX_LIST_BYTES`] of JSON in all.
-async fn all_pages<T, F, Fut>(method: &str, mut page: F) -> Result<Vec<T>, Error>
+pub(crate) async fn all_pages<T, F, Fut>(method: &str, mut page: F) -> Result<Vec<T>, Error>
 where
     F: FnMut(Option<String>) -> Fut,
     Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>, usize), Error>>,

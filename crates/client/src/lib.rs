@@ -68,6 +68,10 @@
 //!   the connection ([`ConnectError::Auth`], [`CloseReason::Unauthorized`]) without falling back
 //!   from the probe to `initialize`. [`auth`] re-exports the seam and the OAuth 2.1 client of
 //!   modelctx-auth (discovery and token stores so far).
+//! * **Skills** (the `io.modelcontextprotocol/skills` extension): [`Client::list_skills`] and
+//!   [`Client::get_skill`] fetch entries only; [`Client::load_skill`] and
+//!   [`Client::read_skill_file`] read a file when asked and verify it against the entry (listed,
+//!   size, `sha256:` digest, `SKILL.md` frontmatter), a mismatch being a [`SkillError`].
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
@@ -87,7 +91,9 @@
 //! run a grant (`modelctx_auth::client` says what it does). It does not implement
 //! the tasks extension, does not replay calls lost when a connection ends (they fail with
 //! [`Error::Closed`]), and does not decide for the user: sampling and elicitation handlers are
-//! the application's, and a missing handler means the capability is not declared.
+//! the application's, and a missing handler means the capability is not declared. For skills it
+//! keeps no registry, no approvals and no cache of skill files: a host holds the entries it
+//! loaded and decides what to load; digests prove consistency with the entry, not safety.
 //!
 //! # Features
 //!
@@ -112,6 +118,7 @@ mod notify;
 mod output;
 #[cfg(feature = "http")]
 mod params;
+mod skills;
 #[cfg(feature = "stdio")]
 mod stdio;
 mod wire;
@@ -123,7 +130,12 @@ pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error, TransportError};
 pub use input::{ElicitAction, Elicitation, Elicited, InputError};
 pub use link::Direction;
+/// The Skills extension's names and wire shapes (`modelctx_types::skills`): [`Skill`](skill_types::Skill)
+/// entries, their files, the results of its requests.
+#[doc(inline)]
+pub use modelctx_types::skills as skill_types;
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable};
+pub use skills::{SkillError, SkillFile};
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;

@@ -47,7 +47,11 @@
 //! makes up no message for it. It shares no session state across processes: a session another
 //! instance opened is served here only when the application holds its state and adopts it
 //! (`server::McpApp::adopt_session`); the transport keeps its own table, caps and idle sweep, and
-//! tells the application whether a session ended or was only forgotten here (`server::Closed`).
+//! tells the application whether a session ended or was only forgotten here (`server::Closed`;
+//! an application that shares its sessions, `server::McpApp::shares_sessions`, has every session
+//! only forgotten by the sweep, eviction and shutdown). Requests and messages under way cross no
+//! process through the transport: a stream another instance writes is read from the event store
+//! (`EventStore::follow`), and what carries messages between instances is the application's.
 //! It authenticates nothing itself: a `server::Guard`
 //! (`ServerConfig::guard`; `modelctx-auth` implements OAuth 2.1) decides who a request comes
 //! from and which scopes it holds, and the transport only places those decisions (the metadata

@@ -13,30 +13,63 @@
 //! changes reach open sessions through one task per server, which fans each out to the
 //! sessions that should hear it. An idle session costs its stored state, its entry in the
 //! transport, and an entry here; no task and no channel.
+//!
+//! # Fleets
+//!
+//! Instances of one application sharing a [`SessionStore`], an event store and a
+//! [`Bus`] serve each other's legacy sessions:
+//!
+//! * A request for a session this endpoint does not hold adopts it from the store
+//!   ([`McpApp::adopt_session`]). A store that cannot be reached gives 503 with `Retry-After`
+//!   (when adopting, loading or saving a state); a session whose state is gone (ended on
+//!   another instance, or expired) gets 404.
+//! * The ids of the server's own requests carry the instance number (`instance << 40 | n`), so
+//!   the client's answer, POSTed to any instance, is sent on to the instance that asked
+//!   ([`Bus::to_instance`]). Cancellations,
+//!   `notifications/initialized` and a changed log level are broadcast to every instance,
+//!   each handing them to the requests it runs for the session (none: nothing happens).
+//! * The end of a session (DELETE, its end by the server: [`Closed::Ended`]) removes its state
+//!   and events and is broadcast; the other instances end their copies without removing
+//!   anything. An adopted copy this endpoint only forgets ([`Closed::Forgotten`]) keeps the
+//!   shared state.
+//! * Each change reaches each session once: it is written by the instance holding the
+//!   session's standalone GET stream (as the event store records it), or, when none does, by
+//!   the instance that opened the session (not by an adopted copy).
+//! * The instance holding a session's standalone GET stream pushes back its state's expiry
+//!   ([`SessionStore::touch`]) every third of the session idle timeout, so that a session
+//!   that only listens lives.
+//!
+//! What it does not do across instances: a change for a session whose opener is gone and
+//! whose GET no instance holds is not kept for later; the cap on waiting requests and the
+//! duplicate-id check are per instance.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
+use modelctx_http::event_store::{BoxFuture, EventStore, StreamId};
 use modelctx_http::headers::ParamHeader;
 use modelctx_http::server::{
-    ConfigError, LegacyHandler, LegacySession, McpApp, McpService, ModernReply, ModernRequest,
-    RequestContext, RunningServer, ServerConfig,
+    Adopted, Closed, ConfigError, LegacyHandler, LegacySession, McpApp, McpService, ModernReply,
+    ModernRequest, Principal, RequestContext, RunningServer, ServerConfig, Unavailable,
 };
-use modelctx_session::Transmit;
-use modelctx_types::consts::{NotificationsCancelled, NotificationsInitialized};
+use modelctx_session::{LogLevel, Transmit};
+use modelctx_types::consts::{LoggingSetLevel, NotificationsCancelled, NotificationsInitialized};
 use modelctx_types::{
-    ErrorCode, ErrorObject, ErrorResponse, Incoming, JsonObject, Message, Notification, RequestId,
+    ErrorObject, ErrorResponse, Incoming, JsonObject, Message, Notification, RequestId,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::{Bus, BusMessage};
 use crate::registry::{Change, Shared};
 use crate::run::driver::{self, NoInput};
-use crate::run::{Command, Conn, Input, Lifetime, Origin, Output, SessionState, SessionStore};
+use crate::run::{
+    Command, Conn, InMemoryStore, Input, Lifetime, Origin, Output, SessionState, SessionStore,
+};
 use crate::server::Server;
 
 /// The most requests of legacy sessions whose handlers wait, at once, per server; beyond, a
@@ -52,19 +85,72 @@ const WAITING_QUEUE: usize = 16;
 /// those of any other request of the session still waiting for an answer).
 const ID_RANGE: i64 = 1 << 16;
 
+/// Where the instance number starts in the ids of the server's own requests: an id is
+/// `instance << INSTANCE_SHIFT | n` with `n < 2^40`, below 2^52 (exact as a JavaScript number)
+/// for every instance up to [`MAX_INSTANCE`](crate::bus::MAX_INSTANCE).
+const INSTANCE_SHIFT: u32 = 40;
+
+/// How many ranges of [`ID_RANGE`] ids fit below `2^40` with room for the last range's ids.
+const RANGES: i64 = (1 << INSTANCE_SHIFT) / ID_RANGE - 1;
+
+/// The id after which the `n`th resumed session of instance `instance` numbers its own
+/// requests: its ids (`ids_after + 1 ..= ids_after + ID_RANGE`) all carry `instance`.
+fn ids_after(instance: u16, n: i64) -> i64 {
+    (i64::from(instance) << INSTANCE_SHIFT) | (n.rem_euclid(RANGES) * ID_RANGE)
+}
+
+/// The instance whose server minted request id `id` ([`ids_after`]); `None` for an id no
+/// server mints (a string, a negative number, 2^52 or more).
+fn instance_of(id: &RequestId) -> Option<u16> {
+    match id {
+        RequestId::Number(n) if (0..1 << 52).contains(n) => u16::try_from(n >> INSTANCE_SHIFT).ok(),
+        _ => None,
+    }
+}
+
+/// Whether `stream`, a stream id of `events`, was opened by this instance: stream ids are
+/// [`EventStore::stream_base`] plus a number below 2^32.
+fn opened_here(events: &dyn EventStore, stream: StreamId) -> bool {
+    stream.0 >> 32 == events.stream_base() >> 32
+}
+
 /// What a server keeps of its legacy HTTP sessions: their states (in the store), where their
 /// output goes, and the requests still running for them.
 pub(crate) struct Legacy {
     store: Arc<dyn SessionStore>,
+    /// Whether the store was given ([`ServerBuilder::session_store`](crate::ServerBuilder::session_store)),
+    /// so possibly shared with other instances.
+    store_given: bool,
     /// Open sessions by id: where the server's changes go.
-    sessions: Mutex<HashMap<String, LegacySession>>,
+    sessions: Mutex<HashMap<String, Open>>,
     /// Requests still running, and the questions asked for them.
     waiting: Mutex<Waiting>,
-    /// The start of the next resumed session's range of ids.
+    /// How many sessions were resumed: the next one's range of ids ([`ids_after`]).
     next_ids: AtomicI64,
     /// Stops the task that fans the server's changes out to the sessions: it runs while there
     /// are sessions (always locked after `sessions`).
     fan_out: Mutex<Option<CancellationToken>>,
+    /// What the endpoint serving the sessions was configured with, as last configured.
+    endpoint: Mutex<Option<Endpoint>>,
+}
+
+/// An open legacy session of this endpoint.
+#[derive(Clone)]
+struct Open {
+    output: LegacySession,
+    /// Set when the session ended on another instance ([`BusMessage::Ended`]): its end here
+    /// removes nothing shared and is not broadcast again.
+    ended_elsewhere: Arc<AtomicBool>,
+}
+
+/// What the server needs of its endpoint's configuration.
+#[derive(Clone)]
+struct Endpoint {
+    /// Its event store: which instance holds a session's standalone stream, and the events a
+    /// session's end removes.
+    events: Arc<dyn EventStore>,
+    /// Its session idle timeout: a third of it is how often held sessions are touched.
+    idle: Duration,
 }
 
 impl fmt::Debug for Legacy {
@@ -100,18 +186,40 @@ struct LegacySizes {
 }
 
 impl Legacy {
-    pub(crate) fn new(store: Arc<dyn SessionStore>) -> Legacy {
+    /// The legacy sessions of a server whose states live in `store` (`None`: an
+    /// [`InMemoryStore`] of its own).
+    pub(crate) fn new(store: Option<Arc<dyn SessionStore>>) -> Legacy {
+        let store_given = store.is_some();
         Legacy {
-            store,
+            store: store.unwrap_or_else(|| Arc::new(InMemoryStore::new())),
+            store_given,
             sessions: Mutex::new(HashMap::new()),
             waiting: Mutex::new(Waiting::default()),
             next_ids: AtomicI64::new(0),
             fan_out: Mutex::new(None),
+            endpoint: Mutex::new(None),
         }
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, LegacySession>> {
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Open>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn endpoint(&self) -> Option<Endpoint> {
+        self.endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_endpoint(&self, endpoint: Endpoint) {
+        *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(endpoint);
+    }
+
+    /// Whether the sessions' states may be shared with other instances: a bus, or a store
+    /// given to the server.
+    fn shares_sessions(&self, shared: &Shared) -> bool {
+        self.store_given || shared.bus.is_some()
     }
 
     fn fan_out(&self) -> MutexGuard<'_, Option<CancellationToken>> {
@@ -179,6 +287,28 @@ impl Legacy {
             tracing::debug!("a message for a running request was dropped: its queue is full");
         }
         None
+    }
+
+    /// Hands a message of session `sid`'s client that another instance sent on (its
+    /// [`BusMessage::Forward`]) to the requests running here: an answer to one of our
+    /// questions, a cancellation, `notifications/initialized`, the level of a
+    /// `logging/setLevel`. Nothing happens when none of them waits for it.
+    fn heard(&self, sid: &str, message: Message) {
+        if let Message::Request(r) = &message {
+            if r.method == LoggingSetLevel::VALUE {
+                let level = r
+                    .params
+                    .as_ref()
+                    .and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok())
+                    .and_then(|p| p.get("level")?.as_str().and_then(LogLevel::parse));
+                if let Some(level) = level {
+                    self.tell_waiting(sid, || Input::LogLevel(Some(level)));
+                }
+            }
+            return;
+        }
+        // Left over: no request here waits for it.
+        let _ = self.hand_over(sid, Incoming::Single(message));
     }
 
     /// Gives `input()` to each runner of session `sid`'s requests that wait (once per POST).
@@ -417,22 +547,68 @@ impl Server {
     /// sessions (one list for both), and guarded by `config`'s guard, else by the server's
     /// ([`ServerBuilder::auth`](crate::ServerBuilder::auth)). The server remembers nothing of
     /// it: its own scope check asks the guard that admitted each request.
+    ///
+    /// The server keeps the endpoint's event store and session idle timeout (those of the
+    /// endpoint configured last), for the rules of fleets: who writes a change for a session,
+    /// which sessions to touch, what a session's end removes.
     pub(crate) fn endpoint_config(&self, mut config: ServerConfig) -> ServerConfig {
         config.versions = self.shared.config.versions.clone();
         if config.guard.is_none() {
             config.guard = self.shared.guard.clone();
         }
+        self.shared.legacy.set_endpoint(Endpoint {
+            events: config.event_store.clone(),
+            idle: config.session_idle_timeout,
+        });
+        self.listen_to_bus();
         config
+    }
+
+    /// Has the messages for legacy sessions that come over the bus handed to them (once).
+    fn listen_to_bus(&self) {
+        if let Some(link) = &self.shared.bus {
+            // False when set already: the same hook.
+            let _ = link.on_sessions(Box::new(on_bus));
+        }
+    }
+}
+
+/// A message for legacy sessions from another instance: a message of a session's client for
+/// the requests running here, or the end of a session (its copy here ends, removing nothing
+/// shared).
+fn on_bus(shared: &Arc<Shared>, message: BusMessage) {
+    let legacy = &shared.legacy;
+    match message {
+        BusMessage::Forward {
+            session, message, ..
+        } => legacy.heard(&session, message),
+        BusMessage::Ended { session, .. } => {
+            let open = legacy.sessions().get(&session).cloned();
+            if let Some(open) = open {
+                open.ended_elsewhere.store(true, Ordering::SeqCst);
+                tokio::spawn(async move { open.output.close().await });
+            }
+        }
+        // The bus task hands changes to the server's own broadcast.
+        BusMessage::Change { .. } => {}
     }
 }
 
 impl McpApp for Server {
     /// A legacy session opened: it gets an entry where the server's changes reach it (and
     /// its state in the store with its first input); no task and no channel.
+    ///
+    /// An adopted session (one opened on another instance) gets the same.
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
+        self.listen_to_bus();
         let legacy = &self.shared.legacy;
+        let ended_elsewhere = Arc::new(AtomicBool::new(false));
         let mut sessions = legacy.sessions();
-        sessions.insert(session.id().to_owned(), session.clone());
+        let open = Open {
+            output: session.clone(),
+            ended_elsewhere: ended_elsewhere.clone(),
+        };
+        sessions.insert(session.id().to_owned(), open);
         let mut fanning_out = legacy.fan_out();
         if fanning_out.is_none() {
             let stop = CancellationToken::new();
@@ -445,7 +621,35 @@ impl McpApp for Server {
         Arc::new(Session {
             shared: self.shared.clone(),
             session,
+            ended_elsewhere,
         })
+    }
+
+    /// The state of session `id` in the server's [`SessionStore`] (kept there by another
+    /// instance sharing the store): adopted at the version its `initialize` settled on, bound
+    /// to its principal. `Ok(None)` when the store has none, or one whose `initialize` is not
+    /// answered yet; a store error is 503 (the transport's [`Unavailable`]).
+    fn adopt_session<'a>(
+        &'a self,
+        id: &'a str,
+        _principal: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<Option<Adopted>, Unavailable>> {
+        Box::pin(async move {
+            match self.shared.legacy.store.load(id).await {
+                Ok(Some(state)) => Ok(state
+                    .version
+                    .map(|version| Adopted::new(version, state.principal.map(Principal)))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(Unavailable::new(e)),
+            }
+        })
+    }
+
+    /// With a bus, or a session store given to the server, the legacy sessions are shared with
+    /// other instances: the transport's idle sweep, eviction and shutdown then only forget them
+    /// here, and the shared state ends by DELETE or by the store's own expiry.
+    fn shares_sessions(&self) -> bool {
+        self.shared.legacy.shares_sessions(&self.shared)
     }
 
     /// A modern request is served by a request runner on the caller's task (the HTTP
@@ -590,30 +794,59 @@ fn send_all(
 }
 
 /// Serves one POST of legacy session `output`: hands what belongs to requests still running
-/// to them; runs the rest on a session resumed from the stored state, saving the state when
-/// it changed; and keeps the runner (on a task) only while requests of it wait.
+/// to them (with a bus, also to those running on other instances); runs the rest on a session
+/// resumed from the stored state, saving the state when it changed; and keeps the runner (on
+/// a task) only while requests of it wait.
 async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, origin: Origin) {
     let legacy = &shared.legacy;
     let sid = output.id().to_owned();
-    let Some(incoming) = legacy.hand_over(&sid, incoming) else {
+    let bus = shared.bus.as_ref().map(|link| link.bus().clone());
+    // What every instance's requests of the session may be waiting for.
+    let for_all = if bus.is_some() {
+        for_every_instance(&incoming)
+    } else {
+        Vec::new()
+    };
+    let handed = legacy.hand_over(&sid, incoming);
+    if let Some(bus) = &bus {
+        for message in for_all {
+            forward(bus, None, &sid, message).await;
+        }
+    }
+    let Some(incoming) = handed else {
         return;
     };
+    // The answer to a question another instance asked (nothing here waited for it).
+    if let Some(bus) = &bus
+        && let Some(to) = asked_by(&incoming).filter(|n| *n != bus.instance())
+    {
+        if let Incoming::Single(message) = incoming {
+            forward(bus, Some(to), &sid, message).await;
+        }
+        return;
+    }
     let requests = request_ids(&incoming);
+    let set_level = bus.as_ref().and_then(|_| set_level_of(&incoming));
     let now = SystemTime::now();
     let state = match legacy.store.load(&sid).await {
         Ok(Some(state)) => state,
-        Ok(None) => SessionState::opened(output.principal().map(|p| p.0.clone()), now),
+        Ok(None) if !output.is_adopted() && opens(&incoming) => {
+            SessionState::opened(output.principal().map(|p| p.0.clone()), now)
+        }
+        Ok(None) => {
+            // Ended on another instance, or expired: the session ends here too (404).
+            tracing::debug!("a legacy session's state is gone: the session ends");
+            output.close().await;
+            return;
+        }
         Err(e) => {
-            tracing::error!(error = %e, "a legacy session's state could not be loaded");
-            let error = ErrorObject::new(
-                ErrorCode::INTERNAL_ERROR,
-                "the session's state could not be loaded",
-            );
-            refuse(&output, requests, error).await;
+            tracing::error!(error = %e, "a legacy session's state could not be loaded: 503");
+            unavailable(&output, &requests).await;
             return;
         }
     };
-    let ids_after = legacy.next_ids.fetch_add(ID_RANGE, Ordering::Relaxed);
+    let instance = bus.as_ref().map_or(0, |bus| bus.instance());
+    let ids_after = ids_after(instance, legacy.next_ids.fetch_add(1, Ordering::Relaxed));
     let session = state.resume(shared.config.clone(), ids_after);
     let mut conn = Conn::resumed(shared.clone(), session, &state.subscriptions);
     conn.session.handle_incoming(Instant::now(), incoming);
@@ -628,7 +861,16 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
     if saved.differs_from(&state)
         && let Err(e) = legacy.store.save(&sid, &saved).await
     {
-        tracing::error!(error = %e, "a legacy session's state could not be saved");
+        tracing::error!(error = %e, "a legacy session's state could not be saved: 503");
+        // Nothing of it is said (its handlers stop with the runner): the client tries again.
+        drop(conn);
+        unavailable(&output, &requests).await;
+        if state.version.is_none() {
+            // An `initialize` whose outcome is not kept: the session ends (the transport ends
+            // it too when its 503 was sent).
+            output.close().await;
+        }
+        return;
     }
     // The transport learns the version `initialize` settled on before the answer is written
     // (its wire rules depend on it).
@@ -639,6 +881,9 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
     }
     if saved.log_level != state.log_level {
         legacy.tell_waiting(&sid, || Input::LogLevel(saved.log_level));
+        if let (Some(bus), Some(set_level)) = (&bus, set_level) {
+            forward(bus, None, &sid, set_level).await;
+        }
     }
     if held.is_none() && conn.is_idle() {
         drop(conn);
@@ -695,6 +940,77 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
         let lifetime = Lifetime::Requests { ended };
         driver::run(conn, rx, output, origin, lifetime, None).await;
     });
+}
+
+/// Sends `message` of session `sid`'s client over `bus`: to instance `to`, or to every other.
+async fn forward(bus: &Arc<dyn Bus>, to: Option<u16>, sid: &str, message: Message) {
+    let message = BusMessage::Forward {
+        from: bus.instance(),
+        session: sid.to_owned(),
+        message,
+    };
+    let sent = match to {
+        Some(to) => bus.to_instance(to, message).await,
+        None => bus.broadcast(message).await,
+    };
+    if let Err(error) = sent {
+        tracing::warn!(%error, "a message of a legacy session's client was not sent on the bus");
+    }
+}
+
+/// The messages of `incoming` that requests of the session running on any instance may wait
+/// for: its cancellations (in a batch too, as [`Legacy::hand_over`] reads them) and
+/// `notifications/initialized`.
+fn for_every_instance(incoming: &Incoming) -> Vec<Message> {
+    let is_cancel = |m: &Message| matches!(m, Message::Notification(n) if n.method == NotificationsCancelled::VALUE);
+    match incoming {
+        Incoming::Single(m @ Message::Notification(n))
+            if is_cancel(m) || n.method == NotificationsInitialized::VALUE =>
+        {
+            vec![m.clone()]
+        }
+        Incoming::Batch(items) => items
+            .iter()
+            .flatten()
+            .filter(|m| is_cancel(m))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The instance that asked the question `incoming` answers, when it is an answer (a response
+/// or an error response, alone) with an id a server mints.
+fn asked_by(incoming: &Incoming) -> Option<u16> {
+    match incoming {
+        Incoming::Single(Message::Response(r)) => instance_of(&r.id),
+        Incoming::Single(Message::Error(ErrorResponse { id: Some(id), .. })) => instance_of(id),
+        _ => None,
+    }
+}
+
+/// The `logging/setLevel` request of `incoming`, if any (the last of a batch).
+fn set_level_of(incoming: &Incoming) -> Option<Message> {
+    let is_set_level =
+        |m: &&Message| matches!(m, Message::Request(r) if r.method == LoggingSetLevel::VALUE);
+    match incoming {
+        Incoming::Single(m) => Some(m).filter(is_set_level).cloned(),
+        Incoming::Batch(items) => items.iter().flatten().rfind(is_set_level).cloned(),
+        _ => None,
+    }
+}
+
+/// Whether `incoming` opens a session (`initialize`).
+fn opens(incoming: &Incoming) -> bool {
+    matches!(incoming, Incoming::Single(m) if modelctx_types::opens_session(m))
+}
+
+/// Answers the POST of `requests` with 503 (`Retry-After`): the session's state is
+/// unreachable now.
+async fn unavailable(output: &LegacySession, requests: &[RequestId]) {
+    if !requests.is_empty() && !output.unavailable(requests).await {
+        tracing::debug!("a request could not be answered 503: its POST is answered or gone");
+    }
 }
 
 /// Writes `said` on a legacy session.
@@ -756,14 +1072,41 @@ fn answered_ids(said: &[Transmit]) -> HashSet<RequestId> {
 /// (list changes to all, `notifications/resources/updated` to subscribers), each on a session
 /// resumed from its stored state. One task per server while it has legacy sessions; it ends
 /// with the last of them (`stop`), or with the server.
+///
+/// With a bus, a change is written for a session only by the instance that should
+/// ([`writes_changes`]): once per session across the fleet. With sessions that may be shared
+/// (a bus or a given store), the task also touches the states of the sessions whose
+/// standalone stream is held here, every third of the session idle timeout.
 async fn fan_out(
     shared: Weak<Shared>,
     mut changes: broadcast::Receiver<Change>,
     stop: CancellationToken,
 ) {
+    let mut touch = shared.upgrade().and_then(|shared| {
+        let every = shared.legacy.endpoint()?.idle / 3;
+        let touches = shared.legacy.shares_sessions(&shared) && !every.is_zero();
+        touches.then(|| {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        })
+    });
     loop {
+        let touched = async {
+            match touch.as_mut() {
+                Some(tick) => tick.tick().await,
+                None => std::future::pending().await,
+            }
+        };
         let change = tokio::select! {
             change = changes.recv() => change,
+            _ = touched => {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                touch_held(&shared).await;
+                continue;
+            }
             () = stop.cancelled() => return,
         };
         if matches!(change, Err(broadcast::error::RecvError::Closed)) {
@@ -772,8 +1115,18 @@ async fn fan_out(
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let sessions: Vec<LegacySession> = shared.legacy.sessions().values().cloned().collect();
+        let fleet = shared.bus.is_some();
+        let endpoint = shared.legacy.endpoint();
+        let sessions: Vec<LegacySession> = shared
+            .legacy
+            .sessions()
+            .values()
+            .map(|open| open.output.clone())
+            .collect();
         for output in sessions {
+            if fleet && !writes_changes(endpoint.as_ref(), &output).await {
+                continue;
+            }
             let state = match shared.legacy.store.load(output.id()).await {
                 Ok(Some(state)) => state,
                 Ok(None) => continue, // nothing negotiated yet
@@ -792,6 +1145,51 @@ async fn fan_out(
                 now_or_later(write_all(output, said));
             }
         }
+    }
+}
+
+/// Whether this instance writes the server's changes for `output`, a session of a fleet: the
+/// instance holding its standalone stream does, as the event store records it; when none
+/// does (or the store cannot say), the instance that opened it does, not one that adopted it.
+async fn writes_changes(endpoint: Option<&Endpoint>, output: &LegacySession) -> bool {
+    let opener = !output.is_adopted();
+    let Some(endpoint) = endpoint else {
+        return opener;
+    };
+    match endpoint.events.standalone(output.id()).await {
+        Ok(Some(stream)) => opened_here(&*endpoint.events, stream),
+        Ok(None) => opener,
+        Err(error) => {
+            tracing::warn!(%error, "the holder of a session's standalone stream is unknown");
+            opener
+        }
+    }
+}
+
+/// Pushes back the expiry of the stored states of the sessions whose standalone stream this
+/// instance holds (as the event store records it): their clients only listen, which no load
+/// or save marks.
+async fn touch_held(shared: &Arc<Shared>) {
+    let Some(endpoint) = shared.legacy.endpoint() else {
+        return;
+    };
+    let ids: Vec<String> = shared.legacy.sessions().keys().cloned().collect();
+    let mut held = Vec::new();
+    for id in ids {
+        match endpoint.events.standalone(&id).await {
+            Ok(Some(stream)) if opened_here(&*endpoint.events, stream) => held.push(id),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "the holder of a session's standalone stream is unknown");
+            }
+        }
+    }
+    if held.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = held.iter().map(String::as_str).collect();
+    if let Err(error) = shared.legacy.store.touch(&ids).await {
+        tracing::warn!(%error, "the states of held legacy sessions could not be touched");
     }
 }
 
@@ -862,6 +1260,8 @@ impl Output for ModernReply {
 struct Session {
     shared: Arc<Shared>,
     session: LegacySession,
+    /// Set when the session ended on another instance (shared with its [`Open`] entry).
+    ended_elsewhere: Arc<AtomicBool>,
 }
 
 impl LegacyHandler for Session {
@@ -892,11 +1292,21 @@ impl LegacyHandler for Session {
         }
     }
 
-    fn closed(&self, _reason: modelctx_http::server::Closed) {
+    /// The session's requests running here stop. When the session ended ([`Closed::Ended`])
+    /// its state and events are removed and (with a bus) the other instances are told, unless
+    /// it ended on another instance (which did both); an adopted copy only forgotten
+    /// ([`Closed::Forgotten`]) leaves them.
+    fn closed(&self, reason: Closed) {
         let legacy = &self.shared.legacy;
         let sid = self.session.id().to_owned();
         let mut sessions = legacy.sessions();
-        sessions.remove(&sid);
+        // Only this session's entry: a later copy of the same id (adopted again) keeps its own.
+        if sessions
+            .get(&sid)
+            .is_some_and(|open| Arc::ptr_eq(&open.ended_elsewhere, &self.ended_elsewhere))
+        {
+            sessions.remove(&sid);
+        }
         // No session left to hear of changes: the fan-out task ends (the next session starts
         // another), so an idle server keeps no task of it.
         if sessions.is_empty()
@@ -910,10 +1320,28 @@ impl LegacyHandler for Session {
                 waiter.ended.cancel();
             }
         }
+        if reason != Closed::Ended || self.ended_elsewhere.load(Ordering::SeqCst) {
+            return;
+        }
         let shared = self.shared.clone();
         now_or_later(async move {
             if let Err(e) = shared.legacy.store.remove(&sid).await {
                 tracing::error!(error = %e, "a legacy session's state could not be removed");
+            }
+            if let Some(endpoint) = shared.legacy.endpoint()
+                && let Err(error) = endpoint.events.remove_session(&sid).await
+            {
+                tracing::warn!(%error, "a legacy session's events could not be removed");
+            }
+            if let Some(link) = &shared.bus {
+                let bus = link.bus();
+                let ended = BusMessage::Ended {
+                    from: bus.instance(),
+                    session: sid,
+                };
+                if let Err(error) = bus.broadcast(ended).await {
+                    tracing::warn!(%error, "the end of a legacy session was not sent on the bus");
+                }
             }
         });
     }
@@ -959,6 +1387,85 @@ mod tests {
         let body = axum::body::Body::new(response.into_body());
         let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
         serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A server alone does not share its sessions (its idle sweep ends them); a server given a
+    /// session store, or a bus, does (the sweep only forgets them: other instances may serve
+    /// them).
+    #[tokio::test]
+    async fn sessions_are_shared_with_a_given_store_or_a_bus() {
+        let alone = Server::builder("s", "1").build();
+        assert!(!McpApp::shares_sessions(&alone));
+        let with_store = Server::builder("s", "1")
+            .session_store(Arc::new(crate::run::InMemoryStore::new()))
+            .build();
+        assert!(McpApp::shares_sessions(&with_store));
+        let hub = crate::bus::MemoryHub::new();
+        let with_bus = Server::builder("s", "1")
+            .bus(Arc::new(hub.member(1).unwrap()))
+            .build();
+        assert!(McpApp::shares_sessions(&with_bus));
+    }
+
+    /// The ids of the server's own requests carry the instance that minted them (bits 40 and
+    /// up), stay below 2^52, and each resumed session's range stays within its instance's;
+    /// instance 0 (a server alone) numbers them as before fleets (`n * ID_RANGE`).
+    #[test]
+    fn own_request_ids_carry_their_instance() {
+        for instance in [0, 1, 7, crate::bus::MAX_INSTANCE] {
+            for n in [0, 1, 2, RANGES - 1, RANGES, RANGES + 5, i64::MAX] {
+                let after = ids_after(instance, n);
+                for id in [after + 1, after + ID_RANGE] {
+                    assert!(id < 1 << 52, "{instance} {n}: {id}");
+                    assert_eq!(instance_of(&RequestId::Number(id)), Some(instance), "{n}");
+                }
+            }
+        }
+        assert_eq!(ids_after(0, 0), 0);
+        assert_eq!(ids_after(0, 3), 3 * ID_RANGE);
+        assert_eq!(ids_after(2, 1), (2 << 40) | ID_RANGE);
+        // Ranges of successive sessions do not overlap.
+        assert_eq!(ids_after(1, 1) - ids_after(1, 0), ID_RANGE);
+        for id in [
+            RequestId::Number(-1),
+            RequestId::Number(1 << 52),
+            RequestId::String("7".into()),
+        ] {
+            assert_eq!(instance_of(&id), None, "{id:?}");
+        }
+    }
+
+    /// What a POST carries for every instance (with a bus): its cancellations, in a batch too,
+    /// and `notifications/initialized`; an answer names the instance that asked; the
+    /// `logging/setLevel` request is found to be sent on.
+    #[test]
+    fn what_goes_over_the_bus_is_read_from_the_post() {
+        let decode = |v: Value| modelctx_types::decode(v.to_string().as_bytes()).unwrap();
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 1}});
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let set = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+            "params": {"level": "info"}});
+        assert_eq!(for_every_instance(&decode(cancel.clone())).len(), 1);
+        assert_eq!(for_every_instance(&decode(initialized.clone())).len(), 1);
+        assert!(for_every_instance(&decode(ping.clone())).is_empty());
+        let batch = decode(json!([cancel, ping, set.clone(), cancel]));
+        assert_eq!(for_every_instance(&batch).len(), 2);
+        assert!(set_level_of(&batch).is_some());
+        assert!(set_level_of(&decode(set)).is_some());
+        assert!(set_level_of(&decode(ping)).is_none());
+
+        let answer = |id: Value| json!({"jsonrpc": "2.0", "id": id, "result": {}});
+        assert_eq!(
+            asked_by(&decode(answer(json!(ids_after(3, 9) + 1)))),
+            Some(3)
+        );
+        assert_eq!(asked_by(&decode(answer(json!(5)))), Some(0));
+        assert_eq!(asked_by(&decode(answer(json!("x")))), None);
+        let error = json!({"jsonrpc": "2.0", "id": (1_i64 << 40) + 1,
+            "error": {"code": -1, "message": "no"}});
+        assert_eq!(asked_by(&decode(error)), Some(1));
     }
 
     /// A modern request whose handler does not wait is answered on the task that handles the

@@ -48,6 +48,11 @@
 //!   taking state the server was not given. [`ServerBuilder::build`] panics on it (a mistake
 //!   fixed in the code); [`ServerBuilder::try_build`] and [`Server::add_tool`] (and the other
 //!   `add_*`) return the [`RegisterError`], for servers made from data read at run time.
+//! * **Skills** (the `io.modelcontextprotocol/skills` extension): [`ServerBuilder::skills_dir`]
+//!   serves a directory of Agent Skills (read once into memory, digests and sizes published,
+//!   `skills/list`, `skills/get`, `resources/directory/read`), [`ServerBuilder::skill_files`] a
+//!   tree given in memory, [`ServerBuilder::skill`] a skill whose content is generated
+//!   ([`DynamicSkill`]).
 //! * Everything can be added and removed while the server runs; connected clients are told
 //!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
 //! * A panicking handler answers its request with `-32603`; the connection lives on. Requests
@@ -142,20 +147,27 @@
 //! [`Guard`] given to [`ServerBuilder::auth`] (`modelctx-auth` builds one for OAuth 2.1; this
 //! crate does not depend on it), and the server answers which scopes a request needs and checks
 //! them again before a handler runs; over stdio nothing is authenticated (the MCP
-//! authorization rules are for HTTP). It does not implement the tasks extension yet.
+//! authorization rules are for HTTP). It does not implement the tasks extension yet. It serves
+//! skills as they were when the server was built (no watching of the directory, no reload), and
+//! does not follow symbolic links in a skills directory.
 //!
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
 //! with [`ServerBuilder::session_store`]); what a request leaves in flight (a question to the
-//! client, a handler that waits) lives only as long as that request, in this process: a store
-//! shared by several processes carries the sessions, not the requests under way (a client's
-//! answer must reach the process that asked).
+//! client, a handler that waits) lives only as long as that request, in the process that runs
+//! it: a store shared by several processes carries the sessions, and the bus carries what
+//! belongs to the requests under way.
 //!
 //! Between the instances of a fleet, a [`bus::Bus`] given to [`ServerBuilder::bus`] carries
 //! the server's changes (each instance's legacy sessions and listen streams hear those made on
-//! any instance), and is the seam for the messages of legacy sessions that belong to a
-//! request running elsewhere; the HTTP runtime does not forward those yet, so a client's
-//! answer still must reach the process that asked. Each instance keeps its own registry.
+//! any instance) and the messages of legacy sessions that belong to a request running
+//! elsewhere: over HTTP, a session opened on one instance is adopted from the shared store by
+//! any other; the client's answer to a question goes to the instance that asked (its id carries
+//! the instance number), cancellations, `notifications/initialized` and log levels to all, and
+//! the end of a session (DELETE) ends it everywhere. A store that cannot be reached gives 503.
+//! Each change is written once per session (by the instance holding its standalone GET, else
+//! by the one that opened it). Each instance keeps its own registry, and its own cap on
+//! waiting requests.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The modules in the order they import each other: each uses only those below it (the
@@ -185,6 +197,7 @@ mod tool;
 mod complete;
 mod handler;
 mod settings;
+mod skills;
 mod uri_template;
 mod wire;
 
@@ -252,6 +265,7 @@ pub use run::{
 };
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
+pub use skills::{DynamicSkill, SkillsError, SkillsLimits};
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
 

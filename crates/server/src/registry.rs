@@ -86,6 +86,8 @@ pub(crate) struct Registry {
     pub(crate) prompts: BTreeMap<String, Prompt>,
     pub(crate) resources: BTreeMap<String, Resource>,
     pub(crate) templates: BTreeMap<String, ResourceTemplate>,
+    /// The skills served (`ServerBuilder::skills_dir`, `ServerBuilder::skill`).
+    pub(crate) skills: crate::skills::Catalog,
 }
 
 impl Registry {

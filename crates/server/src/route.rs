@@ -9,7 +9,7 @@ use modelctx_types::consts::{
     CompletionComplete, PromptsGet, PromptsList, RefPrompt, RefResource, ResourcesList,
     ResourcesRead, ResourcesTemplatesList, ToolsCall, ToolsList,
 };
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, skills};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -106,6 +106,23 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
         ),
         PromptsGet::VALUE => crate::prompt::get(&shared.registry().prompts, params).into(),
         CompletionComplete::VALUE => complete(shared, params).into(),
+        skills::SKILLS_LIST => Route::Now(
+            shared
+                .registry()
+                .skills
+                .list(&params, page_size)
+                .and_then(|v| crate::wire::raw(&v)),
+        ),
+        skills::SKILLS_GET => {
+            Route::Now((shared.registry().skills.get(&params)).and_then(|v| crate::wire::raw(&v)))
+        }
+        skills::RESOURCES_DIRECTORY_READ => Route::Now(
+            shared
+                .registry()
+                .skills
+                .read_directory(&params, page_size)
+                .and_then(|v| crate::wire::raw(&v)),
+        ),
         other => Route::Now(Err(ErrorObject::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("method not found: {other}"),

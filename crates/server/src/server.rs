@@ -38,6 +38,7 @@ pub struct ServerBuilder {
     bus: Option<Arc<dyn crate::bus::Bus>>,
     #[cfg(feature = "http")]
     guard: Option<Arc<dyn modelctx_http::server::Guard>>,
+    skills: crate::skills::Pending,
 }
 
 impl ServerBuilder {
@@ -177,6 +178,71 @@ impl ServerBuilder {
     #[cfg(feature = "http")]
     pub fn auth(mut self, guard: impl modelctx_http::server::Guard) -> Self {
         self.guard = Some(Arc::new(guard));
+        self
+    }
+
+    /// Serves the Agent Skills under `dir` (the Skills extension, `io.modelcontextprotocol/skills`):
+    /// every directory below it holding a `SKILL.md` is a skill, at
+    /// `skill://<its path under dir>/SKILL.md`, its files (nested skills' included) readable
+    /// with `resources/read` and listed, with their `sha256:` digests and sizes, by
+    /// `skills/list` and `skills/get`; every directory can be listed with
+    /// `resources/directory/read`. The server declares the extension (with `directoryRead`) and
+    /// the resources capability.
+    ///
+    /// The directory is read when the server is built, into memory, within
+    /// [`skills_limits`](Self::skills_limits); reads are answered from what was read then.
+    /// Hidden entries (names starting with `.`) are skipped, and files outside any skill are
+    /// not served. [`try_build`](Self::try_build) returns [`RegisterError::Skills`] (and
+    /// [`build`](Self::build) panics) for a symbolic link, a file that is not regular, a name
+    /// that is not UTF-8, a `SKILL.md` without a `name` and `description` or whose `name` is
+    /// not its directory's, a bound passed, or an I/O error. May be called more than once.
+    pub fn skills_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.skills.dirs.push(dir.into());
+        self
+    }
+
+    /// Serves a tree of skills given as files in memory, as [`skills_dir`](Self::skills_dir)
+    /// serves a directory's: each file's `/`-separated path under the tree's root, and its
+    /// bytes (files embedded in the binary with `include_bytes!`, or generated). A path with
+    /// an empty, `.` or `..` name is refused ([`RegisterError::Skills`]).
+    ///
+    /// ```
+    /// use modelctx_server::Server;
+    ///
+    /// let skill = "---\nname: greet\ndescription: Greets the user\n---\nSay hello.\n";
+    /// let server = Server::builder("greeter", "1.0.0")
+    ///     .skill_files([("greet/SKILL.md", skill)])
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn skill_files<I, P, B>(mut self, files: I) -> Self
+    where
+        I: IntoIterator<Item = (P, B)>,
+        P: Into<String>,
+        B: Into<Vec<u8>>,
+    {
+        let files = files
+            .into_iter()
+            .map(|(p, b)| (p.into(), b.into()))
+            .collect();
+        self.skills.trees.push(files);
+        self
+    }
+
+    /// The bounds of [`skills_dir`](Self::skills_dir) (default: [`SkillsLimits::default`],
+    /// 512 files and 16 MiB a skill, 4096 files and 64 MiB in all, 16 levels deep).
+    ///
+    /// [`SkillsLimits::default`]: crate::SkillsLimits
+    pub fn skills_limits(mut self, limits: crate::skills::SkillsLimits) -> Self {
+        self.skills.limits = limits;
+        self
+    }
+
+    /// Serves a skill built in code, its content generated when read (`"resources":
+    /// "dynamic"`); see [`DynamicSkill`](crate::DynamicSkill). Declares the extension as
+    /// [`skills_dir`](Self::skills_dir) does.
+    pub fn skill(mut self, skill: crate::skills::DynamicSkill) -> Self {
+        self.skills.dynamic.push(skill);
         self
     }
 
@@ -362,7 +428,24 @@ impl ServerBuilder {
 
     /// The server, and what `add_*` would have refused of its tools, prompts, resources and
     /// templates (by kind, then by name).
-    fn assemble(self) -> (Server, Vec<RegisterError>) {
+    fn assemble(mut self) -> (Server, Vec<RegisterError>) {
+        // The skills first: their files are resources.
+        let mut refused = Vec::new();
+        let skills = std::mem::take(&mut self.skills);
+        let declare_skills = !skills.is_empty();
+        let mut catalog = crate::skills::Catalog::default();
+        if declare_skills {
+            self.declare_resources = true;
+            match skills.build() {
+                Ok((built, resources)) => {
+                    catalog = built;
+                    for resource in resources {
+                        self.resources.insert(resource.uri.clone(), resource);
+                    }
+                }
+                Err(error) => refused.push(RegisterError::Skills(error)),
+            }
+        }
         let mut capabilities = JsonObject::new();
         capabilities.insert("logging".into(), json!({}));
         if self.declare_tools {
@@ -382,6 +465,9 @@ impl ServerBuilder {
         {
             capabilities.insert("completions".into(), json!({}));
         }
+        if declare_skills {
+            crate::skills::declare(&mut capabilities);
+        }
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
         if let Some(versions) = self.versions {
             config.versions = versions;
@@ -397,7 +483,6 @@ impl ServerBuilder {
         let schemas = modelctx_types::schema::SchemaCache::new(self.settings.schema_limits);
         // Every tool registered once: its schemas compiled, its header rules derived. What
         // `add_tool` would refuse is collected: `try_build` returns the first, `build` panics.
-        let mut refused = Vec::new();
         let tools: BTreeMap<String, Arc<Registered>> = self
             .tools
             .into_iter()
@@ -447,10 +532,7 @@ impl ServerBuilder {
                 )),
                 subscribe_hook: self.subscribe_hook,
                 #[cfg(feature = "http")]
-                legacy: crate::http::Legacy::new(
-                    self.session_store
-                        .unwrap_or_else(|| Arc::new(crate::run::InMemoryStore::new())),
-                ),
+                legacy: crate::http::Legacy::new(self.session_store),
                 load: LoadCounters::default(),
                 #[cfg(feature = "validation")]
                 schemas,
@@ -461,6 +543,7 @@ impl ServerBuilder {
                     prompts: self.prompts,
                     resources: self.resources,
                     templates: self.templates,
+                    skills: catalog,
                 }),
                 changes,
                 state: Arc::new(self.states),
@@ -606,6 +689,10 @@ pub enum RegisterError {
         /// The type of the state.
         type_name: &'static str,
     },
+    /// The skills of [`ServerBuilder::skills_dir`] or [`ServerBuilder::skill`] cannot be
+    /// served.
+    #[error("skills: {0}")]
+    Skills(#[from] crate::skills::SkillsError),
 }
 
 /// An MCP server: what it offers, served on any number of connections at once.
@@ -676,6 +763,7 @@ impl Server {
             versions: None,
             session_store: None,
             bus: None,
+            skills: crate::skills::Pending::default(),
         }
     }
 

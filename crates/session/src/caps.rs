@@ -58,6 +58,14 @@ pub(crate) fn request_gate(
         (_, "tasks/get" | "tasks/update" | "tasks/cancel") if modern => {
             &["extensions", TASKS_EXTENSION]
         }
+        (Direction::ToServer, "skills/list" | "skills/get") => {
+            &["extensions", modelctx_types::skills::EXTENSION_ID]
+        }
+        (Direction::ToServer, "resources/directory/read") => &[
+            "extensions",
+            modelctx_types::skills::EXTENSION_ID,
+            modelctx_types::skills::DIRECTORY_READ,
+        ],
         (_, "tasks/list") => &["tasks", "list"],
         (_, "tasks/cancel") => &["tasks", "cancel"],
         (_, "tasks/get" | "tasks/result") => &["tasks"],
@@ -251,6 +259,20 @@ mod tests {
         assert!(request_allowed(v, "elicitation/create", d, Some(&url), &all).is_err());
         assert!(request_allowed(v, "sampling/createMessage", d, Some(&tools), &all).is_err());
         assert!(request_allowed(v, "elicitation/create", d, None, &all).is_ok());
+    }
+
+    #[test]
+    fn skills_requests_need_the_extension_and_directory_reads_its_setting() {
+        let d = Direction::ToServer;
+        let v = ProtocolVersion::V2025_11_25;
+        let none = obj(json!({"resources": {}}));
+        let plain = obj(json!({"extensions": {"io.modelcontextprotocol/skills": {}}}));
+        let dirs =
+            obj(json!({"extensions": {"io.modelcontextprotocol/skills": {"directoryRead": true}}}));
+        assert!(request_allowed(v, "skills/list", d, None, &none).is_err());
+        assert!(request_allowed(v, "skills/get", d, None, &plain).is_ok());
+        assert!(request_allowed(v, "resources/directory/read", d, None, &plain).is_err());
+        assert!(request_allowed(v, "resources/directory/read", d, None, &dirs).is_ok());
     }
 
     #[test]

@@ -644,7 +644,8 @@ impl ClientSession {
                 && peer
                     .capabilities
                     .as_ref()
-                    .is_none_or(|c| declared(c, &["extensions", caps::TASKS_EXTENSION])));
+                    .is_none_or(|c| declared(c, &["extensions", caps::TASKS_EXTENSION])))
+            || version::is_skills_extension_request(method);
         if !exists {
             return Err(SessionError::MethodNotInVersion {
                 method: method.into(),

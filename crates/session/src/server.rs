@@ -430,7 +430,8 @@ impl ServerSession {
             },
         };
         let exists = version::request_exists(version, &method, Direction::ToServer)
-            || version::is_tasks_extension_request(version, &method);
+            || version::is_tasks_extension_request(version, &method)
+            || version::is_skills_extension_request(&method);
         if !exists {
             return reply_error(
                 &mut self.core,

@@ -57,10 +57,21 @@ pub(crate) fn is_tasks_extension_request(version: V, method: &str) -> bool {
         && [TasksGet::VALUE, TasksUpdate::VALUE, TasksCancel::VALUE].contains(&method)
 }
 
+/// The requests of the `io.modelcontextprotocol/skills` extension (`skills/list`, `skills/get`,
+/// `resources/directory/read`), which exist only when the server declared the extension
+/// ([`caps::request_gate`](crate::caps::request_gate) checks it). The extension's page names
+/// 2026-07-28 as its base revision, but its requests are plain JSON-RPC and the reference SDK
+/// and the conformance suite use it in legacy sessions too: it is allowed in every version.
+pub(crate) fn is_skills_extension_request(method: &str) -> bool {
+    modelctx_types::skills::is_extension_method(method)
+}
+
 /// The six methods whose 2026-07-28 results are cacheable and must carry `ttlMs` and
-/// `cacheScope`.
+/// `cacheScope`, and the skills extension's `skills/list` and `skills/get`.
 pub(crate) fn is_cacheable(method: &str) -> bool {
     [
+        modelctx_types::skills::SKILLS_LIST,
+        modelctx_types::skills::SKILLS_GET,
         ServerDiscover::VALUE,
         ToolsList::VALUE,
         PromptsList::VALUE,
@@ -187,6 +198,12 @@ mod tests {
             "notifications/tasks",
             ToClient
         ));
+        // The skills extension's requests, in every version (the server must declare it).
+        for method in ["skills/list", "skills/get", "resources/directory/read"] {
+            assert!(!request_exists(V::V2026_07_28, method, ToServer));
+            assert!(is_skills_extension_request(method));
+        }
+        assert!(!is_skills_extension_request("skills/delete"));
         // 2025-11-25's tasks are part of the version itself.
         assert!(request_exists(V::V2025_11_25, "tasks/list", ToClient));
     }
@@ -195,6 +212,8 @@ mod tests {
     fn method_groups_of_modern_results() {
         assert!(is_cacheable("server/discover"));
         assert!(is_cacheable("resources/templates/list"));
+        assert!(is_cacheable("skills/list") && is_cacheable("skills/get"));
+        assert!(!is_cacheable("resources/directory/read"));
         assert!(!is_cacheable("tools/call"));
         assert!(allows_input_required("prompts/get"));
         assert!(!allows_input_required("tools/list"));

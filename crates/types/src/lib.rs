@@ -54,6 +54,9 @@
 //!   protocol version (all on by default).
 //! * `ext-tasks`: the `io.modelcontextprotocol/tasks` extension (needs `v2026-07-28`, whose
 //!   identical definitions it re-exports).
+//! * `skills`: the content rules of the Skills extension in [`skills`] (the `sha256:` digest of
+//!   a file, the YAML frontmatter of a `SKILL.md`; adds `sha2` and `yaml_serde`). Its names and
+//!   wire shapes are compiled without it.
 //! * `validation`: the [`schema`] module, JSON Schema validation of values with a bounded cache
 //!   of compiled schemas (off by default; adds the `jsonschema` crate, without its remote or file
 //!   retrieval).
@@ -97,6 +100,8 @@ mod generated;
 pub use generated::*;
 
 pub mod model;
+
+pub mod skills;
 
 #[cfg(feature = "validation")]
 #[cfg_attr(docsrs, doc(cfg(feature = "validation")))]

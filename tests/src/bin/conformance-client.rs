@@ -32,6 +32,10 @@ const SCENARIOS: &[&str] = &[
     "http-custom-headers",
     "http-invalid-tool-headers",
     "json-schema-ref-no-deref",
+    "sep-2640-client-no-prefetch",
+    "sep-2640-client-verify-digest",
+    "sep-2640-client-verify-size",
+    "sep-2640-client-verify-frontmatter",
 ];
 
 /// What one run is about.
@@ -178,6 +182,43 @@ async fn act(run: &Run, client: &Client) -> Outcome {
             Ok(())
         }
         "tools_call" => list_and_call(client, "add_numbers", json!({"a": 2, "b": 3})).await,
+        // A host lists the skills to build its registry, and reads no file of one before it
+        // is loaded.
+        "sep-2640-client-no-prefetch" => {
+            let skills = client.list_skills().await.map_err(e("skills/list"))?;
+            if skills.is_empty() {
+                return Err("skills/list listed no skill".into());
+            }
+            Ok(())
+        }
+        // A host loads the first skill listed and, once its SKILL.md is verified, reads the
+        // other files; a SKILL.md that fails verification ends the load there.
+        "sep-2640-client-verify-digest"
+        | "sep-2640-client-verify-size"
+        | "sep-2640-client-verify-frontmatter" => {
+            let skills = client.list_skills().await.map_err(e("skills/list"))?;
+            let skill = skills.first().ok_or("skills/list listed no skill")?;
+            match client.load_skill(skill).await {
+                Err(refused) => {
+                    eprintln!("conformance-client: the skill was not loaded: {refused}");
+                    Ok(())
+                }
+                Ok(_) => {
+                    for file in skill
+                        .resources
+                        .listed()
+                        .iter()
+                        .filter(|f| f.uri != skill.uri)
+                    {
+                        client
+                            .read_skill_file(skill, &file.uri)
+                            .await
+                            .map_err(|why| format!("{}: {why}", file.uri))?;
+                    }
+                    Ok(())
+                }
+            }
+        }
         "elicitation-sep1034-client-defaults" => {
             // The mock sends its elicitation on the standalone GET stream, and only if that
             // stream is open: `listening()` returns once it is.

@@ -1,5 +1,7 @@
 //! The client's errors: one enum, each variant saying who did what wrong.
 
+use modelctx_http::client::{AuthFailure, AuthFailureKind};
+
 use crate::fetch::FetchError;
 
 /// Why the client could not get authorization. Each variant names the party at fault: the
@@ -270,6 +272,35 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The MCP server refused a token the authorization server had just issued (or refreshed)
+    /// for it: a second 401 in one request after a fresh token, or a DPoP nonce asked for again
+    /// and again. Asking for yet another token would not help (its audience or the clocks may
+    /// disagree).
+    #[error("the server refuses the tokens {issuer} issues for it: status {status}{}", described(.error, .description))]
+    Rejected {
+        /// The authorization server whose tokens are refused (empty when none was sent).
+        issuer: String,
+        /// The server's status.
+        status: u16,
+        /// The challenge's `error`, if any.
+        error: Option<String>,
+        /// The challenge's `error_description`, if any.
+        description: Option<String>,
+    },
+    /// The client's [`TokenStore`](super::TokenStore) could not load or save a record.
+    #[error("{source}")]
+    Store {
+        /// The store's error.
+        #[source]
+        source: super::StoreError,
+    },
+    /// A request that may not involve the user (the `DELETE` that closes a session) needs
+    /// a new authorization: only a refresh could have been tried.
+    #[error("authorizing {resource} needs the user, and this request may not involve them")]
+    InteractionRequired {
+        /// The server's URL or resource.
+        resource: String,
+    },
     /// A server could not be reached, took too long (5 s per exchange by default), answered
     /// with a body over the bound (256 KiB), or its URL was refused before any connection.
     #[error("{url} could not be fetched: {source}")]
@@ -280,6 +311,52 @@ pub enum Error {
         #[source]
         source: FetchError,
     },
+}
+
+impl Error {
+    /// The [`AuthFailureKind`] of this error for the HTTP client: whose fault it is.
+    pub fn failure_kind(&self) -> AuthFailureKind {
+        match self {
+            Error::InvalidUrl { .. }
+            | Error::InvalidSetting { .. }
+            | Error::UnsupportedKey { .. }
+            | Error::NoClientIdentity { .. }
+            | Error::NoAuthMethod { .. }
+            | Error::Store { .. }
+            | Error::Assertion { .. } => AuthFailureKind::Misconfigured,
+            Error::ResourceMismatch { .. }
+            | Error::Metadata { .. }
+            | Error::InsecureEndpoint { .. } => AuthFailureKind::Server,
+            Error::NoMetadata { .. }
+            | Error::IssuerMismatch { .. }
+            | Error::PkceUnsupported { .. }
+            | Error::RegistrationRefused { .. }
+            | Error::InvalidRegistration { .. }
+            | Error::StateMismatch
+            | Error::IssMissing { .. }
+            | Error::IssMismatch { .. }
+            | Error::AuthorizationDenied { .. }
+            | Error::InvalidRedirect { .. }
+            | Error::TokenRefused { .. }
+            | Error::InvalidTokenResponse { .. }
+            | Error::CannotRefresh { .. }
+            | Error::DpopUnsupported { .. }
+            | Error::GrantUnsupported { .. } => AuthFailureKind::Issuer,
+            Error::Declined { .. } => AuthFailureKind::Declined,
+            Error::InsufficientScope { .. } => AuthFailureKind::Forbidden,
+            Error::Rejected { .. } | Error::InteractionRequired { .. } => AuthFailureKind::Rejected,
+            Error::Timeout { .. } | Error::Unreachable { .. } => AuthFailureKind::Unreachable,
+            Error::Random { .. } => AuthFailureKind::Other,
+        }
+    }
+}
+
+/// The HTTP client's view of an error: its [`failure_kind`](Error::failure_kind), its message,
+/// and the error itself as the source (`AuthFailure::source` downcasts back to it).
+impl From<Error> for AuthFailure {
+    fn from(error: Error) -> AuthFailure {
+        AuthFailure::from_error(error.failure_kind(), error)
+    }
 }
 
 /// `: error (description)` of a server's error answer, as far as it gave them.
@@ -353,5 +430,28 @@ mod tests {
             url: "https://mcp.example.com/mcp".into(),
         };
         assert!(e.to_string().contains("https://evil.example.com/mcp"));
+    }
+
+    #[test]
+    fn the_extension_errors_are_the_issuers_or_the_applications() {
+        let dpop = Error::DpopUnsupported {
+            issuer: "https://as".into(),
+            algs: vec!["RS256".into()],
+        };
+        assert_eq!(dpop.failure_kind(), AuthFailureKind::Issuer);
+        let grant = Error::GrantUnsupported {
+            issuer: "https://as".into(),
+            grant: "client_credentials",
+        };
+        assert_eq!(grant.failure_kind(), AuthFailureKind::Issuer);
+        let assertion = Error::Assertion {
+            what: "assertion",
+            source: "no such file".into(),
+        };
+        assert_eq!(assertion.failure_kind(), AuthFailureKind::Misconfigured);
+        assert_eq!(
+            AuthFailure::from(assertion).kind(),
+            AuthFailureKind::Misconfigured
+        );
     }
 }

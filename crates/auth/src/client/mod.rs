@@ -51,10 +51,30 @@
 //!   [`OAuth::grant_token`]. Their discovery requires a token endpoint and the grant in
 //!   `grant_types_supported` when it is listed, not PKCE.
 //!
-//! What it does not do yet: keep tokens in a [`TokenStore`] (the store exists; nothing uses it
-//! yet) or put tokens on the HTTP client's requests; two concurrent flows for one authorization
-//! server may both register a client. DPoP proofs are ES256 only; a SAML subject token is passed
-//! as given.
+//! - `OAuth` is modelctx-http's [`Authorizer`](modelctx_http::client::Authorizer)
+//!   (`ClientConfig::auth(Arc::new(oauth))`): `Authorization: Bearer` on every request, the
+//!   token refreshed first when it expires within 30 s (or a tenth of its lifetime); a 401
+//!   without a token runs discovery and the flow with the [`handler`](OAuthBuilder::handler); a
+//!   401 to a token re-reads the protected resource metadata (a new authorization server: the
+//!   resource's tokens are dropped and the client registers there anew), then refreshes once,
+//!   runs the flow once after `invalid_grant`, and gives [`Error::Rejected`] when a fresh token is
+//!   refused; a 403 `insufficient_scope` steps up with the union of the scopes, at most
+//!   [`max_step_ups`](OAuthBuilder::max_step_ups) times per request and never for scopes already
+//!   asked for; a `DPoP` `use_dpop_nonce` 401 keeps the nonce ([`OAuth::dpop_nonce`]) and sends
+//!   again once; a 401 of another scheme is not its business. Concurrent refusals of one token
+//!   run one flow. Requests that may not involve the user (the closing `DELETE`) only refresh
+//!   ([`Error::InteractionRequired`]). [`OAuth::authorize_now`] authorizes before any request.
+//!   Tokens and dynamic registrations go to the [`store`](OAuthBuilder::store) (a
+//!   [`MemoryStore`] by default): a later client on the same store sends a stored token covering
+//!   its URL at once and registers no second time; tokens are removed from it when the server
+//!   moves to another authorization server; an `invalid_grant` first looks there for tokens
+//!   another process got.
+//!
+//! What it does not do yet: the authorizer runs only the authorization code flow and presents
+//! only Bearer tokens: the no-user grants ([`OAuth::grant_token`]) and DPoP proofs
+//! ([`DpopKey`]) exist but are not yet used by it (a `DPoP` token type fails the request); two
+//! concurrent flows for two resources of one authorization server may both register a client.
+//! DPoP proofs are ES256 only; a SAML subject token is passed as given.
 //! Redirect URIs must be https or http on a loopback host (checked by
 //! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of
 //! [`OAuthBuilder::fetch`]: https (or http to loopback), 5 s per exchange, 256 KiB bodies, no
@@ -72,6 +92,7 @@ mod pkce;
 mod prm;
 mod registration;
 mod scopes;
+mod session;
 mod store;
 mod token;
 
@@ -92,6 +113,7 @@ pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect
 pub use jwt::SigningKey;
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
+pub use session::DEFAULT_MAX_STEP_UPS;
 pub use store::{
     ClientRecord, FileStore, MAX_FILE_SIZE, MemoryStore, StoreError, StoreKey, Stored, TokenRecord,
     TokenStore,
@@ -129,6 +151,11 @@ struct Inner {
     flow_timeout: Duration,
     /// The extension grant, DPoP key and nonces (`grants.rs`).
     extensions: grants::Extensions,
+    // The authorizer's settings and state (session.rs).
+    handler: Option<Arc<dyn AuthorizationHandler>>,
+    max_step_ups: u32,
+    store: Arc<dyn TokenStore>,
+    session: session::Session,
 }
 
 impl fmt::Debug for OAuth {
@@ -141,6 +168,9 @@ impl fmt::Debug for OAuth {
             .field("redirect_uris", &self.inner.redirect_uris)
             .field("flow_timeout", &self.inner.flow_timeout)
             .field("extensions", &self.inner.extensions)
+            .field("handler", &self.inner.handler)
+            .field("max_step_ups", &self.inner.max_step_ups)
+            .field("store", &self.inner.store)
             .finish_non_exhaustive()
     }
 }
@@ -159,6 +189,10 @@ pub struct OAuthBuilder {
     application_type: Option<ApplicationType>,
     flow_timeout: Duration,
     extensions: grants::Extensions,
+    // The authorizer's settings (session.rs).
+    handler: Option<Arc<dyn AuthorizationHandler>>,
+    max_step_ups: u32,
+    store: Option<Arc<dyn TokenStore>>,
 }
 
 impl OAuth {
@@ -178,7 +212,16 @@ impl OAuth {
             application_type: None,
             flow_timeout: DEFAULT_FLOW_TIMEOUT,
             extensions: grants::Extensions::default(),
+            handler: None,
+            max_step_ups: DEFAULT_MAX_STEP_UPS,
+            store: None,
         }
+    }
+
+    /// [`builder`](OAuth::builder) with `handler` for the authorization code flow: the
+    /// settings of an application whose user signs in.
+    pub fn authorization_code(handler: Arc<dyn AuthorizationHandler>) -> OAuthBuilder {
+        OAuth::builder().handler(handler)
     }
 
     /// Discovers how to get a token for the MCP server at `server_url`, given the challenges of
@@ -334,6 +377,34 @@ impl OAuthBuilder {
         self
     }
 
+    // The authorizer's settings (session.rs).
+
+    /// The application's part of the authorization code flow when the client authorizes on
+    /// its own (as the HTTP client's [`Authorizer`](modelctx_http::client::Authorizer), or in
+    /// [`OAuth::authorize_now`]): shows the user the URL, returns the redirect. Default: none
+    /// (a server that asks for authorization then fails the request with
+    /// [`Error::InvalidSetting`]).
+    pub fn handler(mut self, handler: Arc<dyn AuthorizationHandler>) -> OAuthBuilder {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// How many times one request may step up its scopes after a 403 `insufficient_scope`
+    /// before it fails with [`Error::InsufficientScope`] (a step-up is never made for scopes
+    /// already asked for). Default: 2 ([`DEFAULT_MAX_STEP_UPS`]).
+    pub fn max_step_ups(mut self, max: u32) -> OAuthBuilder {
+        self.max_step_ups = max;
+        self
+    }
+
+    /// Where the client keeps its tokens (per issuer and resource) and its dynamic
+    /// registrations (per issuer): saved when got, loaded when a request's URL has none in
+    /// memory yet. Default: a [`MemoryStore`] of its own (nothing outlives the process).
+    pub fn store(mut self, store: Arc<dyn TokenStore>) -> OAuthBuilder {
+        self.store = Some(store);
+        self
+    }
+
     /// The client, once its settings are checked: redirect URIs (https, or http on loopback),
     /// the client ID metadata document URL (https with a path), pre-registered clients (a
     /// forced method with the credentials it needs); else [`Error::InvalidSetting`].
@@ -366,6 +437,10 @@ impl OAuthBuilder {
                 dynamic: Mutex::default(),
                 flow_timeout: self.flow_timeout,
                 extensions: self.extensions,
+                handler: self.handler,
+                max_step_ups: self.max_step_ups,
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                session: session::Session::default(),
             }),
         })
     }

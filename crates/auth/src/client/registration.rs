@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use super::asmeta::AuthServer;
 use super::error::remote_text;
 use super::jwt::SigningKey;
-use super::{Error, OAuth};
+use super::{ClientRecord, Error, OAuth, StoreKey, Stored};
 use crate::fetch::{FetchRequest, is_loopback};
 
 /// How the client authenticates at the token endpoint (RFC 7591 section 2,
@@ -311,6 +311,14 @@ impl OAuth {
         {
             return Ok(known.clone());
         }
+        if let Some(stored) = self.stored_registration(&server.issuer).await? {
+            self.inner
+                .dynamic
+                .lock()
+                .expect("not poisoned")
+                .insert(server.issuer.clone(), stored.clone());
+            return Ok(stored);
+        }
         let Some(endpoint) = &server.registration_endpoint else {
             let mut hint = String::from(
                 "it has no registration endpoint; give a pre-registered client (OAuthBuilder::client)",
@@ -337,7 +345,53 @@ impl OAuth {
             .lock()
             .expect("not poisoned")
             .insert(server.issuer.clone(), identity.clone());
+        self.store_registration(&server.issuer, &identity).await;
         Ok(identity)
+    }
+
+    /// The registration at `issuer` kept in the [`TokenStore`](super::TokenStore) (by an
+    /// earlier run), when it is one the client can use.
+    async fn stored_registration(&self, issuer: &str) -> Result<Option<ClientIdentity>, Error> {
+        let key = StoreKey::client(issuer);
+        let record = match self.inner.store.load(&key).await {
+            Ok(Some(Stored::Client(record))) => record,
+            Ok(_) => return Ok(None),
+            Err(source) => return Err(Error::Store { source }),
+        };
+        let method = match TokenAuthMethod::parse(&record.token_endpoint_auth_method) {
+            Some(method) if method != TokenAuthMethod::PrivateKeyJwt => method,
+            _ => return Ok(None),
+        };
+        if method != TokenAuthMethod::None && record.client_secret.is_none() {
+            return Ok(None);
+        }
+        if !record.redirect_uris.is_empty() && record.redirect_uris != self.inner.redirect_uris {
+            // Registered with other redirect URIs: register anew.
+            return Ok(None);
+        }
+        Ok(Some(ClientIdentity {
+            client_id: record.client_id,
+            secret: record.client_secret,
+            key: None,
+            method,
+            source: Source::Dynamic,
+        }))
+    }
+
+    /// Keeps a dynamic registration in the [`TokenStore`](super::TokenStore); a failure is
+    /// logged (the registration works for this process).
+    async fn store_registration(&self, issuer: &str, identity: &ClientIdentity) {
+        let mut record = ClientRecord::new(identity.client_id.clone(), identity.method.as_str());
+        record.client_secret = identity.secret.clone();
+        record.redirect_uris = self.inner.redirect_uris.clone();
+        record.registered_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs());
+        let key = StoreKey::client(issuer);
+        if let Err(error) = self.inner.store.save(&key, &Stored::Client(record)).await {
+            tracing::warn!(%issuer, %error, "the client's registration could not be stored");
+        }
     }
 
     /// Dynamic client registration (RFC 7591) at `endpoint`: `redirect_uris`, the

@@ -10,3 +10,4 @@ mod errors;
 mod proxy;
 mod reach;
 mod serve;
+mod skills;

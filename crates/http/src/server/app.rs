@@ -47,6 +47,21 @@ pub trait McpApp: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(None)))
     }
 
+    /// Whether this application shares its legacy sessions with other instances of the server
+    /// (a session store and message bus that several processes use). Then this endpoint's idle
+    /// sweep, eviction to make room and shutdown only forget a session, any session
+    /// ([`Closed::Forgotten`]), not only an adopted one: being idle here says nothing of the
+    /// other instances, and the shared state's expiry is the store's own (its TTL, refreshed by
+    /// use). DELETE, [`LegacySession::close`] and the handshake timeout still end it
+    /// ([`Closed::Ended`]). And a message for a standalone stream this endpoint holds is stored
+    /// on it even while no connection reads it (rather than queued for the next GET here), so
+    /// that a client resuming the stream on another instance gets it. Asked once, when the
+    /// [`McpService`](super::McpService) is made.
+    /// Default: `false` (one process: a session idle here is idle).
+    fn shares_sessions(&self) -> bool {
+        false
+    }
+
     /// A modern (2026-07-28) request or notification whose headers agree with its body
     /// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`). Its `_meta` and version
     /// are not checked: that is the protocol session's to do (answer a refused request with
@@ -108,13 +123,17 @@ pub trait LegacyHandler: Send + Sync + 'static {
 pub enum Closed {
     /// The session ended: DELETE, [`LegacySession::close`], its handshake timed out, its
     /// `initialize` failed or went unanswered, a deprecated HTTP+SSE stream failed; and, for a
-    /// session opened by this endpoint (not adopted), the idle timeout, eviction to make room and
+    /// session opened by this endpoint (not adopted) of an application that does not share its
+    /// sessions ([`McpApp::shares_sessions`]), the idle timeout, eviction to make room and
     /// shutdown. Its id is unknown from now on everywhere.
     Ended,
-    /// This endpoint forgot an adopted session ([`McpApp::adopt_session`]) without ending it:
-    /// the idle sweep (idle here, which says nothing of the other instances), eviction to make
-    /// room, or shutdown. Its events stay in the event store, and the application keeps its
-    /// shared state: a later request may adopt it again, here or elsewhere.
+    /// This endpoint forgot an adopted session ([`McpApp::adopt_session`]), or any session of an
+    /// application that shares them ([`McpApp::shares_sessions`]), without ending it: the idle
+    /// sweep (idle here, which says nothing of the other instances), eviction to make room, or
+    /// shutdown. Its events stay in the event store (its streams written here are marked
+    /// finished, and its standalone stream is no longer recorded as held here), and the
+    /// application keeps its shared state: a later request may adopt it again, here or
+    /// elsewhere.
     Forgotten,
 }
 
@@ -301,6 +320,16 @@ impl LegacySession {
     /// learnt its id).
     pub async fn unavailable(&self, requests: &[RequestId]) -> bool {
         self.inner.unavailable(requests).await
+    }
+
+    /// Whether this endpoint holds the session's standalone (GET) stream: a GET here opened
+    /// it, and no later GET and no end of the session replaced it (its connection may have
+    /// dropped: the stream lasts until then, and a resumption here takes it over). The event
+    /// store's record ([`EventStore::standalone`](crate::event_store::EventStore::standalone))
+    /// names it for the other instances; an instance with a message for every session (a list
+    /// change) writes it where the stream is held, so that it is written once.
+    pub async fn holds_standalone(&self) -> bool {
+        self.inner.holds_standalone().await
     }
 
     /// Ends the session: its streams close and its id is unknown from now on (404).

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::time::Instant;
 
@@ -30,12 +31,20 @@ pub struct TableSizes {
     /// HTTP requests being processed across the endpoint (bounded by
     /// [`ServerConfig::max_requests_in_flight`]).
     pub in_flight: usize,
+    /// SSE events (priming events included) the event store refused since the service was
+    /// made: each was still written to the connection reading its stream, if any, without an
+    /// id (so the client cannot resume to it), and logged. A count, not a table: `is_empty`
+    /// leaves it out.
+    pub events_unstored: u64,
 }
 
 impl TableSizes {
-    /// Whether every table is empty.
+    /// Whether every table is empty (`events_unstored`, a count, aside).
     pub fn is_empty(&self) -> bool {
-        *self == TableSizes::default()
+        TableSizes {
+            events_unstored: 0,
+            ..*self
+        } == TableSizes::default()
     }
 }
 
@@ -47,6 +56,11 @@ pub(crate) struct Shared {
     adopting: Mutex<HashMap<String, Arc<Adoption>>>,
     /// Fired at shutdown: every stream ends.
     pub(crate) shutdown: CancellationToken,
+    /// The application shares its sessions with other instances (`McpApp::shares_sessions`):
+    /// the idle sweep, eviction and shutdown only forget a session.
+    shares_sessions: bool,
+    /// Events the event store refused (`TableSizes::events_unstored`).
+    events_unstored: AtomicU64,
 }
 
 /// Whether a request of principal `asking` may use a session bound to `bound`: the one owner of
@@ -116,13 +130,27 @@ impl Drop for Unplaced {
 }
 
 impl Shared {
-    pub(crate) fn new(config: ServerConfig) -> Self {
+    /// The table of an endpoint whose application shares its sessions with other instances
+    /// (`shares_sessions`, `McpApp::shares_sessions`) or not.
+    pub(crate) fn new(config: ServerConfig, shares_sessions: bool) -> Self {
         Shared {
             config,
             sessions: Mutex::new(HashMap::new()),
             adopting: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
+            shares_sessions,
+            events_unstored: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the application shares its sessions with other instances.
+    pub(crate) fn shares_sessions(&self) -> bool {
+        self.shares_sessions
+    }
+
+    /// Counts one event the event store refused.
+    pub(crate) fn event_unstored(&self) {
+        self.events_unstored.fetch_add(1, AtomicOrdering::Relaxed);
     }
 
     pub(super) fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
@@ -134,10 +162,10 @@ impl Shared {
     }
 
     /// Lets go of `session` on this endpoint's account (idle, eviction, shutdown): an adopted
-    /// session is only forgotten (its shared state stays for the other instances), one opened
-    /// here ends.
-    async fn let_go(session: &Session) {
-        let reason = if session.adopted {
+    /// session, and any session when the application shares its sessions, is only forgotten
+    /// (its shared state stays for the other instances); otherwise it ends.
+    async fn let_go(&self, session: &Session) {
+        let reason = if session.adopted || self.shares_sessions {
             Closed::Forgotten
         } else {
             Closed::Ended
@@ -202,7 +230,7 @@ impl Shared {
                         adopted = candidate.adopted,
                         "session table full: let go of the least recently used idle session"
                     );
-                    Self::let_go(&candidate).await;
+                    self.let_go(&candidate).await;
                     evicted = true;
                     break;
                 }
@@ -394,8 +422,9 @@ impl Shared {
         }
     }
 
-    /// Ends the sessions idle for longer than the timeout, and those still in their handshake
-    /// after `handshake_timeout`. POSTs whose client went away are let go first (finding 3).
+    /// Lets go of the sessions idle for longer than the timeout (`let_go`: forgotten when
+    /// adopted or shared, else ended), and ends those still in their handshake after
+    /// `handshake_timeout`. POSTs whose client went away are let go first (finding 3).
     pub(crate) async fn sweep(&self) {
         let timeout = self.config.session_idle_timeout;
         let handshake = self.config.handshake_timeout;
@@ -410,7 +439,7 @@ impl Shared {
             if session.handshake_expired(handshake) {
                 session.end().await;
             } else if !session.has_live_stream().await && session.idle_for() >= timeout {
-                Self::let_go(&session).await;
+                self.let_go(&session).await;
             }
         }
     }
@@ -419,7 +448,7 @@ impl Shared {
     pub(crate) async fn end_all(&self) {
         let all: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         for session in all {
-            Self::let_go(&session).await;
+            self.let_go(&session).await;
         }
     }
 
@@ -430,6 +459,7 @@ impl Shared {
         let mut sizes = TableSizes {
             sessions: all.len(),
             adopted: all.iter().filter(|s| s.adopted).count(),
+            events_unstored: self.events_unstored.load(AtomicOrdering::Relaxed),
             ..TableSizes::default()
         };
         for session in &all {
@@ -484,7 +514,7 @@ mod tests {
     /// a session once it ends, and is empty after shutdown.
     #[tokio::test]
     async fn the_table_opens_finds_and_forgets_sessions() {
-        let shared = Arc::new(Shared::new(ServerConfig::default()));
+        let shared = Arc::new(Shared::new(ServerConfig::default(), false));
         let alice = shared.open(Some(principal("alice")), None).await.unwrap();
         let anonymous = shared.open(None, None).await.unwrap();
         assert_ne!(alice.id, anonymous.id);

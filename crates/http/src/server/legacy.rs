@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::app::{Closed, LegacyHandler, Principal};
 use super::endpoint::{Shared, TableSizes};
 use super::respond::{encode, final_id};
-use crate::event_store::{EventId, StreamId};
+use crate::event_store::{EventId, ReplayError, StreamId};
 use crate::sse;
 
 /// A session id as logs may show it: 8 hex digits of a hash of the id, never the id itself
@@ -76,13 +76,25 @@ struct Stream {
 }
 
 impl State {
-    /// A POST still waiting for its answer with its client there, an open SSE connection, or
-    /// the stream of an HTTP+SSE session.
+    /// A POST still waiting for its answer with its client there, an open SSE connection (one
+    /// following a stream of another instance included), or the stream of an HTTP+SSE session.
     fn has_live_stream(&self) -> bool {
         self.streams.values().any(|s| {
             s.decide.as_ref().is_some_and(|d| !d.is_closed())
                 || s.live.as_ref().is_some_and(|l| !l.is_closed())
         }) || self.old_sse.as_ref().is_some_and(|s| !s.is_closed())
+            || self
+                .following
+                .iter()
+                .any(|l| l.upgrade().is_some_and(|l| !l.is_closed()))
+    }
+
+    /// Whether the session's standalone stream is one this endpoint opened and still has.
+    fn holds_standalone(&self) -> bool {
+        !self.ended
+            && self
+                .standalone
+                .is_some_and(|id| self.streams.contains_key(&id))
     }
 }
 
@@ -90,6 +102,8 @@ impl State {
 struct State {
     /// The negotiated version, as the application reported it ([`Session::set_version`]).
     version: Option<ProtocolVersion>,
+    /// The id of the next stream this endpoint opens in the session: numbered from the event
+    /// store's `stream_base` (so that instances sharing a store never open the same one).
     next_stream: u64,
     /// The stream each request in flight belongs to.
     requests: HashMap<RequestId, StreamId>,
@@ -101,6 +115,11 @@ struct State {
     /// A session of the deprecated HTTP+SSE transport (2024-11-05): everything goes on its one
     /// stream, as `message` events.
     old_sse: Option<mpsc::Sender<Bytes>>,
+    /// The connections of GETs that follow a stream this endpoint does not hold (its events
+    /// come from the event store, `Follow::rest`): they keep the session from the idle sweep.
+    /// Weak: the task forwarding the events holds the connection's sender, and the body ends
+    /// when it lets go.
+    following: Vec<mpsc::WeakSender<Bytes>>,
     ended: bool,
     /// Store I/O (and what depends on its outcome) in the order it was decided, performed
     /// outside this lock by `Session::drain`.
@@ -109,24 +128,53 @@ struct State {
 
 /// Store I/O of a session, decided under its state lock and performed after it in order.
 enum Effect {
-    /// Store the priming event of `stream` (when `prime`), then hand its first bytes to `reply`.
+    /// Record `stream` as opened with `pending` (`EventStore::open_stream`), store its priming
+    /// event (when `prime`), then hand its first bytes to `reply`.
     Open {
         stream: StreamId,
+        pending: Vec<RequestId>,
         prime: bool,
         reply: OpenReply,
     },
     /// Store `data` as the next event of `stream`, then write it to the stream's connection.
     Append { stream: StreamId, data: Bytes },
-    /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over.
+    /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over (a
+    /// stream of this endpoint), or follows what the store carries of it (another's).
     Replay {
         last: EventId,
         live: mpsc::Sender<Bytes>,
-        reply: oneshot::Sender<Result<Bytes, String>>,
+        reply: oneshot::Sender<Result<Bytes, NotResumed>>,
     },
-    /// The stream is complete: its connection ends (after the events before this).
+    /// The stream is complete: its connection ends (after the events before this), and the
+    /// store is told (`EventStore::finish_stream`).
     Finish(StreamId),
+    /// Record the session's standalone stream (`Some`), or clear the record when it names
+    /// this stream (`Clear`).
+    Standalone(StandaloneRecord),
     /// The session ended: its events leave the store.
     RemoveSession,
+}
+
+/// A change of the event store's record of the standalone stream.
+enum StandaloneRecord {
+    /// A GET opened this stream here.
+    Set(StreamId),
+    /// This stream, opened here, ended: the record goes, unless it names another stream by
+    /// now (another instance's GET).
+    Clear(StreamId),
+}
+
+/// Why a GET with `Last-Event-ID` cannot resume its stream.
+#[derive(Debug)]
+pub(crate) enum NotResumed {
+    /// The session ended, or the id is unknown or its events are gone (`ReplayError::Unknown`,
+    /// `Gone`): 400 with the reason.
+    Refused(String),
+    /// The event store cannot be reached now (`ReplayError::Unavailable`): 503 with
+    /// `Retry-After`.
+    Unavailable(String),
+    /// The event store failed (`ReplayError::Failed`): 500.
+    Failed(String),
 }
 
 /// Who gets the first bytes of a stream that opens.
@@ -220,6 +268,48 @@ impl Drop for Finish {
     }
 }
 
+/// Where an adopted session's streams start: `base + 2^31 + r`, `r` random below 2^30, so
+/// that each adoption of a session by this endpoint numbers its streams afresh (an earlier
+/// adoption's streams may still be in the store) and leaves at least 2^30 ids before the next
+/// instance's base (`base + 2^32`). Without randomness from the system: `base + 2^31`.
+fn first_adopted_stream(base: u64) -> u64 {
+    let mut bytes = [0u8; 4];
+    let r = match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from(u32::from_le_bytes(bytes) >> 2),
+        Err(_) => 0,
+    };
+    base.saturating_add((1 << 31) + r)
+}
+
+/// The stored events of a replay as the first bytes of the resumed body (the empty priming
+/// events left out).
+fn replayed(events: &[(EventId, Bytes)]) -> Bytes {
+    let mut first = bytes::BytesMut::new();
+    for (id, data) in events {
+        if !data.is_empty() {
+            first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
+        }
+    }
+    first.freeze()
+}
+
+/// Why the store could not resume session `session`'s stream after `last`, as the GET's
+/// answer says it (a store failure is logged).
+fn not_resumed(session: &str, last: &EventId, error: ReplayError) -> NotResumed {
+    let why = format!("cannot resume after event {last}: {error}");
+    match error {
+        ReplayError::Unavailable(_) => {
+            tracing::warn!(session = %redact(session), error = %why, "replay: the event store is unavailable");
+            NotResumed::Unavailable(why)
+        }
+        ReplayError::Failed(_) => {
+            tracing::error!(session = %redact(session), error = %why, "replay: the event store failed");
+            NotResumed::Failed(why)
+        }
+        _ => NotResumed::Refused(why),
+    }
+}
+
 /// Why a POST could not be registered.
 pub(crate) enum Refused {
     /// The session has ended.
@@ -231,6 +321,11 @@ pub(crate) enum Refused {
 impl Session {
     /// A session of `shared`'s table (the caller inserts it), in its handshake; or, `adopted`
     /// at a version, with its handshake done and that version negotiated.
+    ///
+    /// Its streams are numbered from the event store's `stream_base`: a session opened here
+    /// from the base itself; an adopted one from a random point in the upper half of the base's
+    /// 2^32 ids ([`first_adopted_stream`]), since this endpoint may have held the session
+    /// before (and forgotten it), and a stream id must never be used twice in a session.
     pub(super) fn new(
         id: String,
         principal: Option<Principal>,
@@ -246,6 +341,10 @@ impl Session {
             handler: HandlerSlot::default(),
             state: tokio::sync::Mutex::new(State {
                 version: adopted,
+                next_stream: match adopted {
+                    None => shared.config.event_store.stream_base(),
+                    Some(_) => first_adopted_stream(shared.config.event_store.stream_base()),
+                },
                 ..State::default()
             }),
             last_seen: Mutex::new(now),
@@ -342,6 +441,14 @@ impl Session {
         for request in abandoned {
             handler.abandoned(request);
         }
+    }
+
+    /// Whether this endpoint holds the session's standalone stream: a GET here opened it (its
+    /// connection may have dropped since: the stream lasts, and a resumption here takes it
+    /// over), and neither a later GET nor the session's end replaced it. The event store's
+    /// record (`EventStore::standalone`) names it too, for the other instances.
+    pub(crate) async fn holds_standalone(&self) -> bool {
+        self.state.lock().await.holds_standalone()
     }
 
     /// The negotiated version, once the application reported it.
@@ -601,9 +708,10 @@ impl Session {
         self.config().map_or(256, |s| s.config.stream_buffer).max(1)
     }
 
-    /// Starts SSE on `stream`: its priming event on 2025-11-25 sessions (none before; a session
-    /// whose version the application has not reported yet follows 2025-11-25), which
-    /// `reply` gets (with the stream's first bytes) once stored.
+    /// Starts SSE on `stream`: the store records it with its pending requests, then its priming
+    /// event on 2025-11-25 sessions (none before; a session whose version the application has
+    /// not reported yet follows 2025-11-25), which `reply` gets (with the stream's first bytes)
+    /// once stored.
     fn open_sse(
         &self,
         state: &mut State,
@@ -615,8 +723,11 @@ impl Session {
         let prime = state
             .version
             .is_none_or(|v| v >= ProtocolVersion::V2025_11_25);
+        let mut pending: Vec<RequestId> = stream.pending.iter().cloned().collect();
+        pending.sort_unstable();
         state.outbox.push_back(Effect::Open {
             stream: stream_id,
+            pending,
             prime,
             reply,
         });
@@ -632,13 +743,15 @@ impl Session {
         });
     }
 
+    /// A message for the standalone stream: written to it while a connection reads it; else
+    /// queued for the next GET here. When the application shares its sessions, a standalone
+    /// stream this endpoint holds gets it stored even with no connection (the client may
+    /// resume the stream on another instance, which follows it through the store).
     fn to_standalone(&self, state: &mut State, message: Message) {
         if let Some(stream_id) = state.standalone
-            && state
-                .streams
-                .get(&stream_id)
-                .and_then(|s| s.live.as_ref())
-                .is_some_and(|l| !l.is_closed())
+            && let Some(stream) = state.streams.get(&stream_id)
+            && (stream.live.as_ref().is_some_and(|l| !l.is_closed())
+                || self.config().is_some_and(|s| s.shares_sessions()))
         {
             return self.emit(state, stream_id, &message);
         }
@@ -672,7 +785,10 @@ impl Session {
                 {
                     return None;
                 }
-                state.streams.remove(&old);
+                // Replaced: nothing more is written to it (a follower elsewhere ends).
+                if state.streams.remove(&old).is_some() {
+                    state.outbox.push_back(Effect::Finish(old));
+                }
             }
             let stream_id = StreamId(state.next_stream);
             state.next_stream += 1;
@@ -682,6 +798,9 @@ impl Session {
             stream.live = Some(tx);
             state.standalone = Some(stream_id);
             state.streams.insert(stream_id, stream);
+            state
+                .outbox
+                .push_back(Effect::Standalone(StandaloneRecord::Set(stream_id)));
             // Queued messages follow the priming event, in order.
             while let Some(data) = state.queue.pop_front() {
                 state.outbox.push_back(Effect::Append {
@@ -697,23 +816,29 @@ impl Session {
     }
 
     /// Resumes a stream after `last` (GET with `Last-Event-ID`): the stored events after it, then
-    /// the live stream when it is still going. `Err` with a reason when it cannot be resumed
-    /// exactly.
+    /// the live stream when it is still going. `Err` when it cannot be resumed exactly, or the
+    /// store cannot say now.
     ///
     /// Exactly once (finding 17): the replay is an effect of the session's outbox, performed in
     /// order with its appends and never under the session's lock. Every event appended before
     /// the replay is in it; the connection takes over the stream right after the replay, before
     /// the next append, so every later event goes to it.
+    ///
+    /// A stream this endpoint does not hold (another instance opened it, or it is complete) is
+    /// read with `EventStore::follow`: its stored events, then, when the store carries them
+    /// (a store shared by instances), its later events as they are appended elsewhere, each
+    /// once, until the stream is finished.
     pub(crate) async fn resume(
         &self,
         last: &EventId,
-    ) -> Result<(Bytes, mpsc::Receiver<Bytes>), String> {
+    ) -> Result<(Bytes, mpsc::Receiver<Bytes>), NotResumed> {
         let (reply, result) = oneshot::channel();
         let (tx, rx) = mpsc::channel(self.buffer());
+        let ended = || NotResumed::Refused("the session has ended".into());
         {
             let mut state = self.state.lock().await;
             if state.ended {
-                return Err("the session has ended".into());
+                return Err(ended());
             }
             state.outbox.push_back(Effect::Replay {
                 last: *last,
@@ -722,9 +847,7 @@ impl Session {
             });
         }
         self.drain().await;
-        let first = result
-            .await
-            .map_err(|_| "the session has ended".to_owned())??;
+        let first = result.await.map_err(|_| ended())??;
         Ok((first, rx))
     }
 
@@ -772,16 +895,22 @@ impl Session {
         match effect {
             Effect::Open {
                 stream,
+                pending,
                 prime,
                 reply,
             } => {
+                if let Err(e) = store.open_stream(&self.id, stream, &pending).await {
+                    // The stream goes on; only a shared store's stand-in for a stopped
+                    // instance (an error for each pending request) misses it.
+                    tracing::warn!(session = %redact(&self.id), %stream, error = %e, "stream not recorded as opened");
+                }
                 let first = if prime {
-                    // EventStore v2 (issue 22 WP1), until this path handles store errors
-                    // (WP3): a priming event the store refused is left out, and logged.
                     match store.append(&self.id, stream, Bytes::new()).await {
                         Ok(id) => sse::priming(&id.to_string(), shared.config.sse_retry),
                         Err(e) => {
-                            tracing::warn!(session = %redact(&self.id), error = %e, "priming event not stored");
+                            // No id to resume from: the stream opens without it.
+                            shared.event_unstored();
+                            tracing::warn!(session = %redact(&self.id), %stream, error = %e, "priming event not stored: sent without it");
                             Bytes::new()
                         }
                     }
@@ -799,38 +928,50 @@ impl Session {
                 }
             }
             Effect::Append { stream, data } => {
-                // EventStore v2 (issue 22 WP1), until this path handles store errors (WP3): an
-                // event the store refused is still written live, without an id, and logged.
-                let id = match store.append(&self.id, stream, data.clone()).await {
+                let stored = store.append(&self.id, stream, data.clone()).await;
+                let mut state = self.state.lock().await;
+                let entry = state.streams.get_mut(&stream);
+                let reading = entry
+                    .as_ref()
+                    .and_then(|s| s.live.as_ref())
+                    .is_some_and(|l| !l.is_closed());
+                let id = match stored {
                     Ok(id) => Some(id.to_string()),
                     Err(e) => {
-                        tracing::warn!(session = %redact(&self.id), error = %e, "event not stored");
+                        // Written live without an id (the client cannot resume to it); with
+                        // no connection reading the stream, it is lost.
+                        shared.event_unstored();
+                        tracing::warn!(
+                            session = %redact(&self.id),
+                            %stream,
+                            live = reading,
+                            error = %e,
+                            "event not stored: written live without an id"
+                        );
                         None
                     }
                 };
-                let mut state = self.state.lock().await;
-                if let Some(stream) = state.streams.get_mut(&stream)
-                    && let Some(live) = &stream.live
+                if let Some(entry) = entry
+                    && let Some(live) = &entry.live
                     && live.try_send(sse::event(id.as_deref(), &data)).is_err()
                 {
                     // Gone or too far behind: let go; the client resumes from the store.
-                    stream.live = None;
+                    entry.live = None;
                 }
             }
             Effect::Replay { last, live, reply } => {
+                let local = self.state.lock().await.streams.contains_key(&last.stream);
+                if !local {
+                    return self.follow(shared, last, live, reply).await;
+                }
                 let events = match store.replay_after(&self.id, &last).await {
                     Ok(events) => events,
                     Err(e) => {
-                        let _ = reply.send(Err(format!("cannot resume after event {last}: {e}")));
+                        let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
                         return;
                     }
                 };
-                let mut first = bytes::BytesMut::new();
-                for (id, data) in &events {
-                    if !data.is_empty() {
-                        first.extend_from_slice(&sse::event(Some(&id.to_string()), data));
-                    }
-                }
+                let first = replayed(&events);
                 let mut state = self.state.lock().await;
                 let state = &mut *state;
                 if !state.ended
@@ -850,26 +991,107 @@ impl Session {
                 }
                 // Otherwise the stream is complete: `live` is dropped and the body ends after
                 // the replay.
-                let _ = reply.send(Ok(first.freeze()));
+                let _ = reply.send(Ok(first));
             }
             Effect::Finish(stream) => {
-                let mut state = self.state.lock().await;
-                if state
-                    .streams
-                    .get(&stream)
-                    .is_some_and(|s| s.pending.is_empty())
                 {
-                    state.streams.remove(&stream);
-                    shrink(&mut state.streams);
+                    let mut state = self.state.lock().await;
+                    if state
+                        .streams
+                        .get(&stream)
+                        .is_some_and(|s| s.pending.is_empty())
+                    {
+                        state.streams.remove(&stream);
+                        shrink(&mut state.streams);
+                    }
+                }
+                if let Err(e) = store.finish_stream(&self.id, stream).await {
+                    // A follower elsewhere ends at the store's next word on it instead.
+                    tracing::warn!(session = %redact(&self.id), %stream, error = %e, "stream not recorded as finished");
+                }
+            }
+            Effect::Standalone(record) => {
+                let result = match record {
+                    StandaloneRecord::Set(stream) => {
+                        store.set_standalone(&self.id, Some(stream)).await
+                    }
+                    StandaloneRecord::Clear(stream) => match store.standalone(&self.id).await {
+                        Ok(Some(held)) if held == stream => {
+                            store.set_standalone(&self.id, None).await
+                        }
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = result {
+                    tracing::warn!(session = %redact(&self.id), error = %e, "standalone stream not recorded");
                 }
             }
             Effect::RemoveSession => {
-                // EventStore v2 (issue 22 WP1): logged until WP3 decides more.
                 if let Err(e) = store.remove_session(&self.id).await {
+                    // They go with the store's own bounds (age, count) instead.
                     tracing::warn!(session = %redact(&self.id), error = %e, "events not removed");
                 }
             }
         }
+    }
+
+    /// Resumes a stream this endpoint does not hold (`EventStore::follow`): its stored events
+    /// after `last` to `reply`; then, when the store carries the stream's later events
+    /// (`Follow::rest`), a task writes each to `live`, once (an id at or before the last one
+    /// written is skipped), until the store closes the channel (the stream is finished), the
+    /// client goes away or the session ends. Without them, the body ends after the replay.
+    async fn follow(
+        &self,
+        shared: &Shared,
+        last: EventId,
+        live: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<Bytes, NotResumed>>,
+    ) {
+        let follow = match shared.config.event_store.follow(&self.id, &last).await {
+            Ok(follow) => follow,
+            Err(e) => {
+                let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
+                return;
+            }
+        };
+        let first = replayed(&follow.events);
+        let mut seen = follow.events.last().map_or(last, |(id, _)| *id);
+        if let (false, Some(mut rest)) = (follow.done, follow.rest) {
+            let mut state = self.state.lock().await;
+            if !state.ended {
+                state
+                    .following
+                    .retain(|l| l.upgrade().is_some_and(|l| !l.is_closed()));
+                state.following.push(live.downgrade());
+                let ended = self.ended.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let event = tokio::select! {
+                            event = rest.recv() => event,
+                            () = live.closed() => break,
+                            () = ended.cancelled() => break,
+                        };
+                        let Some((id, data)) = event else {
+                            break;
+                        };
+                        if id.stream != seen.stream || id.seq <= seen.seq {
+                            continue;
+                        }
+                        seen = id;
+                        if data.is_empty() {
+                            continue;
+                        }
+                        let event = sse::event(Some(&id.to_string()), &data);
+                        tokio::select! {
+                            sent = live.send(event) => if sent.is_err() { break },
+                            () = ended.cancelled() => break,
+                        }
+                    }
+                });
+            }
+        }
+        let _ = reply.send(Ok(first));
     }
 
     /// The application will not answer `request` (its client cancelled it): it is no longer in
@@ -877,17 +1099,25 @@ impl Session {
     /// events stay in the store), a POST still waiting gets the answers gathered for its batch,
     /// or an event stream with nothing in it.
     pub(crate) async fn release(&self, request: &RequestId) {
+        if self.release_locked(request).await {
+            self.drain().await;
+        }
+    }
+
+    /// [`release`](Self::release) under the state lock; whether an SSE stream completed (its
+    /// `Finish` is in the outbox).
+    async fn release_locked(&self, request: &RequestId) -> bool {
         let mut state = self.state.lock().await;
         let Some(stream_id) = state.requests.remove(request) else {
-            return;
+            return false;
         };
         let Some(mut stream) = state.streams.remove(&stream_id) else {
-            return;
+            return false;
         };
         stream.pending.remove(request);
         if !stream.pending.is_empty() {
             state.streams.insert(stream_id, stream);
-            return;
+            return false;
         }
         if let Some(decide) = stream.decide.take() {
             let decision = if stream.collected.is_empty() {
@@ -901,7 +1131,12 @@ impl Session {
             };
             let _ = decide.send(decision);
         }
-        // Dropping the stream drops its connection's sender: the body ends.
+        // Dropping the stream drops its connection's sender: the body ends. An event stream
+        // is complete: the store is told, after the events before.
+        if stream.sse {
+            state.outbox.push_back(Effect::Finish(stream_id));
+        }
+        stream.sse
     }
 
     /// Closes the connection of request `request`'s stream (2025-11-25 sessions only). A POST
@@ -1015,6 +1250,28 @@ impl Session {
             return;
         }
         state.ended = true;
+        if reason == Closed::Forgotten {
+            // Its events stay in the store, for whichever instance serves the session next:
+            // this endpoint's streams are complete (nothing more is written to them), and its
+            // standalone stream is no longer held here.
+            let mut open: Vec<StreamId> = state
+                .streams
+                .iter()
+                .filter(|(_, s)| s.sse)
+                .map(|(id, _)| *id)
+                .collect();
+            open.sort_unstable();
+            let standalone = state.standalone.filter(|id| state.streams.contains_key(id));
+            for stream in open {
+                state.outbox.push_back(Effect::Finish(stream));
+            }
+            if let Some(stream) = standalone {
+                state
+                    .outbox
+                    .push_back(Effect::Standalone(StandaloneRecord::Clear(stream)));
+            }
+        }
+        state.following.clear();
         state.streams.clear();
         state.requests.clear();
         state.queue.clear();
@@ -1055,13 +1312,18 @@ mod tests {
 
     /// An application whose handler holds its session, as a real server's does. It answers
     /// `initialize` at once and nothing else (every other request waits forever); it records
-    /// every other input, the requests it was told were abandoned, and the sessions it opened.
+    /// every other input, the requests it was told were abandoned, the sessions it opened and
+    /// why each was let go. With `adopts`, it adopts any session id at that version (its state
+    /// "kept elsewhere"); with `shares`, it shares its sessions (`McpApp::shares_sessions`).
     #[derive(Default)]
     struct App {
         dropped: Arc<AtomicUsize>,
         inputs: Arc<std::sync::Mutex<Vec<Message>>>,
         abandoned: Arc<std::sync::Mutex<Vec<modelctx_types::RequestId>>>,
         sessions: Arc<std::sync::Mutex<Vec<LegacySession>>>,
+        closed: Arc<std::sync::Mutex<Vec<(String, super::super::Closed)>>>,
+        adopts: Option<modelctx_types::ProtocolVersion>,
+        shares: bool,
     }
 
     struct Handler {
@@ -1069,6 +1331,7 @@ mod tests {
         dropped: Arc<AtomicUsize>,
         inputs: Arc<std::sync::Mutex<Vec<Message>>>,
         abandoned: Arc<std::sync::Mutex<Vec<modelctx_types::RequestId>>>,
+        closed: Arc<std::sync::Mutex<Vec<(String, super::super::Closed)>>>,
     }
 
     impl Drop for Handler {
@@ -1101,7 +1364,10 @@ mod tests {
             self.abandoned.lock().unwrap().push(request);
         }
 
-        fn closed(&self, _reason: super::super::Closed) {}
+        fn closed(&self, reason: super::super::Closed) {
+            let id = self.session.id().to_owned();
+            self.closed.lock().unwrap().push((id, reason));
+        }
     }
 
     impl McpApp for App {
@@ -1112,7 +1378,24 @@ mod tests {
                 dropped: self.dropped.clone(),
                 inputs: self.inputs.clone(),
                 abandoned: self.abandoned.clone(),
+                closed: self.closed.clone(),
             })
+        }
+
+        fn adopt_session<'a>(
+            &'a self,
+            _id: &'a str,
+            _principal: Option<&'a super::super::Principal>,
+        ) -> BoxFuture<'a, Result<Option<super::super::Adopted>, super::super::Unavailable>>
+        {
+            let adopted = self
+                .adopts
+                .map(|version| super::super::Adopted::new(version, None));
+            Box::pin(std::future::ready(Ok(adopted)))
+        }
+
+        fn shares_sessions(&self) -> bool {
+            self.shares
         }
 
         fn modern(&self, _request: ModernRequest) {}
@@ -2098,7 +2381,15 @@ mod tests {
             got[2].0.is_some() && got[2].1.contains(r#""id":5"#),
             "{got:?}"
         );
+        // Both refused events, the priming one and n=0, are counted (issue 22 WP3); the count
+        // is not a table that must return to empty.
+        assert_eq!(service.table_sizes().await.events_unstored, 2);
         service.close_all().await;
+        let tables = service.table_sizes().await;
+        assert!(
+            tables.is_empty() && tables.events_unstored == 2,
+            "{tables:?}"
+        );
         let sizes = crate::event_store::EventStore::sizes(&store.inner)
             .await
             .unwrap();
@@ -2249,5 +2540,619 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    use crate::event_store::EventStore as _;
+
+    /// The part of a store that two transports share (each with a base of its own), as
+    /// server instances share a networked store: a [`MemoryEventStore`] underneath, the calls
+    /// the transports made, and the live events of followed streams carried as a shared store
+    /// carries them (`Follow::rest`). It is a sloppy carrier on purpose: the last replayed
+    /// event comes again first, and every live event twice; the transport must write each once.
+    #[derive(Default)]
+    struct Hub {
+        inner: crate::event_store::MemoryEventStore,
+        followers: std::sync::Mutex<Vec<Follower>>,
+        calls: std::sync::Mutex<Vec<String>>,
+        /// Replays (`replay_after`, `follow`) fail with this kind while set.
+        fail: std::sync::Mutex<Option<crate::event_store::EventStoreErrorKind>>,
+    }
+
+    impl Hub {
+        fn calls(&self) -> Vec<String> {
+            self.calls.lock().unwrap().clone()
+        }
+
+        fn log(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
+
+        fn failing(&self) -> Result<(), ReplayError> {
+            match *self.fail.lock().unwrap() {
+                Some(kind) => Err(EventStoreError::new(kind, "the store is down").into()),
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// A followed stream (session, stream) and the channel of its live events.
+    type Follower = (
+        String,
+        StreamId,
+        tokio::sync::mpsc::Sender<(EventId, Bytes)>,
+    );
+
+    /// One transport's handle on a [`Hub`], with its stream base.
+    struct FleetStore {
+        hub: Arc<Hub>,
+        base: u64,
+    }
+
+    impl crate::event_store::EventStore for FleetStore {
+        fn stream_base(&self) -> u64 {
+            self.base
+        }
+
+        fn open_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            pending: &'a [RequestId],
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            let ids: Vec<String> = pending
+                .iter()
+                .map(|id| serde_json::to_string(id).unwrap())
+                .collect();
+            self.hub.log(format!("open {stream} [{}]", ids.join(",")));
+            self.hub.inner.open_stream(session, stream, pending)
+        }
+
+        fn append<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+            data: Bytes,
+        ) -> BoxFuture<'a, Result<EventId, EventStoreError>> {
+            Box::pin(async move {
+                let id = self.hub.inner.append(session, stream, data.clone()).await?;
+                for (s, st, tx) in self.hub.followers.lock().unwrap().iter() {
+                    if s == session && *st == stream {
+                        let _ = tx.try_send((id, data.clone()));
+                        let _ = tx.try_send((id, data.clone()));
+                    }
+                }
+                Ok(id)
+            })
+        }
+
+        fn finish_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.hub.log(format!("finish {stream}"));
+            // Its followers' channels close after what they carry.
+            self.hub
+                .followers
+                .lock()
+                .unwrap()
+                .retain(|(s, st, _)| !(s == session && *st == stream));
+            self.hub.inner.finish_stream(session, stream)
+        }
+
+        fn replay_after<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Vec<(EventId, Bytes)>, ReplayError>> {
+            if let Err(e) = self.hub.failing() {
+                return Box::pin(std::future::ready(Err(e)));
+            }
+            self.hub.inner.replay_after(session, after)
+        }
+
+        fn follow<'a>(
+            &'a self,
+            session: &'a str,
+            after: &'a EventId,
+        ) -> BoxFuture<'a, Result<Follow, ReplayError>> {
+            Box::pin(async move {
+                self.hub.failing()?;
+                self.hub.log(format!("follow {after}"));
+                let follow = self.hub.inner.follow(session, after).await?;
+                if follow.done {
+                    return Ok(follow);
+                }
+                let (tx, rx) = tokio::sync::mpsc::channel(64);
+                let _ = tx.try_send((*after, Bytes::from_static(b"{}")));
+                if let Some(last) = follow.events.last() {
+                    let _ = tx.try_send(last.clone());
+                }
+                self.hub
+                    .followers
+                    .lock()
+                    .unwrap()
+                    .push((session.to_owned(), after.stream, tx));
+                Ok(follow.with_rest(rx))
+            })
+        }
+
+        fn set_standalone<'a>(
+            &'a self,
+            session: &'a str,
+            stream: Option<StreamId>,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            let named = stream.map_or_else(|| "None".to_owned(), |s| s.to_string());
+            self.hub.log(format!("standalone {named}"));
+            self.hub.inner.set_standalone(session, stream)
+        }
+
+        fn standalone<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<Option<StreamId>, EventStoreError>> {
+            self.hub.inner.standalone(session)
+        }
+
+        fn remove_stream<'a>(
+            &'a self,
+            session: &'a str,
+            stream: StreamId,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.hub.inner.remove_stream(session, stream)
+        }
+
+        fn remove_session<'a>(
+            &'a self,
+            session: &'a str,
+        ) -> BoxFuture<'a, Result<(), EventStoreError>> {
+            self.hub.log("remove".to_owned());
+            self.hub.inner.remove_session(session)
+        }
+
+        fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
+            self.hub.inner.sizes()
+        }
+    }
+
+    /// A transport for `app` on `hub` with stream base `base`.
+    fn on_hub(hub: &Arc<Hub>, base: u64, app: &Arc<App>, config: ServerConfig) -> McpService {
+        let config = ServerConfig {
+            event_store: Arc::new(FleetStore {
+                hub: hub.clone(),
+                base,
+            }),
+            keep_alive: None,
+            ..config
+        };
+        McpService::new(config, app.clone()).unwrap()
+    }
+
+    /// Waits until `app` has request `id`.
+    async fn got_request(app: &App, id: i64) {
+        let wanted = format!(r#""id":{id},"#);
+        within(async {
+            while !app
+                .inputs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|m| String::from_utf8_lossy(&super::encode(m)).contains(&wanted))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Starts request `id` on `session` of `service` (the application answers it through
+    /// `send`), and returns its response once its first event with `"n":0` came: the
+    /// response, and that event's id.
+    async fn stream_of(
+        service: &McpService,
+        app: &App,
+        session: &str,
+        handle: &LegacySession,
+        id: i64,
+    ) -> (super::super::ResponseBody, EventId) {
+        let call = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call"}}"#);
+        let post = tokio::spawn({
+            let service = service.clone();
+            let request = on_session("POST", session, &call);
+            async move { service.handle(request).await }
+        });
+        got_request(app, id).await;
+        within(handle.send(progress(0), Some(RequestId::from(id)))).await;
+        let response = within(post).await.unwrap();
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let mut body = response.into_body();
+        let mut text = String::new();
+        while !text.contains(r#""n":0"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        let last = text
+            .split("\n\n")
+            .find(|e| e.contains(r#""n":0"#))
+            .and_then(|e| e.lines().find_map(|l| l.strip_prefix("id: ")))
+            .unwrap()
+            .parse()
+            .unwrap();
+        (body, last)
+    }
+
+    /// A GET on `session` resuming after `last`.
+    fn resume_after(session: &str, last: &EventId) -> http::Request<String> {
+        let mut get = on_session("GET", session, "");
+        get.headers_mut()
+            .insert("last-event-id", last.to_string().parse().unwrap());
+        get
+    }
+
+    /// Issue 22 WP3: two transports on one shared store, with different stream bases. The
+    /// session opened on A is adopted by B for a GET that resumes a stream A writes: B follows
+    /// it through the store (`follow`), writes the stored events, then each live one exactly
+    /// once (the store's carrier repeats them), and ends when A finishes the stream. Each
+    /// transport's stream ids come from its own base, so none is used by both; B's standalone
+    /// stream is recorded in the store and held by B alone.
+    #[tokio::test]
+    async fn a_stream_of_another_instance_is_followed_live_exactly_once_until_it_is_finished() {
+        let hub = Arc::new(Hub::default());
+        let (base_a, base_b) = (1u64 << 32, 2u64 << 32);
+        let app_a = Arc::new(App::default());
+        let app_b = Arc::new(App {
+            adopts: Some(modelctx_types::ProtocolVersion::V2025_11_25),
+            ..App::default()
+        });
+        let a = on_hub(&hub, base_a, &app_a, ServerConfig::default());
+        let b = on_hub(&hub, base_b, &app_b, ServerConfig::default());
+        let id = open(&a).await;
+        let session = app_a.sessions.lock().unwrap()[0].clone();
+        let (body, last) = stream_of(&a, &app_a, &id, &session, 5).await;
+        // `initialize` took A's first stream id (answered in JSON), the call the next.
+        assert_eq!(last.stream, StreamId(base_a + 1));
+        drop(body);
+        let rid = RequestId::from(5);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        let resumed = within(b.handle(resume_after(&id, &last))).await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(b.table_sizes().await.adopted, 1);
+        // The follower keeps B's session from the idle sweep.
+        let adopted = app_b.sessions.lock().unwrap()[0].clone();
+        assert!(adopted.inner.has_live_stream().await);
+        within(session.send(progress(2), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let got = events(resumed.into_body()).await;
+        let ns: Vec<u64> = got
+            .iter()
+            .filter_map(|(_, d)| {
+                let v: serde_json::Value = serde_json::from_str(d).ok()?;
+                v["params"]["n"].as_u64()
+            })
+            .collect();
+        assert_eq!(ns, [1, 2], "each event once: {got:?}");
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[2].1.contains(r#""id":5"#), "{got:?}");
+        let ids: Vec<EventId> = got
+            .iter()
+            .map(|(id, _)| id.as_ref().unwrap().parse().unwrap())
+            .collect();
+        assert!(ids.iter().all(|id| id.stream == last.stream), "{ids:?}");
+        assert!(ids.windows(2).all(|w| w[0].seq < w[1].seq), "{ids:?}");
+        assert!(!adopted.inner.has_live_stream().await);
+        // B's own streams: from B's base, in the upper half (an adopted session).
+        let standalone = within(b.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(standalone.status(), 200);
+        let held = within(hub.inner.standalone(&id)).await.unwrap().unwrap();
+        assert!(
+            held.get() >= base_b + (1 << 31) && held.get() < base_b + (1 << 32),
+            "{held}"
+        );
+        assert!(adopted.holds_standalone().await);
+        assert!(!session.holds_standalone().await);
+        let calls = hub.calls();
+        for call in [
+            format!("open {} [5]", base_a + 1),
+            format!("follow {last}"),
+            format!("finish {}", base_a + 1),
+            format!("open {held} []"),
+            format!("standalone {held}"),
+        ] {
+            assert!(calls.contains(&call), "{call} not in {calls:?}");
+        }
+        drop(standalone);
+        a.close_all().await;
+        b.close_all().await;
+        assert!(a.table_sizes().await.is_empty() && b.table_sizes().await.is_empty());
+        let sizes = within(hub.inner.sizes()).await.unwrap();
+        assert!(sizes.is_empty(), "{sizes:?}");
+    }
+
+    /// Issue 22 WP3: with the memory store (no live channel), a stream this endpoint no longer
+    /// holds (complete) is resumed as before: its stored events, then the body ends.
+    #[tokio::test]
+    async fn a_complete_stream_is_replayed_and_the_body_ends() {
+        let app = Arc::new(App::default());
+        let config = ServerConfig {
+            keep_alive: None,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app.clone()).unwrap();
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let (body, last) = stream_of(&service, &app, &id, &session, 5).await;
+        drop(body);
+        let rid = RequestId::from(5);
+        within(session.send(progress(1), Some(rid.clone()))).await;
+        within(session.send(response(5), Some(rid))).await;
+        let resumed = within(service.handle(resume_after(&id, &last))).await;
+        assert_eq!(resumed.status(), 200);
+        let got = events(resumed.into_body()).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].1.contains(r#""n":1"#) && got[1].1.contains(r#""id":5"#));
+        assert!(!session.inner.has_live_stream().await);
+    }
+
+    /// Issue 22 WP3: a resumption the store cannot answer now is 503 with `Retry-After` (the
+    /// client tries again), one it failed 500; both for a stream held here (`replay_after`) and
+    /// one that is not (`follow`). An id the store does not know is 400, as before.
+    #[tokio::test]
+    async fn a_replay_the_store_cannot_answer_is_503_with_retry_after() {
+        use crate::event_store::EventStoreErrorKind;
+        let hub = Arc::new(Hub::default());
+        let app = Arc::new(App::default());
+        let service = on_hub(&hub, 0, &app, ServerConfig::default());
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        let (body, last) = stream_of(&service, &app, &id, &session, 5).await;
+        drop(body);
+        let check = |held: bool| {
+            let service = service.clone();
+            let hub = hub.clone();
+            let id = id.clone();
+            async move {
+                for (kind, status) in [
+                    (EventStoreErrorKind::Unavailable, 503),
+                    (EventStoreErrorKind::Failed, 500),
+                ] {
+                    *hub.fail.lock().unwrap() = Some(kind);
+                    let refused = within(service.handle(resume_after(&id, &last))).await;
+                    assert_eq!(refused.status(), status, "held here: {held}");
+                    if status == 503 {
+                        assert_eq!(refused.headers()["retry-after"], "1");
+                    }
+                    let body = within(refused.into_body().collect())
+                        .await
+                        .unwrap()
+                        .to_bytes();
+                    let text = String::from_utf8_lossy(&body);
+                    assert!(text.contains("the store is down"), "{text}");
+                }
+                *hub.fail.lock().unwrap() = None;
+            }
+        };
+        check(true).await;
+        assert!(!hub.calls().iter().any(|c| c.starts_with("follow")));
+        within(session.send(response(5), Some(RequestId::from(5)))).await;
+        check(false).await;
+        let resumed = within(service.handle(resume_after(&id, &last))).await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(events(resumed.into_body()).await.len(), 1);
+        let unknown = EventId::new(StreamId(7), 0);
+        let refused = within(service.handle(resume_after(&id, &unknown))).await;
+        assert_eq!(refused.status(), 400);
+        service.close_all().await;
+    }
+
+    /// Issue 22 WP3: what the store is told of a session's streams: each opened with its
+    /// pending requests, finished when answered or released, the standalone stream recorded
+    /// when a GET opens it; and, when the endpoint forgets the session (it shares its
+    /// sessions), its streams finished and the standalone record cleared, the events kept.
+    #[tokio::test]
+    async fn the_store_is_told_of_opened_finished_and_standalone_streams() {
+        let hub = Arc::new(Hub::default());
+        let app = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        let config = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        let service = on_hub(&hub, 0, &app, config);
+        let id = open(&service).await;
+        let session = app.sessions.lock().unwrap()[0].clone();
+        // A batch-free call answered on its stream; one released; one left open.
+        let (five, _) = stream_of(&service, &app, &id, &session, 5).await;
+        within(session.send(response(5), Some(RequestId::from(5)))).await;
+        assert!(
+            events(five)
+                .await
+                .iter()
+                .any(|(_, d)| d.contains(r#""id":5"#))
+        );
+        let (six, _) = stream_of(&service, &app, &id, &session, 6).await;
+        within(session.release(&RequestId::from(6))).await;
+        within(six.collect()).await.unwrap();
+        let (seven, _) = stream_of(&service, &app, &id, &session, 7).await;
+        let standalone = within(service.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(standalone.status(), 200);
+        assert!(session.holds_standalone().await);
+        assert_eq!(
+            hub.calls(),
+            [
+                "open 1 [5]",
+                "finish 1",
+                "open 2 [6]",
+                "finish 2",
+                "open 3 [7]",
+                "open 4 []",
+                "standalone 4"
+            ]
+        );
+        // A GET after the first one's connection went replaces its stream, which is finished.
+        drop(standalone);
+        let again = within(service.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(again.status(), 200);
+        assert_eq!(hub.calls()[7..], ["finish 4", "open 5 []", "standalone 5"]);
+        // Its connections go; idle, the session is only forgotten.
+        drop((seven, again));
+        within(service.end_idle_sessions()).await;
+        assert_eq!(
+            *app.closed.lock().unwrap(),
+            [(id.clone(), super::super::Closed::Forgotten)]
+        );
+        assert!(!session.holds_standalone().await);
+        let calls = hub.calls();
+        assert_eq!(
+            calls[10..],
+            ["finish 3", "finish 5", "standalone None"],
+            "{calls:?}"
+        );
+        assert_eq!(within(hub.inner.standalone(&id)).await.unwrap(), None);
+        assert!(
+            !within(hub.inner.sizes()).await.unwrap().is_empty(),
+            "events kept"
+        );
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Issue 22 WP3: when the application shares its sessions (`McpApp::shares_sessions`), the
+    /// idle sweep, eviction to make room and shutdown only forget a session opened here, its
+    /// events kept; DELETE, `LegacySession::close` and the handshake timeout still end one.
+    /// Without sharing, the sweep ends it, as before.
+    #[tokio::test]
+    async fn a_shared_session_is_only_forgotten_by_the_sweep_eviction_and_shutdown() {
+        use super::super::Closed::{Ended, Forgotten};
+        let hub = Arc::new(Hub::default());
+        let closed = |app: &App| app.closed.lock().unwrap().clone();
+        let idle = ServerConfig {
+            session_idle_timeout: std::time::Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        // The sweep; and, for comparison, the same with no sharing.
+        for shares in [true, false] {
+            let app = Arc::new(App {
+                shares,
+                ..App::default()
+            });
+            let service = on_hub(&hub, 0, &app, idle.clone());
+            let id = open(&service).await;
+            assert_eq!(poke(&service, &id, None).await, 202);
+            let session = app.sessions.lock().unwrap()[0].clone();
+            within(session.send(notification(1), None)).await;
+            let get = within(service.handle(on_session("GET", &id, ""))).await;
+            drop(get);
+            within(service.end_idle_sessions()).await;
+            let reason = if shares { Forgotten } else { Ended };
+            assert_eq!(closed(&app), [(id.clone(), reason)], "shares: {shares}");
+            let kept = !within(hub.inner.sizes()).await.unwrap().is_empty();
+            assert_eq!(kept, shares, "the events stay only when forgotten");
+            assert!(service.table_sizes().await.is_empty());
+            within(hub.inner.remove_session(&id)).await.unwrap();
+        }
+        let app = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        // Eviction to make room, then shutdown.
+        let full = ServerConfig {
+            max_sessions: 1,
+            ..ServerConfig::default()
+        };
+        let service = on_hub(&hub, 0, &app, full);
+        let first = open_as(&service, None, None).await.unwrap();
+        let second = open_as(&service, None, None).await.unwrap();
+        assert_eq!(closed(&app), [(first.clone(), Forgotten)]);
+        service.close_all().await;
+        assert_eq!(closed(&app)[1..], [(second, Forgotten)]);
+        // DELETE and `close` end one.
+        let service = on_hub(&hub, 0, &app, ServerConfig::default());
+        let deleted = open(&service).await;
+        let delete = within(service.handle(on_session("DELETE", &deleted, ""))).await;
+        assert_eq!(delete.status(), 200);
+        let closing = open(&service).await;
+        let handle = app.sessions.lock().unwrap().last().unwrap().clone();
+        handle.close().await;
+        assert_eq!(closed(&app)[2..], [(deleted, Ended), (closing, Ended)]);
+        // The handshake timeout ends one.
+        let hasty = ServerConfig {
+            handshake_timeout: std::time::Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        let service = on_hub(&hub, 0, &app, hasty);
+        let silent = open(&service).await;
+        within(service.end_idle_sessions()).await;
+        assert_eq!(closed(&app)[4..], [(silent, Ended)]);
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Issue 22 WP3: each adoption numbers its streams afresh, above `base + 2^31` and below
+    /// the next base, so that a session this endpoint held before (and forgot) never gets a
+    /// stream id it used.
+    #[test]
+    fn adopted_sessions_number_their_streams_afresh_within_the_base() {
+        let base = 3u64 << 32;
+        let firsts: std::collections::HashSet<u64> =
+            (0..64).map(|_| super::first_adopted_stream(base)).collect();
+        assert!(firsts.len() > 60, "{firsts:?}");
+        for first in firsts {
+            assert!(first >= base + (1 << 31), "{first}");
+            assert!(first + (1 << 30) <= base + (1 << 32), "{first}");
+        }
+    }
+
+    /// Issue 22 WP3: when the application shares its sessions, a message for the standalone
+    /// stream this endpoint holds is stored on it even after its connection went (not queued
+    /// here), so that the client resuming the stream on another instance gets it, and the
+    /// ones after it live.
+    #[tokio::test]
+    async fn a_held_standalone_stream_is_written_to_the_store_when_sessions_are_shared() {
+        let hub = Arc::new(Hub::default());
+        let app_a = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        let app_b = Arc::new(App {
+            adopts: Some(modelctx_types::ProtocolVersion::V2025_11_25),
+            shares: true,
+            ..App::default()
+        });
+        let a = on_hub(&hub, 1 << 32, &app_a, ServerConfig::default());
+        let b = on_hub(&hub, 2 << 32, &app_b, ServerConfig::default());
+        let id = open(&a).await;
+        let session = app_a.sessions.lock().unwrap()[0].clone();
+        let get = within(a.handle(on_session("GET", &id, ""))).await;
+        assert_eq!(get.status(), 200);
+        let mut body = get.into_body();
+        let first = within(body.frame()).await.unwrap().unwrap();
+        let text = String::from_utf8(first.into_data().unwrap().to_vec()).unwrap();
+        let priming: EventId = text
+            .lines()
+            .find_map(|l| l.strip_prefix("id: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        drop(body);
+        within(session.send(notification(1), None)).await;
+        assert!(session.holds_standalone().await);
+        assert_eq!(a.table_sizes().await.queued, 0, "stored, not queued");
+        let stored = within(hub.inner.replay_after(&id, &priming)).await.unwrap();
+        assert_eq!(stored.len(), 1, "{stored:?}");
+        // Resumed on B: the stored message, then the next one live.
+        let resumed = within(b.handle(resume_after(&id, &priming))).await;
+        assert_eq!(resumed.status(), 200);
+        let mut body = resumed.into_body();
+        within(session.send(notification(2), None)).await;
+        let mut text = String::new();
+        while !text.contains(r#""n":2"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        assert_eq!(text.matches(r#""n":1"#).count(), 1, "{text}");
+        assert_eq!(text.matches(r#""n":2"#).count(), 1, "{text}");
+        drop(body);
+        a.close_all().await;
+        b.close_all().await;
     }
 }

@@ -18,7 +18,7 @@ use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
 use super::endpoint::{Missing, Shared, TableSizes};
 use super::guard::{self, Metadata};
-use super::legacy::{Decision, Refused, Session};
+use super::legacy::{Decision, NotResumed, Refused, Session};
 use super::modern;
 use super::respond::{self, REFUSED, ResponseBody, sse_headers};
 use crate::event_store::{BoxFuture, EventId};
@@ -76,7 +76,7 @@ impl McpService {
     pub fn new(config: ServerConfig, app: Arc<dyn McpApp>) -> Result<Self, ConfigError> {
         config.check(None)?;
         Ok(McpService {
-            shared: Arc::new(Shared::new(config)),
+            shared: Arc::new(Shared::new(config, app.shares_sessions())),
             app,
             last_sweep: Arc::new(Mutex::new(Instant::now())),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -98,7 +98,8 @@ impl McpService {
 
     /// Ends the legacy sessions idle for longer than the configured timeout (the server does it
     /// on its own every minute while requests come; [`serve`](super::serve) also on a timer).
-    /// An adopted session ([`McpApp::adopt_session`]) idle here is only forgotten
+    /// An adopted session ([`McpApp::adopt_session`]), or any session when the application
+    /// shares them ([`McpApp::shares_sessions`]), idle here is only forgotten
     /// ([`Closed::Forgotten`](super::Closed::Forgotten)): it may be busy elsewhere.
     pub async fn end_idle_sessions(&self) {
         *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
@@ -106,8 +107,9 @@ impl McpService {
     }
 
     /// Ends every session and stream (graceful shutdown); new requests still get answers. Adopted
-    /// sessions are only forgotten ([`Closed::Forgotten`](super::Closed::Forgotten)): other
-    /// instances go on serving them.
+    /// sessions, and every session when the application shares them
+    /// ([`McpApp::shares_sessions`]), are only forgotten
+    /// ([`Closed::Forgotten`](super::Closed::Forgotten)): other instances go on serving them.
     pub async fn close_all(&self) {
         self.shared.shutdown.cancel();
         self.shared.end_all().await;
@@ -640,10 +642,17 @@ impl McpService {
             };
             return match session.resume(&last).await {
                 Ok((first, rx)) => self.sse(&session, first, rx),
-                Err(why) => respond::error_code(
+                Err(NotResumed::Refused(why)) => respond::error_code(
                     StatusCode::BAD_REQUEST,
                     None,
                     ErrorCode::INVALID_REQUEST,
+                    why,
+                ),
+                Err(NotResumed::Unavailable(why)) => respond::unavailable(None, why, "1"),
+                Err(NotResumed::Failed(why)) => respond::error_code(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    ErrorCode::INTERNAL_ERROR,
                     why,
                 ),
             };

@@ -13,7 +13,8 @@
 //! ([`SessionState::resume`]), runs what came, and saves the state when it changed (`initialize`,
 //! `notifications/initialized`, `logging/setLevel`, `resources/subscribe`, checked with
 //! [`SessionState::differs_from`]), before anything is said to the client. The end of the session
-//! (DELETE, the transport's idle timeout or cap) removes it. The server's changes are fanned out
+//! (DELETE, the transport's idle timeout or cap for a session it opened: `Closed::Ended`) removes
+//! it; an instance that only forgets a session it adopted (`Closed::Forgotten`) leaves it. The server's changes are fanned out
 //! to open sessions from their loaded states.
 //!
 //! What it does not do: `last_used_ms` is the time of the last save, not of the last request
@@ -217,7 +218,8 @@ impl StoreError {
 /// Where the states of legacy sessions live, by session id (`Mcp-Session-Id`).
 ///
 /// A request on a legacy session loads its state, runs, and saves it when it changed; the end
-/// of a session (DELETE, idle timeout) removes it. Implementations must be safe to call from
+/// of a session (DELETE, idle timeout; not an instance forgetting a session it adopted) removes
+/// it. Implementations must be safe to call from
 /// many tasks at once; [`InMemoryStore`] is the default.
 ///
 /// A store shared by the instances of a fleet (Redis) must also:

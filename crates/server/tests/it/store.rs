@@ -191,8 +191,10 @@ async fn a_legacy_http_session_lives_in_a_store_of_the_application() {
     assert!(store.inner.is_empty());
 }
 
+/// A store that cannot load the state: the POST is answered 503 (try again later), never an
+/// internal error inside a 200.
 #[tokio::test]
-async fn a_failed_load_fails_the_requests_of_the_post() {
+async fn a_failed_load_answers_the_post_503() {
     let store = Arc::new(CountingStore::default());
     let service = server(&store);
     let sid = open(&service).await;
@@ -200,15 +202,10 @@ async fn a_failed_load_fails_the_requests_of_the_post() {
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": consts::ToolsCall::VALUE,
         "params": {"name": "echo", "arguments": {}}});
     let (status, _, body) = send(&service, request("POST", Some(&sid), Some(call))).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     let reply = reply(&body, 7);
     assert!(reply.get("result").is_none(), "{reply}");
-    assert_eq!(reply["error"]["code"], json!(-32603), "{reply}");
-    assert_eq!(
-        reply["error"]["message"],
-        json!("the session's state could not be loaded"),
-        "{reply}"
-    );
+    assert_ne!(reply["error"]["code"], json!(-32603), "{reply}");
     // Nothing was run, so nothing was saved.
     assert_eq!(store.counts().1, 2);
 
