@@ -278,7 +278,7 @@ struct ServeDemo {
     #[arg(long = "state-key", value_name = "KID:BASE64URL")]
     state_key: Vec<String>,
     /// Run as one instance of a fleet sharing this Redis (6.2 or newer),
-    /// redis://[USER:PASSWORD@]HOST:PORT[/DB]: legacy sessions live there, so any instance
+    /// `redis://[USER:PASSWORD@]HOST:PORT[/DB]`: legacy sessions live there, so any instance
     /// behind a plain (not sticky) load balancer serves any session's requests. Needs --http,
     /// and --state-key or MCX_STATE_KEYS (the same keys on every instance). The instance takes a
     /// number leased in Redis and gives it back when stopped (Ctrl-C, SIGTERM). When Redis cannot
