@@ -36,6 +36,13 @@
 //! that seals the `requestState` of modern round trips (`state_keys.rs`), so that instances
 //! behind one load balancer accept each other's retries; without it each process has a random
 //! key of its own.
+//!
+//! `mcx serve demo --http ADDR --redis URL` runs the demo as one instance of a fleet on Redis
+//! (`fleet.rs`, `docs/deploy.md`): legacy sessions, their SSE events and the bus between instances
+//! live in Redis, so a plain load balancer may send any request to any instance. It needs a key
+//! ring (`--state-key` or `MCX_STATE_KEYS`: a usage error without), exits with 3 when Redis cannot
+//! be reached at start, and gives its instance number back when stopped gracefully. It does not
+//! make the instances' registries equal: every instance serves the same demo.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -58,6 +65,7 @@ mod auth;
 mod commands;
 mod demo;
 mod exit;
+mod fleet;
 mod output;
 mod progress;
 mod proxy;
@@ -269,6 +277,14 @@ struct ServeDemo {
     /// (`ps`), with the secret in it.
     #[arg(long = "state-key", value_name = "KID:BASE64URL")]
     state_key: Vec<String>,
+    /// Run as one instance of a fleet sharing this Redis (6.2 or newer),
+    /// `redis://[USER:PASSWORD@]HOST:PORT[/DB]`: legacy sessions live there, so any instance
+    /// behind a plain (not sticky) load balancer serves any session's requests. Needs --http,
+    /// and --state-key or MCX_STATE_KEYS (the same keys on every instance). The instance takes a
+    /// number leased in Redis and gives it back when stopped (Ctrl-C, SIGTERM). When Redis cannot
+    /// be reached at start, mcx exits with status 3. See docs/deploy.md.
+    #[arg(long, value_name = "URL", requires = "http", conflicts_with = "stdio")]
+    redis: Option<String>,
 }
 
 /// `tools` and its `--json`.
@@ -566,6 +582,9 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
         Some(ring) => builder.state_sealer(ring),
         None => builder,
     };
+    if serve.redis.is_some() && ring.is_none() {
+        return exit::Failed::usage(REDIS_NEEDS_KEYS).report(false);
+    }
     let Some(addr) = serve.http.as_deref() else {
         if serve.auth.any() {
             return fail(stdio_refusal(&serve.auth));
@@ -577,21 +596,44 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
             Err(e) => fail(format_args!("serving stdio: {e}")),
         };
     };
+    // Joined before anything listens: an instance that cannot reach Redis serves nothing.
+    let fleet = match serve.redis.as_deref() {
+        Some(url) => match fleet::join(url).await {
+            Ok(fleet) => Some(fleet),
+            Err(failed) => return failed.report(false),
+        },
+        None => None,
+    };
     let (listener, guard) = match guarded(&serve.auth, addr, &[demo::ADMIN]).await {
         Ok(guarded) => guarded,
-        Err(e) => return fail(e),
+        Err(e) => {
+            fleet::leave(fleet).await;
+            return fail(e);
+        }
+    };
+    let builder = with_ring(demo::builder());
+    let builder = match &fleet {
+        Some(fleet) => fleet::share(builder, fleet),
+        None => builder,
     };
     let server = match guard {
-        Some(guard) => with_ring(demo::builder()).auth(guard).build(),
-        None => with_ring(demo::builder()).build(),
+        Some(guard) => builder.auth(guard).build(),
+        None => builder.build(),
     };
     demo::add_unlock(&server);
     // In-flight requests get 2 s to finish at Ctrl-C or SIGTERM.
     let grace = std::time::Duration::from_secs(2);
     let config = modelctx_server::HttpConfig::default().shutdown_grace(grace);
+    let config = match &fleet {
+        Some(fleet) => fleet::share_events(config, fleet),
+        None => config,
+    };
     let running = match server.serve_http_on(listener, config).await {
         Ok(running) => running,
-        Err(e) => return fail(format_args!("serving HTTP on {addr}: {e}")),
+        Err(e) => {
+            fleet::leave(fleet).await;
+            return fail(format_args!("serving HTTP on {addr}: {e}"));
+        }
     };
     // Listened for before the URL is printed (polled once: that installs the handlers), so
     // that a SIGTERM sent as soon as the URL is seen stops the server gracefully instead of
@@ -611,11 +653,19 @@ async fn serve_demo(serve: ServeDemo) -> ExitCode {
             signal.await;
         }
     };
-    match running.with_graceful_shutdown(stop).await {
+    let served = running.with_graceful_shutdown(stop).await;
+    // The instance number is given back once the requests under way have ended.
+    fleet::leave(fleet).await;
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(format_args!("serving HTTP on {addr}: {e}")),
     }
 }
+
+/// Why `--redis` needs a shared key ring.
+const REDIS_NEEDS_KEYS: &str = "--redis needs --state-key (or MCX_STATE_KEYS), the same keys on \
+     every instance: with a random key of each process, a modern round trip retried on another \
+     instance is refused";
 
 /// Why the auth flags are refused over stdio.
 fn stdio_refusal(auth: &auth::AuthArgs) -> String {
@@ -687,6 +737,33 @@ mod tests {
         assert!(help.contains("--state-key <KID:BASE64URL>"), "{help}");
         assert!(help.contains("Prefer the variable"), "{help}");
         assert!(help.contains("MCX_STATE_KEYS"), "{help}");
+    }
+
+    #[test]
+    fn redis_needs_http() {
+        let serve = serve_demo(&["--http", "127.0.0.1:0", "--redis", "redis://127.0.0.1/"]);
+        assert_eq!(serve.redis.as_deref(), Some("redis://127.0.0.1/"));
+        assert_eq!(serve_demo(&["--http", "127.0.0.1:0"]).redis, None);
+        for args in [
+            &["serve", "demo", "--redis", "redis://127.0.0.1/"][..],
+            &["serve", "demo", "--stdio", "--redis", "redis://127.0.0.1/"],
+        ] {
+            let refused = parse(args).expect_err(&format!("{args:?} refused"));
+            assert!(
+                matches!(
+                    refused.kind(),
+                    clap::error::ErrorKind::MissingRequiredArgument
+                        | clap::error::ErrorKind::ArgumentConflict
+                ),
+                "{args:?}: {refused}"
+            );
+            assert_eq!(refused.exit_code(), 2, "{args:?}");
+        }
+        let refused = parse(&["serve", "demo", "--redis", "redis://127.0.0.1/"]).unwrap_err();
+        assert!(
+            usage_message(&refused).contains("--http <ADDR>"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod client_everything;
 mod client_http;
 mod examples;
 mod fleet_harness;
+mod fleet_legacy;
 mod fleet_memory;
 mod fleet_modern;
 mod http_client;

@@ -576,7 +576,7 @@ pub(crate) fn serve_demo_with(args: &[&str]) -> (HttpServer, Vec<String>) {
 
 /// A raw HTTP/1.1 request (`Connection: close`) to the server at `url`: the status, the
 /// headers (names lower-cased) and the body.
-fn http(
+pub(crate) fn http(
     url: &str,
     method: &str,
     path: &str,

