@@ -67,7 +67,8 @@
 //!   gives up, a call fails with [`Error::Auth`]; the era probe or `initialize` failing so closes
 //!   the connection ([`ConnectError::Auth`], [`CloseReason::Unauthorized`]) without falling back
 //!   from the probe to `initialize`. [`auth`] re-exports the seam and the OAuth 2.1 client of
-//!   modelctx-auth (discovery and token stores so far).
+//!   modelctx-auth (`OAuth`: discovery, registration, the authorization code flow, refresh,
+//!   step-up).
 //! * **Skills** (the `io.modelcontextprotocol/skills` extension): [`Client::list_skills`] and
 //!   [`Client::get_skill`] fetch entries only; [`Client::load_skill`] and
 //!   [`Client::read_skill_file`] read a file when asked and verify it against the entry (listed,
@@ -164,13 +165,18 @@ pub mod auth {
     //! decides, when the server refuses them, whether to send it again; [`AuthFailure`] is why
     //! it gave up ([`Error::Auth`](crate::Error::Auth),
     //! [`ConnectError::Auth`](crate::ConnectError::Auth)). And the OAuth 2.1 client of
-    //! modelctx-auth: [`OAuth`] (discovery so far), the challenge parser, its errors
-    //! ([`OAuthError`]), and the token stores ([`TokenStore`], [`MemoryStore`], [`FileStore`]).
+    //! modelctx-auth: [`OAuth`] (an [`Authorizer`]: discovery, client identity, the
+    //! authorization code flow through the application's [`AuthorizationHandler`], refresh and
+    //! step-up), the challenge parser, its errors ([`OAuthError`]), the token stores
+    //! ([`TokenStore`], [`MemoryStore`], [`FileStore`]), DPoP keys and the no-user grants (not
+    //! yet used by the authorizer itself).
 
     pub use modelctx_auth::client::{
-        AuthServer, Challenge, Challenges, ClientRecord, Discovery, Error as OAuthError, FileStore,
-        MemoryStore, OAuth, OAuthBuilder, ProtectedResource, StoreError, StoreKey, Stored,
-        TokenRecord, TokenStore,
+        ApplicationType, AssertionSource, AuthServer, AuthorizationHandler, AuthorizationRequest,
+        Challenge, Challenges, ClientRecord, Declined, Discovery, DpopKey, DpopPolicy,
+        Error as OAuthError, FileStore, IdJag, MemoryStore, OAuth, OAuthBuilder, ProtectedResource,
+        Redirect, Registered, SigningKey, StoreError, StoreKey, Stored, SubjectToken,
+        TokenAuthMethod, TokenRecord, TokenStore, TokenType, Tokens,
     };
     pub use modelctx_auth::{Fetch, FetchError, HttpFetch};
     pub use modelctx_http::client::{
