@@ -371,6 +371,8 @@ impl Client {
     /// `Mcp-Param-*` headers of the tool's listed `x-mcp-header` parameters (modern HTTP).
     fn hints(&self, method: &str, params: &JsonObject, options: &CallOptions) -> Hints {
         if method != ToolsCall::VALUE {
+            // `Hints` has more fields only with the `http` feature.
+            #[allow(clippy::needless_update)]
             return Hints {
                 reissue: options.reissue.unwrap_or(true),
                 ..Hints::default()
