@@ -2,6 +2,7 @@
 // behind nginx round-robin (started by `tests/tests/it/fleet_ts.rs`, which runs this script).
 //
 //   node fleet-clients.mjs legacy URL   @modelcontextprotocol/sdk 1.x, StreamableHTTPClientTransport
+//   node fleet-clients.mjs resume URL   the same, a call resumed after its instance was killed
 //   node fleet-clients.mjs modern URL   @modelcontextprotocol/client 2.x pinned to 2026-07-28
 //
 // The script and the Rust test take turns. The script runs a step, prints one JSON line
@@ -20,7 +21,9 @@
 // 36 echo calls: 24 one after another, 12 at once), sampling (`haiku`, whose
 // `sampling/createMessage` the client's handler answers), listening (the GET stream waits for
 // list changes the test causes), deleted (DELETE, then the client closed; the script exits).
-// Modern steps: connected, calls (36 echo calls), confirm (`confirm`: an elicitation answered
+// Resume steps: connected, running (`countdown` has sent 3 progress notifications; the test
+// kills its instance), resumed (the call failed with the error for a lost call; the progress
+// seen, each once). Modern steps: connected, calls (36 echo calls), confirm (`confirm`: an elicitation answered
 // through `input_required` and the retry), listening (a `subscriptions/listen` stream), done
 // (the subscription and the client closed; the script exits).
 
@@ -88,6 +91,8 @@ const record = {
     requests: {},
     // The statuses of the GET requests, in order.
     gets: [],
+    // The statuses of the GET requests that resumed a stream (with `Last-Event-ID`), in order.
+    resumes: [],
     // List changes counted in the SSE streams, by the stream that carried them.
     listChangedOn: {},
 };
@@ -129,6 +134,9 @@ async function recordingFetch(input, init = {}) {
     const response = await fetch(input, init);
     if (method === 'GET') {
         record.gets.push(response.status);
+        if (new Headers(init.headers).has('last-event-id')) {
+            record.resumes.push(response.status);
+        }
         poke();
     }
     const sse = (response.headers.get('content-type') ?? '').startsWith('text/event-stream');
@@ -246,6 +254,42 @@ async function legacy() {
     say('deleted', { session, requests: record.requests, listChangedOn: record.listChangedOn });
 }
 
+// A call whose instance is killed (`kill -9`, by the test) while it runs: the SDK resumes the
+// call's stream with `Last-Event-ID` (a GET, which nginx sends to a live instance), gets every
+// stored progress event it missed, each once, and then the error that ends the lost call.
+async function resume() {
+    const client = new Client1({ name: 'fleet-sdk-1-resume', version: '1' }, { capabilities: {} });
+    client.onerror = (e) => errors.push(e.message);
+    const transport = new Http1(url, { fetch: recordingFetch });
+    await client.connect(transport);
+    await until('the GET stream open', () => record.gets.includes(200));
+    say('connected', { session: transport.sessionId, protocolVersion: transport.protocolVersion });
+    await next();
+
+    const progress = [];
+    const outcome = client
+        .callTool({ name: 'countdown', arguments: { steps: 20, delay_ms: 500 } }, undefined, {
+            onprogress: (p) => {
+                progress.push(p.progress);
+                poke();
+            },
+        })
+        .then(
+            (result) => ({ result }),
+            (error) => ({ error: { code: error.code, message: error.message } }),
+        );
+    await until('3 progress notifications', () => progress.length >= 3);
+    say('running', { progress });
+    await next();
+
+    const { result, error } = await outcome;
+    if (result) {
+        throw new Error(`countdown ran to its end on a killed instance: ${JSON.stringify(result)}`);
+    }
+    await client.close();
+    say('resumed', { progress, error, resumes: record.resumes });
+}
+
 async function modern() {
     let elicited = 0;
     const client = new Client2(
@@ -293,10 +337,12 @@ async function modern() {
 try {
     if (mode === 'legacy') {
         await legacy();
+    } else if (mode === 'resume') {
+        await resume();
     } else if (mode === 'modern') {
         await modern();
     } else {
-        throw new Error(`unknown mode ${JSON.stringify(mode)} (legacy or modern)`);
+        throw new Error(`unknown mode ${JSON.stringify(mode)} (legacy, resume or modern)`);
     }
     process.exit(0);
 } catch (error) {

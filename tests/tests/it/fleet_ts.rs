@@ -8,7 +8,10 @@
 //!   another instance than the call; `unlock` called on each instance in turn (straight to it,
 //!   not through nginx) reaches the client's GET stream once each, so twice from instances that
 //!   do not hold that stream; the SDK's DELETE ends the session everywhere: a later call gets 404
-//!   from every instance, and Redis keeps nothing of it.
+//!   from every instance, and Redis keeps nothing of it. Then, with another session, the
+//!   instance running a `countdown` call is killed (`kill -9`): the SDK resumes the call's
+//!   stream with `Last-Event-ID` through nginx, gets no progress notification twice, and the
+//!   call ends with the error for a lost call, not silence.
 //! - Modern, `@modelcontextprotocol/client` 2.x pinned to 2026-07-28: its calls are spread over
 //!   the three instances; a `subscriptions/listen` stream gets the list changes caused on every
 //!   instance, so on two that do not hold it; `confirm`'s first round and its retry (after the
@@ -24,7 +27,7 @@
 //! `mcx`, each test says why and passes, unless `MODELCTX_REQUIRE_NODE` or
 //! `MODELCTX_REQUIRE_FLEET` is set (`cargo xtask ci` sets both): then it fails.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -325,6 +328,101 @@ async fn the_legacy_typescript_client_uses_a_fleet_through_nginx() {
     })
     .await;
     assert!(left.is_empty());
+}
+
+/// The instance (its index in the fleet) running the one call of `session` that is under way:
+/// the owner, in Redis, of the session's only stream that has pending requests and is not
+/// finished, matched with the number each instance said it took when it joined.
+async fn instance_running_the_call(fleet: &Fleet, session: &str) -> usize {
+    let meta = format!("mcx:{{s:{session}}}:meta");
+    let RespValue::Array(items) = fleet.redis.command(&["HGETALL", &meta]).await else {
+        panic!("HGETALL is an array");
+    };
+    let texts: Vec<String> = items.iter().filter_map(RespValue::text).collect();
+    let fields: BTreeMap<&str, &str> = texts
+        .chunks(2)
+        .map(|pair| (pair[0].as_str(), pair[1].as_str()))
+        .collect();
+    let running: Vec<&str> = fields
+        .iter()
+        .filter_map(|(field, pending)| Some((field.strip_prefix("p:")?, *pending)))
+        .filter(|(stream, pending)| {
+            *pending != "[]" && !fields.contains_key(format!("f:{stream}").as_str())
+        })
+        .map(|(stream, _)| stream)
+        .collect();
+    let [stream] = running[..] else {
+        panic!("one stream under way in {meta}: {fields:#?}")
+    };
+    let owner = fields[format!("o:{stream}").as_str()];
+    let joined = format!("mcx: joined the fleet on redis as instance {owner} (");
+    fleet
+        .instances
+        .iter()
+        .position(|instance| instance.output().iter().any(|l| l.starts_with(&joined)))
+        .unwrap_or_else(|| panic!("no instance took the number {owner}"))
+}
+
+/// Legacy, `kill -9` of the instance running a call: the SDK resumes the call's stream with
+/// `Last-Event-ID` through nginx (which sends the GET to a live instance), gets every stored
+/// progress notification it missed, none twice, and then the error for the lost call (once the
+/// dead instance's lease has run out), not silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_typescript_client_resumes_a_call_whose_instance_was_killed() {
+    let Some((mut fleet, mut script)) = start("resume").await else {
+        return;
+    };
+    let connected = script.step("connected").await;
+    let session = connected["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a session id: {connected}"))
+        .to_owned();
+    script.tell("next").await;
+    let running = script.step("running").await;
+    let victim = instance_running_the_call(&fleet, &session).await;
+    fleet.kill9(victim).await;
+    script.tell("next").await;
+    let resumed = script.step("resumed").await;
+    script.finish().await;
+
+    let progress: Vec<u64> = resumed["progress"]
+        .as_array()
+        .unwrap_or_else(|| panic!("progress: {resumed}"))
+        .iter()
+        .map(|p| {
+            p.as_u64()
+                .unwrap_or_else(|| panic!("a whole number: {resumed}"))
+        })
+        .collect();
+    let before_kill = running["progress"].as_array().map_or(0, Vec::len);
+    assert!(progress.len() >= before_kill, "{running} {resumed}");
+    let expected: Vec<u64> = (1..=progress.len() as u64).collect();
+    assert_eq!(
+        progress, expected,
+        "every stored progress notification once, in order: {resumed}"
+    );
+    assert_eq!(
+        resumed["error"]["code"],
+        json!(-32603),
+        "the lost call ends with an error: {resumed}"
+    );
+    assert!(
+        resumed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the instance running this request stopped")),
+        "{resumed}"
+    );
+    assert!(
+        resumed["resumes"]
+            .as_array()
+            .is_some_and(|r| r.contains(&json!(200))),
+        "a GET with Last-Event-ID, through nginx, resumed the stream: {resumed}"
+    );
+    eprintln!(
+        "the call ran on instance {victim}, killed after {before_kill} progress notifications; \
+         {} in all, then the error",
+        progress.len()
+    );
 }
 
 /// Modern: calls spread over the instances; a multi-round-trip retry served by another
