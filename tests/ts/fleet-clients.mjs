@@ -21,8 +21,8 @@
 // 36 echo calls: 24 one after another, 12 at once), sampling (`haiku`, whose
 // `sampling/createMessage` the client's handler answers), listening (the GET stream waits for
 // list changes the test causes), deleted (DELETE, then the client closed; the script exits).
-// Resume steps: connected, running (`countdown` has sent 3 progress notifications; the test
-// kills its instance), resumed (the call failed with the error for a lost call; the progress
+// Resume steps: connected, running (`countdown` has sent 3 progress notifications, and the
+// client missed 2 more; the test kills its instance), resumed (the call failed with the error for a lost call; the progress
 // seen, each once). Modern steps: connected, calls (36 echo calls), confirm (`confirm`: an elicitation answered
 // through `input_required` and the retry), listening (a `subscriptions/listen` stream), done
 // (the subscription and the client closed; the script exits).
@@ -95,6 +95,10 @@ const record = {
     resumes: [],
     // List changes counted in the SSE streams, by the stream that carried them.
     listChangedOn: {},
+    // Whether the chunks of `tools/call` streams are dropped (see `holdable`), and how many
+    // progress notifications were dropped.
+    holding: false,
+    dropped: 0,
 };
 
 // What a POST body is: its JSON-RPC method, or `response`.
@@ -127,6 +131,33 @@ function tap(body, stream) {
     );
 }
 
+// While `record.holding` is set, drops the chunks of an SSE body instead of passing them on
+// (the client misses them, as if its connection had lost them), counting the progress
+// notifications in them (`record.dropped`).
+const PROGRESS = 'notifications/progress';
+function holdable(body) {
+    let text = '';
+    const decoder = new TextDecoder();
+    return body.pipeThrough(
+        new TransformStream({
+            transform(chunk, controller) {
+                if (!record.holding) {
+                    controller.enqueue(chunk);
+                    return;
+                }
+                text += decoder.decode(chunk, { stream: true });
+                let at;
+                while ((at = text.indexOf(PROGRESS)) !== -1) {
+                    record.dropped++;
+                    text = text.slice(at + PROGRESS.length);
+                }
+                text = text.slice(-(PROGRESS.length - 1));
+                poke();
+            },
+        }),
+    );
+}
+
 async function recordingFetch(input, init = {}) {
     const method = init.method ?? 'GET';
     const kind = method === 'POST' ? `POST ${kindOf(init.body)}` : method;
@@ -144,7 +175,8 @@ async function recordingFetch(input, init = {}) {
         return response;
     }
     const stream = method === 'GET' ? 'GET' : kindOf(init.body);
-    return new Response(tap(response.body, stream), {
+    const body = tap(response.body, stream);
+    return new Response(stream === 'tools/call' ? holdable(body) : body, {
         status: response.status,
         statusText: response.statusText,
         headers: response.headers,
@@ -254,9 +286,11 @@ async function legacy() {
     say('deleted', { session, requests: record.requests, listChangedOn: record.listChangedOn });
 }
 
-// A call whose instance is killed (`kill -9`, by the test) while it runs: the SDK resumes the
+// A call whose instance is killed (`kill -9`, by the test) while it runs, after the client
+// missed (dropped unread) at least two of its progress notifications: the SDK resumes the
 // call's stream with `Last-Event-ID` (a GET, which nginx sends to a live instance), gets every
-// stored progress event it missed, each once, and then the error that ends the lost call.
+// stored progress notification it missed, each once, and then the error that ends the lost
+// call.
 async function resume() {
     const client = new Client1({ name: 'fleet-sdk-1-resume', version: '1' }, { capabilities: {} });
     client.onerror = (e) => errors.push(e.message);
@@ -279,7 +313,10 @@ async function resume() {
             (error) => ({ error: { code: error.code, message: error.message } }),
         );
     await until('3 progress notifications', () => progress.length >= 3);
-    say('running', { progress });
+    // From here the client misses what the call's stream brings, until its instance is killed.
+    record.holding = true;
+    await until('2 progress notifications missed', () => record.dropped >= 2);
+    say('running', { progress, missed: record.dropped });
     await next();
 
     const { result, error } = await outcome;
