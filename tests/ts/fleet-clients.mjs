@@ -3,6 +3,7 @@
 //
 //   node fleet-clients.mjs legacy URL   @modelcontextprotocol/sdk 1.x, StreamableHTTPClientTransport
 //   node fleet-clients.mjs resume URL   the same, a call resumed after its instance was killed
+//   node fleet-clients.mjs redis URL    both, while Redis is killed and restarted
 //   node fleet-clients.mjs modern URL   @modelcontextprotocol/client 2.x pinned to 2026-07-28
 //
 // The script and the Rust test take turns. The script runs a step, prints one JSON line
@@ -23,7 +24,8 @@
 // list changes the test causes), deleted (DELETE, then the client closed; the script exits).
 // Resume steps: connected, running (`countdown` has sent 3 progress notifications, and the
 // client missed 2 more; the test kills its instance), resumed (the call failed with the error for a lost call; the progress
-// seen, each once). Modern steps: connected, calls (36 echo calls), confirm (`confirm`: an elicitation answered
+// seen, each once). Redis steps: connected (the test kills Redis), refused (the legacy calls
+// refused, the modern ones answered; the test restarts Redis), served. Modern steps: connected, calls (36 echo calls), confirm (`confirm`: an elicitation answered
 // through `input_required` and the retry), listening (a `subscriptions/listen` stream), done
 // (the subscription and the client closed; the script exits).
 
@@ -327,6 +329,70 @@ async function resume() {
     say('resumed', { progress, error, resumes: record.resumes });
 }
 
+// Redis killed (`kill -9`, by the test) and restarted with its data: while it is down the legacy
+// client's calls are refused with 503 on every instance, and the modern client's calls (which need
+// no Redis) are answered; once it is back, the legacy session is served again, with no new
+// `initialize`.
+async function redisLoss() {
+    const legacyClient = new Client1({ name: 'fleet-sdk-1-redis', version: '1' }, { capabilities: {} });
+    legacyClient.onerror = (e) => errors.push(e.message);
+    const transport = new Http1(url, { fetch: recordingFetch });
+    await legacyClient.connect(transport);
+    const modernClient = new Client2(
+        { name: 'fleet-client-2-redis', version: '2' },
+        { capabilities: {}, versionNegotiation: { mode: { pin: '2026-07-28' } } },
+    );
+    await modernClient.connect(new Http2(url));
+    const echo = async (client, text) => {
+        const result = await client.callTool({ name: 'echo', arguments: { text } });
+        expect(`echo ${text}`, result.content?.[0]?.text, text);
+    };
+    for (let i = 0; i < 3; i++) {
+        await echo(legacyClient, `before ${i}`);
+    }
+    say('connected', { session: transport.sessionId });
+    await next();
+
+    // Three calls through nginx round-robin: one for each instance.
+    const refused = [];
+    for (let i = 0; i < 3; i++) {
+        try {
+            await echo(legacyClient, `while down ${i}`);
+            refused.push('answered');
+        } catch (error) {
+            refused.push(error.code ?? String(error));
+        }
+    }
+    for (let i = 0; i < 6; i++) {
+        await echo(modernClient, `modern while down ${i}`);
+    }
+    say('refused', { refused, modern: 6 });
+    await next();
+
+    // Served again within 10 s: the call is tried again every 100 ms while it gets 503.
+    const started = Date.now();
+    let tries = 0;
+    for (;;) {
+        tries++;
+        try {
+            await echo(legacyClient, `again ${tries}`);
+            break;
+        } catch (error) {
+            if (error.code !== 503 || Date.now() - started > 10_000) {
+                throw error;
+            }
+            await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+    }
+    const after = Date.now() - started;
+    for (let i = 0; i < 6; i++) {
+        await echo(legacyClient, `after ${i}`);
+    }
+    await legacyClient.close();
+    await modernClient.close();
+    say('served', { tries, after, requests: record.requests });
+}
+
 async function modern() {
     let elicited = 0;
     const client = new Client2(
@@ -374,12 +440,14 @@ async function modern() {
 try {
     if (mode === 'legacy') {
         await legacy();
+    } else if (mode === 'redis') {
+        await redisLoss();
     } else if (mode === 'resume') {
         await resume();
     } else if (mode === 'modern') {
         await modern();
     } else {
-        throw new Error(`unknown mode ${JSON.stringify(mode)} (legacy, resume or modern)`);
+        throw new Error(`unknown mode ${JSON.stringify(mode)} (legacy, resume, redis or modern)`);
     }
     process.exit(0);
 } catch (error) {

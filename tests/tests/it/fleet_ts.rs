@@ -13,6 +13,9 @@
 //!   its progress notifications (dropped unread by the script): the SDK resumes the call's
 //!   stream with `Last-Event-ID` through nginx, gets those it missed and none twice, and the
 //!   call ends with the error for a lost call, not silence.
+//! - Both, Redis killed (`kill -9`) and restarted with its data: the legacy client's calls get
+//!   503 on every instance while it is down, the modern client's are answered; then the legacy
+//!   session is served again, without a new `initialize`.
 //! - Modern, `@modelcontextprotocol/client` 2.x pinned to 2026-07-28: its calls are spread over
 //!   the three instances; a `subscriptions/listen` stream gets the list changes caused on every
 //!   instance, so on two that do not hold it; `confirm`'s first round and its retry (after the
@@ -428,6 +431,38 @@ async fn the_legacy_typescript_client_resumes_a_call_whose_instance_was_killed()
         "the call ran on instance {victim}, killed after {before_kill} progress notifications \
          and {missed} missed; {} in all after the resumption, then the error",
         progress.len()
+    );
+}
+
+/// Redis killed (`kill -9`) under both TypeScript clients: the legacy one's calls get 503 on
+/// every instance, the modern one's are answered; Redis restarted with its data (AOF): the legacy
+/// session is served again within 10 s, without a new `initialize`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_clients_see_redis_lost_and_back() {
+    let Some((mut fleet, mut script)) = start("redis").await else {
+        return;
+    };
+    script.step("connected").await;
+    fleet.redis.kill().await;
+    script.tell("next").await;
+    let refused = script.step("refused").await;
+    assert_eq!(
+        refused["refused"],
+        json!([503, 503, 503]),
+        "legacy calls on each instance with Redis down: {refused}"
+    );
+    assert_eq!(count(&refused, "modern"), 6, "{refused}");
+    fleet.redis.restart().await;
+    script.tell("next").await;
+    let served = script.step("served").await;
+    script.finish().await;
+    assert_eq!(
+        served["requests"]["POST initialize"], 1,
+        "the same session, not a new one: {served}"
+    );
+    eprintln!(
+        "the legacy session served again {} ms after the Redis restart ({} tries)",
+        served["after"], served["tries"]
     );
 }
 
