@@ -95,7 +95,9 @@ pub(crate) fn oauth_for(scenario: &str, context: &Value) -> Result<OAuth, String
         }
         _ => user(),
     };
-    builder.build().map_err(|e| format!("the OAuth settings: {e}"))
+    builder
+        .build()
+        .map_err(|e| format!("the OAuth settings: {e}"))
 }
 
 /// The settings of a client whose user signs in: the authorization code flow with the headless
@@ -105,9 +107,9 @@ fn user() -> OAuthBuilder {
     OAuth::authorization_code(Arc::new(Headless {
         fetch: HttpFetch::new(),
     }))
-        .redirect_uri(REDIRECT_URI)
-        .client_metadata_url(CLIENT_METADATA_URL)
-        .client_name("modelctx conformance client")
+    .redirect_uri(REDIRECT_URI)
+    .client_metadata_url(CLIENT_METADATA_URL)
+    .client_name("modelctx conformance client")
 }
 
 /// The user of the suite's authorization server, which approves at once: a GET of the
