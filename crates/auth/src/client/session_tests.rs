@@ -1344,24 +1344,25 @@ async fn a_dpop_bound_token_goes_with_a_fresh_proof_on_every_send_and_nonces_are
     );
     // The token endpoint's nonce retry: two code exchanges, the second with its nonce.
     assert_eq!(grants(&world, "as1"), ["authorization_code"; 2]);
-    let w = world.lock().unwrap();
-    assert_eq!(w.as_proofs.len(), 2);
-    assert!(w.as_proofs[0].get("nonce").is_none());
-    assert_eq!(w.as_proofs[1]["nonce"], "as-nonce");
-    // At the resource server: every proof fresh, the latest nonce once the server gave it.
-    assert_eq!(w.rs_proofs.len(), 3);
-    assert!(w.rs_proofs[0].get("nonce").is_none());
-    assert_eq!(w.rs_proofs[1]["nonce"], "rs-nonce");
-    assert_eq!(w.rs_proofs[2]["nonce"], "rs-nonce");
-    let jtis: HashSet<&str> = w
-        .rs_proofs
-        .iter()
-        .chain(&w.as_proofs)
-        .map(|c| c["jti"].as_str().unwrap())
-        .collect();
-    assert_eq!(jtis.len(), 5, "a new jti in every proof");
-    assert_eq!(oauth.dpop_nonce(&url).as_deref(), Some("rs-nonce"));
-    drop(w);
+    {
+        let w = world.lock().unwrap();
+        assert_eq!(w.as_proofs.len(), 2);
+        assert!(w.as_proofs[0].get("nonce").is_none());
+        assert_eq!(w.as_proofs[1]["nonce"], "as-nonce");
+        // At the resource server: every proof fresh, the latest nonce once the server gave it.
+        assert_eq!(w.rs_proofs.len(), 3);
+        assert!(w.rs_proofs[0].get("nonce").is_none());
+        assert_eq!(w.rs_proofs[1]["nonce"], "rs-nonce");
+        assert_eq!(w.rs_proofs[2]["nonce"], "rs-nonce");
+        let jtis: HashSet<&str> = w
+            .rs_proofs
+            .iter()
+            .chain(&w.as_proofs)
+            .map(|c| c["jti"].as_str().unwrap())
+            .collect();
+        assert_eq!(jtis.len(), 5, "a new jti in every proof");
+        assert_eq!(oauth.dpop_nonce(&url).as_deref(), Some("rs-nonce"));
+    }
     // The proofs carry the client's key.
     let uri: Uri = url.parse().unwrap();
     let post = Method::POST;
