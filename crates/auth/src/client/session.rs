@@ -5,7 +5,8 @@
 //! token's resource covering it) the current tokens, the scopes asked for them, the discovery
 //! they came from and a generation that changes with every new token; per send a ticket (which
 //! entry, which generation, what was done after its refusal); per origin the latest
-//! `DPoP-Nonce`. Every change of an entry's tokens happens in one flight at a time (an async
+//! `DPoP-Nonce` (the client's [`DpopNonces`](super::DpopNonces), shared with the token
+//! requests). Every change of an entry's tokens happens in one flight at a time (an async
 //! lock per entry): a refusal that finds the tokens changed since its send just sends again, and
 //! one that finds a flight failed while it waited shares that failure, so concurrent 401s run
 //! one flow.
@@ -175,6 +176,9 @@ struct EntryState {
     flights: u64,
     /// The last flight's failure, with its number.
     failure: Option<(u64, AuthFailure)>,
+    /// The generation whose renewal before expiry failed: not tried again for those tokens
+    /// (a grant without a user is never retried after a refusal; the server's answer decides).
+    renewal_failed: Option<u64>,
 }
 
 /// A token and what it was asked with.
@@ -626,8 +630,9 @@ impl OAuth {
 
     /// Renews `entry`'s token before a send when it is about to expire (one renewal for
     /// concurrent sends): with its refresh token, else by running the client's grant without a
-    /// user again. A failure is only logged: the token goes as it is and the server's answer
-    /// decides; an `invalid_grant` to a refresh drops the refresh token.
+    /// user again. A failure is only logged and not tried again for these tokens: the token
+    /// goes as it is and the server's answer decides; an `invalid_grant` to a refresh drops the
+    /// refresh token.
     async fn refresh_early(&self, entry: &Entry, generation: u64) {
         let _flight = entry.flight.lock().await;
         let (current, discovery) = {
@@ -658,6 +663,7 @@ impl OAuth {
             Ok(tokens) => logged(self.keep(entry, tokens, current.requested, discovery).await),
             Err(error) => {
                 tracing::debug!(url = %entry.url, %error, "renewal before expiry failed");
+                entry.state().renewal_failed = Some(generation);
                 if current.tokens.refresh_token.is_some() && is_invalid_grant(&error) {
                     logged(self.drop_refresh_token(entry).await);
                 }
@@ -723,9 +729,10 @@ impl OAuth {
             let state = entry.state();
             // Renewable without the user: by its refresh token, or by the client's grant.
             let grant = self.inner.extensions.grant.is_some();
-            let expiring = state.current.as_ref().is_some_and(|c| {
-                (grant || c.tokens.refresh_token.is_some()) && c.expiring(SystemTime::now())
-            });
+            let expiring = state.renewal_failed != Some(state.generation)
+                && state.current.as_ref().is_some_and(|c| {
+                    (grant || c.tokens.refresh_token.is_some()) && c.expiring(SystemTime::now())
+                });
             (state.generation, expiring)
         };
         if expiring {

@@ -1292,6 +1292,26 @@ async fn a_grant_without_a_user_runs_again_near_expiry() {
 }
 
 #[tokio::test]
+async fn a_renewal_refused_is_not_tried_again_for_the_same_token() {
+    let (world, _, url) = setup(Some(10)).await;
+    let oauth = service(&world);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    assert_eq!(grants(&world, "as1").len(), 2);
+    world.lock().unwrap().refuse_grant = true;
+    for id in 2..=3 {
+        transport.send(request(id, "tools/list")).unwrap();
+        assert_eq!(outcome(&mut transport, id).await, Ok(json!({"ok": true})));
+    }
+    // One renewal refused (before request 2); the token went as it was, twice.
+    assert_eq!(grants(&world, "as1").len(), 3);
+    let log = rs_log(&world);
+    assert_eq!(log[2].1.as_deref(), Some("Bearer as1-tok-2"));
+    assert_eq!(log[3].1.as_deref(), Some("Bearer as1-tok-2"));
+}
+
+#[tokio::test]
 async fn a_refused_grant_fails_the_request_and_is_not_retried() {
     let (world, _, url) = setup(None).await;
     world.lock().unwrap().refuse_grant = true;
