@@ -19,6 +19,10 @@
 //! `--suite all` leaves out the scenarios of extensions; those of the Skills extension
 //! ([`SKILLS_SCENARIOS`]) run by name after each suite, on both legs, into the same folders.
 //! The summary counts skipped checks apart, so that a scenario that checked nothing shows.
+//!
+//! The client's 33 authorization scenarios run on both legs: those `--suite all` leaves out at
+//! a leg (extensions, back-compatibility, and at 2025-11-25 those introduced by 2026-07-28) run
+//! by name after it ([`auth`]); `target/conformance/auth.md` tabulates them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,6 +32,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::node;
+
+/// The client's authorization scenarios: those `--suite all` leaves out run by name.
+#[path = "conformance_auth.rs"]
+pub(crate) mod auth;
 
 /// The npm project of the suite, relative to the project root.
 const SUITE_DIR: &str = "tests/conformance";
@@ -141,6 +149,9 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
                     failures.push(format!("{side} {scenario}, spec {leg}"));
                 }
             }
+            if side == "client" {
+                failures.extend(auth::run_extra(root, &bins, leg, &dir)?);
+            }
         }
     }
     server.stop();
@@ -177,7 +188,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     }
     proxy.stop();
 
-    let summary = summarize(&out)?;
+    let summary = summarize(&out)? + "\n" + &auth::write_table(&out)?;
     let path = out.join("summary.md");
     std::fs::write(&path, &summary).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("\n{summary}");

@@ -55,7 +55,10 @@ commands:
       against tests' conformance-server and the client suite driving conformance-client, each
       with --suite all, once with --spec-version 2025-11-25 and once with 2026-07-28; results and
       target/conformance/summary.md; fails on a result tests/conformance/expected-failures.yml
-      does not list (or lists but passes)
+      does not list (or lists but passes). The client's 33 auth/* scenarios run on both legs
+      (those --suite all leaves out, by name); target/conformance/auth.md tabulates them
+  conformance --client-auth
+      only the client's 33 auth/* scenarios, by name, on both legs, and auth.md
   soak [--minutes N | --seconds N] [--clients N] [--seed N]
       the soak and fault suite (tests/src/bin/soak): the demo server over HTTP (a child
       process) under load from clients of both eras (default 16) for 2 minutes by default
@@ -86,6 +89,9 @@ fn main() -> ExitCode {
         Some("soak") => soak::run(&schema::project_root(), &args[1..]).map_err(Into::into),
         Some("conformance") if args.len() == 1 => {
             conformance::run(&schema::project_root()).map_err(Into::into)
+        }
+        Some("conformance") if args.len() == 2 && args[1] == "--client-auth" => {
+            conformance::auth::run_only(&schema::project_root()).map_err(Into::into)
         }
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");

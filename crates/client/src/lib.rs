@@ -88,8 +88,8 @@
 //!
 //! It does not authorize by itself: without an authorizer ([`ClientBuilder::auth`]) 401 and 403
 //! are plain transport errors, and an authorizer applies to HTTP connections only (stdio
-//! servers are authorized by their environment). The OAuth client it re-exports does not yet
-//! run a grant (`modelctx_auth::client` says what it does). It does not implement
+//! servers are authorized by their environment); the OAuth client it re-exports never opens a
+//! browser (`modelctx_auth::client` says what it does). It does not implement
 //! the tasks extension, does not replay calls lost when a connection ends (they fail with
 //! [`Error::Closed`]), and does not decide for the user: sampling and elicitation handlers are
 //! the application's, and a missing handler means the capability is not declared. For skills it
@@ -167,9 +167,9 @@ pub mod auth {
     //! [`ConnectError::Auth`](crate::ConnectError::Auth)). And the OAuth 2.1 client of
     //! modelctx-auth: [`OAuth`] (an [`Authorizer`]: discovery, client identity, the
     //! authorization code flow through the application's [`AuthorizationHandler`], refresh and
-    //! step-up), the challenge parser, its errors ([`OAuthError`]), the token stores
-    //! ([`TokenStore`], [`MemoryStore`], [`FileStore`]), DPoP keys and the no-user grants (not
-    //! yet used by the authorizer itself).
+    //! step-up, DPoP-bound tokens, or a grant without a user instead of the code flow), the
+    //! challenge parser, its errors ([`OAuthError`]), the token stores ([`TokenStore`],
+    //! [`MemoryStore`], [`FileStore`]), DPoP keys and the no-user grants.
 
     pub use modelctx_auth::client::{
         ApplicationType, AssertionSource, AuthServer, AuthorizationHandler, AuthorizationRequest,

@@ -61,7 +61,7 @@
 //!   refused; a 403 `insufficient_scope` steps up with the union of the scopes, at most
 //!   [`max_step_ups`](OAuthBuilder::max_step_ups) times per request and never for scopes already
 //!   asked for; a `DPoP` `use_dpop_nonce` 401 keeps the nonce ([`OAuth::dpop_nonce`]) and sends
-//!   again once; a 401 of another scheme is not its business. Concurrent refusals of one token
+//!   again once (with a new proof); a 401 of another scheme is not its business. Concurrent refusals of one token
 //!   run one flow. Requests that may not involve the user (the closing `DELETE`) only refresh
 //!   ([`Error::InteractionRequired`]). [`OAuth::authorize_now`] authorizes before any request.
 //!   Tokens and dynamic registrations go to the [`store`](OAuthBuilder::store) (a
@@ -70,10 +70,17 @@
 //!   moves to another authorization server; an `invalid_grant` first looks there for tokens
 //!   another process got.
 //!
-//! What it does not do yet: the authorizer runs only the authorization code flow and presents
-//! only Bearer tokens: the no-user grants ([`OAuth::grant_token`]) and DPoP proofs
-//! ([`DpopKey`]) exist but are not yet used by it (a `DPoP` token type fails the request); two
-//! concurrent flows for two resources of one authorization server may both register a client.
+//! - With a grant without a user configured ([`OAuth::client_credentials`],
+//!   [`OAuth::jwt_bearer`], [`OAuth::enterprise`]) the authorizer runs that grant instead of the
+//!   authorization code flow, for every request (the closing `DELETE` included), and runs it
+//!   again when the token nears its expiry or is refused (once per request; a refusal of the
+//!   grant itself fails the request, never retried). With a [`DpopKey`], a token the
+//!   authorization server bound to it (`token_type` `DPoP`) is presented as
+//!   `Authorization: DPoP <token>` with a fresh proof in `DPoP` on every send (`ath`, and the
+//!   server's latest nonce); a `Bearer` token stays `Bearer`.
+//!
+//! What it does not do yet: two concurrent flows for two resources of one authorization
+//! server may both register a client.
 //! DPoP proofs are ES256 only; a SAML subject token is passed as given.
 //! Redirect URIs must be https or http on a loopback host (checked by
 //! [`build`](OAuthBuilder::build)). Every request to a server goes through the [`Fetch`] of

@@ -5,7 +5,8 @@
 //! token's resource covering it) the current tokens, the scopes asked for them, the discovery
 //! they came from and a generation that changes with every new token; per send a ticket (which
 //! entry, which generation, what was done after its refusal); per origin the latest
-//! `DPoP-Nonce`. Every change of an entry's tokens happens in one flight at a time (an async
+//! `DPoP-Nonce` (the client's [`DpopNonces`](super::DpopNonces), shared with the token
+//! requests). Every change of an entry's tokens happens in one flight at a time (an async
 //! lock per entry): a refusal that finds the tokens changed since its send just sends again, and
 //! one that finds a flight failed while it waited shares that failure, so concurrent 401s run
 //! one flow.
@@ -20,8 +21,9 @@
 //!    is shown to it). Else once per request: refresh; a refresh refused with `invalid_grant`
 //!    drops the refresh token and runs the flow once; a 401 to a fresh token is
 //!    [`Error::Rejected`];
-//! 4. 401 without a token: discovery and the flow; a request that may not involve the user
-//!    ([`Outgoing::interactive`] false) gets [`Error::InteractionRequired`];
+//! 4. 401 without a token: discovery and the flow (the client's grant without a user when it
+//!    has one); a request that may not involve the user ([`Outgoing::interactive`] false) gets
+//!    [`Error::InteractionRequired`] unless the client has such a grant;
 //! 5. 403 `insufficient_scope` to a token: a new authorization for the union of the scopes
 //!    asked for and the challenge's, at most [`max_step_ups`](super::OAuthBuilder::max_step_ups)
 //!    times per request and never when the challenge asks for nothing new
@@ -34,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{ACCEPT, AUTHORIZATION};
-use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use modelctx_http::client::{
     AuthFailure, Authorizer, BoxFuture, Credentials, Outgoing, Reply, Retry,
 };
@@ -54,8 +56,8 @@ const MAX_RESOURCES: usize = 64;
 /// The most send tickets kept (a request's sends are at most six: older tickets are of
 /// finished requests).
 const MAX_TICKETS: usize = 4096;
-/// The most origins whose `DPoP-Nonce` is kept.
-const MAX_ORIGINS: usize = 64;
+/// The header of a DPoP proof (RFC 9449 section 4.1).
+const DPOP: HeaderName = HeaderName::from_static("dpop");
 /// A token is refreshed before a send when it expires within this, or within a tenth of its
 /// lifetime when that is longer.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
@@ -114,8 +116,6 @@ pub(crate) struct Session {
     tickets: Mutex<Bounded<u64, Ticket>>,
     /// Entries by request URL (`scheme://authority/path`); several URLs may share one.
     resources: Mutex<Bounded<String, Arc<Entry>>>,
-    /// The latest `DPoP-Nonce` by origin.
-    nonces: Mutex<Bounded<String, String>>,
 }
 
 impl Default for Session {
@@ -124,7 +124,6 @@ impl Default for Session {
             next_ticket: AtomicU64::new(1),
             tickets: Mutex::new(Bounded::new(MAX_TICKETS)),
             resources: Mutex::new(Bounded::new(MAX_RESOURCES)),
-            nonces: Mutex::new(Bounded::new(MAX_ORIGINS)),
         }
     }
 }
@@ -177,6 +176,9 @@ struct EntryState {
     flights: u64,
     /// The last flight's failure, with its number.
     failure: Option<(u64, AuthFailure)>,
+    /// The generation whose renewal before expiry failed: not tried again for those tokens
+    /// (a grant without a user is never retried after a refusal; the server's answer decides).
+    renewal_failed: Option<u64>,
 }
 
 /// A token and what it was asked with.
@@ -275,16 +277,6 @@ fn url_key(uri: &Uri) -> String {
         uri.authority().map_or("", |a| a.as_str()),
         uri.path()
     )
-}
-
-/// Scheme and authority of `uri` (lower-cased): where a `DPoP-Nonce` applies.
-fn origin_of(uri: &Uri) -> String {
-    format!(
-        "{}://{}",
-        uri.scheme_str().unwrap_or("http"),
-        uri.authority().map_or("", |a| a.as_str())
-    )
-    .to_ascii_lowercase()
 }
 
 /// `first` then what of `more` it lacks.
@@ -396,15 +388,6 @@ impl Session {
         };
         resources.insert(key, entry.clone());
         Some(entry)
-    }
-
-    fn set_nonce(&self, uri: &Uri, nonce: &HeaderValue) {
-        if let Ok(nonce) = nonce.to_str()
-            && !nonce.is_empty()
-            && nonce.len() <= 1024
-        {
-            lock(&self.nonces).insert(origin_of(uri), nonce.to_owned());
-        }
     }
 }
 
@@ -575,21 +558,22 @@ impl OAuth {
     /// The latest `DPoP-Nonce` a server at the origin of `url` sent (RFC 9449 section 8), for
     /// the proofs of the requests that follow.
     pub fn dpop_nonce(&self, url: &str) -> Option<String> {
-        let uri: Uri = url.parse().ok()?;
-        lock(&self.inner.session.nonces)
-            .get(&origin_of(&uri))
-            .cloned()
+        self.inner.extensions.nonces.get(url)
     }
 
-    /// Tokens for `discovery`'s resource with `scopes`. Only the authorization code flow
-    /// for now, which involves the user: a request that may not ([`Outgoing::interactive`])
-    /// gets [`Error::InteractionRequired`]. (Grants that need no user plug in here.)
+    /// Tokens for `discovery`'s resource with `scopes`: the client's grant without a user
+    /// when it has one ([`OAuth::grant_token`]: client credentials, JWT bearer, enterprise),
+    /// for any request; else the authorization code flow, which involves the user: a request
+    /// that may not ([`Outgoing::interactive`]) gets [`Error::InteractionRequired`].
     async fn obtain(
         &self,
         discovery: &Discovery,
         scopes: &[String],
         interactive: bool,
     ) -> Result<Tokens, Error> {
+        if self.inner.extensions.grant.is_some() {
+            return self.grant_token(discovery, scopes).await;
+        }
         if !interactive {
             return Err(Error::InteractionRequired {
                 resource: discovery.resource.clone(),
@@ -644,9 +628,11 @@ impl OAuth {
         }
     }
 
-    /// Refreshes `entry`'s token before a send when it is about to expire (one refresh for
-    /// concurrent sends). A failure is only logged: the token goes as it is and the server's
-    /// answer decides; an `invalid_grant` drops the refresh token.
+    /// Renews `entry`'s token before a send when it is about to expire (one renewal for
+    /// concurrent sends): with its refresh token, else by running the client's grant without a
+    /// user again. A failure is only logged and not tried again for these tokens: the token
+    /// goes as it is and the server's answer decides; an `invalid_grant` to a refresh drops the
+    /// refresh token.
     async fn refresh_early(&self, entry: &Entry, generation: u64) {
         let _flight = entry.flight.lock().await;
         let (current, discovery) = {
@@ -667,38 +653,61 @@ impl OAuth {
                 _ => return,
             },
         };
-        match self.refresh(&discovery, &current.tokens).await {
+        let renewed = if current.tokens.refresh_token.is_some() {
+            self.refresh(&discovery, &current.tokens).await
+        } else {
+            // A grant without a user: it runs again (it gave no refresh token).
+            self.grant_token(&discovery, &current.requested).await
+        };
+        match renewed {
             Ok(tokens) => logged(self.keep(entry, tokens, current.requested, discovery).await),
             Err(error) => {
-                tracing::debug!(url = %entry.url, %error, "refresh before expiry failed");
-                if is_invalid_grant(&error) {
+                tracing::debug!(url = %entry.url, %error, "renewal before expiry failed");
+                entry.state().renewal_failed = Some(generation);
+                if current.tokens.refresh_token.is_some() && is_invalid_grant(&error) {
                     logged(self.drop_refresh_token(entry).await);
                 }
             }
         }
     }
 
-    /// The headers presenting `current`.
-    fn present(&self, current: &Current) -> Result<HeaderMap, Error> {
+    /// The headers presenting `current` on `request`: `Authorization: Bearer <token>`, or for
+    /// a DPoP-bound token (`token_type` `DPoP`) `Authorization: DPoP <token>` and a fresh proof
+    /// of the client's key in `DPoP` (`htm` the method, `htu` the URL without query, `ath` the
+    /// token's hash, `nonce` the latest one of the server's origin).
+    fn present(&self, current: &Current, request: &Outgoing<'_>) -> Result<HeaderMap, Error> {
         let tokens = &current.tokens;
-        match tokens.token_type {
-            TokenType::Bearer => {
-                let value = HeaderValue::from_str(&format!("Bearer {}", tokens.access_token))
-                    .map_err(|_| Error::InvalidTokenResponse {
-                        endpoint: tokens.issuer.clone(),
-                        why: "an access token that cannot be a header value".into(),
-                    })?;
-                let mut headers = HeaderMap::new();
-                headers.insert(AUTHORIZATION, value);
-                Ok(headers)
+        let unusable = |why: &str| Error::InvalidTokenResponse {
+            endpoint: tokens.issuer.clone(),
+            why: why.into(),
+        };
+        let mut headers = HeaderMap::new();
+        let scheme = match tokens.token_type {
+            TokenType::Bearer => "Bearer",
+            TokenType::Dpop => {
+                let Some(key) = &self.inner.extensions.dpop else {
+                    return Err(unusable(
+                        "a DPoP-bound token, and the client has no DPoP key to prove it",
+                    ));
+                };
+                let htu = url_key(request.uri);
+                let nonce = self.inner.extensions.nonces.get(&htu);
+                let proof = key.proof(
+                    request.method.as_str(),
+                    &htu,
+                    Some(&tokens.access_token),
+                    nonce.as_deref(),
+                )?;
+                let proof = HeaderValue::from_str(&proof)
+                    .map_err(|_| unusable("a DPoP proof that cannot be a header value"))?;
+                headers.insert(DPOP, proof);
+                "DPoP"
             }
-            // A DPoP-bound token is presented with a proof of the client's key (the DPoP part,
-            // with the nonce of `dpop_nonce`).
-            TokenType::Dpop => Err(Error::InvalidTokenResponse {
-                endpoint: tokens.issuer.clone(),
-                why: "a DPoP-bound token, and the client has no DPoP key to prove it".into(),
-            }),
-        }
+        };
+        let value = HeaderValue::from_str(&format!("{scheme} {}", tokens.access_token))
+            .map_err(|_| unusable("an access token that cannot be a header value"))?;
+        headers.insert(AUTHORIZATION, value);
+        Ok(headers)
     }
 
     /// [`Authorizer::credentials`].
@@ -718,10 +727,12 @@ impl OAuth {
         };
         let (generation, expiring) = {
             let state = entry.state();
-            let expiring = state
-                .current
-                .as_ref()
-                .is_some_and(|c| c.tokens.refresh_token.is_some() && c.expiring(SystemTime::now()));
+            // Renewable without the user: by its refresh token, or by the client's grant.
+            let grant = self.inner.extensions.grant.is_some();
+            let expiring = state.renewal_failed != Some(state.generation)
+                && state.current.as_ref().is_some_and(|c| {
+                    (grant || c.tokens.refresh_token.is_some()) && c.expiring(SystemTime::now())
+                });
             (state.generation, expiring)
         };
         if expiring {
@@ -732,7 +743,7 @@ impl OAuth {
             (state.generation, state.current.clone())
         };
         let headers = match &current {
-            Some(current) => self.present(current)?,
+            Some(current) => self.present(current, request)?,
             None => HeaderMap::new(),
         };
         session.record(
@@ -773,7 +784,12 @@ impl OAuth {
             && wants_nonce
             && let Some(nonce) = reply.headers.get("dpop-nonce")
         {
-            session.set_nonce(request.uri, nonce);
+            if let Ok(nonce) = nonce.to_str() {
+                self.inner
+                    .extensions
+                    .nonces
+                    .set(&url_key(request.uri), nonce);
+            }
             if done(Action::Nonce) > 0 {
                 return Err(Error::Rejected {
                     issuer: String::new(),
@@ -957,9 +973,10 @@ impl Authorizer for OAuth {
     }
 
     fn observed(&self, request: &Outgoing<'_>, reply: &Reply<'_>) {
-        if let Some(nonce) = reply.headers.get("dpop-nonce") {
-            self.inner.session.set_nonce(request.uri, nonce);
-        }
+        self.inner
+            .extensions
+            .nonces
+            .update(&url_key(request.uri), reply.headers);
     }
 }
 

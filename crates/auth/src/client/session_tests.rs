@@ -17,6 +17,11 @@ use modelctx_types::{Incoming, Message, ProtocolVersion, Request, RequestId, met
 use serde_json::{Value, json};
 
 use super::*;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha2::{Digest, Sha256};
+
+use crate::client::dpop::tests::decode_part;
 use crate::client::handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
 use crate::client::{MemoryStore, TokenStore};
 use crate::fetch::tests::{Seen, serve};
@@ -52,6 +57,18 @@ struct World {
     as_log: Vec<(String, String, Form)>,
     /// (JSON-RPC method or HTTP method, Authorization, status) of every request to /mcp.
     rs_log: Vec<(String, Option<String>, u16)>,
+    /// More members of the authorization servers' metadata.
+    as_extra: Value,
+    /// The client credentials grant is refused (`invalid_client`).
+    refuse_grant: bool,
+    /// DPoP: tokens are bound (`token_type` `DPoP`) when the token request has a proof, and
+    /// `/mcp` takes only `DPoP` tokens with a proof of the right method, URL and token.
+    dpop: bool,
+    /// The nonce the token endpoint (`.0`) and `/mcp` (`.1`) want in proofs.
+    nonces: (Option<String>, Option<String>),
+    /// The claims of every DPoP proof: at the token endpoint, at `/mcp`.
+    as_proofs: Vec<Value>,
+    rs_proofs: Vec<Value>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -115,9 +132,8 @@ async fn authorization_server(
         w.as_log
             .push((name.to_owned(), seen.path.clone(), form.clone()));
         match (seen.method.as_str(), seen.path.as_str()) {
-            ("GET", "/.well-known/oauth-authorization-server") => json_response(
-                200,
-                &json!({
+            ("GET", "/.well-known/oauth-authorization-server") => {
+                let mut metadata = json!({
                     "issuer": base,
                     "authorization_endpoint": format!("{base}/authorize"),
                     "token_endpoint": format!("{base}/token"),
@@ -126,14 +142,55 @@ async fn authorization_server(
                     "code_challenge_methods_supported": ["S256"],
                     "token_endpoint_auth_methods_supported": ["none"],
                     "authorization_response_iss_parameter_supported": true,
-                }),
-            ),
+                });
+                if let Value::Object(extra) = &w.as_extra {
+                    for (k, v) in extra {
+                        metadata[k] = v.clone();
+                    }
+                }
+                json_response(200, &metadata)
+            }
             ("POST", "/register") => json_response(
                 201,
                 &json!({"client_id": format!("{name}-client"), "token_endpoint_auth_method": "none"}),
             ),
             ("POST", "/token") => {
+                let mut bound = false;
+                if w.dpop {
+                    let Some(proof) = seen.headers.get("dpop").and_then(|v| v.to_str().ok())
+                    else {
+                        return json_response(400, &json!({"error": "invalid_dpop_proof"}));
+                    };
+                    let claims = decode_part(proof, 1);
+                    w.as_proofs.push(claims.clone());
+                    if claims["htm"] != "POST"
+                        || claims["htu"] != format!("{base}/token")
+                        || claims.get("ath").is_some()
+                    {
+                        return json_response(400, &json!({"error": "invalid_dpop_proof"}));
+                    }
+                    if let Some(nonce) = &w.nonces.0
+                        && claims["nonce"] != nonce.as_str()
+                    {
+                        let mut response = json_response(400, &json!({"error": "use_dpop_nonce"}));
+                        response
+                            .headers_mut()
+                            .insert("dpop-nonce", HeaderValue::from_str(nonce).unwrap());
+                        return response;
+                    }
+                    bound = true;
+                }
+                let mut with_refresh = true;
                 let scopes = match field(&form, "grant_type") {
+                    Some("client_credentials") if w.refuse_grant => {
+                        return json_response(401, &json!({"error": "invalid_client"}));
+                    }
+                    Some("client_credentials") => {
+                        with_refresh = false;
+                        field(&form, "scope")
+                            .map(|s| s.split(' ').map(str::to_owned).collect())
+                            .unwrap_or_default()
+                    }
                     Some("authorization_code") => w.pending_scope.clone(),
                     Some("refresh_token") => {
                         let rt = field(&form, "refresh_token").unwrap_or_default();
@@ -149,8 +206,12 @@ async fn authorization_server(
                 let token = format!("{name}-tok-{n}");
                 let rt = format!("{name}-rt-{n}");
                 w.issued.insert(token.clone(), (base.to_owned(), scopes.clone()));
-                w.refresh.insert(rt.clone(), scopes);
-                let mut body = json!({"access_token": token, "token_type": "Bearer", "refresh_token": rt});
+                let token_type = if bound { "DPoP" } else { "Bearer" };
+                let mut body = json!({"access_token": token, "token_type": token_type});
+                if with_refresh {
+                    w.refresh.insert(rt.clone(), scopes);
+                    body["refresh_token"] = json!(rt);
+                }
                 if let Some(expires_in) = expires_in {
                     body["expires_in"] = json!(expires_in);
                 }
@@ -187,9 +248,41 @@ async fn resource_server(world: &Shared) -> String {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let token = authorization
-            .as_deref()
-            .and_then(|a| a.strip_prefix("Bearer "));
+        let scheme = if w.dpop { "DPoP " } else { "Bearer " };
+        let token = authorization.as_deref().and_then(|a| a.strip_prefix(scheme));
+        if w.dpop
+            && let Some(token) = token
+        {
+            // The proof: of this request, for this token, with the nonce wanted.
+            let claims = seen
+                .headers
+                .get("dpop")
+                .and_then(|v| v.to_str().ok())
+                .map_or(Value::Null, |proof| decode_part(proof, 1));
+            w.rs_proofs.push(claims.clone());
+            let ath = URL_SAFE_NO_PAD.encode(Sha256::digest(token));
+            let valid = claims["htm"] == seen.method.as_str()
+                && claims["htu"] == format!("{base}/mcp")
+                && claims["ath"] == ath.as_str();
+            let stale = w
+                .nonces
+                .1
+                .as_ref()
+                .filter(|nonce| claims["nonce"] != nonce.as_str());
+            if !valid || stale.is_some() {
+                let mut challenge = String::from(r#"DPoP error="invalid_token""#);
+                let mut response = Response::builder().status(401);
+                if let (true, Some(nonce)) = (valid, stale) {
+                    challenge = r#"DPoP error="use_dpop_nonce""#.into();
+                    response = response.header("dpop-nonce", nonce.as_str());
+                }
+                w.rs_log.push((method, authorization, 401));
+                return response
+                    .header("www-authenticate", challenge)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap();
+            }
+        }
         let granted = token
             .and_then(|t| w.issued.get(t).map(|g| (t, g.clone())))
             .filter(|(t, (issuer, _))| {
@@ -199,8 +292,8 @@ async fn resource_server(world: &Shared) -> String {
         let (status, response) = match granted {
             None => {
                 let challenge = format!(
-                    r#"Bearer error="invalid_token", resource_metadata="{base}{PRM_PATH}", scope="{}""#,
-                    w.challenge_scope
+                    r#"{}error="invalid_token", resource_metadata="{base}{PRM_PATH}", scope="{}""#,
+                    scheme, w.challenge_scope
                 );
                 let response = Response::builder()
                     .status(401)
@@ -1131,4 +1224,205 @@ async fn the_store_is_asked_once_per_url() {
         assert!(credentials.headers.is_empty());
     }
     assert_eq!(store.lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A client credentials client (`svc`, secret `s`) of `as1`, which takes `client_secret_basic`.
+fn service(world: &Shared) -> OAuth {
+    world.lock().unwrap().as_extra = json!({
+        "grant_types_supported": ["client_credentials"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+    });
+    OAuth::client_credentials(crate::client::Registered::unbound("svc").secret("s"))
+        .as_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_grant_without_a_user_replaces_the_flow() {
+    let (world, _, url) = setup(None).await;
+    let oauth = service(&world);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    assert_eq!(grants(&world, "as1"), ["client_credentials"]);
+    assert_eq!(registrations(&world, "as1"), 0);
+    let log = world.lock().unwrap().as_log.clone();
+    let (_, _, form) = log.iter().find(|(_, path, _)| path == "/token").unwrap();
+    assert_eq!(field(form, "scope"), Some("mcp:basic"));
+    assert_eq!(field(form, "resource"), Some(url.as_str()));
+    assert_eq!(
+        rs_log(&world),
+        [
+            ("tools/list".into(), None, 401),
+            ("tools/list".into(), Some("Bearer as1-tok-1".into()), 200)
+        ]
+    );
+
+    // A request that may not involve the user may run it: no user is involved.
+    let other = service(&world);
+    let uri: Uri = url.parse().unwrap();
+    let delete = Method::DELETE;
+    let outgoing = Outgoing::new(&delete, &uri, false, &[]);
+    let ticket = other.credentials(&outgoing).await.unwrap().ticket;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "www-authenticate",
+        HeaderValue::from_static(r#"Bearer error="invalid_token", scope="mcp:basic""#),
+    );
+    let reply = Reply::new(ticket, StatusCode::UNAUTHORIZED, &headers);
+    assert_eq!(other.refused(&outgoing, &reply).await, Ok(Retry::Send));
+    assert_eq!(grants(&world, "as1").len(), 2);
+}
+
+#[tokio::test]
+async fn a_grant_without_a_user_runs_again_near_expiry() {
+    // Tokens live 10 s: always within the 30 s margin, and no refresh token comes with them.
+    let (world, _, url) = setup(Some(10)).await;
+    let oauth = service(&world);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    // Got after the 401, then renewed before the send again.
+    assert_eq!(grants(&world, "as1"), ["client_credentials"; 2]);
+    assert_eq!(
+        rs_log(&world)[1],
+        ("tools/list".into(), Some("Bearer as1-tok-2".into()), 200)
+    );
+}
+
+#[tokio::test]
+async fn a_renewal_refused_is_not_tried_again_for_the_same_token() {
+    let (world, _, url) = setup(Some(10)).await;
+    let oauth = service(&world);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    assert_eq!(grants(&world, "as1").len(), 2);
+    world.lock().unwrap().refuse_grant = true;
+    for id in 2..=3 {
+        transport.send(request(id, "tools/list")).unwrap();
+        assert_eq!(outcome(&mut transport, id).await, Ok(json!({"ok": true})));
+    }
+    // One renewal refused (before request 2); the token went as it was, twice.
+    assert_eq!(grants(&world, "as1").len(), 3);
+    let log = rs_log(&world);
+    assert_eq!(log[2].1.as_deref(), Some("Bearer as1-tok-2"));
+    assert_eq!(log[3].1.as_deref(), Some("Bearer as1-tok-2"));
+}
+
+#[tokio::test]
+async fn a_refused_grant_fails_the_request_and_is_not_retried() {
+    let (world, _, url) = setup(None).await;
+    world.lock().unwrap().refuse_grant = true;
+    let oauth = service(&world);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    let failure = outcome(&mut transport, 1).await.unwrap_err();
+    assert!(
+        matches!(the_error(&failure), Error::TokenRefused { error: Some(e), .. } if e == "invalid_client"),
+        "{failure:?}"
+    );
+    assert_eq!(grants(&world, "as1"), ["client_credentials"]);
+    assert_eq!(rs_log(&world).len(), 1);
+}
+
+#[tokio::test]
+async fn a_dpop_bound_token_goes_with_a_fresh_proof_on_every_send_and_nonces_are_followed() {
+    let (world, _, url) = setup(None).await;
+    {
+        let mut w = world.lock().unwrap();
+        w.dpop = true;
+        w.nonces = (Some("as-nonce".into()), Some("rs-nonce".into()));
+        w.as_extra = json!({"dpop_signing_alg_values_supported": ["ES256"]});
+    }
+    let user = User::new(&world);
+    let key = crate::client::DpopKey::generate().unwrap();
+    let thumbprint = key.thumbprint().to_owned();
+    let oauth = OAuth::authorization_code(user.clone())
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .as_timeout(Duration::from_secs(2))
+        .dpop(key)
+        .build()
+        .unwrap();
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    transport.send(request(2, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 2).await, Ok(json!({"ok": true})));
+
+    let dpop = Some("DPoP as1-tok-1".to_owned());
+    assert_eq!(
+        rs_log(&world),
+        [
+            ("tools/list".into(), None, 401),
+            // The first proof has no nonce: the server asks for one, once.
+            ("tools/list".into(), dpop.clone(), 401),
+            ("tools/list".into(), dpop.clone(), 200),
+            ("tools/list".into(), dpop, 200),
+        ]
+    );
+    // The token endpoint's nonce retry: two code exchanges, the second with its nonce.
+    assert_eq!(grants(&world, "as1"), ["authorization_code"; 2]);
+    {
+        let w = world.lock().unwrap();
+        assert_eq!(w.as_proofs.len(), 2);
+        assert!(w.as_proofs[0].get("nonce").is_none());
+        assert_eq!(w.as_proofs[1]["nonce"], "as-nonce");
+        // At the resource server: every proof fresh, the latest nonce once the server gave it.
+        assert_eq!(w.rs_proofs.len(), 3);
+        assert!(w.rs_proofs[0].get("nonce").is_none());
+        assert_eq!(w.rs_proofs[1]["nonce"], "rs-nonce");
+        assert_eq!(w.rs_proofs[2]["nonce"], "rs-nonce");
+        let jtis: HashSet<&str> = w
+            .rs_proofs
+            .iter()
+            .chain(&w.as_proofs)
+            .map(|c| c["jti"].as_str().unwrap())
+            .collect();
+        assert_eq!(jtis.len(), 5, "a new jti in every proof");
+        assert_eq!(oauth.dpop_nonce(&url).as_deref(), Some("rs-nonce"));
+    }
+    // The proofs carry the client's key.
+    let uri: Uri = url.parse().unwrap();
+    let post = Method::POST;
+    let credentials = oauth
+        .credentials(&Outgoing::new(&post, &uri, true, &[]))
+        .await
+        .unwrap();
+    let proof = credentials.headers["dpop"].to_str().unwrap();
+    let header = decode_part(proof, 0);
+    assert_eq!(header["typ"], "dpop+jwt");
+    let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_value(header["jwk"].clone()).unwrap();
+    assert_eq!(
+        jwk.thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256)
+            .unwrap(),
+        thumbprint
+    );
+}
+
+#[tokio::test]
+async fn a_dpop_bound_token_without_a_key_fails_the_request() {
+    let (world, _, url) = setup(None).await;
+    let user = User::new(&world);
+    let oauth = client(&user);
+    let uri: Uri = url.parse().unwrap();
+    let entry = oauth.inner.session.entry_for(&uri, true).unwrap();
+    let discovery = oauth.discover(&url, &Challenges::default()).await.unwrap();
+    let tokens = Tokens {
+        access_token: "t".into(),
+        token_type: TokenType::Dpop,
+        expires_at: None,
+        refresh_token: None,
+        scopes: Vec::new(),
+        issuer: discovery.auth_server.issuer.clone(),
+        resource: url.clone(),
+    };
+    entry.install(tokens, Vec::new(), discovery);
+    let post = Method::POST;
+    let failure = oauth
+        .credentials(&Outgoing::new(&post, &uri, true, &[]))
+        .await
+        .unwrap_err();
+    assert!(failure.message().contains("no DPoP key"), "{failure}");
 }

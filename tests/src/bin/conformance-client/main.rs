@@ -7,12 +7,19 @@
 //! context (`MCP_CONFORMANCE_CONTEXT`). It does what the scenario asks with the public API of
 //! `modelctx-client` only, closes the client and exits 0 as soon as the scenario is done (the
 //! suite runs every scenario at once and collects the checks when the process ends). An unknown
-//! scenario, or an OAuth one (`auth/*`, not implemented), exits 1 at once with the reason on
-//! stderr; so does a scenario that fails.
+//! scenario exits 1 at once with the reason on stderr; so does a scenario that fails (an
+//! authorization refused on purpose by an `auth/*` scenario included, with the typed error).
+//!
+//! The `auth/*` scenarios ([`auth`]) connect with modelctx-auth's OAuth client as the
+//! authorizer, list the tools and call `test-tool`.
+
+mod auth;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
+use modelctx_client::auth::Authorizer;
 use modelctx_client::model::{self, ToolInputSchema};
 use modelctx_client::{
     Client, Elicitation, Elicited, Error, HttpConfig, InputError, JsonObject, ProtocolVersion,
@@ -86,12 +93,7 @@ fn main() -> ExitCode {
 fn setup() -> Result<Run, String> {
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO")
         .map_err(|_| "MCP_CONFORMANCE_SCENARIO is not set".to_owned())?;
-    if scenario.starts_with("auth/") {
-        return Err(format!(
-            "{scenario}: OAuth not yet implemented (the client does not authorize)"
-        ));
-    }
-    if !SCENARIOS.contains(&scenario.as_str()) {
+    if !SCENARIOS.contains(&scenario.as_str()) && !auth::SCENARIOS.contains(&scenario.as_str()) {
         return Err(format!("unknown scenario {scenario:?}"));
     }
     let url = std::env::args()
@@ -137,6 +139,12 @@ async fn connect(run: &Run) -> Result<Client, String> {
             ))
         })
         .roots(Vec::new());
+    let builder = if run.scenario.starts_with("auth/") {
+        let oauth = auth::oauth_for(&run.scenario, &run.context)?;
+        builder.auth(Arc::new(oauth) as Arc<dyn Authorizer>)
+    } else {
+        builder
+    };
     builder
         .connect_http_with(&run.url, HttpConfig::default())
         .await
@@ -171,6 +179,8 @@ async fn answer_elicitation(
 
 async fn act(run: &Run, client: &Client) -> Outcome {
     match run.scenario.as_str() {
+        // Authorized: the tools listed and one called (a step-up needs the call).
+        auth if auth.starts_with("auth/") => list_and_call(client, "test-tool", json!({})).await,
         "initialize" => {
             // The handshake is the scenario; list tools only when the server has some.
             if client
