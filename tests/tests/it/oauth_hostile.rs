@@ -52,11 +52,6 @@ impl Seen {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
-
-    /// A form field of the body.
-    fn field(&self, name: &str) -> Option<String> {
-        query_param(std::str::from_utf8(&self.body).unwrap_or_default(), name)
-    }
 }
 
 /// How a mock server answers one request.
