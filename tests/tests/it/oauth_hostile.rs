@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use modelctx_client::Client;
-use modelctx_client::ConnectError;
 use modelctx_client::auth::{
     AuthorizationHandler, AuthorizationRequest, Authorizer, BoxFuture, Challenges, Declined,
-    FetchError, OAuth, OAuthBuilder, OAuthError, Redirect,
+    FetchError, MemoryStore, OAuth, OAuthBuilder, OAuthError, Redirect, StoreKey, Stored,
+    TokenRecord, TokenStore,
 };
+use modelctx_client::{Client, ConnectError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -777,6 +777,52 @@ async fn a_resource_server_refusing_every_fresh_token_gets_one_authorization_the
     assert_eq!(mock.count("/register"), 1);
     let posts = mock.count("/mcp");
     assert_eq!(posts, 2, "{:?}", mock.requests());
+}
+
+#[tokio::test]
+async fn a_stored_token_refused_gets_one_refresh_and_one_authorization_then_rejected() {
+    // The refresh token is refused too (`invalid_grant`): the client authorizes once more.
+    let mock = Mock::start(|base, seen| match seen.path() {
+        "/token" if String::from_utf8_lossy(&seen.body).contains("grant_type=refresh_token") => {
+            json_answer(400, &json!({"error": "invalid_grant"}))
+        }
+        _ => honest(base, seen),
+    })
+    .await;
+    let store = Arc::new(MemoryStore::new());
+    let mut stored = TokenRecord::new("yesterday-s-token", "Bearer");
+    stored.refresh_token = Some("yesterday-s-refresh-token".into());
+    stored.scopes_requested = vec!["mcp".into()];
+    store
+        .save(
+            &StoreKey::tokens(mock.base.clone(), mock.mcp()),
+            &Stored::Tokens(stored),
+        )
+        .await
+        .unwrap();
+    let user = User::consenting();
+    let oauth = oauth(&user).store(store).build().unwrap();
+    connect_error(&mock, oauth, "401 to a stored token", |error| match error {
+        OAuthError::Rejected { issuer, status, .. } => {
+            assert_eq!(issuer, &mock.base);
+            assert_eq!(*status, 401);
+        }
+        other => panic!("{other:?}"),
+    })
+    .await;
+    // The stored token, then the new one: each refused once.
+    let sent: Vec<Option<String>> = mock
+        .requests()
+        .iter()
+        .filter(|s| s.path() == "/mcp")
+        .map(|s| s.header("authorization").map(str::to_owned))
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].as_deref(), Some("Bearer yesterday-s-token"));
+    assert_ne!(sent[1], sent[0]);
+    // One refresh (refused), one authorization, one code exchange.
+    assert_eq!(mock.count("/token"), 2);
+    assert_eq!(user.asked(), 1);
 }
 
 #[tokio::test]
