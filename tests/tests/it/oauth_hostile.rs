@@ -6,8 +6,8 @@
 //! The servers are in-process mocks on loopback (a small HTTP/1.1 responder on tokio, one
 //! request per connection), so a case can also hang, trickle a byte a second or send 10 MiB.
 //! Every client here bounds each exchange with an authorization server at 300 ms
-//! (`OAuthBuilder::as_timeout`); each case must finish within 2 s, and the module within a few
-//! seconds (the cases run in parallel).
+//! (`OAuthBuilder::as_timeout`); each case must finish within 4 s (a hanging token endpoint
+//! within 2 s), and the module takes about a second (the cases run in parallel).
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,8 +26,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// The bound of each exchange with an authorization server.
 const AS_TIMEOUT: Duration = Duration::from_millis(300);
-/// The bound of each case's failing call.
-const BOUND: Duration = Duration::from_secs(2);
+/// The bound of each case's failing call: below the 5 s an exchange may take by default, so a
+/// case that waited for a default bound fails; loose enough for a loaded machine.
+const BOUND: Duration = Duration::from_secs(4);
 const PRM_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 const AS_METADATA_PATH: &str = "/.well-known/oauth-authorization-server";
 const OIDC_PATH: &str = "/.well-known/openid-configuration";
@@ -634,7 +635,7 @@ async fn a_token_endpoint_that_hangs_or_trickles_is_given_up_on() {
             other => panic!("trickle {trickle}: {other:?}"),
         }
         // The 300 ms bound of the exchange, not the flow's 5 s.
-        assert!(took < Duration::from_secs(1), "trickle {trickle}: {took:?}");
+        assert!(took < Duration::from_secs(2), "trickle {trickle}: {took:?}");
         assert_eq!(mock.count("/token"), 1);
     }
 }
