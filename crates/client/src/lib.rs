@@ -122,6 +122,7 @@ mod params;
 mod skills;
 #[cfg(feature = "stdio")]
 mod stdio;
+mod tasks;
 mod wire;
 
 pub use builder::ClientBuilder;
@@ -137,6 +138,12 @@ pub use link::Direction;
 pub use modelctx_types::skills as skill_types;
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable};
 pub use skills::{SkillError, SkillFile};
+pub use tasks::{TaskError, TaskHandle, TaskInfo, TaskOptions, TaskReceiving};
+/// The tasks' vocabulary: the extension's id, the related-task `_meta` key, statuses.
+pub mod task {
+    pub use crate::tasks::{EXTENSION_ID, RELATED_TASK, is_terminal, status_str};
+    pub use modelctx_types::model::TaskStatus;
+}
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;
