@@ -83,10 +83,14 @@ pub(crate) async fn call(
     if let Some(seconds) = ttl {
         options = options.ttl(Duration::from_secs(seconds));
     }
+    // One listener for the whole command: a Ctrl-C between the task's creation and the wait
+    // is not missed.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     let created = tokio::select! {
         created = client.call_tool_as_task(name, arguments, options) => created,
         // The call's future is dropped, which cancels the request on the wire.
-        _ = tokio::signal::ctrl_c() => {
+        _ = &mut interrupted => {
             crate::progress::eprint_line("mcx: interrupted; the call was cancelled");
             return Err(TaskFailure::Interrupted);
         }
@@ -98,7 +102,7 @@ pub(crate) async fn call(
             let id = id.to_owned();
             tokio::select! {
                 outcome = handle.wait() => outcome,
-                _ = tokio::signal::ctrl_c() => {
+                _ = &mut interrupted => {
                     crate::progress::eprint_line(&format!("mcx: interrupted; cancelling task {id}"));
                     let said = match tokio::time::timeout(CANCEL_WAIT, handle.cancel()).await {
                         Ok(Ok(())) => format!("mcx: task {id} cancelled (tasks/cancel)"),
