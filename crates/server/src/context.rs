@@ -182,8 +182,10 @@ impl Context {
     }
 
     /// Fires when the request is cancelled: by `notifications/cancelled` (legacy, stdio), by the
-    /// client closing the response stream (modern HTTP), or when the connection ends. A handler
-    /// that stops early on it may return anything: nothing more is sent for the request.
+    /// client closing the response stream (modern HTTP), or when the connection ends; for a
+    /// handler running as a task, by `tasks/cancel` and at the task's expiry. A handler that
+    /// stops early on it may return anything: nothing more is sent for the request (a task is
+    /// settled `cancelled`).
     pub fn cancelled(&self) -> &CancellationToken {
         &self.inner.cancelled
     }

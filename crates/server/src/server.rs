@@ -667,8 +667,10 @@ pub struct Load {
     /// Connections served (stdio, in-memory), and requests being served on their own
     /// (a legacy HTTP session's POST, a modern HTTP request): an idle legacy session counts none.
     pub connections: usize,
-    /// Handlers running.
+    /// Handlers running (those running as tasks aside).
     pub handlers: usize,
+    /// Handlers running as tasks, in this process ([`tasks`](crate::tasks)).
+    pub tasks: usize,
 }
 
 /// Why a change to what the server offers was refused.
@@ -812,6 +814,7 @@ impl Server {
         Load {
             connections: self.shared.load.connections.load(SeqCst),
             handlers: self.shared.load.handlers.load(SeqCst),
+            tasks: self.shared.tasks.running(),
         }
     }
 
