@@ -329,11 +329,7 @@ impl Client {
                         "it does not declare the {EXTENSION_ID} extension"
                     )));
                 }
-                let mut caps = JsonObject::new();
-                caps.insert("extensions".into(), serde_json::json!({ EXTENSION_ID: {} }));
-                let mut meta = JsonObject::new();
-                meta.insert(meta_keys::CLIENT_CAPABILITIES.into(), Value::Object(caps));
-                params.insert("_meta".into(), Value::Object(meta));
+                declare_extension(&mut params);
                 true
             }
             _ if version < ProtocolVersion::V2025_11_25 => {
@@ -709,9 +705,13 @@ impl TaskHandle {
     async fn send(
         &self,
         method: &str,
-        params: JsonObject,
+        mut params: JsonObject,
         options: Option<CallOptions>,
     ) -> Result<Answer, TaskError> {
+        if self.version.era() == Era::Modern {
+            // Every request of the extension declares it (-32021 otherwise).
+            declare_extension(&mut params);
+        }
         let id = params
             .get("taskId")
             .and_then(Value::as_str)
@@ -875,6 +875,18 @@ fn modern_polled(raw: &RawValue) -> Result<Polled, Error> {
         }
     }
     Ok(polled)
+}
+
+/// Declares the tasks extension in the client capabilities of this (2026-07-28) request only.
+fn declare_extension(params: &mut JsonObject) {
+    let mut caps = JsonObject::new();
+    caps.insert("extensions".into(), serde_json::json!({ EXTENSION_ID: {} }));
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(JsonObject::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(meta_keys::CLIENT_CAPABILITIES.into(), Value::Object(caps));
+    }
 }
 
 fn legacy_info(task: v2025_11_25::Task) -> TaskInfo {

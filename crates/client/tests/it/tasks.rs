@@ -60,10 +60,29 @@ fn legacy_task(id: &str, status: &str, ttl: u64) -> Value {
     })
 }
 
-/// Takes the next `method` request and checks it names task `id`.
+/// Takes the next `method` request and checks it names task `id` (and, in the modern era,
+/// declares the extension: every request of the extension must).
 async fn expect_about(fake: &mut Fake, method: &str, id: &str) -> Request {
     let request = fake.expect_request(method).await;
-    assert_eq!(params(&request)["taskId"], json!(id), "{method}");
+    let params = params(&request);
+    assert_eq!(params["taskId"], json!(id), "{method}");
+    let meta = &params["_meta"];
+    if meta
+        .get("io.modelcontextprotocol/protocolVersion")
+        .is_some()
+    {
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientCapabilities"]["extensions"][TASKS],
+            json!({}),
+            "{method} declares the extension"
+        );
+    } else {
+        assert!(
+            meta.get("io.modelcontextprotocol/clientCapabilities")
+                .is_none(),
+            "{params}"
+        );
+    }
     request
 }
 
@@ -234,6 +253,12 @@ async fn modern_cancel_failure_and_cancelled_tasks() {
         .await;
     cancelled.unwrap();
     assert_eq!(params(&request)["taskId"], json!("t3"));
+    assert_eq!(
+        params(&request)["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+            [TASKS],
+        json!({}),
+        "tasks/cancel declares the extension"
+    );
     let gone = modern_task(
         "t3",
         "cancelled",
