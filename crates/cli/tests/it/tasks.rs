@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::cli::{MCX, TempDir, mcx, stderr, stdout};
+use crate::cli::{MCX, TempDir, demo_stdio, mcx, serve_http, stderr, stdout};
 
 /// A stdio MCP server (a shell script) speaking 2025-11-25 with tasks: `slow` runs as task `T1`,
 /// working for two polls (`step N of 3`) and then completed; `forever` runs as task `T2`, which
@@ -180,4 +180,105 @@ fn ctrl_c_cancels_the_task_and_exits_130() {
         sent.contains(r#""method":"tasks/cancel","params":{"taskId":"T2"}"#),
         "{sent}"
     );
+}
+
+/// The task id of the first status line `task ID working`.
+fn task_id(line: &str) -> String {
+    let id = line
+        .strip_prefix("task ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no task in {line:?}"));
+    id.to_owned()
+}
+
+#[test]
+fn the_demo_countdown_runs_as_a_task_over_stdio_and_http() {
+    let out = mcx(&[
+        "--stdio",
+        &demo_stdio(),
+        "tools",
+        "call",
+        "countdown",
+        "--task",
+        "--args",
+        r#"{"steps": 3, "delay_ms": 100}"#,
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(stdout(&out), "liftoff after 3 steps\n");
+    let lines: Vec<&str> = err.lines().collect();
+    let id = task_id(lines[0]);
+    assert_eq!(lines[0], format!("task {id} working"), "{err}");
+    assert_eq!(
+        *lines.last().unwrap(),
+        format!("task {id} completed: step 3 of 3"),
+        "{err}"
+    );
+
+    // Over HTTP the task outlives the command: `tasks get` finds it.
+    let server = serve_http();
+    let url = server.url.as_str();
+    let out = mcx(&[
+        "--url",
+        url,
+        "tools",
+        "call",
+        "countdown",
+        "--task",
+        "--args",
+        r#"{"steps": 2, "delay_ms": 50}"#,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["content"][0]["text"], "liftoff after 2 steps");
+    let id = task_id(stderr(&out).lines().next().unwrap());
+    let out = mcx(&["--url", url, "tasks", "get", &id, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(task["taskId"], id.as_str());
+    assert_eq!(task["status"], "completed");
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_a_demo_countdown_task_and_tasks_get_says_so() {
+    let server = serve_http();
+    let url = server.url.as_str();
+    let mut child = Command::new(MCX)
+        .args([
+            "--url",
+            url,
+            "tools",
+            "call",
+            "countdown",
+            "--task",
+            "--args",
+            r#"{"steps": 20, "delay_ms": 2000}"#,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcx runs");
+    let mut stderr_lines = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr_lines.read_line(&mut line).expect("status on stderr");
+    let id = task_id(&line);
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let mut rest = String::new();
+    while stderr_lines.read_line(&mut rest).expect("stderr") > 0 {}
+    let status = child.wait().expect("mcx ends");
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        rest.contains(&format!("mcx: task {id} cancelled (tasks/cancel)")),
+        "{rest}"
+    );
+    let out = mcx(&["--url", url, "tasks", "get", &id, "--json"]);
+    let task: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(task["status"], "cancelled", "{task}");
 }
