@@ -4,6 +4,7 @@
 //! unknown); unknown ids; the extension's gates; a flood beyond the store's bound refused with a
 //! clear error while the server goes on serving.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,69 +119,107 @@ fn server(store: Arc<MemoryTaskStore>, ttl: Duration) -> Server {
         .build()
 }
 
+/// A boxed future (the test functions' state stays small: debug builds of big `async fn`s
+/// overflow the test thread's stack).
+type Boxed<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
 /// One modern request of `caller`, with the extension declared or not; its JSON-RPC response.
-async fn request(
-    addr: std::net::SocketAddr,
-    caller: &str,
+fn request(
+    addr: SocketAddr,
+    caller: &'static str,
     extension: bool,
-    method: &str,
+    method: &'static str,
     mut params: Value,
-) -> Value {
-    let capabilities = if extension {
-        json!({"elicitation": {}, "extensions": {EXT: {}}})
-    } else {
-        json!({"elicitation": {}})
-    };
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-    });
-    let name = params
-        .get("name")
-        .or_else(|| params.get("taskId"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let bearer = format!("Bearer {caller}");
-    let mut headers = modern_headers(method, name.as_deref());
-    headers.push(("Authorization", &bearer));
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut response = post(addr, &headers, &body).await;
-    let sse = response
-        .header("content-type")
-        .is_some_and(|t| t.starts_with("text/event-stream"));
-    if !sse {
-        return response.json().await;
-    }
-    while let Some((_, message)) = within("an event", response.next_message()).await {
-        if message.get("id").is_some() {
-            return message;
+) -> Boxed<Value> {
+    Box::pin(async move {
+        let capabilities = if extension {
+            json!({"elicitation": {}, "extensions": {EXT: {}}})
+        } else {
+            json!({"elicitation": {}})
+        };
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        });
+        let name = params
+            .get("name")
+            .or_else(|| params.get("taskId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let bearer = format!("Bearer {caller}");
+        let mut headers = modern_headers(method, name.as_deref());
+        headers.push(("Authorization", &bearer));
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let mut response = post(addr, &headers, &body).await;
+        let sse = response
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        if !sse {
+            return response.json().await;
         }
-    }
-    panic!("{method}: the stream ended without an answer")
+        while let Some((_, message)) = within("an event", response.next_message()).await {
+            if message.get("id").is_some() {
+                return message;
+            }
+        }
+        panic!("{method}: the stream ended without an answer")
+    })
 }
 
-async fn result(addr: std::net::SocketAddr, caller: &str, method: &str, params: Value) -> Value {
-    let answer = request(addr, caller, true, method, params).await;
-    assert!(answer.get("error").is_none(), "{method}: {answer}");
-    answer["result"].clone()
-}
-
-async fn error(
-    addr: std::net::SocketAddr,
-    caller: &str,
-    extension: bool,
-    method: &str,
+/// The result of a request of `caller` declaring the extension (it must not fail).
+fn result(
+    addr: SocketAddr,
+    caller: &'static str,
+    method: &'static str,
     params: Value,
-) -> Value {
-    let answer = request(addr, caller, extension, method, params).await;
-    assert!(answer.get("result").is_none(), "{method}: {answer}");
-    answer["error"].clone()
+) -> Boxed<Value> {
+    Box::pin(async move {
+        let answer = request(addr, caller, true, method, params).await;
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+        answer["result"].clone()
+    })
+}
+
+/// The error of a request of `caller` (it must fail).
+fn error(
+    addr: SocketAddr,
+    caller: &'static str,
+    extension: bool,
+    method: &'static str,
+    params: Value,
+) -> Boxed<Value> {
+    Box::pin(async move {
+        let answer = request(addr, caller, extension, method, params).await;
+        assert!(answer.get("result").is_none(), "{method}: {answer}");
+        answer["error"].clone()
+    })
+}
+
+/// A new task of `caller` calling `tool` with `arguments`: its id.
+fn create(
+    addr: SocketAddr,
+    caller: &'static str,
+    tool: &'static str,
+    arguments: Value,
+) -> Boxed<String> {
+    Box::pin(async move {
+        let created = result(
+            addr,
+            caller,
+            ToolsCall::VALUE,
+            json!({"name": tool, "arguments": arguments}),
+        )
+        .await;
+        assert_eq!(created["resultType"], "task", "{created}");
+        created["taskId"].as_str().expect("a task id").to_owned()
+    })
 }
 
 /// Polls task `id` until its status is `status`.
-async fn until(addr: std::net::SocketAddr, caller: &str, id: &str, status: &str) -> Value {
-    within(status, async {
+fn until(addr: SocketAddr, caller: &'static str, id: &str, status: &'static str) -> Boxed<Value> {
+    let id = id.to_owned();
+    Box::pin(within(status, async move {
         loop {
             let task = result(addr, caller, TasksGet::VALUE, json!({"taskId": id})).await;
             if task["status"] == status {
@@ -193,8 +232,7 @@ async fn until(addr: std::net::SocketAddr, caller: &str, id: &str, status: &str)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    })
-    .await
+    }))
 }
 
 /// Waits until the store holds nothing and no handler runs.
@@ -207,6 +245,128 @@ async fn empty_after(server: &Server, store: &MemoryTaskStore) {
     .await;
 }
 
+/// Created, polled and completed: a flat CreateTaskResult, durable at once; working (the
+/// handler's progress is the status message), then completed with the tool's result inlined.
+fn created_and_polled(addr: SocketAddr, store: Arc<MemoryTaskStore>) -> Boxed<String> {
+    Box::pin(async move {
+        let created = result(
+            addr,
+            "alice",
+            ToolsCall::VALUE,
+            json!({"name": "work", "arguments": {"ms": 300}}),
+        )
+        .await;
+        assert_eq!(created["resultType"], "task", "{created}");
+        assert!(created.get("task").is_none() && created.get("result").is_none());
+        assert_eq!(created["ttlMs"], 3000);
+        assert_eq!(created["pollIntervalMs"], 50);
+        let id = created["taskId"].as_str().unwrap().to_owned();
+        assert_eq!(id.len(), 32, "128 random bits");
+        assert_eq!(store.len(), 1);
+        let working = result(addr, "alice", TasksGet::VALUE, json!({"taskId": id})).await;
+        assert_eq!(working["resultType"], "complete");
+        assert_eq!(working["status"], "working");
+        let done = until(addr, "alice", &id, "completed").await;
+        assert_eq!(
+            done["result"]["content"][0]["text"],
+            format!("waited 300ms in task {id}")
+        );
+        assert_eq!(done["statusMessage"], "half way");
+        assert!(done["result"].get("resultType").is_none(), "{done}");
+        id
+    })
+}
+
+/// Fed input: input_required with the question, answered by tasks/update, then completed.
+fn fed_input(addr: SocketAddr) -> Boxed<String> {
+    Box::pin(async move {
+        let asking = create(addr, "alice", "ask", json!({})).await;
+        let waiting = until(addr, "alice", &asking, "input_required").await;
+        assert_eq!(
+            waiting["inputRequests"]["name"]["method"],
+            "elicitation/create"
+        );
+        assert_eq!(
+            waiting["inputRequests"]["name"]["params"]["message"],
+            "Your name?"
+        );
+        // An answer that is not an ElicitResult is refused, and nothing is taken.
+        let wrong = error(
+            addr,
+            "alice",
+            true,
+            TasksUpdate::VALUE,
+            json!({"taskId": asking, "inputResponses": {"name": 5}}),
+        )
+        .await;
+        assert_eq!(wrong["code"], -32602, "{wrong}");
+        // Keys it does not wait on are ignored.
+        let ack = result(
+            addr,
+            "alice",
+            TasksUpdate::VALUE,
+            json!({"taskId": asking,
+            "inputResponses": {"other": {"action": "accept"}}}),
+        )
+        .await;
+        assert_eq!(
+            ack,
+            json!({"resultType": "complete", "_meta": ack["_meta"]})
+        );
+        let still = result(addr, "alice", TasksGet::VALUE, json!({"taskId": asking})).await;
+        assert_eq!(still["status"], "input_required");
+        let ack = result(
+            addr,
+            "alice",
+            TasksUpdate::VALUE,
+            json!({"taskId": asking,
+            "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}}),
+        )
+        .await;
+        assert_eq!(ack["resultType"], "complete");
+        assert!(ack.get("status").is_none() && ack.get("taskId").is_none());
+        let done = until(addr, "alice", &asking, "completed").await;
+        assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!");
+        asking
+    })
+}
+
+/// Cancelled: the handler stops, the task settles cancelled; cancelling again is the same ack.
+fn cancelled(addr: SocketAddr) -> Boxed<String> {
+    Box::pin(async move {
+        let long = create(addr, "alice", "work", json!({"ms": 60000})).await;
+        let ack = result(addr, "alice", TasksCancel::VALUE, json!({"taskId": long})).await;
+        assert_eq!(ack["resultType"], "complete");
+        assert!(ack.get("status").is_none());
+        let cancelled = result(addr, "alice", TasksGet::VALUE, json!({"taskId": long})).await;
+        assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+        assert!(cancelled.get("result").is_none());
+        let again = result(addr, "alice", TasksCancel::VALUE, json!({"taskId": long})).await;
+        assert_eq!(again["resultType"], "complete");
+        long
+    })
+}
+
+/// A tool error completes the task with isError (it does not fail it); a settled task does not
+/// change: a cancel leaves it completed.
+fn tool_error(addr: SocketAddr) -> Boxed<String> {
+    Box::pin(async move {
+        let failing = create(addr, "alice", "fail", json!({})).await;
+        let done = until(addr, "alice", &failing, "completed").await;
+        assert_eq!(done["result"]["isError"], true);
+        result(
+            addr,
+            "alice",
+            TasksCancel::VALUE,
+            json!({"taskId": failing}),
+        )
+        .await;
+        let still = result(addr, "alice", TasksGet::VALUE, json!({"taskId": failing})).await;
+        assert_eq!(still["status"], "completed");
+        failing
+    })
+}
+
 #[tokio::test]
 async fn a_task_is_created_polled_fed_input_cancelled_and_expired_and_the_tables_empty_after() {
     let store = Arc::new(MemoryTaskStore::new());
@@ -216,131 +376,15 @@ async fn a_task_is_created_polled_fed_input_cancelled_and_expired_and_the_tables
         .await
         .unwrap();
     let addr = running.local_addr();
-
-    // Created: a flat CreateTaskResult, durable at once.
-    let created = result(
-        addr,
-        "alice",
-        ToolsCall::VALUE,
-        json!({"name": "work", "arguments": {"ms": 300}}),
-    )
-    .await;
-    assert_eq!(created["resultType"], "task", "{created}");
-    assert!(created.get("task").is_none() && created.get("result").is_none());
-    assert_eq!(created["ttlMs"], 3000);
-    assert_eq!(created["pollIntervalMs"], 50);
-    let id = created["taskId"].as_str().unwrap().to_owned();
-    assert_eq!(id.len(), 32, "128 random bits");
-    assert_eq!(store.len(), 1);
-    // Polled: working (the handler's progress is the status message), then completed with the
-    // tool's result inlined.
-    let working = result(addr, "alice", TasksGet::VALUE, json!({"taskId": id})).await;
-    assert_eq!(working["resultType"], "complete");
-    assert_eq!(working["status"], "working");
-    let done = until(addr, "alice", &id, "completed").await;
-    assert_eq!(
-        done["result"]["content"][0]["text"],
-        format!("waited 300ms in task {id}")
-    );
-    assert_eq!(done["statusMessage"], "half way");
-    assert!(done["result"].get("resultType").is_none(), "{done}");
-
-    // Fed input: input_required with the question, answered by tasks/update, then completed.
-    let created = result(
-        addr,
-        "alice",
-        ToolsCall::VALUE,
-        json!({"name": "ask", "arguments": {}}),
-    )
-    .await;
-    let asking = created["taskId"].as_str().unwrap().to_owned();
-    let waiting = until(addr, "alice", &asking, "input_required").await;
-    assert_eq!(
-        waiting["inputRequests"]["name"]["method"],
-        "elicitation/create"
-    );
-    assert_eq!(
-        waiting["inputRequests"]["name"]["params"]["message"],
-        "Your name?"
-    );
-    // An answer that is not an ElicitResult is refused, and nothing is taken.
-    let wrong = error(
-        addr,
-        "alice",
-        true,
-        TasksUpdate::VALUE,
-        json!({"taskId": asking, "inputResponses": {"name": 5}}),
-    )
-    .await;
-    assert_eq!(wrong["code"], -32602, "{wrong}");
-    // Keys it does not wait on are ignored.
-    let ack = result(
-        addr,
-        "alice",
-        TasksUpdate::VALUE,
-        json!({"taskId": asking,
-        "inputResponses": {"other": {"action": "accept"}}}),
-    )
-    .await;
-    assert_eq!(
-        ack,
-        json!({"resultType": "complete", "_meta": ack["_meta"]})
-    );
-    let ack = result(
-        addr,
-        "alice",
-        TasksUpdate::VALUE,
-        json!({"taskId": asking,
-        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}}),
-    )
-    .await;
-    assert_eq!(ack["resultType"], "complete");
-    assert!(ack.get("status").is_none() && ack.get("taskId").is_none());
-    let done = until(addr, "alice", &asking, "completed").await;
-    assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!");
-
-    // Cancelled: the handler stops, the task settles cancelled; cancelling again is the same ack.
-    let created = result(
-        addr,
-        "alice",
-        ToolsCall::VALUE,
-        json!({"name": "work", "arguments": {"ms": 60000}}),
-    )
-    .await;
-    let long = created["taskId"].as_str().unwrap().to_owned();
-    let ack = result(addr, "alice", TasksCancel::VALUE, json!({"taskId": long})).await;
-    assert_eq!(ack["resultType"], "complete");
-    assert!(ack.get("status").is_none());
-    let cancelled = result(addr, "alice", TasksGet::VALUE, json!({"taskId": long})).await;
-    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
-    assert!(cancelled.get("result").is_none());
-    let again = result(addr, "alice", TasksCancel::VALUE, json!({"taskId": long})).await;
-    assert_eq!(again["resultType"], "complete");
-    // A tool error completes the task with isError; it does not fail it.
-    let created = result(
-        addr,
-        "alice",
-        ToolsCall::VALUE,
-        json!({"name": "fail", "arguments": {}}),
-    )
-    .await;
-    let failing = created["taskId"].as_str().unwrap().to_owned();
-    let done = until(addr, "alice", &failing, "completed").await;
-    assert_eq!(done["result"]["isError"], true);
-    // Settled tasks do not change: a cancel of a completed task leaves it completed.
-    result(
-        addr,
-        "alice",
-        TasksCancel::VALUE,
-        json!({"taskId": failing}),
-    )
-    .await;
-    let still = result(addr, "alice", TasksGet::VALUE, json!({"taskId": failing})).await;
-    assert_eq!(still["status"], "completed");
-
+    let ids = [
+        created_and_polled(addr, store.clone()).await,
+        fed_input(addr).await,
+        cancelled(addr).await,
+        tool_error(addr).await,
+    ];
     // Expired: ttl after its creation every task is gone, for its owner too.
     empty_after(&server, &store).await;
-    for task in [&id, &asking, &long, &failing] {
+    for task in ids {
         let gone = error(
             addr,
             "alice",
