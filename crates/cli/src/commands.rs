@@ -33,15 +33,24 @@ pub(crate) async fn run(target: Target, command: ClientCommand, json: bool) -> E
         Ok(client) => client,
         Err(failed) => return failed.report(json),
     };
-    let outcome = tokio::select! {
-        outcome = execute(&client, command, json) => outcome,
-        // The call's future is dropped here, which cancels it on the wire.
-        _ = tokio::signal::ctrl_c() => Err(Failure::Interrupted),
+    // A call run as a task handles Ctrl-C itself: it cancels the task before mcx exits.
+    let as_task = matches!(
+        &command,
+        ClientCommand::Tools(ToolsCommand::Call { task: true, .. })
+    );
+    let outcome = if as_task {
+        execute(&client, command, json).await
+    } else {
+        tokio::select! {
+            outcome = execute(&client, command, json) => outcome,
+            // The call's future is dropped here, which cancels it on the wire.
+            _ = tokio::signal::ctrl_c() => Err(Failure::Interrupted),
+        }
     };
     // A question may still be on the terminal, its answer no longer awaited: its line is ended
     // and the lines held back meanwhile printed before anything else is said.
     crate::progress::release();
-    if let Err(Failure::Interrupted) = outcome {
+    if let (Err(Failure::Interrupted), false) = (&outcome, as_task) {
         eprintln!("mcx: interrupted; the call was cancelled");
     }
     let timed_out = matches!(&outcome, Err(Failure::Failed(f)) if f.kind == Kind::Timeout);
@@ -270,6 +279,9 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
         ClientCommand::Skills(c) => crate::skills::run(client, c, json)
             .await
             .map_err(Failure::Failed)?,
+        ClientCommand::Tasks(c) => crate::tasks::run(client, c, json)
+            .await
+            .map_err(Failure::Failed)?,
         ClientCommand::Discover => {
             let info = json!({
                 "protocolVersion": client.protocol_version().map(|v| v.to_string()),
@@ -323,8 +335,15 @@ async fn execute(client: &Client, command: ClientCommand, json: bool) -> Result<
         ClientCommand::Tools(ToolsCommand::Show { name }) => {
             tools_show(client, &name, json).await?
         }
-        ClientCommand::Tools(ToolsCommand::Call { name, args, arg }) => {
-            tools_call(client, &name, args.as_deref(), &arg, json).await?;
+        ClientCommand::Tools(ToolsCommand::Call {
+            name,
+            args,
+            arg,
+            task,
+            ttl,
+        }) => {
+            let task = task.then_some(ttl);
+            tools_call(client, &name, args.as_deref(), &arg, task, json).await?;
         }
         ClientCommand::Resources(ResourcesCommand::List) => {
             let resources = list_all(client, "resources/list", "resources").await?;
@@ -543,12 +562,13 @@ fn task_only(name: &str) -> Failure {
 /// schema, listed first when there are `--arg`s), the call with progress, its content printed.
 /// A tool that can only run as a task is refused with a message saying so: before the call
 /// when the tool was listed, else when the call fails (or answers with something other than a
-/// tool result).
+/// tool result). With `task` (`Some(ttl)`), the call runs as a task (`tasks.rs`).
 async fn tools_call(
     client: &Client,
     name: &str,
     args: Option<&str>,
     arg: &[String],
+    task: Option<Option<u64>>,
     json: bool,
 ) -> Result<(), Failure> {
     let listed = if arg.is_empty() {
@@ -556,11 +576,20 @@ async fn tools_call(
     } else {
         find_tool(client, name).await?
     };
-    if listed.as_ref().is_some_and(crate::tools::task_only) {
+    if task.is_none() && listed.as_ref().is_some_and(crate::tools::task_only) {
         return Err(task_only(name));
     }
     let schema = listed.as_ref().map_or(&Value::Null, |t| &t["inputSchema"]);
     let arguments = crate::tools::arguments(args, arg, schema)?;
+    if let Some(ttl) = task {
+        let result = crate::tasks::call(client, name, arguments, ttl)
+            .await
+            .map_err(|failure| match failure {
+                crate::tasks::TaskFailure::Failed(failed) => Failure::Failed(failed),
+                crate::tasks::TaskFailure::Interrupted => Failure::Interrupted,
+            })?;
+        return print_tool_result(name, result, json);
+    }
     let mut params = JsonObject::new();
     params.insert("name".into(), Value::String(name.to_owned()));
     params.insert("arguments".into(), arguments);
@@ -584,7 +613,12 @@ async fn tools_call(
     {
         return Err(task_only(name));
     }
-    let result = result?;
+    print_tool_result(name, result?, json)
+}
+
+/// Prints a tool's result: its content (or structured content) as text, or the whole result as
+/// JSON; a tool error (`isError`) is a failure of its own kind.
+fn print_tool_result(name: &str, result: Value, json: bool) -> Result<(), Failure> {
     let blocks = result["content"].as_array().cloned().unwrap_or_default();
     let text: Vec<String> = blocks.iter().map(content).collect();
     if result["isError"] == true {

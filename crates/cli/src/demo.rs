@@ -1,5 +1,6 @@
 //! The built-in demo server: a real server written with `modelctx-server`, showing every
-//! feature: tools (with progress, logging, elicitation, sampling and roots), resources, a resource
+//! feature: tools (with progress, logging, elicitation, sampling and roots; `countdown` also runs
+//! as a task), resources, a resource
 //! template, prompts with completions, and a tool list that changes while it runs.
 
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use modelctx_server::model::{
     CreateMessageRequestParams, CreateMessageResultContent, ElicitResultAction,
 };
+use modelctx_server::tasks::TaskSupport;
 use modelctx_server::{
     CacheHint, Context, InputError, Json, LogLevel, NoArgs, Prompt, PromptMessage, ReadRequest,
     Resource, ResourceContents, ResourceTemplate, Server, Tool, sampling_request,
@@ -280,7 +282,7 @@ pub(crate) fn builder() -> modelctx_server::ServerBuilder {
     Server::builder("mcx-demo", env!("CARGO_PKG_VERSION"))
         .skill_files(SKILLS.iter().copied())
         .instructions(
-            "The mcx demo server: try `countdown` (progress and logs), `confirm` (elicitation), \
+            "The mcx demo server: try `countdown` (progress and logs; as a task too), `confirm` (elicitation), \
              `haiku` (sampling), `roots` (the client's roots) and `unlock` (the tool list \
              changes).",
         )
@@ -288,7 +290,12 @@ pub(crate) fn builder() -> modelctx_server::ServerBuilder {
         .tool(Tool::new("add", add).description("Adds two numbers (structured output)"))
         .tool(
             Tool::new("countdown", countdown)
-                .description("Counts down, reporting progress and logging each step"),
+                .description(
+                    "Counts down, reporting progress and logging each step; runs as a task when \
+                     the client asks (mcx tools call countdown --task), its progress the task's \
+                     status, cancellable",
+                )
+                .task_support(TaskSupport::Optional),
         )
         .tool(Tool::new("confirm", confirm).description("Asks the user to confirm (elicitation)"))
         .tool(

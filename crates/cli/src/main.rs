@@ -1,13 +1,15 @@
 //! `mcx`, the modelctx command-line tool: `mcx demo` walks through every MCP feature in both
 //! eras against the built-in demo server (over stdio and HTTP: the first walk in full, the others
 //! one line each unless `--all`; `--wire` adds the JSON-RPC messages); `mcx serve demo` serves that server on its own; and
-//! `discover`, `ping`, `tools`, `resources`, `prompts`, `complete` and `skills` talk to any MCP server,
+//! `discover`, `ping`, `tools`, `resources`, `prompts`, `complete`, `skills` and `tasks` talk to any MCP server,
 //! run as a child process (`--stdio "<command line>"`, with a filtered environment unless
 //! `--env KEY=VALUE` or `--inherit-env` say otherwise) or reached over Streamable HTTP (`--url
 //! URL`; `https` trusts the webpki roots and the CAs of `--cacert PATH`). `tools list` shows
 //! each tool's arguments, `tools show NAME` the whole tool, and `tools call` takes `--arg k=v`
-//! beside `--args JSON`. It cannot call a tool as a task: a tool that only runs as one
-//! (`execution.taskSupport` `"required"`) is marked in `tools list` and refused by `tools call`.
+//! beside `--args JSON`; `tools call --task` runs the call as a task (`tasks.rs`: its status on
+//! stderr while it runs, Ctrl-C cancels it with `tasks/cancel`), and `tasks get|cancel ID` look
+//! at or cancel one. A tool that only runs as a task (`execution.taskSupport` `"required"`) is
+//! marked in `tools list` and refused by `tools call` without `--task`.
 //! The client commands answer the server's own requests (`answer.rs`): elicitation as a form
 //! asked on the terminal (declined off one), roots from `--root DIR`, sampling from
 //! `--sampling-reply TEXT` (refused without); `--era` skips the probe.
@@ -72,6 +74,7 @@ mod proxy;
 mod reach;
 mod skills;
 mod state_keys;
+mod tasks;
 mod tools;
 mod walkthrough;
 mod words;
@@ -187,6 +190,8 @@ enum Command {
     Complete(CompleteArgs),
     /// List the server's skills, show one, or pull them into a directory, verified.
     Skills(Skills),
+    /// Look at or cancel a task of the server's (from `tools call --task`).
+    Tasks(TasksArgs),
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
@@ -314,6 +319,15 @@ struct Skills {
     output: JsonOutput,
 }
 
+/// `tasks` and its `--json`.
+#[derive(Args, Debug)]
+struct TasksArgs {
+    #[command(subcommand)]
+    command: tasks::TasksCommand,
+    #[command(flatten)]
+    output: JsonOutput,
+}
+
 /// `prompts` and its `--json`.
 #[derive(Args, Debug)]
 struct Prompts {
@@ -342,6 +356,18 @@ pub(crate) enum ToolsCommand {
         /// "42"). A value in JSON quotes is a string with its quotes: use --args for that.
         #[arg(long = "arg", value_name = "KEY=VALUE")]
         arg: Vec<String>,
+        /// Run the call as a task: the server answers with a task that mcx polls (at the
+        /// interval the server suggests), showing its status on stderr, until it ends; input
+        /// it asks for is answered as for any call. Ctrl-C cancels the task (tasks/cancel)
+        /// and exits with status 130. A 2026-07-28 server may still answer at once. Needs a
+        /// server with tasks (2025-11-25 `tasks.requests.tools.call`, or the 2026-07-28
+        /// extension io.modelcontextprotocol/tasks).
+        #[arg(long)]
+        task: bool,
+        /// With --task: how long a 2025-11-25 server should keep the task after it is
+        /// created, in seconds (the server may choose otherwise; 2026-07-28 servers choose).
+        #[arg(long, value_name = "SECONDS", requires = "task")]
+        ttl: Option<u64>,
     },
     /// Show a tool in full: its description, input and output schemas, annotations and task
     /// support (the tool object as JSON with --json).
@@ -415,6 +441,7 @@ pub(crate) enum ClientCommand {
     Prompts(PromptsCommand),
     Complete(CompleteArgs),
     Skills(skills::SkillsCommand),
+    Tasks(tasks::TasksCommand),
 }
 
 #[tokio::main]
@@ -438,6 +465,7 @@ async fn main() -> ExitCode {
         Command::Resources(c) => (ClientCommand::Resources(c.command), c.output),
         Command::Prompts(c) => (ClientCommand::Prompts(c.command), c.output),
         Command::Skills(c) => (ClientCommand::Skills(c.command), c.output),
+        Command::Tasks(c) => (ClientCommand::Tasks(c.command), c.output),
         Command::Complete(c) => {
             let output = c.output;
             (ClientCommand::Complete(c), output)

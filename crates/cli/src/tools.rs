@@ -1,11 +1,11 @@
 //! Tools as a terminal user sees them: a tool's arguments in one line (`(a: number, b?:
 //! string)`), the whole tool in `tools show`, the arguments of `tools call` from `--args` and
-//! `--arg key=value`, and tools that only run as tasks, which mcx cannot call yet.
+//! `--arg key=value`, and tools that only run as tasks (called with `--task`).
 
 use serde_json::{Map, Value};
 
 /// What `tools list` and `tools call` say of a tool that can only run as a task.
-pub(crate) const TASK_ONLY: &str = "task only: mcx cannot call it yet";
+pub(crate) const TASK_ONLY: &str = "task only: call it with --task";
 
 /// The widest argument list `tools list` shows; `tools show` shows them all.
 const MAX_SIGNATURE: usize = 60;
@@ -18,8 +18,8 @@ pub(crate) fn task_only(tool: &Value) -> bool {
 /// Why `tools call` does not call tool `name`: it can only run as a task.
 pub(crate) fn task_only_refusal(name: &str) -> String {
     format!(
-        "tool `{name}` can only run as a task (its execution.taskSupport is \"required\"), and \
-         mcx cannot call a tool as a task yet"
+        "tool `{name}` can only run as a task (its execution.taskSupport is \"required\"): call \
+         it with `mcx tools call {name} --task`"
     )
 }
 
@@ -446,7 +446,7 @@ mod tests {
             "output schema:\n  {\n",
             "\"sum\": {",
             "annotations:\n  readOnlyHint: true\n",
-            "task support: required (task only: mcx cannot call it yet)",
+            "task support: required (task only: call it with --task)",
             "icons: [{\"src\":\"https://example.com/i.png\"}]",
         ] {
             assert!(text.contains(expected), "{expected:?} in:\n{text}");

@@ -44,6 +44,8 @@ pub struct ClientBuilder {
     notification_queue: usize,
     write_timeout: Duration,
     wire: Option<crate::link::WireFn>,
+    /// Runs a 2025-11-25 server's task-augmented requests as tasks ([`receive_tasks`](Self::receive_tasks)).
+    tasks: Option<crate::tasks::TaskReceiving>,
     /// Gives the credentials of every HTTP request ([`auth`](Self::auth)).
     #[cfg(feature = "auth")]
     auth: Option<Arc<dyn modelctx_http::client::Authorizer>>,
@@ -108,6 +110,7 @@ impl Client {
             notification_queue: 256,
             write_timeout: crate::link::WRITE_TIMEOUT,
             wire: None,
+            tasks: None,
             #[cfg(feature = "auth")]
             auth: None,
         }
@@ -463,6 +466,19 @@ impl ClientBuilder {
         Ok(())
     }
 
+    /// Runs a 2025-11-25 server's task-augmented `sampling/createMessage` and
+    /// `elicitation/create` requests (those with `params.task`) as tasks, with the handlers of
+    /// [`on_sampling`](Self::on_sampling) and [`on_elicitation`](Self::on_elicitation):
+    /// declares `capabilities.tasks` (`list`, `cancel`, and `requests` for the handlers set) and
+    /// answers the server's `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel` from a
+    /// table bounded by [`TaskReceiving::max_tasks`](crate::TaskReceiving); a task is forgotten
+    /// once its time to live has passed. Off by default: the requests are then answered
+    /// directly, as any other.
+    pub fn receive_tasks(mut self, tasks: crate::tasks::TaskReceiving) -> Self {
+        self.tasks = Some(tasks);
+        self
+    }
+
     /// The level of log messages wanted (see [`Client::set_log_level`]); set on connect.
     pub fn log_level(mut self, level: LogLevel) -> Self {
         self.log_level = Some(level);
@@ -589,6 +605,9 @@ impl ClientBuilder {
         server: String,
     ) -> Result<Client, ConnectError> {
         let mut capabilities = self.handlers.capabilities();
+        if let Some(tasks) = &self.tasks {
+            capabilities.insert("tasks".into(), tasks.capabilities(&self.handlers));
+        }
         capabilities.extend(self.capabilities);
         let mut config = SessionConfig::new(&self.name, &self.version, capabilities);
         config.era = self.era;
@@ -635,6 +654,7 @@ impl ClientBuilder {
                 modelctx_types::schema::SchemaLimits::default(),
             ),
             wire: self.wire,
+            tasks: self.tasks.map(crate::tasks::Receiver::new),
         });
         let (ready, connected) = oneshot::channel();
         let (driver, handles) = Driver::new(

@@ -73,7 +73,7 @@ const MAX_CURSOR_BYTES: usize = 8 << 10;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -401,7 +401,7 @@ impl Client {
     /// Sends a request and runs the modern multi round-trip loop: an `input_required` answer is
     /// answered with the application's handlers and the request retried with a new id, the
     /// `inputResponses` and the `requestState` echoed verbatim, for a bounded number of rounds.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         mut params: JsonObject,
@@ -452,7 +452,7 @@ impl Client {
     }
 
     /// Answers every input request of one round, at once.
-    async fn answer_inputs(
+    pub(crate) async fn answer_inputs(
         &self,
         version: ProtocolVersion,
         requests: BTreeMap<String, model::InputRequest>,
@@ -648,11 +648,17 @@ impl Client {
             #[serde(rename = "outputSchema", borrow)]
             output_schema: Option<&'a RawValue>,
             annotations: Option<Annotations>,
+            execution: Option<Execution>,
         }
         #[derive(serde::Deserialize)]
         struct Annotations {
             #[serde(rename = "idempotentHint")]
             idempotent_hint: Option<bool>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Execution {
+            #[serde(rename = "taskSupport")]
+            task_support: Option<String>,
         }
         let Ok(listed) = serde_json::from_str::<Listed<'_>>(answer.result.get()) else {
             return;
@@ -670,7 +676,15 @@ impl Client {
                 .annotations
                 .and_then(|a| a.idempotent_hint)
                 .unwrap_or(false);
+            let tasks = tool
+                .execution
+                .and_then(|e| e.task_support)
+                .map(|support| support != "forbidden");
+            let name = tool.name.clone();
             tools.record(tool.name, output, idempotent);
+            if let Some(tasks) = tasks {
+                tools.record_task_support(&name, tasks);
+            }
         }
     }
 
@@ -728,31 +742,42 @@ impl Client {
         arguments: impl Serialize,
         options: CallOptions,
     ) -> Result<model::CallToolResult, Error> {
+        let params = tool_params(name, arguments)?;
+        let answer = self.send_tool_call(params, &options).await?;
+        self.tool_result(name, &answer).await
+    }
+
+    /// Sends a `tools/call` with `params`; over modern HTTP a -32020 lists the tools again and
+    /// sends it once more.
+    pub(crate) async fn send_tool_call(
+        &self,
+        params: JsonObject,
+        options: &CallOptions,
+    ) -> Result<Answer, Error> {
         let method = ToolsCall::VALUE;
-        let mut params = JsonObject::new();
-        params.insert("name".into(), Value::from(name));
-        match serde_json::to_value(arguments).map_err(|e| Error::InvalidArguments(e.to_string()))? {
-            Value::Null => {}
-            Value::Object(args) => {
-                params.insert("arguments".into(), Value::Object(args));
-            }
-            other => {
-                return Err(Error::InvalidArguments(format!(
-                    "tool arguments must be a JSON object, not {other}"
-                )));
-            }
-        }
-        let answer = match self.call(method, params.clone(), &options).await {
+        match self.call(method, params.clone(), options).await {
             #[cfg(feature = "http")]
             Err(Error::Remote(e)) if self.header_mismatch(&e) => {
                 // The tool's schema may have changed since it was listed (or it was not
                 // listed): list again and retry once; a second mismatch is the answer.
                 self.relist_tools().await?;
-                self.call(method, params, &options).await?
+                self.call(method, params, options).await
             }
-            answer => answer?,
+            answer => answer,
+        }
+    }
+
+    /// A `tools/call` result of tool `name`, decoded and its `structuredContent` checked.
+    pub(crate) async fn tool_result(
+        &self,
+        name: &str,
+        answer: &Answer,
+    ) -> Result<model::CallToolResult, Error> {
+        let method = ToolsCall::VALUE;
+        let result = match self.decode(method, answer)? {
+            model::ServerResult::CallTool(r) => r,
+            _ => return Err(Error::invalid(method, "a result of another method")),
         };
-        let result = typed!(self, method, answer, CallTool);
         self.check_structured(name, &result, answer.result.get().len())
             .await?;
         Ok(result)
@@ -1110,6 +1135,24 @@ impl Client {
             let _ = finished.await;
         }
     }
+}
+
+/// The params of a `tools/call` of tool `name` with `arguments` (a JSON object, or nothing).
+pub(crate) fn tool_params(name: &str, arguments: impl Serialize) -> Result<JsonObject, Error> {
+    let mut params = JsonObject::new();
+    params.insert("name".into(), Value::from(name));
+    match serde_json::to_value(arguments).map_err(|e| Error::InvalidArguments(e.to_string()))? {
+        Value::Null => {}
+        Value::Object(args) => {
+            params.insert("arguments".into(), Value::Object(args));
+        }
+        other => {
+            return Err(Error::InvalidArguments(format!(
+                "tool arguments must be a JSON object, not {other}"
+            )));
+        }
+    }
+    Ok(params)
 }
 
 /// The params of a list request.

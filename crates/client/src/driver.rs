@@ -131,6 +131,9 @@ pub struct TableSizes {
     pub subscription_waiters: usize,
     /// Open (or retiring) listen streams.
     pub listen_streams: usize,
+    /// Tasks the client keeps for the server (2025-11-25 task-augmented sampling and
+    /// elicitation), running or finished and not expired.
+    pub tasks: usize,
     /// The session's own tables.
     pub session: modelctx_session::TableSizes,
 }
@@ -161,6 +164,9 @@ pub(crate) struct Shared {
     pub(crate) schemas: modelctx_types::schema::SchemaCache,
     /// Shown every message sent and received ([`ClientBuilder::on_wire`](crate::ClientBuilder::on_wire)).
     pub(crate) wire: Option<crate::link::WireFn>,
+    /// The tasks the client runs for a 2025-11-25 server
+    /// ([`ClientBuilder::receive_tasks`](crate::ClientBuilder::receive_tasks)).
+    pub(crate) tasks: Option<Arc<crate::tasks::Receiver>>,
 }
 
 impl Shared {
@@ -505,6 +511,7 @@ impl Driver {
                     subscription_waiters: self.listen.waiters.len(),
                     listen_streams: usize::from(self.listen.open.is_some())
                         + self.listen.retiring.len(),
+                    tasks: self.shared.tasks.as_ref().map_or(0, |t| t.len()),
                     session: self.session.table_sizes(),
                 });
             }
@@ -832,14 +839,35 @@ impl Driver {
                 let answers = self.answers_tx.clone();
                 let id = request.id.clone();
                 let generation = request.generation;
+                // Requests about the client's tasks are answered from its table, and a
+                // task-augmented one at once: no call waits on the user for them.
+                let about_tasks = self
+                    .shared
+                    .tasks
+                    .as_ref()
+                    .and_then(|tasks| tasks.intercept(&handlers, &request));
+                let holds_calls = about_tasks.is_none();
                 let task = tokio::spawn(async move {
-                    let answer = handlers
-                        .answer_request(request.version, &request.method, request.params.as_deref())
-                        .await;
+                    let answer = match about_tasks {
+                        Some(answer) => answer.await,
+                        None => {
+                            handlers
+                                .answer_request(
+                                    request.version,
+                                    &request.method,
+                                    request.params.as_deref(),
+                                )
+                                .await
+                        }
+                    };
                     let _ = answers.send((request.id, generation, answer));
                 });
                 let during = self.asked_now.remove(&id);
-                let holds = self.hold_calls(during);
+                let holds = if holds_calls {
+                    self.hold_calls(during)
+                } else {
+                    Vec::new()
+                };
                 let input = Input {
                     generation,
                     task: task.abort_handle(),

@@ -73,6 +73,13 @@
 //!   [`Client::get_skill`] fetch entries only; [`Client::load_skill`] and
 //!   [`Client::read_skill_file`] read a file when asked and verify it against the entry (listed,
 //!   size, `sha256:` digest, `SKILL.md` frontmatter), a mismatch being a [`SkillError`].
+//! * **Tasks** (2025-11-25 experimental tasks, and the 2026-07-28 `io.modelcontextprotocol/tasks`
+//!   extension): [`Client::call_tool_as_task`] returns a [`TaskHandle`] that polls the task at
+//!   the server's interval (bounded), answers its input requests with the same handlers as any
+//!   call (2026-07-28: `tasks/update`; 2025-11-25: during `tasks/result`), cancels it and gives
+//!   its result, with typed errors ([`TaskError`]); [`ClientBuilder::receive_tasks`] runs a
+//!   2025-11-25 server's task-augmented sampling and elicitation requests as tasks of the
+//!   client's, in a bounded table whose tasks are freed after their time to live.
 //! * **Optional**: a [`ResultCache`] honouring `ttlMs` and `cacheScope`; a [`Reconnect`] policy
 //!   that restarts a stdio server that exited and re-initializes an HTTP session the server
 //!   ended.
@@ -89,8 +96,11 @@
 //! It does not authorize by itself: without an authorizer ([`ClientBuilder::auth`]) 401 and 403
 //! are plain transport errors, and an authorizer applies to HTTP connections only (stdio
 //! servers are authorized by their environment); the OAuth client it re-exports never opens a
-//! browser (`modelctx_auth::client` says what it does). It does not implement
-//! the tasks extension, does not replay calls lost when a connection ends (they fail with
+//! browser (`modelctx_auth::client` says what it does). For tasks it keeps no durable
+//! record of task ids (a host that must resume polling after a restart keeps them and uses
+//! [`Client::task`]), listens for no `notifications/tasks` (it polls), and runs no task for a
+//! 2026-07-28 server (that era has none in that direction). It does not replay calls lost when
+//! a connection ends (they fail with
 //! [`Error::Closed`]), and does not decide for the user: sampling and elicitation handlers are
 //! the application's, and a missing handler means the capability is not declared. For skills it
 //! keeps no registry, no approvals and no cache of skill files: a host holds the entries it
@@ -122,6 +132,7 @@ mod params;
 mod skills;
 #[cfg(feature = "stdio")]
 mod stdio;
+mod tasks;
 mod wire;
 
 pub use builder::ClientBuilder;
@@ -137,6 +148,12 @@ pub use link::Direction;
 pub use modelctx_types::skills as skill_types;
 pub use notify::{LogMessage, Notifications, Progress, RecvError, ServerNotification, Unreadable};
 pub use skills::{SkillError, SkillFile};
+pub use tasks::{TaskError, TaskHandle, TaskInfo, TaskOptions, TaskReceiving};
+/// The tasks' vocabulary: the extension's id, the related-task `_meta` key, statuses.
+pub mod task {
+    pub use crate::tasks::{EXTENSION_ID, RELATED_TASK, is_terminal, status_str};
+    pub use modelctx_types::model::TaskStatus;
+}
 
 pub use modelctx_session::{CloseReason, Era, EraChoice, LogLevel, ProtocolVersion, SessionError};
 pub use modelctx_types::model;

@@ -33,6 +33,9 @@ pub(crate) struct ListedTool {
     /// Streamable HTTP: its calls carry them as `Mcp-Param-{Name}` headers.
     #[cfg(feature = "http")]
     pub(crate) headers: Option<Arc<[modelctx_http::headers::ParamHeader]>>,
+    /// Whether it may be called as a task (2025-11-25 `execution.taskSupport` other than
+    /// `forbidden`), when the listing said.
+    pub(crate) task_support: Option<bool>,
 }
 
 /// An output schema as stored.
@@ -107,8 +110,22 @@ impl ListedTools {
                 idempotent,
                 #[cfg(feature = "http")]
                 headers: None,
+                task_support: None,
             },
         );
+    }
+
+    /// Records whether tool `name` may be called as a task (after [`record`](Self::record)).
+    pub(crate) fn record_task_support(&mut self, name: &str, tasks: bool) {
+        if let Some(tool) = self.tools.get_mut(name) {
+            tool.task_support = Some(tasks);
+        } else if self.tools.len() < MAX_TOOLS {
+            let tool = ListedTool {
+                task_support: Some(tasks),
+                ..ListedTool::default()
+            };
+            self.tools.insert(name.to_owned(), tool);
+        }
     }
 
     /// Records the `x-mcp-header` parameters of tool `name` (after [`record`](Self::record)).

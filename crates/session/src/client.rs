@@ -619,7 +619,11 @@ impl ClientSession {
 
     /// Sends a request. It must exist in the version spoken and the server must have declared what
     /// it needs. In the modern era `_meta` gets the protocol version, the client capabilities and
-    /// the client info (members already in `params._meta` are kept unless they collide).
+    /// the client info (members already in `params._meta` are kept unless they collide). The
+    /// capabilities are the configured ones plus, for this request only, those the caller put in
+    /// `params._meta["io.modelcontextprotocol/clientCapabilities"]` (an object: its members are
+    /// added, objects merged one level deep, the configured members kept), such as an extension
+    /// declared on one request (the tasks extension is declared per request).
     /// `subscriptions/listen` never times out.
     pub fn send_request_with(
         &mut self,
@@ -663,7 +667,11 @@ impl ClientSession {
             });
         }
         let era = version.era();
-        let meta = (era == Era::Modern).then(|| self.modern_meta(version));
+        let meta = (era == Era::Modern).then(|| {
+            let mut meta = self.modern_meta(version);
+            add_request_capabilities(&mut meta, params.as_ref());
+            meta
+        });
         if method == "subscriptions/listen" {
             options.timeout = None;
         }
@@ -928,5 +936,33 @@ impl Role for ClientSession {
 
     fn dispatch(&mut self, now: Instant, message: Message, batch: Option<u64>) {
         ClientSession::dispatch(self, now, message, batch);
+    }
+}
+
+/// Adds to the client capabilities of modern `meta` those the caller declared for this request
+/// in `params._meta[clientCapabilities]`: members the configuration lacks are added, and the
+/// members of an object both have (such as `extensions`) are merged, the configured ones kept.
+fn add_request_capabilities(meta: &mut JsonObject, params: Option<&JsonObject>) {
+    let Some(Value::Object(extra)) = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(meta::CLIENT_CAPABILITIES))
+    else {
+        return;
+    };
+    let Some(Value::Object(caps)) = meta.get_mut(meta::CLIENT_CAPABILITIES) else {
+        return;
+    };
+    for (key, value) in extra {
+        match (caps.get_mut(key), value) {
+            (None, value) => {
+                caps.insert(key.clone(), value.clone());
+            }
+            (Some(Value::Object(configured)), Value::Object(added)) => {
+                for (k, v) in added {
+                    configured.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            _ => {}
+        }
     }
 }

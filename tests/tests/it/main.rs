@@ -39,4 +39,6 @@ mod server_ts_clients;
 mod skills;
 mod sse_retry;
 mod stdio;
+mod tasks_client;
+mod tasks_server;
 mod traps;

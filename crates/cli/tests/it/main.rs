@@ -11,3 +11,4 @@ mod proxy;
 mod reach;
 mod serve;
 mod skills;
+mod tasks;

@@ -472,7 +472,7 @@ fn task_only_tools_are_marked_and_not_called() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(research.contains("(topic: string)"), "{research}");
     assert!(
-        research.ends_with("(task only: mcx cannot call it yet) Researches a topic"),
+        research.ends_with("(task only: call it with --task) Researches a topic"),
         "{research}"
     );
     let env = text.lines().find(|l| l.starts_with("env ")).expect("env");
@@ -480,7 +480,7 @@ fn task_only_tools_are_marked_and_not_called() {
 
     let out = mcx(&["--stdio", &server, "tools", "show", "research"]);
     assert!(
-        stdout(&out).contains("task support: required (task only: mcx cannot call it yet)"),
+        stdout(&out).contains("task support: required (task only: call it with --task)"),
         "{}",
         stdout(&out)
     );

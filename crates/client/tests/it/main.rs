@@ -10,4 +10,5 @@ mod common;
 mod connecting;
 mod junk;
 mod scripted;
+mod tasks;
 mod wire;

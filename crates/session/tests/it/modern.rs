@@ -802,3 +802,46 @@ fn a_connection_session_writes_no_refusals() {
     assert!(!out[0].0);
     assert_eq!(out[0].1["error"]["code"], -32600);
 }
+
+/// An extension declared on one request (the tasks extension's way) is added to the configured
+/// capabilities of that request only; the configured members stay as they are.
+#[test]
+fn capabilities_declared_on_one_request_are_added_to_it_only() {
+    let mut pair = Pair::connected(&[modelctx_session::ProtocolVersion::V2026_07_28]);
+    let tasks = "io.modelcontextprotocol/tasks";
+    let params = obj(json!({
+        "name": "t",
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {tasks: {}},
+            "sampling": {"tools": {}},
+            "roots": {"listChanged": false},
+        }},
+    }));
+    pair.client
+        .send_request(pair.now, "tools/call", Some(params))
+        .unwrap();
+    pair.client
+        .send_request(pair.now, "tools/call", Some(obj(json!({"name": "t"}))))
+        .unwrap();
+    pair.pump();
+    let calls: Vec<&Value> = pair
+        .to_server
+        .iter()
+        .filter(|m| m["method"] == "tools/call")
+        .collect();
+    let caps = |i: usize| {
+        calls[i]["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone()
+    };
+    assert_eq!(caps(0)["extensions"], json!({tasks: {}}));
+    assert_eq!(
+        caps(0)["sampling"],
+        json!({"tools": {}}),
+        "objects are merged"
+    );
+    assert_eq!(
+        caps(0)["roots"],
+        json!({"listChanged": true}),
+        "the configured member is kept"
+    );
+    assert!(caps(1).get("extensions").is_none(), "{}", caps(1));
+}
