@@ -4,8 +4,10 @@
 //! * [`store`]: the [`TaskStore`] where tasks live, bound to the principal that created them,
 //!   and its bounded in-memory default, [`MemoryTaskStore`].
 
+pub(crate) mod legacy;
 pub(crate) mod store;
 
+pub use legacy::ClientTask;
 pub use store::{
     Clock, MemoryTaskStore, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
     TaskStoreErrorKind, TaskStoreFuture, TaskUpdate, Updated,

@@ -1,0 +1,436 @@
+//! The experimental tasks of protocol 2025-11-25 (SEP-1686), both directions, on the task store
+//! and runner of this module's parent.
+//!
+//! Client to server: a `tools/call` whose params carry `task: {ttl?}`, of a tool whose
+//! `execution.taskSupport` allows it, is answered at once with a `CreateTaskResult`
+//! (`{task: {taskId, status, createdAt, lastUpdatedAt, ttl, pollInterval}}`) while the tool's
+//! handler runs as a task; `tasks/get` answers the task, `tasks/result` waits until it is
+//! finished and answers what the call would have (its result with
+//! `_meta["io.modelcontextprotocol/related-task"]`, or its error), `tasks/list` pages through
+//! the caller's tasks, `tasks/cancel` cancels one. A task that asks the client for input is
+//! `input_required`; the questions go to the client as requests on the stream of a
+//! `tasks/result` for the task, with the related-task `_meta`, and the answers come back as any
+//! answer does. While a `tasks/result` waits, each change of the task's status is sent on its
+//! stream as `notifications/tasks/status`.
+//!
+//! Tasks are bound to the caller: its authenticated principal, or without one its legacy HTTP
+//! session (`Mcp-Session-Id`); over stdio (no principal, no session id) the process has one
+//! client. Another caller asking for a task gets -32602, as for an unknown id.
+//!
+//! Server to client: [`Context::create_message_as_task`] and [`Context::elicit_as_task`] ask a
+//! client that declared `capabilities.tasks.requests.*` to run the request as a task, and
+//! return a [`ClientTask`] that polls it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use modelctx_session::ProtocolVersion;
+use modelctx_types::consts::{
+    ElicitationCreate, SamplingCreateMessage, TasksCancel, TasksGet, TasksResult,
+};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model, v2025_11_25};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::store::{TaskRecord, TaskStatus};
+use crate::context::Context;
+use crate::input::{InputError, NoAnswer};
+use crate::wire::invalid_params;
+
+/// The `_meta` key that ties a message to the task it belongs to (2025-11-25).
+pub(crate) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+// ---------------------------------------------------------------------------------------------
+// Writing tasks for 2025-11-25.
+// ---------------------------------------------------------------------------------------------
+
+/// `record` as the 2025-11-25 `Task` (`ttl` written as `null` when unlimited).
+pub(crate) fn task_json(record: &TaskRecord) -> JsonObject {
+    let mut task = JsonObject::new();
+    task.insert("taskId".into(), Value::from(record.task_id.as_str()));
+    task.insert("status".into(), Value::from(record.status.as_str()));
+    if let Some(message) = &record.status_message {
+        task.insert("statusMessage".into(), Value::from(message.as_str()));
+    }
+    task.insert("createdAt".into(), Value::from(iso8601(record.created_ms)));
+    task.insert(
+        "lastUpdatedAt".into(),
+        Value::from(iso8601(record.last_updated_ms)),
+    );
+    task.insert(
+        "ttl".into(),
+        record.ttl_ms.map_or(Value::Null, Value::from),
+    );
+    if let Some(interval) = record.poll_interval_ms {
+        task.insert("pollInterval".into(), Value::from(interval));
+    }
+    task
+}
+
+/// `{"io.modelcontextprotocol/related-task": {"taskId": id}}`.
+pub(crate) fn related_task_meta(task_id: &str) -> JsonObject {
+    let mut related = JsonObject::new();
+    related.insert("taskId".into(), Value::from(task_id));
+    let mut meta = JsonObject::new();
+    meta.insert(RELATED_TASK.into(), Value::Object(related));
+    meta
+}
+
+/// Milliseconds since the Unix epoch as an ISO 8601 (RFC 3339) UTC timestamp with
+/// milliseconds: `2025-11-25T10:30:00.000Z`.
+pub(crate) fn iso8601(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rem = secs % 86_400;
+    // Days to a civil date (Howard Hinnant's algorithm), in the proleptic Gregorian calendar.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// The raw JSON text of `value`.
+fn raw(value: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject> {
+    crate::wire::raw(value)
+}
+
+/// The -32602 error of a task the caller cannot see (unknown, expired, or another's).
+fn not_found(task_id: &str) -> ErrorObject {
+    invalid_params(format!("Failed to retrieve task: task {task_id:?} not found"))
+}
+
+/// The `taskId` of a `tasks/get`, `tasks/result` or `tasks/cancel` request.
+pub(crate) fn task_id_of(params: &JsonObject) -> Result<String, ErrorObject> {
+    match params.get("taskId") {
+        Some(Value::String(id)) => Ok(id.clone()),
+        _ => Err(invalid_params("taskId must be a string")),
+    }
+}
+
+/// What `tasks/result` answers for a finished task: its result with the related-task `_meta`,
+/// or its error; a cancelled task has neither and is answered with an error saying so.
+pub(crate) fn outcome(record: &TaskRecord) -> Result<Box<RawValue>, ErrorObject> {
+    if let Some(error) = &record.error {
+        return Err(
+            serde_json::from_value::<ErrorObject>(Value::Object(error.clone())).unwrap_or_else(
+                |_| ErrorObject::new(ErrorCode::INTERNAL_ERROR, "the task failed"),
+            ),
+        );
+    }
+    match (&record.result, record.status) {
+        (Some(result), _) => {
+            let mut result = result.clone();
+            let meta = result
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(JsonObject::new()));
+            if let Value::Object(meta) = meta {
+                meta.extend(related_task_meta(&record.task_id));
+            }
+            raw(&result)
+        }
+        (None, TaskStatus::Cancelled) => Err(ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("task {:?} was cancelled: it has no result", record.task_id),
+        )),
+        (None, status) => Err(ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("task {:?} is {status} without a result", record.task_id),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The other direction: the server asks a 2025-11-25 client to run a request as a task.
+// ---------------------------------------------------------------------------------------------
+
+/// The shortest and the longest wait between two polls of a client's task
+/// ([`ClientTask::wait`]), whatever `pollInterval` the client suggests.
+const CLIENT_POLL_BOUNDS: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(5));
+
+/// A request the client runs as a task (2025-11-25, the client declared
+/// `capabilities.tasks.requests.*` for it): made by [`Context::create_message_as_task`] or
+/// [`Context::elicit_as_task`], polled with `tasks/get`, its result taken with `tasks/result`,
+/// cancelled with `tasks/cancel`. These requests go on the stream of the handler's own request,
+/// so a handle is used while that request runs.
+#[derive(Debug)]
+pub struct ClientTask<T> {
+    context: Context,
+    task: model::Task,
+    read: fn(Value) -> Result<T, InputError>,
+}
+
+impl<T> ClientTask<T> {
+    /// The task's id, as the client gave it.
+    pub fn id(&self) -> &str {
+        &self.task.task_id
+    }
+
+    /// The task as last heard of (its `CreateTaskResult`, or the last `tasks/get` or
+    /// `tasks/cancel`).
+    pub fn task(&self) -> &model::Task {
+        &self.task
+    }
+
+    /// Asks the client for the task's state (`tasks/get`).
+    ///
+    /// # Errors
+    ///
+    /// The client's error (an unknown or expired task is -32602), or no answer.
+    pub async fn status(&mut self) -> Result<&model::Task, InputError> {
+        let answer = self
+            .context
+            .ask(TasksGet::VALUE, task_id_params(self.id()), None, None)
+            .await?;
+        self.task = read_as::<v2025_11_25::Task, _>(answer)?;
+        Ok(&self.task)
+    }
+
+    /// Cancels the task (`tasks/cancel`; the client must have declared `tasks.cancel`): the
+    /// task as the client answers, `cancelled`.
+    ///
+    /// # Errors
+    ///
+    /// [`InputError::NotSupported`] without `tasks.cancel`; the client's error (-32602 for a
+    /// task already finished), or no answer.
+    pub async fn cancel(&mut self) -> Result<&model::Task, InputError> {
+        let answer = self
+            .context
+            .ask(TasksCancel::VALUE, task_id_params(self.id()), None, None)
+            .await?;
+        self.task = read_as::<v2025_11_25::Task, _>(answer)?;
+        Ok(&self.task)
+    }
+
+    /// The request's result (`tasks/result`, which the client answers once the task is
+    /// finished): what the request itself would have returned.
+    ///
+    /// # Errors
+    ///
+    /// The request's own error ([`InputError::Refused`]), or an answer that is not its result.
+    pub async fn result(&mut self) -> Result<T, InputError> {
+        let answer = self
+            .context
+            .ask(TasksResult::VALUE, task_id_params(self.id()), None, None)
+            .await?;
+        (self.read)(answer)
+    }
+
+    /// Polls the task (`tasks/get`) at the client's `pollInterval` (kept between 10 ms and 5 s;
+    /// 100 ms when it suggests none) until it is finished or needs input, then takes its result
+    /// ([`result`](Self::result)). Stops when the handler's request is cancelled.
+    ///
+    /// # Errors
+    ///
+    /// As [`status`](Self::status) and [`result`](Self::result);
+    /// [`InputError::NoAnswer`] ([`NoAnswer::RequestEnded`]) when the request is cancelled.
+    pub async fn wait(&mut self) -> Result<T, InputError> {
+        loop {
+            if matches!(
+                self.task.status,
+                model::TaskStatus::Completed
+                    | model::TaskStatus::Failed
+                    | model::TaskStatus::Cancelled
+                    | model::TaskStatus::InputRequired
+            ) {
+                return self.result().await;
+            }
+            let interval = self
+                .task
+                .poll_interval
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map_or(Duration::from_millis(100), Duration::from_millis)
+                .clamp(CLIENT_POLL_BOUNDS.0, CLIENT_POLL_BOUNDS.1);
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = self.context.cancelled().cancelled() => {
+                    return Err(InputError::NoAnswer(NoAnswer::RequestEnded));
+                }
+            }
+            self.status().await?;
+        }
+    }
+}
+
+impl Context {
+    /// Asks the client to run a `sampling/createMessage` request as a task (2025-11-25, a
+    /// client that declared `capabilities.tasks.requests.sampling.createMessage`): the request
+    /// carries `task: {ttl}` (`ttl`: `None` leaves it to the client) and the client answers at
+    /// once with the task, which the returned [`ClientTask`] polls and whose result it takes.
+    ///
+    /// ```
+    /// # async fn f(context: modelctx_server::Context) -> Result<(), modelctx_server::InputError> {
+    /// use std::time::Duration;
+    /// use modelctx_server::sampling_request;
+    ///
+    /// let mut task = context
+    ///     .create_message_as_task(sampling_request("Summarise the report", 500), Some(Duration::from_secs(600)))
+    ///     .await?;
+    /// let answer = task.wait().await?;
+    /// println!("{} answered", answer.model);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InputError::NotSupported`] when the session is not 2025-11-25 or the client did not
+    /// declare task-augmented sampling (or sampling itself); otherwise as [`Context::sample`].
+    pub async fn create_message_as_task(
+        &self,
+        params: model::CreateMessageRequestParams,
+        ttl: Option<Duration>,
+    ) -> Result<ClientTask<model::CreateMessageResult>, InputError> {
+        self.can_run_as_task(&["sampling", "createMessage"])?;
+        let params = model::CreateMessageRequestParams {
+            task: Some(model::TaskMetadata {
+                ttl: ttl.map(millis),
+            }),
+            ..params
+        };
+        let sent = crate::wire::write::sampling_request(params, self.inner.version)
+            .map_err(InputError::Unwritable)?;
+        let answer = self
+            .ask(SamplingCreateMessage::VALUE, sent, None, None)
+            .await?;
+        self.client_task(answer, read_as::<v2025_11_25::CreateMessageResult, _>)
+    }
+
+    /// Asks the user through the client, as a task (2025-11-25, a client that declared
+    /// `capabilities.tasks.requests.elicitation.create`): [`Context::elicit`]'s form-mode
+    /// request with `task: {ttl}`; the client answers at once with the task.
+    ///
+    /// # Errors
+    ///
+    /// [`InputError::NotSupported`] when the session is not 2025-11-25 or the client did not
+    /// declare task-augmented elicitation (or form elicitation); otherwise as
+    /// [`Context::elicit`].
+    pub async fn elicit_as_task(
+        &self,
+        message: &str,
+        requested_schema: Value,
+        ttl: Option<Duration>,
+    ) -> Result<ClientTask<model::ElicitResult>, InputError> {
+        self.can_run_as_task(&["elicitation", "create"])?;
+        let mut params = JsonObject::new();
+        params.insert("mode".into(), Value::from("form"));
+        params.insert("message".into(), Value::from(message));
+        params.insert("requestedSchema".into(), requested_schema);
+        let mut task = JsonObject::new();
+        if let Some(ttl) = ttl {
+            task.insert("ttl".into(), Value::from(millis(ttl)));
+        }
+        params.insert("task".into(), Value::Object(task));
+        let answer = self
+            .ask(ElicitationCreate::VALUE, params, None, None)
+            .await?;
+        self.client_task(answer, read_as::<v2025_11_25::ElicitResult, _>)
+    }
+
+    /// Whether the client of this 2025-11-25 session declared task-augmented `request`
+    /// (`["sampling", "createMessage"]`, ...) under `capabilities.tasks.requests`.
+    fn can_run_as_task(&self, request: &[&str]) -> Result<(), InputError> {
+        let path = || format!("tasks.requests.{}", request.join("."));
+        if self.inner.modern || self.inner.version != ProtocolVersion::V2025_11_25 {
+            return Err(InputError::NotSupported(path()));
+        }
+        let declared = self
+            .inner
+            .client_capabilities
+            .as_ref()
+            .and_then(|caps| caps.get("tasks")?.get("requests"))
+            .and_then(|requests| request.iter().try_fold(requests, |at, step| at.get(*step)))
+            .is_some_and(|flag| !matches!(flag, Value::Null | Value::Bool(false)));
+        if declared {
+            Ok(())
+        } else {
+            Err(InputError::NotSupported(path()))
+        }
+    }
+
+    /// The handle of the task the client's `answer` (a `CreateTaskResult`) names.
+    fn client_task<T>(
+        &self,
+        answer: Value,
+        read: fn(Value) -> Result<T, InputError>,
+    ) -> Result<ClientTask<T>, InputError> {
+        let created = serde_json::from_value::<v2025_11_25::CreateTaskResult>(answer)
+            .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))))?;
+        Ok(ClientTask {
+            context: self.clone(),
+            task: created.task.into(),
+            read,
+        })
+    }
+}
+
+/// `{"taskId": id}`.
+fn task_id_params(id: &str) -> JsonObject {
+    let mut params = JsonObject::new();
+    params.insert("taskId".into(), Value::from(id));
+    params
+}
+
+/// `answer` as the model's `M`, read with the 2025-11-25 wire type `W`.
+fn read_as<W, M>(answer: Value) -> Result<M, InputError>
+where
+    W: serde::de::DeserializeOwned + Into<M>,
+{
+    serde_json::from_value::<W>(answer)
+        .map(Into::into)
+        .map_err(|e| InputError::NoAnswer(NoAnswer::Unreadable(Arc::new(e))))
+}
+
+/// `duration` in whole milliseconds, as the wire has it.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Now, in milliseconds since the Unix epoch.
+#[allow(dead_code)]
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        // 2025-11-25T10:30:00.250Z
+        assert_eq!(iso8601(1_764_066_600_250), "2025-11-25T10:30:00.250Z");
+        // A leap day.
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_task_is_written_as_2025_11_25_has_it() {
+        let record = TaskRecord::new("t1", None, "tools/call", "2025-11-25", UNIX_EPOCH)
+            .ttl_ms(Some(60_000))
+            .poll_interval_ms(Some(500));
+        let task = Value::Object(task_json(&record));
+        let wire: v2025_11_25::Task = serde_json::from_value(task.clone()).unwrap();
+        assert_eq!(wire.task_id, "t1");
+        assert_eq!(wire.ttl, Some(60_000));
+        assert_eq!(wire.poll_interval, Some(500));
+        assert_eq!(task["status"], "working");
+        // Unlimited: an explicit null (the field is required and nullable).
+        let unlimited = task_json(&record.ttl_ms(None));
+        assert_eq!(unlimited.get("ttl"), Some(&Value::Null));
+    }
+}
