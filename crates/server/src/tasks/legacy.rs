@@ -32,7 +32,9 @@ use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model, v2025_11_25};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::store::{TaskRecord, TaskStatus};
+use super::store::{
+    TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate,
+};
 use crate::context::Context;
 use crate::input::{InputError, NoAnswer};
 use crate::wire::invalid_params;
@@ -57,10 +59,7 @@ pub(crate) fn task_json(record: &TaskRecord) -> JsonObject {
         "lastUpdatedAt".into(),
         Value::from(iso8601(record.last_updated_ms)),
     );
-    task.insert(
-        "ttl".into(),
-        record.ttl_ms.map_or(Value::Null, Value::from),
-    );
+    task.insert("ttl".into(), record.ttl_ms.map_or(Value::Null, Value::from));
     if let Some(interval) = record.poll_interval_ms {
         task.insert("pollInterval".into(), Value::from(interval));
     }
@@ -108,7 +107,9 @@ fn raw(value: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject> {
 
 /// The -32602 error of a task the caller cannot see (unknown, expired, or another's).
 fn not_found(task_id: &str) -> ErrorObject {
-    invalid_params(format!("Failed to retrieve task: task {task_id:?} not found"))
+    invalid_params(format!(
+        "Failed to retrieve task: task {task_id:?} not found"
+    ))
 }
 
 /// The `taskId` of a `tasks/get`, `tasks/result` or `tasks/cancel` request.
@@ -124,9 +125,8 @@ pub(crate) fn task_id_of(params: &JsonObject) -> Result<String, ErrorObject> {
 pub(crate) fn outcome(record: &TaskRecord) -> Result<Box<RawValue>, ErrorObject> {
     if let Some(error) = &record.error {
         return Err(
-            serde_json::from_value::<ErrorObject>(Value::Object(error.clone())).unwrap_or_else(
-                |_| ErrorObject::new(ErrorCode::INTERNAL_ERROR, "the task failed"),
-            ),
+            serde_json::from_value::<ErrorObject>(Value::Object(error.clone()))
+                .unwrap_or_else(|_| ErrorObject::new(ErrorCode::INTERNAL_ERROR, "the task failed")),
         );
     }
     match (&record.result, record.status) {
@@ -148,6 +148,93 @@ pub(crate) fn outcome(record: &TaskRecord) -> Result<Box<RawValue>, ErrorObject>
             ErrorCode::INTERNAL_ERROR,
             format!("task {:?} is {status} without a result", record.task_id),
         )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The requests on tasks: tasks/get, tasks/list, tasks/cancel, tasks/result.
+// ---------------------------------------------------------------------------------------------
+
+/// A store's failure as the JSON-RPC error the request gets: -32603, saying why (the store's
+/// own cause stays in the server's logs).
+fn store_error(error: &TaskStoreError) -> ErrorObject {
+    tracing::warn!(%error, "a task store call failed");
+    ErrorObject::new(ErrorCode::INTERNAL_ERROR, error.to_string())
+}
+
+/// The task `task_id` of `caller`, or -32602 when it has none (unknown, expired, another's).
+async fn find(
+    store: &dyn TaskStore,
+    caller: Option<&str>,
+    task_id: &str,
+) -> Result<TaskRecord, ErrorObject> {
+    match store.get(task_id, caller).await {
+        Ok(Some(record)) => Ok(record),
+        Ok(None) => Err(not_found(task_id)),
+        Err(error) => Err(store_error(&error)),
+    }
+}
+
+/// `tasks/get`: the caller's task.
+pub(crate) async fn get(
+    store: &dyn TaskStore,
+    caller: Option<&str>,
+    params: &JsonObject,
+) -> Result<Box<RawValue>, ErrorObject> {
+    let task_id = task_id_of(params)?;
+    let record = find(store, caller, &task_id).await?;
+    raw(&task_json(&record))
+}
+
+/// `tasks/list`: a page of at most `page_size` of the caller's tasks, oldest first, from the
+/// params' `cursor` (one the store did not make is -32602).
+pub(crate) async fn list(
+    store: &dyn TaskStore,
+    caller: Option<&str>,
+    params: &JsonObject,
+    page_size: usize,
+) -> Result<Box<RawValue>, ErrorObject> {
+    let cursor = match params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(cursor)) => Some(cursor.as_str()),
+        Some(_) => return Err(invalid_params("cursor must be a string")),
+    };
+    let page = match store.list(caller, cursor, page_size).await {
+        Ok(page) => page,
+        Err(error) if cursor.is_some() && error.kind() == TaskStoreErrorKind::Failed => {
+            return Err(invalid_params(format!("invalid cursor: {error}")));
+        }
+        Err(error) => return Err(store_error(&error)),
+    };
+    let tasks: Vec<Value> = page
+        .tasks
+        .iter()
+        .map(|record| Value::Object(task_json(record)))
+        .collect();
+    let mut result = JsonObject::new();
+    result.insert("tasks".into(), Value::Array(tasks));
+    if let Some(next) = page.next_cursor {
+        result.insert("nextCursor".into(), Value::from(next));
+    }
+    raw(&result)
+}
+
+/// `tasks/cancel`, in the store: the caller's task settled `cancelled` (its handler is stopped
+/// by the caller of this), or -32602 when it had finished already (or there is none).
+pub(crate) async fn cancel(
+    store: &dyn TaskStore,
+    caller: Option<&str>,
+    task_id: &str,
+) -> Result<TaskRecord, ErrorObject> {
+    let update = TaskUpdate::cancel().message("The task was cancelled by request.");
+    match store.update(task_id, caller, &update).await {
+        Ok(Some(updated)) if updated.applied => Ok(updated.record),
+        Ok(Some(updated)) => Err(invalid_params(format!(
+            "Cannot cancel task: already in terminal status '{}'",
+            updated.record.status
+        ))),
+        Ok(None) => Err(not_found(task_id)),
+        Err(error) => Err(store_error(&error)),
     }
 }
 
@@ -408,6 +495,7 @@ fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tasks::MemoryTaskStore;
 
     #[test]
     fn timestamps_are_rfc3339_utc_with_milliseconds() {
@@ -416,6 +504,125 @@ mod tests {
         assert_eq!(iso8601(1_764_066_600_250), "2025-11-25T10:30:00.250Z");
         // A leap day.
         assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    fn params(task_id: &str) -> JsonObject {
+        task_id_params(task_id)
+    }
+
+    fn created(store: &MemoryTaskStore, id: &str, principal: Option<&str>) {
+        let record = TaskRecord::new(
+            id,
+            principal.map(str::to_owned),
+            "tools/call",
+            "2025-11-25",
+            SystemTime::now(),
+        )
+        .ttl_ms(Some(60_000));
+        block_on(store.create(&record)).unwrap();
+    }
+
+    #[test]
+    fn get_answers_the_callers_task_and_no_other() {
+        let store = MemoryTaskStore::new();
+        created(&store, "a", Some("alice"));
+        let task: Value = serde_json::from_str(
+            block_on(get(&store, Some("alice"), &params("a")))
+                .unwrap()
+                .get(),
+        )
+        .unwrap();
+        assert_eq!(task["taskId"], "a");
+        assert_eq!(task["status"], "working");
+        assert_eq!(task["ttl"], 60_000);
+        for (caller, id) in [(Some("bob"), "a"), (None, "a"), (Some("alice"), "zz")] {
+            let error = block_on(get(&store, caller, &params(id))).unwrap_err();
+            assert_eq!(error.code, ErrorCode::INVALID_PARAMS, "{caller:?} {id}");
+        }
+        let error = block_on(get(&store, None, &JsonObject::new())).unwrap_err();
+        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn list_pages_through_the_callers_tasks_with_a_cursor() {
+        let store = MemoryTaskStore::new();
+        for id in ["a", "b", "c"] {
+            created(&store, id, Some("alice"));
+        }
+        created(&store, "x", Some("bob"));
+        let page = |cursor: Option<&str>| {
+            let mut params = JsonObject::new();
+            if let Some(cursor) = cursor {
+                params.insert("cursor".into(), Value::from(cursor));
+            }
+            block_on(list(&store, Some("alice"), &params, 2))
+                .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap())
+        };
+        let first = page(None).unwrap();
+        assert_eq!(first["tasks"].as_array().unwrap().len(), 2);
+        let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+        let second = page(Some(&cursor)).unwrap();
+        let ids: Vec<&str> = first["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(second["tasks"].as_array().unwrap())
+            .map(|t| t["taskId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 3);
+        assert!(
+            !ids.contains(&"x"),
+            "another principal's task is never listed"
+        );
+        assert!(second.get("nextCursor").is_none());
+        let error = page(Some("not a cursor")).unwrap_err();
+        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+    }
+
+    #[test]
+    fn cancel_settles_a_running_task_and_refuses_a_finished_one() {
+        let store = MemoryTaskStore::new();
+        created(&store, "a", None);
+        let record = block_on(cancel(&store, None, "a")).unwrap();
+        assert_eq!(record.status, TaskStatus::Cancelled);
+        let again = block_on(cancel(&store, None, "a")).unwrap_err();
+        assert_eq!(again.code, ErrorCode::INVALID_PARAMS);
+        assert!(again.message.contains("cancelled"), "{}", again.message);
+        let unknown = block_on(cancel(&store, None, "zz")).unwrap_err();
+        assert_eq!(unknown.code, ErrorCode::INVALID_PARAMS);
+        // The result of a cancelled task is an error saying so.
+        let cancelled = block_on(store.get("a", None)).unwrap().unwrap();
+        assert!(outcome(&cancelled).is_err());
+    }
+
+    #[test]
+    fn the_outcome_of_a_finished_task_is_its_result_with_the_related_task_meta_or_its_error() {
+        let mut record = TaskRecord::new("t", None, "tools/call", "2025-11-25", UNIX_EPOCH);
+        let result = serde_json::json!({"content": [{"type": "text", "text": "hi"}]});
+        record.apply(
+            &TaskUpdate::complete(result.as_object().cloned().unwrap()),
+            1,
+        );
+        let answer: Value = serde_json::from_str(outcome(&record).unwrap().get()).unwrap();
+        assert_eq!(answer["content"][0]["text"], "hi");
+        assert_eq!(answer["_meta"][RELATED_TASK]["taskId"], "t");
+        let mut failed = TaskRecord::new("f", None, "tools/call", "2025-11-25", UNIX_EPOCH);
+        failed.apply(
+            &TaskUpdate::fail(&ErrorObject::new(ErrorCode::INVALID_PARAMS, "bad")),
+            1,
+        );
+        let error = outcome(&failed).unwrap_err();
+        assert_eq!(
+            (error.code, error.message.as_str()),
+            (ErrorCode::INVALID_PARAMS, "bad")
+        );
     }
 
     #[test]
