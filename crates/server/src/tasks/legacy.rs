@@ -26,7 +26,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use modelctx_session::ProtocolVersion;
 use modelctx_types::consts::{
-    ElicitationCreate, SamplingCreateMessage, TasksCancel, TasksGet, TasksResult,
+    ElicitationCreate, NotificationsTasksStatus, SamplingCreateMessage, TasksCancel, TasksGet,
+    TasksResult,
 };
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model, v2025_11_25};
 use serde_json::Value;
@@ -37,6 +38,7 @@ use super::store::{
 };
 use crate::context::Context;
 use crate::input::{InputError, NoAnswer};
+use crate::run::Command;
 use crate::wire::invalid_params;
 
 /// The `_meta` key that ties a message to the task it belongs to (2025-11-25).
@@ -238,6 +240,84 @@ pub(crate) async fn cancel(
     }
 }
 
+/// How often a waiting `tasks/result` reads its task again: from the first value, doubling up
+/// to the second.
+const RESULT_POLL: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(100));
+
+/// Where the client's answers to a task's questions go: the runner of the task, which hands
+/// answer `answer` to the question under `key` of task `task_id`, telling whether one waited
+/// for it.
+pub(crate) type Deliver<'a> =
+    &'a (dyn Fn(&str, &str, Result<Value, InputError>) -> bool + Send + Sync);
+
+/// `tasks/result`: waits until the caller's task `task_id` is finished, then answers what its
+/// request would have ([`outcome`]). Meanwhile the task's questions (`inputRequests`) are asked
+/// of the client as requests of this `tasks/result` (with the related-task `_meta`), each once,
+/// and the answers handed to the task's runner through `deliver`; and each change of status is
+/// sent on this request's session as `notifications/tasks/status` (through `notify`, which
+/// gets the task as written). Ends early when this request is cancelled (nothing is answered
+/// then) or the task disappears (expired: -32602).
+pub(crate) async fn result(
+    store: &dyn TaskStore,
+    caller: Option<&str>,
+    params: &JsonObject,
+    context: &Context,
+    deliver: Deliver<'_>,
+) -> Result<Box<RawValue>, ErrorObject> {
+    let task_id = task_id_of(params)?;
+    let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut seen: Option<(TaskStatus, Option<String>)> = None;
+    let mut pause = RESULT_POLL.0;
+    loop {
+        let record = find(store, caller, &task_id).await?;
+        let now = (record.status, record.status_message.clone());
+        if seen.as_ref().is_some_and(|before| *before != now) {
+            context.notify_task_status(task_json(&record)).await;
+        }
+        seen = Some(now);
+        if record.status.is_terminal() {
+            return outcome(&record);
+        }
+        let mut progressed = false;
+        for (key, request) in &record.input_requests {
+            if !asked.insert(key.clone()) {
+                continue;
+            }
+            progressed = true;
+            let method = request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let mut question = request
+                .get("params")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let meta = question
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(JsonObject::new()));
+            if let Value::Object(meta) = meta {
+                meta.extend(related_task_meta(&task_id));
+            }
+            let answer = context.ask(method, question, None, None).await;
+            if !deliver(&task_id, key, answer) {
+                tracing::debug!(%task_id, %key, "an answer to a task's question found no one waiting");
+            }
+        }
+        if progressed {
+            pause = RESULT_POLL.0;
+            continue;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = context.cancelled().cancelled() => {
+                return Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "the request was cancelled"));
+            }
+        }
+        pause = (pause * 2).min(RESULT_POLL.1);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The other direction: the server asks a 2025-11-25 client to run a request as a task.
 // ---------------------------------------------------------------------------------------------
@@ -423,6 +503,21 @@ impl Context {
             .ask(ElicitationCreate::VALUE, params, None, None)
             .await?;
         self.client_task(answer, read_as::<v2025_11_25::ElicitResult, _>)
+    }
+
+    /// Sends `notifications/tasks/status` with `task` (as written for 2025-11-25) on the
+    /// session, while this request runs.
+    pub(crate) async fn notify_task_status(&self, task: JsonObject) {
+        let _ = self
+            .inner
+            .commands
+            .send(Command::Notify {
+                id: self.inner.id.clone(),
+                generation: self.inner.generation,
+                method: NotificationsTasksStatus::VALUE,
+                params: task,
+            })
+            .await;
     }
 
     /// Whether the client of this 2025-11-25 session declared task-augmented `request`
