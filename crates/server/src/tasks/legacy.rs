@@ -22,22 +22,25 @@
 //! return a [`ClientTask`] that polls it.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use modelctx_session::IncomingRequest;
 use modelctx_session::ProtocolVersion;
 use modelctx_types::consts::{
     ElicitationCreate, NotificationsTasksStatus, SamplingCreateMessage, TasksCancel, TasksGet,
-    TasksResult,
+    TasksList, TasksResult,
 };
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model, v2025_11_25};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::store::{
-    TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate,
-};
+use super::TaskSupport;
+use super::runner::principal_of;
+use super::store::{TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind};
 use crate::context::Context;
+use crate::handler::Runner;
 use crate::input::{InputError, NoAnswer};
+use crate::registry::Shared;
 use crate::run::Command;
 use crate::wire::invalid_params;
 
@@ -154,6 +157,220 @@ pub(crate) fn outcome(record: &TaskRecord) -> Result<Box<RawValue>, ErrorObject>
 }
 
 // ---------------------------------------------------------------------------------------------
+// Routing: which requests are 2025-11-25 tasks, and what answers them.
+// ---------------------------------------------------------------------------------------------
+
+/// Declares the tasks of 2025-11-25 in `capabilities`: `tasks.list`, `tasks.cancel` and
+/// `tasks.requests.tools.call` (the session writes the member in 2025-11-25 results only).
+pub(crate) fn declare(capabilities: &mut JsonObject) {
+    capabilities.insert(
+        "tasks".into(),
+        serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}),
+    );
+}
+
+/// Whether `request` is one of a 2025-11-25 session, the one version with these tasks.
+fn is_legacy_tasks(request: &IncomingRequest) -> bool {
+    request.meta.is_none() && request.version == ProtocolVersion::V2025_11_25
+}
+
+/// Whether the server declared the tasks of 2025-11-25 for `tools/call`.
+fn declared(shared: &Shared) -> bool {
+    shared
+        .config
+        .capabilities
+        .get("tasks")
+        .and_then(|t| t.get("requests")?.get("tools")?.get("call"))
+        .is_some()
+}
+
+/// The `task` member of a call's params, borrowed from their text.
+#[derive(serde::Deserialize)]
+struct TaskProbe<'a> {
+    #[serde(borrow, default)]
+    task: Option<&'a RawValue>,
+}
+
+/// The `task` of a task-augmented request: `{ttl?}`.
+#[derive(serde::Deserialize)]
+struct TaskParam {
+    #[serde(default)]
+    ttl: Option<f64>,
+}
+
+/// `tools/call` of tool `name` in a 2025-11-25 session of a server that declared its tasks:
+/// with `params.task`, a tool that allows it runs as a task and the call is answered with the
+/// `CreateTaskResult` at once; a forbidden tool refuses `params.task`, and a required one a
+/// call without it (both -32601, as the spec has it). Any other request, or a server that did
+/// not declare the tasks (whose calls ignore `task`), is left to `call` as it is.
+pub(crate) fn call(
+    shared: &Arc<Shared>,
+    name: &str,
+    request: &IncomingRequest,
+    call: Result<Runner, ErrorObject>,
+) -> Result<Runner, ErrorObject> {
+    if !is_legacy_tasks(request) || !declared(shared) {
+        return call;
+    }
+    let runner = call?;
+    let probe = request
+        .params
+        .as_deref()
+        .and_then(|raw| serde_json::from_str::<TaskProbe<'_>>(raw.get()).ok());
+    let task = match probe.and_then(|p| p.task) {
+        None => None,
+        Some(raw) if raw.get() == "null" => None,
+        Some(raw) => Some(
+            serde_json::from_str::<TaskParam>(raw.get())
+                .map_err(|e| invalid_params(format!("invalid task: {e}")))?,
+        ),
+    };
+    let support = shared
+        .registry()
+        .tools
+        .get(name)
+        .map_or(TaskSupport::Forbidden, |t| t.tool.task_support);
+    let task = match (support, task) {
+        (TaskSupport::Forbidden, Some(_)) => {
+            return Err(ErrorObject::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("tool {name} does not support task-augmented calls"),
+            ));
+        }
+        (TaskSupport::Required, None) => {
+            return Err(ErrorObject::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("Task augmentation required for tools/call of tool {name}"),
+            ));
+        }
+        (_, None) => return Ok(runner),
+        (_, Some(task)) => task,
+    };
+    let tasks = shared.tasks.clone();
+    let ttl = ttl_ms(task.ttl, tasks.settings.ttl_ms());
+    Ok(Box::new(move |context| {
+        Box::pin(async move {
+            // The task's questions go to the store (`inputRequests`), `input_required`, and
+            // reach the client through `tasks/result` (see `result`), not through the stream of
+            // this call, which ends now.
+            let record = tasks.start(&context, ttl, true, runner).await?;
+            let mut created = JsonObject::new();
+            created.insert("task".into(), Value::Object(task_json(&record)));
+            raw(&created)
+        })
+    }))
+}
+
+/// The time to live of a task: what the client asked for (`ttl` in milliseconds, at least 1),
+/// at most the server's (`TaskSettings::ttl`); the server's when the client asked for none.
+fn ttl_ms(requested: Option<f64>, server: Option<u64>) -> Option<u64> {
+    let requested = requested
+        .filter(|ttl| ttl.is_finite() && *ttl >= 0.0)
+        // Saturating: a larger value is the largest u64.
+        .map(|ttl| (ttl as u64).max(1));
+    match (requested, server) {
+        (Some(asked), Some(most)) => Some(asked.min(most)),
+        (asked, None) => asked,
+        (None, most) => most,
+    }
+}
+
+/// `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel` of a 2025-11-25 session;
+/// `None` for any other request (the tasks extension's, routed elsewhere).
+pub(crate) fn route(
+    shared: &Arc<Shared>,
+    request: &IncomingRequest,
+    params: &JsonObject,
+) -> Option<Result<Runner, ErrorObject>> {
+    if !is_legacy_tasks(request) {
+        return None;
+    }
+    let tasks = shared.tasks.clone();
+    let params = params.clone();
+    let page_size = shared.settings.page_size;
+    let runner: Runner = match request.method.as_str() {
+        TasksGet::VALUE => Box::new(move |context| {
+            Box::pin(async move {
+                let caller = principal_of(&context);
+                get(tasks.store.as_ref(), caller.as_deref(), &params).await
+            })
+        }),
+        TasksList::VALUE => Box::new(move |context| {
+            Box::pin(async move {
+                let caller = principal_of(&context);
+                list(tasks.store.as_ref(), caller.as_deref(), &params, page_size).await
+            })
+        }),
+        TasksCancel::VALUE => {
+            let task_id = match task_id_of(&params) {
+                Ok(id) => id,
+                Err(error) => return Some(Err(error)),
+            };
+            Box::new(move |context| {
+                Box::pin(async move {
+                    let caller = principal_of(&context);
+                    let before = tasks.get(&task_id, caller.as_deref()).await?;
+                    if before.status.is_terminal() {
+                        return Err(already_terminal(before.status));
+                    }
+                    let after = tasks.cancel(&task_id, caller.as_deref()).await?;
+                    if after.status != TaskStatus::Cancelled {
+                        // It finished meanwhile.
+                        return Err(already_terminal(after.status));
+                    }
+                    raw(&task_json(&after))
+                })
+            })
+        }
+        TasksResult::VALUE => Box::new(move |context| {
+            Box::pin(async move {
+                let caller = principal_of(&context);
+                let deliver = |task_id: &str, key: &str, answer: Result<Value, InputError>| {
+                    let tasks = tasks.clone();
+                    let caller = caller.clone();
+                    let (task_id, key) = (task_id.to_owned(), key.to_owned());
+                    // Handed over on a task of its own: the store is async, this is not.
+                    tokio::spawn(async move {
+                        let answer = match answer {
+                            Ok(answer) => answer,
+                            Err(error) => {
+                                tracing::debug!(%task_id, %key, %error, "a task's question got no answer");
+                                return;
+                            }
+                        };
+                        let mut responses = JsonObject::new();
+                        responses.insert(key, answer);
+                        if let Err(error) =
+                            tasks.answer(&task_id, caller.as_deref(), &responses).await
+                        {
+                            tracing::debug!(%task_id, error = %error.message, "an answer was refused");
+                        }
+                    });
+                    true
+                };
+                result(
+                    tasks.store.as_ref(),
+                    caller.as_deref(),
+                    &params,
+                    &context,
+                    &deliver,
+                )
+                .await
+            })
+        }),
+        _ => return None,
+    };
+    Some(Ok(runner))
+}
+
+/// The -32602 error of `tasks/cancel` for a task in a terminal status.
+fn already_terminal(status: TaskStatus) -> ErrorObject {
+    invalid_params(format!(
+        "Cannot cancel task: already in terminal status '{status}'"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
 // The requests on tasks: tasks/get, tasks/list, tasks/cancel, tasks/result.
 // ---------------------------------------------------------------------------------------------
 
@@ -219,25 +436,6 @@ pub(crate) async fn list(
         result.insert("nextCursor".into(), Value::from(next));
     }
     raw(&result)
-}
-
-/// `tasks/cancel`, in the store: the caller's task settled `cancelled` (its handler is stopped
-/// by the caller of this), or -32602 when it had finished already (or there is none).
-pub(crate) async fn cancel(
-    store: &dyn TaskStore,
-    caller: Option<&str>,
-    task_id: &str,
-) -> Result<TaskRecord, ErrorObject> {
-    let update = TaskUpdate::cancel().message("The task was cancelled by request.");
-    match store.update(task_id, caller, &update).await {
-        Ok(Some(updated)) if updated.applied => Ok(updated.record),
-        Ok(Some(updated)) => Err(invalid_params(format!(
-            "Cannot cancel task: already in terminal status '{}'",
-            updated.record.status
-        ))),
-        Ok(None) => Err(not_found(task_id)),
-        Err(error) => Err(store_error(&error)),
-    }
 }
 
 /// How often a waiting `tasks/result` reads its task again: from the first value, doubling up
@@ -579,16 +777,11 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Now, in milliseconds since the Unix epoch.
-#[allow(dead_code)]
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::super::store::TaskUpdate;
     use super::*;
     use crate::tasks::MemoryTaskStore;
 
@@ -682,19 +875,22 @@ mod tests {
     }
 
     #[test]
-    fn cancel_settles_a_running_task_and_refuses_a_finished_one() {
-        let store = MemoryTaskStore::new();
-        created(&store, "a", None);
-        let record = block_on(cancel(&store, None, "a")).unwrap();
-        assert_eq!(record.status, TaskStatus::Cancelled);
-        let again = block_on(cancel(&store, None, "a")).unwrap_err();
-        assert_eq!(again.code, ErrorCode::INVALID_PARAMS);
-        assert!(again.message.contains("cancelled"), "{}", again.message);
-        let unknown = block_on(cancel(&store, None, "zz")).unwrap_err();
-        assert_eq!(unknown.code, ErrorCode::INVALID_PARAMS);
-        // The result of a cancelled task is an error saying so.
-        let cancelled = block_on(store.get("a", None)).unwrap().unwrap();
-        assert!(outcome(&cancelled).is_err());
+    fn a_cancelled_task_has_no_result_and_cannot_be_cancelled_again() {
+        let mut record = TaskRecord::new("a", None, "tools/call", "2025-11-25", UNIX_EPOCH);
+        record.apply(&TaskUpdate::cancel(), 1);
+        assert!(outcome(&record).is_err());
+        let error = already_terminal(record.status);
+        assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
+        assert!(error.message.contains("'cancelled'"), "{}", error.message);
+    }
+
+    #[test]
+    fn the_ttl_is_the_clients_up_to_the_servers() {
+        assert_eq!(ttl_ms(Some(5_000.0), Some(60_000)), Some(5_000));
+        assert_eq!(ttl_ms(Some(600_000.0), Some(60_000)), Some(60_000));
+        assert_eq!(ttl_ms(None, Some(60_000)), Some(60_000));
+        assert_eq!(ttl_ms(Some(0.0), None), Some(1));
+        assert_eq!(ttl_ms(Some(-1.0), None), None);
     }
 
     #[test]
