@@ -37,4 +37,5 @@ mod server_ts_clients;
 mod skills;
 mod sse_retry;
 mod stdio;
+mod tasks_legacy;
 mod traps;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use modelctx_server::tasks::{MemoryTaskStore, TaskStore};
+use modelctx_server::tasks::{MemoryTaskStore, TaskStore, TaskSupport};
 use modelctx_server::{Context, InputError, NoArgs, Server, Settings, Tool};
 use modelctx_tests::http::{RawResponse, post, post_headers, within};
 use serde_json::{Value, json};
@@ -126,18 +126,32 @@ struct Gate {
     cancelled: AtomicBool,
 }
 
+/// Tells the gate that the handler holding it stopped before the gate opened.
+struct Stopped(Option<Arc<Gate>>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(gate) = &self.0 {
+            gate.cancelled.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 fn server(gate: Arc<Gate>, store: Arc<MemoryTaskStore>, settings: Settings) -> Server {
     let waits = {
         let gate = gate.clone();
         move |context: Context, _: NoArgs| {
             let gate = gate.clone();
             async move {
+                // A cancelled task's handler is stopped where it waits (dropped), or sees
+                // its context cancelled: either way the gate hears of it.
+                let mut stopped = Stopped(Some(gate.clone()));
                 tokio::select! {
-                    () = gate.open.notified() => "opened".to_owned(),
-                    () = context.cancelled().cancelled() => {
-                        gate.cancelled.store(true, Ordering::SeqCst);
-                        "cancelled".to_owned()
+                    () = gate.open.notified() => {
+                        stopped.0 = None;
+                        "opened".to_owned()
                     }
+                    () = context.cancelled().cancelled() => "cancelled".to_owned(),
                 }
             }
         }
@@ -162,7 +176,7 @@ fn server(gate: Arc<Gate>, store: Arc<MemoryTaskStore>, settings: Settings) -> S
     let now = |_: NoArgs| async { "now" };
     Server::builder("tasks", "1")
         .settings(settings)
-        .task_store(store)
+        .task_store_shared(store as Arc<dyn TaskStore>)
         .tool(Tool::new("waits", waits).task_support(TaskSupport::Optional))
         .tool(Tool::new("asks", asks).task_support(TaskSupport::Required))
         .tool(Tool::new("now", now))
@@ -170,7 +184,6 @@ fn server(gate: Arc<Gate>, store: Arc<MemoryTaskStore>, settings: Settings) -> S
         .build()
 }
 
-use modelctx_server::TaskSupport;
 
 async fn serve(server: &Server) -> modelctx_server::RunningServer {
     server
