@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use modelctx_server::tasks::{MemoryTaskStore, TaskStore, TaskSupport};
 use modelctx_server::{Context, InputError, NoArgs, Server, Settings, Tool};
-use modelctx_tests::http::{RawResponse, post, post_headers, within};
+use modelctx_tests::http::{RawResponse, post, post_headers, raw_request, within};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -123,6 +123,7 @@ async fn until(raw: &Raw, task_id: &str, status: &str) -> Value {
 #[derive(Default)]
 struct Gate {
     open: Notify,
+    started: AtomicBool,
     cancelled: AtomicBool,
 }
 
@@ -146,6 +147,7 @@ fn server(gate: Arc<Gate>, store: Arc<MemoryTaskStore>, settings: Settings) -> S
                 // A cancelled task's handler is stopped where it waits (dropped), or sees
                 // its context cancelled: either way the gate hears of it.
                 let mut stopped = Stopped(Some(gate.clone()));
+                gate.started.store(true, Ordering::SeqCst);
                 tokio::select! {
                     () = gate.open.notified() => {
                         stopped.0 = None;
@@ -183,7 +185,6 @@ fn server(gate: Arc<Gate>, store: Arc<MemoryTaskStore>, settings: Settings) -> S
         .tool(Tool::new("samples_as_task", samples_as_task))
         .build()
 }
-
 
 async fn serve(server: &Server) -> modelctx_server::RunningServer {
     server
@@ -235,18 +236,40 @@ async fn a_task_is_created_polled_listed_and_its_result_taken_then_it_expires() 
     let running = serve(&server).await;
     let (raw, _) = Raw::open(running.local_addr(), V, json!({})).await;
     let created = raw
-        .result(1, "tools/call", call_as_task("waits", json!({}), Some(1_500)))
+        .result(
+            1,
+            "tools/call",
+            call_as_task("waits", json!({}), Some(1_500)),
+        )
         .await;
     let task = &created["task"];
     let task_id = task["taskId"].as_str().unwrap().to_owned();
     assert_eq!(task["status"], "working", "{created}");
     assert_eq!(task["ttl"], 1_500, "{created}");
-    assert!(task["createdAt"].as_str().unwrap().ends_with('Z'), "{created}");
+    assert!(
+        task["createdAt"].as_str().unwrap().ends_with('Z'),
+        "{created}"
+    );
     assert!(task["lastUpdatedAt"].is_string(), "{created}");
-    assert!(created.get("content").is_none(), "not the tool's result: {created}");
+    assert!(
+        created.get("content").is_none(),
+        "not the tool's result: {created}"
+    );
     assert_eq!(raw.get(2, &task_id).await["status"], "working");
     let listed = raw.result(3, "tasks/list", json!({})).await;
     assert_eq!(listed["tasks"][0]["taskId"], task_id.as_str(), "{listed}");
+    // The session's standalone stream, where the status notifications go.
+    let get_headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", raw.sid.as_str()),
+        ("MCP-Protocol-Version", V),
+    ];
+    let mut standalone = within(
+        "the standalone stream",
+        raw_request(raw.addr, "GET", "/mcp", &get_headers, b""),
+    )
+    .await;
+    assert_eq!(standalone.status, 200);
     // tasks/result waits for the end.
     let waiting = {
         let raw = Raw {
@@ -259,8 +282,11 @@ async fn a_task_is_created_polled_listed_and_its_result_taken_then_it_expires() 
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiting.is_finished(), "tasks/result blocks until the task ends");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "tasks/result blocks until the task ends"
+    );
     gate.open.notify_one();
     let answer = within("tasks/result", waiting).await.unwrap();
     let result = &answer["result"];
@@ -270,14 +296,26 @@ async fn a_task_is_created_polled_listed_and_its_result_taken_then_it_expires() 
         task_id.as_str(),
         "{answer}"
     );
+    // The change of status was told while tasks/result waited.
+    let (_, status) = within("a status notification", standalone.next_message())
+        .await
+        .unwrap();
+    assert_eq!(status["method"], "notifications/tasks/status", "{status}");
+    assert_eq!(status["params"]["taskId"], task_id.as_str(), "{status}");
+    assert_eq!(status["params"]["status"], "completed", "{status}");
     let done = raw.get(5, &task_id).await;
     assert_eq!(done["status"], "completed", "{done}");
     // Taken again: the same result.
-    let again = raw.result(6, "tasks/result", json!({"taskId": task_id})).await;
+    let again = raw
+        .result(6, "tasks/result", json!({"taskId": task_id}))
+        .await;
     assert_eq!(again["content"][0]["text"], "opened");
     // Expired after its ttl: gone, and the store is empty again.
     tokio::time::sleep(Duration::from_millis(1_600)).await;
-    assert_eq!(raw.error(7, "tasks/get", json!({"taskId": task_id})).await, -32602);
+    assert_eq!(
+        raw.error(7, "tasks/get", json!({"taskId": task_id})).await,
+        -32602
+    );
     store.purge();
     assert!(store.is_empty(), "{store:?}");
     running.shutdown(Duration::from_secs(1)).await;
@@ -310,9 +348,19 @@ async fn a_cancelled_task_stops_its_handler_and_stays_cancelled() {
     let running = serve(&server).await;
     let (raw, _) = Raw::open(running.local_addr(), V, json!({})).await;
     let created = raw
-        .result(1, "tools/call", call_as_task("waits", json!({}), Some(60_000)))
+        .result(
+            1,
+            "tools/call",
+            call_as_task("waits", json!({}), Some(60_000)),
+        )
         .await;
     let task_id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    within("the handler runs", async {
+        while !gate.started.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     let cancelled = raw
         .result(2, "tasks/cancel", json!({"taskId": task_id}))
         .await;
@@ -329,10 +377,13 @@ async fn a_cancelled_task_stops_its_handler_and_stays_cancelled() {
     assert_eq!(raw.get(3, &task_id).await["status"], "cancelled");
     // Cancelling a finished task is -32602; its result is an error.
     assert_eq!(
-        raw.error(4, "tasks/cancel", json!({"taskId": task_id})).await,
+        raw.error(4, "tasks/cancel", json!({"taskId": task_id}))
+            .await,
         -32602
     );
-    let result = raw.request(5, "tasks/result", json!({"taskId": task_id})).await;
+    let result = raw
+        .request(5, "tasks/result", json!({"taskId": task_id}))
+        .await;
     assert!(result.get("error").is_some(), "{result}");
     running.shutdown(Duration::from_secs(1)).await;
 }
@@ -350,13 +401,20 @@ async fn tasks_are_listed_a_page_at_a_time_and_only_to_their_session() {
     let mut ids = Vec::new();
     for id in 1..=3 {
         let created = raw
-            .result(id, "tools/call", call_as_task("waits", json!({}), Some(60_000)))
+            .result(
+                id,
+                "tools/call",
+                call_as_task("waits", json!({}), Some(60_000)),
+            )
             .await;
         ids.push(created["task"]["taskId"].as_str().unwrap().to_owned());
     }
     let first = raw.result(10, "tasks/list", json!({})).await;
     assert_eq!(first["tasks"].as_array().unwrap().len(), 2, "{first}");
-    let cursor = first["nextCursor"].as_str().expect("a next page").to_owned();
+    let cursor = first["nextCursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
     let second = raw
         .result(11, "tasks/list", json!({"cursor": cursor}))
         .await;
@@ -373,7 +431,8 @@ async fn tasks_are_listed_a_page_at_a_time_and_only_to_their_session() {
     ids.sort();
     assert_eq!(listed, ids);
     assert_eq!(
-        raw.error(12, "tasks/list", json!({"cursor": "made-up"})).await,
+        raw.error(12, "tasks/list", json!({"cursor": "made-up"}))
+            .await,
         -32602
     );
     // Another session sees none of them: not found, as an unknown id.
@@ -403,16 +462,18 @@ async fn a_task_needing_input_is_input_required_and_asks_through_tasks_result() 
     let running = serve(&server).await;
     let (raw, _) = Raw::open(running.local_addr(), V, json!({"elicitation": {}})).await;
     let created = raw
-        .result(1, "tools/call", call_as_task("asks", json!({}), Some(60_000)))
+        .result(
+            1,
+            "tools/call",
+            call_as_task("asks", json!({}), Some(60_000)),
+        )
         .await;
     let task_id = created["task"]["taskId"].as_str().unwrap().to_owned();
     until(&raw, &task_id, "input_required").await;
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/result",
         "params": {"taskId": task_id}});
     let mut stream = raw.send(&body).await;
-    let (_, question) = within("the question", stream.next_message())
-        .await
-        .unwrap();
+    let (_, question) = within("the question", stream.next_message()).await.unwrap();
     assert_eq!(question["method"], "elicitation/create", "{question}");
     assert_eq!(
         question["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
@@ -425,7 +486,10 @@ async fn a_task_needing_input_is_input_required_and_asks_through_tasks_result() 
     )
     .await;
     let answer = answer_of(stream, 2).await;
-    assert_eq!(answer["result"]["content"][0]["text"], "hello ada", "{answer}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "hello ada",
+        "{answer}"
+    );
     assert_eq!(raw.get(3, &task_id).await["status"], "completed");
     running.shutdown(Duration::from_secs(1)).await;
 }
@@ -470,10 +534,17 @@ async fn the_server_has_the_client_run_sampling_as_a_task() {
     // A client that did not declare task-augmented sampling is not asked.
     let (plain, _) = Raw::open(addr, V, json!({"sampling": {}})).await;
     let answer = plain
-        .result(2, "tools/call", json!({"name": "samples_as_task", "arguments": {}}))
+        .result(
+            2,
+            "tools/call",
+            json!({"name": "samples_as_task", "arguments": {}}),
+        )
         .await;
     let text = answer["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("not as a task"), "{text}");
-    assert!(text.contains("tasks.requests.sampling.createMessage"), "{text}");
+    assert!(
+        text.contains("tasks.requests.sampling.createMessage"),
+        "{text}"
+    );
     running.shutdown(Duration::from_secs(1)).await;
 }

@@ -37,6 +37,7 @@ use serde_json::value::RawValue;
 use super::TaskSupport;
 use super::runner::principal_of;
 use super::store::{TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind};
+use super::wire::iso8601;
 use crate::context::Context;
 use crate::handler::Runner;
 use crate::input::{InputError, NoAnswer};
@@ -78,31 +79,6 @@ pub(crate) fn related_task_meta(task_id: &str) -> JsonObject {
     let mut meta = JsonObject::new();
     meta.insert(RELATED_TASK.into(), Value::Object(related));
     meta
-}
-
-/// Milliseconds since the Unix epoch as an ISO 8601 (RFC 3339) UTC timestamp with
-/// milliseconds: `2025-11-25T10:30:00.000Z`.
-pub(crate) fn iso8601(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let rem = secs % 86_400;
-    // Days to a civil date (Howard Hinnant's algorithm), in the proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
 }
 
 /// The raw JSON text of `value`.
@@ -785,15 +761,6 @@ mod tests {
     use super::*;
     use crate::tasks::MemoryTaskStore;
 
-    #[test]
-    fn timestamps_are_rfc3339_utc_with_milliseconds() {
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
-        // 2025-11-25T10:30:00.250Z
-        assert_eq!(iso8601(1_764_066_600_250), "2025-11-25T10:30:00.250Z");
-        // A leap day.
-        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
-
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()
@@ -829,6 +796,7 @@ mod tests {
         .unwrap();
         assert_eq!(task["taskId"], "a");
         assert_eq!(task["status"], "working");
+        assert_eq!(task["createdAt"], "1970-01-01T00:00:00.000Z");
         assert_eq!(task["ttl"], 60_000);
         for (caller, id) in [(Some("bob"), "a"), (None, "a"), (Some("alice"), "zz")] {
             let error = block_on(get(&store, caller, &params(id))).unwrap_err();
