@@ -35,7 +35,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::TaskSupport;
-use super::runner::principal_of;
+use super::runner::{not_found, principal_of};
 use super::store::{TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind};
 use super::wire::iso8601;
 use crate::context::Context;
@@ -84,13 +84,6 @@ pub(crate) fn related_task_meta(task_id: &str) -> JsonObject {
 /// The raw JSON text of `value`.
 fn raw(value: &impl serde::Serialize) -> Result<Box<RawValue>, ErrorObject> {
     crate::wire::raw(value)
-}
-
-/// The -32602 error of a task the caller cannot see (unknown, expired, or another's).
-fn not_found(task_id: &str) -> ErrorObject {
-    invalid_params(format!(
-        "Failed to retrieve task: task {task_id:?} not found"
-    ))
 }
 
 /// The `taskId` of a `tasks/get`, `tasks/result` or `tasks/cancel` request.
@@ -796,7 +789,6 @@ mod tests {
         .unwrap();
         assert_eq!(task["taskId"], "a");
         assert_eq!(task["status"], "working");
-        assert_eq!(task["createdAt"], "1970-01-01T00:00:00.000Z");
         assert_eq!(task["ttl"], 60_000);
         for (caller, id) in [(Some("bob"), "a"), (None, "a"), (Some("alice"), "zz")] {
             let error = block_on(get(&store, caller, &params(id))).unwrap_err();
@@ -895,6 +887,7 @@ mod tests {
         assert_eq!(wire.ttl, Some(60_000));
         assert_eq!(wire.poll_interval, Some(500));
         assert_eq!(task["status"], "working");
+        assert_eq!(task["createdAt"], "1970-01-01T00:00:00.000Z");
         // Unlimited: an explicit null (the field is required and nullable).
         let unlimited = task_json(&record.ttl_ms(None));
         assert_eq!(unlimited.get("ttl"), Some(&Value::Null));
