@@ -519,7 +519,7 @@ impl Context {
 
     /// Asks `method` with `params`; the capability check sees `checked` (every field the
     /// handler set, before the version's types dropped some), or `params` without one.
-    async fn ask(
+    pub(crate) async fn ask(
         &self,
         method: &str,
         params: JsonObject,

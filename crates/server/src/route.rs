@@ -7,8 +7,8 @@ use std::sync::Arc;
 use modelctx_session::IncomingRequest;
 use modelctx_types::consts::{
     CompletionComplete, PromptsGet, PromptsList, RefPrompt, RefResource, ResourcesList,
-    ResourcesRead, ResourcesTemplatesList, TasksCancel, TasksGet, TasksUpdate, ToolsCall,
-    ToolsList,
+    ResourcesRead, ResourcesTemplatesList, TasksCancel, TasksGet, TasksList, TasksResult,
+    TasksUpdate, ToolsCall, ToolsList,
 };
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject, skills};
 use serde::Deserialize;
@@ -53,6 +53,7 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             _ => Arguments::Parsed(Value::Object(JsonObject::new())),
         };
         let runner = call_tool(shared, &call.name, arguments);
+        let runner = crate::tasks::legacy::call(shared, &call.name, request, runner);
         return crate::tasks::wire::call(shared, &call.name, request, runner).into();
     }
     let params: JsonObject = match request.params.as_deref() {
@@ -75,6 +76,7 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             Ok(ParsedCall { name, arguments }) => {
                 let arguments = arguments.unwrap_or_else(|| Value::Object(JsonObject::new()));
                 let runner = call_tool(shared, &name, Arguments::Parsed(arguments));
+                let runner = crate::tasks::legacy::call(shared, &name, request, runner);
                 crate::tasks::wire::call(shared, &name, request, runner).into()
             }
             Err(e) => Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
@@ -126,9 +128,14 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
                 .read_directory(&params, page_size)
                 .and_then(|v| crate::wire::raw(&v)),
         ),
-        TasksGet::VALUE | TasksUpdate::VALUE | TasksCancel::VALUE => {
-            crate::tasks::wire::route(shared, request, params).into()
-        }
+        TasksGet::VALUE
+        | TasksUpdate::VALUE
+        | TasksCancel::VALUE
+        | TasksResult::VALUE
+        | TasksList::VALUE => match crate::tasks::legacy::route(shared, request, &params) {
+            Some(legacy) => legacy.into(),
+            None => crate::tasks::wire::route(shared, request, params).into(),
+        },
         other => Route::Now(Err(ErrorObject::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("method not found: {other}"),

@@ -499,6 +499,7 @@ impl ServerBuilder {
                 .any(|t| t.task_support != crate::tasks::TaskSupport::Forbidden);
         if declare_tasks {
             crate::tasks::declare(&mut capabilities);
+            crate::tasks::legacy::declare(&mut capabilities);
         }
         let task_store = self
             .task_store

@@ -11,6 +11,22 @@ use crate::version::{Direction, Era, ProtocolVersion};
 /// The key of the tasks extension in `capabilities.extensions` (2026-07-28).
 pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
+/// The server's capabilities as written for `version` (the `initialize` result, `server/discover`):
+/// `tasks` (the experimental tasks of 2025-11-25) only in 2025-11-25, the one version that
+/// defines it; 2026-07-28 has the tasks extension under `extensions` instead, and an older
+/// version has no tasks at all. The rest as given.
+pub(crate) fn for_version(
+    caps: &JsonObject,
+    version: ProtocolVersion,
+) -> std::borrow::Cow<'_, JsonObject> {
+    if version == ProtocolVersion::V2025_11_25 || !caps.contains_key("tasks") {
+        return std::borrow::Cow::Borrowed(caps);
+    }
+    let mut written = caps.clone();
+    written.remove("tasks");
+    std::borrow::Cow::Owned(written)
+}
+
 /// Whether `caps` declares the capability at `path`: every step an object member, and the last
 /// one present and not `false` or `null` (sub-capabilities such as `listChanged` are booleans,
 /// capabilities are objects).
@@ -185,6 +201,22 @@ mod tests {
 
     fn obj(v: Value) -> JsonObject {
         v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn the_tasks_capability_is_written_in_2025_11_25_only() {
+        let caps = obj(json!({"tools": {}, "tasks": {"list": {}}}));
+        let written = for_version(&caps, ProtocolVersion::V2025_11_25);
+        assert!(written.contains_key("tasks"));
+        for version in [
+            ProtocolVersion::V2024_11_05,
+            ProtocolVersion::V2025_06_18,
+            ProtocolVersion::V2026_07_28,
+        ] {
+            let written = for_version(&caps, version);
+            assert!(!written.contains_key("tasks"), "{version}");
+            assert!(written.contains_key("tools"), "{version}");
+        }
     }
 
     #[test]

@@ -526,7 +526,7 @@ impl ServerSession {
         };
         let mut result = serde_json::json!({
             "protocolVersion": version.as_str(),
-            "capabilities": self.config.capabilities,
+            "capabilities": caps::for_version(&self.config.capabilities, version),
             "serverInfo": self.config.server_info,
         });
         if let Some(instructions) = &self.config.instructions {
@@ -573,7 +573,7 @@ impl ServerSession {
         let mut result = serde_json::json!({
             "resultType": "complete",
             "supportedVersions": versions,
-            "capabilities": self.config.capabilities,
+            "capabilities": caps::for_version(&self.config.capabilities, ProtocolVersion::V2026_07_28),
             "ttlMs": u64::try_from(self.config.discover_ttl.as_millis()).unwrap_or(u64::MAX),
             "cacheScope": "public",
             "_meta": { meta::SERVER_INFO: self.config.server_info },

@@ -41,4 +41,5 @@ mod sse_retry;
 mod stdio;
 mod tasks_client;
 mod tasks_server;
+mod tasks_legacy;
 mod traps;

@@ -49,6 +49,15 @@ pub(crate) enum Command {
         generation: u64,
         reply: oneshot::Sender<bool>,
     },
+    /// A notification of the session's own (`notifications/tasks/status`), sent while request
+    /// `id` runs: on the session's stream for such messages (legacy HTTP: the standalone GET
+    /// stream, when the client holds one).
+    Notify {
+        id: RequestId,
+        generation: u64,
+        method: &'static str,
+        params: JsonObject,
+    },
     /// A log message about a request.
     Log {
         id: RequestId,

@@ -409,6 +409,19 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
         Command::CloseStream { reply, .. } => {
             let _ = reply.send(false);
         }
+        Command::Notify {
+            id,
+            generation,
+            method,
+            params,
+        } => {
+            if book.running(&id, generation).is_none() {
+                return; // the request is over (a newer one may have its id)
+            }
+            if let Err(e) = session.notify(method, Some(params)) {
+                tracing::debug!(method, error = %e, "a notification was not sent");
+            }
+        }
         Command::Log {
             id,
             generation,

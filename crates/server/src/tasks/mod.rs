@@ -42,10 +42,12 @@
 
 use std::time::Duration;
 
+pub(crate) mod legacy;
 pub(crate) mod runner;
 pub(crate) mod store;
 pub(crate) mod wire;
 
+pub use legacy::ClientTask;
 pub use store::{
     Clock, MemoryTaskStore, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
     TaskStoreErrorKind, TaskStoreFuture, TaskUpdate, Updated,

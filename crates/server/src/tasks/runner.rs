@@ -424,14 +424,23 @@ fn task_context(context: &Context, link: TaskLink) -> Context {
     }
 }
 
-/// The authenticated principal of the request of `context`, if any.
+/// Who the tasks of the request of `context` belong to: its authenticated principal, if any;
+/// else, for a legacy HTTP session (2025-11-25 tasks), that session (`mcp-session:` and its
+/// id, which the transport checked): another session sees none of its tasks.
 pub(crate) fn principal_of(context: &Context) -> Option<String> {
     #[cfg(feature = "http")]
     {
-        context
-            .http()
-            .and_then(|h| h.principal())
-            .map(|p| p.0.clone())
+        let http = context.http()?;
+        if let Some(principal) = http.principal() {
+            return Some(principal.0.clone());
+        }
+        if context.inner.modern {
+            return None;
+        }
+        http.headers()
+            .get("mcp-session-id")
+            .and_then(|sid| sid.to_str().ok())
+            .map(|sid| format!("mcp-session:{sid}"))
     }
     #[cfg(not(feature = "http"))]
     {

@@ -60,6 +60,13 @@ pub(crate) fn tool(tool: &Tool, version: V) -> Result<Value, ErrorObject> {
             .collect::<Result<Vec<Value>, ErrorObject>>()?;
         out.insert("icons".into(), Value::from(icons));
     }
+    // The experimental tasks of 2025-11-25: whether the tool runs as a task.
+    if version == V::V2025_11_25 && tool.task_support != crate::tasks::TaskSupport::Forbidden {
+        out.insert(
+            "execution".into(),
+            json!({"taskSupport": tool.task_support.as_str()}),
+        );
+    }
     out.insert(
         "inputSchema".into(),
         Value::Object(tool.input_schema.clone()),
