@@ -1788,7 +1788,9 @@ mod tests {
             waiting: tokio::sync::Notify::new(),
             open: tokio::sync::Semaphore::new(0),
         });
-        let server = Server::builder("s", "1").session_store(store.clone()).build();
+        let server = Server::builder("s", "1")
+            .session_store(store.clone())
+            .build();
         let service = server.http_service(ServerConfig::default()).unwrap();
         let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {"roots": {}},
