@@ -265,10 +265,35 @@ async fn until_answered(
     started.elapsed()
 }
 
+/// The `run_id` of the `redis-server` process answering (`INFO server`): a new one for each
+/// start.
+async fn run_id(redis: &Redis) -> String {
+    let info = redis
+        .command(&["INFO", "server"])
+        .await
+        .text()
+        .expect("INFO is a bulk string");
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|| panic!("no run_id in INFO server:\n{info}"))
+}
+
+/// Whether a connection to `addr` is refused (nothing listens there).
+async fn connect_refused(addr: SocketAddr) -> bool {
+    within("a connect", tokio::net::TcpStream::connect(addr))
+        .await
+        .is_err()
+}
+
 /// Scenario 6: Redis killed (`kill -9`) mid-run. Legacy requests, on every instance, get 503 with
 /// `Retry-After` (a new `initialize` too); modern calls through nginx go on. Redis restarted with
 /// its AOF: the session is served again on every instance within 5 s, with no restart of the
 /// instances. Restarted empty: the session is unknown (404), and a new `initialize` works.
+///
+/// That Redis really went and came back is checked too: its port refuses connections all the
+/// while the 503s are answered, and each start is a new process (a new `run_id`), with the
+/// session's state (AOF) or without it (emptied).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_redis_gives_legacy_requests_503_and_modern_ones_go_on() {
     let Some(mut fleet) = Fleet::start(3, FLEET_ARGS).await else {
@@ -286,7 +311,12 @@ async fn a_lost_redis_gives_legacy_requests_503_and_modern_ones_go_on() {
     .await
     .expect("connected");
 
+    let first_run = run_id(&fleet.redis).await;
     fleet.redis.kill().await;
+    assert!(
+        connect_refused(fleet.redis.addr()).await,
+        "Redis is down (its port refuses connections)"
+    );
     for (i, &addr) in addrs.iter().enumerate() {
         let started = Instant::now();
         let reply = legacy(addr, &session, &request(2, consts::Ping::VALUE, json!({}))).await;
@@ -321,12 +351,34 @@ async fn a_lost_redis_gives_legacy_requests_503_and_modern_ones_go_on() {
             .unwrap_or_else(|e| panic!("a modern call with Redis down: {e}"));
         assert_eq!(result.text(), text);
     }
+    assert!(
+        connect_refused(fleet.redis.addr()).await,
+        "Redis stayed down while the requests above were answered"
+    );
 
     fleet.redis.restart().await;
+    let second_run = run_id(&fleet.redis).await;
+    assert_ne!(first_run, second_run, "a new redis-server process");
+    let state = format!("mcx:{{s:{session}}}:state");
+    assert_eq!(
+        fleet.redis.command(&["EXISTS", &state]).await.integer(),
+        1,
+        "the session's state came back with the AOF"
+    );
     let took = until_answered(&addrs, &session, 200, Duration::from_secs(5)).await;
     eprintln!("served again {took:?} after the Redis restart");
 
     fleet.redis.restart_empty().await;
+    assert_ne!(
+        run_id(&fleet.redis).await,
+        second_run,
+        "a new redis-server process"
+    );
+    assert_eq!(
+        fleet.redis.command(&["EXISTS", &state]).await.integer(),
+        0,
+        "an empty Redis"
+    );
     until_answered(&addrs, &session, 404, Duration::from_secs(5)).await;
     let again = within("initialize again", open_session(addrs[2], version())).await;
     ping_ok(addrs[0], &again, 4).await;
