@@ -1278,6 +1278,26 @@ impl LegacyHandler for Session {
         ));
     }
 
+    /// Served as [`input`](Self::input) is, and done once it is served: its state saved, an
+    /// answer or a cancellation for another instance's request published on the bus. So the
+    /// 202 comes after, and the client's next request, on any instance, finds a session its
+    /// `notifications/initialized` marked initialized (else a question of that request would
+    /// wait for one that came already). Served to its end even when the POST's client goes.
+    fn accept(&self, input: Incoming, context: RequestContext) -> BoxFuture<'static, ()> {
+        let origin = Origin {
+            http: Some(context),
+        };
+        let (served, done) = tokio::sync::oneshot::channel();
+        let serving = serve(self.shared.clone(), self.session.clone(), input, origin);
+        now_or_later(async move {
+            serving.await;
+            let _ = served.send(());
+        });
+        Box::pin(async move {
+            let _ = done.await;
+        })
+    }
+
     /// The request's handler, if it waits, is cancelled as the client's
     /// `notifications/cancelled` would cancel it (its session reads the request's stream as
     /// closed: `Event::Cancelled`); nothing is written.
@@ -1720,6 +1740,86 @@ mod tests {
         // What one idle session keeps in the store, serialized.
         let bytes = serde_json::to_vec(&state).unwrap().len();
         assert!(bytes < 512, "{bytes} bytes");
+    }
+
+    /// A store whose saves wait, once armed, until the test lets them go; it says when one
+    /// waits.
+    #[derive(Debug)]
+    struct GatedSaves {
+        inner: crate::InMemoryStore,
+        armed: std::sync::atomic::AtomicBool,
+        waiting: tokio::sync::Notify,
+        open: tokio::sync::Semaphore,
+    }
+
+    impl SessionStore for GatedSaves {
+        fn load<'a>(&'a self, id: &'a str) -> crate::run::StoreFuture<'a, Option<SessionState>> {
+            self.inner.load(id)
+        }
+
+        fn save<'a>(
+            &'a self,
+            id: &'a str,
+            state: &'a SessionState,
+        ) -> crate::run::StoreFuture<'a, ()> {
+            Box::pin(async move {
+                if self.armed.load(Ordering::SeqCst) {
+                    self.waiting.notify_one();
+                    self.open.acquire().await.unwrap().forget();
+                }
+                self.inner.save(id, state).await
+            })
+        }
+
+        fn remove<'a>(&'a self, id: &'a str) -> crate::run::StoreFuture<'a, ()> {
+            self.inner.remove(id)
+        }
+    }
+
+    /// A notification POST is answered 202 only once what it changes is stored: the client's
+    /// next request, which may land on another instance at once, must find its session
+    /// initialized (else a question of that request waits for a `notifications/initialized`
+    /// that came already, and the POST never gets its response head).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_notification_is_accepted_once_its_state_is_saved() {
+        let store = Arc::new(GatedSaves {
+            inner: crate::InMemoryStore::new(),
+            armed: AtomicBool::new(false),
+            waiting: tokio::sync::Notify::new(),
+            open: tokio::sync::Semaphore::new(0),
+        });
+        let server = Server::builder("s", "1")
+            .session_store(store.clone())
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"roots": {}},
+            "clientInfo": {"name": "c", "version": "1"}}});
+        let response = service.handle(legacy_post(None, initialize)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let sid = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(Messages::of(response).next().await.unwrap()["id"], 1);
+
+        store.armed.store(true, Ordering::SeqCst);
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let mut post = Box::pin(service.handle(legacy_post(Some(&sid), initialized)));
+        tokio::select! {
+            biased;
+            () = store.waiting.notified() => {}
+            response = &mut post => panic!(
+                "answered {} before its state was saved", response.status()
+            ),
+        }
+        assert!(!store.inner.load(&sid).await.unwrap().unwrap().initialized);
+        store.open.add_permits(1);
+        let response = tokio::time::timeout(std::time::Duration::from_secs(10), post)
+            .await
+            .expect("answered once saved");
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert!(store.inner.load(&sid).await.unwrap().unwrap().initialized);
     }
 
     /// A request whose handler waits lives in the table of requests running: the client's

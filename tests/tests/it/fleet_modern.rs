@@ -1,5 +1,6 @@
 //! Modern (2026-07-28) clients of a fleet: three `mcx serve demo --http` processes behind nginx
-//! round-robin. A multi-round-trip call (`confirm`: an elicitation answered through
+//! round-robin. A `subscriptions/listen` stream held by one instance hears the changes made on
+//! another (through the fleet's Redis bus). A multi-round-trip call (`confirm`: an elicitation answered through
 //! `input_required` by the client's handler) has its first round served by one instance and its
 //! retry by another: it succeeds when the instances share the `requestState` key ring
 //! (`--state-key`), and the retry is refused with -32602 when each has a random key of its own.
@@ -8,8 +9,8 @@
 //! `MODELCTX_REQUIRE_FLEET` is set (`cargo xtask ci` sets it): then it fails.
 
 use modelctx_client::{Client, Elicitation, Elicited, Era, Error, ProtocolVersion};
-use modelctx_tests::fleet::{Access, Fleet};
-use modelctx_tests::http::within;
+use modelctx_tests::fleet::{Access, Fleet, REDIS_URL};
+use modelctx_tests::http::{modern_call, modern_headers, modern_meta, post, within};
 use modelctx_types::{ErrorCode, consts};
 use serde_json::json;
 
@@ -108,4 +109,79 @@ async fn a_round_trip_retried_on_another_instance_needs_the_shared_key_ring() {
         }
         other => panic!("expected -32602 for the retry on another instance, got {other:?}"),
     }
+}
+
+/// A `subscriptions/listen` stream POSTed through nginx, held by A; `unlock` (which changes the
+/// tool list of the instance that runs it) POSTed through nginx, run by B (round-robin: the
+/// next instance): A's stream hears `notifications/tools/list_changed`, which B's change
+/// reached A by (the fleet's Redis bus); and so does it for a change on C.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_stream_on_one_instance_hears_changes_made_on_another() {
+    let Some(fleet) = Fleet::start(3, &["--redis", REDIS_URL, "--state-key", SHARED_KEY]).await
+    else {
+        return;
+    };
+    let lb = fleet.nginx.addr();
+    let listen = json!({"jsonrpc": "2.0", "id": 1, "method": consts::SubscriptionsListen::VALUE,
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": modern_meta()}});
+    let mut stream = post(
+        lb,
+        &modern_headers(consts::SubscriptionsListen::VALUE, None),
+        &listen,
+    )
+    .await;
+    assert_eq!(stream.status, 200, "listen through nginx");
+    let (_, ack) = within("the listen acknowledged", stream.next_message())
+        .await
+        .expect("an acknowledgement");
+    assert_eq!(
+        ack["method"],
+        consts::NotificationsSubscriptionsAcknowledged::VALUE,
+        "{ack}"
+    );
+
+    let mut unlocked_on = Vec::new();
+    for id in [2, 3] {
+        let headers = modern_headers(consts::ToolsCall::VALUE, Some("unlock"));
+        let reply = post(lb, &headers, &modern_call(id, "unlock", json!({}))).await;
+        assert_eq!(reply.status, 200, "unlock through nginx");
+        let reply = within("unlock's answer", reply.json()).await;
+        assert_eq!(
+            reply["result"]["content"][0]["text"], "unlocked the `secret` tool",
+            "{reply}"
+        );
+        let is_call = |a: &Access| a.mcp_method == consts::ToolsCall::VALUE;
+        let calls = fleet
+            .nginx
+            .wait_access(unlocked_on.len() + 1, is_call)
+            .await;
+        let upstream = calls
+            .last()
+            .and_then(Access::upstream)
+            .expect("an upstream");
+        unlocked_on.push(fleet.index_of(upstream).expect("an instance"));
+        let (_, heard) = within(
+            "tools/list_changed on the listen stream",
+            stream.next_message(),
+        )
+        .await
+        .expect("the listen stream goes on");
+        assert_eq!(
+            heard["method"],
+            consts::NotificationsToolsListChanged::VALUE,
+            "{heard}"
+        );
+    }
+    // nginx logs the listen once its stream has ended.
+    drop(stream);
+    let is_listen = |a: &Access| a.mcp_method == consts::SubscriptionsListen::VALUE;
+    let listens = fleet.nginx.wait_access(1, is_listen).await;
+    let held_by = fleet
+        .index_of(listens[0].upstream().expect("an upstream"))
+        .expect("an instance");
+    assert!(
+        unlocked_on.iter().all(|i| *i != held_by),
+        "the changes were made on other instances ({unlocked_on:?}) than the listen's ({held_by})"
+    );
+    assert_ne!(unlocked_on[0], unlocked_on[1], "{unlocked_on:?}");
 }

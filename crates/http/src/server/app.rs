@@ -100,6 +100,21 @@ pub trait LegacyHandler: Send + Sync + 'static {
     /// through [`LegacySession::send`] with the request's id as `related`.
     fn input(&self, input: Incoming, context: RequestContext);
 
+    /// A POST that carries no request (notifications, the client's answers to the server's
+    /// requests): the transport answers it 202 once the returned future is done. An
+    /// application whose sessions are shared by several instances finishes here what the
+    /// message changes (the stored state after `notifications/initialized`, an answer or a
+    /// cancellation sent on to the instance it is for), so that the client's next request,
+    /// which it may send as soon as it has the 202 and which may land on any instance, sees it.
+    ///
+    /// The default hands the message to [`input`](Self::input) and is done at once. The
+    /// future is dropped when the POST's client goes away first: what it stands for must go on
+    /// regardless (on a task of its own).
+    fn accept(&self, input: Incoming, context: RequestContext) -> BoxFuture<'static, ()> {
+        self.input(input, context);
+        Box::pin(std::future::ready(()))
+    }
+
     /// The HTTP client of the POST that carried request `id` went away before any answer: the
     /// transport has let go of the request (nothing more is written for it, and it no longer
     /// keeps the session alive). Stop its handler as a client's cancellation would; write

@@ -589,7 +589,9 @@ impl McpService {
         };
         let context = RequestContext { parts };
         if !awaits_reply {
-            handler.input(incoming, context);
+            // 202 once the application took in what the message changes (shared state
+            // saved): the client's next request may land on another instance.
+            handler.accept(incoming, context).await;
             return respond::empty(StatusCode::ACCEPTED);
         }
         let decision = match session.register(&requests, false, batch).await {
