@@ -198,6 +198,7 @@ mod complete;
 mod handler;
 mod settings;
 mod skills;
+pub mod tasks;
 mod uri_template;
 mod wire;
 

@@ -1,0 +1,12 @@
+//! Tasks: a tool call answered with a handle the client polls, cancels and feeds input to,
+//! while the same handler runs on its own.
+//!
+//! * [`store`]: the [`TaskStore`] where tasks live, bound to the principal that created them,
+//!   and its bounded in-memory default, [`MemoryTaskStore`].
+
+pub(crate) mod store;
+
+pub use store::{
+    Clock, MemoryTaskStore, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
+    TaskStoreErrorKind, TaskStoreFuture, TaskUpdate, Updated,
+};
