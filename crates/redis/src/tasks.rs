@@ -415,7 +415,7 @@ impl TaskStore for RedisTaskStore {
     }
 
     /// The tasks held, after forgetting the expired ones.
-    fn len(&self) -> TaskStoreFuture<'_, usize> {
+    fn count(&self) -> TaskStoreFuture<'_, usize> {
         Box::pin(async move { self.purge_all().await.map(|(_, held)| held) })
     }
 }

@@ -28,6 +28,7 @@ mod readme;
 mod redis_bus;
 mod redis_events;
 mod redis_store;
+mod redis_tasks;
 mod robustness;
 mod schema_validation;
 mod server_bus;

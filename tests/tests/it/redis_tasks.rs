@@ -166,7 +166,7 @@ async fn the_keys_share_one_hash_tag_and_a_task_expires_from_its_creation() {
         assert!(Instant::now() < deadline, "t3 still in redis 5 s after its ttl");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(store.len().await.unwrap(), 2);
+    assert_eq!(store.count().await.unwrap(), 2);
     assert_eq!(
         redis.command(&["HEXISTS", "mcx:{tasks}:own", "t3"]).await.integer(),
         0
@@ -175,7 +175,7 @@ async fn the_keys_share_one_hash_tag_and_a_task_expires_from_its_creation() {
     store.remove("t1").await.unwrap();
     store.remove("t2").await.unwrap();
     assert!(keys(&redis, "mcx:{tasks}:*").await.is_empty());
-    assert_eq!(store.len().await.unwrap(), 0);
+    assert_eq!(store.count().await.unwrap(), 0);
     fleet.shutdown().await.unwrap();
 }
 
@@ -234,12 +234,12 @@ async fn two_instances_share_the_tasks_and_their_bound() {
 
     let other = connect(&redis, FleetConfig::new().prefix("app")).await;
     assert_eq!(other.task_store().get("shared", Some("alice")).await.unwrap(), None);
-    assert_eq!(other.task_store().len().await.unwrap(), 0);
+    assert_eq!(other.task_store().count().await.unwrap(), 0);
 
     for id in ["shared", "a2", "b1"] {
         on_b.remove(id).await.unwrap();
     }
-    assert_eq!(on_a.len().await.unwrap(), 0);
+    assert_eq!(on_a.count().await.unwrap(), 0);
     other.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();

@@ -44,11 +44,11 @@ use super::{TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKin
 #[non_exhaustive]
 pub struct Limits {
     /// The most tasks the store holds, of every principal together (for
-    /// [`MemoryTaskStore`](super::MemoryTaskStore): `max_tasks`); more than
+    /// [`MemoryTaskStore`](super::MemoryTaskStore): `max_tasks`); more than twice
     /// `max_per_principal`.
     pub max_tasks: usize,
     /// The most tasks it holds of one principal (for
-    /// [`MemoryTaskStore`](super::MemoryTaskStore): `max_per_principal`); at least 2.
+    /// [`MemoryTaskStore`](super::MemoryTaskStore): `max_per_principal`); at least 3.
     pub max_per_principal: usize,
     /// The time to live of the tasks of [`expire_after_their_ttl`]: short for a store on real
     /// time (each run waits about twice this).
@@ -72,7 +72,7 @@ impl Limits {
 pub const MAX_BOUND: usize = 10_000;
 
 /// Runs every check of this module, one after the other, and checks that the store holds as many
-/// tasks after them as before ([`TaskStore::len`]). Nothing else may use the store meanwhile (the
+/// tasks after them as before ([`TaskStore::count`]). Nothing else may use the store meanwhile (the
 /// bound checks count every task it holds). `now` is the store's clock (the creation time of the
 /// checks' tasks); `advance` must move it on by at least the duration it is given.
 pub async fn all<N, F, Fut>(store: &dyn TaskStore, prefix: &str, limits: Limits, now: N, advance: F)
@@ -82,8 +82,8 @@ where
     Fut: Future<Output = ()>,
 {
     assert!(
-        limits.max_per_principal >= 2 && limits.max_tasks > limits.max_per_principal,
-        "conformance: the checks need max_per_principal >= 2 and max_tasks above it"
+        limits.max_per_principal >= 3 && limits.max_tasks > 2 * limits.max_per_principal,
+        "conformance: the checks need max_per_principal >= 3 and max_tasks above twice it"
     );
     assert!(
         limits.max_tasks <= MAX_BOUND,
@@ -94,7 +94,7 @@ where
     principals_are_isolated(store, &format!("{prefix}-isolated"), &now).await;
     terminal_states_are_final(store, &format!("{prefix}-terminal"), &now).await;
     input_requests_follow_answers(store, &format!("{prefix}-input"), &now).await;
-    list_pages_in_creation_order(store, &format!("{prefix}-list"), &now).await;
+    list_pages_in_creation_order(store, &format!("{prefix}-list"), limits, &now).await;
     the_bound_is_enforced_atomically(store, &format!("{prefix}-bound"), limits, &now).await;
     expire_after_their_ttl(store, &format!("{prefix}-expiry"), limits, &now, advance).await;
     assert_eq!(
@@ -247,14 +247,11 @@ pub async fn terminal_states_are_final<N: Fn() -> SystemTime>(
     let mut result = JsonObject::new();
     result.insert("content".into(), json!([{"type": "text", "text": "done"}]));
     let error = ErrorObject::new(ErrorCode::INTERNAL_ERROR, "it broke");
-    let both = TaskUpdate {
-        result: Some(result.clone()),
-        error: Some(error.clone()),
-        ..TaskUpdate::default()
-    };
+    let mut both = TaskUpdate::fail(&error);
+    both.result = Some(result.clone());
     let settles = [
         (TaskUpdate::complete(result.clone()), TaskStatus::Completed),
-        (TaskUpdate::fail(error.clone()), TaskStatus::Failed),
+        (TaskUpdate::fail(&error), TaskStatus::Failed),
         (TaskUpdate::cancel(), TaskStatus::Cancelled),
         (both, TaskStatus::Failed),
     ];
@@ -283,7 +280,7 @@ pub async fn terminal_states_are_final<N: Fn() -> SystemTime>(
         for later in [
             TaskUpdate::cancel(),
             TaskUpdate::complete(JsonObject::new()),
-            TaskUpdate::fail(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "again")),
+            TaskUpdate::fail(&ErrorObject::new(ErrorCode::INTERNAL_ERROR, "again")),
             TaskUpdate::new().message("changed"),
             TaskUpdate::new().ask("k", json!({"method": "elicitation/create"})),
         ] {
@@ -367,16 +364,19 @@ pub async fn input_requests_follow_answers<N: Fn() -> SystemTime>(
 pub async fn list_pages_in_creation_order<N: Fn() -> SystemTime>(
     store: &dyn TaskStore,
     prefix: &str,
+    limits: Limits,
     now: &N,
 ) {
+    // Five tasks, or as many as a principal may hold.
+    let n = limits.max_per_principal.min(5);
     let me = format!("{prefix}-me");
     let other = format!("{prefix}-other");
     let start = now();
     let mut mine = Vec::new();
     let mut ids = Vec::new();
-    for i in 0..5u64 {
+    for i in 0..n {
         // Later creation times for later tasks, ids that do not sort in creation order.
-        let at = start + Duration::from_millis(i);
+        let at = start + Duration::from_millis(u64::try_from(i).unwrap_or(0));
         let id = format!("{prefix}-{}", 9 - i);
         create(store, &record(&id, Some(&me), at)).await;
         let theirs = format!("{prefix}-o{i}");
@@ -385,7 +385,7 @@ pub async fn list_pages_in_creation_order<N: Fn() -> SystemTime>(
         ids.push(id);
         ids.push(theirs);
     }
-    for limit in [2, 1, 5, 7] {
+    for limit in [2, 1, n, n + 2] {
         let listed = list_all(store, Some(&me), limit).await;
         let listed: Vec<String> = listed.into_iter().map(|r| r.task_id).collect();
         assert_eq!(
@@ -403,7 +403,7 @@ pub async fn list_pages_in_creation_order<N: Fn() -> SystemTime>(
     let next = two
         .next_cursor
         .as_deref()
-        .expect("conformance: a first page of 2 of 5 tasks has a next cursor");
+        .expect("conformance: a first page of 2 of more tasks has a next cursor");
     let rest = list(store, Some(&other), Some(next), 10).await;
     assert!(
         rest.tasks.iter().all(|r| r.principal.as_deref() == Some(&other)),
@@ -518,7 +518,7 @@ pub async fn the_bound_is_enforced_atomically<N: Fn() -> SystemTime>(
 /// A task is gone `ttl` after its creation, whatever happened to it meanwhile (an update does
 /// not push it back): [`get`](TaskStore::get), [`update`](TaskStore::update) and
 /// [`list`](TaskStore::list) find nothing, and once
-/// [`purge_expired`](TaskStore::purge_expired) ran, [`len`](TaskStore::len) no longer counts
+/// [`purge_expired`](TaskStore::purge_expired) ran, [`count`](TaskStore::count) no longer counts
 /// it; a task with no ttl stays. Expired tasks make room: a principal at its bound with expired
 /// tasks may create again, with no purge asked for.
 pub async fn expire_after_their_ttl<N, F, Fut>(
@@ -733,9 +733,16 @@ async fn list_all(store: &dyn TaskStore, principal: Option<&str>, limit: usize) 
     panic!("conformance: the list for {principal:?} does not end")
 }
 
+async fn remove(store: &dyn TaskStore, id: &str) {
+    store
+        .remove(id)
+        .await
+        .unwrap_or_else(|e| panic!("conformance: remove {id}: {e}"));
+}
+
 async fn len(store: &dyn TaskStore) -> usize {
     store
-        .len()
+        .count()
         .await
         .unwrap_or_else(|e| panic!("conformance: len: {e}"))
 }
@@ -816,7 +823,7 @@ mod tests {
                     .unwrap_or_default()
             });
             let message = message.expect_err("a breach passed the checks");
-            assert!(message.contains("conformance"), "{breach:?}: {message}");
+            assert!(message.contains(breach.caught_by()), "{breach:?}: {message}");
         }
     }
 
@@ -829,6 +836,19 @@ mod tests {
         ListRepeats,
     }
 
+    impl Breach {
+        /// What the check that catches it says.
+        fn caught_by(self) -> &'static str {
+            match self {
+                Breach::AnyPrincipal => "conformance: broken-isolated-0 of Some(\"broken-isolated-alice\") seen by",
+                Breach::TerminalChanges => "conformance: an update of broken-terminal-0, completed, was applied",
+                Breach::NeverExpires => "conformance: a task 75000ms after its creation, ttl 60000ms",
+                Breach::RacyBound => "conformance: 5 creates at once for one principal, bound 4",
+                Breach::ListRepeats => "listed twice for Some(\"broken-list-me\")",
+            }
+        }
+    }
+
     /// A store that breaks one rule of the contract.
     #[derive(Debug)]
     struct Broken {
@@ -836,6 +856,8 @@ mod tests {
         breach: Breach,
         /// Each task's principal, as created.
         owners: std::sync::Mutex<std::collections::HashMap<String, Option<String>>>,
+        /// Each task as created, until removed.
+        kept: std::sync::Mutex<std::collections::HashMap<String, TaskRecord>>,
     }
 
     impl Broken {
@@ -844,6 +866,7 @@ mod tests {
                 inner,
                 breach,
                 owners: std::sync::Mutex::default(),
+                kept: std::sync::Mutex::default(),
             }
         }
     }
@@ -872,12 +895,11 @@ mod tests {
                     self.inner.create(record).await
                 });
             }
-            let record = if let Breach::NeverExpires = self.breach {
-                record.clone().ttl_ms(None)
-            } else {
-                record.clone()
-            };
-            Box::pin(async move { self.inner.create(&record).await })
+            self.kept
+                .lock()
+                .unwrap()
+                .insert(record.task_id.clone(), record.clone());
+            self.inner.create(record)
         }
 
         fn get<'a>(
@@ -888,6 +910,20 @@ mod tests {
             if let Breach::AnyPrincipal = self.breach {
                 let owner = self.owners.lock().unwrap().get(task_id).cloned().flatten();
                 return Box::pin(async move { self.inner.get(task_id, owner.as_deref()).await });
+            }
+            if let Breach::NeverExpires = self.breach {
+                // Gives the task as created once the inner store let it expire.
+                return Box::pin(async move {
+                    let found = self.inner.get(task_id, principal).await?;
+                    Ok(found.or_else(|| {
+                        self.kept
+                            .lock()
+                            .unwrap()
+                            .get(task_id)
+                            .filter(|r| r.belongs_to(principal))
+                            .cloned()
+                    }))
+                });
             }
             self.inner.get(task_id, principal)
         }
@@ -938,6 +974,7 @@ mod tests {
         }
 
         fn remove<'a>(&'a self, task_id: &'a str) -> TaskStoreFuture<'a, ()> {
+            self.kept.lock().unwrap().remove(task_id);
             self.inner.remove(task_id)
         }
 
@@ -945,8 +982,8 @@ mod tests {
             self.inner.purge_expired()
         }
 
-        fn len(&self) -> TaskStoreFuture<'_, usize> {
-            TaskStore::len(&self.inner)
+        fn count(&self) -> TaskStoreFuture<'_, usize> {
+            self.inner.count()
         }
     }
 }

@@ -6,6 +6,12 @@
 
 pub(crate) mod store;
 
+/// The contract of [`TaskStore`] as checks any implementation runs in its tests (feature
+/// `testing`).
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod conformance;
+
 pub use store::{
     Clock, MemoryTaskStore, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
     TaskStoreErrorKind, TaskStoreFuture, TaskUpdate, Updated,
