@@ -2,7 +2,7 @@
 //! through one instance is polled, fed input and cancelled through any other.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use modelctx_server::tasks::{
     TaskPage, TaskRecord, TaskStore, TaskStoreError, TaskStoreFuture, TaskUpdate, Updated,
@@ -29,8 +29,13 @@ const SWAP: &str = include_str!("scripts/tasks_swap.lua");
 const PURGE_BATCH: usize = 1000;
 
 /// How many times [`TaskStore::update`] reads and writes again when another writer changed the
-/// task in between, before it gives up.
-const UPDATE_TRIES: usize = 32;
+/// task in between, before it gives up; after each lost race it waits a random time below
+/// [`UPDATE_BACKOFF`] times the races lost so far (capped at 50 ms), so that writers at once
+/// spread out.
+const UPDATE_TRIES: u32 = 100;
+
+/// The step of the wait after a lost race (see [`UPDATE_TRIES`]).
+const UPDATE_BACKOFF: Duration = Duration::from_millis(2);
 
 /// The names of the task store's keys: every one starts with `PREFIX:{tasks}:`.
 #[derive(Debug, Clone)]
@@ -123,7 +128,8 @@ struct Scripts {
 /// and writes the task in one step, so that instances creating tasks at once never go beyond
 /// them. [`update`](TaskStore::update) reads the record, applies the update with
 /// [`TaskRecord::apply`] (the rules every store follows: terminal states final), and writes it
-/// back only if its version did not change in between; else it reads again (32 times at most).
+/// back only if its version did not change in between; else it waits a little (a random time,
+/// growing) and reads again, 100 times at most.
 ///
 /// All the keys share the hash tag `{tasks}`: on Redis Cluster they are in one slot, as the
 /// bound over all tasks must be checked in one script. A principal's tasks are seen only by that
@@ -247,7 +253,10 @@ impl RedisTaskStore {
         principal: Option<&str>,
         update: &TaskUpdate,
     ) -> Result<Option<Updated>, TaskStoreError> {
-        for _ in 0..UPDATE_TRIES {
+        for lost in 0..UPDATE_TRIES {
+            if lost > 0 {
+                tokio::time::sleep(backoff(lost)).await;
+            }
             let Some((version, record)) = self.read(id).await? else {
                 return Ok(None);
             };
@@ -420,6 +429,20 @@ impl TaskStore for RedisTaskStore {
     }
 }
 
+/// A random wait below `UPDATE_BACKOFF * lost`, at most 50 ms.
+fn backoff(lost: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let most = UPDATE_BACKOFF
+        .saturating_mul(lost)
+        .min(Duration::from_millis(50));
+    let most_us = u64::try_from(most.as_micros()).unwrap_or(50_000).max(1);
+    // A random number from the standard library: each `RandomState` has random keys.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_micros(random % most_us)
+}
+
 /// This machine's clock, in milliseconds since the epoch (`lastUpdatedAt`).
 fn now_ms() -> u64 {
     let since = SystemTime::now()
@@ -452,7 +475,6 @@ pub(crate) fn task_error(error: Error) -> TaskStoreError {
 #[cfg(test)]
 mod tests {
     use std::error::Error as _;
-    use std::time::Duration;
 
     use modelctx_server::tasks::TaskStoreErrorKind;
 
@@ -518,6 +540,15 @@ mod tests {
         );
         for bad in ["", "nope", ":x", "12:", "-1:x", "1e3:x", "99999999999999999999999:x"] {
             assert_eq!(parse_cursor(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_wait_after_a_lost_race_grows_and_is_capped() {
+        for lost in 1..200 {
+            let wait = backoff(lost);
+            assert!(wait < UPDATE_BACKOFF * lost, "{lost}: {wait:?}");
+            assert!(wait < Duration::from_millis(50), "{lost}: {wait:?}");
         }
     }
 
