@@ -683,7 +683,8 @@ fn argument(name: &str, description: &str) -> (String, Option<String>, bool) {
 /// process-wide handle).
 pub fn server() -> Server {
     let mut builder = Server::builder("modelctx-conformance-server", "1.0.0");
-    for tool in tools() {
+    // The tools of the tasks scenarios (`tasks-*`) with them.
+    for tool in tools().into_iter().chain(crate::conformance_tasks::tools()) {
         builder = builder.tool(tool);
     }
     let server = builder

@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod conformance_server;
+pub mod conformance_tasks;
 pub mod facade;
 pub mod fleet;
 pub mod http;

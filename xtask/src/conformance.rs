@@ -17,7 +17,9 @@
 //! `tests/conformance/expected-failures-proxy.yml`.
 //!
 //! `--suite all` leaves out the scenarios of extensions; those of the Skills extension
-//! ([`SKILLS_SCENARIOS`]) run by name after each suite, on both legs, into the same folders.
+//! ([`SKILLS_SCENARIOS`]) run by name after each suite, on both legs, into the same folders, and
+//! the server scenarios of the Tasks extension ([`TASKS_SCENARIOS`]) after the server suite of
+//! the 2026-07-28 leg.
 //! The summary counts skipped checks apart, so that a scenario that checked nothing shows.
 
 use std::collections::BTreeMap;
@@ -62,6 +64,26 @@ const SKILLS_SCENARIOS: &[(&str, &str)] = &[
     ("client", "sep-2640-client-verify-size"),
     ("client", "sep-2640-client-verify-frontmatter"),
 ];
+
+/// The server scenarios of the Tasks extension (SEP-2663, `io.modelcontextprotocol/tasks`), run by
+/// name like [`SKILLS_SCENARIOS`], with `--force`, on the 2026-07-28 leg only: the extension is
+/// defined for 2026-07-28 (a 2025-11-25 session has the experimental tasks of that version
+/// instead, whose rules differ: `tasks/result` and `tasks/list` exist there, `tasks/update` does
+/// not).
+const TASKS_SCENARIOS: &[&str] = &[
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-mrtr-composition",
+    "tasks-dispatch-and-envelope",
+    "tasks-request-headers",
+    "tasks-required-task-error",
+    "tasks-status-notifications",
+];
+/// The leg the [`TASKS_SCENARIOS`] run on.
+const TASKS_LEG: &str = "2026-07-28";
 
 /// Runs both suites on both legs and writes the summary; fails if any run failed.
 pub(crate) fn run(root: &Path) -> Result<(), String> {
@@ -110,7 +132,15 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
             if !status {
                 failures.push(format!("{side} suite, spec {leg}"));
             }
-            for &(_, scenario) in SKILLS_SCENARIOS.iter().filter(|(s, _)| *s == side) {
+            let tasks = TASKS_SCENARIOS
+                .iter()
+                .filter(|_| side == "server" && *leg == TASKS_LEG);
+            let by_name = SKILLS_SCENARIOS
+                .iter()
+                .filter(|(s, _)| *s == side)
+                .map(|(_, scenario)| scenario)
+                .chain(tasks);
+            for &scenario in by_name {
                 let started = Instant::now();
                 let mut suite = Command::new(node::binary(root));
                 suite

@@ -72,6 +72,10 @@ pub(crate) struct Inner {
     pub(crate) http: Option<modelctx_http::server::RequestContext>,
     /// The server's state ([`ServerBuilder::state`](crate::ServerBuilder::state)).
     pub(crate) state: Arc<crate::handler::States>,
+    /// The task the handler runs as, if it does (`crate::tasks`).
+    pub(crate) task: std::sync::OnceLock<crate::tasks::runner::TaskLink>,
+    /// Where [`Context::detach`] asks for a task, when the request may become one.
+    pub(crate) detach: Mutex<Option<crate::tasks::runner::Detach>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -178,8 +182,10 @@ impl Context {
     }
 
     /// Fires when the request is cancelled: by `notifications/cancelled` (legacy, stdio), by the
-    /// client closing the response stream (modern HTTP), or when the connection ends. A handler
-    /// that stops early on it may return anything: nothing more is sent for the request.
+    /// client closing the response stream (modern HTTP), or when the connection ends; for a
+    /// handler running as a task, by `tasks/cancel` and at the task's expiry. A handler that
+    /// stops early on it may return anything: nothing more is sent for the request (a task is
+    /// settled `cancelled`).
     pub fn cancelled(&self) -> &CancellationToken {
         &self.inner.cancelled
     }
@@ -194,8 +200,67 @@ impl Context {
         self.inner.progress_token.is_some()
     }
 
+    /// The id of the task the handler runs as, when it runs as one ([`Tool::task_support`]).
+    ///
+    /// [`Tool::task_support`]: crate::Tool::task_support
+    pub fn task_id(&self) -> Option<&str> {
+        self.inner.task.get().map(|t| t.task_id())
+    }
+
+    /// Sets the `statusMessage` of the task the handler runs as (what `tasks/get` tells the
+    /// client while it waits); whether it was set (not when the handler runs as no task, or
+    /// the task is settled or gone).
+    pub async fn set_status_message(&self, message: &str) -> bool {
+        match self.inner.task.get() {
+            Some(task) => task.set_status_message(message.to_owned()).await,
+            None => false,
+        }
+    }
+
+    /// Answers the request now with a task (`CreateTaskResult`), and goes on as that task: what
+    /// the handler does from here (its questions, its progress, its result) goes through the
+    /// task, as for a tool that runs as a task from the start. For a tool declared with
+    /// [`Tool::task_on_detach`], called by a client that supports tasks: the handler first
+    /// runs as a plain call (its questions answered by round trips, which run it again from
+    /// the start) and becomes a task when it calls this, after its last question. `Ok` at once
+    /// when the handler runs as a task already.
+    ///
+    /// # Errors
+    ///
+    /// [`DetachError::NotAllowed`] when the request cannot become a task (another tool, or a
+    /// client without the tasks extension: the handler goes on as a plain call), and
+    /// [`DetachError::Refused`] when the task could not be made (too many tasks).
+    ///
+    /// [`Tool::task_on_detach`]: crate::Tool::task_on_detach
+    /// [`DetachError::NotAllowed`]: crate::tasks::DetachError::NotAllowed
+    /// [`DetachError::Refused`]: crate::tasks::DetachError::Refused
+    pub async fn detach(&self) -> Result<(), crate::tasks::DetachError> {
+        if self.inner.task.get().is_some() {
+            return Ok(());
+        }
+        let slot = self
+            .inner
+            .detach
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(slot) = slot else {
+            return Err(crate::tasks::DetachError::NotAllowed);
+        };
+        let (reply, made) = tokio::sync::oneshot::channel();
+        if slot.send(reply).is_err() {
+            return Err(crate::tasks::DetachError::NotAllowed);
+        }
+        match made.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(crate::tasks::DetachError::Refused(error)),
+            Err(_) => Err(crate::tasks::DetachError::NotAllowed),
+        }
+    }
+
     /// Reports progress (`notifications/progress`), when the client asked for it; otherwise
-    /// nothing is sent. Values must increase.
+    /// nothing is sent. Values must increase. A handler running as a task reports it as the
+    /// task's `statusMessage` (`message`, else `progress/total`) instead.
     ///
     /// ```
     /// # async fn f(context: modelctx_server::Context) {
@@ -213,7 +278,8 @@ impl Context {
         total: Option<f64>,
         message: Option<&str>,
     ) -> Result<(), ProgressError> {
-        if self.inner.progress_token.is_none() {
+        let task = self.inner.task.get();
+        if self.inner.progress_token.is_none() && task.is_none() {
             return Ok(());
         }
         {
@@ -228,6 +294,16 @@ impl Context {
                 return Err(ProgressError::NotIncreasing { previous, progress });
             }
             *last = Some(progress);
+        }
+        if let Some(task) = task {
+            // A task's progress is its status message.
+            let message = match (message, total) {
+                (Some(message), _) => message.to_owned(),
+                (None, Some(total)) => format!("{progress}/{total}"),
+                (None, None) => progress.to_string(),
+            };
+            task.set_status_message(message).await;
+            return Ok(());
         }
         let _ = self
             .inner
@@ -247,6 +323,9 @@ impl Context {
     /// for messages of this level: legacy clients with `logging/setLevel` (none before they set
     /// one), modern clients with the request's `_meta` log level (none without one).
     pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if self.inner.task.get().is_some_and(|t| t.running.modern) {
+            return; // the tasks extension has no stream for them
+        }
         let _ = self
             .inner
             .commands
@@ -458,6 +537,9 @@ impl Context {
         };
         if let Err(capability) = allowed {
             return Err(InputError::NotSupported(capability));
+        }
+        if let Some(task) = self.inner.task.get().filter(|t| t.running.modern) {
+            return task.ask(method, params, key).await;
         }
         if self.inner.modern {
             let Some(mrtr) = &self.inner.mrtr else {

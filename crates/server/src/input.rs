@@ -170,7 +170,7 @@ impl Mrtr {
 /// Whether `answer` is an answer to a question of `method`: the client's result for it (an
 /// `ElicitResult`, a `CreateMessageResult`, a `ListRootsResult`), or the -32602 error the
 /// request fails with.
-fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObject> {
+pub(crate) fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObject> {
     use modelctx_types::v2026_07_28 as wire;
     fn fits<T: serde::de::DeserializeOwned>(answer: &Value) -> Result<(), String> {
         T::deserialize(answer).map(drop).map_err(|e| e.to_string())
@@ -191,7 +191,7 @@ fn check_answer(method: &str, key: &str, answer: &Value) -> Result<(), ErrorObje
     })
 }
 
-fn short(method: &str) -> &'static str {
+pub(crate) fn short(method: &str) -> &'static str {
     match method {
         ElicitationCreate::VALUE => "elicit",
         SamplingCreateMessage::VALUE => "sample",

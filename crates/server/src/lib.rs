@@ -53,6 +53,10 @@
 //!   `skills/list`, `skills/get`, `resources/directory/read`), [`ServerBuilder::skill_files`] a
 //!   tree given in memory, [`ServerBuilder::skill`] a skill whose content is generated
 //!   ([`DynamicSkill`]).
+//! * **Tasks** (the `io.modelcontextprotocol/tasks` extension of 2026-07-28):
+//!   [`Tool::task_support`] lets a tool run as a task the client polls, feeds input to and
+//!   cancels, with the same handler code; [`ServerBuilder::task_store`] sets where tasks are
+//!   kept ([`tasks`] says how).
 //! * Everything can be added and removed while the server runs; connected clients are told
 //!   (`list_changed`), and [`Server::notify_resource_updated`] reaches subscribers of both eras.
 //! * A panicking handler answers its request with `-32603`; the connection lives on. Requests
@@ -147,7 +151,10 @@
 //! [`Guard`] given to [`ServerBuilder::auth`] (`modelctx-auth` builds one for OAuth 2.1; this
 //! crate does not depend on it), and the server answers which scopes a request needs and checks
 //! them again before a handler runs; over stdio nothing is authenticated (the MCP
-//! authorization rules are for HTTP). It does not implement the tasks extension yet. It serves
+//! authorization rules are for HTTP). Of tasks ([`tasks`]) it serves the 2026-07-28 extension
+//! for `tools/call` only, sends no `notifications/tasks` (clients poll), and runs a task's
+//! handler in the process that created it (a shared [`tasks::TaskStore`] carries the task's
+//! state to the others, not its answers or cancellation). It serves
 //! skills as they were when the server was built (no watching of the directory, no reload), and
 //! does not follow symbolic links in a skills directory.
 //!

@@ -128,6 +128,8 @@ pub(crate) struct Shared {
     pub(crate) bus: Option<crate::bus::BusLink>,
     /// The state handlers take ([`State`](crate::State)).
     pub(crate) state: Arc<States>,
+    /// The tasks: their store, and those running here (`crate::tasks`).
+    pub(crate) tasks: Arc<crate::tasks::runner::Tasks>,
     /// Legacy HTTP sessions: their store, and their requests still running.
     #[cfg(feature = "http")]
     pub(crate) legacy: crate::http::Legacy,

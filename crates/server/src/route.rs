@@ -7,7 +7,8 @@ use std::sync::Arc;
 use modelctx_session::IncomingRequest;
 use modelctx_types::consts::{
     CompletionComplete, PromptsGet, PromptsList, RefPrompt, RefResource, ResourcesList,
-    ResourcesRead, ResourcesTemplatesList, ToolsCall, ToolsList,
+    ResourcesRead, ResourcesTemplatesList, TasksCancel, TasksGet, TasksUpdate, ToolsCall,
+    ToolsList,
 };
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject, skills};
 use serde::Deserialize;
@@ -51,7 +52,8 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             Some(raw) if raw.get() != "null" => Arguments::Raw(raw.to_owned()),
             _ => Arguments::Parsed(Value::Object(JsonObject::new())),
         };
-        return call_tool(shared, &call.name, arguments).into();
+        let runner = call_tool(shared, &call.name, arguments);
+        return crate::tasks::wire::call(shared, &call.name, request, runner).into();
     }
     let params: JsonObject = match request.params.as_deref() {
         Some(raw) => match serde_json::from_str(raw.get()) {
@@ -72,7 +74,8 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
         ToolsCall::VALUE => match serde_json::from_value::<ParsedCall>(Value::Object(params)) {
             Ok(ParsedCall { name, arguments }) => {
                 let arguments = arguments.unwrap_or_else(|| Value::Object(JsonObject::new()));
-                call_tool(shared, &name, Arguments::Parsed(arguments)).into()
+                let runner = call_tool(shared, &name, Arguments::Parsed(arguments));
+                crate::tasks::wire::call(shared, &name, request, runner).into()
             }
             Err(e) => Route::Now(Err(invalid_params(format!("invalid params: {e}")))),
         },
@@ -123,6 +126,9 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
                 .read_directory(&params, page_size)
                 .and_then(|v| crate::wire::raw(&v)),
         ),
+        TasksGet::VALUE | TasksUpdate::VALUE | TasksCancel::VALUE => {
+            crate::tasks::wire::route(shared, request, params).into()
+        }
         other => Route::Now(Err(ErrorObject::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("method not found: {other}"),

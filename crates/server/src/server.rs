@@ -36,6 +36,7 @@ pub struct ServerBuilder {
     versions: Option<Vec<ProtocolVersion>>,
     session_store: Option<Arc<dyn crate::run::SessionStore>>,
     bus: Option<Arc<dyn crate::bus::Bus>>,
+    task_store: Option<Arc<dyn crate::tasks::TaskStore>>,
     #[cfg(feature = "http")]
     guard: Option<Arc<dyn modelctx_http::server::Guard>>,
     skills: crate::skills::Pending,
@@ -92,6 +93,29 @@ impl ServerBuilder {
     /// [`InMemoryStore`](crate::InMemoryStore) of this process). Used with feature `http`.
     pub fn session_store(mut self, store: Arc<dyn crate::run::SessionStore>) -> Self {
         self.session_store = Some(store);
+        self
+    }
+
+    /// Where tasks are kept ([`tasks`](crate::tasks); default: a [`MemoryTaskStore`] of its
+    /// default bounds, 10 000 tasks and 1 000 per principal). Each task is kept
+    /// [`TaskSettings::ttl`] from its creation (one hour by default), and clients are told to
+    /// poll it every [`TaskSettings::poll_interval`] (one second): see [`Settings::tasks`].
+    /// Giving a store declares the tasks extension (`capabilities.extensions`) even when no
+    /// tool of the builder supports tasks (tools added later may).
+    ///
+    /// [`MemoryTaskStore`]: crate::tasks::MemoryTaskStore
+    /// [`TaskSettings::ttl`]: crate::tasks::TaskSettings::ttl
+    /// [`TaskSettings::poll_interval`]: crate::tasks::TaskSettings::poll_interval
+    /// [`Settings::tasks`]: crate::Settings::tasks
+    pub fn task_store(mut self, store: impl crate::tasks::TaskStore) -> Self {
+        self.task_store = Some(Arc::new(store));
+        self
+    }
+
+    /// [`task_store`](Self::task_store) for a store shared with the caller (who keeps its own
+    /// `Arc`, to look at it in tests, say).
+    pub fn task_store_shared(mut self, store: Arc<dyn crate::tasks::TaskStore>) -> Self {
+        self.task_store = Some(store);
         self
     }
 
@@ -468,6 +492,19 @@ impl ServerBuilder {
         if declare_skills {
             crate::skills::declare(&mut capabilities);
         }
+        let declare_tasks = self.task_store.is_some()
+            || self
+                .tools
+                .values()
+                .any(|t| t.task_support != crate::tasks::TaskSupport::Forbidden);
+        if declare_tasks {
+            crate::tasks::declare(&mut capabilities);
+        }
+        let task_store = self
+            .task_store
+            .take()
+            .unwrap_or_else(|| Arc::new(crate::tasks::MemoryTaskStore::new()));
+        let task_settings = self.settings.tasks;
         let mut config = ServerConfig::new(&self.name, &self.version, capabilities);
         if let Some(versions) = self.versions {
             config.versions = versions;
@@ -547,6 +584,7 @@ impl ServerBuilder {
                 }),
                 changes,
                 state: Arc::new(self.states),
+                tasks: Arc::new(crate::tasks::runner::Tasks::new(task_store, task_settings)),
                 #[cfg(feature = "http")]
                 guard: self.guard,
             }),
@@ -629,8 +667,10 @@ pub struct Load {
     /// Connections served (stdio, in-memory), and requests being served on their own
     /// (a legacy HTTP session's POST, a modern HTTP request): an idle legacy session counts none.
     pub connections: usize,
-    /// Handlers running.
+    /// Handlers running (those running as tasks aside).
     pub handlers: usize,
+    /// Handlers running as tasks, in this process ([`tasks`](crate::tasks)).
+    pub tasks: usize,
 }
 
 /// Why a change to what the server offers was refused.
@@ -763,6 +803,7 @@ impl Server {
             versions: None,
             session_store: None,
             bus: None,
+            task_store: None,
             skills: crate::skills::Pending::default(),
         }
     }
@@ -773,6 +814,7 @@ impl Server {
         Load {
             connections: self.shared.load.connections.load(SeqCst),
             handlers: self.shared.load.handlers.load(SeqCst),
+            tasks: self.shared.tasks.running(),
         }
     }
 

@@ -25,6 +25,11 @@ pub struct Settings {
     /// JSON-RPC error -32000 (`data.reason` `"rate_limited"`), as [`Limits`](crate::Limits)
     /// refuse; a notification beyond is dropped.
     pub max_modern_requests: usize,
+    /// How tasks are kept and run (default [`TaskSettings::default`]: kept one hour, clients
+    /// told to poll every second, at most 256 handlers running as tasks at once).
+    ///
+    /// [`TaskSettings::default`]: crate::tasks::TaskSettings
+    pub tasks: crate::tasks::TaskSettings,
     /// How tool schemas are compiled and bounded (default: [`SchemaLimits::default`]: at most
     /// 256 KiB and 64 levels, 256 compiled schemas kept, `pattern`s matched in linear time, so
     /// a schema whose pattern needs backreferences or look-around is refused by
@@ -50,6 +55,7 @@ impl Default for Settings {
             list_cache: None,
             max_uri_len: 8 * 1024,
             max_modern_requests: 1024,
+            tasks: crate::tasks::TaskSettings::default(),
             #[cfg(feature = "validation")]
             schema_limits: modelctx_types::schema::SchemaLimits::default(),
         }

@@ -600,6 +600,10 @@ pub struct Tool {
     pub(crate) handler: ErasedTool,
     /// The scopes a call needs ([`Tool::scopes`]); `None`: none.
     pub(crate) scopes: crate::handler::Scopes,
+    /// Whether the tool runs as a task ([`Tool::task_support`]).
+    pub(crate) task_support: crate::tasks::TaskSupport,
+    /// Whether the handler becomes a task only when it calls `Context::detach`.
+    pub(crate) task_on_detach: bool,
 }
 
 impl std::fmt::Debug for Tool {
@@ -700,6 +704,8 @@ impl Tool {
         let name = name.into();
         Tool {
             scopes: None,
+            task_support: crate::tasks::TaskSupport::Forbidden,
+            task_on_detach: false,
             definition: JsonObject::new(),
             annotations: None,
             icons: None,
@@ -784,6 +790,58 @@ impl Tool {
         I::Item: Into<String>,
     {
         self.scopes = crate::handler::scopes(scopes);
+        self
+    }
+
+    /// Whether the tool runs as a task (default [`TaskSupport::Forbidden`]): see
+    /// [`tasks`](crate::tasks). With [`TaskSupport::Optional`] or [`TaskSupport::Required`],
+    /// a 2026-07-28 client that declares the tasks extension gets a task
+    /// (`CreateTaskResult`) and polls it, while the same handler runs with its questions,
+    /// progress and cancellation going through the task; a client without the extension calls
+    /// an optional tool as any other, and is refused a required one (-32021).
+    ///
+    /// ```
+    /// use modelctx_server::tasks::TaskSupport;
+    /// use modelctx_server::{Context, Tool};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Render {
+    ///     frames: u32,
+    /// }
+    ///
+    /// async fn render(context: Context, args: Render) -> String {
+    ///     for frame in 1..=args.frames {
+    ///         if context.is_cancelled() {
+    ///             return "cancelled".into();
+    ///         }
+    ///         // As a task: the task's statusMessage ("3/10").
+    ///         let _ = context.progress(f64::from(frame), Some(f64::from(args.frames)), None).await;
+    ///     }
+    ///     format!("{} frames rendered", args.frames)
+    /// }
+    ///
+    /// let tool = Tool::new("render", render).task_support(TaskSupport::Optional);
+    /// # let _ = tool;
+    /// ```
+    ///
+    /// [`TaskSupport::Forbidden`]: crate::tasks::TaskSupport::Forbidden
+    /// [`TaskSupport::Optional`]: crate::tasks::TaskSupport::Optional
+    /// [`TaskSupport::Required`]: crate::tasks::TaskSupport::Required
+    pub fn task_support(mut self, support: crate::tasks::TaskSupport) -> Self {
+        self.task_support = support;
+        self
+    }
+
+    /// For a tool of [`task_support`](Self::task_support) `Optional` or `Required`: called by
+    /// a client that supports tasks, the handler runs as a plain call first, asking its
+    /// questions by round trips (`input_required`, the handler run again from the start with
+    /// the answers), and becomes a task when it calls [`Context::detach`]: the call is then
+    /// answered with the task, and the rest of the handler runs as it. A handler that returns
+    /// without detaching answers the call as a plain one.
+    ///
+    /// [`Context::detach`]: crate::Context::detach
+    pub fn task_on_detach(mut self) -> Self {
+        self.task_on_detach = true;
         self
     }
 

@@ -38,4 +38,5 @@ mod server_ts_clients;
 mod skills;
 mod sse_retry;
 mod stdio;
+mod tasks_server;
 mod traps;

@@ -581,6 +581,8 @@ fn start(
             #[cfg(feature = "http")]
             http: origin.http.clone(),
             state: shared.state.clone(),
+            task: std::sync::OnceLock::new(),
+            detach: Mutex::new(None),
         }),
     };
     let counted = shared.clone();
