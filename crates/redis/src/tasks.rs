@@ -194,7 +194,12 @@ impl RedisTaskStore {
             .arg(json)
             .arg(format!("{:020}", record.created_ms))
             .arg(principal_part(principal))
-            .arg(record.expires_ms().map(|at| at.to_string()).unwrap_or_default())
+            .arg(
+                record
+                    .expires_ms()
+                    .map(|at| at.to_string())
+                    .unwrap_or_default(),
+            )
             .arg(self.max_tasks)
             .arg(self.max_per_principal)
             .arg(&self.keys.base)
@@ -225,7 +230,10 @@ impl RedisTaskStore {
             .shared
             .query(
                 "HMGET",
-                redis::cmd("HMGET").arg(self.keys.task(id)).arg("v").arg("r"),
+                redis::cmd("HMGET")
+                    .arg(self.keys.task(id))
+                    .arg("v")
+                    .arg("r"),
             )
             .await
             .map_err(task_error)?;
@@ -321,7 +329,10 @@ impl RedisTaskStore {
         let mut tasks = Vec::with_capacity(flat.len() / 2);
         for pair in flat.chunks(2) {
             let [_, json] = pair else {
-                return Err(task_error(corrupt("list tasks", "an entry without a record")));
+                return Err(task_error(corrupt(
+                    "list tasks",
+                    "an entry without a record",
+                )));
             };
             let record = decode("list tasks", json)?;
             // The index is the principal's: a record of another is a corrupt store.
@@ -518,11 +529,21 @@ mod tests {
     /// else is not a cursor.
     #[test]
     fn entries_sort_by_creation_and_cursors_round_trip() {
-        let mut entries = vec![entry(10, "b"), entry(9, "z"), entry(10, "a"), entry(100, "a")];
+        let mut entries = vec![
+            entry(10, "b"),
+            entry(9, "z"),
+            entry(10, "a"),
+            entry(100, "a"),
+        ];
         entries.sort();
         assert_eq!(
             entries,
-            [entry(9, "z"), entry(10, "a"), entry(10, "b"), entry(100, "a")]
+            [
+                entry(9, "z"),
+                entry(10, "a"),
+                entry(10, "b"),
+                entry(100, "a")
+            ]
         );
         assert_eq!(entry(1_700_000_000_000, "t"), "00000001700000000000:t");
         let record = TaskRecord::new(
@@ -534,11 +555,16 @@ mod tests {
         );
         let cursor = cursor_of(&record);
         assert_eq!(cursor, "42:id:with:colons");
-        assert_eq!(
-            parse_cursor(&cursor),
-            Some(entry(42, "id:with:colons"))
-        );
-        for bad in ["", "nope", ":x", "12:", "-1:x", "1e3:x", "99999999999999999999999:x"] {
+        assert_eq!(parse_cursor(&cursor), Some(entry(42, "id:with:colons")));
+        for bad in [
+            "",
+            "nope",
+            ":x",
+            "12:",
+            "-1:x",
+            "1e3:x",
+            "99999999999999999999999:x",
+        ] {
             assert_eq!(parse_cursor(bad), None, "{bad:?}");
         }
     }
@@ -563,7 +589,13 @@ mod tests {
             .source()
             .and_then(|e| e.downcast_ref::<Error>())
             .expect("the crate's error, kept");
-        assert!(matches!(cause, Error::Timeout { op: "create task", .. }));
+        assert!(matches!(
+            cause,
+            Error::Timeout {
+                op: "create task",
+                ..
+            }
+        ));
         let refused = redis::RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
             "ERR Error running script",

@@ -38,5 +38,6 @@ mod server_ts_clients;
 mod skills;
 mod sse_retry;
 mod stdio;
+mod tasks_e2e;
 mod tasks_server;
 mod traps;

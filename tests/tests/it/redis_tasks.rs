@@ -147,7 +147,10 @@ async fn the_keys_share_one_hash_tag_and_a_task_expires_from_its_creation() {
         .expect("t1");
     assert!(done.applied);
     let ttl = pttl(&redis, "mcx:{tasks}:t:t1").await;
-    assert!(ttl > 25_000 && ttl <= 30_000, "the update moved the expiry: {ttl}");
+    assert!(
+        ttl > 25_000 && ttl <= 30_000,
+        "the update moved the expiry: {ttl}"
+    );
     assert_eq!(
         redis
             .command(&["HGET", "mcx:{tasks}:t:t1", "v"])
@@ -162,13 +165,24 @@ async fn the_keys_share_one_hash_tag_and_a_task_expires_from_its_creation() {
     let brief = record("t3", Some("alice")).ttl_ms(Some(200));
     store.create(&brief).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while redis.command(&["EXISTS", "mcx:{tasks}:t:t3"]).await.integer() == 1 {
-        assert!(Instant::now() < deadline, "t3 still in redis 5 s after its ttl");
+    while redis
+        .command(&["EXISTS", "mcx:{tasks}:t:t3"])
+        .await
+        .integer()
+        == 1
+    {
+        assert!(
+            Instant::now() < deadline,
+            "t3 still in redis 5 s after its ttl"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(store.count().await.unwrap(), 2);
     assert_eq!(
-        redis.command(&["HEXISTS", "mcx:{tasks}:own", "t3"]).await.integer(),
+        redis
+            .command(&["HEXISTS", "mcx:{tasks}:own", "t3"])
+            .await
+            .integer(),
         0
     );
 
@@ -193,25 +207,38 @@ async fn two_instances_share_the_tasks_and_their_bound() {
     let on_b = b.task_store().max_per_principal(3);
     let created = record("shared", Some("alice")).ttl_ms(Some(60_000));
     on_a.create(&created).await.unwrap();
-    assert_eq!(on_b.get("shared", Some("alice")).await.unwrap(), Some(created));
+    assert_eq!(
+        on_b.get("shared", Some("alice")).await.unwrap(),
+        Some(created)
+    );
     assert_eq!(on_b.get("shared", Some("bob")).await.unwrap(), None);
     let asked = TaskUpdate::new().ask("q", json!({"method": "elicitation/create"}));
-    let r = on_a.update("shared", Some("alice"), &asked).await.unwrap().unwrap();
+    let r = on_a
+        .update("shared", Some("alice"), &asked)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(r.record.status, TaskStatus::InputRequired);
     let r = on_b
         .update("shared", Some("alice"), &TaskUpdate::new().answer(["q"]))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((r.record.status, r.answered), (TaskStatus::Working, vec!["q".to_owned()]));
-    on_b
-        .update("shared", Some("alice"), &TaskUpdate::cancel())
+    assert_eq!(
+        (r.record.status, r.answered),
+        (TaskStatus::Working, vec!["q".to_owned()])
+    );
+    on_b.update("shared", Some("alice"), &TaskUpdate::cancel())
         .await
         .unwrap();
     let seen = on_a.get("shared", Some("alice")).await.unwrap().unwrap();
     assert_eq!(seen.status, TaskStatus::Cancelled);
     let late = on_a
-        .update("shared", Some("alice"), &TaskUpdate::complete(Default::default()))
+        .update(
+            "shared",
+            Some("alice"),
+            &TaskUpdate::complete(Default::default()),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -233,7 +260,14 @@ async fn two_instances_share_the_tasks_and_their_bound() {
     assert_eq!(listed, ["shared", "a2", "b1"]);
 
     let other = connect(&redis, FleetConfig::new().prefix("app")).await;
-    assert_eq!(other.task_store().get("shared", Some("alice")).await.unwrap(), None);
+    assert_eq!(
+        other
+            .task_store()
+            .get("shared", Some("alice"))
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!(other.task_store().count().await.unwrap(), 0);
 
     for id in ["shared", "a2", "b1"] {
@@ -271,7 +305,12 @@ async fn updates_at_once_through_two_instances_are_never_lost() {
         assert!(outcome.applied);
     }
     let task = stores[1].get("busy", None).await.unwrap().unwrap();
-    assert_eq!(task.input_requests.len(), 40, "{:?}", task.input_requests.keys());
+    assert_eq!(
+        task.input_requests.len(),
+        40,
+        "{:?}",
+        task.input_requests.keys()
+    );
     assert_eq!(task.status, TaskStatus::InputRequired);
     let version = redis
         .command(&["HGET", "mcx:{tasks}:t:busy", "v"])
@@ -303,7 +342,11 @@ async fn a_lost_redis_fails_task_calls_quickly_and_they_work_again_when_it_is_ba
         let error = within("get with redis dead", store.get("kept", Some("alice")))
             .await
             .expect_err("redis is dead");
-        assert!(started.elapsed() <= op_timeout + margin, "get {i}: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() <= op_timeout + margin,
+            "get {i}: {:?}",
+            started.elapsed()
+        );
         assert_eq!(error.kind(), TaskStoreErrorKind::Unavailable, "{error}");
         assert!(cause(&error).is_unavailable(), "{error:?}");
         let started = Instant::now();

@@ -264,7 +264,10 @@ pub async fn terminal_states_are_final<N: Fn() -> SystemTime>(
         let settled = update(store, &id, principal, &settle)
             .await
             .unwrap_or_else(|| panic!("conformance: {id} not found to settle"));
-        assert!(settled.applied, "conformance: settling {id} was not applied");
+        assert!(
+            settled.applied,
+            "conformance: settling {id} was not applied"
+        );
         assert_eq!(settled.record.status, status, "conformance: {id} settled");
         assert!(
             settled.record.input_requests.is_empty(),
@@ -318,15 +321,35 @@ pub async fn input_requests_follow_answers<N: Fn() -> SystemTime>(
     let created = record(&id, principal, now());
     create(store, &created).await;
     let asked = TaskUpdate::new()
-        .ask("a", json!({"method": "elicitation/create", "params": {"message": "a?"}}))
-        .ask("b", json!({"method": "elicitation/create", "params": {"message": "b?"}}))
+        .ask(
+            "a",
+            json!({"method": "elicitation/create", "params": {"message": "a?"}}),
+        )
+        .ask(
+            "b",
+            json!({"method": "elicitation/create", "params": {"message": "b?"}}),
+        )
         .message("waiting");
     let r = updated(store, &id, principal, &asked).await;
-    assert_eq!(r.record.status, TaskStatus::InputRequired, "conformance: asked");
-    assert_eq!(r.record.input_requests.len(), 2, "conformance: two questions");
+    assert_eq!(
+        r.record.status,
+        TaskStatus::InputRequired,
+        "conformance: asked"
+    );
+    assert_eq!(
+        r.record.input_requests.len(),
+        2,
+        "conformance: two questions"
+    );
     assert_eq!(r.record.status_message.as_deref(), Some("waiting"));
     assert!(r.record.last_updated_ms >= created.last_updated_ms);
-    let r = updated(store, &id, principal, &TaskUpdate::new().answer(["a", "zzz"])).await;
+    let r = updated(
+        store,
+        &id,
+        principal,
+        &TaskUpdate::new().answer(["a", "zzz"]),
+    )
+    .await;
     assert_eq!(r.answered, ["a"], "conformance: the keys answered");
     assert_eq!(
         r.record.status,
@@ -352,7 +375,11 @@ pub async fn input_requests_follow_answers<N: Fn() -> SystemTime>(
     )
     .await;
     assert_eq!(r.answered, ["b"], "conformance: an answered key again");
-    assert_eq!(r.record.status, TaskStatus::Working, "conformance: all answered");
+    assert_eq!(
+        r.record.status,
+        TaskStatus::Working,
+        "conformance: all answered"
+    );
     assert_eq!(r.record.status_message.as_deref(), Some("going on"));
     remove(store, &id).await;
 }
@@ -406,7 +433,9 @@ pub async fn list_pages_in_creation_order<N: Fn() -> SystemTime>(
         .expect("conformance: a first page of 2 of more tasks has a next cursor");
     let rest = list(store, Some(&other), Some(next), 10).await;
     assert!(
-        rest.tasks.iter().all(|r| r.principal.as_deref() == Some(&other)),
+        rest.tasks
+            .iter()
+            .all(|r| r.principal.as_deref() == Some(&other)),
         "conformance: another principal's list from my cursor shows my tasks"
     );
     for bad in ["not a cursor", "", "::"] {
@@ -512,7 +541,11 @@ pub async fn the_bound_is_enforced_atomically<N: Fn() -> SystemTime>(
     for id in &made {
         remove(store, id).await;
     }
-    assert_eq!(len(store).await, held, "conformance: len after the bound check");
+    assert_eq!(
+        len(store).await,
+        held,
+        "conformance: len after the bound check"
+    );
 }
 
 /// A task is gone `ttl` after its creation, whatever happened to it meanwhile (an update does
@@ -550,7 +583,13 @@ pub async fn expire_after_their_ttl<N, F, Fut>(
         filled.push(id);
     }
     advance(limits.ttl / 2).await;
-    let r = updated(store, &brief, principal, &TaskUpdate::new().message("still here")).await;
+    let r = updated(
+        store,
+        &brief,
+        principal,
+        &TaskUpdate::new().message("still here"),
+    )
+    .await;
     assert_eq!(r.record.status_message.as_deref(), Some("still here"));
     advance(limits.ttl / 2 + limits.ttl / 4).await;
     assert_eq!(
@@ -597,13 +636,15 @@ pub async fn expire_after_their_ttl<N, F, Fut>(
         remove(store, id).await;
     }
     remove(store, &brief).await;
-    assert_eq!(len(store).await, before, "conformance: len after the expiry check");
+    assert_eq!(
+        len(store).await,
+        before,
+        "conformance: len after the expiry check"
+    );
 }
 
 /// Polls every future to its end, side by side (the checks' creates at once).
-async fn join_all<'a, T>(
-    futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>,
-) -> Vec<T> {
+async fn join_all<'a, T>(futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>) -> Vec<T> {
     let mut futures: Vec<Option<Pin<Box<dyn Future<Output = T> + Send + 'a>>>> =
         futures.into_iter().map(Some).collect();
     let mut out: Vec<Option<T>> = futures.iter().map(|_| None).collect();
@@ -620,7 +661,11 @@ async fn join_all<'a, T>(
                 }
             }
         }
-        if pending { Poll::Pending } else { Poll::Ready(()) }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
     })
     .await;
     out.into_iter().flatten().collect()
@@ -823,7 +868,10 @@ mod tests {
                     .unwrap_or_default()
             });
             let message = message.expect_err("a breach passed the checks");
-            assert!(message.contains(breach.caught_by()), "{breach:?}: {message}");
+            assert!(
+                message.contains(breach.caught_by()),
+                "{breach:?}: {message}"
+            );
         }
     }
 
@@ -840,9 +888,15 @@ mod tests {
         /// What the check that catches it says.
         fn caught_by(self) -> &'static str {
             match self {
-                Breach::AnyPrincipal => "conformance: broken-isolated-0 of Some(\"broken-isolated-alice\") seen by",
-                Breach::TerminalChanges => "conformance: an update of broken-terminal-0, completed, was applied",
-                Breach::NeverExpires => "conformance: a task 75000ms after its creation, ttl 60000ms",
+                Breach::AnyPrincipal => {
+                    "conformance: broken-isolated-0 of Some(\"broken-isolated-alice\") seen by"
+                }
+                Breach::TerminalChanges => {
+                    "conformance: an update of broken-terminal-0, completed, was applied"
+                }
+                Breach::NeverExpires => {
+                    "conformance: a task 75000ms after its creation, ttl 60000ms"
+                }
                 Breach::RacyBound => "conformance: 5 creates at once for one principal, bound 4",
                 Breach::ListRepeats => "listed twice for Some(\"broken-list-me\")",
             }
