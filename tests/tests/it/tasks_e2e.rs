@@ -1,17 +1,17 @@
 //! Tasks end to end in a fleet: two in-process servers (instances A and B), each serving
 //! Streamable HTTP on its own port, sharing one `RedisTaskStore` (and a Redis bus) on a real
 //! `redis-server`, with raw 2026-07-28 requests (the `io.modelcontextprotocol/tasks`
-//! extension). A task created through A is polled through B, its question seen through B,
-//! cancelled through B (and a result A's handler brings later does not undo it), and expired:
-//! gone from Redis by itself, the store's count 0 and no handler left running after. Hostile
+//! extension). A task created through A is polled through B, its question seen and answered
+//! through B (the answer carried to A's handler over the Redis bus), cancelled through B (A's
+//! handler stopped the same way), and expired: gone from Redis by itself, the store's count 0
+//! and no handler left running after. Hostile
 //! callers: another principal's task ids and unknown ids through either instance (not found,
 //! alike, nothing changed), and a task flood beyond the fleet's bound spread over both instances
 //! (a clear error, both instances serving on).
 //!
-//! What crosses instances only through the store: an answer (`tasks/update`) or a cancel
-//! (`tasks/cancel`) that lands on an instance other than the one running the handler is
-//! recorded in the store, but the bus carries nothing for tasks, so the handler is not told
-//! (it goes on until it ends by itself; its result is then refused, the task being final).
+//! An answer (`tasks/update`) or a cancel (`tasks/cancel`) that lands on an instance other than
+//! the one running the handler is recorded in the store, then broadcast on the bus
+//! (`BusMessage::Task`): the instance running the handler hands it the answers, or stops it.
 //!
 //! The 2025-11-25 wire (`params.task`, `tasks/result`, `tasks/list`) is not on this branch;
 //! these tests run the 2026-07-28 one.
@@ -268,9 +268,9 @@ async fn empty_after(redis: &Redis, instances: [&Instance; 2], store: &RedisTask
 }
 
 /// Created through A, polled through B until completed (the result inlined); a question asked on
-/// A seen through B, answered (through A, which runs it), completed as seen through B;
-/// cancelled through B, final on A even when A's handler ends with a result later; and every
-/// task expired after its ttl: not found through either instance, the tables empty.
+/// A seen and answered through B, the handler on A going on with the answer; cancelled through
+/// B, A's handler stopped and the task final for both; and every task expired after its ttl:
+/// not found through either instance, the tables empty.
 #[tokio::test]
 async fn a_task_created_through_one_instance_is_polled_and_cancelled_through_another() {
     let Some(redis) = Redis::start().await else {
@@ -292,7 +292,7 @@ async fn a_task_created_through_one_instance_is_polled_and_cancelled_through_ano
     assert_eq!(done["result"]["content"][0]["text"], "waited 300ms");
     assert_eq!(done["statusMessage"], "half way");
 
-    // A question asked by a handler on A is seen through B; answered through A.
+    // A question asked by a handler on A is seen and answered through B.
     let asking = start(a.addr(), "alice", "ask", json!({})).await;
     let waiting = until(b.addr(), "alice", &asking, "input_required").await;
     assert_eq!(
@@ -300,7 +300,7 @@ async fn a_task_created_through_one_instance_is_polled_and_cancelled_through_ano
         "Your name?"
     );
     result(
-        a.addr(),
+        b.addr(),
         "alice",
         TasksUpdate::VALUE,
         json!({"taskId": asking,
@@ -310,9 +310,9 @@ async fn a_task_created_through_one_instance_is_polled_and_cancelled_through_ano
     let done = until(b.addr(), "alice", &asking, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!");
 
-    // Cancelled through B while it runs on A: cancelled for both, and the result A's handler
-    // brings when it ends does not change it.
-    let long = start(a.addr(), "alice", "work", json!({"ms": 1500})).await;
+    // Cancelled through B while it runs on A: cancelled for both, A's handler stopped (long
+    // before its minute), and what it returns then does not change the task.
+    let long = start(a.addr(), "alice", "work", json!({"ms": 60000})).await;
     result(
         b.addr(),
         "alice",
@@ -322,7 +322,7 @@ async fn a_task_created_through_one_instance_is_polled_and_cancelled_through_ano
     .await;
     let cancelled = result(a.addr(), "alice", TasksGet::VALUE, json!({"taskId": long})).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
-    within("A's handler to end", async {
+    within("A's handler to stop", async {
         while a.server.load().tasks > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
