@@ -5,8 +5,9 @@
 //! [`join`] connects to Redis and takes an instance number (leased; given back by [`leave`] when
 //! the server stops gracefully, or free again 15 s after a process that died). [`share`] and
 //! [`share_events`] give the server what the instances share: legacy sessions' states
-//! ([`Fleet::session_store`]), the bus between instances ([`Fleet::bus`]) and the legacy
-//! streams' events ([`Fleet::event_store`]).
+//! ([`Fleet::session_store`]), the tasks ([`Fleet::task_store`]: a task created through one
+//! instance is polled and cancelled through any), the bus between instances ([`Fleet::bus`])
+//! and the legacy streams' events ([`Fleet::event_store`]).
 //! The `requestState` key ring comes from `--state-key`, never from Redis (`state_keys.rs`).
 //!
 //! What it does not do: it does not check that the other instances serve the same server (a
@@ -49,10 +50,12 @@ fn refusal(error: &FleetError) -> Failed {
 }
 
 /// `builder` with what the instances of `fleet` share through the server: the legacy sessions'
-/// store, and the bus (changes, forwarded client messages, session ends).
+/// store, the task store (its default bounds: 10 000 tasks, 1000 per principal), and the bus
+/// (changes, forwarded client messages, session ends).
 pub(crate) fn share(builder: ServerBuilder, fleet: &Fleet) -> ServerBuilder {
     builder
         .session_store(Arc::new(fleet.session_store()))
+        .task_store(fleet.task_store())
         .bus(Arc::new(fleet.bus()))
 }
 

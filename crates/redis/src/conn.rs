@@ -15,6 +15,7 @@ use crate::error::{Error, FleetError};
 use crate::events::RedisEventStore;
 use crate::keys::{Keys, MAX_INSTANCES};
 use crate::session::RedisSessionStore;
+use crate::tasks::RedisTaskStore;
 
 /// How a [`Fleet`] talks to Redis.
 ///
@@ -410,6 +411,13 @@ impl Fleet {
     /// [`FleetConfig::session_idle`] (see [`RedisEventStore`] for its bounds).
     pub fn event_store(&self) -> RedisEventStore {
         RedisEventStore::new(self.shared.clone(), self.pubsub.clone(), self.instance)
+    }
+
+    /// A [`TaskStore`](modelctx_server::tasks::TaskStore) on this fleet's Redis, shared by
+    /// every instance (see [`RedisTaskStore`] for its keys and bounds), for
+    /// [`ServerBuilder::task_store`](modelctx_server::ServerBuilder::task_store).
+    pub fn task_store(&self) -> RedisTaskStore {
+        RedisTaskStore::new(self.shared.clone())
     }
 
     /// The [`Bus`](modelctx_server::bus::Bus) of this instance on this fleet's Redis

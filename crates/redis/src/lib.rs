@@ -22,6 +22,11 @@
 //!   instances exchange changes, forwarded client messages and session ends (broadcast on
 //!   `PREFIX:bus`, or to one instance on `PREFIX:inbox:N`); the subscriptions are made again
 //!   after a Redis restart.
+//! - [`RedisTaskStore`] ([`Fleet::task_store`]) is a
+//!   [`TaskStore`](modelctx_server::tasks::TaskStore): the tasks of every instance (a tool call
+//!   run as a task), so a task created through one instance is polled, fed input and cancelled
+//!   through any other; each task expires from Redis `ttl` after its creation, and the store's
+//!   bounds (in all, per principal) are checked atomically, in one script with the write.
 //! - Every call is cut after [`FleetConfig::op_timeout`] (1 s by default): a lost Redis makes
 //!   calls fail quickly with an error whose [`Error::is_unavailable`] is true (a store error or
 //!   bus error of kind `Unavailable`), never hang; when Redis is back, calls work again without
@@ -50,12 +55,18 @@
 //! | `PREFIX:{s:SID}:meta` | hash, per stream `S`: `o:S` owner instance, `p:S` pending request ids (JSON), `f:S` finished, `l:S` last and `t:S` last trimmed sequence number, `b:S` bytes; `sa` the standalone stream | the open, append, finish, `fail_orphan` scripts; `set_standalone` | idle |
 //! | `PREFIX:{s:SID}:ev:S` | stream, the events of SSE stream `S` (entry `SEQ-0`, field `d`) | the append script (`XADD MAXLEN = 1024`) | 5 min after its last append |
 //! | `PREFIX:{s:SID}:ch` | channel: `S PREV SEQ\n<data>` per event, `fin S` | the append and finish scripts | — |
+//! | `PREFIX:{tasks}:t:ID` | hash: `v` version, `r` the `TaskRecord` as JSON | the task store's create script, then `update` (compare the version and set, in a script) | `PEXPIREAT` its creation + its ttl (none without a ttl) |
+//! | `PREFIX:{tasks}:own` | hash, per task `ID`: `CREATED\|P` (creation time on 20 digits, principal) | the create, remove and purge scripts | — (emptied as tasks go) |
+//! | `PREFIX:{tasks}:exp` | sorted set of the task ids that expire, by expiry | the create, remove and purge scripts | — |
+//! | `PREFIX:{tasks}:p:P` | sorted set (lexical) of `CREATED:ID`, principal `P`'s tasks (`-` for none, `=NAME`) | the create, remove and purge scripts | — |
 //! | `PREFIX:bus` | channel, `BusMessage` JSON for every instance | [`RedisBus`] | — |
 //! | `PREFIX:inbox:N` | channel, `BusMessage` JSON for instance `N` | [`RedisBus`] | — |
 //!
 //! Stream ids are `N << 32 | n` (instance `N`). The session store's `remove` unlinks the state,
 //! `seq`, `meta` and every `ev:S` that `meta` names; the event store's `remove_session` the same
-//! but the state.
+//! but the state. The task store's keys all carry the hash tag `{tasks}` (one Cluster slot: its
+//! bound over all tasks is checked in one script); a task's expired record is gone from Redis by
+//! itself, and its index entries are forgotten by the next script that counts or lists tasks.
 //!
 //! # Example
 //!
@@ -83,6 +94,7 @@ mod error;
 mod events;
 mod keys;
 mod session;
+mod tasks;
 
 pub use bus::{BUS_QUEUE, RedisBus};
 pub use conn::{Fleet, FleetConfig};
@@ -90,6 +102,7 @@ pub use error::{Error, FleetError};
 pub use events::{FOLLOW_POLL, RedisEventStore};
 pub use keys::MAX_INSTANCES;
 pub use session::RedisSessionStore;
+pub use tasks::RedisTaskStore;
 
 /// The `redis` crate this one is built on (1.x), for its error type.
 pub use redis;

@@ -11,6 +11,8 @@
 //!   instance ([`BusMessage::Forward`]): its answers to the server's questions, its
 //!   `notifications/cancelled`, `notifications/initialized`, and the `logging/setLevel` it sent.
 //! * The end of a legacy session ([`BusMessage::Ended`]).
+//! * A client's cancel of a task, or its answers to the task's questions, that landed on an
+//!   instance other than the one running the task's handler ([`BusMessage::Task`]).
 //!
 //! [`LocalBus`] (a server built without [`ServerBuilder::bus`](crate::ServerBuilder::bus)
 //! behaves as with it) carries nothing: one process needs no bus. [`MemoryHub`] connects
@@ -28,7 +30,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use modelctx_types::Message;
+use modelctx_types::{JsonObject, Message};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tokio::sync::mpsc;
 
@@ -80,7 +82,8 @@ pub trait Bus: Send + Sync + fmt::Debug + 'static {
 /// What a bus carries between instances, each stamped with the instance that sent it.
 ///
 /// Serialized (serde, JSON) as an object with a format version `v`, the sender `from`, and one
-/// of `change`, `forward` or `ended`:
+/// of `change`, `forward`, `ended` or `task` (`{"v":1,"from":3,"task":{"id":"..","answers":{..}}}`,
+/// `answers` left out for a cancel):
 /// `{"v":1,"from":3,"change":{"list":"tools"}}`,
 /// `{"v":1,"from":3,"forward":{"session":"ab12..","message":{"jsonrpc":"2.0",..}}}`,
 /// `{"v":1,"from":3,"ended":{"session":"ab12.."}}`. A message of another format version is
@@ -116,6 +119,18 @@ pub enum BusMessage {
         /// The session's id.
         session: String,
     },
+    /// A client's word for task `task`, which came to instance `from` and is recorded in the
+    /// shared task store already: its cancel (`answers` `None`: `tasks/cancel`) or its answers
+    /// to the task's questions (`tasks/update`, by question key). The instance running the
+    /// task's handler stops it, or hands it the answers; the others ignore it.
+    Task {
+        /// The sender.
+        from: u16,
+        /// The task's id.
+        task: String,
+        /// The answers, by question key; `None` for a cancel.
+        answers: Option<JsonObject>,
+    },
 }
 
 impl BusMessage {
@@ -127,7 +142,8 @@ impl BusMessage {
         match self {
             BusMessage::Change { from, .. }
             | BusMessage::Forward { from, .. }
-            | BusMessage::Ended { from, .. } => *from,
+            | BusMessage::Ended { from, .. }
+            | BusMessage::Task { from, .. } => *from,
         }
     }
 
@@ -154,6 +170,15 @@ struct Wire<'a> {
     forward: Option<ForwardWire<'a>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ended: Option<EndedWire<'a>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    task: Option<TaskWire<'a>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TaskWire<'a> {
+    id: std::borrow::Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answers: Option<JsonObject>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -204,6 +229,7 @@ impl Serialize for BusMessage {
             change: None,
             forward: None,
             ended: None,
+            task: None,
         };
         match self {
             BusMessage::Change { change, .. } => wire.change = Some(change.clone()),
@@ -218,6 +244,12 @@ impl Serialize for BusMessage {
             BusMessage::Ended { session, .. } => {
                 wire.ended = Some(EndedWire {
                     session: Cow::Borrowed(session),
+                });
+            }
+            BusMessage::Task { task, answers, .. } => {
+                wire.task = Some(TaskWire {
+                    id: Cow::Borrowed(task),
+                    answers: answers.clone(),
                 });
             }
         }
@@ -253,9 +285,9 @@ impl<'de> Deserialize<'de> for BusMessage {
                 "a bus message from instance {from}, above {MAX_INSTANCE}"
             )));
         }
-        match (wire.change, wire.forward, wire.ended) {
-            (Some(change), None, None) => Ok(BusMessage::Change { from, change }),
-            (None, Some(forward), None) => Ok(BusMessage::Forward {
+        match (wire.change, wire.forward, wire.ended, wire.task) {
+            (Some(change), None, None, None) => Ok(BusMessage::Change { from, change }),
+            (None, Some(forward), None, None) => Ok(BusMessage::Forward {
                 from,
                 session: forward.session.into_owned(),
                 message: match forward.message {
@@ -263,12 +295,17 @@ impl<'de> Deserialize<'de> for BusMessage {
                     MessageWire::Borrowed(m) => m.clone(),
                 },
             }),
-            (None, None, Some(ended)) => Ok(BusMessage::Ended {
+            (None, None, Some(ended), None) => Ok(BusMessage::Ended {
                 from,
                 session: ended.session.into_owned(),
             }),
+            (None, None, None, Some(task)) => Ok(BusMessage::Task {
+                from,
+                task: task.id.into_owned(),
+                answers: task.answers,
+            }),
             _ => Err(D::Error::custom(
-                "a bus message must hold exactly one of `change`, `forward` and `ended`",
+                "a bus message must hold exactly one of `change`, `forward`, `ended` and `task`",
             )),
         }
     }
@@ -660,6 +697,8 @@ fn deliver(shared: &Arc<Shared>, me: u16, message: BusMessage) {
             // To this instance's sessions and listen streams only: not published again.
             let _ = shared.changes.send(change);
         }
+        // To the task's handler, when it runs here.
+        BusMessage::Task { task, answers, .. } => shared.tasks.heard(&task, answers),
         other => match shared.bus.as_ref().and_then(|link| link.sessions.get()) {
             Some(hook) => hook(shared, other),
             None => {
@@ -706,6 +745,48 @@ mod tests {
             tokio::task::yield_now().await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    /// A task's cancel and answers round trip, `answers` left out for a cancel; a message with
+    /// two payloads is refused.
+    #[test]
+    fn task_messages_round_trip() {
+        let cancel = BusMessage::Task {
+            from: 2,
+            task: "t1".into(),
+            answers: None,
+        };
+        let text: Value = serde_json::from_slice(&cancel.encode().unwrap()).unwrap();
+        assert_eq!(text, json!({"v": 1, "from": 2, "task": {"id": "t1"}}));
+        assert!(matches!(
+            BusMessage::decode(text.to_string().as_bytes()).unwrap(),
+            BusMessage::Task { from: 2, task, answers: None } if task == "t1"
+        ));
+        let mut answers = JsonObject::new();
+        answers.insert(
+            "name".into(),
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        );
+        let answer = BusMessage::Task {
+            from: 9,
+            task: "t2".into(),
+            answers: Some(answers.clone()),
+        };
+        let text: Value = serde_json::from_slice(&answer.encode().unwrap()).unwrap();
+        assert_eq!(
+            text,
+            json!({"v": 1, "from": 9, "task": {"id": "t2", "answers": answers}})
+        );
+        match BusMessage::decode(text.to_string().as_bytes()).unwrap() {
+            BusMessage::Task {
+                from: 9,
+                task,
+                answers: Some(got),
+            } => assert_eq!((task.as_str(), got), ("t2", answers)),
+            other => panic!("{other:?}"),
+        }
+        let both = json!({"v": 1, "from": 9, "task": {"id": "t"}, "ended": {"session": "s"}});
+        assert!(BusMessage::decode(both.to_string().as_bytes()).is_err());
     }
 
     #[test]

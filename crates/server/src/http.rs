@@ -589,8 +589,9 @@ fn on_bus(shared: &Arc<Shared>, message: BusMessage) {
                 tokio::spawn(async move { open.output.close().await });
             }
         }
-        // The bus task hands changes to the server's own broadcast.
-        BusMessage::Change { .. } => {}
+        // The bus task hands changes to the server's own broadcast, and tasks' messages to
+        // the tasks.
+        BusMessage::Change { .. } | BusMessage::Task { .. } => {}
     }
 }
 

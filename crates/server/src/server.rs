@@ -585,7 +585,13 @@ impl ServerBuilder {
                 }),
                 changes,
                 state: Arc::new(self.states),
-                tasks: Arc::new(crate::tasks::runner::Tasks::new(task_store, task_settings)),
+                tasks: Arc::new({
+                    let tasks = crate::tasks::runner::Tasks::new(task_store, task_settings);
+                    if let Some((bus, _)) = &outgoing {
+                        tasks.join_fleet(bus.clone());
+                    }
+                    tasks
+                }),
                 #[cfg(feature = "http")]
                 guard: self.guard,
             }),

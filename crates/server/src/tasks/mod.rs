@@ -48,6 +48,12 @@ pub(crate) mod store;
 pub(crate) mod wire;
 
 pub use legacy::ClientTask;
+/// The contract of [`TaskStore`] as checks any implementation runs in its tests (feature
+/// `testing`).
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod conformance;
+
 pub use store::{
     Clock, MemoryTaskStore, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
     TaskStoreErrorKind, TaskStoreFuture, TaskUpdate, Updated,

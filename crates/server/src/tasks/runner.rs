@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::TaskSettings;
 use super::store::{TaskRecord, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate, millis};
+use crate::bus::{Bus, BusMessage};
 use crate::context::{Context, Inner};
 use crate::handler::{BoxFuture, Runner};
 use crate::input::{InputError, NoAnswer};
@@ -34,6 +35,9 @@ pub(crate) struct Tasks {
     pub(crate) settings: TaskSettings,
     running: Mutex<HashMap<String, Arc<Running>>>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// The bus to the other instances of a fleet, when there is one: a cancel or answers for a
+    /// task whose handler does not run here go to the others ([`BusMessage::Task`]).
+    fleet: OnceLock<Arc<dyn Bus>>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -84,6 +88,49 @@ impl Tasks {
             slots: Arc::new(tokio::sync::Semaphore::new(settings.max_running.max(1))),
             settings,
             running: Mutex::new(HashMap::new()),
+            fleet: OnceLock::new(),
+        }
+    }
+
+    /// Sends what this instance hears for tasks running elsewhere over `bus` (set once, when
+    /// the server is built with a bus).
+    pub(crate) fn join_fleet(&self, bus: Arc<dyn Bus>) {
+        let _ = self.fleet.set(bus);
+    }
+
+    /// Tells the other instances of the fleet (if any) the client's cancel of task `task_id`
+    /// (`answers` `None`) or its answers: its handler does not run here.
+    async fn tell_fleet(&self, task_id: &str, answers: Option<JsonObject>) {
+        let Some(bus) = self.fleet.get() else {
+            return;
+        };
+        let message = BusMessage::Task {
+            from: bus.instance(),
+            task: task_id.to_owned(),
+            answers,
+        };
+        if let Err(error) = bus.broadcast(message).await {
+            tracing::warn!(task = %task_id, %error, "a task's cancel or answers did not reach the fleet");
+        }
+    }
+
+    /// What another instance heard for task `task_id` ([`BusMessage::Task`], recorded in the
+    /// store already): its handler, when it runs here, is cancelled (`answers` `None`) or
+    /// handed the answers it waits on.
+    pub(crate) fn heard(&self, task_id: &str, answers: Option<JsonObject>) {
+        let Some(running) = lock(&self.running).get(task_id).cloned() else {
+            return;
+        };
+        match answers {
+            None => running.cancel.cancel(),
+            Some(answers) => {
+                for (key, answer) in answers {
+                    let waiter = lock(&running.waiters).remove(&key);
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(answer);
+                    }
+                }
+            }
         }
     }
 
@@ -294,8 +341,9 @@ impl Tasks {
         };
         if updated.applied {
             let running = lock(&self.running).get(task_id).cloned();
-            if let Some(running) = running {
-                running.cancel.cancel();
+            match running {
+                Some(running) => running.cancel.cancel(),
+                None => self.tell_fleet(task_id, None).await,
             }
         }
         Ok(updated.record)
@@ -340,6 +388,13 @@ impl Tasks {
                     let _ = waiter.send(answer.clone());
                 }
             }
+        } else if !updated.answered.is_empty() {
+            let answers: JsonObject = updated
+                .answered
+                .iter()
+                .filter_map(|key| Some((key.clone(), responses.get(key)?.clone())))
+                .collect();
+            self.tell_fleet(task_id, Some(answers)).await;
         }
         Ok(())
     }
