@@ -68,10 +68,23 @@ const QUIET_END: Duration = Duration::from_secs(8);
 const CHANGE_EVERY: Duration = Duration::from_secs(2);
 
 /// What the run counts.
-#[derive(Default)]
 struct Tally {
     inner: Mutex<Counts>,
-    kills: Mutex<Vec<Instant>>,
+    /// When each kill began (just before the signal) and ended (the process reaped; `None`
+    /// while it has not).
+    kills: Mutex<Vec<(Instant, Option<Instant>)>>,
+    /// When the run began (for the lines on stderr).
+    began: Instant,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            inner: Mutex::default(),
+            kills: Mutex::default(),
+            began: Instant::now(),
+        }
+    }
 }
 
 #[derive(Default, Clone, Debug)]
@@ -97,9 +110,10 @@ struct Counts {
     duplicates: u64,
     /// `unlock` calls that changed the list.
     changes: u64,
-    /// Kills and restarts.
+    /// Kills and restarts; restarts on a new port (nginx reloaded).
     kills: u64,
     restarts: u64,
+    reloads: u64,
 }
 
 impl Tally {
@@ -107,21 +121,36 @@ impl Tally {
         f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn killed(&self) {
+    /// Records a kill about to begin (before its signal is sent: a call that fails as it lands
+    /// is recorded at once, maybe before the process is reaped).
+    fn killing(&self) {
         self.kills
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(Instant::now());
+            .push((Instant::now(), None));
         self.with(|c| c.kills += 1);
     }
 
-    /// Whether an instance was killed between `start` and `end`.
+    /// Records that the kill begun last has ended (the process reaped).
+    fn killed(&self) {
+        if let Some((_, reaped)) = self
+            .kills
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last_mut()
+        {
+            *reaped = Some(Instant::now());
+        }
+    }
+
+    /// Whether a call under way from `start` to `end` was under way while an instance was being
+    /// killed.
     fn kill_between(&self, start: Instant, end: Instant) -> bool {
         self.kills
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .any(|&k| start <= k && k <= end)
+            .any(|&(signal, reaped)| reaped.is_none_or(|reaped| start <= reaped) && signal <= end)
     }
 
     /// Records one call of `era` that began at `start` and just ended with `outcome`.
@@ -138,13 +167,26 @@ impl Tally {
                 Ok(()) => format!("{era}: answered only after {:.0?}", end - start),
                 Err(reason) => format!("{era}: {reason}"),
             };
-            if end - start >= HUNG {
-                *c.hung.entry(reason).or_default() += 1;
+            let verdict = if end - start >= HUNG {
+                &mut c.hung
             } else if during_kill {
-                *c.lost.entry(reason).or_default() += 1;
+                &mut c.lost
             } else {
-                *c.failed.entry(reason).or_default() += 1;
-            }
+                &mut c.failed
+            };
+            eprintln!(
+                "soak --fleet: {:>6.2} s: a call begun at {:.2} s failed ({}): {reason}",
+                (end - self.began).as_secs_f64(),
+                (start - self.began).as_secs_f64(),
+                if end - start >= HUNG {
+                    "hung"
+                } else if during_kill {
+                    "in flight at a kill"
+                } else {
+                    "no kill in flight"
+                }
+            );
+            *verdict.entry(reason).or_default() += 1;
         });
     }
 
@@ -266,6 +308,7 @@ pub(crate) async fn run(options: Options) -> Result<bool, String> {
         let now = Instant::now();
         if now >= next_kill && now + QUIET_END < ctx.deadline {
             let victim = schedule.below(INSTANCES as u64) as usize;
+            tally.killing();
             fleet.kill9(victim).await;
             tally.killed();
             let down = Duration::from_millis(1000 + schedule.below(2000));
@@ -274,12 +317,20 @@ pub(crate) async fn run(options: Options) -> Result<bool, String> {
                 began.elapsed().as_secs_f64()
             );
             tokio::time::sleep(down).await;
-            fleet.restart(victim).await;
-            tally.with(|c| c.restarts += 1);
+            let in_place = fleet.restart_in_place(victim).await;
+            tally.with(|c| {
+                c.restarts += 1;
+                c.reloads += u64::from(!in_place);
+            });
             eprintln!(
-                "soak --fleet: {:>4.0} s: instance {victim} restarted on {}",
+                "soak --fleet: {:>4.0} s: instance {victim} restarted on {}{}",
                 began.elapsed().as_secs_f64(),
-                fleet.instances[victim].addr()
+                fleet.instances[victim].addr(),
+                if in_place {
+                    ""
+                } else {
+                    " (its port was taken: a new one, nginx reloaded)"
+                }
             );
             next_kill = Instant::now()
                 + KILL_EVERY
@@ -327,6 +378,11 @@ pub(crate) async fn run(options: Options) -> Result<bool, String> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let settle_secs = settling.elapsed().as_secs_f64();
+    // What nginx said about its upstreams (refused connects, cut responses), for the record.
+    let errors = std::fs::read_to_string(fleet.nginx.dir().join("error.log")).unwrap_or_default();
+    for line in errors.lines().filter(|l| l.contains("[error]")).take(40) {
+        eprintln!("soak --fleet: nginx: {line}");
+    }
     let running = (0..INSTANCES)
         .filter(|&i| fleet.instances[i].is_running())
         .count();
@@ -469,7 +525,13 @@ fn report(run: &Run, counts: &Counts, before: &RedisState, after: &RedisState) -
     );
     row(
         "instances killed (-9) and restarted",
-        format!("{} killed, {} restarted", counts.kills, counts.restarts),
+        format!(
+            "{} killed, {} restarted ({} on the port it had, {} on a new one with nginx reloaded)",
+            counts.kills,
+            counts.restarts,
+            counts.restarts - counts.reloads,
+            counts.reloads
+        ),
     );
     let per_era = counts
         .calls
@@ -733,8 +795,38 @@ async fn resume_once(
     seen: &mut Seen,
 ) -> raw::Result<()> {
     let addr = ctx.addr;
-    let session = raw::open_session(addr).await?;
+    // `raw::open_session`, step by step: the session is ended even when its
+    // `notifications/initialized` fails (its instance killed).
+    let response = raw::request(
+        addr,
+        "POST",
+        &raw::legacy_headers(None),
+        raw::initialize(0).to_string().as_bytes(),
+    )
+    .await?;
+    if response.status != 200 {
+        return Err(format!("initialize answered {}", response.status));
+    }
+    let session = response
+        .header("mcp-session-id")
+        .ok_or("initialize answered without a session id")?
+        .to_owned();
     *session_out = Some(session.clone());
+    response.body().await?;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = raw::request(
+        addr,
+        "POST",
+        &raw::legacy_headers(Some(&session)),
+        initialized.to_string().as_bytes(),
+    )
+    .await?;
+    if response.status != 202 {
+        return Err(format!(
+            "notifications/initialized answered {}",
+            response.status
+        ));
+    }
     let steps = 4 + rng.below(6) as u32;
     let call = raw::countdown_call(id, steps, 80, false);
     let mut stream = raw::request(
@@ -875,6 +967,7 @@ mod tests {
         let before = Instant::now();
         tally.call("modern", before, Ok(()));
         tally.call("modern", before, Err("no kill".into()));
+        tally.killing();
         tally.killed();
         tally.call("legacy", before, Err("cut".into()));
         let long_ago = Instant::now() - HUNG;
