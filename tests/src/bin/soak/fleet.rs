@@ -64,6 +64,8 @@ const KILL_EVERY: Duration = Duration::from_secs(12);
 const KILL_JITTER_MS: u64 = 6000;
 /// How long no kill happens before the deadline (the last ones must be seen through).
 const QUIET_END: Duration = Duration::from_secs(8);
+/// How many of a client's last messages are kept, to be shown when one of its calls hangs.
+const WIRE_LINES: usize = 60;
 /// How often `unlock` changes the tool list.
 const CHANGE_EVERY: Duration = Duration::from_secs(2);
 
@@ -647,12 +649,32 @@ async fn load_client(
 ) {
     let era = load::era(modern);
     let mut rng = Rng::new(seed);
+    // The client's last messages, shown when a call hangs.
+    let wire = Arc::new(Mutex::new(std::collections::VecDeque::<String>::new()));
+    let record = wire.clone();
+    let began = tally.began;
+    let tap: load::Tap = Arc::new(move |direction, text| {
+        let mut wire = record.lock().unwrap_or_else(PoisonError::into_inner);
+        if wire.len() >= WIRE_LINES {
+            wire.pop_front();
+        }
+        let arrow = if direction == modelctx_client::Direction::Sent {
+            ">"
+        } else {
+            "<"
+        };
+        let text: String = text.chars().take(300).collect();
+        wire.push_back(format!(
+            "{:>7.2} s {arrow} {text}",
+            began.elapsed().as_secs_f64()
+        ));
+    });
     let client = loop {
         if Instant::now() >= ctx.deadline {
             return;
         }
         let start = Instant::now();
-        match load::connect(&ctx.url, modern).await {
+        match load::connect_tapped(&ctx.url, modern, Some(tap.clone())).await {
             Ok(client) => {
                 tally.call(era, start, Ok(()));
                 break client;
@@ -682,6 +704,13 @@ async fn load_client(
         let outcome = tokio::time::timeout(OUTER, load::one_call(&ctx, &client, &mut rng, n))
             .await
             .unwrap_or_else(|_| Err(format!("no outcome within {OUTER:?}")));
+        if start.elapsed() >= HUNG {
+            let wire = wire.lock().unwrap_or_else(PoisonError::into_inner);
+            eprintln!(
+                "soak --fleet: a {era} call hung; the client's last messages:\n{}",
+                wire.iter().cloned().collect::<Vec<_>>().join("\n")
+            );
+        }
         tally.call(era, start, outcome);
     }
     client.close().await;
