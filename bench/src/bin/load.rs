@@ -212,7 +212,12 @@ fn tree(pid: u32) -> Vec<u32> {
 /// The parent of a process (field 4 of /proc/<pid>/stat).
 fn parent(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// utime + stime of one process, in clock ticks.

@@ -129,10 +129,8 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(label: &str) -> Result<TempDir, Error> {
-        let path = std::env::temp_dir().join(format!(
-            "modelctx-bench-{label}-{}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("modelctx-bench-{label}-{}", std::process::id()));
         std::fs::create_dir_all(&path)?;
         // nginx started as root runs its worker as `nobody`, which must reach its files here.
         #[cfg(unix)]
