@@ -96,7 +96,12 @@ pub(crate) async fn client(ctx: Arc<Ctx>, via: Via, seed: u64) {
 }
 
 /// One call, its answer checked; the reason when it failed or was wrong.
-pub(crate) async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(), String> {
+pub(crate) async fn one_call(
+    ctx: &Ctx,
+    client: &Client,
+    rng: &mut Rng,
+    n: u64,
+) -> Result<(), String> {
     let failed = |what: &'static str, e: modelctx_client::Error| format!("{what}: {e}");
     match rng.below(7) {
         0 => {
