@@ -33,7 +33,6 @@ const FLAGS: &[&str] = &["--minutes", "--seconds", "--clients", "--seed"];
 /// The flag of the failover soak (no value).
 const FLEET: &str = "--fleet";
 
-
 /// The variable naming the `mcx` binary of the fleet (read by `modelctx_tests::fleet`).
 const MCX_ENV: &str = "MODELCTX_MCX";
 

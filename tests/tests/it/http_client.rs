@@ -1331,10 +1331,10 @@ async fn a_response_a_gateway_answers_502_or_504_is_posted_again() {
                         log.iter().filter(|seen| **seen == id).count()
                     };
                     let reply: &[u8] = match (id.as_i64(), count) {
-                        (Some(1), 1) => {
-                            b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 3\r\n\r\nbad"
+                        (Some(1), 1) => b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 3\r\n\r\nbad",
+                        (Some(2), 1) => {
+                            b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\n\r\n"
                         }
-                        (Some(2), 1) => b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\n\r\n",
                         (Some(3), _) => b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n",
                         _ => b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
                     };
