@@ -27,9 +27,18 @@ async fn echo(args: Echo) -> String {
 /// input schema derived): the tool `echo` alone (served over stdio by `mc_stdio`, over
 /// Streamable HTTP by `mc_http`). The lean build of the same server is `lean/`.
 pub fn modelctx_server() -> modelctx_server::Server {
-    modelctx_server::Server::builder("modelctx-bench", "0.0.0")
-        .tool(modelctx_server::Tool::new("echo", echo).description("Says the text back"))
-        .build()
+    modelctx_server_with(|builder| builder)
+}
+
+/// [`modelctx_server`] with more on its builder (`mc_fleet`: the Redis stores and bus).
+pub fn modelctx_server_with(
+    more: impl FnOnce(modelctx_server::ServerBuilder) -> modelctx_server::ServerBuilder,
+) -> modelctx_server::Server {
+    more(
+        modelctx_server::Server::builder("modelctx-bench", "0.0.0")
+            .tool(modelctx_server::Tool::new("echo", echo).description("Says the text back")),
+    )
+    .build()
 }
 
 mod common;

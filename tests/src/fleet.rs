@@ -605,8 +605,16 @@ impl Instance {
     }
 
     async fn spawn(&mut self) {
+        if let Err(why) = self.spawn_on(0).await {
+            panic!("{why}")
+        }
+    }
+
+    /// Starts the process on `port` (0: one the system picks); `Err` when it ends before saying
+    /// its URL (its port taken, or anything else).
+    async fn spawn_on(&mut self, port: u16) -> Result<(), String> {
         let mut child = Command::new(&self.binary)
-            .args(["serve", "demo", "--http", "127.0.0.1:0"])
+            .args(["serve", "demo", "--http", &format!("127.0.0.1:{port}")])
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -621,16 +629,16 @@ impl Instance {
                 let found = parse_url_line(&line);
                 output.lock().unwrap().push(line);
                 if let Some(addr) = found {
-                    return addr;
+                    return Ok(addr);
                 }
             }
-            panic!(
+            Err(format!(
                 "mcx {} ended before saying its URL; its stderr:\n{}",
                 self.args.join(" "),
                 output.lock().unwrap().join("\n")
-            )
+            ))
         })
-        .await;
+        .await?;
         // Its stderr is read to the end, so that it never blocks on a full pipe.
         let sink = Arc::clone(&output);
         let drain = tokio::spawn(async move {
@@ -644,6 +652,7 @@ impl Instance {
         if let Some(old) = self.drain.replace(drain) {
             old.abort();
         }
+        Ok(())
     }
 
     /// `http://ADDR/mcp`.
@@ -682,6 +691,15 @@ impl Instance {
     pub async fn restart(&mut self) {
         self.kill9().await;
         self.spawn().await;
+    }
+
+    /// Starts it again, with the same arguments, on the port it had (killed first when it
+    /// runs), so that a load balancer in front of it needs no new configuration; `false`, with
+    /// nothing started, when that port cannot be had now (another socket took it meanwhile).
+    pub async fn restart_in_place(&mut self) -> bool {
+        self.kill9().await;
+        let port = self.addr.port();
+        self.spawn_on(port).await.is_ok()
     }
 }
 
@@ -1148,6 +1166,18 @@ impl Fleet {
     /// and nginx moves the request to the next one.
     pub async fn kill9(&mut self, i: usize) {
         self.instances[i].kill9().await;
+    }
+
+    /// Starts instance `i` again on the port it had, so that nginx needs no reload (a reload
+    /// closes the idle keep-alive connections of its old worker, which races with clients
+    /// reusing them); on a new port, with nginx reloaded, when that port cannot be had now.
+    /// Returns whether it got its port back.
+    pub async fn restart_in_place(&mut self, i: usize) -> bool {
+        if self.instances[i].restart_in_place().await {
+            return true;
+        }
+        self.restart(i).await;
+        false
     }
 
     /// Starts instance `i` again (on a new port) and reloads nginx with the new list.

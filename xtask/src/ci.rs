@@ -24,7 +24,7 @@ const MCX_ENV: &str = "MODELCTX_MCX";
 
 /// Set to `1`, makes a fleet test (`modelctx_tests::fleet`) fail, rather than be skipped, when
 /// `redis-server`, `nginx` or `mcx` is missing. `.ci/run` installs the first two.
-const REQUIRE_FLEET_ENV: &str = "MODELCTX_REQUIRE_FLEET";
+pub(crate) const REQUIRE_FLEET_ENV: &str = "MODELCTX_REQUIRE_FLEET";
 
 /// Crates that are (or drive) an async runtime or do I/O: none may be a normal or build dependency
 /// of `modelctx-session`, which is sans-IO.
@@ -159,6 +159,17 @@ pub(crate) fn run(only: Option<&str>) -> Result<(), Error> {
             Xtask(
                 "the soak and fault suite, 90 s of load (cargo xtask soak --seconds 90)",
                 crate::soak::ci,
+            ),
+            &[],
+        ),
+        // The failover soak: Redis, three `mcx` instances behind nginx, instances killed and
+        // restarted under load (60 s of load, about 80 s in all); `MODELCTX_MCX` and
+        // `MODELCTX_REQUIRE_FLEET=1` as for the fleet tests, so it fails without its binaries.
+        (
+            "soak-fleet",
+            Xtask(
+                "the failover soak, 60 s of load on a fleet of 3 (cargo xtask soak --fleet)",
+                crate::soak::ci_fleet,
             ),
             &[],
         ),
@@ -356,7 +367,7 @@ fn cargo(args: &[&str], env: &[(&str, &str)], root: &Path) -> Command {
 
 /// Where cargo puts the debug `mcx`: in `CARGO_TARGET_DIR` (relative to the project root) when
 /// it is set, else in `target/`.
-fn mcx_binary(root: &Path) -> PathBuf {
+pub(crate) fn mcx_binary(root: &Path) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), |dir| root.join(dir));
     target
@@ -366,7 +377,7 @@ fn mcx_binary(root: &Path) -> PathBuf {
 
 /// Makes sure the `mcx` of [`mcx_binary`] exists: the "build" step built it for the CLI's
 /// integration tests; should it not have, it is built here.
-fn ensure_mcx(root: &Path) -> Result<(), String> {
+pub(crate) fn ensure_mcx(root: &Path) -> Result<(), String> {
     let mcx = mcx_binary(root);
     if !mcx.is_file() {
         eprintln!("{} is missing: building it", mcx.display());

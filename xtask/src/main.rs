@@ -39,14 +39,16 @@ commands:
   bench
       builds bench/ (its own workspace: modelctx as the README builds it and lean (bench/lean,
       built on its own), rmcp 3.11, the TypeScript SDK (bench/ts, on
-      the Node 22 of `node`) and the raw limits behind one echo tool, and the load generator)
-      in release mode into bench/target, runs every workload against every implementation,
+      the Node 22 of `node`) and the raw limits behind one echo tool, modelctx with its Redis
+      stores (bench/src/bin/mc_fleet.rs: one instance, and two behind nginx; needs
+      redis-server and nginx), and the load generator) in release mode into bench/target, runs every workload against every implementation,
       interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also
       runs B1 (clean builds of bench/minimal/*, a few minutes more)
   ci [--step NAME]
       everything CI checks (or only the step NAME, as the step list names it): fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
-      90-second soak (see `soak`), the official conformance suite (see `conformance`),
+      90-second soak (see `soak`), the failover soak (`soak --fleet`, 60 s), the official
+      conformance suite (see `conformance`),
       feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
       --check, cargo package of every library crate (verified; --allow-dirty only off CI
       with uncommitted changes), rustdoc -D warnings, the API snapshots (see `api`)
@@ -67,6 +69,15 @@ commands:
       figures and writes them to <target>/soak/report.md; fails on a duplicate, a failed
       call of a load client, a fault outcome that reveals a defect, or a server table that
       does not return to its start
+  soak --fleet [--seconds N] [--clients N] [--seed N]
+      the failover soak: redis-server, 3 `mcx serve demo --http --redis` instances (the mcx
+      of the ci build, given in MODELCTX_MCX) and nginx round-robin in front of them; clients
+      of both eras (default 12) through nginx for 60 s by default while instances are killed
+      (kill -9) and restarted on a seeded schedule; prints calls made and lost, events
+      replayed, duplicates and Redis memory before and after, writes them to
+      <target>/soak/fleet-report.md; fails when a call fails that was not in flight on a
+      killed instance, a call hangs, an event arrives twice, or Redis does not return to its
+      start once the sessions have ended
   node
       the Node 22 that the tests run the TypeScript SDK servers (tests/ts) with: installs it from
       the npm registry into target/tools/node22 if missing, runs `npm ci` in tests/ts if its

@@ -2,7 +2,9 @@
 //! JSON line: calls/s, p50/p99 latency (from per-call timings), the server's CPU time per call
 //! (utime+stime from /proc/<pid>/stat around the measured window), its peak RSS (VmHWM) and its
 //! anonymous (private) RSS at the end of the window (RssAnon: the peak RSS also counts the pages
-//! of the server's binary and libraries that it ran).
+//! of the server's binary and libraries that it ran). A server that starts processes of its own
+//! (`mc_fleet`: Redis, nginx, instances) is measured with all of them: CPU time, peak RSS and
+//! anonymous RSS are summed over the server's process tree.
 //!
 //! ```text
 //! load stdio-seq  [--secs S] [--warmup S] [--modern] -- <server command...>
@@ -128,8 +130,12 @@ fn main() -> Result<(), Error> {
         "http" => run_http(&options, &mut child, pid),
         other => Err(format!("unknown workload {other}").into()),
     };
-    let peak_rss_kib = peak_rss_kib(pid).unwrap_or(0);
-    let anon_rss_kib = status_kib(pid, "RssAnon:").unwrap_or(0);
+    let family = tree(pid);
+    let peak_rss_kib = family.iter().filter_map(|&p| peak_rss_kib(p)).sum::<u64>();
+    let anon_rss_kib = family
+        .iter()
+        .filter_map(|&p| status_kib(p, "RssAnon:"))
+        .sum::<u64>();
     stop(&mut child);
     let (window, cpu_ticks) = result?;
     let calls = window.latencies_ns.len() as u64;
@@ -175,8 +181,47 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// utime + stime of a process, in clock ticks.
+/// utime + stime of a process and of every process under it, in clock ticks.
 fn cpu_ticks(pid: u32) -> Result<u64, Error> {
+    let mut ticks = process_cpu_ticks(pid)?;
+    for child in tree(pid).into_iter().skip(1) {
+        // One that has just exited counts no more.
+        ticks += process_cpu_ticks(child).unwrap_or(0);
+    }
+    Ok(ticks)
+}
+
+/// `pid` and every live process under it (its children, theirs, ...), `pid` first.
+fn tree(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| Some((p, parent(p)?)))
+        .collect();
+    let mut family = vec![pid];
+    let mut at = 0;
+    while at < family.len() {
+        let of = family[at];
+        family.extend(parents.iter().filter(|(_, pp)| *pp == of).map(|(p, _)| *p));
+        at += 1;
+    }
+    family
+}
+
+/// The parent of a process (field 4 of /proc/<pid>/stat).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// utime + stime of one process, in clock ticks.
+fn process_cpu_ticks(pid: u32) -> Result<u64, Error> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after_name = stat.rsplit_once(')').ok_or("malformed /proc/<pid>/stat")?.1;
     let fields: Vec<&str> = after_name.split_whitespace().collect();

@@ -1302,6 +1302,84 @@ async fn a_response_posted_on_a_kept_alive_connection_the_server_closes_is_poste
     }
 }
 
+/// The failover soak's lost elicitation answer: behind a load balancer, the instance a
+/// response of the client's reached dies before answering, and the balancer answers 502 (or 504).
+/// The response is posted again (the balancer sends it to a live instance), and nothing is
+/// reported undelivered; three gateway failures in a row are reported.
+#[tokio::test]
+async fn a_response_a_gateway_answers_502_or_504_is_posted_again() {
+    use modelctx_http::client::{HttpTransport, Inbound, TransportError};
+    use modelctx_types::{Message, Response};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt;
+
+    // The id of each response read.
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some((_, body)) = read_raw_request(&mut tcp, &mut buf).await {
+                    let id = body["id"].clone();
+                    let count = {
+                        let mut log = log.lock().unwrap();
+                        log.push(id.clone());
+                        log.iter().filter(|seen| **seen == id).count()
+                    };
+                    let reply: &[u8] = match (id.as_i64(), count) {
+                        (Some(1), 1) => b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 3\r\n\r\nbad",
+                        (Some(2), 1) => {
+                            b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\n\r\n"
+                        }
+                        (Some(3), _) => b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n",
+                        _ => b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
+                    };
+                    if tcp.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut config = ClientConfig::default();
+    config.standalone_stream = false;
+    let mut transport = HttpTransport::new(&url(addr), config).unwrap();
+    let response = |id: i64| Message::Response(Response::new(id, &json!({})).unwrap());
+    let posts = |id: i64| seen.lock().unwrap().iter().filter(|s| **s == id).count();
+
+    for id in [1, 2] {
+        transport.send(response(id)).unwrap();
+        eventually("posted again and accepted", || {
+            posts(id) == 2 && transport.table_sizes().tasks == 0
+        })
+        .await;
+        if let Ok(inbound) =
+            tokio::time::timeout(Duration::from_millis(200), transport.recv()).await
+        {
+            panic!("response {id}: {inbound:?}");
+        }
+    }
+
+    // Three gateway failures: posted twice more, then reported.
+    transport.send(response(3)).unwrap();
+    match within("response 3", transport.recv()).await {
+        Some(Inbound::Undelivered {
+            answer: Some(answered),
+            error: TransportError::Status { status, .. },
+            ..
+        }) => {
+            assert_eq!(answered, modelctx_types::RequestId::from(3));
+            assert_eq!(status.as_u16(), 502);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(posts(3), 3);
+}
+
 /// A notification that gets 503 with `Retry-After` is posted once more after that wait (when it
 /// fits in `one_way_timeout`); a second 503, or one without `Retry-After`, is reported.
 #[tokio::test]

@@ -101,6 +101,18 @@ const TS_SSE: Implementation = implementation(
     "TypeScript SDK 1.32 (sessions, SSE)",
     Program::Node(&["http", "sse"]),
 );
+/// The fleet rows (`mc_fleet`): the same server with the Redis stores of `modelctx-redis`, one
+/// instance; and two instances behind nginx round-robin. Their CPU and memory figures count
+/// Redis and nginx (the load generator sums the server's process tree). On 2 cores these measure
+/// the stores' cost, not scaling.
+const MODELCTX_REDIS: Implementation = implementation(
+    "modelctx, Redis stores (1 instance + Redis)",
+    Program::Bin(&["mc_fleet", "redis"]),
+);
+const MODELCTX_NGINX: Implementation = implementation(
+    "modelctx, Redis stores (2 instances + nginx + Redis)",
+    Program::Bin(&["mc_fleet", "nginx"]),
+);
 const RAW_HTTP: Implementation = limit("limit: bare hyper", Program::Bin(&["raw_http"]));
 const RAW_SSE: Implementation = limit(
     "limit: bare hyper (SSE)",
@@ -128,13 +140,21 @@ const HTTP_SSE: &[Implementation] = &[MODELCTX_SSE, RMCP_SESSION, TS_SSE, RAW_SS
 const HTTP: &[Implementation] = &[
     MODELCTX_HTTP,
     MODELCTX_HTTP_LEAN,
+    MODELCTX_REDIS,
+    MODELCTX_NGINX,
     RMCP_SESSION,
     RMCP_STATELESS,
     TS_HTTP,
     RAW_HTTP,
 ];
-const HTTP_MODERN: &[Implementation] =
-    &[MODELCTX_HTTP, MODELCTX_HTTP_LEAN, RMCP_STATELESS, RAW_HTTP];
+const HTTP_MODERN: &[Implementation] = &[
+    MODELCTX_HTTP,
+    MODELCTX_HTTP_LEAN,
+    MODELCTX_REDIS,
+    MODELCTX_NGINX,
+    RMCP_STATELESS,
+    RAW_HTTP,
+];
 const SESSIONS: &[Implementation] = &[MODELCTX_HTTP, MODELCTX_HTTP_LEAN, RMCP_SESSION, TS_HTTP];
 const COLD: &[Implementation] = &[
     MODELCTX_STDIO,

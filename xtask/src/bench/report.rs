@@ -47,8 +47,10 @@ pub(super) fn report(
          features of the two; rmcp 3.11 with default features off (`server`, `transport-io`, \
          `transport-streamable-http-server`; a hand-written `ServerHandler`, served with hyper \
          HTTP/1.1), the TypeScript SDK `@modelcontextprotocol/sdk` 1.32.2 on Node 22 (`McpServer` \
-         with a zod schema; `bench/ts/package-lock.json`), and the limits. Every Rust server \
-         runs on tokio's multi-threaded runtime; every TCP connection has `TCP_NODELAY`.\n"
+         with a zod schema; `bench/ts/package-lock.json`), and the limits; in H3 and H4 also \
+         modelctx with its Redis stores, one instance and two behind nginx (see the note under \
+         those tables; they need `redis-server` and `nginx`). Every Rust server runs on tokio's \
+         multi-threaded runtime; every TCP connection has `TCP_NODELAY`.\n"
     );
 
     let build_record = build.as_ref().map(|(record, _)| record);
@@ -86,7 +88,16 @@ pub(super) fn report(
     for (workload, figures) in WORKLOADS.iter().zip(&m) {
         let _ = writeln!(out, "## {}: {}\n", workload.name, workload.what);
         match workload.kind {
-            Kind::Throughput => throughput_table(&mut out, workload, figures),
+            Kind::Throughput => {
+                throughput_table(&mut out, workload, figures);
+                if workload
+                    .implementations
+                    .iter()
+                    .any(|i| i.name == MODELCTX_REDIS.name)
+                {
+                    let _ = writeln!(out, "\n{FLEET_NOTE}");
+                }
+            }
             Kind::IdleSessions => {
                 let _ = writeln!(
                     out,
@@ -233,6 +244,18 @@ fn throughput_table(out: &mut String, workload: &Workload, figures: &[Value]) {
         );
     }
 }
+
+/// Under every table with the fleet rows.
+const FLEET_NOTE: &str = "The two `Redis stores` rows are the same server (`bench/src/bin/mc_fleet.rs`) \
+     with the stores of `modelctx-redis`: legacy sessions in a `RedisSessionStore`, SSE events in a \
+     `RedisEventStore`, changes and client messages on a `RedisBus`, on a `redis-server` (no \
+     persistence) that the server starts; one instance, then two instances behind nginx \
+     round-robin (keep-alive connections to the instances, no sticky sessions). Their CPU time \
+     and memory are summed over the server's process tree: Redis and nginx count. **On 2 cores \
+     this measures the stores' cost, not scaling**: the instances, Redis, nginx and the load \
+     generator share the same two cores, so a second instance cannot add throughput here. A \
+     modern (2026-07-28) request touches no store, so its Redis rows differ from the in-memory \
+     one only by what Redis and the bus cost while idle (and by nginx for two instances).";
 
 /// The server's anonymous RSS at the end of the window in MiB, or `—` for figures of a load
 /// generator that did not report it (a server that reports none has at least its stack).

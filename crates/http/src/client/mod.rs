@@ -11,7 +11,8 @@
 //!   them; the transport lists nothing itself).
 //! * **Notifications and responses of ours** (one-way POSTs, answered with a status only): one
 //!   that fails before any response head came (a connection error, say a pooled keep-alive
-//!   connection the server closed as the POST was written) is posted again, twice at most, and
+//!   connection the server closed as the POST was written) or is answered 502 or 504 (a load
+//!   balancer whose instance died under it) is posted again, twice at most, and
 //!   one refused with 503 and a `Retry-After` in seconds once more after that wait, all within
 //!   [`ClientConfig::one_way_timeout`]; then it is reported ([`Inbound::Undelivered`], which
 //!   names the server's request an undelivered response answered). A second copy is harmless
@@ -165,7 +166,7 @@ pub enum Inbound {
         status: StatusCode,
     },
     /// A notification or a response of ours could not be delivered (a POST that failed before
-    /// any response head was posted again first, twice at most, within
+    /// any response head, or got 502 or 504, was posted again first, twice at most, within
     /// [`ClientConfig::one_way_timeout`]).
     Undelivered {
         /// Which message (its method, or the id it answered).

@@ -688,15 +688,19 @@ async fn one_way(guard: TaskGuard, exchange: Exchange) {
 const ONE_WAY_REPOSTS: u32 = 2;
 
 /// The POST of a notification or a response of ours, posted again while it fails before any
-/// response head (at most [`ONE_WAY_REPOSTS`] times), and once more after a 503 whose
-/// `Retry-After` (in seconds) ends within `budget`. Every send and wait is bounded by `budget`
-/// (the authorizer's waits aside: they push it back).
+/// response head or is answered 502 or 504 by a gateway (at most [`ONE_WAY_REPOSTS`] times in
+/// all), and once more after a 503 whose `Retry-After` (in seconds) ends within `budget`. Every
+/// send and wait is bounded by `budget` (the authorizer's waits aside: they push it back).
 ///
 /// The case this is for: the pooled keep-alive connection the POST was written on is closed by
 /// the server at that moment (`serve`'s `header_timeout` closes an idle HTTP/1 connection, the
 /// client keeps one for `pool_idle_timeout`). hyper-util retries only a request never written,
 /// so such a POST fails ("connection closed before message completed"), and the dead connection
-/// has left the pool: the next attempt opens a new one.
+/// has left the pool: the next attempt opens a new one. And its twin behind a load balancer: the
+/// instance the POST reached dies before answering, and the balancer answers 502 (504 when it
+/// stopped waiting); posted again, it reaches a live instance. Without it an answer to a
+/// server's question (an elicitation, a sampling request) is lost, and the request that asked
+/// waits for it for good (`cargo xtask soak --fleet` found it).
 ///
 /// Posting again is safe even when the server did read the first copy. A response: the server
 /// session takes an answer only for a question still waiting and ignores a second one
@@ -721,6 +725,19 @@ async fn post_one_way(
                 tracing::debug!(
                     "a one-way POST failed before any response ({why}); posting it again"
                 );
+            }
+            Ok(response)
+                if matches!(
+                    response.status(),
+                    StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT
+                ) && reposts < ONE_WAY_REPOSTS =>
+            {
+                reposts += 1;
+                tracing::debug!(
+                    status = %response.status(),
+                    "a gateway could not deliver a one-way POST; posting it again"
+                );
+                drop(response);
             }
             Ok(response) if response.status() == StatusCode::SERVICE_UNAVAILABLE && !waited => {
                 let Some(wait) = retry_after(&response) else {

@@ -20,6 +20,18 @@ pub(crate) fn era(modern: bool) -> &'static str {
 
 /// A client of the demo server, pinned to one era, that accepts every elicitation.
 pub(crate) async fn connect(url: &str, modern: bool) -> Result<Client, String> {
+    connect_tapped(url, modern, None).await
+}
+
+/// What [`connect_tapped`] calls with every message the client sends or receives.
+pub(crate) type Tap = Arc<dyn Fn(modelctx_client::Direction, &str) + Send + Sync>;
+
+/// [`connect`], with every message sent and received given to `tap` as well.
+pub(crate) async fn connect_tapped(
+    url: &str,
+    modern: bool,
+    tap: Option<Tap>,
+) -> Result<Client, String> {
     let version = if modern {
         ProtocolVersion::V2026_07_28
     } else {
@@ -37,8 +49,12 @@ pub(crate) async fn connect(url: &str, modern: bool) -> Result<Client, String> {
             let mut content = modelctx_client::JsonObject::new();
             content.insert("confirm".into(), json!(true));
             Ok(Elicited::accept(content))
-        })
-        .connect_http_with(url, transport);
+        });
+    let connect = match tap {
+        Some(tap) => connect.on_wire(move |direction, text| tap(direction, text)),
+        None => connect,
+    }
+    .connect_http_with(url, transport);
     tokio::time::timeout(CALL_TIMEOUT + Duration::from_secs(5), connect)
         .await
         .map_err(|_| "connect: no outcome in time".to_owned())?
@@ -80,7 +96,12 @@ pub(crate) async fn client(ctx: Arc<Ctx>, via: Via, seed: u64) {
 }
 
 /// One call, its answer checked; the reason when it failed or was wrong.
-async fn one_call(ctx: &Ctx, client: &Client, rng: &mut Rng, n: u64) -> Result<(), String> {
+pub(crate) async fn one_call(
+    ctx: &Ctx,
+    client: &Client,
+    rng: &mut Rng,
+    n: u64,
+) -> Result<(), String> {
     let failed = |what: &'static str, e: modelctx_client::Error| format!("{what}: {e}");
     match rng.below(7) {
         0 => {

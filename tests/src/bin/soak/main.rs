@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! soak [--seconds N | --minutes N] [--clients N] [--seed N]
+//! soak --fleet [--seconds N | --minutes N] [--clients N] [--seed N]
 //! soak --server
 //! ```
 //!
@@ -19,6 +20,10 @@
 //! binary) runs the demo server on 127.0.0.1:0, so that its RSS is its own, and reports its
 //! tables on request over stdin/stdout (see `server.rs`). The server's settings are in one
 //! place: `server::soak_server_config`.
+//!
+//! `--fleet` runs the failover soak instead (`fleet.rs`, 60 s and 12 clients by default): Redis,
+//! three `mcx serve demo --http --redis` processes and nginx in front of them, clients of both
+//! eras through nginx, instances killed (`kill -9`) and restarted on a seeded schedule.
 
 use std::net::SocketAddr;
 use std::process::{ExitCode, Stdio};
@@ -35,6 +40,7 @@ use tokio::task::JoinSet;
 mod demo;
 mod faults;
 mod figures;
+mod fleet;
 mod load;
 mod proxy;
 mod raw;
@@ -43,6 +49,7 @@ mod server;
 use figures::{Figures, RunInfo, ServerStats};
 
 const USAGE: &str = "usage: soak [--seconds N | --minutes N] [--clients N] [--seed N]
+       soak --fleet [--seconds N | --minutes N] [--clients N] [--seed N]
        soak --server";
 
 /// What every load client and injector shares.
@@ -84,31 +91,51 @@ struct Options {
     seconds: u64,
     clients: usize,
     seed: u64,
+    /// The failover soak (`--fleet`).
+    fleet: bool,
 }
 
+/// The defaults of the failover soak (`--fleet`): short, as CI runs it.
+const FLEET_SECONDS: u64 = 60;
+const FLEET_CLIENTS: u64 = 12;
+
 fn parse(args: &[String]) -> Result<Options, String> {
+    let mut seconds = None;
+    let mut clients = None;
     let mut options = Options {
         seconds: 120,
         clients: 16,
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
+        fleet: false,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
+        if arg == "--fleet" {
+            options.fleet = true;
+            continue;
+        }
         let mut value = |what: &str| -> Result<u64, String> {
             it.next()
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| format!("{arg} needs a number ({what})"))
         };
         match arg.as_str() {
-            "--seconds" => options.seconds = value("seconds of load")?,
-            "--minutes" => options.seconds = value("minutes of load")?.saturating_mul(60),
-            "--clients" => options.clients = value("load clients")? as usize,
+            "--seconds" => seconds = Some(value("seconds of load")?),
+            "--minutes" => seconds = Some(value("minutes of load")?.saturating_mul(60)),
+            "--clients" => clients = Some(value("load clients")?),
             "--seed" => options.seed = value("a seed")?,
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
+    let (default_seconds, default_clients) = if options.fleet {
+        (FLEET_SECONDS, FLEET_CLIENTS)
+    } else {
+        (120, 16)
+    };
+    options.seconds = seconds.unwrap_or(default_seconds);
+    options.clients = clients.unwrap_or(default_clients) as usize;
     if options.seconds == 0 || options.clients == 0 {
         return Err(format!(
             "--seconds and --clients must be at least 1\n{USAGE}"
@@ -147,7 +174,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(options)) {
+    let outcome = if options.fleet {
+        runtime.block_on(fleet::run(options))
+    } else {
+        runtime.block_on(run(options))
+    };
+    match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -375,6 +407,13 @@ mod tests {
             (120, 4, 9)
         );
         assert_eq!(parse(&args("--seconds 90")).unwrap().seconds, 90);
+        assert!(!options.fleet);
+        let fleet = parse(&args("--fleet")).unwrap();
+        assert!(fleet.fleet);
+        assert_eq!((fleet.seconds, fleet.clients), (60, 12));
+        let fleet = parse(&args("--seconds 30 --fleet --clients 4")).unwrap();
+        assert_eq!((fleet.fleet, fleet.seconds, fleet.clients), (true, 30, 4));
+        assert_eq!(parse(&args("")).unwrap().seconds, 120);
         assert!(parse(&args("--seconds")).is_err());
         assert!(parse(&args("--seconds 0")).is_err());
         assert!(parse(&args("--bogus")).is_err());
