@@ -24,6 +24,7 @@ mod http_musts;
 mod http_robustness;
 mod http_server;
 mod model;
+mod oauth_client;
 mod oidc_as;
 mod readme;
 mod redis_bus;
