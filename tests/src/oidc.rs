@@ -15,8 +15,13 @@
 //!   `iss`, `scope`, `client_id`, `exp`, `iat`, `token_type`, `cnf.jkt` when bound, and `sub` only
 //!   for user tokens (client-credentials tokens have none).
 //! - any other resource: refused (`invalid_target`).
+//!
+//! For the OAuth client's end-to-end tests, [`As::start_forms`] starts the AS with real login
+//! and consent forms, which [`FormUser`] fills in as a user would, and [`TtlFetch`] makes its
+//! access tokens short-lived.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,7 +37,10 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::process::Child;
 
-use modelctx_server::auth::Clock;
+use modelctx_client::auth::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
+use modelctx_server::auth::{
+    BoxFuture, Clock, Fetch, FetchError, FetchRequest, FetchResponse, HttpFetch,
+};
 
 use crate::http::{RawResponse, raw_request, within};
 use crate::node;
@@ -46,6 +54,11 @@ pub const APP_CLIENT: &str = "app";
 pub const APP_REDIRECT: &str = "http://127.0.0.1/cb";
 /// The subject the AS logs in at the authorization endpoint.
 pub const USER: &str = "alice";
+/// The pre-registered public native client of an AS started with [`As::start_forms`]
+/// (authorization code + refresh token, redirect [`CLI_REDIRECT`] on any loopback port).
+pub const CLI_CLIENT: &str = "cli";
+/// `cli`'s redirect URI; the AS accepts it with any port (RFC 8252 7.3).
+pub const CLI_REDIRECT: &str = "http://127.0.0.1/callback";
 
 /// The test AS, a Node process; killed when dropped.
 #[derive(Debug)]
@@ -116,11 +129,28 @@ impl As {
     ///
     /// When the script does not start listening.
     pub async fn start(resources: &[&str]) -> Option<As> {
+        As::spawn(resources.to_vec()).await
+    }
+
+    /// [`start`](Self::start) with the script's `--forms`: the AS shows oidc-provider's login and
+    /// consent forms (which [`FormUser`] fills in), revokes tokens (RFC 7009,
+    /// `<issuer>/token/revocation`), and knows one more static client, [`CLI_CLIENT`].
+    ///
+    /// # Panics
+    ///
+    /// When the script does not start listening.
+    pub async fn start_forms(resources: &[&str]) -> Option<As> {
+        let mut args = vec!["--forms"];
+        args.extend_from_slice(resources);
+        As::spawn(args).await
+    }
+
+    async fn spawn(args: Vec<&str>) -> Option<As> {
         let node::Listening {
             at: issuer,
             mut lines,
             child,
-        } = node::spawn_listening("oidc-as.mjs", resources).await?;
+        } = node::spawn_listening("oidc-as.mjs", &args).await?;
         let addr = issuer
             .strip_prefix("http://")
             .and_then(|a| a.parse().ok())
@@ -339,6 +369,23 @@ impl As {
             .unwrap_or_else(|r| panic!("the code exchange was refused: {r:?}"))
     }
 
+    /// A refresh token request (`grant_type=refresh_token`) of the public client `client_id`
+    /// for `resource`, as a client that kept an old refresh token would make it.
+    pub async fn refresh(
+        &self,
+        client_id: &str,
+        refresh_token: &str,
+        resource: &str,
+    ) -> Result<Token, Refused> {
+        let form = [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+            ("client_id", client_id),
+            ("resource", resource),
+        ];
+        self.token_request(&form, None, &[]).await
+    }
+
     /// The AS's introspection answer for `token`, asked as the `rs` client (RFC 7662).
     pub async fn introspect(&self, token: &str) -> Value {
         let body = form_encode(&[("token", token), ("token_type_hint", "access_token")]);
@@ -485,6 +532,220 @@ impl As {
             raw_request(self.addr, method, path, headers, body),
         )
         .await
+    }
+}
+
+/// The user of an AS started with [`As::start_forms`], without a browser: an
+/// [`AuthorizationHandler`] that GETs the authorization URL, follows the AS's redirects (at most
+/// 20 steps, all on the AS), fills in the login form ([`USER`], any password) and the consent
+/// form as they come, and returns the redirect to the client's redirect URI (not followed:
+/// nothing has to listen there). Each authorization starts with no cookie (no AS session), so
+/// each one is a login; [`logins`](FormUser::logins) counts them.
+#[derive(Debug)]
+pub struct FormUser {
+    addr: SocketAddr,
+    issuer: String,
+    logins: AtomicUsize,
+    consents: AtomicUsize,
+    asked: Mutex<Vec<Vec<String>>>,
+}
+
+impl FormUser {
+    /// The user of `authorization_server`.
+    pub fn new(authorization_server: &As) -> Arc<FormUser> {
+        Arc::new(FormUser {
+            addr: authorization_server.addr,
+            issuer: authorization_server.issuer.clone(),
+            logins: AtomicUsize::new(0),
+            consents: AtomicUsize::new(0),
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The login forms posted so far.
+    pub fn logins(&self) -> usize {
+        self.logins.load(Ordering::SeqCst)
+    }
+
+    /// The consent forms posted so far.
+    pub fn consents(&self) -> usize {
+        self.consents.load(Ordering::SeqCst)
+    }
+
+    /// The scopes of each authorization request the user was shown, in order.
+    pub fn asked(&self) -> Vec<Vec<String>> {
+        self.asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// One request to the AS with the cookies of `jar`, whose `Set-Cookie`s it takes; bounded.
+    async fn send(
+        &self,
+        jar: &mut Vec<(String, String)>,
+        method: &str,
+        path: &str,
+        form: Option<&str>,
+    ) -> Result<RawResponse, Declined> {
+        let cookie = jar
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut headers = vec![];
+        if !cookie.is_empty() {
+            headers.push(("Cookie", cookie.as_str()));
+        }
+        if form.is_some() {
+            headers.push(("Content-Type", "application/x-www-form-urlencoded"));
+        }
+        let body = form.unwrap_or_default().as_bytes();
+        let response = tokio::time::timeout(
+            Duration::from_secs(10),
+            raw_request(self.addr, method, path, &headers, body),
+        )
+        .await
+        .map_err(|_| Declined::new(format!("{method} {path}: no answer within 10 s")))?;
+        for (name, value) in &response.headers {
+            if !name.eq_ignore_ascii_case("set-cookie") {
+                continue;
+            }
+            let pair = value.split(';').next().unwrap_or_default();
+            if let Some((n, v)) = pair.split_once('=') {
+                jar.retain(|(old, _)| old != n.trim());
+                jar.push((n.trim().to_owned(), v.trim().to_owned()));
+            }
+        }
+        Ok(response)
+    }
+
+    /// The path of `url` on the AS, or why it is elsewhere.
+    fn on_the_as(&self, url: &str) -> Result<String, Declined> {
+        let path = url.strip_prefix(&self.issuer).unwrap_or(url);
+        if path.starts_with('/') {
+            Ok(path.to_owned())
+        } else {
+            Err(Declined::new(format!("a redirect off the AS: {url}")))
+        }
+    }
+
+    async fn play(&self, request: &AuthorizationRequest) -> Result<Redirect, Declined> {
+        self.asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request.scopes.clone());
+        let mut jar = Vec::new();
+        let mut next = ("GET", self.on_the_as(&request.url)?, None::<String>);
+        for _ in 0..20 {
+            let (method, path, form) = &next;
+            let response = self.send(&mut jar, method, path, form.as_deref()).await?;
+            let status = response.status;
+            if let Some(location) = response.header("location").map(str::to_owned) {
+                if location.starts_with(&request.redirect_uri) {
+                    return Ok(Redirect::new(&location));
+                }
+                next = ("GET", self.on_the_as(&location)?, None);
+                continue;
+            }
+            let page = String::from_utf8_lossy(&response.body().await).into_owned();
+            if status != 200 {
+                return Err(Declined::new(format!(
+                    "{method} {path}: {status} without a redirect: {page}"
+                )));
+            }
+            // devInteractions' pages: one form, with a hidden `prompt` saying which.
+            let between = |from: &str| {
+                page.split_once(from)
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .map(|(value, _)| value.to_owned())
+            };
+            let (Some(action), Some(prompt)) =
+                (between("action=\""), between("name=\"prompt\" value=\""))
+            else {
+                return Err(Declined::new(format!(
+                    "{path}: a page without a form: {page}"
+                )));
+            };
+            let form = match prompt.as_str() {
+                "login" => {
+                    self.logins.fetch_add(1, Ordering::SeqCst);
+                    form_encode(&[("prompt", "login"), ("login", USER), ("password", "x")])
+                }
+                "consent" => {
+                    self.consents.fetch_add(1, Ordering::SeqCst);
+                    form_encode(&[("prompt", "consent")])
+                }
+                other => return Err(Declined::new(format!("an unknown prompt {other:?}"))),
+            };
+            next = ("POST", self.on_the_as(&action)?, Some(form));
+        }
+        Err(Declined::new("more than 20 steps at the AS"))
+    }
+}
+
+impl AuthorizationHandler for FormUser {
+    fn authorize<'a>(
+        &'a self,
+        request: &'a AuthorizationRequest,
+    ) -> BoxFuture<'a, Result<Redirect, Declined>> {
+        Box::pin(self.play(request))
+    }
+}
+
+/// A [`Fetch`] (the OAuth client's way to its authorization servers) that asks the test AS for
+/// access tokens of a short lifetime: every POST to a URL ending in `/token` gets the header
+/// `X-Test-Ttl: <seconds>` (see `tests/ts/oidc-as.mjs`); everything else goes to `inner` as it is.
+/// It counts the token requests it sends.
+#[derive(Debug)]
+pub struct TtlFetch {
+    inner: HttpFetch,
+    ttl: String,
+    token_requests: AtomicUsize,
+}
+
+impl TtlFetch {
+    /// Tokens that live `ttl` (whole seconds, at least 1), through [`HttpFetch::new`].
+    pub fn new(ttl: Duration) -> Arc<TtlFetch> {
+        Arc::new(TtlFetch {
+            inner: HttpFetch::new(),
+            ttl: ttl.as_secs().max(1).to_string(),
+            token_requests: AtomicUsize::new(0),
+        })
+    }
+
+    /// The token requests sent so far (refused ones included).
+    pub fn token_requests(&self) -> usize {
+        self.token_requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Fetch for TtlFetch {
+    fn get<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        self.inner.get(url)
+    }
+
+    fn post_form<'a>(
+        &'a self,
+        url: &'a str,
+        form: &'a [(&'a str, &'a str)],
+        basic: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        let mut request = FetchRequest::post_form(url, form);
+        request.basic = basic;
+        self.send(request)
+    }
+
+    fn send<'a>(
+        &'a self,
+        mut request: FetchRequest<'a>,
+    ) -> BoxFuture<'a, Result<FetchResponse, FetchError>> {
+        if request.method.as_str() == "POST" && request.url.ends_with("/token") {
+            self.token_requests.fetch_add(1, Ordering::SeqCst);
+            let ttl = self.ttl.parse().expect("digits are a header value");
+            request.headers.insert("x-test-ttl", ttl);
+        }
+        self.inner.send(request)
     }
 }
 

@@ -1,5 +1,5 @@
 // A real OAuth 2.1 authorization server for the resource-server tests: oidc-provider 9.13.3 on
-// 127.0.0.1, a port chosen by the OS. Usage: `node oidc-as.mjs <resource>...` (the resource
+// 127.0.0.1, a port chosen by the OS. Usage: `node oidc-as.mjs [--forms] <resource>...` (the resource
 // indicators it knows, e.g. http://127.0.0.1:PORT/mcp). It prints `LISTENING <issuer>` once it
 // answers, and exits when its stdin closes. The Rust side is tests/src/oidc.rs.
 //
@@ -15,6 +15,11 @@
 //   scopes: `mcp demo:admin files:write`. Without a `resource` parameter the first resource is used.
 // - token lifetime: 3600 s, or the seconds of an `X-Test-Ttl` header on the token request.
 // - interactions: `/interaction/:uid` logs in `alice` and consents to whatever was asked.
+// - `--forms` (first argument; the OAuth client's end-to-end tests, tests/tests/it/oauth_client.rs):
+//   the interactions are oidc-provider's devInteractions instead, a login form (any login and
+//   password) then a consent form, which the test posts as a user would (`FormUser` in
+//   tests/src/oidc.rs); token revocation (RFC 7009, `/token/revocation`) is on; one more static
+//   client `cli` (public, native, redirect http://127.0.0.1/callback on any port, RFC 8252 7.3).
 // - DPoP: enabled, nonces required at the token endpoint (so clients exercise `use_dpop_nonce`).
 // - test routes: POST /_test/rotate (a new signing key in front, the old ones kept for verifying;
 //   answers {kid, kids}), POST /_test/sign {header, claims} (signs with the current key; see
@@ -61,7 +66,8 @@ import * as http from 'node:http';
 import * as jose from 'jose';
 import Provider, { errors } from 'oidc-provider';
 
-const resources = process.argv.slice(2);
+const forms = process.argv[2] === '--forms';
+const resources = process.argv.slice(forms ? 3 : 2);
 // indicator -> [audience, format]: each resource gets JWTs; `<resource>/opaque` gets opaque
 // tokens whose audience is the resource itself (so one resource server sees both kinds).
 const indicators = (r) => [
@@ -131,13 +137,22 @@ const config = () => ({
     { client_id: 'svc', client_secret: 's', grant_types: ['client_credentials'], redirect_uris: [], response_types: [] },
     { client_id: 'app', token_endpoint_auth_method: 'none', redirect_uris: ['http://127.0.0.1/cb'] },
     { client_id: 'rs', client_secret: 'rs-secret', grant_types: [], redirect_uris: [], response_types: [] },
+    ...(forms ? [{
+      client_id: 'cli',
+      token_endpoint_auth_method: 'none',
+      application_type: 'native',
+      grant_types: ['authorization_code', 'refresh_token'],
+      redirect_uris: ['http://127.0.0.1/callback'],
+    }] : []),
   ],
   scopes: ['openid', 'offline_access', 'mcp', 'demo:admin', 'files:write'],
   findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
   ttl: { AccessToken: ttl, ClientCredentials: ttl },
-  interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+  // devInteractions (with `--forms`) bring their own, at the same path.
+  ...(forms ? {} : { interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` } }),
   features: {
-    devInteractions: { enabled: false },
+    devInteractions: { enabled: forms },
+    revocation: { enabled: forms },
     clientCredentials: { enabled: true },
     introspection: { enabled: true, allowedPolicy: () => true },
     registration: { enabled: true },
@@ -221,7 +236,7 @@ async function signArbitrary({ header = {}, claims = {} }) {
 
 async function testRoute(req, res) {
   const { pathname } = new URL(req.url, issuer);
-  if (req.method === 'GET' && pathname.startsWith('/interaction/')) {
+  if (!forms && req.method === 'GET' && pathname.startsWith('/interaction/')) {
     await interaction(req, res);
     return true;
   }

@@ -25,6 +25,7 @@ mod http_robustness;
 mod http_server;
 mod model;
 mod oauth_hostile;
+mod oauth_client;
 mod oidc_as;
 mod readme;
 mod redis_bus;

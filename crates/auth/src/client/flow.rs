@@ -38,7 +38,12 @@ impl fmt::Debug for Pending {
 
 /// The authorization URL: the endpoint (its own query kept, then `&`), `response_type=code`,
 /// `client_id`, `redirect_uri`, `scope` (space-separated; absent when there is none), `state`,
-/// `code_challenge`, `code_challenge_method=S256`, `resource` — each form-encoded.
+/// `code_challenge`, `code_challenge_method=S256`, `resource`, and `prompt=consent` when the
+/// scopes include `offline_access` — each form-encoded.
+///
+/// `prompt=consent` with `offline_access`: OpenID Connect Core 11 says an authorization server
+/// ignores `offline_access` without it, and OIDC servers do (oidc-provider drops the scope and
+/// issues no refresh token); SEP-2207's `offline_access` comes from there.
 pub(crate) fn authorization_url(
     endpoint: &str,
     client_id: &str,
@@ -64,6 +69,9 @@ pub(crate) fn authorization_url(
         ("code_challenge_method", "S256"),
         ("resource", resource),
     ]);
+    if scopes.iter().any(|s| s == "offline_access") {
+        params.push(("prompt", "consent"));
+    }
     for (i, (name, value)) in params.into_iter().enumerate() {
         if i > 0 {
             url.push('&');
@@ -383,5 +391,22 @@ mod tests {
         let url = authorization_url("https://as/authorize", "c", "https://app/cb", &[], &p, "r");
         assert!(url.starts_with("https://as/authorize?response_type=code&"));
         assert!(!url.contains("scope="));
+        assert!(!url.contains("prompt="));
+    }
+
+    #[test]
+    fn offline_access_asks_for_consent() {
+        let p = pending(true);
+        let scopes = ["mcp".into(), "offline_access".into()];
+        let url = authorization_url(
+            "https://as/authorize",
+            "c",
+            "https://app/cb",
+            &scopes,
+            &p,
+            "r",
+        );
+        assert!(url.contains("&scope=mcp+offline_access&"), "{url}");
+        assert!(url.ends_with("&resource=r&prompt=consent"), "{url}");
     }
 }

@@ -27,7 +27,7 @@ pub trait AuthorizationHandler: Send + Sync + fmt::Debug + 'static {
 pub struct AuthorizationRequest {
     /// The authorization URL to open: the authorization endpoint with `response_type=code`,
     /// `client_id`, `redirect_uri`, `scope` (when any), `state`, `code_challenge`,
-    /// `code_challenge_method=S256` and `resource`.
+    /// `code_challenge_method=S256`, `resource`, and `prompt=consent` with `offline_access`.
     pub url: String,
     /// The redirect URI the authorization server will send the user back to.
     pub redirect_uri: String,
