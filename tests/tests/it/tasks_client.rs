@@ -257,7 +257,7 @@ async fn tasks_over_http_created_polled_fed_cancelled_expired_and_freed() {
 }
 
 #[tokio::test]
-async fn a_legacy_session_without_server_tasks_is_refused_before_sending() {
+async fn a_legacy_session_calls_as_a_task_or_is_refused_before_sending() {
     let store = Arc::new(MemoryTaskStore::new());
     let server = server(store.clone(), Duration::from_secs(60));
     let asked = Arc::new(Mutex::new(0));
@@ -268,9 +268,14 @@ async fn a_legacy_session_without_server_tasks_is_refused_before_sending() {
         .server_capabilities_json()
         .is_some_and(|c| c.contains_key("tasks"))
     {
-        // The server runs 2025-11-25 tasks too: then the call is a task.
+        // The server runs 2025-11-25 tasks too: then the call is a task, kept for the ttl the
+        // client asks (the tables empty once it has passed).
         let handle = client
-            .call_tool_as_task("work", json!({"steps": 2}), TaskOptions::new())
+            .call_tool_as_task(
+                "work",
+                json!({"steps": 2}),
+                TaskOptions::new().ttl(Duration::from_secs(2)),
+            )
             .await
             .unwrap();
         assert!(handle.id().is_some());
