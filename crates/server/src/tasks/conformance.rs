@@ -6,7 +6,7 @@
 //! prefix it is given, and removes every task it made before it returns. Store errors are
 //! breaches too (but the refusals a check asks for): the store under test must be reachable.
 //!
-//! [`all`] runs every check. A store passes when, in its tests, it gets through:
+//! [`all`](crate::tasks::conformance::all) runs every check. A store passes when, in its tests, it gets through:
 //!
 //! ```no_run
 //! use std::time::{Duration, SystemTime};
