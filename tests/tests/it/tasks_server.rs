@@ -20,11 +20,11 @@ use modelctx_types::JsonObject;
 use modelctx_types::consts::{TasksCancel, TasksGet, TasksUpdate, ToolsCall};
 use serde_json::{Value, json};
 
-const EXT: &str = "io.modelcontextprotocol/tasks";
+pub(crate) const EXT: &str = "io.modelcontextprotocol/tasks";
 
 /// A guard of two callers, `Bearer alice` and `Bearer bob`.
 #[derive(Debug)]
-struct TwoCallers;
+pub(crate) struct TwoCallers;
 
 impl Guard for TwoCallers {
     fn authenticate<'a>(
@@ -51,18 +51,18 @@ impl Guard for TwoCallers {
     fn on_success(&self, _: &Grant, _: &mut HeaderMap) {}
 }
 
-fn object(value: Value) -> JsonObject {
+pub(crate) fn object(value: Value) -> JsonObject {
     value.as_object().cloned().expect("an object")
 }
 
 #[derive(serde::Deserialize)]
-struct Wait {
+pub(crate) struct Wait {
     #[serde(default)]
     ms: u64,
 }
 
 /// Waits `ms` (stopping when cancelled), reporting progress on the way.
-async fn work(context: Context, args: Wait) -> String {
+pub(crate) async fn work(context: Context, args: Wait) -> String {
     let _ = context.progress(1.0, Some(2.0), Some("half way")).await;
     tokio::select! {
         () = tokio::time::sleep(Duration::from_millis(args.ms)) => {}
@@ -76,7 +76,7 @@ async fn work(context: Context, args: Wait) -> String {
 }
 
 /// Asks for a name, then greets.
-async fn ask(context: Context, _: NoArgs) -> Result<String, InputError> {
+pub(crate) async fn ask(context: Context, _: NoArgs) -> Result<String, InputError> {
     let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
     let answer = context.keyed("name").elicit("Your name?", schema).await?;
     let name = answer
@@ -93,7 +93,7 @@ async fn fail(_: NoArgs) -> ToolOutput {
     ToolOutput::error("it failed")
 }
 
-async fn hello(_: NoArgs) -> &'static str {
+pub(crate) async fn hello(_: NoArgs) -> &'static str {
     "hello"
 }
 
