@@ -270,12 +270,7 @@ impl Legacy {
             Message::Error(ErrorResponse { id: Some(id), .. }) => waiting.questions.get(&key(id)),
             Message::Notification(n) if n.method == NotificationsInitialized::VALUE => {
                 drop(waiting);
-                self.tell_waiting(sid, || {
-                    let initialized =
-                        Notification::new(NotificationsInitialized::VALUE, &JsonObject::new())
-                            .expect("an empty object is valid params");
-                    Input::Incoming(Incoming::Single(initialized.into()))
-                });
+                self.tell_waiting(sid, initialized_input);
                 return Some(incoming);
             }
             _ => None,
@@ -873,6 +868,15 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
         }
         return;
     }
+    // `notifications/initialized`, now saved, to the requests of the session that wait for it
+    // here and elsewhere (their questions are held until then). Told after the save, not
+    // before: a request entered after this finds it in the store ([`initialized_since`]).
+    if saved.initialized && !state.initialized {
+        legacy.tell_waiting(&sid, initialized_input);
+        if let Some(bus) = &bus {
+            forward(bus, None, &sid, initialized_message()).await;
+        }
+    }
     // The transport learns the version `initialize` settled on before the answer is written
     // (its wire rules depend on it).
     if state.version.is_none()
@@ -915,6 +919,11 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
         refuse(&output, running, error).await;
         return;
     };
+    if !conn.session.is_initialized() && initialized_since(legacy, &sid).await {
+        // Its questions wait for the `notifications/initialized` that another POST saved
+        // after this one loaded the state, and told before this one was entered.
+        let _ = waiter.tx.try_send(initialized_input());
+    }
     drop(waiter);
     let mut output = WaitingOutput {
         session: output,
@@ -943,6 +952,31 @@ async fn serve(shared: Arc<Shared>, output: LegacySession, incoming: Incoming, o
     });
 }
 
+/// `notifications/initialized`, as a client sends it.
+fn initialized_message() -> Message {
+    Notification::new(NotificationsInitialized::VALUE, &JsonObject::new())
+        .expect("an empty object is valid params")
+        .into()
+}
+
+/// `notifications/initialized` for a runner.
+fn initialized_input() -> Input {
+    Input::Incoming(Incoming::Single(initialized_message()))
+}
+
+/// Whether session `sid`'s stored state says `notifications/initialized` arrived: asked by a
+/// request that waits, loaded uninitialized, once it is entered where that notification is
+/// told ([`serve`] tells it only after saving it). A store error counts as no.
+async fn initialized_since(legacy: &Legacy, sid: &str) -> bool {
+    match legacy.store.load(sid).await {
+        Ok(state) => state.is_some_and(|state| state.initialized),
+        Err(e) => {
+            tracing::warn!(error = %e, "a legacy session's state could not be loaded again");
+            false
+        }
+    }
+}
+
 /// Sends `message` of session `sid`'s client over `bus`: to instance `to`, or to every other.
 async fn forward(bus: &Arc<dyn Bus>, to: Option<u16>, sid: &str, message: Message) {
     let message = BusMessage::Forward {
@@ -960,16 +994,13 @@ async fn forward(bus: &Arc<dyn Bus>, to: Option<u16>, sid: &str, message: Messag
 }
 
 /// The messages of `incoming` that requests of the session running on any instance may wait
-/// for: its cancellations (in a batch too, as [`Legacy::hand_over`] reads them) and
-/// `notifications/initialized`.
+/// for, sent on at once: its cancellations (in a batch too, as [`Legacy::hand_over`] reads
+/// them). `notifications/initialized` goes too, but only once its state is saved
+/// ([`serve`]).
 fn for_every_instance(incoming: &Incoming) -> Vec<Message> {
     let is_cancel = |m: &Message| matches!(m, Message::Notification(n) if n.method == NotificationsCancelled::VALUE);
     match incoming {
-        Incoming::Single(m @ Message::Notification(n))
-            if is_cancel(m) || n.method == NotificationsInitialized::VALUE =>
-        {
-            vec![m.clone()]
-        }
+        Incoming::Single(m) if is_cancel(m) => vec![m.clone()],
         Incoming::Batch(items) => items
             .iter()
             .flatten()
@@ -1456,8 +1487,8 @@ mod tests {
         }
     }
 
-    /// What a POST carries for every instance (with a bus): its cancellations, in a batch too,
-    /// and `notifications/initialized`; an answer names the instance that asked; the
+    /// What a POST carries at once for every instance (with a bus): its cancellations, in a
+    /// batch too (not `notifications/initialized`, sent once saved); an answer names the instance that asked; the
     /// `logging/setLevel` request is found to be sent on.
     #[test]
     fn what_goes_over_the_bus_is_read_from_the_post() {
@@ -1469,7 +1500,8 @@ mod tests {
         let set = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
             "params": {"level": "info"}});
         assert_eq!(for_every_instance(&decode(cancel.clone())).len(), 1);
-        assert_eq!(for_every_instance(&decode(initialized.clone())).len(), 1);
+        // Sent on once saved, by `serve`.
+        assert!(for_every_instance(&decode(initialized.clone())).is_empty());
         assert!(for_every_instance(&decode(ping.clone())).is_empty());
         let batch = decode(json!([cancel, ping, set.clone(), cancel]));
         assert_eq!(for_every_instance(&batch).len(), 2);
@@ -1744,13 +1776,59 @@ mod tests {
     }
 
     /// A store whose saves wait, once armed, until the test lets them go; it says when one
-    /// waits.
+    /// waits. With `hold_load` set, the next load reads the state, then waits (`waiting`,
+    /// `open`) before giving it.
     #[derive(Debug)]
     struct GatedSaves {
         inner: crate::InMemoryStore,
         armed: std::sync::atomic::AtomicBool,
         waiting: tokio::sync::Notify,
         open: tokio::sync::Semaphore,
+    }
+
+    impl GatedSaves {
+        fn new() -> Arc<GatedSaves> {
+            Arc::new(GatedSaves {
+                inner: crate::InMemoryStore::new(),
+                armed: AtomicBool::new(false),
+                waiting: tokio::sync::Notify::new(),
+                open: tokio::sync::Semaphore::new(0),
+            })
+        }
+    }
+
+    /// The next load of a [`HeldLoad`] store: read, then held until let go.
+    #[derive(Debug)]
+    struct HeldLoad {
+        inner: crate::InMemoryStore,
+        hold: AtomicBool,
+        waiting: tokio::sync::Notify,
+        open: tokio::sync::Semaphore,
+    }
+
+    impl SessionStore for HeldLoad {
+        fn load<'a>(&'a self, id: &'a str) -> crate::run::StoreFuture<'a, Option<SessionState>> {
+            Box::pin(async move {
+                let state = self.inner.load(id).await;
+                if self.hold.swap(false, Ordering::SeqCst) {
+                    self.waiting.notify_one();
+                    self.open.acquire().await.unwrap().forget();
+                }
+                state
+            })
+        }
+
+        fn save<'a>(
+            &'a self,
+            id: &'a str,
+            state: &'a SessionState,
+        ) -> crate::run::StoreFuture<'a, ()> {
+            self.inner.save(id, state)
+        }
+
+        fn remove<'a>(&'a self, id: &'a str) -> crate::run::StoreFuture<'a, ()> {
+            self.inner.remove(id)
+        }
     }
 
     impl SessionStore for GatedSaves {
@@ -1783,12 +1861,7 @@ mod tests {
     /// that came already, and the POST never gets its response head).
     #[tokio::test(flavor = "current_thread")]
     async fn a_notification_is_accepted_once_its_state_is_saved() {
-        let store = Arc::new(GatedSaves {
-            inner: crate::InMemoryStore::new(),
-            armed: AtomicBool::new(false),
-            waiting: tokio::sync::Notify::new(),
-            open: tokio::sync::Semaphore::new(0),
-        });
+        let store = GatedSaves::new();
         let server = Server::builder("s", "1")
             .session_store(store.clone())
             .build();
@@ -1821,6 +1894,99 @@ mod tests {
             .expect("answered once saved");
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         assert!(store.inner.load(&sid).await.unwrap().unwrap().initialized);
+    }
+
+    /// A server with the `roots` tool (it asks the client `roots/list`) on `store`, and a
+    /// legacy session opened on it whose `notifications/initialized` is not sent yet.
+    async fn asking_server(store: Arc<dyn SessionStore>) -> (Server, McpService, String) {
+        let roots = |context: crate::Context, _: NoArgs| async move {
+            let answer = context.list_roots().await.unwrap();
+            answer.roots[0].uri.clone()
+        };
+        let server = Server::builder("s", "1")
+            .tool(Tool::new("roots", roots))
+            .session_store(store)
+            .build();
+        let service = server.http_service(ServerConfig::default()).unwrap();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"roots": {}},
+            "clientInfo": {"name": "c", "version": "1"}}});
+        let response = service.handle(legacy_post(None, initialize)).await;
+        let sid = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(Messages::of(response).next().await.unwrap()["id"], 1);
+        (server, service, sid)
+    }
+
+    /// The `roots` call of session `sid`, on a task: its POST's head comes with its question.
+    fn call_roots(service: &McpService, sid: &str) -> tokio::task::JoinHandle<Value> {
+        let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "roots", "arguments": {}}});
+        let service = service.clone();
+        let sid = sid.to_owned();
+        tokio::spawn(async move {
+            let mut stream = legacy_request(&service, &sid, call).await;
+            stream.next().await.unwrap()
+        })
+    }
+
+    /// A client may send its first request right after `notifications/initialized`, without
+    /// waiting for the 202, and the two POSTs may race (on two instances behind a balancer, or
+    /// on one). A request that loaded the session uninitialized holds its questions until the
+    /// notification: told to it once the notification's state is saved, it asks them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_question_held_for_initialized_goes_once_initialized_is_saved() {
+        let store = GatedSaves::new();
+        let (server, service, sid) = asking_server(store.clone()).await;
+        store.armed.store(true, Ordering::SeqCst);
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let notify = tokio::spawn({
+            let service = service.clone();
+            let sid = sid.clone();
+            async move { service.handle(legacy_post(Some(&sid), initialized)).await }
+        });
+        store.waiting.notified().await;
+        // The call loads the session uninitialized and waits, entered, its question held.
+        let asked = call_roots(&service, &sid);
+        while sizes(&server).requests == 0 {
+            tokio::task::yield_now().await;
+        }
+        store.open.add_permits(1);
+        let ask = tokio::time::timeout(std::time::Duration::from_secs(10), asked)
+            .await
+            .expect("the question is asked once `initialized` is saved")
+            .unwrap();
+        assert_eq!(ask["method"], "roots/list", "{ask}");
+        assert_eq!(notify.await.unwrap().status(), StatusCode::ACCEPTED);
+    }
+
+    /// The other order: the request loaded the session uninitialized, then the notification
+    /// was saved and told before the request was entered among those that wait. Entered, it
+    /// finds the notification in the store, and asks.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_question_held_for_initialized_goes_when_initialized_came_before_it_waited() {
+        let store = Arc::new(HeldLoad {
+            inner: crate::InMemoryStore::new(),
+            hold: AtomicBool::new(false),
+            waiting: tokio::sync::Notify::new(),
+            open: tokio::sync::Semaphore::new(0),
+        });
+        let (_server, service, sid) = asking_server(store.clone()).await;
+        store.hold.store(true, Ordering::SeqCst);
+        let asked = call_roots(&service, &sid);
+        store.waiting.notified().await;
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let response = service.handle(legacy_post(Some(&sid), initialized)).await;
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert!(store.inner.load(&sid).await.unwrap().unwrap().initialized);
+        store.open.add_permits(1);
+        let ask = tokio::time::timeout(std::time::Duration::from_secs(10), asked)
+            .await
+            .expect("the question is asked: `initialized` is in the store")
+            .unwrap();
+        assert_eq!(ask["method"], "roots/list", "{ask}");
     }
 
     /// A request whose handler waits lives in the table of requests running: the client's
