@@ -8,9 +8,12 @@
 //! login, refresh token rotation, step-up with the union of scopes, DPoP-bound tokens with the
 //! nonces of both the AS and the server, and `offline_access`.
 //!
-//! Not covered here: revocation (the client has no call that revokes: `OAuth` forgets tokens
-//! but sends no RFC 7009 request), and the pre-registered client with a loopback listener
-//! (there is no ready loopback redirect listener yet).
+//! And logout: `OAuth::logout_of` revokes the refresh token at oidc-provider's revocation
+//! endpoint (RFC 7009; its JWT access tokens it cannot revoke, and says so), forgets the tokens,
+//! and the next call logs in again.
+//!
+//! Not covered here: the pre-registered client with a loopback listener (there is no ready
+//! loopback redirect listener yet).
 //!
 //! Like the other tests with a Node peer, each test is skipped (saying so) without Node unless
 //! `MODELCTX_REQUIRE_NODE` is set (`cargo xtask ci` sets it).
@@ -396,6 +399,94 @@ async fn dpop_bound_tokens_with_the_nonces_of_the_as_and_the_server_in_both_eras
         let (_, claims) = modelctx_tests::oidc::decode_unverified(&record.access_token);
         assert!(claims["cnf"]["jkt"].is_string(), "{era:?}: {claims}");
         assert_eq!(user.logins(), 1, "{era:?}");
+        client.close().await;
+    }
+    setup.running.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn logout_revokes_the_refresh_token_and_the_next_call_logs_in_again() {
+    let Some(setup) = setup(false).await else {
+        return;
+    };
+    let issuer = setup.authorization_server.issuer();
+    for era in ERAS {
+        let user = FormUser::new(&setup.authorization_server);
+        let store = Arc::new(MemoryStore::new());
+        let oauth = oauth(&user, &store).build().expect("the OAuth settings");
+        // Logged in before connecting (as `mcx login` does): the tokens, to refresh later.
+        let login = within("login", oauth.authorize_now(&setup.resource))
+            .await
+            .expect("the login")
+            .expect("the server asks for authorization");
+        assert!(
+            login.refresh_token.is_some(),
+            "offline_access: a refresh token"
+        );
+        let client = connect(&setup.resource, era, oauth.clone()).await;
+        assert_eq!(
+            call(&client, "whoami").await.expect("whoami"),
+            format!("{USER} mcp")
+        );
+        assert_eq!(user.logins(), 1, "{era:?}");
+
+        let logout = within("logout", oauth.logout_of(&setup.resource))
+            .await
+            .expect("the logout");
+        assert_eq!(logout.tokens.len(), 1, "{era:?}: {logout:?}");
+        let done = &logout.tokens[0];
+        assert_eq!(
+            (done.issuer.as_str(), done.resource.as_str()),
+            (issuer, setup.resource.as_str())
+        );
+        assert!(
+            done.refresh_token.is_revoked(),
+            "{era:?}: {}",
+            done.refresh_token
+        );
+        // oidc-provider cannot revoke its JWT access tokens (`rejectStructuredTokens`): it says
+        // so, and the client reports it (the token stays valid until it expires).
+        assert!(!done.access_token.is_revoked(), "{era:?}");
+        assert!(
+            done.access_token
+                .to_string()
+                .contains("unsupported_token_type"),
+            "{era:?}: {}",
+            done.access_token
+        );
+        // Forgotten: only the registration is left in the store.
+        assert_eq!(
+            store.list().await.expect("the store lists"),
+            [StoreKey::client(issuer)],
+            "{era:?}"
+        );
+
+        // The next refresh of the old tokens is refused: the grant is gone.
+        let discovery = within(
+            "discovery",
+            oauth.discover(&setup.resource, &Default::default()),
+        )
+        .await
+        .expect("discovery");
+        let refused = within("refresh", oauth.refresh(&discovery, &login))
+            .await
+            .expect_err("the revoked refresh token is refused");
+        assert!(
+            refused.to_string().contains("invalid_grant"),
+            "{era:?}: {refused}"
+        );
+
+        // The next call goes without a token: the server's 401 brings one new login.
+        assert_eq!(
+            call(&client, "whoami")
+                .await
+                .expect("whoami after the logout"),
+            format!("{USER} mcp"),
+            "{era:?}"
+        );
+        assert_eq!(user.logins(), 2, "{era:?}: one new login");
+        let (_, record) = tokens(&store).await;
+        assert_ne!(record.access_token, login.access_token, "{era:?}");
         client.close().await;
     }
     setup.running.shutdown(Duration::from_secs(1)).await;
