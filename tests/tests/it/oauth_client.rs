@@ -10,7 +10,9 @@
 //!
 //! And logout: `OAuth::logout_of` revokes the refresh token at oidc-provider's revocation
 //! endpoint (RFC 7009; its JWT access tokens it cannot revoke, and says so), forgets the tokens,
-//! and the next call logs in again.
+//! and the next call logs in again. And a DPoP-bound login kept in a `FileStore` survives a
+//! restart: the next run (with a key of its own) proves and refreshes the stored tokens with the
+//! key they are bound to (oidc-provider binds a public client's refresh token to it).
 //!
 //! Not covered here: the pre-registered client with a loopback listener (there is no ready
 //! loopback redirect listener yet).
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modelctx_client::auth::{
-    DpopKey, Fetch, MemoryStore, OAuth, StoreKey, Stored, TokenRecord, TokenStore,
+    DpopKey, Fetch, FileStore, MemoryStore, OAuth, StoreKey, Stored, TokenRecord, TokenStore,
 };
 use modelctx_client::{Client, model};
 use modelctx_http::server::RunningServer;
@@ -489,5 +491,86 @@ async fn logout_revokes_the_refresh_token_and_the_next_call_logs_in_again() {
         assert_ne!(record.access_token, login.access_token, "{era:?}");
         client.close().await;
     }
+    setup.running.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_dpop_bound_login_survives_a_restart_with_a_file_store() {
+    let Some(setup) = setup(true).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "modelctx-oauth-restart-{}-{}",
+        std::process::id(),
+        setup.resource.rsplit(':').next().expect("a port")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let era = ProtocolVersion::V2026_07_28;
+    // Tokens of 2 s: the restarted client renews them first, with the refresh token, which
+    // oidc-provider binds to the key of a public client (RFC 9449 section 5).
+    let client_of = |user: &Arc<FormUser>, key: DpopKey, fetch: &Arc<TtlFetch>| {
+        OAuth::authorization_code(user.clone())
+            .redirect_uri(REDIRECT_URI)
+            .client_name("modelctx e2e")
+            .store(Arc::new(FileStore::new(&dir).expect("the store")))
+            .fetch(fetch.clone() as Arc<dyn Fetch>)
+            .dpop(key)
+            .build()
+            .expect("the OAuth settings")
+    };
+    let key = DpopKey::generate().expect("a DPoP key");
+    let thumbprint = key.thumbprint().to_owned();
+    let user = FormUser::new(&setup.authorization_server);
+    let fetch = TtlFetch::new(Duration::from_secs(2));
+    let first = connect(&setup.resource, era, client_of(&user, key, &fetch)).await;
+    assert_eq!(
+        call(&first, "whoami").await.expect("whoami"),
+        format!("{USER} mcp")
+    );
+    first.close().await;
+    assert_eq!(user.logins(), 1);
+
+    // A new process: a client with a key of its own, on the same directory.
+    let later_user = FormUser::new(&setup.authorization_server);
+    let fetch = TtlFetch::new(Duration::from_secs(2));
+    let requests = fetch.token_requests();
+    let later = client_of(
+        &later_user,
+        DpopKey::generate().expect("another DPoP key"),
+        &fetch,
+    );
+    let client = connect(&setup.resource, era, later).await;
+    assert_eq!(
+        call(&client, "whoami")
+            .await
+            .expect("whoami after the restart"),
+        format!("{USER} mcp")
+    );
+    assert_eq!(later_user.logins(), 0, "the stored login is used");
+    assert!(
+        fetch.token_requests() > requests,
+        "renewed with its refresh token"
+    );
+    let store = FileStore::new(&dir).expect("the store");
+    let keys = store.list().await.expect("the store lists");
+    let token_key = keys
+        .iter()
+        .find(|k| matches!(k, StoreKey::Tokens { .. }))
+        .expect("tokens stored");
+    let Ok(Some(Stored::Tokens(record))) = store.load(token_key).await else {
+        panic!("no tokens in the store")
+    };
+    assert!(
+        record.dpop_key.is_some(),
+        "the key is stored with the tokens"
+    );
+    let (_, claims) = modelctx_tests::oidc::decode_unverified(&record.access_token);
+    assert_eq!(
+        claims["cnf"]["jkt"],
+        json!(thumbprint),
+        "the renewed token is bound to the first run's key"
+    );
+    client.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
     setup.running.shutdown(Duration::from_secs(1)).await;
 }
