@@ -107,9 +107,9 @@ impl fmt::Display for Revocation {
 }
 
 /// The tokens of one resource to revoke.
-pub(crate) struct Held {
-    pub(crate) access_token: String,
-    pub(crate) refresh_token: Option<String>,
+struct Held {
+    access_token: String,
+    refresh_token: Option<String>,
 }
 
 impl OAuth {
@@ -153,7 +153,10 @@ impl OAuth {
             .await
             .map_err(|source| Error::Store { source })?
             .into_iter()
-            .filter(|key| matches!(key, StoreKey::Tokens { resource, .. } if covered(resource.as_str())))
+            .filter(|key| match key {
+                StoreKey::Tokens { resource, .. } => covered(resource),
+                _ => false,
+            })
             .collect();
         for key in &stored {
             let StoreKey::Tokens { issuer, resource } = key else {
