@@ -14,7 +14,8 @@
 //! server run over stdio (`conformance-server --stdio`) behind `mcx proxy`, so that the suite
 //! checks the stdio stack and the proxy too. Its results go under
 //! `target/conformance/<leg>/server-proxy/`, its expected failures in
-//! `tests/conformance/expected-failures-proxy.yml`.
+//! `tests/conformance/expected-failures-proxy.yml`. The extensions' server scenarios
+//! ([`SKILLS_SCENARIOS`], [`TASKS_SCENARIOS`]) run by name through the proxy too.
 //!
 //! `--suite all` leaves out the scenarios of extensions; those of the Skills extension
 //! ([`SKILLS_SCENARIOS`]) run by name after each suite, on both legs, into the same folders, and
@@ -214,6 +215,38 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         );
         if !status {
             failures.push(format!("server suite via mcx proxy, spec {leg}"));
+        }
+        // The extensions' server scenarios by name, as for the server itself: the proxy
+        // forwards skills and tasks unchanged.
+        let tasks = TASKS_SCENARIOS.iter().filter(|_| *leg == TASKS_LEG);
+        let by_name = SKILLS_SCENARIOS
+            .iter()
+            .filter(|(side, _)| *side == "server")
+            .map(|(_, scenario)| scenario)
+            .chain(tasks);
+        for &scenario in by_name {
+            let started = Instant::now();
+            let mut suite = Command::new(node::binary(root));
+            suite
+                .arg(root.join(SUITE_DIR).join(SUITE_BIN))
+                .arg("server")
+                .args(["--scenario", scenario, "--spec-version", leg, "--force"])
+                .arg("--expected-failures")
+                .arg(root.join(EXPECTED_PROXY))
+                .arg("-o")
+                .arg(&dir)
+                .args(["--url", &proxy.url])
+                .current_dir(root.join(SUITE_DIR));
+            let log = out.join(format!("{leg}-server-proxy-{scenario}.log"));
+            let status = run_logged(&mut suite, &log)?;
+            eprintln!(
+                "==> conformance: server {scenario} via mcx proxy, spec {leg}: {} in {:.1}s",
+                if status { "ok" } else { "FAILED" },
+                started.elapsed().as_secs_f64(),
+            );
+            if !status {
+                failures.push(format!("server {scenario} via mcx proxy, spec {leg}"));
+            }
         }
     }
     proxy.stop();

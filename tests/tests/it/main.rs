@@ -45,5 +45,6 @@ mod stdio;
 mod tasks_client;
 mod tasks_e2e;
 mod tasks_legacy;
+mod tasks_legacy_e2e;
 mod tasks_server;
 mod traps;

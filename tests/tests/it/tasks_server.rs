@@ -236,7 +236,7 @@ fn until(addr: SocketAddr, caller: &'static str, id: &str, status: &'static str)
 }
 
 /// Waits until the store holds nothing and no handler runs.
-async fn empty_after(server: &Server, store: &MemoryTaskStore) {
+pub(crate) async fn empty_after(server: &Server, store: &MemoryTaskStore) {
     within("the tables to empty", async {
         while !store.is_empty() || server.load().tasks > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;

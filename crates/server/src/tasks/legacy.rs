@@ -95,7 +95,11 @@ pub(crate) fn task_id_of(params: &JsonObject) -> Result<String, ErrorObject> {
 }
 
 /// What `tasks/result` answers for a finished task: its result with the related-task `_meta`,
-/// or its error; a cancelled task has neither and is answered with an error saying so.
+/// or its error. A cancelled task has neither: the requestor cancelled the request, which then
+/// has no result to return, and is answered -32602 (Invalid params: the spec's code for a
+/// `taskId` that names no result to give, as for an unknown task or a cancel of a finished
+/// one; -32603 is for the receiver's own failures), with `data`
+/// `{"taskId": id, "status": "cancelled"}`.
 pub(crate) fn outcome(record: &TaskRecord) -> Result<Box<RawValue>, ErrorObject> {
     if let Some(error) = &record.error {
         return Err(
@@ -114,15 +118,21 @@ pub(crate) fn outcome(record: &TaskRecord) -> Result<Box<RawValue>, ErrorObject>
             }
             raw(&result)
         }
-        (None, TaskStatus::Cancelled) => Err(ErrorObject::new(
-            ErrorCode::INTERNAL_ERROR,
-            format!("task {:?} was cancelled: it has no result", record.task_id),
-        )),
+        (None, TaskStatus::Cancelled) => Err(cancelled(&record.task_id)),
         (None, status) => Err(ErrorObject::new(
             ErrorCode::INTERNAL_ERROR,
             format!("task {:?} is {status} without a result", record.task_id),
         )),
     }
+}
+
+/// The error `tasks/result` answers for task `task_id`, cancelled (see [`outcome`]).
+fn cancelled(task_id: &str) -> ErrorObject {
+    let message = format!("Task {task_id} was cancelled: it has no result");
+    let data = serde_json::json!({"taskId": task_id, "status": TaskStatus::Cancelled.as_str()});
+    ErrorObject::new(ErrorCode::INVALID_PARAMS, message.clone())
+        .with_data(&data)
+        .unwrap_or_else(|_| ErrorObject::new(ErrorCode::INVALID_PARAMS, message))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,12 +327,17 @@ pub(crate) fn route(
                     });
                     true
                 };
+                // Woken by the task's changes while its handler runs here.
+                let changes = task_id_of(&params)
+                    .ok()
+                    .and_then(|task_id| tasks.changes(&task_id));
                 result(
                     tasks.store.as_ref(),
                     caller.as_deref(),
                     &params,
                     &context,
                     &deliver,
+                    changes,
                 )
                 .await
             })
@@ -407,8 +422,8 @@ pub(crate) async fn list(
     raw(&result)
 }
 
-/// How often a waiting `tasks/result` reads its task again: from the first value, doubling up
-/// to the second.
+/// How often a waiting `tasks/result` reads a task whose handler does not run in this process
+/// (one of a shared store, settled elsewhere): from the first value, doubling up to the second.
 const RESULT_POLL: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(100));
 
 /// Where the client's answers to a task's questions go: the runner of the task, which hands
@@ -424,18 +439,30 @@ pub(crate) type Deliver<'a> =
 /// sent on this request's session as `notifications/tasks/status` (through `notify`, which
 /// gets the task as written). Ends early when this request is cancelled (nothing is answered
 /// then) or the task disappears (expired: -32602).
+///
+/// It reads the task again when `changes` wakes (the task's handler runs here: each change it
+/// makes, its settlement and its expiry wake it), and only without it (a task of a shared store
+/// whose handler runs elsewhere) every [`RESULT_POLL`].
 pub(crate) async fn result(
     store: &dyn TaskStore,
     caller: Option<&str>,
     params: &JsonObject,
     context: &Context,
     deliver: Deliver<'_>,
+    changes: Option<Arc<tokio::sync::Notify>>,
 ) -> Result<Box<RawValue>, ErrorObject> {
     let task_id = task_id_of(params)?;
     let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut seen: Option<(TaskStatus, Option<String>)> = None;
     let mut pause = RESULT_POLL.0;
     loop {
+        // Listening before reading: a change made after the read wakes it.
+        let mut changed = changes
+            .as_deref()
+            .map(|changes| Box::pin(changes.notified()));
+        if let Some(changed) = changed.as_mut() {
+            changed.as_mut().enable();
+        }
         let record = find(store, caller, &task_id).await?;
         let now = (record.status, record.status_message.clone());
         if seen.as_ref().is_some_and(|before| *before != now) {
@@ -475,8 +502,14 @@ pub(crate) async fn result(
             pause = RESULT_POLL.0;
             continue;
         }
+        let next = async {
+            match changed {
+                Some(changed) => changed.await,
+                None => tokio::time::sleep(pause).await,
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+            () = next => {}
             () = context.cancelled().cancelled() => {
                 return Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, "the request was cancelled"));
             }
@@ -838,7 +871,18 @@ mod tests {
     fn a_cancelled_task_has_no_result_and_cannot_be_cancelled_again() {
         let mut record = TaskRecord::new("a", None, "tools/call", "2025-11-25", UNIX_EPOCH);
         record.apply(&TaskUpdate::cancel(), 1);
-        assert!(outcome(&record).is_err());
+        // What the request answers is an error of the requestor's (it cancelled the request),
+        // not an internal one.
+        let answer = outcome(&record).unwrap_err();
+        assert_eq!(answer.code, ErrorCode::INVALID_PARAMS, "{}", answer.message);
+        assert!(answer.message.contains("cancelled"), "{}", answer.message);
+        assert!(!answer.message.contains("not found"), "{}", answer.message);
+        let data = answer.data.as_ref().map(|d| d.get()).unwrap_or_default();
+        let data: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(
+            data,
+            serde_json::json!({"taskId": "a", "status": "cancelled"})
+        );
         let error = already_terminal(record.status);
         assert_eq!(error.code, ErrorCode::INVALID_PARAMS);
         assert!(error.message.contains("'cancelled'"), "{}", error.message);

@@ -65,6 +65,9 @@ pub(crate) struct Running {
     asked: AtomicUsize,
     /// Every key asked: a key names one question over the task's life.
     keys: Mutex<HashSet<String>>,
+    /// Woken at each change of the task recorded here, and when it expires: what a waiting
+    /// `tasks/result` waits on ([`Tasks::changes`]).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 /// How a handler asks to become a task ([`Context::detach`]): it sends where to reply.
@@ -139,6 +142,16 @@ impl Tasks {
         lock(&self.running).len()
     }
 
+    /// What wakes at each change of task `task_id` made in this process (its settlement
+    /// included) and at its expiry, while its handler runs here; `None` for a task whose
+    /// handler does not run here (settled already, or running in another instance of a fleet:
+    /// its changes are heard only by reading the store again).
+    pub(crate) fn changes(&self, task_id: &str) -> Option<Arc<tokio::sync::Notify>> {
+        lock(&self.running)
+            .get(task_id)
+            .map(|running| running.changed.clone())
+    }
+
     /// Creates a task for the request of `context` (kept `ttl_ms` from now) and runs `runner`
     /// as it; the task as created. `modern`: its questions go to the store as `inputRequests`.
     pub(crate) async fn start(
@@ -206,6 +219,7 @@ impl Tasks {
             waiters: Mutex::new(HashMap::new()),
             asked: AtomicUsize::new(0),
             keys: Mutex::new(HashSet::new()),
+            changed: Arc::new(tokio::sync::Notify::new()),
         });
         lock(&self.running).insert(task_id.clone(), running.clone());
         if let Some(at) = record.expires_ms() {
@@ -288,11 +302,15 @@ impl Tasks {
             let Some(tasks) = tasks.upgrade() else {
                 return;
             };
-            if let Some(running) = lock(&tasks.running).remove(&task_id) {
+            let running = lock(&tasks.running).remove(&task_id);
+            if let Some(running) = &running {
                 running.cancel.cancel();
             }
             if let Err(e) = tasks.store.remove(&task_id).await {
                 tracing::warn!(task = %task_id, error = %e, "an expired task was not removed");
+            }
+            if let Some(running) = running {
+                running.changed.notify_waiters();
             }
         });
     }
@@ -305,7 +323,12 @@ impl Tasks {
         update: &TaskUpdate,
     ) -> Result<Option<super::Updated>, ErrorObject> {
         match self.store.update(task_id, principal, update).await {
-            Ok(updated) => Ok(updated),
+            Ok(updated) => {
+                if let Some(changed) = self.changes(task_id) {
+                    changed.notify_waiters();
+                }
+                Ok(updated)
+            }
             Err(e) => {
                 tracing::warn!(task = %task_id, error = %e, "a task was not updated");
                 Err(store_error(e))
