@@ -805,3 +805,191 @@ fn store_error(error: TaskStoreError) -> ErrorObject {
         _ => crate::wire::internal(error.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::tasks::MemoryTaskStore;
+
+    fn tasks() -> Arc<Tasks> {
+        Arc::new(Tasks::new(
+            Arc::new(MemoryTaskStore::new()),
+            TaskSettings::default(),
+        ))
+    }
+
+    fn note(n: usize) -> Command {
+        let mut params = JsonObject::new();
+        params.insert("n".into(), Value::from(n));
+        Command::TaskStatus {
+            legacy: true,
+            params,
+        }
+    }
+
+    fn numbers(feed: &Feed) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut state = lock(&feed.state);
+        while let Some(Command::TaskStatus { params, .. }) = state.queue.pop_front() {
+            out.push(params.get("n").or(params.get("status")).cloned().unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn a_full_feed_drops_its_oldest_and_keeps_the_newest() {
+        let feed = Feed::new();
+        for n in 0..FEED_BOUND + 5 {
+            feed.push(note(n));
+        }
+        assert_eq!(feed.len(), FEED_BOUND);
+        let got = numbers(&feed);
+        assert_eq!(got.first(), Some(&Value::from(5)));
+        assert_eq!(got.last(), Some(&Value::from(FEED_BOUND + 4)));
+        feed.close();
+        feed.push(note(0));
+        assert_eq!(feed.len(), 0, "nothing is queued once closed");
+    }
+
+    fn running(id: &str, principal: Option<&str>, origin: Option<Arc<Feed>>) -> Arc<Running> {
+        Arc::new(Running {
+            task_id: id.into(),
+            principal: principal.map(str::to_owned),
+            cancel: CancellationToken::new(),
+            modern: true,
+            waiters: Mutex::new(HashMap::new()),
+            asked: AtomicUsize::new(0),
+            keys: Mutex::new(HashSet::new()),
+            origin,
+            told: Mutex::new(Some((TaskStatus::Working, None))),
+        })
+    }
+
+    fn record(id: &str, principal: Option<&str>, update: &TaskUpdate) -> TaskRecord {
+        let mut record = TaskRecord::new(
+            id,
+            principal.map(str::to_owned),
+            "tools/call",
+            "2025-11-25",
+            UNIX_EPOCH,
+        );
+        record.apply(update, 1);
+        record
+    }
+
+    /// The connection that made a task hears each change of its status or status message once,
+    /// its end once; a listener only of the tasks of its principal that it names.
+    #[test]
+    fn changes_reach_the_tasks_origin_and_its_principals_listeners_only() {
+        let tasks = tasks();
+        let origin = Feed::new();
+        lock(&tasks.running).insert(
+            "t1".into(),
+            running("t1", Some("alice"), Some(origin.clone())),
+        );
+        let listener = |principal: &str, ids: &[&str]| {
+            let listener = Arc::new(Listener {
+                principal: Some(principal.into()),
+                task_ids: Mutex::new(ids.iter().map(|s| (*s).to_owned()).collect()),
+                feed: Feed::new(),
+            });
+            lock(&tasks.listeners).push(listener.clone());
+            listener
+        };
+        let alice = listener("alice", &["t1"]);
+        let alice_other = listener("alice", &["t2"]);
+        let bob = listener("bob", &["t1"]);
+
+        let working = record("t1", Some("alice"), &TaskUpdate::new());
+        tasks.publish(&working);
+        assert!(
+            numbers(&origin).is_empty(),
+            "the created state is not told again"
+        );
+        let asked = record(
+            "t1",
+            Some("alice"),
+            &TaskUpdate::new().ask("k", json!({"method": "elicitation/create"})),
+        );
+        tasks.publish(&asked);
+        let answered = record("t1", Some("alice"), &TaskUpdate::new().message("go on"));
+        tasks.publish(&answered);
+        tasks.publish(&answered);
+        let done = record(
+            "t1",
+            Some("alice"),
+            &TaskUpdate::complete(JsonObject::new()),
+        );
+        tasks.publish(&done);
+        tasks.publish(&done);
+        assert_eq!(
+            numbers(&origin),
+            ["input_required", "working", "completed"],
+            "each change once, in order"
+        );
+        // The listener hears every update of the task (its questions, its result), its end once.
+        assert_eq!(
+            numbers(&alice.feed),
+            [
+                "working",
+                "input_required",
+                "working",
+                "working",
+                "completed"
+            ]
+        );
+        assert!(numbers(&alice_other.feed).is_empty());
+        assert!(
+            numbers(&bob.feed).is_empty(),
+            "another principal hears nothing"
+        );
+        // The listener's notification is the task as tasks/get gives it.
+        tasks.publish(&record("t1", Some("alice"), &TaskUpdate::new()));
+        let note = lock(&alice.feed.state).queue.pop_front();
+        let Some(Command::TaskStatus { legacy, params }) = note else {
+            panic!("a task status");
+        };
+        assert!(!legacy);
+        assert_eq!(params, super::super::wire::detailed(&working));
+    }
+
+    /// A connection that is gone stops its writer: nothing more is queued for it.
+    #[tokio::test]
+    async fn the_feed_of_a_connection_that_ended_closes() {
+        let (commands, queue) = crate::run::command::commands(4);
+        drop(queue);
+        let feed = Feed::new();
+        Sink::Conn(commands).drain(feed.clone());
+        feed.push(note(1));
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !lock(&feed.state).closed {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("closed in time");
+        feed.push(note(2));
+        assert_eq!(feed.len(), 0);
+    }
+
+    /// A listener is forgotten, and its writer ends, with its connection's registration.
+    #[tokio::test]
+    async fn a_dropped_registration_is_forgotten() {
+        let tasks = tasks();
+        let (commands, mut queue) = crate::run::command::commands(4);
+        let registration = tasks.listen(Some("alice"), commands);
+        registration.set(["t1"].into_iter());
+        tasks.publish(&record("t1", Some("alice"), &TaskUpdate::new()));
+        let heard = tokio::time::timeout(Duration::from_secs(10), queue.recv())
+            .await
+            .expect("heard in time");
+        assert!(matches!(
+            heard,
+            Some(Command::TaskStatus { legacy: false, .. })
+        ));
+        drop(registration);
+        assert!(lock(&tasks.listeners).is_empty());
+    }
+}
