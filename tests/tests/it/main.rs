@@ -44,5 +44,6 @@ mod stdio;
 mod tasks_client;
 mod tasks_e2e;
 mod tasks_legacy;
+mod tasks_notify;
 mod tasks_server;
 mod traps;
