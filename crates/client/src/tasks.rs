@@ -1540,4 +1540,95 @@ mod tests {
         );
         assert_eq!(options.poll_wait(None), Duration::from_secs(1));
     }
+
+    fn raw(value: serde_json::Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&value).unwrap()
+    }
+
+    #[test]
+    fn status_notifications_of_both_eras_read_as_tasks() {
+        let legacy = raw(serde_json::json!({
+            "taskId": "t1", "status": "input_required", "statusMessage": "asks",
+            "createdAt": "2025-11-25T10:30:00Z", "lastUpdatedAt": "2025-11-25T10:31:00Z",
+            "ttl": 60000, "pollInterval": 500,
+        }));
+        let task = status_notification(NotificationsTasksStatus::VALUE, Some(&legacy)).unwrap();
+        assert_eq!(task.task_id, "t1");
+        assert_eq!(task.status, model::TaskStatus::InputRequired);
+        assert_eq!(task.status_message.as_deref(), Some("asks"));
+        assert_eq!(task.ttl, Some(Duration::from_secs(60)));
+        let modern = raw(serde_json::json!({
+            "taskId": "t2", "status": "completed",
+            "createdAt": "2026-07-28T10:30:00Z", "lastUpdatedAt": "2026-07-28T10:31:00Z",
+            "ttlMs": null, "result": {"content": []},
+            "_meta": {"io.modelcontextprotocol/subscriptionId": 3},
+        }));
+        let task = status_notification(NotificationsTasks::VALUE, Some(&modern)).unwrap();
+        assert_eq!(task.task_id, "t2");
+        assert_eq!(task.status, model::TaskStatus::Completed);
+        assert_eq!(task.ttl, None);
+        // Another method, or params that are no task, are not status notifications.
+        assert!(status_notification("notifications/message", Some(&legacy)).is_none());
+        let bad = raw(serde_json::json!({"taskId": 1}));
+        assert!(status_notification(NotificationsTasksStatus::VALUE, Some(&bad)).is_none());
+    }
+
+    /// A notification updates the handles that follow the task (a finished one stays finished),
+    /// calls their status callback on a change, and wakes their waiter; dropped handles are
+    /// forgotten.
+    #[test]
+    fn notifications_reach_the_handles_that_follow_the_task() {
+        let watchers = Watchers::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let options = TaskOptions::new().on_status(move |t| {
+            log.lock().unwrap().push(status_str(t.status));
+        });
+        let follow = Follow::new(State::default(), &options);
+        watchers.add("t1", &follow);
+        let info = |status| TaskInfo {
+            task_id: "t1".into(),
+            status,
+            status_message: None,
+            created_at: String::new(),
+            last_updated_at: String::new(),
+            ttl: None,
+            poll_interval: None,
+        };
+        assert!(watchers.heard(&info(model::TaskStatus::Working)));
+        assert!(watchers.heard(&info(model::TaskStatus::Working)));
+        assert!(watchers.heard(&info(model::TaskStatus::Completed)));
+        assert!(watchers.heard(&info(model::TaskStatus::Working)));
+        assert_eq!(*seen.lock().unwrap(), ["working", "completed"]);
+        assert_eq!(
+            follow.lock().info.as_ref().map(|i| i.status),
+            Some(model::TaskStatus::Completed)
+        );
+        // The waiter was woken (a permit is stored for the next wait).
+        {
+            let mut woken = Box::pin(follow.heard.notified());
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(woken.as_mut().poll(&mut cx).is_ready());
+        }
+        assert!(!watchers.heard(&TaskInfo {
+            task_id: "t2".into(),
+            ..info(model::TaskStatus::Working)
+        }));
+        assert_eq!(watchers.len(), 1);
+        drop(follow);
+        assert_eq!(watchers.len(), 0);
+        let other = Follow::new(State::default(), &TaskOptions::new());
+        watchers.add("t3", &other);
+        assert_eq!(
+            watchers
+                .by_id
+                .lock()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>(),
+            ["t3"],
+            "the dropped handle's entry is pruned"
+        );
+    }
 }
