@@ -655,6 +655,7 @@ impl ClientBuilder {
             ),
             wire: self.wire,
             tasks: self.tasks.map(crate::tasks::Receiver::new),
+            task_watchers: crate::tasks::Watchers::default(),
         });
         let (ready, connected) = oneshot::channel();
         let (driver, handles) = Driver::new(

@@ -109,6 +109,12 @@ pub(crate) enum Command {
     /// Open the listen stream for list changes (modern), if not open; answer once it is
     /// acknowledged.
     Listen(Option<oneshot::Sender<Result<(), Error>>>),
+    /// Ask (or stop asking) for the status of a task on the listen stream (modern, the tasks
+    /// extension's `taskIds`), while a handle waits on it.
+    WatchTask {
+        task_id: String,
+        on: bool,
+    },
     RootsChanged(oneshot::Sender<Result<(), Error>>),
     Sizes(oneshot::Sender<TableSizes>),
     Close(oneshot::Sender<()>),
@@ -167,6 +173,8 @@ pub(crate) struct Shared {
     /// The tasks the client runs for a 2025-11-25 server
     /// ([`ClientBuilder::receive_tasks`](crate::ClientBuilder::receive_tasks)).
     pub(crate) tasks: Option<Arc<crate::tasks::Receiver>>,
+    /// The task handles the server's status notifications reach.
+    pub(crate) task_watchers: crate::tasks::Watchers,
 }
 
 impl Shared {
@@ -201,6 +209,7 @@ pub(crate) enum Remake {
 struct Filter {
     lists: bool,
     uris: BTreeSet<String>,
+    task_ids: BTreeSet<String>,
 }
 
 /// A subscription change (URI, on) and who waits for it.
@@ -211,6 +220,8 @@ struct Listen {
     /// Somebody listens for list changes.
     lists: bool,
     uris: BTreeSet<String>,
+    /// The tasks waited on, by how many wait on each (the extension's `taskIds`).
+    task_ids: HashMap<String, usize>,
     /// The open stream and what it asked for.
     open: Option<(RequestId, Filter)>,
     acked: bool,
@@ -489,6 +500,18 @@ impl Driver {
                 if let Some(reply) = reply {
                     self.listen.forget_gone_waiters();
                     self.listen.waiters.push((None, true, reply));
+                }
+                self.sync_listen();
+            }
+            Command::WatchTask { task_id, on } => {
+                let count = self.listen.task_ids.entry(task_id.clone()).or_default();
+                if on {
+                    *count += 1;
+                } else {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        self.listen.task_ids.remove(&task_id);
+                    }
                 }
                 self.sync_listen();
             }
@@ -959,6 +982,7 @@ impl Driver {
         self.listen = Listen {
             lists: listen.lists,
             uris: listen.uris,
+            task_ids: listen.task_ids,
             retry_delay: LISTEN_RETRY,
             ..Listen::default()
         };
@@ -1155,6 +1179,13 @@ impl Driver {
         {
             return; // a stream being replaced, whose successor already carries everything
         }
+        // A task's status: to the handles that follow it, and to the application.
+        if let Some(task) =
+            crate::tasks::status_notification(&notification.method, notification.params.as_deref())
+        {
+            self.shared.task_watchers.heard(&task);
+            return self.notify(ServerNotification::TaskStatus(task));
+        }
         let Some(version) = self.session.version() else {
             return;
         };
@@ -1269,6 +1300,7 @@ impl Driver {
         Filter {
             lists: self.listen.lists,
             uris: self.listen.uris.clone(),
+            task_ids: self.listen.task_ids.keys().cloned().collect(),
         }
     }
 
@@ -1283,7 +1315,7 @@ impl Driver {
             self.answer_waiters_if_idle();
             return;
         }
-        if !wanted.lists && wanted.uris.is_empty() {
+        if !wanted.lists && wanted.uris.is_empty() && wanted.task_ids.is_empty() {
             if let Some((id, _)) = self.listen.open.take() {
                 let _ = self.session.cancel(now(), &id, None);
             }
@@ -1324,12 +1356,27 @@ impl Driver {
                 ),
             );
         }
+        let tasks_extension = ["extensions", crate::tasks::EXTENSION_ID];
+        let mut params = JsonObject::new();
+        if !wanted.task_ids.is_empty() && declared(&tasks_extension) {
+            filter.insert(
+                "taskIds".into(),
+                Value::Array(
+                    wanted
+                        .task_ids
+                        .iter()
+                        .map(|id| Value::from(id.as_str()))
+                        .collect(),
+                ),
+            );
+            // The extension is declared on the request that asks for its notifications.
+            crate::tasks::declare_extension(&mut params);
+        }
         if filter.is_empty() {
             // Nothing the server offers: no stream.
             self.answer_waiters_if_idle();
             return;
         }
-        let mut params = JsonObject::new();
         params.insert("notifications".into(), Value::Object(filter));
         match self.session.send_request_with(
             now(),

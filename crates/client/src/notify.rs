@@ -23,6 +23,12 @@ pub enum ServerNotification {
         /// Its URI.
         uri: String,
     },
+    /// A task's status changed (2025-11-25 `notifications/tasks/status`, on the connection
+    /// that made the task; 2026-07-28 `notifications/tasks`, on the listen stream while a
+    /// [`TaskHandle::wait`](crate::TaskHandle::wait) follows the task): the task as the server
+    /// describes it now. Optional for servers: poll ([`TaskHandle::status`](crate::TaskHandle::status))
+    /// rather than rely on it.
+    TaskStatus(crate::tasks::TaskInfo),
     /// A log message.
     Log(LogMessage),
     /// Notifications may have been lost while the connection was re-established (a restarted

@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 
 use modelctx_session::{Era, IncomingRequest, ProtocolVersion};
 use modelctx_types::consts::{
-    ElicitationCreate, SamplingCreateMessage, TasksCancel, TasksGet, TasksList, TasksResult,
-    TasksUpdate, ToolsCall,
+    ElicitationCreate, NotificationsTasks, NotificationsTasksStatus, SamplingCreateMessage,
+    TasksCancel, TasksGet, TasksList, TasksResult, TasksUpdate, ToolsCall,
 };
 use modelctx_types::{
     ErrorCode, ErrorObject, JsonObject, ext_tasks, meta_keys, model, v2025_11_25,
@@ -223,7 +223,9 @@ impl TaskOptions {
     }
 
     /// Calls `callback` with each state of the task that [`TaskHandle::wait`] sees change (status
-    /// or status message): to show progress. Called on the waiting task: keep it short.
+    /// or status message), from its polls and, at once, from the server's status notifications
+    /// (2025-11-25 `notifications/tasks/status`; 2026-07-28 `notifications/tasks` on the listen
+    /// stream): to show progress. Called on the waiting task or the connection's: keep it short.
     pub fn on_status(mut self, callback: impl Fn(&TaskInfo) + Send + Sync + 'static) -> Self {
         self.on_status = Some(Arc::new(callback));
         self
@@ -250,7 +252,117 @@ pub struct TaskHandle {
     version: ProtocolVersion,
     id: Option<String>,
     options: TaskOptions,
-    state: Arc<Mutex<State>>,
+    follow: Arc<Follow>,
+}
+
+/// What the clones of a handle share, and what the server's status notifications reach
+/// ([`Watchers`]): the task's state, who waits on it, and the status callback.
+struct Follow {
+    state: Mutex<State>,
+    /// Woken when a status notification about the task comes.
+    heard: tokio::sync::Notify,
+    on_status: Option<StatusFn>,
+}
+
+impl Follow {
+    fn new(state: State, options: &TaskOptions) -> Arc<Follow> {
+        Arc::new(Follow {
+            state: Mutex::new(state),
+            heard: tokio::sync::Notify::new(),
+            on_status: options.on_status.clone(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A status notification about the task: its state is kept (a finished task's is never
+    /// replaced by an earlier one), the status callback hears of a change, and a waiting
+    /// [`TaskHandle::wait`] polls at once.
+    fn heard(&self, info: &TaskInfo) {
+        let changed = {
+            let mut state = self.lock();
+            if state.info.as_ref().is_some_and(TaskInfo::is_terminal) {
+                return;
+            }
+            let changed = state.info.as_ref().is_none_or(|old| {
+                old.status != info.status || old.status_message != info.status_message
+            });
+            state.info = Some(info.clone());
+            changed
+        };
+        if changed && let Some(callback) = &self.on_status {
+            callback(info);
+        }
+        self.heard.notify_one();
+    }
+}
+
+/// The handles of a connection, by task id, that the server's status notifications
+/// (`notifications/tasks/status`, `notifications/tasks`) reach. Weak: a dropped handle is
+/// forgotten (pruned as others are added).
+#[derive(Default)]
+pub(crate) struct Watchers {
+    by_id: Mutex<HashMap<String, Vec<Weak<Follow>>>>,
+}
+
+impl Watchers {
+    fn add(&self, task_id: &str, follow: &Arc<Follow>) {
+        let mut by_id = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
+        by_id.retain(|_, handles| {
+            handles.retain(|h| h.strong_count() > 0);
+            !handles.is_empty()
+        });
+        by_id
+            .entry(task_id.to_owned())
+            .or_default()
+            .push(Arc::downgrade(follow));
+    }
+
+    /// Hands `info` to the handles of its task; whether one follows it.
+    pub(crate) fn heard(&self, info: &TaskInfo) -> bool {
+        let handles: Vec<Arc<Follow>> = {
+            let by_id = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
+            by_id
+                .get(&info.task_id)
+                .map(|h| h.iter().filter_map(Weak::upgrade).collect())
+                .unwrap_or_default()
+        };
+        for handle in &handles {
+            handle.heard(info);
+        }
+        !handles.is_empty()
+    }
+
+    /// How many tasks are followed (handles alive).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let by_id = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
+        by_id
+            .values()
+            .filter(|h| h.iter().any(|h| h.strong_count() > 0))
+            .count()
+    }
+}
+
+/// The task a status notification is about: `notifications/tasks/status` (2025-11-25, the
+/// `Task`) or `notifications/tasks` (2026-07-28, the `DetailedTask`); `None` for any other
+/// notification, or one that does not read as a task.
+pub(crate) fn status_notification(method: &str, params: Option<&RawValue>) -> Option<TaskInfo> {
+    let params = params?.get();
+    match method {
+        NotificationsTasksStatus::VALUE => {
+            let task: v2025_11_25::Task = serde_json::from_str(params).ok()?;
+            Some(legacy_info(task))
+        }
+        NotificationsTasks::VALUE => {
+            modern_polled(&serde_json::from_str::<Box<RawValue>>(params).ok()?)
+                .ok()
+                .map(|polled| polled.info)
+        }
+        _ => None,
+    }
 }
 
 impl std::fmt::Debug for TaskHandle {
@@ -355,13 +467,19 @@ impl Client {
             }
         };
         let answer = self.send_tool_call(params, &options.call).await?;
-        let handle = |id: Option<String>, state: State| TaskHandle {
-            client: self.clone(),
-            tool: name.to_owned(),
-            version: answer.version,
-            id,
-            options: options.clone(),
-            state: Arc::new(Mutex::new(state)),
+        let handle = |id: Option<String>, state: State| {
+            let follow = Follow::new(state, &options);
+            if let Some(id) = &id {
+                self.inner.shared.task_watchers.add(id, &follow);
+            }
+            TaskHandle {
+                client: self.clone(),
+                tool: name.to_owned(),
+                version: answer.version,
+                id,
+                options: options.clone(),
+                follow,
+            }
         };
         let created = match answer.version.era() {
             Era::Modern if crate::wire::result_type(&answer.result) == "task" => {
@@ -411,6 +529,9 @@ impl Client {
     /// connection of the same principal): to poll, wait for or cancel it. Its calls fail with
     /// [`TaskError::NotSupported`] when the server does not support tasks.
     pub fn task(&self, task_id: &str) -> TaskHandle {
+        let options = TaskOptions::default();
+        let follow = Follow::new(State::default(), &options);
+        self.inner.shared.task_watchers.add(task_id, &follow);
         TaskHandle {
             client: self.clone(),
             tool: String::new(),
@@ -418,8 +539,8 @@ impl Client {
                 .protocol_version()
                 .unwrap_or(ProtocolVersion::V2025_11_25),
             id: Some(task_id.to_owned()),
-            options: TaskOptions::default(),
-            state: Arc::new(Mutex::new(State::default())),
+            options,
+            follow,
         }
     }
 
@@ -475,7 +596,7 @@ impl TaskHandle {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.follow.lock()
     }
 
     fn task_id(&self) -> &str {
@@ -554,7 +675,7 @@ impl TaskHandle {
             }
             changed
         };
-        if changed && let Some(callback) = &self.options.on_status {
+        if changed && let Some(callback) = &self.follow.on_status {
             callback(&polled.info);
         }
         Ok(polled)
@@ -572,6 +693,8 @@ impl TaskHandle {
         if let Some(outcome) = self.known_outcome() {
             return self.finish(outcome);
         }
+        // A 2026-07-28 server tells of the task on the listen stream while this waits.
+        let _listening = self.listen();
         loop {
             let polled = self.poll().await?;
             match polled.info.status {
@@ -598,8 +721,31 @@ impl TaskHandle {
                 _ => {}
             }
             let wait = self.options.poll_wait(polled.info.poll_interval);
-            tokio::time::sleep(wait).await;
+            // The next poll comes at the server's interval, or at once when the server tells
+            // of a change (`notifications/tasks/status`, `notifications/tasks`).
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.follow.heard.notified() => {}
+            }
         }
+    }
+
+    /// Asks the client's listen stream (2026-07-28) to carry this task's status until the
+    /// returned guard is dropped; nothing for a 2025-11-25 server (its notifications need no
+    /// asking).
+    fn listen(&self) -> Option<ListenGuard> {
+        let id = self.id.clone()?;
+        if self.version.era() != Era::Modern {
+            return None;
+        }
+        let commands = self.client.inner.commands.clone();
+        commands
+            .try_send(crate::driver::Command::WatchTask {
+                task_id: id.clone(),
+                on: true,
+            })
+            .ok()?;
+        Some(ListenGuard { commands, id })
     }
 
     /// The task's result: at once when it is known; otherwise, from a 2025-11-25 server,
@@ -812,6 +958,21 @@ impl TaskHandle {
     }
 }
 
+/// Takes a task off the listen stream's `taskIds` when dropped.
+struct ListenGuard {
+    commands: tokio::sync::mpsc::Sender<crate::driver::Command>,
+    id: String,
+}
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        let _ = self.commands.try_send(crate::driver::Command::WatchTask {
+            task_id: std::mem::take(&mut self.id),
+            on: false,
+        });
+    }
+}
+
 /// A 2026-07-28 `tasks/get` result, decoded with the extension's schema.
 fn modern_polled(raw: &RawValue) -> Result<Polled, Error> {
     let method = TasksGet::VALUE;
@@ -878,7 +1039,7 @@ fn modern_polled(raw: &RawValue) -> Result<Polled, Error> {
 }
 
 /// Declares the tasks extension in the client capabilities of this (2026-07-28) request only.
-fn declare_extension(params: &mut JsonObject) {
+pub(crate) fn declare_extension(params: &mut JsonObject) {
     let mut caps = JsonObject::new();
     caps.insert("extensions".into(), serde_json::json!({ EXTENSION_ID: {} }));
     let meta = params
@@ -1378,5 +1539,96 @@ mod tests {
             Duration::from_millis(700)
         );
         assert_eq!(options.poll_wait(None), Duration::from_secs(1));
+    }
+
+    fn raw(value: serde_json::Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(&value).unwrap()
+    }
+
+    #[test]
+    fn status_notifications_of_both_eras_read_as_tasks() {
+        let legacy = raw(serde_json::json!({
+            "taskId": "t1", "status": "input_required", "statusMessage": "asks",
+            "createdAt": "2025-11-25T10:30:00Z", "lastUpdatedAt": "2025-11-25T10:31:00Z",
+            "ttl": 60000, "pollInterval": 500,
+        }));
+        let task = status_notification(NotificationsTasksStatus::VALUE, Some(&legacy)).unwrap();
+        assert_eq!(task.task_id, "t1");
+        assert_eq!(task.status, model::TaskStatus::InputRequired);
+        assert_eq!(task.status_message.as_deref(), Some("asks"));
+        assert_eq!(task.ttl, Some(Duration::from_secs(60)));
+        let modern = raw(serde_json::json!({
+            "taskId": "t2", "status": "completed",
+            "createdAt": "2026-07-28T10:30:00Z", "lastUpdatedAt": "2026-07-28T10:31:00Z",
+            "ttlMs": null, "result": {"content": []},
+            "_meta": {"io.modelcontextprotocol/subscriptionId": 3},
+        }));
+        let task = status_notification(NotificationsTasks::VALUE, Some(&modern)).unwrap();
+        assert_eq!(task.task_id, "t2");
+        assert_eq!(task.status, model::TaskStatus::Completed);
+        assert_eq!(task.ttl, None);
+        // Another method, or params that are no task, are not status notifications.
+        assert!(status_notification("notifications/message", Some(&legacy)).is_none());
+        let bad = raw(serde_json::json!({"taskId": 1}));
+        assert!(status_notification(NotificationsTasksStatus::VALUE, Some(&bad)).is_none());
+    }
+
+    /// A notification updates the handles that follow the task (a finished one stays finished),
+    /// calls their status callback on a change, and wakes their waiter; dropped handles are
+    /// forgotten.
+    #[test]
+    fn notifications_reach_the_handles_that_follow_the_task() {
+        let watchers = Watchers::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let options = TaskOptions::new().on_status(move |t| {
+            log.lock().unwrap().push(status_str(t.status));
+        });
+        let follow = Follow::new(State::default(), &options);
+        watchers.add("t1", &follow);
+        let info = |status| TaskInfo {
+            task_id: "t1".into(),
+            status,
+            status_message: None,
+            created_at: String::new(),
+            last_updated_at: String::new(),
+            ttl: None,
+            poll_interval: None,
+        };
+        assert!(watchers.heard(&info(model::TaskStatus::Working)));
+        assert!(watchers.heard(&info(model::TaskStatus::Working)));
+        assert!(watchers.heard(&info(model::TaskStatus::Completed)));
+        assert!(watchers.heard(&info(model::TaskStatus::Working)));
+        assert_eq!(*seen.lock().unwrap(), ["working", "completed"]);
+        assert_eq!(
+            follow.lock().info.as_ref().map(|i| i.status),
+            Some(model::TaskStatus::Completed)
+        );
+        // The waiter was woken (a permit is stored for the next wait).
+        {
+            let mut woken = Box::pin(follow.heard.notified());
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(woken.as_mut().poll(&mut cx).is_ready());
+        }
+        assert!(!watchers.heard(&TaskInfo {
+            task_id: "t2".into(),
+            ..info(model::TaskStatus::Working)
+        }));
+        assert_eq!(watchers.len(), 1);
+        drop(follow);
+        assert_eq!(watchers.len(), 0);
+        let other = Follow::new(State::default(), &TaskOptions::new());
+        watchers.add("t3", &other);
+        assert_eq!(
+            watchers
+                .by_id
+                .lock()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>(),
+            ["t3"],
+            "the dropped handle's entry is pruned"
+        );
     }
 }

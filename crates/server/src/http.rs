@@ -205,6 +205,11 @@ impl Legacy {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The output of open session `sid` (its standalone stream, for a task's status).
+    pub(crate) fn output(&self, sid: &str) -> Option<LegacySession> {
+        self.sessions().get(sid).map(|open| open.output.clone())
+    }
+
     fn endpoint(&self) -> Option<Endpoint> {
         self.endpoint
             .lock()

@@ -578,7 +578,11 @@ impl ClientSession {
                         .iter()
                         .any(|v| version::notification_exists(*v, method, Direction::ToClient)),
                 };
-                if known {
+                // The tasks extension's status notification (on a listen stream whose filter
+                // asked for it), in no version's list.
+                let extension = method == "notifications/tasks"
+                    && self.version().is_some_and(|v| v.era() == Era::Modern);
+                if known || extension {
                     self.core.event(Event::Notification(notification));
                 }
             }

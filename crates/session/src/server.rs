@@ -28,6 +28,9 @@ use crate::version::{self, Direction, Era, ProtocolVersion};
 /// The most URIs one `subscriptions/listen` filter may name.
 const MAX_SUBSCRIBED_URIS: usize = 1024;
 
+/// The key of the tasks extension in `capabilities.extensions`.
+const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 /// What the server knows of its legacy client.
 #[derive(Debug, Clone)]
 struct Client {
@@ -78,6 +81,9 @@ struct Subscription {
     prompts: bool,
     resources: bool,
     uris: BTreeSet<String>,
+    /// The tasks whose status the stream hears of (`notifications/tasks`, the
+    /// `io.modelcontextprotocol/tasks` extension).
+    task_ids: BTreeSet<String>,
 }
 
 impl Subscription {
@@ -626,6 +632,7 @@ impl ServerSession {
             resources: flag("resourcesListChanged")
                 && declared(caps, &["resources", "listChanged"]),
             uris: BTreeSet::new(),
+            task_ids: BTreeSet::new(),
         };
         let mut honoured = JsonObject::new();
         for (key, on) in [
@@ -677,6 +684,49 @@ impl ServerSession {
                 .map(str::to_owned)
                 .collect();
             honoured.insert("resourceSubscriptions".into(), Value::from(uris.clone()));
+        }
+        // The tasks extension's filter: the client must declare the extension on this request
+        // (-32021 otherwise); a server without the extension does not know the key.
+        if let Some(ids) = filter.get("taskIds")
+            && declared(caps, &["extensions", TASKS_EXTENSION])
+        {
+            if !declared(
+                &request_meta.client_capabilities,
+                &["extensions", TASKS_EXTENSION],
+            ) {
+                let mut required = JsonObject::new();
+                required.insert(
+                    "extensions".into(),
+                    serde_json::json!({ TASKS_EXTENSION: {} }),
+                );
+                return self.core.reply_error(
+                    Some(id),
+                    batch,
+                    meta::missing_capability_error(&required),
+                );
+            }
+            let Some(ids) = ids.as_array().filter(|i| i.iter().all(Value::is_string)) else {
+                return self.core.reply_error(
+                    Some(id),
+                    batch,
+                    meta::invalid_params("`taskIds` must be an array of task id strings"),
+                );
+            };
+            if ids.len() > MAX_SUBSCRIBED_URIS {
+                return self.core.reply_error(
+                    Some(id),
+                    batch,
+                    meta::invalid_params(format!(
+                        "at most {MAX_SUBSCRIBED_URIS} task ids per subscription"
+                    )),
+                );
+            }
+            subscription.task_ids = ids
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
+            honoured.insert("taskIds".into(), Value::from(ids.clone()));
         }
         let mut entry = InFlight::new("subscriptions/listen", None, batch);
         entry.meta = Some(request_meta);
@@ -1076,6 +1126,34 @@ impl ServerSession {
             sent += 1;
         }
         Ok(sent)
+    }
+
+    /// Sends `notifications/tasks` (the `io.modelcontextprotocol/tasks` extension) with `task`
+    /// (the task's `DetailedTask`, whose `taskId` it is about) to every listen stream whose
+    /// filter names the task (`taskIds`). Returns how many notifications went out. Which
+    /// tasks a stream may hear of (its principal's own) is the caller's to decide.
+    pub fn notify_task(&mut self, task: JsonObject) -> usize {
+        let Some(task_id) = task.get("taskId").and_then(Value::as_str) else {
+            return 0;
+        };
+        let ids: Vec<RequestId> = self
+            .subscriptions
+            .iter()
+            .filter(|(_, s)| s.task_ids.contains(task_id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let sent = ids.len();
+        for id in ids {
+            self.send_tagged("notifications/tasks", task.clone(), id);
+        }
+        sent
+    }
+
+    /// The ids of the tasks the open listen streams asked to hear of (`taskIds`).
+    pub fn listened_task_ids(&self) -> impl Iterator<Item = &str> + Clone {
+        self.subscriptions
+            .values()
+            .flat_map(|s| s.task_ids.iter().map(String::as_str))
     }
 
     /// Sends any other notification to the legacy client (for example

@@ -46,5 +46,6 @@ mod tasks_client;
 mod tasks_e2e;
 mod tasks_legacy;
 mod tasks_legacy_e2e;
+mod tasks_notify;
 mod tasks_server;
 mod traps;

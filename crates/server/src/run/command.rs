@@ -49,15 +49,11 @@ pub(crate) enum Command {
         generation: u64,
         reply: oneshot::Sender<bool>,
     },
-    /// A notification of the session's own (`notifications/tasks/status`), sent while request
-    /// `id` runs: on the session's stream for such messages (legacy HTTP: the standalone GET
-    /// stream, when the client holds one).
-    Notify {
-        id: RequestId,
-        generation: u64,
-        method: &'static str,
-        params: JsonObject,
-    },
+    /// A task's status, for the connection (not for a request): `legacy`, the 2025-11-25
+    /// `notifications/tasks/status` with the task as `params`; else the extension's
+    /// `notifications/tasks` with the task's `DetailedTask` as `params`, on the listen streams
+    /// that name it (`crate::tasks::runner::Tasks::publish`).
+    TaskStatus { legacy: bool, params: JsonObject },
     /// A log message about a request.
     Log {
         id: RequestId,

@@ -120,6 +120,9 @@ pub(crate) struct Conn {
     /// Requests the peer cancelled ([`Event::Cancelled`], either era), for the output to let
     /// go of ([`Conn::take_released`]).
     released: Vec<RequestId>,
+    /// The session's listen streams that name tasks (`taskIds`), registered with the server's
+    /// tasks while the connection lives.
+    task_listener: Option<crate::tasks::runner::TaskListener>,
 }
 
 impl Conn {
@@ -170,6 +173,7 @@ impl Conn {
             commands_tx,
             commands,
             released: Vec::new(),
+            task_listener: None,
         }
     }
 
@@ -203,7 +207,24 @@ impl Conn {
             any = true;
             self.on_event(event, origin);
         }
+        // (A listen stream is taken by the session with no event.)
+        self.listen_to_tasks(origin);
         any
+    }
+
+    /// Keeps the connection's registration for task status (its listen streams' `taskIds`) up
+    /// to date: made with the first stream that names a task, for the connection's principal.
+    fn listen_to_tasks(&mut self, origin: &Origin) {
+        let mut ids = self.session.listened_task_ids().peekable();
+        if ids.peek().is_none() && self.task_listener.is_none() {
+            return;
+        }
+        let listener = self.task_listener.get_or_insert_with(|| {
+            self.shared
+                .tasks
+                .listen(origin.principal(), self.commands_tx.clone())
+        });
+        listener.set(ids);
     }
 
     /// The requests the peer cancelled since last asked: the output lets go of them
@@ -409,18 +430,20 @@ fn apply(session: &mut ServerSession, command: Command, book: &mut Book) {
         Command::CloseStream { reply, .. } => {
             let _ = reply.send(false);
         }
-        Command::Notify {
-            id,
-            generation,
-            method,
+        Command::TaskStatus {
+            legacy: true,
             params,
         } => {
-            if book.running(&id, generation).is_none() {
-                return; // the request is over (a newer one may have its id)
-            }
+            let method = modelctx_types::consts::NotificationsTasksStatus::VALUE;
             if let Err(e) = session.notify(method, Some(params)) {
                 tracing::debug!(method, error = %e, "a notification was not sent");
             }
+        }
+        Command::TaskStatus {
+            legacy: false,
+            params,
+        } => {
+            session.notify_task(params);
         }
         Command::Log {
             id,

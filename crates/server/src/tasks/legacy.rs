@@ -10,8 +10,10 @@
 //! the caller's tasks, `tasks/cancel` cancels one. A task that asks the client for input is
 //! `input_required`; the questions go to the client as requests on the stream of a
 //! `tasks/result` for the task, with the related-task `_meta`, and the answers come back as any
-//! answer does. While a `tasks/result` waits, each change of the task's status is sent on its
-//! stream as `notifications/tasks/status`.
+//! answer does. Each change of a task's status (or status message) is sent as
+//! `notifications/tasks/status` (the task, without the related-task `_meta`) to the connection
+//! that made it: the stdio line, or the legacy HTTP session's standalone stream; never to
+//! another session, and nothing once that session ended (`runner::Tasks::publish`).
 //!
 //! Tasks are bound to the caller: its authenticated principal, or without one its legacy HTTP
 //! session (`Mcp-Session-Id`); over stdio (no principal, no session id) the process has one
@@ -27,22 +29,20 @@ use std::time::Duration;
 use modelctx_session::IncomingRequest;
 use modelctx_session::ProtocolVersion;
 use modelctx_types::consts::{
-    ElicitationCreate, NotificationsTasksStatus, SamplingCreateMessage, TasksCancel, TasksGet,
-    TasksList, TasksResult,
+    ElicitationCreate, SamplingCreateMessage, TasksCancel, TasksGet, TasksList, TasksResult,
 };
 use modelctx_types::{ErrorCode, ErrorObject, JsonObject, model, v2025_11_25};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::TaskSupport;
-use super::runner::{not_found, principal_of};
+use super::runner::{Sink, not_found, principal_of};
 use super::store::{TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind};
 use super::wire::iso8601;
 use crate::context::Context;
 use crate::handler::Runner;
 use crate::input::{InputError, NoAnswer};
 use crate::registry::Shared;
-use crate::run::Command;
 use crate::wire::invalid_params;
 
 /// The `_meta` key that ties a message to the task it belongs to (2025-11-25).
@@ -226,13 +226,16 @@ pub(crate) fn call(
         (_, Some(task)) => task,
     };
     let tasks = shared.tasks.clone();
+    let shared = shared.clone();
     let ttl = ttl_ms(task.ttl, tasks.settings.ttl_ms());
     Ok(Box::new(move |context| {
         Box::pin(async move {
             // The task's questions go to the store (`inputRequests`), `input_required`, and
             // reach the client through `tasks/result` (see `result`), not through the stream of
-            // this call, which ends now.
-            let record = tasks.start(&context, ttl, true, runner).await?;
+            // this call, which ends now. Its changes of status are told to the connection or
+            // session that made it (`notifications/tasks/status`).
+            let origin = Sink::of(&shared, &context);
+            let record = tasks.start(&context, ttl, true, origin, runner).await?;
             let mut created = JsonObject::new();
             created.insert("task".into(), Value::Object(task_json(&record)));
             raw(&created)
@@ -435,9 +438,7 @@ pub(crate) type Deliver<'a> =
 /// `tasks/result`: waits until the caller's task `task_id` is finished, then answers what its
 /// request would have ([`outcome`]). Meanwhile the task's questions (`inputRequests`) are asked
 /// of the client as requests of this `tasks/result` (with the related-task `_meta`), each once,
-/// and the answers handed to the task's runner through `deliver`; and each change of status is
-/// sent on this request's session as `notifications/tasks/status` (through `notify`, which
-/// gets the task as written). Ends early when this request is cancelled (nothing is answered
+/// and the answers handed to the task's runner through `deliver`. Ends early when this request is cancelled (nothing is answered
 /// then) or the task disappears (expired: -32602).
 ///
 /// It reads the task again when `changes` wakes (the task's handler runs here: each change it
@@ -453,7 +454,6 @@ pub(crate) async fn result(
 ) -> Result<Box<RawValue>, ErrorObject> {
     let task_id = task_id_of(params)?;
     let mut asked: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut seen: Option<(TaskStatus, Option<String>)> = None;
     let mut pause = RESULT_POLL.0;
     loop {
         // Listening before reading: a change made after the read wakes it.
@@ -464,11 +464,6 @@ pub(crate) async fn result(
             changed.as_mut().enable();
         }
         let record = find(store, caller, &task_id).await?;
-        let now = (record.status, record.status_message.clone());
-        if seen.as_ref().is_some_and(|before| *before != now) {
-            context.notify_task_status(task_json(&record)).await;
-        }
-        seen = Some(now);
         if record.status.is_terminal() {
             return outcome(&record);
         }
@@ -703,21 +698,6 @@ impl Context {
             .ask(ElicitationCreate::VALUE, params, None, None)
             .await?;
         self.client_task(answer, read_as::<v2025_11_25::ElicitResult, _>)
-    }
-
-    /// Sends `notifications/tasks/status` with `task` (as written for 2025-11-25) on the
-    /// session, while this request runs.
-    pub(crate) async fn notify_task_status(&self, task: JsonObject) {
-        let _ = self
-            .inner
-            .commands
-            .send(Command::Notify {
-                id: self.inner.id.clone(),
-                generation: self.inner.generation,
-                method: NotificationsTasksStatus::VALUE,
-                params: task,
-            })
-            .await;
     }
 
     /// Whether the client of this 2025-11-25 session declared task-augmented `request`

@@ -27,9 +27,15 @@
 //!   [`TaskSettings::max_running`] handlers run as tasks at once; a call beyond, or beyond the
 //!   store's bound, is refused with -32000 (`data.reason`: `"too_many_tasks"`).
 //!
-//! What it does not do (yet): `notifications/tasks` on `subscriptions/listen` streams (clients
-//! poll), tasks for requests other than `tools/call`, and answers reaching a task that runs in
-//! another process of a fleet (a shared store carries the task's state, not its handler).
+//! * Each change of a task is told without waiting for a poll: a 2025-11-25 task's connection or
+//!   legacy HTTP session gets `notifications/tasks/status`; a `subscriptions/listen` stream that
+//!   names the task in its `taskIds` (the extension declared on the listen request, -32021
+//!   otherwise) gets `notifications/tasks` with the task as `tasks/get` gives it, for tasks of
+//!   its own principal only. Queues are bounded (the oldest state is dropped, never the latest).
+//!
+//! What it does not do (yet): tasks for requests other than `tools/call`, answers reaching a
+//! task that runs in another process of a fleet (a shared store carries the task's state, not
+//! its handler), and status notifications for changes made in another process.
 //!
 //! [`Tool::task_support`]: crate::Tool::task_support
 //! [`Context`]: crate::Context

@@ -10,9 +10,18 @@
 //! forgotten `ttl` after its creation (a timer removes it from the store, and stops its handler
 //! if it still runs).
 //!
+//! Each change of a task made here is told to whoever should hear of it ([`Tasks::publish`]):
+//! the connection or legacy HTTP session that made a 2025-11-25 task (a [`Sink`]:
+//! `notifications/tasks/status` when its status or status message changes), and the
+//! `subscriptions/listen` streams of the task's principal that named it in their `taskIds`
+//! (a [`TaskListener`]: `notifications/tasks` with the task as `tasks/get` gives it). Each
+//! destination has a bounded queue ([`FEED_BOUND`]; when full the oldest state is dropped, never
+//! the newest) drained in order by a writer task of its own, so that a slow client never holds
+//! a handler.
+//!
 //! What it keeps is emptied as tasks end: [`Tasks::running`] counts the handlers under way.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -23,11 +32,14 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::TaskSettings;
-use super::store::{TaskRecord, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate, millis};
+use super::store::{
+    TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate, millis,
+};
 use crate::bus::{Bus, BusMessage};
 use crate::context::{Context, Inner};
 use crate::handler::{BoxFuture, Runner};
 use crate::input::{InputError, NoAnswer};
+use crate::run::{Command, Commands};
 
 /// The tasks of a server: where they are kept, and those running in this process.
 pub(crate) struct Tasks {
@@ -38,6 +50,8 @@ pub(crate) struct Tasks {
     /// The bus to the other instances of a fleet, when there is one: a cancel or answers for a
     /// task whose handler does not run here go to the others ([`BusMessage::Task`]).
     fleet: OnceLock<Arc<dyn Bus>>,
+    /// The listen streams that hear of tasks (`taskIds`), by connection.
+    listeners: Mutex<Vec<Arc<Listener>>>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -68,6 +82,167 @@ pub(crate) struct Running {
     /// Woken at each change of the task recorded here, and when it expires: what a waiting
     /// `tasks/result` waits on ([`Tasks::changes`]).
     changed: Arc<tokio::sync::Notify>,
+    /// Where the connection that made a 2025-11-25 task hears of its status; `None` for the
+    /// tasks of the extension (their listen streams hear of them).
+    origin: Option<Arc<Feed>>,
+    /// The status and status message last told of (to the origin, or to a listener).
+    told: Mutex<Option<(TaskStatus, Option<String>)>>,
+}
+
+/// The most task states queued for one destination (a connection, a legacy session, a listen
+/// stream's connection); beyond, the oldest queued is dropped.
+pub(crate) const FEED_BOUND: usize = 64;
+
+/// A bounded queue of notifications for one destination, drained in order by its writer.
+pub(crate) struct Feed {
+    state: Mutex<FeedState>,
+    ready: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct FeedState {
+    queue: VecDeque<Command>,
+    closed: bool,
+}
+
+impl Feed {
+    fn new() -> Arc<Feed> {
+        Arc::new(Feed {
+            state: Mutex::new(FeedState::default()),
+            ready: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Queues `note`, dropping the oldest queued when full; nothing once closed.
+    fn push(&self, note: Command) {
+        let mut state = lock(&self.state);
+        if state.closed {
+            return;
+        }
+        if state.queue.len() >= FEED_BOUND {
+            state.queue.pop_front();
+            tracing::debug!("a task status notification was dropped: its client reads slowly");
+        }
+        state.queue.push_back(note);
+        drop(state);
+        self.ready.notify_one();
+    }
+
+    /// No more notifications: the writer ends once it has written those queued.
+    fn close(&self) {
+        lock(&self.state).closed = true;
+        self.ready.notify_one();
+    }
+
+    /// The next notification; `None` once closed and drained.
+    async fn next(&self) -> Option<Command> {
+        loop {
+            {
+                let mut state = lock(&self.state);
+                if let Some(note) = state.queue.pop_front() {
+                    return Some(note);
+                }
+                if state.closed {
+                    return None;
+                }
+            }
+            // A push between the look above and this wait left a permit: no wake-up is missed.
+            self.ready.notified().await;
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+}
+
+/// Where a 2025-11-25 task's status changes go: the connection or session that made it.
+pub(crate) enum Sink {
+    /// A connection (stdio, in-memory): its runner's command channel, alive with it.
+    Conn(Commands),
+    /// A legacy HTTP session: its standalone stream (nothing is written once it ended).
+    #[cfg(feature = "http")]
+    Http(modelctx_http::server::LegacySession),
+}
+
+impl Sink {
+    /// Where the request of `context` came from, for a task it makes: its legacy HTTP session
+    /// (`shared`'s, by the `Mcp-Session-Id` the transport checked), else its connection.
+    pub(crate) fn of(shared: &crate::registry::Shared, context: &Context) -> Option<Sink> {
+        #[cfg(feature = "http")]
+        if let Some(http) = context.http() {
+            let sid = http.headers().get("mcp-session-id")?.to_str().ok()?;
+            return shared.legacy.output(sid).map(Sink::Http);
+        }
+        let _ = shared;
+        Some(Sink::Conn(context.inner.commands.clone()))
+    }
+
+    /// Writes `note`; whether the destination is still there.
+    async fn write(&self, note: Command) -> bool {
+        match self {
+            Sink::Conn(commands) => commands.send(note).await.is_ok(),
+            #[cfg(feature = "http")]
+            Sink::Http(session) => {
+                let Command::TaskStatus { params, .. } = note else {
+                    return true;
+                };
+                match modelctx_types::Notification::new(
+                    modelctx_types::consts::NotificationsTasksStatus::VALUE,
+                    &params,
+                ) {
+                    Ok(notification) => session.send(notification.into(), None).await,
+                    Err(error) => tracing::warn!(%error, "a task status was not written"),
+                }
+                true
+            }
+        }
+    }
+
+    /// Writes what `feed` queues, in order, until it is closed or the destination is gone.
+    fn drain(self, feed: Arc<Feed>) {
+        tokio::spawn(async move {
+            while let Some(note) = feed.next().await {
+                if !self.write(note).await {
+                    feed.close();
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The listen streams of one connection that hear of tasks: their principal, and the task ids
+/// their filters name (`taskIds`).
+pub(crate) struct Listener {
+    principal: Option<String>,
+    task_ids: Mutex<HashSet<String>>,
+    feed: Arc<Feed>,
+}
+
+/// A connection's [`Listener`], registered with the server's tasks while it lives.
+pub(crate) struct TaskListener {
+    tasks: Arc<Tasks>,
+    listener: Arc<Listener>,
+}
+
+impl TaskListener {
+    /// The task ids the connection's listen streams name now (`ids`): kept when the same.
+    pub(crate) fn set<'a>(&self, ids: impl Iterator<Item = &'a str> + Clone) {
+        let mut known = lock(&self.listener.task_ids);
+        let same = ids.clone().count() == known.len() && ids.clone().all(|id| known.contains(id));
+        if !same {
+            *known = ids.map(str::to_owned).collect();
+        }
+    }
+}
+
+impl Drop for TaskListener {
+    fn drop(&mut self) {
+        self.listener.feed.close();
+        lock(&self.tasks.listeners).retain(|l| !Arc::ptr_eq(l, &self.listener));
+    }
 }
 
 /// How a handler asks to become a task ([`Context::detach`]): it sends where to reply.
@@ -92,6 +267,70 @@ impl Tasks {
             settings,
             running: Mutex::new(HashMap::new()),
             fleet: OnceLock::new(),
+            listeners: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Registers the listen streams of a connection whose principal is `principal`: the changes
+    /// of that principal's tasks they name reach them through `commands` (the connection's
+    /// runner), until the returned listener is dropped.
+    pub(crate) fn listen(
+        self: &Arc<Self>,
+        principal: Option<&str>,
+        commands: Commands,
+    ) -> TaskListener {
+        let listener = Arc::new(Listener {
+            principal: principal.map(str::to_owned),
+            task_ids: Mutex::new(HashSet::new()),
+            feed: Feed::new(),
+        });
+        Sink::Conn(commands).drain(listener.feed.clone());
+        lock(&self.listeners).push(listener.clone());
+        TaskListener {
+            tasks: self.clone(),
+            listener,
+        }
+    }
+
+    /// Tells of task `record` as it is now: to the connection that made it (2025-11-25, when
+    /// its status or status message changed) and to the listen streams of its principal that
+    /// name it.
+    pub(crate) fn publish(&self, record: &TaskRecord) {
+        let running = lock(&self.running).get(&record.task_id).cloned();
+        let now = (record.status, record.status_message.clone());
+        if let Some(running) = &running {
+            let mut told = lock(&running.told);
+            if told.as_ref() == Some(&now) && record.status.is_terminal() {
+                return; // its end, told already
+            }
+            let changed = told.as_ref() != Some(&now);
+            *told = Some(now);
+            drop(told);
+            if let Some(origin) = &running.origin
+                && changed
+            {
+                origin.push(Command::TaskStatus {
+                    legacy: true,
+                    params: super::legacy::task_json(record),
+                });
+            }
+        }
+        let listeners: Vec<Arc<Listener>> = lock(&self.listeners)
+            .iter()
+            .filter(|l| {
+                l.principal == record.principal && lock(&l.task_ids).contains(&record.task_id)
+            })
+            .cloned()
+            .collect();
+        if listeners.is_empty() {
+            return;
+        }
+        let params = super::wire::detailed(record);
+        for listener in listeners {
+            listener.feed.push(Command::TaskStatus {
+                legacy: false,
+                params: params.clone(),
+            });
         }
     }
 
@@ -154,15 +393,17 @@ impl Tasks {
 
     /// Creates a task for the request of `context` (kept `ttl_ms` from now) and runs `runner`
     /// as it; the task as created. `modern`: its questions go to the store as `inputRequests`.
+    /// `origin`: where a 2025-11-25 task's status changes go (`None` for the extension's).
     pub(crate) async fn start(
         self: &Arc<Self>,
         context: &Context,
         ttl_ms: Option<u64>,
         modern: bool,
+        origin: Option<Sink>,
         runner: Runner,
     ) -> Result<TaskRecord, ErrorObject> {
         let (record, link, permit) = self
-            .create(context, ttl_ms, modern, CancellationToken::new())
+            .create(context, ttl_ms, modern, CancellationToken::new(), origin)
             .await?;
         let handler = runner(task_context(context, link.clone()));
         self.run(link, handler, permit);
@@ -178,7 +419,7 @@ impl Tasks {
         handler: BoxFuture<Result<Box<serde_json::value::RawValue>, ErrorObject>>,
     ) -> Result<TaskRecord, ErrorObject> {
         let (record, link, permit) = self
-            .create(context, ttl_ms, true, context.inner.cancelled.clone())
+            .create(context, ttl_ms, true, context.inner.cancelled.clone(), None)
             .await?;
         let _ = context.inner.task.set(link.clone());
         self.run(link, handler, permit);
@@ -192,6 +433,7 @@ impl Tasks {
         ttl_ms: Option<u64>,
         modern: bool,
         cancel: CancellationToken,
+        origin: Option<Sink>,
     ) -> Result<(TaskRecord, TaskLink, tokio::sync::OwnedSemaphorePermit), ErrorObject> {
         let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
             too_many(format!(
@@ -211,6 +453,11 @@ impl Tasks {
         .ttl_ms(ttl_ms)
         .poll_interval_ms(Some(self.settings.poll_interval_ms()));
         self.store.create(&record).await.map_err(store_error)?;
+        let origin = origin.map(|sink| {
+            let feed = Feed::new();
+            sink.drain(feed.clone());
+            feed
+        });
         let running = Arc::new(Running {
             task_id: task_id.clone(),
             principal,
@@ -220,6 +467,9 @@ impl Tasks {
             asked: AtomicUsize::new(0),
             keys: Mutex::new(HashSet::new()),
             changed: Arc::new(tokio::sync::Notify::new()),
+            origin,
+            // The client learns the first state from the `CreateTaskResult`.
+            told: Mutex::new(Some((record.status, record.status_message.clone()))),
         });
         lock(&self.running).insert(task_id.clone(), running.clone());
         if let Some(at) = record.expires_ms() {
@@ -282,14 +532,24 @@ impl Tasks {
             }
         };
         // A failure is logged where it happens; the task then expires as it was.
-        let _ = self
+        let settled = self
             .apply(
                 &link.running.task_id,
                 link.running.principal.as_deref(),
                 &update,
             )
             .await;
+        if let Ok(Some(updated)) = settled
+            && !updated.applied
+        {
+            // Settled meanwhile by another instance (a cancel that came over the bus): its end
+            // is told from here, where the task ran.
+            self.publish(&updated.record);
+        }
         lock(&self.running).remove(&link.running.task_id);
+        if let Some(origin) = &link.running.origin {
+            origin.close();
+        }
         drop(permit);
     }
 
@@ -305,6 +565,9 @@ impl Tasks {
             let running = lock(&tasks.running).remove(&task_id);
             if let Some(running) = &running {
                 running.cancel.cancel();
+                if let Some(origin) = &running.origin {
+                    origin.close();
+                }
             }
             if let Err(e) = tasks.store.remove(&task_id).await {
                 tracing::warn!(task = %task_id, error = %e, "an expired task was not removed");
@@ -326,6 +589,11 @@ impl Tasks {
             Ok(updated) => {
                 if let Some(changed) = self.changes(task_id) {
                     changed.notify_waiters();
+                }
+                if let Some(updated) = &updated
+                    && updated.applied
+                {
+                    self.publish(&updated.record);
                 }
                 Ok(updated)
             }
@@ -556,5 +824,194 @@ fn store_error(error: TaskStoreError) -> ErrorObject {
     match error.kind() {
         TaskStoreErrorKind::Full => too_many(error.source.to_string()),
         _ => crate::wire::internal(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::tasks::MemoryTaskStore;
+
+    fn tasks() -> Arc<Tasks> {
+        Arc::new(Tasks::new(
+            Arc::new(MemoryTaskStore::new()),
+            TaskSettings::default(),
+        ))
+    }
+
+    fn note(n: usize) -> Command {
+        let mut params = JsonObject::new();
+        params.insert("n".into(), Value::from(n));
+        Command::TaskStatus {
+            legacy: true,
+            params,
+        }
+    }
+
+    fn numbers(feed: &Feed) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut state = lock(&feed.state);
+        while let Some(Command::TaskStatus { params, .. }) = state.queue.pop_front() {
+            out.push(params.get("n").or(params.get("status")).cloned().unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn a_full_feed_drops_its_oldest_and_keeps_the_newest() {
+        let feed = Feed::new();
+        for n in 0..FEED_BOUND + 5 {
+            feed.push(note(n));
+        }
+        assert_eq!(feed.len(), FEED_BOUND);
+        let got = numbers(&feed);
+        assert_eq!(got.first(), Some(&Value::from(5)));
+        assert_eq!(got.last(), Some(&Value::from(FEED_BOUND + 4)));
+        feed.close();
+        feed.push(note(0));
+        assert_eq!(feed.len(), 0, "nothing is queued once closed");
+    }
+
+    fn running(id: &str, principal: Option<&str>, origin: Option<Arc<Feed>>) -> Arc<Running> {
+        Arc::new(Running {
+            task_id: id.into(),
+            principal: principal.map(str::to_owned),
+            cancel: CancellationToken::new(),
+            modern: true,
+            waiters: Mutex::new(HashMap::new()),
+            asked: AtomicUsize::new(0),
+            keys: Mutex::new(HashSet::new()),
+            changed: Arc::new(tokio::sync::Notify::new()),
+            origin,
+            told: Mutex::new(Some((TaskStatus::Working, None))),
+        })
+    }
+
+    fn record(id: &str, principal: Option<&str>, update: &TaskUpdate) -> TaskRecord {
+        let mut record = TaskRecord::new(
+            id,
+            principal.map(str::to_owned),
+            "tools/call",
+            "2025-11-25",
+            UNIX_EPOCH,
+        );
+        record.apply(update, 1);
+        record
+    }
+
+    /// The connection that made a task hears each change of its status or status message once,
+    /// its end once; a listener only of the tasks of its principal that it names.
+    #[test]
+    fn changes_reach_the_tasks_origin_and_its_principals_listeners_only() {
+        let tasks = tasks();
+        let origin = Feed::new();
+        lock(&tasks.running).insert(
+            "t1".into(),
+            running("t1", Some("alice"), Some(origin.clone())),
+        );
+        let listener = |principal: &str, ids: &[&str]| {
+            let listener = Arc::new(Listener {
+                principal: Some(principal.into()),
+                task_ids: Mutex::new(ids.iter().map(|s| (*s).to_owned()).collect()),
+                feed: Feed::new(),
+            });
+            lock(&tasks.listeners).push(listener.clone());
+            listener
+        };
+        let alice = listener("alice", &["t1"]);
+        let alice_other = listener("alice", &["t2"]);
+        let bob = listener("bob", &["t1"]);
+
+        let working = record("t1", Some("alice"), &TaskUpdate::new());
+        tasks.publish(&working);
+        assert!(
+            numbers(&origin).is_empty(),
+            "the created state is not told again"
+        );
+        let asked = record(
+            "t1",
+            Some("alice"),
+            &TaskUpdate::new().ask("k", json!({"method": "elicitation/create"})),
+        );
+        tasks.publish(&asked);
+        let answered = record("t1", Some("alice"), &TaskUpdate::new().message("go on"));
+        tasks.publish(&answered);
+        tasks.publish(&answered);
+        let done = record(
+            "t1",
+            Some("alice"),
+            &TaskUpdate::complete(JsonObject::new()),
+        );
+        tasks.publish(&done);
+        tasks.publish(&done);
+        assert_eq!(
+            numbers(&origin),
+            ["input_required", "working", "completed"],
+            "each change once, in order"
+        );
+        // The listener hears every update of the task (its questions, its result), its end once.
+        assert_eq!(
+            numbers(&alice.feed),
+            [
+                "working",
+                "input_required",
+                "working",
+                "working",
+                "completed"
+            ]
+        );
+        assert!(numbers(&alice_other.feed).is_empty());
+        assert!(
+            numbers(&bob.feed).is_empty(),
+            "another principal hears nothing"
+        );
+        // The listener's notification is the task as tasks/get gives it.
+        tasks.publish(&record("t1", Some("alice"), &TaskUpdate::new()));
+        let note = lock(&alice.feed.state).queue.pop_front();
+        let Some(Command::TaskStatus { legacy, params }) = note else {
+            panic!("a task status");
+        };
+        assert!(!legacy);
+        assert_eq!(params, super::super::wire::detailed(&working));
+    }
+
+    /// A connection that is gone stops its writer: nothing more is queued for it.
+    #[tokio::test]
+    async fn the_feed_of_a_connection_that_ended_closes() {
+        let (commands, queue) = crate::run::command::commands(4);
+        drop(queue);
+        let feed = Feed::new();
+        Sink::Conn(commands).drain(feed.clone());
+        feed.push(note(1));
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !lock(&feed.state).closed {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("closed in time");
+        feed.push(note(2));
+        assert_eq!(feed.len(), 0);
+    }
+
+    /// A listener is forgotten, and its writer ends, with its connection's registration.
+    #[tokio::test]
+    async fn a_dropped_registration_is_forgotten() {
+        let tasks = tasks();
+        let (commands, mut queue) = crate::run::command::commands(4);
+        let registration = tasks.listen(Some("alice"), commands);
+        registration.set(["t1"].into_iter());
+        tasks.publish(&record("t1", Some("alice"), &TaskUpdate::new()));
+        let heard = tokio::time::timeout(Duration::from_secs(10), queue.recv())
+            .await
+            .expect("heard in time");
+        assert!(matches!(
+            heard,
+            Some(Command::TaskStatus { legacy: false, .. })
+        ));
+        drop(registration);
+        assert!(lock(&tasks.listeners).is_empty());
     }
 }

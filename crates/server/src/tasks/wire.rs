@@ -97,7 +97,7 @@ pub(crate) fn call(
             Ok(Box::new(move |context| {
                 Box::pin(async move {
                     let ttl = tasks.settings.ttl_ms();
-                    let record = tasks.start(&context, ttl, true, runner).await?;
+                    let record = tasks.start(&context, ttl, true, None, runner).await?;
                     crate::wire::raw(&created(&record))
                 })
             }))

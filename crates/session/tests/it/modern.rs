@@ -845,3 +845,71 @@ fn capabilities_declared_on_one_request_are_added_to_it_only() {
     );
     assert!(caps(1).get("extensions").is_none(), "{}", caps(1));
 }
+
+/// The tasks extension's listen filter (`taskIds`): only with the extension declared on the
+/// request (-32021 otherwise), acknowledged, and `notifications/tasks` reach the streams that
+/// name the task, tagged with their subscription id; a server without the extension ignores it.
+#[test]
+fn listen_streams_name_tasks_with_the_extension_declared() {
+    let ext = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let config = modelctx_session::ServerConfig::new("s", "1", obj(ext.clone()));
+    let mut s = modelctx_session::ServerSession::new(config);
+    let filter = json!({"notifications": {"taskIds": ["t1", "t2"]}});
+    let out = send(
+        &mut s,
+        request(
+            1,
+            "subscriptions/listen",
+            with_meta(filter.clone(), json!({})),
+        ),
+    );
+    assert_eq!(out[0]["error"]["code"], -32021, "{out:?}");
+    assert_eq!(
+        out[0]["error"]["data"]["requiredCapabilities"], ext,
+        "{out:?}"
+    );
+    let out = send(
+        &mut s,
+        request(
+            2,
+            "subscriptions/listen",
+            with_meta(json!({"notifications": {"taskIds": "t1"}}), ext.clone()),
+        ),
+    );
+    assert_eq!(out[0]["error"]["code"], -32602, "{out:?}");
+    let out = send(
+        &mut s,
+        request(3, "subscriptions/listen", with_meta(filter, ext.clone())),
+    );
+    assert_eq!(
+        out[0]["params"]["notifications"],
+        json!({"taskIds": ["t1", "t2"]})
+    );
+    let ids: Vec<&str> = s.listened_task_ids().collect();
+    assert_eq!(ids, ["t1", "t2"]);
+    let task = obj(json!({"taskId": "t1", "status": "working"}));
+    assert_eq!(s.notify_task(task), 1);
+    assert_eq!(s.notify_task(obj(json!({"taskId": "t3"}))), 0);
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["method"], "notifications/tasks");
+    assert_eq!(out[0]["params"]["status"], "working");
+    assert_eq!(
+        out[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        3
+    );
+
+    // Without the extension, the key is unknown: not acknowledged, nothing heard.
+    let config = modelctx_session::ServerConfig::new("s", "1", obj(json!({"tools": {}})));
+    let mut s = modelctx_session::ServerSession::new(config);
+    let out = send(
+        &mut s,
+        request(
+            4,
+            "subscriptions/listen",
+            with_meta(json!({"notifications": {"taskIds": ["t1"]}}), ext),
+        ),
+    );
+    assert_eq!(out[0]["params"]["notifications"], json!({}), "{out:?}");
+    assert_eq!(s.listened_task_ids().count(), 0);
+}
