@@ -95,6 +95,7 @@ mod flow;
 mod grants;
 mod handler;
 mod jwt;
+mod loopback;
 mod pkce;
 mod prm;
 mod registration;
@@ -118,6 +119,7 @@ pub use grants::{
 };
 pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
 pub use jwt::SigningKey;
+pub use loopback::{CALLBACK_PATH, LoopbackHandler, LoopbackRedirect, MAX_HEAD};
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
 pub use session::DEFAULT_MAX_STEP_UPS;
