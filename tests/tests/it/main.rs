@@ -25,6 +25,7 @@ mod http_robustness;
 mod http_server;
 mod model;
 mod oauth_client;
+mod oauth_client_ts;
 mod oauth_hostile;
 mod oidc_as;
 mod readme;

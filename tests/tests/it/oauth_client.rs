@@ -10,8 +10,11 @@
 //! client with modelctx's `LoopbackRedirect` on a random port (the user's browser GETs the
 //! redirect on it).
 //!
-//! Not covered here: revocation (the client has no call that revokes: `OAuth` forgets tokens
-//! but sends no RFC 7009 request).
+//! And logout: `OAuth::logout_of` revokes the refresh token at oidc-provider's revocation
+//! endpoint (RFC 7009; its JWT access tokens it cannot revoke, and says so), forgets the tokens,
+//! and the next call logs in again. And a DPoP-bound login kept in a `FileStore` survives a
+//! restart: the next run (with a key of its own) proves and refreshes the stored tokens with the
+//! key they are bound to (oidc-provider binds a public client's refresh token to it).
 //!
 //! Like the other tests with a Node peer, each test is skipped (saying so) without Node unless
 //! `MODELCTX_REQUIRE_NODE` is set (`cargo xtask ci` sets it).
@@ -21,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modelctx_client::auth::{
-    DpopKey, Fetch, LoopbackRedirect, MemoryStore, OAuth, Registered, StoreKey, Stored,
-    TokenRecord, TokenStore,
+    DpopKey, Fetch, FileStore, LoopbackRedirect, MemoryStore, OAuth, Registered, StoreKey,
+    Stored, TokenRecord, TokenStore,
 };
 use modelctx_client::{Client, model};
 use modelctx_http::server::RunningServer;
@@ -400,6 +403,175 @@ async fn dpop_bound_tokens_with_the_nonces_of_the_as_and_the_server_in_both_eras
         assert_eq!(user.logins(), 1, "{era:?}");
         client.close().await;
     }
+    setup.running.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn logout_revokes_the_refresh_token_and_the_next_call_logs_in_again() {
+    let Some(setup) = setup(false).await else {
+        return;
+    };
+    let issuer = setup.authorization_server.issuer();
+    for era in ERAS {
+        let user = FormUser::new(&setup.authorization_server);
+        let store = Arc::new(MemoryStore::new());
+        let oauth = oauth(&user, &store).build().expect("the OAuth settings");
+        // Logged in before connecting (as `mcx login` does): the tokens, to refresh later.
+        let login = within("login", oauth.authorize_now(&setup.resource))
+            .await
+            .expect("the login")
+            .expect("the server asks for authorization");
+        assert!(
+            login.refresh_token.is_some(),
+            "offline_access: a refresh token"
+        );
+        let client = connect(&setup.resource, era, oauth.clone()).await;
+        assert_eq!(
+            call(&client, "whoami").await.expect("whoami"),
+            format!("{USER} mcp")
+        );
+        assert_eq!(user.logins(), 1, "{era:?}");
+
+        let logout = within("logout", oauth.logout_of(&setup.resource))
+            .await
+            .expect("the logout");
+        assert_eq!(logout.tokens.len(), 1, "{era:?}: {logout:?}");
+        let done = &logout.tokens[0];
+        assert_eq!(
+            (done.issuer.as_str(), done.resource.as_str()),
+            (issuer, setup.resource.as_str())
+        );
+        assert!(
+            done.refresh_token.is_revoked(),
+            "{era:?}: {}",
+            done.refresh_token
+        );
+        // oidc-provider cannot revoke its JWT access tokens (`rejectStructuredTokens`): it says
+        // so, and the client reports it (the token stays valid until it expires).
+        assert!(!done.access_token.is_revoked(), "{era:?}");
+        assert!(
+            done.access_token
+                .to_string()
+                .contains("unsupported_token_type"),
+            "{era:?}: {}",
+            done.access_token
+        );
+        // Forgotten: only the registration is left in the store.
+        assert_eq!(
+            store.list().await.expect("the store lists"),
+            [StoreKey::client(issuer)],
+            "{era:?}"
+        );
+
+        // The next refresh of the old tokens is refused: the grant is gone.
+        let discovery = within(
+            "discovery",
+            oauth.discover(&setup.resource, &Default::default()),
+        )
+        .await
+        .expect("discovery");
+        let refused = within("refresh", oauth.refresh(&discovery, &login))
+            .await
+            .expect_err("the revoked refresh token is refused");
+        assert!(
+            refused.to_string().contains("invalid_grant"),
+            "{era:?}: {refused}"
+        );
+
+        // The next call goes without a token: the server's 401 brings one new login.
+        assert_eq!(
+            call(&client, "whoami")
+                .await
+                .expect("whoami after the logout"),
+            format!("{USER} mcp"),
+            "{era:?}"
+        );
+        assert_eq!(user.logins(), 2, "{era:?}: one new login");
+        let (_, record) = tokens(&store).await;
+        assert_ne!(record.access_token, login.access_token, "{era:?}");
+        client.close().await;
+    }
+    setup.running.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_dpop_bound_login_survives_a_restart_with_a_file_store() {
+    let Some(setup) = setup(true).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "modelctx-oauth-restart-{}-{}",
+        std::process::id(),
+        setup.resource.rsplit(':').next().expect("a port")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let era = ProtocolVersion::V2026_07_28;
+    // Tokens of 2 s: the restarted client renews them first, with the refresh token, which
+    // oidc-provider binds to the key of a public client (RFC 9449 section 5).
+    let client_of = |user: &Arc<FormUser>, key: DpopKey, fetch: &Arc<TtlFetch>| {
+        OAuth::authorization_code(user.clone())
+            .redirect_uri(REDIRECT_URI)
+            .client_name("modelctx e2e")
+            .store(Arc::new(FileStore::new(&dir).expect("the store")))
+            .fetch(fetch.clone() as Arc<dyn Fetch>)
+            .dpop(key)
+            .build()
+            .expect("the OAuth settings")
+    };
+    let key = DpopKey::generate().expect("a DPoP key");
+    let thumbprint = key.thumbprint().to_owned();
+    let user = FormUser::new(&setup.authorization_server);
+    let fetch = TtlFetch::new(Duration::from_secs(2));
+    let first = connect(&setup.resource, era, client_of(&user, key, &fetch)).await;
+    assert_eq!(
+        call(&first, "whoami").await.expect("whoami"),
+        format!("{USER} mcp")
+    );
+    first.close().await;
+    assert_eq!(user.logins(), 1);
+
+    // A new process: a client with a key of its own, on the same directory.
+    let later_user = FormUser::new(&setup.authorization_server);
+    let fetch = TtlFetch::new(Duration::from_secs(2));
+    let requests = fetch.token_requests();
+    let later = client_of(
+        &later_user,
+        DpopKey::generate().expect("another DPoP key"),
+        &fetch,
+    );
+    let client = connect(&setup.resource, era, later).await;
+    assert_eq!(
+        call(&client, "whoami")
+            .await
+            .expect("whoami after the restart"),
+        format!("{USER} mcp")
+    );
+    assert_eq!(later_user.logins(), 0, "the stored login is used");
+    assert!(
+        fetch.token_requests() > requests,
+        "renewed with its refresh token"
+    );
+    let store = FileStore::new(&dir).expect("the store");
+    let keys = store.list().await.expect("the store lists");
+    let token_key = keys
+        .iter()
+        .find(|k| matches!(k, StoreKey::Tokens { .. }))
+        .expect("tokens stored");
+    let Ok(Some(Stored::Tokens(record))) = store.load(token_key).await else {
+        panic!("no tokens in the store")
+    };
+    assert!(
+        record.dpop_key.is_some(),
+        "the key is stored with the tokens"
+    );
+    let (_, claims) = modelctx_tests::oidc::decode_unverified(&record.access_token);
+    assert_eq!(
+        claims["cnf"]["jkt"],
+        json!(thumbprint),
+        "the renewed token is bound to the first run's key"
+    );
+    client.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
     setup.running.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -137,6 +137,11 @@ impl DpopKey {
         pem
     }
 
+    /// The private key as PKCS#8 DER (what a [`TokenRecord`](super::TokenRecord) keeps).
+    pub(crate) fn pkcs8_der(&self) -> &[u8] {
+        &self.der
+    }
+
     /// The public key as a JWK (RFC 7517): `kty` `EC`, `crv` `P-256`, `x`, `y` (and `alg`);
     /// never `d`.
     pub fn public_jwk(&self) -> Value {

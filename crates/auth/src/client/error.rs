@@ -226,6 +226,20 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+    /// The revocation endpoint (RFC 7009) answered a revocation with a status other than 200:
+    /// `unsupported_token_type` (a server that cannot revoke structured access tokens, say),
+    /// `invalid_client`, a `503`.
+    #[error("the revocation endpoint {endpoint} refused the request: status {status}{}", described(.error, .description))]
+    RevocationRefused {
+        /// The revocation endpoint.
+        endpoint: String,
+        /// The status.
+        status: u16,
+        /// Its `error`, if any.
+        error: Option<String>,
+        /// Its `error_description`, if any.
+        description: Option<String>,
+    },
     /// [`OAuth::refresh`](super::OAuth::refresh) was given tokens it cannot refresh.
     #[error("cannot refresh: {why}")]
     CannotRefresh {
@@ -338,6 +352,7 @@ impl Error {
             | Error::AuthorizationDenied { .. }
             | Error::InvalidRedirect { .. }
             | Error::TokenRefused { .. }
+            | Error::RevocationRefused { .. }
             | Error::InvalidTokenResponse { .. }
             | Error::CannotRefresh { .. }
             | Error::DpopUnsupported { .. }

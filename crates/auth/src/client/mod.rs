@@ -79,6 +79,14 @@
 //!   `Authorization: DPoP <token>` with a fresh proof in `DPoP` on every send (`ath`, and the
 //!   server's latest nonce); a `Bearer` token stays `Bearer`.
 //!
+//! - [`OAuth::logout`] (every resource) and [`OAuth::logout_of`] (one server's): the refresh
+//!   token then the access token revoked at the authorization server's `revocation_endpoint`
+//!   (RFC 7009, the client's token endpoint authentication, at most [`REVOCATION_TIMEOUT`]
+//!   each, best effort), then forgotten in memory and in the store whatever it answered; a
+//!   [`Logout`] says per token what happened ([`Revocation`]). DPoP-bound tokens are kept with
+//!   the key they are bound to ([`TokenRecord::dpop_key`]), so a restarted client proves them
+//!   (and refreshes them) with that key, whatever its own key now is.
+//!
 //! What it does not do yet: two concurrent flows for two resources of one authorization
 //! server may both register a client.
 //! DPoP proofs are ES256 only; a SAML subject token is passed as given.
@@ -99,6 +107,7 @@ mod loopback;
 mod pkce;
 mod prm;
 mod registration;
+mod revoke;
 mod scopes;
 mod session;
 mod store;
@@ -122,6 +131,7 @@ pub use jwt::SigningKey;
 pub use loopback::{CALLBACK_PATH, LoopbackHandler, LoopbackRedirect, MAX_HEAD};
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
+pub use revoke::{LoggedOut, Logout, REVOCATION_TIMEOUT, Revocation};
 pub use session::DEFAULT_MAX_STEP_UPS;
 pub use store::{
     ClientRecord, FileStore, MAX_FILE_SIZE, MemoryStore, StoreError, StoreKey, Stored, TokenRecord,

@@ -249,6 +249,26 @@ impl OAuth {
     ///    kept for the life of the client);
     /// 4. else [`Error::NoClientIdentity`].
     pub(crate) async fn identify(&self, server: &AuthServer) -> Result<ClientIdentity, Error> {
+        self.identify_or_register(server, true)
+            .await
+            .map(|found| found.expect("registered when unknown"))
+    }
+
+    /// The identity the client already has at `server` (steps 1 to 3 of
+    /// [`identify`](OAuth::identify) without a new registration): `None` when it would have to
+    /// register. A revocation uses it: a new client could not revoke another's tokens.
+    pub(crate) async fn known_identity(
+        &self,
+        server: &AuthServer,
+    ) -> Result<Option<ClientIdentity>, Error> {
+        self.identify_or_register(server, false).await
+    }
+
+    async fn identify_or_register(
+        &self,
+        server: &AuthServer,
+        register: bool,
+    ) -> Result<Option<ClientIdentity>, Error> {
         let bound_elsewhere = {
             let mut registered = self.inner.registered.lock().expect("not poisoned");
             let issuer = &server.issuer;
@@ -267,7 +287,7 @@ impl OAuth {
                     tracing::debug!(client_id = %client.client_id, %issuer, "pre-registered client bound");
                     client.issuer = Some(issuer.clone());
                 }
-                return Ok(identity);
+                return Ok(Some(identity));
             }
             registered
                 .iter()
@@ -294,13 +314,13 @@ impl OAuth {
         if let Some(url) = &self.inner.client_metadata_url
             && server.client_id_metadata_document_supported
         {
-            return Ok(ClientIdentity {
+            return Ok(Some(ClientIdentity {
                 client_id: url.clone(),
                 secret: None,
                 key: None,
                 method: TokenAuthMethod::None,
                 source: Source::MetadataDocument,
-            });
+            }));
         }
         if let Some(known) = self
             .inner
@@ -309,7 +329,7 @@ impl OAuth {
             .expect("not poisoned")
             .get(&server.issuer)
         {
-            return Ok(known.clone());
+            return Ok(Some(known.clone()));
         }
         if let Some(stored) = self.stored_registration(&server.issuer).await? {
             self.inner
@@ -317,7 +337,10 @@ impl OAuth {
                 .lock()
                 .expect("not poisoned")
                 .insert(server.issuer.clone(), stored.clone());
-            return Ok(stored);
+            return Ok(Some(stored));
+        }
+        if !register {
+            return Ok(None);
         }
         let Some(endpoint) = &server.registration_endpoint else {
             let mut hint = String::from(
@@ -346,7 +369,7 @@ impl OAuth {
             .expect("not poisoned")
             .insert(server.issuer.clone(), identity.clone());
         self.store_registration(&server.issuer, &identity).await;
-        Ok(identity)
+        Ok(Some(identity))
     }
 
     /// The registration at `issuer` kept in the [`TokenStore`](super::TokenStore) (by an

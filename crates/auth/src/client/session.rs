@@ -45,7 +45,7 @@ use super::challenge::Challenges;
 use super::error::remote_text;
 use super::prm::ServerUrl;
 use super::token::{TokenType, Tokens};
-use super::{Discovery, Error, OAuth, StoreKey, Stored, TokenRecord};
+use super::{Discovery, DpopKey, Error, OAuth, StoreKey, Stored, TokenRecord};
 use crate::fetch::FetchRequest;
 
 /// The default of [`OAuthBuilder::max_step_ups`](super::OAuthBuilder::max_step_ups): 2.
@@ -309,11 +309,13 @@ fn record_of(tokens: &Tokens, requested: &[String]) -> TokenRecord {
     record.refresh_token = tokens.refresh_token.clone();
     record.scopes_requested = requested.to_vec();
     record.scopes_granted = tokens.scopes.clone();
+    record.dpop_key = tokens.dpop_key.as_ref().map(|key| key.pkcs8_der().to_vec());
     record
 }
 
-/// The tokens (and the scopes asked for them) of a stored record; `None` for a record the
-/// client cannot use (an unknown token type).
+/// The tokens (and the scopes asked for them) of a stored record, with the DPoP key they are
+/// bound to; `None` for a record the client cannot use (an unknown token type, a key that is
+/// not a PKCS#8 P-256 key).
 fn tokens_of(record: TokenRecord, issuer: &str, resource: &str) -> Option<(Tokens, Vec<String>)> {
     let token_type = if record.token_type.eq_ignore_ascii_case("bearer") {
         TokenType::Bearer
@@ -332,6 +334,16 @@ fn tokens_of(record: TokenRecord, issuer: &str, resource: &str) -> Option<(Token
         scopes: record.scopes_granted,
         issuer: issuer.to_owned(),
         resource: resource.to_owned(),
+        dpop_key: match &record.dpop_key {
+            Some(der) => match DpopKey::from_pkcs8_der(der) {
+                Ok(key) => Some(key),
+                Err(error) => {
+                    tracing::warn!(%issuer, %resource, %error, "stored tokens with an unusable DPoP key: not used");
+                    return None;
+                }
+            },
+            None => None,
+        },
     };
     Some((tokens, record.scopes_requested))
 }
@@ -555,6 +567,37 @@ impl OAuth {
         Ok(None)
     }
 
+    /// Forgets the tokens in memory whose resource is `covered` (logout), and returns them.
+    /// Each entry's flight is waited for first: a refresh under way ends before its tokens are
+    /// taken.
+    pub(crate) async fn forget_tokens(
+        &self,
+        covered: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Vec<Tokens> {
+        let entries: Vec<Arc<Entry>> = {
+            let resources = lock(&self.inner.session.resources);
+            let mut entries: Vec<Arc<Entry>> = Vec::new();
+            for entry in resources.values() {
+                if !entries.iter().any(|e| Arc::ptr_eq(e, entry)) {
+                    entries.push(entry.clone());
+                }
+            }
+            entries
+        };
+        let mut taken = Vec::new();
+        for entry in entries {
+            let _flight = entry.flight.lock().await;
+            let current = entry.state().current.clone();
+            if let Some(current) = current
+                && covered(&current.tokens.resource)
+            {
+                entry.forget();
+                taken.push(current.tokens);
+            }
+        }
+        taken
+    }
+
     /// The latest `DPoP-Nonce` a server at the origin of `url` sent (RFC 9449 section 8), for
     /// the proofs of the requests that follow.
     pub fn dpop_nonce(&self, url: &str) -> Option<String> {
@@ -685,7 +728,12 @@ impl OAuth {
         let scheme = match tokens.token_type {
             TokenType::Bearer => "Bearer",
             TokenType::Dpop => {
-                let Some(key) = &self.inner.extensions.dpop else {
+                // The key the token is bound to, else (a record of an older store) the client's.
+                let key = tokens
+                    .dpop_key
+                    .as_ref()
+                    .or(self.inner.extensions.dpop.as_ref());
+                let Some(key) = key else {
                     return Err(unusable(
                         "a DPoP-bound token, and the client has no DPoP key to prove it",
                     ));

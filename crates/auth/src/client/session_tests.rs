@@ -23,7 +23,10 @@ use sha2::{Digest, Sha256};
 
 use crate::client::dpop::tests::decode_part;
 use crate::client::handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
-use crate::client::{MemoryStore, TokenStore};
+use crate::client::{
+    DpopKey, FileStore, MemoryStore, REVOCATION_TIMEOUT, Registered, Revocation, SigningKey,
+    TokenAuthMethod, TokenStore,
+};
 use crate::fetch::tests::{Seen, serve};
 use crate::fetch::{BoxFuture, encode_component, form_decode};
 
@@ -69,6 +72,13 @@ struct World {
     /// The claims of every DPoP proof: at the token endpoint, at `/mcp`.
     as_proofs: Vec<Value>,
     rs_proofs: Vec<Value>,
+    /// The `cnf.jkt` of DPoP-bound access and refresh tokens: the thumbprint of the key whose
+    /// proof came with the token request. Every use must be proven with that key.
+    jkt: HashMap<String, String>,
+    /// Every revocation request (RFC 7009): its form and `Authorization` header.
+    revocations: Vec<(Form, Option<String>)>,
+    /// The status `/revoke` answers (200 when `None`: the token is then revoked and refused).
+    revocation_status: Option<u16>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -81,6 +91,14 @@ fn world() -> Shared {
         challenge_scope: "mcp:basic".into(),
         ..World::default()
     }))
+}
+
+/// The RFC 7638 thumbprint of the key in a DPoP proof's header.
+fn thumbprint_of(proof: &str) -> String {
+    let jwk: jsonwebtoken::jwk::Jwk =
+        serde_json::from_value(decode_part(proof, 0)["jwk"].clone()).unwrap();
+    jwk.thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256)
+        .unwrap()
 }
 
 fn form_of(seen: &Seen) -> Vec<(String, String)> {
@@ -150,12 +168,31 @@ async fn authorization_server(
                 }
                 json_response(200, &metadata)
             }
+            ("POST", "/revoke") => {
+                let authorization = seen
+                    .headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                w.revocations.push((form.clone(), authorization));
+                if let Some(status) = w.revocation_status {
+                    return json_response(
+                        status,
+                        &json!({"error": "temporarily_unavailable", "error_description": "down"}),
+                    );
+                }
+                let token = field(&form, "token").unwrap_or_default().to_owned();
+                w.revoked.insert(token.clone());
+                w.refused.insert(token);
+                json_response(200, &json!({}))
+            }
             ("POST", "/register") => json_response(
                 201,
                 &json!({"client_id": format!("{name}-client"), "token_endpoint_auth_method": "none"}),
             ),
             ("POST", "/token") => {
                 let mut bound = false;
+                let mut proof_jkt = None;
                 if w.dpop {
                     let Some(proof) = seen.headers.get("dpop").and_then(|v| v.to_str().ok())
                     else {
@@ -179,6 +216,7 @@ async fn authorization_server(
                         return response;
                     }
                     bound = true;
+                    proof_jkt = Some(thumbprint_of(proof));
                 }
                 let mut with_refresh = true;
                 let scopes = match field(&form, "grant_type") {
@@ -194,8 +232,10 @@ async fn authorization_server(
                     Some("authorization_code") => w.pending_scope.clone(),
                     Some("refresh_token") => {
                         let rt = field(&form, "refresh_token").unwrap_or_default();
+                        // A bound refresh token needs a proof of its key (RFC 9449 section 5).
+                        let key_ok = w.jkt.get(rt).is_none_or(|jkt| Some(jkt) == proof_jkt.as_ref());
                         match w.refresh.get(rt) {
-                            Some(scopes) if !w.revoked.contains(rt) => scopes.clone(),
+                            Some(scopes) if !w.revoked.contains(rt) && key_ok => scopes.clone(),
                             _ => return json_response(400, &json!({"error": "invalid_grant"})),
                         }
                     }
@@ -206,6 +246,12 @@ async fn authorization_server(
                 let token = format!("{name}-tok-{n}");
                 let rt = format!("{name}-rt-{n}");
                 w.issued.insert(token.clone(), (base.to_owned(), scopes.clone()));
+                if let Some(jkt) = &proof_jkt {
+                    w.jkt.insert(token.clone(), jkt.clone());
+                    if with_refresh {
+                        w.jkt.insert(rt.clone(), jkt.clone());
+                    }
+                }
                 let token_type = if bound { "DPoP" } else { "Bearer" };
                 let mut body = json!({"access_token": token, "token_type": token_type});
                 if with_refresh {
@@ -261,9 +307,15 @@ async fn resource_server(world: &Shared) -> String {
                 .map_or(Value::Null, |proof| decode_part(proof, 1));
             w.rs_proofs.push(claims.clone());
             let ath = URL_SAFE_NO_PAD.encode(Sha256::digest(token));
+            let proof_jkt = seen
+                .headers
+                .get("dpop")
+                .and_then(|v| v.to_str().ok())
+                .map(thumbprint_of);
             let valid = claims["htm"] == seen.method.as_str()
                 && claims["htu"] == format!("{base}/mcp")
-                && claims["ath"] == ath.as_str();
+                && claims["ath"] == ath.as_str()
+                && w.jkt.get(token).is_none_or(|jkt| Some(jkt) == proof_jkt.as_ref());
             let stale = w
                 .nonces
                 .1
@@ -1417,6 +1469,7 @@ async fn a_dpop_bound_token_without_a_key_fails_the_request() {
         scopes: Vec::new(),
         issuer: discovery.auth_server.issuer.clone(),
         resource: url.clone(),
+        dpop_key: None,
     };
     entry.install(tokens, Vec::new(), discovery);
     let post = Method::POST;
@@ -1425,4 +1478,425 @@ async fn a_dpop_bound_token_without_a_key_fails_the_request() {
         .await
         .unwrap_err();
     assert!(failure.message().contains("no DPoP key"), "{failure}");
+}
+
+// Logout (revoke.rs).
+
+fn revocations(world: &Shared) -> Vec<(Form, Option<String>)> {
+    world.lock().unwrap().revocations.clone()
+}
+
+fn pairs(pairs: &[(&str, &str)]) -> Form {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A `revocation_endpoint` (and more) in `as1`'s metadata.
+fn offer_revocation(world: &Shared, as1: &str, more: Value) {
+    let mut extra = json!({"revocation_endpoint": format!("{as1}/revoke")});
+    if let Value::Object(more) = more {
+        for (k, v) in more {
+            extra[k] = v;
+        }
+    }
+    world.lock().unwrap().as_extra = extra;
+}
+
+/// A store holding `as1`'s tokens for `resource` (and a refresh token when given).
+async fn store_with(as1: &str, resource: &str, refresh: Option<&str>) -> Arc<MemoryStore> {
+    let store = Arc::new(MemoryStore::new());
+    let mut record = TokenRecord::new("stored-at", "Bearer");
+    record.refresh_token = refresh.map(str::to_owned);
+    store
+        .save(&StoreKey::tokens(as1, resource), &Stored::Tokens(record))
+        .await
+        .unwrap();
+    store
+}
+
+fn failure(revocation: &Revocation) -> &Error {
+    match revocation {
+        Revocation::Failed(error) => error,
+        other => panic!("not a failure: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn logout_revokes_the_refresh_then_the_access_token_and_forgets_them() {
+    let (world, as1, url) = setup(None).await;
+    offer_revocation(&world, &as1, Value::Null);
+    let store = Arc::new(MemoryStore::new());
+    let user = User::new(&world);
+    let oauth = client_with(&user, &store);
+    let mut transport = transport(&url, &oauth);
+    transport.send(request(1, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+
+    let logout = oauth.logout().await.unwrap();
+    assert_eq!(
+        revocations(&world),
+        [
+            (
+                pairs(&[
+                    ("token", "as1-rt-1"),
+                    ("token_type_hint", "refresh_token"),
+                    ("client_id", "as1-client")
+                ]),
+                None
+            ),
+            (
+                pairs(&[
+                    ("token", "as1-tok-1"),
+                    ("token_type_hint", "access_token"),
+                    ("client_id", "as1-client")
+                ]),
+                None
+            ),
+        ]
+    );
+    assert_eq!(logout.tokens.len(), 1);
+    let done = &logout.tokens[0];
+    assert_eq!(
+        (done.issuer.as_str(), done.resource.as_str()),
+        (as1.as_str(), url.as_str())
+    );
+    assert!(done.refresh_token.is_revoked() && done.access_token.is_revoked());
+    assert!(logout.revoked_any());
+    // The tokens are gone from the store; the registration stays.
+    assert_eq!(store.list().await.unwrap(), [StoreKey::client(&as1)]);
+
+    // And from memory: the next request goes without a token and a new login follows, with the
+    // same registration.
+    transport.send(request(2, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 2).await, Ok(json!({"ok": true})));
+    let log = rs_log(&world);
+    assert_eq!(log[log.len() - 2], ("tools/list".into(), None, 401));
+    assert_eq!(
+        log[log.len() - 1],
+        ("tools/list".into(), Some("Bearer as1-tok-2".into()), 200)
+    );
+    assert_eq!(user.seen().len(), 2);
+    assert_eq!(registrations(&world, "as1"), 1);
+    assert_eq!(grants(&world, "as1"), ["authorization_code"; 2]);
+
+    // The new login's tokens are logged out in turn; then nothing is left.
+    assert_eq!(oauth.logout().await.unwrap().tokens.len(), 1);
+    assert_eq!(oauth.logout().await.unwrap().tokens.len(), 0);
+}
+
+#[tokio::test]
+async fn logout_authenticates_as_the_token_requests_do() {
+    let pem = DpopKey::generate().unwrap().to_pkcs8_pem();
+    let methods = [
+        TokenAuthMethod::ClientSecretBasic,
+        TokenAuthMethod::ClientSecretPost,
+        TokenAuthMethod::PrivateKeyJwt,
+    ];
+    for method in methods {
+        let (world, as1, url) = setup(None).await;
+        offer_revocation(
+            &world,
+            &as1,
+            json!({"token_endpoint_auth_methods_supported":
+                ["client_secret_basic", "client_secret_post", "private_key_jwt"]}),
+        );
+        let store = store_with(&as1, &url, None).await;
+        let mut client = Registered::new(&as1, "pre").method(method);
+        client = match method {
+            TokenAuthMethod::PrivateKeyJwt => {
+                client.private_key(SigningKey::from_pkcs8_pem(&pem).unwrap())
+            }
+            _ => client.secret("s3cret:x"),
+        };
+        let oauth = OAuth::builder()
+            .client(client)
+            .store(store.clone())
+            .as_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let logout = oauth.logout_of(&url).await.unwrap();
+        assert!(matches!(
+            logout.tokens[0].refresh_token,
+            Revocation::NoToken
+        ));
+        assert!(logout.tokens[0].access_token.is_revoked(), "{method:?}");
+        let seen = revocations(&world);
+        assert_eq!(seen.len(), 1, "no refresh token: one request");
+        let (form, authorization) = &seen[0];
+        let token = [("token", "stored-at"), ("token_type_hint", "access_token")];
+        match method {
+            TokenAuthMethod::ClientSecretBasic => {
+                assert_eq!(form, &pairs(&token));
+                // RFC 6749 section 2.3.1: the secret form-encoded first (`:` is `%3A`).
+                let expected = format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode("pre:s3cret%3Ax")
+                );
+                assert_eq!(authorization.as_deref(), Some(expected.as_str()));
+            }
+            TokenAuthMethod::ClientSecretPost => {
+                let mut expected = token.to_vec();
+                expected.extend([("client_id", "pre"), ("client_secret", "s3cret:x")]);
+                assert_eq!(form, &pairs(&expected));
+                assert_eq!(authorization, &None);
+            }
+            _ => {
+                assert_eq!(&form[..2], &pairs(&token)[..]);
+                assert_eq!(field(form, "client_id"), Some("pre"));
+                assert_eq!(
+                    field(form, "client_assertion_type"),
+                    Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+                );
+                let claims = decode_part(field(form, "client_assertion").unwrap(), 1);
+                assert_eq!(
+                    (claims["iss"].as_str(), claims["sub"].as_str()),
+                    (Some("pre"), Some("pre"))
+                );
+                assert_eq!(claims["aud"], as1.as_str());
+                assert_eq!(authorization, &None);
+            }
+        }
+        assert!(store.list().await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn without_a_revocation_endpoint_the_tokens_are_forgotten_and_nothing_is_revoked() {
+    let (world, as1, url) = setup(None).await;
+    let store = store_with(&as1, &url, Some("stored-rt")).await;
+    let other = "http://127.0.0.1:9/other";
+    store
+        .save(
+            &StoreKey::tokens(&as1, other),
+            &Stored::Tokens(TokenRecord::new("other-at", "Bearer")),
+        )
+        .await
+        .unwrap();
+    let user = User::new(&world);
+    let oauth = client_with(&user, &store);
+    let logout = oauth.logout_of(&url).await.unwrap();
+    assert_eq!(logout.tokens.len(), 1, "only the tokens covering the URL");
+    let done = &logout.tokens[0];
+    assert!(matches!(done.refresh_token, Revocation::NotOffered));
+    assert!(matches!(done.access_token, Revocation::NotOffered));
+    assert!(!logout.revoked_any());
+    assert!(revocations(&world).is_empty());
+    assert_eq!(
+        store.list().await.unwrap(),
+        [StoreKey::tokens(&as1, other)],
+        "the other resource's tokens stay"
+    );
+    assert_eq!(
+        done.access_token.to_string(),
+        "not revoked (the authorization server offers no revocation)"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_revocation_endpoint_still_forgets_the_tokens() {
+    let (world, as1, url) = setup(None).await;
+    offer_revocation(&world, &as1, Value::Null);
+    world.lock().unwrap().revocation_status = Some(503);
+    let store = Arc::new(MemoryStore::new());
+    let user = User::new(&world);
+    let oauth = client_with(&user, &store);
+    oauth.authorize_now(&url).await.unwrap().unwrap();
+    let logout = oauth.logout().await.unwrap();
+    let done = &logout.tokens[0];
+    for revocation in [&done.refresh_token, &done.access_token] {
+        let Error::RevocationRefused {
+            status,
+            error,
+            description,
+            ..
+        } = failure(revocation)
+        else {
+            panic!("{revocation:?}");
+        };
+        assert_eq!(
+            (*status, error.as_deref(), description.as_deref()),
+            (503, Some("temporarily_unavailable"), Some("down"))
+        );
+    }
+    assert_eq!(revocations(&world).len(), 2, "each token tried once");
+    assert_eq!(store.list().await.unwrap(), [StoreKey::client(&as1)]);
+
+    // A client that does not know its registration there cannot revoke: it registers no new
+    // client for it, and still forgets the tokens.
+    let store = store_with(&as1, &url, Some("stored-rt")).await;
+    world.lock().unwrap().revocation_status = None;
+    let stranger = client_with(&user, &store);
+    let logout = stranger.logout().await.unwrap();
+    let done = &logout.tokens[0];
+    assert!(matches!(
+        failure(&done.refresh_token),
+        Error::NoClientIdentity { .. }
+    ));
+    assert!(matches!(
+        failure(&done.access_token),
+        Error::NoClientIdentity { .. }
+    ));
+    assert_eq!(registrations(&world, "as1"), 1, "no registration for it");
+    assert_eq!(revocations(&world).len(), 2, "no request");
+    assert!(store.list().await.unwrap().is_empty());
+}
+
+/// An authorization server without a network: its metadata from memory, a revocation
+/// endpoint that never answers.
+#[derive(Debug)]
+struct Silent;
+
+const SILENT: &str = "https://as.example.com";
+
+impl crate::fetch::Fetch for Silent {
+    fn get<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<crate::fetch::FetchResponse, crate::fetch::FetchError>> {
+        let body = if url == format!("{SILENT}/.well-known/oauth-authorization-server") {
+            json!({
+                "issuer": SILENT,
+                "authorization_endpoint": format!("{SILENT}/authorize"),
+                "token_endpoint": format!("{SILENT}/token"),
+                "revocation_endpoint": format!("{SILENT}/revoke"),
+                "token_endpoint_auth_methods_supported": ["none"],
+                "code_challenge_methods_supported": ["S256"],
+            })
+            .to_string()
+        } else {
+            return Box::pin(async {
+                Ok(crate::fetch::FetchResponse::new(StatusCode::NOT_FOUND, ""))
+            });
+        };
+        Box::pin(async move { Ok(crate::fetch::FetchResponse::new(StatusCode::OK, body)) })
+    }
+
+    fn post_form<'a>(
+        &'a self,
+        _url: &'a str,
+        _form: &'a [(&'a str, &'a str)],
+        _basic: Option<(&'a str, &'a str)>,
+    ) -> BoxFuture<'a, Result<crate::fetch::FetchResponse, crate::fetch::FetchError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revocation_endpoint_that_never_answers_gets_5_s_per_token() {
+    let store = store_with(SILENT, "https://mcp.example.com/mcp", Some("rt")).await;
+    let oauth = OAuth::builder()
+        .client(Registered::new(SILENT, "pre"))
+        .store(store.clone())
+        .fetch(Arc::new(Silent))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let logout = oauth.logout().await.unwrap();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= REVOCATION_TIMEOUT * 2
+            && elapsed < REVOCATION_TIMEOUT * 2 + Duration::from_millis(100),
+        "{elapsed:?}"
+    );
+    let done = &logout.tokens[0];
+    for revocation in [&done.refresh_token, &done.access_token] {
+        let Error::Unreachable { url, source } = failure(revocation) else {
+            panic!("{revocation:?}");
+        };
+        assert_eq!(url, &format!("{SILENT}/revoke"));
+        assert!(
+            source.to_string().contains("no answer within 5 s"),
+            "{source}"
+        );
+    }
+    assert!(store.list().await.unwrap().is_empty());
+}
+
+// DPoP-bound tokens at rest.
+
+#[tokio::test]
+async fn a_dpop_bound_refresh_token_stays_usable_after_a_restart_with_a_file_store() {
+    let (world, as1, url) = setup(None).await;
+    {
+        let mut w = world.lock().unwrap();
+        w.dpop = true;
+        w.as_extra = json!({"dpop_signing_alg_values_supported": ["ES256"]});
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "modelctx-dpop-restart-{}-{}",
+        std::process::id(),
+        as1.rsplit(':').next().unwrap()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let with_key = |user: &Arc<User>, key: DpopKey| {
+        OAuth::authorization_code(user.clone())
+            .redirect_uri("http://127.0.0.1:9/callback")
+            .as_timeout(Duration::from_secs(2))
+            .store(Arc::new(FileStore::new(&dir).unwrap()))
+            .dpop(key)
+            .build()
+            .unwrap()
+    };
+    let key = DpopKey::generate().unwrap();
+    let thumbprint = key.thumbprint().to_owned();
+    let user = User::new(&world);
+    {
+        let first = with_key(&user, key);
+        let mut transport = transport(&url, &first);
+        transport.send(request(1, "tools/list")).unwrap();
+        assert_eq!(outcome(&mut transport, 1).await, Ok(json!({"ok": true})));
+    }
+    // The record keeps the key the tokens are bound to (the private key: the file is 0600).
+    let store = FileStore::new(&dir).unwrap();
+    let Some(Stored::Tokens(record)) = store.load(&StoreKey::tokens(&as1, &url)).await.unwrap()
+    else {
+        panic!("no tokens stored")
+    };
+    assert_eq!(record.token_type, "DPoP");
+    let stored_key = DpopKey::from_pkcs8_der(record.dpop_key.as_deref().unwrap()).unwrap();
+    assert_eq!(stored_key.thumbprint(), thumbprint);
+
+    // A restart: a new client, with a key of its own, on the same directory.
+    let later_user = User::new(&world);
+    let later = with_key(&later_user, DpopKey::generate().unwrap());
+    let mut transport = self::transport(&url, &later);
+    transport.send(request(2, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 2).await, Ok(json!({"ok": true})));
+    assert_eq!(
+        rs_log(&world).last().unwrap(),
+        &(
+            "tools/list".to_owned(),
+            Some("DPoP as1-tok-1".to_owned()),
+            200
+        ),
+        "the stored token, proven with the key it is bound to"
+    );
+    // Its access token refused: the refresh token is proven with the stored key too.
+    world.lock().unwrap().refused.insert("as1-tok-1".into());
+    transport.send(request(3, "tools/list")).unwrap();
+    assert_eq!(outcome(&mut transport, 3).await, Ok(json!({"ok": true})));
+    assert_eq!(
+        rs_log(&world).last().unwrap(),
+        &(
+            "tools/list".to_owned(),
+            Some("DPoP as1-tok-2".to_owned()),
+            200
+        )
+    );
+    assert_eq!(
+        grants(&world, "as1"),
+        ["authorization_code", "refresh_token"]
+    );
+    assert!(later_user.seen().is_empty(), "no new login");
+    // The refreshed tokens are stored with the same key.
+    let Some(Stored::Tokens(record)) = store.load(&StoreKey::tokens(&as1, &url)).await.unwrap()
+    else {
+        panic!("no tokens stored")
+    };
+    assert_eq!(record.access_token, "as1-tok-2");
+    let again = DpopKey::from_pkcs8_der(record.dpop_key.as_deref().unwrap()).unwrap();
+    assert_eq!(again.thumbprint(), thumbprint);
+    let _ = std::fs::remove_dir_all(&dir);
 }

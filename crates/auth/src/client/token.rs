@@ -50,6 +50,10 @@ pub struct Tokens {
     pub issuer: String,
     /// The resource (RFC 8707) they were asked for.
     pub resource: String,
+    /// The DPoP key a `DPoP` token (and its refresh token) is bound to: the one whose proof
+    /// went with the token request. It proves every use of them, also when the client now has
+    /// another key (tokens from the store, of an earlier run).
+    pub(crate) dpop_key: Option<DpopKey>,
 }
 
 impl fmt::Debug for Tokens {
@@ -65,6 +69,7 @@ impl fmt::Debug for Tokens {
             .field("scopes", &self.scopes)
             .field("issuer", &self.issuer)
             .field("resource", &self.resource)
+            .field("dpop_key", &self.dpop_key.as_ref().map(DpopKey::thumbprint))
             .finish()
     }
 }
@@ -182,7 +187,11 @@ pub(crate) async fn request_with(
         resource,
         issuer: &server.issuer,
     };
-    read_tokens(endpoint, &document, &asked, SystemTime::now())
+    let mut tokens = read_tokens(endpoint, &document, &asked, SystemTime::now())?;
+    if tokens.token_type == TokenType::Dpop {
+        tokens.dpop_key = dpop.map(|dpop| dpop.key.clone());
+    }
+    Ok(tokens)
 }
 
 /// The `DPoP` header.
@@ -315,6 +324,7 @@ pub(crate) fn read_tokens(
         scopes,
         issuer: asked.issuer.to_owned(),
         resource: asked.resource.to_owned(),
+        dpop_key: None,
     })
 }
 
@@ -323,6 +333,9 @@ impl OAuth {
     /// section 6): `grant_type=refresh_token`, the same `resource`, no `scope` (the same
     /// scopes), the client's authentication at that server. A response without a refresh
     /// token keeps the old one; without `scope`, the old scopes.
+    ///
+    /// DPoP-bound tokens are refreshed with a proof of the key they are bound to, whatever
+    /// the client's key is now.
     ///
     /// Refused without a refresh token, or when `tokens` come from another authorization
     /// server (a refresh token is never shown to another one): [`Error::CannotRefresh`].
@@ -347,7 +360,24 @@ impl OAuth {
             scopes: &tokens.scopes,
             resource: &tokens.resource,
         };
-        let mut fresh = self.token_request(server, &client, grant).await?;
+        // A DPoP-bound refresh token is proven with the key it is bound to.
+        let mut fresh = match &tokens.dpop_key {
+            Some(key) => {
+                let hook = DpopHook {
+                    key,
+                    nonces: &self.inner.extensions.nonces,
+                };
+                request_with(
+                    self.inner.fetch.as_ref(),
+                    server,
+                    &client,
+                    grant,
+                    Some(hook),
+                )
+                .await?
+            }
+            None => self.token_request(server, &client, grant).await?,
+        };
         if fresh.refresh_token.is_none() {
             fresh.refresh_token = Some(refresh_token.clone());
         }

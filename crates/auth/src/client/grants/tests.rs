@@ -807,6 +807,7 @@ async fn a_refresh_carries_a_proof() {
         scopes: Vec::new(),
         issuer: server.base.clone(),
         resource: server.url("/mcp"),
+        dpop_key: None,
     };
     oauth.refresh(&discovery, &tokens).await.unwrap();
     let hit = &server.hits("/token")[0];
