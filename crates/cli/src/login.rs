@@ -21,6 +21,11 @@
 //! stored token this costs one unauthenticated GET and the protected resource metadata lookup
 //! before connecting, for protected servers and unprotected ones alike.
 //!
+//! `logout` revokes the stored tokens of the URL (`--all`: of every server) at their
+//! authorization servers where they offer it (RFC 7009, the refresh token then the access token,
+//! best effort, 5 s each), forgets them, and says per token what the server did; `--all` also
+//! forgets the client registrations.
+//!
 //! What it does not do: the authorization server's HTTPS is checked against the webpki roots
 //! only (`--cacert` is for the MCP server); there is no way to ask for scopes beyond those the
 //! server's challenge and metadata name; two mcx processes refreshing the same tokens at once
@@ -35,8 +40,8 @@ use std::time::SystemTime;
 
 use clap::Args;
 use modelctx_client::auth::{
-    AuthorizationHandler, AuthorizationRequest, Challenges, FileStore, LoopbackRedirect, MemoryStore, OAuth,
-    OAuthError, Registered, StoreKey, Stored, TokenStore, Tokens,
+    AuthorizationHandler, AuthorizationRequest, Challenges, FileStore, LoggedOut, LoopbackRedirect,
+    MemoryStore, OAuth, OAuthError, Registered, StoreKey, Stored, TokenStore, Tokens,
 };
 
 use modelctx_client::{ConnectError, HttpTransportError, TransportError};
@@ -89,7 +94,11 @@ pub(crate) struct LogoutArgs {
 
 /// mcx's configuration directory, from the variables `var` gives (see the module's docs).
 pub(crate) fn config_dir(var: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, String> {
-    let set = |name: &str| var(name).filter(|value| !value.is_empty()).map(PathBuf::from);
+    let set = |name: &str| {
+        var(name)
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(dir) = set(CONFIG_DIR_VARIABLE) {
         return Ok(dir);
     }
@@ -283,9 +292,8 @@ fn registered(args: &OAuthArgs) -> Result<Option<Registered>, Failed> {
     };
     let mut client = Registered::unbound(id);
     if let Some(path) = &args.client_secret_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Failed::usage(format!("--client-secret-file {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failed::usage(format!("--client-secret-file {}: {e}", path.display())))?;
         let secret = text.strip_suffix('\n').unwrap_or(&text);
         let secret = secret.strip_suffix('\r').unwrap_or(secret);
         if secret.is_empty() {
@@ -511,51 +519,82 @@ pub(crate) async fn login(target: &Target) -> ExitCode {
     }
 }
 
-/// `mcx --url URL logout` and `mcx logout --all`: the stored tokens (with `--all`, every record)
-/// removed. Nothing is revoked at the authorization server.
+/// `mcx --url URL logout` and `mcx logout --all`: the stored tokens of the URL (with `--all`,
+/// of every server) revoked at their authorization servers where they offer it (RFC 7009, best
+/// effort, 5 s per token: `OAuth::logout_of`), then forgotten; with `--all`, the client
+/// registrations too.
 pub(crate) async fn logout(target: &Target, args: &LogoutArgs) -> ExitCode {
-    let removed = async {
-        let store = open_store()?;
-        let keys = match (&target.url, args.all) {
-            (_, true) => store.list().await.map_err(|e| store_failed(&e))?,
-            (Some(url), false) => covering(store.as_ref(), url).await?,
-            (None, false) => {
-                return Err(Failed::usage(
-                    "logout needs --url URL before it (the server whose tokens to forget), or --all",
-                ));
-            }
-        };
-        for key in &keys {
-            store
-                .remove(key)
-                .await
-                .map_err(|e| store_failed(&e))?;
+    let url = match (&target.url, args.all) {
+        (_, true) => None,
+        (Some(url), false) => Some(url.as_str()),
+        (None, false) => {
+            return Failed::usage(
+                "logout needs --url URL before it (the server whose tokens to forget), or --all",
+            )
+            .report(false);
         }
-        Ok(keys)
     };
-    match removed.await {
-        Ok(keys) => {
-            let mut tokens = 0;
-            for key in &keys {
-                if let StoreKey::Tokens { issuer, resource } = key {
-                    tokens += 1;
-                    say!("logged out of {resource} at {issuer} (tokens forgotten, not revoked)");
-                }
+    match log_out(&target.oauth, url).await {
+        Ok((logged_out, registrations)) => {
+            for entry in &logged_out {
+                say!(
+                    "logged out of {} at {} (refresh token {}; access token {})",
+                    entry.resource,
+                    entry.issuer,
+                    entry.refresh_token,
+                    entry.access_token
+                );
             }
-            let registrations = keys.len() - tokens;
             if registrations > 0 {
                 say!("{registrations} client registration(s) forgotten");
             }
-            if keys.is_empty() {
-                match &target.url {
-                    Some(url) if !args.all => say!("no tokens stored for {url}"),
-                    _ => say!("no tokens stored"),
+            if logged_out.is_empty() && registrations == 0 {
+                match url {
+                    Some(url) => say!("no tokens stored for {url}"),
+                    None => say!("no tokens stored"),
                 }
             }
             ExitCode::SUCCESS
         }
         Err(failed) => failed.report(false),
     }
+}
+
+/// Logs out of `url` (every server: `None`, which forgets the registrations too): what was
+/// logged out, and how many registrations were forgotten.
+async fn log_out(args: &OAuthArgs, url: Option<&str>) -> Result<(Vec<LoggedOut>, usize), Failed> {
+    let store = open_store()?;
+    let keys = match url {
+        Some(url) => covering(store.as_ref(), url).await?,
+        None => store.list().await.map_err(|e| store_failed(&e))?,
+    };
+    let mut logged_out = Vec::new();
+    // Each resource's tokens with the client identity kept for their issuer: the same redirect
+    // URI as at the login, so that the stored registration is the one used to revoke.
+    for key in &keys {
+        let StoreKey::Tokens { resource, .. } = key else {
+            continue;
+        };
+        let redirect_uri = stored_redirect_uri(store.as_ref(), std::slice::from_ref(key)).await;
+        let oauth = build(args, store.clone(), redirect_uri, None)?;
+        let target = url.unwrap_or(resource);
+        let done = oauth
+            .logout_of(target)
+            .await
+            .map_err(|e| Failed::new(Kind::Usage, format!("cannot log out of {target}: {e}")))?;
+        logged_out.extend(done.tokens);
+        if url.is_some() {
+            break;
+        }
+    }
+    let mut registrations = 0;
+    if url.is_none() {
+        for key in store.list().await.map_err(|e| store_failed(&e))? {
+            store.remove(&key).await.map_err(|e| store_failed(&e))?;
+            registrations += usize::from(matches!(key, StoreKey::Client { .. }));
+        }
+    }
+    Ok((logged_out, registrations))
 }
 
 #[cfg(test)]

@@ -31,8 +31,8 @@
 //! Against a server that asks for OAuth 2.1 authorization, `mcx --url URL login` signs in
 //! (the authorization URL on stderr, a browser when one is likely, the redirect on a loopback
 //! port) and keeps the tokens in mcx's store, which every client command with `--url` then uses
-//! and refreshes (logging in by itself only when stderr is a terminal); `mcx logout` forgets
-//! them (`login.rs`). `--bearer`, `--bearer-file` and `MCX_BEARER` bypass all of it.
+//! and refreshes (logging in by itself only when stderr is a terminal); `mcx logout` revokes
+//! and forgets them (`login.rs`). `--bearer`, `--bearer-file` and `MCX_BEARER` bypass all of it.
 //!
 //! Over HTTP, `mcx serve demo --http` and `mcx proxy` are OAuth 2.1 resource servers with
 //! `--auth-issuer URL` (JWT access tokens of that authorization server, for the resource
@@ -209,8 +209,8 @@ enum Command {
     /// browser when one is likely), wait for the redirect on a loopback port, keep the tokens
     /// in mcx's store (MCX_CONFIG_DIR, else the user's config directory, mcx/auth).
     Login,
-    /// Forget the tokens kept for the server of --url (or, with --all, every token and client
-    /// registration mcx keeps).
+    /// Revoke the tokens kept for the server of --url at its authorization server (where it
+    /// offers revocation) and forget them (with --all: every token, and the client registrations).
     Logout(login::LogoutArgs),
 }
 

@@ -191,10 +191,10 @@ pub mod auth {
 
     pub use modelctx_auth::client::{
         ApplicationType, AssertionSource, AuthServer, AuthorizationHandler, AuthorizationRequest,
-        Challenge, Challenges, ClientRecord, Declined, Discovery, DpopKey, DpopPolicy,
-        CALLBACK_PATH, Error as OAuthError, FileStore, IdJag, LoopbackHandler, LoopbackRedirect, MemoryStore, OAuth,
-        OAuthBuilder, ProtectedResource,
-        Redirect, Registered, SigningKey, StoreError, StoreKey, Stored, SubjectToken,
+        CALLBACK_PATH, Challenge, Challenges, ClientRecord, Declined, Discovery, DpopKey,
+        DpopPolicy, Error as OAuthError, FileStore, IdJag, LoggedOut, Logout, LoopbackHandler,
+        LoopbackRedirect, MemoryStore, OAuth, OAuthBuilder, ProtectedResource, REVOCATION_TIMEOUT,
+        Redirect, Registered, Revocation, SigningKey, StoreError, StoreKey, Stored, SubjectToken,
         TokenAuthMethod, TokenRecord, TokenStore, TokenType, Tokens,
     };
     pub use modelctx_auth::{Fetch, FetchError, HttpFetch};

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modelctx_client::auth::{
-    DpopKey, Fetch, FileStore, LoopbackRedirect, MemoryStore, OAuth, Registered, StoreKey,
-    Stored, TokenRecord, TokenStore,
+    DpopKey, Fetch, FileStore, LoopbackRedirect, MemoryStore, OAuth, Registered, StoreKey, Stored,
+    TokenRecord, TokenStore,
 };
 use modelctx_client::{Client, model};
 use modelctx_http::server::RunningServer;
@@ -602,7 +602,10 @@ async fn the_pre_registered_cli_client_with_a_loopback_listener_in_both_eras() {
         let handler = loopback.handler({
             let (user, shown) = (user.clone(), shown.clone());
             move |request| {
-                shown.lock().expect("not poisoned").push(request.url.clone());
+                shown
+                    .lock()
+                    .expect("not poisoned")
+                    .push(request.url.clone());
                 let (user, url, pages) = (user.clone(), request.url.clone(), pages.clone());
                 tokio::spawn(async move {
                     let _ = pages.send(user.browse(&url).await);

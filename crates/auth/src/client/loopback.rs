@@ -102,7 +102,10 @@ impl LoopbackRedirect {
             }
         }
         Err(last.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "the address resolves to nothing")
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the address resolves to nothing",
+            )
         }))
     }
 
@@ -238,7 +241,10 @@ async fn answer(mut stream: TcpStream, addr: SocketAddr, state: String) -> Optio
     };
     let line = head.lines().next().unwrap_or_default();
     let mut words = line.split(' ');
-    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or("/"));
+    let (method, target) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or("/"),
+    );
     let path = target.split(['?', '#']).next().unwrap_or_default();
     if path != CALLBACK_PATH {
         reply(&mut stream, "404 Not Found", "").await;
@@ -302,7 +308,10 @@ async fn drain(stream: &mut TcpStream) {
 
 /// Where the head ends (the index after its blank line).
 fn find_blank_line(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let crlf = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
     let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
     match (crlf, lf) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -367,7 +376,11 @@ mod tests {
     }
 
     async fn get(addr: SocketAddr, target: &str) -> String {
-        send(addr, format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await
+        send(
+            addr,
+            format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
+        )
+        .await
     }
 
     fn status(answer: &str) -> &str {
@@ -422,10 +435,17 @@ mod tests {
         huge.extend(std::iter::repeat_n(b'a', MAX_HEAD));
         huge.extend_from_slice(b"\r\n\r\n");
         let too_large = send(addr, &huge).await;
-        assert!(status(&too_large).starts_with("HTTP/1.1 431"), "{too_large}");
+        assert!(
+            status(&too_large).starts_with("HTTP/1.1 431"),
+            "{too_large}"
+        );
         assert!(!flow.is_finished(), "still waiting after the others");
 
-        let done = get(addr, "/callback?code=the-code&state=s%2B1&iss=http%3A%2F%2Fas").await;
+        let done = get(
+            addr,
+            "/callback?code=the-code&state=s%2B1&iss=http%3A%2F%2Fas",
+        )
+        .await;
         assert!(status(&done).starts_with("HTTP/1.1 200"), "{done}");
         assert!(done.contains("text/html"), "{done}");
         assert!(done.contains("You can close this window"), "{done}");

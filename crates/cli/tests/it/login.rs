@@ -2,8 +2,8 @@
 //! consent forms, `modelctx_tests::oidc`, played by `FormUser`) in front of `mcx serve demo
 //! --http 127.0.0.1:0 --auth-issuer ISSUER`: the authorization URL on stderr, the redirect
 //! received on mcx's loopback port, the tokens in the store of `MCX_CONFIG_DIR` (a `0600` file);
-//! later commands use them without any prompt; `mcx logout` forgets them; off a terminal, a
-//! command that would need a login fails saying to run `mcx login`.
+//! later commands use them without any prompt; `mcx logout` revokes (RFC 7009) and forgets them;
+//! off a terminal, a command that would need a login fails saying to run `mcx login`.
 //!
 //! Skipped without Node (unless `MODELCTX_REQUIRE_NODE` is set), like the other AS tests.
 
@@ -47,7 +47,11 @@ fn store_files(config: &Path) -> Vec<std::path::PathBuf> {
 #[cfg(unix)]
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 #[tokio::test]
@@ -67,7 +71,11 @@ async fn login_keeps_tokens_that_later_commands_use_and_logout_forgets() {
     let refused = run(config, &["--url", &url, "--timeout", "10", "tools", "list"]).await;
     assert!(!refused.status.success(), "{}", stdout(&refused));
     let login_hint = format!("run `mcx --url {url} login`");
-    assert!(stderr(&refused).contains(&login_hint), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&login_hint),
+        "{}",
+        stderr(&refused)
+    );
     assert!(!config.join("auth").exists(), "nothing stored");
 
     // `login`: the URL on stderr, the user signs in, the browser lands on mcx's loopback port.
@@ -140,7 +148,10 @@ async fn login_keeps_tokens_that_later_commands_use_and_logout_forgets() {
     let files = store_files(config);
     assert_eq!(files.len(), 1, "{files:?}");
     let kept = std::fs::read_to_string(&files[0]).expect("the store's file");
-    assert!(kept.contains("access_token") && kept.contains(&url), "{kept}");
+    assert!(
+        kept.contains("access_token") && kept.contains(&url),
+        "{kept}"
+    );
     #[cfg(unix)]
     {
         assert_eq!(mode(&files[0]), 0o600, "{files:?}");
@@ -169,14 +180,31 @@ async fn login_keeps_tokens_that_later_commands_use_and_logout_forgets() {
     );
     assert_eq!(user.logins(), 1, "no second login");
 
-    // `logout` forgets the tokens.
+    // `logout` revokes the refresh token at the AS (RFC 7009; oidc-provider cannot revoke its
+    // JWT access tokens, and says so) and forgets the tokens.
+    let kept: serde_json::Value = serde_json::from_str(&kept).expect("JSON");
+    let client_id = kept["client"]["client_id"]
+        .as_str()
+        .expect("the registration")
+        .to_owned();
+    let refresh_token = kept["tokens"][&url]["refresh_token"]
+        .as_str()
+        .expect("a refresh token (offline_access)")
+        .to_owned();
     let out = run(config, &["--url", &url, "logout"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains(&format!("logged out of {url} at {issuer}")),
+        stdout(&out).starts_with(&format!(
+            "logged out of {url} at {issuer} (refresh token revoked; access token "
+        )),
         "{}",
         stdout(&out)
     );
+    let refused = authorization_server
+        .refresh(&client_id, &refresh_token, &url)
+        .await
+        .expect_err("the refresh token is revoked");
+    assert_eq!(refused.error, "invalid_grant", "{refused:?}");
     for file in store_files(config) {
         let kept = std::fs::read_to_string(&file).expect("the store's file");
         assert!(!kept.contains("access_token"), "{kept}");
@@ -184,10 +212,18 @@ async fn login_keeps_tokens_that_later_commands_use_and_logout_forgets() {
     // And the next command, off a terminal, says to log in again.
     let refused = run(config, &["--url", &url, "--timeout", "10", "tools", "list"]).await;
     assert!(!refused.status.success(), "{}", stdout(&refused));
-    assert!(stderr(&refused).contains(&login_hint), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&login_hint),
+        "{}",
+        stderr(&refused)
+    );
     // As does `--no-login`, whatever the terminal.
     let refused = run(config, &["--url", &url, "--no-login", "tools", "list"]).await;
-    assert!(stderr(&refused).contains(&login_hint), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&login_hint),
+        "{}",
+        stderr(&refused)
+    );
     drop(server);
 }
 
