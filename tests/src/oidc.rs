@@ -635,15 +635,55 @@ impl FormUser {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(request.scopes.clone());
+        let location = self.sign_in_to(&request.url, &request.redirect_uri).await?;
+        Ok(Redirect::new(&location))
+    }
+
+    /// Signs in at the authorization URL `url` (as [`FormUser`] does) and returns the URL the
+    /// AS redirects to: the client's `redirect_uri` (taken from `url`) with the code and state.
+    pub async fn sign_in(&self, url: &str) -> Result<String, Declined> {
+        let redirect_uri = url
+            .split_once('?')
+            .map_or("", |(_, query)| query)
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("redirect_uri="))
+            .map(percent_decode)
+            .ok_or_else(|| Declined::new(format!("no redirect_uri in {url}")))?;
+        self.sign_in_to(url, &redirect_uri).await
+    }
+
+    /// [`sign_in`](FormUser::sign_in), then a GET of the redirect on the client's loopback
+    /// listener, as a browser would (`http://127.0.0.1:PORT/...` only): its status.
+    pub async fn browse(&self, url: &str) -> Result<u16, Declined> {
+        let location = self.sign_in(url).await?;
+        let rest = location
+            .strip_prefix("http://")
+            .ok_or_else(|| Declined::new(format!("not a loopback redirect: {location}")))?;
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let addr: SocketAddr = authority
+            .parse()
+            .map_err(|_| Declined::new(format!("not a loopback redirect: {location}")))?;
+        let path = if path.is_empty() { "/" } else { path };
+        let response = tokio::time::timeout(
+            Duration::from_secs(10),
+            raw_request(addr, "GET", path, &[], b""),
+        )
+        .await
+        .map_err(|_| Declined::new(format!("GET {location}: no answer within 10 s")))?;
+        Ok(response.status)
+    }
+
+    /// The sign-in at `url`, up to the AS's redirect to `redirect_uri` (returned).
+    async fn sign_in_to(&self, url: &str, redirect_uri: &str) -> Result<String, Declined> {
         let mut jar = Vec::new();
-        let mut next = ("GET", self.on_the_as(&request.url)?, None::<String>);
+        let mut next = ("GET", self.on_the_as(url)?, None::<String>);
         for _ in 0..20 {
             let (method, path, form) = &next;
             let response = self.send(&mut jar, method, path, form.as_deref()).await?;
             let status = response.status;
             if let Some(location) = response.header("location").map(str::to_owned) {
-                if location.starts_with(&request.redirect_uri) {
-                    return Ok(Redirect::new(&location));
+                if location.starts_with(redirect_uri) {
+                    return Ok(location);
                 }
                 next = ("GET", self.on_the_as(&location)?, None);
                 continue;
@@ -992,6 +1032,30 @@ fn basic(id: &str, secret: &str) -> String {
 }
 
 /// `application/x-www-form-urlencoded`.
+/// The form-decoded `text` (`+` a space, `%XX` a byte; an invalid escape kept as it is).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match (bytes[i], escaped) {
+            (_, Some(byte)) => {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+            (b'+', None) => out.push(b' '),
+            (byte, None) => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn form_encode(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()

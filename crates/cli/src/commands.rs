@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
+use modelctx_client::auth::Authorizer;
 use modelctx_client::{
     CallOptions, Client, ClientBuilder, CompletionRef, ConnectError, Era, HttpConfig, JsonObject,
     LogLevel, ServerCommand, ServerNotification, Unreadable,
@@ -80,6 +82,10 @@ enum Failure {
 
 impl From<modelctx_client::Error> for Failure {
     fn from(e: modelctx_client::Error) -> Self {
+        // A login needed after connecting (a refresh token refused, a step-up) off a terminal.
+        if let Some(message) = e.oauth_error().and_then(crate::login::login_needed) {
+            return Failure::Failed(Failed::new(Kind::Connection, message));
+        }
         Failure::Failed(Failed::call(&e))
     }
 }
@@ -174,11 +180,27 @@ async fn connect(target: &Target) -> Result<Client, Failed> {
         let config = http_config(&target.headers, bearer.as_deref()).map_err(Failed::usage)?;
         let config =
             crate::reach::with_tls(config, target.cacert.as_deref()).map_err(Failed::usage)?;
-        return builder.connect_http_with(url, config).await.map_err(|e| {
-            let mut failed = Failed::connect(url, &e);
-            failed.message = crate::reach::hint(failed.message, &e, target);
-            failed
-        });
+        // A token given (--bearer*, MCX_BEARER, an Authorization header) is sent as it is;
+        // otherwise the OAuth client with mcx's store (`login.rs`).
+        let builder = if config.headers.contains_key(http::header::AUTHORIZATION) {
+            builder
+        } else {
+            match crate::login::for_command(target, url).await? {
+                Some(oauth) => builder.auth(Arc::new(oauth) as Arc<dyn Authorizer>),
+                None => builder,
+            }
+        };
+        return match builder.connect_http_with(url, config).await {
+            Ok(client) => Ok(client),
+            Err(e) => Err(match crate::login::connect_failed(url, &e).await {
+                Some(failed) => failed,
+                None => {
+                    let mut failed = Failed::connect(url, &e);
+                    failed.message = crate::reach::hint(failed.message, &e, target);
+                    failed
+                }
+            }),
+        };
     }
     Err(Failed::usage(
         "no server: give --stdio \"<command line>\" or --url URL before the command",

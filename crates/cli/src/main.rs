@@ -28,6 +28,12 @@
 //! The children's environment is filtered as for `--stdio` (`--env`, `--inherit-env`).
 //! `--verbose` says what it does on stderr.
 //!
+//! Against a server that asks for OAuth 2.1 authorization, `mcx --url URL login` signs in
+//! (the authorization URL on stderr, a browser when one is likely, the redirect on a loopback
+//! port) and keeps the tokens in mcx's store, which every client command with `--url` then uses
+//! and refreshes (logging in by itself only when stderr is a terminal); `mcx logout` revokes
+//! and forgets them (`login.rs`). `--bearer`, `--bearer-file` and `MCX_BEARER` bypass all of it.
+//!
 //! Over HTTP, `mcx serve demo --http` and `mcx proxy` are OAuth 2.1 resource servers with
 //! `--auth-issuer URL` (JWT access tokens of that authorization server, for the resource
 //! `http://ADDR/mcp` or `--auth-audience`), and take one static secret with `--auth-token-file`
@@ -68,6 +74,7 @@ mod commands;
 mod demo;
 mod exit;
 mod fleet;
+mod login;
 mod output;
 mod progress;
 mod proxy;
@@ -156,6 +163,9 @@ pub(crate) struct Target {
     /// `modern` (2026-07-28). Default: probe with server/discover and fall back to initialize.
     #[arg(long, value_enum, value_name = "ERA")]
     pub(crate) era: Option<EraArg>,
+    // OAuth 2.1 with --url: the client's identity, the redirect listener, logging in.
+    #[command(flatten)]
+    pub(crate) oauth: login::OAuthArgs,
 }
 
 /// `--era`: which era to speak without probing.
@@ -195,6 +205,13 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
+    /// Sign in to the server of --url with OAuth 2.1: print the authorization URL (and open a
+    /// browser when one is likely), wait for the redirect on a loopback port, keep the tokens
+    /// in mcx's store (MCX_CONFIG_DIR, else the user's config directory, mcx/auth).
+    Login,
+    /// Revoke the tokens kept for the server of --url at its authorization server (where it
+    /// offers revocation) and forget them (with --all: every token, and the client registrations).
+    Logout(login::LogoutArgs),
 }
 
 #[derive(Args, Debug)]
@@ -471,6 +488,8 @@ async fn main() -> ExitCode {
             (ClientCommand::Complete(c), output)
         }
         Command::Proxy(args) => return proxy(args).await,
+        Command::Login => return login::login(&cli.target).await,
+        Command::Logout(args) => return login::logout(&cli.target, &args).await,
     };
     commands::run(cli.target, command, output.json).await
 }

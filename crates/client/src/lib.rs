@@ -186,13 +186,15 @@ pub mod auth {
     //! authorization code flow through the application's [`AuthorizationHandler`], refresh and
     //! step-up, DPoP-bound tokens, or a grant without a user instead of the code flow), the
     //! challenge parser, its errors ([`OAuthError`]), the token stores ([`TokenStore`],
-    //! [`MemoryStore`], [`FileStore`]), DPoP keys and the no-user grants.
+    //! [`MemoryStore`], [`FileStore`]), DPoP keys and the no-user grants; [`LoopbackRedirect`],
+    //! the redirect listener of desktop and command-line applications.
 
     pub use modelctx_auth::client::{
         ApplicationType, AssertionSource, AuthServer, AuthorizationHandler, AuthorizationRequest,
-        Challenge, Challenges, ClientRecord, Declined, Discovery, DpopKey, DpopPolicy,
-        Error as OAuthError, FileStore, IdJag, MemoryStore, OAuth, OAuthBuilder, ProtectedResource,
-        Redirect, Registered, SigningKey, StoreError, StoreKey, Stored, SubjectToken,
+        CALLBACK_PATH, Challenge, Challenges, ClientRecord, Declined, Discovery, DpopKey,
+        DpopPolicy, Error as OAuthError, FileStore, IdJag, LoggedOut, Logout, LoopbackHandler,
+        LoopbackRedirect, MemoryStore, OAuth, OAuthBuilder, ProtectedResource, REVOCATION_TIMEOUT,
+        Redirect, Registered, Revocation, SigningKey, StoreError, StoreKey, Stored, SubjectToken,
         TokenAuthMethod, TokenRecord, TokenStore, TokenType, Tokens,
     };
     pub use modelctx_auth::{Fetch, FetchError, HttpFetch};

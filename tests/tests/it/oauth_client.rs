@@ -6,16 +6,15 @@
 //! (a public native client, a loopback redirect URI), authorization code + PKCE with the
 //! `resource` parameter, the token, the tool call; then refresh before expiry without a second
 //! login, refresh token rotation, step-up with the union of scopes, DPoP-bound tokens with the
-//! nonces of both the AS and the server, and `offline_access`.
+//! nonces of both the AS and the server, `offline_access`, and the AS's pre-registered native
+//! client with modelctx's `LoopbackRedirect` on a random port (the user's browser GETs the
+//! redirect on it).
 //!
 //! And logout: `OAuth::logout_of` revokes the refresh token at oidc-provider's revocation
 //! endpoint (RFC 7009; its JWT access tokens it cannot revoke, and says so), forgets the tokens,
 //! and the next call logs in again. And a DPoP-bound login kept in a `FileStore` survives a
 //! restart: the next run (with a key of its own) proves and refreshes the stored tokens with the
 //! key they are bound to (oidc-provider binds a public client's refresh token to it).
-//!
-//! Not covered here: the pre-registered client with a loopback listener (there is no ready
-//! loopback redirect listener yet).
 //!
 //! Like the other tests with a Node peer, each test is skipped (saying so) without Node unless
 //! `MODELCTX_REQUIRE_NODE` is set (`cargo xtask ci` sets it).
@@ -25,14 +24,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use modelctx_client::auth::{
-    DpopKey, Fetch, FileStore, MemoryStore, OAuth, StoreKey, Stored, TokenRecord, TokenStore,
+    DpopKey, Fetch, FileStore, LoopbackRedirect, MemoryStore, OAuth, Registered, StoreKey, Stored,
+    TokenRecord, TokenStore,
 };
 use modelctx_client::{Client, model};
 use modelctx_http::server::RunningServer;
 use modelctx_server::auth::{Auth, Dpop};
 use modelctx_server::{Context, HttpConfig, NoArgs, Server, Tool};
 use modelctx_tests::http::within;
-use modelctx_tests::oidc::{As, FormUser, TtlFetch, USER};
+use modelctx_tests::oidc::{As, CLI_CLIENT, CLI_REDIRECT, FormUser, TtlFetch, USER};
 use modelctx_types::ProtocolVersion;
 use serde_json::json;
 
@@ -572,5 +572,84 @@ async fn a_dpop_bound_login_survives_a_restart_with_a_file_store() {
     );
     client.close().await;
     let _ = std::fs::remove_dir_all(&dir);
+    setup.running.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Scenario 2: the AS's pre-registered native client `cli` (registered with
+/// `http://127.0.0.1/callback`) with modelctx's [`LoopbackRedirect`] on a random port, which
+/// oidc-provider accepts for a native client's loopback redirect (RFC 8252 section 7.3): the
+/// user signs in and their "browser" GETs the final redirect on the listener, which hands it to
+/// the flow. No dynamic registration.
+#[tokio::test]
+async fn the_pre_registered_cli_client_with_a_loopback_listener_in_both_eras() {
+    let Some(setup) = setup(false).await else {
+        return;
+    };
+    let issuer = setup.authorization_server.issuer().to_owned();
+    for era in ERAS {
+        let user = FormUser::new(&setup.authorization_server);
+        let store = Arc::new(MemoryStore::new());
+        let loopback = LoopbackRedirect::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let port = loopback.local_addr().port();
+        let redirect_uri = loopback.redirect_uri();
+        assert_eq!(redirect_uri, format!("http://127.0.0.1:{port}/callback"));
+        assert_ne!(redirect_uri, CLI_REDIRECT, "a port of its own");
+        // What the user's browser got from the listener, and the URLs shown.
+        let (pages, mut got) = tokio::sync::mpsc::unbounded_channel();
+        let shown = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler = loopback.handler({
+            let (user, shown) = (user.clone(), shown.clone());
+            move |request| {
+                shown
+                    .lock()
+                    .expect("not poisoned")
+                    .push(request.url.clone());
+                let (user, url, pages) = (user.clone(), request.url.clone(), pages.clone());
+                tokio::spawn(async move {
+                    let _ = pages.send(user.browse(&url).await);
+                });
+            }
+        });
+        let oauth = OAuth::authorization_code(Arc::new(handler))
+            .redirect_uri(redirect_uri.clone())
+            .client(Registered::new(&issuer, CLI_CLIENT))
+            .store(store.clone())
+            .build()
+            .expect("the OAuth settings");
+        let client = connect(&setup.resource, era, oauth).await;
+        assert_eq!(
+            call(&client, "whoami").await.expect("whoami"),
+            format!("{USER} mcp"),
+            "{era:?}"
+        );
+        // The browser's GET of the redirect was answered by the listener's page.
+        let page = within("the browser", got.recv()).await.expect("a page");
+        assert_eq!(page, Ok(200), "{era:?}");
+        let shown = shown.lock().expect("not poisoned").clone();
+        assert_eq!(shown.len(), 1, "{era:?}: {shown:?}");
+        assert!(
+            shown[0].contains(&format!("client_id={CLI_CLIENT}&")),
+            "{era:?}: {shown:?}"
+        );
+        assert!(
+            shown[0].contains(&format!("127.0.0.1%3A{port}%2Fcallback")),
+            "{era:?}: the listener's port: {shown:?}"
+        );
+        assert_eq!((user.logins(), user.consents()), (1, 1), "{era:?}");
+        // The token is the pre-registered client's, for the resource; nothing was registered.
+        let (resource, record) = tokens(&store).await;
+        assert_eq!(resource, setup.resource, "{era:?}");
+        let (_, claims) = modelctx_tests::oidc::decode_unverified(&record.access_token);
+        assert_eq!(claims["client_id"], json!(CLI_CLIENT), "{era:?}");
+        assert_eq!(claims["aud"], json!(setup.resource), "{era:?}");
+        assert_eq!(
+            store.load(&StoreKey::client(&issuer)).await.expect("loads"),
+            None,
+            "{era:?}: no dynamic registration"
+        );
+        client.close().await;
+    }
     setup.running.shutdown(Duration::from_secs(1)).await;
 }

@@ -103,6 +103,7 @@ mod flow;
 mod grants;
 mod handler;
 mod jwt;
+mod loopback;
 mod pkce;
 mod prm;
 mod registration;
@@ -127,6 +128,7 @@ pub use grants::{
 };
 pub use handler::{AuthorizationHandler, AuthorizationRequest, Declined, Redirect};
 pub use jwt::SigningKey;
+pub use loopback::{CALLBACK_PATH, LoopbackHandler, LoopbackRedirect, MAX_HEAD};
 pub use prm::ProtectedResource;
 pub use registration::{ApplicationType, Registered, TokenAuthMethod};
 pub use revoke::{LoggedOut, Logout, REVOCATION_TIMEOUT, Revocation};
