@@ -125,6 +125,7 @@ mod driver;
 mod error;
 mod input;
 mod link;
+pub mod middleware;
 mod notify;
 mod output;
 #[cfg(feature = "http")]

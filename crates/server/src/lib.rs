@@ -191,6 +191,8 @@ mod run;
 mod server;
 
 mod route;
+// (It uses `limits`' busy error too.)
+pub mod middleware;
 
 pub mod bus;
 mod registry;
