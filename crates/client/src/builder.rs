@@ -383,7 +383,6 @@ impl ClientBuilder {
         self
     }
 
-
     /// Shows `tap` every JSON-RPC message of the connection, in the order the connection's task
     /// handles them: each message (or batch) the client writes, once the transport took it, and
     /// each one the transport delivers, before the client acts on it; as one line of JSON, with

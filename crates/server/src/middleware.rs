@@ -629,4 +629,52 @@ mod tests {
         assert_eq!(hidden.code, ErrorCode::INTERNAL_ERROR);
         assert!(!hidden.message.contains("secret"));
     }
+
+    #[test]
+    fn no_layer_is_no_chain() {
+        // What `run::runner` checks before building anything for the chain.
+        assert!(Stack::default().build().is_none());
+        assert!(Layers::of(&None, None).is_none());
+        let mut stack = Stack::default();
+        stack.push(tower::timeout::TimeoutLayer::new(
+            std::time::Duration::from_secs(1),
+        ));
+        let chain = stack.build();
+        assert!(chain.is_some());
+        assert!(Layers::of(&None, chain.clone()).is_some());
+        assert!(Layers::of(&chain, None).is_some());
+    }
+
+    #[tokio::test]
+    async fn layers_run_outside_in_the_server_s_before_the_tool_s() {
+        use std::sync::Mutex;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mark = |name: &'static str| {
+            let order = order.clone();
+            tower::util::MapRequestLayer::new(move |request: McpRequest| {
+                order.lock().unwrap().push(name);
+                request
+            })
+        };
+        let (mut server, mut tool) = (Stack::default(), Stack::default());
+        server.push(mark("server inner"));
+        server.push(mark("server outer"));
+        tool.push(mark("tool"));
+        let layers = Layers::of(&server.build(), tool.build()).unwrap();
+        let ran = order.clone();
+        let handler: BoxFuture<Answer> = Box::pin(async move {
+            ran.lock().unwrap().push("handler");
+            crate::wire::raw(&serde_json::json!({}))
+        });
+        let token = CancellationToken::new();
+        let answer = layers
+            .run(request(ToolsCall::VALUE, "{}"), handler, token.clone())
+            .await;
+        assert_eq!(answer.unwrap().get(), "{}");
+        assert!(!token.is_cancelled());
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["server outer", "server inner", "tool", "handler"]
+        );
+    }
 }

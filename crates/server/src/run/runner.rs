@@ -518,7 +518,9 @@ fn start(
         Route::Now(answer) => {
             if let Some(layers) = layers {
                 let handler = layers.now(middleware_request(&mut request, origin), answer);
-                return answer_with(session, book, commands, request.id, generation, handler, None);
+                return answer_with(
+                    session, book, commands, request.id, generation, handler, None,
+                );
             }
             // (The session completes modern list results with `Settings::list_cache`.)
             let id = request.id.clone();
