@@ -396,11 +396,14 @@ async fn a_layer_refuses_a_principal_with_the_error_it_chose() {
     running.shutdown(Duration::from_secs(1)).await;
 }
 
+/// The methods a server's layer saw, each with its `_meta.traceparent`.
+type Seen = Arc<Mutex<Vec<(String, Option<Value>)>>>;
+
 #[tokio::test]
 async fn a_client_layers_meta_is_what_the_servers_layer_sees() {
     for via in [Via::Memory, Via::Lines, Via::Http] {
         for era in ERAS {
-            let seen: Arc<Mutex<Vec<(String, Option<Value>)>>> = Arc::default();
+            let seen: Seen = Arc::default();
             let record = seen.clone();
             let server = Server::builder("s", "1")
                 .tool(Tool::new("hello", hello))
