@@ -49,6 +49,8 @@ pub struct ClientBuilder {
     /// Gives the credentials of every HTTP request ([`auth`](Self::auth)).
     #[cfg(feature = "auth")]
     auth: Option<Arc<dyn modelctx_http::client::Authorizer>>,
+    /// [`layer`](Self::layer)'s layers.
+    layers: crate::middleware::Stack,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -113,6 +115,7 @@ impl Client {
             tasks: None,
             #[cfg(feature = "auth")]
             auth: None,
+            layers: crate::middleware::Stack::default(),
         }
     }
 }
@@ -344,6 +347,39 @@ impl ClientBuilder {
     /// all waiting fails at once ([`Error::Transport`](crate::Error::Transport)).
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
         self.write_timeout = timeout;
+        self
+    }
+
+    /// Adds a `tower` layer around every request the client's calls send (see
+    /// [`middleware`](crate::middleware): what the layers see and may edit, what their errors
+    /// become). Each call wraps the layers added before it: the last one added sees a request
+    /// first. The chain is built when the client connects and shared by all its calls.
+    /// Default: no layer, and requests go straight to the connection.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use modelctx_client::Client;
+    ///
+    /// // At most 8 requests under way; the others wait their turn.
+    /// let builder = Client::builder("host", "1.0.0")
+    ///     .layer(tower::limit::ConcurrencyLimitLayer::new(8));
+    /// # drop(builder);
+    /// ```
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: crate::middleware::Layer<crate::middleware::Connection> + Send + Sync + 'static,
+        L::Service: crate::middleware::Service<
+                crate::middleware::McpRequest,
+                Response = crate::middleware::McpResponse,
+            > + Send
+            + 'static,
+        <L::Service as crate::middleware::Service<crate::middleware::McpRequest>>::Error:
+            Into<crate::middleware::BoxError>,
+        <L::Service as crate::middleware::Service<crate::middleware::McpRequest>>::Future:
+            Send + 'static,
+    {
+        self.layers.push(layer);
         self
     }
 
@@ -675,6 +711,7 @@ impl ClientBuilder {
             dropped: handles.dropped,
             defaults: self.defaults,
             next_token: AtomicU64::new(0),
+            layers: self.layers.build(),
         });
         match connected.await {
             Ok(Ok(_)) => {}

@@ -82,6 +82,8 @@ pub(crate) struct Inner {
     pub(crate) dropped: mpsc::UnboundedSender<u64>,
     pub(crate) defaults: Defaults,
     pub(crate) next_token: AtomicU64,
+    /// [`ClientBuilder::layer`](crate::ClientBuilder::layer)'s chain; `None`: no layer.
+    pub(crate) layers: Option<crate::middleware::Chain>,
 }
 
 /// Defaults for every call.
@@ -323,8 +325,29 @@ impl Client {
         Error::Closed(self.inner.shared.closed_reason())
     }
 
-    /// Sends one request and waits for its answer.
+    /// Sends one request and waits for its answer: through the middleware chain, when the
+    /// client has one.
     async fn send_once(
+        &self,
+        method: &str,
+        params: JsonObject,
+        options: &CallOptions,
+    ) -> Result<Answer, Error> {
+        let Some(layers) = &self.inner.layers else {
+            return self.send_now(method, params, options).await;
+        };
+        let client = self.clone();
+        let (owned_method, options) = (method.to_owned(), options.clone());
+        let send: crate::middleware::SendFn = Box::new(move |params| {
+            Box::pin(async move { client.send_now(&owned_method, params, &options).await })
+        });
+        let request =
+            crate::middleware::McpRequest::new(method, params, self.protocol_version(), send);
+        layers.call(request).await
+    }
+
+    /// Sends one request on the connection and waits for its answer.
+    async fn send_now(
         &self,
         method: &str,
         params: JsonObject,

@@ -1,6 +1,5 @@
 //! What can go wrong: connecting, and each call.
 
-#[cfg(feature = "http")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +85,11 @@ pub enum Error {
     #[cfg(feature = "http")]
     #[error("authorization failed: {0}")]
     Auth(modelctx_http::client::AuthFailure),
+    /// A layer of [`ClientBuilder::layer`](crate::ClientBuilder::layer) failed the call with
+    /// this error (a `tower` timeout's `Elapsed`, a load shed's `Overloaded`, an application's
+    /// own; see [`middleware`](crate::middleware)). A call under way was cancelled on the wire.
+    #[error("a middleware layer failed the call: {0}")]
+    Middleware(Arc<dyn std::error::Error + Send + Sync>),
 }
 
 /// Why the transport lost a request.

@@ -105,6 +105,8 @@
 //! the application's, and a missing handler means the capability is not declared. For skills it
 //! keeps no registry, no approvals and no cache of skill files: a host holds the entries it
 //! loaded and decides what to load; digests prove consistency with the entry, not safety.
+//! Its [`middleware`] chain wraps the requests its calls send, not the handshake, the modern
+//! listen stream or its answers to the server's requests.
 //!
 //! # Features
 //!
@@ -125,6 +127,7 @@ mod driver;
 mod error;
 mod input;
 mod link;
+pub mod middleware;
 mod notify;
 mod output;
 #[cfg(feature = "http")]

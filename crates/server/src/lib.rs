@@ -157,6 +157,10 @@
 //! state to the others, not its answers or cancellation). It serves
 //! skills as they were when the server was built (no watching of the directory, no reload), and
 //! does not follow symbolic links in a skills directory.
+//! Its [`middleware`] chain wraps handlers, not the session: what the session answers itself
+//! (`initialize`, `ping`, a refusal by its era's rules) and the legacy `resources/subscribe`
+//! and `resources/unsubscribe` do not go through the layers, and a layer sees a request once it
+//! is routed (editing it does not change what the handler gets).
 //!
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
@@ -191,6 +195,8 @@ mod run;
 mod server;
 
 mod route;
+// (It uses `limits`' busy error too.)
+pub mod middleware;
 
 pub mod bus;
 mod registry;

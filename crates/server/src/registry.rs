@@ -138,6 +138,8 @@ pub(crate) struct Shared {
     /// without the guard that admitted it.
     #[cfg(feature = "http")]
     pub(crate) guard: Option<Arc<dyn modelctx_http::server::Guard>>,
+    /// [`ServerBuilder::layer`](crate::ServerBuilder::layer)'s chain; `None`: no layer.
+    pub(crate) layers: Option<crate::middleware::Chain>,
 }
 
 /// Counters of what is under way.

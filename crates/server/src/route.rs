@@ -16,6 +16,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 pub(crate) use crate::handler::Runner;
+use crate::middleware::Chain;
 use crate::registry::Shared;
 use crate::tool::Arguments;
 use crate::wire::invalid_params;
@@ -37,8 +38,13 @@ impl From<Result<Runner, ErrorObject>> for Route {
     }
 }
 
-/// Decides how to answer `request`.
-pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
+/// Decides how to answer `request`; the chain of the tool a `tools/call` names, if it has one,
+/// goes in `tool_layers`.
+pub(crate) fn route(
+    shared: &Arc<Shared>,
+    request: &IncomingRequest,
+    tool_layers: &mut Option<Chain>,
+) -> Route {
     // `tools/call`, the hot path: its fields straight from the raw params, without building the
     // whole object first and converting it (and a modern call's `_meta` with it). Anything
     // unusual (not an object, no name, a field twice) takes the general path below, which words
@@ -52,7 +58,7 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
             Some(raw) if raw.get() != "null" => Arguments::Raw(raw.to_owned()),
             _ => Arguments::Parsed(Value::Object(JsonObject::new())),
         };
-        let runner = call_tool(shared, &call.name, arguments);
+        let runner = call_tool(shared, &call.name, arguments, tool_layers);
         let runner = crate::tasks::legacy::call(shared, &call.name, request, runner);
         return crate::tasks::wire::call(shared, &call.name, request, runner).into();
     }
@@ -75,7 +81,7 @@ pub(crate) fn route(shared: &Arc<Shared>, request: &IncomingRequest) -> Route {
         ToolsCall::VALUE => match serde_json::from_value::<ParsedCall>(Value::Object(params)) {
             Ok(ParsedCall { name, arguments }) => {
                 let arguments = arguments.unwrap_or_else(|| Value::Object(JsonObject::new()));
-                let runner = call_tool(shared, &name, Arguments::Parsed(arguments));
+                let runner = call_tool(shared, &name, Arguments::Parsed(arguments), tool_layers);
                 let runner = crate::tasks::legacy::call(shared, &name, request, runner);
                 crate::tasks::wire::call(shared, &name, request, runner).into()
             }
@@ -161,11 +167,17 @@ struct ParsedCall {
     arguments: Option<Value>,
 }
 
-/// `tools/call`: the tool, and the work of calling it.
-fn call_tool(shared: &Shared, name: &str, arguments: Arguments) -> Result<Runner, ErrorObject> {
+/// `tools/call`: the tool, and the work of calling it (the tool's chain in `layers`).
+fn call_tool(
+    shared: &Shared,
+    name: &str,
+    arguments: Arguments,
+    layers: &mut Option<Chain>,
+) -> Result<Runner, ErrorObject> {
     let Some(tool) = shared.registry().tools.get(name).cloned() else {
         return Err(invalid_params(format!("unknown tool: {name}")));
     };
+    layers.clone_from(&tool.layers);
     Ok(Box::new(move |context| {
         Box::pin(crate::tool::call(tool, arguments, context))
     }))
@@ -235,13 +247,14 @@ mod tests {
             shared,
             "t",
             Arguments::Parsed(Value::Object(JsonObject::new())),
+            &mut None,
         );
         // The runner holds the one registered tool (its schemas compiled once), not a copy.
         assert!(runner.is_ok());
         assert_eq!(Arc::strong_count(&registered), 3);
         drop(runner);
         assert_eq!(Arc::strong_count(&registered), 2);
-        let unknown = call_tool(shared, "u", Arguments::Parsed(Value::Null));
+        let unknown = call_tool(shared, "u", Arguments::Parsed(Value::Null), &mut None);
         assert_eq!(
             unknown.err().map(|e| (e.code, e.message)),
             Some((ErrorCode::INVALID_PARAMS, "unknown tool: u".to_owned()))

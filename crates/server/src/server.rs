@@ -40,6 +40,8 @@ pub struct ServerBuilder {
     #[cfg(feature = "http")]
     guard: Option<Arc<dyn modelctx_http::server::Guard>>,
     skills: crate::skills::Pending,
+    /// [`ServerBuilder::layer`]'s layers.
+    layers: crate::middleware::Stack,
 }
 
 impl ServerBuilder {
@@ -279,6 +281,41 @@ impl ServerBuilder {
     /// Settings.
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = settings;
+        self
+    }
+
+    /// Adds a `tower` layer around every request the server's handlers answer (see
+    /// [`middleware`](crate::middleware): where the chain sits, what a layer's error becomes on
+    /// the wire). Each call wraps the layers added before it: the last one added sees a request
+    /// first (a `tower::ServiceBuilder` given at once applies its layers top to bottom). The
+    /// chain is built once, by [`build`](Self::build), and shared by every connection and
+    /// request. Default: no layer, and requests go straight to their handlers.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use modelctx_server::Server;
+    ///
+    /// let server = Server::builder("s", "1.0.0")
+    ///     .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(60)))
+    ///     .layer(tower::load_shed::LoadShedLayer::new())
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: crate::middleware::Layer<crate::middleware::Handlers> + Send + Sync + 'static,
+        L::Service: crate::middleware::Service<
+                crate::middleware::McpRequest,
+                Response = crate::middleware::McpResponse,
+            > + Send
+            + 'static,
+        <L::Service as crate::middleware::Service<crate::middleware::McpRequest>>::Error:
+            Into<crate::middleware::BoxError>,
+        <L::Service as crate::middleware::Service<crate::middleware::McpRequest>>::Future:
+            Send + 'static,
+    {
+        self.layers.push(layer);
         self
     }
 
@@ -594,6 +631,7 @@ impl ServerBuilder {
                 }),
                 #[cfg(feature = "http")]
                 guard: self.guard,
+                layers: self.layers.build(),
             }),
         };
         if let Some((bus, outgoing)) = outgoing {
@@ -812,6 +850,7 @@ impl Server {
             bus: None,
             task_store: None,
             skills: crate::skills::Pending::default(),
+            layers: crate::middleware::Stack::default(),
         }
     }
 

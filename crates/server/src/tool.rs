@@ -410,6 +410,8 @@ pub(crate) struct Registered {
     /// writing code, whose pages would count in its memory). A tool changes only by being
     /// registered again, which starts these afresh.
     definitions: Vec<OnceLock<Result<Box<RawValue>, ErrorObject>>>,
+    /// The chain of the tool's layers ([`Tool::layer`]), built once for this registration.
+    pub(crate) layers: Option<crate::middleware::Chain>,
 }
 
 impl std::fmt::Debug for Registered {
@@ -433,6 +435,7 @@ impl Registered {
             .collect();
         Registered {
             definitions,
+            layers: tool.layers.build(),
             #[cfg(feature = "validation")]
             input: schemas.validator(&tool.input_schema),
             #[cfg(feature = "validation")]
@@ -604,6 +607,8 @@ pub struct Tool {
     pub(crate) task_support: crate::tasks::TaskSupport,
     /// Whether the handler becomes a task only when it calls `Context::detach`.
     pub(crate) task_on_detach: bool,
+    /// [`Tool::layer`]'s layers.
+    pub(crate) layers: crate::middleware::Stack,
 }
 
 impl std::fmt::Debug for Tool {
@@ -706,6 +711,7 @@ impl Tool {
             scopes: None,
             task_support: crate::tasks::TaskSupport::Forbidden,
             task_on_detach: false,
+            layers: crate::middleware::Stack::default(),
             definition: JsonObject::new(),
             annotations: None,
             icons: None,
@@ -842,6 +848,46 @@ impl Tool {
     /// [`Context::detach`]: crate::Context::detach
     pub fn task_on_detach(mut self) -> Self {
         self.task_on_detach = true;
+        self
+    }
+
+    /// Adds a `tower` layer around the calls of this tool (`tools/call` naming it), inside the
+    /// server's layers ([`ServerBuilder::layer`]); see [`middleware`](crate::middleware). Each
+    /// call wraps the layers added before it. The chain is built when the tool is registered,
+    /// and shared by all its calls from then on: a `RateLimitLayer` here limits this tool
+    /// alone. A tool called as a task goes through it once, when the task is created.
+    /// Default: no layer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use modelctx_server::{NoArgs, Tool};
+    ///
+    /// async fn search(_: NoArgs) -> &'static str {
+    ///     "results"
+    /// }
+    ///
+    /// // Ten calls a second; the others wait their turn.
+    /// let tool = Tool::new("search", search)
+    ///     .layer(tower::limit::RateLimitLayer::new(10, Duration::from_secs(1)));
+    /// # drop(tool);
+    /// ```
+    ///
+    /// [`ServerBuilder::layer`]: crate::ServerBuilder::layer
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: crate::middleware::Layer<crate::middleware::Handlers> + Send + Sync + 'static,
+        L::Service: crate::middleware::Service<
+                crate::middleware::McpRequest,
+                Response = crate::middleware::McpResponse,
+            > + Send
+            + 'static,
+        <L::Service as crate::middleware::Service<crate::middleware::McpRequest>>::Error:
+            Into<crate::middleware::BoxError>,
+        <L::Service as crate::middleware::Service<crate::middleware::McpRequest>>::Future:
+            Send + 'static,
+    {
+        self.layers.push(layer);
         self
     }
 

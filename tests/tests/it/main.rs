@@ -23,6 +23,7 @@ mod http_guard;
 mod http_musts;
 mod http_robustness;
 mod http_server;
+mod middleware;
 mod model;
 mod oauth_client;
 mod oauth_client_ts;

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::{Command, CommandQueue, Commands, commands};
 use crate::context::{Context, Inner};
+use crate::handler::BoxFuture;
 use crate::input::{InputError, NoAnswer};
 use crate::registry::{Change, Shared};
 use crate::route::{Route, route};
@@ -510,7 +511,7 @@ fn subscription(
 fn start(
     shared: &Arc<Shared>,
     session: &mut ServerSession,
-    request: IncomingRequest,
+    mut request: IncomingRequest,
     book: &mut Book,
     commands: &Commands,
     origin: &Origin,
@@ -532,8 +533,18 @@ fn start(
         return apply(session, respond, book);
     }
     let modern = request.meta.is_some();
-    let mut runner = match route(shared, &request) {
+    let mut tool_layers = None;
+    let route = route(shared, &request, &mut tool_layers);
+    // The middleware chains (`crate::middleware`): none, the usual case, costs nothing more.
+    let layers = crate::middleware::Layers::of(&shared.layers, tool_layers);
+    let mut runner = match route {
         Route::Now(answer) => {
+            if let Some(layers) = layers {
+                let handler = layers.now(middleware_request(&mut request, origin), answer);
+                return answer_with(
+                    session, book, commands, request.id, generation, handler, None,
+                );
+            }
             // (The session completes modern list results with `Settings::list_cache`.)
             let id = request.id.clone();
             let respond = Command::Respond {
@@ -576,6 +587,10 @@ fn start(
         }
     }
     let cancelled = CancellationToken::new();
+    let layered = layers.map(|layers| {
+        let request = middleware_request(&mut request, origin);
+        (layers, request, cancelled.clone())
+    });
     // What the context needs is moved out of the request, not copied (the request ends here).
     let IncomingRequest {
         id,
@@ -622,10 +637,53 @@ fn start(
         }),
     };
     let counted = shared.clone();
-    let mut handler = Box::pin(async move {
+    let mut handler: BoxFuture<Answer> = Box::pin(async move {
         let _running = crate::registry::Counted::new(&counted.load.handlers);
         runner(context).await
     });
+    if let Some((layers, request, cancelled)) = layered {
+        handler = layers.run(request, handler, cancelled);
+    }
+    answer_with(session, book, commands, id, generation, handler, permit);
+}
+
+/// What a handler answers.
+type Answer = Result<Box<serde_json::value::RawValue>, ErrorObject>;
+
+/// The request as the middleware layers see it (its params moved into it: nothing after the
+/// chain reads them).
+fn middleware_request(
+    request: &mut IncomingRequest,
+    origin: &Origin,
+) -> crate::middleware::McpRequest {
+    #[cfg(feature = "http")]
+    let transport = match origin.http {
+        Some(_) => crate::middleware::Transport::Http,
+        None => crate::middleware::Transport::Stream,
+    };
+    #[cfg(not(feature = "http"))]
+    let transport = crate::middleware::Transport::Stream;
+    crate::middleware::McpRequest::new(
+        request.id.clone(),
+        request.method.clone(),
+        request.params.take(),
+        request.version,
+        origin.principal().map(str::to_owned),
+        transport,
+    )
+}
+
+/// Answers request `id` (start `generation`) with what `handler` gives: at once when it
+/// finishes on its first step, else from a task of its own; `permit` is held until then.
+fn answer_with(
+    session: &mut ServerSession,
+    book: &mut Book,
+    commands: &Commands,
+    id: RequestId,
+    generation: u64,
+    mut handler: BoxFuture<Answer>,
+    permit: Option<crate::limits::Permit>,
+) {
     // The handler's first step runs here: a handler that finishes without waiting (most do)
     // is answered at once, without a task of its own and the two hand-offs between tasks that
     // costs. One that waits goes on on its own task, whose first poll registers its waker (the
