@@ -193,6 +193,7 @@ mod server;
 mod route;
 
 pub mod bus;
+pub mod observe;
 mod registry;
 #[cfg(feature = "http")]
 mod scopes;

@@ -138,6 +138,9 @@ pub(crate) struct Shared {
     /// without the guard that admitted it.
     #[cfg(feature = "http")]
     pub(crate) guard: Option<Arc<dyn modelctx_http::server::Guard>>,
+    /// The operation metrics' instruments (`crate::observe`).
+    #[cfg(feature = "otel")]
+    pub(crate) metrics: crate::observe::Metrics,
 }
 
 /// Counters of what is under way.

@@ -594,6 +594,8 @@ impl ServerBuilder {
                 }),
                 #[cfg(feature = "http")]
                 guard: self.guard,
+                #[cfg(feature = "otel")]
+                metrics: crate::observe::Metrics::new(),
             }),
         };
         if let Some((bus, outgoing)) = outgoing {

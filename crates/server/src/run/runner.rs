@@ -493,24 +493,31 @@ fn start(
     origin: &Origin,
 ) {
     let generation = request.generation;
+    // The request's span and measure (`crate::observe`): it is routed in its span, its handler
+    // runs in it.
+    let observed = crate::observe::Observed::start(shared, &request, origin);
+    let _in_span = observed.span().clone().entered();
     // The scopes again, before anything of the request is done (defense in depth: the
     // transport refused it already, if it asked the same guard).
     #[cfg(feature = "http")]
     if let Err(error) = crate::scopes::check(shared, &request, origin) {
-        return refuse(session, book, &request, error);
+        return refuse(session, book, &request, error, observed);
     }
     if let Some(answer) = subscription(shared, &request, book, origin) {
         let id = request.id.clone();
+        let answer = answer.and_then(|v| crate::wire::raw(&v));
+        observed.finish(&answer);
         let respond = Command::Respond {
             id,
             generation,
-            answer: answer.and_then(|v| crate::wire::raw(&v)),
+            answer,
         };
         return apply(session, respond, book);
     }
     let modern = request.meta.is_some();
     let mut runner = match route(shared, &request) {
         Route::Now(answer) => {
+            observed.finish(&answer);
             // (The session completes modern list results with `Settings::list_cache`.)
             let id = request.id.clone();
             let respond = Command::Respond {
@@ -528,7 +535,7 @@ fn start(
         match shared.limiter.admit(principal.as_deref()) {
             Ok(permit) => Some(permit),
             Err(error) => {
-                return refuse(session, book, &request, error);
+                return refuse(session, book, &request, error, observed);
             }
         }
     } else {
@@ -548,7 +555,7 @@ fn start(
                 mrtr = Some(state);
             }
             Err(error) => {
-                return refuse(session, book, &request, error);
+                return refuse(session, book, &request, error, observed);
             }
         }
     }
@@ -599,10 +606,10 @@ fn start(
         }),
     };
     let counted = shared.clone();
-    let mut handler = Box::pin(async move {
+    let mut handler = Box::pin(observed.wrap(async move {
         let _running = crate::registry::Counted::new(&counted.load.handlers);
         runner(context).await
-    });
+    }));
     // The handler's first step runs here: a handler that finishes without waiting (most do)
     // is answered at once, without a task of its own and the two hand-offs between tasks that
     // costs. One that waits goes on on its own task, whose first poll registers its waker (the
@@ -675,14 +682,17 @@ fn refuse(
     book: &mut Book,
     request: &IncomingRequest,
     error: ErrorObject,
+    observed: crate::observe::Observed,
 ) {
     let id = request.id.clone();
+    let answer = Err(error);
+    observed.finish(&answer);
     apply(
         session,
         Command::Respond {
             id,
             generation: request.generation,
-            answer: Err(error),
+            answer,
         },
         book,
     );
