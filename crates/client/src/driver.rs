@@ -167,6 +167,9 @@ pub(crate) struct Shared {
     /// The tasks the client runs for a 2025-11-25 server
     /// ([`ClientBuilder::receive_tasks`](crate::ClientBuilder::receive_tasks)).
     pub(crate) tasks: Option<Arc<crate::tasks::Receiver>>,
+    /// The operation metrics' instruments (`crate::observe`).
+    #[cfg(feature = "otel")]
+    pub(crate) metrics: crate::observe::Metrics,
 }
 
 impl Shared {
@@ -847,7 +850,9 @@ impl Driver {
                     .as_ref()
                     .and_then(|tasks| tasks.intercept(&handlers, &request));
                 let holds_calls = about_tasks.is_none();
-                let task = tokio::spawn(async move {
+                // Answered in a span of its own, under the server's trace context.
+                let span = crate::observe::answer_span(&request);
+                let task = tokio::spawn(tracing::Instrument::instrument(async move {
                     let answer = match about_tasks {
                         Some(answer) => answer.await,
                         None => {
@@ -861,7 +866,7 @@ impl Driver {
                         }
                     };
                     let _ = answers.send((request.id, generation, answer));
-                });
+                }, span));
                 let during = self.asked_now.remove(&id);
                 let holds = if holds_calls {
                     self.hold_calls(during)

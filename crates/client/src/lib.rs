@@ -126,6 +126,7 @@ mod error;
 mod input;
 mod link;
 mod notify;
+pub mod observe;
 mod output;
 #[cfg(feature = "http")]
 mod params;
