@@ -27,6 +27,7 @@ mod model;
 mod oauth_client;
 mod oauth_hostile;
 mod oidc_as;
+mod otel;
 mod readme;
 mod redis_bus;
 mod redis_events;
