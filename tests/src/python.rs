@@ -98,7 +98,9 @@ fn create(venv: &Path) -> Result<(), String> {
 pub fn python() -> Option<PathBuf> {
     // One test makes the environment; the others wait for it.
     static MADE: Mutex<()> = Mutex::new(());
-    let _made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let venv = venv();
     let python = venv.join("bin/python");
     if ready(&python) {
@@ -115,7 +117,9 @@ pub fn python() -> Option<PathBuf> {
         return skipped("python3 is not installed");
     }
     if let Err(why) = create(&venv) {
-        return skipped(format!("the Python SDK's environment could not be made: {why}"));
+        return skipped(format!(
+            "the Python SDK's environment could not be made: {why}"
+        ));
     }
     if ready(&python) {
         Some(python)

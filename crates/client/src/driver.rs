@@ -852,21 +852,24 @@ impl Driver {
                 let holds_calls = about_tasks.is_none();
                 // Answered in a span of its own, under the server's trace context.
                 let span = crate::observe::answer_span(&request);
-                let task = tokio::spawn(tracing::Instrument::instrument(async move {
-                    let answer = match about_tasks {
-                        Some(answer) => answer.await,
-                        None => {
-                            handlers
-                                .answer_request(
-                                    request.version,
-                                    &request.method,
-                                    request.params.as_deref(),
-                                )
-                                .await
-                        }
-                    };
-                    let _ = answers.send((request.id, generation, answer));
-                }, span));
+                let task = tokio::spawn(tracing::Instrument::instrument(
+                    async move {
+                        let answer = match about_tasks {
+                            Some(answer) => answer.await,
+                            None => {
+                                handlers
+                                    .answer_request(
+                                        request.version,
+                                        &request.method,
+                                        request.params.as_deref(),
+                                    )
+                                    .await
+                            }
+                        };
+                        let _ = answers.send((request.id, generation, answer));
+                    },
+                    span,
+                ));
                 let during = self.asked_now.remove(&id);
                 let holds = if holds_calls {
                     self.hold_calls(during)

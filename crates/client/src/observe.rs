@@ -133,10 +133,8 @@ impl Observed {
             }
         }
         #[cfg(feature = "otel")]
-        self.timing.finish(
-            answer.as_ref().ok().map(|a| a.version),
-            error.as_deref(),
-        );
+        self.timing
+            .finish(answer.as_ref().ok().map(|a| a.version), error.as_deref());
     }
 }
 
@@ -388,9 +386,12 @@ mod tests {
 
     use crate::{Client, ProtocolVersion};
 
-    /// The spans of [`super::TARGET`], their fields as text.
+    /// A span seen: its name, and its fields as text.
+    type SpanSeen = (&'static str, BTreeMap<String, String>);
+
+    /// The spans of [`super::TARGET`].
     #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<(&'static str, BTreeMap<String, String>)>>>);
+    struct Capture(Arc<Mutex<Vec<SpanSeen>>>);
 
     struct Fields<'a>(&'a mut BTreeMap<String, String>);
 
@@ -399,8 +400,7 @@ mod tests {
             self.0.insert(field.name().to_owned(), value.to_owned());
         }
         fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            self.0
-                .insert(field.name().to_owned(), format!("{value:?}"));
+            self.0.insert(field.name().to_owned(), format!("{value:?}"));
         }
     }
 
@@ -441,8 +441,16 @@ mod tests {
         let capture = Capture::default();
         let _default = tracing::subscriber::set_default(capture.clone());
         let server = Server::builder("s", "1.0.0")
-            .tool(Tool::with_input_schema("hello", crate::JsonObject::new(), hello))
-            .tool(Tool::with_input_schema("broken", crate::JsonObject::new(), broken))
+            .tool(Tool::with_input_schema(
+                "hello",
+                crate::JsonObject::new(),
+                hello,
+            ))
+            .tool(Tool::with_input_schema(
+                "broken",
+                crate::JsonObject::new(),
+                broken,
+            ))
             .build();
         let memory = server.in_memory();
         let mut builder = Client::builder("c", "1.0.0");
@@ -524,7 +532,10 @@ mod tests {
             json!({"traceparent": format!("00-{trace}-{span}-01-x")}),
             json!({"traceparent": format!("ff-{trace}-{span}-01")}),
         ] {
-            assert!(super::otel::extract(bad.as_object().unwrap()).is_none(), "{bad}");
+            assert!(
+                super::otel::extract(bad.as_object().unwrap()).is_none(),
+                "{bad}"
+            );
         }
     }
 }

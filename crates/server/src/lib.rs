@@ -129,6 +129,10 @@
 //! * `validation` (default): arguments and structured results validated against their schemas,
 //!   compiled once into a bounded cache; no `$ref` is ever fetched; size and depth limited
 //!   (`modelctx_types::schema`, through its `validation` feature).
+//! * `otel`: the request spans ([`observe`]) as OpenTelemetry spans through
+//!   `tracing-opentelemetry`, their parent the W3C trace context of `params._meta`, and the
+//!   operation metrics and load gauges on the global meter provider (the OpenTelemetry API only:
+//!   the application installs the SDK and exporter of its choice).
 //!
 //! # What it does not do
 //!
@@ -156,7 +160,9 @@
 //! handler in the process that created it (a shared [`tasks::TaskStore`] carries the task's
 //! state to the others, not its answers or cancellation). It serves
 //! skills as they were when the server was built (no watching of the directory, no reload), and
-//! does not follow symbolic links in a skills directory.
+//! does not follow symbolic links in a skills directory. It exports no traces or metrics by
+//! itself (feature `otel` records on the global providers) and counts no legacy sessions, SSE
+//! streams or stored events for the metrics (the transport does not report them yet).
 //!
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set

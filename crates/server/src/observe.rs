@@ -163,10 +163,7 @@ fn record(span: &Span, request: &IncomingRequest, origin: &Origin, target: Optio
         if let Some(host) = headers.get(http_host()).and_then(|h| h.to_str().ok()) {
             span.record("server.address", host);
         }
-        if let Some(id) = headers
-            .get("mcp-session-id")
-            .and_then(|h| h.to_str().ok())
-        {
+        if let Some(id) = headers.get("mcp-session-id").and_then(|h| h.to_str().ok()) {
             span.record("mcp.session.id", session_digest(id).as_str());
         }
     } else {
@@ -181,7 +178,7 @@ fn record(span: &Span, request: &IncomingRequest, origin: &Origin, target: Optio
     if let Some(parent) = request
         .params
         .as_deref()
-        .and_then(|raw| meta_of(raw))
+        .and_then(meta_of)
         .and_then(|meta| otel::extract(&meta))
     {
         otel::set_parent(span, parent);
@@ -308,7 +305,7 @@ pub(crate) fn inject(params: &mut JsonObject, span: &Span) {
 }
 
 #[cfg(feature = "otel")]
-pub(crate) use otel::Metrics;
+pub(crate) use otel::{Metrics, gauges};
 
 #[cfg(feature = "otel")]
 mod otel {
@@ -324,6 +321,8 @@ mod otel {
     use opentelemetry::metrics::Histogram;
     use tracing::Span;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    use crate::registry::Shared;
 
     use opentelemetry::trace::{
         SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
@@ -421,6 +420,48 @@ mod otel {
                     .build(),
             }
         }
+    }
+
+    /// The gauges of what `shared` has under way, observed while it lives: connections,
+    /// handlers and tasks (`Server::load`), with the attribute `mcp.server.name` (the
+    /// server's `serverInfo.name`) to tell the servers of one process apart.
+    pub(crate) fn gauges(shared: &std::sync::Arc<Shared>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let meter = opentelemetry::global::meter("modelctx-server");
+        let name = shared
+            .config
+            .server_info
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let gauge =
+            |instrument: &'static str, description: &'static str, read: fn(&Shared) -> usize| {
+                let shared = std::sync::Arc::downgrade(shared);
+                let attributes = [KeyValue::new("mcp.server.name", name.clone())];
+                meter
+                    .u64_observable_gauge(instrument)
+                    .with_description(description)
+                    .with_callback(move |observer| {
+                        if let Some(shared) = shared.upgrade() {
+                            observer.observe(read(&shared) as u64, &attributes);
+                        }
+                    })
+                    .build();
+            };
+        gauge(
+            "mcp.server.connections",
+            "Connections served (stdio, in-memory) and HTTP requests being served",
+            |s| s.load.connections.load(SeqCst),
+        );
+        gauge("mcp.server.handlers", "Handlers running", |s| {
+            s.load.handlers.load(SeqCst)
+        });
+        gauge(
+            "mcp.server.tasks",
+            "Handlers running as tasks in this process",
+            |s| s.tasks.running(),
+        );
     }
 
     /// The measure of one request under way.
@@ -523,8 +564,7 @@ pub(crate) mod capture {
             self.0.insert(field.name().to_owned(), value.to_owned());
         }
         fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            self.0
-                .insert(field.name().to_owned(), format!("{value:?}"));
+            self.0.insert(field.name().to_owned(), format!("{value:?}"));
         }
     }
 
@@ -541,7 +581,10 @@ pub(crate) mod capture {
 
         /// The spans named `name`.
         pub(crate) fn named(&self, name: &str) -> Vec<SpanSeen> {
-            self.spans().into_iter().filter(|s| s.name == name).collect()
+            self.spans()
+                .into_iter()
+                .filter(|s| s.name == name)
+                .collect()
         }
     }
 
@@ -751,7 +794,10 @@ mod tests {
             .filter(|e| e.fields.get("message").map(String::as_str) == Some("progress"))
             .collect();
         assert_eq!(progress.len(), 2, "{:?}", capture.events());
-        assert!(progress.iter().all(|e| e.span == Some(steps)), "{progress:?}");
+        assert!(
+            progress.iter().all(|e| e.span == Some(steps)),
+            "{progress:?}"
+        );
         assert_eq!(progress[1].fields["progress"], "2.0");
         assert_eq!(progress[1].fields["progress.total"], "2.0");
         assert_eq!(progress[1].fields["progress.message"], "stepping");

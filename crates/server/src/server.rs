@@ -598,6 +598,8 @@ impl ServerBuilder {
                 metrics: crate::observe::Metrics::new(),
             }),
         };
+        #[cfg(feature = "otel")]
+        crate::observe::gauges(&server.shared);
         if let Some((bus, outgoing)) = outgoing {
             let shared = Arc::downgrade(&server.shared);
             tokio::spawn(crate::bus::run(shared, bus, outgoing));

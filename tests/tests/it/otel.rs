@@ -247,9 +247,7 @@ async fn the_operation_metrics_count_the_calls_made() {
         ))
         .tool(modelctx_server::Tool::new(
             "otel-metrics-failed",
-            |_: modelctx_server::NoArgs| async {
-                modelctx_server::ToolOutput::error("failed")
-            },
+            |_: modelctx_server::NoArgs| async { modelctx_server::ToolOutput::error("failed") },
         ))
         .build();
     for version in [None, Some(ProtocolVersion::V2025_11_25)] {
@@ -259,14 +257,22 @@ async fn the_operation_metrics_count_the_calls_made() {
         }
         let client = connect_in_memory(&server, builder).await;
         for _ in 0..3 {
-            client.call_tool("otel-metrics-ok", json!({})).await.unwrap();
+            client
+                .call_tool("otel-metrics-ok", json!({}))
+                .await
+                .unwrap();
         }
         let failed = client
             .call_tool("otel-metrics-failed", json!({}))
             .await
             .unwrap();
         assert_eq!(failed.is_error, Some(true));
-        assert!(client.call_tool("otel-metrics-none", json!({})).await.is_err());
+        assert!(
+            client
+                .call_tool("otel-metrics-none", json!({}))
+                .await
+                .is_err()
+        );
         client.close().await;
     }
     let call = "tools/call".to_owned();
@@ -275,8 +281,15 @@ async fn the_operation_metrics_count_the_calls_made() {
         ("mcp.server.operation.duration", "server"),
         ("mcp.client.operation.duration", "client"),
     ] {
-        let ok = counts(instrument, &KeyValue::new("gen_ai.tool.name", "otel-metrics-ok"));
-        assert_eq!(ok, HashMap::from([(key("otel-metrics-ok", ""), 6)]), "{side}");
+        let ok = counts(
+            instrument,
+            &KeyValue::new("gen_ai.tool.name", "otel-metrics-ok"),
+        );
+        assert_eq!(
+            ok,
+            HashMap::from([(key("otel-metrics-ok", ""), 6)]),
+            "{side}"
+        );
         let failed = counts(
             instrument,
             &KeyValue::new("gen_ai.tool.name", "otel-metrics-failed"),
@@ -349,7 +362,10 @@ async fn a_python_trace_continues_in_modelctx(mode: &str, version: &str) {
     let called = report
         .spans
         .iter()
-        .find(|s| s.kind == "client" && s.attributes.get("mcp.method.name").map(String::as_str) == Some("tools/call"))
+        .find(|s| {
+            s.kind == "client"
+                && s.attributes.get("mcp.method.name").map(String::as_str) == Some("tools/call")
+        })
         .expect("the Python client's span of the call");
     assert_eq!(called.trace_id, host.trace_id);
     let spans = traces.spans();
@@ -446,7 +462,10 @@ async fn a_modelctx_trace_continues_in_python(version: Option<ProtocolVersion>) 
     );
     assert!(served.parent_is_remote);
     assert_eq!(
-        served.attributes.get("mcp.protocol.version").map(String::as_str),
+        served
+            .attributes
+            .get("mcp.protocol.version")
+            .map(String::as_str),
         Some(negotiated.as_str())
     );
     if let Some(version) = version {
@@ -464,4 +483,70 @@ async fn a_modelctx_trace_continues_in_python_legacy() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_modelctx_trace_continues_in_python_modern() {
     a_modelctx_trace_continues_in_python(None).await;
+}
+
+/// The last value of gauge `name` for the server named `server`.
+fn gauge(name: &str, server: &str) -> Option<u64> {
+    let (provider, exporter) = metrics();
+    provider.force_flush().expect("flushed");
+    let exported = exporter.get_finished_metrics().expect("the metrics");
+    let with = KeyValue::new("mcp.server.name", server.to_owned());
+    let last = exported.last()?;
+    for scope in last.scope_metrics() {
+        for metric in scope.metrics().filter(|m| m.name() == name) {
+            let AggregatedMetrics::U64(MetricData::Gauge(gauge)) = metric.data() else {
+                panic!("{name} is a gauge of u64")
+            };
+            for point in gauge.data_points() {
+                if point.attributes().any(|kv| *kv == with) {
+                    return Some(point.value());
+                }
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn the_gauges_show_the_work_under_way() {
+    metrics();
+    let release = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let held = release.clone();
+    let server = modelctx_server::Server::builder("otel-gauges", "1.0.0")
+        .tool(modelctx_server::Tool::new(
+            "hold",
+            move |_: modelctx_server::NoArgs| {
+                let held = held.clone();
+                async move {
+                    let _ = held.acquire().await;
+                    "released"
+                }
+            },
+        ))
+        .build();
+    let client = connect_in_memory(&server, Client::builder("gauges", "1.0.0")).await;
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_tool("hold", json!({})).await }
+    });
+    modelctx_tests::http::within("the handler starts", async {
+        while server.load().handlers == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(gauge("mcp.server.handlers", "otel-gauges"), Some(1));
+    assert_eq!(gauge("mcp.server.connections", "otel-gauges"), Some(1));
+    assert_eq!(gauge("mcp.server.tasks", "otel-gauges"), Some(0));
+    release.add_permits(1);
+    call.await.expect("the call").expect("answered");
+    client.close().await;
+    modelctx_tests::http::within("the connection ends", async {
+        while server.load().connections != 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(gauge("mcp.server.handlers", "otel-gauges"), Some(0));
+    assert_eq!(gauge("mcp.server.connections", "otel-gauges"), Some(0));
 }
