@@ -10,6 +10,7 @@ pub mod http;
 pub mod http_client;
 pub mod node;
 pub mod oidc;
+pub mod python;
 
 use std::path::PathBuf;
 

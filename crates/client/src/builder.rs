@@ -682,6 +682,8 @@ impl ClientBuilder {
             tool_schemas: Mutex::new(Default::default()),
             #[cfg(feature = "http")]
             over_http,
+            #[cfg(feature = "otel")]
+            metrics: crate::observe::Metrics::new(),
             handlers: self.handlers,
             log_level: Mutex::new(None),
             write_timeout: self.write_timeout,

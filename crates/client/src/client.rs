@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tracing::Instrument;
 
 use crate::driver::{Answer, Call, Command, Shared};
 use crate::error::Error;
@@ -425,6 +426,24 @@ impl Client {
     /// answered with the application's handlers and the request retried with a new id, the
     /// `inputResponses` and the `requestState` echoed verbatim, for a bounded number of rounds.
     pub(crate) async fn call(
+        &self,
+        method: &str,
+        mut params: JsonObject,
+        options: &CallOptions,
+    ) -> Result<Answer, Error> {
+        // The call's span and measure (`crate::observe`); its trace context goes in `_meta`.
+        let observed = crate::observe::Observed::start(&self.inner.shared, method, &params);
+        observed.inject(&mut params);
+        let answer = self
+            .call_rounds(method, params, options)
+            .instrument(observed.span().clone())
+            .await;
+        observed.finish(&answer);
+        answer
+    }
+
+    /// [`Client::call`]'s rounds: one, or those of a modern multi round-trip request.
+    async fn call_rounds(
         &self,
         method: &str,
         mut params: JsonObject,

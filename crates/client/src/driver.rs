@@ -175,6 +175,9 @@ pub(crate) struct Shared {
     pub(crate) tasks: Option<Arc<crate::tasks::Receiver>>,
     /// The task handles the server's status notifications reach.
     pub(crate) task_watchers: crate::tasks::Watchers,
+    /// The operation metrics' instruments (`crate::observe`).
+    #[cfg(feature = "otel")]
+    pub(crate) metrics: crate::observe::Metrics,
 }
 
 impl Shared {
@@ -870,21 +873,26 @@ impl Driver {
                     .as_ref()
                     .and_then(|tasks| tasks.intercept(&handlers, &request));
                 let holds_calls = about_tasks.is_none();
-                let task = tokio::spawn(async move {
-                    let answer = match about_tasks {
-                        Some(answer) => answer.await,
-                        None => {
-                            handlers
-                                .answer_request(
-                                    request.version,
-                                    &request.method,
-                                    request.params.as_deref(),
-                                )
-                                .await
-                        }
-                    };
-                    let _ = answers.send((request.id, generation, answer));
-                });
+                // Answered in a span of its own, under the server's trace context.
+                let span = crate::observe::answer_span(&request);
+                let task = tokio::spawn(tracing::Instrument::instrument(
+                    async move {
+                        let answer = match about_tasks {
+                            Some(answer) => answer.await,
+                            None => {
+                                handlers
+                                    .answer_request(
+                                        request.version,
+                                        &request.method,
+                                        request.params.as_deref(),
+                                    )
+                                    .await
+                            }
+                        };
+                        let _ = answers.send((request.id, generation, answer));
+                    },
+                    span,
+                ));
                 let during = self.asked_now.remove(&id);
                 let holds = if holds_calls {
                     self.hold_calls(during)

@@ -115,6 +115,9 @@
 //! * `validation` (default): `structuredContent` checked against output schemas.
 //! * `auth`: [`ClientBuilder::auth`] and the [`auth`] module (pulls in modelctx-auth's client
 //!   half; with `rustls`, HTTPS to authorization servers too).
+//! * `otel`: the call spans ([`observe`]) as OpenTelemetry spans through `tracing-opentelemetry`,
+//!   their W3C trace context put in `params._meta`, the server's requests answered under theirs,
+//!   and `mcp.client.operation.duration` on the global meter provider.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // The docs name `ClientBuilder::auth` and the `auth` module, which exist with feature `auth`.
 #![cfg_attr(not(feature = "auth"), allow(rustdoc::broken_intra_doc_links))]
@@ -129,6 +132,7 @@ mod input;
 mod link;
 pub mod middleware;
 mod notify;
+pub mod observe;
 mod output;
 #[cfg(feature = "http")]
 mod params;

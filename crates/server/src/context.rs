@@ -8,6 +8,7 @@ use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage
 use modelctx_types::{JsonObject, ProgressToken, RequestId, model, v2026_07_28 as wire};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::input::{Asked, InputError, NoAnswer};
 use crate::run::Command;
@@ -295,6 +296,7 @@ impl Context {
             }
             *last = Some(progress);
         }
+        crate::observe::progress(progress, total, message);
         if let Some(task) = task {
             // A task's progress is its status message.
             let message = match (message, total) {
@@ -526,6 +528,26 @@ impl Context {
         checked: Option<&JsonObject>,
         key: Option<String>,
     ) -> Result<Value, InputError> {
+        // The question's span, nested under the request's (`crate::observe`).
+        let span = crate::observe::question_span(method);
+        let answer = self
+            .ask_in(method, params, checked, key, &span)
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = &answer {
+            crate::observe::question_failed(&span, error);
+        }
+        answer
+    }
+
+    async fn ask_in(
+        &self,
+        method: &str,
+        mut params: JsonObject,
+        checked: Option<&JsonObject>,
+        key: Option<String>,
+        span: &tracing::Span,
+    ) -> Result<Value, InputError> {
         let allowed = match &self.inner.client_capabilities {
             Some(caps) => modelctx_session::client_can_answer(
                 self.inner.version,
@@ -552,6 +574,8 @@ impl Context {
                 Asked::Abandoned => std::future::pending().await,
             };
         }
+        // A request of its own on the wire: it carries the question's trace context.
+        crate::observe::inject(&mut params, span);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let asked = self
             .inner

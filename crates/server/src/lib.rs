@@ -129,6 +129,10 @@
 //! * `validation` (default): arguments and structured results validated against their schemas,
 //!   compiled once into a bounded cache; no `$ref` is ever fetched; size and depth limited
 //!   (`modelctx_types::schema`, through its `validation` feature).
+//! * `otel`: the request spans ([`observe`]) as OpenTelemetry spans through
+//!   `tracing-opentelemetry`, their parent the W3C trace context of `params._meta`, and the
+//!   operation metrics and load gauges on the global meter provider (the OpenTelemetry API only:
+//!   the application installs the SDK and exporter of its choice).
 //!
 //! # What it does not do
 //!
@@ -160,7 +164,10 @@
 //! Its [`middleware`] chain wraps handlers, not the session: what the session answers itself
 //! (`initialize`, `ping`, a refusal by its era's rules) and the legacy `resources/subscribe`
 //! and `resources/unsubscribe` do not go through the layers, and a layer sees a request once it
-//! is routed (editing it does not change what the handler gets).
+//! is routed (editing it does not change what the handler gets). It exports no traces or
+//! metrics by itself (feature `otel` records on the global providers) and counts no legacy
+//! sessions, SSE streams or stored events for the metrics (the transport does not report them
+//! yet).
 //!
 //! It keeps no task and no channel per legacy HTTP session: between requests a session is a
 //! [`SessionState`] in the server's [`SessionStore`] (an [`InMemoryStore`] by default, set
@@ -199,6 +206,7 @@ mod route;
 pub mod middleware;
 
 pub mod bus;
+pub mod observe;
 mod registry;
 #[cfg(feature = "http")]
 mod scopes;

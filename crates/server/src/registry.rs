@@ -140,6 +140,9 @@ pub(crate) struct Shared {
     pub(crate) guard: Option<Arc<dyn modelctx_http::server::Guard>>,
     /// [`ServerBuilder::layer`](crate::ServerBuilder::layer)'s chain; `None`: no layer.
     pub(crate) layers: Option<crate::middleware::Chain>,
+    /// The operation metrics' instruments (`crate::observe`).
+    #[cfg(feature = "otel")]
+    pub(crate) metrics: crate::observe::Metrics,
 }
 
 /// Counters of what is under way.

@@ -632,8 +632,12 @@ impl ServerBuilder {
                 #[cfg(feature = "http")]
                 guard: self.guard,
                 layers: self.layers.build(),
+                #[cfg(feature = "otel")]
+                metrics: crate::observe::Metrics::new(),
             }),
         };
+        #[cfg(feature = "otel")]
+        crate::observe::gauges(&server.shared);
         if let Some((bus, outgoing)) = outgoing {
             let shared = Arc::downgrade(&server.shared);
             tokio::spawn(crate::bus::run(shared, bus, outgoing));

@@ -29,6 +29,7 @@ mod oauth_client;
 mod oauth_client_ts;
 mod oauth_hostile;
 mod oidc_as;
+mod otel;
 mod readme;
 mod redis_bus;
 mod redis_events;

@@ -517,18 +517,24 @@ fn start(
     origin: &Origin,
 ) {
     let generation = request.generation;
+    // The request's span and measure (`crate::observe`): it is routed in its span, its handler
+    // runs in it.
+    let observed = crate::observe::Observed::start(shared, &request, origin);
+    let _in_span = observed.span().clone().entered();
     // The scopes again, before anything of the request is done (defense in depth: the
     // transport refused it already, if it asked the same guard).
     #[cfg(feature = "http")]
     if let Err(error) = crate::scopes::check(shared, &request, origin) {
-        return refuse(session, book, &request, error);
+        return refuse(session, book, &request, error, observed);
     }
     if let Some(answer) = subscription(shared, &request, book, origin) {
         let id = request.id.clone();
+        let answer = answer.and_then(|v| crate::wire::raw(&v));
+        observed.finish(&answer);
         let respond = Command::Respond {
             id,
             generation,
-            answer: answer.and_then(|v| crate::wire::raw(&v)),
+            answer,
         };
         return apply(session, respond, book);
     }
@@ -541,10 +547,13 @@ fn start(
         Route::Now(answer) => {
             if let Some(layers) = layers {
                 let handler = layers.now(middleware_request(&mut request, origin), answer);
+                // The span ends with what the chain answers.
+                let handler: BoxFuture<Answer> = Box::pin(observed.wrap(handler));
                 return answer_with(
                     session, book, commands, request.id, generation, handler, None,
                 );
             }
+            observed.finish(&answer);
             // (The session completes modern list results with `Settings::list_cache`.)
             let id = request.id.clone();
             let respond = Command::Respond {
@@ -562,7 +571,7 @@ fn start(
         match shared.limiter.admit(principal.as_deref()) {
             Ok(permit) => Some(permit),
             Err(error) => {
-                return refuse(session, book, &request, error);
+                return refuse(session, book, &request, error, observed);
             }
         }
     } else {
@@ -582,7 +591,7 @@ fn start(
                 mrtr = Some(state);
             }
             Err(error) => {
-                return refuse(session, book, &request, error);
+                return refuse(session, book, &request, error, observed);
             }
         }
     }
@@ -637,13 +646,17 @@ fn start(
         }),
     };
     let counted = shared.clone();
-    let mut handler: BoxFuture<Answer> = Box::pin(async move {
+    let running = async move {
         let _running = crate::registry::Counted::new(&counted.load.handlers);
         runner(context).await
-    });
-    if let Some((layers, request, cancelled)) = layered {
-        handler = layers.run(request, handler, cancelled);
-    }
+    };
+    // The span ends with what the handler, or the chain around it, answers.
+    let handler: BoxFuture<Answer> = match layered {
+        None => Box::pin(observed.wrap(running)),
+        Some((layers, request, cancelled)) => {
+            Box::pin(observed.wrap(layers.run(request, Box::pin(running), cancelled)))
+        }
+    };
     answer_with(session, book, commands, id, generation, handler, permit);
 }
 
@@ -756,14 +769,17 @@ fn refuse(
     book: &mut Book,
     request: &IncomingRequest,
     error: ErrorObject,
+    observed: crate::observe::Observed,
 ) {
     let id = request.id.clone();
+    let answer = Err(error);
+    observed.finish(&answer);
     apply(
         session,
         Command::Respond {
             id,
             generation: request.generation,
-            answer: Err(error),
+            answer,
         },
         book,
     );
