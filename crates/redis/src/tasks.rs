@@ -103,7 +103,7 @@ fn parse_cursor(cursor: &str) -> Option<String> {
 }
 
 /// The name of instance `number`, whose lease says `holder`, in a task record
-/// ([`TaskRecord::instance`]): `N:HOLDER` (`3:host:1234`).
+/// (`TaskRecord::instance`): `N:HOLDER` (`3:host:1234`).
 fn instance_name(number: u16, holder: &str) -> String {
     format!("{number}:{holder}")
 }
@@ -178,7 +178,7 @@ struct Scripts {
 /// growing) and reads again, 100 times at most.
 ///
 /// Each task names the instance that created it, whose process runs its handler
-/// ([`TaskRecord::instance`], `N:host:pid`: the instance number and what its lease
+/// (`TaskRecord::instance`, `N:host:pid`: the instance number and what its lease
 /// `PREFIX:inst:N` says). When [`get`](TaskStore::get), [`update`](TaskStore::update) or
 /// [`list`](TaskStore::list) reads a task not finished (`working`, `input_required`) of another
 /// instance, it reads that instance's lease (one `GET`; for a page, one per instance named, in

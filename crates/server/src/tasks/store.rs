@@ -139,7 +139,7 @@ impl TaskRecord {
         }
     }
 
-    /// Sets the instance running the task's handler ([`TaskRecord::instance`]; `None`: a store
+    /// Sets the instance running the task's handler (`TaskRecord::instance`; `None`: a store
     /// of one process).
     pub fn instance(mut self, instance: Option<String>) -> TaskRecord {
         self.instance = instance;
@@ -446,7 +446,7 @@ impl TaskStoreError {
 /// * bound each call in time, and say why it failed ([`TaskStoreError::unavailable`] when the
 ///   backend cannot be reached);
 /// * name the instance that creates a task ([`instance`](TaskStore::instance), written by the
-///   runner into [`TaskRecord::instance`]) and settle a task whose instance is gone: when
+///   runner into `TaskRecord::instance`) and settle a task whose instance is gone: when
 ///   [`get`](TaskStore::get), [`update`](TaskStore::update) or [`list`](TaskStore::list) finds
 ///   a task not terminal (`working`, `input_required`) of an instance that is no longer alive
 ///   (by the store's own liveness, a lease), it applies [`TaskUpdate::orphaned`] (`failed`)
@@ -499,7 +499,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     fn count(&self) -> TaskStoreFuture<'_, usize>;
 
     /// This process's name among the instances that share the store, which the runner writes
-    /// into each task it creates ([`TaskRecord::instance`]); `None` (the default) for a store
+    /// into each task it creates (`TaskRecord::instance`); `None` (the default) for a store
     /// of one process.
     fn instance(&self) -> Option<String> {
         None
