@@ -43,7 +43,13 @@ commands:
       stores (bench/src/bin/mc_fleet.rs: one instance, and two behind nginx; needs
       redis-server and nginx), and the load generator) in release mode into bench/target, runs every workload against every implementation,
       interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also
-      runs B1 (clean builds of bench/minimal/*, a few minutes more)
+      runs B1 (clean builds of bench/minimal/*, a few minutes more). Without redis-server or
+      nginx the fleet rows are skipped, and the page says so
+  bench --fleet
+      only the workloads with fleet rows (H3-16, H3, H4-16, H4) against modelctx in memory, its
+      Redis stores rows and bare hyper, written as their own section into docs/benchmarks.md
+      (the rest of the page is left as it is); without redis-server or nginx it says so and
+      writes nothing
   ci [--step NAME]
       everything CI checks (or only the step NAME, as the step list names it): fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
@@ -96,6 +102,9 @@ fn main() -> ExitCode {
             release::run(&schema::project_root(), &args[1..]).map_err(Into::into)
         }
         Some("bench") if args.len() == 1 => bench::run(&schema::project_root()).map_err(Into::into),
+        Some("bench") if args.len() == 2 && args[1] == "--fleet" => {
+            bench::run_fleet(&schema::project_root()).map_err(Into::into)
+        }
         Some("node") if args.len() == 1 => node_cmd(),
         Some("soak") => soak::run(&schema::project_root(), &args[1..]).map_err(Into::into),
         Some("conformance") if args.len() == 1 => {

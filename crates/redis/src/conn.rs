@@ -417,7 +417,7 @@ impl Fleet {
     /// every instance (see [`RedisTaskStore`] for its keys and bounds), for
     /// [`ServerBuilder::task_store`](modelctx_server::ServerBuilder::task_store).
     pub fn task_store(&self) -> RedisTaskStore {
-        RedisTaskStore::new(self.shared.clone())
+        RedisTaskStore::new(self.shared.clone(), self.instance, &self.holder)
     }
 
     /// The [`Bus`](modelctx_server::bus::Bus) of this instance on this fleet's Redis

@@ -26,7 +26,10 @@
 //!   [`TaskStore`](modelctx_server::tasks::TaskStore): the tasks of every instance (a tool call
 //!   run as a task), so a task created through one instance is polled, fed input and cancelled
 //!   through any other; each task expires from Redis `ttl` after its creation, and the store's
-//!   bounds (in all, per principal) are checked atomically, in one script with the write.
+//!   bounds (in all, per principal) are checked atomically, in one script with the write. Each
+//!   task names the instance running its handler: once that instance's lease is gone, the first
+//!   instance that reads the task settles it `failed` ("the instance running this task
+//!   stopped"), exactly once (a compare-and-set of its version).
 //! - Every call is cut after [`FleetConfig::op_timeout`] (1 s by default): a lost Redis makes
 //!   calls fail quickly with an error whose [`Error::is_unavailable`] is true (a store error or
 //!   bus error of kind `Unavailable`), never hang; when Redis is back, calls work again without
@@ -55,7 +58,7 @@
 //! | `PREFIX:{s:SID}:meta` | hash, per stream `S`: `o:S` owner instance, `p:S` pending request ids (JSON), `f:S` finished, `l:S` last and `t:S` last trimmed sequence number, `b:S` bytes; `sa` the standalone stream | the open, append, finish, `fail_orphan` scripts; `set_standalone` | idle |
 //! | `PREFIX:{s:SID}:ev:S` | stream, the events of SSE stream `S` (entry `SEQ-0`, field `d`) | the append script (`XADD MAXLEN = 1024`) | 5 min after its last append |
 //! | `PREFIX:{s:SID}:ch` | channel: `S PREV SEQ\n<data>` per event, `fin S` | the append and finish scripts | — |
-//! | `PREFIX:{tasks}:t:ID` | hash: `v` version, `r` the `TaskRecord` as JSON | the task store's create script, then `update` (compare the version and set, in a script) | `PEXPIREAT` its creation + its ttl (none without a ttl) |
+//! | `PREFIX:{tasks}:t:ID` | hash: `v` version, `r` the `TaskRecord` as JSON (its `instance`: `N:host:pid`) | the task store's create script, then `update` and the settling of a gone instance's task (compare the version and set, in a script) | `PEXPIREAT` its creation + its ttl (none without a ttl) |
 //! | `PREFIX:{tasks}:own` | hash, per task `ID`: `CREATED\|P` (creation time on 20 digits, principal) | the create, remove and purge scripts | — (emptied as tasks go) |
 //! | `PREFIX:{tasks}:exp` | sorted set of the task ids that expire, by expiry | the create, remove and purge scripts | — |
 //! | `PREFIX:{tasks}:p:P` | sorted set (lexical) of `CREATED:ID`, principal `P`'s tasks (`-` for none, `=NAME`) | the create, remove and purge scripts | — |

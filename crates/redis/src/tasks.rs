@@ -11,6 +11,7 @@ use redis::Script;
 
 use crate::conn::Shared;
 use crate::error::Error;
+use crate::keys::MAX_INSTANCES;
 
 /// The scripts that use the shared functions (forget, purge, Redis's clock).
 macro_rules! with_tasks_fn {
@@ -101,6 +102,51 @@ fn parse_cursor(cursor: &str) -> Option<String> {
     Some(entry(created.parse().ok()?, id))
 }
 
+/// The name of instance `number`, whose lease says `holder`, in a task record
+/// (`TaskRecord::instance`): `N:HOLDER` (`3:host:1234`).
+fn instance_name(number: u16, holder: &str) -> String {
+    format!("{number}:{holder}")
+}
+
+/// An instance a task record names: its number and what its lease says while it lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owner<'a> {
+    number: u16,
+    holder: &'a str,
+}
+
+/// The instance of a name written by [`instance_name`]; `None` for a name this store did not
+/// write.
+fn parse_owner(name: &str) -> Option<Owner<'_>> {
+    let (number, holder) = name.split_once(':')?;
+    if number.is_empty() || holder.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let number: u16 = number.parse().ok()?;
+    (number < MAX_INSTANCES).then_some(Owner { number, holder })
+}
+
+/// The instance whose lease says whether `record`'s handler may still run, when there is one
+/// to ask: not for a terminal task, a task naming no instance (or a name this store did not
+/// write), or a task of this instance (`me`), which is alive as it asks.
+fn owner_to_check<'r>(record: &'r TaskRecord, me: &str) -> Option<Owner<'r>> {
+    if record.status.is_terminal() {
+        return None;
+    }
+    let name = record.instance.as_deref()?;
+    if name == me {
+        return None;
+    }
+    parse_owner(name)
+}
+
+/// Whether `owner` is gone when its lease key holds `lease` (`None`: no key): no lease (it ran
+/// out, 15 s by default, or was given back), or the lease of another process (the number was
+/// taken again after the owner died).
+fn is_gone(owner: Owner<'_>, lease: Option<&str>) -> bool {
+    lease != Some(owner.holder)
+}
+
 #[derive(Debug)]
 struct Scripts {
     create: Script,
@@ -131,6 +177,18 @@ struct Scripts {
 /// back only if its version did not change in between; else it waits a little (a random time,
 /// growing) and reads again, 100 times at most.
 ///
+/// Each task names the instance that created it, whose process runs its handler
+/// (`TaskRecord::instance`, `N:host:pid`: the instance number and what its lease
+/// `PREFIX:inst:N` says). When [`get`](TaskStore::get), [`update`](TaskStore::update) or
+/// [`list`](TaskStore::list) reads a task not finished (`working`, `input_required`) of another
+/// instance, it reads that instance's lease (one `GET`; for a page, one per instance named, in
+/// one pipeline); when the lease is gone, or held by another process, the task is settled
+/// `failed` with [`TaskUpdate::orphaned`] ("the instance running this task stopped"), with the
+/// same compare-and-set of the version as any update, so that of the instances reading it at
+/// once exactly one settles it; the call answers the settled task (an update is then not
+/// applied). A task is so settled within the lease (15 s by default) of its instance's death,
+/// at the first read after; nothing scans the tasks.
+///
 /// All the keys share the hash tag `{tasks}`: on Redis Cluster they are in one slot, as the
 /// bound over all tasks must be checked in one script. A principal's tasks are seen only by that
 /// principal: `get`, `update` and `list` of another principal find nothing. Every call fails
@@ -140,6 +198,8 @@ struct Scripts {
 #[derive(Debug, Clone)]
 pub struct RedisTaskStore {
     shared: Arc<Shared>,
+    /// This instance's name in the records ([`instance_name`]).
+    me: Arc<str>,
     keys: TaskKeys,
     scripts: Arc<Scripts>,
     max_tasks: usize,
@@ -147,9 +207,11 @@ pub struct RedisTaskStore {
 }
 
 impl RedisTaskStore {
-    pub(crate) fn new(shared: Arc<Shared>) -> RedisTaskStore {
+    /// The store of instance `instance`, whose lease says `holder`.
+    pub(crate) fn new(shared: Arc<Shared>, instance: u16, holder: &str) -> RedisTaskStore {
         RedisTaskStore {
             keys: TaskKeys::new(&shared.config.prefix),
+            me: instance_name(instance, holder).into(),
             shared,
             scripts: Arc::new(Scripts {
                 create: Script::new(CREATE),
@@ -248,11 +310,92 @@ impl RedisTaskStore {
         id: &str,
         principal: Option<&str>,
     ) -> Result<Option<TaskRecord>, TaskStoreError> {
-        Ok(self
-            .read(id)
-            .await?
-            .map(|(_, record)| record)
-            .filter(|record| record.belongs_to(principal)))
+        let Some((version, record)) = self.read(id).await? else {
+            return Ok(None);
+        };
+        if !record.belongs_to(principal) {
+            return Ok(None);
+        }
+        self.checked(id, version, record).await
+    }
+
+    /// Task `id`, read at `version` as `record`, once its instance is checked: settled `failed`
+    /// when that instance is gone ([`owner_to_check`], [`is_gone`]); `None` when the task
+    /// disappeared meanwhile.
+    async fn checked(
+        &self,
+        id: &str,
+        mut version: String,
+        mut record: TaskRecord,
+    ) -> Result<Option<TaskRecord>, TaskStoreError> {
+        for lost in 0..UPDATE_TRIES {
+            if lost > 0 {
+                tokio::time::sleep(backoff(lost)).await;
+                let Some((v, r)) = self.read(id).await? else {
+                    return Ok(None);
+                };
+                (version, record) = (v, r);
+            }
+            let Some(owner) = owner_to_check(&record, &self.me) else {
+                return Ok(Some(record));
+            };
+            if !self.gone(owner).await? {
+                return Ok(Some(record));
+            }
+            if let Some(settled) = self.settle(id, &version, &record).await? {
+                return Ok(Some(settled));
+            }
+        }
+        Err(TaskStoreError::failed(format!(
+            "task {id} changed under {UPDATE_TRIES} reads in a row"
+        )))
+    }
+
+    /// Whether `owner` is gone: its lease, read now.
+    async fn gone(&self, owner: Owner<'_>) -> Result<bool, TaskStoreError> {
+        let lease: Option<String> = self
+            .shared
+            .query(
+                "GET",
+                redis::cmd("GET").arg(self.shared.keys.instance(owner.number)),
+            )
+            .await
+            .map_err(task_error)?;
+        Ok(is_gone(owner, lease.as_deref()))
+    }
+
+    /// Settles task `id`, read at `version` as `record`, `failed` for its gone instance
+    /// ([`TaskUpdate::orphaned`]), if it is still that version: the settled task, or `None` when
+    /// it changed meanwhile (another instance settled it, or its own last update landed).
+    async fn settle(
+        &self,
+        id: &str,
+        version: &str,
+        record: &TaskRecord,
+    ) -> Result<Option<TaskRecord>, TaskStoreError> {
+        let outcome = Updated::of(record.clone(), &TaskUpdate::orphaned(), now_ms());
+        let json = serde_json::to_string(&outcome.record).map_err(|source| {
+            task_error(Error::Corrupt {
+                op: "settle task",
+                source,
+            })
+        })?;
+        let mut call = self.scripts.swap.prepare_invoke();
+        call.key(self.keys.task(id)).arg(version).arg(json);
+        let swapped: i64 = self
+            .shared
+            .eval("settle task", &call)
+            .await
+            .map_err(task_error)?;
+        if swapped != 1 {
+            return Ok(None);
+        }
+        tracing::warn!(
+            task = %id,
+            instance = record.instance.as_deref().unwrap_or_default(),
+            "the instance running a task is gone: the task is settled failed"
+        );
+        Ok(Some(outcome.record))
     }
 
     async fn update_task(
@@ -270,6 +413,16 @@ impl RedisTaskStore {
             };
             if !record.belongs_to(principal) {
                 return Ok(None);
+            }
+            if let Some(owner) = owner_to_check(&record, &self.me)
+                && self.gone(owner).await?
+            {
+                // Its handler is gone: the task fails, and the update (now of a terminal task)
+                // is not applied.
+                match self.settle(id, &version, &record).await? {
+                    Some(settled) => return Ok(Some(Updated::of(settled, update, now_ms()))),
+                    None => continue,
+                }
             }
             let outcome = Updated::of(record, update, now_ms());
             if !outcome.applied {
@@ -350,7 +503,57 @@ impl RedisTaskStore {
         } else {
             None
         };
+        let tasks = self.settle_page(tasks).await?;
         Ok(TaskPage::new(tasks, next))
+    }
+
+    /// A page of tasks, those of gone instances settled: the leases of the other instances the
+    /// page names are read in one pipeline, and each task found orphaned is read again and
+    /// settled ([`checked`](Self::checked)).
+    async fn settle_page(&self, tasks: Vec<TaskRecord>) -> Result<Vec<TaskRecord>, TaskStoreError> {
+        let mut numbers: Vec<u16> = tasks
+            .iter()
+            .filter_map(|record| owner_to_check(record, &self.me))
+            .map(|owner| owner.number)
+            .collect();
+        if numbers.is_empty() {
+            return Ok(tasks);
+        }
+        numbers.sort_unstable();
+        numbers.dedup();
+        let mut pipe = redis::pipe();
+        for number in &numbers {
+            pipe.cmd("GET").arg(self.shared.keys.instance(*number));
+        }
+        let leases: Vec<Option<String>> = self
+            .shared
+            .pipeline("GET leases", &pipe)
+            .await
+            .map_err(task_error)?;
+        let lease_of = |number: u16| {
+            numbers
+                .binary_search(&number)
+                .ok()
+                .and_then(|i| leases.get(i))
+                .and_then(Option::as_deref)
+        };
+        let mut page = Vec::with_capacity(tasks.len());
+        for record in tasks {
+            let orphaned = owner_to_check(&record, &self.me)
+                .is_some_and(|owner| is_gone(owner, lease_of(owner.number)));
+            if !orphaned {
+                page.push(record);
+                continue;
+            }
+            let id = record.task_id.clone();
+            // Removed or expired meanwhile: left out of the page.
+            if let Some((version, again)) = self.read(&id).await?
+                && let Some(settled) = self.checked(&id, version, again).await?
+            {
+                page.push(settled);
+            }
+        }
+        Ok(page)
     }
 
     async fn remove_task(&self, id: &str) -> Result<(), TaskStoreError> {
@@ -438,6 +641,11 @@ impl TaskStore for RedisTaskStore {
     fn count(&self) -> TaskStoreFuture<'_, usize> {
         Box::pin(async move { self.purge_all().await.map(|(_, held)| held) })
     }
+
+    /// `N:host:pid`: this instance's number and what its lease says.
+    fn instance(&self) -> Option<String> {
+        Some(self.me.to_string())
+    }
 }
 
 /// A random wait below `UPDATE_BACKOFF * lost`, at most 50 ms.
@@ -487,7 +695,7 @@ pub(crate) fn task_error(error: Error) -> TaskStoreError {
 mod tests {
     use std::error::Error as _;
 
-    use modelctx_server::tasks::TaskStoreErrorKind;
+    use modelctx_server::tasks::{TaskStatus, TaskStoreErrorKind};
 
     use super::*;
 
@@ -567,6 +775,94 @@ mod tests {
         ] {
             assert_eq!(parse_cursor(bad), None, "{bad:?}");
         }
+    }
+
+    fn task(status: TaskStatus, instance: Option<&str>) -> TaskRecord {
+        let mut record = TaskRecord::new(
+            "t",
+            None,
+            "tools/call",
+            "2026-07-28",
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1),
+        )
+        .instance(instance.map(str::to_owned));
+        record.status = status;
+        record
+    }
+
+    /// Names round-trip; a name this store did not write (no number, a number beyond the
+    /// instances, no holder) names no instance to check.
+    #[test]
+    fn an_instance_is_named_by_its_number_and_lease_holder() {
+        let name = instance_name(3, "host:1234");
+        assert_eq!(name, "3:host:1234");
+        assert_eq!(
+            parse_owner(&name),
+            Some(Owner {
+                number: 3,
+                holder: "host:1234"
+            })
+        );
+        assert_eq!(
+            parse_owner("4095:h:1").map(|o| o.number),
+            Some(MAX_INSTANCES - 1)
+        );
+        for bad in [
+            "",
+            "3",
+            "3:",
+            ":h:1",
+            "4096:h:1",
+            "-1:h:1",
+            "x:h:1",
+            "99999:h:1",
+        ] {
+            assert_eq!(parse_owner(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Which tasks are checked at all: only unfinished tasks of another instance this store
+    /// named; never this instance's own, a terminal task, or one naming no instance (a task
+    /// written before records named it, or by a store of one process).
+    #[test]
+    fn only_unfinished_tasks_of_other_instances_are_checked() {
+        let me = instance_name(1, "here:10");
+        let other = instance_name(2, "there:20");
+        for status in [TaskStatus::Working, TaskStatus::InputRequired] {
+            assert_eq!(
+                owner_to_check(&task(status, Some(&other)), &me),
+                Some(Owner {
+                    number: 2,
+                    holder: "there:20"
+                }),
+                "{status}"
+            );
+            assert_eq!(owner_to_check(&task(status, Some(&me)), &me), None);
+            assert_eq!(owner_to_check(&task(status, None), &me), None);
+            assert_eq!(owner_to_check(&task(status, Some("garbage")), &me), None);
+        }
+        for status in [
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Cancelled,
+        ] {
+            assert_eq!(owner_to_check(&task(status, Some(&other)), &me), None);
+        }
+    }
+
+    /// The lease states: held by the owner (alive), missing (ran out or given back: gone),
+    /// held by another process that took the number again (gone).
+    #[test]
+    fn an_owner_is_gone_when_its_lease_is_not_its_own() {
+        let owner = Owner {
+            number: 7,
+            holder: "host:1234",
+        };
+        assert!(!is_gone(owner, Some("host:1234")));
+        assert!(is_gone(owner, None));
+        assert!(is_gone(owner, Some("host:9999")));
+        assert!(is_gone(owner, Some("other:1234")));
+        assert!(is_gone(owner, Some("")));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod fleet_harness;
 mod fleet_legacy;
 mod fleet_memory;
 mod fleet_modern;
+mod fleet_tasks;
 mod fleet_ts;
 mod http_client;
 mod http_client_robustness;

@@ -1,8 +1,8 @@
 //! `modelctx-redis`'s task store on a real `redis-server` (the fleet harness's, with AOF): the
 //! `TaskStore` contract (`modelctx_server::tasks::conformance`) with Redis's memory back to its
 //! start after; the keys (one hash tag, a task's expiry from its creation); tasks shared by two
-//! instances, the bound shared with them, updates made at once by both never lost; and calls
-//! while Redis is dead.
+//! instances, the bound shared with them, updates made at once by both never lost; the tasks of
+//! a gone instance settled `failed` (lease states set by hand); and calls while Redis is dead.
 //!
 //! Without `redis-server`, each test says why and passes, unless `MODELCTX_REQUIRE_FLEET` is set
 //! (`cargo xtask ci` sets it): then it fails.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use modelctx_redis::{Fleet, FleetConfig, RedisTaskStore};
 use modelctx_server::tasks::conformance::{self, Limits};
 use modelctx_server::tasks::{
-    TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate,
+    ORPHANED, TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreErrorKind, TaskUpdate,
 };
 use modelctx_tests::fleet::{Redis, RespValue};
 use modelctx_tests::http::within;
@@ -318,6 +318,173 @@ async fn updates_at_once_through_two_instances_are_never_lost() {
         .text();
     assert_eq!(version.as_deref(), Some("41"), "one version per update");
     stores[0].remove("busy").await.unwrap();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// The lease states of the instance a task names, set by hand in Redis: a task not finished
+/// (`working` or `input_required`) of an instance whose lease is gone, or held by another
+/// process, is settled `failed` with the words of the legacy requests by whichever instance
+/// reads it (`get`, `list`, `update`), exactly once when many read it at the same time (one
+/// version more, whoever wins); a task of an instance whose lease is its own, a finished task
+/// and a task naming no instance are left as they are.
+#[tokio::test]
+async fn a_task_of_a_gone_instance_is_settled_failed_once_by_whoever_reads_it() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let a = connect(&redis, FleetConfig::new()).await;
+    let b = connect(&redis, FleetConfig::new()).await;
+    let (on_a, on_b) = (a.task_store(), b.task_store());
+    assert_eq!(
+        on_a.instance(),
+        Some(format!("{}:{}", a.instance(), a.holder()))
+    );
+    // 4000: no lease; 4001: its own lease (alive); 4002: its number taken by another process.
+    redis
+        .command(&["SET", "mcx:inst:4001", "ghost:2", "PX", "60000"])
+        .await;
+    redis
+        .command(&["SET", "mcx:inst:4002", "someone-else:9", "PX", "60000"])
+        .await;
+    let of = |id: &str, instance: &str| {
+        record(id, Some("alice"))
+            .ttl_ms(Some(60_000))
+            .instance(Some(instance.to_owned()))
+    };
+    let mut waiting = of("waiting", "4000:ghost:1");
+    waiting.status = TaskStatus::InputRequired;
+    waiting.input_requests.insert(
+        "q".into(),
+        json!({"method": "elicitation/create", "params": {}}),
+    );
+    let tasks = [
+        waiting,
+        of("dead", "4000:ghost:1"),
+        of("alive", "4001:ghost:2"),
+        of("reused", "4002:ghost:3"),
+        of("mine", &on_a.instance().unwrap()),
+        of("listed", "4000:ghost:1"),
+        of("cancelled", "4000:ghost:1"),
+        record("unnamed", Some("alice")).ttl_ms(Some(60_000)),
+    ];
+    for task in &tasks {
+        on_a.create(task).await.unwrap();
+    }
+    let mut done = of("finished", "4000:ghost:1");
+    done.apply(&TaskUpdate::complete(Default::default()), 1);
+    on_a.create(&done).await.unwrap();
+
+    // Twenty reads at once through both instances: all see it failed, one settled it.
+    let mut reads = Vec::new();
+    for i in 0..20 {
+        let store = if i % 2 == 0 {
+            on_a.clone()
+        } else {
+            on_b.clone()
+        };
+        reads.push(tokio::spawn(async move {
+            store.get("dead", Some("alice")).await
+        }));
+    }
+    for read in reads {
+        let seen = read.await.unwrap().unwrap().expect("the task");
+        assert_eq!(seen.status, TaskStatus::Failed, "{seen:?}");
+        assert_eq!(seen.status_message.as_deref(), Some(ORPHANED));
+        assert_eq!(
+            seen.error.map(serde_json::Value::Object),
+            Some(json!({"code": -32603, "message": ORPHANED}))
+        );
+    }
+    let version = |id: &'static str| {
+        let redis = &redis;
+        async move {
+            redis
+                .command(&["HGET", &format!("mcx:{{tasks}}:t:{id}"), "v"])
+                .await
+                .text()
+        }
+    };
+    assert_eq!(version("dead").await.as_deref(), Some("2"), "settled once");
+
+    // Input-required too, and its questions are gone with it.
+    let waiting = on_b.get("waiting", Some("alice")).await.unwrap().unwrap();
+    assert_eq!(waiting.status, TaskStatus::Failed);
+    assert!(waiting.input_requests.is_empty());
+    // Another principal sees nothing, and settles nothing.
+    assert_eq!(on_b.get("reused", Some("bob")).await.unwrap(), None);
+    assert_eq!(version("reused").await.as_deref(), Some("1"));
+    let reused = on_b.get("reused", Some("alice")).await.unwrap().unwrap();
+    assert_eq!(
+        reused.status,
+        TaskStatus::Failed,
+        "the number was taken again"
+    );
+    for (id, status) in [
+        ("alive", TaskStatus::Working),
+        ("mine", TaskStatus::Working),
+        ("unnamed", TaskStatus::Working),
+        ("finished", TaskStatus::Completed),
+    ] {
+        let seen = on_b.get(id, Some("alice")).await.unwrap().unwrap();
+        assert_eq!(seen.status, status, "{id}");
+        assert_eq!(version(id).await.as_deref(), Some("1"), "{id} not written");
+    }
+
+    // A cancel of an orphaned task: it failed, the cancel is not applied.
+    let cancel = on_b
+        .update("cancelled", Some("alice"), &TaskUpdate::cancel())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!cancel.applied);
+    assert_eq!(cancel.record.status, TaskStatus::Failed);
+    // The owner's own updates are not checked (it is alive as it writes).
+    let asked = on_a
+        .update(
+            "mine",
+            Some("alice"),
+            &TaskUpdate::new().ask("k", json!({"method": "elicitation/create"})),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(asked.applied);
+
+    // A page settles the orphans it shows (read once more and compared-and-set), no others.
+    let page = on_b.list(Some("alice"), None, 20).await.unwrap();
+    let statuses: Vec<(String, TaskStatus)> = page
+        .tasks
+        .iter()
+        .map(|r| (r.task_id.clone(), r.status))
+        .collect();
+    assert!(
+        statuses.contains(&("listed".to_owned(), TaskStatus::Failed)),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.contains(&("alive".to_owned(), TaskStatus::Working)),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.contains(&("mine".to_owned(), TaskStatus::InputRequired)),
+        "{statuses:?}"
+    );
+    assert_eq!(version("listed").await.as_deref(), Some("2"));
+    assert_eq!(page.tasks.len(), 9);
+
+    // Once its lease runs out, the living one's task fails at the next read.
+    redis.command(&["DEL", "mcx:inst:4001"]).await;
+    let alive = on_a.get("alive", Some("alice")).await.unwrap().unwrap();
+    assert_eq!(alive.status, TaskStatus::Failed);
+
+    for task in tasks.iter().chain([&done]) {
+        on_a.remove(&task.task_id).await.unwrap();
+    }
+    redis
+        .command(&["DEL", "mcx:inst:4001", "mcx:inst:4002"])
+        .await;
+    assert!(keys(&redis, "mcx:{tasks}:*").await.is_empty());
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }

@@ -5,12 +5,19 @@
 //! B1 (the clean build of a minimal stdio server) takes minutes, so it runs only with
 //! `MODELCTX_BENCH_BUILD=1`; its last result is kept in `bench/minimal/b1.json` and reported
 //! with its date otherwise.
+//!
+//! The fleet rows (modelctx with the Redis stores, `mc_fleet`) need `redis-server` and `nginx`:
+//! without them a run skips those rows, says so on stderr and under their tables, and measures
+//! the rest. `cargo xtask bench --fleet` measures only the workloads with fleet rows, against
+//! modelctx in memory and the limit of the same run, and writes them as a section of their own
+//! into the existing `docs/benchmarks.md` (the rest of the page stays as the last full run
+//! wrote it).
 
 mod report;
 mod runner;
 mod stats;
 
-pub(crate) use runner::run;
+pub(crate) use runner::{run, run_fleet};
 
 /// Rounds over every cell; a cell reports its median round.
 const ROUNDS: usize = 3;
@@ -46,6 +53,49 @@ struct Implementation {
     program: Program,
     /// A limit (not an MCP implementation): what the others are measured against.
     limit: bool,
+}
+
+impl Implementation {
+    /// Whether it needs `redis-server` and `nginx` (the fleet rows, `mc_fleet`).
+    fn needs_fleet(&self) -> bool {
+        matches!(self.program, Program::Bin(args) if args.first() == Some(&"mc_fleet"))
+    }
+}
+
+/// The implementations `cargo xtask bench --fleet` runs in each workload with fleet rows: modelctx
+/// in memory (the ratios are against it), the fleet rows, and the limit.
+const FLEET_RUN: &[Implementation] = &[MODELCTX_HTTP, MODELCTX_REDIS, MODELCTX_NGINX, RAW_HTTP];
+
+/// The heading (its start) of the section `cargo xtask bench --fleet` writes.
+const FLEET_SECTION: &str = "H3/H4 with the Redis stores";
+
+/// The programs the fleet rows need, and where they are looked for besides the `PATH` (as
+/// `mc_fleet` looks for them: Debian puts nginx in `/usr/sbin`).
+const FLEET_PROGRAMS: &[&str] = &["redis-server", "nginx"];
+const FLEET_DIRS: &[&str] = &["/usr/bin", "/usr/sbin"];
+
+/// Why the fleet rows cannot run here (`None`: they can): the programs not found.
+fn fleet_missing() -> Option<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<std::path::PathBuf> = std::env::split_paths(&path)
+        .chain(FLEET_DIRS.iter().map(std::path::PathBuf::from))
+        .collect();
+    fleet_missing_in(&dirs)
+}
+
+/// Why the fleet rows cannot run with the programs of `dirs`: the programs not found.
+fn fleet_missing_in(dirs: &[std::path::PathBuf]) -> Option<String> {
+    let missing: Vec<&str> = FLEET_PROGRAMS
+        .iter()
+        .copied()
+        .filter(|program| !dirs.iter().any(|dir| dir.join(program).is_file()))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{} not found (on the PATH, in /usr/bin or /usr/sbin; Debian packages redis-server and nginx)",
+            missing.join(" and ")
+        )
+    })
 }
 
 const fn implementation(name: &'static str, program: Program) -> Implementation {
@@ -292,3 +342,29 @@ const MINIMAL: &[(&str, &str, &str)] = &[
 const B1_MODELCTX: &str = "modelctx-stdio-default";
 const B1_RMCP: &str = "rmcp-stdio-min";
 const B1_FLOOR: &str = "floor-stdio-min";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fleet rows need both programs; the reason names each one missing.
+    #[test]
+    fn the_fleet_rows_need_redis_server_and_nginx() {
+        let dir = std::env::temp_dir().join(format!("xtask-bench-fleet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dirs = [dir.clone()];
+        let none = fleet_missing_in(&dirs).expect("nothing there");
+        assert!(
+            none.starts_with("redis-server and nginx not found"),
+            "{none}"
+        );
+        std::fs::write(dir.join("nginx"), "").unwrap();
+        let one = fleet_missing_in(&dirs).expect("no redis-server");
+        assert!(one.starts_with("redis-server not found"), "{one}");
+        std::fs::write(dir.join("redis-server"), "").unwrap();
+        assert_eq!(fleet_missing_in(&dirs), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(MODELCTX_REDIS.needs_fleet() && MODELCTX_NGINX.needs_fleet());
+        assert!(!MODELCTX_HTTP.needs_fleet() && !TS_HTTP.needs_fleet());
+    }
+}

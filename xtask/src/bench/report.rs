@@ -8,10 +8,12 @@ use super::runner::machine;
 use super::stats::{medians, num, verdicts};
 use super::*;
 
+/// The whole page. `fleet_skipped`: why the fleet rows were not measured, when they were not.
 pub(super) fn report(
     results: &[Vec<Vec<Value>>],
     build: Option<(Value, bool)>,
     secs: f64,
+    fleet_skipped: Option<&str>,
 ) -> String {
     let m = medians(results);
     let mut out = String::new();
@@ -93,9 +95,23 @@ pub(super) fn report(
                 if workload
                     .implementations
                     .iter()
-                    .any(|i| i.name == MODELCTX_REDIS.name)
+                    .any(Implementation::needs_fleet)
                 {
-                    let _ = writeln!(out, "\n{FLEET_NOTE}");
+                    match fleet_skipped {
+                        Some(why) => {
+                            let _ = writeln!(
+                                out,
+                                "\n**The Redis stores rows were not measured in this run**: {why}."
+                            );
+                        }
+                        None => {
+                            let _ = writeln!(
+                                out,
+                                "\n{FLEET_NOTE} {}",
+                                fleet_ratios(workload.implementations, figures)
+                            );
+                        }
+                    }
                 }
             }
             Kind::IdleSessions => {
@@ -224,6 +240,10 @@ fn throughput_table(out: &mut String, workload: &Workload, figures: &[Value]) {
         .find(|(i, _)| i.limit)
         .map_or(0.0, |(_, f)| num(f, "calls_per_s"));
     for (i, f) in workload.implementations.iter().zip(figures) {
+        if f.is_null() {
+            // Not measured in this run (skipped): said under the table.
+            continue;
+        }
         let calls = num(f, "calls_per_s");
         let ratio = if base > 0.0 { calls / base } else { 0.0 };
         let of_limit = if limit > 0.0 {
@@ -256,6 +276,152 @@ const FLEET_NOTE: &str = "The two `Redis stores` rows are the same server (`benc
      generator share the same two cores, so a second instance cannot add throughput here. A \
      modern (2026-07-28) request touches no store, so its Redis rows differ from the in-memory \
      one only by what Redis and the bus cost while idle (and by nginx for two instances).";
+
+/// The fleet rows of one table against modelctx in memory (its first row) of the same table, as
+/// ratios: throughput and server CPU per call.
+fn fleet_ratios(implementations: &[Implementation], figures: &[Value]) -> String {
+    let find = |name: &str| {
+        implementations
+            .iter()
+            .zip(figures)
+            .find(|(i, f)| i.name == name && !f.is_null())
+            .map(|(_, f)| f)
+    };
+    let Some(base) = find(MODELCTX_HTTP.name) else {
+        return String::new();
+    };
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let rows: Vec<String> = implementations
+        .iter()
+        .filter(|i| i.needs_fleet())
+        .filter_map(|i| {
+            let f = find(i.name)?;
+            Some(format!(
+                "{} {:.2}x the throughput and {:.1}x the server CPU per call",
+                i.name,
+                ratio(num(f, "calls_per_s"), num(base, "calls_per_s")),
+                ratio(num(f, "cpu_us_per_call"), num(base, "cpu_us_per_call"))
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "In this run, against {} in memory: {}.",
+        MODELCTX_HTTP.name,
+        rows.join("; ")
+    )
+}
+
+/// When and how `cargo xtask bench --fleet` ran.
+pub(super) struct FleetRun {
+    /// When it ended (`2026-11-28 04:30 UTC`).
+    pub(super) date: String,
+    /// How long it ran.
+    pub(super) secs: f64,
+    /// The one-minute load average before and after.
+    pub(super) load: (f64, f64),
+}
+
+/// The section `cargo xtask bench --fleet` writes: every workload of `plan` with the medians of
+/// its implementations, one table, ratios against modelctx in memory of the same run.
+pub(super) fn fleet_section(
+    plan: &[(&Workload, Vec<Implementation>)],
+    medians: &[Vec<Value>],
+    run: &FleetRun,
+) -> String {
+    let mut out = String::new();
+    let names: Vec<&str> = plan.iter().map(|(w, _)| w.name).collect();
+    let _ = writeln!(
+        out,
+        "## {FLEET_SECTION} (`cargo xtask bench --fleet`)\n\n\
+         Written by `cargo xtask bench --fleet` on {} (it ran {:.0} s), apart from the full run \
+         the rest of this page comes from: {} again, against modelctx in memory, its two fleet \
+         rows and the limit only, with the same load generator and settings ({ROUNDS} rounds of \
+         {SECS} s after {WARMUP} s of warm-up, interleaved; the median round by throughput). \
+         **The machine was loaded**: {}, one-minute load average {:.1} before the run and {:.1} \
+         after (other engineers' builds and tests share its cores), so read the ratios, which \
+         are of one run, not the absolute figures against the tables above.\n",
+        run.date,
+        run.secs,
+        names.join(", "),
+        machine(),
+        run.load.0,
+        run.load.1
+    );
+    let _ = writeln!(
+        out,
+        "| workload | implementation | calls/s | ratio to in memory | server CPU µs/call | CPU ratio to in memory | p50 µs | p99 µs | peak RSS MiB | of it anon MiB |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    for ((workload, implementations), figures) in plan.iter().zip(medians) {
+        let base = implementations
+            .iter()
+            .zip(figures)
+            .find(|(i, _)| i.name == MODELCTX_HTTP.name)
+            .map(|(_, f)| f.clone())
+            .unwrap_or(Value::Null);
+        for (i, f) in implementations.iter().zip(figures) {
+            if f.is_null() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {:.2} | {:.1} | {:.2} | {:.0} | {:.0} | {:.1} | {} |",
+                workload.name,
+                i.name,
+                num(f, "calls_per_s"),
+                ratio(num(f, "calls_per_s"), num(&base, "calls_per_s")),
+                num(f, "cpu_us_per_call"),
+                ratio(num(f, "cpu_us_per_call"), num(&base, "cpu_us_per_call")),
+                num(f, "p50_us"),
+                num(f, "p99_us"),
+                num(f, "peak_rss_kib") / 1024.0,
+                anon_mib(f)
+            );
+        }
+    }
+    let _ = writeln!(out, "\n{FLEET_NOTE}");
+    out
+}
+
+/// `doc` with its section `## HEADING...` (the first whose heading starts with `heading`)
+/// replaced by `section`; without one, `section` goes before the section whose heading starts
+/// with `before`, or at the end.
+pub(super) fn put_section(doc: &str, heading: &str, section: &str, before: &str) -> String {
+    let section = section.trim_end();
+    let starts = |prefix: &str| {
+        let mut at = 0;
+        for line in doc.split_inclusive('\n') {
+            if line
+                .strip_prefix("## ")
+                .is_some_and(|title| title.starts_with(prefix))
+            {
+                return Some(at);
+            }
+            at += line.len();
+        }
+        None
+    };
+    let next_heading = |from: usize| {
+        doc[from..]
+            .match_indices("\n## ")
+            .next()
+            .map_or(doc.len(), |(i, _)| from + i + 1)
+    };
+    match starts(heading) {
+        Some(start) => {
+            let end = next_heading(start + 3);
+            format!("{}{section}\n\n{}", &doc[..start], &doc[end..])
+        }
+        None => match starts(before) {
+            Some(at) => format!("{}{section}\n\n{}", &doc[..at], &doc[at..]),
+            None => format!("{}\n\n{section}\n", doc.trim_end()),
+        },
+    }
+}
 
 /// The server's anonymous RSS at the end of the window in MiB, or `—` for figures of a load
 /// generator that did not report it (a server that reports none has at least its stack).
@@ -328,6 +494,111 @@ mod tests {
         assert!(
             text.as_ref().is_some_and(|t| t.contains("```")),
             "bounds.md has no {PROFILES} section with the commands"
+        );
+    }
+
+    #[test]
+    fn the_fleet_section_replaces_its_own_or_goes_before_m1() {
+        let doc = "# B\n\n## H4: x\n\nt\n\n## M1: y\n\nm\n";
+        let once = put_section(
+            doc,
+            FLEET_SECTION,
+            "## H3/H4 with the Redis stores (new)\n\nA\n",
+            "M1",
+        );
+        assert_eq!(
+            once,
+            "# B\n\n## H4: x\n\nt\n\n## H3/H4 with the Redis stores (new)\n\nA\n\n## M1: y\n\nm\n"
+        );
+        let twice = put_section(
+            &once,
+            FLEET_SECTION,
+            "## H3/H4 with the Redis stores (newer)\n\nB\n",
+            "M1",
+        );
+        assert_eq!(
+            twice,
+            "# B\n\n## H4: x\n\nt\n\n## H3/H4 with the Redis stores (newer)\n\nB\n\n## M1: y\n\nm\n"
+        );
+        assert_eq!(
+            put_section(
+                "# B\n\n## A\n\na\n",
+                FLEET_SECTION,
+                "## H3/H4 with the Redis stores\n\nC\n",
+                "M1"
+            ),
+            "# B\n\n## A\n\na\n\n## H3/H4 with the Redis stores\n\nC\n"
+        );
+        // The last section of a page is replaced to the end.
+        assert_eq!(
+            put_section(
+                "# B\n\n## H3/H4 with the Redis stores\n\nold\n",
+                FLEET_SECTION,
+                "## H3/H4 with the Redis stores\n\nD\n",
+                "M1"
+            ),
+            "# B\n\n## H3/H4 with the Redis stores\n\nD\n\n"
+        );
+    }
+
+    /// A run without redis-server or nginx leaves the fleet cells empty: their rows are left
+    /// out of the tables, and each table with fleet rows says why; with them, the note gives
+    /// the ratios against modelctx in memory of the same table.
+    #[test]
+    fn skipped_fleet_rows_are_left_out_with_the_reason_and_measured_ones_get_ratios() {
+        let figures = |calls: f64, cpu: f64| serde_json::json!({"calls_per_s": calls, "cpu_us_per_call": cpu});
+        let results: Vec<Vec<Vec<Value>>> = WORKLOADS
+            .iter()
+            .map(|w| {
+                w.implementations
+                    .iter()
+                    .map(|i| {
+                        if i.needs_fleet() {
+                            Vec::new()
+                        } else {
+                            vec![figures(1000.0, 20.0)]
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let page = report(&results, None, 1.0, Some("redis-server not found"));
+        assert!(
+            !page.contains(MODELCTX_REDIS.name),
+            "a skipped row is shown"
+        );
+        assert_eq!(
+            page.matches(
+                "**The Redis stores rows were not measured in this run**: redis-server not found."
+            )
+            .count(),
+            4,
+            "under H3-16, H3, H4-16 and H4"
+        );
+        let h3 = WORKLOADS.iter().find(|w| w.name == "H3").unwrap();
+        let measured: Vec<Value> = h3
+            .implementations
+            .iter()
+            .map(|i| match i.name {
+                n if n == MODELCTX_REDIS.name => figures(800.0, 30.0),
+                n if n == MODELCTX_NGINX.name => figures(400.0, 60.0),
+                _ => figures(1000.0, 20.0),
+            })
+            .collect();
+        let text = fleet_ratios(h3.implementations, &measured);
+        assert!(
+            text.contains(&format!(
+                "{} 0.80x the throughput and 1.5x the server CPU per call",
+                MODELCTX_REDIS.name
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "{} 0.40x the throughput and 3.0x",
+                MODELCTX_NGINX.name
+            )),
+            "{text}"
         );
     }
 

@@ -9,17 +9,24 @@ use serde_json::Value;
 
 use super::*;
 
-pub(crate) fn run(root: &Path) -> Result<(), String> {
-    let started = Instant::now();
+/// One workload and the implementations a run measures in it.
+type Plan<'a> = Vec<(&'a Workload, Vec<Implementation>)>;
+
+/// Builds the bench workspace's binaries (`bins`: the ones named; empty: all) in release mode.
+fn build_bench(root: &Path, bins: &[&str]) -> Result<(), String> {
     eprintln!("==> bench: building bench/ (release)");
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "--manifest-path",
-            "bench/Cargo.toml",
-        ])
+    let mut command = Command::new(env!("CARGO"));
+    command.args([
+        "build",
+        "--release",
+        "--locked",
+        "--manifest-path",
+        "bench/Cargo.toml",
+    ]);
+    for bin in bins {
+        command.args(["--bin", bin]);
+    }
+    let status = command
         .env("CARGO_TARGET_DIR", TARGET_DIR)
         .current_dir(root)
         .status()
@@ -27,6 +34,12 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     if !status.success() {
         return Err("building bench/ failed".into());
     }
+    Ok(())
+}
+
+pub(crate) fn run(root: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    build_bench(root, &[])?;
     // The lean build on its own: in one command with the root package, cargo would unify the
     // features and build it with the default ones.
     eprintln!("==> bench: building bench/lean (release, default features off)");
@@ -49,16 +62,134 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     crate::node::ensure(root)?;
     crate::node::ensure_packages(root, "bench/ts")?;
     let node = crate::node::binary(root);
+    let skipped = fleet_missing();
+    if let Some(why) = &skipped {
+        eprintln!("==> bench: the fleet rows (modelctx with the Redis stores) are skipped: {why}");
+    }
+    let plan: Plan<'_> = WORKLOADS
+        .iter()
+        .map(|w| (w, w.implementations.to_vec()))
+        .collect();
+    let results = measure(root, &plan, Some(&node), |i| {
+        skipped.is_some() && i.needs_fleet()
+    })?;
+    let build = if std::env::var(B1_ENV).is_ok_and(|v| v == "1") {
+        let record = measure_build(root)?;
+        let path = root.join(B1_RECORD);
+        let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())? + "\n";
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Some((record, true))
+    } else {
+        std::fs::read_to_string(root.join(B1_RECORD))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .map(|record| (record, false))
+    };
+    let report = report::report(
+        &results,
+        build,
+        started.elapsed().as_secs_f64(),
+        skipped.as_deref(),
+    );
+    let path = root.join("docs/benchmarks.md");
+    std::fs::write(&path, report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!(
+        "==> bench: wrote docs/benchmarks.md in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `cargo xtask bench --fleet`: only the workloads with fleet rows, against modelctx in memory
+/// and the limit of the same run ([`FLEET_RUN`]), written as their own section into the existing
+/// `docs/benchmarks.md`. Without `redis-server` or `nginx` it says why and writes nothing.
+pub(crate) fn run_fleet(root: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    if let Some(why) = fleet_missing() {
+        eprintln!(
+            "==> bench: the fleet rows are skipped: {why}; docs/benchmarks.md is left as it is"
+        );
+        return Ok(());
+    }
+    build_bench(root, &["load", "mc_http", "mc_fleet", "raw_http"])?;
+    let plan: Plan<'_> = WORKLOADS
+        .iter()
+        .filter(|w| w.implementations.iter().any(Implementation::needs_fleet))
+        .map(|w| {
+            let implementations = FLEET_RUN
+                .iter()
+                .copied()
+                .filter(|i| w.implementations.iter().any(|j| j.name == i.name))
+                .collect();
+            (w, implementations)
+        })
+        .collect();
+    let load_before = load_average();
+    let results = measure(root, &plan, None, |_| false)?;
+    let load_after = load_average();
+    let medians: Vec<Vec<Value>> = plan
+        .iter()
+        .zip(&results)
+        .map(|((w, _), runs)| runs.iter().map(|r| stats::median(w.kind, r)).collect())
+        .collect();
+    let section = report::fleet_section(
+        &plan,
+        &medians,
+        &report::FleetRun {
+            date: utc_now(),
+            secs: started.elapsed().as_secs_f64(),
+            load: (load_before, load_after),
+        },
+    );
+    let path = root.join("docs/benchmarks.md");
+    let doc = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let doc = report::put_section(&doc, FLEET_SECTION, &section, "M1");
+    std::fs::write(&path, doc).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!(
+        "==> bench: wrote the fleet section of docs/benchmarks.md in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The one-minute load average (`/proc/loadavg`), 0 when it cannot be read.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Now, as `2026-11-28 04:30 UTC`.
+fn utc_now() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Runs every cell of `plan` (but those `skip` names) `ROUNDS` times, interleaved: one entry per
+/// round, `[workload][implementation]`; a skipped cell has none.
+fn measure(
+    root: &Path,
+    plan: &[(&Workload, Vec<Implementation>)],
+    node: Option<&Path>,
+    skip: impl Fn(&Implementation) -> bool,
+) -> Result<Vec<Vec<Vec<Value>>>, String> {
     let bin = root.join(TARGET_DIR).join("release");
     let load = bin.join("load");
-    // results[workload][implementation] = one entry per round
-    let mut results: Vec<Vec<Vec<Value>>> = WORKLOADS
+    let mut results: Vec<Vec<Vec<Value>>> = plan
         .iter()
-        .map(|w| vec![Vec::new(); w.implementations.len()])
+        .map(|(_, implementations)| vec![Vec::new(); implementations.len()])
         .collect();
     for round in 1..=ROUNDS {
-        for (w, workload) in WORKLOADS.iter().enumerate() {
-            for (i, implementation) in workload.implementations.iter().enumerate() {
+        for (w, (workload, implementations)) in plan.iter().enumerate() {
+            for (i, implementation) in implementations.iter().enumerate() {
+                if skip(implementation) {
+                    continue;
+                }
                 let mut command = Command::new(&load);
                 command.args(workload.load);
                 if workload.kind == Kind::Throughput {
@@ -68,7 +199,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
                 match implementation.program {
                     Program::Bin(args) => command.arg(bin.join(args[0])).args(&args[1..]),
                     Program::Node(args) => command
-                        .arg(&node)
+                        .arg(node.ok_or("this run has no Node")?)
                         .arg(root.join("bench/ts/echo.mjs"))
                         .args(args),
                 };
@@ -96,26 +227,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
             }
         }
     }
-    let build = if std::env::var(B1_ENV).is_ok_and(|v| v == "1") {
-        let record = measure_build(root)?;
-        let path = root.join(B1_RECORD);
-        let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())? + "\n";
-        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        Some((record, true))
-    } else {
-        std::fs::read_to_string(root.join(B1_RECORD))
-            .ok()
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .map(|record| (record, false))
-    };
-    let report = report::report(&results, build, started.elapsed().as_secs_f64());
-    let path = root.join("docs/benchmarks.md");
-    std::fs::write(&path, report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    eprintln!(
-        "==> bench: wrote docs/benchmarks.md in {:.0}s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    Ok(results)
 }
 
 /// B1: each minimal server built clean in release mode in a fresh target folder, one after the
@@ -180,11 +292,7 @@ fn measure_build(root: &Path) -> Result<Value, String> {
             "crates": crates.len(),
         }));
     }
-    let date = Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
+    let date = utc_now();
     Ok(serde_json::json!({"date": date, "machine": machine(), "servers": servers}))
 }
 

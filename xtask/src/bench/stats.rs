@@ -28,7 +28,7 @@ pub(super) fn num(figures: &Value, key: &str) -> f64 {
 }
 
 /// The round with the median of what the workload is about.
-fn median(kind: Kind, runs: &[Value]) -> Value {
+pub(super) fn median(kind: Kind, runs: &[Value]) -> Value {
     let key = |f: &Value| match kind {
         Kind::Throughput => num(f, "calls_per_s"),
         Kind::IdleSessions => num(f, "bytes_per_session"),

@@ -94,6 +94,7 @@ where
     principals_are_isolated(store, &format!("{prefix}-isolated"), &now).await;
     terminal_states_are_final(store, &format!("{prefix}-terminal"), &now).await;
     input_requests_follow_answers(store, &format!("{prefix}-input"), &now).await;
+    tasks_of_this_instance_stay_as_they_are(store, &format!("{prefix}-instance"), &now).await;
     list_pages_in_creation_order(store, &format!("{prefix}-list"), limits, &now).await;
     the_bound_is_enforced_atomically(store, &format!("{prefix}-bound"), limits, &now).await;
     expire_after_their_ttl(store, &format!("{prefix}-expiry"), limits, &now, advance).await;
@@ -382,6 +383,72 @@ pub async fn input_requests_follow_answers<N: Fn() -> SystemTime>(
     );
     assert_eq!(r.record.status_message.as_deref(), Some("going on"));
     remove(store, &id).await;
+}
+
+/// A task naming the store's own instance ([`TaskStore::instance`], as the runner writes it)
+/// is read back with it, and is never settled for a dead instance: `working` and
+/// `input_required` tasks stay so through [`get`](TaskStore::get), [`list`](TaskStore::list) and
+/// [`update`](TaskStore::update) (this process, running the check, is alive).
+pub async fn tasks_of_this_instance_stay_as_they_are<N: Fn() -> SystemTime>(
+    store: &dyn TaskStore,
+    prefix: &str,
+    now: &N,
+) {
+    let principal = Some(prefix);
+    let working = record(&format!("{prefix}-working"), principal, now()).instance(store.instance());
+    let mut waiting =
+        record(&format!("{prefix}-waiting"), principal, now()).instance(store.instance());
+    waiting.status = TaskStatus::InputRequired;
+    waiting.input_requests.insert(
+        "q".into(),
+        json!({"method": "elicitation/create", "params": {"message": "q?"}}),
+    );
+    for task in [&working, &waiting] {
+        create(store, task).await;
+        assert_eq!(
+            get(store, &task.task_id, principal).await.as_ref(),
+            Some(task),
+            "conformance: a task of this instance read back"
+        );
+    }
+    let mut listed: Vec<_> = list_all(store, principal, 10)
+        .await
+        .into_iter()
+        .map(|r| (r.task_id, r.status, r.instance))
+        .collect();
+    // Created in the same millisecond, they are listed by id.
+    listed.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        listed,
+        [
+            (
+                waiting.task_id.clone(),
+                TaskStatus::InputRequired,
+                store.instance()
+            ),
+            (
+                working.task_id.clone(),
+                TaskStatus::Working,
+                store.instance()
+            ),
+        ],
+        "conformance: the tasks of this instance listed as they are"
+    );
+    let r = updated(
+        store,
+        &waiting.task_id,
+        principal,
+        &TaskUpdate::new().message("still asking"),
+    )
+    .await;
+    assert!(
+        r.applied && r.record.status == TaskStatus::InputRequired,
+        "conformance: an update of a task of this instance: {r:?}"
+    );
+    assert_eq!(r.record.instance, store.instance());
+    for task in [&working, &waiting] {
+        remove(store, &task.task_id).await;
+    }
 }
 
 /// [`TaskStore::list`] gives a principal's tasks, oldest first, each once, in pages of at most

@@ -26,6 +26,12 @@
 //!   from its creation ([`TaskSettings::ttl`]), then forgotten. At most
 //!   [`TaskSettings::max_running`] handlers run as tasks at once; a call beyond, or beyond the
 //!   store's bound, is refused with -32000 (`data.reason`: `"too_many_tasks"`).
+//! * In a fleet (a store shared by many processes, [`TaskStore::instance`]) each task names the
+//!   instance running its handler. When that instance dies, the shared store settles its tasks
+//!   not yet finished (`working` or `input_required`) `failed` ("the instance running this task
+//!   stopped", [`ORPHANED`]) as soon as any instance reads them (`tasks/get`, `tasks/result`,
+//!   `tasks/list`, `tasks/update`, `tasks/cancel`), instead of leaving them `working` until
+//!   their time to live.
 //!
 //! * Each change of a task is told without waiting for a poll: a 2025-11-25 task's connection or
 //!   legacy HTTP session gets `notifications/tasks/status`; a `subscriptions/listen` stream that
@@ -61,7 +67,7 @@ pub use legacy::ClientTask;
 pub mod conformance;
 
 pub use store::{
-    Clock, MemoryTaskStore, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
+    Clock, MemoryTaskStore, ORPHANED, TaskPage, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
     TaskStoreErrorKind, TaskStoreFuture, TaskUpdate, Updated,
 };
 

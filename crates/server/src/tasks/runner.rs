@@ -451,7 +451,8 @@ impl Tasks {
             SystemTime::now(),
         )
         .ttl_ms(ttl_ms)
-        .poll_interval_ms(Some(self.settings.poll_interval_ms()));
+        .poll_interval_ms(Some(self.settings.poll_interval_ms()))
+        .instance(self.store.instance());
         self.store.create(&record).await.map_err(store_error)?;
         let origin = origin.map(|sink| {
             let feed = Feed::new();

@@ -101,6 +101,13 @@ pub struct TaskRecord {
     pub result: Option<JsonObject>,
     /// The JSON-RPC error of a failed task (`{code, message, data?}`).
     pub error: Option<JsonObject>,
+    /// The instance of a fleet whose process runs the task's handler, in the terms of the store
+    /// it shares ([`TaskStore::instance`]; `RedisTaskStore`: `N:host:pid`, its instance number
+    /// and lease holder). `None` (the default, not serialized) in a store of one process. A
+    /// shared store settles the task `failed` once that instance is gone
+    /// ([`TaskUpdate::orphaned`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl TaskRecord {
@@ -128,7 +135,15 @@ impl TaskRecord {
             input_requests: JsonObject::new(),
             result: None,
             error: None,
+            instance: None,
         }
+    }
+
+    /// Sets the instance running the task's handler (`TaskRecord::instance`; `None`: a store
+    /// of one process).
+    pub fn instance(mut self, instance: Option<String>) -> TaskRecord {
+        self.instance = instance;
+        self
     }
 
     /// Sets the time to live (`None`: unlimited).
@@ -268,6 +283,16 @@ impl TaskUpdate {
         }
     }
 
+    /// Settles the task `failed` because the instance of a fleet running its handler stopped
+    /// (killed, crashed, cut off from the store for longer than its lease): the JSON-RPC error
+    /// -32603 and the status message both say [`ORPHANED`], the words the HTTP transport uses
+    /// for a legacy request whose instance stopped. What a shared store applies, once, to a
+    /// task it finds so ([`TaskStore`]); like any update it changes nothing of a terminal task.
+    pub fn orphaned() -> TaskUpdate {
+        let error = ErrorObject::new(modelctx_types::ErrorCode::INTERNAL_ERROR, ORPHANED);
+        TaskUpdate::fail(&error).message(ORPHANED)
+    }
+
     /// Sets the status message.
     pub fn message(mut self, message: impl Into<String>) -> TaskUpdate {
         self.status_message = Some(message.into());
@@ -290,6 +315,9 @@ impl TaskUpdate {
         self
     }
 }
+
+/// The status message and error message of a task settled by [`TaskUpdate::orphaned`].
+pub const ORPHANED: &str = "the instance running this task stopped";
 
 /// What [`TaskStore::update`] did.
 #[derive(Debug, Clone, PartialEq)]
@@ -416,7 +444,16 @@ impl TaskStoreError {
 ///   states final);
 /// * expire a task `ttl_ms` after its creation (a key expiry does);
 /// * bound each call in time, and say why it failed ([`TaskStoreError::unavailable`] when the
-///   backend cannot be reached).
+///   backend cannot be reached);
+/// * name the instance that creates a task ([`instance`](TaskStore::instance), written by the
+///   runner into `TaskRecord::instance`) and settle a task whose instance is gone: when
+///   [`get`](TaskStore::get), [`update`](TaskStore::update) or [`list`](TaskStore::list) finds
+///   a task not terminal (`working`, `input_required`) of an instance that is no longer alive
+///   (by the store's own liveness, a lease), it applies [`TaskUpdate::orphaned`] (`failed`)
+///   exactly once however many instances find it at the same time (a compare-and-set), and
+///   answers the task so (an update is then not applied). It checks only the tasks the call
+///   reads: never a scan of every task. A store of one process ([`MemoryTaskStore`]) has no
+///   other instance: it never settles a task so.
 pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     /// Keeps the new task `record`. Refused with [`TaskStoreErrorKind::Full`] beyond the store's
     /// bound.
@@ -460,6 +497,13 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     /// How many tasks the store holds, of every principal, expired ones it has not forgotten
     /// yet included.
     fn count(&self) -> TaskStoreFuture<'_, usize>;
+
+    /// This process's name among the instances that share the store, which the runner writes
+    /// into each task it creates (`TaskRecord::instance`); `None` (the default) for a store
+    /// of one process.
+    fn instance(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The time a [`MemoryTaskStore`] reads.
@@ -960,6 +1004,57 @@ mod tests {
         assert_eq!(bad.kind(), TaskStoreErrorKind::Failed);
     }
 
+    /// A store of one process has no other instance: whatever instance a task names, `get`,
+    /// `list` and `update` never settle it as orphaned.
+    #[test]
+    fn a_local_store_never_settles_a_task_for_a_dead_instance() {
+        let store = MemoryTaskStore::new();
+        assert_eq!(store.instance(), None, "a local store names no instance");
+        let mut waiting = record("w", None, 1).instance(Some("7:gone:1".into()));
+        waiting.status = TaskStatus::InputRequired;
+        waiting
+            .input_requests
+            .insert("q".into(), json!({"method": "elicitation/create"}));
+        let working = record("r", None, 2).instance(Some("8:gone:2".into()));
+        block(store.create(&waiting));
+        block(store.create(&working));
+        assert_eq!(block(store.get("w", None)).as_ref(), Some(&waiting));
+        assert_eq!(block(store.get("r", None)).as_ref(), Some(&working));
+        let page = block(store.list(None, None, 10));
+        assert_eq!(page.tasks, [waiting.clone(), working.clone()]);
+        let u = block(store.update("r", None, &TaskUpdate::new().message("on"))).unwrap();
+        assert!(u.applied);
+        assert_eq!(u.record.status, TaskStatus::Working);
+        let u = block(store.update("w", None, &TaskUpdate::new().message("on"))).unwrap();
+        assert_eq!(u.record.status, TaskStatus::InputRequired);
+    }
+
+    /// The orphaned update settles a working or input-required task `failed` with the words of
+    /// the legacy requests, as the error and the status message; a terminal task stays as it is.
+    #[test]
+    fn the_orphaned_update_fails_an_unfinished_task_with_a_clear_message() {
+        assert_eq!(ORPHANED, "the instance running this task stopped");
+        let mut working = record("a", None, 1);
+        assert!(working.apply(&TaskUpdate::orphaned(), 5).is_some());
+        assert_eq!(working.status, TaskStatus::Failed);
+        assert_eq!(working.status_message.as_deref(), Some(ORPHANED));
+        assert_eq!(
+            working.error.as_ref().map(|e| Value::Object(e.clone())),
+            Some(json!({"code": -32603, "message": ORPHANED}))
+        );
+        let mut waiting = record("b", None, 1);
+        waiting.apply(&TaskUpdate::new().ask("q", json!({})), 2);
+        assert_eq!(waiting.status, TaskStatus::InputRequired);
+        waiting.apply(&TaskUpdate::orphaned(), 3);
+        assert_eq!(waiting.status, TaskStatus::Failed);
+        assert!(waiting.input_requests.is_empty());
+        let mut done = record("c", None, 1);
+        done.apply(&TaskUpdate::complete(JsonObject::new()), 2);
+        assert_eq!(done.apply(&TaskUpdate::orphaned(), 3), None);
+        assert_eq!(done.status, TaskStatus::Completed);
+        assert_eq!(done.status_message, None);
+    }
+
     #[test]
     fn records_serialize_as_camel_case_json() {
         let r = record("t", Some("p"), 5)
@@ -970,8 +1065,15 @@ mod tests {
         assert_eq!(value["status"], "working");
         assert_eq!(value["ttlMs"], 60_000);
         assert_eq!(value["createdMs"], 5);
+        assert!(value.get("instance").is_none(), "no instance: not written");
         let back: TaskRecord = serde_json::from_value(value).unwrap();
         assert_eq!(back, r);
+        // A record naming its instance keeps it; one written before the member existed reads
+        // as naming none.
+        let named = r.clone().instance(Some("3:host:42".into()));
+        let value = serde_json::to_value(&named).unwrap();
+        assert_eq!(value["instance"], "3:host:42");
+        assert_eq!(serde_json::from_value::<TaskRecord>(value).unwrap(), named);
         assert_eq!(
             serde_json::to_value(TaskStatus::InputRequired).unwrap(),
             "input_required"
