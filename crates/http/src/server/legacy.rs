@@ -965,7 +965,16 @@ impl Session {
                             shrink(&mut state.streams);
                             tracing::debug!(session = %redact(&self.id), %stream, %held, "standalone stream taken over elsewhere: let go of it");
                         }
-                        if !state.ended {
+                        if state.ended {
+                            return;
+                        }
+                        if state.standalone == Some(held) && state.streams.contains_key(&held) {
+                            // Replaced here meanwhile (a later GET on this endpoint): the
+                            // message goes on the stream held now.
+                            state
+                                .outbox
+                                .push_front(Effect::AppendStandalone { stream: held, data });
+                        } else {
                             self.enqueue(state, data);
                         }
                     }
