@@ -809,6 +809,137 @@ async fn a_client_resumes_on_another_instance_after_kill_9_and_gets_every_stored
     );
 }
 
+/// Scenario 7, kill -9 of the standalone holder: list changes made after the kill reach the
+/// client on its resumed GET. The session's standalone stream (GET through nginx) is held by A;
+/// a change reaches it; A is killed (`kill -9`); the client resumes the GET through nginx with
+/// the `Last-Event-ID` it last got, and another instance, B, takes the stream over at once (the
+/// store's record names B's stream: no wait for A's lease to run out). Each `unlock` made after
+/// that (through nginx, on the live instances) reaches the resumed GET, long before A's lease
+/// (15 s) could have told anyone that A is dead; what the resumed GET got is exactly what Redis
+/// holds for B's stream (none missed, none twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_standalone_holder_list_changes_after_it_reach_the_resumed_get() {
+    let Some(mut fleet) = Fleet::start(3, FLEET_ARGS).await else {
+        return;
+    };
+    let numbers = instance_numbers(&fleet);
+    let lb = fleet.nginx.addr();
+    let session = within("initialize through nginx", open_session(lb, version())).await;
+    let mut get = within(
+        "the GET through nginx",
+        raw_request(lb, "GET", "/mcp", &get_headers(&session, None), b""),
+    )
+    .await;
+    assert_eq!(get.status, 200, "the GET");
+    let priming = within("the GET's priming event", get.next_event())
+        .await
+        .expect("a priming event");
+    let (held, _) = event_id(priming.id.as_deref().expect("the priming event's id"));
+    let a = by_number(&numbers, opener_of(held));
+    unlock(lb, &session, 2).await;
+    let last = within("tools/list_changed on A's stream", async {
+        loop {
+            let event = get.next_event().await.expect("A's stream goes on");
+            if event
+                .data
+                .contains(consts::NotificationsToolsListChanged::VALUE)
+            {
+                break event.id.expect("a stored event has an id");
+            }
+        }
+    })
+    .await;
+    assert_eq!(event_id(&last).0, held);
+
+    fleet.kill9(a).await;
+    let killed = Instant::now();
+    within("A's stream ends with A", async {
+        while get.next_event().await.is_some() {}
+    })
+    .await;
+    let mut resumed = within(
+        "the GET with Last-Event-ID through nginx",
+        raw_request(lb, "GET", "/mcp", &get_headers(&session, Some(&last)), b""),
+    )
+    .await;
+    assert_eq!(resumed.status, 200, "the resumption");
+    // Nothing was stored on A's stream after `last`: the first event is the priming event of
+    // the stream of the instance that took it over.
+    let priming = within("the priming event of the new stream", resumed.next_event())
+        .await
+        .expect("a priming event");
+    assert!(priming.data.is_empty(), "{priming:?}");
+    let taken = priming.id.expect("the priming event's id");
+    let (stream, _) = event_id(&taken);
+    assert_ne!(opener_of(stream), numbers[a], "taken over from A: {taken}");
+    let meta = format!("mcx:{{s:{session}}}:meta");
+    assert_eq!(
+        fleet.redis.command(&["HGET", &meta, "sa"]).await.text(),
+        Some(stream.to_string()),
+        "the record names the new stream"
+    );
+    assert_eq!(
+        fleet
+            .redis
+            .command(&["HEXISTS", &meta, &format!("f:{held}")])
+            .await
+            .integer(),
+        1,
+        "A's stream is finished"
+    );
+
+    let mut got: Vec<(String, String)> = vec![(taken.clone(), String::new())];
+    for id in 3..5 {
+        unlock(lb, &session, id).await;
+        within("tools/list_changed on the resumed GET", async {
+            loop {
+                let event = resumed.next_event().await.expect("the resumed GET goes on");
+                let listed = event
+                    .data
+                    .contains(consts::NotificationsToolsListChanged::VALUE);
+                got.push((event.id.expect("a stored event has an id"), event.data));
+                if listed {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+    assert!(
+        killed.elapsed() < Duration::from_secs(14),
+        "the changes reached the client before A's lease (15 s) could run out: {:?}",
+        killed.elapsed()
+    );
+    // Every change of both unlocks (one or two each: `secret` removed, then added): read until
+    // the resumed GET has all that Redis holds for its stream.
+    let stored = || async {
+        stored_events(&fleet.redis, &session, stream)
+            .await
+            .into_iter()
+            .map(|(seq, data)| (format!("{stream}-{seq}"), data))
+            .collect::<Vec<_>>()
+    };
+    let mut want = stored().await;
+    within("every stored event on the resumed GET", async {
+        while got.len() < want.len() {
+            let event = resumed.next_event().await.expect("the resumed GET goes on");
+            got.push((event.id.expect("a stored event has an id"), event.data));
+            want = stored().await;
+        }
+    })
+    .await;
+    assert_eq!(
+        got, want,
+        "the resumed GET got B's stream as stored, once, in order"
+    );
+    assert!(
+        got.iter()
+            .skip(1)
+            .all(|(_, data)| data.contains(consts::NotificationsToolsListChanged::VALUE)),
+        "{got:#?}"
+    );
+}
+
 /// Scenario 5: a slow `countdown` (20 steps of 500 ms) POSTed to A; `notifications/cancelled` for
 /// it POSTed to B: A's handler stops, and its stream ends long before the 10 s the call would
 /// take, without the `liftoff` result.

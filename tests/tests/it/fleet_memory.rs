@@ -514,6 +514,64 @@ async fn a_change_reaches_the_stream_held_on_another_instance_once() {
     stop([a, b]).await;
 }
 
+/// Issue 22: the client's GET stream held by A breaks (A alive) and the client resumes it on
+/// B with `Last-Event-ID`: B takes the standalone stream over (the store's record names B's
+/// stream), so a change made on either instance from then on is written once, by B, on the
+/// resumed GET; A writes nothing for the session any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_after_the_stream_is_resumed_elsewhere_is_written_there_once() {
+    let (fleet, _) = Fleet::new();
+    let a = fleet.instance(1, HttpConfig::default()).await;
+    let b = fleet.instance(2, HttpConfig::default()).await;
+    let sid = open_session(a.addr(), VERSION).await;
+    let mut stream_on_a = get_on(&a, &sid).await;
+    held_by(&a, &sid).await;
+    a.server
+        .add_tool(Tool::new("one", |_: NoArgs| std::future::ready("one")))
+        .unwrap();
+    let (last, note) = within("the change on A", stream_on_a.next_message())
+        .await
+        .unwrap();
+    assert_eq!(
+        note["method"],
+        NotificationsToolsListChanged::VALUE,
+        "{note}"
+    );
+    let last = last.expect("an event id");
+    drop(stream_on_a);
+
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", VERSION),
+        ("Last-Event-ID", last.as_str()),
+    ];
+    let mut resumed = within(
+        "resume",
+        raw_request(b.addr(), "GET", "/mcp", &headers, b""),
+    )
+    .await;
+    assert_eq!(resumed.status, 200);
+    held_by(&b, &sid).await;
+    for (on, name) in [(&a, "two"), (&b, "three")] {
+        on.server
+            .add_tool(Tool::new(name, |_: NoArgs| std::future::ready("x")))
+            .unwrap();
+        let (id, note) = within("the change on the resumed stream", resumed.next_message())
+            .await
+            .unwrap();
+        assert_eq!(
+            note["method"],
+            NotificationsToolsListChanged::VALUE,
+            "{note}"
+        );
+        let id: EventId = id.expect("an event id").parse().unwrap();
+        assert_eq!(id.stream.0 >> 32, 2, "written by B: {id}");
+        quiet("once", &mut resumed, Duration::from_millis(300)).await;
+    }
+    stop([a, b]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_stream_held_only_the_opener_writes_a_change() {
     let (fleet, _) = Fleet::new();

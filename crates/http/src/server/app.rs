@@ -338,11 +338,14 @@ impl LegacySession {
     }
 
     /// Whether this endpoint holds the session's standalone (GET) stream: a GET here opened
-    /// it, and no later GET and no end of the session replaced it (its connection may have
-    /// dropped: the stream lasts until then, and a resumption here takes it over). The event
-    /// store's record ([`EventStore::standalone`](crate::event_store::EventStore::standalone))
-    /// names it for the other instances; an instance with a message for every session (a list
-    /// change) writes it where the stream is held, so that it is written once.
+    /// it (or resumed it from another instance, taking it over), and no later GET and no end
+    /// of the session replaced it (its connection may have dropped: the stream lasts until
+    /// then, and a resumption anywhere takes it over). The event store's record
+    /// ([`EventStore::standalone`](crate::event_store::EventStore::standalone)) names it for
+    /// the other instances, and is the truth across them: an endpoint whose stream was taken
+    /// over elsewhere still answers `true` here until it next writes to the stream, when it
+    /// reads the record and lets go. An instance with a message for every session (a list
+    /// change) writes it where the record says the stream is held, so that it is written once.
     pub async fn holds_standalone(&self) -> bool {
         self.inner.holds_standalone().await
     }

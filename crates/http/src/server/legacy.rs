@@ -138,6 +138,11 @@ enum Effect {
     },
     /// Store `data` as the next event of `stream`, then write it to the stream's connection.
     Append { stream: StreamId, data: Bytes },
+    /// A message for `stream`, the standalone stream this endpoint holds, of a session it
+    /// shares with other instances: appended as [`Effect::Append`] is, unless the event
+    /// store's record names another stream by now (a GET on another instance took the stream
+    /// over): then this endpoint lets go of its stream and queues `data` as a non-holder does.
+    AppendStandalone { stream: StreamId, data: Bytes },
     /// Replay the stream of `last` after it to `reply`; `live` then takes the stream over (a
     /// stream of this endpoint), or follows what the store carries of it (another's).
     Replay {
@@ -443,10 +448,12 @@ impl Session {
         }
     }
 
-    /// Whether this endpoint holds the session's standalone stream: a GET here opened it (its
-    /// connection may have dropped since: the stream lasts, and a resumption here takes it
-    /// over), and neither a later GET nor the session's end replaced it. The event store's
-    /// record (`EventStore::standalone`) names it too, for the other instances.
+    /// Whether this endpoint holds the session's standalone stream: a GET here opened it, or
+    /// took it over from another instance (its connection may have dropped since: the stream
+    /// lasts, and a resumption here takes it over), and neither a later GET nor the session's
+    /// end replaced it. The event store's record (`EventStore::standalone`) names it too, for
+    /// the other instances; when a GET on another instance took the stream over, this
+    /// endpoint learns it from the record when it next writes to the stream, and lets go.
     pub(crate) async fn holds_standalone(&self) -> bool {
         self.state.lock().await.holds_standalone()
     }
@@ -746,15 +753,30 @@ impl Session {
     /// A message for the standalone stream: written to it while a connection reads it; else
     /// queued for the next GET here. When the application shares its sessions, a standalone
     /// stream this endpoint holds gets it stored even with no connection (the client may
-    /// resume the stream on another instance, which follows it through the store).
+    /// resume the stream on another instance, which takes it over from the store), unless
+    /// the store's record says another instance took it over ([`Effect::AppendStandalone`]).
     fn to_standalone(&self, state: &mut State, message: Message) {
         if let Some(stream_id) = state.standalone
             && let Some(stream) = state.streams.get(&stream_id)
-            && (stream.live.as_ref().is_some_and(|l| !l.is_closed())
-                || self.config().is_some_and(|s| s.shares_sessions()))
         {
-            return self.emit(state, stream_id, &message);
+            if self.config().is_some_and(|s| s.shares_sessions()) {
+                // Held until another instance's GET takes it over: the record says.
+                state.outbox.push_back(Effect::AppendStandalone {
+                    stream: stream_id,
+                    data: encode(&message),
+                });
+                return;
+            }
+            if stream.live.as_ref().is_some_and(|l| !l.is_closed()) {
+                return self.emit(state, stream_id, &message);
+            }
         }
+        self.enqueue(state, encode(&message));
+    }
+
+    /// Queues `data` for the next standalone stream opened here, the oldest dropped beyond
+    /// `standalone_queue`.
+    fn enqueue(&self, state: &mut State, data: Bytes) {
         let limit = self.config().map_or(256, |s| s.config.standalone_queue);
         if state.queue.len() >= limit {
             state.queue.pop_front();
@@ -764,7 +786,7 @@ impl Session {
             );
         }
         if limit > 0 {
-            state.queue.push_back(encode(&message));
+            state.queue.push_back(data);
         }
     }
 
@@ -827,7 +849,9 @@ impl Session {
     /// A stream this endpoint does not hold (another instance opened it, or it is complete) is
     /// read with `EventStore::follow`: its stored events, then, when the store carries them
     /// (a store shared by instances), its later events as they are appended elsewhere, each
-    /// once, until the stream is finished.
+    /// once, until the stream is finished. Unless it is the session's standalone stream as
+    /// the store records it: then this endpoint takes it over ([`Session::take_over`]), since
+    /// the holder of the standalone stream is the endpoint serving the client's newest GET.
     pub(crate) async fn resume(
         &self,
         last: &EventId,
@@ -927,71 +951,51 @@ impl Session {
                     }
                 }
             }
-            Effect::Append { stream, data } => {
-                let stored = store.append(&self.id, stream, data.clone()).await;
-                let mut state = self.state.lock().await;
-                let entry = state.streams.get_mut(&stream);
-                let reading = entry
-                    .as_ref()
-                    .and_then(|s| s.live.as_ref())
-                    .is_some_and(|l| !l.is_closed());
-                let id = match stored {
-                    Ok(id) => Some(id.to_string()),
-                    Err(e) => {
-                        // Written live without an id (the client cannot resume to it); with
-                        // no connection reading the stream, it is lost.
-                        shared.event_unstored();
-                        tracing::warn!(
-                            session = %redact(&self.id),
-                            %stream,
-                            live = reading,
-                            error = %e,
-                            "event not stored: written live without an id"
-                        );
-                        None
+            Effect::Append { stream, data } => self.append(shared, stream, data).await,
+            Effect::AppendStandalone { stream, data } => {
+                match store.standalone(&self.id).await {
+                    Ok(Some(held)) if held != stream => {
+                        // Taken over by a GET elsewhere, which finished this stream: nothing
+                        // reads it any more.
+                        let mut state = self.state.lock().await;
+                        let state = &mut *state;
+                        if state.standalone == Some(stream) {
+                            state.standalone = None;
+                            state.streams.remove(&stream);
+                            shrink(&mut state.streams);
+                            tracing::debug!(session = %redact(&self.id), %stream, %held, "standalone stream taken over elsewhere: let go of it");
+                        }
+                        if state.ended {
+                            return;
+                        }
+                        if state.standalone == Some(held) && state.streams.contains_key(&held) {
+                            // Replaced here meanwhile (a later GET on this endpoint): the
+                            // message goes on the stream held now.
+                            state
+                                .outbox
+                                .push_front(Effect::AppendStandalone { stream: held, data });
+                        } else {
+                            self.enqueue(state, data);
+                        }
                     }
-                };
-                if let Some(entry) = entry
-                    && let Some(live) = &entry.live
-                    && live.try_send(sse::event(id.as_deref(), &data)).is_err()
-                {
-                    // Gone or too far behind: let go; the client resumes from the store.
-                    entry.live = None;
+                    // Still ours (or the store cannot say now: written as before).
+                    _ => self.append(shared, stream, data).await,
                 }
             }
             Effect::Replay { last, live, reply } => {
                 let local = self.state.lock().await.streams.contains_key(&last.stream);
                 if !local {
-                    return self.follow(shared, last, live, reply).await;
-                }
-                let events = match store.replay_after(&self.id, &last).await {
-                    Ok(events) => events,
-                    Err(e) => {
-                        let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
-                        return;
-                    }
-                };
-                let first = replayed(&events);
-                let mut state = self.state.lock().await;
-                let state = &mut *state;
-                if !state.ended
-                    && let Some(stream) = state.streams.get_mut(&last.stream)
-                {
-                    // Still going: this connection takes over (a stream is read by one
-                    // connection), and the queued messages of a standalone stream follow.
-                    stream.live = Some(live);
-                    if state.standalone == Some(last.stream) {
-                        while let Some(data) = state.queue.pop_back() {
-                            state.outbox.push_front(Effect::Append {
-                                stream: last.stream,
-                                data,
-                            });
+                    return match store.standalone(&self.id).await {
+                        Ok(Some(held)) if held == last.stream => {
+                            self.take_over(shared, last, live, reply).await
                         }
-                    }
+                        Ok(_) => self.follow(shared, last, live, reply).await,
+                        Err(e) => {
+                            let _ = reply.send(Err(not_resumed(&self.id, &last, e.into())));
+                        }
+                    };
                 }
-                // Otherwise the stream is complete: `live` is dropped and the body ends after
-                // the replay.
-                let _ = reply.send(Ok(first));
+                self.replay_local(store, last, live, reply).await;
             }
             Effect::Finish(stream) => {
                 {
@@ -1034,6 +1038,178 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Stores `data` as the next event of `stream`, then writes it to the stream's connection,
+    /// if any.
+    async fn append(&self, shared: &Shared, stream: StreamId, data: Bytes) {
+        let store = &shared.config.event_store;
+        let stored = store.append(&self.id, stream, data.clone()).await;
+        let mut state = self.state.lock().await;
+        let entry = state.streams.get_mut(&stream);
+        let reading = entry
+            .as_ref()
+            .and_then(|s| s.live.as_ref())
+            .is_some_and(|l| !l.is_closed());
+        let id = match stored {
+            Ok(id) => Some(id.to_string()),
+            Err(e) => {
+                // Written live without an id (the client cannot resume to it); with
+                // no connection reading the stream, it is lost.
+                shared.event_unstored();
+                tracing::warn!(
+                    session = %redact(&self.id),
+                    %stream,
+                    live = reading,
+                    error = %e,
+                    "event not stored: written live without an id"
+                );
+                None
+            }
+        };
+        if let Some(entry) = entry
+            && let Some(live) = &entry.live
+            && live.try_send(sse::event(id.as_deref(), &data)).is_err()
+        {
+            // Gone or too far behind: let go; the client resumes from the store.
+            entry.live = None;
+        }
+    }
+
+    /// Resumes `last.stream`, a stream of this endpoint: its stored events after `last` to
+    /// `reply`, then `live` takes the stream over while it is still going.
+    async fn replay_local(
+        &self,
+        store: &Arc<dyn crate::event_store::EventStore>,
+        last: EventId,
+        live: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<Bytes, NotResumed>>,
+    ) {
+        let events = match store.replay_after(&self.id, &last).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
+                return;
+            }
+        };
+        let first = replayed(&events);
+        let mut state = self.state.lock().await;
+        let state = &mut *state;
+        if !state.ended
+            && let Some(stream) = state.streams.get_mut(&last.stream)
+        {
+            // Still going: this connection takes over (a stream is read by one
+            // connection), and the queued messages of a standalone stream follow.
+            stream.live = Some(live);
+            if state.standalone == Some(last.stream) {
+                while let Some(data) = state.queue.pop_back() {
+                    state.outbox.push_front(Effect::Append {
+                        stream: last.stream,
+                        data,
+                    });
+                }
+            }
+        }
+        // Otherwise the stream is complete: `live` is dropped and the body ends after
+        // the replay.
+        let _ = reply.send(Ok(first));
+    }
+
+    /// Takes over the session's standalone stream from another instance: a GET with
+    /// `Last-Event-ID` of `last.stream`, which this endpoint does not hold and which the event
+    /// store's record names as the session's standalone stream. The endpoint serving the
+    /// client's newest GET holds the standalone stream, whether the instance that held it is
+    /// dead (`kill -9`: its lease would tell only after it runs out, and meanwhile no instance
+    /// would write the session's changes) or alive with its client gone.
+    ///
+    /// In order: the stored events of `last.stream` after `last`; a new stream of this
+    /// endpoint becomes the session's standalone stream, read by `live`, and the record names
+    /// it (from then on the fleet writes the session's changes here); what the old stream got
+    /// meanwhile is read once more; the old stream is finished (its followers end); the new
+    /// stream opens with its priming event. The reply is the replayed events then that priming
+    /// event, so the client's next `Last-Event-ID` names the new stream. The old holder, if
+    /// alive, lets go of its stream the next time it would write to it
+    /// ([`Effect::AppendStandalone`]).
+    async fn take_over(
+        &self,
+        shared: &Shared,
+        last: EventId,
+        live: mpsc::Sender<Bytes>,
+        reply: oneshot::Sender<Result<Bytes, NotResumed>>,
+    ) {
+        let store = &shared.config.event_store;
+        let mut events = match store.replay_after(&self.id, &last).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = reply.send(Err(not_resumed(&self.id, &last, e)));
+                return;
+            }
+        };
+        let (stream, prime) = {
+            let mut state = self.state.lock().await;
+            let state = &mut *state;
+            if state.ended {
+                let _ = reply.send(Err(NotResumed::Refused("the session has ended".into())));
+                return;
+            }
+            // A standalone stream this endpoint held before is replaced: the record names
+            // another one now.
+            if let Some(old) = state.standalone.take()
+                && state.streams.remove(&old).is_some()
+            {
+                state.outbox.push_back(Effect::Finish(old));
+            }
+            let stream = StreamId(state.next_stream);
+            state.next_stream += 1;
+            state.streams.insert(
+                stream,
+                Stream {
+                    sse: true,
+                    live: Some(live),
+                    ..Stream::default()
+                },
+            );
+            state.standalone = Some(stream);
+            // Messages queued here follow the priming event, before any sent from now on.
+            while let Some(data) = state.queue.pop_back() {
+                state.outbox.push_front(Effect::Append { stream, data });
+            }
+            let prime = state
+                .version
+                .is_none_or(|v| v >= ProtocolVersion::V2025_11_25);
+            (stream, prime)
+        };
+        if let Err(e) = store.set_standalone(&self.id, Some(stream)).await {
+            tracing::warn!(session = %redact(&self.id), error = %e, "standalone stream not recorded");
+        }
+        // An event the old holder appended between the replay and the record.
+        let seen = events.last().map_or(last, |(id, _)| *id);
+        match store.replay_after(&self.id, &seen).await {
+            Ok(more) => events.extend(more),
+            Err(e) => {
+                tracing::warn!(session = %redact(&self.id), error = %e, "standalone stream taken over without a second read");
+            }
+        }
+        if let Err(e) = store.finish_stream(&self.id, last.stream).await {
+            tracing::warn!(session = %redact(&self.id), stream = %last.stream, error = %e, "stream not recorded as finished");
+        }
+        if let Err(e) = store.open_stream(&self.id, stream, &[]).await {
+            tracing::warn!(session = %redact(&self.id), %stream, error = %e, "stream not recorded as opened");
+        }
+        let mut first = bytes::BytesMut::from(&replayed(&events)[..]);
+        if prime {
+            match store.append(&self.id, stream, Bytes::new()).await {
+                Ok(id) => {
+                    first.extend_from_slice(&sse::priming(&id.to_string(), shared.config.sse_retry))
+                }
+                Err(e) => {
+                    shared.event_unstored();
+                    tracing::warn!(session = %redact(&self.id), %stream, error = %e, "priming event not stored: sent without it");
+                }
+            }
+        }
+        tracing::debug!(session = %redact(&self.id), from = %last.stream, to = %stream, "took the standalone stream over");
+        let _ = reply.send(Ok(first.freeze()));
     }
 
     /// Resumes a stream this endpoint does not hold (`EventStore::follow`): its stored events
@@ -3104,8 +3280,13 @@ mod tests {
 
     /// Issue 22 WP3: when the application shares its sessions, a message for the standalone
     /// stream this endpoint holds is stored on it even after its connection went (not queued
-    /// here), so that the client resuming the stream on another instance gets it, and the
-    /// ones after it live.
+    /// here), so that the client resuming the stream on another instance gets it.
+    ///
+    /// Issue 22 (the standalone stream after a `kill -9`): the resumption on B takes the
+    /// stream over, the holder A being alive: B replays what A stored, then writes the
+    /// session's standalone messages on a stream of its own, recorded in the store. A learns
+    /// from the record the next time it would write to its old stream, and lets go of it:
+    /// nothing is written where nobody reads.
     #[tokio::test]
     async fn a_held_standalone_stream_is_written_to_the_store_when_sessions_are_shared() {
         let hub = Arc::new(Hub::default());
@@ -3139,11 +3320,15 @@ mod tests {
         assert_eq!(a.table_sizes().await.queued, 0, "stored, not queued");
         let stored = within(hub.inner.replay_after(&id, &priming)).await.unwrap();
         assert_eq!(stored.len(), 1, "{stored:?}");
-        // Resumed on B: the stored message, then the next one live.
+        // Resumed on B: the stored message, then B's own stream, recorded.
         let resumed = within(b.handle(resume_after(&id, &priming))).await;
         assert_eq!(resumed.status(), 200);
+        let adopted = app_b.sessions.lock().unwrap()[0].clone();
+        assert!(adopted.holds_standalone().await);
+        let held = within(hub.inner.standalone(&id)).await.unwrap().unwrap();
+        assert_eq!(held.get() >> 32, 2, "{held}");
         let mut body = resumed.into_body();
-        within(session.send(notification(2), None)).await;
+        within(adopted.send(notification(2), None)).await;
         let mut text = String::new();
         while !text.contains(r#""n":2"#) {
             let frame = within(body.frame()).await.unwrap().unwrap();
@@ -3151,8 +3336,149 @@ mod tests {
         }
         assert_eq!(text.matches(r#""n":1"#).count(), 1, "{text}");
         assert_eq!(text.matches(r#""n":2"#).count(), 1, "{text}");
+        assert!(text.contains(&format!("id: {held}-")), "{text}");
+        // A, alive, writes no more to its old stream: it lets go and queues the message as a
+        // non-holder does.
+        within(session.send(notification(3), None)).await;
+        assert!(!session.holds_standalone().await);
+        assert_eq!(a.table_sizes().await.queued, 1);
+        let old = within(hub.inner.replay_after(&id, &priming)).await.unwrap();
+        assert_eq!(old.len(), 1, "nothing more on A's stream: {old:?}");
+        assert_eq!(within(hub.inner.standalone(&id)).await.unwrap(), Some(held));
         drop(body);
         a.close_all().await;
         b.close_all().await;
+    }
+
+    /// Issue 22: the holder of a session's standalone stream dies (`kill -9`: it is never
+    /// heard from again). The client's GET with the stream's `Last-Event-ID` lands on B, which
+    /// takes the stream over at once: the stored events after the id, each once, then the
+    /// priming event of B's own stream, recorded as the session's standalone stream; A's
+    /// stream is finished. What the session's standalone stream gets from then on is written
+    /// by B, live. When B's connection goes too, a resumption on C (with the id of B's stream)
+    /// takes it over from B the same way. Without the takeover, B follows the dead stream and
+    /// the record keeps naming it, so no instance would write there again.
+    #[tokio::test]
+    async fn a_standalone_stream_resumed_on_another_instance_is_taken_over() {
+        let hub = Arc::new(Hub::default());
+        let adopting = || {
+            Arc::new(App {
+                adopts: Some(modelctx_types::ProtocolVersion::V2025_11_25),
+                shares: true,
+                ..App::default()
+            })
+        };
+        let app_a = Arc::new(App {
+            shares: true,
+            ..App::default()
+        });
+        let (app_b, app_c) = (adopting(), adopting());
+        let a = on_hub(&hub, 1 << 32, &app_a, ServerConfig::default());
+        let b = on_hub(&hub, 2 << 32, &app_b, ServerConfig::default());
+        let c = on_hub(&hub, 3 << 32, &app_c, ServerConfig::default());
+        let id = open(&a).await;
+        let session = app_a.sessions.lock().unwrap()[0].clone();
+        let get = within(a.handle(on_session("GET", &id, ""))).await;
+        let mut body = get.into_body();
+        let mut text = String::new();
+        while !text.contains("\n\n") {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        within(session.send(notification(1), None)).await;
+        within(session.send(notification(2), None)).await;
+        while !text.contains(r#""n":2"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        // The client saw the first one; then A dies with its connection.
+        let seen: EventId = text
+            .split("\n\n")
+            .find(|e| e.contains(r#""n":1"#))
+            .and_then(|e| e.lines().find_map(|l| l.strip_prefix("id: ")))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let dead = within(hub.inner.standalone(&id)).await.unwrap().unwrap();
+        assert_eq!(seen.stream, dead);
+        drop(body);
+        let resumed = within(b.handle(resume_after(&id, &seen))).await;
+        assert_eq!(resumed.status(), 200);
+        let held = within(hub.inner.standalone(&id)).await.unwrap().unwrap();
+        assert_eq!(held.get() >> 32, 2, "B holds it: {held}");
+        let adopted = app_b.sessions.lock().unwrap()[0].clone();
+        assert!(adopted.holds_standalone().await);
+        let calls = hub.calls();
+        for call in [
+            format!("standalone {held}"),
+            format!("finish {dead}"),
+            format!("open {held} []"),
+        ] {
+            assert!(calls.contains(&call), "{call} not in {calls:?}");
+        }
+        assert!(!calls.contains(&format!("follow {seen}")), "{calls:?}");
+        // Later messages of the session's standalone stream: written by B, live, once.
+        within(adopted.send(notification(3), None)).await;
+        let mut body = resumed.into_body();
+        let mut text = String::new();
+        while !text.contains(r#""n":3"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        let got: Vec<(EventId, String)> = text
+            .split("\n\n")
+            .filter_map(|e| {
+                let id = e
+                    .lines()
+                    .find_map(|l| l.strip_prefix("id: "))?
+                    .parse()
+                    .ok()?;
+                let data = e
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data:"))?
+                    .trim()
+                    .to_owned();
+                Some((id, data))
+            })
+            .collect();
+        let ns: Vec<&str> = got
+            .iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(_, d)| d.as_str())
+            .collect();
+        assert_eq!(ns.len(), 2, "{text}");
+        assert!(
+            ns[0].contains(r#""n":2"#) && ns[1].contains(r#""n":3"#),
+            "{text}"
+        );
+        assert_eq!(got[0].0.stream, dead, "the replay first: {text}");
+        // The priming event of B's stream comes before B's first message.
+        assert!(got[1].1.is_empty() && got[1].0.stream == held, "{text}");
+        assert_eq!(got[2].0.stream, held, "{text}");
+        // B's connection goes too: C takes the stream over from B, after B's last event seen.
+        drop(body);
+        let last_b = got[2].0;
+        within(adopted.send(notification(4), None)).await;
+        let again = within(c.handle(resume_after(&id, &last_b))).await;
+        assert_eq!(again.status(), 200);
+        let on_c = within(hub.inner.standalone(&id)).await.unwrap().unwrap();
+        assert_eq!(on_c.get() >> 32, 3, "C holds it: {on_c}");
+        let adopted_c = app_c.sessions.lock().unwrap()[0].clone();
+        within(adopted_c.send(notification(5), None)).await;
+        let mut body = again.into_body();
+        let mut text = String::new();
+        while !text.contains(r#""n":5"#) {
+            let frame = within(body.frame()).await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&frame.into_data().unwrap()));
+        }
+        assert_eq!(text.matches(r#""n":4"#).count(), 1, "{text}");
+        assert_eq!(text.matches(r#""n":3"#).count(), 0, "{text}");
+        // B let go when it next wrote: the message waits in its queue, not on a dead stream.
+        within(adopted.send(notification(6), None)).await;
+        assert!(!adopted.holds_standalone().await);
+        drop(body);
+        for service in [&a, &b, &c] {
+            service.close_all().await;
+        }
     }
 }

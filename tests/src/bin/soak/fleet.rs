@@ -21,14 +21,17 @@
 //! - no duplicate: no event id or progress value arrives twice for one request;
 //! - a call resumed on another instance gets every event it missed and its answer, or (when the
 //!   instance running it died) the error for a stopped instance;
-//! - every listener hears list changes;
+//! - every listener hears list changes, and every change made away from the kills: each
+//!   `unlock` that began at least [`RESUME_GRACE`] after the last kill, with no kill before the
+//!   next `unlock` began, must be heard by every listener (a legacy client on its session's GET
+//!   stream, resumed on another instance when the instance holding it was killed; a modern one
+//!   on its `subscriptions/listen` stream) before the next `unlock` begins;
 //! - once every session has ended (closed with DELETE) and the leases of the killed instances
 //!   have run out, Redis holds the keys it held at the start (the instance counter and the live
 //!   instances' leases), within [`SETTLE_LIMIT`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -68,6 +71,89 @@ const QUIET_END: Duration = Duration::from_secs(8);
 const WIRE_LINES: usize = 60;
 /// How often `unlock` changes the tool list.
 const CHANGE_EVERY: Duration = Duration::from_secs(2);
+/// How long after a kill a listener's stream is taken to be resumed: the client waits the
+/// server's `retry` (1 s), then its GET (or its listen request) lands on a live instance. A
+/// change made from then on must be heard.
+const RESUME_GRACE: Duration = Duration::from_secs(5);
+
+/// What one load client heard of the list changes.
+#[derive(Default)]
+struct Listener {
+    /// A modern client (else legacy).
+    modern: bool,
+    /// When it was connected (its session's GET stream, or its listen stream, opening).
+    connected: Mutex<Option<Instant>>,
+    /// When it heard each `tools/list_changed`.
+    heard: Mutex<Vec<Instant>>,
+}
+
+impl Listener {
+    fn new(modern: bool) -> Listener {
+        Listener {
+            modern,
+            ..Listener::default()
+        }
+    }
+
+    fn seen(&self) -> Heard {
+        Heard {
+            modern: self.modern,
+            connected: *self
+                .connected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            heard: self
+                .heard
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}
+
+/// What a listener heard, once the run is over.
+#[derive(Debug, Clone, Default)]
+struct Heard {
+    modern: bool,
+    connected: Option<Instant>,
+    heard: Vec<Instant>,
+}
+
+/// The changes checked away from the kills: each `unlock` (its start) that began at least
+/// [`RESUME_GRACE`] after the last kill signal, and before which the next `unlock` began with no
+/// kill meanwhile; the last `unlock` is not checked (nothing bounds when it may be heard). A
+/// listener misses a checked change when it heard no `tools/list_changed` from its start to the
+/// next `unlock`'s start; a listener connected less than [`RESUME_GRACE`] before it is not
+/// asked. Returns how many changes were checked, and what each listener missed.
+fn missed(
+    unlocks: &[(Instant, Instant)],
+    kills: &[Instant],
+    listeners: &[Heard],
+) -> (usize, Vec<u64>) {
+    let mut starts: Vec<Instant> = unlocks.iter().map(|(start, _)| *start).collect();
+    starts.sort_unstable();
+    let mut checked = 0;
+    let mut missed = vec![0; listeners.len()];
+    for pair in starts.windows(2) {
+        let (start, next) = (pair[0], pair[1]);
+        let near_kill = kills
+            .iter()
+            .any(|&kill| kill <= next && start.saturating_duration_since(kill) < RESUME_GRACE);
+        if near_kill {
+            continue;
+        }
+        checked += 1;
+        for (listener, missed) in listeners.iter().zip(&mut missed) {
+            let asked = listener.connected.is_some_and(|connected| {
+                start.saturating_duration_since(connected) >= RESUME_GRACE
+            });
+            if asked && !listener.heard.iter().any(|t| start <= *t && *t < next) {
+                *missed += 1;
+            }
+        }
+    }
+    (checked, missed)
+}
 
 /// What the run counts.
 struct Tally {
@@ -75,6 +161,8 @@ struct Tally {
     /// When each kill began (just before the signal) and ended (the process reaped; `None`
     /// while it has not).
     kills: Mutex<Vec<(Instant, Option<Instant>)>>,
+    /// When each `unlock` that changed the list began and ended.
+    unlocks: Mutex<Vec<(Instant, Instant)>>,
     /// When the run began (for the lines on stderr).
     began: Instant,
 }
@@ -84,6 +172,7 @@ impl Default for Tally {
         Tally {
             inner: Mutex::default(),
             kills: Mutex::default(),
+            unlocks: Mutex::default(),
             began: Instant::now(),
         }
     }
@@ -290,13 +379,12 @@ pub(crate) async fn run(options: Options) -> Result<bool, String> {
     let mut tasks = JoinSet::new();
     let mut listeners = Vec::new();
     for i in 0..options.clients {
-        let heard = Arc::new(AtomicU64::new(0));
-        listeners.push((i % 2 == 1, heard.clone()));
+        let listener = Arc::new(Listener::new(i % 2 == 1));
+        listeners.push(listener.clone());
         tasks.spawn(load_client(
             ctx.clone(),
             tally.clone(),
-            i % 2 == 1,
-            heard,
+            listener,
             seeds.next(),
         ));
     }
@@ -393,6 +481,20 @@ pub(crate) async fn run(options: Options) -> Result<bool, String> {
 
     let counts = tally.snapshot();
     let progress_dups = ctx.figures.snapshot().duplicates;
+    let heard: Vec<Heard> = listeners.iter().map(|l| l.seen()).collect();
+    let kills: Vec<Instant> = tally
+        .kills
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .map(|(signal, _)| *signal)
+        .collect();
+    let unlocks = tally
+        .unlocks
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let (checked, missed) = missed(&unlocks, &kills, &heard);
     let run = Run {
         seconds: options.seconds,
         legacy_clients,
@@ -400,10 +502,12 @@ pub(crate) async fn run(options: Options) -> Result<bool, String> {
         seed: options.seed,
         settle_secs,
         progress_dups,
-        listeners: listeners
+        listeners: heard
             .iter()
-            .map(|(modern, heard)| (*modern, heard.load(Ordering::Relaxed)))
+            .zip(&missed)
+            .map(|(h, missed)| (h.modern, h.heard.len() as u64, *missed))
             .collect(),
+        checked,
         panicked,
         running,
     };
@@ -429,8 +533,11 @@ struct Run {
     settle_secs: f64,
     /// Progress values repeated within one call of the `modelctx-client` clients.
     progress_dups: u64,
-    /// Per load client: modern or not, and the `tools/list_changed` it heard.
-    listeners: Vec<(bool, u64)>,
+    /// Per load client: modern or not, the `tools/list_changed` it heard, and the changes
+    /// checked away from the kills that it missed ([`missed`]).
+    listeners: Vec<(bool, u64, u64)>,
+    /// The changes checked away from the kills ([`missed`]).
+    checked: usize,
     /// Tasks that panicked or hung.
     panicked: Vec<String>,
     /// Instances running at the end.
@@ -474,7 +581,7 @@ fn verdict(run: &Run, counts: &Counts, before: &RedisState, after: &RedisState) 
         let deaf = run
             .listeners
             .iter()
-            .filter(|(_, heard)| *heard == 0)
+            .filter(|(_, heard, _)| *heard == 0)
             .count();
         if deaf > 0 {
             why.push(format!(
@@ -482,6 +589,23 @@ fn verdict(run: &Run, counts: &Counts, before: &RedisState, after: &RedisState) 
                 run.listeners.len(),
                 counts.changes
             ));
+        }
+        if run.checked == 0 {
+            why.push("no list change was made away from the kills (none to check)".into());
+        }
+        for modern in [false, true] {
+            let missed: u64 = run
+                .listeners
+                .iter()
+                .filter(|(m, _, _)| *m == modern)
+                .map(|(_, _, missed)| missed)
+                .sum();
+            if missed > 0 {
+                why.push(format!(
+                    "{missed} changes made away from the kills were missed by {} listeners",
+                    if modern { "modern" } else { "legacy" }
+                ));
+            }
         }
     } else {
         why.push("no list change was made".into());
@@ -598,10 +722,26 @@ fn report(run: &Run, counts: &Counts, before: &RedisState, after: &RedisState) -
     let heard = |modern: bool| {
         run.listeners
             .iter()
-            .filter(|(m, _)| *m == modern)
-            .map(|(_, n)| n.to_string())
+            .filter(|(m, _, _)| *m == modern)
+            .map(|(_, n, _)| n.to_string())
             .collect::<Vec<_>>()
             .join(", ")
+    };
+    let missed = |modern: bool| {
+        let per: Vec<u64> = run
+            .listeners
+            .iter()
+            .filter(|(m, _, _)| *m == modern)
+            .map(|(_, _, missed)| *missed)
+            .collect();
+        format!(
+            "{} ({})",
+            per.iter().sum::<u64>(),
+            per.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     };
     row(
         "list changes made (`unlock` through nginx)",
@@ -614,6 +754,22 @@ fn report(run: &Run, counts: &Counts, before: &RedisState, after: &RedisState) -
     row(
         "tools/list_changed heard per modern client (listen)",
         heard(true),
+    );
+    row(
+        &format!(
+            "list changes checked away from the kills (an `unlock` begun {} s or more after a \
+             kill, with none before the next `unlock`)",
+            RESUME_GRACE.as_secs()
+        ),
+        run.checked.to_string(),
+    );
+    row(
+        "changes missed by a legacy listener after its resume (must be 0; per client)",
+        missed(false),
+    );
+    row(
+        "changes missed by a modern listener after its resume (must be 0; per client)",
+        missed(true),
     );
     row(
         "Redis keys",
@@ -646,13 +802,8 @@ fn escape(text: &str) -> String {
 
 /// One load client through nginx: connects (again after a failure), listens, calls until the
 /// deadline, then closes (DELETE of a legacy session).
-async fn load_client(
-    ctx: Arc<Ctx>,
-    tally: Arc<Tally>,
-    modern: bool,
-    heard: Arc<AtomicU64>,
-    seed: u64,
-) {
+async fn load_client(ctx: Arc<Ctx>, tally: Arc<Tally>, listener: Arc<Listener>, seed: u64) {
+    let modern = listener.modern;
     let era = load::era(modern);
     let mut rng = Rng::new(seed);
     // The client's last messages, shown when a call hangs.
@@ -692,11 +843,19 @@ async fn load_client(
         }
     };
     let mut notifications = client.notifications();
+    *listener
+        .connected
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     let listener = tokio::spawn(async move {
         loop {
             match notifications.recv().await {
                 Ok(ServerNotification::ToolsListChanged) => {
-                    heard.fetch_add(1, Ordering::Relaxed);
+                    listener
+                        .heard
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(Instant::now());
                 }
                 Ok(_) | Err(modelctx_client::RecvError::Missed(_)) => {}
                 Err(_) => break,
@@ -750,6 +909,11 @@ async fn changer(ctx: Arc<Ctx>, tally: Arc<Tally>) {
         .unwrap_or_else(|_| Err(format!("no outcome within {OUTER:?}")));
         if outcome.is_ok() {
             tally.with(|c| c.changes += 1);
+            tally
+                .unlocks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((start, Instant::now()));
         }
         tally.call("modern", start, outcome);
         tokio::time::sleep(CHANGE_EVERY).await;
@@ -996,6 +1160,47 @@ async fn resume_once(
 mod tests {
     use super::*;
 
+    /// A change is checked only away from the kills, and a listener misses it when it heard
+    /// nothing between its start and the next change's; the last change, one near a kill, and a
+    /// listener that connected just before are not checked.
+    #[test]
+    fn changes_away_from_the_kills_must_be_heard_by_every_listener() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_millis(s * 100);
+        // Unlocks every 2 s from t = 10 s; a kill at 20 s.
+        let unlocks: Vec<(Instant, Instant)> = (0..10)
+            .map(|i| (at(100 + 20 * i), at(101 + 20 * i)))
+            .collect();
+        let kills = [at(200)];
+        let all: Vec<Instant> = (0..10).map(|i| at(102 + 20 * i)).collect();
+        let listeners = [
+            // Heard each one.
+            Heard {
+                modern: false,
+                connected: Some(t0),
+                heard: all.clone(),
+            },
+            // Deaf from the kill on.
+            Heard {
+                modern: false,
+                connected: Some(t0),
+                heard: all[..5].to_vec(),
+            },
+            // Connected late: asked from 9.5 s after its connection only.
+            Heard {
+                modern: true,
+                connected: Some(at(150)),
+                heard: Vec::new(),
+            },
+        ];
+        let (checked, missed) = missed(&unlocks, &kills, &listeners);
+        // Checked: 10, 12, 14, 16 s, and 26 s (18 s: a kill before the next; 20 to 24 s:
+        // less than 5 s after it; 28 s: the last, with no next).
+        assert_eq!(checked, 5, "{missed:?}");
+        // The deaf one missed 26 s; the late one was asked about 26 s only.
+        assert_eq!(missed, [0, 1, 1]);
+    }
+
     #[test]
     fn only_calls_in_flight_at_a_kill_may_fail_and_none_may_hang() {
         let tally = Tally::default();
@@ -1033,7 +1238,8 @@ mod tests {
             seed: 1,
             settle_secs: 0.0,
             progress_dups: 0,
-            listeners: vec![(false, 2), (true, 0)],
+            listeners: vec![(false, 2, 0), (true, 0, 0)],
+            checked: 1,
             panicked: Vec::new(),
             running: INSTANCES,
         };
@@ -1068,6 +1274,21 @@ mod tests {
             "{why:?}"
         );
         assert!(!why.iter().any(|w| w.starts_with("Redis")), "{why:?}");
+        // A change made away from the kills that a listener missed fails the run.
+        let deafened = Run {
+            listeners: vec![(false, 2, 1), (true, 3, 0)],
+            ..run
+        };
+        let why = verdict(&deafened, &changed, &redis, &redis);
+        assert!(
+            why.iter()
+                .any(|w| w == "1 changes made away from the kills were missed by legacy listeners"),
+            "{why:?}"
+        );
+        let run = Run {
+            listeners: vec![(false, 2, 0), (true, 0, 0)],
+            ..deafened
+        };
         let text = report(&run, &counts, &redis, &left);
         assert!(text.contains("| calls lost: legacy: cut | 1 |"), "{text}");
         assert!(
