@@ -1,5 +1,5 @@
 //! Middleware at the MCP level: requests reach their handlers through a
-//! [`tower::Service`](Service) of [`McpRequest`]s, so `tower` layers (`timeout`,
+//! [`tower::Service`] of [`McpRequest`]s, so `tower` layers (`timeout`,
 //! `limit::ConcurrencyLimit`, `limit::RateLimit`, `load_shed`, `filter`, or an application's
 //! own) wrap every request of a server ([`ServerBuilder::layer`]) or the calls of one tool
 //! ([`Tool::layer`]).
