@@ -83,13 +83,41 @@ pub(crate) struct OAuthArgs {
     pub(crate) no_login: bool,
 }
 
+/// `mcx login`'s options.
+#[derive(Args, Debug)]
+pub(crate) struct LoginArgs {
+    /// The server to sign in to: the same as --url before the command (`mcx login --url URL`
+    /// or `mcx --url URL login`).
+    #[arg(long = "url", id = "login_url", value_name = "URL")]
+    pub(crate) url: Option<String>,
+}
+
 /// `mcx logout`'s options.
 #[derive(Args, Debug)]
 pub(crate) struct LogoutArgs {
+    /// The server whose tokens to forget: the same as --url before the command.
+    #[arg(long = "url", id = "logout_url", value_name = "URL")]
+    pub(crate) url: Option<String>,
     /// Forget every token and registration mcx keeps, for every server (--url is then
     /// ignored).
     #[arg(long)]
     pub(crate) all: bool,
+}
+
+/// `target` with the --url given after `login` or `logout` (`after`), if any; an error when
+/// --url is given on both sides with different URLs.
+pub(crate) fn with_url(target: &Target, after: Option<&String>) -> Result<Target, Failed> {
+    let mut target = target.clone();
+    match (&target.url, after) {
+        (Some(before), Some(after)) if before != after => {
+            return Err(Failed::usage(format!(
+                "two different --url: {before} (before the command) and {after} (after it)"
+            )));
+        }
+        (_, Some(after)) => target.url = Some(after.clone()),
+        (_, None) => {}
+    }
+    Ok(target)
 }
 
 /// mcx's configuration directory, from the variables `var` gives (see the module's docs).

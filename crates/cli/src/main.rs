@@ -208,7 +208,7 @@ enum Command {
     /// Sign in to the server of --url with OAuth 2.1: print the authorization URL (and open a
     /// browser when one is likely), wait for the redirect on a loopback port, keep the tokens
     /// in mcx's store (MCX_CONFIG_DIR, else the user's config directory, mcx/auth).
-    Login,
+    Login(login::LoginArgs),
     /// Revoke the tokens kept for the server of --url at its authorization server (where it
     /// offers revocation) and forget them (with --all: every token, and the client registrations).
     Logout(login::LogoutArgs),
@@ -488,8 +488,18 @@ async fn main() -> ExitCode {
             (ClientCommand::Complete(c), output)
         }
         Command::Proxy(args) => return proxy(args).await,
-        Command::Login => return login::login(&cli.target).await,
-        Command::Logout(args) => return login::logout(&cli.target, &args).await,
+        Command::Login(args) => {
+            return match login::with_url(&cli.target, args.url.as_ref()) {
+                Ok(target) => login::login(&target).await,
+                Err(failed) => failed.report(false),
+            };
+        }
+        Command::Logout(args) => {
+            return match login::with_url(&cli.target, args.url.as_ref()) {
+                Ok(target) => login::logout(&target, &args).await,
+                Err(failed) => failed.report(false),
+            };
+        }
     };
     commands::run(cli.target, command, output.json).await
 }

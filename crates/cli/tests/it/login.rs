@@ -270,6 +270,28 @@ fn login_and_logout_need_a_server_and_bearer_tokens_bypass_oauth() {
     let out = mcx(&["--url", "http://127.0.0.1:9/mcp", "login"], Some("t"));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("bearer"), "{}", stderr(&out));
+    // --url after the command names the server too (it reaches the same bearer check).
+    let out = mcx(&["login", "--url", "http://127.0.0.1:9/mcp"], Some("t"));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bearer"), "{}", stderr(&out));
+    let out = mcx(
+        &[
+            "--url",
+            "http://127.0.0.1:9/mcp",
+            "logout",
+            "--url",
+            "http://127.0.0.1:8/mcp",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("two different --url"),
+        "{}",
+        stderr(&out)
+    );
+    let out = mcx(&["logout", "--url", "http://127.0.0.1:9/mcp"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = mcx(&["logout", "--all"], None);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "no tokens stored\n");
