@@ -11,6 +11,7 @@ pub mod http_client;
 pub mod node;
 pub mod oidc;
 pub mod python;
+pub mod traces;
 
 use std::path::PathBuf;
 

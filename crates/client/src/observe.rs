@@ -389,6 +389,57 @@ mod tests {
     /// A span seen: its name, and its fields as text.
     type SpanSeen = (&'static str, BTreeMap<String, String>);
 
+    /// `subscriber` as this thread's default, with [`Undecided`] as the global one.
+    ///
+    /// tracing caches each callsite's interest (and the max level) for every thread, computed
+    /// from the dispatchers registered at that moment: a callsite first reached on a thread with
+    /// no capture while another test thread sets its capture can stay cached `never`, and that
+    /// test sees no span. With a global subscriber that answers `sometimes` for every callsite,
+    /// no interest is ever cached `never`; the rebuild after `set_default` recomputes any
+    /// cached before.
+    pub(crate) fn scoped<S>(subscriber: S) -> tracing::subscriber::DefaultGuard
+    where
+        S: Subscriber + Send + Sync + 'static,
+    {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(Undecided);
+        });
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        guard
+    }
+
+    /// Wants nothing, yet leaves every callsite's interest open ([`scoped`]).
+    struct Undecided;
+
+    impl Subscriber for Undecided {
+        fn register_callsite(
+            &self,
+            _: &'static Metadata<'static>,
+        ) -> tracing::subscriber::Interest {
+            tracing::subscriber::Interest::sometimes()
+        }
+
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            false
+        }
+
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+        fn event(&self, _: &Event<'_>) {}
+
+        fn enter(&self, _: &Id) {}
+
+        fn exit(&self, _: &Id) {}
+    }
+
     /// The spans of [`super::TARGET`].
     #[derive(Clone, Default)]
     struct Capture(Arc<Mutex<Vec<SpanSeen>>>);
@@ -439,7 +490,7 @@ mod tests {
 
     async fn calls_have_client_spans(version: Option<ProtocolVersion>) {
         let capture = Capture::default();
-        let _default = tracing::subscriber::set_default(capture.clone());
+        let _default = scoped(capture.clone());
         let server = Server::builder("s", "1.0.0")
             .tool(Tool::with_input_schema(
                 "hello",

@@ -553,6 +553,57 @@ pub(crate) mod capture {
         stack: Vec<u64>,
     }
 
+    /// `subscriber` as this thread's default, with [`Undecided`] as the global one.
+    ///
+    /// tracing caches each callsite's interest (and the max level) for every thread, computed
+    /// from the dispatchers registered at that moment: a callsite first reached on a thread with
+    /// no capture while another test thread sets its capture can stay cached `never`, and that
+    /// test sees no span. With a global subscriber that answers `sometimes` for every callsite,
+    /// no interest is ever cached `never`; the rebuild after `set_default` recomputes any
+    /// cached before.
+    pub(crate) fn scoped<S>(subscriber: S) -> tracing::subscriber::DefaultGuard
+    where
+        S: Subscriber + Send + Sync + 'static,
+    {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(Undecided);
+        });
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        guard
+    }
+
+    /// Wants nothing, yet leaves every callsite's interest open ([`scoped`]).
+    struct Undecided;
+
+    impl Subscriber for Undecided {
+        fn register_callsite(
+            &self,
+            _: &'static Metadata<'static>,
+        ) -> tracing::subscriber::Interest {
+            tracing::subscriber::Interest::sometimes()
+        }
+
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            false
+        }
+
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+        fn event(&self, _: &Event<'_>) {}
+
+        fn enter(&self, _: &Id) {}
+
+        fn exit(&self, _: &Id) {}
+    }
+
     /// The subscriber; clones share what it saw.
     #[derive(Clone, Default)]
     pub(crate) struct Capture(Arc<Mutex<Book>>);
@@ -651,7 +702,7 @@ mod tests {
     use modelctx_types::{Incoming, Message, decode_str, meta_keys};
     use serde_json::{Value, json};
 
-    use super::capture::Capture;
+    use super::capture::{Capture, scoped};
     use super::*;
     use crate::{Frame, NoArgs, Prompt, PromptMessage, Server, Tool, ToolOutput};
 
@@ -724,7 +775,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_tool_call_has_a_server_span_with_the_semantic_convention_attributes() {
         let capture = Capture::default();
-        let _default = tracing::subscriber::set_default(capture.clone());
+        let _default = scoped(capture.clone());
         let server = server();
         let answer = ask(&server, 7, ToolsCall::VALUE, json!({"name": "hello"})).await;
         assert_eq!(answer["content"][0]["text"], "hello");
@@ -746,7 +797,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn errors_and_failed_tools_set_error_type() {
         let capture = Capture::default();
-        let _default = tracing::subscriber::set_default(capture.clone());
+        let _default = scoped(capture.clone());
         let server = server();
         let unknown = ask(&server, 1, ToolsCall::VALUE, json!({"name": "nope"})).await;
         assert_eq!(unknown["code"], -32602);
@@ -771,7 +822,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_prompt_names_its_span_and_progress_is_an_event_in_the_span() {
         let capture = Capture::default();
-        let _default = tracing::subscriber::set_default(capture.clone());
+        let _default = scoped(capture.clone());
         let server = server();
         let got = ask(&server, 1, PromptsGet::VALUE, json!({"name": "greet"})).await;
         assert!(got["messages"].is_array(), "{got}");
@@ -806,7 +857,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_question_has_a_client_span_under_the_request() {
         let capture = Capture::default();
-        let _default = tracing::subscriber::set_default(capture.clone());
+        let _default = scoped(capture.clone());
         let server = server();
         // The client declared no roots: the question fails at once, in its span.
         let _ = ask(&server, 1, ToolsCall::VALUE, json!({"name": "roots"})).await;

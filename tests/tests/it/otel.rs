@@ -36,7 +36,7 @@ impl Traces {
             .build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("otel-tests"));
         let subscriber = tracing_subscriber::registry().with(layer);
-        let default = tracing::subscriber::set_default(subscriber);
+        let default = modelctx_tests::traces::scoped(subscriber);
         Traces {
             provider,
             exporter,
