@@ -289,7 +289,9 @@ impl ServerBuilder {
     /// the wire). Each call wraps the layers added before it: the last one added sees a request
     /// first (a `tower::ServiceBuilder` given at once applies its layers top to bottom). The
     /// chain is built once, by [`build`](Self::build), and shared by every connection and
-    /// request. Default: no layer, and requests go straight to their handlers.
+    /// request: with a layer that needs the Tokio runtime when it is made (`tower`'s
+    /// `RateLimit` starts its timer then), `build` runs inside one. Default: no layer, and
+    /// requests go straight to their handlers.
     ///
     /// ```
     /// use std::time::Duration;
