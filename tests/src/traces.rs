@@ -4,7 +4,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::{DefaultGuard, Interest};
 use tracing::{Event, Metadata, Subscriber};
 
-/// `subscriber` as this thread's default, with [`Undecided`] as the global one.
+/// `subscriber` as this thread's default, over a global subscriber that wants nothing.
 ///
 /// tracing caches each callsite's interest (and the max level) for every thread, computed from
 /// the dispatchers registered at that moment: a callsite first reached on a thread with no
