@@ -1,0 +1,3 @@
+//! The aggregate served as one MCP server.
+//!
+//! OWNER: the gateway work package.
