@@ -39,7 +39,7 @@ pub mod gateway;
 pub use catalog::{HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
 pub use config::{ConfigError, ConfigErrors, HostConfig, ServerConfig, TransportConfig};
 pub use host::{Host, HostBuilder, HostError, HostEvent, ServerState, ServerStatus};
-pub use policy::{Decision, Policy};
+pub use policy::{Decision, DefaultPolicy, Policy, PolicyFile, Rules};
 
 pub use modelctx_client as client;
 pub use modelctx_client::model;
