@@ -732,7 +732,7 @@ struct FileRules {
     sampling: Option<FileSampling>,
     elicitation: Option<Permit>,
     #[serde(default)]
-    servers: BTreeMap<String, FileServer>,
+    servers: BTreeMap<String, Object<FileServer>>,
 }
 
 /// A server's entry of a policy file.
@@ -746,6 +746,31 @@ struct FileServer {
     destructive: Option<Permit>,
     sampling: Option<FileSampling>,
     elicitation: Option<Permit>,
+}
+
+/// A `T` that must be a JSON object (serde would take an array for a struct too).
+#[derive(Debug)]
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(Visitor(std::marker::PhantomData))
+    }
 }
 
 /// `"allow"`, `"deny"` or the edits of an allowed request.
@@ -800,7 +825,7 @@ impl<'de> Deserialize<'de> for FileSampling {
 impl PolicyFile {
     /// The policy of the JSON `text`.
     pub fn from_json(text: &str) -> Result<PolicyFile, PolicyFileError> {
-        let file: FileRules = serde_json::from_str(text)
+        let Object(file): Object<FileRules> = serde_json::from_str(text)
             .map_err(|source| PolicyFileError::Invalid { path: None, source })?;
         Ok(PolicyFile {
             rules: file.into_rules(),
@@ -844,7 +869,7 @@ impl FileRules {
         if let Some(elicitation) = self.elicitation {
             rules = rules.elicitation(elicitation.allows());
         }
-        for (name, entry) in self.servers {
+        for (name, Object(entry)) in self.servers {
             rules.servers.insert(
                 name,
                 ServerRules {
@@ -878,5 +903,454 @@ impl Policy for PolicyFile {
         request: &'a ElicitationRequest,
     ) -> BoxFuture<'a, Decision> {
         self.rules.approve_elicitation(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool named `name` with these hints (`None`: no annotations at all).
+    fn tool(name: &str, hints: Option<(Option<bool>, Option<bool>)>) -> model::Tool {
+        model::Tool {
+            meta: None,
+            annotations: hints.map(|(read_only, destructive)| model::ToolAnnotations {
+                destructive_hint: destructive,
+                idempotent_hint: None,
+                open_world_hint: None,
+                read_only_hint: read_only,
+                title: None,
+            }),
+            description: None,
+            icons: None,
+            input_schema: model::ToolInputSchema {
+                schema: None,
+                r#type: None,
+                properties: None,
+                required: None,
+                extra: JsonObject::new(),
+            },
+            name: name.into(),
+            output_schema: None,
+            title: None,
+            execution: None,
+        }
+    }
+
+    const READ_ONLY: Option<(Option<bool>, Option<bool>)> = Some((Some(true), None));
+    const HARMLESS: Option<(Option<bool>, Option<bool>)> = Some((None, Some(false)));
+    const DESTRUCTIVE: Option<(Option<bool>, Option<bool>)> = Some((None, Some(true)));
+    const UNANNOTATED: Option<(Option<bool>, Option<bool>)> = None;
+
+    fn block_on<T>(future: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    /// `policy`'s decision on a call of `tool` of `server`.
+    fn decide(policy: &dyn Policy, server: &str, tool: &model::Tool) -> Decision {
+        let arguments = JsonObject::new();
+        let exposed = format!("{server}__{}", tool.name);
+        let call = ToolCall::new(server, tool, &exposed, &arguments);
+        block_on(policy.approve_tool_call(&call))
+    }
+
+    fn allowed(decision: &Decision) -> bool {
+        *decision == Decision::Allow
+    }
+
+    fn reason(decision: Decision) -> String {
+        match decision {
+            Decision::Deny { reason } => reason,
+            other => panic!("allowed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_default_rules_allow_read_only_and_harmless_tools_only() {
+        let policy = DefaultPolicy;
+        assert!(allowed(&decide(&policy, "s", &tool("read", READ_ONLY))));
+        assert!(allowed(&decide(&policy, "s", &tool("log", HARMLESS))));
+        // readOnlyHint wins over a destructiveHint (which is meaningless then).
+        let read_only_marked = tool("peek", Some((Some(true), Some(true))));
+        assert!(allowed(&decide(&policy, "s", &read_only_marked)));
+        let refused = reason(decide(&policy, "files", &tool("rm", DESTRUCTIVE)));
+        assert!(
+            refused.contains("\"rm\"") && refused.contains("\"files\""),
+            "{refused}"
+        );
+        assert!(refused.contains("is marked destructive"), "{refused}");
+        assert!(refused.contains("nobody is there to approve"), "{refused}");
+        let refused = reason(decide(&policy, "files", &tool("touch", UNANNOTATED)));
+        assert!(refused.contains("not annotated"), "{refused}");
+        // Annotations that say neither read-only nor non-destructive: destructive by default.
+        let silent = tool("write", Some((Some(false), None)));
+        assert!(!allowed(&decide(&policy, "s", &silent)));
+    }
+
+    #[test]
+    fn the_hints_have_the_spec_defaults() {
+        let arguments = JsonObject::new();
+        let bare = tool("t", UNANNOTATED);
+        let call = ToolCall::new("s", &bare, "s__t", &arguments);
+        assert!(!call.read_only() && call.destructive() && !call.idempotent());
+        assert!(call.open_world(), "openWorldHint defaults to true");
+        let mut closed = tool("t", READ_ONLY);
+        if let Some(a) = closed.annotations.as_mut() {
+            a.open_world_hint = Some(false);
+            a.idempotent_hint = Some(true);
+        }
+        let call = ToolCall::new("s", &closed, "s__t", &arguments);
+        assert!(call.read_only() && !call.destructive() && call.idempotent());
+        assert!(!call.open_world());
+        assert_eq!(call.needs_approval(), None);
+    }
+
+    /// A policy that only overrides `ask`: the default rules call it.
+    struct Approver;
+
+    impl Policy for Approver {
+        fn ask<'a>(&'a self, call: &'a ToolCall<'a>, _: String) -> BoxFuture<'a, Decision> {
+            let decision = if call.arguments.contains_key("confirmed") {
+                Decision::Allow
+            } else {
+                Decision::deny("not confirmed")
+            };
+            Box::pin(std::future::ready(decision))
+        }
+    }
+
+    #[test]
+    fn the_default_rules_ask_about_destructive_tools_only() {
+        let rm = tool("rm", DESTRUCTIVE);
+        let mut arguments = JsonObject::new();
+        let call = ToolCall::new("s", &rm, "s__rm", &arguments);
+        assert_eq!(
+            block_on(Approver.approve_tool_call(&call)),
+            Decision::deny("not confirmed")
+        );
+        arguments.insert("confirmed".into(), true.into());
+        let call = ToolCall::new("s", &rm, "s__rm", &arguments);
+        assert_eq!(block_on(Approver.approve_tool_call(&call)), Decision::Allow);
+        // A read-only tool is never asked about.
+        let read = tool("read", READ_ONLY);
+        let empty = JsonObject::new();
+        let call = ToolCall::new("s", &read, "s__read", &empty);
+        assert_eq!(block_on(Approver.approve_tool_call(&call)), Decision::Allow);
+    }
+
+    #[test]
+    fn allow_lists_allow_without_asking_and_only_lists_refuse_the_rest() {
+        let rules = Rules::new()
+            .allow("files", ["write_file", "create_*"])
+            .only("shell", ["run_tests"]);
+        // Allow-listed destructive and unannotated tools go through.
+        assert!(allowed(&decide(
+            &rules,
+            "files",
+            &tool("write_file", DESTRUCTIVE)
+        )));
+        assert!(allowed(&decide(
+            &rules,
+            "files",
+            &tool("create_dir", UNANNOTATED)
+        )));
+        // Not listed: the default rules, then nobody to ask.
+        assert!(!allowed(&decide(
+            &rules,
+            "files",
+            &tool("delete", DESTRUCTIVE)
+        )));
+        assert!(allowed(&decide(&rules, "files", &tool("read", READ_ONLY))));
+        // The lists are per server.
+        assert!(!allowed(&decide(
+            &rules,
+            "other",
+            &tool("write_file", DESTRUCTIVE)
+        )));
+        // Only: the listed tool, and nothing else, read-only or not.
+        assert!(allowed(&decide(
+            &rules,
+            "shell",
+            &tool("run_tests", UNANNOTATED)
+        )));
+        let refused = reason(decide(&rules, "shell", &tool("ls", READ_ONLY)));
+        assert!(refused.contains("pattern \"*\""), "{refused}");
+    }
+
+    #[test]
+    fn the_most_specific_pattern_decides_and_a_denial_wins_a_tie() {
+        let rules = Rules::new()
+            .allow("s", ["*", "delete_tmp"])
+            .deny("s", ["delete_*", "same"])
+            .allow("s", ["same"]);
+        assert!(allowed(&decide(
+            &rules,
+            "s",
+            &tool("anything", DESTRUCTIVE)
+        )));
+        assert!(!allowed(&decide(
+            &rules,
+            "s",
+            &tool("delete_all", READ_ONLY)
+        )));
+        assert!(allowed(&decide(
+            &rules,
+            "s",
+            &tool("delete_tmp", DESTRUCTIVE)
+        )));
+        assert!(!allowed(&decide(&rules, "s", &tool("same", READ_ONLY))));
+        // A `*` inside a pattern given in code is an ordinary character.
+        let rules = Rules::new().allow("s", ["a*b"]);
+        assert!(!allowed(&decide(&rules, "s", &tool("axb", DESTRUCTIVE))));
+        assert!(allowed(&decide(&rules, "s", &tool("a*b", DESTRUCTIVE))));
+    }
+
+    #[test]
+    fn the_fallback_decides_unlisted_destructive_tools_per_server() {
+        let rules = Rules::new()
+            .destructive(Fallback::Allow)
+            .server_destructive("strict", Fallback::Deny);
+        assert!(allowed(&decide(&rules, "lax", &tool("rm", DESTRUCTIVE))));
+        let refused = reason(decide(&rules, "strict", &tool("rm", UNANNOTATED)));
+        assert!(refused.contains("policy denies such tools"), "{refused}");
+    }
+
+    #[test]
+    fn rules_ask_a_person_with_the_call_and_the_reason() {
+        let rules = Rules::new().on_ask(|question: Question| async move {
+            assert_eq!(question.server, "s");
+            assert_eq!(question.exposed_name, "s__rm");
+            assert!(question.reason.contains("\"rm\""), "{}", question.reason);
+            if question.tool.name == "rm" {
+                Decision::Allow
+            } else {
+                Decision::deny("the user said no")
+            }
+        });
+        assert!(allowed(&decide(&rules, "s", &tool("rm", DESTRUCTIVE))));
+        assert!(allowed(&decide(&rules, "s", &tool("read", READ_ONLY))));
+    }
+
+    fn params(max_tokens: i64, system_prompt: Option<&str>) -> model::CreateMessageRequestParams {
+        model::CreateMessageRequestParams {
+            include_context: None,
+            max_tokens,
+            messages: Vec::new(),
+            metadata: None,
+            model_preferences: None,
+            stop_sequences: None,
+            system_prompt: system_prompt.map(str::to_owned),
+            temperature: None,
+            tool_choice: None,
+            tools: None,
+            meta: None,
+            task: None,
+        }
+    }
+
+    fn sample(
+        policy: &dyn Policy,
+        server: &str,
+        params: model::CreateMessageRequestParams,
+    ) -> (Decision, model::CreateMessageRequestParams) {
+        let mut request = SamplingRequest::new(server, params);
+        let decision = block_on(policy.approve_sampling(&mut request));
+        (decision, request.params)
+    }
+
+    #[test]
+    fn sampling_rules_cap_max_tokens_and_prefix_the_system_prompt() {
+        let rules = Rules::new()
+            .sampling(
+                SamplingRule::allow()
+                    .max_tokens(100)
+                    .system_prompt_prefix("Be brief."),
+            )
+            .server_sampling("quiet", SamplingRule::deny());
+        let (decision, edited) = sample(&rules, "s", params(500, Some("You are a poet.")));
+        assert_eq!(decision, Decision::Allow);
+        assert_eq!(edited.max_tokens, 100);
+        assert_eq!(
+            edited.system_prompt.as_deref(),
+            Some("Be brief.\n\nYou are a poet.")
+        );
+        let (_, edited) = sample(&rules, "s", params(50, None));
+        assert_eq!(edited.max_tokens, 50, "a smaller request is left alone");
+        assert_eq!(edited.system_prompt.as_deref(), Some("Be brief."));
+        let (decision, _) = sample(&rules, "quiet", params(50, None));
+        assert!(reason(decision).contains("sampling requests of server \"quiet\""));
+        // The defaults: allowed, unchanged.
+        let (decision, edited) = sample(&DefaultPolicy, "s", params(500, Some("p")));
+        assert_eq!(
+            (decision, edited),
+            (Decision::Allow, params(500, Some("p")))
+        );
+    }
+
+    fn elicit(policy: &dyn Policy, server: &str) -> Decision {
+        let request = ElicitationRequest::new(
+            server,
+            Elicitation::Form {
+                message: "Name?".into(),
+                schema: JsonObject::new(),
+            },
+        );
+        block_on(policy.approve_elicitation(&request))
+    }
+
+    #[test]
+    fn elicitation_rules_per_server() {
+        let rules = Rules::new()
+            .elicitation(false)
+            .server_elicitation("form", true);
+        assert!(reason(elicit(&rules, "s")).contains("elicitations of server \"s\""));
+        assert_eq!(elicit(&rules, "form"), Decision::Allow);
+        assert_eq!(elicit(&Rules::new(), "s"), Decision::Allow);
+    }
+
+    #[test]
+    fn a_policy_file_sets_every_rule() {
+        let file = PolicyFile::from_json(
+            r#"{
+                "destructive": "deny",
+                "sampling": {"maxTokens": 10, "systemPromptPrefix": "P"},
+                "elicitation": "deny",
+                "servers": {
+                    "files": {"allow": ["read_*", "list"], "deny": ["*"]},
+                    "github": {"deny": ["delete_*"], "destructive": "allow",
+                               "sampling": "deny", "elicitation": "allow"}
+                }
+            }"#,
+        )
+        .unwrap();
+        assert!(allowed(&decide(
+            &file,
+            "files",
+            &tool("read_file", DESTRUCTIVE)
+        )));
+        assert!(allowed(&decide(&file, "files", &tool("list", UNANNOTATED))));
+        assert!(!allowed(&decide(&file, "files", &tool("stat", READ_ONLY))));
+        assert!(allowed(&decide(
+            &file,
+            "github",
+            &tool("create_issue", DESTRUCTIVE)
+        )));
+        assert!(!allowed(&decide(
+            &file,
+            "github",
+            &tool("delete_repo", READ_ONLY)
+        )));
+        let refused = reason(decide(&file, "other", &tool("rm", DESTRUCTIVE)));
+        assert!(refused.contains("policy denies such tools"), "{refused}");
+        assert!(allowed(&decide(&file, "other", &tool("get", READ_ONLY))));
+        let (decision, edited) = sample(&file, "other", params(500, None));
+        assert_eq!(decision, Decision::Allow);
+        assert_eq!(
+            (edited.max_tokens, edited.system_prompt.as_deref()),
+            (10, Some("P"))
+        );
+        assert!(!allowed(&sample(&file, "github", params(5, None)).0));
+        assert!(!allowed(&elicit(&file, "other")));
+        assert!(allowed(&elicit(&file, "github")));
+    }
+
+    #[test]
+    fn an_empty_policy_file_denies_destructive_tools_and_allows_input() {
+        let file = PolicyFile::from_json("{}").unwrap();
+        assert!(!allowed(&decide(&file, "s", &tool("rm", DESTRUCTIVE))));
+        assert!(allowed(&decide(&file, "s", &tool("read", READ_ONLY))));
+        assert!(allowed(&sample(&file, "s", params(5, None)).0));
+        assert!(allowed(&elicit(&file, "s")));
+        let file =
+            PolicyFile::from_json(r#"{"destructive": "allow", "sampling": "deny"}"#).unwrap();
+        assert!(allowed(&decide(&file, "s", &tool("rm", UNANNOTATED))));
+        assert!(!allowed(&sample(&file, "s", params(5, None)).0));
+    }
+
+    #[test]
+    fn a_bad_policy_file_is_an_error_with_its_line() {
+        let cases = [
+            (
+                "{\n\"destructive\": \"maybe\"}",
+                "unknown variant `maybe`",
+                2,
+            ),
+            (
+                "{\n\"servers\": {\"s\": {\n\"alow\": []}}}",
+                "unknown field `alow`",
+                3,
+            ),
+            (
+                "{\"servers\": {\"s\": {\"allow\": [\n\"a*b\"]}}}",
+                "`*` may only be its last",
+                2,
+            ),
+            (
+                "{\"servers\": {\"s\": {\"allow\": [\"\"]}}}",
+                "empty tool name pattern",
+                1,
+            ),
+            ("{\n\n\"sampling\": {\"maxTokens\": 0}}", "at least 1", 3),
+            (
+                "{\"sampling\": {\"maxTokens\": 5, \"prefix\": \"x\"}}",
+                "unknown field `prefix`",
+                1,
+            ),
+            (
+                "{\"sampling\": \"sometimes\"}",
+                "unknown variant `sometimes`",
+                1,
+            ),
+            ("{\"sampling\": 3}", "\"allow\", \"deny\" or", 1),
+            ("[]", "invalid type: sequence, expected a JSON object", 1),
+            (
+                "{\"servers\": {\"s\": [\"rm\"]}}",
+                "expected a JSON object",
+                1,
+            ),
+            ("{\"elicitation\": \"deny\",}", "trailing comma", 1),
+        ];
+        for (text, expected, line) in cases {
+            let error = PolicyFile::from_json(text).unwrap_err();
+            let message = error.to_string();
+            assert!(message.contains(expected), "{text}: {message}");
+            assert!(
+                message.contains(&format!("line {line}")),
+                "{text}: {message}"
+            );
+            assert!(message.starts_with("policy: "), "{message}");
+            let PolicyFileError::Invalid { source, .. } = &error else {
+                panic!("{error:?}");
+            };
+            assert_eq!(source.line(), line, "{text}");
+        }
+    }
+
+    #[test]
+    fn loading_a_policy_file_names_it_in_its_errors() {
+        let dir = std::env::temp_dir().join(format!("modelctx-host-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.json");
+        std::fs::write(&good, r#"{"servers": {"s": {"allow": ["rm"]}}}"#).unwrap();
+        let file = PolicyFile::load(&good).unwrap();
+        assert!(allowed(&decide(&file, "s", &tool("rm", DESTRUCTIVE))));
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{\"destructive\": 1}").unwrap();
+        let message = PolicyFile::load(&bad).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("policy file {}: ", bad.display())),
+            "{message}"
+        );
+        let missing = dir.join("missing.json");
+        let error = PolicyFile::load(&missing).unwrap_err();
+        assert!(matches!(&error, PolicyFileError::Read { path, .. } if *path == missing));
+        assert!(
+            error.to_string().contains("cannot read the policy file"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
