@@ -148,6 +148,13 @@ impl HostBuilder {
         self
     }
 
+    /// What the connections of the host would share (for the handlers' tests, which build
+    /// clients without starting a host).
+    #[cfg(test)]
+    pub(crate) fn into_shared(self) -> Shared {
+        self.shared
+    }
+
     /// Connects every enabled server concurrently and returns once each one is connected or has
     /// failed its first attempt (the failed ones go on being retried in the background).
     pub async fn start(self) -> Host {
