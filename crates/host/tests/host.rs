@@ -13,7 +13,7 @@ use modelctx_host::model::{
     CallToolResult, ContentBlock, EmbeddedResourceResource, ToolAnnotations,
 };
 use modelctx_host::{
-    Host, HostConfig, HostError, HostEvent, ServerConfig, ServerState, TableSizes,
+    Host, HostConfig, HostError, HostEvent, ServerConfig, ServerState, TableSizes, TransportConfig,
 };
 use modelctx_server::{
     Context, HttpConfig, NoArgs, ReadRequest, Resource, ResourceContents, RunningServer, Server,
@@ -476,4 +476,129 @@ async fn shutdown_is_bounded_and_leaves_every_server_stopped() {
     .await;
     // A second shutdown is harmless.
     within("shutdown again", host.shutdown()).await;
+}
+
+/// The variable that makes [`stdio_child`] serve (the tests start this test binary as a stdio
+/// server).
+const CHILD: &str = "MODELCTX_HOST_TEST_CHILD";
+
+/// Not a test: the stdio server the tests start as a child process (this binary, running only
+/// this function, with [`CHILD`] set). Its tools: `echo` answers `kid`, `quit` answers, then
+/// the process exits.
+#[tokio::test]
+#[ignore = "the stdio server of the tests, started by them as a child process"]
+async fn stdio_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let quit = |_: NoArgs| async {
+        tokio::spawn(async {
+            // Time for the answer to be written first.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            std::process::exit(0);
+        });
+        "bye"
+    };
+    let server = Server::builder("kid", "1.0.0")
+        .tool(Tool::new("echo", |_: NoArgs| async { "kid" }).annotations(read_only()))
+        .tool(Tool::new("quit", quit).annotations(read_only()))
+        .build();
+    server.serve_stdio().await.expect("served");
+}
+
+/// The entry of a stdio server run by [`stdio_child`].
+fn child_entry(name: &str) -> ServerConfig {
+    let exe = std::env::current_exe().expect("the test binary");
+    let args = [
+        "stdio_child",
+        "--exact",
+        "--ignored",
+        "--test-threads=1",
+        "-q",
+    ];
+    let mut entry = ServerConfig::stdio(
+        name,
+        exe.to_string_lossy(),
+        args.iter().map(|a| (*a).to_owned()).collect(),
+    );
+    if let TransportConfig::Stdio { env, .. } = &mut entry.transport {
+        env.insert(CHILD.into(), "1".into());
+    }
+    entry
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_that_exits_is_restarted_and_stopped_on_shutdown() {
+    // No periodic probe: the child's exit alone is seen (its connection closes).
+    let host = Host::builder(config(vec![child_entry("kid")]))
+        .connect_timeout(Duration::from_secs(10))
+        .backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .health_check(None);
+    let host = within("start", host.start()).await;
+    assert_eq!(state_of(&host, "kid"), ServerState::Ready);
+    assert_eq!(tool_names(&host), ["kid__echo", "kid__quit"]);
+    let mut events = host.changes();
+    let before = host.table_sizes();
+
+    let first = host.client("kid").expect("connected");
+    let bye = within(
+        "quit",
+        host.call_tool("kid__quit", Default::default(), CallOptions::new()),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(text(&bye), "bye");
+    event(&mut events, "kid reconnecting", is_state("kid", false)).await;
+    assert!(first.is_closed());
+    event(&mut events, "kid ready again", is_state("kid", true)).await;
+    assert_eq!(tool_names(&host), ["kid__echo", "kid__quit"]);
+    let result = within(
+        "echo",
+        host.call_tool("kid__echo", Default::default(), CallOptions::new()),
+    )
+    .await
+    .expect("the restarted server answers");
+    assert_eq!(text(&result), "kid");
+    assert_eq!(host.table_sizes(), before);
+
+    // Shutdown stops the child: it is reaped, its exit known.
+    let second = host.client("kid").expect("connected");
+    within("shutdown", host.shutdown()).await;
+    assert!(second.is_closed());
+    assert!(
+        second.server_exit().is_some(),
+        "the child was stopped and reaped"
+    );
+    assert_eq!(state_of(&host, "kid"), ServerState::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_host_ends_every_task_of_the_host() {
+    let alpha = named("alpha");
+    let (_a, a) = serve(&alpha).await;
+    let down = nobody().await;
+    let host = start(vec![
+        ServerConfig::http("alpha", url(a)),
+        ServerConfig::http("down", url(down)),
+        child_entry("kid"),
+    ])
+    .await;
+    assert_eq!(state_of(&host, "kid"), ServerState::Ready);
+    let mut events = host.changes();
+    let clone = host.clone();
+    drop(host);
+    // A clone keeps it up.
+    assert_eq!(state_of(&clone, "alpha"), ServerState::Ready);
+    drop(clone);
+    // The events' sender is dropped with the host's core, which every supervisor holds: the
+    // receiver ends once none of them is left.
+    within("every task ended", async {
+        loop {
+            match events.recv().await {
+                Err(broadcast::error::RecvError::Closed) => break,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            }
+        }
+    })
+    .await;
 }
