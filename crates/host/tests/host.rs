@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use modelctx_host::client::CallOptions;
+use modelctx_host::client::{CallOptions, CompletionRef, LogLevel};
 use modelctx_host::model::{
     CallToolResult, ContentBlock, EmbeddedResourceResource, ToolAnnotations,
 };
@@ -16,8 +16,8 @@ use modelctx_host::{
     Host, HostConfig, HostError, HostEvent, ServerConfig, ServerState, TableSizes, TransportConfig,
 };
 use modelctx_server::{
-    Context, HttpConfig, NoArgs, ReadRequest, Resource, ResourceContents, RunningServer, Server,
-    Tool,
+    Context, HttpConfig, NoArgs, Prompt, PromptMessage, ReadRequest, Resource, ResourceContents,
+    RunningServer, Server, Tool,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -282,13 +282,21 @@ async fn a_server_that_goes_away_is_reconnecting_then_ready_with_its_tools_back(
         running.shutdown(Duration::ZERO).await;
         event(&mut events, "alpha reconnecting", is_state("alpha", false)).await;
         assert_eq!(tool_names(&host), ["beta__echo"], "round {round}");
+        // A call to it is refused as not connected (not as unknown), and so is a read.
         match host
             .call_tool("alpha__echo", Default::default(), CallOptions::new())
             .await
         {
-            Err(HostError::UnknownTool(_) | HostError::NotConnected { .. }) => {}
+            Err(HostError::NotConnected {
+                server,
+                state: ServerState::Reconnecting { .. },
+            }) => assert_eq!(server, "alpha"),
             other => panic!("round {round}: {other:?}"),
         }
+        assert!(matches!(
+            host.read_resource("mem://alpha/readme").await,
+            Err(HostError::NotConnected { .. })
+        ));
 
         // It comes back on the same port: Ready, and its tools are back.
         let listener = tokio::net::TcpListener::bind(addr)
@@ -325,12 +333,8 @@ async fn a_list_change_on_one_server_updates_the_aggregate() {
         ServerConfig::http("beta", url(b)),
     ])
     .await;
+    // The host listens for list changes before it lists (and before `start` returns).
     let mut events = host.changes();
-    // The server's notification may come before the host's listen stream is acknowledged: wait
-    // for the client to be listening, as the host asks for list changes on connect.
-    within("listening", host.client("beta").unwrap().listening())
-        .await
-        .expect("listening");
 
     beta.add_tool(Tool::new("added", |_: NoArgs| async { "new" }).annotations(read_only()))
         .expect("tools are declared");
@@ -601,4 +605,130 @@ async fn dropping_the_last_host_ends_every_task_of_the_host() {
         }
     })
     .await;
+}
+
+/// A server with a prompt that completes its argument, a resource whose updates it sends, and
+/// a tool that reports progress.
+fn rich() -> Server {
+    let greet = Prompt::with_arguments(
+        "greet",
+        vec![("who".into(), None, true)],
+        |args: serde_json::Value| async move {
+            PromptMessage::user(format!("hello {}", args["who"].as_str().unwrap_or("?")))
+        },
+    )
+    .complete("who", |partial: String, _| async move {
+        ["ada", "alan", "grace"]
+            .iter()
+            .filter(|n| n.starts_with(&partial))
+            .map(|n| (*n).to_owned())
+            .collect()
+    });
+    let steps = |context: Context, _: NoArgs| async move {
+        for step in 1..=3 {
+            let _ = context.progress(f64::from(step), Some(3.0), None).await;
+        }
+        "done"
+    };
+    Server::builder("rich", "1.0.0")
+        .prompt(greet)
+        .tool(Tool::new("steps", steps).annotations(read_only()))
+        .resource(Resource::new(
+            "mem://rich/news",
+            "news",
+            |request: ReadRequest| async move { ResourceContents::text(request.uri, "none yet") },
+        ))
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_completions_subscriptions_and_progress_go_through_the_owning_server() {
+    let alpha = named("alpha");
+    let rich = rich();
+    let (_a, a) = serve(&alpha).await;
+    let (_r, r) = serve(&rich).await;
+    let host = start(vec![
+        ServerConfig::http("alpha", url(a)),
+        ServerConfig::http("rich", url(r)),
+    ])
+    .await;
+    let mut events = host.changes();
+
+    // Prompts: listed namespaced, got by that name from their server.
+    let prompts: Vec<String> = host.prompts().into_iter().map(|p| p.name).collect();
+    assert_eq!(prompts, ["rich__greet"]);
+    let arguments = [("who".to_owned(), "you".to_owned())].into_iter().collect();
+    let got = within("get", host.get_prompt("rich__greet", arguments))
+        .await
+        .expect("got");
+    let said: Vec<&str> = got
+        .messages
+        .iter()
+        .filter_map(|m| match &m.content {
+            ContentBlock::TextContent(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said, ["hello you"]);
+    assert!(matches!(
+        host.get_prompt("alpha__greet", Default::default()).await,
+        Err(HostError::UnknownPrompt(_))
+    ));
+
+    // Completion: routed by the prompt's shown name, asked under its own.
+    let completion = within(
+        "complete",
+        host.complete(
+            &CompletionRef::Prompt("rich__greet".into()),
+            "who",
+            "a",
+            &Default::default(),
+        ),
+    )
+    .await
+    .expect("completed");
+    assert_eq!(completion.values, ["ada", "alan"]);
+
+    // Progress passes through the call's options.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counted = seen.clone();
+    let options = CallOptions::new().on_progress(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let result = within(
+        "steps",
+        host.call_tool("rich__steps", Default::default(), options),
+    )
+    .await
+    .expect("called");
+    assert_eq!(text(&result), "done");
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+
+    // A subscription goes to the server that has the resource; its updates come as events.
+    within("subscribe", host.subscribe_resource("mem://rich/news"))
+        .await
+        .expect("subscribed");
+    assert_eq!(host.table_sizes().subscriptions, 1);
+    rich.notify_resource_updated("mem://rich/news");
+    let updated = event(&mut events, "resource updated", |e| {
+        matches!(e, HostEvent::ResourceUpdated { .. })
+    })
+    .await;
+    assert_eq!(
+        updated,
+        HostEvent::ResourceUpdated {
+            server: "rich".into(),
+            uri: "mem://rich/news".into()
+        }
+    );
+    within("unsubscribe", host.unsubscribe_resource("mem://rich/news"))
+        .await
+        .expect("unsubscribed");
+    assert_eq!(host.table_sizes().subscriptions, 0);
+
+    // The log level goes to every server.
+    within("log level", host.set_log_level(LogLevel::Warning))
+        .await
+        .expect("set");
+    within("shutdown", host.shutdown()).await;
 }
