@@ -654,6 +654,60 @@ impl Host {
         first.map_or(Ok(()), Err)
     }
 
+    /// Replaces the roots every server sees (those without roots of their own,
+    /// [`HostBuilder::server_roots`]) and tells each connected one that they changed (legacy:
+    /// `notifications/roots/list_changed`; modern servers ask for them each time). A server
+    /// that connected while the host had no roots for it did not declare `roots`: it sees them
+    /// from its next connection.
+    pub async fn set_roots(&self, roots: Vec<model::Root>) {
+        let core = self.core();
+        *core
+            .shared
+            .roots
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(roots);
+        let own = core
+            .shared
+            .roots_per_server
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<String>>();
+        self.roots_changed(|name| !own.contains(name)).await;
+    }
+
+    /// Replaces the roots `server` sees (instead of the shared ones) and tells it, when
+    /// connected, that they changed (as [`set_roots`](Self::set_roots)).
+    pub async fn set_server_roots(&self, server: &str, roots: Vec<model::Root>) {
+        self.core()
+            .shared
+            .roots_per_server
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(server.to_owned(), roots);
+        self.roots_changed(|name| name == server).await;
+    }
+
+    /// Tells the connected servers `which` selects that their roots changed.
+    async fn roots_changed(&self, which: impl Fn(&str) -> bool) {
+        let mut told = JoinSet::new();
+        for slot in &self.core().slots {
+            if !which(&slot.config.name) {
+                continue;
+            }
+            if let Some(client) = lock(&slot.live).client.clone() {
+                let server = slot.config.name.clone();
+                told.spawn(async move { (server, client.roots_changed().await) });
+            }
+        }
+        while let Some(done) = told.join_next().await {
+            if let Ok((server, Err(error))) = done {
+                tracing::warn!(%server, %error, "telling the server its roots changed failed");
+            }
+        }
+    }
+
     /// What changes from now on: the aggregate's lists, a server's state, updates of
     /// subscribed resources. Bounded ([`EVENT_QUEUE`] events): a receiver that falls behind
     /// is told how many it missed.

@@ -732,3 +732,60 @@ async fn prompts_completions_subscriptions_and_progress_go_through_the_owning_se
         .expect("set");
     within("shutdown", host.shutdown()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roots_changed_by_the_host_are_seen_by_its_servers() {
+    let roots = |context: Context, _: NoArgs| async move {
+        match context.list_roots().await {
+            Ok(list) => list
+                .roots
+                .iter()
+                .map(|r| r.uri.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            Err(e) => format!("no roots: {e}"),
+        }
+    };
+    let server = Server::builder("files", "1.0.0")
+        .tool(Tool::new("roots", roots).annotations(read_only()))
+        .build();
+    let (_s, addr) = serve(&server).await;
+    let (_o, other) = serve(&server).await;
+    let root = |uri: &str| modelctx_host::model::Root {
+        meta: None,
+        name: None,
+        uri: uri.into(),
+    };
+    let host = Host::builder(config(vec![
+        ServerConfig::http("shared", url(addr)),
+        ServerConfig::http("own", url(other)),
+    ]))
+    .roots(vec![root("file:///a")])
+    .server_roots("own", vec![root("file:///mine")])
+    .start();
+    let host = within("start", host).await;
+    let ask = |name: &'static str| {
+        let host = host.clone();
+        async move {
+            let result = within(
+                "roots",
+                host.call_tool(name, Default::default(), CallOptions::new()),
+            )
+            .await
+            .expect("called");
+            text(&result)
+        }
+    };
+    assert_eq!(ask("shared__roots").await, "file:///a");
+    assert_eq!(ask("own__roots").await, "file:///mine");
+    within("set roots", host.set_roots(vec![root("file:///b")])).await;
+    assert_eq!(ask("shared__roots").await, "file:///b");
+    assert_eq!(ask("own__roots").await, "file:///mine");
+    within(
+        "set own roots",
+        host.set_server_roots("own", vec![root("file:///c")]),
+    )
+    .await;
+    assert_eq!(ask("own__roots").await, "file:///c");
+    within("shutdown", host.shutdown()).await;
+}
