@@ -369,6 +369,16 @@ async fn each_server_sees_its_own_roots_else_the_shared_ones() {
     .await;
     assert_eq!(call(&host, "alpha__roots").await.unwrap(), "file:///alpha");
     assert_eq!(call(&host, "beta__roots").await.unwrap(), "file:///shared");
+    // A change is seen by the servers it concerns.
+    within("set_roots", host.set_roots(vec![root("file:///new")])).await;
+    assert_eq!(call(&host, "beta__roots").await.unwrap(), "file:///new");
+    assert_eq!(call(&host, "alpha__roots").await.unwrap(), "file:///alpha");
+    within(
+        "set_server_roots",
+        host.set_server_roots("alpha", vec![root("file:///a2")]),
+    )
+    .await;
+    assert_eq!(call(&host, "alpha__roots").await.unwrap(), "file:///a2");
     host.shutdown().await;
     // Without roots, a server that asks is told the client has none to give.
     let host = start(&url, |b| b).await;
