@@ -766,10 +766,10 @@ fn read_entry(
             let line = member_line(e.node, "url");
             e.expand(&expander, "url", line, url)
         });
-        if let Some(url) = &url {
-            if !is_http_url(url) {
-                e.field("url", "must be an http:// or https:// URL");
-            }
+        if let Some(url) = &url
+            && !is_http_url(url)
+        {
+            e.field("url", "must be an http:// or https:// URL");
         }
         let headers: BTreeMap<String, String> = headers
             .iter()
