@@ -434,12 +434,14 @@ fn read_config(
             name,
             line,
             node,
-            errors,
-            failed: false,
+            found: Vec::new(),
         };
         if let Some(server) = read_entry(entry, env, &mut entry_errors) {
             servers.push(server);
         }
+        // In the order of the file (a stable sort: a field's problems keep their order).
+        entry_errors.found.sort_by_key(|(line, _)| *line);
+        errors.extend(entry_errors.found.into_iter().map(|(_, error)| error));
     }
     servers
 }
@@ -468,27 +470,35 @@ struct EntryErrors<'a> {
     name: &'a str,
     line: usize,
     node: Option<&'a Node>,
-    errors: &'a mut Vec<ConfigError>,
-    failed: bool,
+    /// Each problem found, with the line of the field it concerns (the entry's for the entry).
+    found: Vec<(usize, ConfigError)>,
 }
 
 impl EntryErrors<'_> {
-    /// A problem of the entry as a whole.
-    fn entry(&mut self, message: impl std::fmt::Display) {
-        self.failed = true;
-        self.errors.push(ConfigError {
+    fn failed(&self) -> bool {
+        !self.found.is_empty()
+    }
+
+    fn push(&mut self, field_line: usize, message: String) {
+        let error = ConfigError {
             server: Some(self.name.to_string()),
             line: self.line,
-            message: message.to_string(),
-        });
+            message,
+        };
+        self.found.push((field_line, error));
+    }
+
+    /// A problem of the entry as a whole.
+    fn entry(&mut self, message: impl std::fmt::Display) {
+        self.push(self.line, message.to_string());
     }
 
     /// A problem of a field at `line` (the entry's when 0).
     fn at(&mut self, field: &str, line: usize, message: impl std::fmt::Display) {
         if line == 0 || line == self.line {
-            self.entry(format_args!("`{field}`: {message}"));
+            self.push(self.line, format!("`{field}`: {message}"));
         } else {
-            self.entry(format_args!("`{field}` (line {line}): {message}"));
+            self.push(line, format!("`{field}` (line {line}): {message}"));
         }
     }
 
@@ -696,7 +706,17 @@ fn read_entry(
         (_, true, false) => Some(true),
         (_, false, true) => Some(false),
         (None, false, false) => {
-            e.entry("needs `command` (a stdio server) or `url` (an HTTP server)");
+            // Other hosts' names for `url` (Gemini CLI's `httpUrl`, Windsurf's `serverUrl`).
+            match ["httpUrl", "serverUrl"]
+                .iter()
+                .find(|name| fields.contains_key(**name))
+            {
+                Some(name) => e.entry(format_args!(
+                    "needs `command` (a stdio server) or `url` (an HTTP server): `{name}` is \
+                     another host's name for `url`"
+                )),
+                None => e.entry("needs `command` (a stdio server) or `url` (an HTTP server)"),
+            }
             None
         }
     };
@@ -783,7 +803,7 @@ fn read_entry(
     } else {
         None
     };
-    if e.failed {
+    if e.failed() {
         return None;
     }
     Some(ServerConfig {
@@ -1433,6 +1453,14 @@ mod tests {
             Some("s"),
             &["needs `command`", "or `url`"],
         );
+        only_error(
+            r#"{"mcpServers": {"s": {"httpUrl": "https://x/mcp"}}}"#,
+            Some("s"),
+            &[
+                "needs `command`",
+                "`httpUrl` is another host's name for `url`",
+            ],
+        );
     }
 
     #[test]
@@ -1493,9 +1521,9 @@ mod tests {
         assert_eq!(
             shown,
             [
-                "line 3: server \"s\": `cwd` (line 13): must be a string",
                 "line 3: server \"s\": `args[1]` (line 7): must be a string",
                 "line 3: server \"s\": `env.B` (line 11): must be a string",
+                "line 3: server \"s\": `cwd` (line 13): must be a string",
                 "line 15: server \"t\": `headers`: must be an object of strings",
                 "line 16: server \"u\": `command`: must be a string",
                 "line 17: server \"v\": `url`: must be an http:// or https:// URL",
