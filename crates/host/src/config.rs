@@ -45,8 +45,9 @@
 //!   else is an escape (`$$` elsewhere stays `$$`).
 //! - A value is not expanded again, and a `${` inside `${...}` (a nested default) is an error.
 //! - `${input:id}` (VS Code's prompts) is an error: it needs an input the host does not prompt
-//!   for. VS Code's other variables (`${workspaceFolder}`, `${userHome}`, `${config:...}`, ...)
-//!   are not expanded: when the environment has no such variable, the entry is in error.
+//!   for. VS Code's other variables are not expanded: `${config:...}`, `${command:...}` and any
+//!   other `${prefix:...}` are errors, and `${workspaceFolder}`, `${userHome}`, ... are plain
+//!   names, an error (saying so) unless the environment has such a variable.
 //! - In a `disabled` entry a reference that cannot be resolved (unset, `${input:...}`) is no
 //!   error: it stays as written, since the server is never started.
 //!
