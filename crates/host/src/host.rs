@@ -233,9 +233,17 @@ impl HostBuilder {
 
     /// Connects every enabled server concurrently and returns once each one is connected (its
     /// lists fetched) or has failed its first attempt (the failed ones go on being retried in
-    /// the background). A server's attempt is bounded by its entry's `timeout`, else the
-    /// [`connect_timeout`](Self::connect_timeout). Must be called within a Tokio runtime: the
-    /// host's tasks run on it.
+    /// the background). A server's attempt (connecting, then listing what it declares) is
+    /// bounded by its entry's `timeout`, else the [`connect_timeout`](Self::connect_timeout).
+    /// Must be called within a Tokio runtime: the host's tasks run on it.
+    ///
+    /// A stdio server is started with its entry's `args`, `cwd` and `env`, over the variables
+    /// the MCP SDKs' stdio clients pass on from the host's environment (Unix: `HOME`,
+    /// `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`; Windows: `APPDATA`, `HOMEDRIVE`, `HOMEPATH`,
+    /// `LOCALAPPDATA`, `PATH`, `PROCESSOR_ARCHITECTURE`, `PROGRAMFILES`, `SYSTEMDRIVE`,
+    /// `SYSTEMROOT`, `TEMP`, `USERNAME`, `USERPROFILE`); each line it writes on stderr is a
+    /// `tracing` event at INFO level, target `modelctx_host::stderr`, with the entry's name in
+    /// the `server` field. An HTTP server is sent its entry's `headers` with every request.
     pub async fn start(self) -> Host {
         let order: Vec<String> = self.config.servers.iter().map(|s| s.name.clone()).collect();
         let (events, _) = broadcast::channel(EVENT_QUEUE);
@@ -300,6 +308,35 @@ impl HostBuilder {
 }
 
 /// Many MCP servers behind one object. Cheap to clone (every clone is the same host).
+///
+/// ```no_run
+/// use modelctx_host::client::CallOptions;
+/// use modelctx_host::{Host, HostConfig, HostEvent, ServerConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut config = HostConfig::default();
+/// config.servers.push(ServerConfig::stdio("time", "uvx", vec!["mcp-server-time".into()]));
+/// config.servers.push(ServerConfig::http("docs", "http://127.0.0.1:8080/mcp"));
+/// let host = Host::builder(config).start().await;
+/// for status in host.servers() {
+///     println!("{}: {:?}", status.name, status.state);
+/// }
+/// let mut changes = host.changes();
+/// for tool in host.tools() {
+///     println!("{} (tool {} of {})", tool.name, tool.tool.name, tool.server);
+/// }
+/// let arguments = serde_json::json!({"timezone": "UTC"});
+/// let arguments = arguments.as_object().cloned().unwrap_or_default();
+/// let now = host
+///     .call_tool("time__get_current_time", arguments, CallOptions::new())
+///     .await?;
+/// println!("{now:?}");
+/// if let Ok(HostEvent::ToolsChanged) = changes.try_recv() {
+///     println!("{} tools now", host.tools().len());
+/// }
+/// host.shutdown().await; // every child stopped
+/// # Ok(()) }
+/// ```
 ///
 /// Dropping the last clone without [`shutdown`](Self::shutdown) stops every supervisor task at
 /// once (aborted): each connection's client is then dropped, and a client whose last handle
@@ -714,7 +751,7 @@ impl Host {
     }
 
     /// What changes from now on: the aggregate's lists, a server's state, updates of
-    /// subscribed resources. Bounded ([`EVENT_QUEUE`] events): a receiver that falls behind
+    /// subscribed resources. Bounded (256 events): a receiver that falls behind
     /// is told how many it missed.
     pub fn changes(&self) -> broadcast::Receiver<HostEvent> {
         self.core().events.subscribe()
