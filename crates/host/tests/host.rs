@@ -325,7 +325,11 @@ async fn a_server_that_goes_away_is_reconnecting_then_ready_with_its_tools_back(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_change_on_one_server_updates_the_aggregate() {
     let alpha = named("alpha");
-    let beta = named("beta");
+    let echo = Tool::new("echo", |_: NoArgs| async { "beta" }).annotations(read_only());
+    let beta = Server::builder("beta", "1.0.0")
+        .tool(echo.clone())
+        .declare_prompts()
+        .build();
     let (_a, a) = serve(&alpha).await;
     let (_b, b) = serve(&beta).await;
     let host = start(vec![
@@ -336,6 +340,22 @@ async fn a_list_change_on_one_server_updates_the_aggregate() {
     // The host listens for list changes before it lists (and before `start` returns).
     let mut events = host.changes();
 
+    // A list change that changes nothing (the same tool again) is no event. The host handles
+    // a server's notifications in turn: once the prompts' change that follows is published,
+    // the tools were listed again.
+    beta.add_tool(echo).expect("tools are declared");
+    let prompt = Prompt::with_arguments("hi", vec![], |_: serde_json::Value| async {
+        PromptMessage::user("hi")
+    });
+    beta.add_prompt(prompt).expect("prompts are declared");
+    let first = event(&mut events, "a change", |e| {
+        matches!(e, HostEvent::ToolsChanged | HostEvent::PromptsChanged)
+    })
+    .await;
+    assert_eq!(first, HostEvent::PromptsChanged, "no tools changed");
+    assert_eq!(tool_names(&host), ["alpha__echo", "beta__echo"]);
+
+    // A change is published, and the new tool listed.
     beta.add_tool(Tool::new("added", |_: NoArgs| async { "new" }).annotations(read_only()))
         .expect("tools are declared");
     event(&mut events, "tools changed", |e| {
