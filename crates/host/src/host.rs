@@ -751,7 +751,7 @@ impl Host {
     }
 
     /// What changes from now on: the aggregate's lists, a server's state, updates of
-    /// subscribed resources. Bounded (256 events): a receiver that falls behind
+    /// subscribed resources, the servers' log messages. Bounded (256 events): a receiver that falls behind
     /// is told how many it missed.
     pub fn changes(&self) -> broadcast::Receiver<HostEvent> {
         self.core().events.subscribe()
@@ -1141,6 +1141,13 @@ async fn session(
                     Ok(ServerNotification::PromptsListChanged) => Kinds::PROMPTS,
                     Ok(ServerNotification::ResourcesListChanged) => Kinds::RESOURCES,
                     Ok(ServerNotification::Resynced) | Err(RecvError::Missed(_)) => Kinds::ALL,
+                    Ok(ServerNotification::Log(message)) => {
+                        core.publish(HostEvent::Log {
+                            server: slot.config.name.clone(),
+                            message,
+                        });
+                        continue;
+                    }
                     Ok(ServerNotification::ResourceUpdated { uri }) => {
                         core.publish(HostEvent::ResourceUpdated {
                             server: slot.config.name.clone(),
@@ -1419,6 +1426,14 @@ pub enum HostEvent {
         name: String,
         /// Its new state.
         state: ServerState,
+    },
+    /// A server sent a log message (at the level set with [`Host::set_log_level`], or the
+    /// server's own choice before).
+    Log {
+        /// The server.
+        server: String,
+        /// The message.
+        message: modelctx_client::LogMessage,
     },
 }
 

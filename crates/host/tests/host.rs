@@ -16,8 +16,8 @@ use modelctx_host::{
     Host, HostConfig, HostError, HostEvent, ServerConfig, ServerState, TableSizes, TransportConfig,
 };
 use modelctx_server::{
-    Context, HttpConfig, NoArgs, Prompt, PromptMessage, ReadRequest, Resource, ResourceContents,
-    RunningServer, Server, Tool,
+    Context, HttpConfig, NoArgs, Prompt, PromptMessage, ProtocolVersion, ReadRequest, Resource,
+    ResourceContents, RunningServer, Server, Tool,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -69,12 +69,34 @@ fn read_only() -> ToolAnnotations {
     }
 }
 
+/// Which protocol era a test server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    /// 2025-11-25 and before (sessions, `initialize`).
+    Legacy,
+    /// Every version the server supports (2026-07-28 chosen).
+    Modern,
+}
+
+fn builder(name: &str, era: Era) -> modelctx_server::ServerBuilder {
+    let builder = Server::builder(name, "1.0.0");
+    match era {
+        Era::Legacy => builder.versions([ProtocolVersion::V2025_11_25]),
+        Era::Modern => builder,
+    }
+}
+
 /// A server named `name` whose read-only tool `echo` answers its name.
 fn named(name: &str) -> Server {
+    named_in(name, Era::Modern)
+}
+
+/// [`named`] speaking `era`.
+fn named_in(name: &str, era: Era) -> Server {
     let me = name.to_owned();
     let uri = format!("mem://{name}/readme");
     let text = format!("the readme of {name}");
-    Server::builder(name, "1.0.0")
+    builder(name, era)
         .tool(
             Tool::new("echo", move |_: NoArgs| {
                 let me = me.clone();
@@ -262,7 +284,16 @@ async fn servers_that_never_start_do_not_stop_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_goes_away_is_reconnecting_then_ready_with_its_tools_back() {
-    let alpha = named("alpha");
+    goes_away_and_comes_back(Era::Modern).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_server_that_goes_away_is_reconnecting_then_ready_with_its_tools_back() {
+    goes_away_and_comes_back(Era::Legacy).await;
+}
+
+async fn goes_away_and_comes_back(era: Era) {
+    let alpha = named_in("alpha", era);
     let beta = named("beta");
     let (_b, b) = serve(&beta).await;
     let (mut running, addr) = serve(&alpha).await;
@@ -273,6 +304,15 @@ async fn a_server_that_goes_away_is_reconnecting_then_ready_with_its_tools_back(
     .await;
     let mut events = host.changes();
     let before: TableSizes = host.table_sizes();
+    let modern = era == Era::Modern;
+    assert_eq!(
+        host.servers()[0].protocol_version.map(|v| v.era()),
+        Some(if modern {
+            modelctx_host::client::Era::Modern
+        } else {
+            modelctx_host::client::Era::Legacy
+        })
+    );
     assert_eq!(before.clients, 2);
     assert_eq!(before.supervisors, 2);
     assert_eq!(before.tools, 2);
@@ -629,7 +669,7 @@ async fn dropping_the_last_host_ends_every_task_of_the_host() {
 
 /// A server with a prompt that completes its argument, a resource whose updates it sends, and
 /// a tool that reports progress.
-fn rich() -> Server {
+fn rich(era: Era) -> Server {
     let greet = Prompt::with_arguments(
         "greet",
         vec![("who".into(), None, true)],
@@ -650,8 +690,19 @@ fn rich() -> Server {
         }
         "done"
     };
-    Server::builder("rich", "1.0.0")
+    let chatty = |context: Context, _: NoArgs| async move {
+        context
+            .log(
+                LogLevel::Warning,
+                Some("chat"),
+                serde_json::json!("careful"),
+            )
+            .await;
+        "said"
+    };
+    builder("rich", era)
         .prompt(greet)
+        .tool(Tool::new("chatty", chatty).annotations(read_only()))
         .tool(Tool::new("steps", steps).annotations(read_only()))
         .resource(Resource::new(
             "mem://rich/news",
@@ -663,8 +714,17 @@ fn rich() -> Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prompts_completions_subscriptions_and_progress_go_through_the_owning_server() {
+    owning_server_answers(Era::Modern).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_completions_subscriptions_and_progress_of_a_legacy_server() {
+    owning_server_answers(Era::Legacy).await;
+}
+
+async fn owning_server_answers(era: Era) {
     let alpha = named("alpha");
-    let rich = rich();
+    let rich = rich(era);
     let (_a, a) = serve(&alpha).await;
     let (_r, r) = serve(&rich).await;
     let host = start(vec![
@@ -746,10 +806,29 @@ async fn prompts_completions_subscriptions_and_progress_go_through_the_owning_se
         .expect("unsubscribed");
     assert_eq!(host.table_sizes().subscriptions, 0);
 
-    // The log level goes to every server.
-    within("log level", host.set_log_level(LogLevel::Warning))
+    // The log level goes to every server; their messages come as events.
+    within("log level", host.set_log_level(LogLevel::Info))
         .await
         .expect("set");
+    let said = within(
+        "chatty",
+        host.call_tool("rich__chatty", Default::default(), CallOptions::new()),
+    )
+    .await
+    .expect("called");
+    assert_eq!(text(&said), "said");
+    match event(&mut events, "a log message", |e| {
+        matches!(e, HostEvent::Log { .. })
+    })
+    .await
+    {
+        HostEvent::Log { server, message } => {
+            assert_eq!(server, "rich");
+            assert_eq!(message.level, LogLevel::Warning);
+            assert_eq!(message.logger.as_deref(), Some("chat"));
+        }
+        other => panic!("{other:?}"),
+    }
     within("shutdown", host.shutdown()).await;
 }
 
