@@ -497,11 +497,18 @@ async fn shutdown_is_bounded_and_leaves_every_server_stopped() {
     let alpha = named("alpha");
     let (_a, a) = serve(&alpha).await;
     let down = nobody().await;
+    let mut off = ServerConfig::http("off", url(a));
+    off.disabled = true;
     let host = start(vec![
         ServerConfig::http("alpha", url(a)),
         ServerConfig::http("down", url(down)),
+        off,
     ])
     .await;
+    // A disabled server is listed, never started.
+    assert_eq!(state_of(&host, "off"), ServerState::Disabled);
+    assert!(host.client("off").is_none());
+    assert_eq!(tool_names(&host), ["alpha__echo"]);
     let client = host.client("alpha").expect("connected");
     let mut events = host.changes();
 
@@ -509,7 +516,12 @@ async fn shutdown_is_bounded_and_leaves_every_server_stopped() {
     within("shutdown", host.shutdown()).await;
     assert!(began.elapsed() < Duration::from_secs(11));
     for status in host.servers() {
-        assert_eq!(status.state, ServerState::Stopped, "{status:?}");
+        let expected = if status.name == "off" {
+            ServerState::Disabled
+        } else {
+            ServerState::Stopped
+        };
+        assert_eq!(status.state, expected, "{status:?}");
         assert_eq!(status.protocol_version, None);
     }
     assert!(client.is_closed(), "the client was closed");
