@@ -1104,11 +1104,18 @@ async fn session(
         Ok(Err(error)) => return error,
         Err(_) => return format!("not connected and listed within {timeout:?}"),
     };
+    // The application's subscriptions, made again (bounded by the timeout too: a modern server
+    // that never acknowledges them does not keep the server from being Ready).
     let subscriptions: Vec<String> = lock(&slot.live).subscriptions.iter().cloned().collect();
-    for uri in subscriptions {
-        if let Err(error) = client.subscribe_resource(&uri).await {
-            tracing::warn!(server = %slot.config.name, %uri, %error, "subscribing again failed");
+    let subscribe = async {
+        for uri in subscriptions {
+            if let Err(error) = client.subscribe_resource(&uri).await {
+                tracing::warn!(server = %slot.config.name, %uri, %error, "subscribing again failed");
+            }
         }
+    };
+    if tokio::time::timeout(timeout, subscribe).await.is_err() {
+        tracing::warn!(server = %slot.config.name, "subscribing again took too long: not all made");
     }
     {
         let mut live = lock(&slot.live);

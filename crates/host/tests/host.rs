@@ -303,7 +303,12 @@ async fn goes_away_and_comes_back(era: Era) {
     ])
     .await;
     let mut events = host.changes();
+    // A subscription the host makes again whenever the server is back.
+    within("subscribe", host.subscribe_resource("mem://alpha/readme"))
+        .await
+        .expect("subscribed");
     let before: TableSizes = host.table_sizes();
+    assert_eq!(before.subscriptions, 1);
     let modern = era == Era::Modern;
     assert_eq!(
         host.servers()[0].protocol_version.map(|v| v.era()),
@@ -355,6 +360,13 @@ async fn goes_away_and_comes_back(era: Era) {
         .await
         .expect("called after the reconnect");
         assert_eq!(text(&result), "alpha");
+        alpha.notify_resource_updated("mem://alpha/readme");
+        event(
+            &mut events,
+            "the update after the reconnect",
+            |e| matches!(e, HostEvent::ResourceUpdated { server, .. } if server == "alpha"),
+        )
+        .await;
         // Nothing grows across reconnects.
         assert_eq!(host.table_sizes(), before, "round {round}");
     }
