@@ -912,3 +912,37 @@ async fn roots_changed_by_the_host_are_seen_by_its_servers() {
     assert_eq!(ask("own__roots").await, "file:///c");
     within("shutdown", host.shutdown()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_is_given_up_after_its_own_timeout() {
+    let alpha = named("alpha");
+    let (_a, a) = serve(&alpha).await;
+    // Connections are accepted (by the kernel) and never answered.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let mut mute = ServerConfig::http("mute", url(silent.local_addr().expect("its address")));
+    mute.timeout = Some(Duration::from_millis(300));
+    let began = tokio::time::Instant::now();
+    // The host's own timeout is long: the entry's applies.
+    let host = Host::builder(config(vec![mute, ServerConfig::http("alpha", url(a))]))
+        .connect_timeout(Duration::from_secs(60))
+        .backoff(Duration::from_secs(60), Duration::from_secs(60))
+        .health_check(None)
+        .start();
+    let host = within("start", host).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(state_of(&host, "alpha"), ServerState::Ready);
+    match state_of(&host, "mute") {
+        ServerState::Reconnecting { attempt: 1, error } => {
+            assert!(error.contains("300ms") || error.contains("time"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    within("shutdown", host.shutdown()).await;
+    drop(silent);
+}
