@@ -866,6 +866,7 @@ pub(crate) struct Changed {
 
 impl Changed {
     /// Whether any kind changed.
+    #[cfg(test)]
     pub(crate) fn any(&self) -> bool {
         self.tools || self.prompts || self.resources || self.templates
     }

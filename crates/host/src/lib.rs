@@ -30,8 +30,6 @@
 //! stdio server only the variables of its entry's `env` over a small inherited set (`HOME`,
 //! `PATH`, `USER`, ...: see [`HostBuilder::start`]), not the host's whole environment.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-// SKELETON (removed when the work packages are merged): parts not yet wired to each other.
-#![allow(dead_code)]
 
 mod catalog;
 pub mod config;
