@@ -23,6 +23,7 @@ mod http_connections;
 mod http_guard;
 mod http_musts;
 mod http_robustness;
+mod host;
 mod http_server;
 mod middleware;
 mod model;
