@@ -27,7 +27,9 @@ use modelctx_types::JsonObject;
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::catalog::{Catalog, HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
+use crate::catalog::{
+    Catalog, Collision, HostPrompt, HostResource, HostTemplate, HostTool, Namespace,
+};
 use crate::config::{HostConfig, ServerConfig, TransportConfig};
 use crate::policy::{Decision, DefaultPolicy, Policy, ToolCall};
 
@@ -223,6 +225,7 @@ impl HostBuilder {
                         protocol_version: None,
                         server_info: None,
                         subscriptions: BTreeSet::new(),
+                        absent: Absent::default(),
                     }),
                     check: Notify::new(),
                 }
@@ -235,6 +238,7 @@ impl HostBuilder {
             events,
             shut_down: AtomicBool::new(false),
             log_level: Mutex::new(None),
+            collisions: Mutex::new(Vec::new()),
             backoff: self.backoff,
             health_check: self.health_check,
         });
@@ -297,6 +301,8 @@ struct Core {
     shut_down: AtomicBool,
     /// The log level set with [`Host::set_log_level`], given to every later connection.
     log_level: Mutex<Option<LogLevel>>,
+    /// The collisions of the aggregate already logged.
+    collisions: Mutex<Vec<Collision>>,
     /// The first wait and the longest between two attempts.
     backoff: (Duration, Duration),
     health_check: Option<Duration>,
@@ -319,6 +325,19 @@ struct Live {
     server_info: Option<model::Implementation>,
     /// The resources the application subscribed to on it (subscribed again after a reconnect).
     subscriptions: BTreeSet<String>,
+    /// While it is not connected: the names its tools and prompts were shown under and its
+    /// resources' URIs when it went away, so that a call to one of them is
+    /// [`HostError::NotConnected`] rather than unknown (at most its last lists; emptied when
+    /// it is back).
+    absent: Absent,
+}
+
+/// What a server that went away had in the aggregate.
+#[derive(Default)]
+struct Absent {
+    tools: BTreeSet<String>,
+    prompts: BTreeSet<String>,
+    resources: BTreeSet<String>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -404,6 +423,13 @@ impl Host {
         lock(&self.core().catalog).prompts()
     }
 
+    /// What the aggregate renamed or left out (names that two entries would show under, names
+    /// too long, a URI two servers list), as the catalog decided; each is also logged (a
+    /// `tracing` warning) when it first appears.
+    pub fn collisions(&self) -> Vec<Collision> {
+        lock(&self.core().catalog).collisions()
+    }
+
     /// Calls the tool shown as `name` on its server, once the [`Policy`] approves; progress and
     /// timeout as in `options`; dropping the future cancels the call on the server.
     ///
@@ -419,10 +445,11 @@ impl Host {
     ) -> Result<model::CallToolResult, HostError> {
         let core = self.core();
         core.open()?;
-        let tool = lock(&core.catalog)
-            .route_tool(name)
-            .cloned()
-            .ok_or_else(|| HostError::UnknownTool(name.to_owned()))?;
+        let tool = lock(&core.catalog).route_tool(name).cloned();
+        let tool = tool.ok_or_else(|| {
+            core.absent(name, |a| &a.tools)
+                .unwrap_or_else(|| HostError::UnknownTool(name.to_owned()))
+        })?;
         let (slot, client) = core.connected(&tool.server)?;
         let call = ToolCall {
             server: &tool.server,
@@ -464,10 +491,11 @@ impl Host {
     ) -> Result<model::GetPromptResult, HostError> {
         let core = self.core();
         core.open()?;
-        let prompt = lock(&core.catalog)
-            .route_prompt(name)
-            .cloned()
-            .ok_or_else(|| HostError::UnknownPrompt(name.to_owned()))?;
+        let prompt = lock(&core.catalog).route_prompt(name).cloned();
+        let prompt = prompt.ok_or_else(|| {
+            core.absent(name, |a| &a.prompts)
+                .unwrap_or_else(|| HostError::UnknownPrompt(name.to_owned()))
+        })?;
         let (slot, client) = core.connected(&prompt.server)?;
         let arguments: Vec<(&str, &str)> = arguments
             .iter()
@@ -658,10 +686,16 @@ impl Host {
     fn resource_owner(&self, uri: &str) -> Result<(&Slot, Client), HostError> {
         let core = self.core();
         core.open()?;
-        let server = lock(&core.catalog)
-            .route_resource(uri)
-            .map(str::to_owned)
-            .ok_or_else(|| HostError::UnknownResource(uri.to_owned()))?;
+        let (listed, server) = {
+            let catalog = lock(&core.catalog);
+            let listed = catalog.resources().iter().any(|r| r.resource.uri == uri);
+            (listed, catalog.route_resource(uri).map(str::to_owned))
+        };
+        // A URI that a server away listed is its (rather than a template's of another).
+        if !listed && let Some(away) = core.absent(uri, |a| &a.resources) {
+            return Err(away);
+        }
+        let server = server.ok_or_else(|| HostError::UnknownResource(uri.to_owned()))?;
         core.connected(&server)
     }
 }
@@ -728,6 +762,37 @@ impl Core {
         }
     }
 
+    /// [`HostError::NotConnected`] for `name` when a server that is away had it (in the
+    /// `which` list of what it had).
+    fn absent(
+        &self,
+        name: &str,
+        which: impl Fn(&Absent) -> &BTreeSet<String>,
+    ) -> Option<HostError> {
+        self.slots.iter().find_map(|slot| {
+            let live = lock(&slot.live);
+            which(&live.absent)
+                .contains(name)
+                .then(|| match live.state {
+                    ServerState::Stopped => HostError::ShutDown,
+                    ref state => HostError::NotConnected {
+                        server: slot.config.name.clone(),
+                        state: state.clone(),
+                    },
+                })
+        })
+    }
+
+    /// Logs the collisions of the aggregate not logged before.
+    fn log_collisions(&self) {
+        let now = lock(&self.catalog).collisions();
+        let mut logged = lock(&self.collisions);
+        for collision in now.iter().filter(|c| !logged.contains(c)) {
+            tracing::warn!(server = %collision.server, "{collision}");
+        }
+        *logged = now;
+    }
+
     fn publish(&self, event: HostEvent) {
         // No receiver: nobody to tell.
         let _ = self.events.send(event);
@@ -750,7 +815,23 @@ impl Core {
 
     /// Takes everything of server `index` out of the aggregate.
     fn withdraw(&self, index: usize) {
-        let changed = lock(&self.catalog).clear(&self.slots[index].config.name);
+        let name = &self.slots[index].config.name;
+        let changed = {
+            let mut catalog = lock(&self.catalog);
+            let absent = Absent {
+                tools: names(catalog.tools(), name, |t| (&t.server, &t.name)),
+                prompts: names(catalog.prompts(), name, |p| (&p.server, &p.name)),
+                resources: names(catalog.resources(), name, |r| (&r.server, &r.resource.uri)),
+            };
+            if !(absent.tools.is_empty()
+                && absent.prompts.is_empty()
+                && absent.resources.is_empty())
+            {
+                lock(&self.slots[index].live).absent = absent;
+            }
+            catalog.clear(name)
+        };
+        self.log_collisions();
         if changed.tools {
             self.publish(HostEvent::ToolsChanged);
         }
@@ -785,6 +866,20 @@ impl Core {
         let doublings = attempt.saturating_sub(1).min(31);
         first.saturating_mul(1 << doublings).min(max)
     }
+}
+
+/// The names of `server`'s entries among `entries`.
+fn names<T>(
+    entries: Vec<T>,
+    server: &str,
+    key: impl Fn(&T) -> (&String, &String),
+) -> BTreeSet<String> {
+    entries
+        .iter()
+        .map(&key)
+        .filter(|(owner, _)| *owner == server)
+        .map(|(_, name)| name.clone())
+        .collect()
 }
 
 impl Slot {
@@ -866,8 +961,20 @@ async fn session(
         Ok(client) => client,
         Err(error) => return error,
     };
-    // Before listing, so that no change is missed in between.
+    // Before listing, so that no change is missed in between: the notifications are received
+    // from now on, and (modern era) the listen stream is acknowledged before the lists are
+    // fetched.
     let mut notifications = client.notifications();
+    let timeout = slot.config.timeout.unwrap_or(core.shared.connect_timeout);
+    match tokio::time::timeout(timeout, client.listening()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(server = %slot.config.name, %error, "list changes may not be heard");
+        }
+        Err(_) => {
+            tracing::warn!(server = %slot.config.name, "list changes may not be heard: no acknowledgement in time");
+        }
+    }
     if let Err(error) = refresh(core, index, &client, Kinds::ALL).await {
         client.close().await;
         return error;
@@ -883,6 +990,7 @@ async fn session(
         live.client = Some(client.clone());
         live.protocol_version = client.protocol_version();
         live.server_info = client.server_info();
+        live.absent = Absent::default();
     }
     core.set_state(index, ServerState::Ready);
     *attempt = 0;
@@ -1041,6 +1149,7 @@ async fn refresh(core: &Core, index: usize, client: &Client, kinds: Kinds) -> Re
             core.publish(HostEvent::ResourcesChanged);
         }
     }
+    core.log_collisions();
     Ok(())
 }
 
