@@ -21,15 +21,21 @@ impl Fixture {
         let http = serve_http();
         let dir = TempDir::new(&format!("servers-{name}"));
         let config = dir.0.join("mcp.json");
-        let text = json!({
-            "mcpServers": {
-                "demo": {"command": MCX, "args": ["serve", "demo", "--stdio"]},
-                "web": {"type": "http", "url": "${DEMO_URL}"},
-                "broken": {"command": dir.0.join("no-such-server").display().to_string()},
-                "off": {"command": MCX, "args": ["serve", "demo"], "disabled": true},
-            }
-        });
-        std::fs::write(&config, serde_json::to_string_pretty(&text).unwrap()).expect("written");
+        // Written by hand: the order of the file is the servers' order.
+        let text = format!(
+            r#"{{
+  "mcpServers": {{
+    "demo": {{"command": {mcx}, "args": ["serve", "demo", "--stdio"]}},
+    "web": {{"type": "http", "url": "${{DEMO_URL}}"}},
+    "broken": {{"command": {broken}}},
+    "off": {{"command": {mcx}, "args": ["serve", "demo"], "disabled": true}}
+  }}
+}}
+"#,
+            mcx = json!(MCX),
+            broken = json!(dir.0.join("no-such-server").display().to_string()),
+        );
+        std::fs::write(&config, text).expect("written");
         Fixture {
             config: config.display().to_string(),
             dir,
