@@ -365,10 +365,12 @@ fn connected_or_disabled(status: &ServerStatus) -> bool {
 fn warn_unconnected(host: &Host) {
     for status in host.servers() {
         if !connected_or_disabled(&status) {
-            let (state, error) = state_text(&status.state);
-            let error = error.map(|e| format!(": {e}")).unwrap_or_default();
+            let said = match state_text(&status.state) {
+                (_, Some(error)) => format!("did not connect: {error}"),
+                (state, None) => format!("is {state}"),
+            };
             crate::progress::eprint_line(&format!(
-                "mcx: server {:?} is {state}{error}; its tools are not listed",
+                "mcx: server {:?} {said}; its tools are not listed",
                 status.name
             ));
         }

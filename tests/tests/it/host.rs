@@ -221,8 +221,8 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         other => panic!("{other:?}"),
     }
 
-    let sampled = Arc::new(Sampled::default());
-    let sampler = sampled.clone();
+    let seen = Arc::new(Sampled::default());
+    let sampler = seen.clone();
     let host = within(
         "the host starts",
         Host::builder(config.clone())
@@ -326,8 +326,8 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         everything_sampled.contains("model answers everything"),
         "{everything_sampled}"
     );
-    assert_eq!(sampled.servers(), ["web", "demo", "everything"]);
-    let (_, everything_params) = &sampled.0.lock().unwrap()[2];
+    assert_eq!(seen.servers(), ["web", "demo", "everything"]);
+    let (_, everything_params) = &seen.0.lock().unwrap()[2];
     assert!(
         format!("{:?}", everything_params.messages).contains("What is 2+2?"),
         "{everything_params:?}"

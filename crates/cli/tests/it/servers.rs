@@ -217,7 +217,7 @@ fn tools_list_across_the_servers() {
     }
     assert!(tools.iter().all(|t| t["server"] != "broken" && t["server"] != "off"));
     let err = stderr(&out);
-    assert!(err.contains("server \"broken\" is failed"), "{err}");
+    assert!(err.contains("server \"broken\" did not connect: "), "{err}");
     assert!(!err.contains("\"off\""), "{err}");
 
     let out = fixture.mcx(&["--config", &fixture.config, "tools", "list"]);
