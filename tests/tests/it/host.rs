@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use modelctx_client::{CallOptions, JsonObject, model};
-use modelctx_host::policy::{BoxFuture, Decision, Policy, ToolCall};
-use modelctx_host::{Host, HostConfig, HostError, HostEvent, Namespace, ServerState};
+use modelctx_host::{Host, HostConfig, HostError, HostEvent, Namespace, Rules, ServerState};
 use modelctx_server::{Context, InputError, NoArgs, Server, Tool, sampling_request};
 use modelctx_tests::client::{sampled, serve_http};
 use modelctx_tests::http::within;
@@ -61,23 +60,6 @@ struct Sampled(Mutex<Vec<(String, model::CreateMessageRequestParams)>>);
 impl Sampled {
     fn servers(&self) -> Vec<String> {
         self.0.lock().unwrap().iter().map(|(s, _)| s.clone()).collect()
-    }
-}
-
-/// The rules of [`Policy`]'s defaults (destructive and unannotated tools refused).
-struct Defaults;
-impl Policy for Defaults {}
-static DEFAULTS: Defaults = Defaults;
-
-/// The default rules, with an allow-list of shown names approved whatever their annotations.
-struct AllowListed(Vec<&'static str>);
-
-impl Policy for AllowListed {
-    fn approve_tool_call<'a>(&'a self, call: &'a ToolCall<'a>) -> BoxFuture<'a, Decision> {
-        if self.0.contains(&call.exposed_name) {
-            return Box::pin(std::future::ready(Decision::Allow));
-        }
-        DEFAULTS.approve_tool_call(call)
     }
 }
 
@@ -228,7 +210,12 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         Host::builder(config.clone())
             .client_info("host-it", "1.0.0")
             .connect_timeout(Duration::from_secs(20))
-            .policy(AllowListed(vec!["demo__echo", "demo__haiku", "web__reset"]))
+            // The default rules, and an allow-list per server (the servers' own tool names).
+            .policy(
+                Rules::new()
+                    .allow("demo", ["echo", "haiku"])
+                    .allow("web", ["reset"]),
+            )
             .on_sampling(move |server, params| {
                 sampler.0.lock().unwrap().push((server.clone(), params));
                 async move {
