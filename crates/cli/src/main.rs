@@ -14,6 +14,12 @@
 //! asked on the terminal (declined off one), roots from `--root DIR`, sampling from
 //! `--sampling-reply TEXT` (refused without); `--era` skips the probe.
 //!
+//! `mcx --config FILE` (or the file named by `MCX_CONFIG`) talks to every server of an
+//! `mcpServers` config at once through a `modelctx-host` host (`servers.rs`): `mcx servers` shows
+//! each one's state (exit status 3 when one did not connect), `tools list|show` shows every
+//! server's tools as `server__tool`, and `tools call server__tool` calls one on its server (the
+//! named tool is the user's consent, whatever its annotations).
+//!
 //! `mcx proxy --stdio "<command line>" --listen 127.0.0.1:8080` serves a stdio MCP server over
 //! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
 //! `modelctx-http` (sessions, SSE, resumption, Origin checks). Each legacy (`initialize`) session

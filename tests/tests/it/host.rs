@@ -59,7 +59,12 @@ struct Sampled(Mutex<Vec<(String, model::CreateMessageRequestParams)>>);
 
 impl Sampled {
     fn servers(&self) -> Vec<String> {
-        self.0.lock().unwrap().iter().map(|(s, _)| s.clone()).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 }
 
@@ -267,14 +272,25 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         assert!(listed.iter().any(|n| n == name), "{name} not in {listed:?}");
     }
     assert!(listed.iter().all(|n| !n.starts_with("ghost__")));
-    let echo = host.tools().into_iter().find(|t| t.name == "everything__echo").unwrap();
-    assert_eq!((echo.server.as_str(), echo.tool.name.as_str()), ("everything", "echo"));
+    let echo = host
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "everything__echo")
+        .unwrap();
     assert_eq!(
-        call(&host, "everything__echo", json!({"message": "hi"})).await.unwrap(),
+        (echo.server.as_str(), echo.tool.name.as_str()),
+        ("everything", "echo")
+    );
+    assert_eq!(
+        call(&host, "everything__echo", json!({"message": "hi"}))
+            .await
+            .unwrap(),
         "Echo: hi"
     );
     assert_eq!(
-        call(&host, "demo__echo", json!({"text": "hi"})).await.unwrap(),
+        call(&host, "demo__echo", json!({"text": "hi"}))
+            .await
+            .unwrap(),
         "hi"
     );
 
@@ -289,9 +305,13 @@ async fn one_config_three_servers_and_one_that_never_starts() {
             other => panic!("{refused}: {other:?}"),
         }
     }
-    assert_eq!(call(&host, "web__reset", json!({})).await.unwrap(), "reset done");
+    assert_eq!(
+        call(&host, "web__reset", json!({})).await.unwrap(),
+        "reset done"
+    );
     assert!(matches!(
-        host.call_tool("ghost__echo", JsonObject::new(), CallOptions::new()).await,
+        host.call_tool("ghost__echo", JsonObject::new(), CallOptions::new())
+            .await,
         Err(HostError::UnknownTool(_))
     ));
 
@@ -300,7 +320,9 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         call(&host, "web__ask", json!({})).await.unwrap(),
         "model answers web"
     );
-    let haiku = call(&host, "demo__haiku", json!({"topic": "hosts"})).await.unwrap();
+    let haiku = call(&host, "demo__haiku", json!({"topic": "hosts"}))
+        .await
+        .unwrap();
     assert!(haiku.contains("model answers demo"), "{haiku}");
     let everything_sampled = call(
         &host,
@@ -323,7 +345,10 @@ async fn one_config_three_servers_and_one_that_never_starts() {
     // A list_changed on one: the HTTP server adds a tool.
     web.add_tool(Tool::new("late", |_: NoArgs| async { "late" }).description("Added later"))
         .expect("a new tool");
-    until(&host, &mut events, "web__late listed", |h| has_tool(h, "web__late")).await;
+    until(&host, &mut events, "web__late listed", |h| {
+        has_tool(h, "web__late")
+    })
+    .await;
 
     // A server that exits and comes back: the demo child is killed; the host reconnects and its
     // tools return.
@@ -337,8 +362,10 @@ async fn one_config_three_servers_and_one_that_never_starts() {
     within("the demo is seen gone", async {
         loop {
             match events.recv().await {
-                Ok(HostEvent::Server { name, state: ServerState::Reconnecting { .. } })
-                    if name == "demo" => break,
+                Ok(HostEvent::Server {
+                    name,
+                    state: ServerState::Reconnecting { .. },
+                }) if name == "demo" => break,
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => panic!("the host's events ended"),
             }
@@ -352,7 +379,9 @@ async fn one_config_three_servers_and_one_that_never_starts() {
     let pids = std::fs::read_to_string(&pidfile).unwrap();
     assert_eq!(pids.lines().count(), 2, "a new child: {pids}");
     assert_eq!(
-        call(&host, "demo__echo", json!({"text": "again"})).await.unwrap(),
+        call(&host, "demo__echo", json!({"text": "again"}))
+            .await
+            .unwrap(),
         "again"
     );
     assert!(has_tool(&host, "everything__echo") && has_tool(&host, "web__late"));
@@ -362,7 +391,8 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         assert_eq!(status.state, ServerState::Stopped, "{}", status.name);
     }
     assert!(matches!(
-        host.call_tool("demo__echo", JsonObject::new(), CallOptions::new()).await,
+        host.call_tool("demo__echo", JsonObject::new(), CallOptions::new())
+            .await,
         Err(HostError::ShutDown)
     ));
 

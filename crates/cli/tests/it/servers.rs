@@ -89,7 +89,14 @@ fn server<'a>(servers: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn servers_says_each_state_and_fails_when_one_did_not_connect() {
     let fixture = Fixture::new("status");
-    let out = fixture.mcx(&["--config", &fixture.config, "--timeout", "20", "servers", "--json"]);
+    let out = fixture.mcx(&[
+        "--config",
+        &fixture.config,
+        "--timeout",
+        "20",
+        "servers",
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let servers = json_of(&out);
     let names: Vec<&str> = servers["servers"]
@@ -109,7 +116,11 @@ fn servers_says_each_state_and_fails_when_one_did_not_connect() {
     let web = server(&servers, "web");
     assert_eq!(web["state"], "ready", "{web}");
     assert_eq!(web["transport"], "http");
-    assert_eq!(web["target"], fixture.http.url.as_str(), "${{DEMO_URL}} expanded");
+    assert_eq!(
+        web["target"],
+        fixture.http.url.as_str(),
+        "${{DEMO_URL}} expanded"
+    );
     assert_eq!(web["tools"], demo["tools"], "the same demo");
     assert!(demo["tools"].as_u64().unwrap() >= 7, "{demo}");
     let broken = server(&servers, "broken");
@@ -131,8 +142,16 @@ fn servers_says_each_state_and_fails_when_one_did_not_connect() {
     assert_eq!(out.status.code(), Some(3));
     let table = stdout(&out);
     for word in [
-        "NAME", "STATE", "TRANSPORT", "PROTOCOL", "SERVER", "TOOLS", "LAST ERROR", "mcx-demo",
-        "failed", "disabled",
+        "NAME",
+        "STATE",
+        "TRANSPORT",
+        "PROTOCOL",
+        "SERVER",
+        "TOOLS",
+        "LAST ERROR",
+        "mcx-demo",
+        "failed",
+        "disabled",
     ] {
         assert!(table.contains(word), "{word} missing from {table}");
     }
@@ -160,13 +179,27 @@ fn the_config_comes_from_mcx_config_and_excludes_one_server() {
         .output()
         .expect("mcx runs");
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(json_of(&out)["tools"][0]["name"].as_str().is_some_and(|n| !n.contains("__")));
+    assert!(
+        json_of(&out)["tools"][0]["name"]
+            .as_str()
+            .is_some_and(|n| !n.contains("__"))
+    );
 
     // Both given: a usage error naming both.
-    let out = fixture.mcx(&["--config", &healthy, "--url", &fixture.http.url, "tools", "list"]);
+    let out = fixture.mcx(&[
+        "--config",
+        &healthy,
+        "--url",
+        &fixture.http.url,
+        "tools",
+        "list",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("--config <FILE>") && err.contains("--url"), "{err}");
+    assert!(
+        err.contains("--config <FILE>") && err.contains("--url"),
+        "{err}"
+    );
 
     // `servers` with no config, and a command that needs one server.
     let out = mcx(&["servers", "--json"]);
@@ -180,7 +213,11 @@ fn the_config_comes_from_mcx_config_and_excludes_one_server() {
     );
     let out = fixture.mcx(&["--config", &healthy, "resources", "list"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--stdio or --url"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--stdio or --url"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -207,7 +244,11 @@ fn tools_list_across_the_servers() {
     assert!(out.status.success(), "{}", stderr(&out));
     let tools = json_of(&out);
     let tools = tools["tools"].as_array().expect("tools");
-    for (name, server) in [("demo__echo", "demo"), ("web__echo", "web"), ("demo__add", "demo")] {
+    for (name, server) in [
+        ("demo__echo", "demo"),
+        ("web__echo", "web"),
+        ("demo__add", "demo"),
+    ] {
         let tool = tools
             .iter()
             .find(|t| t["name"] == name)
@@ -215,7 +256,11 @@ fn tools_list_across_the_servers() {
         assert_eq!(tool["server"], server);
         assert_eq!(tool["tool"]["name"], name.split("__").nth(1).unwrap());
     }
-    assert!(tools.iter().all(|t| t["server"] != "broken" && t["server"] != "off"));
+    assert!(
+        tools
+            .iter()
+            .all(|t| t["server"] != "broken" && t["server"] != "off")
+    );
     let err = stderr(&out);
     assert!(err.contains("server \"broken\" did not connect: "), "{err}");
     assert!(!err.contains("\"off\""), "{err}");
@@ -223,18 +268,27 @@ fn tools_list_across_the_servers() {
     let out = fixture.mcx(&["--config", &fixture.config, "tools", "list"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
-    assert!(table.contains("NAME") && table.contains("SERVER"), "{table}");
+    assert!(
+        table.contains("NAME") && table.contains("SERVER"),
+        "{table}"
+    );
     let echo = table
         .lines()
         .find(|l| l.starts_with("web__echo"))
         .unwrap_or_else(|| panic!("{table}"));
-    assert!(echo.contains(" web ") && echo.contains("(text: string)"), "{echo}");
+    assert!(
+        echo.contains(" web ") && echo.contains("(text: string)"),
+        "{echo}"
+    );
 
     let out = fixture.mcx(&["--config", &fixture.config, "tools", "show", "web__add"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let shown = stdout(&out);
     assert!(shown.starts_with("web__add"), "{shown}");
-    assert!(shown.contains("server: web (its name there: add)"), "{shown}");
+    assert!(
+        shown.contains("server: web (its name there: add)"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -311,6 +365,13 @@ fn tools_call_goes_to_its_server_with_the_command_line_consent() {
     assert!(err.contains("no tool `broken__echo`"), "{err}");
     assert!(err.contains("not connected: broken"), "{err}");
     // --task needs one server.
-    let out = fixture.mcx(&["--config", &fixture.config, "tools", "call", "demo__countdown", "--task"]);
+    let out = fixture.mcx(&[
+        "--config",
+        &fixture.config,
+        "tools",
+        "call",
+        "demo__countdown",
+        "--task",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
