@@ -336,10 +336,10 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         "{everything_sampled}"
     );
     assert_eq!(seen.servers(), ["web", "demo", "everything"]);
-    let (_, everything_params) = &seen.0.lock().unwrap()[2];
+    let everything_asked = format!("{:?}", seen.0.lock().unwrap()[2].1.messages);
     assert!(
-        format!("{:?}", everything_params.messages).contains("What is 2+2?"),
-        "{everything_params:?}"
+        everything_asked.contains("What is 2+2?"),
+        "{everything_asked}"
     );
 
     // A list_changed on one: the HTTP server adds a tool.
