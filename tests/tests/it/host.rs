@@ -411,6 +411,21 @@ async fn one_config_three_servers_and_one_that_never_starts() {
         assert!(listed.iter().any(|n| n == name), "{name} not in {listed:?}");
     }
     assert!(listed.iter().all(|n| n != "echo"), "{listed:?}");
+    // Routed by the kept name; and this host has the default policy (no `.policy(..)`), which
+    // refuses the destructive tool without asking anyone.
+    assert_eq!(
+        call(&on_collision, "get-sum", json!({"a": 2, "b": 3}))
+            .await
+            .unwrap(),
+        "The sum of 2 and 3 is 5."
+    );
+    match on_collision
+        .call_tool("wipe", JsonObject::new(), CallOptions::new())
+        .await
+    {
+        Err(HostError::Denied { reason }) => assert!(reason.contains("wipe"), "{reason}"),
+        other => panic!("wipe: {other:?}"),
+    }
     within("shutdown", on_collision.shutdown()).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
