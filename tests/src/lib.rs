@@ -141,6 +141,12 @@ pub struct ServerGuideDoctests;
 #[cfg(doctest)]
 pub struct ClientGuideDoctests;
 
+/// The code of `docs/guide-host.md`, compiled and run as doctests here, where the host has its
+/// `gateway` feature.
+#[doc = include_str!("../../docs/guide-host.md")]
+#[cfg(doctest)]
+pub struct HostGuideDoctests;
+
 /// The code of `docs/guide-auth.md`, compiled and run as doctests here, where the server has its
 /// `auth` feature (`modelctx_server::auth`, the crate modelctx-auth).
 #[doc = include_str!("../../docs/guide-auth.md")]

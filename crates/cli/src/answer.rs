@@ -70,7 +70,7 @@ pub(crate) fn install(
 // -- roots --------------------------------------------------------------------------------------
 
 /// The roots of `--root`: each directory's canonical path as a `file://` URI, named after it.
-fn roots(dirs: &[PathBuf]) -> Result<Vec<model::Root>, String> {
+pub(crate) fn roots(dirs: &[PathBuf]) -> Result<Vec<model::Root>, String> {
     dirs.iter()
         .map(|dir| {
             let path =
@@ -127,7 +127,7 @@ fn file_uri(path: &Path) -> String {
 // -- sampling -----------------------------------------------------------------------------------
 
 /// The answer to a sampling request: `reply`, or [`NO_MODEL`]; says so on stderr.
-fn sample(
+pub(crate) fn sample(
     reply: Option<&str>,
     params: &model::CreateMessageRequestParams,
 ) -> Result<model::CreateMessageResult, InputError> {
@@ -162,7 +162,7 @@ fn sample(
 static TERMINAL: Mutex<()> = Mutex::new(());
 
 /// Asks the user on the terminal, or declines off one.
-async fn elicit(request: Elicitation) -> Result<Elicited, InputError> {
+pub(crate) async fn elicit(request: Elicitation) -> Result<Elicited, InputError> {
     if let Some(why) = off_terminal(io::stdin().is_terminal(), io::stderr().is_terminal()) {
         let what = match &request {
             Elicitation::Url { message, url, .. } => format!("to open {url}: {message}"),

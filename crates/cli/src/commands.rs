@@ -638,6 +638,15 @@ async fn tools_call(
     print_tool_result(name, result?, json)
 }
 
+/// [`print_tool_result`] for the calls of `servers.rs` (across the servers of a config).
+pub(crate) fn print_result(name: &str, result: Value, json: bool) -> Result<(), Failed> {
+    print_tool_result(name, result, json).map_err(|failure| match failure {
+        Failure::Failed(failed) => failed,
+        Failure::Message(message) => Failed::usage(message),
+        Failure::Interrupted => Failed::new(Kind::Connection, "interrupted"),
+    })
+}
+
 /// Prints a tool's result: its content (or structured content) as text, or the whole result as
 /// JSON; a tool error (`isError`) is a failure of its own kind.
 fn print_tool_result(name: &str, result: Value, json: bool) -> Result<(), Failure> {

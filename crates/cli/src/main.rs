@@ -14,6 +14,12 @@
 //! asked on the terminal (declined off one), roots from `--root DIR`, sampling from
 //! `--sampling-reply TEXT` (refused without); `--era` skips the probe.
 //!
+//! `mcx --config FILE` (or the file named by `MCX_CONFIG`) talks to every server of an
+//! `mcpServers` config at once through a `modelctx-host` host (`servers.rs`): `mcx servers` shows
+//! each one's state (exit status 3 when one did not connect), `tools list|show` shows every
+//! server's tools as `server__tool`, and `tools call server__tool` calls one on its server (the
+//! named tool is the user's consent, whatever its annotations).
+//!
 //! `mcx proxy --stdio "<command line>" --listen 127.0.0.1:8080` serves a stdio MCP server over
 //! Streamable HTTP, both eras on one endpoint (`/mcp`), with the HTTP transport of
 //! `modelctx-http` (sessions, SSE, resumption, Origin checks). Each legacy (`initialize`) session
@@ -79,6 +85,7 @@ mod output;
 mod progress;
 mod proxy;
 mod reach;
+mod servers;
 mod skills;
 mod state_keys;
 mod tasks;
@@ -117,6 +124,16 @@ pub(crate) struct Target {
     /// Talk to the Streamable HTTP endpoint at this URL (http or https).
     #[arg(long, value_name = "URL", conflicts_with_all = ["env", "inherit_env"])]
     pub(crate) url: Option<String>,
+    /// Talk to every server of this `mcpServers` JSON config file at once (the format of Claude
+    /// Desktop, Claude Code's .mcp.json, Cursor, VS Code's `servers`; `${VAR}` expanded): for
+    /// `servers`, `tools list`, `tools show` and `tools call SERVER__TOOL`. Default: the file
+    /// named by the MCX_CONFIG environment variable, unless --stdio or --url is given.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["stdio", "url", "era", "log_level"]
+    )]
+    pub(crate) config: Option<std::path::PathBuf>,
     /// An HTTP header for every request, `Name: value` (repeatable; with --url).
     #[arg(long = "header", value_name = "NAME: VALUE", requires = "url")]
     pub(crate) headers: Vec<String>,
@@ -202,6 +219,11 @@ enum Command {
     Skills(Skills),
     /// Look at or cancel a task of the server's (from `tools call --task`).
     Tasks(TasksArgs),
+    /// With --config (or MCX_CONFIG): connect to every server of the config and show each one's
+    /// state, transport, protocol version, server, tool count and last error. Exit status 0
+    /// when every server that is not disabled connected, else 3; the list is printed either
+    /// way (as {"servers": [...]} with --json).
+    Servers(JsonOutput),
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
@@ -360,8 +382,12 @@ pub(crate) enum ToolsCommand {
     /// descriptions.
     List,
     /// Call a tool.
+    ///
+    /// With --config (or MCX_CONFIG), NAME is the tool's name across the servers, as `tools list`
+    /// shows it (SERVER__TOOL), and the call goes to its server. Naming the tool is your consent:
+    /// mcx calls it whatever its annotations say (a destructive tool too), and nothing else.
     Call {
-        /// The tool's name.
+        /// The tool's name (with --config: SERVER__TOOL).
         name: String,
         /// Its arguments, a JSON object.
         #[arg(long, value_name = "JSON")]
@@ -488,6 +514,7 @@ async fn main() -> ExitCode {
             (ClientCommand::Complete(c), output)
         }
         Command::Proxy(args) => return proxy(args).await,
+        Command::Servers(output) => return servers::servers(&cli.target, output.json).await,
         Command::Login(args) => {
             return match login::with_url(&cli.target, args.url.as_ref()) {
                 Ok(target) => login::login(&target).await,
@@ -501,6 +528,10 @@ async fn main() -> ExitCode {
             };
         }
     };
+    // --config (or MCX_CONFIG): every server of the config behind one host.
+    if let Some(path) = servers::config_path(&cli.target) {
+        return servers::run(&path, &cli.target, Some(command), output.json).await;
+    }
     commands::run(cli.target, command, output.json).await
 }
 
@@ -990,6 +1021,89 @@ mod tests {
         assert_eq!(
             refused.kind(),
             clap::error::ErrorKind::MissingRequiredArgument
+        );
+    }
+
+    #[test]
+    fn config_is_a_target_of_its_own() {
+        let cli = parse(&["--config", "mcp.json", "servers", "--json"]).expect("parses");
+        assert_eq!(
+            cli.target.config.as_deref(),
+            Some(std::path::Path::new("mcp.json"))
+        );
+        assert!(matches!(
+            cli.command,
+            Command::Servers(JsonOutput { json: true })
+        ));
+        assert!(json_asked(&words(&[
+            "--config", "mcp.json", "servers", "--json"
+        ])));
+        let cli = parse(&[
+            "--config",
+            "mcp.json",
+            "--timeout",
+            "5",
+            "--sampling-reply",
+            "hi",
+            "tools",
+            "call",
+            "demo__echo",
+            "--args",
+            "{}",
+        ])
+        .expect("parses");
+        assert!(matches!(
+            &cli.command,
+            Command::Tools(Tools { command: ToolsCommand::Call { name, .. }, .. }) if name == "demo__echo"
+        ));
+        assert!(parse(&["servers"]).expect("parses").target.config.is_none());
+        for (args, other) in [
+            (
+                &[
+                    "--config",
+                    "c.json",
+                    "--url",
+                    "http://h/mcp",
+                    "tools",
+                    "list",
+                ][..],
+                "--url",
+            ),
+            (
+                &["--stdio", "server", "--config", "c.json", "servers"],
+                "--stdio",
+            ),
+            (
+                &["--config", "c.json", "--era", "modern", "tools", "list"],
+                "--era",
+            ),
+            (
+                &["--config", "c.json", "--log-level", "debug", "servers"],
+                "--log-level",
+            ),
+        ] {
+            let refused = parse(args).expect_err(&format!("{args:?} refused"));
+            assert_eq!(
+                refused.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{args:?}"
+            );
+            let message = usage_message(&refused);
+            assert!(
+                message.contains("--config <FILE>") && message.contains(other),
+                "{message}"
+            );
+        }
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("MCX_CONFIG"), "{help}");
+        let call_help = Cli::command()
+            .find_subcommand_mut("tools")
+            .and_then(|c| c.find_subcommand_mut("call"))
+            .map(|c| c.render_long_help().to_string())
+            .unwrap();
+        assert!(
+            call_help.contains("Naming the tool is your consent"),
+            "{call_help}"
         );
     }
 }

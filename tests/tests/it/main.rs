@@ -16,6 +16,7 @@ mod fleet_memory;
 mod fleet_modern;
 mod fleet_tasks;
 mod fleet_ts;
+mod host;
 mod http_client;
 mod http_client_robustness;
 mod http_client_ts;

@@ -11,5 +11,6 @@ mod login;
 mod proxy;
 mod reach;
 mod serve;
+mod servers;
 mod skills;
 mod tasks;
