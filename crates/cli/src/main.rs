@@ -74,6 +74,7 @@ mod commands;
 mod demo;
 mod exit;
 mod fleet;
+mod host;
 mod login;
 mod output;
 mod progress;
@@ -205,6 +206,10 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
+    /// Serve the servers of a config file (--config) as one MCP server, over stdio (--stdio) or
+    /// Streamable HTTP (--http ADDR): their tools, prompts and resources together, tools and
+    /// prompts namespaced (--namespace), consent answered from a policy file (--policy).
+    Host(host::HostArgs),
     /// Sign in to the server of --url with OAuth 2.1: print the authorization URL (and open a
     /// browser when one is likely), wait for the redirect on a loopback port, keep the tokens
     /// in mcx's store (MCX_CONFIG_DIR, else the user's config directory, mcx/auth).
@@ -488,6 +493,7 @@ async fn main() -> ExitCode {
             (ClientCommand::Complete(c), output)
         }
         Command::Proxy(args) => return proxy(args).await,
+        Command::Host(args) => return host::run(args).await,
         Command::Login(args) => {
             return match login::with_url(&cli.target, args.url.as_ref()) {
                 Ok(target) => login::login(&target).await,

@@ -1,0 +1,171 @@
+//! `mcx host --config FILE (--stdio | --http ADDR) [--policy FILE]`: the servers of an
+//! `mcpServers` config file served as one MCP server (`modelctx_host::gateway`).
+//!
+//! Every server of the file is started (or reached) by a `modelctx_host::Host`; their tools,
+//! prompts, resources and templates are served together, tools and prompts under namespaced
+//! names (`--namespace`). Nobody is there to approve a call: consent is answered by the policy
+//! file (`--policy`), and without one by the default rules, which refuse a tool that may be
+//! destructive with an error that says to pass a policy. Sampling and elicitation a server asks
+//! for during a call are asked of the gateway's own client. On stdin's end (`--stdio`), Ctrl-C
+//! or SIGTERM, the gateway stops serving and stops every server it started.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use modelctx_host::gateway::Gateway;
+use modelctx_host::policy::{BoxFuture, Decision, DefaultPolicy, Policy, ToolCall};
+use modelctx_host::{Host, HostConfig, Namespace, ServerState};
+
+use crate::fail;
+
+/// `mcx host`'s arguments.
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("serve").required(true).args(["stdio", "http"])))]
+pub(crate) struct HostArgs {
+    /// The config file: a JSON object whose `mcpServers` (or `servers`) lists the servers, as
+    /// Claude Desktop, Claude Code, Cursor and VS Code read it: `command`, `args`, `env`, `cwd`
+    /// for a server run over stdio; `url` (`type` "http") and `headers` for one reached over
+    /// Streamable HTTP; `${VAR}` and `${VAR:-default}` expanded.
+    #[arg(long = "config", value_name = "FILE")]
+    pub(crate) config_file: PathBuf,
+    /// Serve the gateway on stdin and stdout.
+    #[arg(long, conflicts_with = "http")]
+    pub(crate) stdio: bool,
+    /// Serve the gateway over Streamable HTTP (both eras) on this address, HOST:PORT (port 0:
+    /// any free port); its URL is printed to stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<String>,
+    /// The policy file that answers consent: which tools of which server may be called, what is
+    /// done with destructive tools not listed, whether sampling and elicitation go through
+    /// (see docs/guide-host.md). Without it, a tool the server does not mark read-only or
+    /// non-destructive is refused, with an error saying to pass a policy.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
+    /// How tools and prompts are named: `prefixed` (`server__tool`, every one) or
+    /// `on-collision` (names kept as each server gives them, prefixed only where two servers
+    /// give the same one: a gateway of a single server shows that server's names).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "prefixed")]
+    pub(crate) namespace: NamespaceArg,
+}
+
+/// `--namespace`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NamespaceArg {
+    /// Every tool and prompt `server__name`.
+    Prefixed,
+    /// Names kept unless two servers give the same one.
+    OnCollision,
+}
+
+/// What the refusal of the default rules adds: how to allow the call.
+const PASS_A_POLICY: &str = "mcx host answers consent from a policy file: pass --policy FILE \
+                             allowing this tool to call it";
+
+/// The default rules, their refusals saying how to allow the call.
+struct DefaultRules;
+
+impl Policy for DefaultRules {
+    fn approve_tool_call<'a>(&'a self, call: &'a ToolCall<'a>) -> BoxFuture<'a, Decision> {
+        Box::pin(async move {
+            match DefaultPolicy.approve_tool_call(call).await {
+                Decision::Deny { reason } => Decision::Deny {
+                    reason: format!("{reason} ({PASS_A_POLICY})"),
+                },
+                other => other,
+            }
+        })
+    }
+}
+
+/// Runs `mcx host`.
+pub(crate) async fn run(args: HostArgs) -> ExitCode {
+    let config = match HostConfig::load(&args.config_file) {
+        Ok(config) => config,
+        Err(e) => return fail(format_args!("{}: {e}", args.config_file.display())),
+    };
+    let namespace = match args.namespace {
+        NamespaceArg::Prefixed => Namespace::prefixed(),
+        NamespaceArg::OnCollision => Namespace::on_collision(),
+    };
+    let builder = Host::builder(config)
+        .client_info("mcx host", env!("CARGO_PKG_VERSION"))
+        .namespace(namespace);
+    let builder = match &args.policy {
+        Some(path) => match modelctx_host::policy::PolicyFile::load(path) {
+            Ok(policy) => builder.policy(policy),
+            Err(e) => return fail(format_args!("{}: {e}", path.display())),
+        },
+        None => builder.policy(DefaultRules),
+    };
+    // Bound before any server starts: an address that cannot be served starts nothing.
+    let listener = match &args.http {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) => return fail(format_args!("binding {addr}: {e}")),
+        },
+        None => None,
+    };
+    let gateway = Gateway::builder("mcx host", env!("CARGO_PKG_VERSION"))
+        .instructions("The tools, prompts and resources of several MCP servers, served together.");
+    let host = gateway.route_input(builder).start().await;
+    for status in host.servers() {
+        if let ServerState::Reconnecting { error, .. } = &status.state {
+            eprintln!(
+                "mcx host: server {:?} is not connected ({error}); retrying in the background",
+                status.name
+            );
+        }
+    }
+    let gateway = gateway.build(host.clone());
+    let served = match listener {
+        Some(listener) => serve_http(&gateway, listener).await,
+        None => serve_stdio(&gateway).await,
+    };
+    drop(gateway);
+    host.shutdown().await;
+    served
+}
+
+/// Serves on stdin and stdout until stdin ends or a signal comes.
+async fn serve_stdio(gateway: &Gateway) -> ExitCode {
+    let server = gateway.server().clone();
+    tokio::select! {
+        served = server.serve_stdio() => match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(format_args!("serving stdio: {e}")),
+        },
+        () = modelctx_server::shutdown_signal() => ExitCode::SUCCESS,
+    }
+}
+
+/// Serves Streamable HTTP on `listener` until a signal comes.
+async fn serve_http(gateway: &Gateway, listener: tokio::net::TcpListener) -> ExitCode {
+    let grace = std::time::Duration::from_secs(2);
+    let config = modelctx_server::HttpConfig::default().shutdown_grace(grace);
+    let running = match gateway.server().serve_http_on(listener, config).await {
+        Ok(running) => running,
+        Err(e) => return fail(format_args!("serving HTTP: {e}")),
+    };
+    // Listened for before the URL is printed (polled once: that installs the handlers), so
+    // that a SIGTERM sent as soon as the URL is seen stops the gateway gracefully.
+    let mut signal = std::pin::pin!(modelctx_server::shutdown_signal());
+    let signalled = tokio::select! {
+        biased;
+        () = &mut signal => true,
+        () = std::future::ready(()) => false,
+    };
+    eprintln!(
+        "mcx host: http://{}/mcp (Ctrl-C to stop)",
+        running.local_addr()
+    );
+    let stop = async move {
+        if !signalled {
+            signal.await;
+        }
+    };
+    match running.with_graceful_shutdown(stop).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format_args!("serving HTTP: {e}")),
+    }
+}
