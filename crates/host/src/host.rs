@@ -2,25 +2,44 @@
 //!
 //! OWNER: the host-core work package (connections, status, reconnect, shutdown, routing,
 //! `changes`). [`Shared`] is what the handlers (`handlers.rs`) read; add fields as needed.
+//!
+//! Each enabled server has a *supervisor*, a task of its own that connects its client, lists
+//! what the server declares into the [`Catalog`], follows its notifications and health, and when
+//! the connection fails or ends takes its items out of the aggregate and tries again after a
+//! backoff, until [`Host::shutdown`]. The clients' own `Reconnect` is disabled
+//! ([`Reconnect::NEVER`]): a single level re-establishes connections, so that a server that is
+//! away is seen as away (its items leave the aggregate, calls fail at once with
+//! [`HostError::NotConnected`]) instead of calls waiting on a client that reconnects silently,
+//! and its lists are fetched again whenever it comes back.
 
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use modelctx_client::{CallOptions, Client, Elicitation, Elicited, InputError, model};
+use modelctx_client::{
+    CallOptions, Client, CompletionRef, ConnectError, Elicitation, Elicited, Era, Error,
+    InputError, LogLevel, Reconnect, RecvError, ServerCommand, ServerNotification, model,
+};
 use modelctx_types::JsonObject;
+use tokio::sync::{Notify, broadcast, oneshot, watch};
+use tokio::task::JoinSet;
 
-use crate::catalog::{HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
-use crate::config::HostConfig;
-use crate::policy::{DefaultPolicy, Policy};
+use crate::catalog::{Catalog, HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
+use crate::config::{HostConfig, ServerConfig, TransportConfig};
+use crate::policy::{Decision, DefaultPolicy, Policy, ToolCall};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// The application's model: answers every server's `sampling/createMessage` (after the
 /// [`Policy`]); its first argument is the asking server's config name.
 pub(crate) type Sampler = Arc<
-    dyn Fn(String, model::CreateMessageRequestParams) -> BoxFuture<Result<model::CreateMessageResult, InputError>>
+    dyn Fn(
+            String,
+            model::CreateMessageRequestParams,
+        ) -> BoxFuture<Result<model::CreateMessageResult, InputError>>
         + Send
         + Sync,
 >;
@@ -43,12 +62,46 @@ pub(crate) struct Shared {
     pub(crate) connect_timeout: Duration,
 }
 
+/// The capacity of [`Host::changes`]: a receiver that falls this far behind misses events
+/// (it is told how many, and lists again).
+const EVENT_QUEUE: usize = 256;
+
+/// How long [`Host::shutdown`] waits for the supervisors to close their clients before it
+/// aborts them (each client's close is itself bounded: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL).
+const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
+
+/// The longest a health probe may wait for its answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The variables a stdio server inherits from the host's environment (besides those of its
+/// entry's `env`): the set the MCP SDKs' stdio clients pass on, which servers started with
+/// `npx` or `uvx` need.
+#[cfg(unix)]
+const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+#[cfg(not(unix))]
+const INHERITED_ENV: &[&str] = &[
+    "APPDATA",
+    "HOMEDRIVE",
+    "HOMEPATH",
+    "LOCALAPPDATA",
+    "PATH",
+    "PROCESSOR_ARCHITECTURE",
+    "PROGRAMFILES",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "USERNAME",
+    "USERPROFILE",
+];
+
 /// Builds a [`Host`].
 #[must_use]
 pub struct HostBuilder {
     config: HostConfig,
     namespace: Namespace,
     shared: Shared,
+    backoff: (Duration, Duration),
+    health_check: Option<Duration>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -56,6 +109,8 @@ impl std::fmt::Debug for HostBuilder {
         f.debug_struct("HostBuilder")
             .field("config", &self.config)
             .field("namespace", &self.namespace)
+            .field("backoff", &self.backoff)
+            .field("health_check", &self.health_check)
             .finish_non_exhaustive()
     }
 }
@@ -86,7 +141,9 @@ impl HostBuilder {
         F: Fn(String, model::CreateMessageRequestParams) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<model::CreateMessageResult, InputError>> + Send + 'static,
     {
-        self.shared.sampler = Some(Arc::new(move |server, params| Box::pin(handler(server, params))));
+        self.shared.sampler = Some(Arc::new(move |server, params| {
+            Box::pin(handler(server, params))
+        }));
         self
     }
 
@@ -118,24 +175,161 @@ impl HostBuilder {
         self
     }
 
-    /// Connects every enabled server concurrently and returns once each one is connected or has
-    /// failed its first attempt (the failed ones go on being retried in the background).
+    /// The waits between the attempts to connect a server that failed or went away: `first`
+    /// after the first failure, doubled after each further one up to `max` (default: 250 ms
+    /// doubling to 30 s). Attempts go on until [`Host::shutdown`].
+    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+        let first = first.max(Duration::from_millis(1));
+        self.backoff = (first, max.max(first));
+        self
+    }
+
+    /// How often a connected server is probed (`ping` in the legacy era, `server/discover` in
+    /// the modern one, each given at most 10 s): a probe the transport fails, or that gets no
+    /// answer, ends the connection and the host reconnects (default: every 30 s; `None`: no
+    /// periodic probe). A routed call that the transport fails probes its server at once
+    /// either way.
+    ///
+    /// A stdio server that exits is seen at once without it; a modern Streamable HTTP server has
+    /// no connection to lose between requests, so the probe is what sees it gone.
+    pub fn health_check(mut self, every: Option<Duration>) -> Self {
+        self.health_check = every.map(|d| d.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Connects every enabled server concurrently and returns once each one is connected (its
+    /// lists fetched) or has failed its first attempt (the failed ones go on being retried in
+    /// the background). A server's attempt is bounded by its entry's `timeout`, else the
+    /// [`connect_timeout`](Self::connect_timeout). Must be called within a Tokio runtime: the
+    /// host's tasks run on it.
     pub async fn start(self) -> Host {
-        let _ = (self.config, self.namespace, self.shared);
-        unimplemented!("host-core work package")
+        let order: Vec<String> = self.config.servers.iter().map(|s| s.name.clone()).collect();
+        let (events, _) = broadcast::channel(EVENT_QUEUE);
+        let slots = self
+            .config
+            .servers
+            .into_iter()
+            .map(|config| {
+                let state = if config.disabled {
+                    ServerState::Disabled
+                } else {
+                    ServerState::Connecting
+                };
+                Slot {
+                    config,
+                    live: Mutex::new(Live {
+                        state,
+                        client: None,
+                        protocol_version: None,
+                        server_info: None,
+                        subscriptions: BTreeSet::new(),
+                    }),
+                    check: Notify::new(),
+                }
+            })
+            .collect();
+        let core = Arc::new(Core {
+            shared: Arc::new(self.shared),
+            slots,
+            catalog: Mutex::new(Catalog::new(self.namespace, order)),
+            events,
+            shut_down: AtomicBool::new(false),
+            log_level: Mutex::new(None),
+            backoff: self.backoff,
+            health_check: self.health_check,
+        });
+        let (stop, stopped) = watch::channel(false);
+        let mut supervisors = JoinSet::new();
+        let mut firsts = Vec::new();
+        for index in 0..core.slots.len() {
+            if core.slots[index].config.disabled {
+                continue;
+            }
+            let (first, connected) = oneshot::channel();
+            firsts.push(connected);
+            supervisors.spawn(supervise(core.clone(), index, stopped.clone(), first));
+        }
+        for connected in firsts {
+            // An error: the supervisor ended (the host is being dropped); nothing to wait for.
+            let _ = connected.await;
+        }
+        Host {
+            inner: Arc::new(HostInner {
+                core,
+                stop,
+                supervisors: Mutex::new(supervisors),
+            }),
+        }
     }
 }
 
 /// Many MCP servers behind one object. Cheap to clone (every clone is the same host).
+///
+/// Dropping the last clone without [`shutdown`](Self::shutdown) stops every supervisor task at
+/// once (aborted): each connection's client is then dropped, and a client whose last handle
+/// is gone closes its connection on its own task (a child process has its stdin closed, then
+/// SIGTERM, then SIGKILL), unless the application still holds a handle from
+/// [`client`](Self::client). No task of the host remains; the runtime must run on for the
+/// children to be stopped gracefully (a runtime shut down kills them: the client's processes
+/// are killed on drop).
 #[derive(Clone)]
 pub struct Host {
-    #[allow(dead_code)]
+    inner: Arc<HostInner>,
+}
+
+/// What the clients of [`Host`] share; dropped with the last one.
+struct HostInner {
+    core: Arc<Core>,
+    /// `true`: every supervisor stops (closes its client, state Stopped).
+    stop: watch::Sender<bool>,
+    /// The supervisor of every enabled server (aborted when dropped).
+    supervisors: Mutex<JoinSet<()>>,
+}
+
+/// What the supervisors share with the host's handles.
+struct Core {
     shared: Arc<Shared>,
+    /// One per configured server, in config order.
+    slots: Vec<Slot>,
+    catalog: Mutex<Catalog>,
+    events: broadcast::Sender<HostEvent>,
+    /// [`Host::shutdown`] has begun: calls fail with [`HostError::ShutDown`].
+    shut_down: AtomicBool,
+    /// The log level set with [`Host::set_log_level`], given to every later connection.
+    log_level: Mutex<Option<LogLevel>>,
+    /// The first wait and the longest between two attempts.
+    backoff: (Duration, Duration),
+    health_check: Option<Duration>,
+}
+
+/// One configured server.
+struct Slot {
+    config: ServerConfig,
+    live: Mutex<Live>,
+    /// A routed call saw the transport fail: probe the server now.
+    check: Notify,
+}
+
+/// Where one server is now.
+struct Live {
+    state: ServerState,
+    /// Its client, while Ready.
+    client: Option<Client>,
+    protocol_version: Option<modelctx_client::ProtocolVersion>,
+    server_info: Option<model::Implementation>,
+    /// The resources the application subscribed to on it (subscribed again after a reconnect).
+    subscriptions: BTreeSet<String>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").finish_non_exhaustive()
+        f.debug_struct("Host")
+            .field("servers", &self.servers())
+            .finish_non_exhaustive()
     }
 }
 
@@ -155,78 +349,781 @@ impl Host {
                 roots_per_server: Default::default(),
                 connect_timeout: Duration::from_secs(30),
             },
+            backoff: (Duration::from_millis(250), Duration::from_secs(30)),
+            health_check: Some(Duration::from_secs(30)),
         }
+    }
+
+    fn core(&self) -> &Core {
+        &self.inner.core
     }
 
     /// The status of every configured server, in config order.
     pub fn servers(&self) -> Vec<ServerStatus> {
-        unimplemented!("host-core work package")
+        self.core()
+            .slots
+            .iter()
+            .map(|slot| {
+                let live = lock(&slot.live);
+                ServerStatus {
+                    name: slot.config.name.clone(),
+                    state: live.state.clone(),
+                    protocol_version: live.protocol_version,
+                    server_info: live.server_info.clone(),
+                }
+            })
+            .collect()
     }
 
     /// The client of `server` while it is connected (for what the host does not aggregate).
+    /// A handle kept after the server's connection ended stays closed (the host connects a new
+    /// client); one kept after the host is dropped keeps that connection open.
     pub fn client(&self, server: &str) -> Option<Client> {
-        let _ = server;
-        unimplemented!("host-core work package")
+        let slot = self.core().slot(server)?;
+        let live = lock(&slot.live);
+        live.client.clone()
     }
 
     /// Every tool of every connected server, namespaced.
     pub fn tools(&self) -> Vec<HostTool> {
-        unimplemented!("host-core work package")
+        lock(&self.core().catalog).tools()
     }
 
     /// Every resource of every connected server.
     pub fn resources(&self) -> Vec<HostResource> {
-        unimplemented!("host-core work package")
+        lock(&self.core().catalog).resources()
     }
 
     /// Every resource template of every connected server.
     pub fn resource_templates(&self) -> Vec<HostTemplate> {
-        unimplemented!("host-core work package")
+        lock(&self.core().catalog).templates()
     }
 
     /// Every prompt of every connected server, namespaced.
     pub fn prompts(&self) -> Vec<HostPrompt> {
-        unimplemented!("host-core work package")
+        lock(&self.core().catalog).prompts()
     }
 
     /// Calls the tool shown as `name` on its server, once the [`Policy`] approves; progress and
     /// timeout as in `options`; dropping the future cancels the call on the server.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownTool`], [`HostError::NotConnected`], [`HostError::Denied`] (the
+    /// policy refused: nothing was sent), [`HostError::Server`], [`HostError::ShutDown`].
     pub async fn call_tool(
         &self,
         name: &str,
         arguments: JsonObject,
         options: CallOptions,
     ) -> Result<model::CallToolResult, HostError> {
-        let _ = (name, arguments, options);
-        unimplemented!("host-core work package")
+        let core = self.core();
+        core.open()?;
+        let tool = lock(&core.catalog)
+            .route_tool(name)
+            .cloned()
+            .ok_or_else(|| HostError::UnknownTool(name.to_owned()))?;
+        let (slot, client) = core.connected(&tool.server)?;
+        let call = ToolCall {
+            server: &tool.server,
+            tool: &tool.tool,
+            exposed_name: &tool.name,
+            arguments: &arguments,
+        };
+        if let Decision::Deny { reason } = core.shared.policy.approve_tool_call(&call).await {
+            return Err(HostError::Denied { reason });
+        }
+        let result = client
+            .call_tool_with(&tool.tool.name, arguments, options)
+            .await;
+        result.map_err(|e| slot.failed(e))
     }
 
-    /// Reads `uri` from the server that has it.
+    /// Reads `uri` from the server that has it (the one that listed it, else the one with a
+    /// template that matches it).
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownResource`], [`HostError::NotConnected`], [`HostError::Server`],
+    /// [`HostError::ShutDown`].
     pub async fn read_resource(&self, uri: &str) -> Result<model::ReadResourceResult, HostError> {
-        let _ = uri;
-        unimplemented!("host-core work package")
+        let (slot, client) = self.resource_owner(uri)?;
+        client.read_resource(uri).await.map_err(|e| slot.failed(e))
     }
 
     /// Gets the prompt shown as `name` from its server.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownPrompt`], [`HostError::NotConnected`], [`HostError::Server`],
+    /// [`HostError::ShutDown`].
     pub async fn get_prompt(
         &self,
         name: &str,
         arguments: std::collections::BTreeMap<String, String>,
     ) -> Result<model::GetPromptResult, HostError> {
-        let _ = (name, arguments);
-        unimplemented!("host-core work package")
+        let core = self.core();
+        core.open()?;
+        let prompt = lock(&core.catalog)
+            .route_prompt(name)
+            .cloned()
+            .ok_or_else(|| HostError::UnknownPrompt(name.to_owned()))?;
+        let (slot, client) = core.connected(&prompt.server)?;
+        let arguments: Vec<(&str, &str)> = arguments
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let result = client.get_prompt(&prompt.prompt.name, &arguments).await;
+        result.map_err(|e| slot.failed(e))
     }
 
-    /// What changes from now on: the aggregate's lists, a server's state.
-    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<HostEvent> {
-        unimplemented!("host-core work package")
+    /// Completions for `argument` (its current `value`) of a prompt (by the name the host
+    /// shows) or a resource template (by its URI template), asked of the server that owns it;
+    /// `context` holds the values of the arguments already chosen.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError::UnknownPrompt`] or [`HostError::UnknownResource`] (no server has it),
+    /// [`HostError::NotConnected`], [`HostError::Server`], [`HostError::ShutDown`].
+    pub async fn complete(
+        &self,
+        reference: &CompletionRef,
+        argument: &str,
+        value: &str,
+        context: &HashMap<String, String>,
+    ) -> Result<model::CompleteResultCompletion, HostError> {
+        let core = self.core();
+        core.open()?;
+        let (server, reference) = {
+            let catalog = lock(&core.catalog);
+            match reference {
+                CompletionRef::Prompt(name) => {
+                    let prompt = catalog
+                        .route_prompt(name)
+                        .ok_or_else(|| HostError::UnknownPrompt(name.clone()))?;
+                    (
+                        prompt.server.clone(),
+                        CompletionRef::Prompt(prompt.prompt.name.clone()),
+                    )
+                }
+                CompletionRef::Resource(template) => {
+                    let server = catalog
+                        .templates()
+                        .into_iter()
+                        .find(|t| t.template.uri_template == *template)
+                        .map(|t| t.server)
+                        .or_else(|| catalog.route_resource(template).map(str::to_owned))
+                        .ok_or_else(|| HostError::UnknownResource(template.clone()))?;
+                    (server, CompletionRef::Resource(template.clone()))
+                }
+                _ => return Err(HostError::UnknownResource(format!("{reference:?}"))),
+            }
+        };
+        let (slot, client) = core.connected(&server)?;
+        let result = client.complete(&reference, argument, value, context).await;
+        result.map_err(|e| slot.failed(e))
+    }
+
+    /// Asks the server that has `uri` for its updates ([`HostEvent::ResourceUpdated`]); the
+    /// host subscribes again whenever that server reconnects, until
+    /// [`unsubscribe_resource`](Self::unsubscribe_resource).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_resource`](Self::read_resource); nothing is remembered then.
+    pub async fn subscribe_resource(&self, uri: &str) -> Result<(), HostError> {
+        let (slot, client) = self.resource_owner(uri)?;
+        client
+            .subscribe_resource(uri)
+            .await
+            .map_err(|e| slot.failed(e))?;
+        lock(&slot.live).subscriptions.insert(uri.to_owned());
+        Ok(())
+    }
+
+    /// Stops the updates of `uri` (forgotten by the host even when its server is not
+    /// connected now).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_resource`](Self::read_resource).
+    pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), HostError> {
+        let core = self.core();
+        core.open()?;
+        let mut forgot = false;
+        for slot in &core.slots {
+            forgot |= lock(&slot.live).subscriptions.remove(uri);
+        }
+        let (slot, client) = match self.resource_owner(uri) {
+            Ok(owner) => owner,
+            // Not listed or not connected now: nothing to tell a server.
+            Err(_) if forgot => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let result = client.unsubscribe_resource(uri).await;
+        result.map_err(|e| slot.failed(e))
+    }
+
+    /// Sets the level of the log messages every connected server that declares `logging`
+    /// sends (and every server that connects later).
+    ///
+    /// # Errors
+    ///
+    /// The first server that failed it ([`HostError::Server`]; the others were still told);
+    /// [`HostError::ShutDown`].
+    pub async fn set_log_level(&self, level: LogLevel) -> Result<(), HostError> {
+        let core = self.core();
+        core.open()?;
+        *lock(&core.log_level) = Some(level);
+        let mut calls = JoinSet::new();
+        for slot in &core.slots {
+            let Some(client) = lock(&slot.live).client.clone() else {
+                continue;
+            };
+            if client
+                .server_capabilities_json()
+                .is_some_and(|c| !c.contains_key("logging"))
+            {
+                continue;
+            }
+            let server = slot.config.name.clone();
+            calls.spawn(async move { (server, client.set_log_level(level).await) });
+        }
+        let mut first = None;
+        while let Some(done) = calls.join_next().await {
+            if let Ok((server, Err(source))) = done {
+                first.get_or_insert(HostError::Server { server, source });
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// What changes from now on: the aggregate's lists, a server's state, updates of
+    /// subscribed resources. Bounded ([`EVENT_QUEUE`] events): a receiver that falls behind
+    /// is told how many it missed.
+    pub fn changes(&self) -> broadcast::Receiver<HostEvent> {
+        self.core().events.subscribe()
     }
 
     /// Closes every connection and stops every child process (bounded: stdin closed, then
-    /// SIGTERM, then SIGKILL); the host serves nothing afterwards.
+    /// SIGTERM, then SIGKILL); the host serves nothing afterwards: calls fail with
+    /// [`HostError::ShutDown`] and every server that was started is [`ServerState::Stopped`]
+    /// (a disabled one stays [`ServerState::Disabled`]). Returns within 10 s: a supervisor
+    /// that has not finished by then is aborted (its client, dropped, closes on its own task).
     pub async fn shutdown(&self) {
-        unimplemented!("host-core work package")
+        let core = self.core();
+        core.shut_down.store(true, Ordering::SeqCst);
+        self.inner.stop.send_replace(true);
+        let mut supervisors = std::mem::take(&mut *lock(&self.inner.supervisors));
+        let joined = tokio::time::timeout(SHUTDOWN_BOUND, async {
+            while supervisors.join_next().await.is_some() {}
+        })
+        .await;
+        if joined.is_err() {
+            tracing::warn!("the host's supervisors did not stop in time: aborted");
+            supervisors.abort_all();
+            while supervisors.join_next().await.is_some() {}
+        }
+        // Whatever a supervisor left behind (aborted ones): the same end state.
+        for index in 0..core.slots.len() {
+            if !core.slots[index].config.disabled {
+                core.stopped(index);
+            }
+        }
     }
+
+    /// The size of the host's tables, to see that each comes back to its size (tests).
+    #[doc(hidden)]
+    pub fn table_sizes(&self) -> TableSizes {
+        let core = self.core();
+        let catalog = lock(&core.catalog);
+        let (mut clients, mut subscriptions) = (0, 0);
+        for slot in &core.slots {
+            let live = lock(&slot.live);
+            clients += usize::from(live.client.is_some());
+            subscriptions += live.subscriptions.len();
+        }
+        TableSizes {
+            tools: catalog.tools().len(),
+            prompts: catalog.prompts().len(),
+            resources: catalog.resources().len(),
+            templates: catalog.templates().len(),
+            clients,
+            subscriptions,
+            supervisors: lock(&self.inner.supervisors).len(),
+            event_receivers: core.events.receiver_count(),
+        }
+    }
+
+    fn resource_owner(&self, uri: &str) -> Result<(&Slot, Client), HostError> {
+        let core = self.core();
+        core.open()?;
+        let server = lock(&core.catalog)
+            .route_resource(uri)
+            .map(str::to_owned)
+            .ok_or_else(|| HostError::UnknownResource(uri.to_owned()))?;
+        core.connected(&server)
+    }
+}
+
+/// The size of a host's tables (see `Host::table_sizes`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableSizes {
+    /// Tools in the aggregate.
+    pub tools: usize,
+    /// Prompts in the aggregate.
+    pub prompts: usize,
+    /// Resources in the aggregate.
+    pub resources: usize,
+    /// Templates in the aggregate.
+    pub templates: usize,
+    /// Clients of connected servers.
+    pub clients: usize,
+    /// Resource subscriptions remembered.
+    pub subscriptions: usize,
+    /// Supervisor tasks.
+    pub supervisors: usize,
+    /// Receivers of `Host::changes`.
+    pub event_receivers: usize,
+}
+
+impl Drop for HostInner {
+    fn drop(&mut self) {
+        // The last handle is gone: the supervisors are aborted when their set drops (below);
+        // tell them too, in case one is between polls.
+        self.stop.send_replace(true);
+    }
+}
+
+impl Core {
+    fn slot(&self, server: &str) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.config.name == server)
+    }
+
+    fn open(&self) -> Result<(), HostError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            Err(HostError::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The slot of `server` and its client, while Ready.
+    fn connected(&self, server: &str) -> Result<(&Slot, Client), HostError> {
+        self.open()?;
+        let slot = self.slot(server).ok_or_else(|| HostError::NotConnected {
+            server: server.to_owned(),
+            state: ServerState::Stopped,
+        })?;
+        let live = lock(&slot.live);
+        match (&live.state, &live.client) {
+            (ServerState::Ready, Some(client)) => Ok((slot, client.clone())),
+            (ServerState::Stopped, _) => Err(HostError::ShutDown),
+            (state, _) => Err(HostError::NotConnected {
+                server: server.to_owned(),
+                state: state.clone(),
+            }),
+        }
+    }
+
+    fn publish(&self, event: HostEvent) {
+        // No receiver: nobody to tell.
+        let _ = self.events.send(event);
+    }
+
+    fn set_state(&self, index: usize, state: ServerState) {
+        let slot = &self.slots[index];
+        {
+            let mut live = lock(&slot.live);
+            if live.state == state {
+                return;
+            }
+            live.state = state.clone();
+        }
+        self.publish(HostEvent::Server {
+            name: slot.config.name.clone(),
+            state,
+        });
+    }
+
+    /// Takes everything of server `index` out of the aggregate.
+    fn withdraw(&self, index: usize) {
+        let changed = lock(&self.catalog).clear(&self.slots[index].config.name);
+        if changed.tools {
+            self.publish(HostEvent::ToolsChanged);
+        }
+        if changed.prompts {
+            self.publish(HostEvent::PromptsChanged);
+        }
+        if changed.resources || changed.templates {
+            self.publish(HostEvent::ResourcesChanged);
+        }
+    }
+
+    /// Server `index` is not connected: no client, nothing in the aggregate, `state`.
+    fn down(&self, index: usize, state: ServerState) -> Option<Client> {
+        let client = {
+            let mut live = lock(&self.slots[index].live);
+            live.protocol_version = None;
+            live.server_info = None;
+            live.client.take()
+        };
+        self.withdraw(index);
+        self.set_state(index, state);
+        client
+    }
+
+    /// Server `index` is stopped for good.
+    fn stopped(&self, index: usize) -> Option<Client> {
+        self.down(index, ServerState::Stopped)
+    }
+
+    fn delay(&self, attempt: u32) -> Duration {
+        let (first, max) = self.backoff;
+        let doublings = attempt.saturating_sub(1).min(31);
+        first.saturating_mul(1 << doublings).min(max)
+    }
+}
+
+impl Slot {
+    /// `error` of a routed call, as the host reports it; a transport that failed the call has
+    /// the server probed now.
+    fn failed(&self, error: Error) -> HostError {
+        if matches!(error, Error::Transport(_) | Error::Closed(_)) {
+            self.check.notify_one();
+        }
+        HostError::Server {
+            server: self.config.name.clone(),
+            source: error,
+        }
+    }
+}
+
+/// Resolves once the host stops (told to, or every handle dropped).
+async fn stop_signal(stop: &mut watch::Receiver<bool>) {
+    // An error: the sender (the host) is gone.
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Keeps server `index` connected until the host stops; `first` is told once its first attempt
+/// is over (connected and listed, or failed).
+async fn supervise(
+    core: Arc<Core>,
+    index: usize,
+    mut stop: watch::Receiver<bool>,
+    first: oneshot::Sender<()>,
+) {
+    let mut first = Some(first);
+    let mut attempt: u32 = 0;
+    loop {
+        let outcome = tokio::select! {
+            biased;
+            () = stop_signal(&mut stop) => break,
+            outcome = session(&core, index, &mut attempt, &mut first) => outcome,
+        };
+        attempt = attempt.saturating_add(1);
+        let name = &core.slots[index].config.name;
+        tracing::warn!(server = %name, attempt, error = %outcome, "server not connected");
+        let client = core.down(
+            index,
+            ServerState::Reconnecting {
+                attempt,
+                error: outcome,
+            },
+        );
+        if let Some(first) = first.take() {
+            let _ = first.send(());
+        }
+        let closing = async {
+            if let Some(client) = client {
+                client.close().await;
+            }
+            tokio::time::sleep(core.delay(attempt)).await;
+        };
+        tokio::select! {
+            biased;
+            () = stop_signal(&mut stop) => break,
+            () = closing => {}
+        }
+    }
+    if let Some(client) = core.stopped(index) {
+        client.close().await;
+    }
+}
+
+/// One connection of server `index`: connects, lists, serves until the connection fails or
+/// ends; returns why. Resets `attempt` and tells `first` once connected.
+async fn session(
+    core: &Core,
+    index: usize,
+    attempt: &mut u32,
+    first: &mut Option<oneshot::Sender<()>>,
+) -> String {
+    let slot = &core.slots[index];
+    let client = match connect(core, &slot.config).await {
+        Ok(client) => client,
+        Err(error) => return error,
+    };
+    // Before listing, so that no change is missed in between.
+    let mut notifications = client.notifications();
+    if let Err(error) = refresh(core, index, &client, Kinds::ALL).await {
+        client.close().await;
+        return error;
+    }
+    let subscriptions: Vec<String> = lock(&slot.live).subscriptions.iter().cloned().collect();
+    for uri in subscriptions {
+        if let Err(error) = client.subscribe_resource(&uri).await {
+            tracing::warn!(server = %slot.config.name, %uri, %error, "subscribing again failed");
+        }
+    }
+    {
+        let mut live = lock(&slot.live);
+        live.client = Some(client.clone());
+        live.protocol_version = client.protocol_version();
+        live.server_info = client.server_info();
+    }
+    core.set_state(index, ServerState::Ready);
+    *attempt = 0;
+    if let Some(first) = first.take() {
+        let _ = first.send(());
+    }
+    let mut health = core.health_check.map(|every| {
+        let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    });
+    loop {
+        let tick = async {
+            match &mut health {
+                Some(interval) => drop(interval.tick().await),
+                None => std::future::pending().await,
+            }
+        };
+        let probe = tokio::select! {
+            notification = notifications.recv() => {
+                let kinds = match notification {
+                    Ok(ServerNotification::ToolsListChanged) => Kinds::TOOLS,
+                    Ok(ServerNotification::PromptsListChanged) => Kinds::PROMPTS,
+                    Ok(ServerNotification::ResourcesListChanged) => Kinds::RESOURCES,
+                    Ok(ServerNotification::Resynced) | Err(RecvError::Missed(_)) => Kinds::ALL,
+                    Ok(ServerNotification::ResourceUpdated { uri }) => {
+                        core.publish(HostEvent::ResourceUpdated {
+                            server: slot.config.name.clone(),
+                            uri,
+                        });
+                        continue;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => return closed_reason(&client),
+                };
+                if let Err(error) = refresh(core, index, &client, kinds).await {
+                    return error;
+                }
+                false
+            }
+            () = tick => true,
+            () = slot.check.notified() => true,
+        };
+        if probe && let Err(error) = self::probe(&client).await {
+            return error;
+        }
+    }
+}
+
+/// Why `client`'s connection ended.
+fn closed_reason(client: &Client) -> String {
+    match client.server_exit() {
+        Some(exit) => format!("the server exited ({}, {:?})", exit.status, exit.by),
+        None => "the connection ended".to_owned(),
+    }
+}
+
+/// Whether the server still answers: `ping` (legacy) or `server/discover` (modern). An error
+/// answer is an answer; a transport that fails it, or no answer in time, is not.
+async fn probe(client: &Client) -> Result<(), String> {
+    let asked = async {
+        match client.era() {
+            Some(Era::Modern) => client.discover().await.map(drop),
+            _ => client.ping().await,
+        }
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, asked).await {
+        Err(_) => Err(format!(
+            "no answer to a health probe within {PROBE_TIMEOUT:?}"
+        )),
+        Ok(Err(error @ (Error::Closed(_) | Error::Transport(_) | Error::Timeout(_)))) => {
+            Err(format!("health probe: {error}"))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// The lists to fetch.
+#[derive(Clone, Copy)]
+struct Kinds {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+}
+
+impl Kinds {
+    const ALL: Kinds = Kinds {
+        tools: true,
+        prompts: true,
+        resources: true,
+    };
+    const TOOLS: Kinds = Kinds {
+        tools: true,
+        prompts: false,
+        resources: false,
+    };
+    const PROMPTS: Kinds = Kinds {
+        tools: false,
+        prompts: true,
+        resources: false,
+    };
+    const RESOURCES: Kinds = Kinds {
+        tools: false,
+        prompts: false,
+        resources: true,
+    };
+}
+
+/// Lists `kinds` of server `index` again (only what it declares) into the catalog and
+/// publishes what changed. A list the server answers with an error keeps what was listed
+/// before (with a warning); a connection that fails is an error (the server is lost).
+async fn refresh(core: &Core, index: usize, client: &Client, kinds: Kinds) -> Result<(), String> {
+    let name = &core.slots[index].config.name;
+    let declared = client.server_capabilities_json().unwrap_or_default();
+    let has = |key: &str| declared.contains_key(key);
+    let lost = |what: &str, error: Error| -> Result<(), String> {
+        match error {
+            Error::Closed(_) | Error::Transport(_) => Err(format!("listing {what}: {error}")),
+            other => {
+                tracing::warn!(server = %name, %other, "listing {what} failed; the previous list stays");
+                Ok(())
+            }
+        }
+    };
+    if kinds.tools && has("tools") {
+        match client.list_all_tools().await {
+            Ok(tools) => {
+                if lock(&core.catalog).set_tools(name, tools) {
+                    core.publish(HostEvent::ToolsChanged);
+                }
+            }
+            Err(error) => lost("tools", error)?,
+        }
+    }
+    if kinds.prompts && has("prompts") {
+        match client.list_all_prompts().await {
+            Ok(prompts) => {
+                if lock(&core.catalog).set_prompts(name, prompts) {
+                    core.publish(HostEvent::PromptsChanged);
+                }
+            }
+            Err(error) => lost("prompts", error)?,
+        }
+    }
+    if kinds.resources && has("resources") {
+        let mut changed = false;
+        match client.list_all_resources().await {
+            Ok(resources) => changed |= lock(&core.catalog).set_resources(name, resources),
+            Err(error) => lost("resources", error)?,
+        }
+        match client.list_all_resource_templates().await {
+            Ok(templates) => changed |= lock(&core.catalog).set_templates(name, templates),
+            Err(error) => lost("resource templates", error)?,
+        }
+        if changed {
+            core.publish(HostEvent::ResourcesChanged);
+        }
+    }
+    Ok(())
+}
+
+/// Connects the client of `server`, within its timeout; the error as text.
+async fn connect(core: &Core, server: &ServerConfig) -> Result<Client, String> {
+    let timeout = server.timeout.unwrap_or(core.shared.connect_timeout);
+    let mut builder = crate::handlers::client_builder(server, &core.shared)
+        .reconnect(Reconnect::NEVER)
+        .connect_timeout(Some(timeout));
+    if let Some(level) = *lock(&core.log_level) {
+        builder = builder.log_level(level);
+    }
+    let connecting = async {
+        match &server.transport {
+            TransportConfig::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut child = ServerCommand::new(command).args(args);
+                for key in INHERITED_ENV {
+                    child = child.inherit_env(key);
+                }
+                for (key, value) in env {
+                    child = child.env(key, value);
+                }
+                if let Some(cwd) = cwd {
+                    child = child.current_dir(cwd);
+                }
+                child = child.stderr(stderr_to_tracing(&server.name));
+                builder.connect_stdio(child).await
+            }
+            TransportConfig::Http { url, headers } => {
+                let config = http_config(headers)?;
+                builder.connect_http_with(url, config).await
+            }
+        }
+    };
+    // The client bounds its connection by `timeout` itself; this is a net under it.
+    match tokio::time::timeout(timeout + Duration::from_secs(1), connecting).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(error)) => Err(describe_connect(&error)),
+        Err(_) => Err(format!("no connection within {timeout:?}")),
+    }
+}
+
+fn describe_connect(error: &ConnectError) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The HTTP transport's settings with the entry's `headers`.
+fn http_config(
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<modelctx_client::HttpConfig, ConnectError> {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| ConnectError::Url(format!("header {name:?}: {e}")))?;
+        let value = http::HeaderValue::from_str(value)
+            .map_err(|e| ConnectError::Url(format!("the value of header {name}: {e}")))?;
+        map.append(name, value);
+    }
+    Ok(modelctx_client::HttpConfig::default().headers(map))
+}
+
+/// A stdio server's stderr: each line a `tracing` event at INFO level, target
+/// `modelctx_host::stderr`, with the server's config name in the `server` field.
+fn stderr_to_tracing(server: &str) -> modelctx_stdio::Stderr {
+    let server = server.to_owned();
+    modelctx_stdio::Stderr::Callback(Arc::new(move |line: &str| {
+        tracing::info!(target: "modelctx_host::stderr", server = %server, "{line}");
+    }))
 }
 
 /// The status of one server.

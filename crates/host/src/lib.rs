@@ -38,6 +38,8 @@ pub mod gateway;
 
 pub use catalog::{HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
 pub use config::{ConfigError, ConfigErrors, HostConfig, ServerConfig, TransportConfig};
+#[doc(hidden)]
+pub use host::TableSizes;
 pub use host::{Host, HostBuilder, HostError, HostEvent, ServerState, ServerStatus};
 pub use policy::{Decision, Policy};
 
