@@ -82,7 +82,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::catalog::{HostPrompt, HostResource, HostTemplate, HostTool};
-use crate::host::{Host, HostBuilder, HostError, HostEvent, ServerState};
+use crate::host::{Host, HostBuilder, HostError, HostEvent};
 
 /// The most calls in progress the gateway remembers per server, to route that server's
 /// sampling, elicitation and log messages (the oldest is forgotten beyond).
@@ -188,11 +188,14 @@ impl GatewayBuilder {
         let server = builder.build();
         let _ = inner.server.set(server.clone());
         let sync = tokio::spawn(follow(Arc::downgrade(&inner), changes));
-        for status in host.servers() {
-            if status.state == ServerState::Ready {
-                ask_every_level(&host, &status.name);
+        // Every level of every server (now and later): each client of the gateway gets those of
+        // the level it asked for.
+        let every = host.clone();
+        tokio::spawn(async move {
+            if let Err(e) = every.set_log_level(LogLevel::Debug).await {
+                tracing::debug!(error = %e, "gateway: a server sends no log messages");
             }
-        }
+        });
         Gateway {
             server,
             inner,
@@ -568,10 +571,10 @@ impl Inner {
             made = made.title(text.clone());
         }
         for argument in definition.arguments.iter().flatten() {
-            let reference = CompletionRef::Prompt(definition.name.clone());
+            let reference = CompletionRef::Prompt(prompt.name.clone());
             made = made.complete(
                 argument.name.clone(),
-                self.completer(&prompt.server, reference, &argument.name),
+                self.completer(reference, &argument.name),
             );
         }
         made
@@ -642,7 +645,7 @@ impl Inner {
         }
         for variable in template_variables(&definition.uri_template) {
             let reference = CompletionRef::Resource(definition.uri_template.clone());
-            let complete = self.completer(&template.server, reference, &variable);
+            let complete = self.completer(reference, &variable);
             made = made.complete(variable, complete);
         }
         Some(made)
@@ -706,10 +709,9 @@ impl Inner {
         }
     }
 
-    /// A completion provider asking `server` about `argument` of `reference`.
+    /// A completion provider asking the host about `argument` of `reference`.
     fn completer(
         self: &Arc<Self>,
-        server: &str,
         reference: CompletionRef,
         argument: &str,
     ) -> impl Fn(String, JsonObject) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<String>> + Send>>
@@ -717,21 +719,21 @@ impl Inner {
     + Sync
     + 'static {
         let inner = Arc::downgrade(self);
-        let server = server.to_owned();
         let argument = argument.to_owned();
         move |partial: String, others: JsonObject| {
-            let client = inner.upgrade().and_then(|inner| inner.host.client(&server));
+            let inner = inner.upgrade();
             let reference = reference.clone();
             let argument = argument.clone();
             Box::pin(async move {
-                let Some(client) = client else {
+                let Some(inner) = inner else {
                     return Vec::new();
                 };
                 let context: HashMap<String, String> = others
                     .into_iter()
                     .map(|(k, v)| (k, string_of(v)))
                     .collect();
-                match client
+                match inner
+                    .host
                     .complete(&reference, &argument, &partial, &context)
                     .await
                 {
@@ -794,17 +796,6 @@ async fn follow(
             Ok(HostEvent::PromptsChanged) => inner.sync_prompts(server),
             Ok(HostEvent::ResourcesChanged) => inner.sync_resources(server),
             Ok(HostEvent::ResourceUpdated { uri, .. }) => server.notify_resource_updated(&uri),
-            Ok(HostEvent::Server { name, state }) => {
-                if state == ServerState::Ready {
-                    ask_every_level(&inner.host, &name);
-                    // Its subscriptions are made again on its new connection.
-                    inner
-                        .subscribed
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clear();
-                }
-            }
             // Events the host may add later.
             #[allow(unreachable_patterns)]
             Ok(_) => {}
@@ -816,23 +807,6 @@ async fn follow(
             Err(RecvError::Closed) => return,
         }
     }
-}
-
-/// Asks `server` for log messages of every level: the gateway sends each client those of the
-/// level it asked for.
-fn ask_every_level(host: &Host, server: &str) {
-    let Some(client) = host.client(server) else {
-        return;
-    };
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let server = server.to_owned();
-    runtime.spawn(async move {
-        if let Err(e) = client.set_log_level(LogLevel::Debug).await {
-            tracing::debug!(server = %server, error = %e, "gateway: no log messages from this server");
-        }
-    });
 }
 
 /// The next log message of `notifications` (pending forever without a client, or once its
