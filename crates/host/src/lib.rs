@@ -36,7 +36,10 @@ pub mod policy;
 #[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
 pub mod gateway;
 
-pub use catalog::{HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
+pub use catalog::{
+    Collision, CollisionReason, EntryKind, HostPrompt, HostResource, HostTemplate, HostTool,
+    MAX_NAME_CHARS, Namespace,
+};
 pub use config::{ConfigError, ConfigErrors, HostConfig, ServerConfig, TransportConfig};
 #[doc(hidden)]
 pub use host::TableSizes;
