@@ -56,10 +56,14 @@ pub(crate) struct Shared {
     pub(crate) policy: Arc<dyn Policy>,
     pub(crate) sampler: Option<Sampler>,
     pub(crate) elicitor: Option<Elicitor>,
-    /// Roots every server sees, unless it has its own in `roots_per_server`.
-    pub(crate) roots: Option<Vec<model::Root>>,
-    pub(crate) roots_per_server: std::collections::BTreeMap<String, Vec<model::Root>>,
+    /// Roots every server sees, unless it has its own in `roots_per_server`. Read each time a
+    /// server asks (`handlers.rs`): a change here is seen by the next `roots/list`.
+    pub(crate) roots: std::sync::RwLock<Option<Vec<model::Root>>>,
+    pub(crate) roots_per_server:
+        std::sync::RwLock<std::collections::BTreeMap<String, Vec<model::Root>>>,
     pub(crate) connect_timeout: Duration,
+    /// The OAuth client of every HTTP server without an `Authorization` header.
+    pub(crate) oauth: Option<modelctx_client::auth::OAuth>,
 }
 
 /// The capacity of [`Host::changes`]: a receiver that falls this far behind misses events
@@ -159,13 +163,21 @@ impl HostBuilder {
 
     /// Roots every server sees (declares `roots`).
     pub fn roots(mut self, roots: Vec<model::Root>) -> Self {
-        self.shared.roots = Some(roots);
+        *self
+            .shared
+            .roots
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(roots);
         self
     }
 
     /// Roots the server `server` sees instead of the shared ones.
     pub fn server_roots(mut self, server: impl Into<String>, roots: Vec<model::Root>) -> Self {
-        self.shared.roots_per_server.insert(server.into(), roots);
+        self.shared
+            .roots_per_server
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(server.into(), roots);
         self
     }
 
@@ -195,6 +207,26 @@ impl HostBuilder {
     pub fn health_check(mut self, every: Option<Duration>) -> Self {
         self.health_check = every.map(|d| d.max(Duration::from_millis(1)));
         self
+    }
+
+    /// Authorizes the HTTP servers with `oauth` (default: none): every HTTP server whose entry
+    /// sets no `Authorization` header gets it as its client's authorizer, and its tokens are
+    /// kept in `oauth`'s token store under the server's URL (per authorization server and
+    /// resource). `mcx login` builds its client so: a
+    /// [`FileStore`](modelctx_client::auth::FileStore) for the tokens, and a
+    /// [`LoopbackRedirect`](modelctx_client::auth::LoopbackRedirect)'s redirect URI and handler
+    /// for the user's sign-in; without a handler, a server with no stored token fails to
+    /// connect.
+    pub fn oauth(mut self, oauth: modelctx_client::auth::OAuth) -> Self {
+        self.shared.oauth = Some(oauth);
+        self
+    }
+
+    /// What the connections of the host would share (for the handlers' tests, which build
+    /// clients without starting a host).
+    #[cfg(test)]
+    pub(crate) fn into_shared(self) -> Shared {
+        self.shared
     }
 
     /// Connects every enabled server concurrently and returns once each one is connected (its
@@ -345,9 +377,10 @@ impl Host {
                 policy: Arc::new(DefaultPolicy),
                 sampler: None,
                 elicitor: None,
-                roots: None,
+                roots: Default::default(),
                 roots_per_server: Default::default(),
                 connect_timeout: Duration::from_secs(30),
+                oauth: None,
             },
             backoff: (Duration::from_millis(250), Duration::from_secs(30)),
             health_check: Some(Duration::from_secs(30)),

@@ -44,7 +44,7 @@ pub use config::{ConfigError, ConfigErrors, HostConfig, ServerConfig, TransportC
 #[doc(hidden)]
 pub use host::TableSizes;
 pub use host::{Host, HostBuilder, HostError, HostEvent, ServerState, ServerStatus};
-pub use policy::{Decision, Policy};
+pub use policy::{Decision, DefaultPolicy, Policy, PolicyFile, Rules};
 
 pub use modelctx_client as client;
 pub use modelctx_client::model;
