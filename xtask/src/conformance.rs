@@ -509,13 +509,8 @@ struct Gateway {
 
 /// The policy file of the gateway leg: every tool of every server allowed (the suite calls
 /// them all), sampling and elicitation passed on.
-const ALLOW_ALL_POLICY: &str = r#"{
-  "servers": {"*": {"allow": ["*"]}},
-  "destructive": "allow",
-  "sampling": {"allow": true},
-  "elicitation": {"allow": true}
-}
-"#;
+const ALLOW_ALL_POLICY: &str =
+    r#"{"destructive": "allow", "sampling": "allow", "elicitation": "allow"}"#;
 
 impl Gateway {
     /// Writes its config and policy files under `out`, starts it on a free port and reads its

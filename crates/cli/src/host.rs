@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use modelctx_host::gateway::Gateway;
-use modelctx_host::policy::{BoxFuture, Decision, DefaultPolicy, Policy, ToolCall};
+use modelctx_host::policy::{BoxFuture, Decision, Policy, ToolCall};
 use modelctx_host::{Host, HostConfig, Namespace, ServerState};
 
 use crate::fail;
@@ -62,19 +62,15 @@ pub(crate) enum NamespaceArg {
 const PASS_A_POLICY: &str = "mcx host answers consent from a policy file: pass --policy FILE \
                              allowing this tool to call it";
 
-/// The default rules, their refusals saying how to allow the call.
+/// The default rules, their refusals saying how to allow the call: a call that needs a person's
+/// approval is refused, as nobody is there to give it.
 struct DefaultRules;
 
 impl Policy for DefaultRules {
-    fn approve_tool_call<'a>(&'a self, call: &'a ToolCall<'a>) -> BoxFuture<'a, Decision> {
-        Box::pin(async move {
-            match DefaultPolicy.approve_tool_call(call).await {
-                Decision::Deny { reason } => Decision::Deny {
-                    reason: format!("{reason} ({PASS_A_POLICY})"),
-                },
-                other => other,
-            }
-        })
+    fn ask<'a>(&'a self, _call: &'a ToolCall<'a>, reason: String) -> BoxFuture<'a, Decision> {
+        Box::pin(std::future::ready(Decision::Deny {
+            reason: format!("{reason}; {PASS_A_POLICY}"),
+        }))
     }
 }
 

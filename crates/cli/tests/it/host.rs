@@ -130,7 +130,7 @@ async fn the_gateway_serves_both_servers_with_progress_sampling_and_stops_its_ch
     let setup = Setup::new("host-gateway");
     let allow = setup.policy(
         "allow.json",
-        r#"{"servers": {"*": {"allow": ["*"]}}, "destructive": "allow", "sampling": {"allow": true}}"#,
+        r#"{"destructive": "allow", "sampling": "allow"}"#,
     );
     let client = setup.connect(&["--policy", &allow]).await;
 
@@ -210,7 +210,7 @@ async fn consent_comes_from_the_policy_file() {
     // A policy that refuses it.
     let deny = setup.policy(
         "deny.json",
-        r#"{"servers": {"local": {"deny": ["echo"]}}, "destructive": "allow"}"#,
+        r#"{"destructive": "allow", "servers": {"local": {"deny": ["echo"]}}}"#,
     );
     let client = setup.connect(&["--policy", &deny]).await;
     let refused = client
