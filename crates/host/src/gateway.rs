@@ -116,20 +116,19 @@ impl GatewayBuilder {
     pub fn route_input(&self, builder: HostBuilder) -> HostBuilder {
         let calls = self.calls.clone();
         let builder = builder.on_sampling(move |server, params| {
-            let context = calls.newest(&server);
+            let call = calls.newest(&server);
             async move {
-                let context = context.ok_or_else(|| no_call(&server))?;
-                context
-                    .sample(params)
-                    .await
-                    .map_err(|e| InputError::new(e.to_string()))
+                let call = call.ok_or_else(|| no_call(&server))?;
+                let answer = call.context.sample(params).await;
+                answer.map_err(|e| call.refused(e))
             }
         });
         let calls = self.calls.clone();
         builder.on_elicitation(move |server, elicitation| {
-            let context = calls.newest(&server);
+            let call = calls.newest(&server);
             async move {
-                let context = context.ok_or_else(|| no_call(&server))?;
+                let call = call.ok_or_else(|| no_call(&server))?;
+                let context = &call.context;
                 let answer = match elicitation {
                     Elicitation::Form { message, schema } => {
                         context.elicit(&message, Value::Object(schema)).await
@@ -148,7 +147,7 @@ impl GatewayBuilder {
                         )));
                     }
                 };
-                let answer = answer.map_err(|e| InputError::new(e.to_string()))?;
+                let answer = answer.map_err(|e| call.refused(e))?;
                 Ok(elicited(answer))
             }
         })
@@ -209,6 +208,41 @@ fn no_call(server: &str) -> InputError {
     InputError::new(format!(
         "no gateway call is in progress on server {server:?}: its request cannot be passed to the gateway's client"
     ))
+}
+
+/// A gateway call in progress: what a server's request is asked through.
+#[derive(Clone)]
+struct Call {
+    /// The gateway's request.
+    context: Context,
+    /// The client capability a server's request needed and the gateway's client lacks: the
+    /// call then fails as a request of the client's would (-32021 in the modern era).
+    missing: Arc<Mutex<Option<String>>>,
+}
+
+impl Call {
+    fn new(context: Context) -> Call {
+        Call {
+            context,
+            missing: Arc::default(),
+        }
+    }
+
+    /// The refusal the server gets when the gateway's client cannot answer: `error`'s text;
+    /// a missing capability is remembered for the call's own answer.
+    fn refused(&self, error: modelctx_server::InputError) -> InputError {
+        if let modelctx_server::InputError::NotSupported(capability) = &error {
+            *self.missing.lock().unwrap_or_else(PoisonError::into_inner) = Some(capability.clone());
+        }
+        InputError::new(error.to_string())
+    }
+
+    fn missing(&self) -> Option<String> {
+        self.missing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The client's elicitation answer as the host's handler gives it.
@@ -443,7 +477,7 @@ impl Inner {
             async move {
                 match inner {
                     Some(inner) => inner.call_tool(context, &server, &shown, arguments).await,
-                    None => ToolOutput::error("the gateway has stopped"),
+                    None => Ok(ToolOutput::error("the gateway has stopped")),
                 }
             }
         };
@@ -478,8 +512,9 @@ impl Inner {
         server: &str,
         shown: &str,
         arguments: JsonObject,
-    ) -> ToolOutput {
-        let entry = self.calls.enter(server, context.clone());
+    ) -> Result<ToolOutput, modelctx_server::InputError> {
+        let call = Call::new(context.clone());
+        let entry = self.calls.enter(server, call.clone());
         let (progress_tx, mut progress_rx) = tokio::sync::mpsc::channel(PROGRESS_BUFFER);
         let mut options = CallOptions::new().timeout(None);
         if context.wants_progress() {
@@ -488,15 +523,20 @@ impl Inner {
                 let _ = progress_tx.try_send(p);
             });
         }
-        let call = self.host.call_tool(shown, arguments, options);
+        let routed = self.host.call_tool(shown, arguments, options);
         let outcome = self
-            .pass_on(&context, server, entry.id, &mut progress_rx, call)
+            .pass_on(&context, server, entry.id, &mut progress_rx, routed)
             .await;
-        match outcome {
+        // A server's request the gateway's client could not answer for lack of a capability:
+        // the call fails as the server's own would have for that client.
+        if let Some(capability) = call.missing() {
+            return Err(modelctx_server::InputError::NotSupported(capability));
+        }
+        Ok(match outcome {
             Some(Ok(result)) => ToolOutput::from(result),
             Some(Err(e)) => ToolOutput::error(failed(&e)),
             None => ToolOutput::error("cancelled by the client"),
-        }
+        })
     }
 
     /// Runs `call` until it ends or the client cancels (`None`), passing on its progress and
@@ -516,7 +556,14 @@ impl Inner {
             tokio::select! {
                 biased;
                 () = context.cancelled().cancelled() => return None,
-                done = &mut call => return Some(done),
+                done = &mut call => {
+                    // The server's progress came before its answer: what is still queued is
+                    // sent before the answer goes.
+                    while let Ok(p) = progress.try_recv() {
+                        let _ = context.progress(p.progress, p.total, p.message.as_deref()).await;
+                    }
+                    return Some(done);
+                }
                 p = progress.recv(), if progress_open => match p {
                     Some(p) => {
                         let _ = context.progress(p.progress, p.total, p.message.as_deref()).await;
@@ -587,7 +634,7 @@ impl Inner {
         shown: &str,
         arguments: Value,
     ) -> Result<Vec<PromptMessage>, String> {
-        let entry = self.calls.enter(server, context.clone());
+        let entry = self.calls.enter(server, Call::new(context.clone()));
         let arguments = string_arguments(arguments);
         let (_, mut none) = tokio::sync::mpsc::channel(1);
         let got = self
@@ -684,7 +731,7 @@ impl Inner {
         server: &str,
         uri: String,
     ) -> Result<Vec<ResourceContents>, ResourceError> {
-        let entry = self.calls.enter(server, context.clone());
+        let entry = self.calls.enter(server, Call::new(context.clone()));
         let (_, mut none) = tokio::sync::mpsc::channel(1);
         let read = self
             .pass_on(&context, server, entry.id, &mut none, self.host.read_resource(&uri))
@@ -911,7 +958,7 @@ fn template_variables(template: &str) -> Vec<String> {
 
 /// The calls in progress through the gateway, per server: what each one needs to be asked
 /// through (`C`: its request's [`Context`]).
-struct Calls<C = Context> {
+struct Calls<C = Call> {
     inner: Mutex<CallsInner<C>>,
 }
 
@@ -995,7 +1042,7 @@ impl<C: Clone> Calls<C> {
 }
 
 /// A call's place in [`Calls`], removed when dropped.
-struct Entry<C: Clone = Context> {
+struct Entry<C: Clone = Call> {
     calls: Arc<Calls<C>>,
     server: String,
     id: u64,
