@@ -562,6 +562,21 @@ impl Inner {
                     while let Ok(p) = progress.try_recv() {
                         let _ = context.progress(p.progress, p.total, p.message.as_deref()).await;
                     }
+                    // So are its log messages.
+                    loop {
+                        tokio::select! {
+                            biased;
+                            note = next_log(&mut notifications) => {
+                                if let Some(message) = note
+                                    && self.calls.is_newest(server, me)
+                                {
+                                    let logger = message.logger.as_deref();
+                                    context.log(message.level, logger, message.data).await;
+                                }
+                            }
+                            () = std::future::ready(()) => break,
+                        }
+                    }
                     return Some(done);
                 }
                 p = progress.recv(), if progress_open => match p {
