@@ -453,7 +453,10 @@ impl Inner {
         }
         for template in added {
             let text = template.template.uri_template.clone();
-            match self.template(&template).map(|t| server.add_resource_template(t)) {
+            match self
+                .template(&template)
+                .map(|t| server.add_resource_template(t))
+            {
                 Some(Ok(())) => {
                     shown.templates.insert(text, template);
                 }
@@ -653,7 +656,13 @@ impl Inner {
         let arguments = string_arguments(arguments);
         let (_, mut none) = tokio::sync::mpsc::channel(1);
         let got = self
-            .pass_on(&context, server, entry.id, &mut none, self.host.get_prompt(shown, arguments))
+            .pass_on(
+                &context,
+                server,
+                entry.id,
+                &mut none,
+                self.host.get_prompt(shown, arguments),
+            )
             .await
             .ok_or("cancelled by the client")?
             .map_err(|e| failed(&e))?;
@@ -717,15 +726,7 @@ impl Inner {
     fn reader(
         self: &Arc<Self>,
         server: &str,
-    ) -> impl Fn(
-        Context,
-        ReadRequest,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send>,
-    > + Clone
-    + Send
-    + Sync
-    + 'static {
+    ) -> impl Fn(Context, ReadRequest) -> Reading + Clone + Send + Sync + 'static {
         let inner = Arc::downgrade(self);
         let server = server.to_owned();
         move |context: Context, request: ReadRequest| {
@@ -749,7 +750,13 @@ impl Inner {
         let entry = self.calls.enter(server, Call::new(context.clone()));
         let (_, mut none) = tokio::sync::mpsc::channel(1);
         let read = self
-            .pass_on(&context, server, entry.id, &mut none, self.host.read_resource(&uri))
+            .pass_on(
+                &context,
+                server,
+                entry.id,
+                &mut none,
+                self.host.read_resource(&uri),
+            )
             .await
             .ok_or_else(|| ResourceError::Failed("cancelled by the client".into()))?;
         match read {
@@ -776,10 +783,7 @@ impl Inner {
         self: &Arc<Self>,
         reference: CompletionRef,
         argument: &str,
-    ) -> impl Fn(String, JsonObject) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<String>> + Send>>
-    + Send
-    + Sync
-    + 'static {
+    ) -> impl Fn(String, JsonObject) -> Completing + Send + Sync + 'static {
         let inner = Arc::downgrade(self);
         let argument = argument.to_owned();
         move |partial: String, others: JsonObject| {
@@ -790,10 +794,8 @@ impl Inner {
                 let Some(inner) = inner else {
                     return Vec::new();
                 };
-                let context: HashMap<String, String> = others
-                    .into_iter()
-                    .map(|(k, v)| (k, string_of(v)))
-                    .collect();
+                let context: HashMap<String, String> =
+                    others.into_iter().map(|(k, v)| (k, string_of(v))).collect();
                 match inner
                     .host
                     .complete(&reference, &argument, &partial, &context)
@@ -887,6 +889,14 @@ async fn next_log(
         }
     }
 }
+
+/// A read of the gateway's resources and templates under way.
+type Reading = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send>,
+>;
+
+/// A completion of the gateway's prompts and templates under way.
+type Completing = std::pin::Pin<Box<dyn std::future::Future<Output = Vec<String>> + Send>>;
 
 /// How many progress notifications of one call wait to be passed on.
 const PROGRESS_BUFFER: usize = 64;
@@ -1208,6 +1218,9 @@ mod tests {
         let text = failed(&HostError::Denied {
             reason: "tool \"drop\" may be destructive".into(),
         });
-        assert!(text.starts_with("refused by the gateway's policy"), "{text}");
+        assert!(
+            text.starts_with("refused by the gateway's policy"),
+            "{text}"
+        );
     }
 }

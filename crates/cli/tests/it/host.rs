@@ -4,9 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use modelctx_client::{
-    CallOptions, Client, ClientBuilder, JsonObject, ServerCommand, model,
-};
+use modelctx_client::{CallOptions, Client, ClientBuilder, JsonObject, ServerCommand, model};
 use serde_json::json;
 
 use crate::cli::{HttpServer, MCX, TempDir, serve_http};
@@ -113,8 +111,11 @@ fn children_of(parent: u32) -> Vec<u32> {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()) != Some("Z"))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            != Some("Z")
+    })
 }
 
 async fn wait_gone(pids: &[u32]) {
@@ -137,10 +138,18 @@ async fn the_gateway_serves_both_servers_with_progress_sampling_and_stops_its_ch
     // The aggregate, namespaced.
     let tools = client.list_all_tools().await.expect("tools");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    for name in ["local__echo", "local__countdown", "remote__echo", "remote__haiku"] {
+    for name in [
+        "local__echo",
+        "local__countdown",
+        "remote__echo",
+        "remote__haiku",
+    ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
-    let echo = tools.iter().find(|t| t.name == "local__echo").expect("echo");
+    let echo = tools
+        .iter()
+        .find(|t| t.name == "local__echo")
+        .expect("echo");
     assert_eq!(echo.description.as_deref(), Some("Says the text back"));
 
     // A call routed to each server.
@@ -159,7 +168,9 @@ async fn the_gateway_serves_both_servers_with_progress_sampling_and_stops_its_ch
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let options = CallOptions::new().on_progress(move |p| {
-        sink.lock().unwrap().push(p.message.clone().unwrap_or_default());
+        sink.lock()
+            .unwrap()
+            .push(p.message.clone().unwrap_or_default());
     });
     let done = client
         .call_tool_with(
@@ -240,7 +251,8 @@ async fn consent_comes_from_the_policy_file() {
 async fn on_collision_keeps_the_names_of_a_single_server() {
     let dir = TempDir::new("host-single");
     let config = dir.0.join("one.json");
-    let text = json!({"mcpServers": {"demo": {"command": MCX, "args": ["serve", "demo", "--stdio"]}}});
+    let text =
+        json!({"mcpServers": {"demo": {"command": MCX, "args": ["serve", "demo", "--stdio"]}}});
     std::fs::write(&config, text.to_string()).expect("config written");
     let config = config.to_string_lossy().into_owned();
     let command = ServerCommand::new(MCX).args([

@@ -332,7 +332,11 @@ mod tests {
         assert_eq!(written["isError"], true);
         assert_eq!(written["_meta"], json!({"trace": "abc"}));
         // A result of the server's own has no `_meta`.
-        assert!(tool_output(&output(json!(1)), V::V2025_11_25).get("_meta").is_none());
+        assert!(
+            tool_output(&output(json!(1)), V::V2025_11_25)
+                .get("_meta")
+                .is_none()
+        );
     }
 
     #[test]
