@@ -53,8 +53,11 @@ pub const MAX_NAME_CHARS: usize = 128;
 pub struct Namespace {
     pub(crate) separator: String,
     pub(crate) only_on_collision: bool,
-    pub(crate) custom: Option<Arc<dyn Fn(&str, &str) -> String + Send + Sync>>,
+    pub(crate) custom: Option<Arc<NameFn>>,
 }
+
+/// A custom naming function: `(server, own_name) -> shown name`.
+type NameFn = dyn Fn(&str, &str) -> String + Send + Sync;
 
 impl fmt::Debug for Namespace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -723,10 +726,10 @@ impl Catalog {
         server: &str,
         templates: Vec<model::ResourceTemplate>,
     ) -> bool {
-        if let Some(old) = self.templates.get(server) {
-            if old.entries.iter().map(|t| &t.template).eq(templates.iter()) {
-                return false;
-            }
+        if let Some(old) = self.templates.get(server)
+            && old.entries.iter().map(|t| &t.template).eq(templates.iter())
+        {
+            return false;
         }
         let before = self.templates();
         let parsed = templates

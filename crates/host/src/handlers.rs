@@ -109,9 +109,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
-    use modelctx_client::auth::{
-        MemoryStore, OAuth, StoreKey, Stored, TokenRecord, TokenStore,
-    };
+    use modelctx_client::auth::{MemoryStore, OAuth, StoreKey, Stored, TokenRecord, TokenStore};
     use modelctx_client::{
         Client, ConnectError, Elicitation, Elicited, Era, Error, ProtocolVersion,
     };

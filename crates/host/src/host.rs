@@ -27,7 +27,9 @@ use modelctx_types::JsonObject;
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 use tokio::task::JoinSet;
 
-use crate::catalog::{Catalog, HostPrompt, HostResource, HostTemplate, HostTool, Namespace};
+use crate::catalog::{
+    Catalog, Collision, HostPrompt, HostResource, HostTemplate, HostTool, Namespace,
+};
 use crate::config::{HostConfig, ServerConfig, TransportConfig};
 use crate::policy::{Decision, DefaultPolicy, Policy, ToolCall};
 
@@ -187,6 +189,26 @@ impl HostBuilder {
         self
     }
 
+    /// Authorizes the HTTP servers with `oauth` (default: none): every HTTP server whose entry
+    /// sets no `Authorization` header gets it as its client's authorizer, and its tokens are
+    /// kept in `oauth`'s token store under the server's URL (per authorization server and
+    /// resource). `mcx login` builds its client so: a
+    /// [`FileStore`](modelctx_client::auth::FileStore) for the tokens, and a
+    /// [`LoopbackRedirect`](modelctx_client::auth::LoopbackRedirect)'s redirect URI and handler
+    /// for the user's sign-in; without a handler, a server with no stored token fails to
+    /// connect.
+    pub fn oauth(mut self, oauth: modelctx_client::auth::OAuth) -> Self {
+        self.shared.oauth = Some(oauth);
+        self
+    }
+
+    /// What the connections of the host would share (for the handlers' tests, which build
+    /// clients without starting a host).
+    #[cfg(test)]
+    pub(crate) fn into_shared(self) -> Shared {
+        self.shared
+    }
+
     /// The waits between the attempts to connect a server that failed or went away: `first`
     /// after the first failure, doubled after each further one up to `max` (default: 250 ms
     /// doubling to 30 s). Attempts go on until [`Host::shutdown`].
@@ -231,9 +253,17 @@ impl HostBuilder {
 
     /// Connects every enabled server concurrently and returns once each one is connected (its
     /// lists fetched) or has failed its first attempt (the failed ones go on being retried in
-    /// the background). A server's attempt is bounded by its entry's `timeout`, else the
-    /// [`connect_timeout`](Self::connect_timeout). Must be called within a Tokio runtime: the
-    /// host's tasks run on it.
+    /// the background). A server's attempt (connecting, then listing what it declares) is
+    /// bounded by its entry's `timeout`, else the [`connect_timeout`](Self::connect_timeout).
+    /// Must be called within a Tokio runtime: the host's tasks run on it.
+    ///
+    /// A stdio server is started with its entry's `args`, `cwd` and `env`, over the variables
+    /// the MCP SDKs' stdio clients pass on from the host's environment (Unix: `HOME`,
+    /// `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`; Windows: `APPDATA`, `HOMEDRIVE`, `HOMEPATH`,
+    /// `LOCALAPPDATA`, `PATH`, `PROCESSOR_ARCHITECTURE`, `PROGRAMFILES`, `SYSTEMDRIVE`,
+    /// `SYSTEMROOT`, `TEMP`, `USERNAME`, `USERPROFILE`); each line it writes on stderr is a
+    /// `tracing` event at INFO level, target `modelctx_host::stderr`, with the entry's name in
+    /// the `server` field. An HTTP server is sent its entry's `headers` with every request.
     pub async fn start(self) -> Host {
         let order: Vec<String> = self.config.servers.iter().map(|s| s.name.clone()).collect();
         let (events, _) = broadcast::channel(EVENT_QUEUE);
@@ -255,6 +285,7 @@ impl HostBuilder {
                         protocol_version: None,
                         server_info: None,
                         subscriptions: BTreeSet::new(),
+                        absent: Absent::default(),
                     }),
                     check: Notify::new(),
                 }
@@ -267,6 +298,7 @@ impl HostBuilder {
             events,
             shut_down: AtomicBool::new(false),
             log_level: Mutex::new(None),
+            collisions: Mutex::new(Vec::new()),
             backoff: self.backoff,
             health_check: self.health_check,
         });
@@ -296,6 +328,35 @@ impl HostBuilder {
 }
 
 /// Many MCP servers behind one object. Cheap to clone (every clone is the same host).
+///
+/// ```no_run
+/// use modelctx_host::client::CallOptions;
+/// use modelctx_host::{Host, HostConfig, HostEvent, ServerConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut config = HostConfig::default();
+/// config.servers.push(ServerConfig::stdio("time", "uvx", vec!["mcp-server-time".into()]));
+/// config.servers.push(ServerConfig::http("docs", "http://127.0.0.1:8080/mcp"));
+/// let host = Host::builder(config).start().await;
+/// for status in host.servers() {
+///     println!("{}: {:?}", status.name, status.state);
+/// }
+/// let mut changes = host.changes();
+/// for tool in host.tools() {
+///     println!("{} (tool {} of {})", tool.name, tool.tool.name, tool.server);
+/// }
+/// let arguments = serde_json::json!({"timezone": "UTC"});
+/// let arguments = arguments.as_object().cloned().unwrap_or_default();
+/// let now = host
+///     .call_tool("time__get_current_time", arguments, CallOptions::new())
+///     .await?;
+/// println!("{now:?}");
+/// if let Ok(HostEvent::ToolsChanged) = changes.try_recv() {
+///     println!("{} tools now", host.tools().len());
+/// }
+/// host.shutdown().await; // every child stopped
+/// # Ok(()) }
+/// ```
 ///
 /// Dropping the last clone without [`shutdown`](Self::shutdown) stops every supervisor task at
 /// once (aborted): each connection's client is then dropped, and a client whose last handle
@@ -329,6 +390,8 @@ struct Core {
     shut_down: AtomicBool,
     /// The log level set with [`Host::set_log_level`], given to every later connection.
     log_level: Mutex<Option<LogLevel>>,
+    /// The collisions of the aggregate already logged.
+    collisions: Mutex<Vec<Collision>>,
     /// The first wait and the longest between two attempts.
     backoff: (Duration, Duration),
     health_check: Option<Duration>,
@@ -351,6 +414,19 @@ struct Live {
     server_info: Option<model::Implementation>,
     /// The resources the application subscribed to on it (subscribed again after a reconnect).
     subscriptions: BTreeSet<String>,
+    /// While it is not connected: the names its tools and prompts were shown under and its
+    /// resources' URIs when it went away, so that a call to one of them is
+    /// [`HostError::NotConnected`] rather than unknown (at most its last lists; emptied when
+    /// it is back).
+    absent: Absent,
+}
+
+/// What a server that went away had in the aggregate.
+#[derive(Default)]
+struct Absent {
+    tools: BTreeSet<String>,
+    prompts: BTreeSet<String>,
+    resources: BTreeSet<String>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -437,6 +513,13 @@ impl Host {
         lock(&self.core().catalog).prompts()
     }
 
+    /// What the aggregate renamed or left out (names that two entries would show under, names
+    /// too long, a URI two servers list), as the catalog decided; each is also logged (a
+    /// `tracing` warning) when it first appears.
+    pub fn collisions(&self) -> Vec<Collision> {
+        lock(&self.core().catalog).collisions()
+    }
+
     /// Calls the tool shown as `name` on its server, once the [`Policy`] approves; progress and
     /// timeout as in `options`; dropping the future cancels the call on the server.
     ///
@@ -452,10 +535,11 @@ impl Host {
     ) -> Result<model::CallToolResult, HostError> {
         let core = self.core();
         core.open()?;
-        let tool = lock(&core.catalog)
-            .route_tool(name)
-            .cloned()
-            .ok_or_else(|| HostError::UnknownTool(name.to_owned()))?;
+        let tool = lock(&core.catalog).route_tool(name).cloned();
+        let tool = tool.ok_or_else(|| {
+            core.absent(name, |a| &a.tools)
+                .unwrap_or_else(|| HostError::UnknownTool(name.to_owned()))
+        })?;
         let (slot, client) = core.connected(&tool.server)?;
         let call = ToolCall {
             server: &tool.server,
@@ -497,10 +581,11 @@ impl Host {
     ) -> Result<model::GetPromptResult, HostError> {
         let core = self.core();
         core.open()?;
-        let prompt = lock(&core.catalog)
-            .route_prompt(name)
-            .cloned()
-            .ok_or_else(|| HostError::UnknownPrompt(name.to_owned()))?;
+        let prompt = lock(&core.catalog).route_prompt(name).cloned();
+        let prompt = prompt.ok_or_else(|| {
+            core.absent(name, |a| &a.prompts)
+                .unwrap_or_else(|| HostError::UnknownPrompt(name.to_owned()))
+        })?;
         let (slot, client) = core.connected(&prompt.server)?;
         let arguments: Vec<(&str, &str)> = arguments
             .iter()
@@ -631,8 +716,62 @@ impl Host {
         first.map_or(Ok(()), Err)
     }
 
+    /// Replaces the roots every server sees (those without roots of their own,
+    /// [`HostBuilder::server_roots`]) and tells each connected one that they changed (legacy:
+    /// `notifications/roots/list_changed`; modern servers ask for them each time). A server
+    /// that connected while the host had no roots for it did not declare `roots`: it sees them
+    /// from its next connection.
+    pub async fn set_roots(&self, roots: Vec<model::Root>) {
+        let core = self.core();
+        *core
+            .shared
+            .roots
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(roots);
+        let own = core
+            .shared
+            .roots_per_server
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<String>>();
+        self.roots_changed(|name| !own.contains(name)).await;
+    }
+
+    /// Replaces the roots `server` sees (instead of the shared ones) and tells it, when
+    /// connected, that they changed (as [`set_roots`](Self::set_roots)).
+    pub async fn set_server_roots(&self, server: &str, roots: Vec<model::Root>) {
+        self.core()
+            .shared
+            .roots_per_server
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(server.to_owned(), roots);
+        self.roots_changed(|name| name == server).await;
+    }
+
+    /// Tells the connected servers `which` selects that their roots changed.
+    async fn roots_changed(&self, which: impl Fn(&str) -> bool) {
+        let mut told = JoinSet::new();
+        for slot in &self.core().slots {
+            if !which(&slot.config.name) {
+                continue;
+            }
+            if let Some(client) = lock(&slot.live).client.clone() {
+                let server = slot.config.name.clone();
+                told.spawn(async move { (server, client.roots_changed().await) });
+            }
+        }
+        while let Some(done) = told.join_next().await {
+            if let Ok((server, Err(error))) = done {
+                tracing::warn!(%server, %error, "telling the server its roots changed failed");
+            }
+        }
+    }
+
     /// What changes from now on: the aggregate's lists, a server's state, updates of
-    /// subscribed resources. Bounded ([`EVENT_QUEUE`] events): a receiver that falls behind
+    /// subscribed resources, the servers' log messages. Bounded (256 events): a receiver that falls behind
     /// is told how many it missed.
     pub fn changes(&self) -> broadcast::Receiver<HostEvent> {
         self.core().events.subscribe()
@@ -691,10 +830,16 @@ impl Host {
     fn resource_owner(&self, uri: &str) -> Result<(&Slot, Client), HostError> {
         let core = self.core();
         core.open()?;
-        let server = lock(&core.catalog)
-            .route_resource(uri)
-            .map(str::to_owned)
-            .ok_or_else(|| HostError::UnknownResource(uri.to_owned()))?;
+        let (listed, server) = {
+            let catalog = lock(&core.catalog);
+            let listed = catalog.resources().iter().any(|r| r.resource.uri == uri);
+            (listed, catalog.route_resource(uri).map(str::to_owned))
+        };
+        // A URI that a server away listed is its (rather than a template's of another).
+        if !listed && let Some(away) = core.absent(uri, |a| &a.resources) {
+            return Err(away);
+        }
+        let server = server.ok_or_else(|| HostError::UnknownResource(uri.to_owned()))?;
         core.connected(&server)
     }
 }
@@ -761,6 +906,37 @@ impl Core {
         }
     }
 
+    /// [`HostError::NotConnected`] for `name` when a server that is away had it (in the
+    /// `which` list of what it had).
+    fn absent(
+        &self,
+        name: &str,
+        which: impl Fn(&Absent) -> &BTreeSet<String>,
+    ) -> Option<HostError> {
+        self.slots.iter().find_map(|slot| {
+            let live = lock(&slot.live);
+            which(&live.absent)
+                .contains(name)
+                .then(|| match live.state {
+                    ServerState::Stopped => HostError::ShutDown,
+                    ref state => HostError::NotConnected {
+                        server: slot.config.name.clone(),
+                        state: state.clone(),
+                    },
+                })
+        })
+    }
+
+    /// Logs the collisions of the aggregate not logged before.
+    fn log_collisions(&self) {
+        let now = lock(&self.catalog).collisions();
+        let mut logged = lock(&self.collisions);
+        for collision in now.iter().filter(|c| !logged.contains(c)) {
+            tracing::warn!(server = %collision.server, "{collision}");
+        }
+        *logged = now;
+    }
+
     fn publish(&self, event: HostEvent) {
         // No receiver: nobody to tell.
         let _ = self.events.send(event);
@@ -783,7 +959,23 @@ impl Core {
 
     /// Takes everything of server `index` out of the aggregate.
     fn withdraw(&self, index: usize) {
-        let changed = lock(&self.catalog).clear(&self.slots[index].config.name);
+        let name = &self.slots[index].config.name;
+        let changed = {
+            let mut catalog = lock(&self.catalog);
+            let absent = Absent {
+                tools: names(catalog.tools(), name, |t| (&t.server, &t.name)),
+                prompts: names(catalog.prompts(), name, |p| (&p.server, &p.name)),
+                resources: names(catalog.resources(), name, |r| (&r.server, &r.resource.uri)),
+            };
+            if !(absent.tools.is_empty()
+                && absent.prompts.is_empty()
+                && absent.resources.is_empty())
+            {
+                lock(&self.slots[index].live).absent = absent;
+            }
+            catalog.clear(name)
+        };
+        self.log_collisions();
         if changed.tools {
             self.publish(HostEvent::ToolsChanged);
         }
@@ -818,6 +1010,20 @@ impl Core {
         let doublings = attempt.saturating_sub(1).min(31);
         first.saturating_mul(1 << doublings).min(max)
     }
+}
+
+/// The names of `server`'s entries among `entries`.
+fn names<T>(
+    entries: Vec<T>,
+    server: &str,
+    key: impl Fn(&T) -> (&String, &String),
+) -> BTreeSet<String> {
+    entries
+        .iter()
+        .map(&key)
+        .filter(|(owner, _)| *owner == server)
+        .map(|(_, name)| name.clone())
+        .collect()
 }
 
 impl Slot {
@@ -895,27 +1101,48 @@ async fn session(
     first: &mut Option<oneshot::Sender<()>>,
 ) -> String {
     let slot = &core.slots[index];
-    let client = match connect(core, &slot.config).await {
-        Ok(client) => client,
-        Err(error) => return error,
-    };
-    // Before listing, so that no change is missed in between.
-    let mut notifications = client.notifications();
-    if let Err(error) = refresh(core, index, &client, Kinds::ALL).await {
-        client.close().await;
-        return error;
-    }
-    let subscriptions: Vec<String> = lock(&slot.live).subscriptions.iter().cloned().collect();
-    for uri in subscriptions {
-        if let Err(error) = client.subscribe_resource(&uri).await {
-            tracing::warn!(server = %slot.config.name, %uri, %error, "subscribing again failed");
+    // Connecting, listening and listing are bounded together by the server's timeout (a
+    // client dropped on the way closes its connection on its own task).
+    let timeout = slot.config.timeout.unwrap_or(core.shared.connect_timeout);
+    let setup = async {
+        let client = connect(core, &slot.config).await?;
+        // Before listing, so that no change is missed in between: the notifications are
+        // received from now on, and (modern era) the listen stream is acknowledged before the
+        // lists are fetched.
+        let notifications = client.notifications();
+        if let Err(error) = client.listening().await {
+            tracing::warn!(server = %slot.config.name, %error, "list changes may not be heard");
         }
+        if let Err(error) = refresh(core, index, &client, Kinds::ALL).await {
+            client.close().await;
+            return Err(error);
+        }
+        Ok((client, notifications))
+    };
+    let (client, mut notifications) = match tokio::time::timeout(timeout, setup).await {
+        Ok(Ok(ready)) => ready,
+        Ok(Err(error)) => return error,
+        Err(_) => return format!("not connected and listed within {timeout:?}"),
+    };
+    // The application's subscriptions, made again (bounded by the timeout too: a modern server
+    // that never acknowledges them does not keep the server from being Ready).
+    let subscriptions: Vec<String> = lock(&slot.live).subscriptions.iter().cloned().collect();
+    let subscribe = async {
+        for uri in subscriptions {
+            if let Err(error) = client.subscribe_resource(&uri).await {
+                tracing::warn!(server = %slot.config.name, %uri, %error, "subscribing again failed");
+            }
+        }
+    };
+    if tokio::time::timeout(timeout, subscribe).await.is_err() {
+        tracing::warn!(server = %slot.config.name, "subscribing again took too long: not all made");
     }
     {
         let mut live = lock(&slot.live);
         live.client = Some(client.clone());
         live.protocol_version = client.protocol_version();
         live.server_info = client.server_info();
+        live.absent = Absent::default();
     }
     core.set_state(index, ServerState::Ready);
     *attempt = 0;
@@ -941,6 +1168,13 @@ async fn session(
                     Ok(ServerNotification::PromptsListChanged) => Kinds::PROMPTS,
                     Ok(ServerNotification::ResourcesListChanged) => Kinds::RESOURCES,
                     Ok(ServerNotification::Resynced) | Err(RecvError::Missed(_)) => Kinds::ALL,
+                    Ok(ServerNotification::Log(message)) => {
+                        core.publish(HostEvent::Log {
+                            server: slot.config.name.clone(),
+                            message,
+                        });
+                        continue;
+                    }
                     Ok(ServerNotification::ResourceUpdated { uri }) => {
                         core.publish(HostEvent::ResourceUpdated {
                             server: slot.config.name.clone(),
@@ -951,10 +1185,17 @@ async fn session(
                     Ok(_) => continue,
                     Err(_) => return closed_reason(&client),
                 };
-                if let Err(error) = refresh(core, index, &client, kinds).await {
-                    return error;
+                match refresh(core, index, &client, kinds).await {
+                    Ok(()) => false,
+                    // The transport failed a list: the server is lost unless it still answers.
+                    Err(error) => {
+                        if probe(&client).await.is_err() {
+                            return error;
+                        }
+                        tracing::warn!(server = %slot.config.name, %error, "the lists may be stale");
+                        false
+                    }
                 }
-                false
             }
             () = tick => true,
             () = slot.check.notified() => true,
@@ -1074,15 +1315,15 @@ async fn refresh(core: &Core, index: usize, client: &Client, kinds: Kinds) -> Re
             core.publish(HostEvent::ResourcesChanged);
         }
     }
+    core.log_collisions();
     Ok(())
 }
 
-/// Connects the client of `server`, within its timeout; the error as text.
+/// Connects the client of `server` (within its timeout: the builder's `connect_timeout`, set
+/// by the handlers); the error as text.
 async fn connect(core: &Core, server: &ServerConfig) -> Result<Client, String> {
-    let timeout = server.timeout.unwrap_or(core.shared.connect_timeout);
-    let mut builder = crate::handlers::client_builder(server, &core.shared)
-        .reconnect(Reconnect::NEVER)
-        .connect_timeout(Some(timeout));
+    let mut builder =
+        crate::handlers::client_builder(server, &core.shared).reconnect(Reconnect::NEVER);
     if let Some(level) = *lock(&core.log_level) {
         builder = builder.log_level(level);
     }
@@ -1113,12 +1354,7 @@ async fn connect(core: &Core, server: &ServerConfig) -> Result<Client, String> {
             }
         }
     };
-    // The client bounds its connection by `timeout` itself; this is a net under it.
-    match tokio::time::timeout(timeout + Duration::from_secs(1), connecting).await {
-        Ok(Ok(client)) => Ok(client),
-        Ok(Err(error)) => Err(describe_connect(&error)),
-        Err(_) => Err(format!("no connection within {timeout:?}")),
-    }
+    connecting.await.map_err(|error| describe_connect(&error))
 }
 
 fn describe_connect(error: &ConnectError) -> String {
@@ -1218,6 +1454,14 @@ pub enum HostEvent {
         /// Its new state.
         state: ServerState,
     },
+    /// A server sent a log message (at the level set with [`Host::set_log_level`], or the
+    /// server's own choice before).
+    Log {
+        /// The server.
+        server: String,
+        /// The message.
+        message: modelctx_client::LogMessage,
+    },
 }
 
 /// Why the host could not do what was asked.
@@ -1259,4 +1503,72 @@ pub enum HostError {
     /// The host was shut down.
     #[error("the host is shut down")]
     ShutDown,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core(backoff: (Duration, Duration)) -> Core {
+        let builder = Host::builder(HostConfig::default()).backoff(backoff.0, backoff.1);
+        Core {
+            shared: Arc::new(builder.shared),
+            slots: Vec::new(),
+            catalog: Mutex::new(Catalog::new(Namespace::default(), Vec::new())),
+            events: broadcast::channel(1).0,
+            shut_down: AtomicBool::new(false),
+            log_level: Mutex::new(None),
+            collisions: Mutex::new(Vec::new()),
+            backoff: builder.backoff,
+            health_check: builder.health_check,
+        }
+    }
+
+    #[test]
+    fn the_backoff_doubles_from_its_first_wait_up_to_its_longest() {
+        let core = core((Duration::from_millis(250), Duration::from_secs(30)));
+        let waits: Vec<u128> = (1..=10).map(|n| core.delay(n).as_millis()).collect();
+        assert_eq!(
+            waits,
+            [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]
+        );
+        // Never beyond the longest, however many attempts.
+        assert_eq!(core.delay(u32::MAX), Duration::from_secs(30));
+        // A longest shorter than the first is the first.
+        let core = self::core((Duration::from_secs(2), Duration::from_secs(1)));
+        assert_eq!(core.delay(1), Duration::from_secs(2));
+        assert_eq!(core.delay(5), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_http_entry_s_headers_go_in_the_transport_settings() {
+        let headers = [
+            ("Authorization".to_owned(), "Bearer t".to_owned()),
+            ("X-Team".to_owned(), "core".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let config = http_config(&headers).expect("valid headers");
+        assert_eq!(config.headers["authorization"], "Bearer t");
+        assert_eq!(config.headers["x-team"], "core");
+        let bad = [("Bad Name".to_owned(), "v".to_owned())]
+            .into_iter()
+            .collect();
+        assert!(http_config(&bad).is_err());
+        let bad = [("X-Ok".to_owned(), "line\nbreak".to_owned())]
+            .into_iter()
+            .collect();
+        assert!(http_config(&bad).is_err());
+    }
+
+    #[test]
+    fn a_connection_error_is_described_with_its_causes_once() {
+        let error = ConnectError::Spawn(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no such file",
+        ));
+        let text = describe_connect(&error);
+        assert!(text.contains("could not start the server"), "{text}");
+        assert_eq!(text.matches("no such file").count(), 1, "{text}");
+    }
 }

@@ -10,7 +10,10 @@
 //!   `${VAR}` / `${VAR:-default}` expansion; a bad entry is reported by name and line.
 //! - [`Host`] connects one client per server concurrently (a per-server timeout; a server that
 //!   fails does not stop the others), keeps each one up (reconnect with backoff, per-server
-//!   [`ServerStatus`]), and stops every child on [`Host::shutdown`].
+//!   [`ServerStatus`]), and stops every child on [`Host::shutdown`]. A task per server (its
+//!   supervisor) follows its connection: a closed connection, or a health probe the transport
+//!   fails, takes its items out of the aggregate until it is back; what changes is published on
+//!   [`Host::changes`].
 //! - One view of every server's tools, resources, templates and prompts ([`Host::tools`], ...),
 //!   namespaced (`server__tool` by default, see [`Namespace`]) and updated on `list_changed`;
 //!   calls, reads and prompt gets are routed to the server that owns them.
@@ -21,7 +24,11 @@
 //! What it does not do: it has no model and no user interface (the application gives the
 //! sampling handler and answers the [`Policy`]); it does not run servers' tasks for them (a
 //! task-augmented call goes through [`Host::client`]); the aggregate it serves as one MCP server
-//! (feature `gateway`) is a server in its own right, not a byte-for-byte relay.
+//! (feature `gateway`) is a server in its own right, not a byte-for-byte relay. It does not
+//! replay a call lost when its server went away (it fails with [`HostError::Server`]), gives up
+//! on no server (a failing one is tried again, with backoff, until shutdown), and passes a
+//! stdio server only the variables of its entry's `env` over a small inherited set (`HOME`,
+//! `PATH`, `USER`, ...: see [`HostBuilder::start`]), not the host's whole environment.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // SKELETON (removed when the work packages are merged): parts not yet wired to each other.
 #![allow(dead_code)]
