@@ -45,8 +45,9 @@
 //!   else is an escape (`$$` elsewhere stays `$$`).
 //! - A value is not expanded again, and a `${` inside `${...}` (a nested default) is an error.
 //! - `${input:id}` (VS Code's prompts) is an error: it needs an input the host does not prompt
-//!   for. VS Code's other variables (`${workspaceFolder}`, `${userHome}`, `${config:...}`, ...)
-//!   are not expanded: when the environment has no such variable, the entry is in error.
+//!   for. VS Code's other variables are not expanded: `${config:...}`, `${command:...}` and any
+//!   other `${prefix:...}` are errors, and `${workspaceFolder}`, `${userHome}`, ... are plain
+//!   names, an error (saying so) unless the environment has such a variable.
 //! - In a `disabled` entry a reference that cannot be resolved (unset, `${input:...}`) is no
 //!   error: it stays as written, since the server is never started.
 //!
@@ -434,12 +435,14 @@ fn read_config(
             name,
             line,
             node,
-            errors,
-            failed: false,
+            found: Vec::new(),
         };
         if let Some(server) = read_entry(entry, env, &mut entry_errors) {
             servers.push(server);
         }
+        // In the order of the file (a stable sort: a field's problems keep their order).
+        entry_errors.found.sort_by_key(|(line, _)| *line);
+        errors.extend(entry_errors.found.into_iter().map(|(_, error)| error));
     }
     servers
 }
@@ -468,27 +471,35 @@ struct EntryErrors<'a> {
     name: &'a str,
     line: usize,
     node: Option<&'a Node>,
-    errors: &'a mut Vec<ConfigError>,
-    failed: bool,
+    /// Each problem found, with the line of the field it concerns (the entry's for the entry).
+    found: Vec<(usize, ConfigError)>,
 }
 
 impl EntryErrors<'_> {
-    /// A problem of the entry as a whole.
-    fn entry(&mut self, message: impl std::fmt::Display) {
-        self.failed = true;
-        self.errors.push(ConfigError {
+    fn failed(&self) -> bool {
+        !self.found.is_empty()
+    }
+
+    fn push(&mut self, field_line: usize, message: String) {
+        let error = ConfigError {
             server: Some(self.name.to_string()),
             line: self.line,
-            message: message.to_string(),
-        });
+            message,
+        };
+        self.found.push((field_line, error));
+    }
+
+    /// A problem of the entry as a whole.
+    fn entry(&mut self, message: impl std::fmt::Display) {
+        self.push(self.line, message.to_string());
     }
 
     /// A problem of a field at `line` (the entry's when 0).
     fn at(&mut self, field: &str, line: usize, message: impl std::fmt::Display) {
         if line == 0 || line == self.line {
-            self.entry(format_args!("`{field}`: {message}"));
+            self.push(self.line, format!("`{field}`: {message}"));
         } else {
-            self.entry(format_args!("`{field}` (line {line}): {message}"));
+            self.push(line, format!("`{field}` (line {line}): {message}"));
         }
     }
 
@@ -696,7 +707,17 @@ fn read_entry(
         (_, true, false) => Some(true),
         (_, false, true) => Some(false),
         (None, false, false) => {
-            e.entry("needs `command` (a stdio server) or `url` (an HTTP server)");
+            // Other hosts' names for `url` (Gemini CLI's `httpUrl`, Windsurf's `serverUrl`).
+            match ["httpUrl", "serverUrl"]
+                .iter()
+                .find(|name| fields.contains_key(**name))
+            {
+                Some(name) => e.entry(format_args!(
+                    "needs `command` (a stdio server) or `url` (an HTTP server): `{name}` is \
+                     another host's name for `url`"
+                )),
+                None => e.entry("needs `command` (a stdio server) or `url` (an HTTP server)"),
+            }
             None
         }
     };
@@ -766,10 +787,10 @@ fn read_entry(
             let line = member_line(e.node, "url");
             e.expand(&expander, "url", line, url)
         });
-        if let Some(url) = &url {
-            if !is_http_url(url) {
-                e.field("url", "must be an http:// or https:// URL");
-            }
+        if let Some(url) = &url
+            && !is_http_url(url)
+        {
+            e.field("url", "must be an http:// or https:// URL");
         }
         let headers: BTreeMap<String, String> = headers
             .iter()
@@ -783,7 +804,7 @@ fn read_entry(
     } else {
         None
     };
-    if e.failed {
+    if e.failed() {
         return None;
     }
     Some(ServerConfig {
@@ -1153,5 +1174,804 @@ impl<'a> Scanner<'a> {
                 _ => self.pos += 1,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        }
+    }
+
+    fn parse_ok(text: &str) -> HostConfig {
+        match HostConfig::from_json_with(text, env(&[])) {
+            Ok(config) => config,
+            Err(errors) => panic!("{errors}"),
+        }
+    }
+
+    fn parse_err(text: &str) -> Vec<ConfigError> {
+        parse_err_with(text, env(&[]))
+    }
+
+    fn parse_err_with(text: &str, env: impl Fn(&str) -> Option<String>) -> Vec<ConfigError> {
+        match HostConfig::from_json_with(text, env) {
+            Ok(config) => panic!("accepted: {config:?}"),
+            Err(errors) => {
+                assert!(!errors.0.is_empty());
+                errors.0
+            }
+        }
+    }
+
+    /// The only error, which must name `server` and mention each of `words`.
+    fn only_error(text: &str, server: Option<&str>, words: &[&str]) -> ConfigError {
+        let errors = parse_err(text);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let error = errors.into_iter().next().unwrap();
+        assert_eq!(error.server.as_deref(), server, "{error}");
+        for word in words {
+            assert!(error.message.contains(word), "{word:?} not in {error}");
+        }
+        error
+    }
+
+    fn stdio(server: &ServerConfig) -> (&str, &[String], &BTreeMap<String, String>, Option<&Path>) {
+        match &server.transport {
+            TransportConfig::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => (command, args, env, cwd.as_deref()),
+            other => panic!("not stdio: {other:?}"),
+        }
+    }
+
+    fn http(server: &ServerConfig) -> (&str, &BTreeMap<String, String>) {
+        match &server.transport {
+            TransportConfig::Http { url, headers } => (url, headers),
+            other => panic!("not HTTP: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn claude_desktop_format_keeps_the_file_order_and_the_lines() {
+        let text = r#"{
+  "globalShortcut": "Ctrl+Space",
+  "mcpServers": {
+    "zeta-files": {
+      "command": "npx",
+      "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/ada/Desktop"]
+    },
+    "alpha-github": {
+      "command": "docker",
+      "args": ["run", "-i", "--rm", "ghcr.io/github/github-mcp-server"],
+      "env": { "GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_123" }
+    }
+  }
+}"#;
+        let config = parse_ok(text);
+        let names: Vec<_> = config.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["zeta-files", "alpha-github"]);
+        assert_eq!(config.servers[0].line, 4);
+        assert_eq!(config.servers[1].line, 8);
+        let (command, args, vars, cwd) = stdio(&config.servers[0]);
+        assert_eq!(command, "npx");
+        assert_eq!(
+            args,
+            [
+                "-y",
+                "@modelcontextprotocol/server-filesystem",
+                "/Users/ada/Desktop"
+            ]
+        );
+        assert!(vars.is_empty());
+        assert_eq!(cwd, None);
+        let (command, _, vars, _) = stdio(&config.servers[1]);
+        assert_eq!(command, "docker");
+        assert_eq!(vars["GITHUB_PERSONAL_ACCESS_TOKEN"], "ghp_123");
+        assert!(!config.servers[1].disabled);
+        assert_eq!(config.servers[1].timeout, None);
+        assert!(config.servers[1].extra.is_empty());
+    }
+
+    #[test]
+    fn claude_code_format_with_http_headers_and_defaults() {
+        let text = r#"{
+  "mcpServers": {
+    "api": {
+      "type": "http",
+      "url": "${API_BASE_URL:-https://api.example.com}/mcp",
+      "headers": { "Authorization": "Bearer ${API_KEY}", "X-Team": "${TEAM:-core}" }
+    },
+    "legacy": { "type": "sse", "url": "https://legacy.example.com/sse" },
+    "local": {
+      "command": "${TOOLS:-/opt/tools}/bin/server",
+      "args": ["--config", "${HOME}/.server.json"],
+      "env": { "CACHE_DIR": "${HOME}/.cache" }
+    }
+  }
+}"#;
+        let vars = env(&[("API_KEY", "sk-1"), ("HOME", "/home/ada"), ("TEAM", "")]);
+        let config = HostConfig::from_json_with(text, vars).unwrap();
+        let (url, headers) = http(&config.servers[0]);
+        assert_eq!(url, "https://api.example.com/mcp");
+        assert_eq!(headers["Authorization"], "Bearer sk-1");
+        // Set, even empty: the value, not the default (as Claude Code: "if set").
+        assert_eq!(headers["X-Team"], "");
+        assert_eq!(http(&config.servers[1]).0, "https://legacy.example.com/sse");
+        let (command, args, vars, _) = stdio(&config.servers[2]);
+        assert_eq!(command, "/opt/tools/bin/server");
+        assert_eq!(args, ["--config", "/home/ada/.server.json"]);
+        assert_eq!(vars["CACHE_DIR"], "/home/ada/.cache");
+    }
+
+    #[test]
+    fn vs_code_format_with_servers_and_env_colon() {
+        let text = r#"{
+  "inputs": [
+    { "type": "promptString", "id": "token", "description": "Token", "password": true }
+  ],
+  "servers": {
+    "memory": {
+      "type": "stdio",
+      "command": "npx",
+      "args": ["-y", "@modelcontextprotocol/server-memory"],
+      "env": { "MEMORY_FILE_PATH": "${env:HOME}/memory.json" },
+      "envFile": "${workspaceFolder}/.env"
+    },
+    "remote": { "type": "http", "url": "https://mcp.example.com/${env:TENANT}" }
+  }
+}"#;
+        let vars = env(&[("HOME", "/home/ada"), ("TENANT", "acme")]);
+        let config = HostConfig::from_json_with(text, vars).unwrap();
+        assert_eq!(config.servers.len(), 2);
+        let (_, _, vars, _) = stdio(&config.servers[0]);
+        assert_eq!(vars["MEMORY_FILE_PATH"], "/home/ada/memory.json");
+        // envFile is not read, but kept verbatim for the application.
+        assert_eq!(
+            config.servers[0].extra["envFile"],
+            Value::String("${workspaceFolder}/.env".into())
+        );
+        assert_eq!(http(&config.servers[1]).0, "https://mcp.example.com/acme");
+        assert_eq!(config.servers[1].line, 13);
+    }
+
+    #[test]
+    fn cursor_format_with_a_url_entry_and_no_type() {
+        let text = r#"{
+  "mcpServers": {
+    "linear": { "url": "https://mcp.linear.app/mcp", "headers": { "X-Key": "k" } },
+    "local": { "command": "python", "args": ["server.py"], "cwd": "/srv/mcp" }
+  }
+}"#;
+        let config = parse_ok(text);
+        let (url, headers) = http(&config.servers[0]);
+        assert_eq!(url, "https://mcp.linear.app/mcp");
+        assert_eq!(headers["X-Key"], "k");
+        assert_eq!(stdio(&config.servers[1]).3, Some(Path::new("/srv/mcp")));
+    }
+
+    #[test]
+    fn langchain_format_with_transport() {
+        let text = r#"{
+  "mcpServers": {
+    "math": { "transport": "stdio", "command": "python", "args": ["math_server.py"] },
+    "weather": { "transport": "streamable_http", "url": "http://localhost:8000/mcp" },
+    "news": { "transport": "sse", "url": "http://localhost:8001/sse" },
+    "notes": { "type": "streamable-http", "transport": "streamable_http", "url": "http://localhost:8002/mcp" },
+    "cline": { "type": "streamableHttp", "url": "http://localhost:8003/mcp" }
+  }
+}"#;
+        let config = parse_ok(text);
+        assert_eq!(stdio(&config.servers[0]).0, "python");
+        assert_eq!(http(&config.servers[1]).0, "http://localhost:8000/mcp");
+        assert_eq!(http(&config.servers[2]).0, "http://localhost:8001/sse");
+        assert_eq!(http(&config.servers[3]).0, "http://localhost:8002/mcp");
+        assert_eq!(http(&config.servers[4]).0, "http://localhost:8003/mcp");
+        // `transport` is read, not left in extra.
+        assert!(config.servers.iter().all(|server| server.extra.is_empty()));
+    }
+
+    #[test]
+    fn the_servers_member_must_be_one_and_an_object() {
+        let error = only_error(
+            "{\n\"mcpServers\": {},\n\"servers\": {}\n}",
+            None,
+            &["both", "mcpServers", "servers"],
+        );
+        assert_eq!(error.line, 3);
+        only_error(r#"{"inputs": []}"#, None, &["no \"mcpServers\""]);
+        only_error("[1, 2]", None, &["must be a JSON object"]);
+        let error = only_error("{\n\"mcpServers\": [\n]}", None, &["must be an object"]);
+        assert_eq!(error.line, 2);
+        let error = only_error(
+            "{\"mcpServers\": {},\n\"mcpServers\": {}}",
+            None,
+            &["given twice", "first at line 1"],
+        );
+        assert_eq!(error.line, 2);
+        assert!(parse_ok(r#"{"mcpServers": {}}"#).servers.is_empty());
+        assert!(
+            parse_ok(r#"{"servers": {}, "other": 1}"#)
+                .servers
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn type_is_checked_against_the_fields() {
+        only_error(
+            r#"{"mcpServers": {"s": {"type": "stdio", "url": "http://x/mcp"}}}"#,
+            Some("s"),
+            &["`type`", "\"stdio\"", "has `url`"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"type": "stdio"}}}"#,
+            Some("s"),
+            &["no `command`"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"type": "http", "command": "srv"}}}"#,
+            Some("s"),
+            &["`type`", "has `command`"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"transport": "sse"}}}"#,
+            Some("s"),
+            &["`transport`", "no `url`"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"type": "stdio", "transport": "sse", "command": "x"}}}"#,
+            Some("s"),
+            &["`transport`", "\"sse\"", "`type` is \"stdio\""],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"type": "grpc", "command": "x"}}}"#,
+            Some("s"),
+            &["\"grpc\" is no transport"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"type": 1, "command": "x"}}}"#,
+            Some("s"),
+            &["`type`", "must be a string"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"command": "x", "url": "http://x/mcp"}}}"#,
+            Some("s"),
+            &["both `command`", "`url`"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"args": ["x"]}}}"#,
+            Some("s"),
+            &["needs `command`", "or `url`"],
+        );
+        only_error(
+            r#"{"mcpServers": {"s": {"httpUrl": "https://x/mcp"}}}"#,
+            Some("s"),
+            &[
+                "needs `command`",
+                "`httpUrl` is another host's name for `url`",
+            ],
+        );
+    }
+
+    #[test]
+    fn websocket_is_not_supported() {
+        only_error(
+            r#"{"mcpServers": {"ws": {"transport": "websocket", "url": "ws://localhost:9/"}}}"#,
+            Some("ws"),
+            &["`transport`", "\"websocket\" is not supported"],
+        );
+    }
+
+    #[test]
+    fn fields_of_the_other_transport_are_errors() {
+        only_error(
+            r#"{"mcpServers": {"s": {"command": "x", "headers": {"A": "b"}}}}"#,
+            Some("s"),
+            &["`headers`", "for HTTP servers"],
+        );
+        let errors = parse_err(
+            r#"{"mcpServers": {"s": {"url": "http://x/", "args": [], "env": {}, "cwd": "/"}}}"#,
+        );
+        let fields: Vec<_> = errors
+            .iter()
+            .map(|e| e.message.split('`').nth(1).unwrap())
+            .collect();
+        assert_eq!(fields, ["args", "env", "cwd"]);
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.message.contains("for stdio servers"))
+        );
+    }
+
+    #[test]
+    fn field_types_are_checked_with_the_line_of_the_bad_field() {
+        let text = r#"{
+  "mcpServers": {
+    "s": {
+      "command": "srv",
+      "args": [
+        "ok",
+        7
+      ],
+      "env": {
+        "A": "x",
+        "B": true
+      },
+      "cwd": 3
+    },
+    "t": { "url": "http://x/", "headers": ["A: b"] },
+    "u": { "command": ["srv"] },
+    "v": { "url": "ftp://x/" },
+    "w": "npx server"
+  }
+}"#;
+        let errors = parse_err(text);
+        let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "line 3: server \"s\": `args[1]` (line 7): must be a string",
+                "line 3: server \"s\": `env.B` (line 11): must be a string",
+                "line 3: server \"s\": `cwd` (line 13): must be a string",
+                "line 15: server \"t\": `headers`: must be an object of strings",
+                "line 16: server \"u\": `command`: must be a string",
+                "line 17: server \"v\": `url`: must be an http:// or https:// URL",
+                "line 18: server \"w\": the entry must be a JSON object (with `command` or `url`)",
+            ]
+        );
+    }
+
+    #[test]
+    fn disabled_and_timeout_are_read_and_checked() {
+        let text = r#"{"mcpServers": {
+            "a": {"command": "x", "disabled": true, "timeout": 15000},
+            "b": {"url": "https://x/mcp", "disabled": false}
+        }}"#;
+        let config = parse_ok(text);
+        assert!(config.servers[0].disabled);
+        assert_eq!(config.servers[0].timeout, Some(Duration::from_secs(15)));
+        assert!(!config.servers[1].disabled);
+        assert!(config.servers[0].extra.is_empty());
+        for bad in ["0", "-5", "1.5", "\"100\"", "null"] {
+            let text =
+                format!(r#"{{"mcpServers": {{"a": {{"command": "x", "timeout": {bad}}}}}}}"#);
+            let errors = parse_err(&text);
+            assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+            assert!(
+                errors[0].message.contains("`timeout`: must be a positive"),
+                "{bad}"
+            );
+        }
+        only_error(
+            r#"{"mcpServers": {"a": {"command": "x", "disabled": "yes"}}}"#,
+            Some("a"),
+            &["`disabled`", "true or false"],
+        );
+    }
+
+    #[test]
+    fn other_fields_are_kept_verbatim_and_unknown_top_level_members_ignored() {
+        let text = r#"{
+  "mcpServers": {
+    "s": {
+      "command": "x",
+      "alwaysAllow": ["read_file"],
+      "autoApprove": [],
+      "oauth": { "clientId": "abc", "scopes": ["a", "b"], "port": 8080 },
+      "note": "${NOT_EXPANDED}"
+    }
+  },
+  "theme": "dark",
+  "inputs": 5
+}"#;
+        let config = parse_ok(text);
+        let extra = &config.servers[0].extra;
+        assert_eq!(extra.len(), 4);
+        assert_eq!(extra["alwaysAllow"], serde_json::json!(["read_file"]));
+        assert_eq!(extra["autoApprove"], serde_json::json!([]));
+        assert_eq!(
+            extra["oauth"],
+            serde_json::json!({ "clientId": "abc", "scopes": ["a", "b"], "port": 8080 })
+        );
+        assert_eq!(extra["note"], serde_json::json!("${NOT_EXPANDED}"));
+    }
+
+    #[test]
+    fn every_field_that_expands_does() {
+        let text = r#"{"mcpServers": {
+            "s": {"command": "${V}c", "args": ["${V}a"], "env": {"${V}": "${V}e"}, "cwd": "/${V}"},
+            "h": {"url": "https://${V}/", "headers": {"${V}": "${V}h"}}
+        }}"#;
+        let config = HostConfig::from_json_with(text, env(&[("V", "v")])).unwrap();
+        let (command, args, vars, cwd) = stdio(&config.servers[0]);
+        assert_eq!(command, "vc");
+        assert_eq!(args, ["va"]);
+        // Names are not expanded, values are.
+        assert_eq!(vars["${V}"], "ve");
+        assert_eq!(cwd, Some(Path::new("/v")));
+        let (url, headers) = http(&config.servers[1]);
+        assert_eq!(url, "https://v/");
+        assert_eq!(headers["${V}"], "vh");
+    }
+
+    fn expand(text: &str) -> Result<String, Vec<Problem>> {
+        let vars = env(&[("A", "1"), ("B", "two"), ("EMPTY", ""), ("NESTED", "${A}")]);
+        let expander = Expander {
+            env: &vars,
+            keep_unresolved: false,
+        };
+        let mut problems = Vec::new();
+        let out = expander.expand(text, &mut problems);
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems)
+        }
+    }
+
+    #[test]
+    fn expansion_rules() {
+        let ok = |text: &str| expand(text).unwrap();
+        assert_eq!(ok("plain"), "plain");
+        assert_eq!(ok("${A}-${B}"), "1-two");
+        assert_eq!(ok("${env:B}"), "two");
+        assert_eq!(ok("${MISSING:-fallback}"), "fallback");
+        assert_eq!(ok("${env:MISSING:-x y}"), "x y");
+        assert_eq!(ok("${MISSING:-}"), "");
+        assert_eq!(ok("${A:-fallback}"), "1");
+        assert_eq!(ok("${EMPTY:-fallback}"), "");
+        // The default ends at the first `}`, which may leave text after it.
+        assert_eq!(ok("${MISSING:-a}b}"), "ab}");
+        // `$VAR`, a lone `$` and `$$` stay as written.
+        assert_eq!(ok("$A and $ and $$ and $"), "$A and $ and $$ and $");
+        // `$${` is a literal `${`.
+        assert_eq!(ok("$${A}"), "${A}");
+        assert_eq!(ok("$$${A}"), "$${A}");
+        // A value is not expanded again.
+        assert_eq!(ok("${NESTED}"), "${A}");
+        assert_eq!(ok("✓${A}é"), "✓1é");
+    }
+
+    #[test]
+    fn expansion_problems() {
+        let problems = |text: &str| expand(text).unwrap_err();
+        assert_eq!(
+            problems("${MISSING}/${env:GONE}"),
+            [
+                Problem::Unset("MISSING".into(), "MISSING".into()),
+                Problem::Unset("env:GONE".into(), "GONE".into()),
+            ]
+        );
+        assert_eq!(
+            problems("${input:token}"),
+            [Problem::Input("input:token".into())]
+        );
+        assert_eq!(
+            problems("${workspaceFolder}/x"),
+            [Problem::Unsupported("workspaceFolder".into())]
+        );
+        assert_eq!(
+            problems("${config:editor.fontSize}"),
+            [Problem::Unsupported("config:editor.fontSize".into())]
+        );
+        assert_eq!(problems("${}"), [Problem::Malformed("".into())]);
+        assert_eq!(problems("${a b}"), [Problem::Malformed("a b".into())]);
+        assert_eq!(problems("${env:}"), [Problem::Malformed("env:".into())]);
+        assert_eq!(
+            problems("${env:A:x}"),
+            [Problem::Malformed("env:A:x".into())]
+        );
+        assert_eq!(problems("${:-x}"), [Problem::Malformed(":-x".into())]);
+        assert_eq!(problems("${A=1}"), [Problem::Malformed("A=1".into())]);
+        assert_eq!(problems("x ${A"), [Problem::Unterminated]);
+        assert_eq!(problems("${A:-${B}}"), [Problem::Nested("A:-${B".into())]);
+    }
+
+    #[test]
+    fn an_unset_variable_is_an_error_naming_the_variable_and_the_field() {
+        let text = r#"{
+  "mcpServers": {
+    "gh": {
+      "command": "docker",
+      "env": {
+        "GITHUB_TOKEN": "${GITHUB_TOKEN}"
+      }
+    }
+  }
+}"#;
+        let error = only_error(
+            text,
+            Some("gh"),
+            &["`env.GITHUB_TOKEN` (line 6)", "GITHUB_TOKEN is not set"],
+        );
+        assert_eq!(error.line, 3);
+        // With a value it is fine.
+        let config = HostConfig::from_json_with(text, env(&[("GITHUB_TOKEN", "t")])).unwrap();
+        assert_eq!(stdio(&config.servers[0]).2["GITHUB_TOKEN"], "t");
+    }
+
+    #[test]
+    fn input_and_vs_code_variables_are_errors_with_a_clear_message() {
+        let text = r#"{"servers": {
+  "a": {"command": "x", "env": {"KEY": "${input:api-key}"}},
+  "b": {"command": "x", "cwd": "${workspaceFolder}"}
+}}"#;
+        let errors = parse_err(text);
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[0].server.as_deref(), Some("a"));
+        assert!(
+            errors[0]
+                .message
+                .contains("`${input:api-key}` needs an input the host does not prompt for")
+        );
+        assert_eq!(errors[1].server.as_deref(), Some("b"));
+        assert!(
+            errors[1]
+                .message
+                .contains("`${workspaceFolder}` is not expanded here")
+        );
+    }
+
+    #[test]
+    fn a_disabled_entry_keeps_unresolved_references_as_written() {
+        let text = r#"{"mcpServers": {
+  "off": {"command": "x", "args": ["${MISSING}", "${input:id}", "${A}"], "disabled": true}
+}}"#;
+        let config = HostConfig::from_json_with(text, env(&[("A", "1")])).unwrap();
+        assert_eq!(
+            stdio(&config.servers[0]).1,
+            ["${MISSING}", "${input:id}", "1"]
+        );
+        // Syntax problems are still errors.
+        let text = r#"{"mcpServers": {"off": {"command": "${", "disabled": true}}}"#;
+        only_error(text, Some("off"), &["`command`", "no closing"]);
+        // Enabled, the same entry is an error.
+        let text = text
+            .replace("\"${\"", "\"${MISSING}\"")
+            .replace("true", "false");
+        only_error(&text, Some("off"), &["MISSING is not set"]);
+    }
+
+    #[test]
+    fn every_bad_entry_is_reported_with_its_line() {
+        let text = r#"{
+  "mcpServers": {
+    "good": { "command": "x" },
+    "no-transport": { "args": [] },
+    "": { "command": "x" },
+    "unset": {
+      "url": "https://${HOST}/mcp",
+      "headers": { "Authorization": "Bearer ${TOKEN}" }
+    },
+    "also-good": { "url": "http://localhost/mcp" }
+  }
+}"#;
+        let errors = parse_err(text);
+        let shown: Vec<_> = errors
+            .iter()
+            .map(|e| (e.server.clone().unwrap(), e.line))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("no-transport".to_string(), 4),
+                (String::new(), 5),
+                ("unset".to_string(), 6),
+                ("unset".to_string(), 6),
+            ]
+        );
+        assert!(errors[1].message.contains("must not be empty"));
+        assert!(errors[2].message.contains("`url` (line 7)") && errors[2].message.contains("HOST"));
+        assert!(
+            errors[3]
+                .message
+                .contains("`headers.Authorization` (line 8)")
+        );
+        assert!(errors[3].message.contains("TOKEN"));
+    }
+
+    #[test]
+    fn a_repeated_server_name_or_field_is_an_error() {
+        let text = r#"{
+  "mcpServers": {
+    "dup": { "command": "first" },
+    "other": { "command": "x" },
+    "dup": { "command": "second" }
+  }
+}"#;
+        let error = only_error(text, Some("dup"), &["second entry", "first is at line 3"]);
+        assert_eq!(error.line, 5);
+        // The same name spelled with an escape is the same name.
+        let text =
+            "{\"mcpServers\": {\"a\": {\"command\": \"x\"},\n\"\\u0061\": {\"command\": \"y\"}}}";
+        assert_eq!(only_error(text, Some("a"), &["second entry"]).line, 2);
+        let text = "{\"mcpServers\": {\"s\": {\"command\": \"x\",\n\"command\": \"y\"}}}";
+        only_error(
+            text,
+            Some("s"),
+            &["`command` (line 2)", "given twice (first at line 1)"],
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_has_serde_json_s_line_and_column() {
+        let text =
+            "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"x\" }\n    \"b\": {}\n  }\n}";
+        let error = only_error(
+            text,
+            None,
+            &["not valid JSON (column 5)", "expected `,` or `}`"],
+        );
+        assert_eq!(error.line, 4);
+        assert_eq!(
+            error.to_string(),
+            "line 4: not valid JSON (column 5): expected `,` or `}`"
+        );
+        let error = only_error("", None, &["not valid JSON", "EOF"]);
+        assert_eq!(error.line, 1);
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let config = parse_ok("\u{feff}{\"mcpServers\": {\"a\": {\"command\": \"x\"}}}");
+        assert_eq!(config.servers[0].name, "a");
+    }
+
+    #[test]
+    fn from_json_expands_from_the_process_environment() {
+        // PATH is set in any test environment; this reads it as the process has it.
+        let path = std::env::var("PATH").unwrap();
+        let config = HostConfig::from_json(
+            r#"{"mcpServers": {"a": {"command": "x", "args": ["${PATH}"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(stdio(&config.servers[0]).1, [path]);
+    }
+
+    #[test]
+    fn load_reads_a_file_and_names_the_path_it_cannot_read() {
+        let dir = std::env::temp_dir().join(format!("modelctx-host-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mcp.json");
+        std::fs::write(&path, r#"{"mcpServers": {"a": {"url": "https://x/mcp"}}}"#).unwrap();
+        let config = HostConfig::load(&path).unwrap();
+        assert_eq!(config.servers[0].name, "a");
+        assert_eq!(config.servers[0].line, 1);
+
+        let missing = dir.join("missing.json");
+        let errors = HostConfig::load(&missing).unwrap_err();
+        assert_eq!(errors.0.len(), 1);
+        assert_eq!(errors.0[0].server, None);
+        assert!(errors.0[0].message.contains(&missing.display().to_string()));
+        std::fs::write(&path, b"{\"mcpServers\": \xff}").unwrap();
+        let errors = HostConfig::load(&path).unwrap_err();
+        assert!(errors.0[0].message.contains("cannot read"), "{errors}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_scan_finds_lines_through_strings_escapes_and_nesting() {
+        let text = "{\"a\\\"{\": [1, {\"b\": \"}\\n\\\\\"},\n  -1.5e+3, true, null],\n\"c\": {\n\"d\": \"x\"}}";
+        let root = Scanner::new(text).document().unwrap();
+        assert_eq!(root.members()[0].key, "a\"{");
+        let Shape::Array(items) = &root.members()[0].value.shape else {
+            panic!()
+        };
+        assert_eq!(
+            items.iter().map(|i| i.line).collect::<Vec<_>>(),
+            [1, 1, 2, 2, 2]
+        );
+        assert_eq!(member_line(Some(&root), "c"), 3);
+        assert_eq!(member_line(child(Some(&root), "c"), "d"), 4);
+        // Not JSON: no answer, no panic.
+        for junk in [
+            "{\"a\" 1}",
+            "[1 2]",
+            "{\"a\":",
+            "\"abc",
+            "{,}",
+            "[",
+            "}",
+            "\"\\",
+        ] {
+            assert!(Scanner::new(junk).document().is_none(), "{junk}");
+        }
+    }
+
+    /// A deterministic stream of pseudo-random numbers (xorshift64*).
+    struct Random(u64);
+
+    impl Random {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Parses `text`, which must not panic; an error must carry a line within the text.
+    fn never_panics(text: &str) {
+        let lines = text.lines().count() + 1;
+        let vars = env(&[("A", "1")]);
+        if let Err(errors) = HostConfig::from_json_with(text, vars) {
+            assert!(!errors.0.is_empty());
+            for error in &errors.0 {
+                assert!(error.line <= lines, "{error} in {text:?}");
+                let _ = error.to_string();
+            }
+        }
+    }
+
+    #[test]
+    fn no_input_panics() {
+        let valid = r#"{
+  "inputs": [{"id": "x"}],
+  "mcpServers": {
+    "a": {"command": "x${A}", "args": ["${A:-b}", "$${", "é"], "env": {"K": "${env:A}"},
+          "cwd": "/", "timeout": 5, "disabled": false, "extra": {"n": [1, 2.5, null]}},
+    "b": {"type": "http", "url": "https://x/${B:-y}", "headers": {"H": "v\u00e9\n"}},
+    "c": {"transport": "websocket", "url": "ws://x"},
+    "a": {"command": ""}
+  }
+}"#;
+        // Every truncation of a valid file (at each char boundary).
+        for (end, _) in valid.char_indices() {
+            never_panics(&valid[..end]);
+        }
+        never_panics(valid);
+        let mut random = Random(0x9e37_79b9_7f4a_7c15);
+        // Random edits of it with the characters that matter to JSON and to the expansion.
+        let specials = [
+            "{", "}", "[", "]", "\"", ",", ":", "\\", "$", "${", "}}", "\n", "é", "0", "-", "null",
+        ];
+        for _ in 0..3000 {
+            let mut text = valid.to_string();
+            for _ in 0..1 + random.below(4) {
+                let mut at = random.below(text.len() + 1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let mut end = (at + random.below(3)).min(text.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.replace_range(at..end, specials[random.below(specials.len())]);
+            }
+            never_panics(&text);
+        }
+        // Arbitrary bytes (as a text: lossy), short and long.
+        for _ in 0..2000 {
+            let len = random.below(64);
+            let bytes: Vec<u8> = (0..len).map(|_| random.next() as u8).collect();
+            never_panics(&String::from_utf8_lossy(&bytes));
+            let structural: String = (0..len)
+                .map(|_| specials[random.below(specials.len())])
+                .collect();
+            never_panics(&structural);
+        }
+        // Deep nesting: serde_json's recursion limit answers, no stack overflow.
+        never_panics(&"[".repeat(100_000));
+        never_panics(&format!(
+            "{{\"mcpServers\": {}1{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        ));
     }
 }
