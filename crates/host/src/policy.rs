@@ -262,6 +262,28 @@ pub trait Policy: Send + Sync + 'static {
     }
 }
 
+/// A shared policy (the application keeps a handle to the one the host uses).
+impl<P: Policy + ?Sized> Policy for Arc<P> {
+    fn approve_tool_call<'a>(&'a self, call: &'a ToolCall<'a>) -> BoxFuture<'a, Decision> {
+        (**self).approve_tool_call(call)
+    }
+
+    fn ask<'a>(&'a self, call: &'a ToolCall<'a>, reason: String) -> BoxFuture<'a, Decision> {
+        (**self).ask(call, reason)
+    }
+
+    fn approve_sampling<'a>(&'a self, request: &'a mut SamplingRequest) -> BoxFuture<'a, Decision> {
+        (**self).approve_sampling(request)
+    }
+
+    fn approve_elicitation<'a>(
+        &'a self,
+        request: &'a ElicitationRequest,
+    ) -> BoxFuture<'a, Decision> {
+        (**self).approve_elicitation(request)
+    }
+}
+
 /// The policy of the defaults of [`Policy`]'s methods.
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
@@ -1116,6 +1138,16 @@ mod tests {
         assert!(allowed(&decide(&rules, "lax", &tool("rm", DESTRUCTIVE))));
         let refused = reason(decide(&rules, "strict", &tool("rm", UNANNOTATED)));
         assert!(refused.contains("policy denies such tools"), "{refused}");
+    }
+
+    #[test]
+    fn a_shared_policy_decides_as_the_policy_it_shares() {
+        let shared: Arc<dyn Policy> = Arc::new(Rules::new().allow("s", ["rm"]).elicitation(false));
+        assert!(allowed(&decide(&shared, "s", &tool("rm", DESTRUCTIVE))));
+        assert!(!allowed(&decide(&shared, "t", &tool("rm", DESTRUCTIVE))));
+        assert!(!allowed(&elicit(&shared, "s")));
+        let file = Arc::new(PolicyFile::from_json(r#"{"sampling": {"maxTokens": 3}}"#).unwrap());
+        assert_eq!(sample(&file, "s", params(9, None)).1.max_tokens, 3);
     }
 
     #[test]
