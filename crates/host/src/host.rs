@@ -231,26 +231,6 @@ impl HostBuilder {
         self
     }
 
-    /// Authorizes the HTTP servers with `oauth` (default: none): every HTTP server whose entry
-    /// sets no `Authorization` header gets it as its client's authorizer, and its tokens are
-    /// kept in `oauth`'s token store under the server's URL (per authorization server and
-    /// resource). `mcx login` builds its client so: a
-    /// [`FileStore`](modelctx_client::auth::FileStore) for the tokens, and a
-    /// [`LoopbackRedirect`](modelctx_client::auth::LoopbackRedirect)'s redirect URI and handler
-    /// for the user's sign-in; without a handler, a server with no stored token fails to
-    /// connect.
-    pub fn oauth(mut self, oauth: modelctx_client::auth::OAuth) -> Self {
-        self.shared.oauth = Some(oauth);
-        self
-    }
-
-    /// What the connections of the host would share (for the handlers' tests, which build
-    /// clients without starting a host).
-    #[cfg(test)]
-    pub(crate) fn into_shared(self) -> Shared {
-        self.shared
-    }
-
     /// Connects every enabled server concurrently and returns once each one is connected (its
     /// lists fetched) or has failed its first attempt (the failed ones go on being retried in
     /// the background). A server's attempt (connecting, then listing what it declares) is
