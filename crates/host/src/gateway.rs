@@ -45,7 +45,9 @@
 //!   asked of the gateway's client through that call ([`GatewayBuilder::route_input`] installs
 //!   the handlers on the host): in the modern era (2026-07-28) the call is answered
 //!   `input_required`, and when the client retries with the answer the call is made again on
-//!   the server, which gets the answer at once.
+//!   the server, which gets the answer at once. A request the gateway's client cannot answer for
+//!   lack of a capability fails the gateway's call as the server's own would for that client
+//!   (`InputError::NotSupported`: -32021 in the modern era).
 //!
 //! # The rule for sampling and elicitation, and its limit
 //!
