@@ -144,7 +144,9 @@ async fn a_servers_list_change_reaches_the_gateways_clients() {
         .await
         .expect("connects");
     let mut notes = client.notifications();
-    within("listening", client.listening()).await.expect("listening");
+    within("listening", client.listening())
+        .await
+        .expect("listening");
     let tools = client.list_all_tools().await.expect("tools");
     assert!(tools.iter().any(|t| t.name == "b__chatty"), "{tools:?}");
 
@@ -191,8 +193,7 @@ async fn cancellation_logs_elicitation_completion_and_updates_pass_through() {
         let (tx, mut cancelled) = mpsc::channel(1);
         let back = backend(tx);
         let running = serve(&back).await;
-        let (host, _gateway, front) =
-            gateway(vec![ServerConfig::http("b", url(&running))]).await;
+        let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
         let client = within("connect", client(legacy).connect_http(&url(&front)))
             .await
             .expect("connects");
@@ -200,7 +201,10 @@ async fn cancellation_logs_elicitation_completion_and_updates_pass_through() {
 
         // A log message of the server during a call reaches the client that made it.
         client.set_log_level(LogLevel::Info).await.expect("level");
-        let said = client.call_tool("b__chatty", json!({})).await.expect("chatty");
+        let said = client
+            .call_tool("b__chatty", json!({}))
+            .await
+            .expect("chatty");
         assert_eq!(said.text(), "said");
         let logged = within("the log message", async {
             loop {
