@@ -165,3 +165,80 @@ async fn serve_http(gateway: &Gateway, listener: tokio::net::TcpListener) -> Exi
         Err(e) => fail(format_args!("serving HTTP: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Cli, Command};
+
+    fn host(args: &[&str]) -> Result<HostArgs, clap::Error> {
+        let all = ["mcx", "host"].iter().chain(args).copied();
+        match Cli::try_parse_from(all)?.command {
+            Command::Host(args) => Ok(args),
+            other => panic!("not mcx host: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn it_needs_a_config_and_one_way_to_serve() {
+        let args = host(&["--config", "mcp.json", "--stdio"]).expect("parses");
+        assert_eq!(args.config_file, PathBuf::from("mcp.json"));
+        assert!(args.stdio && args.http.is_none() && args.policy.is_none());
+        assert_eq!(args.namespace, NamespaceArg::Prefixed);
+
+        let args = host(&[
+            "--config",
+            "mcp.json",
+            "--http",
+            "127.0.0.1:0",
+            "--policy",
+            "p.json",
+            "--namespace",
+            "on-collision",
+        ])
+        .expect("parses");
+        assert_eq!(args.http.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(args.policy, Some(PathBuf::from("p.json")));
+        assert_eq!(args.namespace, NamespaceArg::OnCollision);
+
+        assert!(host(&["--stdio"]).is_err(), "no config");
+        assert!(
+            host(&["--config", "mcp.json"]).is_err(),
+            "neither stdio nor http"
+        );
+        let both = ["--config", "mcp.json", "--stdio", "--http", "127.0.0.1:0"];
+        assert!(host(&both).is_err(), "both");
+        let unknown = ["--config", "c", "--stdio", "--namespace", "flat"];
+        assert!(host(&unknown).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_default_rules_refuse_saying_how_to_allow() {
+        let tool = modelctx_host::model::Tool {
+            meta: None,
+            annotations: None,
+            description: None,
+            icons: None,
+            input_schema: modelctx_host::model::ToolInputSchema {
+                schema: None,
+                r#type: None,
+                properties: None,
+                required: None,
+                extra: Default::default(),
+            },
+            name: "wipe".into(),
+            output_schema: None,
+            title: None,
+            execution: None,
+        };
+        let arguments = Default::default();
+        let call = ToolCall::new("disk", &tool, "disk__wipe", &arguments);
+        let Decision::Deny { reason } = DefaultRules.approve_tool_call(&call).await else {
+            panic!("an unannotated tool is allowed");
+        };
+        assert!(reason.contains("--policy FILE"), "{reason}");
+        assert!(reason.contains("wipe"), "{reason}");
+    }
+}
