@@ -17,6 +17,13 @@
 //! `tests/conformance/expected-failures-proxy.yml`. The extensions' server scenarios
 //! ([`SKILLS_SCENARIOS`], [`TASKS_SCENARIOS`]) run by name through the proxy too.
 //!
+//! A fourth side, `server via mcx host`, runs the same scenarios against the gateway: `mcx host
+//! --http` with a config file whose single server is `conformance-server --stdio`,
+//! `--namespace on-collision` (the suite calls the fixture's tools by their names) and a policy
+//! file that allows everything (both written under `target/conformance/`). Its results go under
+//! `target/conformance/<leg>/server-host/`, its expected failures (what a gateway cannot pass
+//! on, each with its reason) in `tests/conformance/expected-failures-host.yml`.
+//!
 //! `--suite all` leaves out the scenarios of extensions; those of the Skills extension
 //! ([`SKILLS_SCENARIOS`]) run by name after each suite, on both legs, into the same folders, and
 //! the server scenarios of the Tasks extension ([`TASKS_SCENARIOS`]) after the server suite of
@@ -48,11 +55,14 @@ const SUITE_BIN: &str = "node_modules/@modelcontextprotocol/conformance/dist/ind
 const EXPECTED: &str = "tests/conformance/expected-failures.yml";
 /// The expected failures of the server suite through `mcx proxy`.
 const EXPECTED_PROXY: &str = "tests/conformance/expected-failures-proxy.yml";
+/// The expected failures of the server suite through `mcx host` (the gateway).
+const EXPECTED_HOST: &str = "tests/conformance/expected-failures-host.yml";
 /// The sides of the summary: results folder and label.
 const SIDES: &[(&str, &str)] = &[
     ("server", "server"),
     ("client", "client"),
     ("server-proxy", "server via mcx proxy"),
+    ("server-host", "server via mcx host"),
 ];
 /// Where the results go, relative to the project root.
 const OUT: &str = "target/conformance";
@@ -190,66 +200,24 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     // The server suite again, against the stdio server behind `mcx proxy`.
     let mut proxy = Proxy::start(&bins)?;
     eprintln!("\nconformance: mcx proxy listens at {}", proxy.url);
-    for leg in LEGS {
-        let started = Instant::now();
-        let dir = out.join(leg).join("server-proxy");
-        let mut suite = Command::new(node::binary(root));
-        suite
-            .arg(root.join(SUITE_DIR).join(SUITE_BIN))
-            .arg("server")
-            .args(["--suite", "all", "--spec-version", leg])
-            .arg("--expected-failures")
-            .arg(root.join(EXPECTED_PROXY))
-            .arg("-o")
-            .arg(&dir)
-            .args(["--url", &proxy.url])
-            .current_dir(root.join(SUITE_DIR));
-        eprintln!("\n==> conformance: server suite via mcx proxy, spec {leg}");
-        let log = out.join(format!("{leg}-server-proxy.log"));
-        let status = run_logged(&mut suite, &log)?;
-        eprintln!(
-            "==> conformance: server suite via mcx proxy, spec {leg}: {} in {:.1}s (log: {})",
-            if status { "ok" } else { "FAILED" },
-            started.elapsed().as_secs_f64(),
-            log.display()
-        );
-        if !status {
-            failures.push(format!("server suite via mcx proxy, spec {leg}"));
-        }
-        // The extensions' server scenarios by name, as for the server itself: the proxy
-        // forwards skills and tasks unchanged.
-        let tasks = TASKS_SCENARIOS.iter().filter(|_| *leg == TASKS_LEG);
-        let by_name = SKILLS_SCENARIOS
-            .iter()
-            .filter(|(side, _)| *side == "server")
-            .map(|(_, scenario)| scenario)
-            .chain(tasks);
-        for &scenario in by_name {
-            let started = Instant::now();
-            let mut suite = Command::new(node::binary(root));
-            suite
-                .arg(root.join(SUITE_DIR).join(SUITE_BIN))
-                .arg("server")
-                .args(["--scenario", scenario, "--spec-version", leg, "--force"])
-                .arg("--expected-failures")
-                .arg(root.join(EXPECTED_PROXY))
-                .arg("-o")
-                .arg(&dir)
-                .args(["--url", &proxy.url])
-                .current_dir(root.join(SUITE_DIR));
-            let log = out.join(format!("{leg}-server-proxy-{scenario}.log"));
-            let status = run_logged(&mut suite, &log)?;
-            eprintln!(
-                "==> conformance: server {scenario} via mcx proxy, spec {leg}: {} in {:.1}s",
-                if status { "ok" } else { "FAILED" },
-                started.elapsed().as_secs_f64(),
-            );
-            if !status {
-                failures.push(format!("server {scenario} via mcx proxy, spec {leg}"));
-            }
-        }
-    }
+    let via = Via {
+        folder: "server-proxy",
+        label: "mcx proxy",
+        expected: EXPECTED_PROXY,
+    };
+    failures.extend(run_via(root, &out, &proxy.url, &via)?);
     proxy.stop();
+
+    // And against the same stdio server as the single backend of `mcx host`, the gateway.
+    let mut gateway = Gateway::start(&bins, &out)?;
+    eprintln!("\nconformance: mcx host listens at {}", gateway.url);
+    let via = Via {
+        folder: "server-host",
+        label: "mcx host",
+        expected: EXPECTED_HOST,
+    };
+    failures.extend(run_via(root, &out, &gateway.url, &via)?);
+    gateway.stop();
 
     let summary = summarize(&out)? + "\n" + &auth::write_table(&out)?;
     let path = out.join("summary.md");
@@ -264,6 +232,81 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
             failures.join(", ")
         ))
     }
+}
+
+/// A side of the server suite run through a front (`mcx proxy`, `mcx host`).
+struct Via {
+    /// Its results folder under each leg's.
+    folder: &'static str,
+    /// What the front is, for the log.
+    label: &'static str,
+    /// Its expected failures, relative to the project root.
+    expected: &'static str,
+}
+
+/// The server suite on both legs against the front at `url`, and the extensions' server
+/// scenarios by name, as for the server itself; the runs that failed.
+fn run_via(root: &Path, out: &Path, url: &str, via: &Via) -> Result<Vec<String>, String> {
+    let mut failures = Vec::new();
+    let label = via.label;
+    for leg in LEGS {
+        let started = Instant::now();
+        let dir = out.join(leg).join(via.folder);
+        let mut suite = Command::new(node::binary(root));
+        suite
+            .arg(root.join(SUITE_DIR).join(SUITE_BIN))
+            .arg("server")
+            .args(["--suite", "all", "--spec-version", leg])
+            .arg("--expected-failures")
+            .arg(root.join(via.expected))
+            .arg("-o")
+            .arg(&dir)
+            .args(["--url", url])
+            .current_dir(root.join(SUITE_DIR));
+        eprintln!("\n==> conformance: server suite via {label}, spec {leg}");
+        let log = out.join(format!("{leg}-{}.log", via.folder));
+        let status = run_logged(&mut suite, &log)?;
+        eprintln!(
+            "==> conformance: server suite via {label}, spec {leg}: {} in {:.1}s (log: {})",
+            if status { "ok" } else { "FAILED" },
+            started.elapsed().as_secs_f64(),
+            log.display()
+        );
+        if !status {
+            failures.push(format!("server suite via {label}, spec {leg}"));
+        }
+        let tasks = TASKS_SCENARIOS.iter().filter(|_| *leg == TASKS_LEG);
+        let by_name = SKILLS_SCENARIOS
+            .iter()
+            .filter(|(side, _)| *side == "server")
+            .map(|(_, scenario)| scenario)
+            .chain(tasks);
+        for &scenario in by_name {
+            let started = Instant::now();
+            let mut suite = Command::new(node::binary(root));
+            suite
+                .arg(root.join(SUITE_DIR).join(SUITE_BIN))
+                .arg("server")
+                .args(["--scenario", scenario, "--spec-version", leg, "--force"])
+                .arg("--expected-failures")
+                .arg(root.join(via.expected))
+                .arg("-o")
+                .arg(&dir)
+                .args(["--url", url])
+                .current_dir(root.join(SUITE_DIR));
+            let log = out.join(format!("{leg}-{}-{scenario}.log", via.folder));
+            let status = run_logged(&mut suite, &log)?;
+            eprintln!(
+                "==> conformance: server {scenario} via {label}, spec {leg}: {} in {:.1}s",
+                if status { "ok" } else { "FAILED" },
+                started.elapsed().as_secs_f64(),
+            );
+            if !status {
+                failures.push(format!("server {scenario} via {label}, spec {leg}"));
+            }
+        }
+    }
+    Ok(failures)
 }
 
 /// Builds the two binaries; their folder.
@@ -458,6 +501,95 @@ impl Drop for Proxy {
     }
 }
 
+/// `mcx host --http` (the gateway) with `conformance-server --stdio` as its single server.
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+/// The policy file of the gateway leg: every tool of every server allowed (the suite calls
+/// them all), sampling and elicitation passed on.
+const ALLOW_ALL_POLICY: &str =
+    r#"{"destructive": "allow", "sampling": "allow", "elicitation": "allow"}"#;
+
+impl Gateway {
+    /// Writes its config and policy files under `out`, starts it on a free port and reads its
+    /// URL from the line it prints on stderr; the rest of its stderr (and its server's) is
+    /// passed on to ours.
+    fn start(bins: &Path, out: &Path) -> Result<Gateway, String> {
+        let server = bins.join("conformance-server");
+        let config = serde_json::json!({
+            "mcpServers": {
+                "conformance": {"command": server, "args": ["--stdio"]},
+            }
+        });
+        let config_path = out.join("host-config.json");
+        let policy_path = out.join("host-policy.json");
+        std::fs::write(&config_path, config.to_string())
+            .and_then(|()| std::fs::write(&policy_path, ALLOW_ALL_POLICY))
+            .map_err(|e| format!("cannot write the gateway's files in {}: {e}", out.display()))?;
+        let mcx = bins.join("mcx");
+        let mut child = Command::new(&mcx)
+            .arg("host")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--policy")
+            .arg(&policy_path)
+            .args(["--namespace", "on-collision", "--http", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", mcx.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut stderr = BufReader::new(stderr);
+        // Lines before the URL (a server that failed to start) are passed on.
+        let mut line = String::new();
+        let url = loop {
+            line.clear();
+            let read = stderr
+                .read_line(&mut line)
+                .map_err(|e| format!("reading the gateway's address: {e}"))?;
+            if read == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("mcx host exited before saying its URL".into());
+            }
+            let url = line
+                .strip_prefix("mcx host: ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .filter(|url| url.starts_with("http://"));
+            match url {
+                Some(url) => break url.to_owned(),
+                None => eprint!("{line}"),
+            }
+        };
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while matches!(stderr.read_line(&mut rest), Ok(n) if n > 0) {
+                eprint!("{rest}");
+                rest.clear();
+            }
+        });
+        Ok(Gateway { child, url })
+    }
+
+    /// Stops it (SIGTERM: it stops its server), then makes sure.
+    fn stop(&mut self) {
+        #[cfg(unix)]
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        wait_or_kill(&mut self.child, Duration::from_secs(5));
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        wait_or_kill(&mut self.child, Duration::ZERO);
+    }
+}
+
 /// Check counts of one scenario.
 #[derive(Default, Clone, Copy)]
 struct Tally {
@@ -478,6 +610,8 @@ fn summarize(out: &Path) -> Result<String, String> {
     let expected = std::fs::read_to_string(out.join("../../").join(EXPECTED)).unwrap_or_default();
     let expected_proxy =
         std::fs::read_to_string(out.join("../../").join(EXPECTED_PROXY)).unwrap_or_default();
+    let expected_host =
+        std::fs::read_to_string(out.join("../../").join(EXPECTED_HOST)).unwrap_or_default();
     let mut text = String::from(
         "# Conformance summary\n\n`@modelcontextprotocol/conformance` 0.2.0-alpha.12, `--suite all`.\n\n\
          | spec | side | scenarios passed | scenarios failed | checks passed | checks failed | checks warned | checks skipped |\n\
@@ -486,10 +620,10 @@ fn summarize(out: &Path) -> Result<String, String> {
     let mut failing = Vec::new();
     for leg in LEGS {
         for &(folder, side) in SIDES {
-            let expected = if folder == "server-proxy" {
-                &expected_proxy
-            } else {
-                &expected
+            let expected = match folder {
+                "server-proxy" => &expected_proxy,
+                "server-host" => &expected_host,
+                _ => &expected,
             };
             let scenarios = collect(&out.join(leg).join(folder), folder != "client")?;
             let total = scenarios.values().fold(Tally::default(), |a, t| Tally {
@@ -528,7 +662,7 @@ fn summarize(out: &Path) -> Result<String, String> {
     } else {
         text.push_str(
             "\nScenarios that did not pass (reasons in `tests/conformance/expected-failures.yml`, and \
-             `expected-failures-proxy.yml` for the proxy):\n\n\
+             `expected-failures-proxy.yml` for the proxy, `expected-failures-host.yml` for the gateway):\n\n\
              | spec | side | scenario | checks failed | checks warned | |\n|---|---|---|---|---|---|\n",
         );
         for line in failing {

@@ -80,6 +80,7 @@ mod commands;
 mod demo;
 mod exit;
 mod fleet;
+mod host;
 mod login;
 mod output;
 mod progress;
@@ -227,6 +228,10 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP, both eras: a child per legacy session, one
     /// shared child for modern requests.
     Proxy(ProxyArgs),
+    /// Serve the servers of a config file (--config) as one MCP server, over stdio (--stdio) or
+    /// Streamable HTTP (--http ADDR): their tools, prompts and resources together, tools and
+    /// prompts namespaced (--namespace), consent answered from a policy file (--policy).
+    Host(host::HostArgs),
     /// Sign in to the server of --url with OAuth 2.1: print the authorization URL (and open a
     /// browser when one is likely), wait for the redirect on a loopback port, keep the tokens
     /// in mcx's store (MCX_CONFIG_DIR, else the user's config directory, mcx/auth).
@@ -515,6 +520,7 @@ async fn main() -> ExitCode {
         }
         Command::Proxy(args) => return proxy(args).await,
         Command::Servers(output) => return servers::servers(&cli.target, output.json).await,
+        Command::Host(args) => return host::run(args, servers::config_path(&cli.target)).await,
         Command::Login(args) => {
             return match login::with_url(&cli.target, args.url.as_ref()) {
                 Ok(target) => login::login(&target).await,
@@ -1022,6 +1028,16 @@ mod tests {
             refused.kind(),
             clap::error::ErrorKind::MissingRequiredArgument
         );
+    }
+
+    #[test]
+    fn host_takes_mcx_s_own_config_too() {
+        let cli = parse(&["--config", "mcp.json", "host", "--stdio"]).expect("parses");
+        assert_eq!(
+            cli.target.config.as_deref(),
+            Some(std::path::Path::new("mcp.json"))
+        );
+        assert!(matches!(cli.command, Command::Host(_)));
     }
 
     #[test]

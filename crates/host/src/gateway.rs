@@ -1,3 +1,1228 @@
-//! The aggregate served as one MCP server.
+//! The aggregate served as one MCP server: a gateway.
 //!
-//! OWNER: the gateway work package.
+//! A [`Gateway`] turns a [`Host`] into a [`modelctx_server::Server`] whose tools, prompts,
+//! resources and resource templates are the host's aggregate, served in every protocol era and
+//! over every transport the server has (stdio, Streamable HTTP). `mcx host` is this gateway.
+//!
+//! ```no_run
+//! use modelctx_host::gateway::Gateway;
+//! use modelctx_host::{Host, HostConfig};
+//!
+//! # async fn run(config: HostConfig) -> std::io::Result<()> {
+//! let gateway = Gateway::builder("my-gateway", "1.0.0").instructions("Tools of every server");
+//! // Sampling and elicitation of the servers go to the client of the gateway (see below).
+//! let host = gateway.route_input(Host::builder(config)).start().await;
+//! let gateway = gateway.build(host.clone());
+//! let served = gateway.server().clone().serve_stdio().await;
+//! host.shutdown().await;
+//! served
+//! # }
+//! ```
+//!
+//! # What it forwards
+//!
+//! * **Tools**: each tool of the aggregate under its shown (namespaced) name, with its input
+//!   schema, description, title, annotations, output schema and icons. A call goes to
+//!   [`Host::call_tool`] (the host's [`Policy`](crate::Policy) decides first) and the server's
+//!   `CallToolResult` is sent back as it came: content, `structuredContent`, `isError`,
+//!   `_meta`. A refusal of the policy, or a failure to reach the server, is a failed call
+//!   (`isError`) whose text says why.
+//! * **Prompts** (name, description, title, arguments), **resources** and **resource
+//!   templates** (URI, name, description, MIME type): `prompts/get` goes to
+//!   [`Host::get_prompt`], `resources/read` to [`Host::read_resource`].
+//! * **Changes**: the gateway follows [`Host::changes`]; an item that appears, changes or goes
+//!   away is added to or removed from the server, whose clients get `list_changed`. A
+//!   resource update of a server is sent to the gateway's subscribers
+//!   (`notifications/resources/updated`); a client's subscription to a URI subscribes the host
+//!   to it on its server.
+//! * **Progress** of a call (when the client asked for it), **cancellation** (the client's
+//!   cancellation drops the host's call, which cancels it on the server), and the server's
+//!   **log messages** during a call (sent about that call, at the level the client asked for;
+//!   the gateway asks each server for every level).
+//! * **Completions** of prompt arguments and template variables, asked of the server that owns
+//!   the prompt or template.
+//! * **Sampling and elicitation** a server asks for while a gateway call is in progress on it are
+//!   asked of the gateway's client through that call ([`GatewayBuilder::route_input`] installs
+//!   the handlers on the host): in the modern era (2026-07-28) the call is answered
+//!   `input_required`, and when the client retries with the answer the call is made again on
+//!   the server, which gets the answer at once. A request the gateway's client cannot answer for
+//!   lack of a capability fails the gateway's call as the server's own would for that client
+//!   (`InputError::NotSupported`: -32021 in the modern era).
+//!
+//! # The rule for sampling and elicitation, and its limit
+//!
+//! A server's request to its client carries no link to the call that caused it. The gateway keeps
+//! a table of the calls in progress per server (tool calls, prompt gets and resource reads,
+//! each entry removed when its call ends, at most [`MAX_CALLS_PER_SERVER`] per server: beyond,
+//! the oldest is forgotten) and asks through the **newest** call in progress on the asking
+//! server. With several calls in progress on one server at once, a question raised by an older
+//! one goes to the client of the newest (over HTTP, possibly another session). With none in
+//! progress, the request is refused (the server gets an error). Log messages follow the same
+//! rule.
+//!
+//! # What it does not do
+//!
+//! It is a server in its own right, not a relay: the protocol version, session and ids its
+//! clients see are its own. It does not forward tasks (a task-augmented call of a server, the
+//! tasks extension), skills, roots of its clients (each server gets the host's roots), or members
+//! of definitions its server builder cannot set (`_meta` and `size` of resources, icons of
+//! prompts and resources, `execution`); a server's protocol error on a call becomes a failed
+//! call (`isError`), and a prompt's error the JSON-RPC error -32603. Completions are limited to
+//! the candidates (`total` and `hasMore` are the gateway's count). It never unsubscribes a
+//! server from a resource a client subscribed to.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use modelctx_client::{CallOptions, CompletionRef, Elicitation, Elicited, InputError, model};
+use modelctx_server::{
+    Content, Context, LogLevel, Prompt, PromptMessage, ReadRequest, Resource, ResourceContents,
+    ResourceError, ResourceTemplate, Server, ServerBuilder, Tool, ToolOutput,
+};
+use modelctx_types::JsonObject;
+use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::catalog::{HostPrompt, HostResource, HostTemplate, HostTool};
+use crate::host::{Host, HostBuilder, HostError, HostEvent};
+
+/// The most calls in progress the gateway remembers per server, to route that server's
+/// sampling, elicitation and log messages (the oldest is forgotten beyond).
+pub const MAX_CALLS_PER_SERVER: usize = 64;
+
+/// The most URIs the gateway subscribes the host to (a client's subscription beyond is still
+/// acknowledged by the gateway; its server is not subscribed).
+pub const MAX_SUBSCRIPTIONS: usize = 4096;
+
+/// Builds a [`Gateway`].
+#[must_use]
+#[derive(Debug)]
+pub struct GatewayBuilder {
+    name: String,
+    version: String,
+    instructions: Option<String>,
+    calls: Arc<Calls>,
+}
+
+impl GatewayBuilder {
+    /// The instructions the gateway gives its clients (default: none).
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// `builder` with its sampling and elicitation handlers answering through the gateway's
+    /// client: a server's request goes to the newest gateway call in progress on that server
+    /// (see the module docs). Replaces handlers given to `builder` before; the host's
+    /// [`Policy`](crate::Policy) still decides first.
+    pub fn route_input(&self, builder: HostBuilder) -> HostBuilder {
+        let calls = self.calls.clone();
+        let builder = builder.on_sampling(move |server, params| {
+            let call = calls.newest(&server);
+            async move {
+                let call = call.ok_or_else(|| no_call(&server))?;
+                let answer = call.context.sample(params).await;
+                answer.map_err(|e| call.refused(e))
+            }
+        });
+        let calls = self.calls.clone();
+        builder.on_elicitation(move |server, elicitation| {
+            let call = calls.newest(&server);
+            async move {
+                let call = call.ok_or_else(|| no_call(&server))?;
+                let context = &call.context;
+                let answer = match elicitation {
+                    Elicitation::Form { message, schema } => {
+                        context.elicit(&message, Value::Object(schema)).await
+                    }
+                    Elicitation::Url {
+                        message,
+                        url,
+                        elicitation_id,
+                    } => {
+                        let id = elicitation_id.unwrap_or_default();
+                        context.elicit_url(&message, &url, &id).await
+                    }
+                    other => {
+                        return Err(InputError::new(format!(
+                            "the gateway cannot pass on this elicitation: {other:?}"
+                        )));
+                    }
+                };
+                let answer = answer.map_err(|e| call.refused(e))?;
+                Ok(elicited(answer))
+            }
+        })
+    }
+
+    /// The gateway of `host`: a server of the host's aggregate as it is now, kept in step with
+    /// it by a task that runs until the [`Gateway`] is dropped.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (the task is spawned on the current one).
+    pub fn build(self, host: Host) -> Gateway {
+        let inner = Arc::new(Inner {
+            host: host.clone(),
+            calls: self.calls,
+            shown: Mutex::new(Shown::default()),
+            subscribed: Mutex::new(HashSet::new()),
+            server: std::sync::OnceLock::new(),
+        });
+        let mut builder = Server::builder(self.name, self.version)
+            .declare_tools()
+            .declare_prompts()
+            .declare_resources();
+        if let Some(text) = self.instructions {
+            builder = builder.instructions(text);
+        }
+        let subscriber = Arc::downgrade(&inner);
+        builder = builder.on_subscribe(move |subscribe| {
+            if let Some(inner) = subscriber.upgrade() {
+                inner.subscribe(subscribe.uri);
+            }
+            true
+        });
+        // Listened to before the lists are read: nothing that changes in between is missed.
+        let changes = host.changes();
+        let builder = inner.initial(builder);
+        let server = builder.build();
+        let _ = inner.server.set(server.clone());
+        let sync = tokio::spawn(follow(Arc::downgrade(&inner), changes));
+        // Every level of every server (now and later): each client of the gateway gets those of
+        // the level it asked for.
+        let every = host.clone();
+        tokio::spawn(async move {
+            if let Err(e) = every.set_log_level(LogLevel::Debug).await {
+                tracing::debug!(error = %e, "gateway: a server sends no log messages");
+            }
+        });
+        Gateway {
+            server,
+            inner,
+            sync,
+        }
+    }
+}
+
+/// The refusal of a server's request when no gateway call is in progress on it.
+fn no_call(server: &str) -> InputError {
+    InputError::new(format!(
+        "no gateway call is in progress on server {server:?}: its request cannot be passed to the gateway's client"
+    ))
+}
+
+/// A gateway call in progress: what a server's request is asked through.
+#[derive(Clone)]
+struct Call {
+    /// The gateway's request.
+    context: Context,
+    /// The client capability a server's request needed and the gateway's client lacks: the
+    /// call then fails as a request of the client's would (-32021 in the modern era).
+    missing: Arc<Mutex<Option<String>>>,
+}
+
+impl Call {
+    fn new(context: Context) -> Call {
+        Call {
+            context,
+            missing: Arc::default(),
+        }
+    }
+
+    /// The refusal the server gets when the gateway's client cannot answer: `error`'s text;
+    /// a missing capability is remembered for the call's own answer.
+    fn refused(&self, error: modelctx_server::InputError) -> InputError {
+        if let modelctx_server::InputError::NotSupported(capability) = &error {
+            *self.missing.lock().unwrap_or_else(PoisonError::into_inner) = Some(capability.clone());
+        }
+        InputError::new(error.to_string())
+    }
+
+    fn missing(&self) -> Option<String> {
+        self.missing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The client's elicitation answer as the host's handler gives it.
+fn elicited(answer: model::ElicitResult) -> Elicited {
+    match answer.action {
+        model::ElicitResultAction::Accept => match answer.content {
+            Some(Value::Object(content)) => Elicited::accept(content),
+            _ => Elicited::accepted(),
+        },
+        model::ElicitResultAction::Decline => Elicited::decline(),
+        // Cancel, and an action of a later version: the user did not answer.
+        _ => Elicited::cancel(),
+    }
+}
+
+/// The host's aggregate served as one MCP server (see the module docs). Dropping it stops
+/// following the host (the server keeps what it has).
+#[derive(Debug)]
+pub struct Gateway {
+    server: Server,
+    inner: Arc<Inner>,
+    sync: tokio::task::JoinHandle<()>,
+}
+
+impl Gateway {
+    /// A builder of a gateway that tells its clients it is `name` `version`.
+    pub fn builder(name: impl Into<String>, version: impl Into<String>) -> GatewayBuilder {
+        GatewayBuilder {
+            name: name.into(),
+            version: version.into(),
+            instructions: None,
+            calls: Arc::new(Calls::default()),
+        }
+    }
+
+    /// The server: serve it (`serve_stdio`, `serve_http`, ...).
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// The host behind it.
+    pub fn host(&self) -> &Host {
+        &self.inner.host
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.sync.abort();
+    }
+}
+
+/// What the gateway's handlers and its following task share.
+struct Inner {
+    host: Host,
+    calls: Arc<Calls>,
+    /// What the server shows now, as the host listed it.
+    shown: Mutex<Shown>,
+    /// The URIs the host was subscribed to for the gateway's clients.
+    subscribed: Mutex<HashSet<String>>,
+    server: std::sync::OnceLock<Server>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner").finish_non_exhaustive()
+    }
+}
+
+/// The items the server shows, by the key it shows them under.
+#[derive(Debug, Default)]
+struct Shown {
+    tools: BTreeMap<String, HostTool>,
+    prompts: BTreeMap<String, HostPrompt>,
+    resources: BTreeMap<String, HostResource>,
+    templates: BTreeMap<String, HostTemplate>,
+}
+
+/// What changes to make so that `shown` becomes `now`: the items to add (new or changed) and
+/// the keys to remove.
+fn diff<T: PartialEq + Clone>(
+    shown: &BTreeMap<String, T>,
+    now: &BTreeMap<String, T>,
+) -> (Vec<T>, Vec<String>) {
+    let added = now
+        .iter()
+        .filter(|(key, item)| shown.get(*key) != Some(item))
+        .map(|(_, item)| item.clone())
+        .collect();
+    let removed = shown
+        .keys()
+        .filter(|key| !now.contains_key(*key))
+        .cloned()
+        .collect();
+    (added, removed)
+}
+
+fn by_key<T>(items: Vec<T>, key: impl Fn(&T) -> String) -> BTreeMap<String, T> {
+    items.into_iter().map(|item| (key(&item), item)).collect()
+}
+
+impl Inner {
+    /// `builder` with the host's aggregate as it is now.
+    fn initial(self: &Arc<Self>, mut builder: ServerBuilder) -> ServerBuilder {
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        for tool in self.host.tools() {
+            if let Some(made) = self.tool(&tool) {
+                builder = builder.tool(made);
+                shown.tools.insert(tool.name.clone(), tool);
+            }
+        }
+        for prompt in self.host.prompts() {
+            builder = builder.prompt(self.prompt(&prompt));
+            shown.prompts.insert(prompt.name.clone(), prompt);
+        }
+        for resource in self.host.resources() {
+            builder = builder.resource(self.resource(&resource));
+            shown
+                .resources
+                .insert(resource.resource.uri.clone(), resource);
+        }
+        for template in self.host.resource_templates() {
+            if let Some(made) = self.template(&template) {
+                builder = builder.resource_template(made);
+                shown
+                    .templates
+                    .insert(template.template.uri_template.clone(), template);
+            }
+        }
+        builder
+    }
+
+    /// Brings the server's tools in step with the host's.
+    fn sync_tools(self: &Arc<Self>, server: &Server) {
+        let now = by_key(self.host.tools(), |t| t.name.clone());
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        let (added, removed) = diff(&shown.tools, &now);
+        for name in removed {
+            server.remove_tool(&name);
+            shown.tools.remove(&name);
+        }
+        for tool in added {
+            let registered = self.tool(&tool).map(|made| server.add_tool(made));
+            match registered {
+                Some(Ok(())) => {
+                    shown.tools.insert(tool.name.clone(), tool);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(tool = %tool.name, error = %e, "gateway: tool not served");
+                    server.remove_tool(&tool.name);
+                    shown.tools.remove(&tool.name);
+                }
+                None => {
+                    server.remove_tool(&tool.name);
+                    shown.tools.remove(&tool.name);
+                }
+            }
+        }
+    }
+
+    fn sync_prompts(self: &Arc<Self>, server: &Server) {
+        let now = by_key(self.host.prompts(), |p| p.name.clone());
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        let (added, removed) = diff(&shown.prompts, &now);
+        for name in removed {
+            server.remove_prompt(&name);
+            shown.prompts.remove(&name);
+        }
+        for prompt in added {
+            match server.add_prompt(self.prompt(&prompt)) {
+                Ok(()) => {
+                    shown.prompts.insert(prompt.name.clone(), prompt);
+                }
+                Err(e) => {
+                    tracing::warn!(prompt = %prompt.name, error = %e, "gateway: prompt not served");
+                }
+            }
+        }
+    }
+
+    fn sync_resources(self: &Arc<Self>, server: &Server) {
+        let now = by_key(self.host.resources(), |r| r.resource.uri.clone());
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        let (added, removed) = diff(&shown.resources, &now);
+        for uri in removed {
+            server.remove_resource(&uri);
+            shown.resources.remove(&uri);
+        }
+        for resource in added {
+            match server.add_resource(self.resource(&resource)) {
+                Ok(()) => {
+                    shown
+                        .resources
+                        .insert(resource.resource.uri.clone(), resource);
+                }
+                Err(e) => {
+                    tracing::warn!(uri = %resource.resource.uri, error = %e, "gateway: resource not served");
+                }
+            }
+        }
+        let now = by_key(self.host.resource_templates(), |t| {
+            t.template.uri_template.clone()
+        });
+        let (added, removed) = diff(&shown.templates, &now);
+        for text in removed {
+            server.remove_resource_template(&text);
+            shown.templates.remove(&text);
+        }
+        for template in added {
+            let text = template.template.uri_template.clone();
+            match self
+                .template(&template)
+                .map(|t| server.add_resource_template(t))
+            {
+                Some(Ok(())) => {
+                    shown.templates.insert(text, template);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(template = %text, error = %e, "gateway: template not served");
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The gateway's tool of `tool`; `None` (logged) when its schemas cannot be served.
+    fn tool(self: &Arc<Self>, tool: &HostTool) -> Option<Tool> {
+        let inner = Arc::downgrade(self);
+        let shown = tool.name.clone();
+        let server = tool.server.clone();
+        let handler = move |context: Context, arguments: JsonObject| {
+            let inner = inner.upgrade();
+            let shown = shown.clone();
+            let server = server.clone();
+            async move {
+                match inner {
+                    Some(inner) => inner.call_tool(context, &server, &shown, arguments).await,
+                    None => Ok(ToolOutput::error("the gateway has stopped")),
+                }
+            }
+        };
+        let definition = &tool.tool;
+        let mut made = Tool::with_input_schema(
+            tool.name.clone(),
+            schema_object(&definition.input_schema),
+            handler,
+        );
+        if let Some(text) = &definition.description {
+            made = made.description(text.clone());
+        }
+        if let Some(text) = &definition.title {
+            made = made.title(text.clone());
+        }
+        if let Some(annotations) = &definition.annotations {
+            made = made.annotations(annotations.clone());
+        }
+        if let Some(icons) = &definition.icons {
+            made = made.icons(icons.clone());
+        }
+        if let Some(schema) = &definition.output_schema {
+            made = made.output_schema(schema_object(schema));
+        }
+        Some(made)
+    }
+
+    /// A tool call: through the host, with progress, cancellation and log messages passed on.
+    async fn call_tool(
+        self: Arc<Self>,
+        context: Context,
+        server: &str,
+        shown: &str,
+        arguments: JsonObject,
+    ) -> Result<ToolOutput, modelctx_server::InputError> {
+        let call = Call::new(context.clone());
+        let entry = self.calls.enter(server, call.clone());
+        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::channel(PROGRESS_BUFFER);
+        let mut options = CallOptions::new().timeout(None);
+        if context.wants_progress() {
+            options = options.on_progress(move |p| {
+                // Progress is a hint: one that finds the buffer full is dropped.
+                let _ = progress_tx.try_send(p);
+            });
+        }
+        let routed = self.host.call_tool(shown, arguments, options);
+        let outcome = self
+            .pass_on(&context, server, entry.id, &mut progress_rx, routed)
+            .await;
+        // A server's request the gateway's client could not answer for lack of a capability:
+        // the call fails as the server's own would have for that client.
+        if let Some(capability) = call.missing() {
+            return Err(modelctx_server::InputError::NotSupported(capability));
+        }
+        Ok(match outcome {
+            Some(Ok(result)) => ToolOutput::from(result),
+            Some(Err(e)) => ToolOutput::error(failed(&e)),
+            None => ToolOutput::error("cancelled by the client"),
+        })
+    }
+
+    /// Runs `call` until it ends or the client cancels (`None`), passing on its progress and
+    /// the log messages of `server` meanwhile.
+    async fn pass_on<T>(
+        &self,
+        context: &Context,
+        server: &str,
+        me: u64,
+        progress: &mut tokio::sync::mpsc::Receiver<modelctx_client::Progress>,
+        call: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let mut notifications = self.host.client(server).map(|c| c.notifications());
+        let mut call = std::pin::pin!(call);
+        let mut progress_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                () = context.cancelled().cancelled() => return None,
+                done = &mut call => {
+                    // The server's progress came before its answer: what is still queued is
+                    // sent before the answer goes.
+                    while let Ok(p) = progress.try_recv() {
+                        let _ = context.progress(p.progress, p.total, p.message.as_deref()).await;
+                    }
+                    // So are its log messages.
+                    loop {
+                        tokio::select! {
+                            biased;
+                            note = next_log(&mut notifications) => {
+                                if let Some(message) = note
+                                    && self.calls.is_newest(server, me)
+                                {
+                                    let logger = message.logger.as_deref();
+                                    context.log(message.level, logger, message.data).await;
+                                }
+                            }
+                            () = std::future::ready(()) => break,
+                        }
+                    }
+                    return Some(done);
+                }
+                p = progress.recv(), if progress_open => match p {
+                    Some(p) => {
+                        let _ = context.progress(p.progress, p.total, p.message.as_deref()).await;
+                    }
+                    None => progress_open = false,
+                },
+                note = next_log(&mut notifications) => {
+                    if let Some(message) = note
+                        && self.calls.is_newest(server, me)
+                    {
+                        context.log(message.level, message.logger.as_deref(), message.data).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The gateway's prompt of `prompt`.
+    fn prompt(self: &Arc<Self>, prompt: &HostPrompt) -> Prompt {
+        let inner = Arc::downgrade(self);
+        let shown = prompt.name.clone();
+        let server = prompt.server.clone();
+        let handler = move |context: Context, arguments: Value| {
+            let inner = inner.upgrade();
+            let shown = shown.clone();
+            let server = server.clone();
+            async move {
+                let Some(inner) = inner else {
+                    return Err("the gateway has stopped".to_owned());
+                };
+                inner.get_prompt(context, &server, &shown, arguments).await
+            }
+        };
+        let definition = &prompt.prompt;
+        let arguments = definition
+            .arguments
+            .iter()
+            .flatten()
+            .map(|a| {
+                (
+                    a.name.clone(),
+                    a.description.clone(),
+                    a.required.unwrap_or(false),
+                )
+            })
+            .collect();
+        let mut made = Prompt::with_arguments(prompt.name.clone(), arguments, handler);
+        if let Some(text) = &definition.description {
+            made = made.description(text.clone());
+        }
+        if let Some(text) = &definition.title {
+            made = made.title(text.clone());
+        }
+        for argument in definition.arguments.iter().flatten() {
+            let reference = CompletionRef::Prompt(prompt.name.clone());
+            made = made.complete(
+                argument.name.clone(),
+                self.completer(reference, &argument.name),
+            );
+        }
+        made
+    }
+
+    async fn get_prompt(
+        self: Arc<Self>,
+        context: Context,
+        server: &str,
+        shown: &str,
+        arguments: Value,
+    ) -> Result<Vec<PromptMessage>, String> {
+        let entry = self.calls.enter(server, Call::new(context.clone()));
+        let arguments = string_arguments(arguments);
+        let (_, mut none) = tokio::sync::mpsc::channel(1);
+        let got = self
+            .pass_on(
+                &context,
+                server,
+                entry.id,
+                &mut none,
+                self.host.get_prompt(shown, arguments),
+            )
+            .await
+            .ok_or("cancelled by the client")?
+            .map_err(|e| failed(&e))?;
+        Ok(got
+            .messages
+            .into_iter()
+            .map(|message| match message.role {
+                model::Role::Assistant => PromptMessage::assistant(Content::from(message.content)),
+                _ => PromptMessage::user(Content::from(message.content)),
+            })
+            .collect())
+    }
+
+    /// The gateway's resource of `resource`.
+    fn resource(self: &Arc<Self>, resource: &HostResource) -> Resource {
+        let definition = &resource.resource;
+        let mut made = Resource::new(
+            definition.uri.clone(),
+            definition.name.clone(),
+            self.reader(&resource.server),
+        );
+        if let Some(text) = &definition.description {
+            made = made.description(text.clone());
+        }
+        if let Some(mime) = &definition.mime_type {
+            made = made.mime_type(mime.clone());
+        }
+        made
+    }
+
+    /// The gateway's template of `template`; `None` (logged) when the gateway cannot parse it.
+    fn template(self: &Arc<Self>, template: &HostTemplate) -> Option<ResourceTemplate> {
+        let definition = &template.template;
+        let made = ResourceTemplate::new(
+            &definition.uri_template,
+            definition.name.clone(),
+            self.reader(&template.server),
+        );
+        let mut made = match made {
+            Ok(made) => made,
+            Err(e) => {
+                tracing::warn!(template = %definition.uri_template, error = %e, "gateway: template not served");
+                return None;
+            }
+        };
+        if let Some(text) = &definition.description {
+            made = made.description(text.clone());
+        }
+        if let Some(mime) = &definition.mime_type {
+            made = made.mime_type(mime.clone());
+        }
+        for variable in template_variables(&definition.uri_template) {
+            let reference = CompletionRef::Resource(definition.uri_template.clone());
+            let complete = self.completer(reference, &variable);
+            made = made.complete(variable, complete);
+        }
+        Some(made)
+    }
+
+    /// The read handler of a resource or template of `server`.
+    fn reader(
+        self: &Arc<Self>,
+        server: &str,
+    ) -> impl Fn(Context, ReadRequest) -> Reading + Clone + Send + Sync + 'static {
+        let inner = Arc::downgrade(self);
+        let server = server.to_owned();
+        move |context: Context, request: ReadRequest| {
+            let inner = inner.upgrade();
+            let server = server.clone();
+            Box::pin(async move {
+                let Some(inner) = inner else {
+                    return Err(ResourceError::Failed("the gateway has stopped".into()));
+                };
+                inner.read(context, &server, request.uri).await
+            })
+        }
+    }
+
+    async fn read(
+        self: Arc<Self>,
+        context: Context,
+        server: &str,
+        uri: String,
+    ) -> Result<Vec<ResourceContents>, ResourceError> {
+        let entry = self.calls.enter(server, Call::new(context.clone()));
+        let (_, mut none) = tokio::sync::mpsc::channel(1);
+        let read = self
+            .pass_on(
+                &context,
+                server,
+                entry.id,
+                &mut none,
+                self.host.read_resource(&uri),
+            )
+            .await
+            .ok_or_else(|| ResourceError::Failed("cancelled by the client".into()))?;
+        match read {
+            Ok(result) => Ok(result
+                .contents
+                .into_iter()
+                .map(ResourceContents::from)
+                .collect()),
+            Err(HostError::UnknownResource(_)) => Err(ResourceError::NotFound(uri)),
+            Err(HostError::Server {
+                source: modelctx_client::Error::Remote(error),
+                ..
+            }) if error.code == RESOURCE_NOT_FOUND
+                || error.code == modelctx_types::ErrorCode::INVALID_PARAMS =>
+            {
+                Err(ResourceError::NotFound(uri))
+            }
+            Err(e) => Err(ResourceError::Failed(failed(&e))),
+        }
+    }
+
+    /// A completion provider asking the host about `argument` of `reference`.
+    fn completer(
+        self: &Arc<Self>,
+        reference: CompletionRef,
+        argument: &str,
+    ) -> impl Fn(String, JsonObject) -> Completing + Send + Sync + 'static {
+        let inner = Arc::downgrade(self);
+        let argument = argument.to_owned();
+        move |partial: String, others: JsonObject| {
+            let inner = inner.upgrade();
+            let reference = reference.clone();
+            let argument = argument.clone();
+            Box::pin(async move {
+                let Some(inner) = inner else {
+                    return Vec::new();
+                };
+                let context: HashMap<String, String> =
+                    others.into_iter().map(|(k, v)| (k, string_of(v))).collect();
+                match inner
+                    .host
+                    .complete(&reference, &argument, &partial, &context)
+                    .await
+                {
+                    Ok(completion) => completion.values,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "gateway: completion failed");
+                        Vec::new()
+                    }
+                }
+            })
+        }
+    }
+
+    /// A client subscribed to `uri`: the host is subscribed to it on its server (once).
+    fn subscribe(self: &Arc<Self>, uri: &str) {
+        {
+            let mut subscribed = self
+                .subscribed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if subscribed.contains(uri) || subscribed.len() >= MAX_SUBSCRIPTIONS {
+                return;
+            }
+            subscribed.insert(uri.to_owned());
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        let uri = uri.to_owned();
+        runtime.spawn(async move {
+            if let Err(e) = inner.host.subscribe_resource(&uri).await {
+                tracing::debug!(uri = %uri, error = %e, "gateway: subscribing the host failed");
+                // Tried again at the next subscription.
+                inner
+                    .subscribed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&uri);
+            }
+        });
+    }
+}
+
+/// Follows the host's changes until the gateway is dropped or the host shuts down.
+async fn follow(
+    inner: std::sync::Weak<Inner>,
+    mut changes: tokio::sync::broadcast::Receiver<HostEvent>,
+) {
+    loop {
+        let event = changes.recv().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let Some(server) = inner.server.get() else {
+            return;
+        };
+        match event {
+            Ok(HostEvent::ToolsChanged) => inner.sync_tools(server),
+            Ok(HostEvent::PromptsChanged) => inner.sync_prompts(server),
+            Ok(HostEvent::ResourcesChanged) => inner.sync_resources(server),
+            Ok(HostEvent::ResourceUpdated { uri, .. }) => server.notify_resource_updated(&uri),
+            // Events the host may add later.
+            #[allow(unreachable_patterns)]
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => {
+                inner.sync_tools(server);
+                inner.sync_prompts(server);
+                inner.sync_resources(server);
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The next log message of `notifications` (pending forever without a client, or once its
+/// connection is gone).
+async fn next_log(
+    notifications: &mut Option<modelctx_client::Notifications>,
+) -> Option<modelctx_client::LogMessage> {
+    loop {
+        let Some(receiver) = notifications else {
+            return std::future::pending().await;
+        };
+        match receiver.recv().await {
+            Ok(modelctx_client::ServerNotification::Log(message)) => return Some(message),
+            Ok(_) | Err(modelctx_client::RecvError::Missed(_)) => {}
+            Err(_) => *notifications = None,
+        }
+    }
+}
+
+/// A read of the gateway's resources and templates under way.
+type Reading = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send>,
+>;
+
+/// A completion of the gateway's prompts and templates under way.
+type Completing = std::pin::Pin<Box<dyn std::future::Future<Output = Vec<String>> + Send>>;
+
+/// How many progress notifications of one call wait to be passed on.
+const PROGRESS_BUFFER: usize = 64;
+
+/// The legacy "resource not found" code.
+const RESOURCE_NOT_FOUND: modelctx_types::ErrorCode = modelctx_types::ErrorCode(-32002);
+
+/// What the client of the gateway is told of a host failure.
+fn failed(error: &HostError) -> String {
+    match error {
+        HostError::Denied { reason } => format!("refused by the gateway's policy: {reason}"),
+        other => other.to_string(),
+    }
+}
+
+/// Prompt arguments: the strings of an object (other values as their JSON text).
+fn string_arguments(arguments: Value) -> BTreeMap<String, String> {
+    match arguments {
+        Value::Object(map) => map.into_iter().map(|(k, v)| (k, string_of(v))).collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+fn string_of(value: Value) -> String {
+    match value {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+/// A tool's schema as the JSON object its server sent.
+fn schema_object(schema: &model::ToolInputSchema) -> JsonObject {
+    let mut object = JsonObject::new();
+    if let Some(dialect) = &schema.schema {
+        object.insert("$schema".into(), Value::from(dialect.clone()));
+    }
+    if schema.r#type.is_some() {
+        object.insert("type".into(), Value::from("object"));
+    }
+    if let Some(properties) = &schema.properties {
+        let properties = properties
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::Object(v.clone())))
+            .collect();
+        object.insert("properties".into(), Value::Object(properties));
+    }
+    if let Some(required) = &schema.required {
+        object.insert(
+            "required".into(),
+            Value::Array(required.iter().cloned().map(Value::from).collect()),
+        );
+    }
+    for (key, value) in &schema.extra {
+        object.insert(key.clone(), value.clone());
+    }
+    object
+}
+
+/// The variable names of an RFC 6570 URI template (`{var}`, `{+var}`, `{?a,b*}`, `{x:3}`), in
+/// order, each once.
+fn template_variables(template: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let expression = &rest[open + 1..open + close];
+        let expression = expression.trim_start_matches(['+', '#', '.', '/', ';', '?', '&']);
+        for spec in expression.split(',') {
+            let name = spec
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches('*');
+            if !name.is_empty() && !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+        rest = &rest[open + close + 1..];
+    }
+    names
+}
+
+/// The calls in progress through the gateway, per server: what each one needs to be asked
+/// through (`C`: its request's [`Context`]).
+struct Calls<C = Call> {
+    inner: Mutex<CallsInner<C>>,
+}
+
+impl<C> Default for Calls<C> {
+    fn default() -> Self {
+        Calls {
+            inner: Mutex::new(CallsInner {
+                next: 0,
+                by_server: HashMap::new(),
+            }),
+        }
+    }
+}
+
+impl<C> std::fmt::Debug for Calls<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Calls").finish_non_exhaustive()
+    }
+}
+
+struct CallsInner<C> {
+    next: u64,
+    /// Per server, its calls in progress, oldest first.
+    by_server: HashMap<String, VecDeque<(u64, C)>>,
+}
+
+impl<C: Clone> Calls<C> {
+    /// Records a call in progress on `server` until the returned entry is dropped.
+    fn enter(self: &Arc<Self>, server: &str, call: C) -> Entry<C> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.next += 1;
+        let id = inner.next;
+        let calls = inner.by_server.entry(server.to_owned()).or_default();
+        calls.push_back((id, call));
+        while calls.len() > MAX_CALLS_PER_SERVER {
+            calls.pop_front();
+        }
+        Entry {
+            calls: self.clone(),
+            server: server.to_owned(),
+            id,
+        }
+    }
+
+    /// The newest call in progress on `server`.
+    fn newest(&self, server: &str) -> Option<C> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .by_server
+            .get(server)
+            .and_then(|calls| calls.back())
+            .map(|(_, call)| call.clone())
+    }
+
+    /// Whether call `id` is the newest in progress on `server`.
+    fn is_newest(&self, server: &str, id: u64) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .by_server
+            .get(server)
+            .and_then(|calls| calls.back())
+            .is_some_and(|(newest, _)| *newest == id)
+    }
+
+    fn leave(&self, server: &str, id: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(calls) = inner.by_server.get_mut(server) {
+            calls.retain(|(at, _)| *at != id);
+            if calls.is_empty() {
+                inner.by_server.remove(server);
+            }
+        }
+    }
+
+    /// How many calls are remembered, over every server.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.by_server.values().map(VecDeque::len).sum()
+    }
+}
+
+/// A call's place in [`Calls`], removed when dropped.
+struct Entry<C: Clone = Call> {
+    calls: Arc<Calls<C>>,
+    server: String,
+    id: u64,
+}
+
+impl<C: Clone> Drop for Entry<C> {
+    fn drop(&mut self) {
+        self.calls.leave(&self.server, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn diff_adds_new_and_changed_items_and_removes_gone_ones() {
+        let shown: BTreeMap<String, i32> = [("a".into(), 1), ("b".into(), 2), ("c".into(), 3)]
+            .into_iter()
+            .collect();
+        let now: BTreeMap<String, i32> = [("a".into(), 1), ("b".into(), 20), ("d".into(), 4)]
+            .into_iter()
+            .collect();
+        let (added, removed) = diff(&shown, &now);
+        assert_eq!(added, vec![20, 4]);
+        assert_eq!(removed, vec!["c".to_owned()]);
+        let (added, removed) = diff(&now, &now);
+        assert!(added.is_empty() && removed.is_empty());
+    }
+
+    #[test]
+    fn template_variables_are_named_once_in_order() {
+        assert_eq!(
+            template_variables("file:///{+path}{?q,lang*}{#frag}"),
+            ["path", "q", "lang", "frag"]
+        );
+        assert_eq!(
+            template_variables("db://{table}/{id}/{id}{/seg:3}"),
+            ["table", "id", "seg"]
+        );
+        assert!(template_variables("static://no-vars").is_empty());
+        assert_eq!(template_variables("broken://{open"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_schema_is_written_back_as_its_server_sent_it() {
+        let mut properties = BTreeMap::new();
+        properties.insert(
+            "text".to_owned(),
+            json!({"type": "string"}).as_object().cloned().unwrap(),
+        );
+        let mut extra = JsonObject::new();
+        extra.insert("additionalProperties".into(), json!(false));
+        let schema = model::ToolInputSchema {
+            schema: None,
+            r#type: Some(Default::default()),
+            properties: Some(properties),
+            required: Some(vec!["text".into()]),
+            extra,
+        };
+        assert_eq!(
+            Value::Object(schema_object(&schema)),
+            json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+                "additionalProperties": false,
+            })
+        );
+    }
+
+    #[test]
+    fn prompt_arguments_become_strings() {
+        let arguments = string_arguments(json!({"a": "x", "n": 3, "b": true}));
+        assert_eq!(arguments["a"], "x");
+        assert_eq!(arguments["n"], "3");
+        assert_eq!(arguments["b"], "true");
+        assert!(string_arguments(Value::Null).is_empty());
+    }
+
+    #[test]
+    fn the_newest_call_of_a_server_is_asked_and_entries_leave_with_their_calls() {
+        let calls: Arc<Calls<&'static str>> = Arc::default();
+        assert_eq!(calls.newest("s"), None);
+        let first = calls.enter("s", "first");
+        let other = calls.enter("t", "other");
+        assert_eq!(calls.newest("s"), Some("first"));
+        let second = calls.enter("s", "second");
+        assert_eq!(calls.newest("s"), Some("second"));
+        assert!(calls.is_newest("s", second.id));
+        assert!(!calls.is_newest("s", first.id));
+        assert_eq!(calls.newest("t"), Some("other"));
+        drop(second);
+        assert_eq!(calls.newest("s"), Some("first"));
+        assert!(calls.is_newest("s", first.id));
+        drop(first);
+        assert_eq!(calls.newest("s"), None);
+        drop(other);
+        assert_eq!(calls.len(), 0);
+        assert!(calls.inner.lock().unwrap().by_server.is_empty());
+    }
+
+    #[test]
+    fn the_table_keeps_at_most_its_bound_per_server() {
+        let calls: Arc<Calls<usize>> = Arc::default();
+        let entries: Vec<_> = (0..MAX_CALLS_PER_SERVER + 10)
+            .map(|n| calls.enter("s", n))
+            .collect();
+        assert_eq!(calls.len(), MAX_CALLS_PER_SERVER);
+        assert_eq!(calls.newest("s"), Some(MAX_CALLS_PER_SERVER + 9));
+        drop(entries);
+        assert_eq!(calls.len(), 0);
+    }
+
+    #[test]
+    fn elicitation_answers_are_passed_back() {
+        let answer = |action, content| model::ElicitResult {
+            action,
+            content,
+            meta: None,
+            extra: JsonObject::new(),
+        };
+        let accepted = elicited(answer(
+            model::ElicitResultAction::Accept,
+            Some(json!({"name": "Ada"})),
+        ));
+        assert_eq!(
+            accepted,
+            Elicited::accept(json!({"name": "Ada"}).as_object().cloned().unwrap())
+        );
+        assert_eq!(
+            elicited(answer(model::ElicitResultAction::Accept, None)),
+            Elicited::accepted()
+        );
+        assert_eq!(
+            elicited(answer(model::ElicitResultAction::Decline, None)),
+            Elicited::decline()
+        );
+        assert_eq!(
+            elicited(answer(model::ElicitResultAction::Cancel, None)),
+            Elicited::cancel()
+        );
+    }
+
+    #[test]
+    fn a_refusal_says_it_is_the_policy() {
+        let text = failed(&HostError::Denied {
+            reason: "tool \"drop\" may be destructive".into(),
+        });
+        assert!(
+            text.starts_with("refused by the gateway's policy"),
+            "{text}"
+        );
+    }
+}

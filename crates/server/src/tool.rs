@@ -122,6 +122,8 @@ pub struct ToolOutput {
     pub structured: Option<Value>,
     /// Whether the call failed (`isError`): the text tells the model what went wrong.
     pub is_error: bool,
+    /// The result's `_meta`, written as given (default: none).
+    pub meta: Option<JsonObject>,
     /// The client capability the call failed for lack of ([`InputError::NotSupported`]
     /// returned by the handler): modern requests get the -32021 error instead of the result.
     ///
@@ -136,6 +138,7 @@ impl ToolOutput {
             content,
             structured: None,
             is_error: false,
+            meta: None,
             missing_capability: None,
         }
     }
@@ -147,6 +150,7 @@ impl ToolOutput {
             content: vec![Content::text(text)],
             structured: None,
             is_error: true,
+            meta: None,
             missing_capability: None,
         }
     }
@@ -159,6 +163,22 @@ impl ToolOutput {
             content: vec![Content::text(text)],
             structured: Some(value),
             is_error: false,
+            meta: None,
+            missing_capability: None,
+        }
+    }
+}
+
+/// A result as a server sent it (a gateway passing on another server's answer): its content,
+/// `structuredContent`, `isError` and `_meta`, unchanged; members no version defines (`extra`)
+/// are not kept.
+impl From<model::CallToolResult> for ToolOutput {
+    fn from(result: model::CallToolResult) -> Self {
+        ToolOutput {
+            content: result.content.into_iter().map(Content).collect(),
+            structured: result.structured_content,
+            is_error: result.is_error == Some(true),
+            meta: result.meta,
             missing_capability: None,
         }
     }

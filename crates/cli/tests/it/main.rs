@@ -7,6 +7,7 @@ mod auth;
 mod cli;
 mod demo_walk;
 mod errors;
+mod host;
 mod login;
 mod proxy;
 mod reach;

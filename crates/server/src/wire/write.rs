@@ -227,7 +227,7 @@ pub(crate) fn tool_output(output: &ToolOutput, version: V) -> Result<Box<RawValu
         _ => None,
     };
     let result = model::CallToolResult {
-        meta: None,
+        meta: output.meta.clone(),
         content: output
             .content
             .iter()
@@ -312,6 +312,31 @@ mod tests {
 
     fn output(structured: Value) -> ToolOutput {
         ToolOutput::structured(structured)
+    }
+
+    #[test]
+    fn a_result_passed_on_keeps_its_content_structure_error_and_meta() {
+        let mut meta = JsonObject::new();
+        meta.insert("trace".into(), json!("abc"));
+        let result = model::CallToolResult {
+            meta: Some(meta),
+            content: vec![text("partly done".into())],
+            is_error: Some(true),
+            result_type: None,
+            structured_content: Some(json!({"done": 1})),
+            extra: JsonObject::new(),
+        };
+        let written = tool_output(&ToolOutput::from(result), V::V2025_11_25);
+        assert_eq!(written["content"][0]["text"], "partly done");
+        assert_eq!(written["structuredContent"], json!({"done": 1}));
+        assert_eq!(written["isError"], true);
+        assert_eq!(written["_meta"], json!({"trace": "abc"}));
+        // A result of the server's own has no `_meta`.
+        assert!(
+            tool_output(&output(json!(1)), V::V2025_11_25)
+                .get("_meta")
+                .is_none()
+        );
     }
 
     #[test]

@@ -1,0 +1,273 @@
+//! The gateway (feature `gateway`): a host of in-process modelctx servers over Streamable HTTP,
+//! served as one MCP server, driven by a modelctx client in both eras. Every wait is on an event
+//! with a timeout, never a sleep.
+#![cfg(feature = "gateway")]
+
+use std::future::Future;
+use std::time::Duration;
+
+use modelctx_client::{
+    Client, CompletionRef, Elicitation, Elicited, JsonObject, LogLevel, ProtocolVersion,
+    ServerNotification,
+};
+use modelctx_host::gateway::Gateway;
+use modelctx_host::model::ToolAnnotations;
+use modelctx_host::{Host, HostConfig, ServerConfig};
+use modelctx_server::{
+    Context, HttpConfig, NoArgs, Prompt, PromptMessage, ReadRequest, Resource, ResourceContents,
+    RunningServer, Server, Tool,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const STEP: Duration = Duration::from_secs(15);
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no result within {STEP:?}"))
+}
+
+fn read_only() -> ToolAnnotations {
+    ToolAnnotations {
+        destructive_hint: None,
+        idempotent_hint: None,
+        open_world_hint: None,
+        read_only_hint: Some(true),
+        title: None,
+    }
+}
+
+async fn serve(server: &Server) -> RunningServer {
+    server
+        .serve_http("127.0.0.1:0", HttpConfig::default())
+        .await
+        .expect("a local port")
+}
+
+fn url(running: &RunningServer) -> String {
+    format!("http://{}/mcp", running.local_addr())
+}
+
+/// A backend: a tool that logs, one that waits for its cancellation (telling `cancelled`), one
+/// that asks the user, a prompt with completions, and a resource.
+fn backend(cancelled: mpsc::Sender<()>) -> Server {
+    let chatty = |context: Context, _: NoArgs| async move {
+        context
+            .log(LogLevel::Warning, Some("chat"), json!("careful"))
+            .await;
+        "said"
+    };
+    let slow = move |context: Context, _: NoArgs| {
+        let cancelled = cancelled.clone();
+        async move {
+            context.cancelled().cancelled().await;
+            let _ = cancelled.send(()).await;
+            "never seen"
+        }
+    };
+    let ask = |context: Context, _: NoArgs| async move {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        match context.elicit("Your name?", schema).await {
+            Ok(answer) => format!("hello {}", answer.content.unwrap_or_default()["name"]),
+            Err(e) => format!("no answer: {e}"),
+        }
+    };
+    let greet = Prompt::with_arguments(
+        "greet",
+        vec![("who".into(), None, true)],
+        |args: Value| async move {
+            PromptMessage::user(format!("hello {}", args["who"].as_str().unwrap_or("?")))
+        },
+    )
+    .complete("who", |partial: String, _| async move {
+        ["ada", "alan", "grace"]
+            .iter()
+            .filter(|n| n.starts_with(&partial))
+            .map(|n| (*n).to_owned())
+            .collect()
+    });
+    Server::builder("backend", "1.0.0")
+        .tool(Tool::new("chatty", chatty).annotations(read_only()))
+        .tool(Tool::new("slow", slow).annotations(read_only()))
+        .tool(Tool::new("ask", ask).annotations(read_only()))
+        .prompt(greet)
+        .resource(Resource::new(
+            "mem://b/news",
+            "news",
+            |request: ReadRequest| async move { ResourceContents::text(request.uri, "none yet") },
+        ))
+        .build()
+}
+
+/// A gateway of `servers` served over HTTP; the host, the gateway and its URL.
+async fn gateway(servers: Vec<ServerConfig>) -> (Host, Gateway, RunningServer) {
+    let mut config = HostConfig::default();
+    config.servers = servers;
+    let gateway = Gateway::builder("gateway", "1.0.0");
+    let host = gateway
+        .route_input(Host::builder(config).connect_timeout(Duration::from_secs(5)))
+        .start();
+    let host = within("start", host).await;
+    let gateway = gateway.build(host.clone());
+    let running = serve(gateway.server()).await;
+    (host, gateway, running)
+}
+
+fn client(legacy: bool) -> modelctx_client::ClientBuilder {
+    let builder = Client::builder("gateway-test", "1.0.0")
+        .on_elicitation(|elicitation| async move {
+            match elicitation {
+                Elicitation::Form { .. } => {
+                    let mut content = JsonObject::new();
+                    content.insert("name".into(), Value::from("Ada"));
+                    Ok(Elicited::accept(content))
+                }
+                _ => Ok(Elicited::decline()),
+            }
+        })
+        .request_timeout(Some(STEP));
+    if legacy {
+        builder.protocol_version(ProtocolVersion::V2025_11_25)
+    } else {
+        builder
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_list_change_reaches_the_gateways_clients() {
+    let (tx, _rx) = mpsc::channel(1);
+    let back = backend(tx);
+    let running = serve(&back).await;
+    let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = within("connect", client(true).connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let mut notes = client.notifications();
+    within("listening", client.listening())
+        .await
+        .expect("listening");
+    let tools = client.list_all_tools().await.expect("tools");
+    assert!(tools.iter().any(|t| t.name == "b__chatty"), "{tools:?}");
+
+    back.add_tool(Tool::new("fresh", |_: NoArgs| async { "new" }).annotations(read_only()))
+        .expect("added");
+    within("tools list_changed", async {
+        loop {
+            if let Ok(ServerNotification::ToolsListChanged) = notes.recv().await {
+                return;
+            }
+        }
+    })
+    .await;
+    let fresh = within("the new tool", async {
+        loop {
+            let tools = client.list_all_tools().await.expect("tools");
+            if tools.iter().any(|t| t.name == "b__fresh") {
+                return client.call_tool("b__fresh", json!({})).await;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("called");
+    assert_eq!(fresh.text(), "new");
+
+    back.remove_tool("fresh");
+    within("the tool gone", async {
+        loop {
+            let tools = client.list_all_tools().await.expect("tools");
+            if !tools.iter().any(|t| t.name == "b__fresh") {
+                return;
+            }
+            let _ = notes.recv().await;
+        }
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_logs_elicitation_completion_and_updates_pass_through() {
+    for legacy in [true, false] {
+        let (tx, mut cancelled) = mpsc::channel(1);
+        let back = backend(tx);
+        let running = serve(&back).await;
+        let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+        let client = within("connect", client(legacy).connect_http(&url(&front)))
+            .await
+            .expect("connects");
+        let mut notes = client.notifications();
+
+        // A log message of the server during a call reaches the client that made it.
+        client.set_log_level(LogLevel::Info).await.expect("level");
+        let said = client
+            .call_tool("b__chatty", json!({}))
+            .await
+            .expect("chatty");
+        assert_eq!(said.text(), "said");
+        let logged = within("the log message", async {
+            loop {
+                if let Ok(ServerNotification::Log(message)) = notes.recv().await {
+                    return message;
+                }
+            }
+        })
+        .await;
+        assert_eq!(logged.data, json!("careful"), "legacy: {legacy}");
+        assert_eq!(logged.level, LogLevel::Warning);
+
+        // The server's elicitation during a call is asked of the gateway's client.
+        let asked = client.call_tool("b__ask", json!({})).await.expect("ask");
+        assert_eq!(asked.text(), "hello \"Ada\"", "legacy: {legacy}");
+
+        // Completions come from the server that owns the prompt.
+        let completion = client
+            .complete(
+                &CompletionRef::Prompt("b__greet".into()),
+                "who",
+                "a",
+                &Default::default(),
+            )
+            .await
+            .expect("completion");
+        assert_eq!(completion.values, ["ada", "alan"]);
+
+        // A call the client drops is cancelled on the server.
+        let call = client.call_tool("b__slow", json!({}));
+        let _ = tokio::time::timeout(Duration::from_millis(300), call).await;
+        within("the server's cancellation", cancelled.recv())
+            .await
+            .expect("the slow tool saw its cancellation");
+
+        // A subscription reaches the server; its update reaches the client.
+        if legacy {
+            client
+                .subscribe_resource("mem://b/news")
+                .await
+                .expect("subscribed");
+            within("the host's subscription", async {
+                loop {
+                    back.notify_resource_updated("mem://b/news");
+                    let update = tokio::time::timeout(Duration::from_millis(200), async {
+                        loop {
+                            if let Ok(ServerNotification::ResourceUpdated { uri }) =
+                                notes.recv().await
+                            {
+                                return uri;
+                            }
+                        }
+                    })
+                    .await;
+                    if let Ok(uri) = update {
+                        assert_eq!(uri, "mem://b/news");
+                        return;
+                    }
+                }
+            })
+            .await;
+        }
+        client.close().await;
+        host.shutdown().await;
+    }
+}
