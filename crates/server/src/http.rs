@@ -132,6 +132,8 @@ pub(crate) struct Legacy {
     fan_out: Mutex<Option<CancellationToken>>,
     /// What the endpoint serving the sessions was configured with, as last configured.
     endpoint: Mutex<Option<Endpoint>>,
+    /// Where the server's endpoints count their sessions and streams (`McpApp::counters`).
+    counters: modelctx_http::server::Counters,
 }
 
 /// An open legacy session of this endpoint.
@@ -198,7 +200,18 @@ impl Legacy {
             next_ids: AtomicI64::new(0),
             fan_out: Mutex::new(None),
             endpoint: Mutex::new(None),
+            counters: modelctx_http::server::Counters::new(),
         }
+    }
+
+    /// What the server's endpoints hold now (`Server::load`): legacy sessions, open SSE
+    /// streams, and the events of the event store of the endpoint configured last, when it can
+    /// tell.
+    pub(crate) fn transport_load(&self) -> (usize, usize, Option<usize>) {
+        let events = self
+            .endpoint()
+            .and_then(|endpoint| endpoint.events.events_held());
+        (self.counters.sessions(), self.counters.streams(), events)
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, Open>> {
@@ -596,6 +609,11 @@ fn on_bus(shared: &Arc<Shared>, message: BusMessage) {
 }
 
 impl McpApp for Server {
+    /// Every endpoint of the server counts into the server's counters (`Server::load`).
+    fn counters(&self) -> Option<modelctx_http::server::Counters> {
+        Some(self.shared.legacy.counters.clone())
+    }
+
     /// A legacy session opened: it gets an entry where the server's changes reach it (and
     /// its state in the store with its first input); no task and no channel.
     ///
