@@ -8,6 +8,7 @@ mod cli;
 mod demo_walk;
 mod errors;
 mod login;
+mod otel;
 mod proxy;
 mod reach;
 mod serve;
