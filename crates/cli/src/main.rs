@@ -51,6 +51,10 @@
 //! ring (`--state-key` or `MCX_STATE_KEYS`: a usage error without), exits with 3 when Redis cannot
 //! be reached at start, and gives its instance number back when stopped gracefully. It does not
 //! make the instances' registries equal: every instance serves the same demo.
+//!
+//! `mcx --otlp URL` (any command) exports its traces and metrics to an OTLP/HTTP collector, sent
+//! before mcx exits (`otel.rs`); `mcx serve demo --metrics ADDR` and `mcx proxy --metrics ADDR`
+//! serve the metrics in the Prometheus text format at `http://ADDR/metrics` (`metrics.rs`).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
