@@ -629,3 +629,49 @@ async fn the_transport_gauges_follow_sessions_and_streams() {
     assert_eq!(gauges(), (Some(0), Some(0), Some(0)));
     running.shutdown(std::time::Duration::from_secs(1)).await;
 }
+
+/// A 2026-07-28 `subscriptions/listen` stream counts as an open stream (and opens no session)
+/// until its client goes away.
+#[tokio::test]
+async fn a_modern_listen_stream_counts_as_an_open_stream() {
+    use modelctx_tests::http::{modern_headers, modern_meta, post, within};
+    use modelctx_types::consts::{NotificationsSubscriptionsAcknowledged, SubscriptionsListen};
+
+    const NAME: &str = "otel-listen-gauges";
+    metrics();
+    let server = modelctx_server::Server::builder(NAME, "1.0.0")
+        .declare_tools()
+        .build();
+    let config = modelctx_server::HttpConfig::default()
+        .keep_alive(Some(std::time::Duration::from_millis(20)));
+    let running = server
+        .serve_http("127.0.0.1:0", config)
+        .await
+        .expect("served");
+    let listen = json!({"jsonrpc": "2.0", "id": 1, "method": SubscriptionsListen::VALUE,
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": modern_meta()}});
+    let mut stream = post(
+        running.local_addr(),
+        &modern_headers(SubscriptionsListen::VALUE, None),
+        &listen,
+    )
+    .await;
+    assert_eq!(stream.status, 200);
+    let (_, ack) = within("the listen acknowledged", stream.next_message())
+        .await
+        .expect("an acknowledgement");
+    assert_eq!(ack["method"], NotificationsSubscriptionsAcknowledged::VALUE);
+    let load = server.load();
+    assert_eq!((load.sessions, load.streams), (0, 1), "{load:?}");
+    assert_eq!(gauge("mcp.server.streams.open", NAME), Some(1));
+    assert_eq!(gauge("mcp.server.sessions.active", NAME), Some(0));
+    drop(stream);
+    within("the listen stream is let go", async {
+        while server.load().streams != 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(gauge("mcp.server.streams.open", NAME), Some(0));
+    running.shutdown(std::time::Duration::from_secs(1)).await;
+}
