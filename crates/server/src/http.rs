@@ -1720,6 +1720,49 @@ mod tests {
         server.shared.legacy.sizes()
     }
 
+    /// `Server::load` counts what its endpoints hold: every endpoint of the server counts into
+    /// the server's counters (two here), and the events are those of the endpoint's store.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_load_counts_the_sessions_and_streams_of_every_endpoint() {
+        let server = Server::builder("s", "1").build();
+        assert_eq!(server.load().events, None, "not served over HTTP yet");
+        assert!(server.load().is_idle());
+        let one = server.http_service(ServerConfig::default()).unwrap();
+        let two = server.http_service(ServerConfig::default()).unwrap();
+        assert!(one.counters().same(two.counters()));
+        let a = open_legacy(&one).await;
+        let b = open_legacy(&two).await;
+        let load = server.load();
+        assert_eq!((load.sessions, load.streams, load.events), (2, 0, Some(0)));
+        assert!(!load.is_idle());
+        let get = Request::get("/mcp")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &a)
+            .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))))
+            .body(String::new())
+            .unwrap();
+        let stream = one.handle(get).await;
+        assert_eq!(stream.status(), StatusCode::OK);
+        assert_eq!(server.load().streams, 1);
+        drop(stream);
+        assert_eq!(server.load().streams, 0);
+        for (service, sid) in [(&one, &a), (&two, &b)] {
+            let delete = Request::delete("/mcp")
+                .header("host", "127.0.0.1")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("mcp-session-id", sid.as_str())
+                .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))))
+                .body(String::new())
+                .unwrap();
+            assert!(service.handle(delete).await.status().is_success());
+        }
+        let load = server.load();
+        assert_eq!((load.sessions, load.streams), (0, 0));
+        assert!(load.is_idle());
+    }
+
     /// A legacy session's state is plain data in the store, saved when it changes; between
     /// requests a session has no runner, no task and no channel: N idle sessions add no task.
     #[tokio::test(flavor = "current_thread")]

@@ -741,6 +741,23 @@ pub struct Load {
     pub events: Option<usize>,
 }
 
+impl Load {
+    /// Whether nothing is under way or open: no connection, handler, task, session or stream.
+    /// The events an event store keeps for resumption ([`events`](Self::events)) are left
+    /// aside: they outlive the streams that wrote them, until their age passes.
+    pub fn is_idle(&self) -> bool {
+        let Load {
+            connections,
+            handlers,
+            tasks,
+            sessions,
+            streams,
+            events: _,
+        } = *self;
+        connections + handlers + tasks + sessions + streams == 0
+    }
+}
+
 /// Why a change to what the server offers was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -47,9 +47,14 @@ impl Counters {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Sets the count of sessions held (the table's size, under the table's lock).
-    pub(crate) fn set_sessions(&self, held: usize) {
-        self.0.sessions.store(held, Ordering::Release);
+    /// One more session held (placed in a table, under its lock).
+    pub(crate) fn session_opened(&self) {
+        self.0.sessions.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One session fewer (taken out of its table, under its lock).
+    pub(crate) fn session_closed(&self) {
+        self.0.sessions.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// One more stream open, until the guard is dropped.
@@ -74,7 +79,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stream_counts_while_its_guard_lives_and_clones_share_the_counts() {
+    fn counts_add_up_across_clones_and_a_stream_counts_while_its_guard_lives() {
         let counters = Counters::new();
         let shared = counters.clone();
         assert!(counters.same(&shared));
@@ -86,7 +91,10 @@ mod tests {
         assert_eq!(shared.streams(), 1);
         drop(two);
         assert_eq!(counters.streams(), 0);
-        counters.set_sessions(3);
-        assert_eq!(shared.sessions(), 3);
+        counters.session_opened();
+        shared.session_opened();
+        assert_eq!(counters.sessions(), 2);
+        counters.session_closed();
+        assert_eq!(shared.sessions(), 1);
     }
 }

@@ -212,7 +212,9 @@ impl Shared {
                 match self.full_scope(&sessions, principal, peer) {
                     None => {
                         let placed = place(&mut sessions);
-                        self.counters.set_sessions(sessions.len());
+                        if placed.is_some() {
+                            self.counters.session_opened();
+                        }
                         return placed;
                     }
                     Some(scope) => {
@@ -486,8 +488,8 @@ impl Shared {
             .is_some_and(|held| std::ptr::eq(&**held, session))
         {
             sessions.remove(&session.id);
+            self.counters.session_closed();
         }
-        self.counters.set_sessions(sessions.len());
         shrink(&mut sessions);
     }
 }
