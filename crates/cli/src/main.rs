@@ -57,6 +57,10 @@
 //! ring (`--state-key` or `MCX_STATE_KEYS`: a usage error without), exits with 3 when Redis cannot
 //! be reached at start, and gives its instance number back when stopped gracefully. It does not
 //! make the instances' registries equal: every instance serves the same demo.
+//!
+//! `mcx --otlp URL` (any command) exports its traces and metrics to an OTLP/HTTP collector, sent
+//! before mcx exits (`otel.rs`); `mcx serve demo --metrics ADDR` and `mcx proxy --metrics ADDR`
+//! serve the metrics in the Prometheus text format at `http://ADDR/metrics` (`metrics.rs`).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -82,6 +86,8 @@ mod exit;
 mod fleet;
 mod host;
 mod login;
+mod metrics;
+mod otel;
 mod output;
 mod progress;
 mod proxy;
@@ -100,6 +106,13 @@ mod words;
 struct Cli {
     #[command(flatten)]
     target: Target,
+    /// Export the traces and metrics of this command, or of the server it runs, to the
+    /// OpenTelemetry collector at this OTLP/HTTP base URL, such as http://localhost:4318
+    /// (protobuf: traces to URL/v1/traces, metrics to URL/v1/metrics). Everything recorded is
+    /// sent before mcx exits. Only this flag turns it on: OTEL_EXPORTER_OTLP_ENDPOINT is not
+    /// read.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -287,6 +300,10 @@ struct ProxyArgs {
     /// cancelled and answered.
     #[arg(long, short)]
     verbose: bool,
+    /// Serve the proxy's metrics (its sessions, streams and stored events) in the Prometheus
+    /// text format at http://ADDR/metrics (HOST:PORT; port 0: any free port, printed to stderr).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     auth: auth::AuthArgs,
     // The children's environment.
@@ -334,6 +351,12 @@ struct ServeDemo {
     /// be reached at start, mcx exits with status 3. See docs/deploy.md.
     #[arg(long, value_name = "URL", requires = "http", conflicts_with = "stdio")]
     redis: Option<String>,
+    /// Serve the server's metrics in the Prometheus text format at http://ADDR/metrics
+    /// (HOST:PORT; port 0: any free port, printed to stderr): the duration histograms of the
+    /// requests by method and tool (their counts, errors by error_type), the handlers,
+    /// connections and tasks under way, and over HTTP the sessions, streams and stored events.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// `tools` and its `--json`.
@@ -498,6 +521,12 @@ async fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(refused) => return usage(&refused, &std::env::args_os().skip(1).collect::<Vec<_>>()),
     };
+    // `--otlp`, `--metrics`: started before any server is built or client connects, shut down
+    // (what was recorded sent) when dropped, on every return below.
+    let _telemetry = match otel::start(&telemetry(&cli)) {
+        Ok(telemetry) => telemetry,
+        Err(e) => return exit::Failed::usage(e).report(false),
+    };
     let (command, output) = match cli.command {
         Command::Demo(demo) => {
             return walkthrough::run(walkthrough::Options {
@@ -534,11 +563,27 @@ async fn main() -> ExitCode {
             };
         }
     };
+    let span = otel::command_span(&command);
     // --config (or MCX_CONFIG): every server of the config behind one host.
     if let Some(path) = servers::config_path(&cli.target) {
-        return servers::run(&path, &cli.target, Some(command), output.json).await;
+        let run = servers::run(&path, &cli.target, Some(command), output.json);
+        return tracing::Instrument::instrument(run, span).await;
     }
-    commands::run(cli.target, command, output.json).await
+    tracing::Instrument::instrument(commands::run(cli.target, command, output.json), span).await
+}
+
+/// What `--otlp` and `--metrics` ask of the command line.
+fn telemetry(cli: &Cli) -> otel::Options<'_> {
+    let (service, metrics) = match &cli.command {
+        Command::Serve(Serve::Demo(serve)) => ("mcx-demo", serve.metrics.as_deref()),
+        Command::Proxy(args) => ("mcx-proxy", args.metrics.as_deref()),
+        _ => ("mcx", None),
+    };
+    otel::Options {
+        otlp: cli.otlp.as_deref(),
+        metrics,
+        service,
+    }
 }
 
 /// clap's refusal of the command line `args` (without the program's name), and its exit
@@ -624,7 +669,13 @@ async fn proxy(args: ProxyArgs) -> ExitCode {
         Ok(guarded) => guarded,
         Err(e) => return fail(e),
     };
+    // The endpoint's counts and event store, for the gauges of `--metrics` and `--otlp`.
+    let counters = modelctx_http::server::Counters::new();
+    let events = std::sync::Arc::new(modelctx_http::event_store::MemoryEventStore::new());
+    metrics::transport_gauges("mcx-proxy", counters.clone(), events.clone());
     proxy::run(proxy::Options {
+        counters,
+        events,
         command,
         listen,
         max_sessions: args.max_sessions,

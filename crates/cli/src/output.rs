@@ -170,6 +170,8 @@ pub(crate) fn line(args: std::fmt::Arguments<'_>) {
     if let Err(e) = written {
         // Whatever a question on the terminal held back is said before the end.
         crate::progress::release();
+        // The process ends here: what `--otlp` recorded is sent first.
+        crate::otel::flush();
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }

@@ -142,6 +142,9 @@ pub(crate) struct Options {
     pub(crate) guard: Option<modelctx_server::auth::AuthGuard>,
     /// The children's environment (`--env`, `--inherit-env`).
     pub(crate) child_env: crate::reach::ChildEnv,
+    /// Where the endpoint counts its sessions and streams, and its event store (the gauges).
+    pub(crate) counters: modelctx_http::server::Counters,
+    pub(crate) events: Arc<modelctx_http::event_store::MemoryEventStore>,
 }
 
 /// Runs the proxy until Ctrl-C (or SIGTERM).
@@ -184,8 +187,10 @@ pub(crate) async fn run(options: Options) -> ExitCode {
         )),
         modern: modern.clone(),
         versions: ServerConfig::default().versions,
+        counters: options.counters,
     };
     let mut config = ServerConfig::default();
+    config.event_store = options.events;
     config.max_sessions = options.max_sessions;
     config.session_idle_timeout = options.idle_timeout;
     config.guard = options
@@ -518,6 +523,8 @@ struct Proxy {
     modern: Arc<Modern>,
     /// The versions the endpoint serves (its `ServerConfig::versions`).
     versions: Vec<modelctx_types::ProtocolVersion>,
+    /// Where the endpoint counts its sessions and streams (`McpApp::counters`).
+    counters: modelctx_http::server::Counters,
 }
 
 impl Proxy {
@@ -547,6 +554,10 @@ impl Proxy {
 }
 
 impl McpApp for Proxy {
+    fn counters(&self) -> Option<modelctx_http::server::Counters> {
+        Some(self.counters.clone())
+    }
+
     fn open_session(&self, session: LegacySession) -> Arc<dyn LegacyHandler> {
         let what = format!("legacy session {}", session.id());
         // The child must see `initialize`, the session's first message: starting it later buys

@@ -464,6 +464,15 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// How much the store holds now.
     fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>>;
+
+    /// The events the store holds now, across sessions and streams, when it can tell at once:
+    /// read from a metrics callback (a gauge), so it must not block, wait for I/O or hold a lock
+    /// for long. [`MemoryEventStore`] counts its events (after evicting those past their age);
+    /// a store kept elsewhere (shared by several instances) answers from what it has at hand or
+    /// `None`. Default: `None` (not known; a gauge reports nothing).
+    fn events_held(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The retention rules of a [`MemoryEventStore`].
@@ -713,6 +722,12 @@ impl EventStore for MemoryEventStore {
 
     fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
         Box::pin(ready(Ok(self.sizes_now())))
+    }
+
+    /// [`StoreSizes::events`], now: under the store's lock, after evicting the events past
+    /// their age.
+    fn events_held(&self) -> Option<usize> {
+        Some(self.sizes_now().events)
     }
 }
 
@@ -2080,6 +2095,35 @@ mod tests {
         fn sizes(&self) -> BoxFuture<'_, Result<StoreSizes, EventStoreError>> {
             self.inner.sizes()
         }
+    }
+
+    /// The events held, as a gauge reads them: across sessions and streams, less those past
+    /// their age, and none once the sessions are removed; a store that cannot tell says so.
+    #[test]
+    fn event_store_events_held() {
+        let (s, millis) = store(MemoryEventStoreConfig {
+            max_age: Duration::from_secs(10),
+            ..big()
+        });
+        assert_eq!(s.events_held(), Some(0));
+        s.append_now("a", StreamId(1), data("a1"));
+        s.append_now("a", StreamId(2), data("a2"));
+        millis.store(6_000, Ordering::SeqCst);
+        s.append_now("b", StreamId(1), data("b1"));
+        assert_eq!(s.events_held(), Some(3));
+        // Session a's events are 10 s old: evicted as the gauge reads.
+        millis.store(10_000, Ordering::SeqCst);
+        assert_eq!(s.events_held(), Some(1));
+        s.remove_session_now("b");
+        assert_eq!(s.events_held(), Some(0));
+
+        // A store that does not override it (a test double of its own) cannot tell.
+        let unknown = Broken {
+            inner: MemoryEventStore::new(),
+            breach: Breach::NeverDone,
+        };
+        unknown.inner.append_now("a", StreamId(1), data("a1"));
+        assert_eq!(unknown.events_held(), None);
     }
 
     /// An opened stream with no event: counted, no id of it replays, finished before its

@@ -16,7 +16,10 @@
 //!   idle timeout, sessions bound to the authenticated principal. `server::serve` runs it on
 //!   its own (any address tokio resolves) until it is stopped: its `RunningServer` is a future
 //!   that resolves when the server is down, stopped by a `ShutdownHandle` or, with
-//!   `with_graceful_shutdown`, by a signal (`shutdown_signal()`: Ctrl-C or SIGTERM).
+//!   `with_graceful_shutdown`, by a signal (`shutdown_signal()`: Ctrl-C or SIGTERM). It counts
+//!   what it holds for an application's gauges (`server::Counters`: legacy sessions held, SSE
+//!   streams open, as atomics updated where they open and close); the event store tells its
+//!   own size (`EventStore::events_held`).
 //! * `client` (feature `client`; HTTPS with feature `rustls`): the transport of a client
 //!   session, for both eras: session ids and resumption for legacy servers, re-issue of broken
 //!   modern requests, reopened listen streams, the `Mcp-*` headers, and the fallback to the

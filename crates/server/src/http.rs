@@ -132,6 +132,8 @@ pub(crate) struct Legacy {
     fan_out: Mutex<Option<CancellationToken>>,
     /// What the endpoint serving the sessions was configured with, as last configured.
     endpoint: Mutex<Option<Endpoint>>,
+    /// Where the server's endpoints count their sessions and streams (`McpApp::counters`).
+    counters: modelctx_http::server::Counters,
 }
 
 /// An open legacy session of this endpoint.
@@ -198,7 +200,18 @@ impl Legacy {
             next_ids: AtomicI64::new(0),
             fan_out: Mutex::new(None),
             endpoint: Mutex::new(None),
+            counters: modelctx_http::server::Counters::new(),
         }
+    }
+
+    /// What the server's endpoints hold now (`Server::load`): legacy sessions, open SSE
+    /// streams, and the events of the event store of the endpoint configured last, when it can
+    /// tell.
+    pub(crate) fn transport_load(&self) -> (usize, usize, Option<usize>) {
+        let events = self
+            .endpoint()
+            .and_then(|endpoint| endpoint.events.events_held());
+        (self.counters.sessions(), self.counters.streams(), events)
     }
 
     fn sessions(&self) -> MutexGuard<'_, HashMap<String, Open>> {
@@ -596,6 +609,11 @@ fn on_bus(shared: &Arc<Shared>, message: BusMessage) {
 }
 
 impl McpApp for Server {
+    /// Every endpoint of the server counts into the server's counters (`Server::load`).
+    fn counters(&self) -> Option<modelctx_http::server::Counters> {
+        Some(self.shared.legacy.counters.clone())
+    }
+
     /// A legacy session opened: it gets an entry where the server's changes reach it (and
     /// its state in the store with its first input); no task and no channel.
     ///
@@ -1700,6 +1718,49 @@ mod tests {
 
     fn sizes(server: &Server) -> LegacySizes {
         server.shared.legacy.sizes()
+    }
+
+    /// `Server::load` counts what its endpoints hold: every endpoint of the server counts into
+    /// the server's counters (two here), and the events are those of the endpoint's store.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_load_counts_the_sessions_and_streams_of_every_endpoint() {
+        let server = Server::builder("s", "1").build();
+        assert_eq!(server.load().events, None, "not served over HTTP yet");
+        assert!(server.load().is_idle());
+        let one = server.http_service(ServerConfig::default()).unwrap();
+        let two = server.http_service(ServerConfig::default()).unwrap();
+        assert!(one.counters().same(two.counters()));
+        let a = open_legacy(&one).await;
+        let b = open_legacy(&two).await;
+        let load = server.load();
+        assert_eq!((load.sessions, load.streams, load.events), (2, 0, Some(0)));
+        assert!(!load.is_idle());
+        let get = Request::get("/mcp")
+            .header("host", "127.0.0.1")
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .header("mcp-session-id", &a)
+            .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))))
+            .body(String::new())
+            .unwrap();
+        let stream = one.handle(get).await;
+        assert_eq!(stream.status(), StatusCode::OK);
+        assert_eq!(server.load().streams, 1);
+        drop(stream);
+        assert_eq!(server.load().streams, 0);
+        for (service, sid) in [(&one, &a), (&two, &b)] {
+            let delete = Request::delete("/mcp")
+                .header("host", "127.0.0.1")
+                .header("mcp-protocol-version", "2025-06-18")
+                .header("mcp-session-id", sid.as_str())
+                .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 50_000))))
+                .body(String::new())
+                .unwrap();
+            assert!(service.handle(delete).await.status().is_success());
+        }
+        let load = server.load();
+        assert_eq!((load.sessions, load.streams), (0, 0));
+        assert!(load.is_idle());
     }
 
     /// A legacy session's state is plain data in the store, saved when it changes; between

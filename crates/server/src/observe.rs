@@ -304,6 +304,8 @@ pub(crate) fn inject(params: &mut JsonObject, span: &Span) {
     let _ = (params, span);
 }
 
+#[cfg(all(feature = "otel", feature = "http"))]
+pub(crate) use otel::transport_gauges;
 #[cfg(feature = "otel")]
 pub(crate) use otel::{Metrics, gauges};
 
@@ -462,6 +464,59 @@ mod otel {
             "Handlers running as tasks in this process",
             |s| s.tasks.running(),
         );
+    }
+
+    /// The gauges of what the server's HTTP endpoints hold (`Server::load`), with the attribute
+    /// `mcp.server.name`: legacy sessions (`mcp.server.sessions.active`), open SSE streams
+    /// (`mcp.server.streams.open`) and the events of the event store
+    /// (`mcp.server.event_store.events`, observed only when the store can tell). The
+    /// OpenTelemetry semantic conventions for MCP name no such instruments (only the operation
+    /// and session durations): these names follow theirs.
+    #[cfg(feature = "http")]
+    pub(crate) fn transport_gauges(shared: &std::sync::Arc<Shared>) {
+        let meter = opentelemetry::global::meter("modelctx-server");
+        let name = shared
+            .config
+            .server_info
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        type Read = fn(&Shared) -> Option<usize>;
+        let gauges: [(&str, &str, &str, Read); 3] = [
+            (
+                "mcp.server.sessions.active",
+                "{session}",
+                "Legacy HTTP sessions held (the 2026-07-28 era has none)",
+                |s| Some(s.legacy.transport_load().0),
+            ),
+            (
+                "mcp.server.streams.open",
+                "{stream}",
+                "SSE streams open: POST response streams, standalone GET streams, listen streams",
+                |s| Some(s.legacy.transport_load().1),
+            ),
+            (
+                "mcp.server.event_store.events",
+                "{event}",
+                "Events the event store holds for resumption",
+                |s| s.legacy.transport_load().2,
+            ),
+        ];
+        for (instrument, unit, description, read) in gauges {
+            let shared = std::sync::Arc::downgrade(shared);
+            let attributes = [KeyValue::new("mcp.server.name", name.clone())];
+            meter
+                .u64_observable_gauge(instrument)
+                .with_unit(unit)
+                .with_description(description)
+                .with_callback(move |observer| {
+                    if let Some(value) = shared.upgrade().and_then(|shared| read(&shared)) {
+                        observer.observe(value as u64, &attributes);
+                    }
+                })
+                .build();
+        }
     }
 
     /// The measure of one request under way.

@@ -640,6 +640,8 @@ impl ServerBuilder {
         };
         #[cfg(feature = "otel")]
         crate::observe::gauges(&server.shared);
+        #[cfg(all(feature = "otel", feature = "http"))]
+        crate::observe::transport_gauges(&server.shared);
         if let Some((bus, outgoing)) = outgoing {
             let shared = Arc::downgrade(&server.shared);
             tokio::spawn(crate::bus::run(shared, bus, outgoing));
@@ -722,6 +724,38 @@ pub struct Load {
     pub handlers: usize,
     /// Handlers running as tasks, in this process ([`tasks`](crate::tasks)).
     pub tasks: usize,
+    /// Legacy HTTP sessions held by the server's Streamable HTTP endpoints (those of the
+    /// deprecated HTTP+SSE transport included), from `initialize` (or adoption) until they end
+    /// or are forgotten. The 2026-07-28 era has none: its requests count in
+    /// [`connections`](Self::connections) while served. 0 without feature `http`.
+    pub sessions: usize,
+    /// SSE streams open on the server's endpoints: POST response streams of both eras (a
+    /// 2026-07-28 `subscriptions/listen` stream among them), standalone GET streams and those
+    /// GET resumes, until they end or their client goes away. 0 without feature `http`.
+    pub streams: usize,
+    /// Events the event store holds for resumption, across sessions and streams: the store of
+    /// the endpoint configured last, when it can tell at once
+    /// ([`EventStore::events_held`](crate::event_store::EventStore::events_held); the in-memory store
+    /// does). `None` when it cannot, before the server is served over HTTP, and without
+    /// feature `http`.
+    pub events: Option<usize>,
+}
+
+impl Load {
+    /// Whether nothing is under way or open: no connection, handler, task, session or stream.
+    /// The events an event store keeps for resumption ([`events`](Self::events)) are left
+    /// aside: they outlive the streams that wrote them, until their age passes.
+    pub fn is_idle(&self) -> bool {
+        let Load {
+            connections,
+            handlers,
+            tasks,
+            sessions,
+            streams,
+            events: _,
+        } = *self;
+        connections + handlers + tasks + sessions + streams == 0
+    }
 }
 
 /// Why a change to what the server offers was refused.
@@ -863,10 +897,17 @@ impl Server {
     /// What the server has under way.
     pub fn load(&self) -> Load {
         use std::sync::atomic::Ordering::SeqCst;
+        #[cfg(feature = "http")]
+        let (sessions, streams, events) = self.shared.legacy.transport_load();
+        #[cfg(not(feature = "http"))]
+        let (sessions, streams, events) = (0, 0, None);
         Load {
             connections: self.shared.load.connections.load(SeqCst),
             handlers: self.shared.load.handlers.load(SeqCst),
             tasks: self.shared.tasks.running(),
+            sessions,
+            streams,
+            events,
         }
     }
 

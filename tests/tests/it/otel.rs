@@ -550,3 +550,128 @@ async fn the_gauges_show_the_work_under_way() {
     assert_eq!(gauge("mcp.server.handlers", "otel-gauges"), Some(0));
     assert_eq!(gauge("mcp.server.connections", "otel-gauges"), Some(0));
 }
+
+/// The transport's gauges of a server served over HTTP: up while two legacy sessions and a
+/// standalone stream are open, the stream's count back to zero once its client went away, the
+/// sessions' and the stored events' once the sessions were deleted; `Server::load` says the
+/// same.
+#[tokio::test]
+async fn the_transport_gauges_follow_sessions_and_streams() {
+    use modelctx_tests::http::{open_session, raw_request, within};
+
+    const NAME: &str = "otel-transport-gauges";
+    const V: &str = "2025-11-25";
+    metrics();
+    let server = modelctx_server::Server::builder(NAME, "1.0.0").build();
+    // Keep-alive comments every 20 ms: a stream whose client went away is found out at once.
+    let config = modelctx_server::HttpConfig::default()
+        .keep_alive(Some(std::time::Duration::from_millis(20)));
+    let running = server
+        .serve_http("127.0.0.1:0", config)
+        .await
+        .expect("served");
+    let addr = running.local_addr();
+    let gauges = || {
+        (
+            gauge("mcp.server.sessions.active", NAME),
+            gauge("mcp.server.streams.open", NAME),
+            gauge("mcp.server.event_store.events", NAME),
+        )
+    };
+
+    let a = open_session(addr, V).await;
+    let b = open_session(addr, V).await;
+    let stream_headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", a.as_str()),
+        ("MCP-Protocol-Version", V),
+    ];
+    let stream = within(
+        "GET",
+        raw_request(addr, "GET", "/mcp", &stream_headers, b""),
+    )
+    .await;
+    assert_eq!(stream.status, 200);
+    let load = server.load();
+    assert_eq!((load.sessions, load.streams), (2, 1), "{load:?}");
+    // The standalone stream's priming event (2025-11-25) is stored for resumption.
+    let events = load.events.expect("the in-memory store tells its size");
+    assert!(events >= 1, "{load:?}");
+    assert_eq!(gauges(), (Some(2), Some(1), Some(events as u64)));
+
+    // The stream's client goes away: its connection closes.
+    drop(stream);
+    within("the stream is let go", async {
+        while server.load().streams != 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let (sessions, streams, _) = gauges();
+    assert_eq!((sessions, streams), (Some(2), Some(0)));
+
+    for session in [&a, &b] {
+        let headers = [
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", V),
+        ];
+        let deleted = within("DELETE", raw_request(addr, "DELETE", "/mcp", &headers, b"")).await;
+        assert!((200..300).contains(&deleted.status), "{}", deleted.status);
+    }
+    within("the sessions end", async {
+        while server.load().sessions != 0 || server.load().events != Some(0) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let load = server.load();
+    assert_eq!((load.sessions, load.streams, load.events), (0, 0, Some(0)));
+    assert_eq!(gauges(), (Some(0), Some(0), Some(0)));
+    running.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// A 2026-07-28 `subscriptions/listen` stream counts as an open stream (and opens no session)
+/// until its client goes away.
+#[tokio::test]
+async fn a_modern_listen_stream_counts_as_an_open_stream() {
+    use modelctx_tests::http::{modern_headers, modern_meta, post, within};
+    use modelctx_types::consts::{NotificationsSubscriptionsAcknowledged, SubscriptionsListen};
+
+    const NAME: &str = "otel-listen-gauges";
+    metrics();
+    let server = modelctx_server::Server::builder(NAME, "1.0.0")
+        .declare_tools()
+        .build();
+    let config = modelctx_server::HttpConfig::default()
+        .keep_alive(Some(std::time::Duration::from_millis(20)));
+    let running = server
+        .serve_http("127.0.0.1:0", config)
+        .await
+        .expect("served");
+    let listen = json!({"jsonrpc": "2.0", "id": 1, "method": SubscriptionsListen::VALUE,
+        "params": {"notifications": {"toolsListChanged": true}, "_meta": modern_meta()}});
+    let mut stream = post(
+        running.local_addr(),
+        &modern_headers(SubscriptionsListen::VALUE, None),
+        &listen,
+    )
+    .await;
+    assert_eq!(stream.status, 200);
+    let (_, ack) = within("the listen acknowledged", stream.next_message())
+        .await
+        .expect("an acknowledgement");
+    assert_eq!(ack["method"], NotificationsSubscriptionsAcknowledged::VALUE);
+    let load = server.load();
+    assert_eq!((load.sessions, load.streams), (0, 1), "{load:?}");
+    assert_eq!(gauge("mcp.server.streams.open", NAME), Some(1));
+    assert_eq!(gauge("mcp.server.sessions.active", NAME), Some(0));
+    drop(stream);
+    within("the listen stream is let go", async {
+        while server.load().streams != 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(gauge("mcp.server.streams.open", NAME), Some(0));
+    running.shutdown(std::time::Duration::from_secs(1)).await;
+}

@@ -143,7 +143,7 @@ async fn a_modern_handler_sending_past_its_command_bound_loses_nothing() {
         assert_eq!(*seen.lock().unwrap(), expected);
         // The request's runner, its channel and its handler are gone with it.
         within("the request's runner ends", async {
-            while server.load() != modelctx_server::Load::default() {
+            while !server.load().is_idle() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })

@@ -9,6 +9,7 @@ mod demo_walk;
 mod errors;
 mod host;
 mod login;
+mod otel;
 mod proxy;
 mod reach;
 mod serve;

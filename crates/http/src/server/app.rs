@@ -62,6 +62,15 @@ pub trait McpApp: Send + Sync + 'static {
         false
     }
 
+    /// The counters the endpoint counts its legacy sessions and open SSE streams into, to read
+    /// them from the application (a server's load and its gauges). Asked once, when the
+    /// [`McpService`](super::McpService) is made; several endpoints given the same counters
+    /// count together. Default: `None` (the endpoint counts into counters of its own,
+    /// [`McpService::counters`](super::McpService::counters)).
+    fn counters(&self) -> Option<super::Counters> {
+        None
+    }
+
     /// A modern (2026-07-28) request or notification whose headers agree with its body
     /// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`). Its `_meta` and version
     /// are not checked: that is the protocol session's to do (answer a refused request with

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::app::{Closed, LegacySession, McpApp, Principal};
 use super::config::ServerConfig;
+use super::counters::Counters;
 use super::legacy::{Session, redact, shrink};
 
 /// The sizes of the server's tables, for tests that check they return to empty.
@@ -61,6 +62,8 @@ pub(crate) struct Shared {
     shares_sessions: bool,
     /// Events the event store refused (`TableSizes::events_unstored`).
     events_unstored: AtomicU64,
+    /// The sessions held and the streams open, for the application's gauges.
+    pub(crate) counters: Counters,
 }
 
 /// Whether a request of principal `asking` may use a session bound to `bound`: the one owner of
@@ -131,8 +134,9 @@ impl Drop for Unplaced {
 
 impl Shared {
     /// The table of an endpoint whose application shares its sessions with other instances
-    /// (`shares_sessions`, `McpApp::shares_sessions`) or not.
-    pub(crate) fn new(config: ServerConfig, shares_sessions: bool) -> Self {
+    /// (`shares_sessions`, `McpApp::shares_sessions`) or not, counting what it holds in
+    /// `counters`.
+    pub(crate) fn new(config: ServerConfig, shares_sessions: bool, counters: Counters) -> Self {
         Shared {
             config,
             sessions: Mutex::new(HashMap::new()),
@@ -140,6 +144,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             shares_sessions,
             events_unstored: AtomicU64::new(0),
+            counters,
         }
     }
 
@@ -205,7 +210,13 @@ impl Shared {
             let candidates = {
                 let mut sessions = self.sessions();
                 match self.full_scope(&sessions, principal, peer) {
-                    None => return place(&mut sessions),
+                    None => {
+                        let placed = place(&mut sessions);
+                        if placed.is_some() {
+                            self.counters.session_opened();
+                        }
+                        return placed;
+                    }
                     Some(scope) => {
                         let mut in_scope: Vec<(Instant, Arc<Session>)> = sessions
                             .values()
@@ -477,6 +488,7 @@ impl Shared {
             .is_some_and(|held| std::ptr::eq(&**held, session))
         {
             sessions.remove(&session.id);
+            self.counters.session_closed();
         }
         shrink(&mut sessions);
     }
@@ -514,7 +526,12 @@ mod tests {
     /// a session once it ends, and is empty after shutdown.
     #[tokio::test]
     async fn the_table_opens_finds_and_forgets_sessions() {
-        let shared = Arc::new(Shared::new(ServerConfig::default(), false));
+        let counters = Counters::new();
+        let shared = Arc::new(Shared::new(
+            ServerConfig::default(),
+            false,
+            counters.clone(),
+        ));
         let alice = shared.open(Some(principal("alice")), None).await.unwrap();
         let anonymous = shared.open(None, None).await.unwrap();
         assert_ne!(alice.id, anonymous.id);
@@ -532,13 +549,16 @@ mod tests {
         );
         assert!(shared.find(&alice.id, Some(&principal("bob"))).is_none());
         assert!(shared.find(&anonymous.id, None).is_some());
+        assert_eq!(counters.sessions(), 2);
 
         alice.end().await;
         assert!(shared.find(&alice.id, Some(&principal("alice"))).is_none());
         assert_eq!(shared.sizes().await.sessions, 1);
+        assert_eq!(counters.sessions(), 1);
 
         shared.end_all().await;
         assert!(shared.find(&anonymous.id, None).is_none());
         assert!(shared.sizes().await.is_empty());
+        assert_eq!(counters.sessions(), 0);
     }
 }

@@ -1500,6 +1500,7 @@ mod tests {
         closed: Arc<std::sync::Mutex<Vec<(String, super::super::Closed)>>>,
         adopts: Option<modelctx_types::ProtocolVersion>,
         shares: bool,
+        counters: Option<super::super::Counters>,
     }
 
     struct Handler {
@@ -1574,6 +1575,10 @@ mod tests {
             self.shares
         }
 
+        fn counters(&self) -> Option<super::super::Counters> {
+            self.counters.clone()
+        }
+
         fn modern(&self, _request: ModernRequest) {}
     }
 
@@ -1644,6 +1649,128 @@ mod tests {
             assert!(service.table_sizes().await.is_empty());
             assert_eq!(dropped.load(Ordering::SeqCst), round);
         }
+    }
+
+    /// The counters of the application (`McpApp::counters`) follow the sessions held and the
+    /// streams open, and come back to zero: a POST's stream once read to its end, a standalone
+    /// stream its client dropped, one its session's end closed; sessions once deleted.
+    #[tokio::test]
+    async fn the_counters_follow_sessions_and_streams_back_to_zero() {
+        let counters = super::super::Counters::new();
+        let app = Arc::new(App {
+            counters: Some(counters.clone()),
+            ..App::default()
+        });
+        let config = ServerConfig {
+            sse_responses: true,
+            ..ServerConfig::default()
+        };
+        let service = McpService::new(config, app).unwrap();
+        assert!(service.counters().same(&counters));
+        let count = || (counters.sessions(), counters.streams());
+        assert_eq!(count(), (0, 0));
+
+        // `initialize` answered on a stream: open while its body is.
+        let response = service.handle(initialize()).await;
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let a = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(count(), (1, 1));
+        let answered = events(response.into_body()).await;
+        assert_eq!(answered.len(), 2, "priming and the answer: {answered:?}");
+        assert_eq!(count(), (1, 0));
+        let b = open(&service).await;
+        assert_eq!(count(), (2, 0));
+
+        // A standalone stream whose client goes away (its body dropped, as hyper drops it when
+        // the connection closes).
+        let get = service.handle(on_session("GET", &a, "")).await;
+        assert_eq!(get.status(), 200);
+        assert_eq!(count(), (2, 1));
+        drop(get);
+        assert_eq!(count(), (2, 0));
+
+        // A standalone stream the session's end closes.
+        let get = service.handle(on_session("GET", &b, "")).await;
+        assert_eq!(get.status(), 200);
+        assert_eq!(count(), (2, 1));
+        let deleted = service.handle(on_session("DELETE", &b, "")).await;
+        assert!(deleted.status().is_success(), "{}", deleted.status());
+        let _ = events(get.into_body()).await;
+        assert_eq!(count(), (1, 0));
+
+        let deleted = service.handle(on_session("DELETE", &a, "")).await;
+        assert!(deleted.status().is_success(), "{}", deleted.status());
+        assert_eq!(count(), (0, 0));
+        assert!(service.table_sizes().await.is_empty());
+    }
+
+    /// Served on a socket: a standalone stream whose client closes its connection stops
+    /// counting once the server finds the connection gone (at the next keep-alive comment),
+    /// and the session stays until it ends.
+    #[tokio::test]
+    async fn a_stream_whose_connection_closes_stops_counting() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let counters = super::super::Counters::new();
+        let app = Arc::new(App {
+            counters: Some(counters.clone()),
+            ..App::default()
+        });
+        let config = ServerConfig {
+            keep_alive: Some(std::time::Duration::from_millis(20)),
+            ..ServerConfig::default()
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let running = super::super::serve_on(listener, config, app).await.unwrap();
+        let head = |request: String| async move {
+            let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+            socket.write_all(request.as_bytes()).await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(within(socket.read(&mut byte)).await.unwrap(), 1);
+                head.push(byte[0]);
+            }
+            (
+                socket,
+                String::from_utf8(head).unwrap().to_ascii_lowercase(),
+            )
+        };
+        let body = initialize().into_body();
+        let (_socket, answer) = head(format!(
+            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let session = answer
+            .lines()
+            .find_map(|line| line.strip_prefix("mcp-session-id: "))
+            .expect("a session id")
+            .trim()
+            .to_owned();
+        assert_eq!(counters.sessions(), 1);
+        let (socket, answer) = head(format!(
+            "GET /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n\
+             mcp-session-id: {session}\r\nmcp-protocol-version: 2025-11-25\r\n\r\n"
+        ))
+        .await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        assert_eq!(counters.streams(), 1);
+        drop(socket);
+        within(async {
+            while counters.streams() != 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert_eq!(counters.sessions(), 1);
+        running.shutdown(std::time::Duration::from_secs(1)).await;
+        assert_eq!((counters.sessions(), counters.streams()), (0, 0));
     }
 
     /// A request on session `session` (2025-11-25) with `body`.

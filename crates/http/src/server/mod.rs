@@ -7,6 +7,7 @@
 
 mod app;
 mod config;
+pub(crate) mod counters;
 mod endpoint;
 mod guard;
 mod legacy;
@@ -22,6 +23,7 @@ pub use app::{
     Principal, RequestContext, StreamClosed, Unavailable,
 };
 pub use config::{ConfigError, ServerConfig};
+pub use counters::Counters;
 pub use endpoint::TableSizes;
 pub use guard::{Challenge, Grant, Guard, Metadata};
 #[cfg(feature = "legacy-sse")]

@@ -173,7 +173,8 @@ pub(crate) async fn dispatch(
         config.keep_alive,
         shared.shutdown.clone(),
         Some(cancelled),
-    );
+    )
+    .counted(shared.counters.stream());
     let mut response = Response::new(body.boxed_unsync());
     sse_headers(&mut response);
     response

@@ -80,7 +80,8 @@ pub(crate) async fn open(
         shared.config.keep_alive,
         session.ended.clone(),
         Some(closed),
-    );
+    )
+    .counted(shared.counters.stream());
     let mut response = Response::new(body.boxed_unsync());
     sse_headers(&mut response);
     response

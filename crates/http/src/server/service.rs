@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::app::{LegacySession, McpApp, PeerAddr, Principal, RequestContext};
 use super::config::{ConfigError, ServerConfig};
+use super::counters::Counters;
 use super::endpoint::{Missing, Shared, TableSizes};
 use super::guard::{self, Metadata};
 use super::legacy::{Decision, NotResumed, Refused, Session};
@@ -76,7 +77,11 @@ impl McpService {
     pub fn new(config: ServerConfig, app: Arc<dyn McpApp>) -> Result<Self, ConfigError> {
         config.check(None)?;
         Ok(McpService {
-            shared: Arc::new(Shared::new(config, app.shares_sessions())),
+            shared: Arc::new(Shared::new(
+                config,
+                app.shares_sessions(),
+                app.counters().unwrap_or_default(),
+            )),
             app,
             last_sweep: Arc::new(Mutex::new(Instant::now())),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -86,6 +91,13 @@ impl McpService {
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {
         &self.shared.config
+    }
+
+    /// What the endpoint holds now: its legacy sessions and open SSE streams (the application's
+    /// counters, [`McpApp::counters`], when it gave some: then shared with its other
+    /// endpoints).
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
     }
 
     /// The sizes of the session table and the event store.
@@ -452,7 +464,8 @@ impl McpService {
             self.shared.config.keep_alive,
             session.ended.clone(),
             None,
-        );
+        )
+        .counted(self.shared.counters.stream());
         let mut response = Response::new(body.boxed_unsync());
         sse_headers(&mut response);
         response

@@ -11,6 +11,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use crate::server::counters::OpenStream;
+
 /// One event: `id:` when given, the data in `data:` lines (a JSON message has no line breaks,
 /// but any are split correctly), and the blank line that ends it.
 pub(crate) fn event(id: Option<&str>, data: &[u8]) -> Bytes {
@@ -47,13 +49,15 @@ pub(crate) const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// The response body of a stream: frames from a bounded channel, keep-alive comments while it is
 /// idle, and an end when the channel closes or the server shuts down. Dropping it (the client
-/// went away) fires `dropped`.
+/// went away) fires `dropped`. Counted in the endpoint's open streams while it lives
+/// ([`counted`](Self::counted)).
 pub(crate) struct StreamBody {
     rx: mpsc::Receiver<Bytes>,
     keep_alive: Option<tokio::time::Interval>,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     dropped: Option<CancellationToken>,
     first: Option<Bytes>,
+    _open: Option<OpenStream>,
 }
 
 impl StreamBody {
@@ -75,7 +79,14 @@ impl StreamBody {
             shutdown: Box::pin(shutdown.cancelled_owned()),
             dropped,
             first,
+            _open: None,
         }
+    }
+
+    /// The body, counted as one open stream (`open`) until it is dropped.
+    pub(crate) fn counted(mut self, open: OpenStream) -> Self {
+        self._open = Some(open);
+        self
     }
 }
 
