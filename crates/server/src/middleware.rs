@@ -87,6 +87,8 @@ use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 pub use tower_layer::Layer;
 pub use tower_service::Service;
+use tower::ServiceExt as _;
+use tower::util::BoxService;
 
 use crate::handler::BoxFuture;
 
@@ -327,33 +329,14 @@ enum Work {
     Run(BoxFuture<Answer>),
 }
 
-/// A service of the chain, type-erased.
-trait Erased: Send {
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), BoxError>>;
-    fn call(&mut self, request: McpRequest) -> BoxFuture<Result<McpResponse, BoxError>>;
-}
-
-impl<S> Erased for S
-where
-    S: Service<McpRequest, Response = McpResponse> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), BoxError>> {
-        Service::poll_ready(self, cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: McpRequest) -> BoxFuture<Result<McpResponse, BoxError>> {
-        let future = Service::call(self, request);
-        Box::pin(async move { future.await.map_err(Into::into) })
-    }
-}
+/// A service of the chain, type-erased (its error made a [`BoxError`]).
+type Erased = BoxService<McpRequest, McpResponse, BoxError>;
 
 /// The handlers as a service: what the first layer wraps, and the layers added before a layer
 /// as it sees them. It runs the handler a request was routed to (through the tool's own
 /// layers first, for a server's chain).
 pub struct Handlers {
-    inner: Option<Box<dyn Erased>>,
+    inner: Option<Erased>,
 }
 
 impl fmt::Debug for Handlers {
@@ -422,7 +405,9 @@ impl Stack {
         <L::Service as Service<McpRequest>>::Future: Send + 'static,
     {
         self.0.push(Arc::new(move |inner| Handlers {
-            inner: Some(Box::new(layer.layer(inner))),
+            inner: Some(BoxService::new(
+                layer.layer(inner).map_err(Into::<BoxError>::into),
+            )),
         }));
     }
 
