@@ -38,9 +38,13 @@
 //! guard, and routed to its handler first; the chain then runs around that handler: the
 //! server's layers, then (for `tools/call`) the tool's, then the handler. Every era and every
 //! transport (stdio, Streamable HTTP legacy and modern, channels, in memory) goes through the
-//! same chain. What the session answers by itself (`initialize`, `ping`, the checks of a
-//! request's `_meta`) and the connection's legacy `resources/subscribe` and
-//! `resources/unsubscribe` do not reach it. A tool run as a task goes through the chain once,
+//! same chain. What the session answers by itself does not reach it: `initialize`, `ping`,
+//! `logging/setLevel`, `server/discover`, `subscriptions/listen` and the requests it refuses (the
+//! checks of a request's `_meta`, a method its version does not have); nor do the connection's
+//! legacy `resources/subscribe` and `resources/unsubscribe`. The session (`modelctx-session`,
+//! which knows no chain) answers the first ones as it reads them, and changes its state as it
+//! answers some (a session initialized, a log level set), as the connection does for a
+//! subscription: a layer that refused one would answer an error for a change already made. A tool run as a task goes through the chain once,
 //! when the task is created: the chain's response is the created task, and the task's own
 //! requests (`tasks/get`, `tasks/result`, ...) go through the server's layers as requests of
 //! their own.

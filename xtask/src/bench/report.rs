@@ -493,8 +493,9 @@ const OBSERVABILITY_ROWS: &str = "- **one pass-through layer**: the server with 
      registry (the global subscriber) over an SDK tracer provider with no span processor, so \
      every request span is enabled, sampled and recorded with its attributes, then dropped; \
      and as the global meter provider an SDK provider with a `ManualReader` that nobody \
-     collects, so `mcp.server.operation.duration` and the gauges aggregate what they are \
-     given and nothing is exported. An exporter's own cost (batching, encoding, the network) \
+     collects, so `mcp.server.operation.duration` aggregates every request's duration (the \
+     load gauges, observed only when a reader collects, are never called) and nothing is \
+     exported. An exporter's own cost (batching, encoding, the network) \
      is not in it.\n\
      - **`otel`, nothing installed**: the same binary with no subscriber and the global no-op \
      meter provider: what the feature costs compiled in but not used.";
