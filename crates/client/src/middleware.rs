@@ -53,10 +53,10 @@ use modelctx_session::{Era, ProtocolVersion};
 use modelctx_types::JsonObject;
 use serde_json::Value;
 use serde_json::value::RawValue;
-pub use tower_layer::Layer;
-pub use tower_service::Service;
 use tower::ServiceExt as _;
 use tower::util::BoxService;
+pub use tower_layer::Layer;
+pub use tower_service::Service;
 
 use crate::Error;
 use crate::driver::Answer;

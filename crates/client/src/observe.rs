@@ -229,9 +229,9 @@ mod otel {
 
     use modelctx_types::JsonObject;
     use modelctx_types::consts::ToolsCall;
+    use modelctx_types::trace_context::TraceContext;
     use opentelemetry::KeyValue;
     use opentelemetry::metrics::Histogram;
-    use modelctx_types::trace_context::TraceContext;
     use opentelemetry::trace::{
         SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
     };

@@ -20,7 +20,10 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// The application's model: answers every server's `sampling/createMessage` (after the
 /// [`Policy`]); its first argument is the asking server's config name.
 pub(crate) type Sampler = Arc<
-    dyn Fn(String, model::CreateMessageRequestParams) -> BoxFuture<Result<model::CreateMessageResult, InputError>>
+    dyn Fn(
+            String,
+            model::CreateMessageRequestParams,
+        ) -> BoxFuture<Result<model::CreateMessageResult, InputError>>
         + Send
         + Sync,
 >;
@@ -86,7 +89,9 @@ impl HostBuilder {
         F: Fn(String, model::CreateMessageRequestParams) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<model::CreateMessageResult, InputError>> + Send + 'static,
     {
-        self.shared.sampler = Some(Arc::new(move |server, params| Box::pin(handler(server, params))));
+        self.shared.sampler = Some(Arc::new(move |server, params| {
+            Box::pin(handler(server, params))
+        }));
         self
     }
 

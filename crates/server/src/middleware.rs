@@ -89,10 +89,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
-pub use tower_layer::Layer;
-pub use tower_service::Service;
 use tower::ServiceExt as _;
 use tower::util::BoxService;
+pub use tower_layer::Layer;
+pub use tower_service::Service;
 
 use crate::handler::BoxFuture;
 

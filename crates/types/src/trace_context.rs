@@ -70,7 +70,8 @@ impl TraceContext {
         if version == [0xff] || (version == [0x00] && parts.next().is_some()) {
             return None;
         }
-        let context = TraceContext::new(hex(trace)?, hex(span)?, hex::<1>(flags)?[0] & SAMPLED != 0)?;
+        let context =
+            TraceContext::new(hex(trace)?, hex(span)?, hex::<1>(flags)?[0] & SAMPLED != 0)?;
         Some(match meta.get(TRACESTATE).and_then(Value::as_str) {
             Some(state) => context.with_trace_state(state),
             None => context,
@@ -162,7 +163,10 @@ mod tests {
         .expect("a context");
         assert_eq!(context.trace_id[..2], [0x4b, 0xf9]);
         assert_eq!(context.trace_id[15], 0x36);
-        assert_eq!(context.span_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            context.span_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
         assert!(context.sampled);
         assert_eq!(context.trace_state.as_deref(), Some("vendor=value,other=x"));
         assert_eq!(context.traceparent(), format!("00-{TRACE}-{SPAN}-01"));

@@ -112,7 +112,10 @@ fn observability_plan() -> Vec<(&'static Workload, Vec<Implementation>)> {
         .iter()
         .filter(|w| OBSERVABILITY_WORKLOADS.contains(&w.name))
         .map(|w| {
-            let stdio = w.implementations.iter().any(|i| i.name == MODELCTX_STDIO.name);
+            let stdio = w
+                .implementations
+                .iter()
+                .any(|i| i.name == MODELCTX_STDIO.name);
             let rows = if stdio {
                 OBSERVABILITY_STDIO
             } else {

@@ -812,8 +812,12 @@ mod tests {
             secs: 100.0,
             load: (1.0, 2.0),
         };
-        let text = observability_section(&plan, &medians, "cargo xtask bench --observability", &run);
-        assert!(text.starts_with(&format!("## {OBSERVABILITY_SECTION}")), "{text}");
+        let text =
+            observability_section(&plan, &medians, "cargo xtask bench --observability", &run);
+        assert!(
+            text.starts_with(&format!("## {OBSERVABILITY_SECTION}")),
+            "{text}"
+        );
         assert!(
             text.contains(&format!(
                 "| S2: {} costs under 5% | +2.0% | 0.99x | yes |",

@@ -42,7 +42,13 @@ fn build_bench(root: &Path, bins: &[&str]) -> Result<(), String> {
 fn build_alone(root: &Path, manifest: &str, what: &str) -> Result<(), String> {
     eprintln!("==> bench: building {what} (release)");
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "--locked", "--manifest-path", manifest])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--manifest-path",
+            manifest,
+        ])
         .env("CARGO_TARGET_DIR", TARGET_DIR)
         .current_dir(root)
         .status()
