@@ -1,5 +1,6 @@
-//! Shared pieces of the benchmark binaries: the echo tool's schema, the modelctx echo server, the runtime every server
-//! uses, and the `LISTENING <port>` line of the HTTP servers.
+//! Shared pieces of the benchmark binaries: the echo tool's schema, the modelctx echo server (and
+//! the pass-through middleware layer of its `layered` rows), the runtime every server uses, and
+//! the `LISTENING <port>` line of the HTTP servers.
 
 /// The input schema of the `echo` tool, `{"text": string}`, written by hand (the rmcp server's).
 pub fn echo_schema() -> serde_json::Map<String, serde_json::Value> {
@@ -13,33 +14,8 @@ pub fn echo_schema() -> serde_json::Map<String, serde_json::Value> {
     }
 }
 
-/// The arguments of `echo`: `{"text": string}`, its input schema derived by schemars.
-#[derive(serde::Deserialize, schemars::JsonSchema)]
-struct Echo {
-    text: String,
-}
-
-async fn echo(args: Echo) -> String {
-    args.text
-}
-
-/// The modelctx server of the benchmarks, written as the README shows (default features, the
-/// input schema derived): the tool `echo` alone (served over stdio by `mc_stdio`, over
-/// Streamable HTTP by `mc_http`). The lean build of the same server is `lean/`.
-pub fn modelctx_server() -> modelctx_server::Server {
-    modelctx_server_with(|builder| builder)
-}
-
-/// [`modelctx_server`] with more on its builder (`mc_fleet`: the Redis stores and bus).
-pub fn modelctx_server_with(
-    more: impl FnOnce(modelctx_server::ServerBuilder) -> modelctx_server::ServerBuilder,
-) -> modelctx_server::Server {
-    more(
-        modelctx_server::Server::builder("modelctx-bench", "0.0.0")
-            .tool(modelctx_server::Tool::new("echo", echo).description("Says the text back")),
-    )
-    .build()
-}
+mod echo;
+pub use echo::{PassThrough, Passing, modelctx_server, modelctx_server_with};
 
 mod common;
 pub use common::{announce, loopback, runtime};

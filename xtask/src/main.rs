@@ -41,7 +41,9 @@ commands:
       built on its own), rmcp 3.11, the TypeScript SDK (bench/ts, on
       the Node 22 of `node`) and the raw limits behind one echo tool, modelctx with its Redis
       stores (bench/src/bin/mc_fleet.rs: one instance, and two behind nginx; needs
-      redis-server and nginx), and the load generator) in release mode into bench/target, runs every workload against every implementation,
+      redis-server and nginx), modelctx with a pass-through layer and built with `otel`
+      (bench/otel, built on its own), and the load generator) in release mode into
+      bench/target, runs every workload against every implementation,
       interleaved over 3 rounds, and writes docs/benchmarks.md; MODELCTX_BENCH_BUILD=1 also
       runs B1 (clean builds of bench/minimal/*, a few minutes more). Without redis-server or
       nginx the fleet rows are skipped, and the page says so
@@ -50,13 +52,21 @@ commands:
       Redis stores rows and bare hyper, written as their own section into docs/benchmarks.md
       (the rest of the page is left as it is); without redis-server or nginx it says so and
       writes nothing
+  bench --observability
+      only the observability rows (issue 27): modelctx as the README builds it, the same
+      server with one pass-through middleware layer, and built with the `otel` feature
+      (bench/otel, a workspace of its own) with an OpenTelemetry pipeline that exports nothing
+      and with none, in S2, H1, H3-16 and H4-16, side by side; written as their own section
+      into docs/benchmarks.md with the cost of each against the plain server and the issue's
+      5% targets (a full `bench` measures and writes them too, after the rest); about 2 minutes
+      of measuring after the builds
   ci [--step NAME]
       everything CI checks (or only the step NAME, as the step list names it): fmt, no async runtime under modelctx-session, clippy -D warnings,
       Node 22 (see `node`), tests (run with MODELCTX_NODE and MODELCTX_REQUIRE_NODE=1), a
       90-second soak (see `soak`), the failover soak (`soak --fleet`, 60 s), the official
       conformance suite (see `conformance`),
-      feature checks, the fuzz targets compile, the bench/ workspace compiles, codegen
-      --check, cargo package of every library crate (verified; --allow-dirty only off CI
+      feature checks, the fuzz targets compile, the bench workspaces compile (bench/ and
+      bench/otel), codegen --check, cargo package of every library crate (verified; --allow-dirty only off CI
       with uncommitted changes), rustdoc -D warnings, the API snapshots (see `api`)
   conformance
       the official MCP conformance suite (tests/conformance, pinned) on Node 22: the server suite
@@ -104,6 +114,9 @@ fn main() -> ExitCode {
         Some("bench") if args.len() == 1 => bench::run(&schema::project_root()).map_err(Into::into),
         Some("bench") if args.len() == 2 && args[1] == "--fleet" => {
             bench::run_fleet(&schema::project_root()).map_err(Into::into)
+        }
+        Some("bench") if args.len() == 2 && args[1] == "--observability" => {
+            bench::run_observability(&schema::project_root()).map_err(Into::into)
         }
         Some("node") if args.len() == 1 => node_cmd(),
         Some("soak") => soak::run(&schema::project_root(), &args[1..]).map_err(Into::into),

@@ -53,6 +53,8 @@ use modelctx_session::{Era, ProtocolVersion};
 use modelctx_types::JsonObject;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tower::ServiceExt as _;
+use tower::util::BoxService;
 pub use tower_layer::Layer;
 pub use tower_service::Service;
 
@@ -192,32 +194,13 @@ impl McpResponse {
     }
 }
 
-/// A service of the chain, type-erased.
-trait Erased: Send {
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
-    fn call(&mut self, request: McpRequest) -> BoxFuture<Result<McpResponse, BoxError>>;
-}
-
-impl<S> Erased for S
-where
-    S: Service<McpRequest, Response = McpResponse> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Service::poll_ready(self, cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: McpRequest) -> BoxFuture<Result<McpResponse, BoxError>> {
-        let future = Service::call(self, request);
-        Box::pin(async move { future.await.map_err(Into::into) })
-    }
-}
+/// A service of the chain, type-erased (its error made a [`BoxError`]).
+type Erased = BoxService<McpRequest, McpResponse, BoxError>;
 
 /// The connection as a service: what the first layer wraps, and the layers added before a
 /// layer as it sees them. It sends the request and gives the server's result.
 pub struct Connection {
-    inner: Option<Box<dyn Erased>>,
+    inner: Option<Erased>,
 }
 
 impl fmt::Debug for Connection {
@@ -281,7 +264,9 @@ impl Stack {
         <L::Service as Service<McpRequest>>::Future: Send + 'static,
     {
         self.0.push(Arc::new(move |inner| Connection {
-            inner: Some(Box::new(layer.layer(inner))),
+            inner: Some(BoxService::new(
+                layer.layer(inner).map_err(Into::<BoxError>::into),
+            )),
         }));
     }
 

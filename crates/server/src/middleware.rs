@@ -38,9 +38,13 @@
 //! guard, and routed to its handler first; the chain then runs around that handler: the
 //! server's layers, then (for `tools/call`) the tool's, then the handler. Every era and every
 //! transport (stdio, Streamable HTTP legacy and modern, channels, in memory) goes through the
-//! same chain. What the session answers by itself (`initialize`, `ping`, the checks of a
-//! request's `_meta`) and the connection's legacy `resources/subscribe` and
-//! `resources/unsubscribe` do not reach it. A tool run as a task goes through the chain once,
+//! same chain. What the session answers by itself does not reach it: `initialize`, `ping`,
+//! `logging/setLevel`, `server/discover`, `subscriptions/listen` and the requests it refuses (the
+//! checks of a request's `_meta`, a method its version does not have); nor do the connection's
+//! legacy `resources/subscribe` and `resources/unsubscribe`. The session (`modelctx-session`,
+//! which knows no chain) answers the first ones as it reads them, and changes its state as it
+//! answers some (a session initialized, a log level set), as the connection does for a
+//! subscription: a layer that refused one would answer an error for a change already made. A tool run as a task goes through the chain once,
 //! when the task is created: the chain's response is the created task, and the task's own
 //! requests (`tasks/get`, `tasks/result`, ...) go through the server's layers as requests of
 //! their own.
@@ -85,6 +89,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+use tower::util::BoxService;
 pub use tower_layer::Layer;
 pub use tower_service::Service;
 
@@ -327,33 +333,14 @@ enum Work {
     Run(BoxFuture<Answer>),
 }
 
-/// A service of the chain, type-erased.
-trait Erased: Send {
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), BoxError>>;
-    fn call(&mut self, request: McpRequest) -> BoxFuture<Result<McpResponse, BoxError>>;
-}
-
-impl<S> Erased for S
-where
-    S: Service<McpRequest, Response = McpResponse> + Send + 'static,
-    S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-{
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), BoxError>> {
-        Service::poll_ready(self, cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: McpRequest) -> BoxFuture<Result<McpResponse, BoxError>> {
-        let future = Service::call(self, request);
-        Box::pin(async move { future.await.map_err(Into::into) })
-    }
-}
+/// A service of the chain, type-erased (its error made a [`BoxError`]).
+type Erased = BoxService<McpRequest, McpResponse, BoxError>;
 
 /// The handlers as a service: what the first layer wraps, and the layers added before a layer
 /// as it sees them. It runs the handler a request was routed to (through the tool's own
 /// layers first, for a server's chain).
 pub struct Handlers {
-    inner: Option<Box<dyn Erased>>,
+    inner: Option<Erased>,
 }
 
 impl fmt::Debug for Handlers {
@@ -422,7 +409,9 @@ impl Stack {
         <L::Service as Service<McpRequest>>::Future: Send + 'static,
     {
         self.0.push(Arc::new(move |inner| Handlers {
-            inner: Some(Box::new(layer.layer(inner))),
+            inner: Some(BoxService::new(
+                layer.layer(inner).map_err(Into::<BoxError>::into),
+            )),
         }));
     }
 

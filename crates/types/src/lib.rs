@@ -13,6 +13,10 @@
 //! send (generated from the same schemas, and compiled whichever version features are on): the
 //! table the session checks methods against.
 //!
+//! [`meta_keys`] spells the `_meta` keys MCP reserves; [`trace_context`] reads and writes the W3C
+//! trace context (`traceparent`, `tracestate`) a request carries in `params._meta`, as plain data
+//! (the facades convert it to OpenTelemetry's types behind their `otel` features).
+//!
 //! With the `validation` feature, [`schema`] validates values against JSON Schemas: a tool's
 //! arguments against its `inputSchema`, its `structuredContent` against its `outputSchema`. The
 //! schemas may come from an untrusted peer, so compiled schemas are kept in a bounded cache, a
@@ -89,6 +93,8 @@ mod version;
 pub use version::{Era, ProtocolVersion};
 
 pub mod meta_keys;
+
+pub mod trace_context;
 
 mod rules;
 pub use rules::{BatchRefused, check_batch, opens_session};

@@ -12,12 +12,19 @@
 //! modelctx in memory and the limit of the same run, and writes them as a section of their own
 //! into the existing `docs/benchmarks.md` (the rest of the page stays as the last full run
 //! wrote it).
+//!
+//! The observability rows (issue 27) are the same modelctx server with one pass-through
+//! middleware layer (`mc_stdio layered`, `mc_http layered`), and built with the `otel` feature
+//! (`bench/otel/`, a workspace of its own) with its OpenTelemetry pipeline installed and with
+//! none, against the plain server, in S2, H1, H3-16 and H4-16. A full run measures them after
+//! the rest and writes their section; `cargo xtask bench --observability` measures only them
+//! and writes only that section into the existing page.
 
 mod report;
 mod runner;
 mod stats;
 
-pub(crate) use runner::{run, run_fleet};
+pub(crate) use runner::{run, run_fleet, run_observability};
 
 /// Rounds over every cell; a cell reports its median round.
 const ROUNDS: usize = 3;
@@ -68,6 +75,56 @@ const FLEET_RUN: &[Implementation] = &[MODELCTX_HTTP, MODELCTX_REDIS, MODELCTX_N
 
 /// The heading (its start) of the section `cargo xtask bench --fleet` writes.
 const FLEET_SECTION: &str = "H3/H4 with the Redis stores";
+
+/// The heading (its start) of the section of the observability rows.
+const OBSERVABILITY_SECTION: &str = "Observability: the middleware chain and `otel`";
+
+/// The workloads of the observability rows (the issue's targets are on S2 and H4-16), each
+/// against [`OBSERVABILITY_STDIO`] or [`OBSERVABILITY_HTTP`] by its transport.
+const OBSERVABILITY_WORKLOADS: &[&str] = &["S2", "H1", "H3-16", "H4-16"];
+
+/// The workloads whose observability rows are held to the issue's target.
+const OBSERVABILITY_TARGETED: &[&str] = &["S2", "H4-16"];
+
+/// The issue's target: each row's cost (server CPU per call) under 5% of the plain server's.
+const OBSERVABILITY_TARGET: f64 = 0.05;
+
+/// The observability rows of a stdio workload: the plain server first (the ratios are against
+/// it), then one pass-through layer, then the `otel` build with its pipeline and without one.
+const OBSERVABILITY_STDIO: &[Implementation] = &[
+    MODELCTX_STDIO,
+    MODELCTX_STDIO_LAYERED,
+    MODELCTX_STDIO_OTEL,
+    MODELCTX_STDIO_OTEL_OFF,
+];
+/// The same for an HTTP workload (JSON responses).
+const OBSERVABILITY_HTTP: &[Implementation] = &[
+    MODELCTX_HTTP,
+    MODELCTX_HTTP_LAYERED,
+    MODELCTX_HTTP_OTEL,
+    MODELCTX_HTTP_OTEL_OFF,
+];
+
+/// The plan of the observability rows: each workload of [`OBSERVABILITY_WORKLOADS`] with the
+/// rows of its transport.
+fn observability_plan() -> Vec<(&'static Workload, Vec<Implementation>)> {
+    WORKLOADS
+        .iter()
+        .filter(|w| OBSERVABILITY_WORKLOADS.contains(&w.name))
+        .map(|w| {
+            let stdio = w
+                .implementations
+                .iter()
+                .any(|i| i.name == MODELCTX_STDIO.name);
+            let rows = if stdio {
+                OBSERVABILITY_STDIO
+            } else {
+                OBSERVABILITY_HTTP
+            };
+            (w, rows.to_vec())
+        })
+        .collect()
+}
 
 /// The programs the fleet rows need, and where they are looked for besides the `PATH` (as
 /// `mc_fleet` looks for them: Debian puts nginx in `/usr/sbin`).
@@ -129,6 +186,34 @@ const RAW_STDIO: Implementation = limit(
     Program::Bin(&["raw_stdio"]),
 );
 const MODELCTX_HTTP: Implementation = implementation("modelctx (JSON)", Program::Bin(&["mc_http"]));
+/// The observability rows: the same server with one pass-through middleware layer
+/// (`bench/src/echo.rs`), and the `otel` build (`bench/otel/`) with its OpenTelemetry pipeline
+/// (no exporter: spans recorded and dropped, metrics aggregated and never read) and without one
+/// (`off`: no subscriber, the global no-op meter provider).
+const MODELCTX_STDIO_LAYERED: Implementation = implementation(
+    "modelctx, one pass-through layer",
+    Program::Bin(&["mc_stdio", "layered"]),
+);
+const MODELCTX_STDIO_OTEL: Implementation = implementation(
+    "modelctx `otel`, pipeline without export",
+    Program::Bin(&["mc_stdio_otel"]),
+);
+const MODELCTX_STDIO_OTEL_OFF: Implementation = implementation(
+    "modelctx `otel`, nothing installed",
+    Program::Bin(&["mc_stdio_otel", "off"]),
+);
+const MODELCTX_HTTP_LAYERED: Implementation = implementation(
+    "modelctx (JSON), one pass-through layer",
+    Program::Bin(&["mc_http", "layered"]),
+);
+const MODELCTX_HTTP_OTEL: Implementation = implementation(
+    "modelctx (JSON) `otel`, pipeline without export",
+    Program::Bin(&["mc_http_otel"]),
+);
+const MODELCTX_HTTP_OTEL_OFF: Implementation = implementation(
+    "modelctx (JSON) `otel`, nothing installed",
+    Program::Bin(&["mc_http_otel", "off"]),
+);
 const MODELCTX_HTTP_LEAN: Implementation =
     implementation("modelctx (lean, JSON)", Program::Bin(&["mc_http_lean"]));
 const MODELCTX_SSE: Implementation = implementation(
@@ -346,6 +431,30 @@ const B1_FLOOR: &str = "floor-stdio-min";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every observability workload measures the plain server first (the ratios are against
+    /// it), then the layered and `otel` rows of its own transport; the targeted ones are among
+    /// them.
+    #[test]
+    fn the_observability_rows_are_against_the_plain_server_of_their_transport() {
+        let plan = observability_plan();
+        let names: Vec<&str> = plan.iter().map(|(w, _)| w.name).collect();
+        assert_eq!(names, OBSERVABILITY_WORKLOADS);
+        for target in OBSERVABILITY_TARGETED {
+            assert!(names.contains(target), "{target}");
+        }
+        for (w, rows) in &plan {
+            assert_eq!(rows.len(), 4, "{}", w.name);
+            assert!(
+                w.implementations.iter().any(|i| i.name == rows[0].name),
+                "{}: the first row is the plain server of the workload's table",
+                w.name
+            );
+            assert!(rows.iter().all(|i| !i.limit && !i.needs_fleet()));
+        }
+        assert_eq!(plan[0].1[0].name, MODELCTX_STDIO.name);
+        assert_eq!(plan[3].1[0].name, MODELCTX_HTTP.name);
+    }
 
     /// The fleet rows need both programs; the reason names each one missing.
     #[test]

@@ -314,8 +314,9 @@ fn fleet_ratios(implementations: &[Implementation], figures: &[Value]) -> String
     )
 }
 
-/// When and how `cargo xtask bench --fleet` ran.
-pub(super) struct FleetRun {
+/// When and how a run of some rows only (`cargo xtask bench --fleet`, the observability rows)
+/// ran.
+pub(super) struct PartialRun {
     /// When it ended (`2026-11-28 04:30 UTC`).
     pub(super) date: String,
     /// How long it ran.
@@ -329,7 +330,7 @@ pub(super) struct FleetRun {
 pub(super) fn fleet_section(
     plan: &[(&Workload, Vec<Implementation>)],
     medians: &[Vec<Value>],
-    run: &FleetRun,
+    run: &PartialRun,
 ) -> String {
     let mut out = String::new();
     let names: Vec<&str> = plan.iter().map(|(w, _)| w.name).collect();
@@ -385,6 +386,187 @@ pub(super) fn fleet_section(
     }
     let _ = writeln!(out, "\n{FLEET_NOTE}");
     out
+}
+
+/// The section of the observability rows: every workload of `plan` with the medians of its
+/// rows, one table, ratios against the plain server (the first row of each workload) of the
+/// same run, and the issue's targets; `command` is what measured them.
+pub(super) fn observability_section(
+    plan: &[(&Workload, Vec<Implementation>)],
+    medians: &[Vec<Value>],
+    command: &str,
+    run: &PartialRun,
+) -> String {
+    let mut out = String::new();
+    let names: Vec<&str> = plan.iter().map(|(w, _)| w.name).collect();
+    let _ = writeln!(
+        out,
+        "## {OBSERVABILITY_SECTION} (issue 27)\n\n\
+         Written by `{command}` on {} (these rows took {:.0} s; `cargo xtask bench \
+         --observability` measures them alone and rewrites only this section): {} against \
+         modelctx as the README builds it (no layer, no `otel`: the first row of each workload, \
+         the one the ratios are against) and three variants of the same server (`bench/src/echo.rs`), \
+         side by side in one run, with the same load generator and settings ({ROUNDS} rounds of \
+         {SECS} s after {WARMUP} s of warm-up, interleaved; the median round by throughput). \
+         **The machine was loaded**: {}, one-minute load average {:.1} before these rows and \
+         {:.1} after (other builds and tests share its cores), so read the ratios, which are of \
+         one run, not the absolute figures against the tables above. The cost of a row is its \
+         server CPU time per call against the plain server's (the steadiest figure); the \
+         throughput ratio includes the load generator, which shares the cores.\n",
+        run.date,
+        run.secs,
+        names.join(", "),
+        machine(),
+        run.load.0,
+        run.load.1
+    );
+    let _ = writeln!(out, "{OBSERVABILITY_ROWS}\n");
+    let _ = writeln!(
+        out,
+        "| target (issue 27) | cost: server CPU per call | throughput ratio | holds |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|:---:|");
+    let costs = observability_costs(plan, medians);
+    for cost in costs.iter().filter(|c| c.targeted) {
+        let holds = if cost.cpu < OBSERVABILITY_TARGET {
+            "yes"
+        } else {
+            "**no**"
+        };
+        let _ = writeln!(
+            out,
+            "| {}: {} costs under {:.0}% | {} | {:.2}x | {holds} |",
+            cost.workload,
+            cost.row,
+            OBSERVABILITY_TARGET * 100.0,
+            percent(cost.cpu),
+            cost.throughput
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "| workload | implementation | calls/s | throughput ratio | server CPU µs/call | cost per call | p50 µs | p99 µs | peak RSS MiB | of it anon MiB |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for ((workload, implementations), figures) in plan.iter().zip(medians) {
+        let base = figures.first().cloned().unwrap_or(Value::Null);
+        for (i, f) in implementations.iter().zip(figures) {
+            if f.is_null() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {:.2} | {:.1} | {} | {:.0} | {:.0} | {:.1} | {} |",
+                workload.name,
+                i.name,
+                num(f, "calls_per_s"),
+                ratio(num(f, "calls_per_s"), num(&base, "calls_per_s")),
+                num(f, "cpu_us_per_call"),
+                percent(ratio(num(f, "cpu_us_per_call"), num(&base, "cpu_us_per_call")) - 1.0),
+                num(f, "p50_us"),
+                num(f, "p99_us"),
+                num(f, "peak_rss_kib") / 1024.0,
+                anon_mib(f)
+            );
+        }
+    }
+    let _ = writeln!(out, "\n{OBSERVABILITY_NO_LAYER}");
+    out
+}
+
+/// What the rows of the observability section are.
+const OBSERVABILITY_ROWS: &str = "- **one pass-through layer**: the server with \
+     `ServerBuilder::layer(PassThrough)`, a layer that wraps the service it is given in one of \
+     its own and passes every request and readiness on as they are (not \
+     `tower::layer::util::Identity`, which gives back the service it is given, so there would \
+     be nothing to go through). What it costs is the chain's own work per request: the request \
+     as the layers see it (`McpRequest`: the method, and the target and `_meta` read from the \
+     params), the chain's turn (a lock) and readiness, the type-erased services (the layer's, \
+     and the handlers at its end) with the boxed futures of their calls, and the answer mapped \
+     back. Each further layer adds its own service, type-erased, and the boxed future of its \
+     call.\n\
+     - **`otel`, pipeline without export**: the same server built with the `otel` feature of \
+     modelctx-server (`bench/otel/`, a workspace of its own so that cargo does not unify its \
+     features with the other rows'), with the pipeline a user of the feature installs and \
+     nothing leaving the process: a `tracing-opentelemetry` layer on a `tracing-subscriber` \
+     registry (the global subscriber) over an SDK tracer provider with no span processor, so \
+     every request span is enabled, sampled and recorded with its attributes, then dropped; \
+     and as the global meter provider an SDK provider with a `ManualReader` that nobody \
+     collects, so `mcp.server.operation.duration` aggregates every request's duration (the \
+     load gauges, observed only when a reader collects, are never called) and nothing is \
+     exported. An exporter's own cost (batching, encoding, the network) \
+     is not in it.\n\
+     - **`otel`, nothing installed**: the same binary with no subscriber and the global no-op \
+     meter provider: what the feature costs compiled in but not used.";
+
+/// How the chain costs nothing without a layer, under the observability section.
+const OBSERVABILITY_NO_LAYER: &str = "**The chain with no layer is the plain row itself.** No \
+     layer is the default, and a server without one has no chain: `Stack::build` \
+     (`crates/server/src/middleware.rs`) gives `None` when no layer was added, and in \
+     `crates/server/src/run/runner.rs` (`start`) `Layers::of` gives `None` for a request with \
+     neither a server chain nor a tool chain, which then goes straight to its handler, as \
+     before the middleware landed: no `McpRequest`, no boxed service, no lock, no extra future \
+     (the unit test `middleware::tests::no_layer_is_no_chain` holds the first two). What the \
+     server had before the chain existed cannot be built in this bench (it is an older commit \
+     of the same crates), so the chain's cost is measured where it exists, with one layer: the \
+     pass-through row.";
+
+/// The cost of one observability row against the plain server of its workload.
+struct Cost {
+    workload: &'static str,
+    row: &'static str,
+    /// Whether the issue's target is about it.
+    targeted: bool,
+    /// Server CPU per call against the plain server's, minus one.
+    cpu: f64,
+    /// Throughput against the plain server's.
+    throughput: f64,
+}
+
+/// The cost of every measured row but the first (the plain server) of every workload; a row is
+/// targeted when its workload is and it is the layer or the `otel` pipeline.
+fn observability_costs(
+    plan: &[(&Workload, Vec<Implementation>)],
+    medians: &[Vec<Value>],
+) -> Vec<Cost> {
+    let mut out = Vec::new();
+    for ((workload, implementations), figures) in plan.iter().zip(medians) {
+        let Some(base) = figures.first().filter(|f| !f.is_null()) else {
+            continue;
+        };
+        for (i, f) in implementations.iter().zip(figures).skip(1) {
+            if f.is_null() {
+                continue;
+            }
+            let targeted = OBSERVABILITY_TARGETED.contains(&workload.name)
+                && [
+                    MODELCTX_STDIO_LAYERED.name,
+                    MODELCTX_STDIO_OTEL.name,
+                    MODELCTX_HTTP_LAYERED.name,
+                    MODELCTX_HTTP_OTEL.name,
+                ]
+                .contains(&i.name);
+            out.push(Cost {
+                workload: workload.name,
+                row: i.name,
+                targeted,
+                cpu: ratio(num(f, "cpu_us_per_call"), num(base, "cpu_us_per_call")) - 1.0,
+                throughput: ratio(num(f, "calls_per_s"), num(base, "calls_per_s")),
+            });
+        }
+    }
+    out
+}
+
+/// `a / b`, 0 when `b` is not positive.
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+/// A relative cost as a signed percentage (`+3.2%`, `-0.4%`).
+fn percent(cost: f64) -> String {
+    format!("{:+.1}%", cost * 100.0)
 }
 
 /// `doc` with its section `## HEADING...` (the first whose heading starts with `heading`)
@@ -600,6 +782,77 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    /// The observability section: each row against the plain server of its workload, the
+    /// targets only for the layer and the `otel` pipeline on S2 and H4-16, held when the cost is
+    /// under 5%.
+    #[test]
+    fn the_observability_section_costs_each_row_against_the_plain_server() {
+        let plan = observability_plan();
+        let figures = |calls: f64, cpu: f64| serde_json::json!({"calls_per_s": calls, "cpu_us_per_call": cpu});
+        let medians: Vec<Vec<Value>> = plan
+            .iter()
+            .map(|(w, rows)| {
+                rows.iter()
+                    .map(|i| match (w.name, i.name) {
+                        (_, n) if n == MODELCTX_STDIO.name || n == MODELCTX_HTTP.name => {
+                            figures(1000.0, 10.0)
+                        }
+                        ("S2", n) if n == MODELCTX_STDIO_LAYERED.name => figures(990.0, 10.2),
+                        ("S2", n) if n == MODELCTX_STDIO_OTEL.name => figures(800.0, 12.0),
+                        ("H4-16", n) if n == MODELCTX_HTTP_OTEL_OFF.name => Value::Null,
+                        _ => figures(1000.0, 10.0),
+                    })
+                    .collect()
+            })
+            .collect();
+        let run = PartialRun {
+            date: "2026-11-28 08:00 UTC".into(),
+            secs: 100.0,
+            load: (1.0, 2.0),
+        };
+        let text =
+            observability_section(&plan, &medians, "cargo xtask bench --observability", &run);
+        assert!(
+            text.starts_with(&format!("## {OBSERVABILITY_SECTION}")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "| S2: {} costs under 5% | +2.0% | 0.99x | yes |",
+                MODELCTX_STDIO_LAYERED.name
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "| S2: {} costs under 5% | +20.0% | 0.80x | **no** |",
+                MODELCTX_STDIO_OTEL.name
+            )),
+            "{text}"
+        );
+        // Targets: the layer and the pipeline, on S2 and H4-16; not the feature left unused,
+        // nor H1 and H3-16.
+        assert_eq!(text.matches("costs under 5%").count(), 4, "{text}");
+        assert!(!text.contains(&format!("{} costs under", MODELCTX_STDIO_OTEL_OFF.name)));
+        assert!(!text.contains("| H1: "));
+        // A row not measured is left out; the plain server's cost is nothing.
+        assert!(!text.contains(&format!("| H4-16 | {} |", MODELCTX_HTTP_OTEL_OFF.name)));
+        assert!(text.contains(&format!(
+            "| S2 | {} | 1000 | 1.00 | 10.0 | +0.0% |",
+            MODELCTX_STDIO.name
+        )));
+        assert!(text.contains(&format!(
+            "| S2 | {} | 800 | 0.80 | 12.0 | +20.0% |",
+            MODELCTX_STDIO_OTEL.name
+        )));
+        // It goes before M1 the first time, and replaces itself after.
+        let doc = "# B\n\n## H4: x\n\nt\n\n## M1: y\n\nm\n";
+        let once = put_section(doc, OBSERVABILITY_SECTION, &text, "M1");
+        let twice = put_section(&once, OBSERVABILITY_SECTION, &text, "M1");
+        assert_eq!(once, twice);
+        assert!(once.find("## Observability").unwrap() < once.find("## M1").unwrap());
     }
 
     #[test]

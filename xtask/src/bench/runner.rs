@@ -37,27 +37,42 @@ fn build_bench(root: &Path, bins: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn run(root: &Path) -> Result<(), String> {
-    let started = Instant::now();
-    build_bench(root, &[])?;
-    // The lean build on its own: in one command with the root package, cargo would unify the
-    // features and build it with the default ones.
-    eprintln!("==> bench: building bench/lean (release, default features off)");
+/// Builds the package of `manifest` on its own (release, `--locked`), into the bench's target
+/// folder: in one command with the root package, cargo would unify the features.
+fn build_alone(root: &Path, manifest: &str, what: &str) -> Result<(), String> {
+    eprintln!("==> bench: building {what} (release)");
     let status = Command::new(env!("CARGO"))
         .args([
             "build",
             "--release",
             "--locked",
             "--manifest-path",
-            "bench/lean/Cargo.toml",
+            manifest,
         ])
         .env("CARGO_TARGET_DIR", TARGET_DIR)
         .current_dir(root)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
-        return Err("building bench/lean failed".into());
+        return Err(format!("building {what} failed"));
     }
+    Ok(())
+}
+
+/// The `otel` build (`bench/otel/`, a workspace of its own).
+const OTEL_MANIFEST: &str = "bench/otel/Cargo.toml";
+
+pub(crate) fn run(root: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    build_bench(root, &[])?;
+    // The lean build on its own: in one command with the root package, cargo would unify the
+    // features and build it with the default ones.
+    build_alone(
+        root,
+        "bench/lean/Cargo.toml",
+        "bench/lean (default features off)",
+    )?;
+    build_alone(root, OTEL_MANIFEST, "bench/otel (feature `otel`)")?;
     eprintln!("==> bench: Node 22 and bench/ts (the TypeScript SDK)");
     crate::node::ensure(root)?;
     crate::node::ensure_packages(root, "bench/ts")?;
@@ -93,11 +108,57 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
     );
     let path = root.join("docs/benchmarks.md");
     std::fs::write(&path, report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("==> bench: the observability rows");
+    observability(root, "cargo xtask bench")?;
     eprintln!(
         "==> bench: wrote docs/benchmarks.md in {:.0}s",
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `cargo xtask bench --observability`: only the observability rows ([`observability_plan`]),
+/// written as their own section into the existing `docs/benchmarks.md`.
+pub(crate) fn run_observability(root: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    build_bench(root, &["load", "mc_stdio", "mc_http"])?;
+    build_alone(root, OTEL_MANIFEST, "bench/otel (feature `otel`)")?;
+    observability(root, "cargo xtask bench --observability")?;
+    eprintln!(
+        "==> bench: wrote the observability section of docs/benchmarks.md in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Measures the observability rows (built already) side by side, and puts their section into
+/// `docs/benchmarks.md`; `command` is what ran them.
+fn observability(root: &Path, command: &str) -> Result<(), String> {
+    let started = Instant::now();
+    let plan = observability_plan();
+    let load_before = load_average();
+    let results = measure(root, &plan, None, |_| false)?;
+    let load_after = load_average();
+    let medians: Vec<Vec<Value>> = plan
+        .iter()
+        .zip(&results)
+        .map(|((w, _), runs)| runs.iter().map(|r| stats::median(w.kind, r)).collect())
+        .collect();
+    let section = report::observability_section(
+        &plan,
+        &medians,
+        command,
+        &report::PartialRun {
+            date: utc_now(),
+            secs: started.elapsed().as_secs_f64(),
+            load: (load_before, load_after),
+        },
+    );
+    let path = root.join("docs/benchmarks.md");
+    let doc = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let doc = report::put_section(&doc, OBSERVABILITY_SECTION, &section, "M1");
+    std::fs::write(&path, doc).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// `cargo xtask bench --fleet`: only the workloads with fleet rows, against modelctx in memory
@@ -135,7 +196,7 @@ pub(crate) fn run_fleet(root: &Path) -> Result<(), String> {
     let section = report::fleet_section(
         &plan,
         &medians,
-        &report::FleetRun {
+        &report::PartialRun {
             date: utc_now(),
             secs: started.elapsed().as_secs_f64(),
             load: (load_before, load_after),
