@@ -119,29 +119,62 @@ impl GatewayBuilder {
         let calls = self.calls.clone();
         let builder = builder.on_sampling(move |server, params| {
             let call = calls.newest(&server);
+            // The server's name for its question, asked under the same one.
+            let key = modelctx_client::input_key();
             async move {
                 let call = call.ok_or_else(|| no_call(&server))?;
-                let answer = call.context.sample(params).await;
+                let answer = match key {
+                    Some(key) => call.context.keyed(key).sample(params).await,
+                    None => call.context.sample(params).await,
+                };
                 answer.map_err(|e| call.refused(e))
+            }
+        });
+        let calls = self.calls.clone();
+        let builder = builder.on_roots(move |server, roots| {
+            let call = calls.newest(&server);
+            let key = modelctx_client::input_key();
+            async move {
+                // Without a call in progress, the host's own roots for that server.
+                let Some(call) = call else {
+                    return roots.ok_or_else(|| no_call(&server));
+                };
+                let answer = match key {
+                    Some(key) => call.context.keyed(key).list_roots().await,
+                    None => call.context.list_roots().await,
+                };
+                answer
+                    .map(|listed| listed.roots)
+                    .map_err(|e| call.refused(e))
             }
         });
         let calls = self.calls.clone();
         builder.on_elicitation(move |server, elicitation| {
             let call = calls.newest(&server);
+            let key = modelctx_client::input_key();
             async move {
                 let call = call.ok_or_else(|| no_call(&server))?;
                 let context = &call.context;
                 let answer = match elicitation {
-                    Elicitation::Form { message, schema } => {
-                        context.elicit(&message, Value::Object(schema)).await
-                    }
+                    Elicitation::Form { message, schema } => match key {
+                        Some(key) => {
+                            context
+                                .keyed(key)
+                                .elicit(&message, Value::Object(schema))
+                                .await
+                        }
+                        None => context.elicit(&message, Value::Object(schema)).await,
+                    },
                     Elicitation::Url {
                         message,
                         url,
                         elicitation_id,
                     } => {
                         let id = elicitation_id.unwrap_or_default();
-                        context.elicit_url(&message, &url, &id).await
+                        match key {
+                            Some(key) => context.keyed(key).elicit_url(&message, &url, &id).await,
+                            None => context.elicit_url(&message, &url, &id).await,
+                        }
                     }
                     other => {
                         return Err(InputError::new(format!(
