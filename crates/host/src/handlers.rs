@@ -382,6 +382,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_applications_roots_handler_answers_with_the_server_name_and_the_tables_roots() {
+        let (url, running) = serve().await;
+        for legacy in [true, false] {
+            let shared = Arc::new(
+                Host::builder(HostConfig::default())
+                    .server_roots("alpha", vec![root("file:///alpha")])
+                    .on_roots(|server, roots: Option<Vec<model::Root>>| {
+                        let mut roots = roots.unwrap_or_default();
+                        roots.push(root(&format!("file:///{server}-app")));
+                        std::future::ready(Ok(roots))
+                    })
+                    .into_shared(),
+            );
+            let alpha = connect(&shared, "alpha", &url, legacy).await;
+            let beta = connect(&shared, "beta", &url, legacy).await;
+            assert_eq!(
+                call(&alpha, "roots").await.unwrap(),
+                "file:///alpha,file:///alpha-app"
+            );
+            // Without roots of its own or shared ones, it still declares roots and asks.
+            assert_eq!(call(&beta, "roots").await.unwrap(), "file:///beta-app");
+            alpha.close().await;
+            beta.close().await;
+        }
+        running.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
     async fn a_server_sees_its_own_roots_else_the_shared_ones_as_they_are_now() {
         let (url, running) = serve().await;
         for legacy in [true, false] {
