@@ -511,7 +511,8 @@ impl Client {
                     );
                 };
                 let method = ask.method();
-                let answer = handlers.answer(version, ask).await;
+                let answer =
+                    crate::input::with_input_key(key.clone(), handlers.answer(version, ask)).await;
                 (key, method, answer)
             });
         }

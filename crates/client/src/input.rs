@@ -30,6 +30,27 @@ impl InputError {
     }
 }
 
+tokio::task_local! {
+    /// The key of the modern input request the handler in this task answers.
+    static INPUT_KEY: String;
+}
+
+/// The key the server named the input request being answered under, in its `inputRequests`
+/// (the modern era, 2026-07-28): `Some` when called from a sampling, elicitation or roots
+/// handler (or code it awaits in the same task) answering such a request; `None` for a legacy
+/// server's JSON-RPC request (which has no key) and outside a handler.
+///
+/// A front that asks its own client in the server's stead (a gateway) asks under this key, so
+/// that the question keeps the name the server gave it.
+pub fn input_key() -> Option<String> {
+    INPUT_KEY.try_with(Clone::clone).ok()
+}
+
+/// Runs `answer` with `key` as the [`input_key`] of its task.
+pub(crate) async fn with_input_key<T>(key: String, answer: impl Future<Output = T>) -> T {
+    INPUT_KEY.scope(key, answer).await
+}
+
 /// What an elicitation asks for.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -315,6 +336,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn the_input_key_is_seen_by_what_the_answer_awaits_and_nowhere_else() {
+        assert_eq!(input_key(), None);
+        let seen = with_input_key("user_name".into(), async {
+            tokio::task::yield_now().await;
+            input_key()
+        })
+        .await;
+        assert_eq!(seen.as_deref(), Some("user_name"));
+        assert_eq!(input_key(), None);
+        // Another task does not inherit it.
+        let other = with_input_key("k".into(), async {
+            tokio::spawn(async { input_key() }).await.unwrap()
+        })
+        .await;
+        assert_eq!(other, None);
+    }
 
     #[test]
     fn defaults_fill_only_empty_fields() {

@@ -41,15 +41,17 @@
 //!   the gateway asks each server for every level).
 //! * **Completions** of prompt arguments and template variables, asked of the server that owns
 //!   the prompt or template.
-//! * **Sampling and elicitation** a server asks for while a gateway call is in progress on it are
-//!   asked of the gateway's client through that call ([`GatewayBuilder::route_input`] installs
-//!   the handlers on the host): in the modern era (2026-07-28) the call is answered
-//!   `input_required`, and when the client retries with the answer the call is made again on
-//!   the server, which gets the answer at once. A request the gateway's client cannot answer for
+//! * **Sampling, elicitation and roots** a server asks for while a gateway call is in progress on
+//!   it are asked of the gateway's client through that call ([`GatewayBuilder::route_input`]
+//!   installs the handlers on the host): in the modern era (2026-07-28) the call is answered
+//!   `input_required`, each question under the key the server gave it in its `inputRequests`
+//!   ([`modelctx_client::input_key`]; a legacy server's request has none, and the gateway's own
+//!   key is used), and when the client retries with the answers the call is made again on the
+//!   server, which gets them at once. A request the gateway's client cannot answer for
 //!   lack of a capability fails the gateway's call as the server's own would for that client
 //!   (`InputError::NotSupported`: -32021 in the modern era).
 //!
-//! # The rule for sampling and elicitation, and its limit
+//! # The rule for sampling, elicitation and roots, and its limit
 //!
 //! A server's request to its client carries no link to the call that caused it. The gateway keeps
 //! a table of the calls in progress per server (tool calls, prompt gets and resource reads,
@@ -57,14 +59,16 @@
 //! the oldest is forgotten) and asks through the **newest** call in progress on the asking
 //! server. With several calls in progress on one server at once, a question raised by an older
 //! one goes to the client of the newest (over HTTP, possibly another session). With none in
-//! progress, the request is refused (the server gets an error). Log messages follow the same
-//! rule.
+//! progress, the request is refused (the server gets an error), except `roots/list`, answered
+//! with the host's roots for that server when it has some. Log messages follow the same rule.
 //!
 //! # What it does not do
 //!
 //! It is a server in its own right, not a relay: the protocol version, session and ids its
 //! clients see are its own. It does not forward tasks (a task-augmented call of a server, the
-//! tasks extension), skills, roots of its clients (each server gets the host's roots), or members
+//! tasks extension), skills, its clients' `roots/list_changed` (a server lists roots again when
+//! it asks during a call), its clients' capabilities (every server sees the host's, the same for
+//! every client of the gateway), or members
 //! of definitions its server builder cannot set (`_meta` and `size` of resources, icons of
 //! prompts and resources, `execution`); a server's protocol error on a call becomes a failed
 //! call (`isError`), and a prompt's error the JSON-RPC error -32603. Completions are limited to
@@ -111,37 +115,71 @@ impl GatewayBuilder {
         self
     }
 
-    /// `builder` with its sampling and elicitation handlers answering through the gateway's
-    /// client: a server's request goes to the newest gateway call in progress on that server
-    /// (see the module docs). Replaces handlers given to `builder` before; the host's
-    /// [`Policy`](crate::Policy) still decides first.
+    /// `builder` with its sampling, elicitation and roots handlers answering through the
+    /// gateway's client: a server's request goes to the newest gateway call in progress on that
+    /// server (see the module docs). Replaces handlers given to `builder` before; the host's
+    /// [`Policy`](crate::Policy) still decides first on sampling and elicitation; roots without
+    /// a call in progress are the host's ([`HostBuilder::roots`], [`HostBuilder::server_roots`]).
     pub fn route_input(&self, builder: HostBuilder) -> HostBuilder {
         let calls = self.calls.clone();
         let builder = builder.on_sampling(move |server, params| {
             let call = calls.newest(&server);
+            // The server's name for its question, asked under the same one.
+            let key = modelctx_client::input_key();
             async move {
                 let call = call.ok_or_else(|| no_call(&server))?;
-                let answer = call.context.sample(params).await;
+                let answer = match key {
+                    Some(key) => call.context.keyed(key).sample(params).await,
+                    None => call.context.sample(params).await,
+                };
                 answer.map_err(|e| call.refused(e))
+            }
+        });
+        let calls = self.calls.clone();
+        let builder = builder.on_roots(move |server, roots| {
+            let call = calls.newest(&server);
+            let key = modelctx_client::input_key();
+            async move {
+                // Without a call in progress, the host's own roots for that server.
+                let Some(call) = call else {
+                    return roots.ok_or_else(|| no_call(&server));
+                };
+                let answer = match key {
+                    Some(key) => call.context.keyed(key).list_roots().await,
+                    None => call.context.list_roots().await,
+                };
+                answer
+                    .map(|listed| listed.roots)
+                    .map_err(|e| call.refused(e))
             }
         });
         let calls = self.calls.clone();
         builder.on_elicitation(move |server, elicitation| {
             let call = calls.newest(&server);
+            let key = modelctx_client::input_key();
             async move {
                 let call = call.ok_or_else(|| no_call(&server))?;
                 let context = &call.context;
                 let answer = match elicitation {
-                    Elicitation::Form { message, schema } => {
-                        context.elicit(&message, Value::Object(schema)).await
-                    }
+                    Elicitation::Form { message, schema } => match key {
+                        Some(key) => {
+                            context
+                                .keyed(key)
+                                .elicit(&message, Value::Object(schema))
+                                .await
+                        }
+                        None => context.elicit(&message, Value::Object(schema)).await,
+                    },
                     Elicitation::Url {
                         message,
                         url,
                         elicitation_id,
                     } => {
                         let id = elicitation_id.unwrap_or_default();
-                        context.elicit_url(&message, &url, &id).await
+                        match key {
+                            Some(key) => context.keyed(key).elicit_url(&message, &url, &id).await,
+                            None => context.elicit_url(&message, &url, &id).await,
+                        }
                     }
                     other => {
                         return Err(InputError::new(format!(

@@ -10,8 +10,10 @@
 //!   the message; in the modern era the call that needed the input fails in the client);
 //! - elicitation, form and URL mode, when the application gave a handler
 //!   ([`HostBuilder::on_elicitation`]): [`Policy::approve_elicitation`] first, likewise;
-//! - roots, when the server has its own ([`HostBuilder::server_roots`]) or the host has shared
-//!   ones ([`HostBuilder::roots`]) at connection time: answered from the host's table as it is
+//! - roots: the application's handler when it gave one ([`HostBuilder::on_roots`]), called
+//!   with the server's name and the roots of the host's tables for it; else, when the server
+//!   has its own ([`HostBuilder::server_roots`]) or the host has shared ones
+//!   ([`HostBuilder::roots`]) at connection time, answered from the host's table as it is
 //!   when asked, so a change made since is seen (the host then calls the client's
 //!   `roots_changed`);
 //! - OAuth ([`HostBuilder::oauth`]) for an HTTP server whose entry sets no `Authorization`
@@ -22,6 +24,7 @@
 //! [`HostBuilder::on_sampling`]: crate::HostBuilder::on_sampling
 //! [`HostBuilder::on_elicitation`]: crate::HostBuilder::on_elicitation
 //! [`HostBuilder::server_roots`]: crate::HostBuilder::server_roots
+//! [`HostBuilder::on_roots`]: crate::HostBuilder::on_roots
 //! [`HostBuilder::roots`]: crate::HostBuilder::roots
 //! [`HostBuilder::oauth`]: crate::HostBuilder::oauth
 //! [`HostBuilder::connect_timeout`]: crate::HostBuilder::connect_timeout
@@ -69,7 +72,10 @@ pub(crate) fn client_builder(server: &ServerConfig, shared: &Arc<Shared>) -> Cli
             })
             .url_elicitation();
     }
-    if roots_of(&server.name, shared).is_some() {
+    if let Some(router) = &shared.roots_router {
+        let (router, shared, name) = (router.clone(), shared.clone(), server.name.clone());
+        builder = builder.on_roots(move || router(name.clone(), roots_of(&name, &shared)));
+    } else if roots_of(&server.name, shared).is_some() {
         let (shared, name) = (shared.clone(), server.name.clone());
         builder = builder.on_roots(move || {
             let roots = roots_of(&name, &shared).unwrap_or_default();
@@ -373,6 +379,34 @@ mod tests {
             name: None,
             uri: uri.into(),
         }
+    }
+
+    #[tokio::test]
+    async fn the_applications_roots_handler_answers_with_the_server_name_and_the_tables_roots() {
+        let (url, running) = serve().await;
+        for legacy in [true, false] {
+            let shared = Arc::new(
+                Host::builder(HostConfig::default())
+                    .server_roots("alpha", vec![root("file:///alpha")])
+                    .on_roots(|server, roots: Option<Vec<model::Root>>| {
+                        let mut roots = roots.unwrap_or_default();
+                        roots.push(root(&format!("file:///{server}-app")));
+                        std::future::ready(Ok(roots))
+                    })
+                    .into_shared(),
+            );
+            let alpha = connect(&shared, "alpha", &url, legacy).await;
+            let beta = connect(&shared, "beta", &url, legacy).await;
+            assert_eq!(
+                call(&alpha, "roots").await.unwrap(),
+                "file:///alpha,file:///alpha-app"
+            );
+            // Without roots of its own or shared ones, it still declares roots and asks.
+            assert_eq!(call(&beta, "roots").await.unwrap(), "file:///beta-app");
+            alpha.close().await;
+            beta.close().await;
+        }
+        running.shutdown(Duration::from_secs(1)).await;
     }
 
     #[tokio::test]

@@ -51,6 +51,15 @@ pub(crate) type Sampler = Arc<
 pub(crate) type Elicitor =
     Arc<dyn Fn(String, Elicitation) -> BoxFuture<Result<Elicited, InputError>> + Send + Sync>;
 
+/// The application's roots handler: answers a server's `roots/list` instead of the host's
+/// tables; its arguments are the asking server's config name and the roots the tables hold for
+/// it (`None` when they hold none).
+pub(crate) type RootsRouter = Arc<
+    dyn Fn(String, Option<Vec<model::Root>>) -> BoxFuture<Result<Vec<model::Root>, InputError>>
+        + Send
+        + Sync,
+>;
+
 /// What every connection of the host shares: settings, handlers, the policy.
 pub(crate) struct Shared {
     pub(crate) client_name: String,
@@ -63,6 +72,8 @@ pub(crate) struct Shared {
     pub(crate) roots: std::sync::RwLock<Option<Vec<model::Root>>>,
     pub(crate) roots_per_server:
         std::sync::RwLock<std::collections::BTreeMap<String, Vec<model::Root>>>,
+    /// Answers `roots/list` when set (the tables' roots are its fallback argument).
+    pub(crate) roots_router: Option<RootsRouter>,
     pub(crate) connect_timeout: Duration,
     /// The OAuth client of every HTTP server without an `Authorization` header.
     pub(crate) oauth: Option<modelctx_client::auth::OAuth>,
@@ -180,6 +191,22 @@ impl HostBuilder {
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(server.into(), roots);
+        self
+    }
+
+    /// The application's roots handler, for every server (declares `roots`; default: none,
+    /// the servers get the roots of [`HostBuilder::roots`] and [`HostBuilder::server_roots`]).
+    /// It answers each server's `roots/list`, called with the asking server's config name and
+    /// the roots those tables hold for it now (`None` when they hold none): a handler that has
+    /// nothing better answers with them. An error is the client's refusal (as for sampling).
+    pub fn on_roots<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(String, Option<Vec<model::Root>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<model::Root>, InputError>> + Send + 'static,
+    {
+        self.shared.roots_router = Some(Arc::new(move |server, roots| {
+            Box::pin(handler(server, roots))
+        }));
         self
     }
 
@@ -435,6 +462,7 @@ impl Host {
                 elicitor: None,
                 roots: Default::default(),
                 roots_per_server: Default::default(),
+                roots_router: None,
                 connect_timeout: Duration::from_secs(30),
                 oauth: None,
             },

@@ -271,3 +271,132 @@ async fn cancellation_logs_elicitation_completion_and_updates_pass_through() {
         host.shutdown().await;
     }
 }
+
+/// A backend whose tools ask under keys of their own: `roots` lists the roots, `named` asks
+/// for a name under `user_name` and for a greeting under `greeting`.
+fn asking_backend() -> Server {
+    let roots = |context: Context, _: NoArgs| async move {
+        match context.keyed("client_roots").list_roots().await {
+            Ok(listed) => {
+                let uris: Vec<_> = listed.roots.iter().map(|r| r.uri.clone()).collect();
+                uris.join(",")
+            }
+            Err(e) => format!("no roots: {e}"),
+        }
+    };
+    let named = |context: Context, _: NoArgs| async move {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        let name = match context
+            .keyed("user_name")
+            .elicit("Your name?", schema)
+            .await
+        {
+            Ok(answer) => answer.content.unwrap_or_default()["name"].clone(),
+            Err(e) => return format!("no name: {e}"),
+        };
+        let params = modelctx_server::sampling_request("A greeting", 50);
+        match context.keyed("greeting").sample(params).await {
+            Ok(answer) => match answer.content {
+                modelctx_host::model::CreateMessageResultContent::TextContent(text) => {
+                    format!("{name} {}", text.text)
+                }
+                other => format!("{other:?}"),
+            },
+            Err(e) => format!("no greeting: {e}"),
+        }
+    };
+    Server::builder("asking", "1.0.0")
+        .tool(Tool::new("roots", roots).annotations(read_only()))
+        .tool(Tool::new("named", named).annotations(read_only()))
+        .build()
+}
+
+/// A root with this URI.
+fn root(uri: &str) -> modelctx_host::model::Root {
+    modelctx_host::model::Root {
+        meta: None,
+        name: None,
+        uri: uri.into(),
+    }
+}
+
+/// A client of the gateway that answers each question with the key it was asked under
+/// (`-` without one), and lists `file:///client` as its roots.
+fn keyed_client(legacy: bool) -> modelctx_client::ClientBuilder {
+    let key = || modelctx_client::input_key().unwrap_or_else(|| "-".into());
+    let builder = Client::builder("gateway-test", "1.0.0")
+        .on_elicitation(move |_| {
+            let mut content = JsonObject::new();
+            content.insert("name".into(), Value::from(key()));
+            std::future::ready(Ok(Elicited::accept(content)))
+        })
+        .on_sampling(move |_| {
+            use modelctx_host::model;
+            let answer = model::CreateMessageResult {
+                meta: None,
+                content: model::CreateMessageResultContent::TextContent(model::TextContent {
+                    meta: None,
+                    annotations: None,
+                    text: key(),
+                }),
+                model: "test-model".into(),
+                role: model::Role::Assistant,
+                stop_reason: None,
+                extra: JsonObject::new(),
+            };
+            std::future::ready(Ok(answer))
+        })
+        .on_roots(|| std::future::ready(Ok(vec![root("file:///client")])))
+        .request_timeout(Some(STEP));
+    if legacy {
+        builder.protocol_version(ProtocolVersion::V2025_11_25)
+    } else {
+        builder
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_roots_request_is_answered_with_the_calling_clients_roots() {
+    let back = asking_backend();
+    let running = serve(&back).await;
+    let mut config = HostConfig::default();
+    config.servers = vec![ServerConfig::http("b", url(&running))];
+    let gateway = Gateway::builder("gateway", "1.0.0");
+    // The host has roots of its own: the client's are answered instead during its call.
+    let host = Host::builder(config)
+        .connect_timeout(Duration::from_secs(5))
+        .roots(vec![root("file:///host")]);
+    let host = within("start", gateway.route_input(host).start()).await;
+    let gateway = gateway.build(host.clone());
+    let front = serve(gateway.server()).await;
+    for legacy in [true, false] {
+        let client = within("connect", keyed_client(legacy).connect_http(&url(&front)))
+            .await
+            .expect("connects");
+        let listed = client
+            .call_tool("b__roots", json!({}))
+            .await
+            .expect("roots");
+        assert_eq!(listed.text(), "file:///client", "legacy: {legacy}");
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_questions_keep_their_keys_through_the_gateway() {
+    let back = asking_backend();
+    let running = serve(&back).await;
+    let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    // A modern client sees the backend's keys; a legacy one gets requests, which have none.
+    for (legacy, expected) in [(false, "\"user_name\" greeting"), (true, "\"-\" -")] {
+        let client = within("connect", keyed_client(legacy).connect_http(&url(&front)))
+            .await
+            .expect("connects");
+        let named = client
+            .call_tool("b__named", json!({}))
+            .await
+            .expect("named");
+        assert_eq!(named.text(), expected, "legacy: {legacy}");
+    }
+    host.shutdown().await;
+}
