@@ -1,5 +1,5 @@
 //! Middleware at the MCP level: the client's outgoing requests go through a
-//! [`tower::Service`](Service) of [`McpRequest`]s, so `tower` layers (`timeout`,
+//! [`tower::Service`] of [`McpRequest`]s, so `tower` layers (`timeout`,
 //! `limit::ConcurrencyLimit`, `limit::RateLimit`, `load_shed`, `filter`, or an application's
 //! own) wrap every request ([`ClientBuilder::layer`]). A layer sees the method and the params
 //! and may edit the params and their `_meta` (where a trace context is injected, for one).
