@@ -325,21 +325,40 @@ async fn logging_tool(context: Context, _: NoArgs) -> &'static str {
     "logged (if the request asked for it)"
 }
 
+/// The tool `test_trigger_tool_change` adds, or takes away when it is there: each call changes
+/// the tool list for real (a front that announces only real changes, such as `mcx host`,
+/// passes the change on).
+const DYNAMIC_TOOL: &str = "test_dynamic_tool";
+/// The same for `test_trigger_prompt_change`.
+const DYNAMIC_PROMPT: &str = "test_dynamic_prompt";
+
 async fn trigger_tool_change(_: NoArgs) -> &'static str {
-    if let Some(server) = SERVER.get() {
-        let _ = server.add_tool(trigger_tool());
+    if let Some(server) = SERVER.get()
+        && !server.remove_tool(DYNAMIC_TOOL)
+    {
+        let tool = Tool::with_input_schema(DYNAMIC_TOOL, no_args(), dynamic_tool)
+            .description("Added and removed by test_trigger_tool_change");
+        let _ = server.add_tool(tool);
     }
     "the tool list changed"
 }
 
+async fn dynamic_tool(_: NoArgs) -> &'static str {
+    "a tool that comes and goes"
+}
+
 fn trigger_tool() -> Tool {
     Tool::with_input_schema("test_trigger_tool_change", no_args(), trigger_tool_change)
-        .description("Announces a change of the tool list to listening clients")
+        .description("Changes the tool list (adds or removes test_dynamic_tool)")
 }
 
 async fn trigger_prompt_change(_: NoArgs) -> &'static str {
-    if let Some(server) = SERVER.get() {
-        let _ = server.add_prompt(simple_prompt());
+    if let Some(server) = SERVER.get()
+        && !server.remove_prompt(DYNAMIC_PROMPT)
+    {
+        let prompt = Prompt::with_arguments(DYNAMIC_PROMPT, Vec::new(), simple)
+            .description("Added and removed by test_trigger_prompt_change");
+        let _ = server.add_prompt(prompt);
     }
     "the prompt list changed"
 }
@@ -516,7 +535,7 @@ fn tools() -> Vec<Tool> {
             no_args(),
             trigger_prompt_change,
         )
-        .description("Announces a change of the prompt list to listening clients"),
+        .description("Changes the prompt list (adds or removes test_dynamic_prompt)"),
         Tool::with_input_schema(
             "test_custom_header",
             schema(json!({

@@ -500,8 +500,10 @@ impl Client {
         requests: BTreeMap<String, model::InputRequest>,
     ) -> Result<JsonObject, Error> {
         let mut tasks = tokio::task::JoinSet::new();
+        let round = crate::input::InputRound::new(requests.keys().cloned().collect());
         for (key, request) in requests {
             let handlers = self.inner.shared.handlers.clone();
+            let round = round.clone();
             tasks.spawn(async move {
                 let Some(ask) = Ask::from_input(request) else {
                     return (
@@ -512,7 +514,8 @@ impl Client {
                 };
                 let method = ask.method();
                 let answer =
-                    crate::input::with_input_key(key.clone(), handlers.answer(version, ask)).await;
+                    crate::input::with_input(key.clone(), round, handlers.answer(version, ask))
+                        .await;
                 (key, method, answer)
             });
         }

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use modelctx_session::ProtocolVersion;
 use modelctx_types::consts::{ElicitationCreate, RootsList, SamplingCreateMessage};
@@ -31,8 +32,8 @@ impl InputError {
 }
 
 tokio::task_local! {
-    /// The key of the modern input request the handler in this task answers.
-    static INPUT_KEY: String;
+    /// The modern input request the handler in this task answers: its key and its round.
+    static INPUT: (String, InputRound);
 }
 
 /// The key the server named the input request being answered under, in its `inputRequests`
@@ -43,12 +44,69 @@ tokio::task_local! {
 /// A front that asks its own client in the server's stead (a gateway) asks under this key, so
 /// that the question keeps the name the server gave it.
 pub fn input_key() -> Option<String> {
-    INPUT_KEY.try_with(Clone::clone).ok()
+    INPUT.try_with(|(key, _)| key.clone()).ok()
 }
 
-/// Runs `answer` with `key` as the [`input_key`] of its task.
-pub(crate) async fn with_input_key<T>(key: String, answer: impl Future<Output = T>) -> T {
-    INPUT_KEY.scope(key, answer).await
+/// The round the input request being answered belongs to (the modern era): the questions the
+/// server asked in one `input_required` answer, which the client answers at once, each in a
+/// task of its own. `None` where [`input_key`] is `None`.
+///
+/// A front that asks its own client in the server's stead uses it to ask a round's questions
+/// together (see `modelctx_server::Context::hold_input`): it knows how many are coming.
+pub fn input_round() -> Option<InputRound> {
+    INPUT.try_with(|(_, round)| round.clone()).ok()
+}
+
+/// The questions of one `input_required` answer ([`input_round`]).
+#[derive(Debug, Clone)]
+pub struct InputRound {
+    inner: Arc<RoundInner>,
+}
+
+#[derive(Debug)]
+struct RoundInner {
+    id: u64,
+    keys: Vec<String>,
+}
+
+impl InputRound {
+    /// A new round of the questions named `keys`, with an id no other round of this process has.
+    pub(crate) fn new(keys: Vec<String>) -> InputRound {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        InputRound {
+            inner: Arc::new(RoundInner { id, keys }),
+        }
+    }
+
+    /// Its id: unique among the rounds of this process.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The keys of its questions (`inputRequests` keys), sorted.
+    pub fn keys(&self) -> &[String] {
+        &self.inner.keys
+    }
+
+    /// How many questions it has.
+    pub fn len(&self) -> usize {
+        self.inner.keys.len()
+    }
+
+    /// Whether it has none (never the case of a round a handler answers).
+    pub fn is_empty(&self) -> bool {
+        self.inner.keys.is_empty()
+    }
+}
+
+/// Runs `answer` with `key` as the [`input_key`] of its task and `round` as its [`input_round`].
+pub(crate) async fn with_input<T>(
+    key: String,
+    round: InputRound,
+    answer: impl Future<Output = T>,
+) -> T {
+    INPUT.scope((key, round), answer).await
 }
 
 /// What an elicitation asks for.
@@ -340,15 +398,29 @@ mod tests {
     #[tokio::test]
     async fn the_input_key_is_seen_by_what_the_answer_awaits_and_nowhere_else() {
         assert_eq!(input_key(), None);
-        let seen = with_input_key("user_name".into(), async {
-            tokio::task::yield_now().await;
-            input_key()
-        })
+        let seen = with_input(
+            "user_name".into(),
+            InputRound::new(vec!["user_name".into()]),
+            async {
+                tokio::task::yield_now().await;
+                input_key()
+            },
+        )
         .await;
         assert_eq!(seen.as_deref(), Some("user_name"));
         assert_eq!(input_key(), None);
+        assert!(input_round().is_none());
+        // The round is the same for every question of it, and new for the next.
+        let round = InputRound::new(vec!["a".into(), "b".into()]);
+        let (a, b) = tokio::join!(
+            with_input("a".into(), round.clone(), async { input_round().unwrap() }),
+            with_input("b".into(), round.clone(), async { input_round().unwrap() }),
+        );
+        assert_eq!((a.id(), b.id(), a.len()), (round.id(), round.id(), 2));
+        assert_eq!(a.keys(), ["a", "b"]);
+        assert_ne!(InputRound::new(Vec::new()).id(), round.id());
         // Another task does not inherit it.
-        let other = with_input_key("k".into(), async {
+        let other = with_input("k".into(), InputRound::new(vec!["k".into()]), async {
             tokio::spawn(async { input_key() }).await.unwrap()
         })
         .await;

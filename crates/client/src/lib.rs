@@ -147,7 +147,9 @@ pub use cache::ResultCache;
 pub use client::{CallOptions, Client, CompletionRef};
 pub use driver::{Reconnect, TableSizes};
 pub use error::{ConnectError, Error, TransportError};
-pub use input::{ElicitAction, Elicitation, Elicited, InputError, input_key};
+pub use input::{
+    ElicitAction, Elicitation, Elicited, InputError, InputRound, input_key, input_round,
+};
 pub use link::Direction;
 /// The Skills extension's names and wire shapes (`modelctx_types::skills`): [`Skill`](skill_types::Skill)
 /// entries, their files, the results of its requests.

@@ -129,7 +129,7 @@ impl GatewayBuilder {
             async move {
                 let call = call.ok_or_else(|| no_call(&server))?;
                 let answer = match key {
-                    Some(key) => call.context.keyed(key).sample(params).await,
+                    Some(key) => call.ask(call.context.keyed(key).sample(params)).await,
                     None => call.context.sample(params).await,
                 };
                 answer.map_err(|e| call.refused(e))
@@ -145,7 +145,7 @@ impl GatewayBuilder {
                     return roots.ok_or_else(|| no_call(&server));
                 };
                 let answer = match key {
-                    Some(key) => call.context.keyed(key).list_roots().await,
+                    Some(key) => call.ask(call.context.keyed(key).list_roots()).await,
                     None => call.context.list_roots().await,
                 };
                 answer
@@ -163,10 +163,9 @@ impl GatewayBuilder {
                 let answer = match elicitation {
                     Elicitation::Form { message, schema } => match key {
                         Some(key) => {
-                            context
-                                .keyed(key)
-                                .elicit(&message, Value::Object(schema))
-                                .await
+                            let question =
+                                context.keyed(key).elicit(&message, Value::Object(schema));
+                            call.ask(question).await
                         }
                         None => context.elicit(&message, Value::Object(schema)).await,
                     },
@@ -177,7 +176,10 @@ impl GatewayBuilder {
                     } => {
                         let id = elicitation_id.unwrap_or_default();
                         match key {
-                            Some(key) => context.keyed(key).elicit_url(&message, &url, &id).await,
+                            Some(key) => {
+                                call.ask(context.keyed(key).elicit_url(&message, &url, &id))
+                                    .await
+                            }
                             None => context.elicit_url(&message, &url, &id).await,
                         }
                     }
@@ -258,6 +260,35 @@ struct Call {
     /// The client capability a server's request needed and the gateway's client lacks: the
     /// call then fails as a request of the client's would (-32021 in the modern era).
     missing: Arc<Mutex<Option<String>>>,
+    /// The server's round of questions being asked through this call (modern servers).
+    round: Arc<Mutex<Option<Round>>>,
+}
+
+/// The questions of a modern server's round not yet asked of the gateway's client, and the
+/// hold that keeps them together ([`Context::hold_input`]).
+struct Round {
+    id: u64,
+    remaining: usize,
+    _hold: modelctx_server::InputHold,
+}
+
+/// One question of a [`Round`] on its way: when dropped, it has been asked (or will not be).
+struct InRound {
+    round: Arc<Mutex<Option<Round>>>,
+    id: u64,
+}
+
+impl Drop for InRound {
+    fn drop(&mut self) {
+        let mut round = self.round.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(current) = round.as_mut().filter(|r| r.id == self.id) {
+            current.remaining = current.remaining.saturating_sub(1);
+            if current.remaining == 0 {
+                // The last of the round is asked: the hold goes, and the round with it.
+                *round = None;
+            }
+        }
+    }
 }
 
 impl Call {
@@ -265,6 +296,43 @@ impl Call {
         Call {
             context,
             missing: Arc::default(),
+            round: Arc::default(),
+        }
+    }
+
+    /// Asks `question` (one of the call's context) for the server's question being answered.
+    /// A modern server asks a round of questions at once, which the host's client answers each
+    /// in a task of its own ([`modelctx_client::input_round`]): they are held together, so that
+    /// the gateway's client gets them in one round too, not the first alone.
+    async fn ask<T>(&self, question: impl std::future::Future<Output = T>) -> T {
+        let Some(round) = modelctx_client::input_round() else {
+            return question.await;
+        };
+        let ticket = self.join(&round);
+        let mut question = std::pin::pin!(question);
+        // Its first poll records the question (or answers it): this one of the round is in.
+        let first =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(question.as_mut().poll(cx))).await;
+        drop(ticket);
+        match first {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => question.await,
+        }
+    }
+
+    /// Counts a question of `round` in, holding the call's questions from the first of it on.
+    fn join(&self, round: &modelctx_client::InputRound) -> InRound {
+        let mut current = self.round.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_none_or(|r| r.id != round.id()) {
+            *current = Some(Round {
+                id: round.id(),
+                remaining: round.len(),
+                _hold: self.context.hold_input(),
+            });
+        }
+        InRound {
+            round: self.round.clone(),
+            id: round.id(),
         }
     }
 

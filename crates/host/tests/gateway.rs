@@ -400,3 +400,115 @@ async fn a_servers_questions_keep_their_keys_through_the_gateway() {
     }
     host.shutdown().await;
 }
+
+/// A policy that takes its time over sampling requests (a person reading the prompt): the
+/// backend's sampling question reaches the gateway well after its other questions of the round.
+struct SlowSampling;
+
+impl modelctx_host::Policy for SlowSampling {
+    fn approve_tool_call<'a>(
+        &'a self,
+        _: &'a modelctx_host::policy::ToolCall<'a>,
+    ) -> modelctx_host::policy::BoxFuture<'a, modelctx_host::Decision> {
+        Box::pin(std::future::ready(modelctx_host::Decision::Allow))
+    }
+
+    fn approve_sampling<'a>(
+        &'a self,
+        _: &'a mut modelctx_host::policy::SamplingRequest,
+    ) -> modelctx_host::policy::BoxFuture<'a, modelctx_host::Decision> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            modelctx_host::Decision::Allow
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_questions_reaches_the_gateways_client_as_one_round() {
+    // The backend asks three questions at once (a round of three `inputRequests`).
+    let at_once = |context: Context, _: NoArgs| async move {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        let (name, greeting, roots) = tokio::join!(
+            context.keyed("user_name").elicit("Your name?", schema),
+            context
+                .keyed("greeting")
+                .sample(modelctx_server::sampling_request("A greeting", 50)),
+            context.keyed("client_roots").list_roots(),
+        );
+        match (name, greeting, roots) {
+            (Ok(name), Ok(_), Ok(roots)) => format!(
+                "{} {}",
+                name.content.unwrap_or_default()["name"],
+                roots.roots.len()
+            ),
+            other => format!("{other:?}"),
+        }
+    };
+    let back = Server::builder("asking", "1.0.0")
+        .tool(Tool::new("at_once", at_once).annotations(read_only()))
+        .build();
+    let running = serve(&back).await;
+    let mut config = HostConfig::default();
+    config.servers = vec![ServerConfig::http("b", url(&running))];
+    let gateway = Gateway::builder("gateway", "1.0.0");
+    let host = Host::builder(config)
+        .connect_timeout(Duration::from_secs(5))
+        .policy(SlowSampling);
+    let host = within("start", gateway.route_input(host).start()).await;
+    let gateway = gateway.build(host.clone());
+    let front = serve(gateway.server()).await;
+    // The gateway's modern client notes the round of each question it answers.
+    let rounds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = rounds.clone();
+    let note = move || {
+        let round = modelctx_client::input_round().expect("a modern round");
+        noted.lock().unwrap().push((round.id(), round.len()));
+    };
+    let (on_elicit, on_sample, on_roots) = (note.clone(), note.clone(), note);
+    let client = Client::builder("gateway-test", "1.0.0")
+        .on_elicitation(move |_| {
+            on_elicit();
+            let mut content = JsonObject::new();
+            content.insert("name".into(), Value::from("Ada"));
+            std::future::ready(Ok(Elicited::accept(content)))
+        })
+        .on_sampling(move |_| {
+            on_sample();
+            use modelctx_host::model;
+            std::future::ready(Ok(model::CreateMessageResult {
+                meta: None,
+                content: model::CreateMessageResultContent::TextContent(model::TextContent {
+                    meta: None,
+                    annotations: None,
+                    text: "hello".into(),
+                }),
+                model: "test-model".into(),
+                role: model::Role::Assistant,
+                stop_reason: None,
+                extra: JsonObject::new(),
+            }))
+        })
+        .on_roots(move || {
+            on_roots();
+            std::future::ready(Ok(vec![root("file:///client")]))
+        })
+        .request_timeout(Some(STEP));
+    let client = within("connect", client.connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let answer = within("call", client.call_tool("b__at_once", json!({})))
+        .await
+        .expect("at_once");
+    assert_eq!(answer.text(), "\"Ada\" 1");
+    // One round of three, not the quick questions first and the slow one after.
+    let rounds = rounds.lock().unwrap().clone();
+    assert_eq!(rounds.len(), 3, "{rounds:?}");
+    assert!(
+        rounds
+            .iter()
+            .all(|&(id, len)| id == rounds[0].0 && len == 3),
+        "{rounds:?}"
+    );
+    host.shutdown().await;
+}

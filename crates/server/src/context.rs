@@ -495,6 +495,26 @@ impl Context {
         self.keyed_ask(None).list_roots().await
     }
 
+    /// Holds this request's questions together: in the modern era, a question asked while an
+    /// [`InputHold`] of the request is alive does not end the run at once; the round trip
+    /// (`input_required` with every question asked meanwhile) goes when the last hold is
+    /// dropped. For a front that asks its client in other servers' stead, whose questions of
+    /// one round arrive from several tasks (`modelctx_client::input_round` says how many).
+    ///
+    /// Does nothing in the legacy era (each question is a request of its own) and for a request
+    /// running as a task. Drop the hold soon: the request's run waits while it lives.
+    pub fn hold_input(&self) -> InputHold {
+        let mrtr = self
+            .inner
+            .mrtr
+            .clone()
+            .filter(|_| self.inner.modern && self.inner.task.get().is_none());
+        if let Some(mrtr) = &mrtr {
+            mrtr.hold();
+        }
+        InputHold { mrtr }
+    }
+
     /// The next question, named `key`: in a modern round trip, the key of its entry in
     /// `inputRequests`, under which the client answers in `inputResponses` (without one, a
     /// question is named after its method and place, `elicit-1`, `sample-2`, ...). Keys name
@@ -594,6 +614,21 @@ impl Context {
         answer
             .await
             .unwrap_or(Err(InputError::NoAnswer(NoAnswer::ConnectionEnded)))
+    }
+}
+
+/// A hold on a request's questions ([`Context::hold_input`]); released when dropped.
+#[derive(Debug)]
+#[must_use = "the hold is released when dropped"]
+pub struct InputHold {
+    mrtr: Option<Arc<crate::input::Mrtr>>,
+}
+
+impl Drop for InputHold {
+    fn drop(&mut self) {
+        if let Some(mrtr) = &self.mrtr {
+            mrtr.release();
+        }
     }
 }
 

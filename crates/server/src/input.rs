@@ -118,8 +118,17 @@ pub(crate) struct Mrtr {
     pending: Mutex<JsonObject>,
     /// An answer that is not one to its question: the request fails with it.
     invalid: Mutex<Option<ErrorObject>>,
-    /// Fired when a question has no answer, or an invalid one.
+    /// Fired when a question has no answer, or an invalid one (once no hold is left).
     needed: Notify,
+    /// The holds alive ([`crate::Context::hold_input`]), and whether a question came meanwhile.
+    holds: Mutex<Holds>,
+}
+
+/// [`Mrtr::holds`].
+#[derive(Debug, Default)]
+struct Holds {
+    alive: usize,
+    deferred: bool,
 }
 
 /// What a question of a modern request gets.
@@ -153,7 +162,7 @@ impl Mrtr {
                     let mut invalid = self.invalid.lock().unwrap_or_else(|e| e.into_inner());
                     invalid.get_or_insert(error);
                     drop(invalid);
-                    self.needed.notify_one();
+                    self.signal();
                     Asked::Abandoned
                 }
             };
@@ -162,8 +171,32 @@ impl Mrtr {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, json!({"method": method, "params": params}));
-        self.needed.notify_one();
+        self.signal();
         Asked::Abandoned
+    }
+
+    /// Ends the run for its round trip, or, while a hold is alive, once the last one goes.
+    fn signal(&self) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        if holds.alive > 0 {
+            holds.deferred = true;
+        } else {
+            self.needed.notify_one();
+        }
+    }
+
+    /// Takes a hold: questions asked until it is released wait for one another.
+    pub(crate) fn hold(&self) {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner()).alive += 1;
+    }
+
+    /// Releases a hold taken by [`Mrtr::hold`]; the last one sends what came meanwhile.
+    pub(crate) fn release(&self) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.alive = holds.alive.saturating_sub(1);
+        if holds.alive == 0 && std::mem::take(&mut holds.deferred) {
+            self.needed.notify_one();
+        }
     }
 }
 

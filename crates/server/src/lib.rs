@@ -223,7 +223,7 @@ pub mod tasks;
 mod uri_template;
 mod wire;
 
-pub use context::{Context, ProgressError, Question, sampling_request};
+pub use context::{Context, InputHold, ProgressError, Question, sampling_request};
 pub use handler::{MissingState, State};
 pub use input::{InputError, NoAnswer};
 pub use limits::Limits;

@@ -237,6 +237,75 @@ async fn ask_at_once(context: Context, _: NoArgs) -> Result<String, InputError> 
     ))
 }
 
+/// Asks three questions from three tasks of its own, one after the other with pauses between
+/// them (as a gateway's questions arrive), under a hold; `hold: false` asks without one.
+async fn ask_from_tasks(context: Context, hold: bool) -> Result<String, InputError> {
+    let held = hold.then(|| context.hold_input());
+    let mut asked = Vec::new();
+    for key in ["q1", "q2", "q3"] {
+        let context = context.clone();
+        asked.push(tokio::spawn(async move {
+            let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+            context.keyed(key).elicit("Your name?", schema).await
+        }));
+        // The first question is recorded before the next is asked.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(held);
+    let mut names = Vec::new();
+    for task in asked {
+        let answer = task.await.expect("the question's task")?;
+        names.push(name_of(&answer).unwrap_or_default());
+    }
+    Ok(names.join(" "))
+}
+
+#[tokio::test]
+async fn questions_asked_from_several_tasks_under_a_hold_share_a_round() {
+    let server = Server::builder("input", "1")
+        .tool(Tool::new("held", |context: Context, _: NoArgs| {
+            ask_from_tasks(context, true)
+        }))
+        .tool(Tool::new("unheld", |context: Context, _: NoArgs| {
+            ask_from_tasks(context, false)
+        }))
+        .build();
+    let mut modern = Client::connect(&server, eras().remove(0).1).await;
+    let params = json!({"name": "held", "arguments": {}});
+    let first = modern.request("tools/call", params.clone()).await.unwrap();
+    assert_eq!(first["resultType"], "input_required");
+    let mut keys: Vec<&str> = first["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["q1", "q2", "q3"], "{first}");
+    let mut retry = params;
+    retry["inputResponses"] = json!({
+        "q1": {"action": "accept", "content": {"name": "A"}},
+        "q2": {"action": "accept", "content": {"name": "B"}},
+        "q3": {"action": "accept", "content": {"name": "C"}},
+    });
+    retry["requestState"] = first["requestState"].clone();
+    let done = modern.request("tools/call", retry).await.unwrap();
+    assert_eq!(text(&done), "A B C", "{done}");
+    // Without the hold, the first question ends the run on its own.
+    let unheld = json!({"name": "unheld", "arguments": {}});
+    let first = modern.request("tools/call", unheld).await.unwrap();
+    let keys: Vec<&String> = first["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["q1"], "{first}");
+    // A legacy client gets each question as a request: the hold changes nothing there.
+    let mut legacy = Client::connect(&server, eras().pop().unwrap().1).await;
+    let id = legacy
+        .start("tools/call", json!({"name": "held", "arguments": {}}))
+        .await;
+    let answer = json!({"action": "accept", "content": {"name": "D"}});
+    let result = legacy.answer_asking(&id, answer).await.unwrap();
+    assert_eq!(text(&result), "D D D", "{result}");
+}
+
 #[tokio::test]
 async fn questions_have_the_keys_handlers_give_them_and_questions_asked_at_once_share_a_round() {
     let server = Server::builder("input", "1")
