@@ -685,6 +685,7 @@ impl ClientBuilder {
             #[cfg(feature = "otel")]
             metrics: crate::observe::Metrics::new(),
             handlers: self.handlers,
+            capabilities: config.capabilities.clone(),
             log_level: Mutex::new(None),
             write_timeout: self.write_timeout,
             #[cfg(feature = "validation")]

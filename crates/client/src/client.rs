@@ -109,6 +109,7 @@ pub struct CallOptions {
     progress: Option<ProgressFn>,
     reset_on_progress: Option<Duration>,
     reissue: Option<bool>,
+    capabilities: Option<JsonObject>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -118,6 +119,7 @@ impl std::fmt::Debug for CallOptions {
             .field("progress", &self.progress.is_some())
             .field("reset_on_progress", &self.reset_on_progress)
             .field("reissue", &self.reissue)
+            .field("capabilities", &self.capabilities)
             .finish()
     }
 }
@@ -159,6 +161,52 @@ impl CallOptions {
         self.reissue = Some(reissue);
         self
     }
+
+    /// In the modern era (2026-07-28), the request declares these client capabilities, narrowed
+    /// to those the client itself declares (its handlers could not answer more), instead of
+    /// the client's own: a server asks this request only for what both have. For a front (a
+    /// gateway) asking on behalf of a client of its own, whose capabilities these are.
+    /// Capabilities the call adds for itself (the tasks extension of
+    /// [`Client::call_tool_as_task`](crate::Client::call_tool_as_task)) are kept. A legacy
+    /// server's session has one set of capabilities: there this option changes nothing.
+    pub fn client_capabilities(mut self, capabilities: JsonObject) -> Self {
+        self.capabilities = Some(capabilities);
+        self
+    }
+}
+
+/// Adds `extra`'s members to `caps`, objects merged one level deep.
+fn merge_capabilities(caps: &mut JsonObject, extra: &JsonObject) {
+    for (key, value) in extra {
+        match (caps.get_mut(key), value) {
+            (Some(Value::Object(into)), Value::Object(added)) => {
+                for (k, v) in added {
+                    into.insert(k.clone(), v.clone());
+                }
+            }
+            (None, value) => {
+                caps.insert(key.clone(), value.clone());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What `wanted` and `declared` both declare: the members of `wanted` that `declared` has,
+/// objects narrowed member by member (a capability's settings too), other values `wanted`'s.
+pub(crate) fn narrow_capabilities(wanted: &JsonObject, declared: &JsonObject) -> JsonObject {
+    wanted
+        .iter()
+        .filter_map(|(key, value)| {
+            let narrowed = match (value, declared.get(key)?) {
+                (Value::Object(wanted), Value::Object(declared)) => {
+                    Value::Object(narrow_capabilities(wanted, declared))
+                }
+                (value, _) => value.clone(),
+            };
+            Some((key.clone(), narrowed))
+        })
+        .collect()
 }
 
 /// What a completion is for.
@@ -366,6 +414,25 @@ impl Client {
             && options.progress.is_some()
         {
             request = request.with_progress_reset(max);
+        }
+        let mut params = params;
+        if let Some(wanted) = &options.capabilities {
+            // Those of the request: the caller's, narrowed to the client's own, plus what the
+            // call declared for itself.
+            let mut declared = narrow_capabilities(wanted, &self.inner.shared.capabilities);
+            let meta = params
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(JsonObject::new()));
+            if let Value::Object(meta) = meta {
+                if let Some(Value::Object(own)) = meta.get(meta_keys::CLIENT_CAPABILITIES) {
+                    merge_capabilities(&mut declared, own);
+                }
+                meta.insert(
+                    meta_keys::CLIENT_CAPABILITIES.into(),
+                    Value::Object(declared),
+                );
+            }
+            request = request.with_only_request_capabilities();
         }
         let hints = self.hints(method, &params, options);
         let call = Call {

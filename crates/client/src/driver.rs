@@ -160,6 +160,8 @@ pub(crate) struct Shared {
     #[cfg(feature = "http")]
     pub(crate) over_http: bool,
     pub(crate) handlers: Handlers,
+    /// The client capabilities it declares (the session's configuration).
+    pub(crate) capabilities: JsonObject,
     /// How long a write to a stdio or in-memory server may wait (for a restarted server).
     #[cfg_attr(not(feature = "stdio"), allow(dead_code))]
     pub(crate) write_timeout: Duration,

@@ -1038,15 +1038,31 @@ fn modern_polled(raw: &RawValue) -> Result<Polled, Error> {
     Ok(polled)
 }
 
-/// Declares the tasks extension in the client capabilities of this (2026-07-28) request only.
+/// Declares the tasks extension in the client capabilities of this (2026-07-28) request only
+/// (added to those the request's `_meta` declares already).
 pub(crate) fn declare_extension(params: &mut JsonObject) {
-    let mut caps = JsonObject::new();
-    caps.insert("extensions".into(), serde_json::json!({ EXTENSION_ID: {} }));
     let meta = params
         .entry("_meta")
         .or_insert_with(|| Value::Object(JsonObject::new()));
-    if let Value::Object(meta) = meta {
-        meta.insert(meta_keys::CLIENT_CAPABILITIES.into(), Value::Object(caps));
+    let Value::Object(meta) = meta else {
+        return;
+    };
+    let caps = meta
+        .entry(meta_keys::CLIENT_CAPABILITIES)
+        .or_insert_with(|| Value::Object(JsonObject::new()));
+    if !caps.is_object() {
+        *caps = Value::Object(JsonObject::new());
+    }
+    if let Value::Object(caps) = caps {
+        let extensions = caps
+            .entry("extensions")
+            .or_insert_with(|| Value::Object(JsonObject::new()));
+        if !extensions.is_object() {
+            *extensions = Value::Object(JsonObject::new());
+        }
+        if let Value::Object(extensions) = extensions {
+            extensions.insert(EXTENSION_ID.into(), serde_json::json!({}));
+        }
     }
 }
 

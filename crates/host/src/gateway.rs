@@ -49,7 +49,9 @@
 //!   key is used), and when the client retries with the answers the call is made again on the
 //!   server, which gets them at once. A request the gateway's client cannot answer for
 //!   lack of a capability fails the gateway's call as the server's own would for that client
-//!   (`InputError::NotSupported`: -32021 in the modern era).
+//!   (`InputError::NotSupported`: -32021 in the modern era). The questions a modern server asks
+//!   at once (one `input_required` round) reach the gateway's client in one round too
+//!   ([`modelctx_client::input_round`], [`Context::hold_input`]).
 //!
 //! # The rule for sampling, elicitation and roots, and its limit
 //!
@@ -67,8 +69,9 @@
 //! It is a server in its own right, not a relay: the protocol version, session and ids its
 //! clients see are its own. It does not forward tasks (a task-augmented call of a server, the
 //! tasks extension), skills, its clients' `roots/list_changed` (a server lists roots again when
-//! it asks during a call), its clients' capabilities (every server sees the host's, the same for
-//! every client of the gateway), or members
+//! it asks during a call), its clients' capabilities to a legacy server (whose session has the
+//! host's, the same for every client of the gateway; a modern server gets, on each call, prompt
+//! get and read, those of the client that made it, narrowed to the host's), or members
 //! of definitions its server builder cannot set (`_meta` and `size` of resources, icons of
 //! prompts and resources, `execution`); a server's protocol error on a call becomes a failed
 //! call (`isError`), and a prompt's error the JSON-RPC error -32603. Completions are limited to
@@ -243,6 +246,37 @@ impl GatewayBuilder {
             sync,
         }
     }
+}
+
+/// `options` declaring, to a modern server, the capabilities of the gateway's client that
+/// made the request `context` serves (narrowed to the host's own), so that the server asks that
+/// request only for input the client can give. The gateway's client declares them per request
+/// in the modern era, per session in the legacy one; a legacy server's session has the host's.
+fn as_caller(context: &Context, options: CallOptions) -> CallOptions {
+    match context.client_capabilities() {
+        Some(caps) => options.client_capabilities(caps.clone()),
+        None => options,
+    }
+}
+
+/// The capability a -32021 error's `data.requiredCapabilities` names, as a dotted path
+/// (`elicitation.url`): the first member, down to its first member while it has one. `None`
+/// when there is none, or a name has a dot in it (an extension's), which a path cannot carry.
+fn required_capability(error: &modelctx_types::ErrorObject) -> Option<String> {
+    let data: Value = error.data_as().ok().flatten()?;
+    let mut at = data.get("requiredCapabilities")?.as_object()?;
+    let mut path = Vec::new();
+    while let Some((name, inner)) = at.iter().next() {
+        if name.contains('.') {
+            return None;
+        }
+        path.push(name.as_str());
+        match inner.as_object() {
+            Some(inner) => at = inner,
+            None => break,
+        }
+    }
+    (!path.is_empty()).then(|| path.join("."))
 }
 
 /// The refusal of a server's request when no gateway call is in progress on it.
@@ -627,7 +661,7 @@ impl Inner {
         let call = Call::new(context.clone());
         let entry = self.calls.enter(server, call.clone());
         let (progress_tx, mut progress_rx) = tokio::sync::mpsc::channel(PROGRESS_BUFFER);
-        let mut options = CallOptions::new().timeout(None);
+        let mut options = as_caller(&context, CallOptions::new().timeout(None));
         if context.wants_progress() {
             options = options.on_progress(move |p| {
                 // Progress is a hint: one that finds the buffer full is dropped.
@@ -641,6 +675,17 @@ impl Inner {
         // A server's request the gateway's client could not answer for lack of a capability:
         // the call fails as the server's own would have for that client.
         if let Some(capability) = call.missing() {
+            return Err(modelctx_server::InputError::NotSupported(capability));
+        }
+        // The server refused the call for a capability the client calling lacks (it saw that
+        // client's): the gateway refuses it the same way.
+        if let Some(Err(HostError::Server {
+            source: modelctx_client::Error::Remote(error),
+            ..
+        })) = &outcome
+            && error.code == modelctx_types::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+            && let Some(capability) = required_capability(error)
+        {
             return Err(modelctx_server::InputError::NotSupported(capability));
         }
         Ok(match outcome {
@@ -769,7 +814,11 @@ impl Inner {
                 server,
                 entry.id,
                 &mut none,
-                self.host.get_prompt(shown, arguments),
+                self.host.get_prompt_with(
+                    shown,
+                    arguments,
+                    as_caller(&context, CallOptions::new()),
+                ),
             )
             .await
             .ok_or("cancelled by the client")?
@@ -863,7 +912,8 @@ impl Inner {
                 server,
                 entry.id,
                 &mut none,
-                self.host.read_resource(&uri),
+                self.host
+                    .read_resource_with(&uri, as_caller(&context, CallOptions::new())),
             )
             .await
             .ok_or_else(|| ResourceError::Failed("cancelled by the client".into()))?;
@@ -1246,6 +1296,32 @@ mod tests {
                 "additionalProperties": false,
             })
         );
+    }
+
+    #[test]
+    fn a_required_capability_is_read_as_a_path() {
+        let error = |data: Value| {
+            modelctx_types::ErrorObject::new(
+                modelctx_types::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "missing",
+            )
+            .with_data(&data)
+            .unwrap()
+        };
+        let path = |data| required_capability(&error(data));
+        assert_eq!(
+            path(json!({"requiredCapabilities": {"sampling": {}}})).as_deref(),
+            Some("sampling")
+        );
+        assert_eq!(
+            path(json!({"requiredCapabilities": {"elicitation": {"url": {}}}})).as_deref(),
+            Some("elicitation.url")
+        );
+        let extension = json!({"requiredCapabilities": {"extensions": {"io.x/y": {}}}});
+        assert_eq!(path(extension), None);
+        assert_eq!(path(json!({"requiredCapabilities": {}})), None);
+        assert_eq!(path(json!({"other": 1})), None);
+        assert_eq!(path(json!([1])), None);
     }
 
     #[test]

@@ -572,8 +572,23 @@ impl Host {
     /// [`HostError::UnknownResource`], [`HostError::NotConnected`], [`HostError::Server`],
     /// [`HostError::ShutDown`].
     pub async fn read_resource(&self, uri: &str) -> Result<model::ReadResourceResult, HostError> {
+        self.read_resource_with(uri, CallOptions::new()).await
+    }
+
+    /// [`read_resource`](Self::read_resource) with options (timeout, progress, the client
+    /// capabilities the request declares).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_resource`](Self::read_resource).
+    pub async fn read_resource_with(
+        &self,
+        uri: &str,
+        options: CallOptions,
+    ) -> Result<model::ReadResourceResult, HostError> {
         let (slot, client) = self.resource_owner(uri)?;
-        client.read_resource(uri).await.map_err(|e| slot.failed(e))
+        let result = client.read_resource_with(uri, options).await;
+        result.map_err(|e| slot.failed(e))
     }
 
     /// Gets the prompt shown as `name` from its server.
@@ -587,6 +602,22 @@ impl Host {
         name: &str,
         arguments: std::collections::BTreeMap<String, String>,
     ) -> Result<model::GetPromptResult, HostError> {
+        self.get_prompt_with(name, arguments, CallOptions::new())
+            .await
+    }
+
+    /// [`get_prompt`](Self::get_prompt) with options (timeout, progress, the client
+    /// capabilities the request declares).
+    ///
+    /// # Errors
+    ///
+    /// As [`get_prompt`](Self::get_prompt).
+    pub async fn get_prompt_with(
+        &self,
+        name: &str,
+        arguments: std::collections::BTreeMap<String, String>,
+        options: CallOptions,
+    ) -> Result<model::GetPromptResult, HostError> {
         let core = self.core();
         core.open()?;
         let prompt = lock(&core.catalog).route_prompt(name).cloned();
@@ -599,7 +630,9 @@ impl Host {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let result = client.get_prompt(&prompt.prompt.name, &arguments).await;
+        let result = client
+            .get_prompt_with(&prompt.prompt.name, &arguments, options)
+            .await;
         result.map_err(|e| slot.failed(e))
     }
 

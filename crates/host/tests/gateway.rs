@@ -512,3 +512,66 @@ async fn a_round_of_questions_reaches_the_gateways_client_as_one_round() {
     );
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_server_sees_the_capabilities_of_the_gateways_client_calling() {
+    // The backend says which client capabilities its request declared.
+    let caps = |context: Context, _: NoArgs| async move {
+        let mut names: Vec<String> = context
+            .client_capabilities()
+            .map(|caps| caps.keys().cloned().collect())
+            .unwrap_or_default();
+        names.sort();
+        names.join(",")
+    };
+    // And one that needs sampling.
+    let sample = |context: Context, _: NoArgs| async move {
+        let asked = context
+            .sample(modelctx_server::sampling_request("Hi", 10))
+            .await;
+        asked.map(|_| "sampled")
+    };
+    let back = Server::builder("caps", "1.0.0")
+        .tool(Tool::new("caps", caps).annotations(read_only()))
+        .tool(Tool::new("sample", sample).annotations(read_only()))
+        .build();
+    let running = serve(&back).await;
+    // The host declares sampling, elicitation and roots (the gateway routes all three).
+    let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    for legacy in [false, true] {
+        // A client that can only sample.
+        let client = Client::builder("gateway-test", "1.0.0")
+            .on_sampling(|_| async { Err(modelctx_client::InputError::new("no model")) })
+            .request_timeout(Some(STEP));
+        let client = if legacy {
+            client.protocol_version(ProtocolVersion::V2025_11_25)
+        } else {
+            client
+        };
+        let client = within("connect", client.connect_http(&url(&front)))
+            .await
+            .expect("connects");
+        let seen = within("call", client.call_tool("b__caps", json!({})))
+            .await
+            .expect("caps");
+        assert_eq!(seen.text(), "sampling", "legacy: {legacy}");
+    }
+    // A modern client without sampling: the server refuses the call with -32021 (it saw that
+    // client's capabilities), and so does the gateway.
+    let client = Client::builder("gateway-test", "1.0.0")
+        .on_roots(|| async { Ok(Vec::new()) })
+        .request_timeout(Some(STEP));
+    let client = within("connect", client.connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let refused = within("call", client.call_tool("b__sample", json!({}))).await;
+    match refused {
+        Err(modelctx_client::Error::Remote(error)) => {
+            assert_eq!(error.code.0, -32021, "{error:?}");
+            let data: Value = error.data_as().unwrap().unwrap();
+            assert_eq!(data["requiredCapabilities"], json!({"sampling": {}}));
+        }
+        other => panic!("{other:?}"),
+    }
+    host.shutdown().await;
+}

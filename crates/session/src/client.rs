@@ -627,7 +627,8 @@ impl ClientSession {
     /// capabilities are the configured ones plus, for this request only, those the caller put in
     /// `params._meta["io.modelcontextprotocol/clientCapabilities"]` (an object: its members are
     /// added, objects merged one level deep, the configured members kept), such as an extension
-    /// declared on one request (the tasks extension is declared per request).
+    /// declared on one request (the tasks extension is declared per request); with
+    /// [`RequestOptions::only_request_capabilities`], those of `params._meta` alone.
     /// `subscriptions/listen` never times out.
     pub fn send_request_with(
         &mut self,
@@ -673,7 +674,18 @@ impl ClientSession {
         let era = version.era();
         let meta = (era == Era::Modern).then(|| {
             let mut meta = self.modern_meta(version);
-            add_request_capabilities(&mut meta, params.as_ref());
+            if options.only_request_capabilities {
+                let own = params
+                    .as_ref()
+                    .and_then(|p| p.get("_meta"))
+                    .and_then(|m| m.get(meta::CLIENT_CAPABILITIES))
+                    .filter(|caps| caps.is_object())
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(JsonObject::new()));
+                meta.insert(meta::CLIENT_CAPABILITIES.into(), own);
+            } else {
+                add_request_capabilities(&mut meta, params.as_ref());
+            }
             meta
         });
         if method == "subscriptions/listen" {

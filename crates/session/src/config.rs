@@ -55,6 +55,11 @@ pub struct RequestOptions {
     pub reset_timeout_on_progress: bool,
     /// ...but never wait longer than this in all.
     pub max_total_timeout: Option<Duration>,
+    /// In the modern era, the request declares exactly the client capabilities in its
+    /// `params._meta["io.modelcontextprotocol/clientCapabilities"]` (none when absent), not the
+    /// configured ones: a front asking on behalf of a client of its own declares that
+    /// client's. Legacy requests have no capabilities of their own (the session's apply).
+    pub only_request_capabilities: bool,
 }
 
 impl Default for RequestOptions {
@@ -65,6 +70,7 @@ impl Default for RequestOptions {
             progress: false,
             reset_timeout_on_progress: false,
             max_total_timeout: None,
+            only_request_capabilities: false,
         }
     }
 }
@@ -79,6 +85,13 @@ impl RequestOptions {
     /// Asks for progress notifications.
     pub fn with_progress(mut self) -> Self {
         self.progress = true;
+        self
+    }
+
+    /// Declares only the request's own capabilities
+    /// ([`only_request_capabilities`](Self::only_request_capabilities)).
+    pub fn with_only_request_capabilities(mut self) -> Self {
+        self.only_request_capabilities = true;
         self
     }
 

@@ -628,3 +628,63 @@ async fn task_augmented_elicitation_runs_as_a_task_and_is_freed_after_its_ttl() 
     assert_eq!(gone["code"], -32602);
     assert_eq!(client.table_sizes().await.unwrap().tasks, 0);
 }
+
+/// A call that declares the capabilities of a client of its caller's (a gateway's) declares
+/// those the client has too, and keeps the tasks extension the call adds for itself; without
+/// the option, the client's own are declared.
+#[tokio::test(start_paused = true)]
+async fn a_call_may_declare_the_capabilities_of_its_caller() {
+    let asking = builder()
+        .on_elicitation(|_| async { Ok(Elicited::decline()) })
+        .on_sampling(|_| async { Err(modelctx_client::InputError::new("no model")) })
+        .on_roots(|| async { Ok(Vec::new()) });
+    let (client, mut fake) = connect(Era::Modern, asking, modern_caps()).await;
+    let caller: modelctx_client::JsonObject = serde_json::from_value(json!({
+        "sampling": {"tools": {}},
+        "elicitation": {"form": {}},
+        "experimental": {"x": {}},
+    }))
+    .unwrap();
+    let options = modelctx_client::CallOptions::new().client_capabilities(caller.clone());
+    let (_, call) = fake
+        .answer(
+            "tools/call",
+            text_result("ok"),
+            client.call_tool_with("echo", json!({}), options),
+        )
+        .await;
+    let caps = &params(&call)["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    // `sampling.tools` and `experimental` are the caller's alone; `roots` the client's alone.
+    assert_eq!(
+        caps,
+        &json!({"sampling": {}, "elicitation": {"form": {}}}),
+        "{caps}"
+    );
+    // A task-augmented call adds the extension to them.
+    let options = TaskOptions::new()
+        .call(modelctx_client::CallOptions::new().client_capabilities(caller.clone()));
+    let (_, call) = fake
+        .answer(
+            "tools/call",
+            text_result("done at once"),
+            client.call_tool_as_task("echo", json!({}), options),
+        )
+        .await;
+    let caps = &params(&call)["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    assert_eq!(
+        caps,
+        &json!({"sampling": {}, "elicitation": {"form": {}}, "extensions": {TASKS: {}}}),
+        "{caps}"
+    );
+    // Without the option: the client's own.
+    let (_, call) = fake
+        .answer(
+            "tools/call",
+            text_result("ok"),
+            client.call_tool("echo", json!({})),
+        )
+        .await;
+    let caps = &params(&call)["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    assert!(caps.get("roots").is_some(), "{caps}");
+    assert!(caps.get("experimental").is_none(), "{caps}");
+}

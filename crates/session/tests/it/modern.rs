@@ -846,6 +846,31 @@ fn capabilities_declared_on_one_request_are_added_to_it_only() {
     assert!(caps(1).get("extensions").is_none(), "{}", caps(1));
 }
 
+/// With `only_request_capabilities`, a request declares exactly the capabilities in its own
+/// `_meta` (none when it has none), not the configured ones.
+#[test]
+fn a_request_may_declare_only_its_own_capabilities() {
+    let mut pair = Pair::connected(&[modelctx_session::ProtocolVersion::V2026_07_28]);
+    let only = modelctx_session::RequestOptions::default().with_only_request_capabilities();
+    let params = obj(json!({
+        "name": "t",
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {"sampling": {}}},
+    }));
+    for params in [params, obj(json!({"name": "t"}))] {
+        pair.client
+            .send_request_with(pair.now, "tools/call", Some(params), only)
+            .unwrap();
+    }
+    pair.pump();
+    let caps: Vec<Value> = pair
+        .to_server
+        .iter()
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone())
+        .collect();
+    assert_eq!(caps, [json!({"sampling": {}}), json!({})]);
+}
+
 /// The tasks extension's listen filter (`taskIds`): only with the extension declared on the
 /// request (-32021 otherwise), acknowledged, and `notifications/tasks` reach the streams that
 /// name the task, tagged with their subscription id; a server without the extension ignores it.
