@@ -102,16 +102,39 @@ fn backend(cancelled: mpsc::Sender<()>) -> Server {
 
 /// A gateway of `servers` served over HTTP; the host, the gateway and its URL.
 async fn gateway(servers: Vec<ServerConfig>) -> (Host, Gateway, RunningServer) {
+    gateway_with(servers, |host| host).await
+}
+
+/// [`gateway`] with its host's builder given to `shape` first.
+async fn gateway_with(
+    servers: Vec<ServerConfig>,
+    shape: impl FnOnce(modelctx_host::HostBuilder) -> modelctx_host::HostBuilder,
+) -> (Host, Gateway, RunningServer) {
     let mut config = HostConfig::default();
     config.servers = servers;
     let gateway = Gateway::builder("gateway", "1.0.0");
-    let host = gateway
-        .route_input(Host::builder(config).connect_timeout(Duration::from_secs(5)))
-        .start();
-    let host = within("start", host).await;
+    let host = shape(Host::builder(config).connect_timeout(Duration::from_secs(5)));
+    let host = within("start", gateway.route_input(host).start()).await;
     let gateway = gateway.build(host.clone());
     let running = serve(gateway.server()).await;
     (host, gateway, running)
+}
+
+/// A model's text answer.
+fn sampled(text: String) -> modelctx_host::model::CreateMessageResult {
+    use modelctx_host::model;
+    model::CreateMessageResult {
+        meta: None,
+        content: model::CreateMessageResultContent::TextContent(model::TextContent {
+            meta: None,
+            annotations: None,
+            text,
+        }),
+        model: "test-model".into(),
+        role: model::Role::Assistant,
+        stop_reason: None,
+        extra: JsonObject::new(),
+    }
 }
 
 fn client(legacy: bool) -> modelctx_client::ClientBuilder {
@@ -330,22 +353,7 @@ fn keyed_client(legacy: bool) -> modelctx_client::ClientBuilder {
             content.insert("name".into(), Value::from(key()));
             std::future::ready(Ok(Elicited::accept(content)))
         })
-        .on_sampling(move |_| {
-            use modelctx_host::model;
-            let answer = model::CreateMessageResult {
-                meta: None,
-                content: model::CreateMessageResultContent::TextContent(model::TextContent {
-                    meta: None,
-                    annotations: None,
-                    text: key(),
-                }),
-                model: "test-model".into(),
-                role: model::Role::Assistant,
-                stop_reason: None,
-                extra: JsonObject::new(),
-            };
-            std::future::ready(Ok(answer))
-        })
+        .on_sampling(move |_| std::future::ready(Ok(sampled(key()))))
         .on_roots(|| std::future::ready(Ok(vec![root("file:///client")])))
         .request_timeout(Some(STEP));
     if legacy {
@@ -359,16 +367,10 @@ fn keyed_client(legacy: bool) -> modelctx_client::ClientBuilder {
 async fn a_servers_roots_request_is_answered_with_the_calling_clients_roots() {
     let back = asking_backend();
     let running = serve(&back).await;
-    let mut config = HostConfig::default();
-    config.servers = vec![ServerConfig::http("b", url(&running))];
-    let gateway = Gateway::builder("gateway", "1.0.0");
+    let servers = vec![ServerConfig::http("b", url(&running))];
     // The host has roots of its own: the client's are answered instead during its call.
-    let host = Host::builder(config)
-        .connect_timeout(Duration::from_secs(5))
-        .roots(vec![root("file:///host")]);
-    let host = within("start", gateway.route_input(host).start()).await;
-    let gateway = gateway.build(host.clone());
-    let front = serve(gateway.server()).await;
+    let (host, _gateway, front) =
+        gateway_with(servers, |host| host.roots(vec![root("file:///host")])).await;
     for legacy in [true, false] {
         let client = within("connect", keyed_client(legacy).connect_http(&url(&front)))
             .await
@@ -449,15 +451,8 @@ async fn a_round_of_questions_reaches_the_gateways_client_as_one_round() {
         .tool(Tool::new("at_once", at_once).annotations(read_only()))
         .build();
     let running = serve(&back).await;
-    let mut config = HostConfig::default();
-    config.servers = vec![ServerConfig::http("b", url(&running))];
-    let gateway = Gateway::builder("gateway", "1.0.0");
-    let host = Host::builder(config)
-        .connect_timeout(Duration::from_secs(5))
-        .policy(SlowSampling);
-    let host = within("start", gateway.route_input(host).start()).await;
-    let gateway = gateway.build(host.clone());
-    let front = serve(gateway.server()).await;
+    let servers = vec![ServerConfig::http("b", url(&running))];
+    let (host, _gateway, front) = gateway_with(servers, |host| host.policy(SlowSampling)).await;
     // The gateway's modern client notes the round of each question it answers.
     let rounds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let noted = rounds.clone();
@@ -475,19 +470,7 @@ async fn a_round_of_questions_reaches_the_gateways_client_as_one_round() {
         })
         .on_sampling(move |_| {
             on_sample();
-            use modelctx_host::model;
-            std::future::ready(Ok(model::CreateMessageResult {
-                meta: None,
-                content: model::CreateMessageResultContent::TextContent(model::TextContent {
-                    meta: None,
-                    annotations: None,
-                    text: "hello".into(),
-                }),
-                model: "test-model".into(),
-                role: model::Role::Assistant,
-                stop_reason: None,
-                extra: JsonObject::new(),
-            }))
+            std::future::ready(Ok(sampled("hello".into())))
         })
         .on_roots(move || {
             on_roots();

@@ -639,6 +639,9 @@ async fn a_call_may_declare_the_capabilities_of_its_caller() {
         .on_sampling(|_| async { Err(modelctx_client::InputError::new("no model")) })
         .on_roots(|| async { Ok(Vec::new()) });
     let (client, mut fake) = connect(Era::Modern, asking, modern_caps()).await;
+    let caps_of = |call: &Request| {
+        params(call)["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone()
+    };
     let caller: modelctx_client::JsonObject = serde_json::from_value(json!({
         "sampling": {"tools": {}},
         "elicitation": {"form": {}},
@@ -653,7 +656,7 @@ async fn a_call_may_declare_the_capabilities_of_its_caller() {
             client.call_tool_with("echo", json!({}), options),
         )
         .await;
-    let caps = &params(&call)["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    let caps = &caps_of(&call);
     // `sampling.tools` and `experimental` are the caller's alone; `roots` the client's alone.
     assert_eq!(
         caps,
@@ -670,7 +673,7 @@ async fn a_call_may_declare_the_capabilities_of_its_caller() {
             client.call_tool_as_task("echo", json!({}), options),
         )
         .await;
-    let caps = &params(&call)["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    let caps = &caps_of(&call);
     assert_eq!(
         caps,
         &json!({"sampling": {}, "elicitation": {"form": {}}, "extensions": {TASKS: {}}}),
@@ -684,7 +687,7 @@ async fn a_call_may_declare_the_capabilities_of_its_caller() {
             client.call_tool("echo", json!({})),
         )
         .await;
-    let caps = &params(&call)["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    let caps = &caps_of(&call);
     assert!(caps.get("roots").is_some(), "{caps}");
     assert!(caps.get("experimental").is_none(), "{caps}");
 }
