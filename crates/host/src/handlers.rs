@@ -274,20 +274,7 @@ mod tests {
             }
             let beta = connect(&shared, "beta", &url, legacy).await;
             let expected = "the policy denies sampling requests of server \"beta\"";
-            if legacy {
-                // The server gets a JSON-RPC error with the policy's reason.
-                let text = call(&beta, "sample").await.unwrap();
-                assert_eq!(text, format!("refused -32603: {expected}"));
-            } else {
-                // Modern: the call that needed the input fails in the client.
-                match call(&beta, "sample").await {
-                    Err(Error::Input { method, reason }) => {
-                        assert_eq!(method, "sampling/createMessage");
-                        assert_eq!(reason, expected);
-                    }
-                    other => panic!("{other:?}"),
-                }
-            }
+            assert_refused(&beta, "sample", "sampling/createMessage", expected, legacy).await;
             assert_eq!(
                 seen.lock().unwrap().len(),
                 1,
@@ -297,6 +284,27 @@ mod tests {
             beta.close().await;
         }
         running.shutdown(Duration::from_secs(1)).await;
+    }
+
+    /// Calls `tool`, whose request `method` the policy refuses for `reason`: a legacy server
+    /// gets a JSON-RPC error with the reason (which the tool says); in the modern era the call
+    /// that needed the input fails in the client.
+    async fn assert_refused(client: &Client, tool: &str, method: &str, reason: &str, legacy: bool) {
+        if legacy {
+            let text = call(client, tool).await.unwrap();
+            assert_eq!(text, format!("refused -32603: {reason}"));
+        } else {
+            match call(client, tool).await {
+                Err(Error::Input {
+                    method: refused,
+                    reason: why,
+                }) => {
+                    assert_eq!(refused, method);
+                    assert_eq!(why, reason);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[tokio::test]
@@ -350,18 +358,7 @@ mod tests {
             }
             let beta = connect(&shared, "beta", &url, legacy).await;
             let expected = "the policy denies elicitations of server \"beta\"";
-            if legacy {
-                let text = call(&beta, "elicit").await.unwrap();
-                assert_eq!(text, format!("refused -32603: {expected}"));
-            } else {
-                match call(&beta, "elicit").await {
-                    Err(Error::Input { method, reason }) => {
-                        assert_eq!(method, "elicitation/create");
-                        assert_eq!(reason, expected);
-                    }
-                    other => panic!("{other:?}"),
-                }
-            }
+            assert_refused(&beta, "elicit", "elicitation/create", expected, legacy).await;
             assert_eq!(
                 seen.lock().unwrap().len(),
                 2,
