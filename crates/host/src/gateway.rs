@@ -52,6 +52,26 @@
 //!   (`InputError::NotSupported`: -32021 in the modern era). The questions a modern server asks
 //!   at once (one `input_required` round) reach the gateway's client in one round too
 //!   ([`modelctx_client::input_round`], [`Context::hold_input`]).
+//! * **Tasks**: a tool of a server that runs tools as tasks is a tool the gateway runs as a task
+//!   too, with the server's task support: as it lists it (`execution.taskSupport`, a 2025-11-25
+//!   server declaring `tasks.requests.tools.call`), or optional for every tool of a server that
+//!   declares the `io.modelcontextprotocol/tasks` extension (2026-07-28 lists no task support: the
+//!   server decides per call). The gateway's tool starts as a plain call
+//!   ([`Tool::task_on_detach`]). When its client runs the call as a task (a 2026-07-28 request
+//!   declaring the extension, or a 2025-11-25 task-augmented call), the server is called as a
+//!   task ([`Host::call_tool_as_task`], the policy first): questions it asks before its task
+//!   exists are round trips of the gateway's call, as above; when its task exists the gateway's
+//!   call becomes a task ([`Context::detach`]) and follows it to its end: the server task's
+//!   status message (its progress) becomes the gateway task's, its questions
+//!   (`input_required`) are asked through the gateway's task under their keys and answered
+//!   back, `tasks/cancel` of the gateway's task (or its expiry, or the client's cancellation, or
+//!   the [`Gateway`] dropped) cancels the server's, and its outcome is the gateway task's: a
+//!   completed result as it came (`isError` included), a failed task fails the gateway's with the
+//!   server's error (a task the server cancelled fails it with an error saying so). A server's
+//!   answer at once (no task) is the gateway's plain answer. A client that does not run the call
+//!   as a task gets a plain call; a tool its server runs only as a task is then refused with
+//!   -32021 (by the gateway itself when the server listed it `required`, else the server's
+//!   -32021 naming the extension, passed on as it came).
 //!
 //! # The rule for sampling, elicitation and roots, and its limit
 //!
@@ -63,28 +83,42 @@
 //! one goes to the client of the newest (over HTTP, possibly another session). With none in
 //! progress, the request is refused (the server gets an error), except `roots/list`, answered
 //! with the host's roots for that server when it has some. Log messages follow the same rule.
+//! A call followed as a task is in progress until its task ends: the questions of a server's
+//! task follow the same rule.
 //!
 //! # What it does not do
 //!
-//! It is a server in its own right, not a relay: the protocol version, session and ids its
-//! clients see are its own. It does not forward tasks (a task-augmented call of a server, the
-//! tasks extension), skills, its clients' `roots/list_changed` (a server lists roots again when
-//! it asks during a call), its clients' capabilities to a legacy server (whose session has the
-//! host's, the same for every client of the gateway; a modern server gets, on each call, prompt
-//! get and read, those of the client that made it, narrowed to the host's), or members
+//! It is a server in its own right, not a relay: the protocol version, session, ids and task
+//! ids its clients see are its own (a gateway task follows one server task; the gateway's tasks
+//! are kept in its own store, with its own time to live and poll interval). It does not forward
+//! skills, its clients' `roots/list_changed` (a server lists roots again when it asks during a
+//! call), its clients' capabilities to a legacy server (whose session has the host's, the same
+//! for every client of the gateway; a modern server gets, on each call, prompt get and read,
+//! those of the client that made it, narrowed to the host's), or members
 //! of definitions its server builder cannot set (`_meta` and `size` of resources, icons of
-//! prompts and resources, `execution`); a server's protocol error on a call becomes a failed
-//! call (`isError`), and a prompt's error the JSON-RPC error -32603. Completions are limited to
+//! prompts and resources; `execution` is the gateway's own, see Tasks); a server's protocol
+//! error on a plain call becomes a failed call (`isError`), except the -32021 of a tool that
+//! runs only as a task, and a prompt's error the JSON-RPC error -32603. Of tasks, it does not
+//! pass on tasks for anything but tool calls (a server's task-augmented sampling or
+//! elicitation requests to the host), a server's progress and log messages before its task
+//! exists, nor the task support of a server that comes or changes after the tool was listed
+//! (the gateway declares the tasks extension when it is built with a tool that may run as a
+//! task, and only then). Completions are limited to
 //! the candidates (`total` and `hasMore` are the gateway's count). It never unsubscribes a
 //! server from a resource a client subscribed to.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use modelctx_client::{CallOptions, CompletionRef, Elicitation, Elicited, InputError, model};
+use modelctx_client::{
+    CallOptions, CompletionRef, Elicitation, Elicited, InputError, TaskError, TaskHandle,
+    TaskOptions, model,
+};
+use modelctx_server::tasks::{DetachError, EXTENSION_ID, TaskSupport};
 use modelctx_server::{
-    Content, Context, LogLevel, Prompt, PromptMessage, ReadRequest, Resource, ResourceContents,
-    ResourceError, ResourceTemplate, Server, ServerBuilder, Tool, ToolOutput,
+    Content, Context, Era, ErrorCode, ErrorObject, LogLevel, Prompt, PromptMessage, ReadRequest,
+    Resource, ResourceContents, ResourceError, ResourceTemplate, Server, ServerBuilder, Tool,
+    ToolOutput,
 };
 use modelctx_types::JsonObject;
 use serde_json::Value;
@@ -211,6 +245,7 @@ impl GatewayBuilder {
             shown: Mutex::new(Shown::default()),
             subscribed: Mutex::new(HashSet::new()),
             server: std::sync::OnceLock::new(),
+            stopped: tokio::sync::watch::Sender::new(false),
         });
         let mut builder = Server::builder(self.name, self.version)
             .declare_tools()
@@ -434,6 +469,8 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.sync.abort();
+        // The calls that follow a server's task end, and cancel it.
+        self.inner.stopped.send_replace(true);
     }
 }
 
@@ -446,6 +483,8 @@ struct Inner {
     /// The URIs the host was subscribed to for the gateway's clients.
     subscribed: Mutex<HashSet<String>>,
     server: std::sync::OnceLock<Server>,
+    /// Set when the [`Gateway`] is dropped: the calls that follow a server's task stop.
+    stopped: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -615,12 +654,22 @@ impl Inner {
         let inner = Arc::downgrade(self);
         let shown = tool.name.clone();
         let server = tool.server.clone();
+        let capabilities = self
+            .host
+            .client(&tool.server)
+            .and_then(|client| client.server_capabilities_json());
+        let support = task_support(&tool.tool, capabilities.as_ref());
         let handler = move |context: Context, arguments: JsonObject| {
             let inner = inner.upgrade();
             let shown = shown.clone();
             let server = server.clone();
             async move {
                 match inner {
+                    Some(inner) if support != TaskSupport::Forbidden && as_task(&context) => {
+                        inner
+                            .call_tool_as_task(context, &server, &shown, arguments)
+                            .await
+                    }
                     Some(inner) => inner.call_tool(context, &server, &shown, arguments).await,
                     None => Ok(ToolOutput::error("the gateway has stopped")),
                 }
@@ -646,6 +695,10 @@ impl Inner {
         }
         if let Some(schema) = &definition.output_schema {
             made = made.output_schema(schema_object(schema));
+        }
+        if support != TaskSupport::Forbidden {
+            // Started as a plain call, made a task when the server's task exists.
+            made = made.task_support(support).task_on_detach();
         }
         Some(made)
     }
@@ -690,9 +743,97 @@ impl Inner {
         }
         Ok(match outcome {
             Some(Ok(result)) => ToolOutput::from(result),
-            Some(Err(e)) => ToolOutput::error(failed(&e)),
+            Some(Err(e)) => failed_call(&e),
             None => ToolOutput::error("cancelled by the client"),
         })
+    }
+
+    /// A tool call the client runs as a task (see the module docs), of a tool its server may run
+    /// as one: the server is called as a task, the gateway's call becomes a task when the
+    /// server's exists, and follows it to its end (status message, questions, cancellation,
+    /// outcome).
+    async fn call_tool_as_task(
+        self: Arc<Self>,
+        context: Context,
+        server: &str,
+        shown: &str,
+        arguments: JsonObject,
+    ) -> Result<ToolOutput, modelctx_server::InputError> {
+        let call = Call::new(context.clone());
+        let _entry = self.calls.enter(server, call.clone());
+        let mut stopped = self.stopped.subscribe();
+        // The server's status message, last told.
+        let (status, mut statuses) = tokio::sync::watch::channel(None::<String>);
+        let options = TaskOptions::new()
+            .call(as_caller(&context, CallOptions::new().timeout(None)))
+            .on_status(move |task| {
+                status.send_replace(task.status_message.clone());
+            });
+        // Until the server's task exists its questions are the gateway call's own round trips;
+        // a cancelled call drops the server's.
+        let created = tokio::select! {
+            biased;
+            () = context.cancelled().cancelled() => {
+                return Ok(ToolOutput::error("cancelled by the client"));
+            }
+            () = stopping(&mut stopped) => {
+                return Ok(ToolOutput::error("the gateway has stopped"));
+            }
+            created = self.host.call_tool_as_task(shown, arguments, options) => created,
+        };
+        if let Some(capability) = call.missing() {
+            return Err(modelctx_server::InputError::NotSupported(capability));
+        }
+        let handle = match created {
+            Ok(handle) => handle,
+            Err(e) => return Ok(ToolOutput::error(failed(&e))),
+        };
+        // From here, whatever ends this call before the server's task ends cancels that task:
+        // `tasks/cancel` on the gateway's task (which drops this handler), its expiry, the
+        // client's cancellation, the gateway dropped.
+        let mut task = ServerTask::new(handle.clone());
+        if handle.id().is_some() {
+            match context.detach().await {
+                Ok(()) | Err(DetachError::NotAllowed) => {}
+                // Refused (too many tasks): the call fails so, and the server's task is cancelled.
+                Err(DetachError::Refused(error)) => return Ok(ToolOutput::protocol_error(error)),
+                Err(other) => {
+                    return Ok(ToolOutput::protocol_error(ErrorObject::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        other.to_string(),
+                    )));
+                }
+            }
+        }
+        let waited = handle.wait();
+        let mut waited = std::pin::pin!(waited);
+        let mut told: Option<String> = None;
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                () = context.cancelled().cancelled() => {
+                    return Ok(ToolOutput::error("cancelled by the client"));
+                }
+                () = stopping(&mut stopped) => {
+                    return Ok(ToolOutput::error("the gateway has stopped"));
+                }
+                outcome = &mut waited => break outcome,
+                Ok(()) = statuses.changed() => {
+                    let message = statuses.borrow_and_update().clone();
+                    if let Some(message) = message
+                        && told.as_ref() != Some(&message)
+                    {
+                        context.set_status_message(&message).await;
+                        told = Some(message);
+                    }
+                }
+            }
+        };
+        task.ended();
+        if let Some(capability) = call.missing() {
+            return Err(modelctx_server::InputError::NotSupported(capability));
+        }
+        Ok(task_outcome(server, outcome))
     }
 
     /// Runs `call` until it ends or the client cancels (`None`), passing on its progress and
@@ -1000,6 +1141,116 @@ impl Inner {
     }
 }
 
+/// How the gateway's tool of `tool` runs as a task: as its server lists it
+/// (`execution.taskSupport`, 2025-11-25) when that server runs tools as tasks
+/// (`tasks.requests.tools.call`); optional for every tool of a server that declares the tasks
+/// extension (2026-07-28 lists no task support: its server decides per call); else forbidden.
+fn task_support(tool: &model::Tool, capabilities: Option<&JsonObject>) -> TaskSupport {
+    let declared = |path: &[&str]| {
+        let mut at = capabilities.and_then(|c| c.get(path[0]));
+        for key in &path[1..] {
+            at = at.and_then(|v| v.get(key));
+        }
+        at.is_some_and(|v| !v.is_null() && v.as_bool() != Some(false))
+    };
+    let listed = tool.execution.as_ref().and_then(|e| e.task_support);
+    match listed {
+        Some(listed) if declared(&["tasks", "requests", "tools", "call"]) => match listed {
+            model::ToolExecutionTaskSupport::Required => TaskSupport::Required,
+            model::ToolExecutionTaskSupport::Optional => TaskSupport::Optional,
+            _ => TaskSupport::Forbidden,
+        },
+        _ if declared(&["extensions", EXTENSION_ID]) => TaskSupport::Optional,
+        _ => TaskSupport::Forbidden,
+    }
+}
+
+/// Whether the client runs this call as a task: a 2025-11-25 task-augmented call (the handler
+/// runs as its task already), or a 2026-07-28 request that declares the tasks extension.
+fn as_task(context: &Context) -> bool {
+    if context.task_id().is_some() {
+        return true;
+    }
+    context.protocol_version().era() == Era::Modern
+        && context
+            .client_capabilities()
+            .and_then(|c| c.get("extensions"))
+            .and_then(|e| e.get(EXTENSION_ID))
+            .is_some_and(|v| !v.is_null() && v.as_bool() != Some(false))
+}
+
+/// The gateway call's answer for the outcome of its server's task: its result as it came
+/// (`isError` included); a failed task fails the gateway's (its task `failed`) with the
+/// server's error, a task the server cancelled with an error saying so; a failure to follow
+/// the task (the connection, an expired task) is a failed call, as for a plain call.
+fn task_outcome(server: &str, outcome: Result<model::CallToolResult, TaskError>) -> ToolOutput {
+    match outcome {
+        Ok(result) => ToolOutput::from(result),
+        Err(TaskError::Failed { error, .. }) => ToolOutput::protocol_error(error),
+        Err(TaskError::Cancelled { task_id, message }) => {
+            let why = message.map(|m| format!(": {m}")).unwrap_or_default();
+            ToolOutput::protocol_error(ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("server {server:?} cancelled its task {task_id}{why}"),
+            ))
+        }
+        Err(other) => ToolOutput::error(format!("server {server:?}: {other}")),
+    }
+}
+
+/// Resolves once the gateway is dropped (`stopped` set).
+async fn stopping(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    if stopped.wait_for(|stopped| *stopped).await.is_err() {
+        // The gateway's state is gone without being stopped: nothing will set it.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// How long the cancel of a server's task left behind may take.
+const CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A server's task a gateway call follows: cancelled on the server (`tasks/cancel`, on a task
+/// of its own) when dropped before [`ServerTask::ended`].
+struct ServerTask {
+    handle: Option<TaskHandle>,
+}
+
+impl ServerTask {
+    fn new(handle: TaskHandle) -> ServerTask {
+        ServerTask {
+            handle: handle.id().is_some().then_some(handle),
+        }
+    }
+
+    /// The task ended: nothing to cancel.
+    fn ended(&mut self) {
+        self.handle = None;
+    }
+}
+
+impl Drop for ServerTask {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        if handle.last_status().is_some_and(|task| task.is_terminal()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            match tokio::time::timeout(CANCEL_WAIT, handle.cancel()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "gateway: a server's task was not cancelled")
+                }
+                Err(_) => tracing::debug!("gateway: a server's task was not cancelled in time"),
+            }
+        });
+    }
+}
+
 /// Follows the host's changes until the gateway is dropped or the host shuts down.
 async fn follow(
     inner: std::sync::Weak<Inner>,
@@ -1068,6 +1319,37 @@ fn failed(error: &HostError) -> String {
         HostError::Denied { reason } => format!("refused by the gateway's policy: {reason}"),
         other => other.to_string(),
     }
+}
+
+/// The gateway call's answer for a host failure: a failed call whose text says why; but the
+/// server's refusal of a call that must run as a task (-32021 naming the tasks extension: the
+/// client did not declare it, so neither did the gateway's call) is passed on as it came.
+fn failed_call(error: &HostError) -> ToolOutput {
+    if let HostError::Server {
+        source: modelctx_client::Error::Remote(refusal),
+        ..
+    } = error
+        && refusal.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        && needs_tasks(refusal)
+    {
+        return ToolOutput::protocol_error(refusal.clone());
+    }
+    ToolOutput::error(failed(error))
+}
+
+/// Whether a -32021 error names the tasks extension among the capabilities it requires.
+fn needs_tasks(error: &ErrorObject) -> bool {
+    error
+        .data_as::<Value>()
+        .ok()
+        .flatten()
+        .and_then(|data| {
+            data.get("requiredCapabilities")?
+                .get("extensions")?
+                .get(EXTENSION_ID)
+                .cloned()
+        })
+        .is_some()
 }
 
 /// Prompt arguments: the strings of an object (other values as their JSON text).
@@ -1395,6 +1677,123 @@ mod tests {
             elicited(answer(model::ElicitResultAction::Cancel, None)),
             Elicited::cancel()
         );
+    }
+
+    fn listed(support: Option<model::ToolExecutionTaskSupport>) -> model::Tool {
+        let mut tool: model::Tool = serde_json::from_value::<modelctx_types::v2025_11_25::Tool>(
+            json!({"name": "t", "inputSchema": {"type": "object"}}),
+        )
+        .unwrap()
+        .into();
+        tool.execution = support.map(|task_support| model::ToolExecution {
+            task_support: Some(task_support),
+        });
+        tool
+    }
+
+    #[test]
+    fn a_tool_runs_as_a_task_as_its_server_allows() {
+        use model::ToolExecutionTaskSupport as Listed;
+        let legacy = json!({"tasks": {"requests": {"tools": {"call": {}}}}});
+        let modern = json!({"extensions": {EXTENSION_ID: {}}});
+        let none = json!({"tools": {}});
+        let caps = |v: &Value| v.as_object().cloned();
+        // 2025-11-25: as listed, when the server runs tools as tasks.
+        for (support, expected) in [
+            (Some(Listed::Required), TaskSupport::Required),
+            (Some(Listed::Optional), TaskSupport::Optional),
+            (Some(Listed::Forbidden), TaskSupport::Forbidden),
+            (None, TaskSupport::Forbidden),
+        ] {
+            let got = task_support(&listed(support), caps(&legacy).as_ref());
+            assert_eq!(got, expected, "{support:?}");
+        }
+        // Listed, but the server does not declare tasks of tool calls.
+        let required = listed(Some(Listed::Required));
+        assert_eq!(
+            task_support(&required, caps(&none).as_ref()),
+            TaskSupport::Forbidden
+        );
+        assert_eq!(task_support(&required, None), TaskSupport::Forbidden);
+        // 2026-07-28: the server decides per call.
+        assert_eq!(
+            task_support(&listed(None), caps(&modern).as_ref()),
+            TaskSupport::Optional
+        );
+        let off = json!({"extensions": {EXTENSION_ID: false}});
+        assert_eq!(
+            task_support(&listed(None), caps(&off).as_ref()),
+            TaskSupport::Forbidden
+        );
+    }
+
+    #[test]
+    fn a_servers_task_ends_as_the_gateways_answer() {
+        let result = model::CallToolResult {
+            meta: None,
+            content: Vec::new(),
+            structured_content: None,
+            is_error: Some(true),
+            result_type: None,
+            extra: JsonObject::new(),
+        };
+        assert_eq!(
+            task_outcome("s", Ok(result.clone())),
+            ToolOutput::from(result),
+            "a completed task's result, isError included"
+        );
+        let error = || ErrorObject::new(ErrorCode(-32050), "broke");
+        let failed = Err(TaskError::Failed {
+            task_id: "t".into(),
+            error: error(),
+        });
+        assert_eq!(
+            task_outcome("s", failed),
+            ToolOutput::protocol_error(error())
+        );
+        let cancelled = Err(TaskError::Cancelled {
+            task_id: "t".into(),
+            message: Some("stop".into()),
+        });
+        assert_eq!(
+            task_outcome("s", cancelled),
+            ToolOutput::protocol_error(ErrorObject::new(
+                ErrorCode::INTERNAL_ERROR,
+                "server \"s\" cancelled its task t: stop"
+            ))
+        );
+        let expired = Err(TaskError::Expired {
+            task_id: "t".into(),
+            message: "gone".into(),
+        });
+        assert_eq!(
+            task_outcome("s", expired),
+            ToolOutput::error("server \"s\": task t has expired: gone")
+        );
+    }
+
+    #[test]
+    fn only_a_servers_refusal_for_lack_of_the_tasks_extension_passes_on() {
+        let refusal = |data: Value| {
+            ErrorObject::new(ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY, "needs")
+                .with_data(&data)
+                .unwrap()
+        };
+        let failure = |error: ErrorObject| HostError::Server {
+            server: "s".into(),
+            source: modelctx_client::Error::Remote(error),
+        };
+        let tasks = || refusal(json!({"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}));
+        assert_eq!(
+            failed_call(&failure(tasks())),
+            ToolOutput::protocol_error(tasks())
+        );
+        let sampling = failure(refusal(json!({"requiredCapabilities": {"sampling": {}}})));
+        assert_eq!(failed_call(&sampling), ToolOutput::error(failed(&sampling)));
+        let denied = HostError::Denied {
+            reason: "no".into(),
+        };
+        assert_eq!(failed_call(&denied), ToolOutput::error(failed(&denied)));
     }
 
     #[test]

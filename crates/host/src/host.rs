@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use modelctx_client::{
     CallOptions, Client, CompletionRef, ConnectError, Elicitation, Elicited, Era, Error,
-    InputError, LogLevel, Reconnect, RecvError, ServerCommand, ServerNotification, model,
+    InputError, LogLevel, Reconnect, RecvError, ServerCommand, ServerNotification, TaskError,
+    TaskHandle, TaskOptions, model,
 };
 use modelctx_types::JsonObject;
 use tokio::sync::{Notify, broadcast, oneshot, watch};
@@ -541,6 +542,51 @@ impl Host {
         arguments: JsonObject,
         options: CallOptions,
     ) -> Result<model::CallToolResult, HostError> {
+        let (slot, client, tool) = self.approved_call(name, &arguments).await?;
+        let result = client
+            .call_tool_with(&tool.tool.name, arguments, options)
+            .await;
+        result.map_err(|e| slot.failed(e))
+    }
+
+    /// Calls the tool shown as `name` on its server as a task
+    /// ([`Client::call_tool_as_task`]), once the [`Policy`] approves, as [`Host::call_tool`]
+    /// does: returns when the server has created the task, or answered at once (the handle is
+    /// then complete), with a handle to follow, answer (through the host's handlers) and cancel
+    /// it. Questions the server asks before the task exists are answered by the host's handlers
+    /// during this call. Dropping the handle does not cancel the task
+    /// ([`TaskHandle::cancel`] does).
+    ///
+    /// # Errors
+    ///
+    /// As [`Host::call_tool`]; [`HostError::Task`] when the server does not run tools as tasks
+    /// (nothing was sent) or its answer is no task.
+    pub async fn call_tool_as_task(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        options: TaskOptions,
+    ) -> Result<TaskHandle, HostError> {
+        let (slot, client, tool) = self.approved_call(name, &arguments).await?;
+        let handle = client
+            .call_tool_as_task(&tool.tool.name, arguments, options)
+            .await;
+        handle.map_err(|e| match e {
+            TaskError::Call(e) => slot.failed(e),
+            other => HostError::Task {
+                server: tool.server.clone(),
+                source: other,
+            },
+        })
+    }
+
+    /// The route of a call of the tool shown as `name` with `arguments`, once the policy
+    /// approved it: its server's slot and client, and the tool.
+    async fn approved_call(
+        &self,
+        name: &str,
+        arguments: &JsonObject,
+    ) -> Result<(&Slot, Client, HostTool), HostError> {
         let core = self.core();
         core.open()?;
         let tool = lock(&core.catalog).route_tool(name).cloned();
@@ -553,15 +599,12 @@ impl Host {
             server: &tool.server,
             tool: &tool.tool,
             exposed_name: &tool.name,
-            arguments: &arguments,
+            arguments,
         };
         if let Decision::Deny { reason } = core.shared.policy.approve_tool_call(&call).await {
             return Err(HostError::Denied { reason });
         }
-        let result = client
-            .call_tool_with(&tool.tool.name, arguments, options)
-            .await;
-        result.map_err(|e| slot.failed(e))
+        Ok((slot, client, tool))
     }
 
     /// Reads `uri` from the server that has it (the one that listed it, else the one with a
@@ -1544,6 +1587,17 @@ pub enum HostError {
     /// The host was shut down.
     #[error("the host is shut down")]
     ShutDown,
+    /// A call as a task ([`Host::call_tool_as_task`]) failed for a reason of tasks (the
+    /// server does not run tools as tasks, its answer is no task); a failed request is
+    /// [`HostError::Server`].
+    #[error("server {server:?}: {source}")]
+    Task {
+        /// The server.
+        server: String,
+        /// What the client saw.
+        #[source]
+        source: TaskError,
+    },
 }
 
 #[cfg(test)]

@@ -22,8 +22,9 @@
 //!   application's model) answers every server.
 //!
 //! What it does not do: it has no model and no user interface (the application gives the
-//! sampling handler and answers the [`Policy`]); it does not run servers' tasks for them (a
-//! task-augmented call goes through [`Host::client`]); the aggregate it serves as one MCP server
+//! sampling handler and answers the [`Policy`]); it does not follow servers' tasks for the
+//! application ([`Host::call_tool_as_task`] routes a call as a task and returns the server's
+//! [`TaskHandle`](modelctx_client::TaskHandle), which the application follows); the aggregate it serves as one MCP server
 //! (feature `gateway`) is a server in its own right, not a byte-for-byte relay. It does not
 //! replay a call lost when its server went away (it fails with [`HostError::Server`]), gives up
 //! on no server (a failing one is tried again, with backoff, until shutdown), and passes a

@@ -558,3 +558,330 @@ async fn a_modern_server_sees_the_capabilities_of_the_gateways_client_calling() 
     }
     host.shutdown().await;
 }
+
+/// A backend whose tools run as tasks (the tasks extension, 2026-07-28): `build` only as a task,
+/// `confirm` asks the user as a task, `hold` waits until it is stopped (telling `cancelled`),
+/// `broken` fails with a JSON-RPC error of its own, `quick` answers at once, and `named` asks
+/// a name by a round trip of the call before it becomes a task.
+fn tasks_backend(cancelled: mpsc::Sender<()>) -> Server {
+    use modelctx_server::tasks::TaskSupport;
+    let build = |context: Context, _: NoArgs| async move {
+        let _ = context.progress(1.0, Some(2.0), Some("building")).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        "built"
+    };
+    let confirm = |context: Context, _: NoArgs| async move {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        match context.keyed("confirm").elicit("Sure?", schema).await {
+            Ok(answer) => format!("confirmed {}", answer.content.unwrap_or_default()["name"]),
+            Err(e) => format!("no answer: {e}"),
+        }
+    };
+    // A task's handler is dropped where it waits when its task is cancelled: that is when it
+    // tells.
+    struct Told(mpsc::Sender<()>);
+    impl Drop for Told {
+        fn drop(&mut self) {
+            let _ = self.0.try_send(());
+        }
+    }
+    let hold = move |context: Context, _: NoArgs| {
+        let told = Told(cancelled.clone());
+        async move {
+            let _told = told;
+            context.cancelled().cancelled().await;
+            "never seen"
+        }
+    };
+    let broken = |_: NoArgs| async {
+        modelctx_server::ToolOutput::protocol_error(modelctx_server::ErrorObject::new(
+            modelctx_server::ErrorCode(-32050),
+            "the backend broke",
+        ))
+    };
+    let named = |context: Context, _: NoArgs| async move {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+        let answer = match context
+            .keyed("user_name")
+            .elicit("Your name?", schema)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => return format!("no name: {e}"),
+        };
+        if let Err(e) = context.detach().await {
+            return format!("no task: {e}");
+        }
+        format!(
+            "hello {} in task {}",
+            answer.content.unwrap_or_default()["name"],
+            context.task_id().is_some()
+        )
+    };
+    let mut settings = modelctx_server::Settings::default();
+    settings.tasks.poll_interval = Duration::from_millis(20);
+    Server::builder("tasks", "1.0.0")
+        .tool(
+            Tool::new("build", build)
+                .annotations(read_only())
+                .task_support(TaskSupport::Required),
+        )
+        .tool(
+            Tool::new("confirm", confirm)
+                .annotations(read_only())
+                .task_support(TaskSupport::Optional),
+        )
+        .tool(
+            Tool::new("hold", hold)
+                .annotations(read_only())
+                .task_support(TaskSupport::Optional),
+        )
+        .tool(
+            Tool::new("broken", broken)
+                .annotations(read_only())
+                .task_support(TaskSupport::Optional),
+        )
+        .tool(
+            Tool::new("quick", |_: NoArgs| async { "quick" })
+                .annotations(read_only())
+                .task_support(TaskSupport::Optional),
+        )
+        .tool(
+            Tool::new("named", named)
+                .annotations(read_only())
+                .task_support(TaskSupport::Required)
+                .task_on_detach(),
+        )
+        .settings(settings)
+        .build()
+}
+
+/// Polls fast: the tests wait on events, not on a server's suggested interval.
+fn fast() -> modelctx_client::TaskOptions {
+    modelctx_client::TaskOptions::new()
+        .poll_bounds(Duration::from_millis(10), Duration::from_millis(100))
+}
+
+/// Waits until neither server runs a handler as a task.
+async fn no_task_left(servers: &[&Server]) {
+    within("no task left running", async {
+        while servers.iter().any(|s| s.load().tasks > 0) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_task_is_the_gateways_task_from_result_to_cancellation() {
+    let (tx, mut cancelled) = mpsc::channel(1);
+    let back = tasks_backend(tx);
+    let running = serve(&back).await;
+    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let front_url = url(&front);
+    let keys = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    let client = Client::builder("gateway-test", "1.0.0")
+        .on_elicitation(move |_| {
+            seen.lock()
+                .unwrap()
+                .push(modelctx_client::input_key().unwrap_or_default());
+            let mut content = JsonObject::new();
+            content.insert("name".into(), Value::from("Ada"));
+            std::future::ready(Ok(Elicited::accept(content)))
+        })
+        .request_timeout(Some(STEP))
+        .connect_http(&front_url);
+    let client = within("connect", client).await.expect("connects");
+
+    // A tool its server runs only as a task: the gateway's call is a task too, and completes
+    // with the server's result.
+    let task = within(
+        "build",
+        client.call_tool_as_task("b__build", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    assert!(task.id().is_some(), "the gateway made a task");
+    let built = within("build's end", task.wait()).await.expect("built");
+    assert_eq!(built.text(), "built");
+
+    // The server's task asks: the question reaches the gateway's client under the server's
+    // key, the answer goes back.
+    let task = within(
+        "confirm",
+        client.call_tool_as_task("b__confirm", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    assert!(task.id().is_some());
+    let confirmed = within("confirm's end", task.wait())
+        .await
+        .expect("confirmed");
+    assert_eq!(confirmed.text(), "confirmed \"Ada\"");
+    assert_eq!(*keys.lock().unwrap(), ["confirm"]);
+
+    // A question before the server's task exists is a round trip of the gateway's call, which
+    // becomes a task when the server's does.
+    let task = within(
+        "named",
+        client.call_tool_as_task("b__named", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    assert!(task.id().is_some(), "made a task after the round trip");
+    let named = within("named's end", task.wait()).await.expect("named");
+    assert_eq!(named.text(), "hello \"Ada\" in task true");
+    assert_eq!(*keys.lock().unwrap(), ["confirm", "user_name"]);
+
+    // A server's task that fails fails the gateway's, with the server's error.
+    let task = within(
+        "broken",
+        client.call_tool_as_task("b__broken", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    match within("broken's end", task.wait()).await {
+        Err(modelctx_client::TaskError::Failed { error, .. }) => {
+            assert_eq!(error.code.0, -32050, "{error:?}");
+            assert_eq!(error.message, "the backend broke");
+        }
+        other => panic!("expected a failed task, got {other:?}"),
+    }
+
+    // Cancelling the gateway's task cancels the server's.
+    let task = within(
+        "hold",
+        client.call_tool_as_task("b__hold", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    within("the server's task running", async {
+        while back.load().tasks == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    within("cancel", task.cancel()).await.expect("cancelled");
+    within("the server's cancellation", cancelled.recv())
+        .await
+        .expect("the server's task was stopped");
+    let status = within("status", task.status()).await.expect("status");
+    assert_eq!(status.status, modelctx_host::model::TaskStatus::Cancelled);
+    no_task_left(&[&back, gateway.server()]).await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_extension_gets_plain_calls_and_minus_32021_for_a_task_only_tool() {
+    let (tx, _cancelled) = mpsc::channel(1);
+    let back = tasks_backend(tx);
+    let running = serve(&back).await;
+    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = within("connect", client(false).connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    // A plain call (no extension declared) of a tool that runs as a task when it can.
+    let quick = client
+        .call_tool("b__quick", json!({}))
+        .await
+        .expect("quick");
+    assert_eq!(quick.text(), "quick");
+    assert_eq!(quick.is_error, None);
+    // One that runs only as a task is refused as its server refuses it: -32021 naming the
+    // extension.
+    match client.call_tool("b__build", json!({})).await {
+        Err(modelctx_client::Error::Remote(error)) => {
+            assert_eq!(error.code.0, -32021, "{error:?}");
+            let data: Value = error.data_as().unwrap().unwrap();
+            assert_eq!(
+                data["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"],
+                json!({}),
+                "{data}"
+            );
+        }
+        other => panic!("expected -32021, got {other:?}"),
+    }
+    no_task_left(&[&back, gateway.server()]).await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_11_25_task_augmented_call_runs_the_servers_task() {
+    let (tx, _cancelled) = mpsc::channel(1);
+    let back = tasks_backend(tx);
+    let running = serve(&back).await;
+    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = within("connect", client(true).connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let tools = client.list_all_tools().await.expect("tools");
+    let build = tools.iter().find(|t| t.name == "b__build").expect("listed");
+    assert!(
+        build
+            .execution
+            .as_ref()
+            .and_then(|e| e.task_support)
+            .is_some(),
+        "{build:?}"
+    );
+    let task = within(
+        "build",
+        client.call_tool_as_task("b__build", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    assert!(task.id().is_some());
+    let built = within("build's end", task.result()).await.expect("built");
+    assert_eq!(built.text(), "built");
+    // The server's question, asked during the legacy task, is answered by the legacy client.
+    let task = within(
+        "confirm",
+        client.call_tool_as_task("b__confirm", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    let confirmed = within("confirm's end", task.result())
+        .await
+        .expect("confirmed");
+    assert_eq!(confirmed.text(), "confirmed \"Ada\"");
+    no_task_left(&[&back, gateway.server()]).await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_gateway_cancels_the_servers_tasks_it_follows() {
+    let (tx, mut cancelled) = mpsc::channel(1);
+    let back = tasks_backend(tx);
+    let running = serve(&back).await;
+    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = within("connect", client(false).connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let task = within(
+        "hold",
+        client.call_tool_as_task("b__hold", json!({}), fast()),
+    )
+    .await
+    .expect("a task");
+    assert!(task.id().is_some());
+    within("the server's task running", async {
+        while back.load().tasks == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let server = gateway.server().clone();
+    drop(gateway);
+    within("the server's task stopped", cancelled.recv())
+        .await
+        .expect("the server's task was stopped");
+    // The gateway's task ends too, saying why.
+    let ended = within("the gateway task's end", task.wait())
+        .await
+        .expect("a result");
+    assert_eq!(ended.text(), "the gateway has stopped");
+    assert_eq!(ended.is_error, Some(true));
+    no_task_left(&[&back, &server]).await;
+    host.shutdown().await;
+}

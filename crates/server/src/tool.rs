@@ -129,6 +129,23 @@ pub struct ToolOutput {
     ///
     /// [`InputError::NotSupported`]: crate::InputError::NotSupported
     pub(crate) missing_capability: Option<String>,
+    /// The JSON-RPC error the call is answered with instead of a result
+    /// ([`ToolOutput::protocol_error`]).
+    pub(crate) protocol_error: Option<ProtocolError>,
+}
+
+/// The JSON-RPC error of a [`ToolOutput`], equal to another of the same code, message and
+/// `data` text (`ErrorObject` has no `PartialEq`).
+#[derive(Debug, Clone)]
+pub(crate) struct ProtocolError(pub(crate) ErrorObject);
+
+impl PartialEq for ProtocolError {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (&self.0, &other.0);
+        a.code == b.code
+            && a.message == b.message
+            && a.data.as_ref().map(|d| d.get()) == b.data.as_ref().map(|d| d.get())
+    }
 }
 
 impl ToolOutput {
@@ -140,6 +157,7 @@ impl ToolOutput {
             is_error: false,
             meta: None,
             missing_capability: None,
+            protocol_error: None,
         }
     }
 
@@ -152,6 +170,7 @@ impl ToolOutput {
             is_error: true,
             meta: None,
             missing_capability: None,
+            protocol_error: None,
         }
     }
 
@@ -165,6 +184,23 @@ impl ToolOutput {
             is_error: false,
             meta: None,
             missing_capability: None,
+            protocol_error: None,
+        }
+    }
+
+    /// A call answered with the JSON-RPC error `error` instead of a result, in every protocol
+    /// era: a protocol error, not a failed call the model reads ([`ToolOutput::error`] is that).
+    /// A call that runs as a task ends `failed` with it. For a front passing on another
+    /// server's protocol error (a gateway); a tool's own failures are better told with
+    /// [`ToolOutput::error`]. The content is the error's message (for logs), never sent.
+    pub fn protocol_error(error: ErrorObject) -> Self {
+        ToolOutput {
+            content: vec![Content::text(error.message.clone())],
+            structured: None,
+            is_error: true,
+            meta: None,
+            missing_capability: None,
+            protocol_error: Some(ProtocolError(error)),
         }
     }
 }
@@ -180,6 +216,7 @@ impl From<model::CallToolResult> for ToolOutput {
             is_error: result.is_error == Some(true),
             meta: result.meta,
             missing_capability: None,
+            protocol_error: None,
         }
     }
 }
@@ -576,7 +613,10 @@ pub(crate) async fn call(
     if !arguments.is_object() {
         return tool_output(&not_an_object(), version);
     }
-    let output = (tool.handler)(context, arguments).await?;
+    let mut output = (tool.handler)(context, arguments).await?;
+    if let Some(ProtocolError(error)) = output.protocol_error.take() {
+        return Err(error);
+    }
     if let (true, Some(capability)) = (modern, &output.missing_capability) {
         return Err(crate::input::missing_capability(capability));
     }

@@ -93,6 +93,15 @@ async fn fail(_: NoArgs) -> ToolOutput {
     ToolOutput::error("it failed")
 }
 
+/// Answers with a JSON-RPC error of its own (as a gateway passes on its server's).
+async fn broken(_: NoArgs) -> ToolOutput {
+    let error = modelctx_server::ErrorObject::new(
+        modelctx_server::ErrorCode(-32050),
+        "the backend is down",
+    );
+    ToolOutput::protocol_error(error)
+}
+
 pub(crate) async fn hello(_: NoArgs) -> &'static str {
     "hello"
 }
@@ -111,6 +120,10 @@ fn server(store: Arc<MemoryTaskStore>, ttl: Duration) -> Server {
         .tool(
             Tool::with_input_schema("fail", empty.clone(), fail)
                 .task_support(TaskSupport::Required),
+        )
+        .tool(
+            Tool::with_input_schema("broken", empty.clone(), broken)
+                .task_support(TaskSupport::Optional),
         )
         .tool(Tool::with_input_schema("hello", empty, hello))
         .task_store_shared(store)
@@ -500,6 +513,44 @@ async fn the_extension_gates_tasks_and_required_tools() {
     assert_eq!(hello["resultType"], "complete");
     assert!(hello.get("taskId").is_none());
     assert!(store.is_empty());
+    running.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A tool's protocol error (`ToolOutput::protocol_error`) answers a plain call with that
+/// JSON-RPC error (no result), and settles a task `failed` with it inlined.
+#[tokio::test]
+async fn a_protocol_error_of_a_tool_is_the_calls_error_and_fails_its_task() {
+    let store = Arc::new(MemoryTaskStore::new());
+    let server = server(store.clone(), Duration::from_secs(60));
+    let running = server
+        .serve_http("127.0.0.1:0", HttpConfig::default())
+        .await
+        .unwrap();
+    let addr = running.local_addr();
+    let plain = error(
+        addr,
+        "alice",
+        false,
+        ToolsCall::VALUE,
+        json!({"name": "broken", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(plain["code"], -32050, "{plain}");
+    assert_eq!(plain["message"], "the backend is down");
+    let task = create(addr, "alice", "broken", json!({})).await;
+    let failed = within("the task's end", async {
+        loop {
+            let got = result(addr, "alice", TasksGet::VALUE, json!({"taskId": task})).await;
+            if got["status"] != "working" {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], -32050, "{failed}");
+    assert!(failed.get("result").is_none(), "{failed}");
     running.shutdown(Duration::from_secs(1)).await;
 }
 
