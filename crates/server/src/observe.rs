@@ -224,7 +224,7 @@ impl<'a> Peeked<'a> {
             return Peeked::default();
         };
         let target = if method == ToolsCall::VALUE || method == PromptsGet::VALUE {
-            params.name.and_then(|raw| text(raw))
+            params.name.and_then(text)
         } else {
             None
         };
