@@ -43,52 +43,35 @@ pub const TARGET: &str = "modelctx_client::request";
 /// The span of one call, and (feature `otel`) what its metrics need.
 pub(crate) struct Observed {
     span: Span,
+    /// Whether the call is a `tools/call` (whose result may be a failed tool's).
+    tool_call: bool,
     #[cfg(feature = "otel")]
     timing: otel::Timing,
 }
 
 impl Observed {
-    /// The span of a call of `method` with `params` (disabled when no subscriber wants it).
+    /// The span of a call of `method` with `params` (disabled when no subscriber wants it), with
+    /// every attribute known before the answer given at its creation (one call into the
+    /// subscriber, not one per attribute; evaluated only for a span that is enabled).
     pub(crate) fn start(shared: &Shared, method: &str, params: &JsonObject) -> Observed {
+        let target = target_of(method, params);
         let span = tracing::info_span!(
             target: TARGET,
             "mcp.client.request",
-            otel.name = Empty,
+            otel.name = &*span_name(method, target),
             otel.kind = "client",
             otel.status_code = Empty,
-            mcp.method.name = Empty,
+            mcp.method.name = method,
             mcp.protocol.version = Empty,
-            gen_ai.operation.name = Empty,
-            gen_ai.tool.name = Empty,
-            gen_ai.prompt.name = Empty,
+            gen_ai.operation.name = (method == ToolsCall::VALUE).then_some("execute_tool"),
+            gen_ai.tool.name = target.filter(|_| method == ToolsCall::VALUE),
+            gen_ai.prompt.name = target.filter(|_| method == PromptsGet::VALUE),
             "error.type" = Empty,
             rpc.response.status_code = Empty,
-            network.transport = Empty,
+            network.transport = transport(shared),
         );
-        #[cfg(not(feature = "otel"))]
-        if span.is_disabled() {
-            return Observed { span };
-        }
-        let target = target_of(method, params);
-        if !span.is_disabled() {
-            match target {
-                Some(target) => span.record("otel.name", format!("{method} {target}").as_str()),
-                None => span.record("otel.name", method),
-            };
-            span.record("mcp.method.name", method);
-            if method == ToolsCall::VALUE {
-                span.record("gen_ai.operation.name", "execute_tool");
-                if let Some(target) = target {
-                    span.record("gen_ai.tool.name", target);
-                }
-            } else if let Some(target) = target {
-                span.record("gen_ai.prompt.name", target);
-            }
-            span.record("network.transport", transport(shared));
-        }
-        #[cfg(not(feature = "http"))]
-        let _ = shared;
         Observed {
+            tool_call: method == ToolsCall::VALUE,
             #[cfg(feature = "otel")]
             timing: otel::Timing::start(&shared.metrics, method, target),
             span,
@@ -117,7 +100,7 @@ impl Observed {
         if self.span.is_disabled() {
             return;
         }
-        let error = error_type(answer);
+        let error = error_type(answer, self.tool_call);
         if !self.span.is_disabled() {
             if let Ok(answer) = answer {
                 self.span
@@ -135,6 +118,14 @@ impl Observed {
         #[cfg(feature = "otel")]
         self.timing
             .finish(answer.as_ref().ok().map(|a| a.version), error.as_deref());
+    }
+}
+
+/// `otel.name`: `"{method} {target}"`, or the method alone.
+fn span_name<'a>(method: &'a str, target: Option<&str>) -> std::borrow::Cow<'a, str> {
+    match target {
+        Some(target) => std::borrow::Cow::Owned(format!("{method} {target}")),
+        None => std::borrow::Cow::Borrowed(method),
     }
 }
 
@@ -156,14 +147,17 @@ fn target_of<'a>(method: &str, params: &'a JsonObject) -> Option<&'a str> {
     params.get("name").and_then(Value::as_str)
 }
 
-/// The `error.type` of a call's end, if it failed.
-fn error_type(answer: &Result<Answer, Error>) -> Option<String> {
+/// The `error.type` of a call's end, if it failed (`"tool_error"` for a tool's result,
+/// `tool_call`, with `isError: true`).
+fn error_type(answer: &Result<Answer, Error>, tool_call: bool) -> Option<String> {
     #[derive(Deserialize)]
     struct Flag {
         #[serde(rename = "isError", default)]
         is_error: bool,
     }
     match answer {
+        // Only a tool's result has `isError`: the results of other methods are not read.
+        Ok(_) if !tool_call => None,
         Ok(answer) => serde_json::from_str::<Flag>(answer.result.get())
             .ok()
             .filter(|f| f.is_error)
@@ -183,26 +177,23 @@ pub(crate) fn answer_span(request: &IncomingRequest) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         "mcp.client.answer",
-        otel.name = Empty,
+        otel.name = request.method.as_str(),
         otel.kind = "server",
-        mcp.method.name = Empty,
-        mcp.protocol.version = Empty,
-        jsonrpc.request.id = Empty,
+        mcp.method.name = request.method.as_str(),
+        mcp.protocol.version = request.version.as_str(),
+        jsonrpc.request.id = tracing::field::display(&request.id),
     );
     if span.is_disabled() {
         return span;
     }
-    span.record("otel.name", request.method.as_str());
-    span.record("mcp.method.name", request.method.as_str());
-    span.record("mcp.protocol.version", request.version.as_str());
-    span.record("jsonrpc.request.id", request.id.to_string().as_str());
     #[cfg(feature = "otel")]
     if let Some(parent) = request
         .params
         .as_deref()
-        .and_then(|raw| serde_json::from_str::<MetaOnly>(raw.get()).ok())
+        .and_then(|raw| serde_json::from_str::<MetaOnly<'_>>(raw.get()).ok())
         .and_then(|p| p.meta)
-        .and_then(|meta| otel::extract(&meta))
+        .and_then(modelctx_types::trace_context::TraceContext::from_raw_meta)
+        .map(|carried| otel::context_of(&carried))
     {
         use tracing_opentelemetry::OpenTelemetrySpanExt;
         let _ = span.set_parent(parent);
@@ -210,11 +201,12 @@ pub(crate) fn answer_span(request: &IncomingRequest) -> Span {
     span
 }
 
+/// `params._meta`, unread (its trace context is read from it without building it).
 #[cfg(feature = "otel")]
 #[derive(Deserialize)]
-struct MetaOnly {
-    #[serde(rename = "_meta")]
-    meta: Option<JsonObject>,
+struct MetaOnly<'a> {
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<&'a serde_json::value::RawValue>,
 }
 
 #[cfg(feature = "otel")]
@@ -309,8 +301,14 @@ mod otel {
     /// The remote parent `meta` names (`traceparent`, and `tracestate` when it is valid; read by
     /// [`TraceContext::from_meta`]); `None` for a carrier that is missing or malformed, which is
     /// ignored (never an error).
+    #[cfg(test)]
     pub(crate) fn extract(meta: &JsonObject) -> Option<opentelemetry::Context> {
-        let carried = TraceContext::from_meta(meta)?;
+        TraceContext::from_meta(meta).map(|carried| context_of(&carried))
+    }
+
+    /// The remote parent a carried trace context names (a malformed trace state loses the
+    /// state, not the parent).
+    pub(crate) fn context_of(carried: &TraceContext) -> opentelemetry::Context {
         let flags = if carried.sampled {
             TraceFlags::SAMPLED
         } else {
@@ -329,7 +327,7 @@ mod otel {
             true,
             state,
         );
-        Some(opentelemetry::Context::new().with_remote_span_context(parent))
+        opentelemetry::Context::new().with_remote_span_context(parent)
     }
 
     /// Puts the span context of `context` in `params._meta` (`traceparent`, and `tracestate`

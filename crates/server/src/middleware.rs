@@ -79,6 +79,7 @@
 //! [`ServerBuilder::build`]: crate::ServerBuilder::build
 //! [`Tool::layer`]: crate::Tool::layer
 
+use std::cell::OnceCell;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
@@ -120,9 +121,11 @@ pub enum Transport {
 pub struct McpRequest {
     id: RequestId,
     method: String,
-    target: Option<String>,
+    /// What the request names, read from the params when first asked ([`McpRequest::target`]).
+    target: OnceCell<Option<String>>,
     principal: Option<String>,
-    meta: Option<JsonObject>,
+    /// `params._meta`, read from the params when first asked ([`McpRequest::meta`]).
+    meta: OnceCell<Option<JsonObject>>,
     version: ProtocolVersion,
     transport: Transport,
     params: Option<Box<RawValue>>,
@@ -137,7 +140,7 @@ impl fmt::Debug for McpRequest {
         f.debug_struct("McpRequest")
             .field("id", &self.id)
             .field("method", &self.method)
-            .field("target", &self.target)
+            .field("target", &self.target())
             .field("principal", &self.principal)
             .field("version", &self.version)
             .field("transport", &self.transport)
@@ -145,19 +148,26 @@ impl fmt::Debug for McpRequest {
     }
 }
 
-/// The fields of params a request is told apart by; anything else is ignored.
-#[derive(Deserialize, Default)]
-struct Peek {
+/// `params.name` or `params.uri` of a request, when it is text; anything else is ignored.
+#[derive(Deserialize)]
+struct Named {
     #[serde(default)]
     name: Option<Value>,
     #[serde(default)]
     uri: Option<Value>,
+}
+
+/// `params._meta` of a request, whatever it is; anything else is ignored.
+#[derive(Deserialize)]
+struct Meta {
     #[serde(default, rename = "_meta")]
     meta: Option<Value>,
 }
 
 impl McpRequest {
-    /// The request `id` of `method` with `params`, routed to `work`.
+    /// The request `id` of `method` with `params`, routed to `work`. Nothing of the params is
+    /// read here: the target and `_meta` are read when a layer first asks for them, so a chain
+    /// whose layers do not look at them does not pay for it.
     pub(crate) fn new(
         id: RequestId,
         method: String,
@@ -166,29 +176,12 @@ impl McpRequest {
         principal: Option<String>,
         transport: Transport,
     ) -> McpRequest {
-        let peek = params
-            .as_deref()
-            .and_then(|p| serde_json::from_str::<Peek>(p.get()).ok())
-            .unwrap_or_default();
-        let string = |v: Option<Value>| match v {
-            Some(Value::String(s)) => Some(s),
-            _ => None,
-        };
-        let target = match method.as_str() {
-            ToolsCall::VALUE | PromptsGet::VALUE => string(peek.name),
-            ResourcesRead::VALUE => string(peek.uri),
-            _ => None,
-        };
-        let meta = match peek.meta {
-            Some(Value::Object(meta)) => Some(meta),
-            _ => None,
-        };
         McpRequest {
             id,
             method,
-            target,
+            target: OnceCell::new(),
             principal,
-            meta,
+            meta: OnceCell::new(),
             version,
             transport,
             params,
@@ -210,7 +203,20 @@ impl McpRequest {
     /// What the request names: the tool of `tools/call`, the prompt of `prompts/get`, the URI
     /// of `resources/read`; `None` for other methods.
     pub fn target(&self) -> Option<&str> {
-        self.target.as_deref()
+        self.target
+            .get_or_init(|| {
+                let key = match self.method.as_str() {
+                    ToolsCall::VALUE | PromptsGet::VALUE => true,
+                    ResourcesRead::VALUE => false,
+                    _ => return None,
+                };
+                let named = serde_json::from_str::<Named>(self.params.as_deref()?.get()).ok()?;
+                match if key { named.name } else { named.uri } {
+                    Some(Value::String(target)) => Some(target),
+                    _ => None,
+                }
+            })
+            .as_deref()
     }
 
     /// The authenticated principal (HTTP with a guard), if any.
@@ -221,7 +227,15 @@ impl McpRequest {
     /// The request's `params._meta`, when it is an object (both eras: a trace context, a
     /// progress token, the 2026-07-28 version and client fields).
     pub fn meta(&self) -> Option<&JsonObject> {
-        self.meta.as_ref()
+        self.meta
+            .get_or_init(|| {
+                let meta = serde_json::from_str::<Meta>(self.params.as_deref()?.get()).ok()?;
+                match meta.meta {
+                    Some(Value::Object(meta)) => Some(meta),
+                    _ => None,
+                }
+            })
+            .as_ref()
     }
 
     /// The protocol version the request is answered in.
@@ -443,7 +457,12 @@ impl Chain {
     /// that one waker is enough for any service), then the call, outside the turn.
     async fn call(&self, request: McpRequest) -> Result<McpResponse, BoxError> {
         let response = {
-            let mut service = self.0.lock().await;
+            // No request waiting (the usual case): the turn is taken at once, without queueing
+            // (a request that waits for its turn makes `try_lock` fail for those after it).
+            let mut service = match self.0.try_lock() {
+                Ok(service) => service,
+                Err(_) => self.0.lock().await,
+            };
             std::future::poll_fn(|cx| Service::poll_ready(&mut *service, cx)).await?;
             Service::call(&mut *service, request)
         };
@@ -470,7 +489,11 @@ impl Layers {
     }
 
     /// An answer routing gave already, through the chains.
-    pub(crate) fn now(self, request: McpRequest, answer: Answer) -> BoxFuture<Answer> {
+    pub(crate) fn now(
+        self,
+        request: McpRequest,
+        answer: Answer,
+    ) -> impl Future<Output = Answer> + Send + 'static {
         self.serve(request, Work::Now(answer), None)
     }
 
@@ -480,18 +503,19 @@ impl Layers {
         request: McpRequest,
         handler: BoxFuture<Answer>,
         cancelled: CancellationToken,
-    ) -> BoxFuture<Answer> {
+    ) -> impl Future<Output = Answer> + Send + 'static {
         self.serve(request, Work::Run(handler), Some(cancelled))
     }
 
+    /// The chains' answer, as a future the caller boxes once with what it wraps around it.
     fn serve(
         self,
         mut request: McpRequest,
         work: Work,
         cancelled: Option<CancellationToken>,
-    ) -> BoxFuture<Answer> {
+    ) -> impl Future<Output = Answer> + Send + 'static {
         request.work = Some(work);
-        Box::pin(async move {
+        async move {
             let tool_call = request.method == ToolsCall::VALUE;
             let version = request.version;
             let outcome = match (self.server, self.tool) {
@@ -511,7 +535,7 @@ impl Layers {
                     answer_of(&*error, tool_call, version)
                 }
             }
-        })
+        }
     }
 }
 

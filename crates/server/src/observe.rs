@@ -29,10 +29,14 @@
 //! context (feature `otel`) in the question's `_meta` on legacy sessions; progress a
 //! handler reports is an event in the request's span.
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::future::Future;
 
 use modelctx_session::IncomingRequest;
 use modelctx_types::consts::{PromptsGet, ToolsCall};
+#[cfg(feature = "otel")]
+use modelctx_types::trace_context::TraceContext;
 use modelctx_types::{ErrorObject, JsonObject};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -49,49 +53,56 @@ pub const TARGET: &str = "modelctx_server::request";
 /// The span of one request, and (feature `otel`) what its metrics need.
 pub(crate) struct Observed {
     span: Span,
+    /// Whether the request is a `tools/call` (whose result may be a failed tool's).
+    tool_call: bool,
+    /// The measure of the request, when the meter provider records it.
     #[cfg(feature = "otel")]
-    timing: otel::Timing,
+    timing: Option<otel::Timing>,
 }
 
 impl Observed {
-    /// The span of `request` (disabled when no subscriber wants it).
+    /// The span of `request` (disabled when no subscriber wants it), with every attribute known
+    /// before the request is answered given at its creation (one call into the subscriber, not
+    /// one per attribute).
     pub(crate) fn start(shared: &Shared, request: &IncomingRequest, origin: &Origin) -> Observed {
+        // The params are read at most once, and only when the span (or the metrics) want what
+        // they name: the field values below are evaluated only for a span that is enabled.
+        let peeked = OnceCell::new();
+        let peek = || peeked.get_or_init(|| Peeked::of(request));
+        let method = request.method.as_str();
         let span = tracing::info_span!(
             target: TARGET,
             "mcp.server.request",
-            otel.name = Empty,
+            otel.name = &*span_name(method, peek().target.as_deref()),
             otel.kind = "server",
             otel.status_code = Empty,
-            mcp.method.name = Empty,
-            mcp.protocol.version = Empty,
-            jsonrpc.request.id = Empty,
-            gen_ai.operation.name = Empty,
-            gen_ai.tool.name = Empty,
-            gen_ai.prompt.name = Empty,
+            mcp.method.name = method,
+            mcp.protocol.version = request.version.as_str(),
+            jsonrpc.request.id = tracing::field::display(&request.id),
+            gen_ai.operation.name = (method == ToolsCall::VALUE).then_some("execute_tool"),
+            gen_ai.tool.name = peek().target_of(method, ToolsCall::VALUE),
+            gen_ai.prompt.name = peek().target_of(method, PromptsGet::VALUE),
             "error.type" = Empty,
             rpc.response.status_code = Empty,
-            mcp.session.id = Empty,
-            network.transport = Empty,
-            server.address = Empty,
+            mcp.session.id = session_of(origin).as_deref(),
+            network.transport = transport_of(origin),
+            server.address = host_of(origin),
         );
         #[cfg(not(feature = "otel"))]
+        let _ = shared;
+        #[cfg(feature = "otel")]
+        if !span.is_disabled()
+            && let Some(parent) = peek().parent.as_ref().map(otel::extract)
         {
-            let _ = shared;
-            if span.is_disabled() {
-                return Observed { span };
-            }
-        }
-        let target = request
-            .params
-            .as_deref()
-            .and_then(|raw| target_of(&request.method, raw));
-        if !span.is_disabled() {
-            record(&span, request, origin, target.as_deref());
+            otel::set_parent(&span, parent);
         }
         Observed {
-            span,
+            tool_call: method == ToolsCall::VALUE,
             #[cfg(feature = "otel")]
-            timing: otel::Timing::start(&shared.metrics, request, target.as_deref()),
+            timing: shared
+                .metrics
+                .start(request, || peek().target.as_deref().map(str::to_owned)),
+            span,
         }
     }
 
@@ -106,7 +117,7 @@ impl Observed {
         if self.span.is_disabled() {
             return;
         }
-        let error = error_type(answer);
+        let error = error_type(answer, self.tool_call);
         if let Some(error) = &error
             && !self.span.is_disabled()
         {
@@ -118,7 +129,9 @@ impl Observed {
             }
         }
         #[cfg(feature = "otel")]
-        self.timing.finish(error.as_deref());
+        if let Some(timing) = self.timing {
+            timing.finish(error.as_deref());
+        }
     }
 
     /// `handler` run in the request's span, its answer recorded when it ends.
@@ -136,87 +149,108 @@ impl Observed {
     }
 }
 
-/// Records the attributes of `request` on its enabled `span`.
-fn record(span: &Span, request: &IncomingRequest, origin: &Origin, target: Option<&str>) {
-    let method = request.method.as_str();
+/// `otel.name`: `"{method} {target}"`, or the method alone.
+fn span_name<'a>(method: &'a str, target: Option<&str>) -> Cow<'a, str> {
     match target {
-        Some(target) => span.record("otel.name", format!("{method} {target}").as_str()),
-        None => span.record("otel.name", method),
-    };
-    span.record("mcp.method.name", method);
-    span.record("mcp.protocol.version", request.version.as_str());
-    span.record("jsonrpc.request.id", request.id.to_string().as_str());
-    if method == ToolsCall::VALUE {
-        span.record("gen_ai.operation.name", "execute_tool");
-        if let Some(target) = target {
-            span.record("gen_ai.tool.name", target);
-        }
-    } else if method == PromptsGet::VALUE
-        && let Some(target) = target
-    {
-        span.record("gen_ai.prompt.name", target);
+        Some(target) => Cow::Owned(format!("{method} {target}")),
+        None => Cow::Borrowed(method),
     }
+}
+
+/// `network.transport`: `"tcp"` over HTTP, `"pipe"` otherwise.
+fn transport_of(origin: &Origin) -> &'static str {
+    #[cfg(feature = "http")]
+    if origin.http.is_some() {
+        return "tcp";
+    }
+    let _ = origin;
+    "pipe"
+}
+
+/// `server.address`: the HTTP request's `Host`.
+fn host_of(origin: &Origin) -> Option<&str> {
     #[cfg(feature = "http")]
     if let Some(http) = &origin.http {
-        span.record("network.transport", "tcp");
-        let headers = http.headers();
-        if let Some(host) = headers.get(http_host()).and_then(|h| h.to_str().ok()) {
-            span.record("server.address", host);
-        }
-        if let Some(id) = headers.get("mcp-session-id").and_then(|h| h.to_str().ok()) {
-            span.record("mcp.session.id", session_digest(id).as_str());
-        }
-    } else {
-        span.record("network.transport", "pipe");
+        return http.headers().get("host").and_then(|h| h.to_str().ok());
     }
-    #[cfg(not(feature = "http"))]
-    {
-        let _ = origin;
-        span.record("network.transport", "pipe");
+    let _ = origin;
+    None
+}
+
+/// `mcp.session.id`: the digest of the HTTP request's legacy session id.
+fn session_of(origin: &Origin) -> Option<String> {
+    #[cfg(feature = "http")]
+    if let Some(http) = &origin.http {
+        return http
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|h| h.to_str().ok())
+            .map(session_digest);
     }
+    let _ = origin;
+    None
+}
+
+/// What a request's params name, read in one pass without building anything of them: the
+/// target (`params.name` of `tools/call` and `prompts/get`, when it is text) and (feature
+/// `otel`) the trace context of `params._meta`.
+#[derive(Default)]
+struct Peeked<'a> {
+    target: Option<Cow<'a, str>>,
     #[cfg(feature = "otel")]
-    if let Some(parent) = request
-        .params
-        .as_deref()
-        .and_then(meta_of)
-        .and_then(|meta| otel::extract(&meta))
-    {
-        otel::set_parent(span, parent);
+    parent: Option<TraceContext>,
+}
+
+impl<'a> Peeked<'a> {
+    fn of(request: &'a IncomingRequest) -> Peeked<'a> {
+        #[derive(Deserialize)]
+        struct Params<'a> {
+            #[serde(borrow, default)]
+            name: Option<&'a RawValue>,
+            #[cfg(feature = "otel")]
+            #[serde(borrow, default, rename = "_meta")]
+            meta: Option<&'a RawValue>,
+        }
+        let method = request.method.as_str();
+        #[cfg(not(feature = "otel"))]
+        if method != ToolsCall::VALUE && method != PromptsGet::VALUE {
+            return Peeked::default();
+        }
+        let Some(params) = request
+            .params
+            .as_deref()
+            .and_then(|raw| serde_json::from_str::<Params<'_>>(raw.get()).ok())
+        else {
+            return Peeked::default();
+        };
+        let target = if method == ToolsCall::VALUE || method == PromptsGet::VALUE {
+            params.name.and_then(text)
+        } else {
+            None
+        };
+        Peeked {
+            target,
+            #[cfg(feature = "otel")]
+            parent: params.meta.and_then(TraceContext::from_raw_meta),
+        }
+    }
+
+    /// The target, when the method is `method`.
+    fn target_of(&self, method: &str, wanted: &str) -> Option<&str> {
+        (method == wanted)
+            .then_some(self.target.as_deref())
+            .flatten()
     }
 }
 
-#[cfg(feature = "http")]
-fn http_host() -> &'static str {
-    "host"
+/// `raw` as text, when it is a JSON string (borrowed unless it has escapes).
+fn text(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
 }
 
-/// The name a request is about: `params.name` of `tools/call` and `prompts/get`.
-fn target_of(method: &str, params: &RawValue) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Named {
-        name: Option<Box<RawValue>>,
-    }
-    if method != ToolsCall::VALUE && method != PromptsGet::VALUE {
-        return None;
-    }
-    let named: Named = serde_json::from_str(params.get()).ok()?;
-    serde_json::from_str::<String>(named.name?.get()).ok()
-}
-
-/// `params._meta` of a request, when it is an object.
-#[cfg(feature = "otel")]
-fn meta_of(params: &RawValue) -> Option<JsonObject> {
-    #[derive(Deserialize)]
-    struct Meta {
-        #[serde(rename = "_meta")]
-        meta: Option<JsonObject>,
-    }
-    serde_json::from_str::<Meta>(params.get()).ok()?.meta
-}
-
-/// The `error.type` of an answer: the error's code, or `"tool_error"` for a result with
-/// `isError: true`.
-fn error_type(answer: &Result<Box<RawValue>, ErrorObject>) -> Option<String> {
+/// The `error.type` of an answer: the error's code, or `"tool_error"` for a tool's result
+/// (`tool_call`) with `isError: true`.
+fn error_type(answer: &Result<Box<RawValue>, ErrorObject>, tool_call: bool) -> Option<String> {
     #[derive(Deserialize)]
     struct Flag {
         #[serde(rename = "isError", default)]
@@ -224,6 +258,8 @@ fn error_type(answer: &Result<Box<RawValue>, ErrorObject>) -> Option<String> {
     }
     match answer {
         Err(e) => Some(e.code.0.to_string()),
+        // Only a tool's result has `isError`: the results of other methods are not read.
+        Ok(_) if !tool_call => None,
         Ok(raw) => serde_json::from_str::<Flag>(raw.get())
             .ok()
             .filter(|f| f.is_error)
@@ -318,9 +354,9 @@ mod otel {
 
     use modelctx_session::IncomingRequest;
     use modelctx_types::JsonObject;
-    use modelctx_types::consts::ToolsCall;
-    use opentelemetry::KeyValue;
+    use modelctx_types::consts::{PromptsGet, ToolsCall};
     use opentelemetry::metrics::Histogram;
+    use opentelemetry::{KeyValue, StringValue};
     use tracing::Span;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -331,11 +367,9 @@ mod otel {
         SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
     };
 
-    /// The remote parent `meta` names (`traceparent`, and `tracestate` when it is valid; read by
-    /// [`TraceContext::from_meta`]); `None` for a carrier that is missing or malformed, which is
-    /// ignored (never an error).
-    pub(crate) fn extract(meta: &JsonObject) -> Option<opentelemetry::Context> {
-        let carried = TraceContext::from_meta(meta)?;
+    /// The remote parent a carried trace context names (a malformed trace state loses the
+    /// state, not the parent).
+    pub(crate) fn extract(carried: &TraceContext) -> opentelemetry::Context {
         let flags = if carried.sampled {
             TraceFlags::SAMPLED
         } else {
@@ -354,7 +388,7 @@ mod otel {
             true,
             state,
         );
-        Some(opentelemetry::Context::new().with_remote_span_context(parent))
+        opentelemetry::Context::new().with_remote_span_context(parent)
     }
 
     /// Puts the span context of `context` in `params._meta` (`traceparent`, and `tracestate`
@@ -497,45 +531,81 @@ mod otel {
         }
     }
 
+    impl Metrics {
+        /// The measure of `request`, started now; `target` gives what the request names (for
+        /// `tools/call` and `prompts/get`).
+        pub(super) fn start(
+            &self,
+            request: &IncomingRequest,
+            target: impl FnOnce() -> Option<String>,
+        ) -> Option<Timing> {
+            let target = match request.method.as_str() {
+                ToolsCall::VALUE => target().map(|t| ("gen_ai.tool.name", t)),
+                PromptsGet::VALUE => target().map(|t| ("gen_ai.prompt.name", t)),
+                _ => None,
+            };
+            Some(Timing {
+                start: Instant::now(),
+                metrics: self.clone(),
+                method: method_value(&request.method),
+                version: request.version.as_str(),
+                target,
+            })
+        }
+    }
+
+    /// The method as an attribute value: the names of the methods a server answers are static
+    /// (no copy); another method's name is copied.
+    fn method_value(method: &str) -> StringValue {
+        use modelctx_types::consts::*;
+        const KNOWN: &[&str] = &[
+            ToolsCall::VALUE,
+            ToolsList::VALUE,
+            PromptsGet::VALUE,
+            PromptsList::VALUE,
+            ResourcesRead::VALUE,
+            ResourcesList::VALUE,
+            ResourcesTemplatesList::VALUE,
+            CompletionComplete::VALUE,
+        ];
+        match KNOWN.iter().find(|known| **known == method) {
+            Some(known) => StringValue::from(*known),
+            None => StringValue::from(method.to_owned()),
+        }
+    }
+
     /// The measure of one request under way.
     pub(super) struct Timing {
         start: Instant,
         metrics: Metrics,
-        attributes: Vec<KeyValue>,
+        method: StringValue,
+        version: &'static str,
+        /// The attribute of the request's target and its value.
+        target: Option<(&'static str, String)>,
     }
 
     impl Timing {
-        pub(super) fn start(
-            metrics: &Metrics,
-            request: &IncomingRequest,
-            target: Option<&str>,
-        ) -> Timing {
-            let mut attributes = vec![
-                KeyValue::new("mcp.method.name", request.method.clone()),
-                KeyValue::new("mcp.protocol.version", request.version.as_str().to_owned()),
-            ];
-            if let Some(target) = target {
-                let key = if request.method == ToolsCall::VALUE {
-                    "gen_ai.tool.name"
-                } else {
-                    "gen_ai.prompt.name"
-                };
-                attributes.push(KeyValue::new(key, target.to_owned()));
-            }
-            Timing {
-                start: Instant::now(),
-                metrics: metrics.clone(),
-                attributes,
-            }
-        }
-
-        pub(super) fn finish(mut self, error: Option<&str>) {
-            if let Some(error) = error {
-                self.attributes
-                    .push(KeyValue::new("error.type", error.to_owned()));
-            }
+        /// Records the request's duration, with `error` as its `error.type` (when it failed).
+        pub(super) fn finish(self, error: Option<&str>) {
             let seconds = self.start.elapsed().as_secs_f64();
-            self.metrics.duration.record(seconds, &self.attributes);
+            // The attributes on the stack: 2 to 4 of them, no vector.
+            let none = || KeyValue::new("", "");
+            let mut attributes = [
+                KeyValue::new("mcp.method.name", self.method),
+                KeyValue::new("mcp.protocol.version", self.version),
+                none(),
+                none(),
+            ];
+            let mut count = 2;
+            if let Some((key, target)) = self.target {
+                attributes[count] = KeyValue::new(key, target);
+                count += 1;
+            }
+            if let Some(error) = error {
+                attributes[count] = KeyValue::new("error.type", error.to_owned());
+                count += 1;
+            }
+            self.metrics.duration.record(seconds, &attributes[..count]);
         }
     }
 
@@ -926,6 +996,7 @@ mod otel_tests {
 
     use super::otel::{extract, inject};
     use modelctx_types::JsonObject;
+    use modelctx_types::trace_context::TraceContext;
 
     const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const SPAN: &str = "00f067aa0ba902b7";
@@ -938,7 +1009,8 @@ mod otel_tests {
     }
 
     fn parent(meta_value: Value) -> Option<SpanContext> {
-        extract(&meta(meta_value)).map(|cx| cx.span().span_context().clone())
+        TraceContext::from_meta(&meta(meta_value))
+            .map(|carried| extract(&carried).span().span_context().clone())
     }
 
     #[test]
@@ -953,11 +1025,9 @@ mod otel_tests {
         assert!(parent.is_remote());
         assert!(parent.is_sampled());
         assert_eq!(parent.trace_state().get("vendor"), Some("value"));
-        let unsampled = super::otel::extract(&meta(
-            json!({"traceparent": format!("00-{TRACE}-{SPAN}-00")}),
-        ))
-        .expect("a parent");
-        assert!(!unsampled.span().span_context().is_sampled());
+        let unsampled = self::parent(json!({"traceparent": format!("00-{TRACE}-{SPAN}-00")}))
+            .expect("a parent");
+        assert!(!unsampled.is_sampled());
     }
 
     /// The carrier's rules are `modelctx_types::trace_context`'s (tested there); what is left
@@ -1002,8 +1072,8 @@ mod otel_tests {
                 "tracestate": "vendor=value",
             })
         );
-        let read = extract(params["_meta"].as_object().unwrap()).unwrap();
-        assert_eq!(read.span().span_context().span_id().to_string(), SPAN);
+        let read = parent(params["_meta"].clone()).unwrap();
+        assert_eq!(read.span_id().to_string(), SPAN);
         // No valid context: nothing written; `_meta` that is not an object: left alone.
         let mut untouched = meta(json!({"name": "t"}));
         inject(&opentelemetry::Context::new(), &mut untouched);

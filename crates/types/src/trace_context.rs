@@ -7,7 +7,11 @@
 //! A carrier that is missing or malformed is no trace context ([`TraceContext::from_meta`] gives
 //! `None`), never an error: a request is answered the same with or without one.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::JsonObject;
 
@@ -62,8 +66,36 @@ impl TraceContext {
     /// `ff`, more fields than version `00` has (a later version may add some, which are read
     /// past), or an all-zero id. Surrounding whitespace is ignored.
     pub fn from_meta(meta: &JsonObject) -> Option<TraceContext> {
-        let header = meta.get(TRACEPARENT)?.as_str()?.trim();
-        let mut parts = header.split('-');
+        TraceContext::from_header(
+            meta.get(TRACEPARENT)?.as_str()?,
+            meta.get(TRACESTATE).and_then(Value::as_str),
+        )
+    }
+
+    /// The trace context of `meta`, a request's `params._meta` as raw JSON: what
+    /// [`TraceContext::from_meta`] reads from the object, read without building it (only the
+    /// two members are looked at, borrowed unless they have escapes). `None` as well when `meta`
+    /// is not an object, or has one of the two members twice.
+    pub fn from_raw_meta(meta: &RawValue) -> Option<TraceContext> {
+        #[derive(Deserialize)]
+        struct Carrier<'a> {
+            #[serde(borrow, default)]
+            traceparent: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            tracestate: Option<&'a RawValue>,
+        }
+        let text = |raw: &RawValue| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok();
+        let carrier = serde_json::from_str::<Carrier<'_>>(meta.get()).ok()?;
+        let traceparent = text(carrier.traceparent?)?;
+        let tracestate = carrier.tracestate.and_then(text);
+        TraceContext::from_header(&traceparent, tracestate.as_deref())
+    }
+
+    /// The trace context of a `traceparent` text and, when there is one, a `tracestate` text:
+    /// what [`TraceContext::from_meta`] reads from `_meta`, by the same rules, for a caller that
+    /// took the two members out itself (without building the `_meta` object).
+    pub fn from_header(traceparent: &str, tracestate: Option<&str>) -> Option<TraceContext> {
+        let mut parts = traceparent.trim().split('-');
         let (version, trace, span, flags) =
             (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
         let version = hex::<1>(version)?;
@@ -72,7 +104,7 @@ impl TraceContext {
         }
         let context =
             TraceContext::new(hex(trace)?, hex(span)?, hex::<1>(flags)?[0] & SAMPLED != 0)?;
-        Some(match meta.get(TRACESTATE).and_then(Value::as_str) {
+        Some(match tracestate {
             Some(state) => context.with_trace_state(state),
             None => context,
         })
@@ -208,6 +240,52 @@ mod tests {
         }))
         .expect("a context");
         assert_eq!(context.trace_state, None);
+    }
+
+    #[test]
+    fn from_header_reads_the_two_texts_by_the_rules_of_from_meta() {
+        let parent = format!("00-{TRACE}-{SPAN}-01");
+        let context = TraceContext::from_header(&parent, Some("vendor=value")).unwrap();
+        assert_eq!(
+            Some(context.clone()),
+            read(json!({"traceparent": parent, "tracestate": "vendor=value"}))
+        );
+        assert_eq!(context.trace_state.as_deref(), Some("vendor=value"));
+        // An empty state is none; a malformed parent is no context.
+        let stateless = TraceContext::from_header(&format!(" {parent} "), Some("")).unwrap();
+        assert_eq!(stateless.trace_state, None);
+        assert_eq!(TraceContext::from_header("00-xyz", None), None);
+    }
+
+    /// What is read from the raw `_meta` is what `from_meta` reads from the object, for
+    /// carriers good and bad.
+    #[test]
+    fn from_raw_meta_reads_what_from_meta_reads() {
+        let good = format!("00-{TRACE}-{SPAN}-01");
+        for meta in [
+            json!({"traceparent": good, "tracestate": "vendor=value"}),
+            json!({"traceparent": good, "tracestate": 3, "other": {"deep": [1, "x"]}}),
+            json!({"progressToken": 1, "traceparent": format!(" {good} ")}),
+            json!({"traceparent": 7}),
+            json!({"traceparent": null}),
+            json!({"traceparent": "garbage"}),
+            json!({}),
+        ] {
+            let raw = RawValue::from_string(meta.to_string()).unwrap();
+            assert_eq!(
+                TraceContext::from_raw_meta(&raw),
+                read(meta.clone()),
+                "{meta}"
+            );
+        }
+        // Escapes are read as JSON reads them; `_meta` that is no object carries nothing.
+        let escaped = format!(r#"{{"traceparent":"00-{TRACE}-{SPAN}-\u0030\u0031"}}"#);
+        let escaped = RawValue::from_string(escaped).unwrap();
+        assert!(TraceContext::from_raw_meta(&escaped).is_some_and(|c| c.sampled));
+        for odd in ["[1]", "\"traceparent\"", "null"] {
+            let odd = RawValue::from_string(odd.to_owned()).unwrap();
+            assert_eq!(TraceContext::from_raw_meta(&odd), None);
+        }
     }
 
     #[test]

@@ -481,11 +481,13 @@ const OBSERVABILITY_ROWS: &str = "- **one pass-through layer**: the server with 
      its own and passes every request and readiness on as they are (not \
      `tower::layer::util::Identity`, which gives back the service it is given, so there would \
      be nothing to go through). What it costs is the chain's own work per request: the request \
-     as the layers see it (`McpRequest`: the method, and the target and `_meta` read from the \
-     params), the chain's turn (a lock) and readiness, the type-erased services (the layer's, \
-     and the handlers at its end) with the boxed futures of their calls, and the answer mapped \
-     back. Each further layer adds its own service, type-erased, and the boxed future of its \
-     call.\n\
+     as the layers see it (`McpRequest`: the id and method copied, the params moved in; the \
+     target and `_meta` are read from the params only when a layer asks for them, which this \
+     one does not), the chain's turn (a lock, taken at once when no request waits for it) and \
+     readiness, the type-erased services (the layer's, and the handlers at its end) with the \
+     boxed futures of their calls, the handler's future boxed to be carried through the chain, \
+     and the answer mapped back. Each further layer adds its own service, type-erased, and the \
+     boxed future of its call.\n\
      - **`otel`, pipeline without export**: the same server built with the `otel` feature of \
      modelctx-server (`bench/otel/`, a workspace of its own so that cargo does not unify its \
      features with the other rows'), with the pipeline a user of the feature installs and \
@@ -496,7 +498,17 @@ const OBSERVABILITY_ROWS: &str = "- **one pass-through layer**: the server with 
      collects, so `mcp.server.operation.duration` aggregates every request's duration (the \
      load gauges, observed only when a reader collects, are never called) and nothing is \
      exported. An exporter's own cost (batching, encoding, the network) \
-     is not in it.\n\
+     is not in it. Where it goes (`perf` on S2): nearly all of it is the SDK span every request \
+     gets through `tracing-opentelemetry`: its creation (`on_new_span`: the span builder with \
+     the request's attributes, which modelctx gives at creation in one call, and the layer's \
+     own code location, thread and target attributes), entering and leaving it (twice a \
+     request: routing, then the handler; each enter starts or activates the OpenTelemetry \
+     context), and its end (the SDK span built and dropped), then the duration histogram's \
+     record (the SDK's lookup of the attribute set). What modelctx adds of its own is a few per \
+     cent: the target and the `traceparent` read from the params once, without building \
+     `_meta`, and the histogram's attributes on the stack. The 5% target cannot be met while \
+     every request is recorded as an SDK span: that span alone costs more than 5% of a 4 µs \
+     call.\n\
      - **`otel`, nothing installed**: the same binary with no subscriber and the global no-op \
      meter provider: what the feature costs compiled in but not used.";
 
