@@ -287,7 +287,7 @@ pub use run::{
 };
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
-pub use skills::{DynamicSkill, SkillsError, SkillsLimits};
+pub use skills::{DynamicSkill, SkillsError, SkillsFuture, SkillsLimits, SkillsSource};
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
 
