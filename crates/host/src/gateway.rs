@@ -72,6 +72,17 @@
 //!   as a task gets a plain call; a tool its server runs only as a task is then refused with
 //!   -32021 (by the gateway itself when the server listed it `required`, else the server's
 //!   -32021 naming the extension, passed on as it came).
+//! * **Skills** (the `io.modelcontextprotocol/skills` extension): when a server declares it as
+//!   the gateway is built, the gateway declares it too (with `directoryRead`) and answers
+//!   `skills/list`, `skills/get` and `resources/directory/read` by asking the servers that
+//!   declare it, each time a client asks ([`modelctx_server::SkillsSource`]): the list is
+//!   every such server's, in config order, the first server keeping a skill URI two serve (at
+//!   most [`MAX_SKILLS`] in all; a server whose listing fails is left out of it); a get or a
+//!   directory read goes to each server in turn, the first that has the URI answering, and a
+//!   URI no server has is refused -32602 (another failure of a server is passed on). Entries
+//!   and directory pages are passed on as the server gave them (URIs, digests, cursors), and a
+//!   skill's files are read as the server's resources (`resources/read` above), so that a
+//!   client verifies them against the server's own digests.
 //!
 //! # The rule for sampling, elicitation and roots, and its limit
 //!
@@ -91,7 +102,7 @@
 //! It is a server in its own right, not a relay: the protocol version, session, ids and task
 //! ids its clients see are its own (a gateway task follows one server task; the gateway's tasks
 //! are kept in its own store, with its own time to live and poll interval). It does not forward
-//! skills, its clients' `roots/list_changed` (a server lists roots again when it asks during a
+//! its clients' `roots/list_changed` (a server lists roots again when it asks during a
 //! call), its clients' capabilities to a legacy server (whose session has the host's, the same
 //! for every client of the gateway; a modern server gets, on each call, prompt get and read,
 //! those of the client that made it, narrowed to the host's), or members
@@ -105,7 +116,11 @@
 //! (the gateway declares the tasks extension when it is built with a tool that may run as a
 //! task, and only then). Completions are limited to
 //! the candidates (`total` and `hasMore` are the gateway's count). It never unsubscribes a
-//! server from a resource a client subscribed to.
+//! server from a resource a client subscribed to. Of skills, it does not declare the extension
+//! when no server declared it as the gateway was built (a server that comes later with skills
+//! is asked only when one did), does not keep a table of which server owns a skill (each get
+//! or directory read asks the servers in turn), does not read a skill's file that its server
+//! does not list as a resource, and does not ask the [`Policy`](crate::Policy) about skills.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -130,6 +145,10 @@ use crate::host::{Host, HostBuilder, HostError, HostEvent};
 /// The most calls in progress the gateway remembers per server, to route that server's
 /// sampling, elicitation and log messages (the oldest is forgotten beyond).
 pub const MAX_CALLS_PER_SERVER: usize = 64;
+
+/// The most skills the gateway lists, of all its servers together (those beyond are left out
+/// of `skills/list`; `skills/get` still finds them).
+pub const MAX_SKILLS: usize = 4096;
 
 /// The most URIs the gateway subscribes the host to (a client's subscription beyond is still
 /// acknowledged by the gateway; its server is not subscribed).
@@ -251,6 +270,10 @@ impl GatewayBuilder {
             .declare_tools()
             .declare_prompts()
             .declare_resources();
+        // Skills are passed on when a server serves some as the gateway is built.
+        if !inner.skill_servers().is_empty() {
+            builder = builder.skills_source(Skills(Arc::downgrade(&inner)));
+        }
         if let Some(text) = self.instructions {
             builder = builder.instructions(text);
         }
@@ -525,7 +548,139 @@ fn by_key<T>(items: Vec<T>, key: impl Fn(&T) -> String) -> BTreeMap<String, T> {
     items.into_iter().map(|item| (key(&item), item)).collect()
 }
 
+/// The skills of the gateway's servers, asked of them each time a client asks (see the module
+/// docs).
+struct Skills(std::sync::Weak<Inner>);
+
+/// The answer when the [`Gateway`] is gone.
+fn stopped() -> ErrorObject {
+    ErrorObject::new(ErrorCode::INTERNAL_ERROR, "the gateway has stopped")
+}
+
+/// A server's failure to answer a skills request, as the gateway's error: the server's own
+/// JSON-RPC error as it came, else an internal error saying why.
+fn skills_error(server: &str, error: modelctx_client::Error) -> ErrorObject {
+    match error {
+        modelctx_client::Error::Remote(error) => error,
+        other => ErrorObject::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("server {server:?}: {other}"),
+        ),
+    }
+}
+
+/// Whether `error` is a server's "not one of mine" (-32602, or -32002 for a resource).
+fn not_mine(error: &modelctx_client::Error) -> bool {
+    matches!(error, modelctx_client::Error::Remote(e)
+        if e.code == ErrorCode::INVALID_PARAMS || e.code == RESOURCE_NOT_FOUND)
+}
+
+impl modelctx_server::SkillsSource for Skills {
+    fn list(
+        &self,
+        _context: Context,
+    ) -> modelctx_server::SkillsFuture<Vec<modelctx_types::skills::Skill>> {
+        let inner = self.0.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(stopped)?;
+            let mut all = Vec::new();
+            let mut seen = HashSet::new();
+            for (server, client) in inner.skill_servers() {
+                match client.list_skills().await {
+                    Ok(skills) => {
+                        // The first server in config order keeps a URI.
+                        for skill in skills {
+                            if all.len() >= MAX_SKILLS {
+                                tracing::warn!(
+                                    max = MAX_SKILLS,
+                                    "gateway: skills left out of the list"
+                                );
+                                return Ok(all);
+                            }
+                            if seen.insert(skill.uri.clone()) {
+                                all.push(skill);
+                            }
+                        }
+                    }
+                    // A listing may be partial: the other servers' skills are still listed.
+                    Err(e) => tracing::warn!(server, error = %e, "gateway: skills not listed"),
+                }
+            }
+            Ok(all)
+        })
+    }
+
+    fn get(
+        &self,
+        _context: Context,
+        uri: String,
+    ) -> modelctx_server::SkillsFuture<Option<modelctx_types::skills::Skill>> {
+        let inner = self.0.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(stopped)?;
+            let mut failed = None;
+            for (server, client) in inner.skill_servers() {
+                match client.get_skill(&uri).await {
+                    Ok(skill) => return Ok(Some(skill)),
+                    Err(e) if not_mine(&e) => {}
+                    Err(e) => {
+                        failed.get_or_insert_with(|| skills_error(&server, e));
+                    }
+                }
+            }
+            // No server has it: a server that could not answer may have.
+            failed.map_or(Ok(None), Err)
+        })
+    }
+
+    fn read_directory(
+        &self,
+        _context: Context,
+        uri: String,
+        cursor: Option<String>,
+    ) -> modelctx_server::SkillsFuture<modelctx_types::skills::ReadResourceDirectoryResult> {
+        let inner = self.0.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(stopped)?;
+            let mut failed = None;
+            for (server, client) in inner.skill_servers() {
+                match client.read_directory(&uri, cursor.as_deref()).await {
+                    Ok(page) => return Ok(page),
+                    Err(e) if not_mine(&e) => {
+                        failed.get_or_insert_with(|| skills_error(&server, e));
+                    }
+                    Err(e) => failed = Some(skills_error(&server, e)),
+                }
+            }
+            Err(failed.unwrap_or_else(|| {
+                ErrorObject::new(
+                    ErrorCode::INVALID_PARAMS,
+                    format!("no directory resource at {uri}"),
+                )
+            }))
+        })
+    }
+}
+
 impl Inner {
+    /// The connected servers that declare the skills extension, in config order, with their
+    /// clients.
+    fn skill_servers(&self) -> Vec<(String, modelctx_client::Client)> {
+        self.host
+            .servers()
+            .into_iter()
+            .filter_map(|status| {
+                let client = self.host.client(&status.name)?;
+                let declared = client.server_capabilities_json().is_some_and(|caps| {
+                    caps.get("extensions")
+                        .and_then(|e| e.get(modelctx_types::skills::EXTENSION_ID))
+                        .is_some_and(|v| !v.is_null() && v.as_bool() != Some(false))
+                });
+                declared.then_some((status.name, client))
+            })
+            .collect()
+    }
+
     /// `builder` with the host's aggregate as it is now.
     fn initial(self: &Arc<Self>, mut builder: ServerBuilder) -> ServerBuilder {
         let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);

@@ -885,3 +885,134 @@ async fn a_dropped_gateway_cancels_the_servers_tasks_it_follows() {
     no_task_left(&[&back, &server]).await;
     host.shutdown().await;
 }
+
+/// A backend serving the skill `greet` (a tree in memory, with a script), described as
+/// `description`, and, when `reports`, the skill `reports/daily` built in code.
+fn skills_backend(description: &str, reports: bool) -> Server {
+    let skill_md = format!("---\nname: greet\ndescription: {description}\n---\nSay hello.\n");
+    let mut builder = Server::builder("skills", "1.0.0").skill_files([
+        ("greet/SKILL.md", skill_md.into_bytes()),
+        ("greet/scripts/run.sh", b"echo hello\n".to_vec()),
+    ]);
+    if reports {
+        builder = builder.skill(
+            modelctx_server::DynamicSkill::new("reports/daily", "Today's report")
+                .body(|| async { "Read data/today.csv.\n".to_owned() })
+                .file("data/today.csv", || async { "region,total\n".to_owned() }),
+        );
+    }
+    builder.build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skills_of_the_servers_are_listed_got_and_read_through_the_gateway() {
+    let first = skills_backend("Greets the user", false);
+    let second = skills_backend("Greets the user twice", true);
+    let (a, b) = (serve(&first).await, serve(&second).await);
+    let servers = vec![
+        ServerConfig::http("a", url(&a)),
+        ServerConfig::http("b", url(&b)),
+    ];
+    let (host, _gateway, front) = gateway(servers).await;
+    for legacy in [true, false] {
+        let client = within("connect", client(legacy).connect_http(&url(&front)))
+            .await
+            .expect("connects");
+        let skills = within("list", client.list_skills()).await.expect("listed");
+        let uris: Vec<&str> = skills.iter().map(|s| s.uri.as_str()).collect();
+        assert_eq!(
+            uris,
+            ["skill://greet/SKILL.md", "skill://reports/daily/SKILL.md"]
+        );
+        // The first server in config order keeps a URI both serve.
+        assert_eq!(skills[0].description(), Some("Greets the user"));
+
+        let greet = within("get", client.get_skill("skill://greet/SKILL.md"))
+            .await
+            .expect("got");
+        assert_eq!(greet, skills[0]);
+        let loaded = within("load", client.load_skill(&greet))
+            .await
+            .expect("loaded");
+        assert!(loaded.verified);
+        assert!(loaded.text().expect("text").ends_with("Say hello.\n"));
+        let script = within(
+            "a file",
+            client.read_skill_file(&greet, "skill://greet/scripts/run.sh"),
+        )
+        .await
+        .expect("read");
+        assert_eq!(script.text(), Some("echo hello\n"));
+
+        // The second server's skill, built in code: got from it, read from it.
+        let daily = within("get", client.get_skill("skill://reports/daily/SKILL.md"))
+            .await
+            .expect("got");
+        assert_eq!(daily.description(), Some("Today's report"));
+        let loaded = within("load", client.load_skill(&daily))
+            .await
+            .expect("loaded");
+        assert!(
+            loaded
+                .text()
+                .expect("text")
+                .ends_with("Read data/today.csv.\n")
+        );
+
+        // Directories, from the server that serves them.
+        let children = within("a directory", client.read_directory("skill://greet", None))
+            .await
+            .expect("read");
+        let names: Vec<&str> = children
+            .resources
+            .iter()
+            .filter_map(|c| c.get("uri").and_then(Value::as_str))
+            .collect();
+        assert_eq!(
+            names,
+            ["skill://greet/SKILL.md", "skill://greet/scripts"],
+            "{children:?}"
+        );
+        let children = within(
+            "b directory",
+            client.read_directory("skill://reports", None),
+        )
+        .await
+        .expect("read");
+        assert_eq!(
+            children.resources[0]["uri"],
+            json!("skill://reports/daily"),
+            "{children:?}"
+        );
+
+        // What no server has is refused as a server would.
+        let missing = within("missing", client.get_skill("skill://nope/SKILL.md")).await;
+        assert!(
+            matches!(&missing, Err(modelctx_client::Error::Remote(e)) if e.code == modelctx_types::ErrorCode::INVALID_PARAMS),
+            "{missing:?}"
+        );
+        let missing = within("missing dir", client.read_directory("skill://nope", None)).await;
+        assert!(
+            matches!(&missing, Err(modelctx_client::Error::Remote(e)) if e.code == modelctx_types::ErrorCode::INVALID_PARAMS),
+            "{missing:?}"
+        );
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_of_servers_without_skills_does_not_declare_the_extension() {
+    let (tx, _rx) = mpsc::channel(1);
+    let back = backend(tx);
+    let running = serve(&back).await;
+    let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = within("connect", client(false).connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let listed = within("list", client.list_skills()).await;
+    assert!(
+        matches!(listed, Err(modelctx_client::Error::NotAvailable(_))),
+        "{listed:?}"
+    );
+    host.shutdown().await;
+}

@@ -52,7 +52,8 @@
 //!   serves a directory of Agent Skills (read once into memory, digests and sizes published,
 //!   `skills/list`, `skills/get`, `resources/directory/read`), [`ServerBuilder::skill_files`] a
 //!   tree given in memory, [`ServerBuilder::skill`] a skill whose content is generated
-//!   ([`DynamicSkill`]).
+//!   ([`DynamicSkill`]), [`ServerBuilder::skills_source`] skills asked of a [`SkillsSource`]
+//!   each time a client asks (a gateway's servers').
 //! * **Tasks** (the `io.modelcontextprotocol/tasks` extension of 2026-07-28):
 //!   [`Tool::task_support`] lets a tool run as a task the client polls, feeds input to and
 //!   cancels, with the same handler code; [`ServerBuilder::task_store`] sets where tasks are
@@ -287,7 +288,7 @@ pub use run::{
 };
 pub use server::{Load, RegisterError, Server, ServerBuilder};
 pub use settings::Settings;
-pub use skills::{DynamicSkill, SkillsError, SkillsLimits};
+pub use skills::{DynamicSkill, SkillsError, SkillsFuture, SkillsLimits, SkillsSource};
 pub use tool::{Content, IntoToolOutput, Json, NoArgs, Tool, ToolHandler, ToolOutput};
 pub use transport::InMemory;
 

@@ -117,23 +117,10 @@ pub(crate) fn route(
         ),
         PromptsGet::VALUE => crate::prompt::get(&shared.registry().prompts, params).into(),
         CompletionComplete::VALUE => complete(shared, params).into(),
-        skills::SKILLS_LIST => Route::Now(
-            shared
-                .registry()
-                .skills
-                .list(&params, page_size)
-                .and_then(|v| crate::wire::raw(&v)),
-        ),
-        skills::SKILLS_GET => {
-            Route::Now((shared.registry().skills.get(&params)).and_then(|v| crate::wire::raw(&v)))
-        }
-        skills::RESOURCES_DIRECTORY_READ => Route::Now(
-            shared
-                .registry()
-                .skills
-                .read_directory(&params, page_size)
-                .and_then(|v| crate::wire::raw(&v)),
-        ),
+        skills::SKILLS_LIST | skills::SKILLS_GET | skills::RESOURCES_DIRECTORY_READ => shared
+            .registry()
+            .skills
+            .route(request.method.as_str(), params, page_size),
         TasksGet::VALUE
         | TasksUpdate::VALUE
         | TasksCancel::VALUE

@@ -272,6 +272,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves the skills of `source` besides the server's own (a gateway serving those of its
+    /// servers): `skills/list`, `skills/get` and `resources/directory/read` ask it for what the
+    /// server's own skills do not have, each time a client asks. Declares the extension, with
+    /// `directoryRead`. The source's skill files are not read through it: they are read as the
+    /// server's resources, which the caller serves.
+    pub fn skills_source(mut self, source: impl crate::skills::SkillsSource) -> Self {
+        self.skills.source = crate::skills::Source(Some(Arc::new(source)));
+        self
+    }
+
     /// Instructions for the client's model (`instructions`).
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         self.instructions = Some(text.into());

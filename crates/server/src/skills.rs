@@ -27,6 +27,47 @@ use serde_json::{Value, json};
 use crate::handler::BoxFuture;
 use crate::resource::{ReadRequest, Resource, ResourceContents};
 use crate::wire::invalid_params;
+use crate::{Context, route::Route};
+
+/// What a [`SkillsSource`] answers with, in time.
+pub type SkillsFuture<T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, ErrorObject>> + Send + 'static>>;
+
+/// Skills served from elsewhere (a gateway's servers), asked each time a client asks
+/// ([`ServerBuilder::skills_source`](crate::ServerBuilder::skills_source)). The server's own
+/// skills (a directory, skills built in code) answer first: the source is asked for what they
+/// do not have. The source's files are read as resources: the server does not route a
+/// `resources/read` of a skill file to the source (serve them as resources of their own).
+pub trait SkillsSource: Send + Sync + 'static {
+    /// Every skill of the source (the server pages them to its clients, by URI). Its length is
+    /// the source's to bound.
+    fn list(&self, context: Context) -> SkillsFuture<Vec<Skill>>;
+    /// The entry of the skill whose `SKILL.md` is at `uri`; `None` when the source has none
+    /// (the client gets -32602).
+    fn get(&self, context: Context, uri: String) -> SkillsFuture<Option<Skill>>;
+    /// One page of the children of the directory resource at `uri`, after `cursor` (the
+    /// source's own cursors, passed on as they came).
+    fn read_directory(
+        &self,
+        context: Context,
+        uri: String,
+        cursor: Option<String>,
+    ) -> SkillsFuture<modelctx_types::skills::ReadResourceDirectoryResult>;
+}
+
+/// The [`SkillsSource`] of a server, if it has one.
+#[derive(Clone, Default)]
+pub(crate) struct Source(pub(crate) Option<Arc<dyn SkillsSource>>);
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Source(..)"
+        } else {
+            "Source(None)"
+        })
+    }
+}
 
 /// The bounds of a skills directory, checked when the server is built: a directory past one is
 /// refused with [`SkillsError::Limit`].
@@ -230,16 +271,21 @@ pub(crate) struct Pending {
     pub(crate) trees: Vec<Vec<(String, Vec<u8>)>>,
     pub(crate) dynamic: Vec<DynamicSkill>,
     pub(crate) limits: SkillsLimits,
+    pub(crate) source: Source,
 }
 
 impl Pending {
     pub(crate) fn is_empty(&self) -> bool {
-        self.dirs.is_empty() && self.trees.is_empty() && self.dynamic.is_empty()
+        self.dirs.is_empty()
+            && self.trees.is_empty()
+            && self.dynamic.is_empty()
+            && self.source.0.is_none()
     }
 
     /// The catalog, and the resources serving its files.
     pub(crate) fn build(self) -> Result<(Catalog, Vec<Resource>), SkillsError> {
         let mut built = Built::default();
+        built.catalog.source = self.source;
         for dir in &self.dirs {
             let tree = scan(dir, &self.limits)?;
             built.add_tree(dir, tree, &self.limits)?;
@@ -265,9 +311,83 @@ pub(crate) struct Catalog {
     dirs: BTreeMap<String, BTreeMap<String, JsonObject>>,
     /// Every file URI served.
     files: BTreeSet<String>,
+    /// Where the skills this catalog does not have are asked for.
+    source: Source,
 }
 
 impl Catalog {
+    /// How `method` (`skills/list`, `skills/get`, `resources/directory/read`) is answered: from
+    /// the catalog, or, for what it does not have, by its [`SkillsSource`].
+    pub(crate) fn route(&self, method: &str, params: JsonObject, page_size: usize) -> Route {
+        let Some(source) = self.source.0.clone() else {
+            let answer = match method {
+                modelctx_types::skills::SKILLS_LIST => self.list(&params, page_size),
+                modelctx_types::skills::SKILLS_GET => self.get(&params),
+                _ => self.read_directory(&params, page_size),
+            };
+            return Route::Now(answer.and_then(|v| crate::wire::raw(&v)));
+        };
+        match method {
+            modelctx_types::skills::SKILLS_LIST => {
+                let mut all = self.skills.clone();
+                Route::Run(Box::new(move |context| {
+                    Box::pin(async move {
+                        for skill in source.list(context).await? {
+                            // The server's own skill first, then the source's first.
+                            all.entry(skill.uri.clone()).or_insert(skill);
+                        }
+                        let (skills, next) = crate::wire::cursor::page(&all, &params, page_size)?;
+                        let mut result = json!({ "skills": skills });
+                        if let Some(next) = next {
+                            result["nextCursor"] = Value::from(next);
+                        }
+                        crate::wire::raw(&result)
+                    })
+                }))
+            }
+            modelctx_types::skills::SKILLS_GET => {
+                let uri = match uri_param(&params, "skills/get") {
+                    Ok(uri) if !self.skills.contains_key(uri) => uri.to_owned(),
+                    _ => return Route::Now(self.get(&params).and_then(|v| crate::wire::raw(&v))),
+                };
+                Route::Run(Box::new(move |context| {
+                    Box::pin(async move {
+                        match source.get(context, uri.clone()).await? {
+                            Some(skill) => crate::wire::raw(&json!({ "skill": skill })),
+                            None => Err(invalid_params(format!("No skill is served at {uri}"))),
+                        }
+                    })
+                }))
+            }
+            _ => {
+                let uri = match uri_param(&params, "resources/directory/read") {
+                    Ok(uri) if !self.dirs.contains_key(uri) && !self.files.contains(uri) => {
+                        uri.to_owned()
+                    }
+                    _ => {
+                        return Route::Now(
+                            self.read_directory(&params, page_size)
+                                .and_then(|v| crate::wire::raw(&v)),
+                        );
+                    }
+                };
+                let cursor = match params.get("cursor") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(cursor)) => Some(cursor.clone()),
+                    Some(_) => {
+                        return Route::Now(Err(invalid_params("the cursor must be a string")));
+                    }
+                };
+                Route::Run(Box::new(move |context| {
+                    Box::pin(async move {
+                        let page = source.read_directory(context, uri, cursor).await?;
+                        crate::wire::raw(&page)
+                    })
+                }))
+            }
+        }
+    }
+
     /// `skills/list`: a page of entries.
     pub(crate) fn list(&self, params: &JsonObject, page_size: usize) -> Result<Value, ErrorObject> {
         let (skills, next) = crate::wire::cursor::page(&self.skills, params, page_size)?;

@@ -49,6 +49,7 @@ fn build(dirs: &[&Path], limits: SkillsLimits) -> Result<(Catalog, Vec<Resource>
         trees: Vec::new(),
         dynamic: Vec::new(),
         limits,
+        source: Source::default(),
     }
     .build()
 }

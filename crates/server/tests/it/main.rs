@@ -13,6 +13,7 @@ mod mounted;
 mod prompts;
 mod resources;
 mod robustness;
+mod skills_source;
 mod state_ring;
 #[cfg(feature = "http")]
 mod store;
