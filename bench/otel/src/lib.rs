@@ -27,8 +27,8 @@ pub struct Pipeline {
 /// with no subscriber and the global no-op meter provider: what the feature costs compiled in
 /// but not used).
 ///
-/// Traces: a `tracing-opentelemetry` layer on a `tracing-subscriber` registry, the process's
-/// global subscriber, over an SDK tracer provider with no span processor: every request span is
+/// Traces: a `tracing-opentelemetry` layer (as the guide installs it) on a `tracing-subscriber`
+/// registry, the process's global subscriber, over an SDK tracer provider with no span processor: every request span is
 /// enabled, sampled (the default sampler, parent-based always-on) and recorded with its
 /// attributes, then dropped when it ends. Metrics: the global meter provider is an SDK provider
 /// with a `ManualReader` that is never collected: every instrument aggregates what it is given,
@@ -38,7 +38,13 @@ pub fn install() -> Option<Pipeline> {
         return None;
     }
     let tracer = SdkTracerProvider::builder().build();
-    let layer = tracing_opentelemetry::layer().with_tracer(tracer.tracer("modelctx-bench"));
+    // As `docs/guide-operations.md` and `mcx --otlp` install it: without the code location,
+    // thread and busy/idle attributes the layer adds by default.
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer.tracer("modelctx-bench"))
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false);
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
         .expect("the first global subscriber");
     let meter = SdkMeterProvider::builder()

@@ -105,8 +105,14 @@ pub(crate) fn start(options: &Options<'_>) -> Result<Option<Telemetry>, String> 
             .with_target("modelctx_server::request", tracing::Level::INFO)
             .with_target("modelctx_client::request", tracing::Level::INFO)
             .with_target(TARGET, tracing::Level::INFO);
+        // Without the attributes `tracing-opentelemetry` adds of its own by default (the code
+        // location, the thread, busy and idle times): a request span's say where it ran in the
+        // protocol, not in the source or on which worker thread, and each costs every span.
         let layer = tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("mcx"))
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
             .with_filter(targets);
         tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
             .map_err(|e| format!("--otlp: {e}"))?;

@@ -106,11 +106,6 @@ impl Observed {
         }
     }
 
-    /// The request's span (to enter while the request is routed).
-    pub(crate) fn span(&self) -> &Span {
-        &self.span
-    }
-
     /// Records how the request was answered, and ends its measure.
     pub(crate) fn finish(self, answer: &Result<Box<RawValue>, ErrorObject>) {
         #[cfg(not(feature = "otel"))]
@@ -260,6 +255,9 @@ fn error_type(answer: &Result<Box<RawValue>, ErrorObject>, tool_call: bool) -> O
         Err(e) => Some(e.code.0.to_string()),
         // Only a tool's result has `isError`: the results of other methods are not read.
         Ok(_) if !tool_call => None,
+        // A result with no member `isError` anywhere (a successful tool's, as the server
+        // writes it) is told without parsing it; in a string the name's quotes are escaped.
+        Ok(raw) if !raw.get().contains("\"isError\"") => None,
         Ok(raw) => serde_json::from_str::<Flag>(raw.get())
             .ok()
             .filter(|f| f.is_error)
@@ -920,6 +918,26 @@ mod tests {
         assert_eq!(field(&spans[2], "otel.name"), Some("prompts/get nope"));
         assert_eq!(field(&spans[2], "gen_ai.prompt.name"), Some("nope"));
         assert_eq!(field(&spans[2], "error.type"), Some("-32602"));
+    }
+
+    /// `error.type` of a tool's result: only a top-level `isError: true` makes one; the name
+    /// elsewhere (in a text, in structured content) does not.
+    #[test]
+    fn only_a_top_level_is_error_marks_a_failed_tool() {
+        let raw = |v: serde_json::Value| Ok(serde_json::value::to_raw_value(&v).unwrap());
+        let failed = raw(json!({"content": [], "isError": true}));
+        assert_eq!(error_type(&failed, true).as_deref(), Some("tool_error"));
+        assert_eq!(error_type(&failed, false), None);
+        for fine in [
+            json!({"content": [{"type": "text", "text": "{\"isError\": true}"}]}),
+            json!({"content": [], "structuredContent": {"isError": true}}),
+            json!({"content": [], "isError": false}),
+            json!({"content": []}),
+        ] {
+            assert_eq!(error_type(&raw(fine.clone()), true), None, "{fine}");
+        }
+        let refused = Err(ErrorObject::new(modelctx_types::ErrorCode::INVALID_PARAMS, "no"));
+        assert_eq!(error_type(&refused, true).as_deref(), Some("-32602"));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -28,6 +28,9 @@ pub(crate) use runner::{run, run_fleet, run_observability};
 
 /// Rounds over every cell; a cell reports its median round.
 const ROUNDS: usize = 3;
+/// Rounds of the observability rows: their costs are a few per cent, as small as the noise of
+/// one round, so each is the median of this many rounds' paired ratios (see `report`).
+const OBSERVABILITY_ROUNDS: usize = 9;
 /// Measured seconds per run, after `WARMUP` seconds of the same load.
 const SECS: &str = "1.5";
 const WARMUP: &str = "0.3";

@@ -393,12 +393,18 @@ pub(super) fn fleet_section(
 /// same run, and the issue's targets; `command` is what measured them.
 pub(super) fn observability_section(
     plan: &[(&Workload, Vec<Implementation>)],
-    medians: &[Vec<Value>],
+    results: &[Vec<Vec<Value>>],
     command: &str,
     run: &PartialRun,
 ) -> String {
     let mut out = String::new();
     let names: Vec<&str> = plan.iter().map(|(w, _)| w.name).collect();
+    let rounds = results
+        .iter()
+        .flatten()
+        .map(Vec::len)
+        .max()
+        .unwrap_or_default();
     let _ = writeln!(
         out,
         "## {OBSERVABILITY_SECTION} (issue 27)\n\n\
@@ -406,13 +412,17 @@ pub(super) fn observability_section(
          --observability` measures them alone and rewrites only this section): {} against \
          modelctx as the README builds it (no layer, no `otel`: the first row of each workload, \
          the one the ratios are against) and three variants of the same server (`bench/src/echo.rs`), \
-         side by side in one run, with the same load generator and settings ({ROUNDS} rounds of \
-         {SECS} s after {WARMUP} s of warm-up, interleaved; the median round by throughput). \
-         **The machine was loaded**: {}, one-minute load average {:.1} before these rows and \
-         {:.1} after (other builds and tests share its cores), so read the ratios, which are of \
-         one run, not the absolute figures against the tables above. The cost of a row is its \
-         server CPU time per call against the plain server's (the steadiest figure); the \
-         throughput ratio includes the load generator, which shares the cores.\n",
+         side by side in one run, with the same load generator and settings ({rounds} rounds of \
+         {SECS} s after {WARMUP} s of warm-up; each round runs every row of a workload one after \
+         the other, starting one row further each round, so that each runs first, last and in \
+         between alike). {}, one-minute load average {:.1} before these rows and {:.1} after. \
+         **The cost of a row is the median of its {rounds} paired ratios**: in each round, its \
+         server CPU time per call against the plain server's of the same round (the steadiest \
+         figure, and the pairing takes out what drifts between rounds: on a shared machine the \
+         plain server's own CPU per call moves by a third from one round to the next); the \
+         range gives the lowest and highest of the {rounds}, how far one round alone can be off. \
+         The throughput ratio, paired the same way, includes the load generator, which shares \
+         the cores. The figures of the second table are each row's median round by throughput.\n",
         run.date,
         run.secs,
         names.join(", "),
@@ -423,10 +433,10 @@ pub(super) fn observability_section(
     let _ = writeln!(out, "{OBSERVABILITY_ROWS}\n");
     let _ = writeln!(
         out,
-        "| target (issue 27) | cost: server CPU per call | throughput ratio | holds |"
+        "| target (issue 27) | cost: server CPU per call | rounds' range | throughput ratio | holds |"
     );
-    let _ = writeln!(out, "|---|---:|---:|:---:|");
-    let costs = observability_costs(plan, medians);
+    let _ = writeln!(out, "|---|---:|---:|---:|:---:|");
+    let costs = observability_costs(plan, results);
     for cost in costs.iter().filter(|c| c.targeted) {
         let holds = if cost.cpu < OBSERVABILITY_TARGET {
             "yes"
@@ -435,39 +445,49 @@ pub(super) fn observability_section(
         };
         let _ = writeln!(
             out,
-            "| {}: {} costs under {:.0}% | {} | {:.2}x | {holds} |",
+            "| {}: {} costs under {:.0}% | {} | {} to {} | {:.2}x | {holds} |",
             cost.workload,
             cost.row,
             OBSERVABILITY_TARGET * 100.0,
             percent(cost.cpu),
+            percent(cost.range.0),
+            percent(cost.range.1),
             cost.throughput
         );
     }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "| workload | implementation | calls/s | throughput ratio | server CPU µs/call | cost per call | p50 µs | p99 µs | peak RSS MiB | of it anon MiB |"
+        "| workload | implementation | calls/s | server CPU µs/call | cost per call (paired) | rounds' range | p50 µs | p99 µs | peak RSS MiB | of it anon MiB |"
     );
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for ((workload, implementations), figures) in plan.iter().zip(medians) {
-        let base = figures.first().cloned().unwrap_or(Value::Null);
-        for (i, f) in implementations.iter().zip(figures) {
+    for ((workload, implementations), runs) in plan.iter().zip(results) {
+        for (i, cell) in implementations.iter().zip(runs) {
+            let f = super::stats::median(workload.kind, cell);
             if f.is_null() {
                 continue;
             }
+            let cost = costs
+                .iter()
+                .find(|c| c.workload == workload.name && c.row == i.name);
+            let (paired, range) = match cost {
+                Some(c) => (
+                    percent(c.cpu),
+                    format!("{} to {}", percent(c.range.0), percent(c.range.1)),
+                ),
+                None => ("(the base)".to_owned(), String::new()),
+            };
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.0} | {:.2} | {:.1} | {} | {:.0} | {:.0} | {:.1} | {} |",
+                "| {} | {} | {:.0} | {:.1} | {paired} | {range} | {:.0} | {:.0} | {:.1} | {} |",
                 workload.name,
                 i.name,
-                num(f, "calls_per_s"),
-                ratio(num(f, "calls_per_s"), num(&base, "calls_per_s")),
-                num(f, "cpu_us_per_call"),
-                percent(ratio(num(f, "cpu_us_per_call"), num(&base, "cpu_us_per_call")) - 1.0),
-                num(f, "p50_us"),
-                num(f, "p99_us"),
-                num(f, "peak_rss_kib") / 1024.0,
-                anon_mib(f)
+                num(&f, "calls_per_s"),
+                num(&f, "cpu_us_per_call"),
+                num(&f, "p50_us"),
+                num(&f, "p99_us"),
+                num(&f, "peak_rss_kib") / 1024.0,
+                anon_mib(&f)
             );
         }
     }
@@ -530,27 +550,43 @@ struct Cost {
     row: &'static str,
     /// Whether the issue's target is about it.
     targeted: bool,
-    /// Server CPU per call against the plain server's, minus one.
+    /// Server CPU per call against the plain server's of the same round, minus one: the median
+    /// over the rounds.
     cpu: f64,
-    /// Throughput against the plain server's.
+    /// The lowest and highest of those, minus one.
+    range: (f64, f64),
+    /// Throughput against the plain server's of the same round: the median over the rounds.
     throughput: f64,
 }
 
-/// The cost of every measured row but the first (the plain server) of every workload; a row is
-/// targeted when its workload is and it is the layer or the `otel` pipeline.
+/// The cost of every measured row but the first (the plain server) of every workload, from the
+/// rounds where both ran; a row is targeted when its workload is and it is the layer or the
+/// `otel` pipeline.
 fn observability_costs(
     plan: &[(&Workload, Vec<Implementation>)],
-    medians: &[Vec<Value>],
+    results: &[Vec<Vec<Value>>],
 ) -> Vec<Cost> {
     let mut out = Vec::new();
-    for ((workload, implementations), figures) in plan.iter().zip(medians) {
-        let Some(base) = figures.first().filter(|f| !f.is_null()) else {
+    for ((workload, implementations), runs) in plan.iter().zip(results) {
+        let Some(base) = runs.first() else {
             continue;
         };
-        for (i, f) in implementations.iter().zip(figures).skip(1) {
-            if f.is_null() {
+        for (i, cell) in implementations.iter().zip(runs).skip(1) {
+            let paired = |key: &str| {
+                let mut ratios: Vec<f64> = cell
+                    .iter()
+                    .zip(base)
+                    .map(|(f, b)| ratio(num(f, key), num(b, key)))
+                    .filter(|r| *r > 0.0)
+                    .collect();
+                ratios.sort_by(f64::total_cmp);
+                ratios
+            };
+            let cpu = paired("cpu_us_per_call");
+            let throughput = paired("calls_per_s");
+            let (Some(low), Some(high)) = (cpu.first(), cpu.last()) else {
                 continue;
-            }
+            };
             let targeted = OBSERVABILITY_TARGETED.contains(&workload.name)
                 && [
                     MODELCTX_STDIO_LAYERED.name,
@@ -563,12 +599,23 @@ fn observability_costs(
                 workload: workload.name,
                 row: i.name,
                 targeted,
-                cpu: ratio(num(f, "cpu_us_per_call"), num(base, "cpu_us_per_call")) - 1.0,
-                throughput: ratio(num(f, "calls_per_s"), num(base, "calls_per_s")),
+                cpu: middle(&cpu) - 1.0,
+                range: (low - 1.0, high - 1.0),
+                throughput: middle(&throughput),
             });
         }
     }
     out
+}
+
+/// The median of sorted `values` (the mean of the two middle ones for an even count), 0 for
+/// none.
+fn middle(values: &[f64]) -> f64 {
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 /// `a / b`, 0 when `b` is not positive.
@@ -796,25 +843,34 @@ mod tests {
         );
     }
 
-    /// The observability section: each row against the plain server of its workload, the
-    /// targets only for the layer and the `otel` pipeline on S2 and H4-16, held when the cost is
-    /// under 5%.
+    /// The observability section: each row against the plain server of its workload round by
+    /// round (the median of the paired ratios, with their range), the targets only for the
+    /// layer and the `otel` pipeline on S2 and H4-16, held when the cost is under 5%.
     #[test]
     fn the_observability_section_costs_each_row_against_the_plain_server() {
         let plan = observability_plan();
         let figures = |calls: f64, cpu: f64| serde_json::json!({"calls_per_s": calls, "cpu_us_per_call": cpu});
-        let medians: Vec<Vec<Value>> = plan
+        let rounds = |cpus: [f64; 3], calls: f64| cpus.map(|cpu| figures(calls, cpu)).to_vec();
+        let results: Vec<Vec<Vec<Value>>> = plan
             .iter()
             .map(|(w, rows)| {
                 rows.iter()
                     .map(|i| match (w.name, i.name) {
+                        // The plain server's CPU per call moves between rounds.
                         (_, n) if n == MODELCTX_STDIO.name || n == MODELCTX_HTTP.name => {
-                            figures(1000.0, 10.0)
+                            rounds([10.0, 20.0, 10.0], 1000.0)
                         }
-                        ("S2", n) if n == MODELCTX_STDIO_LAYERED.name => figures(990.0, 10.2),
-                        ("S2", n) if n == MODELCTX_STDIO_OTEL.name => figures(800.0, 12.0),
-                        ("H4-16", n) if n == MODELCTX_HTTP_OTEL_OFF.name => Value::Null,
-                        _ => figures(1000.0, 10.0),
+                        // +2% in every round: +2%, though its median round (20.4) is twice
+                        // the plain server's median round (10).
+                        ("S2", n) if n == MODELCTX_STDIO_LAYERED.name => {
+                            rounds([10.2, 20.4, 10.2], 990.0)
+                        }
+                        // +20%, +100%, +30%: the median +30%, the range +20% to +100%.
+                        ("S2", n) if n == MODELCTX_STDIO_OTEL.name => {
+                            rounds([12.0, 40.0, 13.0], 800.0)
+                        }
+                        ("H4-16", n) if n == MODELCTX_HTTP_OTEL_OFF.name => Vec::new(),
+                        _ => rounds([10.0, 20.0, 10.0], 1000.0),
                     })
                     .collect()
             })
@@ -825,21 +881,22 @@ mod tests {
             load: (1.0, 2.0),
         };
         let text =
-            observability_section(&plan, &medians, "cargo xtask bench --observability", &run);
+            observability_section(&plan, &results, "cargo xtask bench --observability", &run);
         assert!(
             text.starts_with(&format!("## {OBSERVABILITY_SECTION}")),
             "{text}"
         );
+        assert!(text.contains("(3 rounds of"), "{text}");
         assert!(
             text.contains(&format!(
-                "| S2: {} costs under 5% | +2.0% | 0.99x | yes |",
+                "| S2: {} costs under 5% | +2.0% | +2.0% to +2.0% | 0.99x | yes |",
                 MODELCTX_STDIO_LAYERED.name
             )),
             "{text}"
         );
         assert!(
             text.contains(&format!(
-                "| S2: {} costs under 5% | +20.0% | 0.80x | **no** |",
+                "| S2: {} costs under 5% | +30.0% | +20.0% to +100.0% | 0.80x | **no** |",
                 MODELCTX_STDIO_OTEL.name
             )),
             "{text}"
@@ -849,16 +906,23 @@ mod tests {
         assert_eq!(text.matches("costs under 5%").count(), 4, "{text}");
         assert!(!text.contains(&format!("{} costs under", MODELCTX_STDIO_OTEL_OFF.name)));
         assert!(!text.contains("| H1: "));
-        // A row not measured is left out; the plain server's cost is nothing.
+        // A row not measured is left out; the plain server is the base; a row's figures are
+        // its median round by throughput.
         assert!(!text.contains(&format!("| H4-16 | {} |", MODELCTX_HTTP_OTEL_OFF.name)));
-        assert!(text.contains(&format!(
-            "| S2 | {} | 1000 | 1.00 | 10.0 | +0.0% |",
-            MODELCTX_STDIO.name
-        )));
-        assert!(text.contains(&format!(
-            "| S2 | {} | 800 | 0.80 | 12.0 | +20.0% |",
-            MODELCTX_STDIO_OTEL.name
-        )));
+        assert!(
+            text.contains(&format!(
+                "| S2 | {} | 1000 | 20.0 | (the base) |",
+                MODELCTX_STDIO.name
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "| S2 | {} | 800 | 40.0 | +30.0% | +20.0% to +100.0% |",
+                MODELCTX_STDIO_OTEL.name
+            )),
+            "{text}"
+        );
         // It goes before M1 the first time, and replaces itself after.
         let doc = "# B\n\n## H4: x\n\nt\n\n## M1: y\n\nm\n";
         let once = put_section(doc, OBSERVABILITY_SECTION, &text, "M1");

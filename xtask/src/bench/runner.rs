@@ -85,7 +85,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         .iter()
         .map(|w| (w, w.implementations.to_vec()))
         .collect();
-    let results = measure(root, &plan, Some(&node), |i| {
+    let results = measure(root, &plan, Some(&node), Order::Same(ROUNDS), |i| {
         skipped.is_some() && i.needs_fleet()
     })?;
     let build = if std::env::var(B1_ENV).is_ok_and(|v| v == "1") {
@@ -137,16 +137,17 @@ fn observability(root: &Path, command: &str) -> Result<(), String> {
     let started = Instant::now();
     let plan = observability_plan();
     let load_before = load_average();
-    let results = measure(root, &plan, None, |_| false)?;
+    let results = measure(
+        root,
+        &plan,
+        None,
+        Order::Rotated(OBSERVABILITY_ROUNDS),
+        |_| false,
+    )?;
     let load_after = load_average();
-    let medians: Vec<Vec<Value>> = plan
-        .iter()
-        .zip(&results)
-        .map(|((w, _), runs)| runs.iter().map(|r| stats::median(w.kind, r)).collect())
-        .collect();
     let section = report::observability_section(
         &plan,
-        &medians,
+        &results,
         command,
         &report::PartialRun {
             date: utc_now(),
@@ -186,7 +187,7 @@ pub(crate) fn run_fleet(root: &Path) -> Result<(), String> {
         })
         .collect();
     let load_before = load_average();
-    let results = measure(root, &plan, None, |_| false)?;
+    let results = measure(root, &plan, None, Order::Same(ROUNDS), |_| false)?;
     let load_after = load_average();
     let medians: Vec<Vec<Value>> = plan
         .iter()
@@ -231,12 +232,42 @@ fn utc_now() -> String {
         .unwrap_or_default()
 }
 
-/// Runs every cell of `plan` (but those `skip` names) `ROUNDS` times, interleaved: one entry per
-/// round, `[workload][implementation]`; a skipped cell has none.
+/// How many rounds [`measure`] runs, and in which order a round runs the implementations of a
+/// workload.
+#[derive(Debug, Clone, Copy)]
+enum Order {
+    /// The plan's order every round.
+    Same(usize),
+    /// Round `r` starts at the plan's implementation `r` (modulo their count) and goes round:
+    /// each implementation runs first, last and in between as often, so whatever drifts along
+    /// a round (the machine's other load, its clock) weighs on each alike.
+    Rotated(usize),
+}
+
+impl Order {
+    fn rounds(self) -> usize {
+        match self {
+            Order::Same(rounds) | Order::Rotated(rounds) => rounds,
+        }
+    }
+
+    /// The implementations' indices in the order round `round` (from 0) runs them.
+    fn of(self, round: usize, count: usize) -> impl Iterator<Item = usize> {
+        let start = match self {
+            Order::Same(_) => 0,
+            Order::Rotated(_) => round % count.max(1),
+        };
+        (0..count).map(move |i| (start + i) % count)
+    }
+}
+
+/// Runs every cell of `plan` (but those `skip` names) `order.rounds()` times, interleaved: one
+/// entry per round, `[workload][implementation][round]`; a skipped cell has none.
 fn measure(
     root: &Path,
     plan: &[(&Workload, Vec<Implementation>)],
     node: Option<&Path>,
+    order: Order,
     skip: impl Fn(&Implementation) -> bool,
 ) -> Result<Vec<Vec<Vec<Value>>>, String> {
     let bin = root.join(TARGET_DIR).join("release");
@@ -245,9 +276,11 @@ fn measure(
         .iter()
         .map(|(_, implementations)| vec![Vec::new(); implementations.len()])
         .collect();
-    for round in 1..=ROUNDS {
+    let rounds = order.rounds();
+    for round in 1..=rounds {
         for (w, (workload, implementations)) in plan.iter().enumerate() {
-            for (i, implementation) in implementations.iter().enumerate() {
+            for i in order.of(round - 1, implementations.len()) {
+                let implementation = &implementations[i];
                 if skip(implementation) {
                     continue;
                 }
@@ -279,7 +312,7 @@ fn measure(
                 let figures: Value = serde_json::from_str(stdout.trim())
                     .map_err(|e| format!("the load generator printed {stdout:?}: {e}"))?;
                 eprintln!(
-                    "round {round}/{ROUNDS} {:<6} {:<38} {}",
+                    "round {round}/{rounds} {:<6} {:<38} {}",
                     workload.name,
                     implementation.name,
                     stats::summary(workload.kind, &figures)
@@ -376,4 +409,26 @@ pub(super) fn machine() -> String {
         "{cores} cores (nproc), {model}; Linux {}; {rustc}",
         kernel.trim()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Order;
+
+    /// Rotated rounds start one implementation further each round; every implementation runs
+    /// once a round, and first in as many rounds as any other.
+    #[test]
+    fn rotated_rounds_start_one_further_each_round() {
+        let order = Order::Rotated(4);
+        let rounds: Vec<Vec<usize>> = (0..order.rounds())
+            .map(|r| order.of(r, 3).collect())
+            .collect();
+        assert_eq!(
+            rounds,
+            [vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1], vec![0, 1, 2]]
+        );
+        let same = Order::Same(2);
+        assert!((0..same.rounds()).all(|r| same.of(r, 3).eq([0, 1, 2])));
+        assert_eq!(Order::Rotated(1).of(0, 0).count(), 0);
+    }
 }
