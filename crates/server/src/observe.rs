@@ -936,7 +936,10 @@ mod tests {
         ] {
             assert_eq!(error_type(&raw(fine.clone()), true), None, "{fine}");
         }
-        let refused = Err(ErrorObject::new(modelctx_types::ErrorCode::INVALID_PARAMS, "no"));
+        let refused = Err(ErrorObject::new(
+            modelctx_types::ErrorCode::INVALID_PARAMS,
+            "no",
+        ));
         assert_eq!(error_type(&refused, true).as_deref(), Some("-32602"));
     }
 

@@ -510,25 +510,27 @@ const OBSERVABILITY_ROWS: &str = "- **one pass-through layer**: the server with 
      boxed future of its call.\n\
      - **`otel`, pipeline without export**: the same server built with the `otel` feature of \
      modelctx-server (`bench/otel/`, a workspace of its own so that cargo does not unify its \
-     features with the other rows'), with the pipeline a user of the feature installs and \
-     nothing leaving the process: a `tracing-opentelemetry` layer on a `tracing-subscriber` \
-     registry (the global subscriber) over an SDK tracer provider with no span processor, so \
-     every request span is enabled, sampled and recorded with its attributes, then dropped; \
-     and as the global meter provider an SDK provider with a `ManualReader` that nobody \
-     collects, so `mcp.server.operation.duration` aggregates every request's duration (the \
-     load gauges, observed only when a reader collects, are never called) and nothing is \
-     exported. An exporter's own cost (batching, encoding, the network) \
-     is not in it. Where it goes (`perf` on S2): nearly all of it is the SDK span every request \
-     gets through `tracing-opentelemetry`: its creation (`on_new_span`: the span builder with \
-     the request's attributes, which modelctx gives at creation in one call, and the layer's \
-     own code location, thread and target attributes), entering and leaving it (twice a \
-     request: routing, then the handler; each enter starts or activates the OpenTelemetry \
-     context), and its end (the SDK span built and dropped), then the duration histogram's \
-     record (the SDK's lookup of the attribute set). What modelctx adds of its own is a few per \
-     cent: the target and the `traceparent` read from the params once, without building \
-     `_meta`, and the histogram's attributes on the stack. The 5% target cannot be met while \
-     every request is recorded as an SDK span: that span alone costs more than 5% of a 4 µs \
-     call.\n\
+     features with the other rows'), with the pipeline a user of the feature installs as \
+     `docs/guide-operations.md` and `mcx --otlp` do, and nothing leaving the process: a \
+     `tracing-opentelemetry` layer (without its code location, thread and busy/idle attributes) \
+     on a `tracing-subscriber` registry (the global subscriber) over an SDK tracer provider \
+     with no span processor, so every request span is enabled, sampled and recorded with its \
+     attributes, then dropped (a no-op exporter would be handed it first); and as the global \
+     meter provider an SDK provider with a `ManualReader` that nobody collects, so \
+     `mcp.server.operation.duration` aggregates every request's duration (the load gauges, \
+     observed only when a reader collects, are never called) and nothing is exported. An \
+     exporter's own cost (batching, encoding, the network) is not in it. Where it goes (`perf` \
+     on S2): nearly all of it is the OpenTelemetry SDK span every request gets through \
+     `tracing-opentelemetry`: the `tracing` span in the registry's slab, its creation \
+     (`on_new_span`: the span builder and its attributes, which modelctx gives at creation in \
+     one call), entering and leaving it (once a request, while the handler runs: the SDK span \
+     is started and its OpenTelemetry context attached and detached), its end (the SDK span \
+     built and dropped), the clock read at each of these, then the duration histogram's record \
+     (the SDK's lookup of the attribute set). What modelctx adds of its own is a few per cent: \
+     the target and the `traceparent` read from the params once, without building `_meta`, \
+     and the histogram's attributes on the stack. The 5% target cannot be met while every \
+     request is recorded as an SDK span through `tracing-opentelemetry`: that span alone costs \
+     more than 5% of a call the server answers in a few microseconds.\n\
      - **`otel`, nothing installed**: the same binary with no subscriber and the global no-op \
      meter provider: what the feature costs compiled in but not used.";
 
