@@ -79,6 +79,7 @@
 //! [`ServerBuilder::build`]: crate::ServerBuilder::build
 //! [`Tool::layer`]: crate::Tool::layer
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::fmt;
 use std::sync::Arc;
@@ -120,7 +121,8 @@ pub enum Transport {
 /// (with an [`McpResponse`] or an error).
 pub struct McpRequest {
     id: RequestId,
-    method: String,
+    /// The method: the name of a method the server knows is not copied.
+    method: Cow<'static, str>,
     /// What the request names, read from the params when first asked ([`McpRequest::target`]).
     target: OnceCell<Option<String>>,
     principal: Option<String>,
@@ -170,7 +172,7 @@ impl McpRequest {
     /// whose layers do not look at them does not pay for it.
     pub(crate) fn new(
         id: RequestId,
-        method: String,
+        method: &str,
         params: Option<Box<RawValue>>,
         version: ProtocolVersion,
         principal: Option<String>,
@@ -178,7 +180,10 @@ impl McpRequest {
     ) -> McpRequest {
         McpRequest {
             id,
-            method,
+            method: match crate::wire::known_method(method) {
+                Some(known) => Cow::Borrowed(known),
+                None => Cow::Owned(method.to_owned()),
+            },
             target: OnceCell::new(),
             principal,
             meta: OnceCell::new(),
@@ -205,7 +210,7 @@ impl McpRequest {
     pub fn target(&self) -> Option<&str> {
         self.target
             .get_or_init(|| {
-                let key = match self.method.as_str() {
+                let key = match &*self.method {
                     ToolsCall::VALUE | PromptsGet::VALUE => true,
                     ResourcesRead::VALUE => false,
                     _ => return None,
@@ -368,7 +373,7 @@ impl fmt::Debug for Handlers {
 impl Service<McpRequest> for Handlers {
     type Response = McpResponse;
     type Error = BoxError;
-    type Future = BoxFuture<Result<McpResponse, BoxError>>;
+    type Future = HandlersFuture;
 
     fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), BoxError>> {
         match &mut self.inner {
@@ -379,26 +384,67 @@ impl Service<McpRequest> for Handlers {
 
     fn call(&mut self, request: McpRequest) -> Self::Future {
         match &mut self.inner {
-            Some(inner) => inner.call(request),
-            None => Box::pin(end(request)),
+            Some(inner) => HandlersFuture(Step::Boxed(inner.call(request))),
+            None => end(request),
+        }
+    }
+}
+
+/// The future of a [`Handlers`] call: the layers added before, or the handler itself (which
+/// is polled in place, not boxed once more).
+#[must_use = "futures do nothing unless polled"]
+pub struct HandlersFuture(Step);
+
+impl fmt::Debug for HandlersFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("HandlersFuture")
+    }
+}
+
+enum Step {
+    /// The layers added before, or the tool's chain.
+    Boxed(BoxFuture<Result<McpResponse, BoxError>>),
+    /// The handler.
+    Run(BoxFuture<Answer>),
+    /// The answer routing gave, or why there is none; taken when polled.
+    Ready(Option<Result<McpResponse, BoxError>>),
+}
+
+impl Future for HandlersFuture {
+    type Output = Result<McpResponse, BoxError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        // Every step is `Unpin` (boxed, or a value): the future moves freely.
+        match &mut self.0 {
+            Step::Boxed(future) => future.as_mut().poll(cx),
+            Step::Run(handler) => handler
+                .as_mut()
+                .poll(cx)
+                .map(|answer| Ok(McpResponse { answer })),
+            Step::Ready(ready) => Poll::Ready(ready.take().unwrap_or_else(|| {
+                Err(McpError::new(crate::wire::internal("polled after its answer")).into())
+            })),
         }
     }
 }
 
 /// The end of a chain: the tool's chain when there is one still to go through, else the
 /// handler.
-async fn end(mut request: McpRequest) -> Result<McpResponse, BoxError> {
+fn end(mut request: McpRequest) -> HandlersFuture {
     if let Some(tool) = request.tool.take() {
-        return tool.call(request).await;
+        return HandlersFuture(Step::Boxed(Box::pin(
+            async move { tool.call(request).await },
+        )));
     }
-    match request.work.take() {
-        Some(Work::Now(answer)) => Ok(McpResponse { answer }),
-        Some(Work::Run(handler)) => Ok(McpResponse {
-            answer: handler.await,
-        }),
+    HandlersFuture(match request.work.take() {
+        Some(Work::Now(answer)) => Step::Ready(Some(Ok(McpResponse { answer }))),
+        Some(Work::Run(handler)) => Step::Run(handler),
         // A request is given its work once, and the end takes it once.
-        None => Err(McpError::new(crate::wire::internal("the request has no handler")).into()),
-    }
+        None => Step::Ready(Some(Err(McpError::new(crate::wire::internal(
+            "the request has no handler",
+        ))
+        .into()))),
+    })
 }
 
 /// The layers added to a builder, applied when the chain is built.
@@ -585,7 +631,7 @@ mod tests {
     fn request(method: &str, params: &str) -> McpRequest {
         McpRequest::new(
             RequestId::from(1),
-            method.to_owned(),
+            method,
             Some(RawValue::from_string(params.to_owned()).unwrap()),
             ProtocolVersion::V2025_11_25,
             Some("alice".to_owned()),
@@ -656,6 +702,36 @@ mod tests {
         assert!(chain.is_some());
         assert!(Layers::of(&None, chain.clone()).is_some());
         assert!(Layers::of(&chain, None).is_some());
+    }
+
+    /// The end of a chain: an answer routing gave, the handler, and a request without work
+    /// (an internal error, and again if polled after its answer).
+    #[tokio::test]
+    async fn the_end_of_a_chain_answers_with_the_request_s_work() {
+        let mut handlers = Handlers { inner: None };
+        let mut given = request(ToolsCall::VALUE, "{}");
+        given.work = Some(Work::Now(Err(ErrorObject::new(
+            ErrorCode::INVALID_PARAMS,
+            "routed",
+        ))));
+        let answered = handlers.call(given).await.unwrap().answer;
+        assert_eq!(answered.unwrap_err().message, "routed");
+        let mut run = request(ToolsCall::VALUE, "{}");
+        run.work = Some(Work::Run(Box::pin(async {
+            tokio::task::yield_now().await;
+            crate::wire::raw(&serde_json::json!({"ran": true}))
+        })));
+        let ran = handlers.call(run).await.unwrap().answer;
+        assert_eq!(ran.unwrap().get(), r#"{"ran":true}"#);
+        let mut none = handlers.call(request(ToolsCall::VALUE, "{}"));
+        let waker = std::task::Waker::noop();
+        let mut cx = TaskContext::from_waker(waker);
+        for _ in 0..2 {
+            let Poll::Ready(Err(error)) = std::pin::Pin::new(&mut none).poll(&mut cx) else {
+                panic!("no work is an error at once");
+            };
+            assert!(error.downcast_ref::<McpError>().is_some(), "{error}");
+        }
     }
 
     #[tokio::test]

@@ -555,19 +555,8 @@ mod otel {
     /// The method as an attribute value: the names of the methods a server answers are static
     /// (no copy); another method's name is copied.
     fn method_value(method: &str) -> StringValue {
-        use modelctx_types::consts::*;
-        const KNOWN: &[&str] = &[
-            ToolsCall::VALUE,
-            ToolsList::VALUE,
-            PromptsGet::VALUE,
-            PromptsList::VALUE,
-            ResourcesRead::VALUE,
-            ResourcesList::VALUE,
-            ResourcesTemplatesList::VALUE,
-            CompletionComplete::VALUE,
-        ];
-        match KNOWN.iter().find(|known| **known == method) {
-            Some(known) => StringValue::from(*known),
+        match crate::wire::known_method(method) {
+            Some(known) => StringValue::from(known),
             None => StringValue::from(method.to_owned()),
         }
     }

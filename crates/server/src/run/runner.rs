@@ -678,7 +678,7 @@ fn middleware_request(
     let transport = crate::middleware::Transport::Stream;
     crate::middleware::McpRequest::new(
         request.id.clone(),
-        request.method.clone(),
+        &request.method,
         request.params.take(),
         request.version,
         origin.principal().map(str::to_owned),

@@ -27,3 +27,20 @@ pub(crate) fn raw<T: serde::Serialize + ?Sized>(
     serde_json::value::to_raw_value(value)
         .map_err(|e| internal(format!("unserializable result: {e}")))
 }
+
+/// `method` as a `'static` name, when it is one of the methods a server answers that carry
+/// work (those a middleware chain and the metrics see most): a copy of it is then no copy.
+pub(crate) fn known_method(method: &str) -> Option<&'static str> {
+    use modelctx_types::consts::*;
+    const KNOWN: &[&str] = &[
+        ToolsCall::VALUE,
+        ToolsList::VALUE,
+        PromptsGet::VALUE,
+        PromptsList::VALUE,
+        ResourcesRead::VALUE,
+        ResourcesList::VALUE,
+        ResourcesTemplatesList::VALUE,
+        CompletionComplete::VALUE,
+    ];
+    KNOWN.iter().find(|known| **known == method).copied()
+}
