@@ -559,6 +559,77 @@ async fn a_modern_server_sees_the_capabilities_of_the_gateways_client_calling() 
     host.shutdown().await;
 }
 
+/// The -32021 a backend answers with: a capability whose name has dots (an extension's), and a
+/// message of the server's own.
+fn needs_extension() -> modelctx_server::ErrorObject {
+    modelctx_server::ErrorObject::new(
+        modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "this needs the io.example/ext extension",
+    )
+    .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
+    .unwrap()
+}
+
+/// A prompt's answer of [`needs_extension`].
+struct Refused;
+
+impl modelctx_server::IntoPromptResult for Refused {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, modelctx_server::ErrorObject> {
+        Err(needs_extension())
+    }
+}
+
+/// `what`'s answer is the backend's -32021 of [`needs_extension`], as it came.
+fn assert_passed_on<T: std::fmt::Debug>(what: &str, answer: Result<T, modelctx_client::Error>) {
+    match answer {
+        Err(modelctx_client::Error::Remote(error)) => {
+            assert_eq!(error.code.0, -32021, "{what}: {error:?}");
+            assert_eq!(error.message, needs_extension().message, "{what}");
+            let data: Value = error.data_as().unwrap().unwrap();
+            assert_eq!(
+                data,
+                json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}),
+                "{what}"
+            );
+        }
+        other => panic!("{what}: expected -32021, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_minus_32021_reaches_the_gateways_client_as_it_came() {
+    let back = Server::builder("ext", "1.0.0")
+        .tool(
+            Tool::new("needs", |_: NoArgs| async {
+                modelctx_server::ToolOutput::protocol_error(needs_extension())
+            })
+            .annotations(read_only()),
+        )
+        .prompt(Prompt::new("needs", |_: NoArgs| async { Refused }))
+        .resource(Resource::new(
+            "mem://needs",
+            "needs",
+            |_: ReadRequest| async {
+                Err::<ResourceContents, _>(modelctx_server::ResourceError::Protocol(
+                    needs_extension(),
+                ))
+            },
+        ))
+        .build();
+    let running = serve(&back).await;
+    let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = within("connect", client(false).connect_http(&url(&front)))
+        .await
+        .expect("connects");
+    let called = within("call", client.call_tool("b__needs", json!({}))).await;
+    assert_passed_on("the call", called);
+    let got = within("get", client.get_prompt("b__needs", &[])).await;
+    assert_passed_on("the prompt", got);
+    let read = within("read", client.read_resource("mem://needs")).await;
+    assert_passed_on("the read", read);
+    host.shutdown().await;
+}
+
 /// A backend whose tools run as tasks (the tasks extension, 2026-07-28): `build` only as a task,
 /// `confirm` asks the user as a task, `hold` waits until it is stopped (telling `cancelled`),
 /// `broken` fails with a JSON-RPC error of its own, `quick` answers at once, and `named` asks
