@@ -108,8 +108,11 @@
 //! those of the client that made it, narrowed to the host's), or members
 //! of definitions its server builder cannot set (`_meta` and `size` of resources, icons of
 //! prompts and resources; `execution` is the gateway's own, see Tasks); a server's protocol
-//! error on a plain call becomes a failed call (`isError`), except the -32021 of a tool that
-//! runs only as a task, and a prompt's error the JSON-RPC error -32603. Of tasks, it does not
+//! error on a call becomes a failed call (`isError`), and on a prompt get or a read the
+//! JSON-RPC error -32603, except -32021 (a client capability the request needs), which the
+//! gateway answers with as the server sent it, `data` and message included, on a call (plain
+//! or as a task), a prompt get and a read (a legacy client gets a prompt's or a read's as
+//! -32603 with its message, as from any server). Of tasks, it does not
 //! pass on tasks for anything but tool calls (a server's task-augmented sampling or
 //! elicitation requests to the host), a server's progress and log messages before its task
 //! exists, nor the task support of a server that comes or changes after the tool was listed
@@ -131,9 +134,9 @@ use modelctx_client::{
 };
 use modelctx_server::tasks::{DetachError, EXTENSION_ID, TaskSupport};
 use modelctx_server::{
-    Content, Context, Era, ErrorCode, ErrorObject, LogLevel, Prompt, PromptMessage, ReadRequest,
-    Resource, ResourceContents, ResourceError, ResourceTemplate, Server, ServerBuilder, Tool,
-    ToolOutput,
+    Content, Context, Era, ErrorCode, ErrorObject, IntoPromptResult, LogLevel, Prompt,
+    PromptMessage, ReadRequest, Resource, ResourceContents, ResourceError, ResourceTemplate,
+    Server, ServerBuilder, Tool, ToolOutput,
 };
 use modelctx_types::JsonObject;
 use serde_json::Value;
@@ -315,26 +318,6 @@ fn as_caller(context: &Context, options: CallOptions) -> CallOptions {
         Some(caps) => options.client_capabilities(caps.clone()),
         None => options,
     }
-}
-
-/// The capability a -32021 error's `data.requiredCapabilities` names, as a dotted path
-/// (`elicitation.url`): the first member, down to its first member while it has one. `None`
-/// when there is none, or a name has a dot in it (an extension's), which a path cannot carry.
-fn required_capability(error: &modelctx_types::ErrorObject) -> Option<String> {
-    let data: Value = error.data_as().ok().flatten()?;
-    let mut at = data.get("requiredCapabilities")?.as_object()?;
-    let mut path = Vec::new();
-    while let Some((name, inner)) = at.iter().next() {
-        if name.contains('.') {
-            return None;
-        }
-        path.push(name.as_str());
-        match inner.as_object() {
-            Some(inner) => at = inner,
-            None => break,
-        }
-    }
-    (!path.is_empty()).then(|| path.join("."))
 }
 
 /// The refusal of a server's request when no gateway call is in progress on it.
@@ -885,17 +868,6 @@ impl Inner {
         if let Some(capability) = call.missing() {
             return Err(modelctx_server::InputError::NotSupported(capability));
         }
-        // The server refused the call for a capability the client calling lacks (it saw that
-        // client's): the gateway refuses it the same way.
-        if let Some(Err(HostError::Server {
-            source: modelctx_client::Error::Remote(error),
-            ..
-        })) = &outcome
-            && error.code == modelctx_types::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-            && let Some(capability) = required_capability(error)
-        {
-            return Err(modelctx_server::InputError::NotSupported(capability));
-        }
         Ok(match outcome {
             Some(Ok(result)) => ToolOutput::from(result),
             Some(Err(e)) => failed_call(&e),
@@ -941,7 +913,7 @@ impl Inner {
         }
         let handle = match created {
             Ok(handle) => handle,
-            Err(e) => return Ok(ToolOutput::error(failed(&e))),
+            Err(e) => return Ok(failed_call(&e)),
         };
         // From here, whatever ends this call before the server's task ends cancels that task:
         // `tasks/cancel` on the gateway's task (which drops this handler), its expiry, the
@@ -1059,9 +1031,9 @@ impl Inner {
             let server = server.clone();
             async move {
                 let Some(inner) = inner else {
-                    return Err("the gateway has stopped".to_owned());
+                    return PromptAnswer(Err(internal("the gateway has stopped")));
                 };
-                inner.get_prompt(context, &server, &shown, arguments).await
+                PromptAnswer(inner.get_prompt(context, &server, &shown, arguments).await)
             }
         };
         let definition = &prompt.prompt;
@@ -1100,7 +1072,7 @@ impl Inner {
         server: &str,
         shown: &str,
         arguments: Value,
-    ) -> Result<Vec<PromptMessage>, String> {
+    ) -> Result<Vec<PromptMessage>, ErrorObject> {
         let entry = self.calls.enter(server, Call::new(context.clone()));
         let arguments = string_arguments(arguments);
         let (_, mut none) = tokio::sync::mpsc::channel(1);
@@ -1117,8 +1089,11 @@ impl Inner {
                 ),
             )
             .await
-            .ok_or("cancelled by the client")?
-            .map_err(|e| failed(&e))?;
+            .ok_or_else(|| internal("cancelled by the client"))?
+            .map_err(|e| match passed_on(&e) {
+                Some(error) => error.clone(),
+                None => internal(&failed(&e)),
+            })?;
         Ok(got
             .messages
             .into_iter()
@@ -1228,7 +1203,10 @@ impl Inner {
             {
                 Err(ResourceError::NotFound(uri))
             }
-            Err(e) => Err(ResourceError::Failed(failed(&e))),
+            Err(e) => Err(match passed_on(&e) {
+                Some(error) => ResourceError::Protocol(error.clone()),
+                None => ResourceError::Failed(failed(&e)),
+            }),
         }
     }
 
@@ -1476,35 +1454,42 @@ fn failed(error: &HostError) -> String {
     }
 }
 
-/// The gateway call's answer for a host failure: a failed call whose text says why; but the
-/// server's refusal of a call that must run as a task (-32021 naming the tasks extension: the
-/// client did not declare it, so neither did the gateway's call) is passed on as it came.
-fn failed_call(error: &HostError) -> ToolOutput {
-    if let HostError::Server {
-        source: modelctx_client::Error::Remote(refusal),
-        ..
-    } = error
-        && refusal.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-        && needs_tasks(refusal)
-    {
-        return ToolOutput::protocol_error(refusal.clone());
+/// The error of a server's answer that the gateway answers with as it came, on a tool call
+/// (plain or as a task), a prompt get and a resource read: -32021, a client capability the
+/// request needs (the server saw the capabilities of the gateway's client calling, or the
+/// request lacked the tasks extension a tool needs). Its `data` and message are the server's:
+/// the gateway does not read which capability it names (an extension's name has dots).
+fn passed_on(error: &HostError) -> Option<&ErrorObject> {
+    match error {
+        HostError::Server {
+            source: modelctx_client::Error::Remote(error),
+            ..
+        } if error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => Some(error),
+        _ => None,
     }
-    ToolOutput::error(failed(error))
 }
 
-/// Whether a -32021 error names the tasks extension among the capabilities it requires.
-fn needs_tasks(error: &ErrorObject) -> bool {
-    error
-        .data_as::<Value>()
-        .ok()
-        .flatten()
-        .and_then(|data| {
-            data.get("requiredCapabilities")?
-                .get("extensions")?
-                .get(EXTENSION_ID)
-                .cloned()
-        })
-        .is_some()
+/// A gateway prompt's answer: its messages, or the JSON-RPC error it is answered with.
+struct PromptAnswer(Result<Vec<PromptMessage>, ErrorObject>);
+
+impl IntoPromptResult for PromptAnswer {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, ErrorObject> {
+        self.0
+    }
+}
+
+/// A prompt's failure that is the gateway's to tell: -32603 saying why.
+fn internal(why: &str) -> ErrorObject {
+    ErrorObject::new(ErrorCode::INTERNAL_ERROR, why)
+}
+
+/// The gateway call's answer for a host failure: the server's error when it is
+/// [`passed_on`], else a failed call whose text says why.
+fn failed_call(error: &HostError) -> ToolOutput {
+    match passed_on(error) {
+        Some(error) => ToolOutput::protocol_error(error.clone()),
+        None => ToolOutput::error(failed(error)),
+    }
 }
 
 /// Prompt arguments: the strings of an object (other values as their JSON text).
@@ -1736,32 +1721,6 @@ mod tests {
     }
 
     #[test]
-    fn a_required_capability_is_read_as_a_path() {
-        let error = |data: Value| {
-            modelctx_types::ErrorObject::new(
-                modelctx_types::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "missing",
-            )
-            .with_data(&data)
-            .unwrap()
-        };
-        let path = |data| required_capability(&error(data));
-        assert_eq!(
-            path(json!({"requiredCapabilities": {"sampling": {}}})).as_deref(),
-            Some("sampling")
-        );
-        assert_eq!(
-            path(json!({"requiredCapabilities": {"elicitation": {"url": {}}}})).as_deref(),
-            Some("elicitation.url")
-        );
-        let extension = json!({"requiredCapabilities": {"extensions": {"io.x/y": {}}}});
-        assert_eq!(path(extension), None);
-        assert_eq!(path(json!({"requiredCapabilities": {}})), None);
-        assert_eq!(path(json!({"other": 1})), None);
-        assert_eq!(path(json!([1])), None);
-    }
-
-    #[test]
     fn prompt_arguments_become_strings() {
         let arguments = string_arguments(json!({"a": "x", "n": 3, "b": true}));
         assert_eq!(arguments["a"], "x");
@@ -1928,7 +1887,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_servers_refusal_for_lack_of_the_tasks_extension_passes_on() {
+    fn every_minus_32021_of_a_server_passes_on_as_it_came_and_nothing_else() {
         let refusal = |data: Value| {
             ErrorObject::new(ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY, "needs")
                 .with_data(&data)
@@ -1938,16 +1897,29 @@ mod tests {
             server: "s".into(),
             source: modelctx_client::Error::Remote(error),
         };
-        let tasks = || refusal(json!({"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}));
-        assert_eq!(
-            failed_call(&failure(tasks())),
-            ToolOutput::protocol_error(tasks())
-        );
-        let sampling = failure(refusal(json!({"requiredCapabilities": {"sampling": {}}})));
-        assert_eq!(failed_call(&sampling), ToolOutput::error(failed(&sampling)));
+        for data in [
+            json!({"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}),
+            json!({"requiredCapabilities": {"sampling": {}}}),
+            json!({"requiredCapabilities": {"extensions": {"io.x/y.z": {}}}}),
+            json!({"other": 1}),
+        ] {
+            let error = failure(refusal(data.clone()));
+            assert_eq!(
+                failed_call(&error),
+                ToolOutput::protocol_error(refusal(data.clone())),
+                "{data}"
+            );
+            let passed = passed_on(&error).expect("passed on");
+            assert_eq!(passed.message, "needs");
+            assert_eq!(passed.data_as::<Value>().unwrap(), Some(data));
+        }
+        let other = failure(ErrorObject::new(ErrorCode(-32050), "broke"));
+        assert!(passed_on(&other).is_none());
+        assert_eq!(failed_call(&other), ToolOutput::error(failed(&other)));
         let denied = HostError::Denied {
             reason: "no".into(),
         };
+        assert!(passed_on(&denied).is_none());
         assert_eq!(failed_call(&denied), ToolOutput::error(failed(&denied)));
     }
 

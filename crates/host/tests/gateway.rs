@@ -137,6 +137,13 @@ fn sampled(text: String) -> modelctx_host::model::CreateMessageResult {
     }
 }
 
+/// `builder`'s client connected to the gateway served as `front`.
+async fn connect(builder: modelctx_client::ClientBuilder, front: &RunningServer) -> Client {
+    within("connect", builder.connect_http(&url(front)))
+        .await
+        .expect("connects")
+}
+
 fn client(legacy: bool) -> modelctx_client::ClientBuilder {
     let builder = Client::builder("gateway-test", "1.0.0")
         .on_elicitation(|elicitation| async move {
@@ -163,9 +170,7 @@ async fn a_servers_list_change_reaches_the_gateways_clients() {
     let back = backend(tx);
     let running = serve(&back).await;
     let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-    let client = within("connect", client(true).connect_http(&url(&front)))
-        .await
-        .expect("connects");
+    let client = connect(client(true), &front).await;
     let mut notes = client.notifications();
     within("listening", client.listening())
         .await
@@ -217,9 +222,7 @@ async fn cancellation_logs_elicitation_completion_and_updates_pass_through() {
         let back = backend(tx);
         let running = serve(&back).await;
         let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-        let client = within("connect", client(legacy).connect_http(&url(&front)))
-            .await
-            .expect("connects");
+        let client = connect(client(legacy), &front).await;
         let mut notes = client.notifications();
 
         // A log message of the server during a call reaches the client that made it.
@@ -372,9 +375,7 @@ async fn a_servers_roots_request_is_answered_with_the_calling_clients_roots() {
     let (host, _gateway, front) =
         gateway_with(servers, |host| host.roots(vec![root("file:///host")])).await;
     for legacy in [true, false] {
-        let client = within("connect", keyed_client(legacy).connect_http(&url(&front)))
-            .await
-            .expect("connects");
+        let client = connect(keyed_client(legacy), &front).await;
         let listed = client
             .call_tool("b__roots", json!({}))
             .await
@@ -391,9 +392,7 @@ async fn a_servers_questions_keep_their_keys_through_the_gateway() {
     let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
     // A modern client sees the backend's keys; a legacy one gets requests, which have none.
     for (legacy, expected) in [(false, "\"user_name\" greeting"), (true, "\"-\" -")] {
-        let client = within("connect", keyed_client(legacy).connect_http(&url(&front)))
-            .await
-            .expect("connects");
+        let client = connect(keyed_client(legacy), &front).await;
         let named = client
             .call_tool("b__named", json!({}))
             .await
@@ -477,9 +476,7 @@ async fn a_round_of_questions_reaches_the_gateways_client_as_one_round() {
             std::future::ready(Ok(vec![root("file:///client")]))
         })
         .request_timeout(Some(STEP));
-    let client = within("connect", client.connect_http(&url(&front)))
-        .await
-        .expect("connects");
+    let client = connect(client, &front).await;
     let answer = within("call", client.call_tool("b__at_once", json!({})))
         .await
         .expect("at_once");
@@ -531,9 +528,7 @@ async fn a_modern_server_sees_the_capabilities_of_the_gateways_client_calling() 
         } else {
             client
         };
-        let client = within("connect", client.connect_http(&url(&front)))
-            .await
-            .expect("connects");
+        let client = connect(client, &front).await;
         let seen = within("call", client.call_tool("b__caps", json!({})))
             .await
             .expect("caps");
@@ -544,9 +539,7 @@ async fn a_modern_server_sees_the_capabilities_of_the_gateways_client_calling() 
     let client = Client::builder("gateway-test", "1.0.0")
         .on_roots(|| async { Ok(Vec::new()) })
         .request_timeout(Some(STEP));
-    let client = within("connect", client.connect_http(&url(&front)))
-        .await
-        .expect("connects");
+    let client = connect(client, &front).await;
     let refused = within("call", client.call_tool("b__sample", json!({}))).await;
     match refused {
         Err(modelctx_client::Error::Remote(error)) => {
@@ -556,6 +549,75 @@ async fn a_modern_server_sees_the_capabilities_of_the_gateways_client_calling() 
         }
         other => panic!("{other:?}"),
     }
+    host.shutdown().await;
+}
+
+/// The -32021 a backend answers with: a capability whose name has dots (an extension's), and a
+/// message of the server's own.
+fn needs_extension() -> modelctx_server::ErrorObject {
+    modelctx_server::ErrorObject::new(
+        modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "this needs the io.example/ext extension",
+    )
+    .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
+    .unwrap()
+}
+
+/// A prompt's answer of [`needs_extension`].
+struct Refused;
+
+impl modelctx_server::IntoPromptResult for Refused {
+    fn into_messages(self) -> Result<Vec<PromptMessage>, modelctx_server::ErrorObject> {
+        Err(needs_extension())
+    }
+}
+
+/// `what`'s answer is the backend's -32021 of [`needs_extension`], as it came.
+fn assert_passed_on<T: std::fmt::Debug>(what: &str, answer: Result<T, modelctx_client::Error>) {
+    match answer {
+        Err(modelctx_client::Error::Remote(error)) => {
+            assert_eq!(error.code.0, -32021, "{what}: {error:?}");
+            assert_eq!(error.message, needs_extension().message, "{what}");
+            let data: Value = error.data_as().unwrap().unwrap();
+            assert_eq!(
+                data,
+                json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}),
+                "{what}"
+            );
+        }
+        other => panic!("{what}: expected -32021, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_minus_32021_reaches_the_gateways_client_as_it_came() {
+    let back = Server::builder("ext", "1.0.0")
+        .tool(
+            Tool::new("needs", |_: NoArgs| async {
+                modelctx_server::ToolOutput::protocol_error(needs_extension())
+            })
+            .annotations(read_only()),
+        )
+        .prompt(Prompt::new("needs", |_: NoArgs| async { Refused }))
+        .resource(Resource::new(
+            "mem://needs",
+            "needs",
+            |_: ReadRequest| async {
+                Err::<ResourceContents, _>(modelctx_server::ResourceError::Protocol(
+                    needs_extension(),
+                ))
+            },
+        ))
+        .build();
+    let running = serve(&back).await;
+    let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
+    let client = connect(client(false), &front).await;
+    let called = within("call", client.call_tool("b__needs", json!({}))).await;
+    assert_passed_on("the call", called);
+    let got = within("get", client.get_prompt("b__needs", &[])).await;
+    assert_passed_on("the prompt", got);
+    let read = within("read", client.read_resource("mem://needs")).await;
+    assert_passed_on("the read", read);
     host.shutdown().await;
 }
 
@@ -672,13 +734,55 @@ async fn no_task_left(servers: &[&Server]) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_servers_task_is_the_gateways_task_from_result_to_cancellation() {
-    let (tx, mut cancelled) = mpsc::channel(1);
+/// A gateway over [`tasks_backend`] (its server `b`), served over HTTP.
+struct TaskGateway {
+    /// The backend.
+    back: Server,
+    /// The backend served (kept for the test's length).
+    _running: RunningServer,
+    host: Host,
+    gateway: Gateway,
+    /// The gateway served.
+    front: RunningServer,
+    /// Told when the backend's `hold` is stopped.
+    cancelled: mpsc::Receiver<()>,
+}
+
+async fn task_gateway() -> TaskGateway {
+    let (tx, cancelled) = mpsc::channel(1);
     let back = tasks_backend(tx);
     let running = serve(&back).await;
     let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-    let front_url = url(&front);
+    TaskGateway {
+        back,
+        _running: running,
+        host,
+        gateway,
+        front,
+        cancelled,
+    }
+}
+
+/// `client` running `tool` (no arguments) as a task: its handle.
+async fn start_task(client: &Client, tool: &str) -> modelctx_client::TaskHandle {
+    within(tool, client.call_tool_as_task(tool, json!({}), fast()))
+        .await
+        .expect("a task")
+}
+
+/// Waits until `back` runs a handler as a task.
+async fn a_task_running(back: &Server) {
+    within("the server's task running", async {
+        while back.load().tasks == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_task_is_the_gateways_task_from_result_to_cancellation() {
+    let mut t = task_gateway().await;
     let keys = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = keys.clone();
     let client = Client::builder("gateway-test", "1.0.0")
@@ -690,30 +794,19 @@ async fn a_servers_task_is_the_gateways_task_from_result_to_cancellation() {
             content.insert("name".into(), Value::from("Ada"));
             std::future::ready(Ok(Elicited::accept(content)))
         })
-        .request_timeout(Some(STEP))
-        .connect_http(&front_url);
-    let client = within("connect", client).await.expect("connects");
+        .request_timeout(Some(STEP));
+    let client = connect(client, &t.front).await;
 
     // A tool its server runs only as a task: the gateway's call is a task too, and completes
     // with the server's result.
-    let task = within(
-        "build",
-        client.call_tool_as_task("b__build", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let task = start_task(&client, "b__build").await;
     assert!(task.id().is_some(), "the gateway made a task");
     let built = within("build's end", task.wait()).await.expect("built");
     assert_eq!(built.text(), "built");
 
     // The server's task asks: the question reaches the gateway's client under the server's
     // key, the answer goes back.
-    let task = within(
-        "confirm",
-        client.call_tool_as_task("b__confirm", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let task = start_task(&client, "b__confirm").await;
     assert!(task.id().is_some());
     let confirmed = within("confirm's end", task.wait())
         .await
@@ -723,24 +816,14 @@ async fn a_servers_task_is_the_gateways_task_from_result_to_cancellation() {
 
     // A question before the server's task exists is a round trip of the gateway's call, which
     // becomes a task when the server's does.
-    let task = within(
-        "named",
-        client.call_tool_as_task("b__named", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let task = start_task(&client, "b__named").await;
     assert!(task.id().is_some(), "made a task after the round trip");
     let named = within("named's end", task.wait()).await.expect("named");
     assert_eq!(named.text(), "hello \"Ada\" in task true");
     assert_eq!(*keys.lock().unwrap(), ["confirm", "user_name"]);
 
     // A server's task that fails fails the gateway's, with the server's error.
-    let task = within(
-        "broken",
-        client.call_tool_as_task("b__broken", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let task = start_task(&client, "b__broken").await;
     match within("broken's end", task.wait()).await {
         Err(modelctx_client::TaskError::Failed { error, .. }) => {
             assert_eq!(error.code.0, -32050, "{error:?}");
@@ -750,37 +833,22 @@ async fn a_servers_task_is_the_gateways_task_from_result_to_cancellation() {
     }
 
     // Cancelling the gateway's task cancels the server's.
-    let task = within(
-        "hold",
-        client.call_tool_as_task("b__hold", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
-    within("the server's task running", async {
-        while back.load().tasks == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let task = start_task(&client, "b__hold").await;
+    a_task_running(&t.back).await;
     within("cancel", task.cancel()).await.expect("cancelled");
-    within("the server's cancellation", cancelled.recv())
+    within("the server's cancellation", t.cancelled.recv())
         .await
         .expect("the server's task was stopped");
     let status = within("status", task.status()).await.expect("status");
     assert_eq!(status.status, modelctx_host::model::TaskStatus::Cancelled);
-    no_task_left(&[&back, gateway.server()]).await;
-    host.shutdown().await;
+    no_task_left(&[&t.back, t.gateway.server()]).await;
+    t.host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_the_extension_gets_plain_calls_and_minus_32021_for_a_task_only_tool() {
-    let (tx, _cancelled) = mpsc::channel(1);
-    let back = tasks_backend(tx);
-    let running = serve(&back).await;
-    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-    let client = within("connect", client(false).connect_http(&url(&front)))
-        .await
-        .expect("connects");
+    let t = task_gateway().await;
+    let client = connect(client(false), &t.front).await;
     // A plain call (no extension declared) of a tool that runs as a task when it can.
     let quick = client
         .call_tool("b__quick", json!({}))
@@ -802,19 +870,14 @@ async fn a_client_without_the_extension_gets_plain_calls_and_minus_32021_for_a_t
         }
         other => panic!("expected -32021, got {other:?}"),
     }
-    no_task_left(&[&back, gateway.server()]).await;
-    host.shutdown().await;
+    no_task_left(&[&t.back, t.gateway.server()]).await;
+    t.host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2025_11_25_task_augmented_call_runs_the_servers_task() {
-    let (tx, _cancelled) = mpsc::channel(1);
-    let back = tasks_backend(tx);
-    let running = serve(&back).await;
-    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-    let client = within("connect", client(true).connect_http(&url(&front)))
-        .await
-        .expect("connects");
+    let t = task_gateway().await;
+    let client = connect(client(true), &t.front).await;
     let tools = client.list_all_tools().await.expect("tools");
     let build = tools.iter().find(|t| t.name == "b__build").expect("listed");
     assert!(
@@ -825,55 +888,30 @@ async fn a_2025_11_25_task_augmented_call_runs_the_servers_task() {
             .is_some(),
         "{build:?}"
     );
-    let task = within(
-        "build",
-        client.call_tool_as_task("b__build", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let task = start_task(&client, "b__build").await;
     assert!(task.id().is_some());
     let built = within("build's end", task.result()).await.expect("built");
     assert_eq!(built.text(), "built");
     // The server's question, asked during the legacy task, is answered by the legacy client.
-    let task = within(
-        "confirm",
-        client.call_tool_as_task("b__confirm", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let task = start_task(&client, "b__confirm").await;
     let confirmed = within("confirm's end", task.result())
         .await
         .expect("confirmed");
     assert_eq!(confirmed.text(), "confirmed \"Ada\"");
-    no_task_left(&[&back, gateway.server()]).await;
-    host.shutdown().await;
+    no_task_left(&[&t.back, t.gateway.server()]).await;
+    t.host.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_gateway_cancels_the_servers_tasks_it_follows() {
-    let (tx, mut cancelled) = mpsc::channel(1);
-    let back = tasks_backend(tx);
-    let running = serve(&back).await;
-    let (host, gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-    let client = within("connect", client(false).connect_http(&url(&front)))
-        .await
-        .expect("connects");
-    let task = within(
-        "hold",
-        client.call_tool_as_task("b__hold", json!({}), fast()),
-    )
-    .await
-    .expect("a task");
+    let mut t = task_gateway().await;
+    let client = connect(client(false), &t.front).await;
+    let task = start_task(&client, "b__hold").await;
     assert!(task.id().is_some());
-    within("the server's task running", async {
-        while back.load().tasks == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    let server = gateway.server().clone();
-    drop(gateway);
-    within("the server's task stopped", cancelled.recv())
+    a_task_running(&t.back).await;
+    let server = t.gateway.server().clone();
+    drop(t.gateway);
+    within("the server's task stopped", t.cancelled.recv())
         .await
         .expect("the server's task was stopped");
     // The gateway's task ends too, saying why.
@@ -882,8 +920,8 @@ async fn a_dropped_gateway_cancels_the_servers_tasks_it_follows() {
         .expect("a result");
     assert_eq!(ended.text(), "the gateway has stopped");
     assert_eq!(ended.is_error, Some(true));
-    no_task_left(&[&back, &server]).await;
-    host.shutdown().await;
+    no_task_left(&[&t.back, &server]).await;
+    t.host.shutdown().await;
 }
 
 /// A backend serving the skill `greet` (a tree in memory, with a script), described as
@@ -915,9 +953,7 @@ async fn the_skills_of_the_servers_are_listed_got_and_read_through_the_gateway()
     ];
     let (host, _gateway, front) = gateway(servers).await;
     for legacy in [true, false] {
-        let client = within("connect", client(legacy).connect_http(&url(&front)))
-            .await
-            .expect("connects");
+        let client = connect(client(legacy), &front).await;
         let skills = within("list", client.list_skills()).await.expect("listed");
         let uris: Vec<&str> = skills.iter().map(|s| s.uri.as_str()).collect();
         assert_eq!(
@@ -1006,9 +1042,7 @@ async fn a_gateway_of_servers_without_skills_does_not_declare_the_extension() {
     let back = backend(tx);
     let running = serve(&back).await;
     let (host, _gateway, front) = gateway(vec![ServerConfig::http("b", url(&running))]).await;
-    let client = within("connect", client(false).connect_http(&url(&front)))
-        .await
-        .expect("connects");
+    let client = connect(client(false), &front).await;
     let listed = within("list", client.list_skills()).await;
     assert!(
         matches!(listed, Err(modelctx_client::Error::NotAvailable(_))),

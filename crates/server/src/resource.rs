@@ -78,15 +78,38 @@ impl From<ResourceContents> for model::EmbeddedResourceResource {
 }
 
 /// Why a resource cannot be read.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResourceError {
     /// There is no such resource (-32002 for legacy clients, -32602 for modern ones).
     #[error("resource not found: {0}")]
     NotFound(String),
-    /// Reading failed.
+    /// Reading failed (-32603 with this text).
     #[error("{0}")]
     Failed(String),
+    /// The read is answered with this JSON-RPC error, as it is: for a front passing on another
+    /// server's error (a gateway); a resource's own failures are better told with
+    /// [`ResourceError::Failed`]. A -32021 (a 2026-07-28 error) reaches a legacy client as
+    /// -32603 with its message, as a prompt's does.
+    #[error("{}", .0.message)]
+    Protocol(ErrorObject),
+}
+
+/// Equal when of the same kind and text; two [`ResourceError::Protocol`] when of the same code,
+/// message and `data` text (`ErrorObject` has no `PartialEq`).
+impl PartialEq for ResourceError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ResourceError::NotFound(a), ResourceError::NotFound(b))
+            | (ResourceError::Failed(a), ResourceError::Failed(b)) => a == b,
+            (ResourceError::Protocol(a), ResourceError::Protocol(b)) => {
+                a.code == b.code
+                    && a.message == b.message
+                    && a.data.as_ref().map(|d| d.get()) == b.data.as_ref().map(|d| d.get())
+            }
+            _ => false,
+        }
+    }
 }
 
 /// What a resource handler may return.
@@ -597,6 +620,14 @@ pub(crate) fn read(
                 Err(ReadFailure::Handler(ResourceError::Failed(why))) => {
                     Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, why))
                 }
+                // -32021 is a 2026-07-28 error: legacy clients get -32603 with its message.
+                Err(ReadFailure::Handler(ResourceError::Protocol(error)))
+                    if error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                        && version.era() != Era::Modern =>
+                {
+                    Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, error.message))
+                }
+                Err(ReadFailure::Handler(ResourceError::Protocol(error))) => Err(error),
                 // Missing state is the server's fault (-32603), as for tools and prompts.
                 Err(ReadFailure::MissingState(missing)) => Err(ErrorObject::new(
                     ErrorCode::INTERNAL_ERROR,

@@ -13,7 +13,7 @@ use modelctx_http::event_store::BoxFuture;
 use modelctx_http::server::{Challenge, Grant, Guard};
 use modelctx_server::tasks::{MemoryTaskStore, TaskStore, TaskSupport};
 use modelctx_server::{
-    Context, HttpConfig, InputError, NoArgs, Server, Settings, Tool, ToolOutput,
+    Context, HttpConfig, InputError, NoArgs, RunningServer, Server, Settings, Tool, ToolOutput,
 };
 use modelctx_tests::http::{modern_headers, post, within};
 use modelctx_types::JsonObject;
@@ -135,6 +135,32 @@ fn server(store: Arc<MemoryTaskStore>, ttl: Duration) -> Server {
 /// A boxed future (the test functions' state stays small: debug builds of big `async fn`s
 /// overflow the test thread's stack).
 type Boxed<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A [`server`] of `store` and `ttl`, served over HTTP.
+struct Served {
+    server: Server,
+    store: Arc<MemoryTaskStore>,
+    running: RunningServer,
+    addr: SocketAddr,
+}
+
+fn served(store: MemoryTaskStore, ttl: Duration) -> Boxed<Served> {
+    Box::pin(async move {
+        let store = Arc::new(store);
+        let server = server(store.clone(), ttl);
+        let running = server
+            .serve_http("127.0.0.1:0", HttpConfig::default())
+            .await
+            .unwrap();
+        let addr = running.local_addr();
+        Served {
+            server,
+            store,
+            running,
+            addr,
+        }
+    })
+}
 
 /// One modern request of `caller`, with the extension declared or not; its JSON-RPC response.
 fn request(
@@ -382,13 +408,12 @@ fn tool_error(addr: SocketAddr) -> Boxed<String> {
 
 #[tokio::test]
 async fn a_task_is_created_polled_fed_input_cancelled_and_expired_and_the_tables_empty_after() {
-    let store = Arc::new(MemoryTaskStore::new());
-    let server = server(store.clone(), Duration::from_millis(3000));
-    let running = server
-        .serve_http("127.0.0.1:0", HttpConfig::default())
-        .await
-        .unwrap();
-    let addr = running.local_addr();
+    let Served {
+        server,
+        store,
+        running,
+        addr,
+    } = served(MemoryTaskStore::new(), Duration::from_millis(3000)).await;
     let ids = [
         created_and_polled(addr, store.clone()).await,
         fed_input(addr).await,
@@ -414,13 +439,8 @@ async fn a_task_is_created_polled_fed_input_cancelled_and_expired_and_the_tables
 
 #[tokio::test]
 async fn another_principals_task_and_unknown_ids_are_not_found() {
-    let store = Arc::new(MemoryTaskStore::new());
-    let server = server(store.clone(), Duration::from_secs(60));
-    let running = server
-        .serve_http("127.0.0.1:0", HttpConfig::default())
-        .await
-        .unwrap();
-    let addr = running.local_addr();
+    let Served { running, addr, .. } =
+        served(MemoryTaskStore::new(), Duration::from_secs(60)).await;
     let created = result(
         addr,
         "alice",
@@ -452,13 +472,12 @@ async fn another_principals_task_and_unknown_ids_are_not_found() {
 
 #[tokio::test]
 async fn the_extension_gates_tasks_and_required_tools() {
-    let store = Arc::new(MemoryTaskStore::new());
-    let server = server(store.clone(), Duration::from_secs(60));
-    let running = server
-        .serve_http("127.0.0.1:0", HttpConfig::default())
-        .await
-        .unwrap();
-    let addr = running.local_addr();
+    let Served {
+        store,
+        running,
+        addr,
+        ..
+    } = served(MemoryTaskStore::new(), Duration::from_secs(60)).await;
     // Declared in server/discover.
     let discover = result(addr, "alice", "server/discover", json!({})).await;
     assert_eq!(discover["capabilities"]["extensions"][EXT], json!({}));
@@ -520,13 +539,8 @@ async fn the_extension_gates_tasks_and_required_tools() {
 /// JSON-RPC error (no result), and settles a task `failed` with it inlined.
 #[tokio::test]
 async fn a_protocol_error_of_a_tool_is_the_calls_error_and_fails_its_task() {
-    let store = Arc::new(MemoryTaskStore::new());
-    let server = server(store.clone(), Duration::from_secs(60));
-    let running = server
-        .serve_http("127.0.0.1:0", HttpConfig::default())
-        .await
-        .unwrap();
-    let addr = running.local_addr();
+    let Served { running, addr, .. } =
+        served(MemoryTaskStore::new(), Duration::from_secs(60)).await;
     let plain = error(
         addr,
         "alice",
@@ -538,16 +552,7 @@ async fn a_protocol_error_of_a_tool_is_the_calls_error_and_fails_its_task() {
     assert_eq!(plain["code"], -32050, "{plain}");
     assert_eq!(plain["message"], "the backend is down");
     let task = create(addr, "alice", "broken", json!({})).await;
-    let failed = within("the task's end", async {
-        loop {
-            let got = result(addr, "alice", TasksGet::VALUE, json!({"taskId": task})).await;
-            if got["status"] != "working" {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let failed = until(addr, "alice", &task, "failed").await;
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_eq!(failed["error"]["code"], -32050, "{failed}");
     assert!(failed.get("result").is_none(), "{failed}");
@@ -557,13 +562,12 @@ async fn a_protocol_error_of_a_tool_is_the_calls_error_and_fails_its_task() {
 #[tokio::test]
 async fn a_task_flood_beyond_the_stores_bound_gets_a_clear_error_and_the_server_serves_on() {
     // Two tasks per principal, three in all.
-    let store = Arc::new(MemoryTaskStore::bounded(3, 2));
-    let server = server(store.clone(), Duration::from_secs(60));
-    let running = server
-        .serve_http("127.0.0.1:0", HttpConfig::default())
-        .await
-        .unwrap();
-    let addr = running.local_addr();
+    let Served {
+        server,
+        store,
+        running,
+        addr,
+    } = served(MemoryTaskStore::bounded(3, 2), Duration::from_secs(60)).await;
     let call = json!({"name": "work", "arguments": {"ms": 60000}});
     let mut ids = Vec::new();
     for _ in 0..2 {

@@ -388,3 +388,67 @@ async fn finding_25_a_resources_read_flood_trips_the_limits() {
     gate.add_permits(1);
     client.answer(&first).await.unwrap();
 }
+
+/// A read failing with `ResourceError::Protocol` is answered with that error as it is: code,
+/// message and `data`; but a -32021 reaches a legacy client as -32603 with its message.
+#[tokio::test]
+async fn a_protocol_error_of_a_read_is_the_reads_error() {
+    fn refusal() -> modelctx_server::ErrorObject {
+        modelctx_server::ErrorObject::new(
+            modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "the backend wants its extension",
+        )
+        .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
+        .unwrap()
+    }
+    async fn needs(_: Context, _: ReadRequest) -> Result<ResourceContents, ResourceError> {
+        Err(ResourceError::Protocol(refusal()))
+    }
+    async fn broken(_: Context, _: ReadRequest) -> Result<ResourceContents, ResourceError> {
+        Err(ResourceError::Protocol(modelctx_server::ErrorObject::new(
+            modelctx_server::ErrorCode(-32050),
+            "the backend broke",
+        )))
+    }
+    let server = Server::builder("resources", "1")
+        .resource(Resource::new("mem://needs", "needs", needs))
+        .resource(Resource::new("mem://broken", "broken", broken))
+        .build();
+    for (name, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let modern = client.version().era() == Era::Modern;
+        let needs = client
+            .request("resources/read", json!({"uri": "mem://needs"}))
+            .await;
+        match needs {
+            Err(modelctx_session::RequestError::Remote(e)) if modern => {
+                assert_eq!(e.code.0, -32021, "{name}");
+                assert_eq!(e.message, "the backend wants its extension", "{name}");
+                let data: serde_json::Value = e.data_as().unwrap().unwrap();
+                assert_eq!(
+                    data,
+                    json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}),
+                    "{name}"
+                );
+            }
+            Err(modelctx_session::RequestError::Remote(e)) => {
+                assert_eq!(e.code.0, -32603, "{name}");
+                assert_eq!(e.message, "the backend wants its extension", "{name}");
+            }
+            other => panic!("{name}: expected a JSON-RPC error, got {other:?}"),
+        }
+        let broken = client
+            .request("resources/read", json!({"uri": "mem://broken"}))
+            .await;
+        assert_eq!(code(&broken), -32050, "{name}");
+        assert_eq!(message_of(&broken), "the backend broke", "{name}");
+    }
+    assert_eq!(
+        ResourceError::Protocol(refusal()),
+        ResourceError::Protocol(refusal())
+    );
+    assert_ne!(
+        ResourceError::Protocol(refusal()),
+        ResourceError::Failed("the backend wants its extension".into())
+    );
+}
