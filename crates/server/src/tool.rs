@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "validation")]
 use modelctx_types::schema::{SchemaError, Validator};
-use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion, model};
+use modelctx_types::{ErrorCode, ErrorObject, JsonObject, ProtocolVersion, model};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -189,7 +189,10 @@ impl ToolOutput {
     }
 
     /// A call answered with the JSON-RPC error `error` instead of a result, in every protocol
-    /// era: a protocol error, not a failed call the model reads ([`ToolOutput::error`] is that).
+    /// era: a protocol error, not a failed call the model reads ([`ToolOutput::error`] is that);
+    /// but a -32021 (missing client capability, of the 2026-07-28 era) reaches a client of an
+    /// older era as a failed call with the error's message, as a capability the server finds
+    /// missing itself does.
     /// A call that runs as a task ends `failed` with it. For a front passing on another
     /// server's protocol error (a gateway); a tool's own failures are better told with
     /// [`ToolOutput::error`]. The content is the error's message (for logs), never sent.
@@ -615,6 +618,11 @@ pub(crate) async fn call(
     }
     let mut output = (tool.handler)(context, arguments).await?;
     if let Some(ProtocolError(error)) = output.protocol_error.take() {
+        // -32021 is of the 2026-07-28 era: a client of an older one is told of a capability it
+        // lacks as the server tells it of its own (below), by a failed call with the message.
+        if !modern && error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+            return tool_output(&output, version);
+        }
         return Err(error);
     }
     if let (true, Some(capability)) = (modern, &output.missing_capability) {

@@ -1000,3 +1000,61 @@ async fn the_client_info_is_typed_in_both_eras() {
         assert_eq!(text(&answer), "test 1", "{name}");
     }
 }
+
+/// A tool's protocol error is the call's error in every era; a -32021 reaches a client of an
+/// older era as a failed call with its message (that era has no such code).
+#[tokio::test]
+async fn a_protocol_error_of_a_call_is_the_calls_error_and_minus_32021_only_for_modern_clients() {
+    fn refusal() -> modelctx_server::ErrorObject {
+        modelctx_server::ErrorObject::new(
+            modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "the backend wants its extension",
+        )
+        .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
+        .unwrap()
+    }
+    let server = Server::builder("tools", "1")
+        .tool(Tool::new("needs", |_: NoArgs| async {
+            ToolOutput::protocol_error(refusal())
+        }))
+        .tool(Tool::new("broken", |_: NoArgs| async {
+            ToolOutput::protocol_error(modelctx_server::ErrorObject::new(
+                modelctx_server::ErrorCode(-32050),
+                "the backend broke",
+            ))
+        }))
+        .build();
+    for (version, config) in eras() {
+        let mut client = Client::connect(&server, config).await;
+        let modern = client.version().era() == modelctx_session::Era::Modern;
+        let needs = client
+            .request("tools/call", json!({"name": "needs", "arguments": {}}))
+            .await;
+        if modern {
+            let Err(modelctx_session::RequestError::Remote(e)) = needs else {
+                panic!("{version}: expected -32021, got {needs:?}");
+            };
+            assert_eq!(e.code.0, -32021, "{version}");
+            assert_eq!(e.message, "the backend wants its extension", "{version}");
+            let data: Value = e.data_as().unwrap().unwrap();
+            assert_eq!(
+                data,
+                json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}})
+            );
+        } else {
+            let result = needs.unwrap_or_else(|e| panic!("{version}: {e:?}"));
+            assert_eq!(result["isError"], true, "{version}");
+            assert_eq!(
+                result["content"][0]["text"], "the backend wants its extension",
+                "{version}"
+            );
+        }
+        let broken = client
+            .request("tools/call", json!({"name": "broken", "arguments": {}}))
+            .await;
+        let Err(modelctx_session::RequestError::Remote(e)) = broken else {
+            panic!("{version}: expected -32050, got {broken:?}");
+        };
+        assert_eq!(e.code.0, -32050, "{version}");
+    }
+}
