@@ -393,16 +393,8 @@ async fn finding_25_a_resources_read_flood_trips_the_limits() {
 /// message and `data`; but a -32021 reaches a legacy client as -32603 with its message.
 #[tokio::test]
 async fn a_protocol_error_of_a_read_is_the_reads_error() {
-    fn refusal() -> modelctx_server::ErrorObject {
-        modelctx_server::ErrorObject::new(
-            modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
-            "the backend wants its extension",
-        )
-        .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
-        .unwrap()
-    }
     async fn needs(_: Context, _: ReadRequest) -> Result<ResourceContents, ResourceError> {
-        Err(ResourceError::Protocol(refusal()))
+        Err(ResourceError::Protocol(missing_extension()))
     }
     async fn broken(_: Context, _: ReadRequest) -> Result<ResourceContents, ResourceError> {
         Err(ResourceError::Protocol(modelctx_server::ErrorObject::new(
@@ -444,11 +436,11 @@ async fn a_protocol_error_of_a_read_is_the_reads_error() {
         assert_eq!(message_of(&broken), "the backend broke", "{name}");
     }
     assert_eq!(
-        ResourceError::Protocol(refusal()),
-        ResourceError::Protocol(refusal())
+        ResourceError::Protocol(missing_extension()),
+        ResourceError::Protocol(missing_extension())
     );
     assert_ne!(
-        ResourceError::Protocol(refusal()),
+        ResourceError::Protocol(missing_extension()),
         ResourceError::Failed("the backend wants its extension".into())
     );
 }

@@ -1005,17 +1005,9 @@ async fn the_client_info_is_typed_in_both_eras() {
 /// older era as a failed call with its message (that era has no such code).
 #[tokio::test]
 async fn a_protocol_error_of_a_call_is_the_calls_error_and_minus_32021_only_for_modern_clients() {
-    fn refusal() -> modelctx_server::ErrorObject {
-        modelctx_server::ErrorObject::new(
-            modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
-            "the backend wants its extension",
-        )
-        .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
-        .unwrap()
-    }
     let server = Server::builder("tools", "1")
         .tool(Tool::new("needs", |_: NoArgs| async {
-            ToolOutput::protocol_error(refusal())
+            ToolOutput::protocol_error(missing_extension())
         }))
         .tool(Tool::new("broken", |_: NoArgs| async {
             ToolOutput::protocol_error(modelctx_server::ErrorObject::new(

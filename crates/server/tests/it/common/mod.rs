@@ -243,3 +243,14 @@ impl Client {
         panic!("more than 8 rounds");
     }
 }
+
+/// A backend's -32021 naming an extension (a name with dots), with a message and data of its
+/// own: what a gateway passes on as it came.
+pub(crate) fn missing_extension() -> modelctx_server::ErrorObject {
+    modelctx_server::ErrorObject::new(
+        modelctx_server::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        "the backend wants its extension",
+    )
+    .with_data(&json!({"requiredCapabilities": {"extensions": {"io.example/ext": {}}}}))
+    .unwrap()
+}
