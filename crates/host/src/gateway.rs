@@ -111,8 +111,9 @@
 //! error on a call becomes a failed call (`isError`), and on a prompt get or a read the
 //! JSON-RPC error -32603, except -32021 (a client capability the request needs), which the
 //! gateway answers with as the server sent it, `data` and message included, on a call (plain
-//! or as a task), a prompt get and a read (a legacy client gets a prompt's or a read's as
-//! -32603 with its message, as from any server). Of tasks, it does not
+//! or as a task), a prompt get and a read (a legacy client, whose era has no -32021, gets a
+//! call's as a failed call and a prompt's or a read's as -32603, each with the server's
+//! message, as from any modelctx server). Of tasks, it does not
 //! pass on tasks for anything but tool calls (a server's task-augmented sampling or
 //! elicitation requests to the host), a server's progress and log messages before its task
 //! exists, nor the task support of a server that comes or changes after the tool was listed
