@@ -331,7 +331,9 @@ pub(crate) fn package(root: &Path) -> Result<(), String> {
         eprintln!("uncommitted changes and no CI variable: packaging with --allow-dirty");
         args.push("--allow-dirty");
     }
-    let status = cargo(&args, &[], root)
+    // The verifying build is one of its own (every dependency compiled again, in its own
+    // target folder) that nothing runs or debugs: without debug info it takes ~15% less.
+    let status = cargo(&args, &[("CARGO_PROFILE_DEV_DEBUG", "0")], root)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if status.success() {
