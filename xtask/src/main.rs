@@ -58,7 +58,7 @@ commands:
       (bench/otel, a workspace of its own) with an OpenTelemetry pipeline that exports nothing
       and with none, in S2, H1, H3-16 and H4-16, side by side; written as their own section
       into docs/benchmarks.md with the cost of each against the plain server and the issue's
-      5% targets (a full `bench` measures and writes them too, after the rest); about 2 minutes
+      5% targets (a full `bench` measures and writes them too, after the rest); about 5 minutes
       of measuring after the builds
   ci [--step NAME]
       everything CI checks (or only the step NAME, as the step list names it): fmt, no async runtime under modelctx-session, clippy -D warnings,
