@@ -28,8 +28,8 @@ pub struct Pipeline {
 /// but not used).
 ///
 /// Traces: a `tracing-opentelemetry` layer (as the guide installs it) on a `tracing-subscriber`
-/// registry, the process's global subscriber, over an SDK tracer provider with no span processor: every request span is
-/// enabled, sampled (the default sampler, parent-based always-on) and recorded with its
+/// registry, the process's global subscriber, over an SDK tracer provider with no span
+/// processor: every request span is enabled, sampled (the default sampler, parent-based always-on) and recorded with its
 /// attributes, then dropped when it ends. Metrics: the global meter provider is an SDK provider
 /// with a `ManualReader` that is never collected: every instrument aggregates what it is given,
 /// nothing is exported. Set before the server is built (it makes its instruments then).

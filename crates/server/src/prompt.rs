@@ -419,14 +419,7 @@ pub(crate) fn get(
             let modern = context.inner.modern;
             let messages = (prompt.handler)(context, Value::Object(arguments))
                 .await
-                .map_err(|error| {
-                    // -32021 is a 2026-07-28 error: legacy clients get -32603 with its message.
-                    if !modern && error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
-                        ErrorObject::new(ErrorCode::INTERNAL_ERROR, error.message)
-                    } else {
-                        error
-                    }
-                })?;
+                .map_err(|error| crate::wire::for_era(error, modern))?;
             let description = prompt.definition.description.clone();
             let messages = messages
                 .into_iter()

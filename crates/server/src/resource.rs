@@ -620,14 +620,9 @@ pub(crate) fn read(
                 Err(ReadFailure::Handler(ResourceError::Failed(why))) => {
                     Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, why))
                 }
-                // -32021 is a 2026-07-28 error: legacy clients get -32603 with its message.
-                Err(ReadFailure::Handler(ResourceError::Protocol(error)))
-                    if error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-                        && version.era() != Era::Modern =>
-                {
-                    Err(ErrorObject::new(ErrorCode::INTERNAL_ERROR, error.message))
+                Err(ReadFailure::Handler(ResourceError::Protocol(error))) => {
+                    Err(crate::wire::for_era(error, version.era() == Era::Modern))
                 }
-                Err(ReadFailure::Handler(ResourceError::Protocol(error))) => Err(error),
                 // Missing state is the server's fault (-32603), as for tools and prompts.
                 Err(ReadFailure::MissingState(missing)) => Err(ErrorObject::new(
                     ErrorCode::INTERNAL_ERROR,

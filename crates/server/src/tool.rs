@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 #[cfg(feature = "validation")]
 use modelctx_types::schema::{SchemaError, Validator};
-use modelctx_types::{ErrorCode, ErrorObject, JsonObject, ProtocolVersion, model};
+use modelctx_types::{ErrorObject, JsonObject, ProtocolVersion, model};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -618,9 +618,9 @@ pub(crate) async fn call(
     }
     let mut output = (tool.handler)(context, arguments).await?;
     if let Some(ProtocolError(error)) = output.protocol_error.take() {
-        // -32021 is of the 2026-07-28 era: a client of an older one is told of a capability it
+        // An error the client's era has no code for (-32021): it is told of a capability it
         // lacks as the server tells it of its own (below), by a failed call with the message.
-        if !modern && error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+        if crate::wire::unknown_to_era(&error, modern) {
             return tool_output(&output, version);
         }
         return Err(error);

@@ -28,6 +28,23 @@ pub(crate) fn raw<T: serde::Serialize + ?Sized>(
         .map_err(|e| internal(format!("unserializable result: {e}")))
 }
 
+/// Whether `error` is one a client of an older era than 2026-07-28 (`modern` false) has no
+/// code for: -32021, a client capability the request needs.
+pub(crate) fn unknown_to_era(error: &ErrorObject, modern: bool) -> bool {
+    !modern && error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+}
+
+/// `error` as a handler's protocol error reaches a client: as it is, but one its era has no
+/// code for ([`unknown_to_era`]) as -32603 with its message (a tool's is a failed call
+/// instead, see `tool::call`).
+pub(crate) fn for_era(error: ErrorObject, modern: bool) -> ErrorObject {
+    if unknown_to_era(&error, modern) {
+        internal(error.message)
+    } else {
+        error
+    }
+}
+
 /// `method` as a `'static` name, when it is one of the methods a server answers that carry
 /// work (those a middleware chain and the metrics see most): a copy of it is then no copy.
 pub(crate) fn known_method(method: &str) -> Option<&'static str> {
